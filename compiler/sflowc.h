@@ -1,0 +1,427 @@
+/*
+ * sflowc.h — the compiler's one internal header.
+ *
+ * One section per compiler file, in pipeline order: the arena and sources
+ * (util.c), diagnostics (diag.c), tokens and the lexer (lexer.c over the
+ * flex scanner grammar/sflow.l), the AST (ast.c, built by grammar/sflow.y),
+ * types (types.c), semantic analysis (sema.c), LLVM host code (codegen.c),
+ * CUDA C for kernels (cudagen.c), and the driver (main.c).
+ *
+ * Memory policy: everything the front end allocates lives in one arena that
+ * is freed once, when the compilation ends.  Nothing in the AST is freed
+ * piecemeal, so passes may share sub-trees freely.
+ */
+#ifndef SFLOWC_H
+#define SFLOWC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define SFLOW_VERSION "0.1.0"
+
+typedef struct Type Type;
+typedef struct Node Node;
+typedef struct Decl Decl;
+typedef struct TypeExpr TypeExpr;
+typedef struct Var Var;
+typedef struct Module Module;
+
+/* ---------------------------------------------------------------- util.c */
+
+void *arena_alloc(size_t n); /* zeroed; aborts via ice() on OOM */
+char *arena_strdup(const char *s);
+char *arena_strndup(const char *s, size_t n);
+char *arena_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void arena_free_all(void);
+
+/* A growable byte buffer (heap, not arena) for output text. */
+typedef struct {
+  char *data;
+  size_t len, cap;
+} Buf;
+void buf_putc(Buf *b, char c);
+void buf_puts(Buf *b, const char *s);
+void buf_putn(Buf *b, const char *s, size_t n);
+void buf_printf(Buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void buf_free(Buf *b);
+
+/* A source file, registered once; Loc.file indexes the table. */
+typedef struct {
+  const char *path;    /* as given on the command line or resolved import */
+  const char *text;    /* NUL-terminated copy; may contain NUL bytes inside */
+  size_t len;          /* length in bytes, NULs included */
+  const char *modname; /* "" for the main file, "util", "std.math", ... */
+} Source;
+int src_add(const char *path, const char *text, size_t len, const char *modname);
+Source *src_get(int id);
+int src_count(void);
+/* Reads a whole file; returns NULL and sets errno on failure. */
+char *read_file(const char *path, size_t *len);
+
+/* A position in a source: 1-based line and column (in bytes). */
+typedef struct {
+  int file;
+  int line, col;
+  int off; /* byte offset of the first character */
+  int len; /* length in bytes of the token or construct (for underlines) */
+} Loc;
+
+/* Internal compiler error: prints file/line of the compiler and exits 101. */
+_Noreturn void ice_at(const char *cfile, int cline, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+#define ice(...) ice_at(__FILE__, __LINE__, __VA_ARGS__)
+
+/* ---------------------------------------------------------------- diag.c */
+
+typedef enum { DIAG_ERROR, DIAG_WARNING, DIAG_NOTE } DiagLevel;
+typedef enum { DIAG_HUMAN, DIAG_JSON } DiagFormat;
+
+void diag_init(DiagFormat fmt, int color /* -1 auto, 0 never, 1 always */);
+void diag_error(Loc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void diag_warning(Loc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A note attaches to the diagnostic just reported. */
+void diag_note(Loc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int diag_error_count(void);
+/* Stop reporting after this many errors (default 50); the driver checks. */
+bool diag_too_many(void);
+/* Optional sink for the language server: when set, diagnostics go to it
+ * instead of stderr. */
+typedef void (*DiagSink)(void *ctx, DiagLevel lvl, Loc loc, const char *msg);
+void diag_set_sink(DiagSink sink, void *ctx);
+void diag_reset(void);
+
+/* "Did you mean": the closest candidate within edit distance (len+2)/3, or
+ * NULL.  Candidates equal to name are ignored. */
+const char *suggest(const char *name, const char *const *cands, int n);
+int edit_distance(const char *a, const char *b, int limit);
+
+/* --------------------------------------------------------------- lexer.c */
+
+/* Token kinds come from the bison-generated header (TOK_IDENT, TOK_INT,
+ * ...); single-character operators use their character code. */
+typedef struct {
+  int kind;
+  Loc loc;
+  const char *text; /* arena copy of the lexeme */
+  int64_t ival;     /* TOK_INT */
+  double fval;      /* TOK_FLOAT */
+  char *sval;       /* TOK_STRING: decoded bytes (arena) */
+  size_t slen;
+} Token;
+
+/* Lexes a whole source into a token array (terminated by kind 0, EOF).
+ * Applies newline-as-terminator insertion and bracket tracking; reports
+ * lexical errors through diag. */
+Token *lex_source(int file, int *ntok);
+extern bool lex_fatal; /* the last lex_source met an error that stops parsing */
+const char *tok_name(int kind);    /* "'{'", "identifier", "'while'" */
+const char *tok_spelling(int kind); /* for --emit=tokens */
+/* The language's keywords, one source of truth for the editor tests. */
+extern const char *const sflow_keywords[];
+extern const int sflow_nkeywords;
+/* Predeclared type names (identifiers, not keywords). */
+extern const char *const sflow_type_names[];
+extern const int sflow_ntype_names;
+/* Builtin function names known to sema. */
+extern const char *const sflow_builtin_names[];
+extern const int sflow_nbuiltin_names;
+
+/* The deepest bracket nesting accepted (like clang's -fbracket-depth). */
+#define SFLOW_MAX_NESTING 256
+
+/* --------------------------------------------------------------- types.c */
+
+typedef enum {
+  TY_ERROR, /* poison: suppresses follow-on errors */
+  TY_VOID,
+  TY_BOOL,
+  TY_I32,
+  TY_I64,
+  TY_F32,
+  TY_F64,
+  TY_STR,
+  TY_UNTYPED_INT,   /* an integer literal not yet given a type */
+  TY_UNTYPED_FLOAT, /* a float literal not yet given a type */
+  TY_ARRAY,         /* elem */
+  TY_STRUCT,        /* decl: D_STRUCT */
+  TY_FUTURE,        /* elem */
+  TY_ACTOR,         /* decl: D_ACTOR */
+  TY_GROUP,         /* decl: D_ACTOR */
+  TY_MODULE,        /* a name bound by import; only valid before '.' */
+} TypeKind;
+
+struct Type {
+  TypeKind kind;
+  Type *elem;
+  Decl *decl;
+  void *llvm; /* codegen's cached LLVMTypeRef */
+};
+
+/* Types are interned: equal types are the same pointer.  types_reset forgets
+ * the table when the arena is freed. */
+void types_reset(void);
+Type *ty_prim(TypeKind k);
+Type *ty_array(Type *elem);
+Type *ty_future(Type *elem);
+Type *ty_struct(Decl *d);
+Type *ty_actor(Decl *d);
+Type *ty_group(Decl *d);
+bool ty_is_int(Type *t);     /* i32, i64, untyped int */
+bool ty_is_float(Type *t);   /* f32, f64, untyped float */
+bool ty_is_numeric(Type *t);
+bool ty_is_untyped(Type *t);
+bool ty_is_ref(Type *t);      /* str, arrays, futures, actors, groups */
+bool ty_has_refs(Type *t);    /* a ref, or a struct with a ref inside */
+bool ty_is_gpu_elem(Type *t); /* f32 f64 i32 i64 */
+/* "i64", "f32[]", "future<i64>", "group<Counter>", "Batch" (arena). */
+const char *ty_str(Type *t);
+
+/* ----------------------------------------------------------------- AST */
+
+/* Type syntax, as written. */
+typedef enum { TE_NAME, TE_ARRAY, TE_GENERIC } TypeExprKind;
+struct TypeExpr {
+  TypeExprKind kind;
+  Loc loc;
+  const char *name; /* TE_NAME: "i64", "Batch"; TE_GENERIC: "future", "group" */
+  TypeExpr *arg;    /* TE_ARRAY: element; TE_GENERIC: the argument */
+  const char *module; /* TE_NAME qualified as mod.Name, else NULL */
+};
+
+typedef enum {
+  /* expressions */
+  N_INT,       /* ival */
+  N_FLOAT,     /* fval */
+  N_BOOL,      /* ival 0/1 */
+  N_STR,       /* sval, slen */
+  N_NAME,      /* name; var (local) or decl (global item) after sema */
+  N_BINARY,    /* op, lhs, rhs */
+  N_UNARY,     /* op ('-' or '!'), lhs */
+  N_CALL,      /* callee (N_NAME or N_FIELD), args */
+  N_INDEX,     /* lhs[rhs] */
+  N_FIELD,     /* lhs.name */
+  N_ARRAY_LIT, /* args: elements */
+  N_COMPREH,   /* [lhs for name in rhs]; rhs may be N_RANGE */
+  N_RANGE,     /* lhs..rhs (only in for and comprehensions) */
+  N_STRUCT_LIT,/* name (module?) { args: N_FIELD_INIT list } */
+  N_FIELD_INIT,/* name: lhs */
+  N_AWAIT,     /* await lhs */
+  N_SPAWN,     /* spawn callee(args) [* count]: lhs = N_CALL, rhs = count */
+  N_LAUNCH,    /* launch name[rhs](args) */
+  /* statements */
+  N_LET,       /* let/var name [: texpr] = lhs; ival 1 for var */
+  N_ASSIGN,    /* lhs op= rhs; op is '=' or the binary operator of '+=' '-=' '*=' '/=' */
+  N_EXPR_STMT, /* lhs */
+  N_IF,        /* cond then els (els: N_BLOCK or N_IF or NULL) */
+  N_WHILE,     /* cond body */
+  N_FOR,       /* for name in rhs (N_RANGE or array expr) body */
+  N_BREAK,
+  N_CONTINUE,
+  N_RETURN,    /* lhs or NULL */
+  N_BLOCK,     /* body: statement list */
+} NodeKind;
+
+/* Builtins that sema recognises by name; N_CALL.builtin after sema. */
+typedef enum {
+  B_NONE,
+  B_PRINT, B_LEN, B_SQRT, B_EXP, B_LOG, B_TANH, B_ABS, B_MIN, B_MAX, B_POW,
+  B_FLOOR, B_NOW, B_RAND_SEED, B_RAND_F32, B_FMT, B_FAIL, B_ATTEMPT,
+  B_NODE_ID, B_HOSTNAME, B_THREAD_ID, B_GROUP_RANK, B_GROUP_SIZE,
+  B_ALLREDUCE_SUM, B_ALLREDUCE_MEAN, B_BROADCAST, B_ALLGATHER, B_BARRIER,
+  B_ZEROS_F32, B_ZEROS_F64, B_ZEROS_I32, B_ZEROS_I64,
+  B_CAST_BOOL, B_CAST_I32, B_CAST_I64, B_CAST_F32, B_CAST_F64, B_CAST_STR,
+  B_SPLIT,   /* a.split(k) */
+  B_MATMUL,
+  /* runtime-backed helpers used by std modules (names start with __) */
+  B_RT_READ_FILE, B_RT_WRITE_FILE, B_RT_APPEND_FILE, B_RT_FILE_EXISTS,
+  B_RT_READ_LINES,
+  B__COUNT
+} Builtin;
+
+/* How a call was resolved by sema (N_CALL.callkind). */
+typedef enum {
+  CALL_UNRESOLVED,
+  CALL_FN,        /* decl: D_FN */
+  CALL_TASK,      /* decl: D_TASK; yields future */
+  CALL_BUILTIN,   /* builtin */
+  CALL_METHOD,    /* actor handle method: lhs of callee field = handle; decl: D_METHOD */
+  CALL_GROUP_ALL, /* g.all.m(): decl D_METHOD; yields future<T[]> */
+  CALL_GROUP_ANY, /* g.any.m() */
+  CALL_GROUP_ONE, /* g[i].m() */
+  CALL_SELF_METHOD, /* m() inside an actor calling its own method, synchronously */
+  CALL_STRUCT_CTOR, /* not used: struct literals have their own node */
+} CallKind;
+
+struct Node {
+  NodeKind kind;
+  Loc loc;
+  Type *ty;   /* expressions: set by sema */
+  Node *next; /* next in a list (arguments, statements, elements) */
+
+  Node *lhs, *rhs;
+  Node *cond, *then, *els, *body;
+  Node *args;        /* list */
+  Node *callee;      /* N_CALL */
+  TypeExpr *texpr;   /* N_LET with a written type */
+  const char *name;  /* N_NAME, N_FIELD, N_LET, N_FOR, N_COMPREH, N_STRUCT_LIT, N_LAUNCH */
+  const char *argname; /* a named argument: f(lr = 0.1) */
+  Loc name_loc;      /* location of name where it differs from loc */
+  int op;            /* N_BINARY, N_UNARY, N_ASSIGN */
+  int64_t ival;
+  double fval;
+  char *sval;
+  size_t slen;
+  bool parenthesized; /* written in ( ) */
+
+  /* filled by sema */
+  Var *var;          /* N_NAME of a local/param/field; N_LET; N_FOR; N_COMPREH */
+  Decl *decl;        /* N_NAME of an item; N_CALL target; N_STRUCT_LIT struct; N_LAUNCH kernel */
+  Builtin builtin;   /* N_CALL of a builtin */
+  CallKind callkind; /* N_CALL */
+  Node *recv;        /* N_CALL on a method: the receiver expression (handle, group, array) */
+  Node *ordered_args;/* N_CALL: arguments in parameter order, defaults filled in (array of n) */
+  Node **argv;       /* N_CALL after sema: argc entries in parameter order */
+  int argc;
+  int field_index;   /* N_FIELD on a struct; N_FIELD_INIT */
+  bool is_const;     /* expression is a compile-time constant */
+};
+
+typedef struct Annot Annot;
+struct Annot {
+  Loc loc;
+  const char *name; /* without '@' */
+  Node *args;       /* arguments (may carry argname) */
+  Annot *next;
+};
+
+typedef enum {
+  D_IMPORT,   /* name: local alias ("math" for std.math), path: "std.math" */
+  D_CONST,    /* name, texpr, value */
+  D_STRUCT,   /* name, fields (D_FIELD) */
+  D_FN,       /* name, params, ret, body */
+  D_KERNEL,   /* name, params, body */
+  D_TASK,     /* name, params, ret, body */
+  D_ACTOR,    /* name, fields (D_FIELD), init (D_INIT), methods (D_METHOD) */
+  D_WORKFLOW, /* name, params, body */
+  D_FIELD,    /* name, texpr, value (initializer or NULL), mutable */
+  D_PARAM,    /* name, texpr, value (default or NULL) */
+  D_INIT,     /* actor init: params, body */
+  D_METHOD,   /* actor method: name, params, ret, body */
+} DeclKind;
+
+struct Decl {
+  DeclKind kind;
+  Loc loc;      /* the whole item's start (keyword) */
+  Loc name_loc; /* the name */
+  const char *name;
+  const char *path; /* D_IMPORT: dotted path */
+  Decl *next;
+  Annot *annots;
+  Decl *params;
+  TypeExpr *ret;
+  TypeExpr *texpr;
+  Node *value;
+  Node *body;
+  Decl *fields;
+  Decl *init;
+  Decl *methods;
+  Decl *parent; /* D_METHOD/D_INIT/D_FIELD: the actor or struct */
+  bool mutable; /* D_FIELD declared with var */
+  int index;    /* D_FIELD: position; D_PARAM: position */
+  Loc end_loc;  /* closing brace */
+
+  /* filled by sema */
+  Type *type;         /* D_CONST, D_FIELD, D_PARAM: the value type; D_STRUCT/D_ACTOR: the nominal type */
+  Type *ret_type;     /* D_FN, D_TASK, D_METHOD: result (TY_VOID if none) */
+  Var *var;           /* D_PARAM, D_FIELD: its variable */
+  Module *module;     /* the module that declares it */
+  const char *mangled;/* symbol name in the object ("util.f", "Counter.add") */
+  int nparams;
+  /* annotation values after checking */
+  double cpus, gpus, timeout;
+  int retry, restarts, checkpoint_every, replicas;
+  bool checked;
+  void *llvm;    /* codegen: LLVMValueRef of the function */
+  void *llvm2;   /* codegen: a second function (e.g. the task's thunk) */
+};
+
+/* A variable: local (let/var/for/comprehension), parameter, actor field. */
+typedef enum { V_LOCAL, V_PARAM, V_FIELD, V_CONST } VarKind;
+struct Var {
+  VarKind kind;
+  const char *name;
+  Type *ty;
+  Loc loc;
+  bool mutable;
+  bool used;
+  Decl *decl;  /* V_PARAM, V_FIELD, V_CONST: the declaring Decl */
+  int depth;   /* scope depth, for shadowing checks */
+  void *llvm;  /* codegen: its alloca (or global) */
+};
+
+/* One parsed file: the main program or an imported module. */
+struct Module {
+  const char *name; /* "" for main, "util", "std.math" */
+  const char *alias;/* the name it is used by: "util", "math" */
+  int file;
+  Decl *decls;      /* items in source order */
+  Module *next;     /* all modules of the program, imports first */
+  bool checked;
+};
+
+typedef struct {
+  Module *main;
+  Module *modules; /* every module, dependencies before dependents, main last */
+  Decl *workflow;  /* the workflow main, after sema */
+} Program;
+
+/* ast.c */
+Node *node_new(NodeKind k, Loc loc);
+Decl *decl_new(DeclKind k, Loc loc);
+TypeExpr *texpr_new(TypeExprKind k, Loc loc);
+Annot *annot_new(Loc loc, const char *name, Node *args);
+Loc loc_span(Loc a, Loc b); /* from a's start to b's end (same file) */
+int list_len(Node *n);
+/* --emit=ast: a stable, indented tree. */
+void ast_dump(Module *m, Buf *out);
+
+/* parser (grammar/sflow.y): parses one source into a module; reports syntax
+ * errors through diag and recovers at statement and item boundaries. */
+Module *parse_source(int file);
+
+/* ---------------------------------------------------------------- sema.c */
+
+/* Loads imports (std modules from the embedded table, others next to the
+ * file), then checks the whole program.  Returns false on errors. */
+bool sema_program(Program *p);
+/* Embedded standard library sources (generated at build time). */
+const char *stdlib_lookup(const char *name, size_t *len); /* "math" -> text */
+
+/* ------------------------------------------------------------- codegen.c */
+
+typedef struct {
+  int opt_level;    /* 0..3 */
+  bool debug;       /* -g */
+  const char *emit; /* NULL (link), "llvm", "obj", "cuda" */
+  const char *out;  /* output path */
+  const char *argv0;/* to find the runtime library */
+} CodegenOptions;
+
+/* Lowers the checked program to LLVM IR and writes what opts asks for.
+ * Returns 0 on success. */
+int codegen_program(Program *p, const CodegenOptions *opts);
+
+/* ------------------------------------------------------------- cudagen.c */
+
+/* CUDA C text of one kernel (heap string), with the source line as a
+ * comment before each statement. */
+char *cudagen_kernel(Decl *kernel);
+
+/* ---------------------------------------------------------------- main.c */
+
+/* Directory of the running sflowc binary, for finding the runtime. */
+const char *driver_self_dir(void);
+
+#endif

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs every system package that building and testing sflow needs.
+# Idempotent and fast when everything is already there: it asks dpkg first
+# and only runs apt-get for what is missing.  Non-interactive.
+set -euo pipefail
+
+pkgs=(
+  build-essential cmake pkg-config flex bison
+  llvm-dev clang libclang-rt-dev     # back end; clang for libFuzzer and sanitizers
+  libcunit1-dev                      # unit tests
+  python3                            # test harness
+  vim-nox                            # editor tests: real headless Vim
+  libssh2-1-dev openssh-server openssh-client  # multi-node runs and their tests
+  libopenblas-dev libcjson-dev zlib1g-dev valgrind gdb
+  iproute2 procps
+)
+
+missing=()
+for p in "${pkgs[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "install-deps: installing ${missing[*]}" >&2
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,45 @@
+# Test registration.  Every test runs alone by name: `ctest -R NAME`, or the
+# runner scripts directly (see docs/testing.md).
+find_package(Python3 COMPONENTS Interpreter REQUIRED)
+
+# CUnit unit tests: each tests/unit/test_*.c is one executable and one test.
+# Files named test_rt_*.c link the runtime; the others link the front end.
+file(GLOB UNIT_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/unit/test_*.c)
+foreach(src IN LISTS UNIT_TESTS)
+  get_filename_component(name ${src} NAME_WE)
+  add_executable(${name} ${src})
+  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  if(name MATCHES "^test_rt_")
+    target_link_libraries(${name} PRIVATE sflowrt ${CUNIT_LIB} Threads::Threads m dl)
+  else()
+    target_link_libraries(${name} PRIVATE sflowfront ${CUNIT_LIB})
+  endif()
+  add_test(NAME unit/${name} COMMAND ${name})
+endforeach()
+
+# Golden and run tests: one ctest per folder of tests/golden and tests/run.
+file(GLOB GOLDEN_DIRS LIST_DIRECTORIES true ${CMAKE_SOURCE_DIR}/tests/golden/*)
+foreach(dir IN LISTS GOLDEN_DIRS)
+  if(IS_DIRECTORY ${dir})
+    get_filename_component(name ${dir} NAME)
+    add_test(NAME golden/${name}
+      COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/run_golden.py
+              --sflowc $<TARGET_FILE:sflowc> --dir ${dir})
+  endif()
+endforeach()
+file(GLOB RUN_DIRS LIST_DIRECTORIES true ${CMAKE_SOURCE_DIR}/tests/run/*)
+foreach(dir IN LISTS RUN_DIRS)
+  if(IS_DIRECTORY ${dir})
+    get_filename_component(name ${dir} NAME)
+    add_test(NAME run/${name}
+      COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/run_golden.py
+              --sflowc $<TARGET_FILE:sflowc> --dir ${dir} --run)
+  endif()
+endforeach()
+
+# Extra suites drop a tests/<suite>/suite.cmake to register themselves
+# (editor grammars, examples, fuzz corpus, ...).
+file(GLOB SUITES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/*/suite.cmake)
+foreach(s IN LISTS SUITES)
+  include(${s})
+endforeach()
