@@ -1,0 +1,2 @@
+" Vim filetype detection for sflow (*.sflow).
+au BufRead,BufNewFile *.sflow setf sflow
