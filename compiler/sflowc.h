@@ -343,6 +343,8 @@ struct Decl {
   double cpus, gpus, timeout;
   int retry, restarts, checkpoint_every, replicas;
   bool checked;
+  Decl *overload;     /* D_FN: the next function of the same name in the module */
+  bool is_std;        /* declared in a std module */
   void *llvm;    /* codegen: LLVMValueRef of the function */
   void *llvm2;   /* codegen: a second function (e.g. the task's thunk) */
 };
@@ -369,6 +371,8 @@ struct Module {
   Decl *decls;      /* items in source order */
   Module *next;     /* all modules of the program, imports first */
   bool checked;
+  int state;        /* sema: 0 new, 1 loading, 2 loaded (cycle detection) */
+  void *symtab;     /* sema: name -> item table */
 };
 
 typedef struct {

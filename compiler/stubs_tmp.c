@@ -2,7 +2,6 @@
 #include "sflowc.h"
 #include <stdlib.h>
 #include <string.h>
-bool sema_program(Program *p) { p->modules = p->main; return true; }
 int codegen_program(Program *p, const CodegenOptions *o) { (void)p; (void)o; return 0; }
 char *cudagen_kernel(Decl *k) { (void)k; return strdup(""); }
 int lsp_main(void) { return 0; }

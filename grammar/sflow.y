@@ -27,6 +27,7 @@ int yylex(YYSTYPE *lval, Loc *lloc, ParseCtx *ctx);
 struct ParseCtx {
   Token *toks;
   int ntok, pos;
+  int last; /* index of the token yylex returned last */
   Module *mod;
   int file;
 };
@@ -491,6 +492,7 @@ arg
 
 int yylex(YYSTYPE *lval, Loc *lloc, ParseCtx *ctx) {
   Token *t = &ctx->toks[ctx->pos];
+  ctx->last = ctx->pos;
   if (t->kind != 0)
     ctx->pos++;
   *lloc = t->loc;
@@ -544,7 +546,7 @@ static int yyreport_syntax_error(const yypcontext_t *pctx, ParseCtx *ctx) {
   enum { MAX = 40 };
   yysymbol_kind_t expected[MAX];
   int n = yypcontext_expected_tokens(pctx, expected, MAX);
-  int at = ctx->pos > 0 ? ctx->pos - 1 : 0;
+  int at = ctx->last;
   Loc loc = *yypcontext_location(pctx);
   const char *found = describe(ctx, at);
   bool want_expr = false;
@@ -558,6 +560,14 @@ static int yyreport_syntax_error(const yypcontext_t *pctx, ParseCtx *ctx) {
     loc.len = 1;
   }
   Buf msg = {0};
+  int open0 = unclosed_opener(ctx, at);
+  if (kind == 0 && open0 >= 0) {
+    Token *o = &ctx->toks[open0];
+    int want = o->kind == '(' ? ')' : o->kind == '[' ? ']' : '}';
+    diag_error(loc, "unexpected end of file: missing '%c'", want);
+    diag_note(o->loc, "to match this '%c'", o->kind == TOK_LBRACE_STRUCT ? '{' : o->kind);
+    return 0;
+  }
   if (want_expr) {
     buf_printf(&msg, "expected expression, found %s", found);
   } else if (n > 0 && n <= 4) {
@@ -592,7 +602,7 @@ Module *parse_source(int file) {
   m->name = s->modname;
   if (lex_fatal)
     return m;
-  ParseCtx ctx = {toks, ntok, 0, m, file};
+  ParseCtx ctx = {toks, ntok, 0, 0, m, file};
   yyparse(&ctx);
   return m;
 }

@@ -1,0 +1,2270 @@
+/*
+ * sema.c — semantic analysis: imports, scopes, name resolution, static
+ * types, annotation checks and the kernel-body rules.
+ *
+ * Design: one recursive walk over each module (dependencies first) that
+ * resolves every name and gives every expression a concrete type, filling
+ * the "filled by sema" fields of the AST so codegen never re-derives
+ * anything.  Literals start untyped (as Go's constants do) and take the
+ * type their context needs; an untyped literal that meets no context gets
+ * i64 or f64.  Errors poison the expression's type with TY_ERROR, which is
+ * accepted everywhere silently so one mistake gives one message.
+ */
+#include "sflowc.h"
+#include "parser.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* --------------------------------------------------------- symbol table */
+
+typedef struct {
+  const char *name;
+  Decl *decl;
+} Sym;
+
+typedef struct {
+  Sym *slots;
+  int cap, count;
+} SymTab;
+
+static unsigned hash_str(const char *s) {
+  unsigned h = 2166136261u;
+  for (; *s; s++)
+    h = (h ^ (unsigned char)*s) * 16777619u;
+  return h;
+}
+
+static Sym *symtab_slot(SymTab *t, const char *name) {
+  unsigned i = hash_str(name) & (unsigned)(t->cap - 1);
+  while (t->slots[i].name && strcmp(t->slots[i].name, name) != 0)
+    i = (i + 1) & (unsigned)(t->cap - 1);
+  return &t->slots[i];
+}
+
+static void symtab_grow(SymTab *t) {
+  Sym *old = t->slots;
+  int oldcap = t->cap;
+  t->cap = oldcap ? oldcap * 2 : 64;
+  t->slots = arena_alloc(sizeof(Sym) * (size_t)t->cap);
+  for (int i = 0; i < oldcap; i++)
+    if (old[i].name)
+      *symtab_slot(t, old[i].name) = old[i];
+}
+
+static Decl *symtab_get(SymTab *t, const char *name) {
+  if (!t || !t->cap)
+    return NULL;
+  return symtab_slot(t, name)->decl;
+}
+
+static void symtab_put(SymTab *t, const char *name, Decl *d) {
+  if ((t->count + 1) * 2 > t->cap)
+    symtab_grow(t);
+  Sym *s = symtab_slot(t, name);
+  if (!s->name)
+    t->count++;
+  s->name = name;
+  s->decl = d;
+}
+
+/* ---------------------------------------------------------------- state */
+
+typedef struct Scope Scope;
+struct Scope {
+  Scope *up;
+  Var **vars;
+  int n, cap;
+  int depth;
+};
+
+typedef struct {
+  Program *prog;
+  Module *mod;     /* module being checked */
+  Decl *fn;        /* function, task, kernel, method, init or workflow */
+  Decl *actor;     /* enclosing actor, if any */
+  Scope *scope;
+  int loops;
+  bool in_kernel;
+  Type *ret;       /* expected return type */
+} Sema;
+
+static Sema S;
+
+static Type *T_ERR, *T_VOID, *T_BOOL, *T_I32, *T_I64, *T_F32, *T_F64, *T_STR;
+static Type *T_UINT, *T_UFLOAT, *T_MODULE;
+
+static void scope_push(void) {
+  Scope *s = arena_alloc(sizeof(Scope));
+  s->up = S.scope;
+  s->depth = S.scope ? S.scope->depth + 1 : 0;
+  S.scope = s;
+}
+
+static void scope_pop(void) { S.scope = S.scope->up; }
+
+static Var *scope_find_here(Scope *s, const char *name) {
+  for (int i = s->n - 1; i >= 0; i--)
+    if (!strcmp(s->vars[i]->name, name))
+      return s->vars[i];
+  return NULL;
+}
+
+static Var *lookup_var(const char *name) {
+  for (Scope *s = S.scope; s; s = s->up) {
+    Var *v = scope_find_here(s, name);
+    if (v)
+      return v;
+  }
+  return NULL;
+}
+
+static Var *declare_var(const char *name, Type *ty, Loc loc, bool mutable, VarKind kind) {
+  Var *old = scope_find_here(S.scope, name);
+  if (old && strcmp(name, "_") != 0) {
+    diag_error(loc, "'%s' is already declared in this scope", name);
+    diag_note(old->loc, "'%s' was declared here", name);
+  }
+  Var *v = arena_alloc(sizeof(Var));
+  v->kind = kind;
+  v->name = name;
+  v->ty = ty;
+  v->loc = loc;
+  v->mutable = mutable;
+  v->depth = S.scope->depth;
+  Scope *s = S.scope;
+  if (s->n == s->cap) {
+    int cap = s->cap ? s->cap * 2 : 8;
+    Var **nv = arena_alloc(sizeof(Var *) * (size_t)cap);
+    if (s->n)
+      memcpy(nv, s->vars, sizeof(Var *) * (size_t)s->n);
+    s->vars = nv;
+    s->cap = cap;
+  }
+  s->vars[s->n++] = v;
+  return v;
+}
+
+/* --------------------------------------------------------- diagnostics */
+
+static Type *err_at(Loc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static Type *err_at(Loc loc, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  diag_error(loc, "%s", msg);
+  return T_ERR;
+}
+
+static bool is_err(Type *t) { return !t || t->kind == TY_ERROR; }
+
+/* Collects the names visible at this point, for "did you mean". */
+static const char **visible_names(int *n) {
+  int cap = 64, k = 0;
+  const char **names = malloc(sizeof(char *) * (size_t)cap);
+  if (!names)
+    ice("out of memory");
+#define ADD(s)                                                      \
+  do {                                                              \
+    if (k == cap) {                                                 \
+      cap *= 2;                                                     \
+      const char **nn = realloc(names, sizeof(char *) * (size_t)cap); \
+      if (!nn)                                                      \
+        ice("out of memory");                                       \
+      names = nn;                                                   \
+    }                                                               \
+    names[k++] = (s);                                               \
+  } while (0)
+  for (Scope *s = S.scope; s; s = s->up)
+    for (int i = 0; i < s->n; i++)
+      ADD(s->vars[i]->name);
+  SymTab *t = S.mod->symtab;
+  for (int i = 0; t && i < t->cap; i++)
+    if (t->slots[i].name)
+      ADD(t->slots[i].name);
+  for (int i = 0; i < sflow_nbuiltin_names; i++)
+    ADD(sflow_builtin_names[i]);
+  for (int i = 0; i < sflow_ntype_names; i++)
+    ADD(sflow_type_names[i]);
+#undef ADD
+  *n = k;
+  return names;
+}
+
+static void undefined_name(Loc loc, const char *name, const char *what) {
+  int n;
+  const char **names = visible_names(&n);
+  const char *s = suggest(name, names, n);
+  if (s)
+    diag_error(loc, "undefined %s '%s'; did you mean '%s'?", what, name, s);
+  else
+    diag_error(loc, "undefined %s '%s'", what, name);
+  free(names);
+}
+
+static const char *decl_what(Decl *d) {
+  switch (d->kind) {
+  case D_IMPORT: return "module";
+  case D_CONST: return "constant";
+  case D_STRUCT: return "struct";
+  case D_FN: return "function";
+  case D_KERNEL: return "kernel";
+  case D_TASK: return "task";
+  case D_ACTOR: return "actor";
+  case D_WORKFLOW: return "workflow";
+  case D_FIELD: return "field";
+  case D_PARAM: return "parameter";
+  case D_INIT: return "init";
+  case D_METHOD: return "method";
+  }
+  return "item";
+}
+
+/* ---------------------------------------------------------------- types */
+
+static Module *module_by_alias(Module *from, const char *alias);
+
+static Decl *lookup_item(Module *m, const char *name) { return symtab_get(m->symtab, name); }
+
+static Type *resolve_texpr(TypeExpr *t) {
+  if (!t)
+    return T_ERR;
+  switch (t->kind) {
+  case TE_ARRAY: {
+    Type *e = resolve_texpr(t->arg);
+    if (is_err(e))
+      return T_ERR;
+    if (e->kind == TY_VOID)
+      return err_at(t->loc, "arrays of void are not allowed");
+    return ty_array(e);
+  }
+  case TE_GENERIC: {
+    if (!strcmp(t->name, "future")) {
+      Type *e = resolve_texpr(t->arg);
+      return is_err(e) ? T_ERR : ty_future(e);
+    }
+    if (!strcmp(t->name, "group")) {
+      Type *e = resolve_texpr(t->arg);
+      if (is_err(e))
+        return T_ERR;
+      if (e->kind != TY_ACTOR)
+        return err_at(t->arg->loc, "group<...> needs an actor type, found '%s'", ty_str(e));
+      return ty_group(e->decl);
+    }
+    return err_at(t->loc, "unknown generic type '%s' (only future<T> and group<A> exist)", t->name);
+  }
+  case TE_NAME:
+    break;
+  }
+  Module *m = S.mod;
+  if (t->module) {
+    m = module_by_alias(S.mod, t->module);
+    if (!m)
+      return err_at(t->loc, "unknown module '%s'", t->module);
+  } else {
+    static const struct { const char *n; TypeKind k; } prims[] = {
+        {"bool", TY_BOOL}, {"i32", TY_I32}, {"i64", TY_I64}, {"f32", TY_F32},
+        {"f64", TY_F64}, {"str", TY_STR}, {"void", TY_VOID}};
+    for (size_t i = 0; i < sizeof prims / sizeof *prims; i++)
+      if (!strcmp(t->name, prims[i].n))
+        return ty_prim(prims[i].k);
+    if (!strcmp(t->name, "future") || !strcmp(t->name, "group"))
+      return err_at(t->loc, "'%s' needs a type argument, as in %s<i64>", t->name,
+                    !strcmp(t->name, "future") ? "future" : "group");
+  }
+  Decl *d = lookup_item(m, t->name);
+  if (d && d->kind == D_STRUCT)
+    return ty_struct(d);
+  if (d && d->kind == D_ACTOR)
+    return ty_actor(d);
+  if (d)
+    return err_at(t->loc, "'%s' is a %s, not a type", t->name, decl_what(d));
+  const char *cands[64];
+  int n = 0;
+  for (int i = 0; i < sflow_ntype_names && n < 64; i++)
+    cands[n++] = sflow_type_names[i];
+  SymTab *tab = m->symtab;
+  for (int i = 0; tab && i < tab->cap && n < 64; i++)
+    if (tab->slots[i].name && (tab->slots[i].decl->kind == D_STRUCT || tab->slots[i].decl->kind == D_ACTOR))
+      cands[n++] = tab->slots[i].name;
+  const char *s = suggest(t->name, cands, n);
+  if (s)
+    diag_error(t->loc, "unknown type '%s'; did you mean '%s'?", t->name, s);
+  else
+    diag_error(t->loc, "unknown type '%s'", t->name);
+  return T_ERR;
+}
+
+/* ------------------------------------------------------ untyped values */
+
+static bool int_fits(int64_t v, TypeKind k) {
+  return k != TY_I32 || (v >= INT32_MIN && v <= INT32_MAX);
+}
+
+/* Gives an untyped expression tree the concrete type t (numeric). */
+static void settle(Node *e, Type *t) {
+  if (!e || !e->ty || !ty_is_untyped(e->ty))
+    return;
+  e->ty = t;
+  switch (e->kind) {
+  case N_INT:
+    if (ty_is_int(t) && !int_fits(e->ival, t->kind))
+      diag_error(e->loc, "integer literal %lld does not fit in %s", (long long)e->ival, ty_str(t));
+    break;
+  case N_UNARY:
+    settle(e->lhs, t);
+    break;
+  case N_BINARY:
+    settle(e->lhs, t);
+    settle(e->rhs, t);
+    break;
+  default:
+    break;
+  }
+}
+
+static Type *default_type(Type *t) {
+  if (t->kind == TY_UNTYPED_INT)
+    return T_I64;
+  if (t->kind == TY_UNTYPED_FLOAT)
+    return T_F64;
+  return t;
+}
+
+static void settle_default(Node *e) {
+  if (e && e->ty && ty_is_untyped(e->ty))
+    settle(e, default_type(e->ty));
+}
+
+/* Can an expression of type from be used where want is expected (after
+ * literals adapt)?  Untyped ints fit any numeric type, untyped floats any
+ * float type. */
+static bool compatible(Type *from, Type *want) {
+  if (is_err(from) || is_err(want) || from == want)
+    return true;
+  if (from->kind == TY_UNTYPED_INT)
+    return ty_is_numeric(want) && !ty_is_untyped(want);
+  if (from->kind == TY_UNTYPED_FLOAT)
+    return want->kind == TY_F32 || want->kind == TY_F64;
+  return false;
+}
+
+static Type *check_expr(Node *e, Type *want);
+
+/* Checks e against the type want and settles its literals; reports a
+ * mismatch in the words of what (e.g. "argument 'x' of 'f'"). */
+static bool expect_type(Node *e, Type *want, const char *what) {
+  Type *t = check_expr(e, want);
+  if (is_err(t) || is_err(want))
+    return !is_err(t);
+  if (!compatible(t, want)) {
+    if (t->kind == TY_UNTYPED_FLOAT && ty_is_int(want))
+      diag_error(e->loc, "mismatched types: %s needs %s, found a float literal", what, ty_str(want));
+    else if (t->kind == TY_FUTURE && compatible(t->elem, want))
+      diag_error(e->loc, "mismatched types: %s needs %s, found %s; use 'await' to get the value",
+                 what, ty_str(want), ty_str(t));
+    else
+      diag_error(e->loc, "mismatched types: %s needs %s, found %s", what, ty_str(want), ty_str(t));
+    return false;
+  }
+  settle(e, want);
+  return true;
+}
+
+/* -------------------------------------------------------------- imports */
+
+static Module *load_module(const char *path, Loc at, Module *from);
+
+static Module *module_by_alias(Module *from, const char *alias) {
+  Decl *d = lookup_item(from, alias);
+  if (d && d->kind == D_IMPORT)
+    return (Module *)d->llvm2; /* the loaded module is kept on the import */
+  return NULL;
+}
+
+static char *dir_of(const char *path) {
+  const char *slash = strrchr(path, '/');
+  if (!slash)
+    return arena_strdup(".");
+  return arena_strndup(path, (size_t)(slash - path));
+}
+
+static void register_items(Module *m);
+static void check_module(Module *m);
+
+static Module *find_loaded(const char *name) {
+  for (Module *m = S.prog->modules; m; m = m->next)
+    if (!strcmp(m->name, name))
+      return m;
+  return NULL;
+}
+
+static Module *load_module(const char *path, Loc at, Module *from) {
+  Module *m = find_loaded(path);
+  if (m) {
+    if (m->state == 1) {
+      diag_error(at, "import cycle: '%s' imports itself through its imports", path);
+      return NULL;
+    }
+    return m;
+  }
+  const char *text;
+  size_t len;
+  char *heap = NULL;
+  const char *file_path;
+  if (!strncmp(path, "std.", 4)) {
+    text = stdlib_lookup(path + 4, &len);
+    if (!text) {
+      diag_error(at, "unknown standard library module '%s'", path);
+      return NULL;
+    }
+    file_path = arena_printf("<std>/%s.sflow", path + 4);
+  } else {
+    if (strchr(path, '.')) {
+      diag_error(at, "cannot import '%s': only std.NAME or a NAME.sflow next to this file", path);
+      return NULL;
+    }
+    Source *src = src_get(from->file);
+    file_path = arena_printf("%s/%s.sflow", dir_of(src->path), path);
+    heap = read_file(file_path, &len);
+    if (!heap) {
+      diag_error(at, "cannot find module '%s' (looked for %s)", path, file_path);
+      return NULL;
+    }
+    text = heap;
+  }
+  int file = src_add(file_path, text, len, path);
+  free(heap);
+  m = parse_source(file);
+  m->name = arena_strdup(path);
+  m->state = 1;
+  /* Link it in before its own imports so a cycle is seen. */
+  m->next = S.prog->modules;
+  S.prog->modules = m;
+  register_items(m);
+  m->state = 2;
+  return m;
+}
+
+/* --------------------------------------------------------------- items */
+
+static bool std_internal_ok(void) { return !strncmp(S.mod->name, "std.", 4); }
+
+static void register_items(Module *m) {
+  Module *saved = S.mod;
+  S.mod = m;
+  SymTab *t = arena_alloc(sizeof(SymTab));
+  m->symtab = t;
+  for (Decl *d = m->decls; d; d = d->next) {
+    d->module = m;
+    d->is_std = !strncmp(m->name, "std.", 4);
+    if (d->kind == D_IMPORT) {
+      Module *im = load_module(d->path, d->name_loc, m);
+      d->llvm2 = im;
+    }
+    Decl *old = symtab_get(t, d->name);
+    if (old && old->kind == D_FN && d->kind == D_FN) {
+      Decl *last = old;
+      while (last->overload)
+        last = last->overload;
+      last->overload = d;
+      continue;
+    }
+    if (old) {
+      diag_error(d->name_loc, "'%s' is already defined", d->name);
+      diag_note(old->name_loc, "the first definition of '%s' is here", d->name);
+      continue;
+    }
+    symtab_put(t, d->name, d);
+  }
+  S.mod = saved;
+}
+
+/* ---------------------------------------------------------- annotations */
+
+typedef struct {
+  const char *name;
+  unsigned where; /* bit per DeclKind */
+  const char *where_text;
+} AnnotInfo;
+
+#define BIT(k) (1u << (k))
+static const AnnotInfo annot_table[] = {
+    {"cpus", BIT(D_TASK) | BIT(D_ACTOR), "tasks and actors"},
+    {"gpus", BIT(D_TASK) | BIT(D_ACTOR), "tasks and actors"},
+    {"retry", BIT(D_TASK), "tasks"},
+    {"restarts", BIT(D_ACTOR), "actors"},
+    {"checkpoint", BIT(D_ACTOR), "actors"},
+    {"replicas", BIT(D_ACTOR), "actors"},
+    {"timeout", BIT(D_TASK) | BIT(D_METHOD), "tasks and actor methods"},
+};
+
+/* The numeric value of a constant annotation argument, or NAN. */
+static double const_number(Node *e, bool *is_int) {
+  *is_int = false;
+  if (e->kind == N_INT) {
+    *is_int = true;
+    return (double)e->ival;
+  }
+  if (e->kind == N_FLOAT)
+    return e->fval;
+  return NAN;
+}
+
+static bool annot_number(Annot *a, Node *arg, bool want_int, double lo, double hi, double *out) {
+  bool is_int;
+  check_expr(arg, NULL);
+  settle_default(arg);
+  double v = const_number(arg, &is_int);
+  if (isnan(v)) {
+    diag_error(arg->loc, "@%s needs a number literal", a->name);
+    return false;
+  }
+  if (want_int && !is_int) {
+    diag_error(arg->loc, "@%s needs a whole number, found %g", a->name, v);
+    return false;
+  }
+  if (v < lo || v > hi) {
+    if (hi >= 1e9)
+      diag_error(arg->loc, "@%s must be at least %g, found %g", a->name, lo, v);
+    else
+      diag_error(arg->loc, "@%s must be between %g and %g, found %g", a->name, lo, hi, v);
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+static void check_annot(Decl *d, Annot *a) {
+  const AnnotInfo *info = NULL;
+  for (size_t i = 0; i < sizeof annot_table / sizeof *annot_table; i++)
+    if (!strcmp(annot_table[i].name, a->name))
+      info = &annot_table[i];
+  if (!info) {
+    const char *names[sizeof annot_table / sizeof *annot_table];
+    for (size_t i = 0; i < sizeof annot_table / sizeof *annot_table; i++)
+      names[i] = annot_table[i].name;
+    const char *s = suggest(a->name, names, (int)(sizeof names / sizeof *names));
+    if (s)
+      diag_error(a->loc, "unknown annotation '@%s'; did you mean '@%s'?", a->name, s);
+    else
+      diag_error(a->loc, "unknown annotation '@%s'", a->name);
+    return;
+  }
+  if (!(info->where & BIT(d->kind))) {
+    diag_error(a->loc, "@%s is not allowed on a %s (only on %s)", a->name, decl_what(d), info->where_text);
+    return;
+  }
+  for (Annot *b = d->annots; b != a; b = b->next)
+    if (!strcmp(b->name, a->name)) {
+      diag_error(a->loc, "duplicate annotation '@%s'", a->name);
+      diag_note(b->loc, "first given here");
+      return;
+    }
+  int nargs = list_len(a->args);
+  double v = 0;
+  if (!strcmp(a->name, "checkpoint")) {
+    if (!a->args) {
+      diag_error(a->loc, "@checkpoint needs 'every = k', as in @checkpoint(every = 10)");
+      return;
+    }
+    for (Node *x = a->args; x; x = x->next) {
+      const char *n = x->argname ? x->argname : "every";
+      if (!strcmp(n, "every")) {
+        if (annot_number(a, x, true, 1, 1e12, &v))
+          d->checkpoint_every = (int)v;
+      } else if (!strcmp(n, "keep")) {
+        if (annot_number(a, x, true, 1, 1e6, &v))
+          d->replicas = d->replicas; /* keep is read by the runtime from the annotation */
+      } else {
+        diag_error(x->name_loc, "@checkpoint has no argument '%s' (expected 'every' or 'keep')", n);
+      }
+    }
+    return;
+  }
+  if (nargs != 1) {
+    diag_error(a->loc, "@%s takes exactly one argument, found %d", a->name, nargs);
+    return;
+  }
+  Node *x = a->args;
+  if (x->argname) {
+    diag_error(x->name_loc, "@%s takes no named argument '%s'", a->name, x->argname);
+    return;
+  }
+  if (!strcmp(a->name, "cpus")) {
+    if (annot_number(a, x, false, 0.001, 4096, &v))
+      d->cpus = v;
+  } else if (!strcmp(a->name, "gpus")) {
+    if (annot_number(a, x, false, 0.0, 1024, &v)) {
+      if (v <= 0)
+        diag_error(x->loc, "@gpus must be more than 0, found %g", v);
+      else if (v > 1 && v != floor(v))
+        diag_error(x->loc, "@gpus above 1 must be a whole number of GPUs, found %g", v);
+      else
+        d->gpus = v;
+    }
+  } else if (!strcmp(a->name, "retry")) {
+    if (annot_number(a, x, true, 0, 1000, &v))
+      d->retry = (int)v;
+  } else if (!strcmp(a->name, "restarts")) {
+    if (annot_number(a, x, true, 0, 1000, &v))
+      d->restarts = (int)v;
+  } else if (!strcmp(a->name, "replicas")) {
+    if (annot_number(a, x, true, 1, 100000, &v))
+      d->replicas = (int)v;
+  } else if (!strcmp(a->name, "timeout")) {
+    if (annot_number(a, x, false, 0.001, 1e9, &v))
+      d->timeout = v;
+  }
+}
+
+static void check_annots(Decl *d) {
+  for (Annot *a = d->annots; a; a = a->next)
+    check_annot(d, a);
+}
+
+/* ------------------------------------------------------------- kernels */
+
+static bool kernel_forbid(Loc loc, const char *what) {
+  if (!S.in_kernel)
+    return false;
+  diag_error(loc, "%s cannot be used in a kernel (kernels may use scalars, numeric arrays, "
+                  "arithmetic, control flow and math builtins)", what);
+  return true;
+}
+
+/* ----------------------------------------------------------- builtins */
+
+static const struct {
+  const char *name;
+  Builtin b;
+} builtin_table[] = {
+    {"print", B_PRINT}, {"len", B_LEN}, {"sqrt", B_SQRT}, {"exp", B_EXP}, {"log", B_LOG},
+    {"tanh", B_TANH}, {"abs", B_ABS}, {"min", B_MIN}, {"max", B_MAX}, {"pow", B_POW},
+    {"floor", B_FLOOR}, {"now", B_NOW}, {"rand_seed", B_RAND_SEED}, {"rand_f32", B_RAND_F32},
+    {"fmt", B_FMT}, {"fail", B_FAIL}, {"attempt", B_ATTEMPT}, {"node_id", B_NODE_ID},
+    {"hostname", B_HOSTNAME}, {"thread_id", B_THREAD_ID}, {"group_rank", B_GROUP_RANK},
+    {"group_size", B_GROUP_SIZE}, {"allreduce_sum", B_ALLREDUCE_SUM},
+    {"allreduce_mean", B_ALLREDUCE_MEAN}, {"broadcast", B_BROADCAST},
+    {"allgather", B_ALLGATHER}, {"barrier", B_BARRIER}, {"zeros_f32", B_ZEROS_F32},
+    {"zeros_f64", B_ZEROS_F64}, {"zeros_i32", B_ZEROS_I32}, {"zeros_i64", B_ZEROS_I64},
+    {"bool", B_CAST_BOOL}, {"i32", B_CAST_I32}, {"i64", B_CAST_I64}, {"f32", B_CAST_F32},
+    {"f64", B_CAST_F64}, {"str", B_CAST_STR}, {"matmul", B_MATMUL},
+    {"__read_file", B_RT_READ_FILE}, {"__write_file", B_RT_WRITE_FILE},
+    {"__append_file", B_RT_APPEND_FILE}, {"__file_exists", B_RT_FILE_EXISTS},
+    {"__read_lines", B_RT_READ_LINES},
+};
+
+static Builtin builtin_of(const char *name) {
+  for (size_t i = 0; i < sizeof builtin_table / sizeof *builtin_table; i++)
+    if (!strcmp(builtin_table[i].name, name))
+      return builtin_table[i].b;
+  return B_NONE;
+}
+
+static bool kernel_builtin_ok(Builtin b) {
+  switch (b) {
+  case B_LEN: case B_SQRT: case B_EXP: case B_LOG: case B_TANH: case B_ABS: case B_MIN:
+  case B_MAX: case B_POW: case B_FLOOR: case B_THREAD_ID: case B_CAST_I32: case B_CAST_I64:
+  case B_CAST_F32: case B_CAST_F64:
+    return true;
+  default:
+    return false;
+  }
+}
+
+static void set_argv(Node *call, Node **argv, int argc) {
+  call->argv = arena_alloc(sizeof(Node *) * (size_t)(argc ? argc : 1));
+  memcpy(call->argv, argv, sizeof(Node *) * (size_t)argc);
+  call->argc = argc;
+}
+
+static bool builtin_arity(Node *call, const char *name, int want, int have) {
+  if (want == have)
+    return true;
+  diag_error(call->loc, "'%s' takes %d argument%s, found %d", name, want, want == 1 ? "" : "s", have);
+  return false;
+}
+
+/* A float math argument: f32 or f64, untyped becomes f64. */
+static Type *float_arg(Node *a, const char *fname) {
+  Type *t = check_expr(a, NULL);
+  if (is_err(t))
+    return T_ERR;
+  if (ty_is_untyped(t)) {
+    settle(a, T_F64);
+    return T_F64;
+  }
+  if (t->kind == TY_F32 || t->kind == TY_F64)
+    return t;
+  return err_at(a->loc, "'%s' needs a float (f32 or f64), found %s; convert with f64(x)", fname, ty_str(t));
+}
+
+/* Two operands of one numeric type, literals adapting to the other. */
+static Type *unify_numeric(Node *a, Node *b, const char *what, Loc at) {
+  Type *ta = check_expr(a, NULL), *tb = check_expr(b, NULL);
+  if (is_err(ta) || is_err(tb))
+    return T_ERR;
+  if (!ty_is_numeric(ta) || !ty_is_numeric(tb)) {
+    diag_error(at, "%s needs numbers, found %s and %s", what, ty_str(ta), ty_str(tb));
+    return T_ERR;
+  }
+  if (ty_is_untyped(ta) && ty_is_untyped(tb))
+    return ta->kind == TY_UNTYPED_FLOAT || tb->kind == TY_UNTYPED_FLOAT ? T_UFLOAT : T_UINT;
+  Type *t = ty_is_untyped(ta) ? tb : ta;
+  Node *other = ty_is_untyped(ta) ? a : b;
+  Type *to = ty_is_untyped(ta) ? ta : tb;
+  if (!compatible(to, t) || (!ty_is_untyped(ta) && !ty_is_untyped(tb) && ta != tb)) {
+    (void)other;
+    diag_error(at, "mismatched types in %s: %s and %s", what, ty_str(ta), ty_str(tb));
+    return T_ERR;
+  }
+  settle(a, t);
+  settle(b, t);
+  return t;
+}
+
+static Type *array_arg(Node *a, const char *fname, bool numeric) {
+  Type *t = check_expr(a, NULL);
+  if (is_err(t))
+    return T_ERR;
+  if (t->kind != TY_ARRAY || (numeric && !ty_is_gpu_elem(t->elem)))
+    return err_at(a->loc, "'%s' needs a numeric array (f32[], f64[], i32[] or i64[]), found %s", fname, ty_str(t));
+  return t;
+}
+
+static bool in_actor_method(Node *call, const char *name) {
+  if (S.actor)
+    return true;
+  diag_error(call->loc, "'%s' can only be used inside an actor's methods", name);
+  return false;
+}
+
+static Type *check_builtin(Node *call, Builtin b, const char *name) {
+  Node *argv[8];
+  int argc = 0;
+  for (Node *a = call->args; a; a = a->next) {
+    if (a->argname) {
+      diag_error(a->name_loc, "'%s' takes no named arguments", name);
+      return T_ERR;
+    }
+    if (argc < 8)
+      argv[argc] = a;
+    argc++;
+  }
+  call->callkind = CALL_BUILTIN;
+  call->builtin = b;
+  if (S.in_kernel && !kernel_builtin_ok(b)) {
+    kernel_forbid(call->loc, arena_printf("'%s'", name));
+    return T_ERR;
+  }
+  if (b == B_PRINT) {
+    /* print takes any number of arguments: keep them all. */
+    int n = list_len(call->args);
+    Node **all = arena_alloc(sizeof(Node *) * (size_t)(n ? n : 1));
+    int i = 0;
+    for (Node *a = call->args; a; a = a->next) {
+      Type *t = check_expr(a, NULL);
+      settle_default(a);
+      if (!is_err(t) && t->kind == TY_VOID)
+        diag_error(a->loc, "cannot print a value of type void");
+      all[i++] = a;
+    }
+    call->argv = all;
+    call->argc = n;
+    return T_VOID;
+  }
+  if (argc > 8)
+    argc = 9; /* reported as wrong arity below */
+  Type *t;
+  switch (b) {
+  case B_LEN:
+    if (!builtin_arity(call, name, 1, argc))
+      return T_ERR;
+    t = check_expr(argv[0], NULL);
+    if (!is_err(t) && t->kind != TY_ARRAY && t->kind != TY_STR && t->kind != TY_GROUP)
+      return err_at(argv[0]->loc, "'len' needs an array or a string, found %s", ty_str(t));
+    set_argv(call, argv, 1);
+    return T_I64;
+  case B_SQRT: case B_EXP: case B_LOG: case B_TANH: case B_FLOOR:
+    if (!builtin_arity(call, name, 1, argc))
+      return T_ERR;
+    set_argv(call, argv, 1);
+    return float_arg(argv[0], name);
+  case B_POW:
+    if (!builtin_arity(call, name, 2, argc))
+      return T_ERR;
+    set_argv(call, argv, 2);
+    t = unify_numeric(argv[0], argv[1], "'pow'", call->loc);
+    if (is_err(t))
+      return T_ERR;
+    if (ty_is_untyped(t)) {
+      settle(argv[0], T_F64);
+      settle(argv[1], T_F64);
+      return T_F64;
+    }
+    if (!ty_is_float(t))
+      return err_at(call->loc, "'pow' needs floats (f32 or f64), found %s", ty_str(t));
+    return t;
+  case B_ABS:
+    if (!builtin_arity(call, name, 1, argc))
+      return T_ERR;
+    set_argv(call, argv, 1);
+    t = check_expr(argv[0], NULL);
+    if (is_err(t))
+      return T_ERR;
+    if (!ty_is_numeric(t))
+      return err_at(argv[0]->loc, "'abs' needs a number, found %s", ty_str(t));
+    settle_default(argv[0]);
+    return argv[0]->ty;
+  case B_MIN: case B_MAX:
+    if (!builtin_arity(call, name, 2, argc))
+      return T_ERR;
+    set_argv(call, argv, 2);
+    t = unify_numeric(argv[0], argv[1], arena_printf("'%s'", name), call->loc);
+    if (ty_is_untyped(t)) {
+      t = default_type(t);
+      settle(argv[0], t);
+      settle(argv[1], t);
+    }
+    return t;
+  case B_NOW: case B_RAND_F32: case B_ATTEMPT: case B_NODE_ID: case B_HOSTNAME:
+  case B_THREAD_ID: case B_GROUP_RANK: case B_GROUP_SIZE: case B_BARRIER:
+    if (!builtin_arity(call, name, 0, argc))
+      return T_ERR;
+    set_argv(call, argv, 0);
+    if (b == B_THREAD_ID && !S.in_kernel)
+      return err_at(call->loc, "'thread_id' can only be used inside a kernel");
+    if ((b == B_GROUP_RANK || b == B_GROUP_SIZE || b == B_BARRIER) && !in_actor_method(call, name))
+      return T_ERR;
+    return b == B_NOW ? T_F64 : b == B_RAND_F32 ? T_F32 : b == B_HOSTNAME ? T_STR
+         : b == B_BARRIER ? T_VOID : T_I64;
+  case B_RAND_SEED:
+    if (!builtin_arity(call, name, 1, argc))
+      return T_ERR;
+    set_argv(call, argv, 1);
+    expect_type(argv[0], T_I64, "the seed of 'rand_seed'");
+    return T_VOID;
+  case B_FMT:
+    if (!builtin_arity(call, name, 2, argc))
+      return T_ERR;
+    set_argv(call, argv, 2);
+    float_arg(argv[0], "fmt");
+    expect_type(argv[1], T_I64, "the digits of 'fmt'");
+    return T_STR;
+  case B_FAIL:
+    if (!builtin_arity(call, name, 1, argc))
+      return T_ERR;
+    set_argv(call, argv, 1);
+    expect_type(argv[0], T_STR, "the message of 'fail'");
+    return T_VOID;
+  case B_ZEROS_F32: case B_ZEROS_F64: case B_ZEROS_I32: case B_ZEROS_I64:
+    if (!builtin_arity(call, name, 1, argc))
+      return T_ERR;
+    set_argv(call, argv, 1);
+    expect_type(argv[0], T_I64, arena_printf("the length of '%s'", name));
+    return ty_array(b == B_ZEROS_F32 ? T_F32 : b == B_ZEROS_F64 ? T_F64 : b == B_ZEROS_I32 ? T_I32 : T_I64);
+  case B_CAST_BOOL: case B_CAST_I32: case B_CAST_I64: case B_CAST_F32: case B_CAST_F64: case B_CAST_STR: {
+    if (!builtin_arity(call, name, 1, argc))
+      return T_ERR;
+    set_argv(call, argv, 1);
+    Type *to = b == B_CAST_BOOL ? T_BOOL : b == B_CAST_I32 ? T_I32 : b == B_CAST_I64 ? T_I64
+             : b == B_CAST_F32 ? T_F32 : b == B_CAST_F64 ? T_F64 : T_STR;
+    t = check_expr(argv[0], to);
+    if (is_err(t))
+      return to;
+    if (ty_is_untyped(t))
+      settle(argv[0], ty_is_numeric(to) ? (t->kind == TY_UNTYPED_INT && ty_is_int(to) ? to : default_type(t)) : default_type(t));
+    t = argv[0]->ty;
+    bool scalar = ty_is_numeric(t) || t->kind == TY_BOOL;
+    bool ok = b == B_CAST_STR ? (scalar || t->kind == TY_STR)
+            : b == B_CAST_BOOL ? (t->kind == TY_STR || t->kind == TY_BOOL)
+            : (scalar || t->kind == TY_STR);
+    if (S.in_kernel && t->kind == TY_STR)
+      ok = false;
+    if (!ok)
+      diag_error(argv[0]->loc, "cannot convert %s to %s", ty_str(t), ty_str(to));
+    return to;
+  }
+  case B_ALLREDUCE_SUM: case B_ALLREDUCE_MEAN: case B_ALLGATHER:
+    if (!builtin_arity(call, name, 1, argc) || !in_actor_method(call, name))
+      return T_ERR;
+    set_argv(call, argv, 1);
+    t = array_arg(argv[0], name, true);
+    if (b == B_ALLREDUCE_MEAN && !is_err(t) && !ty_is_float(t->elem))
+      return err_at(argv[0]->loc, "'allreduce_mean' needs a float array (f32[] or f64[]), found %s", ty_str(t));
+    return b == B_ALLGATHER ? t : T_VOID;
+  case B_BROADCAST:
+    if (!builtin_arity(call, name, 2, argc) || !in_actor_method(call, name))
+      return T_ERR;
+    set_argv(call, argv, 2);
+    array_arg(argv[0], name, true);
+    expect_type(argv[1], T_I64, "the root of 'broadcast'");
+    return T_VOID;
+  case B_MATMUL: {
+    if (!builtin_arity(call, name, 5, argc))
+      return T_ERR;
+    set_argv(call, argv, 5);
+    Type *ta = array_arg(argv[0], name, true);
+    Type *tb = check_expr(argv[1], ta);
+    if (!is_err(ta) && !is_err(tb) && ta != tb)
+      diag_error(argv[1]->loc, "mismatched types: 'matmul' needs both matrices of one type, found %s and %s", ty_str(ta), ty_str(tb));
+    if (!is_err(ta) && !ty_is_float(ta->elem))
+      diag_error(argv[0]->loc, "'matmul' needs f32[] or f64[] matrices, found %s", ty_str(ta));
+    for (int i = 2; i < 5; i++)
+      expect_type(argv[i], T_I64, "a dimension of 'matmul'");
+    return ta;
+  }
+  case B_RT_READ_FILE: case B_RT_READ_LINES: case B_RT_FILE_EXISTS:
+    if (!builtin_arity(call, name, 1, argc))
+      return T_ERR;
+    set_argv(call, argv, 1);
+    expect_type(argv[0], T_STR, "the path");
+    return b == B_RT_READ_FILE ? T_STR : b == B_RT_FILE_EXISTS ? T_BOOL : ty_array(T_STR);
+  case B_RT_WRITE_FILE: case B_RT_APPEND_FILE:
+    if (!builtin_arity(call, name, 2, argc))
+      return T_ERR;
+    set_argv(call, argv, 2);
+    expect_type(argv[0], T_STR, "the path");
+    expect_type(argv[1], T_STR, "the text");
+    return T_VOID;
+  default:
+    break;
+  }
+  ice("builtin %s not handled", name);
+}
+
+/* ---------------------------------------------------------- call binding */
+
+/* Matches call arguments to params (positional, then named), filling in
+ * defaults; checks types when check_types.  Returns false on mismatch. */
+static bool bind_args(Node *call, Decl *params, const char *what, bool report) {
+  int np = 0;
+  for (Decl *p = params; p; p = p->next)
+    np++;
+  Node **argv = arena_alloc(sizeof(Node *) * (size_t)(np ? np : 1));
+  Decl **pv = arena_alloc(sizeof(Decl *) * (size_t)(np ? np : 1));
+  int i = 0;
+  for (Decl *p = params; p; p = p->next)
+    pv[i++] = p;
+  int pos = 0;
+  bool named_seen = false, ok = true;
+  for (Node *a = call->args; a; a = a->next) {
+    if (!a->argname) {
+      if (named_seen) {
+        if (report)
+          diag_error(a->loc, "positional argument after a named one");
+        return false;
+      }
+      if (pos >= np) {
+        if (report) {
+          diag_error(a->loc, "too many arguments to %s: expected %d, found %d", what, np, list_len(call->args));
+        }
+        return false;
+      }
+      argv[pos++] = a;
+      continue;
+    }
+    named_seen = true;
+    int k = -1;
+    for (int j = 0; j < np; j++)
+      if (!strcmp(pv[j]->name, a->argname))
+        k = j;
+    if (k < 0) {
+      if (report) {
+        const char *names[64];
+        int n = 0;
+        for (int j = 0; j < np && n < 64; j++)
+          names[n++] = pv[j]->name;
+        const char *s = suggest(a->argname, names, n);
+        if (s)
+          diag_error(a->name_loc, "%s has no parameter named '%s'; did you mean '%s'?", what, a->argname, s);
+        else
+          diag_error(a->name_loc, "%s has no parameter named '%s'", what, a->argname);
+      }
+      return false;
+    }
+    if (argv[k]) {
+      if (report)
+        diag_error(a->name_loc, "parameter '%s' of %s is given twice", a->argname, what);
+      return false;
+    }
+    argv[k] = a;
+  }
+  for (int j = 0; j < np; j++) {
+    if (argv[j])
+      continue;
+    if (pv[j]->value) {
+      argv[j] = pv[j]->value;
+      continue;
+    }
+    if (report)
+      diag_error(call->loc, "missing argument '%s' in call to %s", pv[j]->name, what);
+    ok = false;
+  }
+  if (!ok)
+    return false;
+  set_argv(call, argv, np);
+  return true;
+}
+
+static void check_call_args(Node *call, Decl *params, const char *what) {
+  int j = 0;
+  for (Decl *p = params; p; p = p->next, j++) {
+    Node *a = call->argv[j];
+    if (a == p->value)
+      continue; /* a default: checked with the declaration */
+    expect_type(a, p->type, arena_printf("argument '%s' of %s", p->name, what));
+  }
+}
+
+/* Is every argument of call acceptable for the overload f?  Used to pick
+ * among overloads without reporting. */
+static bool overload_fits(Node *call, Decl *f) {
+  if (!bind_args(call, f->params, "", false))
+    return false;
+  int j = 0;
+  for (Decl *p = f->params; p; p = p->next, j++) {
+    Node *a = call->argv[j];
+    if (a == p->value)
+      continue;
+    Type *t = a->ty ? a->ty : check_expr(a, NULL);
+    if (!compatible(t, p->type))
+      return false;
+  }
+  return true;
+}
+
+static Type *call_function(Node *call, Decl *f) {
+  const char *what = arena_printf("%s '%s'", decl_what(f), f->name);
+  if (f->kind == D_FN && f->overload) {
+    /* Check arguments once without a context, then pick the overload. */
+    for (Node *a = call->args; a; a = a->next)
+      check_expr(a, NULL);
+    Decl *pick = NULL;
+    int n = 0;
+    for (Decl *g = f; g; g = g->overload)
+      if (overload_fits(call, g)) {
+        pick = pick ? pick : g;
+        n++;
+      }
+    if (n == 0) {
+      Buf b = {0};
+      for (Node *a = call->args; a; a = a->next)
+        buf_printf(&b, "%s%s", b.len ? ", " : "", ty_str(default_type(a->ty)));
+      diag_error(call->loc, "no version of '%s' takes (%s)", f->name, b.data ? b.data : "");
+      for (Decl *g = f; g; g = g->overload) {
+        Buf p = {0};
+        for (Decl *x = g->params; x; x = x->next)
+          buf_printf(&p, "%s%s", p.len ? ", " : "", ty_str(x->type));
+        diag_note(g->name_loc, "candidate: %s(%s)", g->name, p.data ? p.data : "");
+        buf_free(&p);
+      }
+      buf_free(&b);
+      return T_ERR;
+    }
+    f = pick;
+  }
+  if (!bind_args(call, f->params, what, true))
+    return T_ERR;
+  check_call_args(call, f->params, what);
+  call->decl = f;
+  return f->ret_type ? f->ret_type : T_VOID;
+}
+
+static Decl *find_method(Decl *actor, const char *name) {
+  for (Decl *m = actor->methods; m; m = m->next)
+    if (!strcmp(m->name, name))
+      return m;
+  return NULL;
+}
+
+static Type *no_method(Node *at, Decl *actor, const char *name) {
+  const char *names[128];
+  int n = 0;
+  for (Decl *m = actor->methods; m && n < 128; m = m->next)
+    names[n++] = m->name;
+  const char *s = suggest(name, names, n);
+  if (s)
+    diag_error(at->name_loc, "actor '%s' has no method '%s'; did you mean '%s'?", actor->name, name, s);
+  else
+    diag_error(at->name_loc, "actor '%s' has no method '%s'", actor->name, name);
+  return T_ERR;
+}
+
+static Type *call_method(Node *call, Node *recv, Decl *actor, const char *name, CallKind kind) {
+  Decl *m = find_method(actor, name);
+  if (!m)
+    return no_method(call->callee, actor, name);
+  call->callkind = kind;
+  call->recv = recv;
+  Type *r = call_function(call, m);
+  if (is_err(r))
+    return T_ERR;
+  call->callkind = kind;
+  return ty_future(kind == CALL_GROUP_ALL ? ty_array(r) : r);
+}
+
+static Type *check_call(Node *call) {
+  Node *c = call->callee;
+  if (c->kind == N_NAME) {
+    const char *name = c->name;
+    Var *v = lookup_var(name);
+    if (v) {
+      diag_error(c->loc, "'%s' is a variable of type %s, not a function", name, ty_str(v->ty));
+      return T_ERR;
+    }
+    /* An actor's own methods by bare name, called synchronously. */
+    if (S.actor) {
+      Decl *m = find_method(S.actor, name);
+      if (m) {
+        call->callkind = CALL_SELF_METHOD;
+        return call_function(call, m);
+      }
+    }
+    Decl *d = lookup_item(S.mod, name);
+    if (!d) {
+      Builtin b = builtin_of(name);
+      if (b != B_NONE && (strncmp(name, "__", 2) != 0 || std_internal_ok()))
+        return check_builtin(call, b, name);
+      undefined_name(c->loc, name, "function");
+      for (Node *a = call->args; a; a = a->next)
+        check_expr(a, NULL);
+      return T_ERR;
+    }
+    c->decl = d;
+    switch (d->kind) {
+    case D_FN:
+      if (kernel_forbid(call->loc, "a function call"))
+        return T_ERR;
+      call->callkind = CALL_FN;
+      return call_function(call, d);
+    case D_TASK: {
+      if (kernel_forbid(call->loc, "a task call"))
+        return T_ERR;
+      call->callkind = CALL_TASK;
+      Type *r = call_function(call, d);
+      return is_err(r) ? T_ERR : ty_future(r);
+    }
+    case D_KERNEL:
+      return err_at(call->loc, "kernel '%s' is started with launch, as in 'launch %s[n](...)'", name, name);
+    case D_ACTOR:
+      return err_at(call->loc, "actor '%s' is created with spawn, as in 'spawn %s(...)'", name, name);
+    case D_STRUCT:
+      return err_at(call->loc, "struct '%s' is built with a literal, as in '%s { field: value }'", name, name);
+    case D_WORKFLOW:
+      return err_at(call->loc, "the workflow '%s' cannot be called", name);
+    default:
+      return err_at(call->loc, "'%s' is a %s, not a function", name, decl_what(d));
+    }
+  }
+  if (c->kind == N_FIELD) {
+    Node *recv = c->lhs;
+    /* module.function(...) */
+    if (recv->kind == N_NAME && !lookup_var(recv->name)) {
+      Module *m = module_by_alias(S.mod, recv->name);
+      if (m) {
+        Decl *d = lookup_item(m, c->name);
+        if (!d) {
+          diag_error(c->name_loc, "module '%s' has no '%s'", recv->name, c->name);
+          return T_ERR;
+        }
+        if (d->kind == D_FN || d->kind == D_TASK) {
+          if (kernel_forbid(call->loc, "a function call"))
+            return T_ERR;
+          call->callkind = d->kind == D_FN ? CALL_FN : CALL_TASK;
+          Type *r = call_function(call, d);
+          return is_err(r) || d->kind == D_FN ? r : ty_future(r);
+        }
+        return err_at(c->name_loc, "'%s' in module '%s' is not a function", c->name, recv->name);
+      }
+    }
+    /* g.all.m(...) and g.any.m(...) */
+    if (recv->kind == N_FIELD && (!strcmp(recv->name, "all") || !strcmp(recv->name, "any"))) {
+      Type *gt = check_expr(recv->lhs, NULL);
+      if (is_err(gt))
+        return T_ERR;
+      if (gt->kind == TY_GROUP) {
+        if (kernel_forbid(call->loc, "an actor call"))
+          return T_ERR;
+        recv->ty = gt;
+        return call_method(call, recv->lhs, gt->decl, c->name,
+                           !strcmp(recv->name, "all") ? CALL_GROUP_ALL : CALL_GROUP_ANY);
+      }
+    }
+    Type *rt;
+    /* g[i].m(...) */
+    if (recv->kind == N_INDEX) {
+      Type *gt = check_expr(recv->lhs, NULL);
+      if (!is_err(gt) && gt->kind == TY_GROUP) {
+        expect_type(recv->rhs, T_I64, "a group index");
+        recv->ty = ty_actor(gt->decl);
+        return call_method(call, recv, gt->decl, c->name, CALL_GROUP_ONE);
+      }
+      rt = check_expr(recv, NULL);
+    } else {
+      rt = check_expr(recv, NULL);
+    }
+    if (is_err(rt))
+      return T_ERR;
+    if (rt->kind == TY_ACTOR) {
+      if (kernel_forbid(call->loc, "an actor call"))
+        return T_ERR;
+      return call_method(call, recv, rt->decl, c->name, CALL_METHOD);
+    }
+    if (rt->kind == TY_GROUP)
+      return err_at(c->name_loc, "call a group's members with .all, .any or [i], as in g.all.%s(...)", c->name);
+    if (rt->kind == TY_ARRAY && !strcmp(c->name, "split")) {
+      if (kernel_forbid(call->loc, "'split'"))
+        return T_ERR;
+      if (list_len(call->args) != 1 || call->args->argname) {
+        diag_error(call->loc, "'split' takes one argument, the number of chunks");
+        return T_ERR;
+      }
+      call->callkind = CALL_BUILTIN;
+      call->builtin = B_SPLIT;
+      call->recv = recv;
+      Node *k = call->args;
+      expect_type(k, T_I64, "the chunk count of 'split'");
+      set_argv(call, &k, 1);
+      return ty_array(rt);
+    }
+    if (rt->kind == TY_MODULE)
+      return T_ERR;
+    return err_at(c->name_loc, "type %s has no method '%s'", ty_str(rt), c->name);
+  }
+  diag_error(c->loc, "this expression cannot be called");
+  return T_ERR;
+}
+
+/* --------------------------------------------------------- expressions */
+
+static bool is_comparison(int op) {
+  return op == TOK_EQ || op == TOK_NE || op == '<' || op == '>' || op == TOK_LE || op == TOK_GE;
+}
+
+static const char *op_name(int op) {
+  switch (op) {
+  case TOK_OROR: return "'||'";
+  case TOK_ANDAND: return "'&&'";
+  case TOK_EQ: return "'=='";
+  case TOK_NE: return "'!='";
+  case TOK_LE: return "'<='";
+  case TOK_GE: return "'>='";
+  case TOK_SHL: return "'<<'";
+  case TOK_SHR: return "'>>'";
+  }
+  return arena_printf("'%c'", op);
+}
+
+static Type *check_binary(Node *e) {
+  int op = e->op;
+  if (op == TOK_ANDAND || op == TOK_OROR) {
+    expect_type(e->lhs, T_BOOL, arena_printf("the left side of %s", op_name(op)));
+    expect_type(e->rhs, T_BOOL, arena_printf("the right side of %s", op_name(op)));
+    return T_BOOL;
+  }
+  Type *ta = check_expr(e->lhs, NULL), *tb = check_expr(e->rhs, NULL);
+  if (is_err(ta) || is_err(tb))
+    return T_ERR;
+  if (ta->kind == TY_STR || tb->kind == TY_STR) {
+    if (kernel_forbid(e->loc, "a string"))
+      return T_ERR;
+    if (ta != tb)
+      return err_at(e->loc, "mismatched types: %s and %s (convert with str(x))", ty_str(ta), ty_str(tb));
+    if (op == '+')
+      return T_STR;
+    if (is_comparison(op))
+      return T_BOOL;
+    return err_at(e->loc, "operator %s cannot be applied to strings", op_name(op));
+  }
+  if (ta->kind == TY_BOOL || tb->kind == TY_BOOL) {
+    if (ta != tb)
+      return err_at(e->loc, "mismatched types: %s and %s", ty_str(ta), ty_str(tb));
+    if (op == TOK_EQ || op == TOK_NE)
+      return T_BOOL;
+    if (op == '&' || op == '|' || op == '^')
+      return T_BOOL;
+    return err_at(e->loc, "operator %s cannot be applied to bool", op_name(op));
+  }
+  if (!ty_is_numeric(ta) || !ty_is_numeric(tb)) {
+    if ((op == TOK_EQ || op == TOK_NE) && ta == tb && (ta->kind == TY_ACTOR))
+      return T_BOOL;
+    diag_error(e->loc, "operator %s cannot be applied to %s and %s", op_name(op), ty_str(ta), ty_str(tb));
+    return T_ERR;
+  }
+  Type *t = unify_numeric(e->lhs, e->rhs, arena_printf("operator %s", op_name(op)), e->loc);
+  if (is_err(t))
+    return T_ERR;
+  bool int_only = op == '%' || op == '&' || op == '|' || op == '^' || op == TOK_SHL || op == TOK_SHR;
+  if (int_only && ty_is_float(t)) {
+    if (ty_is_untyped(t))
+      return err_at(e->loc, "operator %s needs integers, found a float literal", op_name(op));
+    return err_at(e->loc, "operator %s needs integers, found %s", op_name(op), ty_str(t));
+  }
+  if (is_comparison(op)) {
+    if (ty_is_untyped(t)) {
+      settle(e->lhs, default_type(t));
+      settle(e->rhs, default_type(t));
+    }
+    return T_BOOL;
+  }
+  return t;
+}
+
+static Type *check_name(Node *e) {
+  Var *v = lookup_var(e->name);
+  if (v) {
+    e->var = v;
+    v->used = true;
+    if (S.in_kernel && v->kind == V_FIELD)
+      return err_at(e->loc, "actor field '%s' cannot be used in a kernel", e->name);
+    return v->ty;
+  }
+  Decl *d = lookup_item(S.mod, e->name);
+  if (d) {
+    e->decl = d;
+    switch (d->kind) {
+    case D_CONST:
+      if (!d->type)
+        return err_at(e->loc, "constant '%s' is used before its value is known", e->name);
+      if (S.in_kernel && !ty_is_numeric(d->type) && d->type->kind != TY_BOOL)
+        return err_at(e->loc, "constant '%s' of type %s cannot be used in a kernel", e->name, ty_str(d->type));
+      return d->type;
+    case D_IMPORT:
+      return T_MODULE;
+    default:
+      return err_at(e->loc, "'%s' is a %s, not a value", e->name, decl_what(d));
+    }
+  }
+  if (builtin_of(e->name) != B_NONE)
+    return err_at(e->loc, "builtin '%s' must be called, as in %s(...)", e->name, e->name);
+  undefined_name(e->loc, e->name, "name");
+  return T_ERR;
+}
+
+static Type *check_field(Node *e) {
+  Node *recv = e->lhs;
+  if (recv->kind == N_NAME && !lookup_var(recv->name)) {
+    Module *m = module_by_alias(S.mod, recv->name);
+    if (m) {
+      Decl *d = lookup_item(m, e->name);
+      if (!d)
+        return err_at(e->name_loc, "module '%s' has no '%s'", recv->name, e->name);
+      if (d->kind == D_CONST) {
+        e->decl = d;
+        return d->type ? d->type : T_ERR;
+      }
+      return err_at(e->name_loc, "'%s.%s' is not a value", recv->name, e->name);
+    }
+  }
+  Type *t = check_expr(recv, NULL);
+  if (is_err(t))
+    return T_ERR;
+  if (t->kind == TY_STRUCT) {
+    int i = 0;
+    for (Decl *f = t->decl->fields; f; f = f->next, i++)
+      if (!strcmp(f->name, e->name)) {
+        e->field_index = i;
+        e->decl = f;
+        return f->type ? f->type : T_ERR;
+      }
+    const char *names[128];
+    int n = 0;
+    for (Decl *f = t->decl->fields; f && n < 128; f = f->next)
+      names[n++] = f->name;
+    const char *s = suggest(e->name, names, n);
+    if (s)
+      diag_error(e->name_loc, "struct '%s' has no field '%s'; did you mean '%s'?", t->decl->name, e->name, s);
+    else
+      diag_error(e->name_loc, "struct '%s' has no field '%s'", t->decl->name, e->name);
+    return T_ERR;
+  }
+  if (t->kind == TY_GROUP && (!strcmp(e->name, "all") || !strcmp(e->name, "any")))
+    return err_at(e->loc, "'%s' on a group must be followed by a method call, as in g.%s.m()", e->name, e->name);
+  if (t->kind == TY_ACTOR)
+    return err_at(e->name_loc, "actor fields are private: '%s' can only be read by the actor's methods", e->name);
+  return err_at(e->name_loc, "type %s has no field '%s'", ty_str(t), e->name);
+}
+
+static Type *check_index(Node *e) {
+  Type *t = check_expr(e->lhs, NULL);
+  expect_type(e->rhs, T_I64, "an array index");
+  if (is_err(t))
+    return T_ERR;
+  if (t->kind == TY_ARRAY)
+    return t->elem;
+  if (t->kind == TY_GROUP)
+    return err_at(e->loc, "a group member can only be called, as in g[i].m()");
+  return err_at(e->lhs->loc, "cannot index a value of type %s", ty_str(t));
+}
+
+static Type *check_array_lit(Node *e, Type *want) {
+  Type *elem = want && want->kind == TY_ARRAY ? want->elem : NULL;
+  if (kernel_forbid(e->loc, "an array literal"))
+    return T_ERR;
+  if (!e->args) {
+    if (!elem)
+      return err_at(e->loc, "cannot infer the type of an empty array literal; give it a type, as in 'let xs: i64[] = []'");
+    return ty_array(elem);
+  }
+  if (!elem) {
+    /* The first element with a concrete type decides; literals adapt. */
+    for (Node *a = e->args; a; a = a->next) {
+      Type *t = check_expr(a, NULL);
+      if (is_err(t))
+        return T_ERR;
+      if (!ty_is_untyped(t) && !elem)
+        elem = t;
+    }
+    if (!elem) {
+      bool any_float = false;
+      for (Node *a = e->args; a; a = a->next)
+        any_float |= a->ty->kind == TY_UNTYPED_FLOAT;
+      elem = any_float ? T_F64 : T_I64;
+    }
+  }
+  int i = 0;
+  for (Node *a = e->args; a; a = a->next, i++)
+    if (!expect_type(a, elem, arena_printf("element %d of the array", i)))
+      return T_ERR;
+  if (elem->kind == TY_VOID)
+    return err_at(e->loc, "an array cannot hold void values");
+  return ty_array(elem);
+}
+
+static Type *check_for_source(Node *src, const char *var, Loc at);
+
+static Type *check_comprehension(Node *e, Type *want) {
+  if (kernel_forbid(e->loc, "an array comprehension"))
+    return T_ERR;
+  scope_push();
+  Type *vt = check_for_source(e->rhs, e->name, e->name_loc);
+  e->var = declare_var(e->name, vt, e->name_loc, false, V_LOCAL);
+  Type *elem_want = want && want->kind == TY_ARRAY ? want->elem : NULL;
+  Type *t = check_expr(e->lhs, elem_want);
+  if (!is_err(t)) {
+    if (elem_want && compatible(t, elem_want))
+      settle(e->lhs, elem_want);
+    else
+      settle_default(e->lhs);
+    t = e->lhs->ty;
+  }
+  scope_pop();
+  if (is_err(t) || is_err(vt))
+    return T_ERR;
+  if (t->kind == TY_VOID)
+    return err_at(e->lhs->loc, "a comprehension's element cannot be void");
+  return ty_array(t);
+}
+
+static Type *check_struct_lit(Node *e) {
+  Module *m = S.mod;
+  if (e->argname) {
+    m = module_by_alias(S.mod, e->argname);
+    if (!m)
+      return err_at(e->loc, "unknown module '%s'", e->argname);
+  }
+  Decl *d = lookup_item(m, e->name);
+  if (!d || d->kind != D_STRUCT) {
+    if (d)
+      return err_at(e->name_loc, "'%s' is a %s, not a struct", e->name, decl_what(d));
+    undefined_name(e->name_loc, e->name, "struct");
+    return T_ERR;
+  }
+  if (kernel_forbid(e->loc, "a struct literal"))
+    return T_ERR;
+  e->decl = d;
+  int nf = 0;
+  for (Decl *f = d->fields; f; f = f->next)
+    nf++;
+  Node **argv = arena_alloc(sizeof(Node *) * (size_t)(nf ? nf : 1));
+  for (Node *a = e->args; a; a = a->next) {
+    int i = 0;
+    Decl *f = d->fields;
+    for (; f && strcmp(f->name, a->name); f = f->next)
+      i++;
+    if (!f) {
+      const char *names[128];
+      int n = 0;
+      for (Decl *x = d->fields; x && n < 128; x = x->next)
+        names[n++] = x->name;
+      const char *s = suggest(a->name, names, n);
+      if (s)
+        diag_error(a->name_loc, "struct '%s' has no field '%s'; did you mean '%s'?", d->name, a->name, s);
+      else
+        diag_error(a->name_loc, "struct '%s' has no field '%s'", d->name, a->name);
+      check_expr(a->lhs, NULL);
+      continue;
+    }
+    if (argv[i]) {
+      diag_error(a->name_loc, "field '%s' is given twice", a->name);
+      continue;
+    }
+    a->field_index = i;
+    argv[i] = a->lhs;
+    expect_type(a->lhs, f->type, arena_printf("field '%s' of '%s'", f->name, d->name));
+  }
+  int i = 0;
+  for (Decl *f = d->fields; f; f = f->next, i++)
+    if (!argv[i]) {
+      diag_error(e->loc, "missing field '%s' in literal of struct '%s'", f->name, d->name);
+      return T_ERR;
+    }
+  set_argv(e, argv, nf);
+  return ty_struct(d);
+}
+
+static Type *check_spawn(Node *e) {
+  if (kernel_forbid(e->loc, "spawn"))
+    return T_ERR;
+  Node *call = e->lhs;
+  if (call->kind != N_CALL) {
+    diag_error(call->loc, "spawn needs an actor constructor call, as in 'spawn Counter(0)'");
+    return T_ERR;
+  }
+  Node *c = call->callee;
+  Decl *d = NULL;
+  if (c->kind == N_NAME) {
+    d = lookup_item(S.mod, c->name);
+    if (!d) {
+      undefined_name(c->loc, c->name, "actor");
+      return T_ERR;
+    }
+  } else if (c->kind == N_FIELD && c->lhs->kind == N_NAME) {
+    Module *m = module_by_alias(S.mod, c->lhs->name);
+    d = m ? lookup_item(m, c->name) : NULL;
+  }
+  if (!d || d->kind != D_ACTOR) {
+    diag_error(c->loc, "spawn needs an actor, found %s", d ? decl_what(d) : "an expression");
+    return T_ERR;
+  }
+  call->decl = d;
+  call->callkind = CALL_UNRESOLVED;
+  const char *what = arena_printf("the init of actor '%s'", d->name);
+  Decl *params = d->init ? d->init->params : NULL;
+  if (!bind_args(call, params, what, true))
+    return T_ERR;
+  check_call_args(call, params, what);
+  call->ty = ty_actor(d);
+  if (e->rhs) {
+    expect_type(e->rhs, T_I64, "the size of a group");
+    return ty_group(d);
+  }
+  return d->replicas > 0 ? ty_group(d) : ty_actor(d);
+}
+
+static Type *check_await(Node *e) {
+  if (kernel_forbid(e->loc, "await"))
+    return T_ERR;
+  Type *t = check_expr(e->lhs, NULL);
+  if (is_err(t))
+    return T_ERR;
+  if (t->kind == TY_FUTURE)
+    return t->elem;
+  if (t->kind == TY_ARRAY && t->elem->kind == TY_FUTURE) {
+    if (t->elem->elem->kind == TY_VOID)
+      return T_VOID;
+    return ty_array(t->elem->elem);
+  }
+  return err_at(e->lhs->loc, "await needs a future or an array of futures, found %s", ty_str(t));
+}
+
+static Type *check_launch(Node *e) {
+  if (S.in_kernel) {
+    diag_error(e->loc, "a kernel cannot launch another kernel");
+    return T_ERR;
+  }
+  Decl *d = lookup_item(S.mod, e->name);
+  if (!d || d->kind != D_KERNEL) {
+    if (d)
+      diag_error(e->name_loc, "launch needs a kernel, but '%s' is a %s", e->name, decl_what(d));
+    else
+      undefined_name(e->name_loc, e->name, "kernel");
+    for (Node *a = e->args; a; a = a->next)
+      check_expr(a, NULL);
+    return T_ERR;
+  }
+  e->decl = d;
+  expect_type(e->rhs, T_I64, "the thread count of launch");
+  const char *what = arena_printf("kernel '%s'", d->name);
+  if (!bind_args(e, d->params, what, true))
+    return T_ERR;
+  check_call_args(e, d->params, what);
+  return T_VOID;
+}
+
+static Type *check_expr_inner(Node *e, Type *want) {
+  switch (e->kind) {
+  case N_INT:
+    if (e->ival == INT64_MIN && !e->is_const)
+      return err_at(e->loc, "integer literal is too large for i64");
+    return T_UINT;
+  case N_FLOAT:
+    return T_UFLOAT;
+  case N_BOOL:
+    return T_BOOL;
+  case N_STR:
+    if (kernel_forbid(e->loc, "a string"))
+      return T_ERR;
+    return T_STR;
+  case N_NAME:
+    return check_name(e);
+  case N_BINARY:
+    return check_binary(e);
+  case N_UNARY: {
+    if (e->op == '-' && e->lhs->kind == N_INT && e->lhs->ival == INT64_MIN)
+      e->lhs->is_const = true; /* -9223372036854775808 is fine */
+    Type *t = check_expr(e->lhs, want);
+    if (is_err(t))
+      return T_ERR;
+    if (e->op == '!') {
+      if (t->kind != TY_BOOL)
+        return err_at(e->loc, "operator '!' needs bool, found %s", ty_str(t));
+      return T_BOOL;
+    }
+    if (!ty_is_numeric(t))
+      return err_at(e->loc, "unary '-' needs a number, found %s", ty_str(t));
+    return t;
+  }
+  case N_CALL:
+    return check_call(e);
+  case N_INDEX:
+    return check_index(e);
+  case N_FIELD:
+    return check_field(e);
+  case N_ARRAY_LIT:
+    return check_array_lit(e, want);
+  case N_COMPREH:
+    return check_comprehension(e, want);
+  case N_RANGE:
+    check_expr(e->lhs, NULL);
+    check_expr(e->rhs, NULL);
+    return err_at(e->loc, "a range 'a..b' can only be used in a for loop or a comprehension");
+  case N_STRUCT_LIT:
+    return check_struct_lit(e);
+  case N_AWAIT:
+    return check_await(e);
+  case N_SPAWN:
+    return check_spawn(e);
+  case N_LAUNCH:
+    return check_launch(e);
+  default:
+    ice("not an expression: kind %d", e->kind);
+  }
+}
+
+static Type *check_expr(Node *e, Type *want) {
+  if (e->ty && !ty_is_untyped(e->ty))
+    return e->ty; /* already checked (overload resolution checks twice) */
+  Type *t = check_expr_inner(e, want);
+  e->ty = t ? t : T_ERR;
+  if (e->ty == T_MODULE && e->kind != N_NAME)
+    e->ty = T_ERR;
+  return e->ty;
+}
+
+/* ---------------------------------------------------------- statements */
+
+static void check_block(Node *b);
+static void check_stmt(Node *s);
+
+/* The element type a for loop or comprehension walks. */
+static Type *check_for_source(Node *src, const char *var, Loc at) {
+  (void)var;
+  (void)at;
+  if (src->kind == N_RANGE) {
+    Type *t = unify_numeric(src->lhs, src->rhs, "a range", src->loc);
+    if (is_err(t))
+      return T_ERR;
+    if (ty_is_untyped(t)) {
+      t = default_type(t);
+      settle(src->lhs, t);
+      settle(src->rhs, t);
+    }
+    if (!ty_is_int(t)) {
+      diag_error(src->loc, "a range needs integers, found %s", ty_str(t));
+      return T_ERR;
+    }
+    src->ty = t;
+    return t;
+  }
+  Type *t = check_expr(src, NULL);
+  if (is_err(t))
+    return T_ERR;
+  if (S.in_kernel) {
+    diag_error(src->loc, "a kernel can only loop over a range 'a..b'");
+    return T_ERR;
+  }
+  if (t->kind != TY_ARRAY) {
+    if (t->kind == TY_FUTURE && t->elem->kind == TY_ARRAY)
+      diag_error(src->loc, "cannot loop over %s; await it first", ty_str(t));
+    else
+      diag_error(src->loc, "cannot loop over a value of type %s (expected an array or a range 'a..b')", ty_str(t));
+    return T_ERR;
+  }
+  return t->elem;
+}
+
+/* Is an expression something that can be assigned to?  Reports why not. */
+static bool check_assignable(Node *e) {
+  switch (e->kind) {
+  case N_NAME:
+    if (e->var) {
+      Var *v = e->var;
+      if (v->mutable)
+        return true;
+      if (v->kind == V_PARAM)
+        diag_error(e->loc, "cannot assign to parameter '%s'; copy it into a var first ('var %s = %s')", v->name, v->name, v->name);
+      else if (v->kind == V_FIELD)
+        diag_error(e->loc, "cannot assign to field '%s': it was declared with let", v->name);
+      else
+        diag_error(e->loc, "cannot assign to '%s': it was declared with let (use var to make it mutable)", v->name);
+      diag_note(v->loc, "'%s' is declared here", v->name);
+      return false;
+    }
+    if (e->decl)
+      diag_error(e->loc, "cannot assign to %s '%s'", decl_what(e->decl), e->name);
+    return false;
+  case N_INDEX:
+    if (e->lhs->ty && e->lhs->ty->kind == TY_ARRAY) {
+      return true; /* arrays are shared objects: elements are mutable */
+    }
+    return false;
+  case N_FIELD:
+    if (e->lhs->ty && e->lhs->ty->kind == TY_STRUCT) {
+      /* A struct is a value: its field is assignable when the struct is. */
+      Node *root = e->lhs;
+      if (root->kind == N_INDEX)
+        return true;
+      if (root->kind == N_NAME || root->kind == N_FIELD)
+        return check_assignable(root);
+      diag_error(e->loc, "cannot assign to a field of a temporary value");
+      return false;
+    }
+    return false;
+  default:
+    diag_error(e->loc, "cannot assign to this expression");
+    return false;
+  }
+}
+
+static void check_assign(Node *s) {
+  Type *t = check_expr(s->lhs, NULL);
+  if (is_err(t)) {
+    check_expr(s->rhs, NULL);
+    return;
+  }
+  if (!check_assignable(s->lhs)) {
+    check_expr(s->rhs, NULL);
+    return;
+  }
+  if (S.in_kernel && t->kind == TY_ARRAY) {
+    diag_error(s->loc, "a kernel cannot replace an array, only its elements");
+    return;
+  }
+  if (s->op == '=') {
+    expect_type(s->rhs, t, arena_printf("assignment to %s", ty_str(t)));
+    return;
+  }
+  if (s->op == '+' && t->kind == TY_STR) {
+    expect_type(s->rhs, T_STR, "'+=' on a string");
+    return;
+  }
+  if (!ty_is_numeric(t)) {
+    diag_error(s->name_loc, "operator '%c=' cannot be applied to %s", s->op, ty_str(t));
+    check_expr(s->rhs, NULL);
+    return;
+  }
+  expect_type(s->rhs, t, arena_printf("'%c=' on %s", s->op, ty_str(t)));
+}
+
+static void check_let(Node *s) {
+  Type *t = NULL;
+  if (s->texpr)
+    t = resolve_texpr(s->texpr);
+  if (s->lhs) {
+    if (t) {
+      expect_type(s->lhs, t, arena_printf("'%s'", s->name));
+    } else {
+      t = check_expr(s->lhs, NULL);
+      settle_default(s->lhs);
+      t = s->lhs->ty;
+      if (!is_err(t) && t->kind == TY_VOID) {
+        diag_error(s->lhs->loc, "'%s' cannot hold a value of type void (the expression returns nothing)", s->name);
+        t = T_ERR;
+      }
+      if (!is_err(t) && t->kind == TY_MODULE) {
+        diag_error(s->lhs->loc, "a module is not a value");
+        t = T_ERR;
+      }
+    }
+  }
+  if (!t)
+    t = T_ERR;
+  if (S.in_kernel && !is_err(t) && !ty_is_numeric(t) && t->kind != TY_BOOL)
+    diag_error(s->loc, "a kernel's local variables must be scalars, found %s", ty_str(t));
+  s->var = declare_var(s->name, t, s->name_loc, s->ival != 0, V_LOCAL);
+}
+
+static void check_stmt(Node *s) {
+  switch (s->kind) {
+  case N_LET:
+    check_let(s);
+    return;
+  case N_ASSIGN:
+    check_assign(s);
+    return;
+  case N_EXPR_STMT: {
+    Node *e = s->lhs;
+    Type *t = check_expr(e, NULL);
+    settle_default(e);
+    bool effect = e->kind == N_CALL || e->kind == N_LAUNCH || e->kind == N_AWAIT || e->kind == N_SPAWN;
+    if (!effect && !is_err(t))
+      diag_warning(e->loc, "expression result is unused");
+    return;
+  }
+  case N_IF:
+    expect_type(s->cond, T_BOOL, "the condition of 'if'");
+    check_block(s->then);
+    if (s->els) {
+      if (s->els->kind == N_IF)
+        check_stmt(s->els);
+      else
+        check_block(s->els);
+    }
+    return;
+  case N_WHILE:
+    expect_type(s->cond, T_BOOL, "the condition of 'while'");
+    S.loops++;
+    check_block(s->body);
+    S.loops--;
+    return;
+  case N_FOR: {
+    scope_push();
+    Type *vt = check_for_source(s->rhs, s->name, s->name_loc);
+    s->var = declare_var(s->name, vt, s->name_loc, false, V_LOCAL);
+    S.loops++;
+    check_block(s->body);
+    S.loops--;
+    scope_pop();
+    return;
+  }
+  case N_BREAK:
+  case N_CONTINUE:
+    if (!S.loops)
+      diag_error(s->loc, "'%s' outside of a loop", s->kind == N_BREAK ? "break" : "continue");
+    return;
+  case N_RETURN:
+    if (s->lhs) {
+      if (S.ret->kind == TY_VOID) {
+        check_expr(s->lhs, NULL);
+        diag_error(s->lhs->loc, "%s '%s' returns no value; remove the value or declare a result type ('-> T')",
+                   decl_what(S.fn), S.fn->name);
+        return;
+      }
+      expect_type(s->lhs, S.ret, "the returned value");
+    } else if (S.ret->kind != TY_VOID && !is_err(S.ret)) {
+      diag_error(s->loc, "%s '%s' must return a value of type %s", decl_what(S.fn), S.fn->name, ty_str(S.ret));
+    }
+    return;
+  case N_BLOCK:
+    check_block(s);
+    return;
+  default:
+    ice("not a statement: kind %d", s->kind);
+  }
+}
+
+static void check_block(Node *b) {
+  scope_push();
+  for (Node *s = b->body; s; s = s->next)
+    check_stmt(s);
+  scope_pop();
+}
+
+/* Does control never fall off the end of this statement? */
+static bool terminates(Node *s) {
+  if (!s)
+    return false;
+  switch (s->kind) {
+  case N_RETURN:
+    return true;
+  case N_EXPR_STMT:
+    return s->lhs->kind == N_CALL && s->lhs->callkind == CALL_BUILTIN && s->lhs->builtin == B_FAIL;
+  case N_BLOCK: {
+    Node *last = s->body;
+    if (!last)
+      return false;
+    while (last->next)
+      last = last->next;
+    return terminates(last);
+  }
+  case N_IF:
+    return s->els && terminates(s->then) && terminates(s->els);
+  case N_WHILE:
+    return s->cond->kind == N_BOOL && s->cond->ival == 1;
+  default:
+    return false;
+  }
+}
+
+/* ---------------------------------------------------------------- items */
+
+static void resolve_params(Decl *fn) {
+  int i = 0;
+  for (Decl *p = fn->params; p; p = p->next, i++) {
+    p->index = i;
+    for (Decl *q = fn->params; q != p; q = q->next)
+      if (!strcmp(q->name, p->name)) {
+        diag_error(p->name_loc, "parameter '%s' is declared twice", p->name);
+        diag_note(q->name_loc, "first declared here");
+      }
+    p->type = resolve_texpr(p->texpr);
+    if (!is_err(p->type) && p->type->kind == TY_VOID)
+      diag_error(p->texpr->loc, "a parameter cannot have type void");
+  }
+  fn->nparams = i;
+}
+
+/* Signature pass: parameter and result types, before any body is checked,
+ * so items can be used before their definition. */
+static void resolve_signature(Decl *d) {
+  switch (d->kind) {
+  case D_FN: case D_TASK: case D_KERNEL: case D_WORKFLOW: case D_METHOD: case D_INIT:
+    resolve_params(d);
+    d->ret_type = d->ret ? resolve_texpr(d->ret) : T_VOID;
+    break;
+  default:
+    break;
+  }
+  if (d->kind == D_KERNEL) {
+    if (d->ret)
+      diag_error(d->ret->loc, "a kernel returns nothing; write results into an array parameter");
+    for (Decl *p = d->params; p; p = p->next) {
+      Type *t = p->type;
+      bool ok = is_err(t) || ty_is_numeric(t) || t->kind == TY_BOOL ||
+                (t->kind == TY_ARRAY && ty_is_gpu_elem(t->elem));
+      if (!ok)
+        diag_error(p->texpr->loc, "kernel parameter '%s' has type %s; kernels take scalars and arrays of f32, f64, i32 or i64",
+                   p->name, ty_str(t));
+      if (p->value)
+        diag_error(p->value->loc, "kernel parameters cannot have default values");
+    }
+  }
+  if (d->kind == D_TASK && !is_err(d->ret_type) && d->ret_type->kind == TY_FUTURE)
+    diag_error(d->ret->loc, "a task cannot return a future; return the value and let callers await");
+}
+
+static void check_struct_fields(Decl *d) {
+  int i = 0;
+  for (Decl *f = d->fields; f; f = f->next, i++) {
+    f->index = i;
+    for (Decl *g = d->fields; g != f; g = g->next)
+      if (!strcmp(g->name, f->name)) {
+        diag_error(f->name_loc, "field '%s' is declared twice", f->name);
+        diag_note(g->name_loc, "first declared here");
+      }
+    if (!f->texpr)
+      continue; /* an actor field typed by its initial value */
+    f->type = resolve_texpr(f->texpr);
+    if (!is_err(f->type) && f->type->kind == TY_VOID)
+      diag_error(f->texpr->loc, "a field cannot have type void");
+  }
+}
+
+/* A struct that contains itself by value has no finite size. */
+static bool struct_contains(Decl *outer, Type *t, int depth) {
+  if (depth > 64 || !t || t->kind != TY_STRUCT)
+    return false;
+  if (t->decl == outer)
+    return true;
+  for (Decl *f = t->decl->fields; f; f = f->next)
+    if (struct_contains(outer, f->type, depth + 1))
+      return true;
+  return false;
+}
+
+static bool is_const_expr(Node *e) {
+  switch (e->kind) {
+  case N_INT: case N_FLOAT: case N_BOOL: case N_STR:
+    return true;
+  case N_UNARY:
+    return is_const_expr(e->lhs);
+  case N_BINARY:
+    return is_const_expr(e->lhs) && is_const_expr(e->rhs);
+  case N_NAME:
+    return e->decl && e->decl->kind == D_CONST;
+  default:
+    return false;
+  }
+}
+
+static void check_const(Decl *d) {
+  if (d->checked)
+    return;
+  d->checked = true;
+  Type *t = d->texpr ? resolve_texpr(d->texpr) : NULL;
+  if (t) {
+    expect_type(d->value, t, arena_printf("constant '%s'", d->name));
+  } else {
+    check_expr(d->value, NULL);
+    settle_default(d->value);
+    t = d->value->ty;
+  }
+  if (!is_err(d->value->ty) && !is_const_expr(d->value))
+    diag_error(d->value->loc, "the value of constant '%s' must be known at compile time (literals, operators and other constants)", d->name);
+  if (!is_err(t) && !(ty_is_numeric(t) || t->kind == TY_BOOL || t->kind == TY_STR))
+    diag_error(d->name_loc, "constant '%s' has type %s; constants are numbers, bools or strings", d->name, ty_str(t));
+  d->type = t;
+  d->value->is_const = true;
+}
+
+static void begin_body(Decl *fn, Decl *actor, Type *ret) {
+  S.fn = fn;
+  S.actor = actor;
+  S.ret = ret;
+  S.loops = 0;
+  S.in_kernel = fn->kind == D_KERNEL;
+  S.scope = NULL;
+  scope_push();
+  if (actor)
+    for (Decl *f = actor->fields; f; f = f->next)
+      f->var = declare_var(f->name, f->type, f->name_loc, f->mutable, V_FIELD), f->var->decl = f;
+  scope_push();
+  for (Decl *p = fn->params; p; p = p->next) {
+    p->var = declare_var(p->name, p->type, p->name_loc, false, V_PARAM);
+    p->var->decl = p;
+  }
+}
+
+static void check_defaults(Decl *fn) {
+  for (Decl *p = fn->params; p; p = p->next)
+    if (p->value && !is_err(p->type)) {
+      expect_type(p->value, p->type, arena_printf("the default of '%s'", p->name));
+      if (!is_const_expr(p->value))
+        diag_error(p->value->loc, "the default of '%s' must be a constant (a literal or a named constant)", p->name);
+    }
+}
+
+static void check_body(Decl *fn, Decl *actor) {
+  Type *ret = fn->ret_type ? fn->ret_type : T_VOID;
+  S.scope = NULL;
+  check_defaults(fn);
+  begin_body(fn, actor, ret);
+  check_block(fn->body);
+  if (!is_err(ret) && ret->kind != TY_VOID && !terminates(fn->body)) {
+    Loc end = fn->body->name_loc;
+    diag_error(end, "%s '%s' must return a value of type %s on every path", decl_what(fn), fn->name, ty_str(ret));
+  }
+  S.scope = NULL;
+  S.fn = NULL;
+  S.actor = NULL;
+  S.in_kernel = false;
+}
+
+static void check_workflow(Decl *d) {
+  if (strcmp(d->name, "main") != 0)
+    diag_error(d->name_loc, "a workflow must be named 'main', found '%s'", d->name);
+  if (S.mod != S.prog->main) {
+    diag_error(d->name_loc, "only the program's main file can declare a workflow (found one in module '%s')", S.mod->name);
+    return;
+  }
+  if (S.prog->workflow) {
+    diag_error(d->name_loc, "more than one workflow");
+    diag_note(S.prog->workflow->name_loc, "the first workflow is here");
+    return;
+  }
+  S.prog->workflow = d;
+  if (d->ret)
+    diag_error(d->ret->loc, "a workflow returns nothing");
+  for (Decl *p = d->params; p; p = p->next) {
+    Type *t = p->type;
+    if (!is_err(t) && !(ty_is_numeric(t) || t->kind == TY_BOOL || t->kind == TY_STR))
+      diag_error(p->texpr->loc, "workflow parameter '%s' has type %s; flags are bool, i32, i64, f32, f64 or str",
+                 p->name, ty_str(t));
+  }
+}
+
+static void check_actor(Decl *d) {
+  check_struct_fields(d);
+  for (Decl *f = d->fields; f; f = f->next) {
+    if (f->value) {
+      S.scope = NULL;
+      scope_push();
+      S.fn = d;
+      S.actor = NULL;
+      if (f->texpr) {
+        expect_type(f->value, f->type, arena_printf("field '%s'", f->name));
+      } else {
+        check_expr(f->value, NULL);
+        settle_default(f->value);
+        f->type = f->value->ty;
+      }
+      S.scope = NULL;
+      S.fn = NULL;
+    }
+  }
+  for (Decl *m = d->methods; m; m = m->next) {
+    resolve_signature(m);
+    m->mangled = arena_printf("%s%s%s.%s", *S.mod->name ? S.mod->name : "", *S.mod->name ? "." : "", d->name, m->name);
+    for (Decl *o = d->methods; o != m; o = o->next)
+      if (!strcmp(o->name, m->name)) {
+        diag_error(m->name_loc, "method '%s' is declared twice in actor '%s'", m->name, d->name);
+        diag_note(o->name_loc, "first declared here");
+      }
+    for (Decl *f = d->fields; f; f = f->next)
+      if (!strcmp(f->name, m->name))
+        diag_error(m->name_loc, "method '%s' has the name of a field of actor '%s'", m->name, d->name);
+    check_annots(m);
+  }
+  if (d->init) {
+    resolve_signature(d->init);
+    d->init->mangled = arena_printf("%s%s%s.init", *S.mod->name ? S.mod->name : "", *S.mod->name ? "." : "", d->name);
+  }
+}
+
+static void mangle(Decl *d) {
+  const char *prefix = *S.mod->name ? S.mod->name : "";
+  d->mangled = *prefix ? arena_printf("%s.%s", prefix, d->name) : d->name;
+}
+
+/* Overloads need distinct symbols: add the parameter types. */
+static void mangle_overloads(Decl *f) {
+  if (!f->overload)
+    return;
+  for (Decl *g = f; g; g = g->overload) {
+    Buf b = {0};
+    buf_puts(&b, g->mangled);
+    for (Decl *p = g->params; p; p = p->next)
+      buf_printf(&b, "$%s", ty_str(p->type));
+    g->mangled = arena_strdup(b.data);
+    buf_free(&b);
+  }
+  for (Decl *g = f; g; g = g->overload)
+    for (Decl *h = g->overload; h; h = h->overload)
+      if (!strcmp(g->mangled, h->mangled)) {
+        diag_error(h->name_loc, "function '%s' is already defined with the same parameter types", h->name);
+        diag_note(g->name_loc, "the first definition is here");
+      }
+}
+
+static void check_module(Module *m) {
+  if (m->checked)
+    return;
+  m->checked = true;
+  Module *saved = S.mod;
+  S.mod = m;
+  /* Pass 1: constants, struct fields and signatures. */
+  for (Decl *d = m->decls; d; d = d->next)
+    if (d->kind == D_STRUCT)
+      check_struct_fields(d);
+  for (Decl *d = m->decls; d; d = d->next) {
+    if (d->kind == D_STRUCT) {
+      for (Decl *f = d->fields; f; f = f->next)
+        if (struct_contains(d, f->type, 0)) {
+          diag_error(f->name_loc, "struct '%s' contains itself through field '%s'; use an array to refer to another value",
+                     d->name, f->name);
+          f->type = T_ERR;
+        }
+    }
+  }
+  for (Decl *d = m->decls; d; d = d->next)
+    if (d->kind == D_CONST)
+      check_const(d);
+  for (Decl *d = m->decls; d; d = d->next) {
+    mangle(d);
+    resolve_signature(d);
+    if (d->kind == D_ACTOR)
+      check_actor(d);
+    if (d->kind != D_IMPORT && d->kind != D_CONST)
+      check_annots(d);
+    else if (d->annots)
+      diag_error(d->annots->loc, "annotations are not allowed on a %s", decl_what(d));
+  }
+  for (Decl *d = m->decls; d; d = d->next)
+    if (d->kind == D_FN && symtab_get(m->symtab, d->name) == d)
+      mangle_overloads(d);
+  /* Pass 2: bodies. */
+  for (Decl *d = m->decls; d; d = d->next) {
+    switch (d->kind) {
+    case D_FN: case D_TASK: case D_KERNEL:
+      check_body(d, NULL);
+      break;
+    case D_WORKFLOW:
+      check_workflow(d);
+      check_body(d, NULL);
+      break;
+    case D_ACTOR:
+      if (d->init)
+        check_body(d->init, d);
+      for (Decl *x = d->methods; x; x = x->next)
+        check_body(x, d);
+      break;
+    default:
+      break;
+    }
+  }
+  S.mod = saved;
+}
+
+bool sema_program(Program *p) {
+  T_ERR = ty_prim(TY_ERROR);
+  T_VOID = ty_prim(TY_VOID);
+  T_BOOL = ty_prim(TY_BOOL);
+  T_I32 = ty_prim(TY_I32);
+  T_I64 = ty_prim(TY_I64);
+  T_F32 = ty_prim(TY_F32);
+  T_F64 = ty_prim(TY_F64);
+  T_STR = ty_prim(TY_STR);
+  T_UINT = ty_prim(TY_UNTYPED_INT);
+  T_UFLOAT = ty_prim(TY_UNTYPED_FLOAT);
+  T_MODULE = ty_prim(TY_MODULE);
+  memset(&S, 0, sizeof S);
+  S.prog = p;
+  p->modules = NULL;
+  p->workflow = NULL;
+  Module *m = p->main;
+  m->name = "";
+  m->state = 1;
+  register_items(m);
+  m->state = 2;
+  /* Each import was pushed at the front before its own imports loaded, so
+   * the list already has dependencies first; main goes last. */
+  Module *rev = p->modules;
+  m->next = NULL;
+  if (!rev) {
+    p->modules = m;
+  } else {
+    Module *last = rev;
+    while (last->next)
+      last = last->next;
+    last->next = m;
+    p->modules = rev;
+  }
+  for (Module *x = p->modules; x; x = x->next)
+    check_module(x);
+  return diag_error_count() == 0;
+}
+
+/* ------------------------------------------------------- embedded stdlib */
+
+extern const struct {
+  const char *name;
+  const char *file;
+  const char *text;
+  size_t len;
+} sflow_stdlib_sources[];
+
+const char *stdlib_lookup(const char *name, size_t *len) {
+  for (int i = 0; sflow_stdlib_sources[i].name; i++)
+    if (!strcmp(sflow_stdlib_sources[i].name, name)) {
+      *len = sflow_stdlib_sources[i].len;
+      return sflow_stdlib_sources[i].text;
+    }
+  return NULL;
+}
