@@ -8,7 +8,7 @@ pkgs=(
   build-essential cmake pkg-config flex bison
   llvm-dev clang libclang-rt-dev     # back end; clang for libFuzzer and sanitizers
   libcunit1-dev                      # unit tests
-  python3                            # test harness
+  python3 python3-venv               # test harness
   vim-nox                            # editor tests: real headless Vim
   libssh2-1-dev openssh-server openssh-client  # multi-node runs and their tests
   libopenblas-dev libcjson-dev zlib1g-dev valgrind gdb
@@ -21,7 +21,10 @@ for p in "${pkgs[@]}"; do
     missing+=("$p")
   fi
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+here=$(cd "$(dirname "$0")" && pwd)
+if [ ${#missing[@]} -eq 0 ]; then
+  exec bash "$here/install-pydeps.sh"
+fi
 
 echo "install-deps: installing ${missing[*]}" >&2
 SUDO=""
@@ -29,3 +32,4 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+bash "$here/install-pydeps.sh"

@@ -1,0 +1,273 @@
+#!/usr/bin/env python3
+"""Golden and run tests for sflowc: one behaviour per small .sflow file.
+
+Expectations live in the test file itself (wren/Go style):
+
+  // expect error:COL: REGEX        an error on this line at column COL
+  // expect error at L:C: REGEX     an error at another place (e.g. end of file)
+  // expect warning:COL: REGEX      likewise for warnings (notes: `note`)
+  // expect: TEXT                   (run tests) one line of the program's stdout
+  // expect runtime error: REGEX    (run tests) stderr matches, exit code 70
+  // args: --flag value ...         (run tests) command-line arguments
+  // exit: N                        (run tests) the expected exit code
+  // golden: ast tokens parse llvm cuda stderr
+                                    compare `sflowc --emit=KIND` (or the human
+                                    diagnostics, for stderr) with NAME.KIND.golden
+
+Every error the compiler reports must be expected, and every expected one
+must be reported at exactly that line and column.  A file with no
+expectation must pass `--check` with no error.  UPDATE_GOLDEN=1 rewrites
+.golden files; a golden file that is declared but missing fails.
+
+Usage: run_golden.py --sflowc PATH [--dir DIR] [--run] [FILE_OR_NAME ...]
+"""
+import argparse
+import difflib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXPECT_DIAG = re.compile(r"//\s*expect (error|warning|note)(?::(\d+)| at (\d+):(\d+)):\s?(.*)$")
+EXPECT_OUT = re.compile(r"//\s*expect:\s?(.*)$")
+EXPECT_RT = re.compile(r"//\s*expect runtime error:\s?(.*)$")
+ARGS = re.compile(r"//\s*args:\s?(.*)$")
+EXIT = re.compile(r"//\s*exit:\s*(\d+)")
+GOLDEN = re.compile(r"//\s*golden:\s*(.*)$")
+TIMEOUT = 60
+
+
+def normalize_llvm(text):
+    """Drops what changes between LLVM versions but not between compilers:
+    the module header, attribute groups, metadata and pointer spellings."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith(("; ModuleID", "source_filename", "target datalayout", "target triple",
+                            "attributes #", "!")):
+            continue
+        line = re.sub(r" #\d+", "", line)
+        line = re.sub(r", !dbg !\d+", "", line)
+        line = re.sub(r"\b(i8|i32|i64|float|double|%[\w.]+)\*", "ptr", line)
+        out.append(line.rstrip())
+    while out and not out[-1]:
+        out.pop()
+    return "\n".join(out) + "\n"
+
+
+class Result:
+    def __init__(self):
+        self.failures = []
+
+    def fail(self, msg):
+        self.failures.append(msg)
+
+
+def parse_expectations(path):
+    exp = {"diags": [], "out": [], "rt": None, "args": [], "exit": None, "golden": []}
+    with open(path, "rb") as f:
+        lines = f.read().decode("utf-8", "replace").split("\n")
+    for i, line in enumerate(lines, 1):
+        m = EXPECT_DIAG.search(line)
+        if m:
+            kind, col, l2, c2, rx = m.groups()
+            if col:
+                exp["diags"].append((kind, i, int(col), rx.strip()))
+            else:
+                exp["diags"].append((kind, int(l2), int(c2), rx.strip()))
+            continue
+        m = EXPECT_RT.search(line)
+        if m:
+            exp["rt"] = m.group(1).strip()
+            continue
+        m = EXPECT_OUT.search(line)
+        if m:
+            exp["out"].append(m.group(1))
+            continue
+        m = ARGS.search(line)
+        if m:
+            exp["args"] = m.group(1).split()
+            continue
+        m = EXIT.search(line)
+        if m:
+            exp["exit"] = int(m.group(1))
+            continue
+        m = GOLDEN.search(line)
+        if m:
+            exp["golden"] += m.group(1).split()
+    return exp
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, capture_output=True, timeout=TIMEOUT, **kw)
+
+
+def check_diagnostics(sflowc, path, exp, res):
+    p = run([sflowc, "--check", "--error-format=json", path])
+    actual = []
+    for line in p.stderr.decode("utf-8", "replace").splitlines():
+        try:
+            d = json.loads(line)
+        except json.JSONDecodeError:
+            res.fail("non-JSON output on stderr: %r" % line)
+            continue
+        actual.append(d)
+    if p.returncode not in (0, 1):
+        res.fail("sflowc exited with %d (crash or internal error)\n%s" % (p.returncode, p.stderr.decode()))
+    wanted = exp["diags"]
+    want_err = any(k == "error" for k, *_ in wanted)
+    if want_err and p.returncode != 1:
+        res.fail("expected exit code 1, got %d" % p.returncode)
+    if not want_err and p.returncode != 0:
+        res.fail("expected a clean compile, got exit code %d" % p.returncode)
+    used = set()
+    for kind, line, col, rx in wanted:
+        hit = None
+        for i, d in enumerate(actual):
+            if i in used or d.get("severity") != kind:
+                continue
+            if d.get("line") == line and d.get("column") == col and re.search(rx, d.get("message", "")):
+                hit = i
+                break
+        if hit is None:
+            near = [f"{d['line']}:{d['column']}: {d['severity']}: {d['message']}" for d in actual]
+            res.fail("missing %s at %d:%d matching /%s/; reported:\n  %s" %
+                     (kind, line, col, rx, "\n  ".join(near) or "(nothing)"))
+        else:
+            used.add(hit)
+    for i, d in enumerate(actual):
+        if i in used or d.get("severity") == "note":
+            continue
+        if d.get("severity") == "warning" and not any(k == "warning" for k, *_ in wanted):
+            continue
+        res.fail("unexpected %s at %d:%d: %s" % (d["severity"], d["line"], d["column"], d["message"]))
+
+
+def check_golden(sflowc, path, kind, res):
+    golden = re.sub(r"\.sflow$", "", path) + "." + kind + ".golden"
+    if kind == "stderr":
+        p = run([sflowc, "--check", "--color=never", path])
+        got = p.stderr.decode("utf-8", "replace")
+        got = got.replace(os.path.dirname(path) + "/", "")
+    else:
+        p = run([sflowc, "--emit=" + kind, "-o", "-", path])
+        got = p.stdout.decode("utf-8", "replace")
+        if p.returncode != 0:
+            res.fail("--emit=%s failed (%d):\n%s" % (kind, p.returncode, p.stderr.decode()))
+            return
+        if kind == "llvm":
+            got = normalize_llvm(got)
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        with open(golden, "w") as f:
+            f.write(got)
+        return
+    if not os.path.exists(golden):
+        res.fail("missing golden file %s (run with UPDATE_GOLDEN=1 to create it)" % os.path.relpath(golden, ROOT))
+        return
+    with open(golden) as f:
+        want = f.read()
+    if want != got:
+        diff = "".join(difflib.unified_diff(want.splitlines(True), got.splitlines(True),
+                                            os.path.basename(golden), "actual"))
+        res.fail("output differs from %s:\n%s" % (os.path.relpath(golden, ROOT), diff))
+
+
+def check_run(sflowc, path, exp, res, tmp):
+    exe = os.path.join(tmp, os.path.basename(path)[:-6])
+    p = run([sflowc, "-O2", path, "-o", exe])
+    if p.returncode != 0:
+        res.fail("compile failed (%d):\n%s" % (p.returncode, p.stderr.decode()))
+        return
+    try:
+        q = subprocess.run([exe] + exp["args"], capture_output=True, timeout=TIMEOUT,
+                           cwd=os.path.dirname(path), stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        res.fail("program did not finish in %d s" % TIMEOUT)
+        return
+    out = q.stdout.decode("utf-8", "replace")
+    err = q.stderr.decode("utf-8", "replace")
+    want_code = exp["exit"] if exp["exit"] is not None else (70 if exp["rt"] else 0)
+    if q.returncode != want_code:
+        res.fail("exit code %d, expected %d\nstderr:\n%s" % (q.returncode, want_code, err))
+    if exp["rt"] and not re.search(exp["rt"], err):
+        res.fail("stderr does not match /%s/:\n%s" % (exp["rt"], err))
+    got = out.split("\n")
+    if got and got[-1] == "":
+        got.pop()
+    if got != exp["out"]:
+        diff = "".join(difflib.unified_diff([l + "\n" for l in exp["out"]], [l + "\n" for l in got],
+                                            "expected", "actual"))
+        res.fail("stdout differs:\n" + diff)
+
+
+def run_one(sflowc, path, run_mode, tmp):
+    res = Result()
+    exp = parse_expectations(path)
+    try:
+        if run_mode or exp["out"] or exp["rt"]:
+            if exp["diags"]:
+                check_diagnostics(sflowc, path, exp, res)
+            else:
+                check_run(sflowc, path, exp, res, tmp)
+        else:
+            check_diagnostics(sflowc, path, exp, res)
+        for kind in exp["golden"]:
+            check_golden(sflowc, path, kind, res)
+    except subprocess.TimeoutExpired as e:
+        res.fail("timed out: %s" % " ".join(e.cmd))
+    return res
+
+
+def collect(args):
+    files = []
+    if args.tests:
+        for t in args.tests:
+            if os.path.exists(t):
+                files.append(os.path.abspath(t))
+                continue
+            # a bare name: search both suites
+            for base in ("tests/golden", "tests/run"):
+                for dp, _, fs in os.walk(os.path.join(ROOT, base)):
+                    for f in fs:
+                        if f == t or f == t + ".sflow" or os.path.join(dp, f).endswith("/" + t + ".sflow"):
+                            files.append(os.path.join(dp, f))
+            if not files:
+                sys.exit("run_golden: no test named %s" % t)
+        return files
+    dirs = [args.dir] if args.dir else [os.path.join(ROOT, "tests/golden"), os.path.join(ROOT, "tests/run")]
+    for d in dirs:
+        for dp, _, fs in os.walk(d):
+            files += [os.path.join(dp, f) for f in fs if f.endswith(".sflow")]
+    return sorted(files)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sflowc", default=os.path.join(ROOT, "build/bin/sflowc"))
+    ap.add_argument("--dir")
+    ap.add_argument("--run", action="store_true", help="compile and run every test")
+    ap.add_argument("tests", nargs="*")
+    args = ap.parse_args()
+    files = collect(args)
+    passed = failed = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in files:
+            run_mode = args.run or "/tests/run/" in path
+            res = run_one(args.sflowc, path, run_mode, tmp)
+            name = os.path.relpath(path, ROOT)
+            if res.failures:
+                failed += 1
+                print("FAIL %s" % name)
+                for f in res.failures:
+                    print("  " + f.replace("\n", "\n  "))
+            else:
+                passed += 1
+                print("PASS %s" % name)
+    print("%d passed, %d failed" % (passed, failed))
+    sys.exit(1 if failed or not files else 0)
+
+
+if __name__ == "__main__":
+    main()
