@@ -57,6 +57,7 @@ typedef struct {
 int src_add(const char *path, const char *text, size_t len, const char *modname);
 Source *src_get(int id);
 int src_count(void);
+void src_reset(void);
 /* Reads a whole file; returns NULL and sets errno on failure. */
 char *read_file(const char *path, size_t *len);
 

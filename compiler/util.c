@@ -138,6 +138,10 @@ Source *src_get(int id) {
 
 int src_count(void) { return nsources; }
 
+/* Forgets every source; their text lives in the arena, so call this with
+ * arena_free_all (the language server does between analyses). */
+void src_reset(void) { nsources = 0; }
+
 char *read_file(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
   if (!f)
