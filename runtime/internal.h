@@ -1,0 +1,161 @@
+/*
+ * internal.h — names shared between the runtime's own files (prefix `sf__`).
+ * Generated code never sees this header; it calls only what sflow.h declares.
+ *
+ * Key design choice: one header with a section per runtime file, in the
+ * order a program meets them (memory, strings, arrays, printing, errors,
+ * builtins, flags), so the whole internal surface reads top to bottom.
+ *
+ * Conventions every file follows:
+ *  - A NULL sf_str* means the empty string and a NULL sf_array* means an
+ *    empty array: zero-filled memory (a fresh str[] array, an actor field
+ *    before init) must be a valid value, never a crash.
+ *  - Arguments are borrowed; results documented "owned" carry +1.
+ */
+#ifndef SF_INTERNAL_H
+#define SF_INTERNAL_H
+
+#include <setjmp.h>
+#include <stdio.h>
+
+#include "sflow.h"
+
+#define SF__VERSION "0.1.0"
+
+/* ------------------------------------------------------------ mem.c */
+
+/* Destructors for futures, actors and groups, filled in by the files that
+ * implement them.  A destructor frees the object itself; with no destructor
+ * registered the object's memory is simply freed. */
+typedef void (*sf__dtor_fn)(sf_obj *obj);
+extern sf__dtor_fn sf__obj_dtor[SF_OBJ_GROUP + 1];
+
+/* sf_alloc for count * size bytes, with the multiplication checked. */
+void *sf__alloc_n(size_t count, size_t size);
+
+/* ------------------------------------------------------------ str.c */
+
+/* Bytes and length of a string, treating NULL as "". */
+const char *sf__str_data(const sf_str *s);
+int64_t sf__str_len(const sf_str *s);
+
+/* Python repr() of a double / float into buf (NUL-terminated, returns the
+ * length).  SF__FLOAT_BUF bytes always suffice. */
+#define SF__FLOAT_BUF 32
+int sf__fmt_f64_repr(double v, char *buf);
+int sf__fmt_f32_repr(float v, char *buf);
+
+/* Strict number parsing shared by casts and command-line flags.  The whole
+ * of [s, s+len) must be the number; no surrounding whitespace. */
+typedef enum { SF__PARSE_OK = 0, SF__PARSE_BAD, SF__PARSE_RANGE } sf__parse_status;
+sf__parse_status sf__parse_i64(const char *s, size_t len, int64_t *out);
+sf__parse_status sf__parse_i32(const char *s, size_t len, int32_t *out);
+sf__parse_status sf__parse_f64(const char *s, size_t len, double *out);
+sf__parse_status sf__parse_f32(const char *s, size_t len, float *out);
+sf__parse_status sf__parse_bool(const char *s, size_t len, bool *out);
+
+/* Writes s as a double-quoted sflow string literal (escapes for \" \\ and
+ * control bytes) into buf of size n, cutting it to at most max_bytes of
+ * content followed by "..." so error messages stay one readable line. */
+void sf__quote(const char *s, size_t len, size_t max_bytes, char *buf, size_t n);
+/* Appends s as a quoted literal, whole, to a print buffer (see print.c). */
+struct sf__buf;
+void sf__buf_put_quoted(struct sf__buf *b, const char *s, size_t len);
+
+/* ---------------------------------------------------------- types.c */
+
+/* True when a value of type t holds references that need retain/release. */
+bool sf__type_has_refs(const sf_type *t);
+/* The interned descriptor of "array of elem" (valid for the whole run).
+ * Descriptors are compared by structure, never by pointer: the compiler
+ * emits its own copies of the same types. */
+const sf_type *sf__array_type(const sf_type *elem);
+
+/* ---------------------------------------------------------- array.c */
+
+/* Index helper: pointer to element i (no bounds check). */
+static inline void *sf__array_at(const sf_array *a, int64_t i) {
+  return (char *)a->data + i * (int64_t)a->elem->size;
+}
+
+/* ---------------------------------------------------------- print.c */
+
+/* Appends the printed form of a value of type t at p to a growing buffer;
+ * `nested` quotes strings (inside arrays and structs). */
+typedef struct sf__buf {
+  char *data;
+  size_t len, cap;
+  char *inline_data; /* the caller's fixed storage (may be NULL), not freed */
+  size_t inline_cap;
+} sf__buf;
+void sf__buf_init(sf__buf *b, char *storage, size_t cap);
+void sf__buf_put(sf__buf *b, const char *s, size_t n);
+void sf__buf_free(sf__buf *b);
+void sf__format_value(sf__buf *b, const sf_type *t, const void *p, bool nested);
+/* write(2) all of buf to fd, retrying on EINTR and partial writes. */
+bool sf__write_all(int fd, const char *buf, size_t n);
+
+/* ---------------------------------------------------------- error.c */
+
+/* How a task attempt catches runtime errors instead of ending the program:
+ * set sf__error_jmp (and optionally sf__error_handler) on the task's thread
+ * before running it.  On an error the runtime formats the full message
+ * ("file:line:col: runtime error: ...") into sf__error_message, calls the
+ * handler if any, then longjmps to *sf__error_jmp with value 1.  With no jmp
+ * set the message goes to stderr and the process exits with code 70. */
+#define SF__ERROR_MAX 1024
+#define SF__EXIT_RUNTIME 70
+#define SF__EXIT_USAGE 2
+typedef void (*sf__error_fn)(const char *message);
+extern _Thread_local sf__error_fn sf__error_handler;
+extern _Thread_local jmp_buf *sf__error_jmp;
+extern _Thread_local char sf__error_message[SF__ERROR_MAX];
+/* Retry count of the task attempt running on this thread (sf_attempt). */
+extern _Thread_local int64_t sf__attempt;
+
+/* -------------------------------------------------------- builtins.c */
+
+extern int64_t sf__node_id; /* 0 on the head, k on the k-th --nodes host */
+
+/* ----------------------------------------------------------- flags.c */
+
+typedef enum {
+  SF__PROGRESS_AUTO = 0,
+  SF__PROGRESS_ALWAYS,
+  SF__PROGRESS_NEVER
+} sf__progress_mode;
+
+/* The runtime's own command-line flags.  String values point into argv,
+ * which lives for the whole run, so nothing here is ever freed. */
+typedef struct sf__options_t {
+  const char *nodes;          /* --nodes FILE, or NULL */
+  const char *trace;          /* --trace FILE, or NULL */
+  const char *checkpoint_dir; /* --checkpoint-dir DIR, or NULL */
+  bool resume;                /* --resume */
+  bool quiet;                 /* --quiet */
+  bool require_gpu;           /* --require-gpu */
+  int32_t progress;           /* sf__progress_mode */
+  int64_t threads;            /* --threads N; 0 = one per CPU */
+} sf__options_t;
+extern sf__options_t sf__options;
+
+typedef enum {
+  SF__FLAGS_OK = 0,    /* run the program */
+  SF__FLAGS_HELP,      /* --help or -h: print sf__usage, exit 0 */
+  SF__FLAGS_VERSION,   /* --version: print sf__version, exit 0 */
+  SF__FLAGS_ERROR = -1 /* message in err: exit 2 */
+} sf__flags_result;
+
+/* Parses argv[1..argc) into one slot per workflow parameter (out has
+ * prog->nparams slots) and into sf__options.  String slots are owned (+1)
+ * on success and must be given back with sf__flags_release; on any other
+ * result nothing is left allocated. */
+int sf__parse_flags(const sf_program *prog, int argc, char **argv, sf_value *out,
+                    char *err, size_t errlen);
+void sf__flags_release(const sf_program *prog, sf_value *args);
+void sf__usage(const sf_program *prog, FILE *f);
+void sf__version(const sf_program *prog, FILE *f);
+/* Optimal-string-alignment edit distance, shared with "did you mean". */
+size_t sf__edit_distance(const char *a, const char *b);
+
+#endif

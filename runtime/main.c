@@ -1,0 +1,48 @@
+/*
+ * main.c — the `main` of every compiled workflow.
+ *
+ * Generated code defines only sf_program_desc; the linker takes this file's
+ * main from libsflowrt.a because the C start-up code asks for `main`.  Key
+ * design choice: this file holds main and nothing else, so a unit test that
+ * defines its own main links the rest of the runtime without pulling this
+ * member out of the archive (the flag parser it drives lives in flags.c).
+ *
+ * Exit codes: 0 success (also --help, --version), 2 usage error (bad flags),
+ * 70 runtime error (error.c), 101 internal error (a binary built against a
+ * different runtime ABI).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define EXIT_INTERNAL 101
+
+int main(int argc, char **argv) {
+  const sf_program *prog = &sf_program_desc;
+  const char *name = prog->name && *prog->name ? prog->name : "program";
+  if (prog->abi_version != SF_ABI_VERSION) {
+    fprintf(stderr, "%s: internal error: compiled for runtime ABI %d, linked with ABI %d\n",
+            name, (int)prog->abi_version, SF_ABI_VERSION);
+    return EXIT_INTERNAL;
+  }
+  sf_value *args = sf__alloc_n((size_t)prog->nparams + 1, sizeof *args);
+  char err[512];
+  int r = sf__parse_flags(prog, argc, argv, args, err, sizeof err);
+  if (r != SF__FLAGS_OK) {
+    sf_free(args);
+    if (r == SF__FLAGS_HELP)
+      sf__usage(prog, stdout);
+    else if (r == SF__FLAGS_VERSION)
+      sf__version(prog, stdout);
+    else
+      fprintf(stderr, "%s: error: %s\nRun '%s --help' to see the flags.\n", name, err,
+              argc > 0 && argv[0] ? argv[0] : name);
+    return r == SF__FLAGS_ERROR ? SF__EXIT_USAGE : 0;
+  }
+  prog->main_fn(args);
+  sf__flags_release(prog, args);
+  sf_free(args);
+  fflush(stdout);
+  return 0;
+}

@@ -1,0 +1,271 @@
+/*
+ * test_rt_flags.c — command-line flags of a compiled workflow: values,
+ * defaults, the runtime's own flags, every error message, "did you mean",
+ * --help, and the exit codes of the real main (run in a child process).
+ */
+#include <sys/wait.h>
+
+/* The runtime's main, renamed so this file can have its own. */
+#define main sf__runtime_main
+#include "main.c"
+#undef main
+
+#include "rt_test.h"
+
+static sf_str path_default = {{-1, SF_OBJ_STR, 0}, 15, "data/digits.csv"};
+
+static const sf_param params[] = {
+    {"workers", SF_I64, 1, {.i64 = 2}, "2"},
+    {"path", SF_STR, 1, {.s = &path_default}, "\"data/digits.csv\""},
+    {"lr", SF_F64, 1, {.f64 = 0.1}, "0.1"},
+    {"scale", SF_F32, 1, {.f32 = 1.5f}, NULL},
+    {"verbose", SF_BOOL, 1, {.b = false}, "false"},
+    {"steps", SF_I32, 1, {.i32 = 10}, "10"},
+    {"name", SF_STR, 0, {0}, NULL},
+};
+
+enum { WORKERS, PATH, LR, SCALE, VERBOSE, STEPS, NAME, NPARAMS };
+
+static int main_calls;
+static void workflow_main(sf_value *args) {
+  main_calls++;
+  sf_print_begin();
+  sf_print_i64(args[WORKERS].i64);
+  sf_print_str(args[NAME].s);
+  sf_print_end();
+}
+
+const sf_program sf_program_desc = {SF_ABI_VERSION, "train", "train.sflow", NPARAMS, params,
+                                    workflow_main};
+
+static sf_value args[NPARAMS];
+static char err[512];
+
+/* Parses a NULL-terminated argument list (argv[0] is added). */
+static int parse_v(const char *const *a) {
+  char *argv[32] = {"train"};
+  int argc = 1;
+  while (*a && argc < 31)
+    argv[argc++] = (char *)*a++;
+  return sf__parse_flags(&sf_program_desc, argc, argv, args, err, sizeof err);
+}
+#define PARSE(...) parse_v((const char *const[]){__VA_ARGS__, NULL})
+
+/* A parse that must fail with exactly want. */
+#define EXPECT_FLAG_ERROR(want, ...)                      \
+  do {                                                    \
+    CHECK_INT(PARSE(__VA_ARGS__), SF__FLAGS_ERROR);       \
+    CHECK_STR(err, (want));                               \
+  } while (0)
+
+static void test_defaults(void) {
+  CHECK_INT(PARSE("--name", "x"), SF__FLAGS_OK);
+  CHECK_INT(args[WORKERS].i64, 2);
+  CHECK_STR(sf__str_data(args[PATH].s), "data/digits.csv");
+  CU_ASSERT(args[LR].f64 == 0.1);
+  CU_ASSERT(args[SCALE].f32 == 1.5f);
+  CU_ASSERT(args[VERBOSE].b == false);
+  CHECK_INT(args[STEPS].i32, 10);
+  CHECK_STR(sf__str_data(args[NAME].s), "x");
+  CU_ASSERT(sf__options.nodes == NULL && !sf__options.resume && sf__options.threads == 0);
+  sf__flags_release(&sf_program_desc, args);
+}
+
+static void test_forms(void) {
+  CHECK_INT(PARSE("--workers", "4", "--path=a.csv", "--lr=3", "--scale", "-0.25", "--verbose",
+                  "--steps=0x10", "--name=", "--workers=1_000"),
+            SF__FLAGS_OK);
+  CHECK_INT(args[WORKERS].i64, 1000); /* the last one wins */
+  CHECK_STR(sf__str_data(args[PATH].s), "a.csv");
+  CU_ASSERT(args[LR].f64 == 3.0); /* an integer is accepted for f64 */
+  CU_ASSERT(args[SCALE].f32 == -0.25f);
+  CU_ASSERT(args[VERBOSE].b == true);
+  CHECK_INT(args[STEPS].i32, 16);
+  CHECK_STR(sf__str_data(args[NAME].s), "");
+  sf__flags_release(&sf_program_desc, args);
+
+  CHECK_INT(PARSE("--name", "n", "--verbose=false", "--"), SF__FLAGS_OK);
+  CU_ASSERT(args[VERBOSE].b == false);
+  sf__flags_release(&sf_program_desc, args);
+
+  /* A value may start with one dash: a negative number. */
+  CHECK_INT(PARSE("--name", "-x", "--workers", "-3"), SF__FLAGS_OK);
+  CHECK_INT(args[WORKERS].i64, -3);
+  CHECK_STR(sf__str_data(args[NAME].s), "-x");
+  sf__flags_release(&sf_program_desc, args);
+}
+
+static void test_runtime_flags(void) {
+  CHECK_INT(PARSE("--name", "n", "--nodes", "hosts.txt", "--resume", "--trace=t.json",
+                  "--checkpoint-dir", "ck", "--progress=never", "--quiet", "--require-gpu",
+                  "--threads", "8"),
+            SF__FLAGS_OK);
+  CHECK_STR(sf__options.nodes, "hosts.txt");
+  CHECK_STR(sf__options.trace, "t.json");
+  CHECK_STR(sf__options.checkpoint_dir, "ck");
+  CU_ASSERT(sf__options.resume && sf__options.quiet && sf__options.require_gpu);
+  CHECK_INT(sf__options.progress, SF__PROGRESS_NEVER);
+  CHECK_INT(sf__options.threads, 8);
+  sf__flags_release(&sf_program_desc, args);
+  CHECK_INT(PARSE("--name", "n", "--progress", "always", "--quiet=false"), SF__FLAGS_OK);
+  CHECK_INT(sf__options.progress, SF__PROGRESS_ALWAYS);
+  CU_ASSERT(!sf__options.quiet && sf__options.nodes == NULL); /* reset per parse */
+  sf__flags_release(&sf_program_desc, args);
+}
+
+static void test_value_errors(void) {
+  EXPECT_FLAG_ERROR("invalid value 'abc' for --workers: expected i64", "--name", "n", "--workers",
+                    "abc");
+  EXPECT_FLAG_ERROR("invalid value '2.5' for --workers: expected i64", "--name", "n",
+                    "--workers=2.5");
+  EXPECT_FLAG_ERROR("invalid value ' 4' for --workers: expected i64", "--name", "n",
+                    "--workers= 4");
+  EXPECT_FLAG_ERROR("invalid value '3000000000' for --steps: out of range for i32", "--name", "n",
+                    "--steps", "3000000000");
+  EXPECT_FLAG_ERROR("invalid value '99999999999999999999' for --workers: out of range for i64",
+                    "--name", "n", "--workers=99999999999999999999");
+  EXPECT_FLAG_ERROR("invalid value 'fast' for --lr: expected f64", "--name", "n", "--lr", "fast");
+  EXPECT_FLAG_ERROR("invalid value 'yes' for --verbose: expected bool", "--name", "n",
+                    "--verbose=yes");
+  EXPECT_FLAG_ERROR("invalid value 'x' for --progress: expected auto, always or never", "--name",
+                    "n", "--progress=x");
+  EXPECT_FLAG_ERROR("invalid value '0' for --threads: expected a number of threads from 1 to 65536",
+                    "--name", "n", "--threads", "0");
+  EXPECT_FLAG_ERROR("invalid value '' for --trace: expected FILE", "--name", "n", "--trace=");
+  EXPECT_FLAG_ERROR("invalid value '' for --workers: expected i64", "--name", "n", "--workers=");
+}
+
+static void test_missing(void) {
+  EXPECT_FLAG_ERROR("missing value for --workers", "--name", "n", "--workers");
+  EXPECT_FLAG_ERROR("missing value for --workers", "--workers", "--name", "n");
+  EXPECT_FLAG_ERROR("missing value for --nodes", "--name", "n", "--nodes");
+  EXPECT_FLAG_ERROR("missing required flag --name", "--workers", "3");
+  /* Strings set before an error are released (valgrind checks this). */
+  EXPECT_FLAG_ERROR("missing required flag --name", "--path", "p");
+}
+
+static void test_unknown(void) {
+  EXPECT_FLAG_ERROR("unknown flag '--wrkers' (did you mean '--workers'?)", "--wrkers", "3");
+  EXPECT_FLAG_ERROR("unknown flag '--wokrers=3' (did you mean '--workers'?)", "--wokrers=3");
+  EXPECT_FLAG_ERROR("unknown flag '--thread' (did you mean '--threads'?)", "--thread", "2");
+  EXPECT_FLAG_ERROR("unknown flag '--hlep' (did you mean '--help'?)", "--hlep");
+  EXPECT_FLAG_ERROR("unknown flag '--banana'", "--banana");
+  /* (len+2)/3: two edits are too many for a three-letter name. */
+  EXPECT_FLAG_ERROR("unknown flag '--lrr' (did you mean '--lr'?)", "--lrr", "1");
+  EXPECT_FLAG_ERROR("unknown flag '--xyz'", "--xyz", "1");
+  EXPECT_FLAG_ERROR("unknown flag '-workers' (did you mean '--workers'?)", "-workers", "3");
+  EXPECT_FLAG_ERROR("unknown flag '-x'", "-x");
+  EXPECT_FLAG_ERROR("unknown flag '--=3'", "--=3");
+}
+
+static void test_positional(void) {
+  EXPECT_FLAG_ERROR("unexpected argument 'data.csv' (a workflow takes only --flags)", "data.csv");
+  EXPECT_FLAG_ERROR("unexpected argument 'false' (write --verbose=false)", "--name", "n",
+                    "--verbose", "false");
+  EXPECT_FLAG_ERROR("unexpected argument 'x' (a workflow takes only --flags)", "--name", "n", "--",
+                    "x");
+  EXPECT_FLAG_ERROR("unexpected argument '-' (a workflow takes only --flags)", "-");
+}
+
+static void test_help_version(void) {
+  CHECK_INT(PARSE("--help"), SF__FLAGS_HELP);
+  CHECK_INT(PARSE("--wrkers", "-h"), SF__FLAGS_HELP);
+  CHECK_INT(PARSE("--version"), SF__FLAGS_VERSION);
+  CHECK_INT(PARSE("--", "--help"), SF__FLAGS_ERROR);
+  char *text = NULL;
+  size_t n = 0;
+  FILE *f = open_memstream(&text, &n);
+  sf__usage(&sf_program_desc, f);
+  fclose(f);
+  const char *want =
+      "usage: train [flags]\n"
+      "\n"
+      "Flags:\n"
+      "  --workers i64                 (default 2)\n"
+      "  --path str                    (default \"data/digits.csv\")\n"
+      "  --lr f64                      (default 0.1)\n"
+      "  --scale f32                   (default 1.5)\n"
+      "  --verbose bool                (default false)\n"
+      "  --steps i32                   (default 10)\n"
+      "  --name str                    (required)\n"
+      "\n"
+      "Runtime flags:\n"
+      "  --nodes FILE                  run on the hosts listed in FILE, one per line\n"
+      "  --resume                      continue from the latest checkpoints\n"
+      "  --trace FILE                  write a trace of tasks and actors to FILE\n"
+      "  --checkpoint-dir DIR          write actor checkpoints under DIR\n"
+      "  --progress=auto|always|never  show a progress line (auto: when stderr is a terminal)\n"
+      "  --quiet                       print no runtime notices\n"
+      "  --require-gpu                 fail instead of running GPU work on the CPU\n"
+      "  --threads N                   worker threads (default: one per CPU)\n"
+      "  -h, --help                    show this help and exit\n"
+      "  --version                     show the version and exit\n";
+  CHECK_STR(text, want);
+  free(text);
+}
+
+static void test_edit_distance(void) {
+  CHECK_INT(sf__edit_distance("workers", "workers"), 0);
+  CHECK_INT(sf__edit_distance("wrkers", "workers"), 1);
+  CHECK_INT(sf__edit_distance("wokrers", "workers"), 1);
+  CHECK_INT(sf__edit_distance("", "abc"), 3);
+  CHECK_INT(sf__edit_distance("kitten", "sitting"), 3);
+}
+
+/* Runs the real main in a child; returns its exit code, output in out/errout. */
+static int run_main(const char *const *a, char **out, char **errout) {
+  char *argv[16] = {"./train"};
+  int argc = 1;
+  while (*a && argc < 15)
+    argv[argc++] = (char *)*a++;
+  rt_capture co = rt_capture_begin(1), ce = rt_capture_begin(2);
+  pid_t pid = fork();
+  if (pid == 0)
+    exit(sf__runtime_main(argc, argv));
+  int status = 0;
+  waitpid(pid, &status, 0);
+  *errout = rt_capture_end(ce);
+  *out = rt_capture_end(co);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+#define RUN_MAIN(out, err, ...) run_main((const char *const[]){__VA_ARGS__, NULL}, out, err)
+
+static void test_main_exit_codes(void) {
+  char *out, *errout;
+  CHECK_INT(RUN_MAIN(&out, &errout, "--name", "bob", "--workers=3"), 0);
+  CHECK_STR(out, "3 bob\n");
+  CHECK_STR(errout, "");
+  free(out), free(errout);
+
+  CHECK_INT(RUN_MAIN(&out, &errout, "--wrkers", "3"), 2);
+  CHECK_STR(out, "");
+  CHECK_STR(errout, "train: error: unknown flag '--wrkers' (did you mean '--workers'?)\n"
+                    "Run './train --help' to see the flags.\n");
+  free(out), free(errout);
+
+  CHECK_INT(RUN_MAIN(&out, &errout, "--help"), 0);
+  CU_ASSERT(strncmp(out, "usage: train [flags]\n", 21) == 0);
+  free(out), free(errout);
+
+  CHECK_INT(RUN_MAIN(&out, &errout, "--version"), 0);
+  CHECK_STR(out, "train (sflow " SF__VERSION ", runtime ABI 1)\n");
+  free(out), free(errout);
+  CHECK_INT(main_calls, 0); /* only the children ran the workflow */
+}
+
+int main(int argc, char **argv) {
+  static const rt_test tests[] = {
+      {"defaults", test_defaults},
+      {"forms", test_forms},
+      {"runtime_flags", test_runtime_flags},
+      {"value_errors", test_value_errors},
+      {"missing", test_missing},
+      {"unknown", test_unknown},
+      {"positional", test_positional},
+      {"help_version", test_help_version},
+      {"edit_distance", test_edit_distance},
+      {"main_exit_codes", test_main_exit_codes},
+      {NULL, NULL},
+  };
+  return rt_run("rt_flags", tests, argc, argv);
+}

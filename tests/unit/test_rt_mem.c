@@ -1,0 +1,207 @@
+/*
+ * test_rt_mem.c — reference counts, descriptor-driven release of nested
+ * values, destructor hooks, and arrays (creation, split, index errors).
+ * Leaks are checked by running this test under valgrind.
+ */
+#include <pthread.h>
+
+#include "rt_test.h"
+
+const sf_program sf_program_desc = {SF_ABI_VERSION, "test_rt_mem", "", 0, NULL, NULL};
+
+static const sf_loc LOC = {"m.sflow", 9, 2};
+
+static sf_str *S(const char *c) { return sf_str_new(c, (int64_t)strlen(c)); }
+
+static void test_refcount(void) {
+  sf_str *s = S("abc");
+  CHECK_INT(s->hdr.rc, 1);
+  sf_retain(s);
+  CHECK_INT(s->hdr.rc, 2);
+  sf_release(s);
+  CHECK_INT(s->hdr.rc, 1);
+  sf_release(s);
+  sf_retain(NULL);
+  sf_release(NULL);
+  sf_str *e = sf_str_empty(); /* immortal: counts never change */
+  sf_retain(e);
+  sf_release(e);
+  sf_release(e);
+  CU_ASSERT(e->hdr.rc < 0);
+}
+
+static void test_nested_release(void) {
+  /* str[][]: releasing the outer array releases every inner string. */
+  const sf_type *strs = sf__array_type(&sf_type_str);
+  sf_array *outer = sf_array_new(strs, 2, NULL);
+  for (int i = 0; i < 2; i++) {
+    sf_array *inner = sf_array_new(&sf_type_str, 2, NULL);
+    ((sf_str **)inner->data)[0] = S("x");
+    ((sf_array **)outer->data)[i] = inner;
+  }
+  sf_str *shared = S("shared");
+  sf_retain(shared);
+  ((sf_str **)((sf_array **)outer->data)[1]->data)[1] = shared;
+  sf_release(outer);
+  CHECK_INT(shared->hdr.rc, 1); /* the array's reference was dropped */
+  sf_release(shared);
+}
+
+typedef struct pair {
+  int64_t k;
+  sf_str *s;
+  sf_array *a;
+} pair;
+
+static void test_struct_values(void) {
+  const sf_field f[] = {{"k", offsetof(pair, k), &sf_type_i64},
+                        {"s", offsetof(pair, s), &sf_type_str},
+                        {"a", offsetof(pair, a), sf__array_type(&sf_type_i32)}};
+  const sf_type pt = {SF_STRUCT, sizeof(pair), 8, 3, NULL, f, "Pair"};
+  CU_ASSERT(sf__type_has_refs(&pt));
+  sf_array *arr = sf_array_new(&pt, 3, NULL);
+  pair *p = arr->data;
+  p[0].s = S("a");
+  p[2].a = sf_array_new(&sf_type_i32, 4, NULL);
+  sf_retain(p[0].s);
+  sf_str *keep = p[0].s;
+  sf_value_retain(&pt, &p[2]);
+  sf_array *keep_a = p[2].a;
+  CHECK_INT(keep_a->hdr.rc, 2);
+  sf_release(arr);
+  CHECK_INT(keep->hdr.rc, 1);
+  CHECK_INT(keep_a->hdr.rc, 1);
+  sf_release(keep);
+  sf_release(keep_a);
+}
+
+static int dtor_calls;
+static void future_dtor(sf_obj *o) {
+  dtor_calls++;
+  sf_free(o);
+}
+
+static void test_dtor_hooks(void) {
+  sf_obj *fut = sf_alloc(sizeof *fut);
+  *fut = (sf_obj){1, SF_OBJ_FUTURE, 0};
+  sf_release(fut); /* no hook: just freed */
+  sf__obj_dtor[SF_OBJ_FUTURE] = future_dtor;
+  fut = sf_alloc(sizeof *fut);
+  *fut = (sf_obj){1, SF_OBJ_FUTURE, 0};
+  sf_retain(fut);
+  sf_release(fut);
+  CHECK_INT(dtor_calls, 0);
+  sf_release(fut);
+  CHECK_INT(dtor_calls, 1);
+  sf__obj_dtor[SF_OBJ_FUTURE] = NULL;
+}
+
+enum { THREADS = 8, ROUNDS = 100000 };
+
+static void *churn(void *arg) {
+  for (int i = 0; i < ROUNDS; i++) {
+    sf_retain(arg);
+    sf_release(arg);
+  }
+  return NULL;
+}
+
+static void test_atomic_counts(void) {
+  sf_str *s = S("shared across threads");
+  pthread_t th[THREADS];
+  for (int i = 0; i < THREADS; i++)
+    pthread_create(&th[i], NULL, churn, s);
+  for (int i = 0; i < THREADS; i++)
+    pthread_join(th[i], NULL);
+  CHECK_INT(s->hdr.rc, 1);
+  sf_release(s);
+}
+
+static void test_array_new(void) {
+  sf_array *a = sf_array_new(&sf_type_f64, 5, &LOC);
+  CHECK_INT(a->len, 5);
+  CU_ASSERT(a->elem == &sf_type_f64);
+  for (int i = 0; i < 5; i++)
+    CU_ASSERT(((double *)a->data)[i] == 0.0);
+  sf_release(a);
+  a = sf_array_new(&sf_type_i64, 0, &LOC);
+  CHECK_INT(a->len, 0);
+  sf_release(a);
+  EXPECT_ERROR(sf_array_new(&sf_type_i64, -3, &LOC),
+               "m.sflow:9:2: runtime error: negative array length -3");
+  EXPECT_ERROR(sf_array_new(&sf_type_i64, INT64_MAX / 4, &LOC),
+               "m.sflow:9:2: runtime error: "
+               "array of 2305843009213693951 i64 elements is too large");
+}
+
+/* Lengths of the chunks of a.split(k) for an i64 array of length n. */
+static void check_split(int64_t n, int64_t k, const char *want) {
+  sf_array *a = sf_array_new(&sf_type_i64, n, NULL);
+  for (int64_t i = 0; i < n; i++)
+    ((int64_t *)a->data)[i] = i;
+  sf_array *parts = sf_array_split(a, k, &LOC);
+  char got[256] = "";
+  int64_t next = 0;
+  bool in_order = true;
+  for (int64_t i = 0; i < parts->len; i++) {
+    sf_array *p = ((sf_array **)parts->data)[i];
+    size_t o = strlen(got);
+    snprintf(got + o, sizeof got - o, "%s%lld", i ? "," : "", (long long)p->len);
+    for (int64_t j = 0; j < p->len; j++)
+      in_order &= ((int64_t *)p->data)[j] == next++;
+  }
+  CHECK_STR(got, want);
+  CU_ASSERT(in_order && next == n);
+  CHECK_STR(parts->elem->name, "i64[]");
+  CU_ASSERT(parts->elem->kind == SF_ARRAY && parts->elem->elem == &sf_type_i64);
+  sf_release(parts);
+  sf_release(a);
+}
+
+static void test_split(void) {
+  check_split(10, 3, "4,3,3");
+  check_split(9, 3, "3,3,3");
+  check_split(2, 4, "1,1,0,0");
+  check_split(0, 2, "0,0");
+  check_split(7, 1, "7");
+  sf_array *a = sf_array_new(&sf_type_i64, 3, NULL);
+  EXPECT_ERROR(sf_array_split(a, 0, &LOC),
+               "m.sflow:9:2: runtime error: split: the number of chunks must be positive, got 0");
+  sf_release(a);
+  /* Splitting strings shares them: the chunks hold their own references. */
+  sf_array *s = sf_array_new(&sf_type_str, 2, NULL);
+  sf_str *x = S("x");
+  ((sf_str **)s->data)[0] = x;
+  sf_array *parts = sf_array_split(s, 2, NULL);
+  CHECK_INT(x->hdr.rc, 2);
+  sf_release(s);
+  CHECK_INT(x->hdr.rc, 1);
+  sf_release(parts);
+  /* The interned descriptor is built once per element type. */
+  CU_ASSERT(sf__array_type(&sf_type_str) == sf__array_type(&sf_type_str));
+  const sf_type my_i64 = sf_type_i64; /* a compiler-emitted copy */
+  CU_ASSERT(sf__array_type(&my_i64) == sf__array_type(&sf_type_i64));
+}
+
+static void test_index_fail(void) {
+  EXPECT_ERROR(sf_index_fail(5, 3, &LOC),
+               "m.sflow:9:2: runtime error: index 5 out of bounds for length 3");
+  EXPECT_ERROR(sf_index_fail(-1, 0, &LOC),
+               "m.sflow:9:2: runtime error: index -1 out of bounds for length 0");
+  sf_array_host(NULL);
+}
+
+int main(int argc, char **argv) {
+  static const rt_test tests[] = {
+      {"refcount", test_refcount},
+      {"nested_release", test_nested_release},
+      {"struct_values", test_struct_values},
+      {"dtor_hooks", test_dtor_hooks},
+      {"atomic_counts", test_atomic_counts},
+      {"array_new", test_array_new},
+      {"split", test_split},
+      {"index_fail", test_index_fail},
+      {NULL, NULL},
+  };
+  return rt_run("rt_mem", tests, argc, argv);
+}
