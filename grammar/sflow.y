@@ -133,7 +133,7 @@ static void yyerror(Loc *loc, ParseCtx *ctx, const char *msg) {
 %type <node> field_init
 %type <nodes> stmt_lines stmt_seq args args_opt elems field_inits
 %type <decl> item item_core param member member_core field_decl fn_like
-%type <decls> items params params_opt members field_decls
+%type <decls> items params params_opt members member_seq field_decls
 %type <texpr> type ret_opt type_ann_opt generic_open
 %type <annot> annot annots annots_opt
 %type <tok> dotted
@@ -201,7 +201,7 @@ item_core
       { $$ = decl_new(D_STRUCT, @$); $$->name = $2.text; $$->name_loc = @2; $$->fields = $4.head; $$->end_loc = @5;
         for (Decl *f = $$->fields; f; f = f->next) f->parent = $$; }
   | fn_like
-  | TOK_ACTOR TOK_IDENT '{' members '}'
+  | TOK_ACTOR TOK_IDENT '{' member_seq '}'
       { $$ = decl_new(D_ACTOR, @$); $$->name = $2.text; $$->name_loc = @2; $$->end_loc = @5;
         DeclList fields = {0}, methods = {0};
         for (Decl *m = $4.head, *next; m; m = next) {
@@ -297,6 +297,12 @@ members
   | members member TOK_NEWLINE { $$ = $1; dl_add(&$$, $2); }
   | members member ';'    { $$ = $1; dl_add(&$$, $2); }
   | members error TOK_NEWLINE { $$ = $1; yyerrok; }
+  ;
+
+/* member_seq: members [member] — the last member may end at the '}' */
+member_seq
+  : members               { $$ = $1; }
+  | members member        { $$ = $1; dl_add(&$$, $2); }
   ;
 
 member
