@@ -224,6 +224,12 @@ static const char *decl_what(Decl *d) {
   return "item";
 }
 
+/* decl_what with its article: "an actor", "a task". */
+static const char *a_what(Decl *d) {
+  const char *w = decl_what(d);
+  return arena_printf("%s %s", strchr("aeiou", w[0]) ? "an" : "a", w);
+}
+
 /* ---------------------------------------------------------------- types */
 
 static Module *module_by_alias(Module *from, const char *alias);
@@ -282,7 +288,7 @@ static Type *resolve_texpr(TypeExpr *t) {
   if (d && d->kind == D_ACTOR)
     return ty_actor(d);
   if (d)
-    return err_at(t->loc, "'%s' is a %s, not a type", t->name, decl_what(d));
+    return err_at(t->loc, "'%s' is %s, not a type", t->name, a_what(d));
   const char *cands[64];
   int n = 0;
   for (int i = 0; i < sflow_ntype_names && n < 64; i++)
@@ -316,6 +322,16 @@ static void settle(Node *e, Type *t) {
       diag_error(e->loc, "integer literal %lld does not fit in %s", (long long)e->ival, ty_str(t));
     break;
   case N_UNARY:
+    /* A negated literal is checked as the negative value, so that
+     * -2147483648 fits in i32 like -9223372036854775808 fits in i64. */
+    if (e->op == '-' && e->lhs->kind == N_INT && e->lhs->ty && ty_is_untyped(e->lhs->ty) &&
+        ty_is_int(t)) {
+      int64_t v = e->lhs->ival;
+      e->lhs->ty = t;
+      if (!int_fits(v == INT64_MIN ? v : -v, t->kind))
+        diag_error(e->loc, "integer literal -%lld does not fit in %s", (long long)e->lhs->ival, ty_str(t));
+      break;
+    }
     settle(e->lhs, t);
     break;
   case N_BINARY:
@@ -556,7 +572,7 @@ static void check_annot(Decl *d, Annot *a) {
     return;
   }
   if (!(info->where & BIT(d->kind))) {
-    diag_error(a->loc, "@%s is not allowed on a %s (only on %s)", a->name, decl_what(d), info->where_text);
+    diag_error(a->loc, "@%s is not allowed on %s (only on %s)", a->name, a_what(d), info->where_text);
     return;
   }
   for (Annot *b = d->annots; b != a; b = b->next)
@@ -1159,7 +1175,7 @@ static Type *check_call(Node *call) {
     case D_WORKFLOW:
       return err_at(call->loc, "the workflow '%s' cannot be called", name);
     default:
-      return err_at(call->loc, "'%s' is a %s, not a function", name, decl_what(d));
+      return err_at(call->loc, "'%s' is %s, not a function", name, a_what(d));
     }
   }
   if (c->kind == N_FIELD) {
@@ -1338,7 +1354,7 @@ static Type *check_name(Node *e) {
     case D_IMPORT:
       return T_MODULE;
     default:
-      return err_at(e->loc, "'%s' is a %s, not a value", e->name, decl_what(d));
+      return err_at(e->loc, "'%s' is %s, not a value", e->name, a_what(d));
     }
   }
   if (builtin_of(e->name) != B_NONE)
@@ -1472,7 +1488,7 @@ static Type *check_struct_lit(Node *e) {
   Decl *d = lookup_item(m, e->name);
   if (!d || d->kind != D_STRUCT) {
     if (d)
-      return err_at(e->name_loc, "'%s' is a %s, not a struct", e->name, decl_what(d));
+      return err_at(e->name_loc, "'%s' is %s, not a struct", e->name, a_what(d));
     undefined_name(e->name_loc, e->name, "struct");
     return T_ERR;
   }
@@ -1540,7 +1556,7 @@ static Type *check_spawn(Node *e) {
     d = m ? lookup_item(m, c->name) : NULL;
   }
   if (!d || d->kind != D_ACTOR) {
-    diag_error(c->loc, "spawn needs an actor, found %s", d ? decl_what(d) : "an expression");
+    diag_error(c->loc, "spawn needs an actor, found %s", d ? a_what(d) : "an expression");
     return T_ERR;
   }
   call->decl = d;
@@ -1582,7 +1598,7 @@ static Type *check_launch(Node *e) {
   Decl *d = lookup_item(S.mod, e->name);
   if (!d || d->kind != D_KERNEL) {
     if (d)
-      diag_error(e->name_loc, "launch needs a kernel, but '%s' is a %s", e->name, decl_what(d));
+      diag_error(e->name_loc, "launch needs a kernel, but '%s' is %s", e->name, a_what(d));
     else
       undefined_name(e->name_loc, e->name, "kernel");
     for (Node *a = e->args; a; a = a->next)
@@ -2184,7 +2200,7 @@ static void check_module(Module *m) {
     if (d->kind != D_IMPORT && d->kind != D_CONST)
       check_annots(d);
     else if (d->annots)
-      diag_error(d->annots->loc, "annotations are not allowed on a %s", decl_what(d));
+      diag_error(d->annots->loc, "annotations are not allowed on %s", a_what(d));
   }
   for (Decl *d = m->decls; d; d = d->next)
     if (d->kind == D_FN && symtab_get(m->symtab, d->name) == d)
