@@ -182,6 +182,88 @@ void sf_append_file(sf_str *path, sf_str *text, const sf_loc *loc);
 bool sf_file_exists(sf_str *path);
 sf_array *sf_read_lines(sf_str *path, const sf_loc *loc); /* str[] */
 
+/* ------------------------------------- tasks, actors, futures (task.c) */
+
+/* Generated code never sees the layout of these objects; it talks to the
+ * scheduler only through the descriptors and calls below, so the simple
+ * synchronous implementation in task.c can become a thread-pool scheduler
+ * (and later a distributed one) without changing what the compiler emits.
+ *
+ * Argument blocks: the caller fills a struct laid out as described by
+ * `args` (one field per parameter, in order) with OWNED values and hands
+ * it over; the runtime copies the bytes if it needs them later and
+ * releases the references when the call is done.  Results are written by
+ * the thunk into a buffer of result->size bytes as owned values and moved
+ * into the future.  A NULL result descriptor means "no result" (void). */
+typedef struct sf_future sf_future;
+typedef struct sf_actor sf_actor;
+typedef struct sf_group sf_group;
+
+typedef struct sf_task_desc {
+  const char *name;                          /* "score", "util.score" */
+  void (*thunk)(void *args, void *result);   /* unpacks args, runs the task */
+  const sf_type *args;                       /* SF_STRUCT of the parameters */
+  const sf_type *result;                     /* NULL for no result */
+  int32_t retry;                             /* @retry(n) */
+  int32_t reserved;
+  double cpus, gpus, timeout;                /* @cpus @gpus @timeout (0: unset) */
+} sf_task_desc;
+
+typedef struct sf_method_desc {
+  const char *name;                                      /* "Counter.add" */
+  void (*thunk)(void *state, void *args, void *result);
+  const sf_type *args;
+  const sf_type *result;                                 /* NULL for no result */
+} sf_method_desc;
+
+typedef struct sf_actor_desc {
+  const char *name;                        /* "Counter" */
+  const sf_type *state;                    /* SF_STRUCT of the fields */
+  const sf_method_desc *init;              /* field initialisers + init body */
+  int32_t restarts, checkpoint_every, replicas, reserved;
+  double cpus, gpus;
+} sf_actor_desc;
+
+/* A future that already holds its value: the t->size bytes at value are
+ * moved in (their references now belong to the future).  Owned. */
+sf_future *sf_future_done(const sf_type *t, void *value);
+/* await: waits, then copies the value into out (t->size bytes), retaining
+ * its references, so *out is owned by the caller.  A failed task is a
+ * runtime error at loc naming the task. */
+void sf_future_get(sf_future *f, void *out, const sf_loc *loc);
+/* await on future<T>[]: the values in order, as a new T[] (owned). */
+sf_array *sf_future_get_all(sf_array *futures, const sf_type *t, const sf_loc *loc);
+
+/* Calling a task: args is moved in (see above).  Returns an owned future. */
+sf_future *sf_task_call(const sf_task_desc *d, void *args, const sf_loc *loc);
+
+/* spawn A(args) and spawn A(args) * n: runs the field initialisers and init
+ * (d->init) on each new actor; args is moved in.  Owned handle/group. */
+sf_actor *sf_actor_spawn(const sf_actor_desc *d, void *args, const sf_loc *loc);
+sf_group *sf_group_spawn(const sf_actor_desc *d, int64_t n, void *args, const sf_loc *loc);
+
+/* h.m(args), g.all.m(args), g.any.m(args), g[i].m(args); args moved in.
+ * call_all's future holds an array of the results in member order (no
+ * value when the method has no result). */
+sf_future *sf_actor_call(sf_actor *a, const sf_method_desc *m, void *args, const sf_loc *loc);
+sf_future *sf_group_call_all(sf_group *g, const sf_method_desc *m, void *args,
+                             const sf_loc *loc);
+sf_future *sf_group_call_any(sf_group *g, const sf_method_desc *m, void *args,
+                             const sf_loc *loc);
+sf_future *sf_group_call_one(sf_group *g, int64_t i, const sf_method_desc *m, void *args,
+                             const sf_loc *loc);
+
+/* Inside an actor's methods: its rank and the size of its group (0 and 1
+ * for an actor spawned alone, and outside actors). */
+int64_t sf_group_rank(void);
+int64_t sf_group_size(void);
+/* Collectives over the current actor's group. */
+void sf_allreduce_sum(sf_array *a, const sf_loc *loc);
+void sf_allreduce_mean(sf_array *a, const sf_loc *loc);
+void sf_broadcast(sf_array *a, int64_t root, const sf_loc *loc);
+sf_array *sf_allgather(sf_array *a, const sf_loc *loc); /* owned */
+void sf_barrier(const sf_loc *loc);
+
 /* -------------------------------------------------------- the program */
 
 /* One slot per workflow parameter, in declaration order. */
