@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""Numeric programs in sflow and the same in C (cc -O2), timed side by side.
+
+For each program: compile both (compile times reported too), run each
+3 times, keep the best wall time, check that both print the same result,
+and print sflow/C.  Usage: run.py [--sflowc build/bin/sflowc] [--quick]
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+PROGRAMS = ["fib", "loops", "saxpy", "mandel", "sieve", "dot"]
+
+
+def timed(cmd):
+    t = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    dt = time.perf_counter() - t
+    if p.returncode != 0:
+        sys.exit("failed: %s\n%s" % (" ".join(cmd), p.stderr))
+    return dt, p.stdout.strip()
+
+
+def same(a, b):
+    try:
+        return float(a) == float(b)
+    except ValueError:
+        return a == b
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sflowc", default=os.path.join(ROOT, "build/bin/sflowc"))
+    ap.add_argument("--runs", type=int, default=3)
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp()
+    rows = []
+    print("%-8s %10s %10s %8s %12s %12s  %s" % ("program", "sflow s", "C -O2 s", "ratio",
+                                              "sflowc -O2 s", "cc -O2 s", "result"))
+    for name in PROGRAMS:
+        sf_exe, c_exe = os.path.join(tmp, name + "_sf"), os.path.join(tmp, name + "_c")
+        sf_ct, _ = timed([args.sflowc, "-O2", os.path.join(HERE, name + ".sflow"), "-o", sf_exe])
+        c_ct, _ = timed(["cc", "-O2", os.path.join(HERE, name + ".c"), "-o", c_exe])
+        sf_best = c_best = float("inf")
+        sf_out = c_out = None
+        for _ in range(args.runs):
+            dt, sf_out = timed([sf_exe])
+            sf_best = min(sf_best, dt)
+            dt, c_out = timed([c_exe])
+            c_best = min(c_best, dt)
+        ok = same(sf_out, c_out)
+        ratio = sf_best / c_best
+        rows.append((name, ratio, ok))
+        print("%-8s %10.3f %10.3f %7.2fx %12.3f %12.3f  %s" % (name, sf_best, c_best, ratio, sf_ct, c_ct,
+              "same (%s)" % sf_out if ok else "DIFFERENT: sflow %s, C %s" % (sf_out, c_out)))
+    geo = 1.0
+    for _, r, _ in rows:
+        geo *= r
+    geo **= 1.0 / len(rows)
+    print("geometric mean sflow/C: %.2fx; worst: %.2fx" % (geo, max(r for _, r, _ in rows)))
+    if not all(ok for *_, ok in rows):
+        sys.exit("results differ")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# `make bench`: every benchmark, each printing its figures beside a peer's.
+set -euo pipefail
+build=${1:-build}
+cd "$(dirname "$0")/.."
+echo "== numeric programs: sflow vs C (cc -O2)"
+python3 bench/numeric/run.py --sflowc "$build/bin/sflowc"
+if [ -x bench/frontend.sh ] || [ -f bench/frontend.sh ]; then
+  echo "== front end: sflowc --check vs cc -fsyntax-only"
+  bash bench/frontend.sh "$build"
+fi
