@@ -195,41 +195,49 @@ void diag_note(Loc loc, const char *fmt, ...) {
 
 /* ------------------------------------------------------- did you mean */
 
-/* Levenshtein distance, giving up (returning limit+1) once every cell of a
- * row exceeds limit. */
+/* Edit distance counting a swap of two neighbours as one edit (optimal
+ * string alignment), since "lables" for "labels" is the commonest typo;
+ * gives up (returning limit+1) once every cell of a row exceeds limit. */
 int edit_distance(const char *a, const char *b, int limit) {
   int la = (int)strlen(a), lb = (int)strlen(b);
   if (abs(la - lb) > limit)
     return limit + 1;
   if (lb > 256)
     return limit + 1;
-  int row[258];
+  int rows[3][258];
+  int *pp = rows[0], *prev = rows[1], *row = rows[2];
   for (int j = 0; j <= lb; j++)
-    row[j] = j;
+    prev[j] = j;
   for (int i = 1; i <= la; i++) {
-    int prev = row[0], best;
-    row[0] = best = i;
+    int best = row[0] = i;
     for (int j = 1; j <= lb; j++) {
-      int cur = row[j];
       int cost = a[i - 1] == b[j - 1] ? 0 : 1;
-      int v = prev + cost;
-      if (row[j] + 1 < v)
-        v = row[j] + 1;
+      int v = prev[j - 1] + cost;
+      if (prev[j] + 1 < v)
+        v = prev[j] + 1;
       if (row[j - 1] + 1 < v)
         v = row[j - 1] + 1;
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && pp[j - 2] + 1 < v)
+        v = pp[j - 2] + 1;
       row[j] = v;
-      prev = cur;
       if (v < best)
         best = v;
     }
     if (best > limit)
       return limit + 1;
+    int *t = pp;
+    pp = prev;
+    prev = row;
+    row = t;
   }
-  return row[lb];
+  return prev[lb];
 }
 
 const char *suggest(const char *name, const char *const *cands, int n) {
   int limit = ((int)strlen(name) + 2) / 3;
+  /* Replacing every letter is no suggestion: 'i' is not a typo of 'f'. */
+  if (limit >= (int)strlen(name))
+    limit = (int)strlen(name) - 1;
   const char *best = NULL;
   int bestd = limit + 1;
   for (int i = 0; i < n; i++) {
