@@ -326,6 +326,11 @@ member_core
           if (!strcmp($1.text, "def") || !strcmp($1.text, "func") || !strcmp($1.text, "method"))
             diag_note(@1, "methods are declared with 'fn'");
         } }
+  | TOK_IDENT TOK_IDENT '(' params_opt ')' ret_opt block
+      { /* 'def m()' or 'func m()': a method written in another language */
+        $$ = decl_new(D_METHOD, @$); $$->name = $2.text; $$->name_loc = @2; $$->params = $4.head; $$->ret = $6; $$->body = $7;
+        diag_error(@1, "expected 'fn', 'var', 'let' or 'init' in actor body, found identifier '%s'", $1.text);
+        diag_note(@1, "methods are declared with 'fn'"); }
   | TOK_FN TOK_IDENT '(' params_opt ')' ret_opt block
       { $$ = decl_new(D_METHOD, @$); $$->name = $2.text; $$->name_loc = @2; $$->params = $4.head; $$->ret = $6; $$->body = $7; }
   ;
