@@ -491,8 +491,11 @@ static void register_items(Module *m) {
       continue;
     }
     if (old) {
-      diag_error(d->name_loc, "'%s' is already defined", d->name);
-      diag_note(old->name_loc, "the first definition of '%s' is here", d->name);
+      /* A second workflow is reported once, as "more than one workflow". */
+      if (old->kind != D_WORKFLOW || d->kind != D_WORKFLOW) {
+        diag_error(d->name_loc, "'%s' is already defined", d->name);
+        diag_note(old->name_loc, "the first definition of '%s' is here", d->name);
+      }
       continue;
     }
     symtab_put(t, d->name, d);
@@ -522,6 +525,8 @@ static const AnnotInfo annot_table[] = {
 /* The numeric value of a constant annotation argument, or NAN. */
 static double const_number(Node *e, bool *is_int) {
   *is_int = false;
+  if (e->kind == N_UNARY && e->op == '-') /* so @retry(-1) says "at least 0" */
+    return -const_number(e->lhs, is_int);
   if (e->kind == N_INT) {
     *is_int = true;
     return (double)e->ival;
@@ -600,6 +605,11 @@ static void check_annot(Decl *d, Annot *a) {
         diag_error(x->name_loc, "@checkpoint has no argument '%s' (expected 'every' or 'keep')", n);
       }
     }
+    bool every = false;
+    for (Node *x = a->args; x; x = x->next)
+      every |= !x->argname || !strcmp(x->argname, "every");
+    if (!every)
+      diag_error(a->loc, "@checkpoint needs 'every = k', as in @checkpoint(every = 10)");
     return;
   }
   if (nargs != 1) {
@@ -1310,7 +1320,9 @@ static Type *check_binary(Node *e) {
   if (!ty_is_numeric(ta) || !ty_is_numeric(tb)) {
     if ((op == TOK_EQ || op == TOK_NE) && ta == tb && (ta->kind == TY_ACTOR))
       return T_BOOL;
-    diag_error(e->loc, "operator %s cannot be applied to %s and %s", op_name(op), ty_str(ta), ty_str(tb));
+    bool fut = ta->kind == TY_FUTURE || tb->kind == TY_FUTURE;
+    diag_error(e->loc, "operator %s cannot be applied to %s and %s%s", op_name(op), ty_str(ta), ty_str(tb),
+               fut ? "; use 'await' to get the value" : "");
     return T_ERR;
   }
   Type *t = unify_numeric(e->lhs, e->rhs, arena_printf("operator %s", op_name(op)), e->loc);
@@ -1959,8 +1971,10 @@ static void resolve_signature(Decl *d) {
     break;
   }
   if (d->kind == D_KERNEL) {
-    if (d->ret)
+    if (d->ret) {
       diag_error(d->ret->loc, "a kernel returns nothing; write results into an array parameter");
+      d->ret_type = T_VOID; /* no follow-on "must return a value" */
+    }
     for (Decl *p = d->params; p; p = p->next) {
       Type *t = p->type;
       bool ok = is_err(t) || ty_is_numeric(t) || t->kind == TY_BOOL ||
@@ -2053,8 +2067,11 @@ static void begin_body(Decl *fn, Decl *actor, Type *ret) {
       f->var = declare_var(f->name, f->type, f->name_loc, f->mutable, V_FIELD), f->var->decl = f;
   scope_push();
   for (Decl *p = fn->params; p; p = p->next) {
-    p->var = declare_var(p->name, p->type, p->name_loc, false, V_PARAM);
-    p->var->decl = p;
+    /* A repeated parameter was reported by resolve_params already. */
+    Var *dup = scope_find_here(S.scope, p->name);
+    p->var = dup ? dup : declare_var(p->name, p->type, p->name_loc, false, V_PARAM);
+    if (!dup)
+      p->var->decl = p;
   }
 }
 
@@ -2189,12 +2206,15 @@ static void check_module(Module *m) {
         }
     }
   }
+  /* Signatures before constants, so that 'const N: i64 = f()' sees f's
+   * result type and reports only that a call is not constant. */
+  for (Decl *d = m->decls; d; d = d->next)
+    resolve_signature(d);
   for (Decl *d = m->decls; d; d = d->next)
     if (d->kind == D_CONST)
       check_const(d);
   for (Decl *d = m->decls; d; d = d->next) {
     mangle(d);
-    resolve_signature(d);
     if (d->kind == D_ACTOR)
       check_actor(d);
     if (d->kind != D_IMPORT && d->kind != D_CONST)
