@@ -352,6 +352,7 @@ static void scan_all(Lexer *L) {
     return;
   }
   sflow_raw__scan_bytes(L->src->text, (int)L->src->len, sc);
+  Loc comment_at = here(L, 0, 2);
   for (;;) {
     extra.pos = L->off;
     int k = sflow_raw_lex(sc);
@@ -362,18 +363,17 @@ static void scan_all(Lexer *L) {
       break;
     Token t = {.kind = k, .loc = loc};
     switch (k) {
-    case RAW_SKIP:
-      break;
     case RAW_COMMENT_NL:
       t.kind = TOK_NEWLINE;
       push(L, t);
       break;
-    case RAW_UNTERMINATED_COMMENT: {
-      Source *s = L->src;
-      (void)s;
-      diag_error(loc, "unterminated block comment");
+    case RAW_SKIP:
+      if (len == 2 && text[0] == '/' && text[1] == '*')
+        comment_at = loc; /* only a block comment opener is lexed as those 2 bytes */
       break;
-    }
+    case RAW_UNTERMINATED_COMMENT:
+      diag_error(comment_at, "unterminated block comment");
+      break;
     case RAW_UNTERMINATED_STRING:
       loc.len = 1;
       diag_error(loc, "unterminated string literal");
