@@ -1372,6 +1372,16 @@ static Val await_expr(Node *n) {
   LLVMValueRef L = loc_const(n->loc), r = NULL;
   if (n->lhs->ty->kind == TY_ARRAY) {
     r = RT("sf_future_get_all", "pppp", f.v, desc_arg(n->ty->elem), L);
+  } else if (n->ty->kind == TY_ARRAY && n->ty->elem->kind == TY_VOID) {
+    /* g.all.m() of a void method: sema types it future<void[]>; there are
+     * no values to collect, so wait and give an empty array. */
+    RT("sf_future_get", "vppp", f.v, LLVMConstNull(G.P), L);
+    LLVMValueRef vd = LLVMGetNamedGlobal(G.mod, "sflow.type.void");
+    if (!vd) {
+      vd = new_desc_global("sflow.type.void");
+      set_desc(vd, K_VOID, 0, 1, 0, NULL, NULL, "void");
+    }
+    r = RT("sf_array_new", "pplp", vd, ci64(0), L);
   } else if (n->ty->kind == TY_VOID) {
     RT("sf_future_get", "vppp", f.v, LLVMConstNull(G.P), L);
   } else {
