@@ -352,6 +352,7 @@ static void scan_all(Lexer *L) {
     return;
   }
   sflow_raw__scan_bytes(L->src->text, (int)L->src->len, sc);
+  long bad_char_end = 0; /* end of a multi-byte character already reported */
   Loc comment_at = here(L, 0, 2);
   for (;;) {
     extra.pos = L->off;
@@ -374,19 +375,32 @@ static void scan_all(Lexer *L) {
     case RAW_UNTERMINATED_COMMENT:
       diag_error(comment_at, "unterminated block comment");
       break;
+    /* A bad literal still becomes a token (an empty string, the number 0)
+     * so that the parser does not add "expected expression" to the error. */
     case RAW_UNTERMINATED_STRING:
       loc.len = 1;
       diag_error(loc, "unterminated string literal");
+      push(L, (Token){.kind = TOK_STRING, .loc = t.loc, .text = "\"...\"", .sval = ""});
       break;
     case RAW_BAD_NUMBER:
       diag_error(loc, "invalid suffix on number literal");
+      t.kind = TOK_INT;
+      t.text = arena_strndup(text, (size_t)(len < 64 ? len : 64));
+      push(L, t);
       break;
     case RAW_BAD_BYTE: {
       unsigned char c = (unsigned char)text[0];
+      int n = c >= 0x80 ? utf8_len((const unsigned char *)L->src->text + L->off, L->src->len - (size_t)L->off) : 1;
       loc.len = 1;
+      if (L->off < bad_char_end)
+        break; /* a later byte of a character reported as a whole */
       if (c == 0)
         diag_error(loc, "unexpected NUL byte in source");
-      else if (c >= 0x80)
+      else if (n > 1) {
+        bad_char_end = L->off + n;
+        diag_error(loc, "unexpected character '%.*s' (non-ASCII characters are allowed only in strings and comments)",
+                   n, L->src->text + L->off);
+      } else if (c >= 0x80)
         diag_error(loc, "unexpected byte 0x%02X (non-ASCII characters are allowed only in strings and comments)", c);
       else if (c < 0x20 || c == 0x7f)
         diag_error(loc, "unexpected control character 0x%02X", c);
@@ -398,13 +412,15 @@ static void scan_all(Lexer *L) {
     case TOK_INT:
       t.kind = TOK_INT;
       t.text = arena_strndup(text, (size_t)(len < 64 ? len : 64));
-      if (decode_int(text, len, k == RAW_HEX, loc, &t.ival))
-        push(L, t);
+      if (!decode_int(text, len, k == RAW_HEX, loc, &t.ival))
+        t.ival = 0;
+      push(L, t);
       break;
     case TOK_FLOAT:
       t.text = arena_strndup(text, (size_t)(len < 64 ? len : 64));
-      if (decode_float(text, len, loc, &t.fval))
-        push(L, t);
+      if (!decode_float(text, len, loc, &t.fval))
+        t.fval = 0;
+      push(L, t);
       break;
     case TOK_STRING:
       t.text = "\"...\"";
