@@ -56,6 +56,15 @@ static const char *level_color(DiagLevel l) {
   return l == DIAG_ERROR ? "\033[1;31m" : l == DIAG_WARNING ? "\033[1;35m" : "\033[1;36m";
 }
 
+/* Length of the well-formed UTF-8 sequence of 2 to 4 bytes at p, or 0. */
+static int utf8_seq(const unsigned char *p) {
+  int n = (p[0] & 0xE0) == 0xC0 ? 2 : (p[0] & 0xF0) == 0xE0 ? 3 : (p[0] & 0xF8) == 0xF0 ? 4 : 0;
+  for (int i = 1; i < n; i++)
+    if ((p[i] & 0xC0) != 0x80)
+      return 0;
+  return p[0] < 0xC2 ? 0 : n;
+}
+
 static void json_str(FILE *f, const char *s) {
   fputc('"', f);
   for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
@@ -63,8 +72,12 @@ static void json_str(FILE *f, const char *s) {
       fprintf(f, "\\%c", *p);
     else if (*p == '\n')
       fputs("\\n", f);
-    else if (*p < 0x20 || *p >= 0x7f)
-      fprintf(f, "\\u%04x", *p); /* bytes, not code points: always valid JSON */
+    else if (*p >= 0x80 && utf8_seq(p)) {
+      /* UTF-8 passes through: '\u00c2\u00b5' would read back as "Âµ", not "µ". */
+      fwrite(p, 1, (size_t)utf8_seq(p), f);
+      p += utf8_seq(p) - 1;
+    } else if (*p < 0x20 || *p >= 0x7f)
+      fprintf(f, "\\u%04x", *p); /* a stray byte, not a code point: still valid JSON */
     else
       fputc(*p, f);
   }
