@@ -561,10 +561,19 @@ static int yyreport_syntax_error(const yypcontext_t *pctx, ParseCtx *ctx) {
   Loc loc = *yypcontext_location(pctx);
   const char *found = describe(ctx, at);
   bool want_expr = false;
+  /* "expected expression" only where any expression may come: where just
+   * a name may ('let = 1', 'fn while'), the expected tokens are listed. */
   for (int i = 0; i < n; i++)
-    if (starts_expr(expected[i]))
+    if (starts_expr(expected[i]) && expected[i] != YYSYMBOL_TOK_IDENT)
       want_expr = true;
   int kind = ctx->toks[at].kind;
+  /* The terminator the lexer adds at the end of the file is the end of
+   * the file to the user (and the unclosed-bracket note applies). */
+  if (kind == TOK_NEWLINE && ctx->toks[at].loc.len == 0 && ctx->toks[at + 1].kind == 0) {
+    kind = 0;
+    found = "end of file";
+    at++;
+  }
   /* A newline ends the statement too early: point just past the last
    * token of the line, which is where users look. */
   if (kind == TOK_NEWLINE || kind == 0) {
