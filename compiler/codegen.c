@@ -1501,7 +1501,10 @@ static Val comprehension(Node *n) {
     LLVMValueRef d = LLVMBuildSub(G.b, to_i64(n->rhs->lhs->ty, hi), to_i64(n->rhs->lhs->ty, lo), "");
     len = LLVMBuildSelect(G.b, LLVMBuildICmp(G.b, LLVMIntSLT, d, ci64(0), ""), ci64(0), d, "");
   } else {
+    /* Held (+1) for the loop, as in for_array: the element expression may
+     * call a method that reassigns the variable the source came from. */
     src = expr(n->rhs);
+    src = mkval(own(n->rhs->ty, src), true);
     c.src = src.v;
     len = arr_len(src.v);
   }
