@@ -138,6 +138,12 @@ static void tail(Buf *b, Node *n) {
 }
 
 static void dump_node(Buf *b, Node *n, int d) {
+  /* --emit=parse runs before sema's depth check: cut very deep trees
+   * (a 100k-term `1 + 1 + ...`) instead of overflowing the stack. */
+  if (d > 1000) {
+    buf_printf(b, "%*s...\n", 2 * d, "");
+    return;
+  }
   switch (n->kind) {
   case N_INT:
     head(b, n, d, "Int");

@@ -78,6 +78,8 @@ struct Scope {
   Var **vars;
   int n, cap;
   int depth;
+  Var **tab; /* name -> latest Var, built once a scope holds many names */
+  int tabcap;
 };
 
 typedef struct {
@@ -105,7 +107,39 @@ static void scope_push(void) {
 
 static void scope_pop(void) { S.scope = S.scope->up; }
 
+/* Scopes start as a short list; past SCOPE_LIST_MAX names they also get a
+ * hash index, so a block of 100k lets or a function of 50k parameters is
+ * checked in linear time. */
+#define SCOPE_LIST_MAX 16
+
+static void scope_index_put(Scope *s, Var *v) {
+  unsigned i = hash_str(v->name) & (unsigned)(s->tabcap - 1);
+  while (s->tab[i] && strcmp(s->tab[i]->name, v->name) != 0)
+    i = (i + 1) & (unsigned)(s->tabcap - 1);
+  s->tab[i] = v; /* a redeclaration (an error) replaces the older one */
+}
+
+static void scope_index(Scope *s, Var *v) {
+  if (s->n <= SCOPE_LIST_MAX)
+    return;
+  if (s->n * 2 > s->tabcap) {
+    s->tabcap = s->tabcap ? s->tabcap * 2 : 4 * SCOPE_LIST_MAX;
+    s->tab = arena_alloc(sizeof(Var *) * (size_t)s->tabcap);
+    for (int i = 0; i < s->n; i++)
+      scope_index_put(s, s->vars[i]);
+  } else {
+    scope_index_put(s, v);
+  }
+}
+
 static Var *scope_find_here(Scope *s, const char *name) {
+  if (s->tab) {
+    unsigned i = hash_str(name) & (unsigned)(s->tabcap - 1);
+    for (; s->tab[i]; i = (i + 1) & (unsigned)(s->tabcap - 1))
+      if (!strcmp(s->tab[i]->name, name))
+        return s->tab[i];
+    return NULL;
+  }
   for (int i = s->n - 1; i >= 0; i--)
     if (!strcmp(s->vars[i]->name, name))
       return s->vars[i];
@@ -144,6 +178,7 @@ static Var *declare_var(const char *name, Type *ty, Loc loc, bool mutable, VarKi
     s->cap = cap;
   }
   s->vars[s->n++] = v;
+  scope_index(s, v);
   return v;
 }
 
@@ -1686,10 +1721,26 @@ static Type *check_expr_inner(Node *e, Type *want) {
   }
 }
 
+/* Expressions deeper than this are refused, so a 100k-term chain like
+ * `1 + 1 + ...` or `a.b.b...` (no brackets, so the lexer's nesting limit
+ * does not apply) gives a diagnostic instead of overflowing the stack. */
+#define SEMA_MAX_EXPR_DEPTH 2000
+static int expr_depth;
+static bool expr_depth_reported;
+
 static Type *check_expr(Node *e, Type *want) {
   if (e->ty && !ty_is_untyped(e->ty))
     return e->ty; /* already checked (overload resolution checks twice) */
+  if (expr_depth >= SEMA_MAX_EXPR_DEPTH) {
+    if (!expr_depth_reported)
+      diag_error(e->loc, "expression is nested too deeply (more than %d levels)", SEMA_MAX_EXPR_DEPTH);
+    expr_depth_reported = true;
+    return e->ty = T_ERR;
+  }
+  expr_depth++;
   Type *t = check_expr_inner(e, want);
+  if (--expr_depth == 0)
+    expr_depth_reported = false;
   e->ty = t ? t : T_ERR;
   if (e->ty == T_MODULE && e->kind != N_NAME)
     e->ty = T_ERR;
@@ -1943,15 +1994,27 @@ static bool terminates(Node *s) {
 
 /* ---------------------------------------------------------------- items */
 
+/* The earlier Decl of d's name in a list being walked, through a table so
+ * that a list of 50k parameters or fields is checked in linear time. */
+static Decl *seen_before(SymTab *seen, Decl *d) {
+  if (!d->name)
+    return NULL;
+  Decl *old = symtab_get(seen, d->name);
+  if (!old)
+    symtab_put(seen, d->name, d);
+  return old;
+}
+
 static void resolve_params(Decl *fn) {
   int i = 0;
+  SymTab seen = {0};
   for (Decl *p = fn->params; p; p = p->next, i++) {
     p->index = i;
-    for (Decl *q = fn->params; q != p; q = q->next)
-      if (!strcmp(q->name, p->name)) {
-        diag_error(p->name_loc, "parameter '%s' is declared twice", p->name);
-        diag_note(q->name_loc, "first declared here");
-      }
+    Decl *q = seen_before(&seen, p);
+    if (q) {
+      diag_error(p->name_loc, "parameter '%s' is declared twice", p->name);
+      diag_note(q->name_loc, "first declared here");
+    }
     p->type = resolve_texpr(p->texpr);
     if (!is_err(p->type) && p->type->kind == TY_VOID)
       diag_error(p->texpr->loc, "a parameter cannot have type void");
@@ -1992,13 +2055,14 @@ static void resolve_signature(Decl *d) {
 
 static void check_struct_fields(Decl *d) {
   int i = 0;
+  SymTab seen = {0};
   for (Decl *f = d->fields; f; f = f->next, i++) {
     f->index = i;
-    for (Decl *g = d->fields; g != f; g = g->next)
-      if (!strcmp(g->name, f->name)) {
-        diag_error(f->name_loc, "field '%s' is declared twice", f->name);
-        diag_note(g->name_loc, "first declared here");
-      }
+    Decl *g = seen_before(&seen, f);
+    if (g) {
+      diag_error(f->name_loc, "field '%s' is declared twice", f->name);
+      diag_note(g->name_loc, "first declared here");
+    }
     if (!f->texpr)
       continue; /* an actor field typed by its initial value */
     f->type = resolve_texpr(f->texpr);

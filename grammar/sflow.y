@@ -554,6 +554,10 @@ static int unclosed_opener(ParseCtx *ctx, int i) {
 }
 
 static int yyreport_syntax_error(const yypcontext_t *pctx, ParseCtx *ctx) {
+  /* Past the error limit nothing is shown, and unclosed_opener is linear:
+   * skip the work, or a file of a million bad tokens takes minutes. */
+  if (diag_too_many())
+    return 0;
   enum { MAX = 40 };
   yysymbol_kind_t expected[MAX];
   int n = yypcontext_expected_tokens(pctx, expected, MAX);
