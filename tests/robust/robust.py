@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""robust.py — adversarial inputs for the sflowc front end.
+
+Each case writes one hostile source file and runs `sflowc --check` on it
+with a 20 s limit.  The compiler must answer with a diagnostic (exit 1) or
+accept the file (exit 0): never crash (101 or a signal), never hang, never
+print nothing on exit 1.  With --valgrind the case also runs under
+valgrind, which must report no "definitely lost" bytes.
+
+usage: robust.py --sflowc PATH CASE [--valgrind]
+       robust.py --list
+"""
+import argparse
+import os
+import random
+import subprocess
+import sys
+import tempfile
+
+MB = 1 << 20
+
+
+def nested_parens():
+    n = 100_000
+    return b"workflow main() {\n  let x = " + b"(" * n + b"1" + b")" * n + b"\n  print(x)\n}\n"
+
+
+def deep_blocks():
+    n = 100_000
+    return b"workflow main() {\n" + b"if true {\n" * n + b"print(1)\n" + b"}\n" * n + b"}\n"
+
+
+def blocks_at_limit():
+    # Just under the bracket limit: every later pass recurses this deep.
+    n = 250
+    return (b"workflow main() {\n  var x = 0\n" + b"while x < 1 {\n" * n + b"x += 1\n" +
+            b"}\n" * n + b"}\n")
+
+
+def long_binary_chain():
+    # No brackets, but a left-leaning tree 100k levels deep.
+    return b"workflow main() {\n  let x = 1" + b" + 1" * 100_000 + b"\n  print(x)\n}\n"
+
+
+def long_unary_chain():
+    return b"workflow main() {\n  let x = " + b"-" * 100_000 + b"1\n  print(x)\n}\n"
+
+
+def long_not_chain():
+    return b"workflow main() {\n  let x = " + b"!" * 100_000 + b"true\n  print(x)\n}\n"
+
+
+def long_field_chain():
+    return b"workflow main() {\n  let x = a" + b".b" * 100_000 + b"\n}\n"
+
+
+def long_call_chain():
+    return b"workflow main() {\n  f" + b"()" * 100_000 + b"\n}\n"
+
+
+def huge_identifier():
+    return b"workflow main() {\n  let " + b"a" * (10 * MB) + b" = 1\n}\n"
+
+
+def huge_string():
+    return b'workflow main() {\n  let s = "' + b"x" * (10 * MB) + b'"\n  print(s)\n}\n'
+
+
+def huge_number():
+    return b"workflow main() {\n  let x = " + b"9" * (10 * MB) + b"\n}\n"
+
+
+def huge_comment_line():
+    return b"// " + b"c" * (10 * MB) + b"\nworkflow main() {\n  print(1)\n}\n"
+
+
+def nul_bytes():
+    return b"workflow\0 main() {\n  let s = \"a\0b\"\0\n\0\0\0 print(s)\n}\n" + b"\0" * 1000
+
+
+def invalid_utf8():
+    return (b"workflow main() {\n  let s = \"\xff\xfe\xc0\xaf\xed\xa0\x80\xf4\x90\x80\x80\"\n"
+            b"  let \xe2\x82 = 1\n  // \xff in a comment\n  print(s)\n}\n\xff\xfe\xfd")
+
+
+def random_bytes():
+    return random.Random(1).randbytes(10 * MB)
+
+
+def random_tokens():
+    # Valid tokens in a random order: the parser's error recovery at work.
+    toks = ["fn", "task", "actor", "workflow", "struct", "let", "var", "if", "else", "while",
+            "for", "in", "return", "await", "spawn", "launch", "import", "x", "y", "1", "2.5",
+            '"s"', "(", ")", "[", "]", "{", "}", ",", ".", ":", "=", "+", "*", "->", "..",
+            "@", "\n"]
+    r = random.Random(2)
+    return " ".join(r.choice(toks) for _ in range(1_000_000)).encode()
+
+
+def many_statements():
+    body = "".join(f"  x += {i % 10}\n" for i in range(100_000))
+    return f"workflow main() {{\n  var x = 0\n{body}  print(x)\n}}\n".encode()
+
+
+def many_statements_small():
+    body = "".join(f"  x += {i % 10}\n  y = y + f64(x) * 0.5\n" for i in range(5_000))
+    return f"workflow main() {{\n  var x = 0\n  var y = 0.0\n{body}  print(x, y)\n}}\n".encode()
+
+
+def many_errors():
+    return b"workflow main() {\n" + b"  let = = $\n" * 100_000 + b"}\n"
+
+
+def many_items():
+    fns = "".join(f"fn f{i}(a: i64) -> i64 {{ return a + {i} }}\n" for i in range(50_000))
+    return (fns + "workflow main() {\n  print(f49999(1))\n}\n").encode()
+
+
+def many_args():
+    args = ", ".join(str(i) for i in range(100_000))
+    return f"workflow main() {{\n  print({args})\n}}\n".encode()
+
+
+def many_array_elems():
+    elems = ", ".join(str(i) for i in range(200_000))
+    return f"workflow main() {{\n  let a = [{elems}]\n  print(len(a))\n}}\n".encode()
+
+
+def many_params():
+    params = ", ".join(f"p{i}: i64" for i in range(50_000))
+    return f"fn f({params}) {{ }}\nworkflow main() {{ }}\n".encode()
+
+
+def unterminated_everything():
+    return b'workflow main() {\n  let s = "abc\n  f(1, [2, {3\n  /* never closed'
+
+
+def empty():
+    return b""
+
+
+CASES = {f.__name__: f for f in [
+    nested_parens, deep_blocks, blocks_at_limit, long_binary_chain, long_unary_chain,
+    long_not_chain, long_field_chain, long_call_chain, huge_identifier, huge_string,
+    huge_number, huge_comment_line, nul_bytes, invalid_utf8, random_bytes, random_tokens,
+    many_statements, many_statements_small, many_errors, many_items, many_args,
+    many_array_elems, many_params, unterminated_everything, empty]}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sflowc")
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--valgrind", action="store_true")
+    ap.add_argument("--timeout", type=float, default=20)
+    ap.add_argument("case", nargs="?")
+    a = ap.parse_args()
+    if a.list:
+        print("\n".join(CASES))
+        return 0
+    if a.case not in CASES or not a.sflowc:
+        ap.error("need --sflowc and a CASE (see --list)")
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, a.case + ".sflow")
+        with open(path, "wb") as f:
+            f.write(CASES[a.case]())
+        cmd = [a.sflowc, "--check", path]
+        timeout = a.timeout
+        if a.valgrind:
+            cmd = ["valgrind", "--leak-check=full", "--errors-for-leak-kinds=definite",
+                   "--error-exitcode=99", "-q"] + cmd
+            timeout *= 6
+        try:
+            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               timeout=timeout)
+        except subprocess.TimeoutExpired:
+            print(f"FAIL {a.case}: no answer within {timeout:.0f} s")
+            return 1
+        err = p.stderr.decode(errors="replace")
+        head = err[:600] + ("..." if len(err) > 600 else "")
+        if p.returncode not in (0, 1):
+            print(f"FAIL {a.case}: exit code {p.returncode}\n{head}")
+            return 1
+        if p.returncode == 1 and "error" not in err:
+            print(f"FAIL {a.case}: exit 1 without a diagnostic\n{head}")
+            return 1
+        if a.valgrind and "definitely lost" in err:
+            print(f"FAIL {a.case}: valgrind reports a leak\n{head}")
+            return 1
+        first = err.splitlines()[0][:160] if err else "(no diagnostics)"
+        print(f"ok {a.case}: exit {p.returncode}: {first}")
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
