@@ -18,30 +18,50 @@ Type *ty_prim(TypeKind k) {
   return t;
 }
 
-typedef struct Interned Interned;
-struct Interned {
-  Type t;
-  Interned *next;
-};
-static Interned *interned;
+/* The intern table: open addressing keyed by (kind, elem, decl), kept in
+ * the arena.  A program with thousands of structs and actors asks for their
+ * types on every use, so a list here showed up first in profiles. */
+static Type **itab;
+static size_t icap, icount;
+
+static size_t ihash(TypeKind k, Type *elem, Decl *decl) {
+  uintptr_t h = (uintptr_t)elem * 0x9E3779B97F4A7C15u ^ (uintptr_t)decl * 0xC2B2AE3D27D4EB4Fu;
+  h ^= (uintptr_t)k;
+  return (size_t)(h ^ (h >> 29));
+}
 
 static Type *intern(TypeKind k, Type *elem, Decl *decl) {
-  for (Interned *i = interned; i; i = i->next)
-    if (i->t.kind == k && i->t.elem == elem && i->t.decl == decl)
-      return &i->t;
-  Interned *i = arena_alloc(sizeof(Interned));
-  i->t.kind = k;
-  i->t.elem = elem;
-  i->t.decl = decl;
-  i->next = interned;
-  interned = i;
-  return &i->t;
+  if ((icount + 1) * 2 > icap) {
+    size_t ncap = icap ? icap * 2 : 256;
+    Type **nt = arena_alloc(sizeof(Type *) * ncap);
+    for (size_t i = 0; i < icap; i++)
+      if (itab[i]) {
+        size_t j = ihash(itab[i]->kind, itab[i]->elem, itab[i]->decl) & (ncap - 1);
+        while (nt[j])
+          j = (j + 1) & (ncap - 1);
+        nt[j] = itab[i];
+      }
+    itab = nt;
+    icap = ncap;
+  }
+  size_t j = ihash(k, elem, decl) & (icap - 1);
+  for (; itab[j]; j = (j + 1) & (icap - 1))
+    if (itab[j]->kind == k && itab[j]->elem == elem && itab[j]->decl == decl)
+      return itab[j];
+  Type *t = arena_alloc(sizeof(Type));
+  t->kind = k;
+  t->elem = elem;
+  t->decl = decl;
+  itab[j] = t;
+  icount++;
+  return t;
 }
 
 /* The arena is freed between compilations (language server), so the
  * intern table must be forgotten with it. */
 void types_reset(void) {
-  interned = NULL;
+  itab = NULL;
+  icap = icount = 0;
   for (int k = 0; k <= TY_MODULE; k++)
     prims[k].llvm = NULL;
 }

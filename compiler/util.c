@@ -12,31 +12,84 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 typedef struct Block Block;
 struct Block {
   Block *next;
   size_t used, cap;
+  size_t mapped; /* bytes mapped with mmap, or 0 when the block came from calloc */
   _Alignas(16) char data[];
 };
 
 static Block *arena_head;
+static size_t arena_next = 1 << 20; /* size of the next block; doubles to 32 MiB */
 
+/* Blocks come straight from mmap: the kernel hands out zeroed pages, so
+ * arena_alloc never clears memory, and blocks of 4 MiB and more are
+ * 2 MiB-aligned and marked for transparent huge pages.  On a 100k-line
+ * program page faults were a third of `sflowc --check` before this.  Under
+ * a sanitizer blocks come from calloc instead, because LeakSanitizer does
+ * not look for pointers inside private mappings. */
+#if defined(__SANITIZE_ADDRESS__)
+#define ARENA_MMAP 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ARENA_MMAP 0
+#endif
+#endif
+#ifndef ARENA_MMAP
+#define ARENA_MMAP 1
+#endif
+
+#define HUGE_PAGE ((size_t)2 << 20)
+
+static Block *block_new(size_t need) {
+  size_t cap = need > arena_next ? need : arena_next;
+  if (arena_next < ((size_t)32 << 20))
+    arena_next *= 2;
+  Block *b = NULL;
+#if ARENA_MMAP
+  size_t total = (sizeof(Block) + cap + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+  char *p = mmap(NULL, total + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p != MAP_FAILED) {
+    /* Trim to a 2 MiB boundary so the kernel can back it with huge pages. */
+    char *start = (char *)(((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+    if (start > p)
+      munmap(p, (size_t)(start - p));
+    if (start + total < p + total + HUGE_PAGE)
+      munmap(start + total, (size_t)(p + total + HUGE_PAGE - (start + total)));
+#ifdef MADV_HUGEPAGE
+    if (total >= 2 * HUGE_PAGE)
+      madvise(start, total, MADV_HUGEPAGE);
+#endif
+    b = (Block *)start;
+    b->mapped = total;
+    cap = total - sizeof(Block);
+  }
+#endif
+  if (!b) {
+    b = calloc(1, sizeof(Block) + cap);
+    if (!b)
+      ice("out of memory (arena block of %zu bytes)", cap);
+    b->mapped = 0;
+  }
+  b->used = 0;
+  b->cap = cap;
+  return b;
+}
+
+/* Memory from a block is zero: fresh pages from mmap or calloc, never
+ * reused before arena_free_all. */
 void *arena_alloc(size_t n) {
   n = (n + 15) & ~(size_t)15;
   if (!arena_head || arena_head->used + n > arena_head->cap) {
-    size_t cap = n > (1 << 20) ? n : (1 << 20);
-    Block *b = malloc(sizeof(Block) + cap);
-    if (!b)
-      ice("out of memory (arena block of %zu bytes)", cap);
+    Block *b = block_new(n);
     b->next = arena_head;
-    b->used = 0;
-    b->cap = cap;
     arena_head = b;
   }
   void *p = arena_head->data + arena_head->used;
   arena_head->used += n;
-  memset(p, 0, n);
   return p;
 }
 
@@ -64,9 +117,15 @@ char *arena_printf(const char *fmt, ...) {
 void arena_free_all(void) {
   while (arena_head) {
     Block *next = arena_head->next;
-    free(arena_head);
+#if ARENA_MMAP
+    if (arena_head->mapped)
+      munmap(arena_head, arena_head->mapped);
+    else
+#endif
+      free(arena_head);
     arena_head = next;
   }
+  arena_next = 1 << 20;
 }
 
 /* ------------------------------------------------------------------ Buf */
