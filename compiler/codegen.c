@@ -224,7 +224,20 @@ static LLVMValueRef call(LLVMValueRef f, LLVMValueRef *args, int n) {
           LLVMGetTypeKind(LLVMTypeOf(args[i])) == LLVMPointerTypeKind)
         args[i] = LLVMBuildPointerCast(G.b, args[i], ps[i], "");
   }
-  return LLVMBuildCall2(G.b, fty, f, args, (unsigned)n, "");
+  LLVMValueRef c = LLVMBuildCall2(G.b, fty, f, args, (unsigned)n, "");
+  /* LLVM reads a call's return dereferenceability from the call site, not
+   * the callee: copy it, so loops over fresh arrays hoist header loads. */
+  unsigned dk = LLVMGetEnumAttributeKindForName("dereferenceable", 15);
+  if (LLVMGetEnumAttributeAtIndex(f, LLVMAttributeReturnIndex, dk)) {
+    static const char *const ks[] = {"nonnull", "align", "dereferenceable"};
+    for (int i = 0; i < 3; i++) {
+      LLVMAttributeRef a = LLVMGetEnumAttributeAtIndex(
+          f, LLVMAttributeReturnIndex, LLVMGetEnumAttributeKindForName(ks[i], strlen(ks[i])));
+      if (a)
+        LLVMAddCallSiteAttribute(c, LLVMAttributeReturnIndex, a);
+    }
+  }
+  return c;
 }
 
 /* A runtime function by name and a compact signature: one letter per type,
@@ -1845,6 +1858,8 @@ static void declare_fn(Decl *d, const char *name, LLVMTypeRef first, bool has_fi
   LLVMSetLinkage(di->fn, LLVMInternalLinkage);
   add_attr(di->fn, LLVMAttributeFunctionIndex, "nounwind");
   d->llvm = di->fn;
+  if (ret->kind == TY_ARRAY)
+    mark_array_attrs(di->fn, LLVMAttributeReturnIndex);
   k = has_first ? 1 : 0;
   for (Decl *p = d->params; p; p = p->next, k++)
     if (p->type->kind == TY_ARRAY)
