@@ -40,6 +40,7 @@ static void format_message(const sf_loc *loc, const char *fmt, va_list ap) {
 
 /* Writes the message and a newline to stderr with one write(2). */
 static void report(void) {
+  sf__progress_clear();
   size_t n = strlen(sf__error_message);
   if (n == SF__ERROR_MAX - 1)
     n--;

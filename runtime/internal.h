@@ -16,6 +16,7 @@
 #define SF_INTERNAL_H
 
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdio.h>
 
 #include "sflow.h"
@@ -112,6 +113,132 @@ extern _Thread_local jmp_buf *sf__error_jmp;
 extern _Thread_local char sf__error_message[SF__ERROR_MAX];
 /* Retry count of the task attempt running on this thread (sf_attempt). */
 extern _Thread_local int64_t sf__attempt;
+
+/* ---------------------------------------------------------- sched.c */
+
+/* A unit of work on the pool: a task attempt or an actor's mailbox drain. */
+typedef struct sf__job {
+  void (*run)(struct sf__job *job);
+  struct sf__job *next; /* links in the shared queue */
+} sf__job;
+
+void sf__sched_start(void);              /* idempotent; first task or spawn */
+void sf__sched_push_task(sf__job *j);    /* the caller's own deque */
+void sf__sched_push_shared(sf__job *j);  /* the shared FIFO (actors, retries) */
+/* Waits until (*word & done_mask) != 0, sleeping on the futex with
+ * waiters_bit set in *word; may_help runs queued tasks meanwhile. */
+void sf__sched_wait(_Atomic uint32_t *word, uint32_t done_mask, uint32_t waiters_bit,
+                    bool may_help);
+/* Around any wait that does not help (collectives, mutexes held long): a
+ * pool thread counts itself out so a spare can take its place. */
+void sf__sched_block_begin(void);
+void sf__sched_block_end(void);
+void sf__sched_thread_lost(void); /* a thread stuck in an abandoned attempt */
+void sf__sched_thread_back(void);
+bool sf__sched_in_pool(void);
+int32_t sf__worker_id(void);      /* 0 main, 1.. pool threads, -1 others */
+int32_t sf__pool_size(void);
+void sf__futex_wait(_Atomic uint32_t *word, uint32_t expect, int64_t timeout_ns);
+void sf__futex_wake(_Atomic uint32_t *word, int n);
+
+/* ----------------------------------------------------------- task.c */
+
+extern _Thread_local int32_t sf__current_gpu; /* device of the running call, -1 */
+int32_t sf__gpu_devices(void);                 /* weak: 0 unless the GPU layer says */
+void sf__task_timed_out(void *task, int32_t attempt);
+bool sf__future_ready(sf_future *f);
+sf_actor *sf__current_actor(void);
+int64_t sf__actor_rank(sf_actor *a);
+int64_t sf__actor_size(sf_actor *a);
+const sf_actor_desc *sf__actor_desc(sf_actor *a);
+void *sf__actor_state(sf_actor *a);
+int64_t sf__actor_id(sf_actor *a);
+int64_t sf__actor_calls(sf_actor *a);
+void sf__actor_set_calls(sf_actor *a, int64_t n);
+
+/* ----------------------------------------------------- collective.c */
+
+/* The collectives of one group.  Key design choice: one interface, whose
+ * first implementation is shared memory between the members' threads; the
+ * TCP ring (multi-node) and NCCL (device arrays) implement the same ops. */
+typedef struct sf__comm sf__comm;
+sf__comm *sf__comm_new(int64_t n);
+sf__comm *sf__comm_retain(sf__comm *c);
+void sf__comm_release(sf__comm *c);
+void sf__comm_abort(sf__comm *c, int64_t rank, const char *why);
+_Atomic int64_t *sf__comm_pending(sf__comm *c, int64_t rank); /* member's call count */
+struct sf_actor;
+sf__comm *sf__actor_comm(sf_actor *a);
+
+/* -------------------------------------------------------- progress.c */
+
+/* Run-wide counters, for the progress line, the summary and the trace. */
+typedef struct sf__stats_t {
+  _Atomic int64_t tasks, tasks_done, tasks_failed, retries, running;
+  _Atomic int64_t actors, calls, calls_done;
+  _Atomic int64_t waiting; /* threads blocked in await */
+} sf__stats_t;
+extern sf__stats_t sf__stats;
+void sf__stats_wait_begin(void);
+void sf__stats_wait_end(void);
+/* "prog: notice: ..." on stderr, one line, unless --quiet. */
+void sf__notice(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* @timeout: registers attempt `attempt` of task; returns a handle for end. */
+void *sf__watch_begin(void *task, int32_t attempt, double seconds);
+bool sf__watch_end(void *handle); /* true if it fired */
+void sf__progress_clear(void);
+/* Start/stop of the run: the progress line and the summary. */
+void sf__run_begin(const sf_program *prog);
+void sf__run_end(void);
+
+/* ----------------------------------------------------------- trace.c */
+
+extern bool sf__trace_on;
+double sf__trace_now(void); /* microseconds since start (0 when tracing is off) */
+/* One complete event [t0, now) on this thread's track. */
+void sf__trace_event(const char *name, const char *cat, double t0, int32_t attempt,
+                     const char *error);
+void sf__trace_write(void); /* at exit: the JSON file */
+
+/* ---------------------------------------------------------- serial.c */
+
+/* Values to bytes and back, driven by type descriptors: used by
+ * checkpoints, the journal and (later) the network. */
+void sf__ser_value(sf__buf *b, const sf_type *t, const void *p);
+/* Reads one value of type t into p (owned); false on malformed input. */
+typedef struct sf__reader {
+  const unsigned char *p, *end;
+} sf__reader;
+bool sf__de_value(sf__reader *r, const sf_type *t, void *p);
+bool sf__de_u64(sf__reader *r, uint64_t *v);
+void sf__ser_u64(sf__buf *b, uint64_t v);
+uint32_t sf__crc32c(uint32_t crc, const void *data, size_t n);
+
+/* --------------------------------------------------------- journal.c */
+
+enum { SF__REPLAY_LIVE = 0, SF__REPLAY_SKIP, SF__REPLAY_RERUN };
+enum { SF__CAPTURE_OFF = 0, SF__CAPTURE_KEEP, SF__CAPTURE_MUTE };
+typedef struct sf__capture sf__capture;
+extern _Thread_local sf__capture *sf__capture_cur; /* print.c appends here */
+void sf__capture_line(const char *s, size_t n);      /* print.c: true if muted */
+bool sf__capture_muted(void);
+sf__capture *sf__capture_begin(int mode);  /* returns the previous one */
+void sf__capture_end(sf__capture *prev);
+
+int64_t sf__journal_next(void);  /* sequence number of main's next call, or -1 */
+int64_t sf__spawn_id(void);      /* main's spawn counter (-1 off main) */
+sf_future *sf__journal_task_replay(int64_t seq, const sf_task_desc *d, const sf_loc *loc);
+void sf__journal_task_done(int64_t seq, const sf_task_desc *d, void *res);
+int sf__journal_call_mode(sf_actor *a, int64_t seq);
+void sf__journal_call_result(sf_actor *a, int64_t seq, const sf_method_desc *m, void *res);
+void sf__journal_call_done(sf_actor *a, int64_t seq, const sf_method_desc *m, void *res);
+int64_t sf__journal_route_any(int64_t seq, sf_actor **members, int64_t n, int64_t best);
+bool sf__journal_f64(double *v); /* now()/rand on main: replay or record */
+void sf__journal_begin(const sf_program *prog, sf_value *args);
+void sf__journal_end(void);
+void sf__journal_flush(void);    /* synchronous, before a checkpoint */
+bool sf__checkpoint_restore(sf_actor *a);
+void sf__checkpoint_maybe(sf_actor *a);
 
 /* -------------------------------------------------------- builtins.c */
 

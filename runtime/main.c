@@ -18,6 +18,13 @@
 
 #define EXIT_INTERNAL 101
 
+/* Also runs when a runtime error ends the run with exit(70): the trace and
+ * the journal are written either way. */
+static void at_exit(void) {
+  sf__run_end();
+  sf__trace_write();
+}
+
 int main(int argc, char **argv) {
   const sf_program *prog = &sf_program_desc;
   const char *name = prog->name && *prog->name ? prog->name : "program";
@@ -40,7 +47,12 @@ int main(int argc, char **argv) {
               argc > 0 && argv[0] ? argv[0] : name);
     return r == SF__FLAGS_ERROR ? SF__EXIT_USAGE : 0;
   }
+  sf__trace_on = sf__options.trace != NULL;
+  sf__run_begin(prog);
+  sf__journal_begin(prog, args);
+  atexit(at_exit);
   prog->main_fn(args);
+  sf__journal_end();
   sf__flags_release(prog, args);
   sf_free(args);
   fflush(stdout);

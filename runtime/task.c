@@ -1,64 +1,560 @@
 /*
- * task.c — tasks, actors, groups and futures: the simple, synchronous
- * version.
+ * task.c — futures, tasks, actors and groups on the thread pool (sched.c).
  *
- * Calling a task runs it at once on the caller's thread and returns a
- * future that already holds the result; an actor's method runs at once on
- * the caller's thread, one at a time by construction.  Key design choice:
- * generated code reaches all of this only through the descriptors and
- * entry points of sflow.h (thunks plus argument blocks whose ownership is
- * moved in), so a later thread-pool or distributed scheduler replaces this
- * file's internals without any change to the compiler.
- *
- * Collectives need members that run concurrently; until the scheduler
- * lands they work for a group of one (or an actor spawned alone) and are a
- * runtime error otherwise.
+ * Key design choices:
+ *  - One allocation per call.  A task call allocates its future, the slot
+ *    for the result, the task record and a copy of the argument block as
+ *    one block; the future's reference count keeps it alive (the running
+ *    task holds one reference).  An actor call does the same with its
+ *    mailbox message.
+ *  - A future is a 32-bit state word (pending, done, failed, plus a
+ *    "someone sleeps here" bit) that awaiting threads wait on with a futex,
+ *    and the value inline after it.  Completing is one atomic exchange; the
+ *    wake-up system call happens only when a waiter went to sleep.
+ *  - Retries run on the same worker, at once, with the same argument block
+ *    (thunks borrow their arguments).  @timeout cannot stop a thread, so an
+ *    attempt that overruns is abandoned: the watchdog gives the task to a
+ *    new attempt (or fails it), the pool gets a spare thread, and whatever
+ *    the old attempt returns later is dropped.
+ *  - An actor is a mailbox plus a "scheduled" flag: the first message sent
+ *    to an idle actor puts its drain job on the shared queue; the drain
+ *    runs messages one at a time in the order they were sent, so methods
+ *    never run concurrently and need no locks.  `init` is the first message.
+ *  - A method that fails fails its call; the actor lives on (as in Ray).
+ *    A failed init breaks the actor: every later call fails naming it.
  */
+#define _GNU_SOURCE
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "internal.h"
 
-/* ------------------------------------------------------------ futures */
+enum { FUT_PENDING = 0, FUT_DONE = 1, FUT_FAILED = 2, FUT_STATUS = 3, FUT_WAITERS = 4 };
 
 struct sf_future {
   sf_obj hdr;
+  _Atomic uint32_t state;
+  int32_t flags;
   const sf_type *type; /* NULL: no value */
-  int64_t pad;         /* keeps value 16-byte aligned */
+  char *error;         /* the message of a failed future (heap) */
   _Alignas(16) unsigned char value[];
 };
+
+/* The actor whose method (or init) runs on this thread. */
+static _Thread_local sf_actor *current_actor;
+
+static int32_t type_size(const sf_type *t) { return t && t->kind != SF_VOID ? t->size : 0; }
+static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+/* Runs a thunk with runtime errors caught: false (message in
+ * sf__error_message) when it failed.  Kept out of line so that no caller
+ * variable lives across the setjmp. */
+static __attribute__((noinline)) bool guarded_task(void (*thunk)(void *, void *), void *args,
+                                                   void *res) {
+  jmp_buf jb, *saved = sf__error_jmp;
+  sf__error_jmp = &jb;
+  if (setjmp(jb) != 0) {
+    sf__error_jmp = saved;
+    return false;
+  }
+  thunk(args, res);
+  sf__error_jmp = saved;
+  return true;
+}
+
+static __attribute__((noinline)) bool guarded_method(void (*thunk)(void *, void *, void *),
+                                                     void *state, void *args, void *res) {
+  jmp_buf jb, *saved = sf__error_jmp;
+  sf__error_jmp = &jb;
+  if (setjmp(jb) != 0) {
+    sf__error_jmp = saved;
+    return false;
+  }
+  thunk(state, args, res);
+  sf__error_jmp = saved;
+  return true;
+}
+
+/* ------------------------------------------------------------ futures */
+
+static void future_dtor(sf_obj *o) {
+  sf_future *f = (sf_future *)o;
+  if (f->type && (atomic_load(&f->state) & FUT_STATUS) == FUT_DONE)
+    sf_value_release(f->type, f->value);
+  free(f->error);
+  sf_free(f);
+}
+
+/* A pending future with `extra` more bytes after its value, 16-aligned. */
+static sf_future *future_alloc(const sf_type *t, size_t extra, void **extra_out) {
+  size_t vsize = (size_t)type_size(t);
+  size_t head = round16(sizeof(sf_future) + vsize);
+  sf_future *f = sf_alloc(head + extra);
+  f->hdr = (sf_obj){1, SF_OBJ_FUTURE, 0};
+  atomic_init(&f->state, FUT_PENDING);
+  f->flags = 0;
+  f->type = vsize ? t : NULL;
+  f->error = NULL;
+  if (vsize)
+    memset(f->value, 0, vsize);
+  if (extra_out)
+    *extra_out = (char *)f + head;
+  return f;
+}
+
+static void future_finish(sf_future *f, uint32_t status) {
+  uint32_t old = atomic_exchange_explicit(&f->state, status, memory_order_acq_rel);
+  if (old & FUT_WAITERS)
+    sf__futex_wake(&f->state, INT32_MAX);
+}
+
+/* Completes f with the result at res (moved in). */
+static void future_set(sf_future *f, void *res) {
+  if (f->type && res)
+    memcpy(f->value, res, (size_t)f->type->size);
+  future_finish(f, FUT_DONE);
+}
+
+static void future_fail(sf_future *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void future_fail(sf_future *f, const char *fmt, ...) {
+  char buf[SF__ERROR_MAX + 256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  f->error = strdup(buf);
+  future_finish(f, FUT_FAILED);
+}
+
+sf_future *sf_future_done(const sf_type *t, void *value) {
+  sf_future *f = future_alloc(t, 0, NULL);
+  future_set(f, value);
+  return f;
+}
+
+bool sf__future_ready(sf_future *f) {
+  return (atomic_load_explicit(&f->state, memory_order_acquire) & FUT_STATUS) != 0;
+}
+
+static void future_wait(sf_future *f) {
+  if (atomic_load_explicit(&f->state, memory_order_acquire) & FUT_STATUS)
+    return;
+  sf__stats_wait_begin();
+  sf__sched_wait(&f->state, FUT_STATUS, FUT_WAITERS, current_actor == NULL);
+  sf__stats_wait_end();
+}
+
+/* The message of an error caught on this thread, without the
+ * "runtime error: " marker: "file:line:col: fail: negative". */
+static const char *cause(void) {
+  static const char mark[] = "runtime error: ";
+  char *m = sf__error_message, *p = strstr(m, mark);
+  if (p)
+    memmove(p, p + sizeof mark - 1, strlen(p + sizeof mark - 1) + 1);
+  return m;
+}
+
+void sf_future_get(sf_future *f, void *out, const sf_loc *loc) {
+  if (!f)
+    sf_runtime_error(loc, "await on a future that was never set");
+  future_wait(f);
+  if ((atomic_load_explicit(&f->state, memory_order_acquire) & FUT_STATUS) == FUT_FAILED)
+    sf_runtime_error(loc, "%s", f->error ? f->error : "failed");
+  if (!f->type || !out)
+    return;
+  memcpy(out, f->value, (size_t)f->type->size);
+  sf_value_retain(f->type, out);
+}
+
+sf_array *sf_future_get_all(sf_array *futures, const sf_type *t, const sf_loc *loc) {
+  int64_t n = futures ? futures->len : 0;
+  sf_future **fs = n ? futures->data : NULL;
+  /* Wait for all first, so the first error reported is the first in
+   * order and no half-built array is left behind. */
+  for (int64_t i = 0; i < n; i++)
+    if (fs[i])
+      future_wait(fs[i]);
+  sf_array *out = sf_array_new(t, n, loc);
+  for (int64_t i = 0; i < n; i++) {
+    if (fs[i] && (atomic_load(&fs[i]->state) & FUT_STATUS) == FUT_FAILED) {
+      sf_release(out);
+      sf_runtime_error(loc, "%s", fs[i]->error ? fs[i]->error : "failed");
+    }
+    sf_future_get(fs[i], sf__array_at(out, i), loc);
+  }
+  return out;
+}
+
+/* ---------------------------------------------------------- resources */
+
+/* Shares of a GPU are counted in thousandths so sums stay exact. */
+#define SHARE_UNIT 1000
+#define MAX_GPUS 64
+
+static struct {
+  pthread_mutex_t lock;
+  bool ready;
+  int32_t ncpus, cpus_used;
+  int32_t ngpus;
+  int32_t gpu_used[MAX_GPUS];
+  sf__job *waiting, *waiting_tail; /* jobs waiting for resources */
+  bool notice_given;
+} R = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+_Thread_local int32_t sf__current_gpu = -1;
+
+__attribute__((weak)) int32_t sf__gpu_devices(void) { return 0; }
+
+static void resources_init(void) {
+  if (R.ready)
+    return;
+  R.ncpus = sf__pool_size();
+  int32_t g = sf__gpu_devices();
+  R.ngpus = g < 0 ? 0 : g > MAX_GPUS ? MAX_GPUS : g;
+  R.ready = true;
+}
+
+/* What one call asks for, clamped to what this run has. */
+typedef struct demand {
+  int32_t cpus;   /* extra CPU slots (beyond the one the thread is) */
+  int32_t gpu;    /* thousandths of one GPU (<= 1000), or whole GPUs * 1000 */
+} demand;
+
+static demand demand_of(double cpus, double gpus, const char *name, const sf_loc *loc) {
+  demand d = {0, 0};
+  if (gpus > 0) {
+    pthread_mutex_lock(&R.lock);
+    resources_init();
+    int32_t ngpus = R.ngpus;
+    bool notice = !R.notice_given;
+    R.notice_given = true;
+    pthread_mutex_unlock(&R.lock);
+    if (ngpus == 0) {
+      if (sf__options.require_gpu)
+        sf_runtime_error(loc, "%s asks for @gpus(%g) but this machine has no GPU "
+                         "(--require-gpu is set)", name, gpus);
+      if (notice && !sf__options.quiet)
+        sf__notice("no GPU found: work that asks for @gpus runs on the CPU");
+    } else {
+      d.gpu = (int32_t)(gpus * SHARE_UNIT + 0.5);
+      if (d.gpu > SHARE_UNIT * ngpus)
+        d.gpu = SHARE_UNIT * ngpus;
+    }
+  }
+  if (cpus > 1) {
+    pthread_mutex_lock(&R.lock);
+    resources_init();
+    int32_t c = (int32_t)(cpus + 0.999);
+    d.cpus = (c > R.ncpus ? R.ncpus : c) - 1;
+    pthread_mutex_unlock(&R.lock);
+  }
+  return d;
+}
+
+/* Takes the resources of d if they are free now; sets *dev to the GPU. */
+static bool resources_take(demand d, int32_t *dev) {
+  *dev = -1;
+  if (d.cpus == 0 && d.gpu == 0)
+    return true;
+  bool ok = true;
+  pthread_mutex_lock(&R.lock);
+  if (R.cpus_used + d.cpus > (R.ncpus > 1 ? R.ncpus - 1 : 0) && d.cpus > 0)
+    ok = false;
+  int32_t best = -1;
+  if (ok && d.gpu > 0) {
+    if (d.gpu <= SHARE_UNIT) { /* a share of one device: best fit */
+      for (int32_t i = 0; i < R.ngpus; i++)
+        if (R.gpu_used[i] + d.gpu <= SHARE_UNIT &&
+            (best < 0 || R.gpu_used[i] > R.gpu_used[best]))
+          best = i;
+      ok = best >= 0;
+    } else { /* whole devices: the first n idle ones */
+      int32_t need = d.gpu / SHARE_UNIT, idle = 0;
+      for (int32_t i = 0; i < R.ngpus; i++)
+        idle += R.gpu_used[i] == 0;
+      ok = idle >= need;
+    }
+  }
+  if (ok) {
+    R.cpus_used += d.cpus;
+    if (d.gpu > 0 && d.gpu <= SHARE_UNIT) {
+      R.gpu_used[best] += d.gpu;
+      *dev = best;
+    } else if (d.gpu > SHARE_UNIT) {
+      int32_t need = d.gpu / SHARE_UNIT;
+      for (int32_t i = 0; i < R.ngpus && need; i++)
+        if (R.gpu_used[i] == 0) {
+          R.gpu_used[i] = SHARE_UNIT;
+          if (*dev < 0)
+            *dev = i;
+          need--;
+        }
+    }
+  }
+  pthread_mutex_unlock(&R.lock);
+  return ok;
+}
+
+static void resources_give(demand d, int32_t dev) {
+  if (d.cpus == 0 && d.gpu == 0)
+    return;
+  pthread_mutex_lock(&R.lock);
+  R.cpus_used -= d.cpus;
+  if (d.gpu > 0 && d.gpu <= SHARE_UNIT && dev >= 0)
+    R.gpu_used[dev] -= d.gpu;
+  else if (d.gpu > SHARE_UNIT)
+    for (int32_t i = dev, need = d.gpu / SHARE_UNIT; i >= 0 && i < R.ngpus && need; i++)
+      if (R.gpu_used[i] == SHARE_UNIT) {
+        R.gpu_used[i] = 0;
+        need--;
+      }
+  /* Everything that waited gets another chance. */
+  sf__job *w = R.waiting;
+  R.waiting = R.waiting_tail = NULL;
+  pthread_mutex_unlock(&R.lock);
+  while (w) {
+    sf__job *next = w->next;
+    sf__sched_push_shared(w);
+    w = next;
+  }
+}
+
+static void resources_wait(sf__job *j) {
+  pthread_mutex_lock(&R.lock);
+  j->next = NULL;
+  if (R.waiting_tail)
+    R.waiting_tail->next = j;
+  else
+    R.waiting = j;
+  R.waiting_tail = j;
+  pthread_mutex_unlock(&R.lock);
+}
+
+/* -------------------------------------------------------------- tasks */
+
+typedef struct task_rec {
+  sf__job job;
+  const sf_task_desc *d;
+  sf_future *f;
+  const sf_loc *loc;
+  _Atomic int32_t owner;    /* the attempt whose result counts; -1: finished */
+  _Atomic int32_t inflight; /* attempts running (the args live until 0) */
+  demand need;
+  int64_t seq;              /* journal sequence number, or -1 */
+  _Alignas(16) unsigned char args[];
+} task_rec;
+
+#define TASK_FROM_JOB(j) ((task_rec *)(j))
+
+static void task_args_done(task_rec *t) {
+  if (atomic_fetch_sub(&t->inflight, 1) == 1) {
+    sf_value_release(t->d->args, t->args);
+    sf_release(t->f); /* the task's own reference */
+  }
+}
+
+/* Runs attempts of t until one succeeds, the retries run out, or the
+ * watchdog takes the task away from this thread. */
+static void run_task(sf__job *j) {
+  task_rec *t = TASK_FROM_JOB(j);
+  const sf_task_desc *d = t->d;
+  int32_t dev;
+  if (!resources_take(t->need, &dev)) {
+    resources_wait(j);
+    return;
+  }
+  int32_t size = type_size(d->result);
+  _Alignas(16) unsigned char small[256];
+  void *res = size <= (int32_t)sizeof small ? small : sf_alloc((size_t)size);
+  sf_actor *saved_actor = current_actor;
+  int64_t saved_attempt = sf__attempt;
+  int32_t saved_gpu = sf__current_gpu;
+  sf__capture *saved_cap = sf__capture_begin(t->seq >= 0 ? SF__CAPTURE_KEEP : SF__CAPTURE_OFF);
+  current_actor = NULL;
+  sf__current_gpu = dev;
+  int32_t attempt = atomic_load(&t->owner);
+  for (;;) {
+    memset(res, 0, (size_t)size);
+    sf__attempt = attempt;
+    double t0 = sf__trace_now();
+    void *deadline = NULL;
+    if (d->timeout > 0) {
+      sf_retain(t->f); /* keeps t alive for the watchdog */
+      deadline = sf__watch_begin(t, attempt, d->timeout);
+    }
+    atomic_fetch_add_explicit(&sf__stats.running, 1, memory_order_relaxed);
+    bool ok = guarded_task(d->thunk, t->args, res);
+    atomic_fetch_sub_explicit(&sf__stats.running, 1, memory_order_relaxed);
+    if (deadline && !sf__watch_end(deadline))
+      sf_release(t->f);
+    const char *why = ok ? NULL : cause();
+    sf__trace_event(d->name, "task", t0, attempt, why);
+    int32_t mine = attempt;
+    if (ok) {
+      if (atomic_compare_exchange_strong(&t->owner, &mine, -1)) {
+        if (t->seq >= 0)
+          sf__journal_task_done(t->seq, d, res);
+        future_set(t->f, res);
+        atomic_fetch_add_explicit(&sf__stats.tasks_done, 1, memory_order_relaxed);
+      } else {
+        sf_value_release(d->result, res); /* abandoned by the watchdog */
+        sf__sched_thread_back();
+      }
+      break;
+    }
+    if (attempt < d->retry) {
+      if (!atomic_compare_exchange_strong(&t->owner, &mine, attempt + 1)) {
+        sf__sched_thread_back();
+        break;
+      }
+      attempt = attempt + 1;
+      atomic_fetch_add_explicit(&sf__stats.retries, 1, memory_order_relaxed);
+      continue;
+    }
+    if (atomic_compare_exchange_strong(&t->owner, &mine, -1)) {
+      atomic_fetch_add_explicit(&sf__stats.tasks_failed, 1, memory_order_relaxed);
+      future_fail(t->f, "task '%s' failed after %d attempt%s: %s", d->name, (int)attempt + 1,
+                  attempt ? "s" : "", why);
+    } else {
+      sf__sched_thread_back();
+    }
+    break;
+  }
+  sf__capture_end(saved_cap);
+  current_actor = saved_actor;
+  sf__attempt = saved_attempt;
+  sf__current_gpu = saved_gpu;
+  if (res != small)
+    sf_free(res);
+  resources_give(t->need, dev);
+  task_args_done(t);
+}
+
+/* Called by the watchdog (progress.c) when attempt `attempt` of t ran past
+ * its @timeout: hands the task to a new attempt or fails it. */
+static void timed_out(task_rec *t, int32_t attempt);
+
+void sf__task_timed_out(void *task, int32_t attempt) {
+  task_rec *t = task;
+  sf_future *f = t->f;
+  timed_out(t, attempt);
+  sf_release(f);
+}
+
+static void timed_out(task_rec *t, int32_t attempt) {
+  int32_t mine = attempt;
+  const sf_task_desc *d = t->d;
+  if (attempt < d->retry) {
+    if (!atomic_compare_exchange_strong(&t->owner, &mine, attempt + 1))
+      return; /* it finished just now */
+    atomic_fetch_add(&sf__stats.retries, 1);
+    sf__sched_thread_lost();
+    sf__trace_event(d->name, "timeout", sf__trace_now() - d->timeout, attempt, "timed out");
+    atomic_fetch_add(&t->inflight, 1);
+    sf__sched_push_shared(&t->job);
+    return;
+  }
+  if (!atomic_compare_exchange_strong(&t->owner, &mine, -1))
+    return;
+  sf__sched_thread_lost();
+  atomic_fetch_add(&sf__stats.tasks_failed, 1);
+  future_fail(t->f, "task '%s' failed after %d attempt%s: timed out after %gs (@timeout)",
+              d->name, (int)attempt + 1, attempt ? "s" : "", d->timeout);
+}
+
+sf_future *sf_task_call(const sf_task_desc *d, void *args, const sf_loc *loc) {
+  int64_t seq = sf__journal_next();
+  if (seq >= 0) {
+    sf_future *jf = sf__journal_task_replay(seq, d, loc);
+    if (jf) {
+      sf_value_release(d->args, args);
+      return jf;
+    }
+  }
+  demand need = demand_of(d->cpus, d->gpus, d->name, loc);
+  size_t asize = (size_t)type_size(d->args);
+  task_rec *t;
+  sf_future *f = future_alloc(d->result, sizeof(task_rec) + asize, (void **)&t);
+  t->job.run = run_task;
+  t->job.next = NULL;
+  t->d = d;
+  t->f = f;
+  t->loc = loc;
+  atomic_init(&t->owner, 0);
+  atomic_init(&t->inflight, 1);
+  t->need = need;
+  t->seq = seq;
+  if (asize)
+    memcpy(t->args, args, asize);
+  sf_retain(f); /* the task's reference */
+  atomic_fetch_add_explicit(&sf__stats.tasks, 1, memory_order_relaxed);
+  sf__sched_push_task(&t->job);
+  return f;
+}
+
+/* ------------------------------------------------------------- actors */
+
+enum { MSG_INIT, MSG_CALL };
+
+typedef struct gather {
+  _Atomic int64_t left;
+  sf_future *f;   /* the group call's future (holds out when done) */
+  sf_array *out;  /* results, NULL when the method returns nothing */
+  pthread_mutex_t lock;
+  char *error;    /* the first member's failure */
+} gather;
+
+typedef struct msg {
+  struct msg *next;
+  int32_t kind;
+  bool heap;                 /* allocated on its own (group calls) */
+  const sf_method_desc *m;
+  sf_future *f;              /* the call's future (a reference), or NULL */
+  gather *g;
+  int64_t idx;               /* slot in g->out */
+  const sf_loc *loc;
+  int64_t seq;               /* journal sequence number, or -1 */
+  _Alignas(16) unsigned char args[];
+} msg;
 
 struct sf_actor {
   sf_obj hdr;
   const sf_actor_desc *desc;
   int64_t rank, size;
-  void *state; /* desc->state->size bytes */
+  sf__comm *comm;            /* the group's collectives, or NULL */
+  void *state;
+  int64_t id;                /* spawn number: journal/checkpoint identity */
+  int64_t calls;             /* calls completed */
+  char *broken;              /* why init failed */
+  _Atomic int64_t own_pending;
+  _Atomic int64_t *pending;  /* queued + running calls (for g.any); in the
+                                communicator for a group member */
+  pthread_mutex_t lock;
+  msg *head, *tail;
+  bool scheduled;
+  sf__job drain;
 };
 
 struct sf_group {
   sf_obj hdr;
   const sf_actor_desc *desc;
   int64_t n;
-  int64_t next; /* round robin for g.any */
+  _Atomic int64_t next;
   sf_actor **members;
 };
-
-/* The actor whose method (or init) runs on this thread, for group_rank(). */
-static _Thread_local sf_actor *current_actor;
-
-static int32_t type_size(const sf_type *t) { return t ? t->size : 0; }
-
-static void future_dtor(sf_obj *o) {
-  sf_future *f = (sf_future *)o;
-  if (f->type)
-    sf_value_release(f->type, f->value);
-  sf_free(f);
-}
 
 static void actor_dtor(sf_obj *o) {
   sf_actor *a = (sf_actor *)o;
   sf_value_release(a->desc->state, a->state);
   sf_free(a->state);
+  free(a->broken);
+  sf__comm_release(a->comm);
+  pthread_mutex_destroy(&a->lock);
   sf_free(a);
 }
 
@@ -76,148 +572,304 @@ __attribute__((constructor)) static void task_init(void) {
   sf__obj_dtor[SF_OBJ_GROUP] = group_dtor;
 }
 
-static sf_future *future_new(const sf_type *t) {
-  sf_future *f = sf_alloc(sizeof *f + (size_t)type_size(t));
-  f->hdr = (sf_obj){1, SF_OBJ_FUTURE, 0};
-  f->type = t && t->kind != SF_VOID ? t : NULL;
-  if (f->type)
-    memset(f->value, 0, (size_t)t->size);
-  return f;
-}
+sf_actor *sf__current_actor(void) { return current_actor; }
+int64_t sf__actor_rank(sf_actor *a) { return a->rank; }
+int64_t sf__actor_size(sf_actor *a) { return a->size; }
+sf__comm *sf__actor_comm(sf_actor *a) { return a->comm; }
+const sf_actor_desc *sf__actor_desc(sf_actor *a) { return a->desc; }
+void *sf__actor_state(sf_actor *a) { return a->state; }
+int64_t sf__actor_id(sf_actor *a) { return a->id; }
+int64_t sf__actor_calls(sf_actor *a) { return a->calls; }
+void sf__actor_set_calls(sf_actor *a, int64_t n) { a->calls = n; }
 
-sf_future *sf_future_done(const sf_type *t, void *value) {
-  sf_future *f = future_new(t);
-  if (f->type && value)
-    memcpy(f->value, value, (size_t)t->size);
-  return f;
-}
+static void drain(sf__job *j);
 
-void sf_future_get(sf_future *f, void *out, const sf_loc *loc) {
-  if (!f)
-    sf_runtime_error(loc, "await on a future that was never set");
-  if (!f->type || !out)
-    return;
-  memcpy(out, f->value, (size_t)f->type->size);
-  sf_value_retain(f->type, out);
-}
-
-sf_array *sf_future_get_all(sf_array *futures, const sf_type *t, const sf_loc *loc) {
-  int64_t n = futures ? futures->len : 0;
-  sf_array *out = sf_array_new(t, n, loc);
-  for (int64_t i = 0; i < n; i++)
-    sf_future_get(((sf_future **)futures->data)[i], sf__array_at(out, i), loc);
-  return out;
-}
-
-/* -------------------------------------------------------------- tasks */
-
-/* A result buffer on the stack for small results, the heap for big ones. */
-#define SMALL_RESULT 256
-
-sf_future *sf_task_call(const sf_task_desc *d, void *args, const sf_loc *loc) {
-  (void)loc;
-  int32_t size = type_size(d->result);
-  _Alignas(16) unsigned char small[SMALL_RESULT];
-  void *res = size <= SMALL_RESULT ? small : sf_alloc((size_t)size);
+/* Runs one message on a: init or a method, catching its errors. */
+static void run_msg(sf_actor *a, msg *m) {
+  const sf_method_desc *md = m->kind == MSG_INIT ? a->desc->init : m->m;
+  int32_t size = m->kind == MSG_INIT ? 0 : type_size(md->result);
+  _Alignas(16) unsigned char small[256];
+  void *res = size <= (int32_t)sizeof small ? small : sf_alloc((size_t)size);
   memset(res, 0, (size_t)size);
-  sf_actor *saved = current_actor;
-  current_actor = NULL; /* a task is not inside any actor */
-  d->thunk(args, res);
-  current_actor = saved;
-  sf_value_release(d->args, args);
-  sf_future *f = sf_future_done(d->result, res);
+  const char *why = NULL;
+  int mode = m->kind == MSG_CALL ? sf__journal_call_mode(a, m->seq) : SF__REPLAY_LIVE;
+  if (m->kind == MSG_INIT && sf__checkpoint_restore(a)) {
+    /* The state came from a checkpoint: init does not run again. */
+  } else if (a->broken) {
+    why = a->broken;
+  } else if (mode == SF__REPLAY_SKIP) {
+    /* The state (from a checkpoint) already includes this call. */
+  } else if (md) {
+    sf_actor *saved = current_actor;
+    current_actor = a;
+    sf__capture *cap = sf__capture_begin(mode == SF__REPLAY_RERUN ? SF__CAPTURE_MUTE
+                                         : m->seq >= 0          ? SF__CAPTURE_KEEP
+                                                                : SF__CAPTURE_OFF);
+    double t0 = sf__trace_now();
+    if (!guarded_method(md->thunk, a->state, m->args, res))
+      why = cause();
+    sf__capture_end(cap);
+    current_actor = saved;
+    sf__trace_event(md->name, m->kind == MSG_INIT ? "init" : "call", t0, 0, why);
+    if (why && a->comm) /* members waiting for this one must not hang */
+      sf__comm_abort(a->comm, a->rank, why);
+  }
+  if (mode != SF__REPLAY_LIVE && !why) /* the journal holds the answer */
+    sf__journal_call_result(a, m->seq, md, res);
+  if (m->kind == MSG_INIT) {
+    if (why && !a->broken) {
+      char buf[SF__ERROR_MAX + 64];
+      snprintf(buf, sizeof buf, "actor '%s' failed in init: %s", a->desc->name, why);
+      a->broken = strdup(buf);
+    }
+    sf_value_release(md ? md->args : NULL, m->args);
+  } else {
+    a->calls++;
+    if (m->f) {
+      if (why) {
+        future_fail(m->f, "call of '%s' failed: %s", md->name, why);
+      } else {
+        if (mode == SF__REPLAY_LIVE && m->seq >= 0)
+          sf__journal_call_done(a, m->seq, md, res);
+        future_set(m->f, res);
+      }
+    } else if (m->g) {
+      gather *g = m->g;
+      if (why) {
+        pthread_mutex_lock(&g->lock);
+        if (!g->error) {
+          char buf[SF__ERROR_MAX + 64];
+          snprintf(buf, sizeof buf, "call of '%s' on member %" PRId64 " failed: %s", md->name,
+                   m->idx, why);
+          g->error = strdup(buf);
+        }
+        pthread_mutex_unlock(&g->lock);
+      } else {
+        if (mode == SF__REPLAY_LIVE && m->seq >= 0)
+          sf__journal_call_done(a, m->seq, md, res);
+        if (g->out)
+          memcpy(sf__array_at(g->out, m->idx), res, (size_t)size);
+      }
+      if (atomic_fetch_sub(&g->left, 1) == 1) {
+        if (g->error) {
+          sf_release(g->out);
+          g->f->error = g->error;
+          future_finish(g->f, FUT_FAILED);
+        } else {
+          future_set(g->f, g->out ? (void *)&g->out : NULL);
+        }
+        sf_release(g->f);
+        pthread_mutex_destroy(&g->lock);
+        sf_free(g);
+      }
+    } else if (!why) {
+      sf_value_release(md->result, res);
+    }
+    sf_value_release(md->args, m->args);
+    atomic_fetch_add_explicit(&sf__stats.calls_done, 1, memory_order_relaxed);
+    if (!why)
+      sf__checkpoint_maybe(a);
+  }
   if (res != small)
     sf_free(res);
-  return f;
+  atomic_fetch_sub_explicit(a->pending, 1, memory_order_relaxed);
+  sf_future *f = m->f;
+  if (m->heap)
+    sf_free(m);
+  if (f)
+    sf_release(f); /* the message's reference; may free m with it */
 }
 
-/* ------------------------------------------------------------- actors */
+#define DRAIN_BATCH 64
 
-/* Runs method m on actor a with args (borrowed), result into res. */
-static void run_method(sf_actor *a, const sf_method_desc *m, void *args, void *res) {
-  sf_actor *saved = current_actor;
-  current_actor = a;
-  m->thunk(a->state, args, res);
-  current_actor = saved;
+static void drain(sf__job *j) {
+  sf_actor *a = (sf_actor *)((char *)j - offsetof(sf_actor, drain));
+  for (int k = 0; k < DRAIN_BATCH; k++) {
+    pthread_mutex_lock(&a->lock);
+    msg *m = a->head;
+    if (!m) {
+      a->scheduled = false;
+      pthread_mutex_unlock(&a->lock);
+      sf_release(a); /* the drain's reference */
+      return;
+    }
+    a->head = m->next;
+    if (!a->head)
+      a->tail = NULL;
+    pthread_mutex_unlock(&a->lock);
+    run_msg(a, m);
+  }
+  sf__sched_push_shared(&a->drain); /* let other actors run, then go on */
 }
 
-static sf_actor *actor_new(const sf_actor_desc *d, int64_t rank, int64_t size, void *args) {
+static void post(sf_actor *a, msg *m) {
+  m->next = NULL;
+  atomic_fetch_add_explicit(a->pending, 1, memory_order_relaxed);
+  pthread_mutex_lock(&a->lock);
+  if (a->tail)
+    a->tail->next = m;
+  else
+    a->head = m;
+  a->tail = m;
+  bool start = !a->scheduled;
+  a->scheduled = true;
+  pthread_mutex_unlock(&a->lock);
+  if (start) {
+    sf_retain(a);
+    sf__sched_push_shared(&a->drain);
+  }
+}
+
+static msg *msg_new(const sf_type *args, void *src, bool retain_copy) {
+  size_t asize = (size_t)type_size(args);
+  msg *m = sf_alloc(sizeof(msg) + asize);
+  memset(m, 0, sizeof *m);
+  m->heap = true;
+  m->seq = -1;
+  if (asize) {
+    memcpy(m->args, src, asize);
+    if (retain_copy)
+      sf_value_retain(args, m->args);
+  }
+  return m;
+}
+
+static sf_actor *actor_new(const sf_actor_desc *d, int64_t id, int64_t rank, int64_t size,
+                           sf__comm *comm, void *args, bool retain_args, const sf_loc *loc) {
+  sf__sched_start();
   sf_actor *a = sf_alloc(sizeof *a);
-  *a = (sf_actor){.hdr = {1, SF_OBJ_ACTOR, 0}, .desc = d, .rank = rank, .size = size};
-  a->state = sf_alloc((size_t)type_size(d->state));
+  memset(a, 0, sizeof *a);
+  a->hdr = (sf_obj){1, SF_OBJ_ACTOR, 0};
+  a->desc = d;
+  a->rank = rank;
+  a->size = size;
+  a->comm = comm;
+  a->pending = comm ? sf__comm_pending(comm, rank) : &a->own_pending;
+  a->state = sf_alloc((size_t)type_size(d->state) + 1);
   memset(a->state, 0, (size_t)type_size(d->state));
-  if (d->init)
-    run_method(a, d->init, args, NULL);
+  pthread_mutex_init(&a->lock, NULL);
+  a->drain.run = drain;
+  a->id = id;
+  msg *m = msg_new(d->init ? d->init->args : NULL, args, retain_args);
+  m->kind = MSG_INIT;
+  m->loc = loc;
+  atomic_fetch_add_explicit(&sf__stats.actors, 1, memory_order_relaxed);
+  post(a, m);
   return a;
 }
 
 sf_actor *sf_actor_spawn(const sf_actor_desc *d, void *args, const sf_loc *loc) {
-  (void)loc;
-  sf_actor *a = actor_new(d, 0, 1, args);
-  sf_value_release(d->init ? d->init->args : NULL, args);
-  return a;
+  (void)demand_of(d->cpus, d->gpus, d->name, loc); /* the notice / --require-gpu */
+  return actor_new(d, sf__spawn_id(), 0, 1, NULL, args, false, loc);
 }
 
 sf_group *sf_group_spawn(const sf_actor_desc *d, int64_t n, void *args, const sf_loc *loc) {
-  if (n < 0)
+  if (n < 0) {
+    sf_value_release(d->init ? d->init->args : NULL, args);
     sf_runtime_error(loc, "spawn: group size must not be negative, got %" PRId64, n);
+  }
+  (void)demand_of(d->cpus, d->gpus, d->name, loc);
   sf_group *g = sf_alloc(sizeof *g);
   *g = (sf_group){.hdr = {1, SF_OBJ_GROUP, 0}, .desc = d, .n = n};
   g->members = sf__alloc_n((size_t)(n ? n : 1), sizeof *g->members);
+  sf__comm *comm = n > 0 ? sf__comm_new(n) : NULL;
+  int64_t id = sf__spawn_id();
   for (int64_t i = 0; i < n; i++)
-    g->members[i] = actor_new(d, i, n, args);
+    g->members[i] = actor_new(d, id, i, n, i ? sf__comm_retain(comm) : comm, args, true, loc);
   sf_value_release(d->init ? d->init->args : NULL, args);
   return g;
 }
 
-/* One call into a method, the result wrapped in a future. */
-static sf_future *call_one(sf_actor *a, const sf_method_desc *m, void *args) {
-  int32_t size = type_size(m->result);
-  _Alignas(16) unsigned char small[SMALL_RESULT];
-  void *res = size <= SMALL_RESULT ? small : sf_alloc((size_t)size);
-  memset(res, 0, (size_t)size);
-  run_method(a, m, args, res);
-  sf_future *f = sf_future_done(m->result, res);
-  if (res != small)
-    sf_free(res);
+/* A call message embedded in its future: one allocation. */
+static sf_future *call_one(sf_actor *a, const sf_method_desc *md, void *args, int64_t seq,
+                           const sf_loc *loc) {
+  size_t asize = (size_t)type_size(md->args);
+  msg *m;
+  sf_future *f = future_alloc(md->result, sizeof(msg) + asize, (void **)&m);
+  memset(m, 0, sizeof *m);
+  m->kind = MSG_CALL;
+  m->m = md;
+  m->f = f;
+  m->loc = loc;
+  m->seq = seq;
+  if (asize)
+    memcpy(m->args, args, asize);
+  sf_retain(f); /* the message's reference */
+  atomic_fetch_add_explicit(&sf__stats.calls, 1, memory_order_relaxed);
+  post(a, m);
   return f;
 }
 
 sf_future *sf_actor_call(sf_actor *a, const sf_method_desc *m, void *args, const sf_loc *loc) {
-  if (!a)
+  if (!a) {
+    sf_value_release(m->args, args);
     sf_runtime_error(loc, "call of '%s' on an actor that was never spawned", m->name);
-  sf_future *f = call_one(a, m, args);
-  sf_value_release(m->args, args);
-  return f;
+  }
+  return call_one(a, m, args, sf__journal_next(), loc);
 }
 
 sf_future *sf_group_call_all(sf_group *g, const sf_method_desc *m, void *args,
                              const sf_loc *loc) {
-  if (!g)
+  if (!g) {
+    sf_value_release(m->args, args);
     sf_runtime_error(loc, "call of '%s' on a group that was never spawned", m->name);
-  sf_future *f;
-  if (m->result && m->result->kind != SF_VOID) {
-    sf_array *out = sf_array_new(m->result, g->n, loc);
-    for (int64_t i = 0; i < g->n; i++)
-      run_method(g->members[i], m, args, sf__array_at(out, i));
-    f = sf_future_done(sf__array_type(m->result), &out);
-  } else {
-    for (int64_t i = 0; i < g->n; i++)
-      run_method(g->members[i], m, args, NULL);
-    f = sf_future_done(NULL, NULL);
   }
-  sf_value_release(m->args, args);
+  bool has_result = m->result && m->result->kind != SF_VOID;
+  const sf_type *rt = has_result ? sf__array_type(m->result) : NULL;
+  sf_future *f = future_alloc(rt, 0, NULL);
+  int64_t seq = sf__journal_next();
+  if (g->n == 0) {
+    sf_array *out = has_result ? sf_array_new(m->result, 0, loc) : NULL;
+    future_set(f, has_result ? (void *)&out : NULL);
+    sf_value_release(m->args, args);
+    return f;
+  }
+  gather *ga = sf_alloc(sizeof *ga);
+  atomic_init(&ga->left, g->n);
+  ga->f = f;
+  ga->out = has_result ? sf_array_new(m->result, g->n, loc) : NULL;
+  ga->error = NULL;
+  pthread_mutex_init(&ga->lock, NULL);
+  sf_retain(f); /* the gather's reference */
+  for (int64_t i = 0; i < g->n; i++) {
+    /* Every member gets its own copy of the argument block; the last one
+     * takes over the caller's references, the others retain. */
+    msg *mm = msg_new(m->args, args, i + 1 < g->n);
+    mm->kind = MSG_CALL;
+    mm->m = m;
+    mm->g = ga;
+    mm->idx = i;
+    mm->loc = loc;
+    mm->seq = seq;
+    atomic_fetch_add_explicit(&sf__stats.calls, 1, memory_order_relaxed);
+    post(g->members[i], mm);
+  }
   return f;
 }
 
 sf_future *sf_group_call_any(sf_group *g, const sf_method_desc *m, void *args,
                              const sf_loc *loc) {
-  if (!g || g->n == 0)
+  if (!g || g->n == 0) {
+    sf_value_release(m->args, args);
     sf_runtime_error(loc, "call of '%s' on an empty group", m->name);
-  int64_t i = __atomic_fetch_add(&g->next, 1, __ATOMIC_RELAXED) % g->n;
-  sf_future *f = call_one(g->members[i], m, args);
-  sf_value_release(m->args, args);
-  return f;
+  }
+  int64_t seq = sf__journal_next();
+  /* Least loaded member; ties go round robin so equal members share. */
+  int64_t start = atomic_fetch_add_explicit(&g->next, 1, memory_order_relaxed);
+  int64_t best = start % g->n, best_load = INT64_MAX;
+  for (int64_t k = 0; k < g->n; k++) {
+    int64_t i = (start + k) % g->n;
+    int64_t load = atomic_load_explicit(g->members[i]->pending, memory_order_relaxed);
+    if (load < best_load) {
+      best = i;
+      best_load = load;
+      if (load == 0)
+        break;
+    }
+  }
+  /* On --resume a replayed call goes to the member that answered it. */
+  best = sf__journal_route_any(seq, g->members, g->n, best);
+  return call_one(g->members[best], m, args, seq, loc);
 }
 
 sf_future *sf_group_call_one(sf_group *g, int64_t i, const sf_method_desc *m, void *args,
@@ -227,46 +879,8 @@ sf_future *sf_group_call_one(sf_group *g, int64_t i, const sf_method_desc *m, vo
     sf_value_release(m->args, args);
     sf_index_fail(i, n, loc);
   }
-  sf_future *f = call_one(g->members[i], m, args);
-  sf_value_release(m->args, args);
-  return f;
+  return call_one(g->members[i], m, args, sf__journal_next(), loc);
 }
-
-/* -------------------------------------------------------- collectives */
 
 int64_t sf_group_rank(void) { return current_actor ? current_actor->rank : 0; }
 int64_t sf_group_size(void) { return current_actor ? current_actor->size : 1; }
-
-static void need_single(const char *what, const sf_loc *loc) {
-  if (sf_group_size() > 1)
-    sf_runtime_error(loc, "%s over a group of %" PRId64
-                     " is not supported before the task runtime lands", what, sf_group_size());
-}
-
-/* With one member a sum, a mean and a broadcast leave the array as it is. */
-void sf_allreduce_sum(sf_array *a, const sf_loc *loc) { (void)a; need_single("allreduce_sum", loc); }
-void sf_allreduce_mean(sf_array *a, const sf_loc *loc) { (void)a; need_single("allreduce_mean", loc); }
-
-void sf_broadcast(sf_array *a, int64_t root, const sf_loc *loc) {
-  (void)a;
-  need_single("broadcast", loc);
-  if (root != 0)
-    sf_runtime_error(loc, "broadcast: root %" PRId64 " is not a member of a group of 1", root);
-}
-
-sf_array *sf_allgather(sf_array *a, const sf_loc *loc) {
-  need_single("allgather", loc);
-  /* The gather of one member is a copy of its array. */
-  const sf_type *elem = a ? a->elem : &sf_type_f32;
-  int64_t n = a ? a->len : 0;
-  sf_array *out = sf_array_new(elem, n, loc);
-  if (n) {
-    memcpy(out->data, a->data, (size_t)n * (size_t)elem->size);
-    if (sf__type_has_refs(elem))
-      for (int64_t i = 0; i < n; i++)
-        sf_value_retain(elem, sf__array_at(out, i));
-  }
-  return out;
-}
-
-void sf_barrier(const sf_loc *loc) { need_single("barrier", loc); }

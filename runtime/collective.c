@@ -1,0 +1,311 @@
+/*
+ * collective.c — allreduce, broadcast, allgather and barrier over the
+ * members of an actor group, on one machine.
+ *
+ * Key design choices:
+ *  - The members' threads meet in a generation barrier (mutex + condition
+ *    variable) and work on each other's arrays directly: no copies through
+ *    a shared buffer.  allreduce is a reduce-scatter then allgather in
+ *    place: member r sums its 1/n slice of every member's array into a
+ *    private buffer, everyone passes a barrier, then r writes the slice
+ *    into every member's array.  Each member reads and writes len/n
+ *    elements of each array, so the work is spread evenly, as in a ring.
+ *  - A thread waiting in a barrier counts itself out of the pool
+ *    (sf__sched_block_begin), so the members always get threads to run on
+ *    whatever the pool size.
+ *  - If a member fails while others wait, the group's communicator is
+ *    aborted: the waiters fail with an error naming the member instead of
+ *    hanging, and every later collective of the group fails at once.
+ *  - This file is the shared-memory transport; the TCP ring between nodes
+ *    and NCCL for device arrays implement the same five operations.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+struct sf__comm {
+  _Atomic int64_t rc;
+  int64_t n;
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  int64_t arrived, gen;
+  char *aborted; /* why the group can no longer meet, or NULL */
+  sf_array **slot;
+  _Atomic int64_t *pending; /* per member: calls queued or running */
+  bool *here;               /* per member: waiting in this round */
+};
+
+/* How long a member waits in a collective for members that have no call
+ * queued or running before the run fails instead of hanging: those
+ * members cannot arrive unless new calls reach them. */
+#define STUCK_SECONDS 3
+
+sf__comm *sf__comm_new(int64_t n) {
+  sf__comm *c = sf_alloc(sizeof *c);
+  memset(c, 0, sizeof *c);
+  atomic_init(&c->rc, 1);
+  c->n = n;
+  pthread_mutex_init(&c->lock, NULL);
+  pthread_cond_init(&c->cond, NULL);
+  c->slot = sf__alloc_n((size_t)n, sizeof *c->slot);
+  memset(c->slot, 0, (size_t)n * sizeof *c->slot);
+  c->pending = sf__alloc_n((size_t)n, sizeof *c->pending);
+  for (int64_t i = 0; i < n; i++)
+    atomic_init(&c->pending[i], 0);
+  c->here = sf__alloc_n((size_t)n, sizeof *c->here);
+  memset(c->here, 0, (size_t)n * sizeof *c->here);
+  return c;
+}
+
+_Atomic int64_t *sf__comm_pending(sf__comm *c, int64_t rank) { return &c->pending[rank]; }
+
+/* Members that are not in this round and have nothing to run: "0, 2". */
+static bool idle_missing(sf__comm *c, char *out, size_t n) {
+  size_t o = 0;
+  bool any = false;
+  out[0] = '\0';
+  for (int64_t k = 0; k < c->n; k++) {
+    if (c->here[k])
+      continue;
+    if (atomic_load(&c->pending[k]) > 0)
+      return false;
+    if (o + 24 < n)
+      o += (size_t)snprintf(out + o, n - o, "%s%" PRId64, any ? ", " : "", k);
+    any = true;
+  }
+  return any;
+}
+
+sf__comm *sf__comm_retain(sf__comm *c) {
+  if (c)
+    atomic_fetch_add(&c->rc, 1);
+  return c;
+}
+
+void sf__comm_release(sf__comm *c) {
+  if (!c || atomic_fetch_sub(&c->rc, 1) != 1)
+    return;
+  pthread_mutex_destroy(&c->lock);
+  pthread_cond_destroy(&c->cond);
+  free(c->aborted);
+  sf_free(c->slot);
+  sf_free((void *)c->pending);
+  sf_free(c->here);
+  sf_free(c);
+}
+
+void sf__comm_abort(sf__comm *c, int64_t rank, const char *why) {
+  if (!c)
+    return;
+  pthread_mutex_lock(&c->lock);
+  if (!c->aborted) {
+    char buf[SF__ERROR_MAX + 64];
+    snprintf(buf, sizeof buf, "member %" PRId64 " of the group failed: %s", rank, why);
+    c->aborted = strdup(buf);
+    pthread_cond_broadcast(&c->cond);
+  }
+  pthread_mutex_unlock(&c->lock);
+}
+
+/* The calling member's communicator and rank; NULL for a lone actor. */
+static sf__comm *mine(int64_t *rank) {
+  sf_actor *a = sf__current_actor();
+  *rank = a ? sf__actor_rank(a) : 0;
+  return a ? sf__actor_comm(a) : NULL;
+}
+
+static void barrier(sf__comm *c, int64_t rank, const char *what, const sf_loc *loc) {
+  pthread_mutex_lock(&c->lock);
+  if (c->aborted) {
+    char why[SF__ERROR_MAX + 64];
+    snprintf(why, sizeof why, "%s", c->aborted);
+    pthread_mutex_unlock(&c->lock);
+    sf_runtime_error(loc, "%s: %s", what, why);
+  }
+  int64_t gen = c->gen;
+  if (++c->arrived == c->n) {
+    c->arrived = 0;
+    c->gen++;
+    memset(c->here, 0, (size_t)c->n * sizeof *c->here);
+    pthread_cond_broadcast(&c->cond);
+  } else {
+    c->here[rank] = true;
+    int stuck = 0;
+    sf__sched_block_begin();
+    while (gen == c->gen && !c->aborted) {
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      ts.tv_sec += 1;
+      if (pthread_cond_timedwait(&c->cond, &c->lock, &ts) == 0 || gen != c->gen)
+        continue;
+      char who[256];
+      stuck = idle_missing(c, who, sizeof who) ? stuck + 1 : 0;
+      if (stuck >= STUCK_SECONDS) {
+        char buf[512];
+        snprintf(buf, sizeof buf, "member %" PRId64 " waits for members %s, which have no "
+                 "call to run (every member must make the same collective calls: call the "
+                 "method through g.all)", rank, who);
+        c->aborted = strdup(buf);
+        pthread_cond_broadcast(&c->cond);
+      }
+    }
+    sf__sched_block_end();
+    if (gen == c->gen) {
+      char why[SF__ERROR_MAX + 64];
+      snprintf(why, sizeof why, "%s", c->aborted);
+      pthread_mutex_unlock(&c->lock);
+      sf_runtime_error(loc, "%s: %s", what, why);
+    }
+  }
+  pthread_mutex_unlock(&c->lock);
+}
+
+static bool numeric(const sf_type *t) {
+  return t && (t->kind == SF_F32 || t->kind == SF_F64 || t->kind == SF_I32 || t->kind == SF_I64);
+}
+
+/* After the first barrier: every member checks every array the same way,
+ * so all of them raise the same error, or none does. */
+static void check_same(sf__comm *c, int64_t rank, const char *what, bool need_numeric,
+                       const sf_loc *loc) {
+  sf_array *me = c->slot[rank];
+  for (int64_t k = 0; k < c->n; k++) {
+    sf_array *o = c->slot[k];
+    int64_t n0 = c->slot[0] ? c->slot[0]->len : 0, nk = o ? o->len : 0;
+    if (need_numeric && o && !numeric(o->elem))
+      sf_runtime_error(loc, "%s: arrays of %s cannot be reduced", what, o->elem->name);
+    if (nk != n0)
+      sf_runtime_error(loc, "%s: member %" PRId64 " has %" PRId64 " elements but member 0 has %"
+                       PRId64, what, k, nk, n0);
+  }
+  (void)me;
+}
+
+static void add_into(const sf_type *t, void *acc, const void *x, int64_t n) {
+  switch (t->kind) {
+  case SF_F32: for (int64_t i = 0; i < n; i++) ((float *)acc)[i] += ((const float *)x)[i]; break;
+  case SF_F64: for (int64_t i = 0; i < n; i++) ((double *)acc)[i] += ((const double *)x)[i]; break;
+  case SF_I32:
+    for (int64_t i = 0; i < n; i++)
+      ((uint32_t *)acc)[i] += ((const uint32_t *)x)[i];
+    break;
+  default:
+    for (int64_t i = 0; i < n; i++)
+      ((uint64_t *)acc)[i] += ((const uint64_t *)x)[i];
+    break;
+  }
+}
+
+static void divide(const sf_type *t, void *acc, int64_t n, int64_t by) {
+  switch (t->kind) {
+  case SF_F32: for (int64_t i = 0; i < n; i++) ((float *)acc)[i] /= (float)by; break;
+  case SF_F64: for (int64_t i = 0; i < n; i++) ((double *)acc)[i] /= (double)by; break;
+  case SF_I32: for (int64_t i = 0; i < n; i++) ((int32_t *)acc)[i] /= (int32_t)by; break;
+  default: for (int64_t i = 0; i < n; i++) ((int64_t *)acc)[i] /= by; break;
+  }
+}
+
+static void allreduce(sf_array *a, bool mean, const char *what, const sf_loc *loc) {
+  int64_t rank;
+  sf__comm *c = mine(&rank);
+  if (a && !numeric(a->elem))
+    sf_runtime_error(loc, "%s: arrays of %s cannot be reduced", what, a->elem->name);
+  if (!c || c->n == 1)
+    return;
+  sf_array_host(a);
+  c->slot[rank] = a;
+  barrier(c, rank, what, loc);
+  check_same(c, rank, what, true, loc);
+  sf_array *first = c->slot[0];
+  int64_t len = first ? first->len : 0;
+  const sf_type *t = first ? first->elem : NULL;
+  int64_t lo = len * rank / c->n, hi = len * (rank + 1) / c->n;
+  size_t esz = t ? (size_t)t->size : 0;
+  void *acc = NULL;
+  if (hi > lo) {
+    acc = sf_alloc((size_t)(hi - lo) * esz);
+    memcpy(acc, (char *)c->slot[0]->data + lo * (int64_t)esz, (size_t)(hi - lo) * esz);
+    for (int64_t k = 1; k < c->n; k++)
+      add_into(t, acc, (char *)c->slot[k]->data + lo * (int64_t)esz, hi - lo);
+    if (mean)
+      divide(t, acc, hi - lo, c->n);
+  }
+  barrier(c, rank, what, loc); /* every slice is summed before anyone writes */
+  for (int64_t k = 0; k < c->n && hi > lo; k++)
+    memcpy((char *)c->slot[k]->data + lo * (int64_t)esz, acc, (size_t)(hi - lo) * esz);
+  sf_free(acc);
+  barrier(c, rank, what, loc); /* every slice is written before anyone returns */
+}
+
+void sf_allreduce_sum(sf_array *a, const sf_loc *loc) { allreduce(a, false, "allreduce_sum", loc); }
+void sf_allreduce_mean(sf_array *a, const sf_loc *loc) { allreduce(a, true, "allreduce_mean", loc); }
+
+void sf_broadcast(sf_array *a, int64_t root, const sf_loc *loc) {
+  int64_t rank;
+  sf__comm *c = mine(&rank);
+  int64_t n = c ? c->n : 1;
+  if (root < 0 || root >= n)
+    sf_runtime_error(loc, "broadcast: root %" PRId64 " is not a member of a group of %" PRId64,
+                     root, n);
+  if (!c || n == 1)
+    return;
+  sf_array_host(a);
+  c->slot[rank] = a;
+  barrier(c, rank, "broadcast", loc);
+  check_same(c, rank, "broadcast", false, loc);
+  sf_array *src = c->slot[root];
+  if (rank != root && a && a->len) {
+    if (sf__type_has_refs(a->elem))
+      for (int64_t i = 0; i < a->len; i++) {
+        sf_value_retain(a->elem, sf__array_at(src, i));
+        sf_value_release(a->elem, sf__array_at(a, i));
+      }
+    memcpy(a->data, src->data, (size_t)a->len * (size_t)a->elem->size);
+  }
+  barrier(c, rank, "broadcast", loc);
+}
+
+sf_array *sf_allgather(sf_array *a, const sf_loc *loc) {
+  int64_t rank;
+  sf__comm *c = mine(&rank);
+  const sf_type *elem = a ? a->elem : &sf_type_f32;
+  if (c && c->n > 1) {
+    sf_array_host(a);
+    c->slot[rank] = a;
+    barrier(c, rank, "allgather", loc);
+  }
+  int64_t n = c ? c->n : 1, total = 0;
+  for (int64_t k = 0; k < n; k++) {
+    sf_array *o = c && n > 1 ? c->slot[k] : a;
+    if (o && o->elem->kind != elem->kind)
+      sf_runtime_error(loc, "allgather: member %" PRId64 " sends %s but member %" PRId64
+                       " sends %s", k, o->elem->name, rank, elem->name);
+    total += o ? o->len : 0;
+  }
+  sf_array *out = sf_array_new(elem, total, loc);
+  int64_t at = 0;
+  for (int64_t k = 0; k < n; k++) {
+    sf_array *o = c && n > 1 ? c->slot[k] : a;
+    int64_t m = o ? o->len : 0;
+    if (m)
+      memcpy(sf__array_at(out, at), o->data, (size_t)m * (size_t)elem->size);
+    if (sf__type_has_refs(elem))
+      for (int64_t i = 0; i < m; i++)
+        sf_value_retain(elem, sf__array_at(out, at + i));
+    at += m;
+  }
+  if (c && n > 1)
+    barrier(c, rank, "allgather", loc);
+  return out;
+}
+
+void sf_barrier(const sf_loc *loc) {
+  int64_t rank;
+  sf__comm *c = mine(&rank);
+  if (c && c->n > 1)
+    barrier(c, rank, "barrier", loc);
+}

@@ -1,0 +1,441 @@
+/*
+ * sched.c — the thread pool every task, actor call and collective runs on.
+ *
+ * One worker thread per CPU (or --threads N), started at the first task or
+ * spawn, so a program without either never starts a thread.  Key design
+ * choices:
+ *
+ *  - Work stealing for tasks.  Each thread that submits tasks (the main
+ *    thread and every worker) owns a Chase-Lev deque: it pushes and pops at
+ *    the bottom without locks, idle workers steal the oldest task from the
+ *    top with one compare-and-swap.  A million tiny tasks cost one
+ *    allocation and a few atomic operations each.
+ *  - One shared FIFO for everything else (actor mailboxes that became
+ *    runnable, retries started by the timeout watchdog): a mutex-protected
+ *    list, cheap at actor-call rates and fair across actors.
+ *  - Waiting helps.  A thread that awaits a future outside an actor runs
+ *    other *tasks* while it waits (never actor work: an actor method
+ *    resumed on top of an unrelated stack could deadlock a collective).
+ *    When it cannot help it sleeps on a futex in the future's state word.
+ *  - Blocking compensates.  A worker that blocks (await inside an actor
+ *    method, a collective, a timed-out attempt that will not come back)
+ *    counts itself out; if no worker is left to run queued work, a spare
+ *    thread starts.  Group members that wait for each other in a barrier
+ *    therefore always make progress, whatever the pool size: that is how a
+ *    group is "placed as one gang" on one machine.  Spare threads end
+ *    after a second of idleness once the pool is back to its size.
+ *  - Idle workers spin briefly, then sleep on a futex; a submitter wakes
+ *    one only when some are asleep, so the fast path has no system call.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define MAX_WORKERS 8192
+#define SPIN_ROUNDS 64        /* steal attempts before sleeping */
+#define SPARE_IDLE_NS 1000000000LL
+
+/* ------------------------------------------------------------ futexes */
+
+void sf__futex_wait(_Atomic uint32_t *word, uint32_t expect, int64_t timeout_ns) {
+  struct timespec ts, *tp = NULL;
+  if (timeout_ns >= 0) {
+    ts.tv_sec = timeout_ns / 1000000000LL;
+    ts.tv_nsec = timeout_ns % 1000000000LL;
+    tp = &ts;
+  }
+  syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, expect, tp, NULL, 0);
+}
+
+void sf__futex_wake(_Atomic uint32_t *word, int n) {
+  syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
+}
+
+/* ------------------------------------------------------------- deques */
+
+/* Chase-Lev work-stealing deque (Lê, Pop, Cohen, Zappa Nardelli, "Correct
+ * and efficient work-stealing for weak memory models", PPoPP 2013), with
+ * sequentially consistent atomics in place of fences so ThreadSanitizer
+ * understands it.  Grown buffers are kept until the pool ends, because a
+ * thief may still be reading the old one. */
+typedef struct dq_buf {
+  int64_t mask;
+  struct dq_buf *older;
+  _Atomic(sf__job *) slot[];
+} dq_buf;
+
+typedef struct deque {
+  _Alignas(64) _Atomic int64_t top;
+  _Alignas(64) _Atomic int64_t bottom;
+  _Atomic(dq_buf *) buf;
+} deque;
+
+static dq_buf *dq_buf_new(int64_t cap, dq_buf *older) {
+  dq_buf *b = sf_alloc(sizeof *b + (size_t)cap * sizeof(b->slot[0]));
+  b->mask = cap - 1;
+  b->older = older;
+  return b;
+}
+
+static void dq_init(deque *d) {
+  atomic_init(&d->top, 0);
+  atomic_init(&d->bottom, 0);
+  atomic_init(&d->buf, dq_buf_new(1024, NULL));
+}
+
+static void dq_push(deque *d, sf__job *j) {
+  int64_t b = atomic_load_explicit(&d->bottom, memory_order_relaxed);
+  int64_t t = atomic_load_explicit(&d->top, memory_order_acquire);
+  dq_buf *a = atomic_load_explicit(&d->buf, memory_order_relaxed);
+  if (b - t > a->mask) {
+    dq_buf *g = dq_buf_new((a->mask + 1) * 2, a);
+    for (int64_t i = t; i < b; i++)
+      atomic_store_explicit(&g->slot[i & g->mask],
+                            atomic_load_explicit(&a->slot[i & a->mask], memory_order_relaxed),
+                            memory_order_relaxed);
+    atomic_store_explicit(&d->buf, g, memory_order_release);
+    a = g;
+  }
+  atomic_store_explicit(&a->slot[b & a->mask], j, memory_order_relaxed);
+  atomic_store_explicit(&d->bottom, b + 1, memory_order_seq_cst);
+}
+
+static sf__job *dq_pop(deque *d) {
+  int64_t b = atomic_load_explicit(&d->bottom, memory_order_relaxed) - 1;
+  dq_buf *a = atomic_load_explicit(&d->buf, memory_order_relaxed);
+  atomic_store_explicit(&d->bottom, b, memory_order_seq_cst);
+  int64_t t = atomic_load_explicit(&d->top, memory_order_seq_cst);
+  if (t > b) {
+    atomic_store_explicit(&d->bottom, b + 1, memory_order_relaxed);
+    return NULL;
+  }
+  sf__job *j = atomic_load_explicit(&a->slot[b & a->mask], memory_order_relaxed);
+  if (t == b) { /* the last one: race the thieves for it */
+    if (!atomic_compare_exchange_strong_explicit(&d->top, &t, t + 1, memory_order_seq_cst,
+                                                 memory_order_relaxed))
+      j = NULL;
+    atomic_store_explicit(&d->bottom, b + 1, memory_order_relaxed);
+  }
+  return j;
+}
+
+static sf__job *dq_steal(deque *d) {
+  int64_t t = atomic_load_explicit(&d->top, memory_order_seq_cst);
+  int64_t b = atomic_load_explicit(&d->bottom, memory_order_seq_cst);
+  if (t >= b)
+    return NULL;
+  dq_buf *a = atomic_load_explicit(&d->buf, memory_order_acquire);
+  sf__job *j = atomic_load_explicit(&a->slot[t & a->mask], memory_order_relaxed);
+  if (!atomic_compare_exchange_strong_explicit(&d->top, &t, t + 1, memory_order_seq_cst,
+                                               memory_order_relaxed))
+    return NULL;
+  return j;
+}
+
+static bool dq_empty(deque *d) {
+  return atomic_load_explicit(&d->top, memory_order_relaxed) >=
+         atomic_load_explicit(&d->bottom, memory_order_relaxed);
+}
+
+/* ------------------------------------------------------------ the pool */
+
+typedef struct worker {
+  deque dq;
+  int32_t id;        /* 0 is the main thread */
+  bool pool;         /* a pool thread (not the main thread) */
+  uint32_t rng;      /* victim selection */
+  pthread_t thread;
+} worker;
+
+static struct {
+  pthread_once_t once;
+  int32_t target;                 /* pool size asked for */
+  _Atomic int32_t nworkers;       /* slots used in workers[] */
+  _Atomic int32_t nthreads;       /* live pool threads */
+  _Atomic int32_t nsleeping;
+  _Atomic int32_t nblocked;
+  _Atomic uint32_t epoch;         /* futex word idle workers sleep on */
+  _Atomic bool stopping;
+  worker *workers[MAX_WORKERS];
+
+  pthread_mutex_t shared_lock;    /* the shared FIFO */
+  sf__job *shared_head, *shared_tail;
+  _Atomic int64_t shared_len;
+  pthread_mutex_t spawn_lock;
+} P = {.once = PTHREAD_ONCE_INIT,
+       .shared_lock = PTHREAD_MUTEX_INITIALIZER,
+       .spawn_lock = PTHREAD_MUTEX_INITIALIZER};
+
+static _Thread_local worker *self;
+
+int32_t sf__worker_id(void) { return self ? self->id : -1; }
+int32_t sf__pool_size(void) { return P.target; }
+
+static worker *worker_new(bool pool) {
+  worker *w = sf_alloc(sizeof *w);
+  memset(w, 0, sizeof *w);
+  dq_init(&w->dq);
+  w->pool = pool;
+  int32_t id = atomic_fetch_add(&P.nworkers, 1);
+  if (id >= MAX_WORKERS)
+    sf_runtime_error(NULL, "more than %d threads are blocked at once (deadlocked actors?)",
+                     MAX_WORKERS);
+  w->id = id;
+  w->rng = 0x9e3779b9u * (uint32_t)(id + 1);
+  P.workers[id] = w;
+  return w;
+}
+
+static void wake_one(void) {
+  if (atomic_load_explicit(&P.nsleeping, memory_order_seq_cst) > 0) {
+    atomic_fetch_add_explicit(&P.epoch, 1, memory_order_seq_cst);
+    sf__futex_wake(&P.epoch, 1);
+  }
+}
+
+static sf__job *shared_pop(void) {
+  if (atomic_load_explicit(&P.shared_len, memory_order_seq_cst) == 0)
+    return NULL;
+  pthread_mutex_lock(&P.shared_lock);
+  sf__job *j = P.shared_head;
+  if (j) {
+    P.shared_head = j->next;
+    if (!P.shared_head)
+      P.shared_tail = NULL;
+    atomic_fetch_sub(&P.shared_len, 1);
+  }
+  pthread_mutex_unlock(&P.shared_lock);
+  return j;
+}
+
+static uint32_t xorshift(uint32_t *s) {
+  uint32_t x = *s;
+  x ^= x << 13;
+  x ^= x >> 17;
+  x ^= x << 5;
+  return *s = x;
+}
+
+/* A task from some other thread's deque, or NULL. */
+static sf__job *steal_any(worker *w) {
+  int32_t n = atomic_load_explicit(&P.nworkers, memory_order_acquire);
+  if (n <= 1 && w && w->id == 0)
+    return NULL;
+  uint32_t start = xorshift(&w->rng) % (uint32_t)n;
+  for (int32_t k = 0; k < n; k++) {
+    worker *v = P.workers[(start + (uint32_t)k) % (uint32_t)n];
+    if (!v || v == w || dq_empty(&v->dq))
+      continue;
+    sf__job *j = dq_steal(&v->dq);
+    if (j)
+      return j;
+  }
+  return NULL;
+}
+
+static bool anything_queued(void) {
+  if (atomic_load(&P.shared_len) > 0)
+    return true;
+  int32_t n = atomic_load(&P.nworkers);
+  for (int32_t i = 0; i < n; i++)
+    if (P.workers[i] && !dq_empty(&P.workers[i]->dq))
+      return true;
+  return false;
+}
+
+static int64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void *worker_main(void *arg);
+
+static void spawn_thread(void) {
+  pthread_mutex_lock(&P.spawn_lock);
+  worker *w = worker_new(true);
+  atomic_fetch_add(&P.nthreads, 1);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 8u << 20);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  int rc = pthread_create(&w->thread, &attr, worker_main, w);
+  pthread_attr_destroy(&attr);
+  pthread_mutex_unlock(&P.spawn_lock);
+  if (rc != 0) {
+    atomic_fetch_sub(&P.nthreads, 1);
+    sf_runtime_error(NULL, "cannot start a worker thread: %s", strerror(rc));
+  }
+}
+
+/* True when this spare thread may end: the pool is over its size. */
+static bool surplus(void) {
+  int32_t live = atomic_load(&P.nthreads) - atomic_load(&P.nblocked);
+  return live > P.target;
+}
+
+static void *worker_main(void *arg) {
+  self = arg;
+  int64_t idle_since = 0;
+  while (!atomic_load_explicit(&P.stopping, memory_order_relaxed)) {
+    sf__job *j = dq_pop(&self->dq);
+    if (!j)
+      j = shared_pop();
+    for (int spin = 0; !j && spin < SPIN_ROUNDS; spin++) {
+      j = steal_any(self);
+      if (!j)
+        j = shared_pop();
+      if (!j)
+        sched_yield();
+    }
+    if (j) {
+      idle_since = 0;
+      j->run(j);
+      continue;
+    }
+    /* Nothing to do: sleep until a submitter bumps the epoch. */
+    uint32_t e = atomic_load_explicit(&P.epoch, memory_order_seq_cst);
+    atomic_fetch_add_explicit(&P.nsleeping, 1, memory_order_seq_cst);
+    if (anything_queued()) {
+      atomic_fetch_sub(&P.nsleeping, 1);
+      continue;
+    }
+    if (!idle_since)
+      idle_since = mono_ns();
+    sf__futex_wait(&P.epoch, e, 100000000LL);
+    atomic_fetch_sub(&P.nsleeping, 1);
+    if (mono_ns() - idle_since > SPARE_IDLE_NS && surplus()) {
+      /* A spare no longer needed: leave, but only if the count still
+       * shows a surplus after taking this thread out. */
+      if (atomic_fetch_sub(&P.nthreads, 1) - 1 - atomic_load(&P.nblocked) >= P.target) {
+        P.workers[self->id] = NULL; /* its deque is empty */
+        return NULL;
+      }
+      atomic_fetch_add(&P.nthreads, 1);
+      idle_since = 0;
+    }
+  }
+  atomic_fetch_sub(&P.nthreads, 1);
+  return NULL;
+}
+
+static int32_t cpu_count(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    int n = CPU_COUNT(&set);
+    if (n > 0)
+      return n;
+  }
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int32_t)n : 1;
+}
+
+static void pool_start(void) {
+  P.target = sf__options.threads > 0 ? (int32_t)sf__options.threads : cpu_count();
+  if (!self)
+    self = worker_new(false); /* the thread that started the pool: main */
+  for (int32_t i = 0; i < P.target; i++)
+    spawn_thread();
+}
+
+void sf__sched_start(void) { pthread_once(&P.once, pool_start); }
+
+/* Gives the calling non-pool thread a deque of its own (the main thread
+ * has one from pool_start). */
+static worker *me(void) {
+  sf__sched_start();
+  if (!self)
+    self = worker_new(false);
+  return self;
+}
+
+void sf__sched_push_task(sf__job *j) {
+  worker *w = me();
+  dq_push(&w->dq, j);
+  wake_one();
+}
+
+void sf__sched_push_shared(sf__job *j) {
+  sf__sched_start();
+  j->next = NULL;
+  pthread_mutex_lock(&P.shared_lock);
+  if (P.shared_tail)
+    P.shared_tail->next = j;
+  else
+    P.shared_head = j;
+  P.shared_tail = j;
+  atomic_fetch_add(&P.shared_len, 1);
+  pthread_mutex_unlock(&P.shared_lock);
+  wake_one();
+}
+
+/* ----------------------------------------------------------- blocking */
+
+void sf__sched_block_begin(void) {
+  if (!self || !self->pool)
+    return;
+  atomic_fetch_add(&P.nblocked, 1);
+  /* If every unblocked pool thread is busy and work is waiting, or no
+   * unblocked thread is left at all, add a spare. */
+  int32_t live = atomic_load(&P.nthreads) - atomic_load(&P.nblocked);
+  if (live < P.target && atomic_load(&P.nsleeping) == 0)
+    spawn_thread();
+  else if (live <= 0)
+    spawn_thread();
+}
+
+void sf__sched_block_end(void) {
+  if (!self || !self->pool)
+    return;
+  atomic_fetch_sub(&P.nblocked, 1);
+}
+
+/* A thread stuck in an abandoned attempt (see task.c): count it out for
+ * good until it returns, and make up for it. */
+void sf__sched_thread_lost(void) { sf__sched_block_begin(); }
+void sf__sched_thread_back(void) { sf__sched_block_end(); }
+
+bool sf__sched_in_pool(void) { return self && self->pool; }
+
+void sf__sched_wait(_Atomic uint32_t *word, uint32_t done_mask, uint32_t waiters_bit,
+                    bool may_help) {
+  int spins = 0;
+  for (;;) {
+    uint32_t s = atomic_load_explicit(word, memory_order_acquire);
+    if (s & done_mask)
+      return;
+    if (may_help && self) {
+      sf__job *j = dq_pop(&self->dq);
+      if (!j && !dq_empty(&self->dq))
+        continue;
+      if (!j)
+        j = steal_any(self);
+      if (j) {
+        j->run(j);
+        spins = 0;
+        continue;
+      }
+    }
+    if (++spins < 32) {
+      sched_yield();
+      continue;
+    }
+    if (!(s & waiters_bit) &&
+        !atomic_compare_exchange_weak(word, &s, s | waiters_bit))
+      continue;
+    sf__sched_block_begin();
+    sf__futex_wait(word, s | waiters_bit, may_help ? 2000000LL : 100000000LL);
+    sf__sched_block_end();
+  }
+}
