@@ -11,7 +11,8 @@
  *   omp_peer allreduce SIZE MEMBERS ITERS REPS
  *                                 a plain C allreduce of MEMBERS host f32
  *                                 arrays on one thread: sum into member 0,
- *                                 memcpy back to the others
+ *                                 memcpy back to the others (filled as in
+ *                                 allreduce.sflow, so every sum is 0)
  *
  *   gcc -O2 -fopenmp bench/tasks/omp_peer.c -o omp_peer
  */
@@ -91,10 +92,12 @@ static double chain(long n) {
 /* ------------------------------------------------------------ allreduce */
 
 static double allreduce_round(float **bufs, long size, int members, long iters) {
-  for (int m = 0; m < members; m++)
+  for (int m = 0; m < members; m++) {
+    float v = m == members - 1 && members > 1 ? -(float)((members - 1) * members / 2) : (float)(m + 1);
     for (long i = 0; i < size; i++)
-      bufs[m][i] = (float)(m + 1);
-  float want = (float)(members * (members + 1) / 2), first = 0;
+      bufs[m][i] = v;
+  }
+  float want = members == 1 ? 1.0f : 0.0f, first = -1;
   double t0 = omp_get_wtime();
   for (long it = 0; it < iters; it++) {
     float *a = bufs[0];

@@ -36,7 +36,7 @@ else
   ar_sizes=(1024 65536 1048576 16777216) ar_iters=(1000 200 20 5) ar_ray_iters=(10 10 5 2)
 fi
 members=2
-limit=${SFLOW_BENCH_TIMEOUT:-180}   # seconds for one program
+limit=${SFLOW_BENCH_TIMEOUT:-60}    # seconds for one program (Ray: twice that)
 
 # run_side SIDE "NAME..." CMD...: runs CMD, keeps its RESULT lines under SIDE
 # and writes an ERROR line for each expected NAME it did not report.
@@ -111,5 +111,6 @@ fi
 # ------------------------------------------------------------------ table
 [ -z "${SFLOW_BENCH_RAW:-}" ] || cp "$raw" "$SFLOW_BENCH_RAW"
 echo
-echo "== tasks and actors ($(nproc) CPUs): sflow vs OpenMP, C and Ray"
+echo "== tasks and actors: sflow $(git rev-parse --short HEAD 2>/dev/null || echo '?') vs OpenMP, C and Ray;" \
+  "$(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg), $(date +%F)"
 python3 "$here/report.py" "$raw"
