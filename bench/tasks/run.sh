@@ -66,8 +66,9 @@ for p in tasks actors chain allreduce; do
 done
 have_omp=1
 gcc -O2 -fopenmp "$here/omp_peer.c" -o "$tmp/omp_peer" || have_omp=0
-py=""
+py="" no_ray="Ray skipped (SFLOW_BENCH_RAY=0)"
 if [ "${SFLOW_BENCH_RAY:-1}" != 0 ]; then
+  no_ray="Ray could not be installed (scripts/install-benchdeps.sh failed)"
   if bash scripts/install-benchdeps.sh; then
     py="${SFLOW_PYDEPS:-$PWD/build/pydeps}/bin/python"
   else
@@ -105,7 +106,7 @@ if [ -n "$py" ]; then
     --tasks $r_tasks --tasks-one $r_tasks_one --calls $r_calls --calls-one $r_calls_one \
     --chain $r_chain --allreduce "$sizes" --iters "$iters" --members $members
 else
-  for n in $ray_names; do echo "ray ERROR $n Ray not installed" >>"$raw"; done
+  for n in $ray_names; do echo "ray ERROR $n $no_ray" >>"$raw"; done
 fi
 
 # ------------------------------------------------------------------ table
