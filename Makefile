@@ -5,7 +5,7 @@ PREFIX  ?= /usr/local
 JOBS    ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build demo test install clean fuzz bench golden-update
+.PHONY: all deps configure build demo test install clean fuzz bench bench-tasks golden-update
 
 all: build
 
@@ -37,6 +37,11 @@ fuzz: deps
 
 bench: build
 	@bash bench/run.sh $(BUILD)
+
+# Tasks, actor calls, chains of futures and allreduce beside OpenMP, C and Ray
+# (installs Ray into build/pydeps on first use; see bench/tasks/run.sh).
+bench-tasks: build
+	@bash bench/tasks/run.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD)

@@ -9,3 +9,5 @@ if [ -x bench/frontend.sh ] || [ -f bench/frontend.sh ]; then
   echo "== front end: sflowc --check vs cc -fsyntax-only"
   bash bench/frontend.sh "$build"
 fi
+echo "== tasks, actors, futures, allreduce: sflow vs OpenMP, C and Ray"
+bash bench/tasks/run.sh "$build"

@@ -10,6 +10,10 @@ Expectations live in the test file itself (wren/Go style):
   // expect runtime error: REGEX    (run tests) stderr matches, exit code 70
   // args: --flag value ...         (run tests) command-line arguments
   // exit: N                        (run tests) the expected exit code
+  // max-rss-mb: N                  (run tests) the program's peak resident
+                                    memory must stay under N MiB (stress tests;
+                                    the figure includes ~15 MiB that the child
+                                    holds from Python before exec)
   // golden: ast tokens parse llvm cuda stderr
                                     compare `sflowc --emit=KIND` (or the human
                                     diagnostics, for stderr) with NAME.KIND.golden
@@ -29,6 +33,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXPECT_DIAG = re.compile(r"//\s*expect (error|warning|note)(?::(\d+)| at (\d+):(\d+)):\s?(.*)$")
@@ -36,6 +41,7 @@ EXPECT_OUT = re.compile(r"//\s*expect:\s?(.*)$")
 EXPECT_RT = re.compile(r"//\s*expect runtime error:\s?(.*)$")
 ARGS = re.compile(r"//\s*args:\s?(.*)$")
 EXIT = re.compile(r"//\s*exit:\s*(\d+)")
+MAX_RSS = re.compile(r"//\s*max-rss-mb:\s*(\d+)")
 GOLDEN = re.compile(r"//\s*golden:\s*(.*)$")
 TIMEOUT = 60
 
@@ -66,7 +72,8 @@ class Result:
 
 
 def parse_expectations(path):
-    exp = {"diags": [], "out": [], "rt": None, "args": [], "exit": None, "golden": []}
+    exp = {"diags": [], "out": [], "rt": None, "args": [], "exit": None, "golden": [],
+           "max_rss_mb": None}
     with open(path, "rb") as f:
         lines = f.read().decode("utf-8", "replace").split("\n")
     for i, line in enumerate(lines, 1):
@@ -93,6 +100,10 @@ def parse_expectations(path):
         m = EXIT.search(line)
         if m:
             exp["exit"] = int(m.group(1))
+            continue
+        m = MAX_RSS.search(line)
+        if m:
+            exp["max_rss_mb"] = int(m.group(1))
             continue
         m = GOLDEN.search(line)
         if m:
@@ -174,18 +185,54 @@ def check_golden(sflowc, path, kind, res):
         res.fail("output differs from %s:\n%s" % (os.path.relpath(golden, ROOT), diff))
 
 
+class Measured:
+    def __init__(self, returncode, stdout, stderr, maxrss_kb):
+        self.returncode, self.stdout, self.stderr, self.maxrss_kb = returncode, stdout, stderr, maxrss_kb
+
+
+def run_measured(cmd, cwd):
+    """Runs cmd like subprocess.run, and also reads its own peak RSS (wait4's
+    rusage, which covers that one process and nothing else).  None on timeout."""
+    with tempfile.TemporaryFile() as fo, tempfile.TemporaryFile() as fe:
+        p = subprocess.Popen(cmd, stdout=fo, stderr=fe, stdin=subprocess.DEVNULL, cwd=cwd)
+        deadline = time.monotonic() + TIMEOUT
+        while True:
+            pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                p.kill()
+                os.wait4(p.pid, 0)
+                p.returncode = -9  # reaped here: keep Popen from waiting again
+                return None
+            time.sleep(0.01)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        fo.seek(0)
+        fe.seek(0)
+        return Measured(p.returncode, fo.read(), fe.read(), ru.ru_maxrss)
+
+
 def check_run(sflowc, path, exp, res, tmp):
     exe = os.path.join(tmp, os.path.basename(path)[:-6])
     p = run([sflowc, "-O2", path, "-o", exe])
     if p.returncode != 0:
         res.fail("compile failed (%d):\n%s" % (p.returncode, p.stderr.decode()))
         return
-    try:
-        q = subprocess.run([exe] + exp["args"], capture_output=True, timeout=TIMEOUT,
-                           cwd=os.path.dirname(path), stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        res.fail("program did not finish in %d s" % TIMEOUT)
-        return
+    if exp["max_rss_mb"] is not None:
+        q = run_measured([exe] + exp["args"], os.path.dirname(path))
+        if q is None:
+            res.fail("program did not finish in %d s" % TIMEOUT)
+            return
+        if q.maxrss_kb > exp["max_rss_mb"] * 1024:
+            res.fail("peak resident memory %.1f MiB, over the limit of %d MiB" %
+                     (q.maxrss_kb / 1024.0, exp["max_rss_mb"]))
+    else:
+        try:
+            q = subprocess.run([exe] + exp["args"], capture_output=True, timeout=TIMEOUT,
+                               cwd=os.path.dirname(path), stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            res.fail("program did not finish in %d s" % TIMEOUT)
+            return
     out = q.stdout.decode("utf-8", "replace")
     err = q.stderr.decode("utf-8", "replace")
     want_code = exp["exit"] if exp["exit"] is not None else (70 if exp["rt"] else 0)

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Opt-in: the Python packages that only the benchmarks need (Ray, the peer of
+# bench/tasks), installed into the same virtual environment as
+# scripts/install-pydeps.sh (build/pydeps, or $SFLOW_PYDEPS).  `make test`
+# never runs this, so the test suite never downloads Ray; `make bench-tasks`
+# and `make bench` do (once: idempotent, no network when the pins are there).
+#
+# Ray is large (a ~70 MB wheel); when it cannot be installed (no network, no
+# wheel for this Python) this script fails and bench/tasks/run.sh prints the
+# Ray columns as "n/a" instead of stopping.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/install-pydeps.sh
+venv="${SFLOW_PYDEPS:-$PWD/build/pydeps}"
+pins=(
+  ray==2.60.0      # peer for tasks and actor calls (bench/tasks/ray_peer.py)
+  numpy==2.4.6     # host arrays for the Ray allreduce peer
+)
+stamp="$venv/sflow-benchdeps.txt"
+want="${pins[*]}"
+if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] &&
+   "$venv/bin/python" -c 'import ray, numpy' 2>/dev/null; then
+  exit 0
+fi
+echo "install-benchdeps: installing ${pins[*]%%==*} into $venv" >&2
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+  --no-input "${pins[@]}"
+printf '%s\n' "$want" >"$stamp"
