@@ -15,3 +15,9 @@ add_test(NAME gpu/programs
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/programs.py
           --sflowc $<TARGET_FILE:sflowc>)
 set_tests_properties(gpu/nvrtc_all gpu/library_kernels gpu/programs PROPERTIES SKIP_RETURN_CODE 77)
+# The same programs through the CPU versions of their kernels, with their
+# exact expected output: this part runs everywhere.
+add_test(NAME run/gpu-programs-cpu
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/run_golden.py
+          --sflowc $<TARGET_FILE:sflowc> --dir ${CMAKE_SOURCE_DIR}/tests/gpu/programs --run)
+set_tests_properties(run/gpu-programs-cpu PROPERTIES ENVIRONMENT "SFLOW_NO_GPU=1")
