@@ -135,12 +135,16 @@ static struct {
   LLVMDIBuilderRef dib;
   LLVMMetadataRef cu, *difiles;
   int nstr;
+  /* GPU settle points (block()): the matmul call that may leave its
+   * result on the device, and the body of the loop being run on the GPU. */
+  Node *defer_matmul, *gpu_loop_body;
 } G;
 
 static Val expr(Node *n);
 static void mark_array_attrs(LLVMValueRef fn, unsigned idx);
 static void stmt(Node *n);
 static void block(Node *n);
+static bool has_gpu_work(Node *n);
 static LLVMTypeRef lt_val(Type *t);
 static LLVMValueRef type_desc(Type *t);
 
@@ -270,7 +274,7 @@ static LLVMValueRef rt(const char *name, const char *sig) {
     if (sig[i + 1] == 'b')
       add_attr(f, (unsigned)i + 1, "zeroext");
   static const char *const arrays[] = {"sf_array_new", "sf_array_split", "sf_read_lines",
-                                       "sf_future_get_all", "sf_allgather"};
+                                       "sf_future_get_all", "sf_allgather", "sf_matmul"};
   for (size_t i = 0; i < sizeof arrays / sizeof *arrays; i++)
     if (!strcmp(name, arrays[i]))
       mark_array_attrs(f, LLVMAttributeReturnIndex);
@@ -1274,9 +1278,17 @@ static Val builtin(Node *n) {
     drop(av[0]->ty, a);
     return mkval(r, false);
   }
-  case B_MATMUL:
-    diag_error(n->loc, "matmul is not supported by this compiler yet");
-    return mkval(LLVMGetUndef(lt_val(t)), false);
+  case B_MATMUL: {
+    Val v[5];
+    for (int i = 0; i < 5; i++)
+      v[i] = expr(av[i]);
+    LLVMValueRef r = RT("sf_matmul", "ppplllip", v[0].v, v[1].v, to_i64(av[2]->ty, v[2].v),
+                        to_i64(av[3]->ty, v[3].v), to_i64(av[4]->ty, v[4].v),
+                        ci32(n == G.defer_matmul ? 1 : 0), loc_const(n->loc));
+    drop(av[0]->ty, v[0]);
+    drop(av[1]->ty, v[1]);
+    return mkval(r, true);
+  }
   default: ice("codegen: builtin %d", n->builtin);
   }
 }
@@ -1406,6 +1418,9 @@ static Val await_expr(Node *n) {
   return mkval(r, true);
 }
 
+/* launch k[n](args): the arguments go BORROWED into the kernel's argument
+ * block (the launch ends before sf_launch returns) and the runtime picks
+ * the GPU or the CPU version (gen_kernel_glue). */
 static void launch_expr(Node *n) {
   Decl *k = n->decl;
   DInfo *di = info(k);
@@ -1418,27 +1433,13 @@ static void launch_expr(Node *n) {
       argv[i++] = a;
   }
   Val *vals = arena_alloc(sizeof(Val) * (size_t)(argc + 1));
-  LLVMValueRef *args = arena_alloc(sizeof(LLVMValueRef) * (size_t)(argc + 2));
+  LLVMValueRef blk = argc ? entry_alloca(di->args_ty, "kargs") : LLVMConstNull(G.P);
   for (int i = 0; i < argc; i++) {
     vals[i] = expr(argv[i]);
-    args[i + 1] = vals[i].v;
+    store_mem(argv[i]->ty, vals[i].v, struct_gep(di->args_ty, blk, (unsigned)i));
   }
   LLVMValueRef cnt = to_i64(n->rhs->ty, expr(n->rhs).v);
-  /* for tid in 0..n: k(tid, args) — the CPU version of the kernel. */
-  LLVMValueRef ctr = entry_alloca(G.i64, "tid");
-  store(ci64(0), ctr);
-  LLVMBasicBlockRef cond = new_block("launch.cond"), body = new_block("launch.body"),
-                    end = new_block("launch.end");
-  LLVMBuildBr(G.b, cond);
-  LLVMPositionBuilderAtEnd(G.b, cond);
-  LLVMValueRef i = load(G.i64, ctr);
-  LLVMBuildCondBr(G.b, LLVMBuildICmp(G.b, LLVMIntSLT, i, cnt, ""), body, end);
-  LLVMPositionBuilderAtEnd(G.b, body);
-  args[0] = i;
-  call(di->fn, args, argc + 1);
-  store(LLVMBuildAdd(G.b, i, ci64(1), ""), ctr);
-  LLVMBuildBr(G.b, cond);
-  LLVMPositionBuilderAtEnd(G.b, end);
+  RT("sf_launch", "vplpp", LLVMConstPointerCast(di->desc, G.P), cnt, blk, loc_const(n->loc));
   for (int j = 0; j < argc; j++)
     drop(argv[j]->ty, vals[j]);
 }
@@ -1812,15 +1813,142 @@ static void stmt(Node *n) {
   }
 }
 
+/* ------------------------------------------------- GPU settle points
+ *
+ * Arrays that kernels or matmul wrote stay on the device while the code
+ * runs only GPU statements; sf_gpu_settle() copies them back before the
+ * next statement that may look at array data on the host (runtime/gpu.c
+ * explains the protocol).  A GPU statement is a launch, a matmul into a
+ * variable, a scalar update, or a loop of those, whose expressions read no
+ * array element on the host. */
+
+/* Reads no array data: literals, names, arithmetic, len and numeric casts. */
+static bool host_safe(Node *e) {
+  if (!e)
+    return true;
+  switch (e->kind) {
+  case N_INT: case N_FLOAT: case N_BOOL: case N_NAME: return true;
+  case N_BINARY: return host_safe(e->lhs) && host_safe(e->rhs);
+  case N_UNARY: return host_safe(e->lhs);
+  case N_CALL:
+    if (e->callkind != CALL_BUILTIN)
+      return false;
+    switch (e->builtin) {
+    case B_LEN: case B_MIN: case B_MAX: case B_ABS: case B_CAST_I32: case B_CAST_I64:
+    case B_CAST_F32: case B_CAST_F64:
+      for (int i = 0; i < e->argc; i++)
+        if (!host_safe(e->argv[i]))
+          return false;
+      return true;
+    default: return false;
+    }
+  default: return false;
+  }
+}
+
+static bool is_matmul(Node *e) {
+  return e && e->kind == N_CALL && e->callkind == CALL_BUILTIN && e->builtin == B_MATMUL;
+}
+
+/* The matmul of `let x = matmul(...)` / `x = matmul(...)`, or NULL. */
+static Node *deferred_matmul(Node *s) {
+  Node *v = s->kind == N_LET ? s->lhs : s->kind == N_ASSIGN && s->op == '=' ? s->rhs : NULL;
+  return is_matmul(v) ? v : NULL;
+}
+
+static bool gpu_stmt(Node *s) {
+  switch (s->kind) {
+  case N_EXPR_STMT:
+    if (s->lhs->kind != N_LAUNCH || !host_safe(s->lhs->rhs))
+      return false;
+    for (Node *a = s->lhs->args; a; a = a->next)
+      if (!host_safe(a))
+        return false;
+    return true;
+  case N_LET:
+  case N_ASSIGN: {
+    Node *target = s->kind == N_ASSIGN ? s->lhs : NULL;
+    if (target && target->kind != N_NAME)
+      return false;
+    Node *m = deferred_matmul(s);
+    if (m) {
+      for (int i = 0; i < m->argc; i++)
+        if (!host_safe(m->argv[i]))
+          return false;
+      return true;
+    }
+    Node *v = s->kind == N_LET ? s->lhs : s->rhs;
+    return v->ty && ty_is_numeric(v->ty) && host_safe(v);
+  }
+  case N_FOR:
+  case N_WHILE: {
+    if (s->kind == N_FOR ? s->rhs->kind != N_RANGE || !host_safe(s->rhs->lhs) ||
+                               !host_safe(s->rhs->rhs)
+                         : !host_safe(s->cond))
+      return false;
+    bool any = false;
+    for (Node *b = s->body && s->body->kind == N_BLOCK ? s->body->body : s->body; b; b = b->next) {
+      if (!gpu_stmt(b))
+        return false;
+      any |= has_gpu_work(b);
+    }
+    return any; /* a loop with no GPU work needs no special treatment */
+  }
+  default: return false;
+  }
+}
+
+/* Does the statement (or anything in it) launch a kernel or call matmul? */
+static bool has_gpu_work(Node *n) {
+  for (; n; n = n->next) {
+    if (n->kind == N_LAUNCH || is_matmul(n))
+      return true;
+    if (has_gpu_work(n->lhs) || has_gpu_work(n->rhs) || has_gpu_work(n->cond) ||
+        has_gpu_work(n->then) || has_gpu_work(n->els) || has_gpu_work(n->body) ||
+        has_gpu_work(n->args))
+      return true;
+  }
+  return false;
+}
+
 static void block(Node *n) {
   int mark = G.nowned;
   Node *s = n && n->kind == N_BLOCK ? n->body : n;
-  for (; s; s = s->next)
+  bool gpu_body = n && n == G.gpu_loop_body;
+  bool pending = false; /* a GPU statement ran since the last settle point */
+  for (; s; s = s->next) {
+    bool g = gpu_stmt(s);
+    if (pending && !g) {
+      RT0("sf_gpu_settle", "v");
+      pending = false;
+    }
+    G.defer_matmul = g ? deferred_matmul(s) : NULL;
+    if (g && (s->kind == N_FOR || s->kind == N_WHILE))
+      G.gpu_loop_body = s->body;
     stmt(s);
+    G.defer_matmul = NULL;
+    pending |= g || has_gpu_work(s);
+  }
+  /* The body of a GPU loop settles after the loop, not per iteration. */
+  if (pending && !gpu_body && !terminated())
+    RT0("sf_gpu_settle", "v");
   scope_end(mark);
 }
 
 /* ------------------------------------------------------- functions */
+
+/* Does a kernel body assign elements of the array v? */
+static bool writes_elements(Node *n, Var *v) {
+  for (; n; n = n->next) {
+    if (n->kind == N_ASSIGN && n->lhs->kind == N_INDEX && n->lhs->lhs->kind == N_NAME &&
+        n->lhs->lhs->var == v)
+      return true;
+    if (writes_elements(n->lhs, v) || writes_elements(n->rhs, v) || writes_elements(n->then, v) ||
+        writes_elements(n->els, v) || writes_elements(n->body, v))
+      return true;
+  }
+  return false;
+}
 
 /* Does the body assign to v (then a parameter needs its own reference)? */
 static bool assigns(Node *n, Var *v) {
@@ -1865,7 +1993,7 @@ static void declare_fn(Decl *d, const char *name, LLVMTypeRef first, bool has_fi
     if (p->type->kind == TY_ARRAY)
       mark_array_attrs(di->fn, (unsigned)k + 1);
   /* The argument block of tasks, methods and init: owned parameters. */
-  if (d->kind == D_TASK || d->kind == D_METHOD || d->kind == D_INIT) {
+  if (d->kind == D_TASK || d->kind == D_METHOD || d->kind == D_INIT || d->kind == D_KERNEL) {
     LLVMTypeRef *ms = arena_alloc(sizeof(LLVMTypeRef) * (size_t)(n + 1));
     const char **names = arena_alloc(sizeof(char *) * (size_t)(n + 1));
     Type **types = arena_alloc(sizeof(Type *) * (size_t)(n + 1));
@@ -2184,7 +2312,14 @@ static void declare_all(Program *p) {
       switch (d->kind) {
       case D_FN:
       case D_WORKFLOW: declare_fn(d, sym(d, ""), NULL, false); break;
-      case D_KERNEL: declare_fn(d, sym(d, ".cpu"), G.i64, true); break;
+      case D_KERNEL:
+        declare_fn(d, sym(d, ".cpu"), G.i64, true);
+        info(d)->desc = LLVMAddGlobal(
+            G.mod, LLVMStructTypeInContext(G.ctx, (LLVMTypeRef[]){G.P, G.P, G.P, G.P, G.P, G.P, G.i64}, 7, 0),
+            ".kernel");
+        LLVMSetLinkage(info(d)->desc, LLVMPrivateLinkage);
+        LLVMSetGlobalConstant(info(d)->desc, 1);
+        break;
       case D_TASK:
         declare_fn(d, sym(d, ""), NULL, false);
         info(d)->desc = LLVMAddGlobal(
@@ -2213,13 +2348,60 @@ static void declare_all(Program *p) {
       }
 }
 
+/* A kernel's runtime face: `k.range(lo, hi, args)` runs the CPU version
+ * over thread ids [lo, hi) from an argument block, and the sf_kernel_desc
+ * carries it beside the CUDA C (cudagen.c) that NVRTC compiles on a GPU. */
+static void gen_kernel_glue(Decl *d) {
+  DInfo *di = info(d);
+  LLVMTypeRef ps[] = {G.i64, G.i64, G.P};
+  LLVMValueRef fn = LLVMAddFunction(G.mod, sym(d, ".range"), LLVMFunctionType(G.vd, ps, 3, 0));
+  LLVMSetLinkage(fn, LLVMInternalLinkage);
+  add_attr(fn, LLVMAttributeFunctionIndex, "nounwind");
+  Fn f;
+  begin_fn(&f, NULL, fn, ty_prim(TY_VOID), 0);
+  LLVMValueRef lo = LLVMGetParam(fn, 0), hi = LLVMGetParam(fn, 1), args = LLVMGetParam(fn, 2);
+  LLVMValueRef *cargs = arena_alloc(sizeof(LLVMValueRef) * (size_t)(d->nparams + 2));
+  int k = 1;
+  uint64_t writes = 0;
+  for (Decl *p = d->params; p; p = p->next, k++) {
+    cargs[k] = load_mem(p->type, struct_gep(di->args_ty, args, (unsigned)(k - 1)));
+    if (p->type->kind == TY_ARRAY && (k - 1 >= 64 || writes_elements(d->body, p->var)))
+      writes |= k - 1 < 64 ? 1ull << (k - 1) : 0;
+  }
+  LLVMValueRef ctr = entry_alloca(G.i64, "tid");
+  store(lo, ctr);
+  LLVMBasicBlockRef cond = new_block("cond"), body = new_block("body"), end = new_block("end");
+  LLVMBuildBr(G.b, cond);
+  LLVMPositionBuilderAtEnd(G.b, cond);
+  LLVMValueRef i = load(G.i64, ctr);
+  LLVMBuildCondBr(G.b, LLVMBuildICmp(G.b, LLVMIntSLT, i, hi, ""), body, end);
+  LLVMPositionBuilderAtEnd(G.b, body);
+  cargs[0] = i;
+  call(di->fn, cargs, k);
+  store(LLVMBuildAdd(G.b, i, ci64(1), ""), ctr);
+  LLVMBuildBr(G.b, cond);
+  LLVMPositionBuilderAtEnd(G.b, end);
+  LLVMBuildRetVoid(G.b);
+  G.fn = NULL;
+  char *cuda = cudagen_kernel(d);
+  Source *src = src_get(d->loc.file);
+  LLVMValueRef fs[] = {cstr(d->mangled ? d->mangled : d->name), cstr(src->path), cstr(cuda),
+                       cstr(cudagen_entry(d)), LLVMConstPointerCast(di->args_desc, G.P),
+                       LLVMConstPointerCast(fn, G.P), LLVMConstInt(G.i64, writes, 0)};
+  free(cuda);
+  LLVMSetInitializer(di->desc, LLVMConstStructInContext(G.ctx, fs, 7, 0));
+}
+
 static void gen_all(Program *p) {
   for (Module *m = p->modules; m; m = m->next)
     for (Decl *d = m->decls; d; d = d->next)
       switch (d->kind) {
       case D_FN:
-      case D_WORKFLOW:
-      case D_KERNEL: gen_fn(d); break;
+      case D_WORKFLOW: gen_fn(d); break;
+      case D_KERNEL:
+        gen_fn(d);
+        gen_kernel_glue(d);
+        break;
       case D_TASK:
         gen_fn(d);
         gen_thunk(d, false);

@@ -423,6 +423,8 @@ int codegen_program(Program *p, const CodegenOptions *opts);
 /* CUDA C text of one kernel (heap string), with the source line as a
  * comment before each statement. */
 char *cudagen_kernel(Decl *kernel);
+/* The kernel's entry symbol in that text ("sflow_saxpy", "sflow_util_k"). */
+const char *cudagen_entry(Decl *kernel);
 
 /* ---------------------------------------------------------------- main.c */
 

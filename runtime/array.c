@@ -66,4 +66,4 @@ _Noreturn void sf_index_fail(int64_t index, int64_t len, const sf_loc *loc) {
   sf_runtime_error(loc, "index %" PRId64 " out of bounds for length %" PRId64, index, len);
 }
 
-void sf_array_host(sf_array *a) { (void)a; }
+

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "gpu_internal.h"
 
 sf__dtor_fn sf__obj_dtor[SF_OBJ_GROUP + 1];
 
@@ -47,6 +47,8 @@ static void array_destroy(sf_array *a) {
   if (t && a->data && sf__type_has_refs(t))
     for (int64_t i = 0; i < a->len; i++)
       sf_value_release(t, sf__array_at(a, i));
+  if (a->dev)
+    sf__gpu_array_free(a);
   sf_free(a->data);
   sf_free(a);
 }

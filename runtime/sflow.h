@@ -264,6 +264,31 @@ void sf_broadcast(sf_array *a, int64_t root, const sf_loc *loc);
 sf_array *sf_allgather(sf_array *a, const sf_loc *loc); /* owned */
 void sf_barrier(const sf_loc *loc);
 
+/* ------------------------------------------- kernels, matmul (gpu.c, blas.c) */
+
+/* One per kernel, emitted by the compiler.  The argument block holds the
+ * kernel's parameters laid out as `args` describes, BORROWED (a launch
+ * finishes before sf_launch returns). */
+typedef struct sf_kernel_desc {
+  const char *name;     /* "saxpy" */
+  const char *file;     /* source path, for errors found on the GPU */
+  const char *cuda;     /* CUDA C of the kernel (cudagen.c): one NVRTC program */
+  const char *entry;    /* its __global__ function */
+  const sf_type *args;  /* SF_STRUCT of the parameters */
+  void (*cpu)(int64_t lo, int64_t hi, void *args); /* thread ids [lo, hi) on the CPU */
+  uint64_t writes;      /* bit i: the kernel assigns elements of parameter i */
+} sf_kernel_desc;
+/* launch k[n](args): on the GPU when there is one, else the CPU version. */
+void sf_launch(const sf_kernel_desc *k, int64_t n, void *args, const sf_loc *loc);
+/* Called before the first host statement after a run of GPU statements:
+ * copies back what the device wrote (see gpu.c). */
+void sf_gpu_settle(void);
+/* matmul(a, b, m, k, n), row-major, f32 or f64: a new m×n array (owned).
+ * SF_MATMUL_DEFER: the result may stay on the device until sf_gpu_settle. */
+#define SF_MATMUL_DEFER 1
+sf_array *sf_matmul(sf_array *a, sf_array *b, int64_t m, int64_t k, int64_t n, int32_t flags,
+                    const sf_loc *loc);
+
 /* -------------------------------------------------------- the program */
 
 /* One slot per workflow parameter, in declaration order. */

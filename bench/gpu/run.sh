@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# bench/gpu/run.sh — every GPU check and GPU benchmark in one go, one table.
+#
+#   bench/gpu/run.sh prepare [BUILD]   here (flex/bison/LLVM): build and
+#                                      compile everything into bench/gpu/out/
+#   bench/gpu/run.sh [OUT]             on the GPU machine (only CUDA, Python,
+#                                      PyTorch needed): run it all, print the table
+#
+# Without a GPU the run still goes end to end: every GPU row says "not run"
+# with the reason, and the script exits 0 only if nothing that ran failed.
+# The GPU runs take well under 8 minutes on an H200.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+
+if [ "${1:-}" = prepare ]; then
+  build=${2:-$root/build}
+  out=$here/out
+  cmake --build "$build" -j "$(nproc)" --target sflowc gpu_check nvrtc_check >/dev/null || exit 1
+  rm -rf "$out" && mkdir -p "$out/progs"
+  cp "$build/tests/gpu_check" "$build/tests/nvrtc_check" "$out/"
+  for src in "$root"/tests/gpu/programs/*.sflow "$root"/tests/run/kernels/*.sflow "$here"/mlp_bench.sflow; do
+    name=$(basename "$src" .sflow)
+    "$build/bin/sflowc" -O2 "$src" -o "$out/progs/$name" || exit 1
+    grep -h '// gpu-stats:' "$src" | sed 's|.*gpu-stats: *||' > "$out/progs/$name.stats" || true
+  done
+  mkdir -p "$out/cu"
+  cp "$root"/kernels/*.cu "$out/cu/"
+  for src in "$root"/tests/gpu/programs/*.sflow "$root"/tests/run/kernels/*.sflow; do
+    "$build/bin/sflowc" --emit=cuda "$src" > "$out/cu/$(basename "$src" .sflow).cu" 2>/dev/null || rm -f "$out/cu/$(basename "$src" .sflow).cu"
+  done
+  echo "prepared $out ($(ls "$out/progs" | grep -vc stats) programs); run: bench/gpu/run.sh"
+  exit 0
+fi
+
+out=${1:-$here/out}
+[ -x "$out/gpu_check" ] || { echo "run.sh: $out is not prepared; run 'bench/gpu/run.sh prepare' first" >&2; exit 2; }
+export SFLOW_KERNEL_CACHE=${SFLOW_KERNEL_CACHE:-$(mktemp -d)/kernels}
+table=$(mktemp)
+failed=0
+row() { echo "TABLE|$*" >> "$table"; }
+
+# 1. NVRTC for sm_80/sm_90 and for this GPU's own architecture (no GPU needed).
+if "$out/nvrtc_check" sm_80 sm_90 -- "$out"/cu/*.cu > "$table.nvrtc" 2>&1; then
+  row "NVRTC compiles every kernel (sm_80, sm_90)|$(tail -1 "$table.nvrtc" | sed 's/nvrtc_check: //')|-|0 failed"
+else
+  rc=$?; [ $rc = 77 ] && row "NVRTC compiles every kernel|not run: $(cat "$table.nvrtc")|-|-" || { row "NVRTC compiles every kernel|FAIL (see below)|-|0 failed"; cat "$table.nvrtc"; failed=1; }
+fi
+
+# 2. Library kernels against their CPU references, bandwidth, NVRTC times, matmul.
+timeout 300 "$out/gpu_check" --bench > "$table.check" 2>&1; rc=$?
+if [ $rc = 77 ]; then row "library kernels, bandwidth, matmul|not run: $(tail -1 "$table.check")|-|-"
+else grep '^TABLE|' "$table.check" >> "$table"; [ $rc = 0 ] || { failed=1; cat "$table.check"; }; fi
+
+# 3. sflow programs: GPU against the CPU version, identical output; transfer counters.
+gpu_ok=1
+for exe in "$out"/progs/*; do
+  case $exe in *.stats) continue;; esac
+  name=$(basename "$exe"); [ "$name" = mlp_bench ] && continue
+  g_out=$(SFLOW_GPU_STATS=1 timeout 120 "$exe" --require-gpu 2>"$table.gerr"); g_rc=$?
+  if grep -q -- '--require-gpu was given' "$table.gerr"; then
+    row "sflow kernels GPU vs CPU|not run: $(grep -o 'no GPU ([^)]*)' "$table.gerr" | head -1)|-|-"; gpu_ok=0; break
+  fi
+  c_out=$(SFLOW_NO_GPU=1 timeout 120 "$exe" --quiet 2>"$table.cerr"); c_rc=$?
+  stats=$(grep '^sflow-gpu-stats:' "$table.gerr"); grep -v '^sflow-gpu-stats:' "$table.gerr" > "$table.gerr2"
+  verdict=identical
+  [ "$g_out" = "$c_out" ] && [ $g_rc = $c_rc ] && cmp -s "$table.gerr2" "$table.cerr" || verdict=DIFFERENT
+  for kv in $(cat "$exe.stats" 2>/dev/null); do
+    echo "$stats" | grep -qw -- "$kv" || verdict="$verdict; counters: want $kv"
+  done
+  [ "$verdict" = identical ] || failed=1
+  row "$name: GPU vs CPU|$verdict ($(echo "$stats" | grep -o 'h2d_bytes=[0-9]* d2h_bytes=[0-9]*'))|CPU version|identical"
+done
+
+# 4. MLP forward pass against PyTorch.
+if [ $gpu_ok = 1 ]; then
+  mlp=$(timeout 300 "$out/progs/mlp_bench" --require-gpu 2>&1 | grep -o 'mlp_ms [0-9.]*' | cut -d' ' -f2)
+  row "sflow MLP forward 4096x1024x4096x1024|${mlp:-FAIL} ms|torch row below|<= torch"
+fi
+timeout 300 python3 "$here/torch_peer.py" > "$table.torch" 2>&1; rc=$?
+if [ $rc = 0 ]; then grep '^TABLE|' "$table.torch" >> "$table"
+else row "PyTorch peers|not run: $(tail -1 "$table.torch")|-|-"; fi
+
+echo
+printf '%-52s | %-40s | %-30s | %s\n' check figure peer goal
+printf '%s\n' "$(printf -- '-%.0s' {1..140})"
+sed 's/^TABLE|//' "$table" | while IFS='|' read -r a b c d; do
+  printf '%-52s | %-40s | %-30s | %s\n' "$a" "$b" "$c" "$d"
+done
+rm -f "$table" "$table".*
+exit $failed

@@ -1,0 +1,23 @@
+# GPU suite.  gpu/nvrtc_all compiles every kernel with NVRTC (no GPU
+# needed); the others need a GPU and exit 77 without one, which ctest
+# reports as "not run" (SKIP_RETURN_CODE), never as passed.
+add_executable(nvrtc_check ${CMAKE_SOURCE_DIR}/tests/gpu/nvrtc_check.c)
+add_executable(gpu_check ${CMAKE_SOURCE_DIR}/tests/gpu/gpu_check.c)
+foreach(t nvrtc_check gpu_check)
+  set_target_properties(${t} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  target_link_libraries(${t} PRIVATE sflowrt Threads::Threads m dl)
+endforeach()
+add_test(NAME gpu/nvrtc_all
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/nvrtc_all.py
+          --sflowc $<TARGET_FILE:sflowc> --check $<TARGET_FILE:nvrtc_check>)
+add_test(NAME gpu/library_kernels COMMAND gpu_check)
+add_test(NAME gpu/programs
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/programs.py
+          --sflowc $<TARGET_FILE:sflowc>)
+set_tests_properties(gpu/nvrtc_all gpu/library_kernels gpu/programs PROPERTIES SKIP_RETURN_CODE 77)
+# The same programs through the CPU versions of their kernels, with their
+# exact expected output: this part runs everywhere.
+add_test(NAME run/gpu-programs-cpu
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/run_golden.py
+          --sflowc $<TARGET_FILE:sflowc> --dir ${CMAKE_SOURCE_DIR}/tests/gpu/programs --run)
+set_tests_properties(run/gpu-programs-cpu PROPERTIES ENVIRONMENT "SFLOW_NO_GPU=1")
