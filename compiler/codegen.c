@@ -91,6 +91,7 @@ typedef struct {
   LLVMValueRef state_desc;
   LLVMValueRef init_fn; /* actors: field initialisers + init body */
   Decl *init_decl;      /* a synthetic D_INIT when the actor has none */
+  LLVMValueRef twin;    /* small self-recursive fns: the copy it calls */
 } DInfo;
 
 /* The function being generated. */
@@ -135,6 +136,10 @@ static struct {
   LLVMDIBuilderRef dib;
   LLVMMetadataRef cu, *difiles;
   int nstr;
+  /* While a self-recursive fn's body is generated, its calls to itself go
+   * to redirect_fn (the twin, or from the twin back to the original). */
+  Decl *redirect_of;
+  LLVMValueRef redirect_fn;
 } G;
 
 static Val expr(Node *n);
@@ -1323,7 +1328,13 @@ static Val call_expr(Node *n) {
   LLVMValueRef L;
   switch (n->callkind) {
   case CALL_BUILTIN: return builtin(n);
-  case CALL_FN: return direct_call(info(n->decl), NULL, n->argv, n->argc, n->ty);
+  case CALL_FN:
+    if (n->decl == G.redirect_of) {
+      DInfo t = *info(n->decl);
+      t.fn = G.redirect_fn;
+      return direct_call(&t, NULL, n->argv, n->argc, n->ty);
+    }
+    return direct_call(info(n->decl), NULL, n->argv, n->argc, n->ty);
   case CALL_SELF_METHOD:
     return direct_call(info(n->decl), G.fn->state, n->argv, n->argc, n->ty);
   case CALL_TASK: {
@@ -1953,6 +1964,44 @@ static void gen_fn(Decl *d) {
   end_fn(&f);
 }
 
+/* Recursion unrolling.  LLVM never inlines a function into itself, so a
+ * small fn that calls itself gets a twin (sflow.f.rec) with the same body:
+ * each calls the other, the inliner inlines the twin into the original, and
+ * one call then does two levels of the recursion, as gcc's recursive
+ * inlining does.  Counts the nodes of a body, up to limit. */
+enum { TWIN_MAX_NODES = 64 };
+static int body_size(Node *n, Decl *self, bool *calls_self, int limit) {
+  int size = 0;
+  for (; n && size <= limit; n = n->next) {
+    size++;
+    if (n->kind == N_CALL && n->callkind == CALL_FN && n->decl == self)
+      *calls_self = true;
+    Node *kids[] = {n->lhs, n->rhs, n->cond, n->then, n->els, n->body, n->args, n->recv};
+    for (int i = 0; i < 8 && size <= limit; i++)
+      size += body_size(kids[i], self, calls_self, limit - size);
+  }
+  return size;
+}
+
+static bool wants_twin(Decl *d) {
+  bool rec = false;
+  return d->kind == D_FN && G.opts->opt_level >= 2 &&
+         body_size(d->body, d, &rec, TWIN_MAX_NODES) <= TWIN_MAX_NODES && rec;
+}
+
+static void gen_twins(Decl *d) {
+  DInfo *di = info(d);
+  LLVMValueRef orig = di->fn;
+  G.redirect_of = d;
+  G.redirect_fn = di->twin;
+  gen_fn(d);
+  di->fn = di->twin;
+  G.redirect_fn = orig;
+  gen_fn(d);
+  di->fn = orig;
+  G.redirect_of = NULL;
+}
+
 static void gen_method(Decl *actor, Decl *m) {
   DInfo *ai = info(actor), *di = info(m);
   Fn f;
@@ -2183,6 +2232,12 @@ static void declare_all(Program *p) {
     for (Decl *d = m->decls; d; d = d->next)
       switch (d->kind) {
       case D_FN:
+        if (wants_twin(d)) {
+          declare_fn(d, sym(d, ".rec"), NULL, false);
+          info(d)->twin = info(d)->fn;
+        }
+        declare_fn(d, sym(d, ""), NULL, false);
+        break;
       case D_WORKFLOW: declare_fn(d, sym(d, ""), NULL, false); break;
       case D_KERNEL: declare_fn(d, sym(d, ".cpu"), G.i64, true); break;
       case D_TASK:
@@ -2218,6 +2273,11 @@ static void gen_all(Program *p) {
     for (Decl *d = m->decls; d; d = d->next)
       switch (d->kind) {
       case D_FN:
+        if (info(d)->twin) {
+          gen_twins(d);
+          break;
+        }
+        /* fall through */
       case D_WORKFLOW:
       case D_KERNEL: gen_fn(d); break;
       case D_TASK:
