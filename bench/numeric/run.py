@@ -14,7 +14,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-PROGRAMS = ["fib", "loops", "saxpy", "mandel", "sieve", "dot"]
+PROGRAMS = ["fib", "tree", "loops", "saxpy", "mandel", "sieve", "dot"]
 
 
 def timed(cmd):
