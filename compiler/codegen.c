@@ -1391,21 +1391,30 @@ static Val spawn_expr(Node *n) {
   return mkval(RT("sf_actor_spawn", "pppp", d, blk, L), true);
 }
 
+typedef void (*LoopBody)(void *ctx, LLVMValueRef i);
+static void counted_loop(LLVMValueRef len, LoopBody fnb, void *ctx);
+
+/* await fs on future<void>[]: wait for each; there is nothing to collect. */
+typedef struct {
+  Node *n;
+  LLVMValueRef arr;
+} AwaitEach;
+
+static void await_each_body(void *ctx, LLVMValueRef i) {
+  AwaitEach *a = ctx;
+  Type *ft = a->n->lhs->ty->elem;
+  LLVMValueRef fut = load_elem(ft, elem_ptr(a->arr, ft, i));
+  RT("sf_future_get", "vppp", fut, LLVMConstNull(G.P), loc_const(a->n->loc));
+}
+
 static Val await_expr(Node *n) {
   Val f = expr(n->lhs);
   LLVMValueRef L = loc_const(n->loc), r = NULL;
-  if (n->lhs->ty->kind == TY_ARRAY) {
+  if (n->lhs->ty->kind == TY_ARRAY && n->ty->kind == TY_VOID) {
+    AwaitEach a = {n, f.v};
+    counted_loop(arr_len(f.v), await_each_body, &a);
+  } else if (n->lhs->ty->kind == TY_ARRAY) {
     r = RT("sf_future_get_all", "pppp", f.v, desc_arg(n->ty->elem), L);
-  } else if (n->ty->kind == TY_ARRAY && n->ty->elem->kind == TY_VOID) {
-    /* g.all.m() of a void method: sema types it future<void[]>; there are
-     * no values to collect, so wait and give an empty array. */
-    RT("sf_future_get", "vppp", f.v, LLVMConstNull(G.P), L);
-    LLVMValueRef vd = LLVMGetNamedGlobal(G.mod, "sflow.type.void");
-    if (!vd) {
-      vd = new_desc_global("sflow.type.void");
-      set_desc(vd, K_VOID, 0, 1, 0, NULL, NULL, "void");
-    }
-    r = RT("sf_array_new", "pplp", vd, ci64(0), L);
   } else if (n->ty->kind == TY_VOID) {
     RT("sf_future_get", "vppp", f.v, LLVMConstNull(G.P), L);
   } else {
@@ -1469,7 +1478,6 @@ static Val array_lit(Node *n) {
 }
 
 /* A counted loop i in [0, len) around body(i); returns after the loop. */
-typedef void (*LoopBody)(void *ctx, LLVMValueRef i);
 
 static void counted_loop(LLVMValueRef len, LoopBody fnb, void *ctx) {
   LLVMValueRef ctr = entry_alloca(G.i64, "i");
