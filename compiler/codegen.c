@@ -1549,13 +1549,14 @@ static Val comprehension(Node *n) {
 
 /* ---------------------------------------------------- expressions */
 
+/* Fields are evaluated in the order they are written, then placed. */
 static Val struct_lit(Node *n) {
   Type *t = n->ty;
   LLVMValueRef v = LLVMGetUndef(lt_val(t));
-  for (int i = 0; i < n->argc; i++) {
-    Node *e = n->argv[i];
+  for (Node *a = n->args; a; a = a->next) {
+    Node *e = a->lhs;
     Val fv = expr(e);
-    v = LLVMBuildInsertValue(G.b, v, to_mem(e->ty, own(e->ty, fv)), (unsigned)i, "");
+    v = LLVMBuildInsertValue(G.b, v, to_mem(e->ty, own(e->ty, fv)), (unsigned)a->field_index, "");
   }
   return mkval(v, true);
 }
