@@ -91,6 +91,7 @@ typedef struct {
   LLVMValueRef state_desc;
   LLVMValueRef init_fn; /* actors: field initialisers + init body */
   Decl *init_decl;      /* a synthetic D_INIT when the actor has none */
+  LLVMValueRef twin;    /* small self-recursive fns: the copy it calls */
 } DInfo;
 
 /* The function being generated. */
@@ -138,6 +139,10 @@ static struct {
   /* GPU settle points (block()): the matmul call that may leave its
    * result on the device, and the body of the loop being run on the GPU. */
   Node *defer_matmul, *gpu_loop_body;
+  /* While a self-recursive fn's body is generated, its calls to itself go
+   * to redirect_fn (the twin, or from the twin back to the original). */
+  Decl *redirect_of;
+  LLVMValueRef redirect_fn;
 } G;
 
 static Val expr(Node *n);
@@ -1335,7 +1340,13 @@ static Val call_expr(Node *n) {
   LLVMValueRef L;
   switch (n->callkind) {
   case CALL_BUILTIN: return builtin(n);
-  case CALL_FN: return direct_call(info(n->decl), NULL, n->argv, n->argc, n->ty);
+  case CALL_FN:
+    if (n->decl == G.redirect_of) {
+      DInfo t = *info(n->decl);
+      t.fn = G.redirect_fn;
+      return direct_call(&t, NULL, n->argv, n->argc, n->ty);
+    }
+    return direct_call(info(n->decl), NULL, n->argv, n->argc, n->ty);
   case CALL_SELF_METHOD:
     return direct_call(info(n->decl), G.fn->state, n->argv, n->argc, n->ty);
   case CALL_TASK: {
@@ -1392,21 +1403,30 @@ static Val spawn_expr(Node *n) {
   return mkval(RT("sf_actor_spawn", "pppp", d, blk, L), true);
 }
 
+typedef void (*LoopBody)(void *ctx, LLVMValueRef i);
+static void counted_loop(LLVMValueRef len, LoopBody fnb, void *ctx);
+
+/* await fs on future<void>[]: wait for each; there is nothing to collect. */
+typedef struct {
+  Node *n;
+  LLVMValueRef arr;
+} AwaitEach;
+
+static void await_each_body(void *ctx, LLVMValueRef i) {
+  AwaitEach *a = ctx;
+  Type *ft = a->n->lhs->ty->elem;
+  LLVMValueRef fut = load_elem(ft, elem_ptr(a->arr, ft, i));
+  RT("sf_future_get", "vppp", fut, LLVMConstNull(G.P), loc_const(a->n->loc));
+}
+
 static Val await_expr(Node *n) {
   Val f = expr(n->lhs);
   LLVMValueRef L = loc_const(n->loc), r = NULL;
-  if (n->lhs->ty->kind == TY_ARRAY) {
+  if (n->lhs->ty->kind == TY_ARRAY && n->ty->kind == TY_VOID) {
+    AwaitEach a = {n, f.v};
+    counted_loop(arr_len(f.v), await_each_body, &a);
+  } else if (n->lhs->ty->kind == TY_ARRAY) {
     r = RT("sf_future_get_all", "pppp", f.v, desc_arg(n->ty->elem), L);
-  } else if (n->ty->kind == TY_ARRAY && n->ty->elem->kind == TY_VOID) {
-    /* g.all.m() of a void method: sema types it future<void[]>; there are
-     * no values to collect, so wait and give an empty array. */
-    RT("sf_future_get", "vppp", f.v, LLVMConstNull(G.P), L);
-    LLVMValueRef vd = LLVMGetNamedGlobal(G.mod, "sflow.type.void");
-    if (!vd) {
-      vd = new_desc_global("sflow.type.void");
-      set_desc(vd, K_VOID, 0, 1, 0, NULL, NULL, "void");
-    }
-    r = RT("sf_array_new", "pplp", vd, ci64(0), L);
   } else if (n->ty->kind == TY_VOID) {
     RT("sf_future_get", "vppp", f.v, LLVMConstNull(G.P), L);
   } else {
@@ -1459,7 +1479,6 @@ static Val array_lit(Node *n) {
 }
 
 /* A counted loop i in [0, len) around body(i); returns after the loop. */
-typedef void (*LoopBody)(void *ctx, LLVMValueRef i);
 
 static void counted_loop(LLVMValueRef len, LoopBody fnb, void *ctx) {
   LLVMValueRef ctr = entry_alloca(G.i64, "i");
@@ -1531,13 +1550,14 @@ static Val comprehension(Node *n) {
 
 /* ---------------------------------------------------- expressions */
 
+/* Fields are evaluated in the order they are written, then placed. */
 static Val struct_lit(Node *n) {
   Type *t = n->ty;
   LLVMValueRef v = LLVMGetUndef(lt_val(t));
-  for (int i = 0; i < n->argc; i++) {
-    Node *e = n->argv[i];
+  for (Node *a = n->args; a; a = a->next) {
+    Node *e = a->lhs;
     Val fv = expr(e);
-    v = LLVMBuildInsertValue(G.b, v, to_mem(e->ty, own(e->ty, fv)), (unsigned)i, "");
+    v = LLVMBuildInsertValue(G.b, v, to_mem(e->ty, own(e->ty, fv)), (unsigned)a->field_index, "");
   }
   return mkval(v, true);
 }
@@ -2081,6 +2101,44 @@ static void gen_fn(Decl *d) {
   end_fn(&f);
 }
 
+/* Recursion unrolling.  LLVM never inlines a function into itself, so a
+ * small fn that calls itself gets a twin (sflow.f.rec) with the same body:
+ * each calls the other, the inliner inlines the twin into the original, and
+ * one call then does two levels of the recursion, as gcc's recursive
+ * inlining does.  Counts the nodes of a body, up to limit. */
+enum { TWIN_MAX_NODES = 64 };
+static int body_size(Node *n, Decl *self, bool *calls_self, int limit) {
+  int size = 0;
+  for (; n && size <= limit; n = n->next) {
+    size++;
+    if (n->kind == N_CALL && n->callkind == CALL_FN && n->decl == self)
+      *calls_self = true;
+    Node *kids[] = {n->lhs, n->rhs, n->cond, n->then, n->els, n->body, n->args, n->recv};
+    for (int i = 0; i < 8 && size <= limit; i++)
+      size += body_size(kids[i], self, calls_self, limit - size);
+  }
+  return size;
+}
+
+static bool wants_twin(Decl *d) {
+  bool rec = false;
+  return d->kind == D_FN && G.opts->opt_level >= 2 &&
+         body_size(d->body, d, &rec, TWIN_MAX_NODES) <= TWIN_MAX_NODES && rec;
+}
+
+static void gen_twins(Decl *d) {
+  DInfo *di = info(d);
+  LLVMValueRef orig = di->fn;
+  G.redirect_of = d;
+  G.redirect_fn = di->twin;
+  gen_fn(d);
+  di->fn = di->twin;
+  G.redirect_fn = orig;
+  gen_fn(d);
+  di->fn = orig;
+  G.redirect_of = NULL;
+}
+
 static void gen_method(Decl *actor, Decl *m) {
   DInfo *ai = info(actor), *di = info(m);
   Fn f;
@@ -2311,6 +2369,12 @@ static void declare_all(Program *p) {
     for (Decl *d = m->decls; d; d = d->next)
       switch (d->kind) {
       case D_FN:
+        if (wants_twin(d)) {
+          declare_fn(d, sym(d, ".rec"), NULL, false);
+          info(d)->twin = info(d)->fn;
+        }
+        declare_fn(d, sym(d, ""), NULL, false);
+        break;
       case D_WORKFLOW: declare_fn(d, sym(d, ""), NULL, false); break;
       case D_KERNEL:
         declare_fn(d, sym(d, ".cpu"), G.i64, true);
@@ -2397,6 +2461,11 @@ static void gen_all(Program *p) {
     for (Decl *d = m->decls; d; d = d->next)
       switch (d->kind) {
       case D_FN:
+        if (info(d)->twin) {
+          gen_twins(d);
+          break;
+        }
+        /* fall through */
       case D_WORKFLOW: gen_fn(d); break;
       case D_KERNEL:
         gen_fn(d);

@@ -1167,7 +1167,8 @@ static Type *call_method(Node *call, Node *recv, Decl *actor, const char *name, 
   if (is_err(r))
     return T_ERR;
   call->callkind = kind;
-  return ty_future(kind == CALL_GROUP_ALL ? ty_array(r) : r);
+  /* g.all.m(): one result per member, in order; a void method has none. */
+  return ty_future(kind == CALL_GROUP_ALL && r->kind != TY_VOID ? ty_array(r) : r);
 }
 
 static Type *check_call(Node *call) {

@@ -27,6 +27,8 @@ foreach(dir IN LISTS GOLDEN_DIRS)
               --sflowc $<TARGET_FILE:sflowc> --dir ${dir})
   endif()
 endforeach()
+add_test(NAME golden/llvm_normalize
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/llvm_normalize_test.py)
 file(GLOB RUN_DIRS LIST_DIRECTORIES true ${CMAKE_SOURCE_DIR}/tests/run/*)
 foreach(dir IN LISTS RUN_DIRS)
   if(IS_DIRECTORY ${dir})

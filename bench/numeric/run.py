@@ -2,11 +2,15 @@
 """Numeric programs in sflow and the same in C (cc -O2), timed side by side.
 
 For each program: compile both (compile times reported too), run each
-3 times, keep the best wall time, check that both print the same result,
-and print sflow/C.  Usage: run.py [--sflowc build/bin/sflowc] [--quick]
+3 times, keep the best time, check that both print the same result, and
+print sflow/C.  Run times are CPU times (user + sys of the child, from
+wait4), which time slicing on a shared machine does not inflate as it does
+wall times; --wall uses wall times instead.
+Usage: run.py [--sflowc build/bin/sflowc] [--runs N] [--wall]
 """
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -14,15 +18,24 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-PROGRAMS = ["fib", "loops", "saxpy", "mandel", "sieve", "dot"]
+PROGRAMS = ["fib", "tree", "loops", "saxpy", "mandel", "sieve", "dot"]
+
+
+WALL = False
 
 
 def timed(cmd):
+    """Runs cmd; returns (seconds, stdout): wall time, or with WALL unset
+    the CPU time (user + sys) of the child."""
     t = time.perf_counter()
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     p = subprocess.run(cmd, capture_output=True, text=True)
     dt = time.perf_counter() - t
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if p.returncode != 0:
         sys.exit("failed: %s\n%s" % (" ".join(cmd), p.stderr))
+    if not WALL:
+        dt = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     return dt, p.stdout.strip()
 
 
@@ -37,9 +50,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sflowc", default=os.path.join(ROOT, "build/bin/sflowc"))
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--wall", action="store_true", help="wall times instead of CPU times")
     args = ap.parse_args()
+    global WALL
+    WALL = args.wall
     tmp = tempfile.mkdtemp()
     rows = []
+    print("times are %s" % ("wall seconds" if WALL else "CPU seconds (user + sys)"))
     print("%-8s %10s %10s %8s %12s %12s  %s" % ("program", "sflow s", "C -O2 s", "ratio",
                                               "sflowc -O2 s", "cc -O2 s", "result"))
     for name in PROGRAMS:

@@ -20,4 +20,9 @@ if(SFLOW_VALGRIND)
             --sflowc $<TARGET_FILE:sflowc> --valgrind nested_parens)
   set_tests_properties(robust/valgrind_many_statements_small robust/valgrind_nested_parens
                        PROPERTIES TIMEOUT 300)
+  # Every compiled program of tests/run under memcheck (tests/robust/valgrind_run.py).
+  add_test(NAME robust/valgrind_run_programs
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/robust/valgrind_run.py
+            --sflowc $<TARGET_FILE:sflowc>)
+  set_tests_properties(robust/valgrind_run_programs PROPERTIES TIMEOUT 900)
 endif()
