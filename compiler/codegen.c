@@ -1947,7 +1947,7 @@ static void block(Node *n) {
       G.gpu_loop_body = s->body;
     stmt(s);
     G.defer_matmul = NULL;
-    pending |= g || has_gpu_work(s);
+    pending |= has_gpu_work(s); /* a scalar update alone leaves nothing on the device */
   }
   /* The body of a GPU loop settles after the loop, not per iteration. */
   if (pending && !gpu_body && !terminated())

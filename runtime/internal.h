@@ -138,6 +138,7 @@ void sf__sched_thread_back(void);
 bool sf__sched_in_pool(void);
 int32_t sf__worker_id(void);      /* 0 main, 1.. pool threads, -1 others */
 int32_t sf__pool_size(void);
+extern _Thread_local int sf__inline_depth;
 void sf__futex_wait(_Atomic uint32_t *word, uint32_t expect, int64_t timeout_ns);
 void sf__futex_wake(_Atomic uint32_t *word, int n);
 

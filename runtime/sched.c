@@ -178,6 +178,8 @@ static struct {
        .spawn_lock = PTHREAD_MUTEX_INITIALIZER};
 
 static _Thread_local worker *self;
+/* Tasks run inside waits on this thread's stack, nested. */
+static _Thread_local int help_depth;
 
 int32_t sf__worker_id(void) { return self ? self->id : -1; }
 int32_t sf__pool_size(void) { return P.target; }
@@ -382,18 +384,60 @@ void sf__sched_push_shared(sf__job *j) {
 
 /* ----------------------------------------------------------- blocking */
 
-void sf__sched_block_begin(void) {
+/* Compensation: a pool thread that blocks counts itself out.  For a
+ * collective (eager) a spare starts at once, because the members it waits
+ * for need threads now.  For an await the monitor thread decides a few
+ * milliseconds later, and only if work is queued and nobody is idle: most
+ * awaited futures complete within microseconds, and starting a thread for
+ * each blocked link of a long chain of futures would start thousands. */
+#define MONITOR_TICK_NS 2000000LL
+
+static _Atomic uint32_t monitor_word;
+static pthread_once_t monitor_once = PTHREAD_ONCE_INIT;
+
+static void *monitor_main(void *arg) {
+  (void)arg;
+  for (;;) {
+    uint32_t w = atomic_load(&monitor_word);
+    if (atomic_load(&P.nblocked) == 0) {
+      sf__futex_wait(&monitor_word, w, 100000000LL);
+      continue;
+    }
+    struct timespec ts = {0, MONITOR_TICK_NS};
+    nanosleep(&ts, NULL);
+    int32_t live = atomic_load(&P.nthreads) - atomic_load(&P.nblocked);
+    if (atomic_load(&P.nsleeping) == 0 && anything_queued())
+      for (; live < P.target; live++)
+        spawn_thread();
+  }
+  return NULL;
+}
+
+static void monitor_start(void) {
+  pthread_t t;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_create(&t, &attr, monitor_main, NULL);
+  pthread_attr_destroy(&attr);
+}
+
+static void block_begin(bool eager) {
   if (!self || !self->pool)
     return;
-  atomic_fetch_add(&P.nblocked, 1);
-  /* If every unblocked pool thread is busy and work is waiting, or no
-   * unblocked thread is left at all, add a spare. */
-  int32_t live = atomic_load(&P.nthreads) - atomic_load(&P.nblocked);
-  if (live < P.target && atomic_load(&P.nsleeping) == 0)
-    spawn_thread();
-  else if (live <= 0)
-    spawn_thread();
+  if (atomic_fetch_add(&P.nblocked, 1) == 0 && !eager) {
+    pthread_once(&monitor_once, monitor_start);
+    atomic_fetch_add(&monitor_word, 1);
+    sf__futex_wake(&monitor_word, 1);
+  }
+  if (eager) {
+    int32_t live = atomic_load(&P.nthreads) - atomic_load(&P.nblocked);
+    if (live < P.target && atomic_load(&P.nsleeping) == 0)
+      spawn_thread();
+  }
 }
+
+void sf__sched_block_begin(void) { block_begin(true); }
 
 void sf__sched_block_end(void) {
   if (!self || !self->pool)
@@ -403,39 +447,55 @@ void sf__sched_block_end(void) {
 
 /* A thread stuck in an abandoned attempt (see task.c): count it out for
  * good until it returns, and make up for it. */
-void sf__sched_thread_lost(void) { sf__sched_block_begin(); }
-void sf__sched_thread_back(void) { sf__sched_block_end(); }
+void sf__sched_thread_lost(void) {
+  atomic_fetch_add(&P.nblocked, 1);
+  spawn_thread();
+}
+void sf__sched_thread_back(void) { atomic_fetch_sub(&P.nblocked, 1); }
 
 bool sf__sched_in_pool(void) { return self && self->pool; }
 
 void sf__sched_wait(_Atomic uint32_t *word, uint32_t done_mask, uint32_t waiters_bit,
                     bool may_help) {
+  /* Only a thread that is not inside a task helps (main, waiting in the
+   * workflow): a task picked up on top of a waiting task could be one
+   * that depends on it, and neither would ever finish.  Tasks run this
+   * way do not help in turn. */
+  may_help = may_help && self && !self->pool && help_depth == 0;
   int spins = 0;
   for (;;) {
     uint32_t s = atomic_load_explicit(word, memory_order_acquire);
     if (s & done_mask)
       return;
-    if (may_help && self) {
-      sf__job *j = dq_pop(&self->dq);
+    if (may_help) {
+      /* Oldest first, from our own deque and then the others': awaiting
+       * in submission order (a batch, a chain of futures) then finds the
+       * task it needs, or one that is ready. */
+      sf__job *j = dq_steal(&self->dq);
       if (!j && !dq_empty(&self->dq))
-        continue;
+        continue; /* lost a race with a thief: look again */
       if (!j)
         j = steal_any(self);
       if (j) {
+        help_depth++;
         j->run(j);
+        help_depth--;
         spins = 0;
         continue;
       }
     }
-    if (++spins < 32) {
+    if (++spins < 64) {
       sched_yield();
       continue;
     }
     if (!(s & waiters_bit) &&
         !atomic_compare_exchange_weak(word, &s, s | waiters_bit))
       continue;
-    sf__sched_block_begin();
-    sf__futex_wait(word, s | waiters_bit, may_help ? 2000000LL : 100000000LL);
+    block_begin(false);
+    sf__futex_wait(word, s | waiters_bit, may_help ? 1000000LL : 100000000LL);
     sf__sched_block_end();
   }
 }
+
+/* Depth of tasks run inline by awaits on this thread (task.c). */
+_Thread_local int sf__inline_depth;

@@ -42,11 +42,14 @@ struct sf_future {
   int32_t flags;
   const sf_type *type; /* NULL: no value */
   char *error;         /* the message of a failed future (heap) */
+  struct task_rec *task; /* the task making the value, if any */
   _Alignas(16) unsigned char value[];
 };
 
 /* The actor whose method (or init) runs on this thread. */
 static _Thread_local sf_actor *current_actor;
+
+#define MAX_INLINE_DEPTH 128
 
 static int32_t type_size(const sf_type *t) { return t && t->kind != SF_VOID ? t->size : 0; }
 static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
@@ -100,6 +103,7 @@ static sf_future *future_alloc(const sf_type *t, size_t extra, void **extra_out)
   f->flags = 0;
   f->type = vsize ? t : NULL;
   f->error = NULL;
+  f->task = NULL;
   if (vsize)
     memset(f->value, 0, vsize);
   if (extra_out)
@@ -141,8 +145,16 @@ bool sf__future_ready(sf_future *f) {
   return (atomic_load_explicit(&f->state, memory_order_acquire) & FUT_STATUS) != 0;
 }
 
+static bool task_claim_inline(struct task_rec *t);
+
 static void future_wait(sf_future *f) {
   if (atomic_load_explicit(&f->state, memory_order_acquire) & FUT_STATUS)
+    return;
+  /* The awaited task has not started: run it here, now.  It cannot depend
+   * on the waiter, and this is what makes fork-join recursion and chains
+   * of futures cheap.  The depth bound keeps the stack small. */
+  if (f->task && sf__inline_depth < MAX_INLINE_DEPTH && task_claim_inline(f->task) &&
+      (atomic_load_explicit(&f->state, memory_order_acquire) & FUT_STATUS))
     return;
   sf__stats_wait_begin();
   sf__sched_wait(&f->state, FUT_STATUS, FUT_WAITERS, current_actor == NULL);
@@ -338,7 +350,9 @@ static void resources_wait(sf__job *j) {
 /* -------------------------------------------------------------- tasks */
 
 typedef struct task_rec {
-  sf__job job;
+  sf__job job;              /* in a deque: runs the task unless claimed */
+  sf__job again;            /* a retry after a timeout, or after waiting for resources */
+  _Atomic int32_t claimed;  /* set by whoever runs the first attempt */
   const sf_task_desc *d;
   sf_future *f;
   const sf_loc *loc;
@@ -350,6 +364,37 @@ typedef struct task_rec {
 } task_rec;
 
 #define TASK_FROM_JOB(j) ((task_rec *)(j))
+#define TASK_FROM_AGAIN(j) ((task_rec *)((char *)(j) - offsetof(task_rec, again)))
+
+static void run_task(task_rec *t);
+
+/* A deque entry holds a reference to the future (the block it lives in):
+ * the task may have run inline and finished long before the entry is
+ * popped. */
+static void run_task_job(sf__job *j) {
+  task_rec *t = TASK_FROM_JOB(j);
+  sf_future *f = t->f;
+  if (atomic_exchange_explicit(&t->claimed, 1, memory_order_acq_rel) == 0)
+    run_task(t);
+  sf_release(f);
+}
+
+static void run_task_again(sf__job *j) {
+  task_rec *t = TASK_FROM_AGAIN(j);
+  sf_future *f = t->f;
+  run_task(t);
+  sf_release(f);
+}
+
+static bool task_claim_inline(task_rec *t) {
+  if (atomic_load_explicit(&t->claimed, memory_order_relaxed) ||
+      atomic_exchange_explicit(&t->claimed, 1, memory_order_acq_rel))
+    return false;
+  sf__inline_depth++;
+  run_task(t);
+  sf__inline_depth--;
+  return true;
+}
 
 static void task_args_done(task_rec *t) {
   if (atomic_fetch_sub(&t->inflight, 1) == 1) {
@@ -360,12 +405,12 @@ static void task_args_done(task_rec *t) {
 
 /* Runs attempts of t until one succeeds, the retries run out, or the
  * watchdog takes the task away from this thread. */
-static void run_task(sf__job *j) {
-  task_rec *t = TASK_FROM_JOB(j);
+static void run_task(task_rec *t) {
   const sf_task_desc *d = t->d;
   int32_t dev;
   if (!resources_take(t->need, &dev)) {
-    resources_wait(j);
+    sf_retain(t->f); /* the waiting entry's reference */
+    resources_wait(&t->again);
     return;
   }
   int32_t size = type_size(d->result);
@@ -456,7 +501,8 @@ static void timed_out(task_rec *t, int32_t attempt) {
     sf__sched_thread_lost();
     sf__trace_event(d->name, "timeout", sf__trace_now() - d->timeout, attempt, "timed out");
     atomic_fetch_add(&t->inflight, 1);
-    sf__sched_push_shared(&t->job);
+    sf_retain(t->f); /* the queue entry's reference */
+    sf__sched_push_shared(&t->again);
     return;
   }
   if (!atomic_compare_exchange_strong(&t->owner, &mine, -1))
@@ -480,8 +526,11 @@ sf_future *sf_task_call(const sf_task_desc *d, void *args, const sf_loc *loc) {
   size_t asize = (size_t)type_size(d->args);
   task_rec *t;
   sf_future *f = future_alloc(d->result, sizeof(task_rec) + asize, (void **)&t);
-  t->job.run = run_task;
+  t->job.run = run_task_job;
   t->job.next = NULL;
+  t->again.run = run_task_again;
+  t->again.next = NULL;
+  atomic_init(&t->claimed, 0);
   t->d = d;
   t->f = f;
   t->loc = loc;
@@ -491,7 +540,10 @@ sf_future *sf_task_call(const sf_task_desc *d, void *args, const sf_loc *loc) {
   t->seq = seq;
   if (asize)
     memcpy(t->args, args, asize);
-  sf_retain(f); /* the task's reference */
+  f->task = t;
+  /* Three references: the caller's, the task's (until its last attempt
+   * ends) and the deque entry's. */
+  f->hdr.rc = 3; /* not yet shared: a plain store */
   atomic_fetch_add_explicit(&sf__stats.tasks, 1, memory_order_relaxed);
   sf__sched_push_task(&t->job);
   return f;
