@@ -31,7 +31,7 @@ static double start_time;
 
 __attribute__((constructor)) static void start_clock(void) { start_time = mono_seconds(); }
 
-double sf_now(void) { return mono_seconds() - start_time; }
+double sf_now(void) { return sf__journal_value(mono_seconds() - start_time); }
 
 /* --------------------------------------------------------------- rand */
 
@@ -67,7 +67,8 @@ float sf_rand_f32(void) {
     sf_rand_seed(0);
   /* The top 24 bits, scaled by 2^-24: every value is exact in an f32 and
    * the result is in [0, 1), never rounded up to 1.0. */
-  return (float)(pcg32_next(&rng) >> 8) * 0x1p-24f;
+  float v = (float)(pcg32_next(&rng) >> 8) * 0x1p-24f;
+  return (float)sf__journal_value(v); /* main's draws are journaled */
 }
 
 /* ------------------------------------------------------- node, host */

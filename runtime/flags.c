@@ -17,12 +17,12 @@
 
 #include "internal.h"
 
-sf__options_t sf__options;
+sf__options_t sf__options = {.journal = true};
 
 /* ------------------------------------------------------- runtime flags */
 
 typedef enum {
-  RT_NODES, RT_RESUME, RT_TRACE, RT_CKPT, RT_PROGRESS, RT_QUIET, RT_GPU, RT_THREADS
+  RT_NODES, RT_RESUME, RT_TRACE, RT_CKPT, RT_PROGRESS, RT_QUIET, RT_GPU, RT_THREADS, RT_JOURNAL
 } rt_id;
 
 typedef struct rt_flag {
@@ -41,6 +41,8 @@ static const rt_flag rt_flags[] = {
     [RT_QUIET] = {"quiet", NULL, "print no runtime notices"},
     [RT_GPU] = {"require-gpu", NULL, "fail instead of running GPU work on the CPU"},
     [RT_THREADS] = {"threads", "N", "worker threads (default: one per CPU)"},
+    [RT_JOURNAL] = {"journal", NULL, "record main's calls so --resume can finish the run "
+                                     "(default true)"},
 };
 #define N_RT ((int)(sizeof rt_flags / sizeof rt_flags[0]))
 
@@ -130,6 +132,7 @@ static bool set_option(parser *ps, rt_id id, const char *v) {
   case RT_CKPT: o->checkpoint_dir = v; return true;
   case RT_RESUME: return set_bool_option(ps, &o->resume, name, v);
   case RT_QUIET: return set_bool_option(ps, &o->quiet, name, v);
+  case RT_JOURNAL: return set_bool_option(ps, &o->journal, name, v);
   case RT_GPU: return set_bool_option(ps, &o->require_gpu, name, v);
   case RT_PROGRESS:
     if (!strcmp(v, "auto")) o->progress = SF__PROGRESS_AUTO;
@@ -258,7 +261,7 @@ static bool check_required(parser *ps) {
 }
 
 static void set_defaults(const sf_program *prog, sf_value *out) {
-  sf__options = (sf__options_t){0};
+  sf__options = (sf__options_t){.journal = true};
   for (int i = 0; i < prog->nparams; i++) {
     const sf_param *p = &prog->params[i];
     memset(&out[i], 0, sizeof out[i]);

@@ -155,7 +155,8 @@ const sf_actor_desc *sf__actor_desc(sf_actor *a);
 void *sf__actor_state(sf_actor *a);
 int64_t sf__actor_id(sf_actor *a);
 int64_t sf__actor_calls(sf_actor *a);
-void sf__actor_set_calls(sf_actor *a, int64_t n);
+void sf__actor_set_calls(sf_actor *a, int64_t n); /* after a restore */
+int64_t sf__actor_restored(sf_actor *a);
 
 /* ----------------------------------------------------- collective.c */
 
@@ -178,6 +179,7 @@ typedef struct sf__stats_t {
   _Atomic int64_t tasks, tasks_done, tasks_failed, retries, running;
   _Atomic int64_t actors, calls, calls_done;
   _Atomic int64_t waiting; /* threads blocked in await */
+  _Atomic int64_t replayed, checkpoints;
 } sf__stats_t;
 extern sf__stats_t sf__stats;
 void sf__stats_wait_begin(void);
@@ -234,12 +236,14 @@ int sf__journal_call_mode(sf_actor *a, int64_t seq);
 void sf__journal_call_result(sf_actor *a, int64_t seq, const sf_method_desc *m, void *res);
 void sf__journal_call_done(sf_actor *a, int64_t seq, const sf_method_desc *m, void *res);
 int64_t sf__journal_route_any(int64_t seq, sf_actor **members, int64_t n, int64_t best);
-bool sf__journal_f64(double *v); /* now()/rand on main: replay or record */
+double sf__journal_value(double live); /* now()/rand on main: replayed or recorded */
 void sf__journal_begin(const sf_program *prog, sf_value *args);
-void sf__journal_end(void);
+void sf__journal_end(bool success);
 void sf__journal_flush(void);    /* synchronous, before a checkpoint */
 bool sf__checkpoint_restore(sf_actor *a);
 void sf__checkpoint_maybe(sf_actor *a);
+void sf__checkpoint_clear(void);
+extern _Thread_local int sf__task_depth; /* > 0 inside a task or actor method */
 
 /* -------------------------------------------------------- builtins.c */
 
@@ -264,6 +268,7 @@ typedef struct sf__options_t {
   bool require_gpu;           /* --require-gpu */
   int32_t progress;           /* sf__progress_mode */
   int64_t threads;            /* --threads N; 0 = one per CPU */
+  bool journal;               /* --journal (default true): make the run resumable */
 } sf__options_t;
 extern sf__options_t sf__options;
 

@@ -1,21 +1,635 @@
-/* journal.c — placeholder while the journal is written. */
+/*
+ * journal.c — durable resume: `./prog --resume` continues a run that
+ * crashed or was killed.
+ *
+ * The journal records what `workflow main` received from the outside
+ * world, in the order it asked: the result of every task it called, the
+ * result of every actor call it made (per member for group calls, with the
+ * member that answered g.any), and every value of now() and rand_f32() it
+ * read, plus the lines those tasks and calls printed.  On --resume, main
+ * runs again from its start: a call whose result is in the journal is
+ * answered from it without running, and everything after the last
+ * recorded call runs live.  Actors are rebuilt from their latest
+ * checkpoint (checkpoint.c) and the calls recorded after it, re-run with
+ * their output muted (the journal holds their output and results).
+ *
+ * The guarantee: with a deterministic main (the same flags and the same
+ * decisions given the same results), a resumed run prints exactly what an
+ * uninterrupted run prints and runs each recorded call at most once more
+ * in total than zero times — recorded tasks not at all.  Calls made by
+ * tasks or actors (not by main) are not recorded: they run again as part
+ * of whatever made them.
+ *
+ * Key design choices:
+ *  - Records are appended to an in-memory buffer and written by a flusher
+ *    thread every 20 ms (or sooner when a megabyte is waiting), so a
+ *    million tasks cost a memcpy each, not a system call each.  A
+ *    checkpoint first flushes and fdatasyncs the journal, so no checkpoint
+ *    is ever ahead of the journal.
+ *  - Every record is framed as length + CRC-32C + payload.  On load, the
+ *    first torn or corrupt record ends the journal: it and everything
+ *    after it are cut off the file before new records are appended.
+ *  - The journal lives in --checkpoint-dir (default `.sflow/<program>/`
+ *    under the working directory), is created at the first record (a run
+ *    that calls nothing writes nothing), is locked with flock so two runs
+ *    never share one, and is removed when the run ends successfully:
+ *    there is nothing left to resume.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
 #include "internal.h"
+
+#define MAGIC "SFJ1"
+#define FLUSH_NS 20000000LL
+#define FLUSH_BYTES (1u << 20)
+
+enum { R_TASK = 1, R_CALL = 2, R_VALUE = 3 };
+
+typedef struct rec {
+  int32_t kind;
+  int64_t seq, spawn, rank, index;
+  const char *name;
+  uint32_t name_len;
+  const unsigned char *value, *out;
+  uint64_t value_len, out_len;
+} rec;
+
+static struct {
+  bool enabled;  /* this run journals */
+  bool opened;   /* the files exist and are ours */
+  bool failed;   /* gave up (could not write): the run goes on without */
+  bool replay;   /* --resume: records loaded */
+  pthread_t main_thread;
+  const sf_program *prog;
+  uint32_t args_crc;
+  char dir[PATH_MAX];
+  int fd, lock_fd;
+
+  /* loaded records (replay) */
+  unsigned char *data;
+  size_t data_len;
+  rec *recs;
+  size_t nrecs;
+  int32_t *table; /* open addressing: index into recs, -1 empty */
+  size_t table_mask;
+  double *values;
+  size_t nvalues, next_value;
+
+  /* main's counters */
+  int64_t seq, spawns;
+
+  /* the writer */
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  sf__buf pending;
+  bool flusher_started, stop;
+  pthread_t flusher;
+} J = {.fd = -1, .lock_fd = -1,
+       .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+
+extern _Thread_local int sf__task_depth;
+
+static bool main_level(void) {
+  return J.enabled && sf__task_depth == 0 && pthread_equal(pthread_self(), J.main_thread);
+}
+
+const char *sf__checkpoint_dir(void) { return J.dir; }
+
+/* --------------------------------------------------------- capturing */
+
+struct sf__capture {
+  int mode;
+  sf__buf buf;
+  sf__capture *prev;
+};
+
 _Thread_local sf__capture *sf__capture_cur;
-void sf__capture_line(const char *s, size_t n) { (void)s; (void)n; }
-bool sf__capture_muted(void) { return false; }
-sf__capture *sf__capture_begin(int mode) { (void)mode; return NULL; }
-void sf__capture_end(sf__capture *prev) { (void)prev; }
-int64_t sf__journal_next(void) { return -1; }
-int64_t sf__spawn_id(void) { return -1; }
-sf_future *sf__journal_task_replay(int64_t seq, const sf_task_desc *d, const sf_loc *loc) { return NULL; }
-void sf__journal_task_done(int64_t seq, const sf_task_desc *d, void *res) {}
-int sf__journal_call_mode(sf_actor *a, int64_t seq) { return SF__REPLAY_LIVE; }
-void sf__journal_call_result(sf_actor *a, int64_t seq, const sf_method_desc *m, void *res) {}
-void sf__journal_call_done(sf_actor *a, int64_t seq, const sf_method_desc *m, void *res) {}
-int64_t sf__journal_route_any(int64_t seq, sf_actor **members, int64_t n, int64_t best) { return best; }
-bool sf__journal_f64(double *v) { return false; }
-void sf__journal_begin(const sf_program *prog, sf_value *args) {}
-void sf__journal_end(void) {}
-void sf__journal_flush(void) {}
-bool sf__checkpoint_restore(sf_actor *a) { return false; }
-void sf__checkpoint_maybe(sf_actor *a) {}
+
+sf__capture *sf__capture_begin(int mode) {
+  sf__capture *prev = sf__capture_cur;
+  if (mode == SF__CAPTURE_OFF || !J.enabled)
+    return prev; /* output goes where the caller's goes */
+  if (prev && prev->mode == SF__CAPTURE_MUTE)
+    mode = SF__CAPTURE_MUTE; /* a muted call mutes what it calls */
+  sf__capture *c = sf_alloc(sizeof *c);
+  c->mode = mode;
+  c->prev = prev;
+  sf__buf_init(&c->buf, NULL, 0);
+  sf__capture_cur = c;
+  return prev;
+}
+
+void sf__capture_end(sf__capture *prev) {
+  sf__capture *c = sf__capture_cur;
+  if (c == prev)
+    return;
+  sf__capture_cur = prev;
+  /* Output of a nested capture belongs to the enclosing one too. */
+  if (prev && prev->mode == SF__CAPTURE_KEEP && c->mode == SF__CAPTURE_KEEP)
+    sf__buf_put(&prev->buf, c->buf.data, c->buf.len);
+  sf__buf_free(&c->buf);
+  sf_free(c);
+}
+
+bool sf__capture_muted(void) { return sf__capture_cur && sf__capture_cur->mode == SF__CAPTURE_MUTE; }
+
+void sf__capture_line(const char *s, size_t n) {
+  if (sf__capture_cur && sf__capture_cur->mode == SF__CAPTURE_KEEP)
+    sf__buf_put(&sf__capture_cur->buf, s, n);
+}
+
+static void emit_output(const rec *r) {
+  if (r->out_len && !sf__capture_muted())
+    (void)sf__write_all(1, (const char *)r->out, r->out_len);
+}
+
+/* ------------------------------------------------------------- files */
+
+static void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void fatal(const char *fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  sf__progress_clear();
+  fprintf(stderr, "%s: error: %s\n", J.prog && J.prog->name ? J.prog->name : "sflow", buf);
+  fflush(stdout);
+  _exit(SF__EXIT_USAGE);
+}
+
+static int mkdirs(const char *path) {
+  char tmp[PATH_MAX];
+  snprintf(tmp, sizeof tmp, "%s", path);
+  for (char *p = tmp + 1; *p; p++)
+    if (*p == '/') {
+      *p = '\0';
+      if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+        return -1;
+      *p = '/';
+    }
+  return mkdir(tmp, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+static void path_in(char *out, size_t n, const char *name) {
+  if (snprintf(out, n, "%s/%s", J.dir, name) >= (int)n)
+    out[0] = '\0';
+}
+
+/* Takes the folder's lock; false if another live run holds it. */
+static bool lock_dir(void) {
+  char p[PATH_MAX];
+  path_in(p, sizeof p, "lock");
+  J.lock_fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (J.lock_fd < 0)
+    return false;
+  if (flock(J.lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    close(J.lock_fd);
+    J.lock_fd = -1;
+    return false;
+  }
+  return true;
+}
+
+static void header(sf__buf *b) {
+  sf__buf_put(b, MAGIC, 4);
+  sf__ser_u64(b, J.args_crc);
+}
+
+/* Opens the journal for appending (fresh, or after the loaded records). */
+static bool open_locked(void) {
+  if (J.opened || J.failed)
+    return J.opened;
+  if (!J.replay) {
+    if (mkdirs(J.dir) != 0 || !lock_dir()) {
+      J.failed = true;
+      sf__notice("cannot use %s for the journal (%s): this run cannot be resumed", J.dir,
+                 errno ? strerror(errno) : "used by another run");
+      return false;
+    }
+    sf__checkpoint_clear();
+  }
+  char p[PATH_MAX];
+  path_in(p, sizeof p, "journal");
+  J.fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC | (J.replay ? O_APPEND : O_TRUNC), 0644);
+  if (J.fd < 0) {
+    J.failed = true;
+    sf__notice("cannot write %s (%s): this run cannot be resumed", p, strerror(errno));
+    return false;
+  }
+  if (!J.replay)
+    header(&J.pending);
+  J.opened = true;
+  return true;
+}
+
+static void write_pending_locked(void) {
+  if (!J.pending.len || J.fd < 0)
+    return;
+  sf__buf out = J.pending;
+  sf__buf_init(&J.pending, NULL, 0);
+  pthread_mutex_unlock(&J.lock);
+  bool ok = sf__write_all(J.fd, out.data, out.len);
+  pthread_mutex_lock(&J.lock);
+  sf__buf_free(&out);
+  if (!ok && !J.failed) {
+    J.failed = true;
+    sf__notice("writing the journal failed (%s): this run cannot be resumed", strerror(errno));
+  }
+}
+
+static void *flusher_main(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&J.lock);
+  while (!J.stop) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += FLUSH_NS;
+    if (ts.tv_nsec >= 1000000000L) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&J.cond, &J.lock, &ts);
+    write_pending_locked();
+  }
+  pthread_mutex_unlock(&J.lock);
+  return NULL;
+}
+
+/* Appends one record (framed) to the pending buffer. */
+static void append(int32_t kind, int64_t seq, int64_t spawn, int64_t rank, int64_t index,
+                   const char *name, const sf_type *t, const void *value, const sf__buf *out) {
+  sf__buf p;
+  char small[512];
+  sf__buf_init(&p, small, sizeof small);
+  unsigned char k = (unsigned char)kind;
+  sf__buf_put(&p, (const char *)&k, 1);
+  sf__ser_u64(&p, (uint64_t)seq);
+  sf__ser_u64(&p, (uint64_t)spawn);
+  sf__ser_u64(&p, (uint64_t)rank);
+  sf__ser_u64(&p, (uint64_t)index);
+  uint32_t nl = name ? (uint32_t)strlen(name) : 0;
+  sf__buf_put(&p, (const char *)&nl, 4);
+  sf__buf_put(&p, name, nl);
+  size_t at = p.len;
+  sf__ser_u64(&p, 0); /* value length, patched below */
+  if (t && value)
+    sf__ser_value(&p, t, value);
+  uint64_t vl = p.len - at - 8;
+  memcpy(p.data + at, &vl, 8);
+  uint64_t ol = out ? out->len : 0;
+  sf__ser_u64(&p, ol);
+  if (ol)
+    sf__buf_put(&p, out->data, ol);
+  uint32_t frame[2] = {(uint32_t)p.len, sf__crc32c(0, p.data, p.len)};
+  pthread_mutex_lock(&J.lock);
+  if (open_locked()) {
+    sf__buf_put(&J.pending, (const char *)frame, 8);
+    sf__buf_put(&J.pending, p.data, p.len);
+    if (!J.flusher_started) {
+      J.flusher_started = true;
+      pthread_create(&J.flusher, NULL, flusher_main, NULL);
+    }
+    if (J.pending.len > FLUSH_BYTES)
+      pthread_cond_signal(&J.cond);
+  }
+  pthread_mutex_unlock(&J.lock);
+  sf__buf_free(&p);
+}
+
+void sf__journal_flush(void) {
+  if (!J.enabled)
+    return;
+  pthread_mutex_lock(&J.lock);
+  write_pending_locked();
+  if (J.fd >= 0)
+    fdatasync(J.fd);
+  pthread_mutex_unlock(&J.lock);
+}
+
+/* ------------------------------------------------------------ loading */
+
+static uint64_t key_hash(int32_t kind, int64_t seq, int64_t spawn, int64_t rank) {
+  uint64_t h = (uint64_t)kind * 0x9E3779B97F4A7C15ull;
+  h ^= (uint64_t)seq + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+  h ^= (uint64_t)spawn + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+  h ^= (uint64_t)rank + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+  return h * 0xff51afd7ed558ccdull;
+}
+
+static const rec *find(int32_t kind, int64_t seq, int64_t spawn, int64_t rank) {
+  if (!J.table)
+    return NULL;
+  for (size_t i = key_hash(kind, seq, spawn, rank) & J.table_mask;; i = (i + 1) & J.table_mask) {
+    int32_t k = J.table[i];
+    if (k < 0)
+      return NULL;
+    const rec *r = &J.recs[k];
+    if (r->kind == kind && r->seq == seq && r->spawn == spawn && r->rank == rank)
+      return r;
+  }
+}
+
+/* The call record of seq for any member (g.any routing). */
+static const rec *find_any_member(int64_t seq, int64_t n) {
+  for (size_t i = 0; i < J.nrecs; i++) /* rare: only g.any on replay */
+    if (J.recs[i].kind == R_CALL && J.recs[i].seq == seq && J.recs[i].rank < n)
+      return &J.recs[i];
+  return NULL;
+}
+
+static bool parse(sf__reader *r, rec *out) {
+  unsigned char k;
+  if (r->p >= r->end)
+    return false;
+  k = *r->p++;
+  uint64_t seq, spawn, rank, index, vl, ol;
+  uint32_t nl;
+  if (!sf__de_u64(r, &seq) || !sf__de_u64(r, &spawn) || !sf__de_u64(r, &rank) ||
+      !sf__de_u64(r, &index) || r->end - r->p < 4)
+    return false;
+  memcpy(&nl, r->p, 4);
+  r->p += 4;
+  if (nl > (uint64_t)(r->end - r->p))
+    return false;
+  out->name = (const char *)r->p;
+  out->name_len = nl;
+  r->p += nl;
+  if (!sf__de_u64(r, &vl) || vl > (uint64_t)(r->end - r->p))
+    return false;
+  out->value = r->p;
+  out->value_len = vl;
+  r->p += vl;
+  if (!sf__de_u64(r, &ol) || ol > (uint64_t)(r->end - r->p))
+    return false;
+  out->out = r->p;
+  out->out_len = ol;
+  r->p += ol;
+  out->kind = k;
+  out->seq = (int64_t)seq;
+  out->spawn = (int64_t)spawn;
+  out->rank = (int64_t)rank;
+  out->index = (int64_t)index;
+  return r->p == r->end && (k == R_TASK || k == R_CALL || k == R_VALUE);
+}
+
+static void load(void) {
+  char p[PATH_MAX];
+  path_in(p, sizeof p, "journal");
+  int fd = open(p, O_RDWR | O_CLOEXEC);
+  if (fd < 0)
+    fatal("--resume: there is no unfinished run to resume in %s (%s)", J.dir, strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0)
+    fatal("--resume: cannot read %s: %s", p, strerror(errno));
+  size_t len = (size_t)st.st_size;
+  J.data = sf_alloc(len + 1);
+  size_t got = 0;
+  while (got < len) {
+    ssize_t n = read(fd, J.data + got, len - got);
+    if (n <= 0)
+      fatal("--resume: cannot read %s: %s", p, n < 0 ? strerror(errno) : "short read");
+    got += (size_t)n;
+  }
+  J.data_len = len;
+  if (len < 12 || memcmp(J.data, MAGIC, 4) != 0)
+    fatal("--resume: %s is not an sflow journal", p);
+  uint64_t crc;
+  memcpy(&crc, J.data + 4, 8);
+  if ((uint32_t)crc != J.args_crc)
+    fatal("--resume: the flags differ from those of the run in %s; resume with the same flags",
+          J.dir);
+  /* Records, up to the first torn or corrupt one. */
+  size_t at = 12, cap = 1024;
+  J.recs = sf_alloc(cap * sizeof *J.recs);
+  while (at + 8 <= len) {
+    uint32_t frame[2];
+    memcpy(frame, J.data + at, 8);
+    if (frame[0] > len - at - 8 || sf__crc32c(0, J.data + at + 8, frame[0]) != frame[1])
+      break;
+    sf__reader r = {J.data + at + 8, J.data + at + 8 + frame[0]};
+    rec rc;
+    if (!parse(&r, &rc))
+      break;
+    if (J.nrecs == cap) {
+      cap *= 2;
+      rec *g = sf_alloc(cap * sizeof *g);
+      memcpy(g, J.recs, J.nrecs * sizeof *g);
+      sf_free(J.recs);
+      J.recs = g;
+    }
+    J.recs[J.nrecs++] = rc;
+    at += 8 + frame[0];
+  }
+  if (at < len) {
+    sf__notice("the journal's last %zu bytes are torn or corrupt and are dropped", len - at);
+    if (ftruncate(fd, (off_t)at) != 0)
+      fatal("--resume: cannot repair %s: %s", p, strerror(errno));
+  }
+  close(fd);
+  /* The index. */
+  size_t tsize = 16;
+  while (tsize < J.nrecs * 2)
+    tsize *= 2;
+  J.table = sf_alloc(tsize * sizeof *J.table);
+  for (size_t i = 0; i < tsize; i++)
+    J.table[i] = -1;
+  J.table_mask = tsize - 1;
+  J.values = sf_alloc((J.nrecs + 1) * sizeof *J.values);
+  for (size_t k = 0; k < J.nrecs; k++) {
+    rec *r = &J.recs[k];
+    if (r->kind == R_VALUE) {
+      if (r->value_len == 8)
+        memcpy(&J.values[J.nvalues++], r->value, 8);
+      continue;
+    }
+    size_t i = key_hash(r->kind, r->seq, r->spawn, r->rank) & J.table_mask;
+    while (J.table[i] >= 0)
+      i = (i + 1) & J.table_mask;
+    J.table[i] = (int32_t)k;
+  }
+}
+
+/* ------------------------------------------------------ the run's ends */
+
+void sf__journal_begin(const sf_program *prog, sf_value *args) {
+  J.prog = prog;
+  J.main_thread = pthread_self();
+  J.enabled = sf__options.journal;
+  if (sf__options.checkpoint_dir)
+    snprintf(J.dir, sizeof J.dir, "%s", sf__options.checkpoint_dir);
+  else
+    snprintf(J.dir, sizeof J.dir, ".sflow/%s", prog->name && *prog->name ? prog->name : "run");
+  /* The flags the run started with: a resumed run must use the same. */
+  sf__buf b;
+  sf__buf_init(&b, NULL, 0);
+  for (int i = 0; i < prog->nparams; i++) {
+    const sf_type *t = prog->params[i].kind == SF_BOOL ? &sf_type_bool
+                       : prog->params[i].kind == SF_I32 ? &sf_type_i32
+                       : prog->params[i].kind == SF_I64 ? &sf_type_i64
+                       : prog->params[i].kind == SF_F32 ? &sf_type_f32
+                       : prog->params[i].kind == SF_F64 ? &sf_type_f64
+                                                        : &sf_type_str;
+    sf__ser_value(&b, t, &args[i]);
+  }
+  J.args_crc = sf__crc32c(0, b.data, b.len);
+  sf__buf_free(&b);
+  if (!sf__options.resume)
+    return;
+  if (!J.enabled)
+    fatal("--resume needs the journal (drop --journal=false)");
+  if (!lock_dir())
+    fatal("--resume: %s is in use by another run, or cannot be opened", J.dir);
+  J.replay = true;
+  load();
+}
+
+void sf__journal_end(bool success) {
+  if (!J.enabled)
+    return;
+  pthread_mutex_lock(&J.lock);
+  J.stop = true;
+  pthread_cond_broadcast(&J.cond);
+  bool joined = J.flusher_started;
+  J.flusher_started = false;
+  pthread_mutex_unlock(&J.lock);
+  if (joined)
+    pthread_join(J.flusher, NULL);
+  pthread_mutex_lock(&J.lock);
+  write_pending_locked();
+  if (J.fd >= 0) {
+    fdatasync(J.fd);
+    close(J.fd);
+    J.fd = -1;
+  }
+  if (success && J.opened) {
+    /* Finished: nothing is left to resume. */
+    char p[PATH_MAX];
+    path_in(p, sizeof p, "journal");
+    unlink(p);
+    sf__checkpoint_clear();
+    path_in(p, sizeof p, "lock");
+    unlink(p);
+    rmdir(J.dir);
+  }
+  J.enabled = false;
+  pthread_mutex_unlock(&J.lock);
+}
+
+/* -------------------------------------------------------- main's calls */
+
+int64_t sf__journal_next(void) { return main_level() ? J.seq++ : -1; }
+
+int64_t sf__spawn_id(void) {
+  if (sf__task_depth != 0 || !pthread_equal(pthread_self(), J.main_thread))
+    return -1;
+  return J.spawns++;
+}
+
+static void same_path(const rec *r, int32_t kind, const char *name, int64_t seq) {
+  if (r->kind != kind || r->name_len != strlen(name) || memcmp(r->name, name, r->name_len))
+    fatal("--resume: the workflow took another path than the journaled run at call %lld "
+          "(the journal has '%.*s', the run now calls '%s'); resuming needs a "
+          "deterministic workflow main",
+          (long long)seq, (int)r->name_len, r->name, name);
+}
+
+sf_future *sf__journal_task_replay(int64_t seq, const sf_task_desc *d, const sf_loc *loc) {
+  if (!J.replay)
+    return NULL;
+  const rec *r = find(R_TASK, seq, -1, -1);
+  if (!r)
+    return NULL;
+  same_path(r, R_TASK, d->name, seq);
+  int32_t size = d->result && d->result->kind != SF_VOID ? d->result->size : 0;
+  _Alignas(16) unsigned char small[256];
+  void *v = size <= (int32_t)sizeof small ? small : sf_alloc((size_t)size);
+  memset(v, 0, (size_t)size);
+  sf__reader rd = {r->value, r->value + r->value_len};
+  if (size && !sf__de_value(&rd, d->result, v))
+    fatal("--resume: the journaled result of call %lld ('%s') does not decode", (long long)seq,
+          d->name);
+  emit_output(r);
+  (void)loc;
+  sf_future *f = sf_future_done(size ? d->result : NULL, v);
+  if (v != small)
+    sf_free(v);
+  atomic_fetch_add_explicit(&sf__stats.replayed, 1, memory_order_relaxed);
+  return f;
+}
+
+void sf__journal_task_done(int64_t seq, const sf_task_desc *d, void *res) {
+  if (!J.enabled || J.failed)
+    return;
+  append(R_TASK, seq, -1, -1, 0, d->name, d->result, res,
+         sf__capture_cur && sf__capture_cur->mode == SF__CAPTURE_KEEP ? &sf__capture_cur->buf
+                                                                      : NULL);
+}
+
+int sf__journal_call_mode(sf_actor *a, int64_t seq) {
+  if (!J.replay || seq < 0)
+    return SF__REPLAY_LIVE;
+  const rec *r = find(R_CALL, seq, sf__actor_id(a), sf__actor_rank(a));
+  if (!r)
+    return SF__REPLAY_LIVE;
+  /* Calls the restored checkpoint already holds are not run again (the
+   * index is the actor's call count after the call). */
+  return r->index <= sf__actor_restored(a) ? SF__REPLAY_SKIP : SF__REPLAY_RERUN;
+}
+
+void sf__journal_call_result(sf_actor *a, int64_t seq, const sf_method_desc *m, void *res) {
+  const rec *r = find(R_CALL, seq, sf__actor_id(a), sf__actor_rank(a));
+  if (!r)
+    return;
+  same_path(r, R_CALL, m->name, seq);
+  const sf_type *t = m->result && m->result->kind != SF_VOID ? m->result : NULL;
+  if (t) {
+    sf_value_release(t, res);
+    memset(res, 0, (size_t)t->size);
+    sf__reader rd = {r->value, r->value + r->value_len};
+    if (!sf__de_value(&rd, t, res))
+      fatal("--resume: the journaled result of call %lld ('%s') does not decode",
+            (long long)seq, m->name);
+  }
+  emit_output(r);
+  atomic_fetch_add_explicit(&sf__stats.replayed, 1, memory_order_relaxed);
+}
+
+void sf__journal_call_done(sf_actor *a, int64_t seq, const sf_method_desc *m, void *res) {
+  if (!J.enabled || J.failed || sf__actor_id(a) < 0)
+    return;
+  append(R_CALL, seq, sf__actor_id(a), sf__actor_rank(a), sf__actor_calls(a), m->name,
+         m->result && m->result->kind != SF_VOID ? m->result : NULL, res,
+         sf__capture_cur && sf__capture_cur->mode == SF__CAPTURE_KEEP ? &sf__capture_cur->buf
+                                                                      : NULL);
+}
+
+int64_t sf__journal_route_any(int64_t seq, sf_actor **members, int64_t n, int64_t best) {
+  if (!J.replay || seq < 0 || n <= 0)
+    return best;
+  const rec *r = find_any_member(seq, n);
+  if (r && r->spawn == sf__actor_id(members[0]))
+    return r->rank;
+  return best;
+}
+
+double sf__journal_value(double live) {
+  if (!main_level())
+    return live;
+  if (J.replay && J.next_value < J.nvalues)
+    return J.values[J.next_value++];
+  if (!J.failed)
+    append(R_VALUE, -1, -1, -1, 0, NULL, &sf_type_f64, &live, NULL);
+  return live;
+}

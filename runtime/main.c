@@ -21,6 +21,7 @@
 /* Also runs when a runtime error ends the run with exit(70): the trace and
  * the journal are written either way. */
 static void at_exit(void) {
+  sf__journal_end(false); /* no-op after a successful end */
   sf__run_end();
   sf__trace_write();
 }
@@ -52,7 +53,7 @@ int main(int argc, char **argv) {
   sf__journal_begin(prog, args);
   atexit(at_exit);
   prog->main_fn(args);
-  sf__journal_end();
+  sf__journal_end(true);
   sf__flags_release(prog, args);
   sf_free(args);
   fflush(stdout);

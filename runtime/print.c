@@ -197,7 +197,13 @@ void sf_print_end(void) {
   sf__buf_put(b, "\n", 1);
   /* A closed stdout (`./prog | head`) must not turn into a runtime error:
    * the write fails or SIGPIPE ends the program, as for any Unix tool. */
-  (void)sf__write_all(1, b->data, b->len);
+  if (sf__capture_cur) { /* a journaled call: keep the line, or mute a replay */
+    sf__capture_line(b->data, b->len);
+    if (!sf__capture_muted())
+      (void)sf__write_all(1, b->data, b->len);
+  } else {
+    (void)sf__write_all(1, b->data, b->len);
+  }
   sf__buf_free(b);
   line.nargs = 0;
 }

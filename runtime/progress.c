@@ -218,13 +218,16 @@ void sf__run_end(void) {
   int64_t tasks = atomic_load(&sf__stats.tasks), calls = atomic_load(&sf__stats.calls);
   if (sf__options.quiet || (tasks == 0 && calls == 0 && atomic_load(&sf__stats.actors) == 0))
     return;
-  char buf[256];
+  char buf[320], extra[96] = "";
+  int64_t replayed = atomic_load(&sf__stats.replayed);
+  if (replayed)
+    snprintf(extra, sizeof extra, ", %lld answered from the journal", (long long)replayed);
   int n = snprintf(buf, sizeof buf,
-                   "%s: %lld tasks (%lld failed, %lld retries), %lld actors, %lld actor calls "
+                   "%s: %lld tasks (%lld failed, %lld retries), %lld actors, %lld actor calls%s "
                    "in %.3f s\n",
                    prog_name(), (long long)tasks, (long long)atomic_load(&sf__stats.tasks_failed),
                    (long long)atomic_load(&sf__stats.retries),
-                   (long long)atomic_load(&sf__stats.actors), (long long)calls,
+                   (long long)atomic_load(&sf__stats.actors), (long long)calls, extra,
                    now_s() - started);
   if (n > 0)
     (void)sf__write_all(2, buf, (size_t)n);

@@ -46,6 +46,8 @@ struct sf_future {
   _Alignas(16) unsigned char value[];
 };
 
+_Thread_local int sf__task_depth;
+
 /* The actor whose method (or init) runs on this thread. */
 static _Thread_local sf_actor *current_actor;
 
@@ -60,12 +62,16 @@ static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
 static __attribute__((noinline)) bool guarded_task(void (*thunk)(void *, void *), void *args,
                                                    void *res) {
   jmp_buf jb, *saved = sf__error_jmp;
+  int depth = sf__task_depth;
   sf__error_jmp = &jb;
   if (setjmp(jb) != 0) {
     sf__error_jmp = saved;
+    sf__task_depth = depth;
     return false;
   }
+  sf__task_depth++;
   thunk(args, res);
+  sf__task_depth--;
   sf__error_jmp = saved;
   return true;
 }
@@ -73,12 +79,16 @@ static __attribute__((noinline)) bool guarded_task(void (*thunk)(void *, void *)
 static __attribute__((noinline)) bool guarded_method(void (*thunk)(void *, void *, void *),
                                                      void *state, void *args, void *res) {
   jmp_buf jb, *saved = sf__error_jmp;
+  int depth = sf__task_depth;
   sf__error_jmp = &jb;
   if (setjmp(jb) != 0) {
     sf__error_jmp = saved;
+    sf__task_depth = depth;
     return false;
   }
+  sf__task_depth++;
   thunk(state, args, res);
+  sf__task_depth--;
   sf__error_jmp = saved;
   return true;
 }
@@ -581,7 +591,8 @@ struct sf_actor {
   sf__comm *comm;            /* the group's collectives, or NULL */
   void *state;
   int64_t id;                /* spawn number: journal/checkpoint identity */
-  int64_t calls;             /* calls completed */
+  int64_t calls;             /* calls completed (the state holds them) */
+  int64_t restored;          /* calls in the checkpoint it was restored from */
   char *broken;              /* why init failed */
   _Atomic int64_t own_pending;
   _Atomic int64_t *pending;  /* queued + running calls (for g.any); in the
@@ -632,7 +643,8 @@ const sf_actor_desc *sf__actor_desc(sf_actor *a) { return a->desc; }
 void *sf__actor_state(sf_actor *a) { return a->state; }
 int64_t sf__actor_id(sf_actor *a) { return a->id; }
 int64_t sf__actor_calls(sf_actor *a) { return a->calls; }
-void sf__actor_set_calls(sf_actor *a, int64_t n) { a->calls = n; }
+void sf__actor_set_calls(sf_actor *a, int64_t n) { a->calls = a->restored = n; }
+int64_t sf__actor_restored(sf_actor *a) { return a->restored; }
 
 static void drain(sf__job *j);
 
@@ -676,7 +688,8 @@ static void run_msg(sf_actor *a, msg *m) {
     }
     sf_value_release(md ? md->args : NULL, m->args);
   } else {
-    a->calls++;
+    if (mode != SF__REPLAY_SKIP) /* a skipped call is already counted */
+      a->calls++;
     if (m->f) {
       if (why) {
         future_fail(m->f, "call of '%s' failed: %s", md->name, why);

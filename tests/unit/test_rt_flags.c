@@ -198,6 +198,7 @@ static void test_help_version(void) {
       "  --quiet                       print no runtime notices\n"
       "  --require-gpu                 fail instead of running GPU work on the CPU\n"
       "  --threads N                   worker threads (default: one per CPU)\n"
+      "  --journal                     record main's calls so --resume can finish the run (default true)\n"
       "  -h, --help                    show this help and exit\n"
       "  --version                     show the version and exit\n";
   CHECK_STR(text, want);

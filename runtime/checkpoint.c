@@ -1,0 +1,256 @@
+/*
+ * checkpoint.c — `@checkpoint(every = k)`: an actor's state written every
+ * k completed calls, and read back on --resume (and, later, when a node
+ * dies and the actor restarts elsewhere).
+ *
+ * One file per checkpoint, `<dir>/ckpt/<Actor>-<spawn>-<rank>.<calls>`:
+ *
+ *   "SFC1" | u64 calls | u64 payload length | u32 CRC-32C of payload |
+ *   payload = the state, serialized by serial.c
+ *
+ * Key design choices:
+ *  - Atomic: write a temporary file, fsync it, rename it into place,
+ *    fsync the folder.  A crash at any point leaves the previous
+ *    checkpoint whole; a torn temporary file is never read (its name does
+ *    not match) and is removed at the next start.
+ *  - Checked: a file whose CRC or length is wrong is skipped on load and
+ *    the next older one is used; the last three are kept for that.
+ *  - Ordered with the journal: the journal is flushed and synced before a
+ *    checkpoint is written, so a checkpoint never holds a call the journal
+ *    does not know about.
+ *  - Written on the actor's own thread between two calls, when its state
+ *    is quiet: no locks and no copy of the state.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define KEEP 3
+#define MAGIC "SFC1"
+
+const char *sf__checkpoint_dir(void);
+
+static void ckpt_dir(char *out, size_t n) { snprintf(out, n, "%s/ckpt", sf__checkpoint_dir()); }
+
+/* "Counter-0-2." : the prefix of one actor's files. */
+static void prefix_of(sf_actor *a, char *out, size_t n) {
+  snprintf(out, n, "%s-%" PRId64 "-%" PRId64 ".", sf__actor_desc(a)->name, sf__actor_id(a),
+           sf__actor_rank(a));
+}
+
+/* Calls count of a file name with the given prefix, or -1. */
+static int64_t calls_of(const char *name, const char *prefix) {
+  size_t n = strlen(prefix);
+  if (strncmp(name, prefix, n) != 0)
+    return -1;
+  char *end;
+  errno = 0;
+  long long v = strtoll(name + n, &end, 10);
+  if (errno || *end || end == name + n || v < 0)
+    return -1;
+  return v;
+}
+
+static int desc_cmp(const void *x, const void *y) {
+  int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+  return a < b ? 1 : a > b ? -1 : 0;
+}
+
+/* The checkpoints of a, newest first (up to max); returns how many. */
+static int list(sf_actor *a, int64_t *calls, int max) {
+  char dir[PATH_MAX], prefix[256];
+  ckpt_dir(dir, sizeof dir);
+  prefix_of(a, prefix, sizeof prefix);
+  DIR *d = opendir(dir);
+  if (!d)
+    return 0;
+  size_t n = 0, cap = 16;
+  int64_t *all = sf_alloc(cap * sizeof *all);
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    int64_t c = calls_of(e->d_name, prefix);
+    if (c < 0)
+      continue;
+    if (n == cap) {
+      int64_t *g = sf_alloc(2 * cap * sizeof *g);
+      memcpy(g, all, n * sizeof *g);
+      sf_free(all);
+      all = g;
+      cap *= 2;
+    }
+    all[n++] = c;
+  }
+  closedir(d);
+  qsort(all, n, sizeof *all, desc_cmp);
+  int k = n < (size_t)max ? (int)n : max;
+  memcpy(calls, all, (size_t)k * sizeof *calls);
+  sf_free(all);
+  return k;
+}
+
+static bool write_all_fd(int fd, const void *p, size_t n) { return sf__write_all(fd, p, n); }
+
+static void fsync_dir(const char *dir) {
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    fsync(fd);
+    close(fd);
+  }
+}
+
+static void mkdir_p(const char *path) {
+  char tmp[PATH_MAX];
+  snprintf(tmp, sizeof tmp, "%s", path);
+  for (char *p = tmp + 1; *p; p++)
+    if (*p == '/') {
+      *p = '\0';
+      mkdir(tmp, 0755);
+      *p = '/';
+    }
+  mkdir(tmp, 0755);
+}
+
+static void write_checkpoint(sf_actor *a) {
+  const sf_actor_desc *d = sf__actor_desc(a);
+  char dir[PATH_MAX], prefix[256], path[PATH_MAX + 300], tmp[PATH_MAX + 340];
+  ckpt_dir(dir, sizeof dir);
+  mkdir_p(dir);
+  prefix_of(a, prefix, sizeof prefix);
+  int64_t calls = sf__actor_calls(a);
+  snprintf(path, sizeof path, "%s/%s%" PRId64, dir, prefix, calls);
+  snprintf(tmp, sizeof tmp, "%s/.tmp-%s%" PRId64 "-%d", dir, prefix, calls, (int)getpid());
+
+  sf__buf b;
+  sf__buf_init(&b, NULL, 0);
+  sf__buf_put(&b, MAGIC, 4);
+  sf__ser_u64(&b, (uint64_t)calls);
+  sf__ser_u64(&b, 0); /* payload length, patched */
+  uint32_t crc = 0;
+  sf__buf_put(&b, (const char *)&crc, 4);
+  size_t at = b.len;
+  sf__ser_value(&b, d->state, sf__actor_state(a));
+  uint64_t len = b.len - at;
+  crc = sf__crc32c(0, b.data + at, len);
+  memcpy(b.data + 12, &len, 8);
+  memcpy(b.data + 20, &crc, 4);
+
+  sf__journal_flush(); /* never ahead of the journal */
+  double t0 = sf__trace_now();
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  bool ok = fd >= 0 && write_all_fd(fd, b.data, b.len) && fsync(fd) == 0;
+  if (fd >= 0)
+    ok = close(fd) == 0 && ok;
+  ok = ok && rename(tmp, path) == 0;
+  if (ok)
+    fsync_dir(dir);
+  else {
+    unlink(tmp);
+    sf__notice("cannot write checkpoint %s: %s", path, strerror(errno));
+  }
+  sf__trace_event(d->name, "checkpoint", t0, 0, ok ? NULL : "write failed");
+  sf__buf_free(&b);
+  if (!ok)
+    return;
+  atomic_fetch_add_explicit(&sf__stats.checkpoints, 1, memory_order_relaxed);
+  /* Keep the newest KEEP. */
+  int64_t old[KEEP + 1];
+  int n = list(a, old, KEEP + 1);
+  for (int i = KEEP; i < n; i++) {
+    snprintf(path, sizeof path, "%s/%s%" PRId64, dir, prefix, old[i]);
+    unlink(path);
+  }
+}
+
+void sf__checkpoint_maybe(sf_actor *a) {
+  const sf_actor_desc *d = sf__actor_desc(a);
+  if (d->checkpoint_every <= 0 || sf__actor_id(a) < 0)
+    return;
+  if (sf__actor_calls(a) % d->checkpoint_every == 0)
+    write_checkpoint(a);
+}
+
+/* Reads one checkpoint file into the actor's (zeroed) state. */
+static bool load(sf_actor *a, const char *path, int64_t calls) {
+  const sf_actor_desc *d = sf__actor_desc(a);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return false;
+  struct stat st;
+  bool ok = false;
+  unsigned char *data = NULL;
+  if (fstat(fd, &st) == 0 && st.st_size >= 24) {
+    size_t len = (size_t)st.st_size;
+    data = sf_alloc(len);
+    size_t got = 0;
+    while (got < len) {
+      ssize_t n = read(fd, data + got, len - got);
+      if (n <= 0)
+        break;
+      got += (size_t)n;
+    }
+    uint64_t c, plen;
+    uint32_t crc;
+    if (got == len && memcmp(data, MAGIC, 4) == 0) {
+      memcpy(&c, data + 4, 8);
+      memcpy(&plen, data + 12, 8);
+      memcpy(&crc, data + 20, 4);
+      if ((int64_t)c == calls && plen == len - 24 && sf__crc32c(0, data + 24, plen) == crc) {
+        sf__reader r = {data + 24, data + 24 + plen};
+        void *state = sf__actor_state(a);
+        ok = sf__de_value(&r, d->state, state) && r.p == r.end;
+        if (!ok) {
+          sf_value_release(d->state, state);
+          memset(state, 0, (size_t)d->state->size);
+        }
+      }
+    }
+  }
+  close(fd);
+  sf_free(data);
+  return ok;
+}
+
+bool sf__checkpoint_restore(sf_actor *a) {
+  if (!sf__options.resume || sf__actor_id(a) < 0 || sf__actor_desc(a)->checkpoint_every <= 0)
+    return false;
+  char dir[PATH_MAX], prefix[256], path[PATH_MAX + 300];
+  ckpt_dir(dir, sizeof dir);
+  prefix_of(a, prefix, sizeof prefix);
+  int64_t calls[KEEP + 8];
+  int n = list(a, calls, KEEP + 8);
+  for (int i = 0; i < n; i++) {
+    snprintf(path, sizeof path, "%s/%s%" PRId64, dir, prefix, calls[i]);
+    if (load(a, path, calls[i])) {
+      sf__actor_set_calls(a, calls[i]);
+      return true;
+    }
+    sf__notice("checkpoint %s is damaged; trying an older one", path);
+  }
+  return false;
+}
+
+/* Removes every checkpoint (a new run, or a finished one). */
+void sf__checkpoint_clear(void) {
+  char dir[PATH_MAX], p[PATH_MAX + 300];
+  ckpt_dir(dir, sizeof dir);
+  DIR *d = opendir(dir);
+  if (!d)
+    return;
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (e->d_name[0] != '.' || strncmp(e->d_name, ".tmp-", 5) == 0) {
+      snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+      unlink(p);
+    }
+  closedir(d);
+  rmdir(dir);
+}
