@@ -216,8 +216,10 @@ static void *launch(void *arg) {
   int id = (int)(nd - H.nodes) + 1;
   char *err = nd->error;
   size_t errlen = sizeof nd->error;
+  int64_t t0 = now_ms();
   if (sf__ssh_connect(nd->host, &H.ssh, &nd->ssh, err, errlen))
     return NULL;
+  int64_t t1 = now_ms();
   struct sockaddr_storage ss;
   socklen_t sl;
   sf__ssh_local_addr(nd->ssh, &ss, &sl);
@@ -235,6 +237,7 @@ static void *launch(void *arg) {
   if (sf__ssh_deploy(nd->ssh, H.exe_path, H.exe_hex, H.ssh.remote_cache, path, sizeof path,
                      &nd->copied, err, errlen))
     return NULL;
+  int64_t t2 = now_ms();
   char cmd[1600], secret[2 * SF__SECRET_LEN + 2];
   bool v6 = strchr(nd->listen_addr, ':') != NULL;
   snprintf(cmd, sizeof cmd, "exec '%s' --sflow-worker '%d@%s%s%s:%u'%s", path, id, v6 ? "[" : "",
@@ -247,8 +250,9 @@ static void *launch(void *arg) {
   memset(secret, 0, sizeof secret);
   nd->ssh_open = true;
   if (logging())
-    note("sflow: node %d %s: %s %s, worker started", id, nd->label,
-         nd->copied ? "copied" : "found cached", path);
+    note("sflow: node %d %s: %s %s, worker started (ssh %.2f s, deploy %.2f s, exec %.2f s)",
+         id, nd->label, nd->copied ? "copied" : "found cached", path, (t1 - t0) / 1e3,
+         (t2 - t1) / 1e3, (now_ms() - t2) / 1e3);
   return NULL;
 }
 
@@ -494,7 +498,7 @@ static void teardown(void) {
     node *nd = &H.nodes[i];
     if (nd->conn.fd >= 0)
       sf__conn_close(&nd->conn);
-    sf__ssh_close(nd->ssh);
+    sf__ssh_close(nd->ssh, nd->lost || !nd->ready);
     nd->ssh = NULL;
     nd->ssh_open = false;
   }
@@ -506,15 +510,19 @@ static void teardown(void) {
 
 static int start_failed(char *err, size_t errlen) {
   size_t o = 0;
-  int bad = 0;
+  int bad = 0, errors = 0;
   for (int i = 0; i < H.n; i++)
-    if (!H.nodes[i].ready)
+    errors += H.nodes[i].error[0] != '\0';
+  /* Hosts that failed say why; when none did, the ones not ready timed out.
+   * Healthy hosts that were cut short by another's failure are not listed. */
+  for (int i = 0; i < H.n; i++)
+    if (errors ? H.nodes[i].error[0] != '\0' : !H.nodes[i].ready)
       bad++;
   o += (size_t)snprintf(err, errlen, "%d of %d node%s failed to start:", bad, H.n,
                         H.n == 1 ? "" : "s");
   for (int i = 0; i < H.n && o < errlen; i++) {
     node *nd = &H.nodes[i];
-    if (nd->ready)
+    if (errors ? !nd->error[0] : nd->ready)
       continue;
     o += (size_t)snprintf(err + o, errlen - o, "\n  %s",
                           nd->error[0] ? nd->error : "the worker did not connect back in time");

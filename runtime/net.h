@@ -110,8 +110,9 @@ int sf__ssh_exec(sf__ssh *s, const char *cmd, const void *stdin_data, size_t n, 
  * prefixed.  Returns 1 while the channel is open, 0 once it closed. */
 int sf__ssh_pump(sf__ssh *s, int fd, const char *prefix);
 int sf__ssh_socket(sf__ssh *s);
-/* Closes the channel (bounded wait) and the session; s is freed. */
-void sf__ssh_close(sf__ssh *s);
+/* Closes the channel (bounded wait) and the session; s is freed.  abrupt:
+ * drop the TCP connection first (a lost node that will never answer). */
+void sf__ssh_close(sf__ssh *s, bool abrupt);
 
 /* ----------------------------------------------------------- wire.c */
 

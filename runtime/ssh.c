@@ -454,7 +454,7 @@ int sf__ssh_connect(const sf__host *h, const sf__ssh_opts *o, sf__ssh **out, cha
 fail:
   if (kh)
     L.libssh2_knownhost_free(kh);
-  sf__ssh_close(s);
+  sf__ssh_close(s, true);
   return -1;
 }
 
@@ -630,9 +630,13 @@ int sf__ssh_pump(sf__ssh *s, int fd, const char *prefix) {
   return L.libssh2_channel_eof(s->chan) ? 0 : 1;
 }
 
-void sf__ssh_close(sf__ssh *s) {
+void sf__ssh_close(sf__ssh *s, bool abrupt) {
   if (!s)
     return;
+  /* A lost node's channel never closes: cut the connection, so libssh2's
+   * goodbyes fail at once instead of waiting out the timeout. */
+  if (abrupt && s->fd >= 0)
+    shutdown(s->fd, SHUT_RDWR);
   if (s->sess) {
     /* Bounded: libssh2_channel_close can wait forever for a peer that
      * never answers (libssh2 #232), so the session timeout applies. */

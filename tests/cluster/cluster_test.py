@@ -195,23 +195,52 @@ MaxSessions 50
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
+_readers = {}
+
+
 def read_until(stream, pattern, timeout):
-    """Lines of stream until one matches pattern (or timeout)."""
-    import selectors
-    sel = selectors.DefaultSelector()
-    sel.register(stream, selectors.EVENT_READ)
+    """Lines of stream until one matches pattern (or timeout).  A thread per
+    stream reads lines into a queue, so buffered lines are never missed."""
+    import queue
+    import threading
+    if stream not in _readers:
+        q = queue.Queue()
+
+        def pump():
+            for line in iter(stream.readline, ""):
+                q.put(line)
+            q.put(None)
+        threading.Thread(target=pump, daemon=True).start()
+        _readers[stream] = q
+    q = _readers[stream]
     seen = []
     deadline = time.time() + timeout
     while time.time() < deadline:
-        if not sel.select(timeout=max(0.0, deadline - time.time())):
+        try:
+            line = q.get(timeout=max(0.01, deadline - time.time()))
+        except queue.Empty:
             break
-        line = stream.readline()
-        if not line:
+        if line is None:
+            q.put(None)
             break
         seen.append(line)
         if re.search(pattern, line):
             return line, seen
     raise Fail(f"no line matching {pattern!r} within {timeout} s:\n" + "".join(seen))
+
+
+def drain(stream):
+    """What is left of a stream read by read_until, once it has ended."""
+    q = _readers.get(stream)
+    if not q:
+        return stream.read()
+    out = []
+    while True:
+        line = q.get(timeout=30)
+        if line is None:
+            q.put(None)
+            return "".join(out)
+        out.append(line)
 
 
 def node_pids(proc, n):
@@ -385,8 +414,9 @@ def lost_case(c, sig, pattern, limit):
         victim = pids[2]
         t0 = time.time()
         os.kill(victim, sig)
-        out, err = head.communicate(timeout=limit + 10)
+        head.wait(timeout=limit + 10)
         took = time.time() - t0
+        err = drain(head.stderr)
         check(head.returncode == 69, f"head exit {head.returncode}", err)
         check(re.search(r"node 2 \(127\.0\.0\.3:\d+\) lost: " + pattern, err), "message", err)
         check(took < limit, f"detected after {took:.1f} s (limit {limit})")
