@@ -59,7 +59,8 @@ def keygen(path, passphrase=""):
 class Cluster:
     """n sshd servers; hostfile, known_hosts and user key in self.dir."""
 
-    def __init__(self, sflowc, n):
+    def __init__(self, sflowc, n, port=None):
+        self.port = port  # one port on every address (OpenMPI needs that)
         self.dir = tempfile.mkdtemp(prefix="sflow-cluster-")
         self.procs = []
         self.hosts = []
@@ -87,7 +88,7 @@ class Cluster:
 
     def start_sshd(self, i):
         addr = f"127.0.0.{2 + i}"
-        port = free_port(addr)
+        port = self.port or free_port(addr)
         key = os.path.join(self.dir, f"host{i}_key")
         keygen(key)
         cfg = os.path.join(self.dir, f"sshd{i}.conf")
