@@ -9,3 +9,6 @@ if [ -x bench/frontend.sh ] || [ -f bench/frontend.sh ]; then
   echo "== front end: sflowc --check vs cc -fsyntax-only"
   bash bench/frontend.sh "$build"
 fi
+echo "== cluster: start-up and allreduce, sflow vs OpenMPI over the same sshd hosts"
+bash bench/cluster/setup.sh || echo "bench/cluster: OpenMPI not installed; sflow figures only"
+python3 bench/cluster/run.py --sflowc "$build/bin/sflowc"

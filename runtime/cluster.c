@@ -533,6 +533,7 @@ static int start_failed(char *err, size_t errlen) {
     if (H.nodes[i].alive)
       send_frame(&H.nodes[i], &sd);
   teardown();
+  H.stopping = true; /* nothing left for sf__cluster_stop to do */
   return -1;
 }
 

@@ -443,10 +443,58 @@ def case_head_sigkill(c):
     try:
         pids = node_pids(head, len(c.hosts))
         check(len(c.workers()) == len(c.hosts), "workers running", c.workers(), pids)
+        # The secret is on no command line and in no environment: the only
+        # 64-hex-digit string a worker shows is its executable's hash.
+        for pid in pids.values():
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().decode()
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().decode(errors="replace")
+            exe_hash = re.search(r"sflow-([0-9a-f]{64})", cmd).group(1)
+            check(set(re.findall(r"[0-9a-f]{64}", cmd)) == {exe_hash}, "secret in argv", cmd)
+            check(not re.search(r"[0-9a-f]{64}", env), "secret in environment", env)
     finally:
         head.send_signal(signal.SIGKILL)
         head.wait()
     c.expect_no_workers(within=6)
+
+
+def case_agent_and_default_keys(c):
+    # ssh-agent: no --ssh-key, the key only in the agent.
+    sock = os.path.join(c.dir, "agent.sock")
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", sock], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 5
+        while not os.path.exists(sock) and time.time() < deadline:
+            time.sleep(0.05)
+        env = {**os.environ, "SSH_AUTH_SOCK": sock, "HOME": os.path.join(c.dir, "emptyhome")}
+        r = subprocess.run(["ssh-add", c.user_key], env=env, capture_output=True, text=True)
+        check(r.returncode == 0, "ssh-add", r.stderr)
+        args = c.args()
+        del args[args.index("--ssh-key"):args.index("--ssh-key") + 2]
+        r = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60,
+                           stdin=subprocess.DEVNULL)
+        check(r.returncode == 0 and r.stdout == "head says 42\n", "agent auth", r.stderr)
+    finally:
+        agent.kill()
+        agent.wait()
+    # Default key files under $HOME/.ssh, no agent.
+    home = os.path.join(c.dir, "home")
+    os.makedirs(os.path.join(home, ".ssh"))
+    shutil.copy(c.user_key, os.path.join(home, ".ssh", "id_ed25519"))
+    shutil.copy(c.user_key + ".pub", os.path.join(home, ".ssh", "id_ed25519.pub"))
+    os.chmod(os.path.join(home, ".ssh", "id_ed25519"), 0o600)
+    env = {**os.environ, "SSH_AUTH_SOCK": "", "HOME": home}
+    r = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60,
+                       stdin=subprocess.DEVNULL)
+    check(r.returncode == 0, "default key auth", r.stderr)
+    # Nothing at all: a clear error, no prompt.
+    env["HOME"] = os.path.join(c.dir, "emptyhome")
+    r = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60,
+                       stdin=subprocess.DEVNULL)
+    check(r.returncode == 69 and "no SSH credentials" in r.stderr, "no credentials", r.stderr)
+    c.expect_no_workers()
 
 
 def case_bad_hostfile(c):
@@ -476,6 +524,7 @@ CASES = {
     "worker_sigkill": (3, case_worker_sigkill),
     "worker_sigstop": (3, case_worker_sigstop),
     "head_sigkill": (3, case_head_sigkill),
+    "agent_and_default_keys": (2, case_agent_and_default_keys),
     "bad_hostfile": (1, case_bad_hostfile),
 }
 
