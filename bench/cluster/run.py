@@ -67,6 +67,24 @@ def mpi_env():
     return env
 
 
+def kill_orphans(tag):
+    """SIGKILL the orted daemons a hung mpirun left, found by this run's
+    unique folder on their command line (never by name alone)."""
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                cmd = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        if "orted" in cmd and tag in cmd:
+            try:
+                os.kill(int(d), 9)
+            except OSError:
+                pass
+
+
 def mpi_startup(c, n, port, runs):
     """Median mpirun start-up, or None when it hangs (OpenMPI sometimes
     never returns when many daemons start at once on one machine)."""
@@ -77,7 +95,7 @@ def mpi_startup(c, n, port, runs):
         for _ in range(runs):
             times.append(timed(mp, env=mpi_env(), timeout=60)[0])
     except subprocess.TimeoutExpired:
-        subprocess.run(["pkill", "-f", f"orte_hnp_uri.*{c.dir}"], check=False)  # its orphans
+        kill_orphans(c.dir)
         return None, len(times)
     return statistics.median(times), len(times)
 
