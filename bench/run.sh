@@ -11,3 +11,7 @@ if [ -x bench/frontend.sh ] || [ -f bench/frontend.sh ]; then
 fi
 echo "== tasks, actors, futures, allreduce: sflow vs OpenMP, C and Ray"
 bash bench/tasks/run.sh "$build"
+
+echo "== cluster: start-up and allreduce, sflow vs OpenMPI over the same sshd hosts"
+bash bench/cluster/setup.sh || echo "bench/cluster: OpenMPI not installed; sflow figures only"
+python3 bench/cluster/run.py --sflowc "$build/bin/sflowc"

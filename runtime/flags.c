@@ -22,13 +22,15 @@ sf__options_t sf__options = {.journal = true};
 /* ------------------------------------------------------- runtime flags */
 
 typedef enum {
-  RT_NODES, RT_RESUME, RT_TRACE, RT_CKPT, RT_PROGRESS, RT_QUIET, RT_GPU, RT_THREADS, RT_JOURNAL
+  RT_NODES, RT_RESUME, RT_TRACE, RT_CKPT, RT_PROGRESS, RT_QUIET, RT_GPU, RT_THREADS, RT_JOURNAL,
+  RT_SSH_USER, RT_SSH_KEY, RT_KNOWN_HOSTS, RT_ACCEPT_NEW, RT_CONNECT_TIMEOUT, RT_HEAD_WORK,
+  RT_REMOTE_CACHE, RT_CLUSTER_LOG, RT_WORKER, RT_SELFTEST
 } rt_id;
 
 typedef struct rt_flag {
   const char *name;
   const char *arg; /* NULL for a boolean flag */
-  const char *help;
+  const char *help; /* NULL: hidden (internal), not in --help nor suggested */
 } rt_flag;
 
 static const rt_flag rt_flags[] = {
@@ -43,6 +45,19 @@ static const rt_flag rt_flags[] = {
     [RT_THREADS] = {"threads", "N", "worker threads (default: one per CPU)"},
     [RT_JOURNAL] = {"journal", NULL, "record main's calls so --resume can finish the run "
                                      "(default true)"},
+    [RT_SSH_USER] = {"ssh-user", "USER", "user on the --nodes hosts (default: current user)"},
+    [RT_SSH_KEY] = {"ssh-key", "FILE",
+                    "private key for SSH (default: ssh-agent, then ~/.ssh/id_*)"},
+    [RT_KNOWN_HOSTS] = {"known-hosts", "FILE", "host keys to trust (default ~/.ssh/known_hosts)"},
+    [RT_ACCEPT_NEW] = {"accept-new-host-keys", NULL,
+                       "trust and record unknown host keys (a changed key is still refused)"},
+    [RT_CONNECT_TIMEOUT] = {"connect-timeout", "S", "seconds to reach each host (default 10)"},
+    [RT_HEAD_WORK] = {"head-runs-work", NULL, "the head also runs tasks (default true)"},
+    [RT_REMOTE_CACHE] = {"remote-cache", "DIR",
+                         "folder on the hosts for the executable (default .cache/sflow)"},
+    [RT_CLUSTER_LOG] = {"cluster-log", NULL, "report each node's start, readiness and stop"},
+    [RT_WORKER] = {"sflow-worker", "SPEC", NULL},
+    [RT_SELFTEST] = {"sflow-selftest", "SPEC", NULL},
 };
 #define N_RT ((int)(sizeof rt_flags / sizeof rt_flags[0]))
 
@@ -145,6 +160,26 @@ static bool set_option(parser *ps, rt_id id, const char *v) {
         o->threads > 65536)
       return bad_value(ps, name, v, "a number of threads from 1 to 65536", SF__PARSE_BAD);
     return true;
+  case RT_SSH_USER: o->ssh_user = v; return true;
+  case RT_SSH_KEY: o->ssh_key = v; return true;
+  case RT_KNOWN_HOSTS: o->known_hosts = v; return true;
+  case RT_REMOTE_CACHE:
+    /* The path goes into a single-quoted remote command line. */
+    if (strpbrk(v, "'\\\n"))
+      return bad_value(ps, name, v, "a folder name without quotes, backslashes or newlines",
+                       SF__PARSE_BAD);
+    o->remote_cache = v;
+    return true;
+  case RT_WORKER: o->worker = v; return true;
+  case RT_SELFTEST: o->selftest = v; return true;
+  case RT_ACCEPT_NEW: return set_bool_option(ps, &o->accept_new_host_keys, name, v);
+  case RT_HEAD_WORK: return set_bool_option(ps, &o->head_runs_work, name, v);
+  case RT_CLUSTER_LOG: return set_bool_option(ps, &o->cluster_log, name, v);
+  case RT_CONNECT_TIMEOUT:
+    if (sf__parse_i64(v, strlen(v), &o->connect_timeout) != SF__PARSE_OK ||
+        o->connect_timeout < 1 || o->connect_timeout > 3600)
+      return bad_value(ps, name, v, "seconds from 1 to 3600", SF__PARSE_BAD);
+    return true;
   }
   return true;
 }
@@ -204,7 +239,8 @@ static const char *suggest(const sf_program *prog, const char *typed) {
   for (int i = 0; i < prog->nparams; i++)
     consider(typed, prog->params[i].name, &best, &best_d);
   for (int i = 0; i < N_RT; i++)
-    consider(typed, rt_flags[i].name, &best, &best_d);
+    if (rt_flags[i].help)
+      consider(typed, rt_flags[i].name, &best, &best_d);
   consider(typed, "help", &best, &best_d);
   consider(typed, "version", &best, &best_d);
   return best;
@@ -262,6 +298,8 @@ static bool check_required(parser *ps) {
 
 static void set_defaults(const sf_program *prog, sf_value *out) {
   sf__options = (sf__options_t){.journal = true};
+  sf__options.head_runs_work = true;
+  sf__options.connect_timeout = 10;
   for (int i = 0; i < prog->nparams; i++) {
     const sf_param *p = &prog->params[i];
     memset(&out[i], 0, sizeof out[i]);
@@ -304,6 +342,9 @@ static int parse_args(parser *ps, int argc, char **argv) {
     if (!ok)
       return SF__FLAGS_ERROR;
   }
+  /* A worker takes the workflow's arguments from the head, not argv. */
+  if (sf__options.worker)
+    return SF__FLAGS_OK;
   return check_required(ps) ? SF__FLAGS_OK : SF__FLAGS_ERROR;
 }
 
@@ -365,6 +406,8 @@ static int column_width(const sf_program *prog) {
   }
   for (int i = 0; i < N_RT; i++) {
     const rt_flag *r = &rt_flags[i];
+    if (!r->help)
+      continue;
     size_t n = 2 + strlen(r->name) + (r->arg ? 1 + strlen(r->arg) : 0);
     w = n > w ? n : w;
   }
@@ -390,6 +433,8 @@ void sf__usage(const sf_program *prog, FILE *f) {
   fprintf(f, "\nRuntime flags:\n");
   for (int i = 0; i < N_RT; i++) {
     const rt_flag *r = &rt_flags[i];
+    if (!r->help)
+      continue;
     /* --progress takes one of a fixed set, shown the way it is written. */
     snprintf(col, sizeof col, "--%s%s%s", r->name, !r->arg ? "" : i == RT_PROGRESS ? "=" : " ",
              r->arg ? r->arg : "");

@@ -269,6 +269,17 @@ typedef struct sf__options_t {
   int32_t progress;           /* sf__progress_mode */
   int64_t threads;            /* --threads N; 0 = one per CPU */
   bool journal;               /* --journal (default true): make the run resumable */
+  /* Multi-node runs (net.h, docs/cluster.md). */
+  const char *ssh_user;       /* --ssh-user USER, or NULL: the current user */
+  const char *ssh_key;        /* --ssh-key FILE, or NULL: agent, then ~/.ssh/id_* */
+  const char *known_hosts;    /* --known-hosts FILE, or NULL: ~/.ssh/known_hosts */
+  const char *remote_cache;   /* --remote-cache DIR, or NULL: .cache/sflow */
+  bool accept_new_host_keys;  /* --accept-new-host-keys (trust on first use) */
+  bool head_runs_work;        /* --head-runs-work (default true) */
+  bool cluster_log;           /* --cluster-log: per-node progress on stderr */
+  int64_t connect_timeout;    /* --connect-timeout S (default 10) */
+  const char *worker;         /* hidden --sflow-worker ID@ADDR:PORT */
+  const char *selftest;       /* hidden --sflow-selftest SPEC (tests, bench) */
 } sf__options_t;
 extern sf__options_t sf__options;
 

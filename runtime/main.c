@@ -8,13 +8,20 @@
  * member out of the archive (the flag parser it drives lives in flags.c).
  *
  * Exit codes: 0 success (also --help, --version), 2 usage error (bad flags),
- * 70 runtime error (error.c), 101 internal error (a binary built against a
+ * 70 runtime error (error.c), 69 a --nodes run that could not start or lost
+ * a node (cluster.c), 101 internal error (a binary built against a
  * different runtime ABI).
+ *
+ * The same executable is the head or, started by the head over SSH with the
+ * hidden --sflow-worker flag, a worker (cluster.c); until the scheduler is
+ * distributed, the head runs `workflow main` itself after all workers are
+ * ready, and stops them when it returns.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
+#include "net.h"
 
 #define EXIT_INTERNAL 101
 
@@ -35,7 +42,7 @@ int main(int argc, char **argv) {
     return EXIT_INTERNAL;
   }
   sf_value *args = sf__alloc_n((size_t)prog->nparams + 1, sizeof *args);
-  char err[512];
+  char err[4096];
   int r = sf__parse_flags(prog, argc, argv, args, err, sizeof err);
   if (r != SF__FLAGS_OK) {
     sf_free(args);
@@ -48,12 +55,32 @@ int main(int argc, char **argv) {
               argc > 0 && argv[0] ? argv[0] : name);
     return r == SF__FLAGS_ERROR ? SF__EXIT_USAGE : 0;
   }
+  if (sf__options.worker) {
+    sf__flags_release(prog, args);
+    sf_free(args);
+    return sf__worker_main(sf__options.worker);
+  }
+  if (sf__cluster_start(err, sizeof err)) {
+    fprintf(stderr, "%s: error: %s\n", name, err);
+    sf__flags_release(prog, args);
+    sf_free(args);
+    return SF__EXIT_NODES;
+  }
+  if (sf__options.selftest) {
+    int rc = sf__cluster_selftest(sf__options.selftest);
+    sf__cluster_stop();
+    sf__flags_release(prog, args);
+    sf_free(args);
+    fflush(stdout);
+    return rc;
+  }
   sf__trace_on = sf__options.trace != NULL;
   sf__run_begin(prog);
   sf__journal_begin(prog, args);
   atexit(at_exit);
   prog->main_fn(args);
   sf__journal_end(true);
+  sf__cluster_stop();
   sf__flags_release(prog, args);
   sf_free(args);
   fflush(stdout);

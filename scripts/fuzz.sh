@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# fuzz.sh — build and run the libFuzzer target for the sflow front end.
+# fuzz.sh — build and run the libFuzzer targets: the sflow front end and
+# the control plane's frame decoder (runtime/wire.c).
 #
 #   scripts/fuzz.sh [SECONDS]   fuzz for SECONDS (default 300) from the seed
 #                               corpus; findings land in build/fuzz/artifacts
-#   scripts/fuzz.sh --build     only build build/fuzz/fuzz_frontend
-#   scripts/fuzz.sh --check     run every seed and regression once (ctest)
+#                               (FUZZ_TARGET=wire fuzzes the frame decoder)
+#   scripts/fuzz.sh --build     only build build/fuzz/fuzz_frontend and fuzz_wire
+#   scripts/fuzz.sh --check     run every seed and regression of both targets
+#                               once (ctest)
 #   scripts/fuzz.sh --available exit 0 when clang's fuzzer runtime exists
 #
 # The binary is the front end (compiler/*.c without the driver and the
@@ -81,6 +84,20 @@ build() {
   fi
 }
 
+# The frame decoder: runtime/wire.c with crypto.c (the handshake's HMAC),
+# nothing else of the runtime.
+WIRE_BIN=$OUT/fuzz_wire
+build_wire() {
+  mkdir -p "$OUT"
+  local srcs=("$ROOT/runtime/wire.c" "$ROOT/runtime/crypto.c" "$ROOT/tests/fuzz/fuzz_wire.c")
+  local f need=0
+  for f in "${srcs[@]}" "$ROOT/runtime/net.h"; do [[ $f -nt $WIRE_BIN ]] && need=1; done
+  if [[ ! -x $WIRE_BIN ]] || ((need)); then
+    "$CC_FUZZ" -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined \
+      -fno-sanitize-recover=undefined -I"$ROOT/runtime" -w "${srcs[@]}" -ldl -o "$WIRE_BIN"
+  fi
+}
+
 # Seeds: every .sflow in the tree, the regressions, and the bench program.
 seed_dirs() {
   mkdir -p "$OUT/seeds"
@@ -93,14 +110,26 @@ seed_dirs() {
 
 case $MODE in
   --available) available; exit $? ;;
-  --build) build; exit 0 ;;
+  --build) build; build_wire; exit 0 ;;
   --check)
     available || { echo "fuzz.sh: clang's libFuzzer runtime is missing; skipping" >&2; exit 77; }
     build
+    build_wire
     # -runs=0 executes each input of the given directories once, then stops.
+    "$WIRE_BIN" -runs=0 -rss_limit_mb=2560 -timeout=25 "$ROOT/tests/fuzz/wire_seeds"
     exec "$BIN" -runs=0 -rss_limit_mb=2560 -timeout=25 $(seed_dirs)
     ;;
 esac
+
+if [[ ${FUZZ_TARGET:-frontend} == wire ]]; then
+  available || { echo "fuzz.sh: clang with -fsanitize=fuzzer is required" >&2; exit 1; }
+  build_wire
+  mkdir -p "$OUT/wire_corpus" "$OUT/artifacts"
+  echo "fuzz.sh: fuzzing the frame decoder for ${MODE}s; findings in $OUT/artifacts" >&2
+  exec "$WIRE_BIN" "$OUT/wire_corpus" "$ROOT/tests/fuzz/wire_seeds" -max_total_time="$MODE" \
+    -rss_limit_mb=2560 -timeout=25 -max_len=4096 -print_final_stats=1 \
+    -artifact_prefix="$OUT/artifacts/wire-"
+fi
 
 SECONDS_TO_RUN=$MODE
 available || { echo "fuzz.sh: clang with -fsanitize=fuzzer is required" >&2; exit 1; }

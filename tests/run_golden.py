@@ -264,6 +264,9 @@ def check_run(sflowc, path, exp, res, tmp):
     if p.returncode != 0:
         res.fail("compile failed (%d):\n%s" % (p.returncode, p.stderr.decode()))
         return
+    # Journals and checkpoints go to the scratch folder, never the source tree.
+    if not any(a.startswith("--checkpoint-dir") for a in exp["args"]):
+        exp["args"] = exp["args"] + ["--checkpoint-dir", os.path.join(tmp, "ckpt")]
     if exp["max_rss_mb"] is not None:
         q = run_measured([exe] + exp["args"], os.path.dirname(path))
         if q is None:

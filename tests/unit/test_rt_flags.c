@@ -113,6 +113,40 @@ static void test_runtime_flags(void) {
   sf__flags_release(&sf_program_desc, args);
 }
 
+static void test_cluster_flags(void) {
+  CHECK_INT(PARSE("--name", "x"), SF__FLAGS_OK);
+  CU_ASSERT(sf__options.head_runs_work && sf__options.connect_timeout == 10);
+  CU_ASSERT(!sf__options.accept_new_host_keys && !sf__options.cluster_log);
+  sf__flags_release(&sf_program_desc, args);
+  CHECK_INT(PARSE("--name", "x", "--nodes", "h.txt", "--ssh-user", "bob", "--ssh-key", "k",
+                  "--known-hosts", "kh", "--accept-new-host-keys", "--connect-timeout", "3",
+                  "--head-runs-work=false", "--remote-cache", "/tmp/c", "--cluster-log"),
+            SF__FLAGS_OK);
+  CHECK_STR(sf__options.ssh_user, "bob");
+  CHECK_STR(sf__options.ssh_key, "k");
+  CHECK_STR(sf__options.known_hosts, "kh");
+  CHECK_STR(sf__options.remote_cache, "/tmp/c");
+  CU_ASSERT(sf__options.accept_new_host_keys && sf__options.cluster_log);
+  CU_ASSERT(!sf__options.head_runs_work);
+  CHECK_INT(sf__options.connect_timeout, 3);
+  sf__flags_release(&sf_program_desc, args);
+  EXPECT_FLAG_ERROR("invalid value '0' for --connect-timeout: expected seconds from 1 to 3600",
+                    "--name", "x", "--connect-timeout", "0");
+  EXPECT_FLAG_ERROR("invalid value 'a'b' for --remote-cache: expected a folder name without "
+                    "quotes, backslashes or newlines",
+                    "--name", "x", "--remote-cache", "a'b");
+  EXPECT_FLAG_ERROR("invalid value 'maybe' for --head-runs-work: expected bool (true or false)",
+                    "--name", "x", "--head-runs-work=maybe");
+  /* A worker gets its arguments from the head: no required flags. */
+  CHECK_INT(PARSE("--sflow-worker", "1@127.0.0.1:9"), SF__FLAGS_OK);
+  CHECK_STR(sf__options.worker, "1@127.0.0.1:9");
+  sf__flags_release(&sf_program_desc, args);
+  /* Hidden flags are never suggested. */
+  EXPECT_FLAG_ERROR("unknown flag '--sflow-workr'", "--name", "x", "--sflow-workr", "1");
+  EXPECT_FLAG_ERROR("unknown flag '--ssh-usr' (did you mean '--ssh-user'?)", "--name", "x",
+                    "--ssh-usr", "u");
+}
+
 static void test_value_errors(void) {
   EXPECT_FLAG_ERROR("invalid value 'abc' for --workers: expected i64", "--name", "n", "--workers",
                     "abc");
@@ -199,6 +233,16 @@ static void test_help_version(void) {
       "  --require-gpu                 fail instead of running GPU work on the CPU\n"
       "  --threads N                   worker threads (default: one per CPU)\n"
       "  --journal                     record main's calls so --resume can finish the run (default true)\n"
+      "  --ssh-user USER               user on the --nodes hosts (default: current user)\n"
+      "  --ssh-key FILE                private key for SSH (default: ssh-agent, then ~/.ssh/id_*)\n"
+      "  --known-hosts FILE            host keys to trust (default ~/.ssh/known_hosts)\n"
+      "  --accept-new-host-keys        trust and record unknown host keys (a changed key is "
+      "still refused)\n"
+      "  --connect-timeout S           seconds to reach each host (default 10)\n"
+      "  --head-runs-work              the head also runs tasks (default true)\n"
+      "  --remote-cache DIR            folder on the hosts for the executable (default "
+      ".cache/sflow)\n"
+      "  --cluster-log                 report each node's start, readiness and stop\n"
       "  -h, --help                    show this help and exit\n"
       "  --version                     show the version and exit\n";
   CHECK_STR(text, want);
@@ -259,6 +303,7 @@ int main(int argc, char **argv) {
       {"defaults", test_defaults},
       {"forms", test_forms},
       {"runtime_flags", test_runtime_flags},
+      {"cluster_flags", test_cluster_flags},
       {"value_errors", test_value_errors},
       {"missing", test_missing},
       {"unknown", test_unknown},

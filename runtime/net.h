@@ -1,0 +1,323 @@
+/*
+ * net.h — internal interfaces of the multi-node runtime (prefix `sf__`):
+ * hosts, crypto, SSH launch, wire frames, the control plane and the TCP
+ * ring collective.  Generated code never sees this header.
+ *
+ * Key design choice: every module below is usable on its own and reports
+ * through a return code plus an error buffer (`char *err, size_t errlen`),
+ * never by exiting, so unit tests drive each one directly and the head can
+ * print one clear line per failed host.  Only cluster.c decides exit codes.
+ *
+ * Files, in the order a run meets them:
+ *   hostfile.c  --nodes FILE or host1,host2 -> sf__hostlist
+ *   crypto.c    SHA-256, HMAC-SHA256 (libcrypto, loaded with dlopen), random
+ *   ssh.c       libssh2 (loaded with dlopen): connect, host key, auth, SFTP
+ *               deployment, exec of the worker with the secret on stdin
+ *   wire.c      length-prefixed binary frames; the decoder is fuzzed
+ *   cluster.c   the head's start/stop, the control-plane thread, heartbeats,
+ *               and the worker's main loop
+ *   ring.c      TCP ring allreduce (reduce-scatter + allgather, pipelined)
+ */
+#ifndef SF_NET_H
+#define SF_NET_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+/* Exit code of a run that could not start or lost its nodes (sysexits'
+ * EX_UNAVAILABLE), distinct from 70 (runtime error) and 2 (usage). */
+#define SF__EXIT_NODES 69
+
+/* ------------------------------------------------------- hostfile.c */
+
+typedef struct sf__host {
+  char *name;   /* host name or address, without brackets or port (owned) */
+  int port;     /* SSH port; 22 when not given */
+  int slots;    /* slots=N, or -1: the host's CPU count */
+  int gpus;     /* gpus=N, or -1: detect on the host */
+  int line;     /* 1-based line in the hostfile; 0 for --nodes a,b */
+} sf__host;
+
+typedef struct sf__hostlist {
+  sf__host *hosts; /* owned */
+  int n;
+  char *source;    /* the file name, or "--nodes" (owned) */
+} sf__hostlist;
+
+/* Parses hostfile text.  `fname` names the file in errors
+ * ("hosts.txt:3: duplicate host 'a' (first on line 1)").  0 on success. */
+int sf__hostfile_parse(const char *text, size_t len, const char *fname, sf__hostlist *out,
+                       char *err, size_t errlen);
+/* Parses a comma-separated list "a,b:2222,c". */
+int sf__hostlist_parse(const char *list, sf__hostlist *out, char *err, size_t errlen);
+/* --nodes ARG: a readable file is a hostfile; otherwise, when ARG looks like
+ * a host list (no '/'), a list; else an error naming the file. */
+int sf__hosts_from_arg(const char *arg, sf__hostlist *out, char *err, size_t errlen);
+void sf__hostlist_free(sf__hostlist *l);
+
+/* --------------------------------------------------------- crypto.c */
+
+#define SF__SECRET_LEN 32 /* 256-bit per-run secret */
+#define SF__HASH_LEN 32
+
+/* Loads libcrypto on first use; false with a message when it is missing. */
+bool sf__crypto_load(char *err, size_t errlen);
+int sf__sha256_file(const char *path, uint8_t out[SF__HASH_LEN], char *err, size_t errlen);
+void sf__hmac_sha256(const uint8_t *key, size_t klen, const void *msg, size_t n,
+                     uint8_t out[SF__HASH_LEN]);
+/* Kernel randomness (getrandom); 0 on success. */
+int sf__random_bytes(void *buf, size_t n);
+/* Constant-time comparison: the time does not depend on where a and b differ. */
+bool sf__ct_equal(const void *a, const void *b, size_t n);
+/* Lower-case hex of n bytes into out (2n+1 bytes); parse is the inverse. */
+void sf__hex(const uint8_t *in, size_t n, char *out);
+bool sf__unhex(const char *in, uint8_t *out, size_t n);
+
+/* ------------------------------------------------------------ ssh.c */
+
+typedef struct sf__ssh_opts {
+  const char *user;         /* NULL: the current user */
+  const char *key;          /* NULL: agent, then ~/.ssh/id_{ed25519,ecdsa,rsa} */
+  const char *known_hosts;  /* NULL: ~/.ssh/known_hosts */
+  bool accept_new;          /* trust on first use (a changed key is still refused) */
+  int timeout_s;            /* connect + handshake + auth bound, per host */
+  const char *remote_cache; /* folder on the host for executables */
+} sf__ssh_opts;
+
+typedef struct sf__ssh sf__ssh;
+
+/* Loads libssh2 on first use; false with a message when it is missing. */
+bool sf__ssh_load(char *err, size_t errlen);
+/* TCP connect (bounded by timeout_s), SSH handshake, host key check against
+ * known_hosts BEFORE any authentication, then public-key or agent auth.
+ * Errors name the host: "127.0.0.2:2222: host key ... changed". */
+int sf__ssh_connect(const sf__host *h, const sf__ssh_opts *o, sf__ssh **out, char *err,
+                    size_t errlen);
+/* The local address of the SSH connection: where the worker connects back. */
+int sf__ssh_local_addr(sf__ssh *s, struct sockaddr_storage *addr, socklen_t *len);
+/* Makes sure remote_cache/sflow-<hash> holds this executable (SFTP copy to
+ * a temporary name and rename when missing); its path goes to path. */
+int sf__ssh_deploy(sf__ssh *s, const char *local_path, const char *hash_hex,
+                   const char *remote_dir, char *path, size_t pathlen, bool *copied, char *err,
+                   size_t errlen);
+/* Runs cmd on a new channel and writes stdin_data to its stdin, which stays
+ * open: the worker takes its end-of-file as "the head is gone". */
+int sf__ssh_exec(sf__ssh *s, const char *cmd, const void *stdin_data, size_t n, char *err,
+                 size_t errlen);
+/* Non-blocking: copies what the remote command wrote to fd, each line
+ * prefixed.  Returns 1 while the channel is open, 0 once it closed. */
+int sf__ssh_pump(sf__ssh *s, int fd, const char *prefix);
+int sf__ssh_socket(sf__ssh *s);
+/* Closes the channel (bounded wait) and the session; s is freed.  abrupt:
+ * drop the TCP connection first (a lost node that will never answer). */
+void sf__ssh_close(sf__ssh *s, bool abrupt);
+
+/* ----------------------------------------------------------- wire.c */
+
+/* Frame layout, all integers little-endian:
+ *   u32 len      bytes after this field (header rest + payload)
+ *   u8  version  SF__WIRE_VERSION
+ *   u8  type     sf__ftype
+ *   u16 flags    0 (reserved; a set bit is rejected)
+ *   payload      len - 4 bytes, laid out per type (wire.c)
+ * The decoder checks every length against the bytes present and the
+ * per-type layout completely, so a frame is either fully valid or refused. */
+#define SF__WIRE_VERSION 1
+#define SF__FRAME_HDR 8
+#define SF__FRAME_MAX ((uint32_t)1 << 30) /* payload limit: 1 GiB */
+
+typedef enum {
+  SF__F_CHALLENGE = 1, /* head -> worker: nonce */
+  SF__F_AUTH,          /* worker -> head: node, nonce, HMAC */
+  SF__F_AUTH_OK,       /* head -> worker: HMAC proving the head knows it too */
+  SF__F_HELLO,         /* worker -> head: pid, host name, exe hash, cpus, data port */
+  SF__F_HEARTBEAT,     /* both ways: sequence, send time */
+  SF__F_TASK_SUBMIT,   /* head -> worker: task id, function, attempt, args */
+  SF__F_TASK_RESULT,   /* worker -> head: task id, status, value or error */
+  SF__F_ACTOR_CREATE,  /* head -> worker: actor id, class, args */
+  SF__F_ACTOR_CALL,    /* head -> worker: actor id, sequence, method, args */
+  SF__F_OBJECT,        /* either way: object id, offset, total, bytes */
+  SF__F_SHUTDOWN,      /* head -> worker: exit code, reason */
+  SF__F_GROUP_SETUP,   /* head -> worker: ring of a group across nodes */
+  SF__F_GROUP_DONE,    /* worker -> head: status, timing, message */
+  SF__F_LOG,           /* worker -> head: one line for the head's stderr */
+  SF__F_COUNT
+} sf__ftype;
+
+typedef struct sf__bytes {
+  const uint8_t *p; /* points into the decoded buffer (not owned) */
+  uint32_t n;
+} sf__bytes;
+
+#define SF__GROUP_MAX 4096
+
+typedef struct sf__frame {
+  uint8_t type;
+  union {
+    struct { uint8_t nonce[32]; } challenge;
+    struct { uint32_t node; uint8_t nonce[32]; uint8_t mac[32]; } auth;
+    struct { uint8_t mac[32]; } auth_ok;
+    struct {
+      uint32_t pid, cpus, gpus;
+      uint16_t data_port;
+      sf__bytes host, data_addr; /* host name; numeric address of the data listener */
+      uint8_t exe_hash[32];
+    } hello;
+    struct { uint64_t seq, time_ns; } heartbeat;
+    struct { uint64_t task; uint32_t fn, attempt; sf__bytes args; } task_submit;
+    struct { uint64_t task; uint8_t status; sf__bytes value; } task_result;
+    struct { uint64_t actor; uint32_t cls; sf__bytes args; } actor_create;
+    struct { uint64_t actor, seq; uint32_t method; sf__bytes args; } actor_call;
+    struct { uint64_t object, offset, total; sf__bytes data; } object;
+    struct { uint32_t code; sf__bytes reason; } shutdown;
+    struct {
+      uint64_t group;
+      uint32_t rank, size;
+      /* A benchmark/selftest collective to run once the ring is up:
+       * count elements of dtype, iters times (count 0: just build it). */
+      uint64_t count;
+      uint32_t dtype, iters;
+      sf__bytes peers; /* size entries: u16 port, u8 len, len bytes of address */
+    } group_setup;
+    struct {
+      uint64_t group;
+      uint32_t rank;
+      uint8_t ok;
+      uint64_t elapsed_ns, bytes;
+      sf__bytes message;
+    } group_done;
+    struct { sf__bytes line; } log;
+  } u;
+} sf__frame;
+
+/* Appends one encoded frame to a growing buffer (see sf__wbuf). */
+typedef struct sf__wbuf {
+  uint8_t *p;
+  size_t n, cap;
+} sf__wbuf;
+void sf__wbuf_free(sf__wbuf *b);
+/* Encodes f (pointers in f are read, not kept).  0, or -1 when too big. */
+int sf__wire_encode(sf__wbuf *b, const sf__frame *f);
+/* Decodes the frame at the start of buf.  Returns the frame's size in bytes
+ * (>0) with *f filled in, 0 when buf holds only part of a frame, or -1 with
+ * a message when the bytes can never be a valid frame. */
+long sf__wire_decode(const uint8_t *buf, size_t n, sf__frame *f, char *err, size_t errlen);
+const char *sf__wire_type_name(int type);
+/* One entry of group_setup.peers, read at *off; false when malformed. */
+bool sf__wire_peer(sf__bytes peers, size_t *off, char *addr, size_t addrlen, uint16_t *port);
+void sf__wire_put_peer(sf__wbuf *b, const char *addr, uint16_t port);
+
+/* A framed connection: blocking helpers used by the handshake and the
+ * worker, with a deadline in milliseconds (-1: none). */
+typedef struct sf__conn {
+  int fd;
+  uint8_t *rx;
+  size_t rx_n, rx_cap;
+  size_t pending; /* size of the frame sf__conn_recv returned last */
+} sf__conn;
+void sf__conn_init(sf__conn *c, int fd);
+void sf__conn_close(sf__conn *c);
+int sf__conn_send(sf__conn *c, const sf__frame *f, int timeout_ms, char *err, size_t errlen);
+/* Reads until one frame is complete.  1: frame in *f (valid until the next
+ * call), 0: peer closed, -1: error or timeout (message in err). */
+int sf__conn_recv(sf__conn *c, sf__frame *f, int timeout_ms, char *err, size_t errlen);
+/* Non-blocking: read what is there into rx.  -1 on error, 0 on EOF, 1 ok. */
+int sf__conn_fill(sf__conn *c);
+/* Takes one buffered frame: 1 frame (valid until the next call on c),
+ * 0 none complete yet, -1 malformed (message in err). */
+int sf__conn_next(sf__conn *c, sf__frame *f, char *err, size_t errlen);
+
+/* The challenge-response handshake (both sides, over a connected socket).
+ * The worker proves HMAC(secret, "sflow-auth-1 worker" | head nonce |
+ * worker nonce | node) and the head answers with its own MAC, so neither
+ * side ever sends the secret.  0 on success. */
+int sf__auth_head(sf__conn *c, const uint8_t secret[SF__SECRET_LEN], uint32_t *node,
+                  int timeout_ms, char *err, size_t errlen);
+int sf__auth_worker(sf__conn *c, const uint8_t secret[SF__SECRET_LEN], uint32_t node,
+                    int timeout_ms, char *err, size_t errlen);
+
+/* ----------------------------------------------------------- ring.c */
+
+/* The collective interface the scheduler calls for a group whose members
+ * sit on different nodes.  A communicator is built once per group (and
+ * rebuilt when a group restarts); operations are collective: every member
+ * calls the same ones in the same order.  Results are bitwise identical on
+ * every member, because each chunk is reduced in one fixed order. */
+typedef enum { SF__DT_F32 = 0, SF__DT_F64, SF__DT_I32, SF__DT_I64, SF__DT_COUNT } sf__dtype;
+typedef enum { SF__OP_SUM = 0, SF__OP_MAX, SF__OP_MIN } sf__redop;
+size_t sf__dtype_size(sf__dtype t);
+
+typedef struct sf__ring {
+  int rank, size;
+  int prev_fd, next_fd; /* receive from rank-1, send to rank+1 */
+  int timeout_ms;       /* no progress for this long: error, not a hang */
+  size_t segment;       /* pipelining unit in bytes */
+  void *scratch;
+  size_t scratch_n;
+} sf__ring;
+
+/* A data-plane listener bound to addr (numeric), port chosen by the kernel. */
+int sf__ring_listen(const char *addr, uint16_t *port, char *err, size_t errlen);
+/* Connects member rank to its neighbours: dials peers[rank+1] and accepts
+ * rank-1 on listen_fd; both directions prove the secret with HMAC. */
+typedef struct sf__peer { char addr[64]; uint16_t port; } sf__peer;
+int sf__ring_connect(sf__ring *r, uint64_t group, int rank, int size, const sf__peer *peers,
+                     int listen_fd, const uint8_t secret[SF__SECRET_LEN], int timeout_ms,
+                     char *err, size_t errlen);
+/* Builds a ring over already-connected sockets (tests, local transports). */
+void sf__ring_init(sf__ring *r, int rank, int size, int prev_fd, int next_fd);
+int sf__ring_allreduce(sf__ring *r, void *buf, size_t count, sf__dtype t, sf__redop op,
+                       char *err, size_t errlen);
+int sf__ring_broadcast(sf__ring *r, void *buf, size_t bytes, int root, char *err,
+                       size_t errlen);
+int sf__ring_barrier(sf__ring *r, char *err, size_t errlen);
+void sf__ring_close(sf__ring *r);
+
+/* -------------------------------------------------------- cluster.c */
+
+/* Per-node view for the scheduler (index 0 is the head). */
+typedef struct sf__node_info {
+  int id;
+  const char *host; /* as written in the hostfile ("localhost" for the head) */
+  int slots, gpus;  /* from the hostfile, else what the worker reported */
+  int pid;          /* worker process id on its host */
+  bool alive;
+} sf__node_info;
+
+/* Called on the control-plane thread when a node is lost (process died,
+ * connection closed, or no heartbeat for SF__HEARTBEAT_TIMEOUT_MS). */
+typedef void (*sf__node_lost_fn)(int node, const char *why);
+
+#define SF__HEARTBEAT_MS 500
+#define SF__HEARTBEAT_TIMEOUT_MS 3000
+
+/* Head: with --nodes, connects, deploys and starts every worker and waits
+ * until all have authenticated.  0 when there is nothing to do or all are
+ * ready; else -1 with err (every started worker already stopped). */
+int sf__cluster_start(char *err, size_t errlen);
+/* Head: shutdown frame to every worker, then waits (bounded) for them to
+ * close their connections and ends the SSH sessions.  Idempotent. */
+void sf__cluster_stop(void);
+int sf__cluster_nodes(void); /* 1 + number of workers; 1 without --nodes */
+bool sf__cluster_node(int id, sf__node_info *out);
+void sf__cluster_on_node_lost(sf__node_lost_fn fn);
+/* A group collective across workers (ring over their data listeners):
+ * members are node ids >= 1 in ring order.  Used by the scheduler and by
+ * --sflow-selftest; count 0 only builds and tears down the ring. */
+typedef struct sf__group_result {
+  bool ok;
+  double seconds; /* slowest member, per iteration */
+  char message[256];
+} sf__group_result;
+int sf__cluster_group_bench(const int *members, int n, uint64_t count, sf__dtype t, int iters,
+                            sf__group_result *res, char *err, size_t errlen);
+/* Worker: the whole life of a worker process (--sflow-worker SPEC).
+ * Returns the process exit code. */
+int sf__worker_main(const char *spec);
+/* --sflow-selftest SPEC on the head instead of workflow main (tests and
+ * bench/cluster): "ready", "hold:SECONDS", "allreduce:COUNT:TYPE:ITERS". */
+int sf__cluster_selftest(const char *spec);
+
+#endif

@@ -1,0 +1,16 @@
+# Multi-node tests (tests/cluster/cluster_test.py): real sshd servers on
+# loopback addresses 127.0.0.2..5, keys generated per test, the real
+# executable started with --nodes.  One ctest per case; a case exits 77 (a
+# skip) when openssh-server is missing.  The cases share one lock: they
+# measure detection times and start several processes each, which two
+# cores cannot run side by side without skewing the clocks they check.
+execute_process(COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/cluster/cluster_test.py --list
+                OUTPUT_VARIABLE CLUSTER_CASES OUTPUT_STRIP_TRAILING_WHITESPACE)
+string(REPLACE "\n" ";" CLUSTER_CASES "${CLUSTER_CASES}")
+foreach(c IN LISTS CLUSTER_CASES)
+  add_test(NAME cluster/${c}
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/cluster/cluster_test.py
+            --sflowc $<TARGET_FILE:sflowc> ${c})
+  set_tests_properties(cluster/${c} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 240
+                       RESOURCE_LOCK sflow_cluster)
+endforeach()

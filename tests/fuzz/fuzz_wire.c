@@ -1,0 +1,46 @@
+/*
+ * fuzz_wire.c — libFuzzer target for the control plane's frame decoder
+ * (runtime/wire.c), the only code that reads bytes from the network.
+ *
+ * Any input must decode to a frame, "need more bytes", or a clean refusal;
+ * never a crash, a read past the input, or a leak.  A decoded frame must
+ * re-encode to exactly the bytes it came from (the layout has one encoding),
+ * and the input is also walked as a stream of back-to-back frames, the way
+ * a connection's receive buffer is.  Built by scripts/fuzz.sh (FUZZ_TARGET=wire).
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "net.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  char err[256];
+  sf__frame f;
+  long k = sf__wire_decode(data, size, &f, err, sizeof err);
+  if (k > 0) {
+    if ((size_t)k > size)
+      abort();
+    sf__wbuf b = {0};
+    if (sf__wire_encode(&b, &f) != 0 || b.n != (size_t)k || memcmp(b.p, data, b.n) != 0)
+      abort();
+    sf__wbuf_free(&b);
+    if (f.type == SF__F_GROUP_SETUP) {
+      size_t off = 0;
+      char addr[64];
+      uint16_t port;
+      for (uint32_t i = 0; i < f.u.group_setup.size; i++)
+        if (!sf__wire_peer(f.u.group_setup.peers, &off, addr, sizeof addr, &port))
+          abort(); /* the decoder promised a valid peer list */
+    }
+  }
+  /* As a stream: consume frames until the bytes run out or go bad. */
+  size_t off = 0;
+  while (off < size) {
+    k = sf__wire_decode(data + off, size - off, &f, err, sizeof err);
+    if (k <= 0)
+      break;
+    off += (size_t)k;
+  }
+  return 0;
+}

@@ -1,0 +1,300 @@
+/*
+ * test_rt_ring.c — the TCP ring collectives, with one thread per member
+ * over socket pairs and over real TCP (sf__ring_connect with HMAC
+ * greetings): allreduce for every type and operation, sizes that do not
+ * divide by the group, every group size from 1 to 5, results compared
+ * exactly with a serial reference and across members; broadcast; barrier;
+ * a dead member gives an error, not a hang.
+ */
+#include <pthread.h>
+#include <sys/socket.h>
+
+#include "net.h"
+#include "rt_test.h"
+
+#define MAXN 6
+
+typedef struct member {
+  sf__ring ring;
+  double *buf;
+  size_t count;
+  sf__dtype t;
+  sf__redop op;
+  int rc;
+  char err[256];
+  int mode; /* 0 allreduce, 1 broadcast, 2 barrier */
+  int root;
+} member;
+
+static void *run_member(void *arg) {
+  member *m = arg;
+  if (m->mode == 0)
+    m->rc = sf__ring_allreduce(&m->ring, m->buf, m->count, m->t, m->op, m->err, sizeof m->err);
+  else if (m->mode == 1)
+    m->rc = sf__ring_broadcast(&m->ring, m->buf, m->count * sf__dtype_size(m->t), m->root,
+                               m->err, sizeof m->err);
+  else
+    m->rc = sf__ring_barrier(&m->ring, m->err, sizeof m->err);
+  return NULL;
+}
+
+/* Members 0..n-1 joined in a ring by socket pairs: i sends to i+1. */
+static void make_ring(member *m, int n, size_t segment) {
+  int fds[MAXN][2];
+  for (int i = 0; i < n; i++)
+    CU_ASSERT_FATAL(socketpair(AF_UNIX, SOCK_STREAM, 0, fds[i]) == 0);
+  for (int i = 0; i < n; i++) {
+    int prev = (i + n - 1) % n;
+    sf__ring_init(&m[i].ring, i, n, n > 1 ? fds[prev][1] : -1, n > 1 ? fds[i][0] : -1);
+    m[i].ring.segment = segment;
+    m[i].ring.timeout_ms = 5000;
+  }
+  if (n == 1) {
+    close(fds[0][0]);
+    close(fds[0][1]);
+  }
+}
+
+static void run_all(member *m, int n) {
+  pthread_t t[MAXN];
+  for (int i = 0; i < n; i++)
+    pthread_create(&t[i], NULL, run_member, &m[i]);
+  for (int i = 0; i < n; i++)
+    pthread_join(t[i], NULL);
+}
+
+/* Value of element k on member r: small integers, so every sum is exact
+ * and the comparison with the serial reference can be ==. */
+static double val(int r, size_t k) { return (double)((r * 7 + (int)(k % 13)) % 11) - 5.0; }
+
+static void store(void *buf, sf__dtype t, size_t k, double v) {
+  switch (t) {
+  case SF__DT_F32: ((float *)buf)[k] = (float)v; break;
+  case SF__DT_F64: ((double *)buf)[k] = v; break;
+  case SF__DT_I32: ((int32_t *)buf)[k] = (int32_t)v; break;
+  default: ((int64_t *)buf)[k] = (int64_t)v; break;
+  }
+}
+
+static double load(const void *buf, sf__dtype t, size_t k) {
+  switch (t) {
+  case SF__DT_F32: return ((const float *)buf)[k];
+  case SF__DT_F64: return ((const double *)buf)[k];
+  case SF__DT_I32: return ((const int32_t *)buf)[k];
+  default: return (double)((const int64_t *)buf)[k];
+  }
+}
+
+static int check_allreduce(int n, size_t count, sf__dtype t, sf__redop op, size_t segment) {
+  member m[MAXN];
+  memset(m, 0, sizeof m);
+  make_ring(m, n, segment);
+  for (int i = 0; i < n; i++) {
+    m[i].buf = calloc(count + 1, 8);
+    m[i].count = count;
+    m[i].t = t;
+    m[i].op = op;
+    for (size_t k = 0; k < count; k++)
+      store(m[i].buf, t, k, val(i, k));
+  }
+  run_all(m, n);
+  int bad = 0;
+  for (int i = 0; i < n; i++) {
+    if (m[i].rc) {
+      fprintf(stderr, "\n  member %d: %s\n", i, m[i].err);
+      bad++;
+    }
+    for (size_t k = 0; k < count && !bad; k++) {
+      double want = val(0, k);
+      for (int r = 1; r < n; r++) {
+        double v = val(r, k);
+        want = op == SF__OP_SUM ? want + v : op == SF__OP_MAX ? (v > want ? v : want)
+                                                              : (v < want ? v : want);
+      }
+      if (load(m[i].buf, t, k) != want) {
+        fprintf(stderr, "\n  n=%d count=%zu type=%d op=%d member %d element %zu: got %g want %g\n",
+                n, count, (int)t, (int)op, i, k, load(m[i].buf, t, k), want);
+        bad++;
+      }
+    }
+    /* Bitwise identical on every member. */
+    if (!bad && i > 0 && memcmp(m[i].buf, m[0].buf, count * sf__dtype_size(t)))
+      bad++;
+  }
+  for (int i = 0; i < n; i++) {
+    sf__ring_close(&m[i].ring);
+    free(m[i].buf);
+  }
+  return bad;
+}
+
+static void test_allreduce_sizes(void) {
+  static const size_t counts[] = {0, 1, 2, 3, 5, 7, 64, 1000, 4099, 100003};
+  for (int n = 1; n <= 5; n++)
+    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
+      CHECK_INT(check_allreduce(n, counts[c], SF__DT_F64, SF__OP_SUM, 4096), 0);
+}
+
+static void test_allreduce_types_ops(void) {
+  for (int t = 0; t < SF__DT_COUNT; t++)
+    for (int op = 0; op < 3; op++)
+      CHECK_INT(check_allreduce(4, 9999, (sf__dtype)t, (sf__redop)op, 1000), 0);
+}
+
+static void test_allreduce_odd_segments(void) {
+  /* Segments that split elements: reduction waits for whole elements. */
+  CHECK_INT(check_allreduce(3, 5001, SF__DT_F64, SF__OP_SUM, 13), 0);
+  CHECK_INT(check_allreduce(3, 5001, SF__DT_F32, SF__OP_SUM, 7), 0);
+}
+
+static void test_allreduce_large(void) {
+  CHECK_INT(check_allreduce(4, 3 << 20, SF__DT_F32, SF__OP_SUM, 256 << 10), 0);
+}
+
+static void test_broadcast(void) {
+  for (int n = 1; n <= 5; n++)
+    for (int root = 0; root < n; root++) {
+      member m[MAXN];
+      memset(m, 0, sizeof m);
+      make_ring(m, n, 1000);
+      size_t count = 12345;
+      for (int i = 0; i < n; i++) {
+        m[i].buf = calloc(count, 8);
+        m[i].count = count;
+        m[i].t = SF__DT_F64;
+        m[i].mode = 1;
+        m[i].root = root;
+        for (size_t k = 0; k < count; k++)
+          m[i].buf[k] = i == root ? (double)k * 3 : -1;
+      }
+      run_all(m, n);
+      for (int i = 0; i < n; i++) {
+        CHECK_INT(m[i].rc, 0);
+        int wrong = 0;
+        for (size_t k = 0; k < count; k++)
+          wrong += m[i].buf[k] != (double)k * 3;
+        CHECK_INT(wrong, 0);
+        sf__ring_close(&m[i].ring);
+        free(m[i].buf);
+      }
+    }
+}
+
+static void test_barrier(void) {
+  member m[MAXN];
+  memset(m, 0, sizeof m);
+  make_ring(m, 5, 4096);
+  for (int i = 0; i < 5; i++)
+    m[i].mode = 2;
+  run_all(m, 5);
+  for (int i = 0; i < 5; i++) {
+    CHECK_INT(m[i].rc, 0);
+    sf__ring_close(&m[i].ring);
+  }
+}
+
+static void test_dead_peer_is_an_error(void) {
+  /* Member 2 of 3 never takes part: the others time out with a message. */
+  member m[3];
+  memset(m, 0, sizeof m);
+  make_ring(m, 3, 4096);
+  for (int i = 0; i < 3; i++) {
+    m[i].buf = calloc(100000, 8);
+    m[i].count = 100000;
+    m[i].t = SF__DT_F64;
+    m[i].ring.timeout_ms = 300;
+  }
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++)
+    pthread_create(&t[i], NULL, run_member, &m[i]);
+  for (int i = 0; i < 2; i++)
+    pthread_join(t[i], NULL);
+  CHECK_INT(m[0].rc, -1);
+  CU_ASSERT(strstr(m[0].err, "no progress for 300 ms") != NULL);
+  /* Closing the silent member's sockets turns it into a clean "closed". */
+  for (int i = 0; i < 3; i++) {
+    sf__ring_close(&m[i].ring);
+    free(m[i].buf);
+  }
+}
+
+/* ------------------------------------------------------- over real TCP */
+
+typedef struct tcp_member {
+  int rank, n, listen_fd;
+  sf__peer *peers;
+  uint8_t secret[32];
+  member m;
+} tcp_member;
+
+static void *tcp_run(void *arg) {
+  tcp_member *tm = arg;
+  tm->m.rc = sf__ring_connect(&tm->m.ring, 99, tm->rank, tm->n, tm->peers, tm->listen_fd,
+                              tm->secret, 5000, tm->m.err, sizeof tm->m.err);
+  if (tm->m.rc == 0)
+    run_member(&tm->m);
+  return NULL;
+}
+
+static void test_tcp_ring_with_hmac(void) {
+  enum { N = 4 };
+  tcp_member tm[N];
+  sf__peer peers[N];
+  char lerr[256];
+  memset(tm, 0, sizeof tm);
+  uint8_t secret[32];
+  sf__random_bytes(secret, 32);
+  for (int i = 0; i < N; i++) {
+    uint16_t port;
+    tm[i].listen_fd = sf__ring_listen("127.0.0.1", &port, lerr, sizeof lerr);
+    CU_ASSERT_FATAL(tm[i].listen_fd >= 0);
+    snprintf(peers[i].addr, sizeof peers[i].addr, "127.0.0.1");
+    peers[i].port = port;
+  }
+  size_t count = 200001;
+  for (int i = 0; i < N; i++) {
+    tm[i].rank = i;
+    tm[i].n = N;
+    tm[i].peers = peers;
+    memcpy(tm[i].secret, secret, 32);
+    tm[i].m.buf = calloc(count, 8);
+    tm[i].m.count = count;
+    tm[i].m.t = SF__DT_F64;
+    for (size_t k = 0; k < count; k++)
+      tm[i].m.buf[k] = val(i, k);
+  }
+  pthread_t t[N];
+  for (int i = 0; i < N; i++)
+    pthread_create(&t[i], NULL, tcp_run, &tm[i]);
+  for (int i = 0; i < N; i++)
+    pthread_join(t[i], NULL);
+  for (int i = 0; i < N; i++) {
+    if (tm[i].m.rc)
+      fprintf(stderr, "\n  member %d: %s\n", i, tm[i].m.err);
+    CHECK_INT(tm[i].m.rc, 0);
+    int wrong = 0;
+    for (size_t k = 0; k < count; k++)
+      wrong += tm[i].m.buf[k] != val(0, k) + val(1, k) + val(2, k) + val(3, k);
+    CHECK_INT(wrong, 0);
+    sf__ring_close(&tm[i].m.ring);
+    close(tm[i].listen_fd);
+    free(tm[i].m.buf);
+  }
+}
+
+int main(int argc, char **argv) {
+  static const rt_test tests[] = {
+      {"allreduce_sizes", test_allreduce_sizes},
+      {"allreduce_types_ops", test_allreduce_types_ops},
+      {"allreduce_odd_segments", test_allreduce_odd_segments},
+      {"allreduce_large", test_allreduce_large},
+      {"broadcast", test_broadcast},
+      {"barrier", test_barrier},
+      {"dead_peer_is_an_error", test_dead_peer_is_an_error},
+      {"tcp_ring_with_hmac", test_tcp_ring_with_hmac},
+      {NULL, NULL},
+  };
+  if (!sf__crypto_load(NULL, 0))
+    fprintf(stderr, "note: libcrypto missing; the TCP ring test will fail its HMAC\n");
+  return rt_run("ring", tests, argc, argv);
+}

@@ -1,0 +1,289 @@
+/*
+ * test_rt_wire.c — control-plane frames and the handshake: every frame type
+ * round-trips; truncated, oversized, unknown, trailing-byte and
+ * inconsistent frames are refused with a message; the HMAC handshake
+ * accepts the right secret and refuses a wrong one on both sides; SHA-256
+ * and HMAC-SHA256 match published test vectors.
+ */
+#include <pthread.h>
+#include <sys/socket.h>
+
+#include "net.h"
+#include "rt_test.h"
+
+static char err[256];
+
+static long decode(const sf__wbuf *b, sf__frame *f) {
+  return sf__wire_decode(b->p, b->n, f, err, sizeof err);
+}
+
+static void test_roundtrip_all_types(void) {
+  static const uint8_t blob[] = {1, 2, 3, 4, 5};
+  sf__bytes bytes = {blob, sizeof blob};
+  sf__wbuf peers = {0};
+  sf__wire_put_peer(&peers, "10.0.0.1", 4000);
+  sf__wire_put_peer(&peers, "::1", 4001);
+  for (int t = 1; t < SF__F_COUNT; t++) {
+    sf__frame f;
+    memset(&f, 0, sizeof f);
+    f.type = (uint8_t)t;
+    switch (t) {
+    case SF__F_HELLO:
+      f.u.hello.pid = 77;
+      f.u.hello.host = bytes;
+      f.u.hello.data_addr = bytes;
+      f.u.hello.data_port = 9;
+      break;
+    case SF__F_TASK_SUBMIT: f.u.task_submit.task = 1ull << 40; f.u.task_submit.args = bytes; break;
+    case SF__F_TASK_RESULT: f.u.task_result.status = 1; f.u.task_result.value = bytes; break;
+    case SF__F_ACTOR_CALL: f.u.actor_call.seq = 5; f.u.actor_call.args = bytes; break;
+    case SF__F_OBJECT: f.u.object.total = 10; f.u.object.offset = 5; f.u.object.data = bytes; break;
+    case SF__F_GROUP_SETUP:
+      f.u.group_setup.size = 2;
+      f.u.group_setup.rank = 1;
+      f.u.group_setup.count = 100;
+      f.u.group_setup.peers = (sf__bytes){peers.p, (uint32_t)peers.n};
+      break;
+    case SF__F_LOG: f.u.log.line = bytes; break;
+    default: break;
+    }
+    sf__wbuf b = {0};
+    CHECK_INT(sf__wire_encode(&b, &f), 0);
+    sf__frame g;
+    CHECK_INT(decode(&b, &g), (long)b.n);
+    CHECK_INT(g.type, t);
+    /* Every strict prefix is "need more", never an error or a frame. */
+    for (size_t k = 0; k < b.n; k++)
+      CHECK_INT(sf__wire_decode(b.p, k, &g, err, sizeof err), 0);
+    /* Re-encoding the decoded frame gives the same bytes. */
+    sf__frame h;
+    decode(&b, &h);
+    sf__wbuf b2 = {0};
+    sf__wire_encode(&b2, &h);
+    CU_ASSERT(b2.n == b.n && memcmp(b2.p, b.p, b.n) == 0);
+    sf__wbuf_free(&b);
+    sf__wbuf_free(&b2);
+  }
+  sf__wbuf_free(&peers);
+}
+
+static void test_fields(void) {
+  sf__frame f = {.type = SF__F_HEARTBEAT}, g;
+  f.u.heartbeat.seq = 0x0102030405060708ull;
+  f.u.heartbeat.time_ns = 42;
+  sf__wbuf b = {0};
+  sf__wire_encode(&b, &f);
+  CHECK_INT(b.n, 8 + 16);
+  CHECK_INT(b.p[0], 20); /* length excludes its own 4 bytes */
+  CHECK_INT(b.p[8], 0x08); /* little-endian */
+  decode(&b, &g);
+  CU_ASSERT(g.u.heartbeat.seq == 0x0102030405060708ull);
+  CHECK_INT(g.u.heartbeat.time_ns, 42);
+  sf__wbuf_free(&b);
+}
+
+static void expect_bad(const uint8_t *p, size_t n, const char *want) {
+  sf__frame f;
+  err[0] = '\0';
+  CHECK_INT(sf__wire_decode(p, n, &f, err, sizeof err), -1);
+  CHECK_STR(err, want);
+}
+
+static void test_malformed(void) {
+  static const uint8_t short_len[] = {3, 0, 0, 0, 1, 5, 0, 0};
+  expect_bad(short_len, sizeof short_len, "malformed frame: length 3 is shorter than the header");
+  static const uint8_t huge[] = {0xff, 0xff, 0xff, 0x7f};
+  expect_bad(huge, sizeof huge,
+             "malformed frame: length 2147483647 exceeds the limit of 1073741824 bytes");
+  static const uint8_t version[] = {20, 0, 0, 0, 2};
+  expect_bad(version, sizeof version, "malformed frame: protocol version 2, expected 1");
+  static const uint8_t type0[] = {20, 0, 0, 0, 1, 0};
+  expect_bad(type0, sizeof type0, "malformed frame: unknown type 0");
+  static const uint8_t type99[] = {20, 0, 0, 0, 1, 99};
+  expect_bad(type99, sizeof type99, "malformed frame: unknown type 99");
+  static const uint8_t flags[] = {20, 0, 0, 0, 1, 5, 1, 0};
+  expect_bad(flags, sizeof flags, "malformed frame: reserved flags 0x0001 set");
+  /* A heartbeat with 15 instead of 16 payload bytes. */
+  uint8_t hb[8 + 16] = {19, 0, 0, 0, 1, SF__F_HEARTBEAT, 0, 0};
+  expect_bad(hb, 8 + 15, "malformed heartbeat frame: bad or truncated time");
+  /* ... and with one byte too many. */
+  hb[0] = 21;
+  uint8_t hb2[8 + 17] = {0};
+  memcpy(hb2, hb, sizeof hb);
+  expect_bad(hb2, sizeof hb2, "malformed heartbeat frame: 1 trailing bytes");
+}
+
+static void test_inner_lengths(void) {
+  /* A log line whose u32 length claims more than the frame holds. */
+  uint8_t lg[8 + 4 + 2] = {10, 0, 0, 0, 1, SF__F_LOG, 0, 0, 100, 0, 0, 0, 'h', 'i'};
+  expect_bad(lg, sizeof lg, "malformed log frame: bad or truncated line");
+  /* An object slice past its total. */
+  sf__frame f = {.type = SF__F_OBJECT};
+  static const uint8_t d[4] = {0};
+  f.u.object.total = 6;
+  f.u.object.offset = 4;
+  f.u.object.data = (sf__bytes){d, 4};
+  sf__wbuf b = {0};
+  sf__wire_encode(&b, &f);
+  expect_bad(b.p, b.n, "malformed object frame: bad or truncated object range");
+  sf__wbuf_free(&b);
+  /* A group whose rank is not below its size, and one whose peer list is short. */
+  sf__wbuf peers = {0};
+  sf__wire_put_peer(&peers, "127.0.0.1", 1);
+  f = (sf__frame){.type = SF__F_GROUP_SETUP};
+  f.u.group_setup.size = 1;
+  f.u.group_setup.rank = 1;
+  f.u.group_setup.peers = (sf__bytes){peers.p, (uint32_t)peers.n};
+  sf__wire_encode(&b, &f);
+  expect_bad(b.p, b.n, "malformed group-setup frame: bad or truncated group layout");
+  b.n = 0;
+  f.u.group_setup.size = 2;
+  f.u.group_setup.rank = 0;
+  sf__wire_encode(&b, &f);
+  expect_bad(b.p, b.n, "malformed group-setup frame: bad or truncated group layout");
+  b.n = 0;
+  f.u.group_setup.size = 1;
+  f.u.group_setup.dtype = 9;
+  sf__wire_encode(&b, &f);
+  expect_bad(b.p, b.n, "malformed group-setup frame: bad or truncated group layout");
+  sf__wbuf_free(&b);
+  sf__wbuf_free(&peers);
+  /* A result status other than 0 (ok) or 1 (error). */
+  f = (sf__frame){.type = SF__F_TASK_RESULT};
+  f.u.task_result.status = 7;
+  sf__wire_encode(&b, &f);
+  expect_bad(b.p, b.n, "malformed task-result frame: bad or truncated status");
+  sf__wbuf_free(&b);
+}
+
+static void test_two_frames_in_one_buffer(void) {
+  sf__wbuf b = {0};
+  sf__frame f = {.type = SF__F_SHUTDOWN}, g;
+  f.u.shutdown.code = 3;
+  sf__wire_encode(&b, &f);
+  size_t first = b.n;
+  f.u.shutdown.code = 4;
+  sf__wire_encode(&b, &f);
+  CHECK_INT(decode(&b, &g), (long)first);
+  CHECK_INT(g.u.shutdown.code, 3);
+  CHECK_INT(sf__wire_decode(b.p + first, b.n - first, &g, err, sizeof err), (long)first);
+  CHECK_INT(g.u.shutdown.code, 4);
+  sf__wbuf_free(&b);
+}
+
+/* ----------------------------------------------------------- crypto */
+
+static void test_sha256_hmac_vectors(void) {
+  CU_ASSERT_FATAL(sf__crypto_load(err, sizeof err));
+  char path[] = "/tmp/sflow_sha_XXXXXX";
+  int fd = mkstemp(path);
+  CU_ASSERT(write(fd, "abc", 3) == 3);
+  close(fd);
+  uint8_t h[32];
+  char hex[65];
+  CHECK_INT(sf__sha256_file(path, h, err, sizeof err), 0);
+  sf__hex(h, 32, hex);
+  CHECK_STR(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  unlink(path);
+  /* RFC 4231 test case 2. */
+  sf__hmac_sha256((const uint8_t *)"Jefe", 4, "what do ya want for nothing?", 28, h);
+  sf__hex(h, 32, hex);
+  CHECK_STR(hex, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  uint8_t back[32];
+  CU_ASSERT(sf__unhex(hex, back, 32) && memcmp(back, h, 32) == 0);
+  CU_ASSERT(!sf__unhex("zz", back, 1));
+  CU_ASSERT(sf__ct_equal("abc", "abc", 3));
+  CU_ASSERT(!sf__ct_equal("abc", "abd", 3));
+  CHECK_INT(sf__sha256_file("/no/such/file", h, err, sizeof err), -1);
+  CHECK_STR(err, "cannot open /no/such/file: No such file or directory");
+}
+
+/* -------------------------------------------------------- handshake */
+
+typedef struct side {
+  int fd;
+  uint8_t secret[32];
+  uint32_t node;
+  int rc;
+  char err[256];
+} side;
+
+static void *head_side(void *arg) {
+  side *s = arg;
+  sf__conn c;
+  sf__conn_init(&c, s->fd);
+  s->rc = sf__auth_head(&c, s->secret, &s->node, 2000, s->err, sizeof s->err);
+  sf__conn_close(&c);
+  return NULL;
+}
+
+static void handshake(const uint8_t *head_secret, const uint8_t *worker_secret, side *h,
+                      side *w) {
+  int sv[2];
+  CU_ASSERT_FATAL(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+  *h = (side){sv[0], {0}, 0, 0, ""};
+  *w = (side){sv[1], {0}, 7, 0, ""};
+  memcpy(h->secret, head_secret, 32);
+  memcpy(w->secret, worker_secret, 32);
+  pthread_t t;
+  pthread_create(&t, NULL, head_side, h);
+  sf__conn c;
+  sf__conn_init(&c, w->fd);
+  w->rc = sf__auth_worker(&c, w->secret, w->node, 2000, w->err, sizeof w->err);
+  pthread_join(t, NULL);
+  sf__conn_close(&c);
+}
+
+static void test_auth_right_secret(void) {
+  uint8_t s[32];
+  sf__random_bytes(s, 32);
+  side h, w;
+  handshake(s, s, &h, &w);
+  CHECK_INT(h.rc, 0);
+  CHECK_INT(w.rc, 0);
+  CHECK_INT(h.node, 7);
+}
+
+static void test_auth_wrong_secret(void) {
+  uint8_t s[32], t[32];
+  sf__random_bytes(s, 32);
+  memcpy(t, s, 32);
+  t[31] ^= 1;
+  side h, w;
+  handshake(s, t, &h, &w);
+  CHECK_INT(h.rc, -1);
+  CHECK_STR(h.err, "wrong HMAC: the peer does not know this run's secret");
+  CHECK_INT(w.rc, -1);
+  CHECK_STR(w.err, "authentication refused by the head (wrong secret?)");
+}
+
+static void test_auth_garbage(void) {
+  int sv[2];
+  socketpair(AF_UNIX, SOCK_STREAM, 0, sv);
+  side h = {sv[0], {0}, 0, 0, ""};
+  pthread_t t;
+  pthread_create(&t, NULL, head_side, &h);
+  uint8_t junk[64];
+  memset(junk, 0xff, sizeof junk);
+  CU_ASSERT(write(sv[1], junk, sizeof junk) == sizeof junk);
+  pthread_join(t, NULL);
+  CHECK_INT(h.rc, -1);
+  CHECK_STR(h.err, "malformed frame: length 4294967295 exceeds the limit of 1073741824 bytes");
+  close(sv[1]);
+}
+
+int main(int argc, char **argv) {
+  static const rt_test tests[] = {
+      {"roundtrip_all_types", test_roundtrip_all_types},
+      {"fields", test_fields},
+      {"malformed", test_malformed},
+      {"inner_lengths", test_inner_lengths},
+      {"two_frames_in_one_buffer", test_two_frames_in_one_buffer},
+      {"sha256_hmac_vectors", test_sha256_hmac_vectors},
+      {"auth_right_secret", test_auth_right_secret},
+      {"auth_wrong_secret", test_auth_wrong_secret},
+      {"auth_garbage", test_auth_garbage},
+      {NULL, NULL},
+  };
+  return rt_run("wire", tests, argc, argv);
+}
