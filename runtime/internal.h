@@ -148,6 +148,22 @@ extern _Thread_local int32_t sf__current_gpu; /* device of the running call, -1 
 int32_t sf__gpu_devices(void);                 /* weak: 0 unless the GPU layer says */
 void sf__task_timed_out(void *task, int32_t attempt);
 bool sf__future_ready(sf_future *f);
+/* For the multi-node layer (remote.c): run a task here without journal or
+ * placement (a worker serving the head); the type of a future's value;
+ * complete a future from elsewhere (value moved in); wait for a result
+ * without raising (false: message in err). */
+sf_future *sf__task_submit_local(const sf_task_desc *d, void *args);
+const sf_type *sf__future_type(sf_future *f);
+void sf__future_resolve(sf_future *f, void *value);
+void sf__future_reject(sf_future *f, const char *message);
+bool sf__future_wait_result(sf_future *f, void *out, char *err, size_t errlen);
+
+/* --------------------------------------------------------- remote.c */
+
+/* Placement across nodes: true when another node takes this task call.
+ * args stays owned by the caller (copy what is needed); f is completed
+ * later with sf__future_resolve / sf__future_reject. */
+bool sf__remote_task(const sf_task_desc *d, void *args, sf_future *f, int64_t seq);
 sf_actor *sf__current_actor(void);
 int64_t sf__actor_rank(sf_actor *a);
 int64_t sf__actor_size(sf_actor *a);

@@ -377,6 +377,8 @@ typedef struct task_rec {
 #define TASK_FROM_AGAIN(j) ((task_rec *)((char *)(j) - offsetof(task_rec, again)))
 
 static void run_task(task_rec *t);
+static sf_future *task_submit(const sf_task_desc *d, void *args, int64_t seq, struct demand need,
+                              bool may_go_remote);
 
 /* A deque entry holds a reference to the future (the block it lives in):
  * the task may have run inline and finished long before the entry is
@@ -533,6 +535,12 @@ sf_future *sf_task_call(const sf_task_desc *d, void *args, const sf_loc *loc) {
     }
   }
   demand need = demand_of(d->cpus, d->gpus, d->name, loc);
+  return task_submit(d, args, seq, need, true);
+}
+
+/* The shared part of sf_task_call and sf__task_submit_local. */
+static sf_future *task_submit(const sf_task_desc *d, void *args, int64_t seq, demand need,
+                              bool may_go_remote) {
   size_t asize = (size_t)type_size(d->args);
   task_rec *t;
   sf_future *f = future_alloc(d->result, sizeof(task_rec) + asize, (void **)&t);
@@ -555,8 +563,49 @@ sf_future *sf_task_call(const sf_task_desc *d, void *args, const sf_loc *loc) {
    * ends) and the deque entry's. */
   f->hdr.rc = 3; /* not yet shared: a plain store */
   atomic_fetch_add_explicit(&sf__stats.tasks, 1, memory_order_relaxed);
+  if (may_go_remote && sf__remote_task(d, t->args, f, seq)) {
+    /* Another node runs it; remote.c copied what it needs and completes
+     * f.  The local record is finished without running. */
+    atomic_store(&t->claimed, 1);
+    atomic_store(&t->owner, -1);
+    task_args_done(t);
+    sf_release(f); /* the deque entry's reference: no entry */
+    return f;
+  }
   sf__sched_push_task(&t->job);
   return f;
+}
+
+sf_future *sf__task_submit_local(const sf_task_desc *d, void *args) {
+  demand need = {0, 0};
+  return task_submit(d, args, -1, need, false);
+}
+
+const sf_type *sf__future_type(sf_future *f) { return f->type; }
+
+void sf__future_resolve(sf_future *f, void *value) {
+  if (f->task && f->task->seq >= 0)
+    sf__journal_task_done(f->task->seq, f->task->d, value);
+  atomic_fetch_add_explicit(&sf__stats.tasks_done, 1, memory_order_relaxed);
+  future_set(f, value);
+}
+
+void sf__future_reject(sf_future *f, const char *message) {
+  atomic_fetch_add_explicit(&sf__stats.tasks_failed, 1, memory_order_relaxed);
+  future_fail(f, "%s", message);
+}
+
+bool sf__future_wait_result(sf_future *f, void *out, char *err, size_t errlen) {
+  future_wait(f);
+  if ((atomic_load(&f->state) & FUT_STATUS) == FUT_FAILED) {
+    snprintf(err, errlen, "%s", f->error ? f->error : "failed");
+    return false;
+  }
+  if (f->type && out) {
+    memcpy(out, f->value, (size_t)f->type->size);
+    sf_value_retain(f->type, out);
+  }
+  return true;
 }
 
 /* ------------------------------------------------------------- actors */
