@@ -378,7 +378,7 @@ typedef struct task_rec {
 
 static void run_task(task_rec *t);
 static sf_future *task_submit(const sf_task_desc *d, void *args, int64_t seq, struct demand need,
-                              bool may_go_remote);
+                              bool may_go_remote, const sf_loc *loc);
 
 /* A deque entry holds a reference to the future (the block it lives in):
  * the task may have run inline and finished long before the entry is
@@ -535,12 +535,12 @@ sf_future *sf_task_call(const sf_task_desc *d, void *args, const sf_loc *loc) {
     }
   }
   demand need = demand_of(d->cpus, d->gpus, d->name, loc);
-  return task_submit(d, args, seq, need, true);
+  return task_submit(d, args, seq, need, true, loc);
 }
 
 /* The shared part of sf_task_call and sf__task_submit_local. */
 static sf_future *task_submit(const sf_task_desc *d, void *args, int64_t seq, demand need,
-                              bool may_go_remote) {
+                              bool may_go_remote, const sf_loc *loc) {
   size_t asize = (size_t)type_size(d->args);
   task_rec *t;
   sf_future *f = future_alloc(d->result, sizeof(task_rec) + asize, (void **)&t);
@@ -578,7 +578,7 @@ static sf_future *task_submit(const sf_task_desc *d, void *args, int64_t seq, de
 
 sf_future *sf__task_submit_local(const sf_task_desc *d, void *args) {
   demand need = {0, 0};
-  return task_submit(d, args, -1, need, false);
+  return task_submit(d, args, -1, need, false, NULL);
 }
 
 const sf_type *sf__future_type(sf_future *f) { return f->type; }
