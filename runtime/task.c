@@ -399,7 +399,9 @@ static void run_task_again(sf__job *j) {
 }
 
 static bool task_claim_inline(task_rec *t) {
-  if (atomic_load_explicit(&t->claimed, memory_order_relaxed) ||
+  /* Not a task with a deadline: an abandoned attempt would hold the
+   * waiter hostage until it returned. */
+  if (t->d->timeout > 0 || atomic_load_explicit(&t->claimed, memory_order_relaxed) ||
       atomic_exchange_explicit(&t->claimed, 1, memory_order_acq_rel))
     return false;
   sf__inline_depth++;
@@ -511,7 +513,7 @@ static void timed_out(task_rec *t, int32_t attempt) {
       return; /* it finished just now */
     atomic_fetch_add(&sf__stats.retries, 1);
     sf__sched_thread_lost();
-    sf__trace_event(d->name, "timeout", sf__trace_now() - d->timeout, attempt, "timed out");
+    sf__trace_event(d->name, "timeout", sf__trace_now() - d->timeout * 1e6, attempt, "timed out");
     atomic_fetch_add(&t->inflight, 1);
     sf_retain(t->f); /* the queue entry's reference */
     sf__sched_push_shared(&t->again);
@@ -572,7 +574,10 @@ static sf_future *task_submit(const sf_task_desc *d, void *args, int64_t seq, de
     sf_release(f); /* the deque entry's reference: no entry */
     return f;
   }
-  sf__sched_push_task(&t->job);
+  if (d->timeout > 0)
+    sf__sched_push_shared(&t->job); /* never run by a helping main thread */
+  else
+    sf__sched_push_task(&t->job);
   return f;
 }
 

@@ -119,6 +119,8 @@ void sf__trace_write(void) {
     char name[32];
     if (t->tid == 0)
       snprintf(name, sizeof name, "main");
+    else if (t->tid == 100000)
+      snprintf(name, sizeof name, "watchdog");
     else
       snprintf(name, sizeof name, "worker %d", (int)t->tid);
     fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%lld,\"tid\":%d,"
