@@ -5,8 +5,8 @@
  *
  * One file per checkpoint, `<dir>/ckpt/<Actor>-<spawn>-<rank>.<calls>`:
  *
- *   "SFC1" | u64 calls | u64 payload length | u32 CRC-32C of payload |
- *   payload = the state, serialized by serial.c
+ *   "SFC2" | u64 calls | u64 g.all epoch | u64 payload length |
+ *   u32 CRC-32C of payload | u32 0 | payload = the state (serial.c)
  *
  * Key design choices:
  *  - Atomic: write a temporary file, fsync it, rename it into place,
@@ -20,6 +20,12 @@
  *    does not know about.
  *  - Written on the actor's own thread between two calls, when its state
  *    is quiet: no locks and no copy of the state.
+ *  - Groups checkpoint as a whole: a member writes after every k-th call
+ *    it received through g.all (its "epoch"), which every member receives
+ *    in the same order, so all members have checkpoints at the same
+ *    epochs.  On --resume the group restores at the newest epoch for which
+ *    every member has a valid file; the calls after it are re-run by all
+ *    members together, so their collectives meet again.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -27,6 +33,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -35,7 +42,8 @@
 #include "internal.h"
 
 #define KEEP 3
-#define MAGIC "SFC1"
+#define MAGIC "SFC2"
+#define HEAD 32 /* magic, calls, epoch, payload length, CRC, padding */
 
 const char *sf__checkpoint_dir(void);
 
@@ -65,11 +73,10 @@ static int desc_cmp(const void *x, const void *y) {
   return a < b ? 1 : a > b ? -1 : 0;
 }
 
-/* The checkpoints of a, newest first (up to max); returns how many. */
-static int list(sf_actor *a, int64_t *calls, int max) {
-  char dir[PATH_MAX], prefix[256];
+/* The checkpoints named prefix<calls>, newest first (up to max). */
+static int list_named(const char *prefix, int64_t *calls, int max) {
+  char dir[PATH_MAX];
   ckpt_dir(dir, sizeof dir);
-  prefix_of(a, prefix, sizeof prefix);
   DIR *d = opendir(dir);
   if (!d)
     return 0;
@@ -95,6 +102,13 @@ static int list(sf_actor *a, int64_t *calls, int max) {
   memcpy(calls, all, (size_t)k * sizeof *calls);
   sf_free(all);
   return k;
+}
+
+/* The checkpoints of a, newest first (up to max); returns how many. */
+static int list(sf_actor *a, int64_t *calls, int max) {
+  char prefix[256];
+  prefix_of(a, prefix, sizeof prefix);
+  return list_named(prefix, calls, max);
 }
 
 static bool write_all_fd(int fd, const void *p, size_t n) { return sf__write_all(fd, p, n); }
@@ -133,19 +147,26 @@ static void write_checkpoint(sf_actor *a) {
   sf__buf_init(&b, NULL, 0);
   sf__buf_put(&b, MAGIC, 4);
   sf__ser_u64(&b, (uint64_t)calls);
+  sf__ser_u64(&b, (uint64_t)sf__actor_epochs(a));
   sf__ser_u64(&b, 0); /* payload length, patched */
-  uint32_t crc = 0;
-  sf__buf_put(&b, (const char *)&crc, 4);
+  uint32_t crc[2] = {0, 0};
+  sf__buf_put(&b, (const char *)crc, 8);
+  sf__buf_put(&b, "\0\0\0\0", 4); /* pads the header to HEAD bytes */
   size_t at = b.len;
   sf__ser_value(&b, d->state, sf__actor_state(a));
   uint64_t len = b.len - at;
-  crc = sf__crc32c(0, b.data + at, len);
-  memcpy(b.data + 12, &len, 8);
-  memcpy(b.data + 20, &crc, 4);
+  crc[0] = sf__crc32c(0, b.data + at, len);
+  memcpy(b.data + 20, &len, 8);
+  memcpy(b.data + 28, crc, 4);
 
   sf__journal_flush(); /* never ahead of the journal */
   double t0 = sf__trace_now();
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd >= 0 && sf__fault("checkpoint-write")) {
+    /* Fault test: die with half the temporary file written. */
+    (void)write_all_fd(fd, b.data, b.len / 2);
+    raise(SIGKILL);
+  }
   bool ok = fd >= 0 && write_all_fd(fd, b.data, b.len) && fsync(fd) == 0;
   if (fd >= 0)
     ok = close(fd) == 0 && ok;
@@ -170,24 +191,44 @@ static void write_checkpoint(sf_actor *a) {
   }
 }
 
-void sf__checkpoint_maybe(sf_actor *a) {
+/* SFLOW_FAULT=point:N makes the N-th arrival at `point` kill the process
+ * (fault tests only: checkpoint-write, journal-write). */
+bool sf__fault(const char *point) {
+  static const char *spec;
+  static bool read;
+  static _Atomic int64_t count;
+  if (!read) {
+    spec = getenv("SFLOW_FAULT");
+    read = true;
+  }
+  size_t n = strlen(point);
+  if (!spec || strncmp(spec, point, n) != 0 || spec[n] != ':')
+    return false;
+  return atomic_fetch_add(&count, 1) + 1 == atoll(spec + n + 1);
+}
+
+static bool in_group(sf_actor *a) { return sf__actor_comm(a) != NULL; }
+
+void sf__checkpoint_maybe(sf_actor *a, bool after_all) {
   const sf_actor_desc *d = sf__actor_desc(a);
   if (d->checkpoint_every <= 0 || sf__actor_id(a) < 0)
     return;
-  if (sf__actor_calls(a) % d->checkpoint_every == 0)
+  if (in_group(a) ? after_all && sf__actor_epochs(a) % d->checkpoint_every == 0
+                  : sf__actor_calls(a) % d->checkpoint_every == 0)
     write_checkpoint(a);
 }
 
-/* Reads one checkpoint file into the actor's (zeroed) state. */
-static bool load(sf_actor *a, const char *path, int64_t calls) {
-  const sf_actor_desc *d = sf__actor_desc(a);
+/* Checks one checkpoint file and, with a, reads it into a's (zeroed)
+ * state.  *epoch gets its g.all epoch. */
+static bool load(const sf_actor_desc *d, sf_actor *a, const char *path, int64_t calls,
+                 int64_t *epoch) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     return false;
   struct stat st;
   bool ok = false;
   unsigned char *data = NULL;
-  if (fstat(fd, &st) == 0 && st.st_size >= 24) {
+  if (fstat(fd, &st) == 0 && st.st_size >= HEAD) {
     size_t len = (size_t)st.st_size;
     data = sf_alloc(len);
     size_t got = 0;
@@ -197,19 +238,24 @@ static bool load(sf_actor *a, const char *path, int64_t calls) {
         break;
       got += (size_t)n;
     }
-    uint64_t c, plen;
+    uint64_t c, e, plen;
     uint32_t crc;
     if (got == len && memcmp(data, MAGIC, 4) == 0) {
       memcpy(&c, data + 4, 8);
-      memcpy(&plen, data + 12, 8);
-      memcpy(&crc, data + 20, 4);
-      if ((int64_t)c == calls && plen == len - 24 && sf__crc32c(0, data + 24, plen) == crc) {
-        sf__reader r = {data + 24, data + 24 + plen};
-        void *state = sf__actor_state(a);
-        ok = sf__de_value(&r, d->state, state) && r.p == r.end;
-        if (!ok) {
-          sf_value_release(d->state, state);
-          memset(state, 0, (size_t)d->state->size);
+      memcpy(&e, data + 12, 8);
+      memcpy(&plen, data + 20, 8);
+      memcpy(&crc, data + 28, 4);
+      if ((int64_t)c == calls && plen == len - HEAD && sf__crc32c(0, data + HEAD, plen) == crc) {
+        *epoch = (int64_t)e;
+        ok = true;
+        if (a) {
+          sf__reader r = {data + HEAD, data + HEAD + plen};
+          void *state = sf__actor_state(a);
+          ok = sf__de_value(&r, d->state, state) && r.p == r.end;
+          if (!ok) {
+            sf_value_release(d->state, state);
+            memset(state, 0, (size_t)d->state->size);
+          }
         }
       }
     }
@@ -219,9 +265,77 @@ static bool load(sf_actor *a, const char *path, int64_t calls) {
   return ok;
 }
 
+/* -------------------------------------------------- group restore plan */
+
+typedef struct plan {
+  const sf_actor_desc *d;
+  int64_t id, epoch;
+} plan;
+static plan *plans;
+static size_t nplans;
+
+static int list_named(const char *prefix, int64_t *calls, int max);
+
+void sf__checkpoint_plan_group(const sf_actor_desc *d, int64_t id, int64_t n) {
+  if (!sf__options.resume || id < 0 || d->checkpoint_every <= 0)
+    return;
+  char dir[PATH_MAX], prefix[256], path[PATH_MAX + 300];
+  ckpt_dir(dir, sizeof dir);
+  /* Epochs every member has a valid file for: intersect member by member. */
+  int64_t common[KEEP + 8];
+  int ncommon = -1;
+  for (int64_t r = 0; r < n && ncommon != 0; r++) {
+    snprintf(prefix, sizeof prefix, "%s-%" PRId64 "-%" PRId64 ".", d->name, id, r);
+    int64_t calls[KEEP + 8], epochs[KEEP + 8];
+    int k = list_named(prefix, calls, KEEP + 8), ne = 0;
+    for (int i = 0; i < k; i++) {
+      snprintf(path, sizeof path, "%s/%s%" PRId64, dir, prefix, calls[i]);
+      int64_t e;
+      if (load(d, NULL, path, calls[i], &e))
+        epochs[ne++] = e;
+      else
+        sf__notice("checkpoint %s is damaged; trying an older one", path);
+    }
+    if (ncommon < 0) {
+      memcpy(common, epochs, (size_t)ne * sizeof *common);
+      ncommon = ne;
+      continue;
+    }
+    int kept = 0;
+    for (int i = 0; i < ncommon; i++)
+      for (int j = 0; j < ne; j++)
+        if (common[i] == epochs[j]) {
+          common[kept++] = common[i];
+          break;
+        }
+    ncommon = kept;
+  }
+  int64_t best = -1;
+  for (int i = 0; i < ncommon; i++)
+    if (common[i] > best)
+      best = common[i];
+  plan *g = sf_alloc((nplans + 1) * sizeof *g);
+  if (nplans)
+    memcpy(g, plans, nplans * sizeof *g);
+  sf_free(plans);
+  plans = g;
+  plans[nplans++] = (plan){d, id, best};
+}
+
+int64_t sf__checkpoint_group_epoch(const sf_actor_desc *d, int64_t id) {
+  for (size_t i = 0; i < nplans; i++)
+    if (plans[i].d == d && plans[i].id == id)
+      return plans[i].epoch;
+  return -1;
+}
+
 bool sf__checkpoint_restore(sf_actor *a) {
-  if (!sf__options.resume || sf__actor_id(a) < 0 || sf__actor_desc(a)->checkpoint_every <= 0)
+  const sf_actor_desc *d = sf__actor_desc(a);
+  if (!sf__options.resume || sf__actor_id(a) < 0 || d->checkpoint_every <= 0)
     return false;
+  bool group = in_group(a);
+  if (group && sf__actor_restore_epoch(a) < 0)
+    return false; /* no epoch common to all members: start from init */
   char dir[PATH_MAX], prefix[256], path[PATH_MAX + 300];
   ckpt_dir(dir, sizeof dir);
   prefix_of(a, prefix, sizeof prefix);
@@ -229,11 +343,18 @@ bool sf__checkpoint_restore(sf_actor *a) {
   int n = list(a, calls, KEEP + 8);
   for (int i = 0; i < n; i++) {
     snprintf(path, sizeof path, "%s/%s%" PRId64, dir, prefix, calls[i]);
-    if (load(a, path, calls[i])) {
+    int64_t e = -1;
+    if (group) { /* the planned epoch's file, checked already */
+      if (!load(d, NULL, path, calls[i], &e) || e != sf__actor_restore_epoch(a))
+        continue;
+    }
+    if (load(d, a, path, calls[i], &e)) {
       sf__actor_set_calls(a, calls[i]);
+      sf__actor_set_epochs(a, e);
       return true;
     }
-    sf__notice("checkpoint %s is damaged; trying an older one", path);
+    if (!group)
+      sf__notice("checkpoint %s is damaged; trying an older one", path);
   }
   return false;
 }

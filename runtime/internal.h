@@ -173,6 +173,9 @@ int64_t sf__actor_id(sf_actor *a);
 int64_t sf__actor_calls(sf_actor *a);
 void sf__actor_set_calls(sf_actor *a, int64_t n); /* after a restore */
 int64_t sf__actor_restored(sf_actor *a);
+int64_t sf__actor_epochs(sf_actor *a);
+void sf__actor_set_epochs(sf_actor *a, int64_t e);
+int64_t sf__actor_restore_epoch(sf_actor *a);
 
 /* ----------------------------------------------------- collective.c */
 
@@ -257,8 +260,13 @@ void sf__journal_begin(const sf_program *prog, sf_value *args);
 void sf__journal_end(bool success);
 void sf__journal_flush(void);    /* synchronous, before a checkpoint */
 bool sf__checkpoint_restore(sf_actor *a);
-void sf__checkpoint_maybe(sf_actor *a);
+void sf__checkpoint_maybe(sf_actor *a, bool after_all);
+/* Groups restore as a whole, at the newest g.all epoch every member has a
+ * valid checkpoint for (planned once, at spawn, on --resume). */
+void sf__checkpoint_plan_group(const sf_actor_desc *d, int64_t id, int64_t n);
+int64_t sf__checkpoint_group_epoch(const sf_actor_desc *d, int64_t id);
 void sf__checkpoint_clear(void);
+bool sf__fault(const char *point); /* SFLOW_FAULT fault injection, tests only */
 extern _Thread_local int sf__task_depth; /* > 0 inside a task or actor method */
 
 /* -------------------------------------------------------- builtins.c */

@@ -40,6 +40,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -240,6 +241,11 @@ static void write_pending_locked(void) {
   sf__buf out = J.pending;
   sf__buf_init(&J.pending, NULL, 0);
   pthread_mutex_unlock(&J.lock);
+  if (sf__fault("journal-write")) {
+    /* Fault test: die with the last record torn in half. */
+    (void)sf__write_all(J.fd, out.data, out.len > 16 ? out.len - 7 : out.len / 2);
+    raise(SIGKILL);
+  }
   bool ok = sf__write_all(J.fd, out.data, out.len);
   pthread_mutex_lock(&J.lock);
   sf__buf_free(&out);
@@ -489,6 +495,10 @@ void sf__journal_begin(const sf_program *prog, sf_value *args) {
     return;
   if (!J.enabled)
     fatal("--resume needs the journal (drop --journal=false)");
+  char jp[PATH_MAX];
+  path_in(jp, sizeof jp, "journal");
+  if (access(jp, F_OK) != 0)
+    fatal("--resume: there is no unfinished run to resume in %s", J.dir);
   if (!lock_dir())
     fatal("--resume: %s is in use by another run, or cannot be opened", J.dir);
   J.replay = true;

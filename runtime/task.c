@@ -635,6 +635,7 @@ typedef struct msg {
   int64_t idx;               /* slot in g->out */
   const sf_loc *loc;
   int64_t seq;               /* journal sequence number, or -1 */
+  bool all;                  /* part of a g.all call */
   _Alignas(16) unsigned char args[];
 } msg;
 
@@ -647,6 +648,8 @@ struct sf_actor {
   int64_t id;                /* spawn number: journal/checkpoint identity */
   int64_t calls;             /* calls completed (the state holds them) */
   int64_t restored;          /* calls in the checkpoint it was restored from */
+  int64_t epochs;            /* g.all calls completed (group checkpoints) */
+  int64_t restore_epoch;     /* --resume: the group's common checkpoint, or -1 */
   char *broken;              /* why init failed */
   _Atomic int64_t own_pending;
   _Atomic int64_t *pending;  /* queued + running calls (for g.any); in the
@@ -699,6 +702,10 @@ int64_t sf__actor_id(sf_actor *a) { return a->id; }
 int64_t sf__actor_calls(sf_actor *a) { return a->calls; }
 void sf__actor_set_calls(sf_actor *a, int64_t n) { a->calls = a->restored = n; }
 int64_t sf__actor_restored(sf_actor *a) { return a->restored; }
+int64_t sf__actor_epochs(sf_actor *a) { return a->epochs; }
+void sf__actor_set_epochs(sf_actor *a, int64_t e) { a->epochs = e; }
+int64_t sf__actor_restore_epoch(sf_actor *a) { return a->restore_epoch; }
+void sf__actor_set_restore_epoch(sf_actor *a, int64_t e) { a->restore_epoch = e; }
 
 static void drain(sf__job *j);
 
@@ -742,8 +749,10 @@ static void run_msg(sf_actor *a, msg *m) {
     }
     sf_value_release(md ? md->args : NULL, m->args);
   } else {
-    if (mode != SF__REPLAY_SKIP) /* a skipped call is already counted */
+    if (mode != SF__REPLAY_SKIP) { /* a skipped call is already counted */
       a->calls++;
+      a->epochs += m->all;
+    }
     if (m->f) {
       if (why) {
         future_fail(m->f, "call of '%s' failed: %s", md->name, why);
@@ -786,8 +795,8 @@ static void run_msg(sf_actor *a, msg *m) {
     }
     sf_value_release(md->args, m->args);
     atomic_fetch_add_explicit(&sf__stats.calls_done, 1, memory_order_relaxed);
-    if (!why)
-      sf__checkpoint_maybe(a);
+    if (!why && mode != SF__REPLAY_SKIP)
+      sf__checkpoint_maybe(a, m->all);
   }
   if (res != small)
     sf_free(res);
@@ -869,6 +878,10 @@ static sf_actor *actor_new(const sf_actor_desc *d, int64_t id, int64_t rank, int
   pthread_mutex_init(&a->lock, NULL);
   a->drain.run = drain;
   a->id = id;
+  a->restore_epoch = -1;
+  if (comm && rank == 0)
+    sf__checkpoint_plan_group(d, id, size); /* one common epoch for all */
+  a->restore_epoch = comm ? sf__checkpoint_group_epoch(d, id) : -1;
   msg *m = msg_new(d->init ? d->init->args : NULL, args, retain_args);
   m->kind = MSG_INIT;
   m->loc = loc;
@@ -895,6 +908,8 @@ sf_group *sf_group_spawn(const sf_actor_desc *d, int64_t n, void *args, const sf
   int64_t id = sf__spawn_id();
   for (int64_t i = 0; i < n; i++)
     g->members[i] = actor_new(d, id, i, n, i ? sf__comm_retain(comm) : comm, args, true, loc);
+  /* Members post their init before this returns; restores run there and
+   * read restore_epoch, so the plan must be made first: see actor_new. */
   sf_value_release(d->init ? d->init->args : NULL, args);
   return g;
 }
@@ -960,6 +975,7 @@ sf_future *sf_group_call_all(sf_group *g, const sf_method_desc *m, void *args,
     mm->idx = i;
     mm->loc = loc;
     mm->seq = seq;
+    mm->all = true;
     atomic_fetch_add_explicit(&sf__stats.calls, 1, memory_order_relaxed);
     post(g->members[i], mm);
   }
