@@ -193,14 +193,12 @@ static void write_checkpoint(sf_actor *a) {
 
 /* SFLOW_FAULT=point:N makes the N-th arrival at `point` kill the process
  * (fault tests only: checkpoint-write, journal-write). */
+static const char *fault_spec;
+__attribute__((constructor)) static void fault_init(void) { fault_spec = getenv("SFLOW_FAULT"); }
+
 bool sf__fault(const char *point) {
-  static const char *spec;
-  static bool read;
   static _Atomic int64_t count;
-  if (!read) {
-    spec = getenv("SFLOW_FAULT");
-    read = true;
-  }
+  const char *spec = fault_spec;
   size_t n = strlen(point);
   if (!spec || strncmp(spec, point, n) != 0 || spec[n] != ':')
     return false;

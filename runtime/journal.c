@@ -67,9 +67,9 @@ typedef struct rec {
 } rec;
 
 static struct {
-  bool enabled;  /* this run journals */
-  bool opened;   /* the files exist and are ours */
-  bool failed;   /* gave up (could not write): the run goes on without */
+  _Atomic bool enabled; /* this run journals (read by every thread) */
+  bool opened;          /* the files exist and are ours */
+  _Atomic bool failed;  /* gave up (could not write): the run goes on without */
   bool replay;   /* --resume: records loaded */
   pthread_t main_thread;
   const sf_program *prog;
@@ -102,7 +102,7 @@ static struct {
 extern _Thread_local int sf__task_depth;
 
 static bool main_level(void) {
-  return J.enabled && sf__task_depth == 0 && pthread_equal(pthread_self(), J.main_thread);
+  return sf__task_depth == 0 && pthread_equal(pthread_self(), J.main_thread) && J.enabled;
 }
 
 const char *sf__checkpoint_dir(void) { return J.dir; }

@@ -167,7 +167,7 @@ static struct {
   _Atomic int32_t nblocked;
   _Atomic uint32_t epoch;         /* futex word idle workers sleep on */
   _Atomic bool stopping;
-  worker *workers[MAX_WORKERS];
+  _Atomic(worker *) workers[MAX_WORKERS]; /* published by spawn_thread */
 
   pthread_mutex_t shared_lock;    /* the shared FIFO */
   sf__job *shared_head, *shared_tail;
@@ -195,7 +195,7 @@ static worker *worker_new(bool pool) {
                      MAX_WORKERS);
   w->id = id;
   w->rng = 0x9e3779b9u * (uint32_t)(id + 1);
-  P.workers[id] = w;
+  atomic_store_explicit(&P.workers[id], w, memory_order_release);
   return w;
 }
 
@@ -236,7 +236,8 @@ static sf__job *steal_any(worker *w) {
     return NULL;
   uint32_t start = xorshift(&w->rng) % (uint32_t)n;
   for (int32_t k = 0; k < n; k++) {
-    worker *v = P.workers[(start + (uint32_t)k) % (uint32_t)n];
+    worker *v = atomic_load_explicit(&P.workers[(start + (uint32_t)k) % (uint32_t)n],
+                                     memory_order_acquire);
     if (!v || v == w || dq_empty(&v->dq))
       continue;
     sf__job *j = dq_steal(&v->dq);
@@ -250,9 +251,11 @@ static bool anything_queued(void) {
   if (atomic_load(&P.shared_len) > 0)
     return true;
   int32_t n = atomic_load(&P.nworkers);
-  for (int32_t i = 0; i < n; i++)
-    if (P.workers[i] && !dq_empty(&P.workers[i]->dq))
+  for (int32_t i = 0; i < n; i++) {
+    worker *w = atomic_load_explicit(&P.workers[i], memory_order_acquire);
+    if (w && !dq_empty(&w->dq))
       return true;
+  }
   return false;
 }
 
@@ -321,7 +324,7 @@ static void *worker_main(void *arg) {
       /* A spare no longer needed: leave, but only if the count still
        * shows a surplus after taking this thread out. */
       if (atomic_fetch_sub(&P.nthreads, 1) - 1 - atomic_load(&P.nblocked) >= P.target) {
-        P.workers[self->id] = NULL; /* its deque is empty */
+        atomic_store(&P.workers[self->id], NULL); /* its deque is empty */
         return NULL;
       }
       atomic_fetch_add(&P.nthreads, 1);

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Runs the task runtime's tests under ThreadSanitizer: builds sflowc and a
+# TSan-instrumented runtime into build-tsan/, then compiles and runs the
+# run tests of tasks, actors, futures, the scheduler and the stress suite,
+# plus the fault and observation tests, linking every program with
+# -fsanitize=thread.  Any data race report fails the run (halt_on_error).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build-tsan}
+cmake -S . -B "$build" -DSFLOW_TSAN=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$build" -j "$(nproc)" --target sflowc sflowrt >/dev/null
+wrap="$PWD/$build/tsan-cc"
+printf '#!/bin/sh\nexec cc -fsanitize=thread "$@"\n' >"$wrap"
+chmod +x "$wrap"
+export CC="$wrap"
+export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 exitcode=66"
+export SFLOW_RSS_SCALE=8 # TSan shadow memory
+status=0
+for d in tasks actors futures scheduler stress; do
+  python3 tests/run_golden.py --run --sflowc "$build/bin/sflowc" --dir "tests/run/$d" || status=1
+done
+python3 tests/runtime/observe_test.py --sflowc "$build/bin/sflowc" || status=1
+python3 tests/runtime/fault_test.py --sflowc "$build/bin/sflowc" kill-at-30% checkpoint-write-1 \
+  journal-write-4 || status=1
+exit $status
