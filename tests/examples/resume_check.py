@@ -91,7 +91,9 @@ def main():
                     break
             if not ok:
                 continue
-            ckpts = sorted(f for f in os.listdir(os.path.join(tmp, ck)) if f != "journal" and f != "lock")
+            ckpts = sorted(os.path.relpath(os.path.join(d, f), os.path.join(tmp, ck))
+                           for d, _, fs in os.walk(os.path.join(tmp, ck)) for f in fs
+                           if f not in ("journal", "lock"))
             rc, got, err = run_full(cmd(ck, "--resume"))
             m = re.search(r"(\d+) answered from the journal", err)
             print("%s: killed at %s line(s); checkpoint files %s; resumed: %s" %
