@@ -2,3 +2,10 @@
 add_test(NAME examples/run
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/run_golden.py
           --sflowc $<TARGET_FILE:sflowc> --dir ${CMAKE_SOURCE_DIR}/examples --run)
+
+# examples/pipeline.sflow killed with SIGKILL partway, then --resume'd: the
+# resumed run's stdout must equal an uninterrupted run's.
+add_test(NAME examples/pipeline_resume
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/examples/resume_check.py
+          --sflowc $<TARGET_FILE:sflowc> --example ${CMAKE_SOURCE_DIR}/examples/pipeline.sflow)
+set_tests_properties(examples/pipeline_resume PROPERTIES TIMEOUT 300)
