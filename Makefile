@@ -5,7 +5,7 @@ PREFIX  ?= /usr/local
 JOBS    ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build demo test install clean fuzz bench bench-tasks golden-update
+.PHONY: all deps configure build demo test install clean fuzz bench bench-tasks golden-update tsan
 
 all: build
 
@@ -34,6 +34,9 @@ golden-update: build
 
 fuzz: deps
 	@bash scripts/fuzz.sh $(FUZZ_SECONDS)
+
+tsan: deps
+	@bash scripts/tsan.sh
 
 bench: build
 	@bash bench/run.sh $(BUILD)

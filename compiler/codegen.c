@@ -1143,6 +1143,10 @@ static Val builtin(Node *n) {
       LLVMValueRef r = RT("sf_str_len", "lp", a.v);
       drop(av[0]->ty, a);
       return mkval(r, false);
+    } else if (av[0]->ty->kind == TY_GROUP) {
+      LLVMValueRef r = RT("sf_group_len", "lp", a.v);
+      drop(av[0]->ty, a);
+      return mkval(t->kind == TY_I32 ? LLVMBuildTrunc(G.b, r, G.i32, "") : r, false);
     } else {
       LLVMValueRef r = arr_len(a.v);
       drop(av[0]->ty, a);

@@ -255,6 +255,7 @@ sf_future *sf_group_call_one(sf_group *g, int64_t i, const sf_method_desc *m, vo
 
 /* Inside an actor's methods: its rank and the size of its group (0 and 1
  * for an actor spawned alone, and outside actors). */
+int64_t sf_group_len(sf_group *g); /* len(g): members of a group */
 int64_t sf_group_rank(void);
 int64_t sf_group_size(void);
 /* Collectives over the current actor's group. */

@@ -1017,5 +1017,7 @@ sf_future *sf_group_call_one(sf_group *g, int64_t i, const sf_method_desc *m, vo
   return call_one(g->members[i], m, args, sf__journal_next(), loc);
 }
 
+int64_t sf_group_len(sf_group *g) { return g ? g->n : 0; }
+
 int64_t sf_group_rank(void) { return current_actor ? current_actor->rank : 0; }
 int64_t sf_group_size(void) { return current_actor ? current_actor->size : 1; }
