@@ -76,6 +76,11 @@ _Noreturn void sf_runtime_error(const sf_loc *loc, const char *fmt, ...) {
   raise_error();
 }
 
+_Noreturn void sf__raise_message(const char *message) {
+  snprintf(sf__error_message, sizeof sf__error_message, "%s", message);
+  raise_error();
+}
+
 _Noreturn void sf_div_zero(const sf_loc *loc) {
   sf_runtime_error(loc, "integer division by zero");
 }

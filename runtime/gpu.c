@@ -411,6 +411,18 @@ static void launch_gpu(const sf_kernel_desc *k, int64_t n, void *args, const sf_
     kernel_error(k, &e);
 }
 
+#define CPU_GRAIN 16384 /* thread ids per chunk, at least */
+
+typedef struct cpu_launch {
+  const sf_kernel_desc *k;
+  void *args;
+} cpu_launch;
+
+static void cpu_range(void *ctx, int64_t lo, int64_t hi) {
+  cpu_launch *c = ctx;
+  c->k->cpu(lo, hi, c->args);
+}
+
 void sf_launch(const sf_kernel_desc *k, int64_t n, void *args, const sf_loc *loc) {
   if (n < 0)
     sf_runtime_error(loc, "launch of kernel '%s' with a negative thread count %" PRId64, k->name, n);
@@ -419,7 +431,13 @@ void sf_launch(const sf_kernel_desc *k, int64_t n, void *args, const sf_loc *loc
     return;
   }
   sf__gpu_stats.cpu_launches++;
-  k->cpu(0, n, args);
+  /* On the CPU threads: large launches are split over the pool. */
+  if (n >= CPU_GRAIN * 2) {
+    cpu_launch c = {k, args};
+    sf__parallel_for(n, CPU_GRAIN, cpu_range, &c);
+  } else {
+    k->cpu(0, n, args);
+  }
 }
 
 /* SFLOW_GPU_STATS=1: one line of counters on stderr at exit, for tests and

@@ -113,6 +113,9 @@ extern _Thread_local jmp_buf *sf__error_jmp;
 extern _Thread_local char sf__error_message[SF__ERROR_MAX];
 /* Retry count of the task attempt running on this thread (sf_attempt). */
 extern _Thread_local int64_t sf__attempt;
+/* Raises an already formatted message ("file:l:c: runtime error: ..."),
+ * e.g. one caught on another thread. */
+_Noreturn void sf__raise_message(const char *message);
 
 /* ---------------------------------------------------------- sched.c */
 
@@ -140,6 +143,10 @@ int32_t sf__worker_id(void);      /* 0 main, 1.. pool threads, -1 others */
 int32_t sf__pool_size(void);
 extern _Thread_local int sf__inline_depth;
 void sf__futex_wait(_Atomic uint32_t *word, uint32_t expect, int64_t timeout_ns);
+/* fn(ctx, lo, hi) over [0, n) in chunks of at least grain on the pool, the
+ * caller taking part; a runtime error in a chunk is raised on the caller. */
+void sf__parallel_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t lo, int64_t hi),
+                      void *ctx);
 void sf__futex_wake(_Atomic uint32_t *word, int n);
 
 /* ----------------------------------------------------------- task.c */

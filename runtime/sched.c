@@ -502,3 +502,105 @@ void sf__sched_wait(_Atomic uint32_t *word, uint32_t done_mask, uint32_t waiters
 
 /* Depth of tasks run inline by awaits on this thread (task.c). */
 _Thread_local int sf__inline_depth;
+
+/* --------------------------------------------------------- parallel for */
+
+/* fn over [0, n) in chunks on the pool, the caller taking part: the CPU
+ * version of a kernel launch.  Chunks are claimed from a shared counter,
+ * so a job that starts late finds nothing left and returns; the shared
+ * record is reference counted because such a job may start after the
+ * caller has returned.  A runtime error in a chunk is caught there and
+ * raised again on the caller, where it belongs (a task, or main). */
+typedef struct pfor {
+  _Atomic int64_t refs, next, done;
+  int64_t n, chunk, nchunks;
+  void (*fn)(void *ctx, int64_t lo, int64_t hi);
+  void *ctx;
+  _Atomic uint32_t finished; /* futex word: 1 when all chunks are done */
+  _Atomic bool failed;
+  char error[SF__ERROR_MAX];
+  sf__job jobs[];
+} pfor;
+
+static void pfor_release(pfor *p) {
+  if (atomic_fetch_sub(&p->refs, 1) == 1)
+    sf_free(p);
+}
+
+static __attribute__((noinline)) void pfor_chunk(pfor *p, int64_t c) {
+  jmp_buf jb, *saved = sf__error_jmp;
+  sf__error_jmp = &jb;
+  if (setjmp(jb) == 0) {
+    int64_t lo = c * p->chunk, hi = lo + p->chunk < p->n ? lo + p->chunk : p->n;
+    p->fn(p->ctx, lo, hi);
+  } else if (!atomic_exchange(&p->failed, true)) {
+    memcpy(p->error, sf__error_message, sizeof p->error);
+  }
+  sf__error_jmp = saved;
+}
+
+static void pfor_work(pfor *p) {
+  for (;;) {
+    int64_t c = atomic_fetch_add(&p->next, 1);
+    if (c >= p->nchunks)
+      return;
+    pfor_chunk(p, c);
+    if (atomic_fetch_add(&p->done, 1) + 1 == p->nchunks) {
+      atomic_store(&p->finished, 1);
+      sf__futex_wake(&p->finished, INT32_MAX);
+    }
+  }
+}
+
+static void pfor_job(sf__job *j) {
+  pfor *p = *(pfor **)(j + 1);
+  pfor_work(p);
+  pfor_release(p);
+}
+
+void sf__parallel_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t lo, int64_t hi),
+                      void *ctx) {
+  sf__sched_start();
+  int64_t workers = P.target + 1;
+  int64_t nchunks = n / (grain > 0 ? grain : 1);
+  if (nchunks > 4 * workers)
+    nchunks = 4 * workers; /* a few chunks per thread balance uneven ones */
+  if (nchunks <= 1) {
+    fn(ctx, 0, n);
+    return;
+  }
+  int64_t helpers = nchunks - 1 < workers - 1 ? nchunks - 1 : workers - 1;
+  /* Each helper job is an sf__job followed by the record's address. */
+  size_t jsz = sizeof(sf__job) + sizeof(pfor *);
+  pfor *p = sf_alloc(sizeof *p + (size_t)helpers * jsz);
+  atomic_init(&p->refs, helpers + 1);
+  atomic_init(&p->next, 0);
+  atomic_init(&p->done, 0);
+  atomic_init(&p->finished, 0);
+  atomic_init(&p->failed, false);
+  p->n = n;
+  p->nchunks = nchunks;
+  p->chunk = (n + nchunks - 1) / nchunks;
+  p->nchunks = (n + p->chunk - 1) / p->chunk;
+  p->fn = fn;
+  p->ctx = ctx;
+  for (int64_t i = 0; i < helpers; i++) {
+    sf__job *j = (sf__job *)((char *)p->jobs + (size_t)i * jsz);
+    j->run = pfor_job;
+    *(pfor **)(j + 1) = p;
+    sf__sched_push_shared(j);
+  }
+  pfor_work(p);
+  while (!atomic_load(&p->finished)) {
+    block_begin(false);
+    sf__futex_wait(&p->finished, 0, 1000000LL);
+    sf__sched_block_end();
+  }
+  char error[SF__ERROR_MAX];
+  bool failed = atomic_load(&p->failed);
+  if (failed)
+    memcpy(error, p->error, sizeof error);
+  pfor_release(p);
+  if (failed)
+    sf__raise_message(error);
+}
