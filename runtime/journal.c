@@ -51,7 +51,7 @@
 
 #include "internal.h"
 
-#define MAGIC "SFJ1"
+#define MAGIC "SFJ2"
 #define FLUSH_NS 20000000LL
 #define FLUSH_BYTES (1u << 20)
 
@@ -68,9 +68,10 @@ typedef struct rec {
 
 static struct {
   _Atomic bool enabled; /* this run journals (read by every thread) */
-  bool opened;          /* the files exist and are ours */
+  _Atomic bool opened;  /* the files exist and are ours */
   _Atomic bool failed;  /* gave up (could not write): the run goes on without */
   bool replay;   /* --resume: records loaded */
+  bool need_header; /* --resume of a journal torn inside its header */
   pthread_t main_thread;
   const sf_program *prog;
   uint32_t args_crc;
@@ -229,29 +230,66 @@ static bool open_locked(void) {
     sf__notice("cannot write %s (%s): this run cannot be resumed", p, strerror(errno));
     return false;
   }
-  if (!J.replay)
+  if (!J.replay || J.need_header)
     header(&J.pending);
   J.opened = true;
   return true;
 }
 
-static void write_pending_locked(void) {
-  if (!J.pending.len || J.fd < 0)
+/* Each thread appends records to its own buffer under its own (nearly
+ * never contended) lock; the flusher swaps the buffers out and writes them.
+ * Records are keyed, not ordered, except R_VALUE, which only main writes,
+ * in order, to its own buffer. */
+typedef struct jbuf {
+  struct jbuf *next;
+  pthread_mutex_t lock;
+  sf__buf b;
+} jbuf;
+
+static jbuf *jbufs; /* every thread's, linked under J.lock */
+static _Thread_local jbuf *my_jbuf;
+
+static jbuf *mine(void) {
+  if (!my_jbuf) {
+    jbuf *j = sf_alloc(sizeof *j);
+    pthread_mutex_init(&j->lock, NULL);
+    sf__buf_init(&j->b, NULL, 0);
+    pthread_mutex_lock(&J.lock);
+    j->next = jbufs;
+    jbufs = j;
+    pthread_mutex_unlock(&J.lock);
+    my_jbuf = j;
+  }
+  return my_jbuf;
+}
+
+static void write_out(sf__buf *out, bool records) {
+  if (!out->len)
     return;
-  sf__buf out = J.pending;
-  sf__buf_init(&J.pending, NULL, 0);
-  pthread_mutex_unlock(&J.lock);
-  if (sf__fault("journal-write")) {
-    /* Fault test: die with the last record torn in half. */
-    (void)sf__write_all(J.fd, out.data, out.len > 16 ? out.len - 7 : out.len / 2);
+  if (records && sf__fault("journal-write")) {
+    /* Fault test: die with the last record torn. */
+    (void)sf__write_all(J.fd, out->data, out->len > 16 ? out->len - 7 : out->len / 2);
     raise(SIGKILL);
   }
-  bool ok = sf__write_all(J.fd, out.data, out.len);
-  pthread_mutex_lock(&J.lock);
-  sf__buf_free(&out);
+  bool ok = sf__write_all(J.fd, out->data, out->len);
+  sf__buf_free(out);
   if (!ok && !J.failed) {
     J.failed = true;
     sf__notice("writing the journal failed (%s): this run cannot be resumed", strerror(errno));
+  }
+}
+
+/* Called with J.lock held; writes everything appended so far. */
+static void write_pending_locked(void) {
+  if (J.fd < 0)
+    return;
+  write_out(&J.pending, false); /* the header */
+  for (jbuf *j = jbufs; j; j = j->next) {
+    pthread_mutex_lock(&j->lock);
+    sf__buf out = j->b;
+    sf__buf_init(&j->b, NULL, 0);
+    pthread_mutex_unlock(&j->lock);
+    write_out(&out, true);
   }
 }
 
@@ -273,45 +311,90 @@ static void *flusher_main(void *arg) {
   return NULL;
 }
 
-/* Appends one record (framed) to the pending buffer. */
+static void put_varint(sf__buf *b, uint64_t v) {
+  char tmp[10];
+  size_t n = 0;
+  do {
+    tmp[n++] = (char)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+    v >>= 7;
+  } while (v);
+  sf__buf_put(b, tmp, n);
+}
+
+static bool get_varint(sf__reader *r, uint64_t *v) {
+  uint64_t x = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    if (r->p >= r->end)
+      return false;
+    unsigned char c = *r->p++;
+    x |= (uint64_t)(c & 0x7f) << shift;
+    if (!(c & 0x80)) {
+      *v = x;
+      return true;
+    }
+  }
+  return false;
+}
+
+static uint64_t zigzag(int64_t v) { return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63); }
+static int64_t unzigzag(uint64_t v) { return (int64_t)(v >> 1) ^ -(int64_t)(v & 1); }
+
+/* Appends one record to this thread's buffer: u32 payload length, u32
+ * CRC-32C, then kind, seq, spawn, rank, index (zigzag varints), the name,
+ * the value and the captured output (each varint length + bytes). */
 static void append(int32_t kind, int64_t seq, int64_t spawn, int64_t rank, int64_t index,
                    const char *name, const sf_type *t, const void *value, const sf__buf *out) {
-  sf__buf p;
-  char small[512];
-  sf__buf_init(&p, small, sizeof small);
-  unsigned char k = (unsigned char)kind;
-  sf__buf_put(&p, (const char *)&k, 1);
-  sf__ser_u64(&p, (uint64_t)seq);
-  sf__ser_u64(&p, (uint64_t)spawn);
-  sf__ser_u64(&p, (uint64_t)rank);
-  sf__ser_u64(&p, (uint64_t)index);
-  uint32_t nl = name ? (uint32_t)strlen(name) : 0;
-  sf__buf_put(&p, (const char *)&nl, 4);
-  sf__buf_put(&p, name, nl);
-  size_t at = p.len;
-  sf__ser_u64(&p, 0); /* value length, patched below */
-  if (t && value)
-    sf__ser_value(&p, t, value);
-  uint64_t vl = p.len - at - 8;
-  memcpy(p.data + at, &vl, 8);
-  uint64_t ol = out ? out->len : 0;
-  sf__ser_u64(&p, ol);
-  if (ol)
-    sf__buf_put(&p, out->data, ol);
-  uint32_t frame[2] = {(uint32_t)p.len, sf__crc32c(0, p.data, p.len)};
-  pthread_mutex_lock(&J.lock);
-  if (open_locked()) {
-    sf__buf_put(&J.pending, (const char *)frame, 8);
-    sf__buf_put(&J.pending, p.data, p.len);
-    if (!J.flusher_started) {
+  if (!atomic_load_explicit(&J.opened, memory_order_acquire)) {
+    pthread_mutex_lock(&J.lock);
+    bool ok = open_locked();
+    if (ok && !J.flusher_started) {
       J.flusher_started = true;
       pthread_create(&J.flusher, NULL, flusher_main, NULL);
     }
-    if (J.pending.len > FLUSH_BYTES)
-      pthread_cond_signal(&J.cond);
+    pthread_mutex_unlock(&J.lock);
+    if (!ok)
+      return;
   }
-  pthread_mutex_unlock(&J.lock);
-  sf__buf_free(&p);
+  jbuf *j = mine();
+  pthread_mutex_lock(&j->lock);
+  sf__buf *b = &j->b;
+  size_t start = b->len;
+  sf__buf_put(b, "\0\0\0\0\0\0\0\0", 8); /* the frame, patched below */
+  unsigned char k = (unsigned char)kind;
+  sf__buf_put(b, (const char *)&k, 1);
+  put_varint(b, zigzag(seq));
+  put_varint(b, zigzag(spawn));
+  put_varint(b, zigzag(rank));
+  put_varint(b, zigzag(index));
+  size_t nl = name ? strlen(name) : 0;
+  put_varint(b, nl);
+  sf__buf_put(b, name, nl);
+  if (t && value) {
+    /* The value's length goes before it: serialize, then move into place. */
+    size_t at = b->len;
+    sf__ser_value(b, t, value);
+    size_t vl = b->len - at;
+    char lenbuf[10];
+    sf__buf tmp;
+    sf__buf_init(&tmp, lenbuf, sizeof lenbuf);
+    put_varint(&tmp, vl);
+    sf__buf_put(b, lenbuf, tmp.len); /* grow by the length's size */
+    memmove(b->data + at + tmp.len, b->data + at, vl);
+    memcpy(b->data + at, lenbuf, tmp.len);
+  } else {
+    put_varint(b, 0);
+  }
+  size_t ol = out ? out->len : 0;
+  put_varint(b, ol);
+  if (ol)
+    sf__buf_put(b, out->data, ol);
+  uint32_t frame[2] = {(uint32_t)(b->len - start - 8), 0};
+  frame[1] = sf__crc32c(0, b->data + start + 8, frame[0]);
+  memcpy(b->data + start, frame, 8);
+  bool big = b->len > FLUSH_BYTES;
+  pthread_mutex_unlock(&j->lock);
+  if (big)
+    pthread_cond_signal(&J.cond);
 }
 
 void sf__journal_flush(void) {
@@ -356,37 +439,31 @@ static const rec *find_any_member(int64_t seq, int64_t n) {
 }
 
 static bool parse(sf__reader *r, rec *out) {
-  unsigned char k;
   if (r->p >= r->end)
     return false;
-  k = *r->p++;
-  uint64_t seq, spawn, rank, index, vl, ol;
-  uint32_t nl;
-  if (!sf__de_u64(r, &seq) || !sf__de_u64(r, &spawn) || !sf__de_u64(r, &rank) ||
-      !sf__de_u64(r, &index) || r->end - r->p < 4)
-    return false;
-  memcpy(&nl, r->p, 4);
-  r->p += 4;
-  if (nl > (uint64_t)(r->end - r->p))
+  unsigned char k = *r->p++;
+  uint64_t seq, spawn, rank, index, nl, vl, ol;
+  if (!get_varint(r, &seq) || !get_varint(r, &spawn) || !get_varint(r, &rank) ||
+      !get_varint(r, &index) || !get_varint(r, &nl) || nl > (uint64_t)(r->end - r->p))
     return false;
   out->name = (const char *)r->p;
-  out->name_len = nl;
+  out->name_len = (uint32_t)nl;
   r->p += nl;
-  if (!sf__de_u64(r, &vl) || vl > (uint64_t)(r->end - r->p))
+  if (!get_varint(r, &vl) || vl > (uint64_t)(r->end - r->p))
     return false;
   out->value = r->p;
   out->value_len = vl;
   r->p += vl;
-  if (!sf__de_u64(r, &ol) || ol > (uint64_t)(r->end - r->p))
+  if (!get_varint(r, &ol) || ol > (uint64_t)(r->end - r->p))
     return false;
   out->out = r->p;
   out->out_len = ol;
   r->p += ol;
   out->kind = k;
-  out->seq = (int64_t)seq;
-  out->spawn = (int64_t)spawn;
-  out->rank = (int64_t)rank;
-  out->index = (int64_t)index;
+  out->seq = unzigzag(seq);
+  out->spawn = unzigzag(spawn);
+  out->rank = unzigzag(rank);
+  out->index = unzigzag(index);
   return r->p == r->end && (k == R_TASK || k == R_CALL || k == R_VALUE);
 }
 
@@ -409,6 +486,16 @@ static void load(void) {
     got += (size_t)n;
   }
   J.data_len = len;
+  if (len < 12 && memcmp(J.data, MAGIC, len < 4 ? len : 4) == 0) {
+    /* Killed while writing the header: nothing was recorded yet. */
+    if (ftruncate(fd, 0) != 0)
+      fatal("--resume: cannot repair %s: %s", p, strerror(errno));
+    close(fd);
+    J.need_header = true;
+    J.table_mask = 0;
+    J.values = sf_alloc(sizeof *J.values);
+    return;
+  }
   if (len < 12 || memcmp(J.data, MAGIC, 4) != 0)
     fatal("--resume: %s is not an sflow journal", p);
   uint64_t crc;

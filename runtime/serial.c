@@ -151,8 +151,32 @@ __attribute__((constructor)) static void crc_init(void) {
   }
 }
 
+#if defined(__x86_64__)
+/* The same CRC with SSE 4.2's crc32 instruction, 8 bytes at a time. */
+__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, const unsigned char *p,
+                                                            size_t n) {
+  uint64_t c = ~crc;
+  for (; n >= 8; n -= 8, p += 8) {
+    uint64_t w;
+    memcpy(&w, p, 8);
+    c = __builtin_ia32_crc32di(c, w);
+  }
+  uint32_t c32 = (uint32_t)c;
+  while (n--)
+    c32 = __builtin_ia32_crc32qi(c32, *p++);
+  return ~c32;
+}
+static int have_hw = -1;
+#endif
+
 uint32_t sf__crc32c(uint32_t crc, const void *data, size_t n) {
   const unsigned char *p = data;
+#if defined(__x86_64__)
+  if (have_hw < 0)
+    have_hw = __builtin_cpu_supports("sse4.2");
+  if (have_hw)
+    return crc32c_hw(crc, p, n);
+#endif
   crc = ~crc;
   while (n--)
     crc = crc_table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
