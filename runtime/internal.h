@@ -200,10 +200,27 @@ sf__comm *sf__actor_comm(sf_actor *a);
 
 /* -------------------------------------------------------- progress.c */
 
-/* Run-wide counters, for the progress line, the summary and the trace. */
+/* Run-wide counters, for the progress line, the summary and the trace.
+ * The ones bumped for every task and call are per thread (one writer, no
+ * locked instruction, no shared cache line); sf__counters_sum adds them. */
+typedef struct sf__counters {
+  _Atomic int64_t tasks, tasks_done, started, finished, calls, calls_done;
+  struct sf__counters *next;
+} sf__counters;
+extern _Thread_local sf__counters *sf__my_counters;
+sf__counters *sf__counters_register(void);
+void sf__counters_sum(sf__counters *total);
+#define SF__COUNT(field)                                                                  \
+  do {                                                                                    \
+    sf__counters *c_ = sf__my_counters ? sf__my_counters : sf__counters_register();       \
+    atomic_store_explicit(&c_->field,                                                     \
+                          atomic_load_explicit(&c_->field, memory_order_relaxed) + 1,     \
+                          memory_order_relaxed);                                          \
+  } while (0)
+
 typedef struct sf__stats_t {
-  _Atomic int64_t tasks, tasks_done, tasks_failed, retries, running;
-  _Atomic int64_t actors, calls, calls_done;
+  _Atomic int64_t tasks_failed, retries;
+  _Atomic int64_t actors;
   _Atomic int64_t waiting; /* threads blocked in await */
   _Atomic int64_t replayed, checkpoints;
 } sf__stats_t;

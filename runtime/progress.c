@@ -25,6 +25,38 @@
 #include "internal.h"
 
 sf__stats_t sf__stats;
+
+_Thread_local sf__counters *sf__my_counters;
+static sf__counters *_Atomic all_counters;
+
+sf__counters *sf__counters_register(void) {
+  sf__counters *c = calloc(1, sizeof *c);
+  if (!c)
+    sf_runtime_error(NULL, "out of memory");
+  c->next = atomic_load(&all_counters);
+  while (!atomic_compare_exchange_weak(&all_counters, &c->next, c))
+    ;
+  sf__my_counters = c;
+  return c;
+}
+
+void sf__counters_sum(sf__counters *t) {
+  int64_t v[6] = {0};
+  for (sf__counters *c = atomic_load(&all_counters); c; c = c->next) {
+    v[0] += atomic_load_explicit(&c->tasks, memory_order_relaxed);
+    v[1] += atomic_load_explicit(&c->tasks_done, memory_order_relaxed);
+    v[2] += atomic_load_explicit(&c->started, memory_order_relaxed);
+    v[3] += atomic_load_explicit(&c->finished, memory_order_relaxed);
+    v[4] += atomic_load_explicit(&c->calls, memory_order_relaxed);
+    v[5] += atomic_load_explicit(&c->calls_done, memory_order_relaxed);
+  }
+  atomic_init(&t->tasks, v[0]);
+  atomic_init(&t->tasks_done, v[1]);
+  atomic_init(&t->started, v[2]);
+  atomic_init(&t->finished, v[3]);
+  atomic_init(&t->calls, v[4]);
+  atomic_init(&t->calls_done, v[5]);
+}
 static const sf_program *program;
 static double started;
 
@@ -60,15 +92,16 @@ static void clear_line(void) {
 
 static void draw(void) {
   char buf[256];
-  int64_t n = atomic_load(&sf__stats.tasks), done = atomic_load(&sf__stats.tasks_done);
+  sf__counters c;
+  sf__counters_sum(&c);
+  int64_t n = c.tasks, done = c.tasks_done;
   int n1 = snprintf(buf, sizeof buf, "\r\033[K%s: tasks %lld/%lld done, %lld running, %lld failed, "
                     "%lld retries; actor calls %lld/%lld",
                     prog_name(), (long long)done, (long long)n,
-                    (long long)atomic_load(&sf__stats.running),
+                    (long long)(c.started - c.finished),
                     (long long)atomic_load(&sf__stats.tasks_failed),
                     (long long)atomic_load(&sf__stats.retries),
-                    (long long)atomic_load(&sf__stats.calls_done),
-                    (long long)atomic_load(&sf__stats.calls));
+                    (long long)c.calls_done, (long long)c.calls);
   if (n1 > 0)
     (void)sf__write_all(2, buf, (size_t)n1 < sizeof buf ? (size_t)n1 : sizeof buf - 1);
   T.drawn = true;
@@ -215,7 +248,9 @@ void sf__run_end(void) {
   pthread_mutex_unlock(&T.lock);
   if (joined)
     pthread_join(T.thread, NULL);
-  int64_t tasks = atomic_load(&sf__stats.tasks), calls = atomic_load(&sf__stats.calls);
+  sf__counters c;
+  sf__counters_sum(&c);
+  int64_t tasks = c.tasks, calls = c.calls;
   if (sf__options.quiet || (tasks == 0 && calls == 0 && atomic_load(&sf__stats.actors) == 0))
     return;
   char buf[320], extra[96] = "";

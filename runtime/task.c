@@ -446,9 +446,9 @@ static void run_task(task_rec *t) {
       sf_retain(t->f); /* keeps t alive for the watchdog */
       deadline = sf__watch_begin(t, attempt, d->timeout);
     }
-    atomic_fetch_add_explicit(&sf__stats.running, 1, memory_order_relaxed);
+    SF__COUNT(started);
     bool ok = guarded_task(d->thunk, t->args, res);
-    atomic_fetch_sub_explicit(&sf__stats.running, 1, memory_order_relaxed);
+    SF__COUNT(finished);
     if (deadline && !sf__watch_end(deadline))
       sf_release(t->f);
     const char *why = ok ? NULL : cause();
@@ -459,7 +459,7 @@ static void run_task(task_rec *t) {
         if (t->seq >= 0)
           sf__journal_task_done(t->seq, d, res);
         future_set(t->f, res);
-        atomic_fetch_add_explicit(&sf__stats.tasks_done, 1, memory_order_relaxed);
+        SF__COUNT(tasks_done);
       } else {
         sf_value_release(d->result, res); /* abandoned by the watchdog */
         sf__sched_thread_back();
@@ -564,7 +564,7 @@ static sf_future *task_submit(const sf_task_desc *d, void *args, int64_t seq, de
   /* Three references: the caller's, the task's (until its last attempt
    * ends) and the deque entry's. */
   f->hdr.rc = 3; /* not yet shared: a plain store */
-  atomic_fetch_add_explicit(&sf__stats.tasks, 1, memory_order_relaxed);
+  SF__COUNT(tasks);
   if (may_go_remote && sf__remote_task(d, t->args, f, seq)) {
     /* Another node runs it; remote.c copied what it needs and completes
      * f.  The local record is finished without running. */
@@ -591,7 +591,7 @@ const sf_type *sf__future_type(sf_future *f) { return f->type; }
 void sf__future_resolve(sf_future *f, void *value) {
   if (f->task && f->task->seq >= 0)
     sf__journal_task_done(f->task->seq, f->task->d, value);
-  atomic_fetch_add_explicit(&sf__stats.tasks_done, 1, memory_order_relaxed);
+  SF__COUNT(tasks_done);
   future_set(f, value);
 }
 
@@ -794,7 +794,7 @@ static void run_msg(sf_actor *a, msg *m) {
       sf_value_release(md->result, res);
     }
     sf_value_release(md->args, m->args);
-    atomic_fetch_add_explicit(&sf__stats.calls_done, 1, memory_order_relaxed);
+    SF__COUNT(calls_done);
     if (!why && mode != SF__REPLAY_SKIP)
       sf__checkpoint_maybe(a, m->all);
   }
@@ -929,7 +929,7 @@ static sf_future *call_one(sf_actor *a, const sf_method_desc *md, void *args, in
   if (asize)
     memcpy(m->args, args, asize);
   sf_retain(f); /* the message's reference */
-  atomic_fetch_add_explicit(&sf__stats.calls, 1, memory_order_relaxed);
+  SF__COUNT(calls);
   post(a, m);
   return f;
 }
@@ -976,7 +976,7 @@ sf_future *sf_group_call_all(sf_group *g, const sf_method_desc *m, void *args,
     mm->loc = loc;
     mm->seq = seq;
     mm->all = true;
-    atomic_fetch_add_explicit(&sf__stats.calls, 1, memory_order_relaxed);
+    SF__COUNT(calls);
     post(g->members[i], mm);
   }
   return f;
