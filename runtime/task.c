@@ -34,7 +34,7 @@
 
 #include "internal.h"
 
-enum { FUT_PENDING = 0, FUT_DONE = 1, FUT_FAILED = 2, FUT_STATUS = 3, FUT_WAITERS = 4 };
+enum { FUT_PENDING = 0, FUT_DONE = 1, FUT_FAILED = 2, FUT_STATUS = 3, FUT_WAITERS = 4, FUT_LOCK = 8 };
 
 struct sf_future {
   sf_obj hdr;
@@ -43,6 +43,7 @@ struct sf_future {
   const sf_type *type; /* NULL: no value */
   char *error;         /* the message of a failed future (heap) */
   struct task_rec *task; /* the task making the value, if any */
+  struct task_rec *parked; /* tasks waiting for this value to start (FUT_LOCK) */
   _Alignas(16) unsigned char value[];
 };
 
@@ -114,6 +115,7 @@ static sf_future *future_alloc(const sf_type *t, size_t extra, void **extra_out)
   f->type = vsize ? t : NULL;
   f->error = NULL;
   f->task = NULL;
+  f->parked = NULL;
   if (vsize)
     memset(f->value, 0, vsize);
   if (extra_out)
@@ -121,10 +123,47 @@ static sf_future *future_alloc(const sf_type *t, size_t extra, void **extra_out)
   return f;
 }
 
+static void tasks_unparked(struct task_rec *list);
+
 static void future_finish(sf_future *f, uint32_t status) {
-  uint32_t old = atomic_exchange_explicit(&f->state, status, memory_order_acq_rel);
+  uint32_t old = atomic_load_explicit(&f->state, memory_order_relaxed);
+  for (;;) {
+    if (old & FUT_LOCK) { /* a task is parking here: a few instructions */
+      old = atomic_load_explicit(&f->state, memory_order_relaxed);
+      continue;
+    }
+    if (atomic_compare_exchange_weak_explicit(&f->state, &old, status, memory_order_acq_rel,
+                                              memory_order_relaxed))
+      break;
+  }
   if (old & FUT_WAITERS)
     sf__futex_wake(&f->state, INT32_MAX);
+  if (f->parked) { /* no task can park any more: the status is final */
+    struct task_rec *list = f->parked;
+    f->parked = NULL;
+    tasks_unparked(list);
+  }
+}
+
+/* Parks task t on pending future f: t starts when f completes.  False if
+ * f is already complete. */
+static bool park_on(sf_future *f, struct task_rec *t, struct task_rec **link) {
+  uint32_t s = atomic_load_explicit(&f->state, memory_order_relaxed);
+  for (;;) {
+    if (s & FUT_STATUS)
+      return false;
+    if (s & FUT_LOCK) {
+      s = atomic_load_explicit(&f->state, memory_order_relaxed);
+      continue;
+    }
+    if (atomic_compare_exchange_weak_explicit(&f->state, &s, s | FUT_LOCK, memory_order_acquire,
+                                              memory_order_relaxed))
+      break;
+  }
+  *link = f->parked;
+  f->parked = t;
+  atomic_fetch_and_explicit(&f->state, ~(uint32_t)FUT_LOCK, memory_order_release);
+  return true;
 }
 
 /* Completes f with the result at res (moved in). */
@@ -363,6 +402,7 @@ typedef struct task_rec {
   sf__job job;              /* in a deque: runs the task unless claimed */
   sf__job again;            /* a retry after a timeout, or after waiting for resources */
   _Atomic int32_t claimed;  /* set by whoever runs the first attempt */
+  struct task_rec *next_parked; /* in a future's list of parked tasks */
   const sf_task_desc *d;
   sf_future *f;
   const sf_loc *loc;
@@ -377,6 +417,7 @@ typedef struct task_rec {
 #define TASK_FROM_AGAIN(j) ((task_rec *)((char *)(j) - offsetof(task_rec, again)))
 
 static void run_task(task_rec *t);
+static void task_schedule(task_rec *t);
 static sf_future *task_submit(const sf_task_desc *d, void *args, int64_t seq, struct demand need,
                               bool may_go_remote, const sf_loc *loc);
 
@@ -574,11 +615,37 @@ static sf_future *task_submit(const sf_task_desc *d, void *args, int64_t seq, de
     sf_release(f); /* the deque entry's reference: no entry */
     return f;
   }
-  if (d->timeout > 0)
+  t->next_parked = NULL;
+  task_schedule(t);
+  return f;
+}
+
+/* Queues t, or parks it on the first of its future arguments that is still
+ * pending (dataflow: a task handed a future starts when the value exists,
+ * so a chain of tasks runs link after link on one worker instead of
+ * blocking a thread per link).  A parked task holds the reference its
+ * queue entry would hold. */
+static void task_schedule(task_rec *t) {
+  const sf_type *a = t->d->args;
+  for (int32_t i = 0; a && i < a->nfields; i++)
+    if (a->fields[i].type->kind == SF_FUTURE) {
+      sf_future *dep = *(sf_future **)(t->args + a->fields[i].offset);
+      if (dep && park_on(dep, t, &t->next_parked))
+        return;
+    }
+  if (t->d->timeout > 0)
     sf__sched_push_shared(&t->job); /* never run by a helping main thread */
   else
     sf__sched_push_task(&t->job);
-  return f;
+}
+
+static void tasks_unparked(task_rec *list) {
+  while (list) {
+    task_rec *next = list->next_parked;
+    list->next_parked = NULL;
+    task_schedule(list); /* its other futures may still be pending */
+    list = next;
+  }
 }
 
 sf_future *sf__task_submit_local(const sf_task_desc *d, void *args) {
