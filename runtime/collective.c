@@ -6,9 +6,9 @@
  *  - The members' threads meet in a generation barrier (mutex + condition
  *    variable) and work on each other's arrays directly: no copies through
  *    a shared buffer.  allreduce is a reduce-scatter then allgather in
- *    place: member r sums its 1/n slice of every member's array into a
- *    private buffer, everyone passes a barrier, then r writes the slice
- *    into every member's array.  Each member reads and writes len/n
+ *    place: member r adds its 1/n slice of every other member's array into
+ *    the same slice of its own array, everyone passes a barrier, then r
+ *    copies the finished slice into every other member's array.  Each member reads and writes len/n
  *    elements of each array, so the work is spread evenly, as in a ring.
  *  - A thread waiting in a barrier counts itself out of the pool
  *    (sf__sched_block_begin), so the members always get threads to run on
@@ -21,6 +21,7 @@
  */
 #include <inttypes.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -32,7 +33,8 @@ struct sf__comm {
   int64_t n;
   pthread_mutex_t lock;
   pthread_cond_t cond;
-  int64_t arrived, gen;
+  int64_t arrived;
+  _Atomic int64_t gen;  /* read without the lock while spinning */
   char *aborted; /* why the group can no longer meet, or NULL */
   sf_array **slot;
   _Atomic int64_t *pending; /* per member: calls queued or running */
@@ -43,6 +45,7 @@ struct sf__comm {
  * queued or running before the run fails instead of hanging: those
  * members cannot arrive unless new calls reach them. */
 #define STUCK_SECONDS 3
+#define SPIN 4096 /* polls of the generation before sleeping */
 
 sf__comm *sf__comm_new(int64_t n) {
   sf__comm *c = sf_alloc(sizeof *c);
@@ -134,7 +137,18 @@ static void barrier(sf__comm *c, int64_t rank, const char *what, const sf_loc *l
     pthread_cond_broadcast(&c->cond);
   } else {
     c->here[rank] = true;
+    /* Members usually arrive within microseconds of each other: spin a
+     * little before sleeping on the condition variable. */
+    pthread_mutex_unlock(&c->lock);
+    for (int i = 0; i < SPIN && atomic_load_explicit(&c->gen, memory_order_acquire) == gen; i++)
+      if (i % 64 == 63)
+        sched_yield();
+    pthread_mutex_lock(&c->lock);
     int stuck = 0;
+    if (gen != c->gen) {
+      pthread_mutex_unlock(&c->lock);
+      return;
+    }
     sf__sched_block_begin();
     while (gen == c->gen && !c->aborted) {
       struct timespec ts;
@@ -225,19 +239,18 @@ static void allreduce(sf_array *a, bool mean, const char *what, const sf_loc *lo
   const sf_type *t = first ? first->elem : NULL;
   int64_t lo = len * rank / c->n, hi = len * (rank + 1) / c->n;
   size_t esz = t ? (size_t)t->size : 0;
-  void *acc = NULL;
-  if (hi > lo) {
-    acc = sf_alloc((size_t)(hi - lo) * esz);
-    memcpy(acc, (char *)c->slot[0]->data + lo * (int64_t)esz, (size_t)(hi - lo) * esz);
-    for (int64_t k = 1; k < c->n; k++)
-      add_into(t, acc, (char *)c->slot[k]->data + lo * (int64_t)esz, hi - lo);
-    if (mean)
-      divide(t, acc, hi - lo, c->n);
-  }
-  barrier(c, rank, what, loc); /* every slice is summed before anyone writes */
+  /* Member r sums slice r of every array into its own array, in place... */
+  char *mine_data = (char *)c->slot[rank]->data + lo * (int64_t)esz;
   for (int64_t k = 0; k < c->n && hi > lo; k++)
-    memcpy((char *)c->slot[k]->data + lo * (int64_t)esz, acc, (size_t)(hi - lo) * esz);
-  sf_free(acc);
+    if (k != rank)
+      add_into(t, mine_data, (char *)c->slot[k]->data + lo * (int64_t)esz, hi - lo);
+  if (mean && hi > lo)
+    divide(t, mine_data, hi - lo, c->n);
+  barrier(c, rank, what, loc); /* every slice is summed before anyone copies */
+  /* ...then copies its finished slice into every other member's array. */
+  for (int64_t k = 0; k < c->n && hi > lo; k++)
+    if (k != rank)
+      memcpy((char *)c->slot[k]->data + lo * (int64_t)esz, mine_data, (size_t)(hi - lo) * esz);
   barrier(c, rank, what, loc); /* every slice is written before anyone returns */
 }
 
