@@ -6,10 +6,12 @@
 # -fsanitize=thread.  Any data race report fails the run (halt_on_error).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# An absolute or repository-relative build folder.
 build=${1:-build-tsan}
 cmake -S . -B "$build" -DSFLOW_TSAN=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" -j "$(nproc)" --target sflowc sflowrt >/dev/null
-wrap="$PWD/$build/tsan-cc"
+case $build in /*) ;; *) build="$PWD/$build" ;; esac
+wrap="$build/tsan-cc"
 printf '#!/bin/sh\nexec cc -fsanitize=thread "$@"\n' >"$wrap"
 chmod +x "$wrap"
 export CC="$wrap"

@@ -7,3 +7,8 @@ add_test(NAME runtime/observe
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/observe_test.py
           --sflowc $<TARGET_FILE:sflowc>)
 set_tests_properties(runtime/fault_resume PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
+# The same programs with the runtime built under ThreadSanitizer (a second
+# build tree inside this one); any race report fails.
+add_test(NAME runtime/tsan
+  COMMAND bash ${CMAKE_SOURCE_DIR}/scripts/tsan.sh ${CMAKE_BINARY_DIR}/tsan)
+set_tests_properties(runtime/tsan PROPERTIES TIMEOUT 1200)
