@@ -29,6 +29,7 @@
 #include "internal.h"
 
 struct sf__comm {
+  const sf__comm_ops *ops; /* the transport */
   _Atomic int64_t rc;
   int64_t n;
   pthread_mutex_t lock;
@@ -51,6 +52,7 @@ sf__comm *sf__comm_new(int64_t n) {
   sf__comm *c = sf_alloc(sizeof *c);
   memset(c, 0, sizeof *c);
   atomic_init(&c->rc, 1);
+  c->ops = &sf__comm_shm;
   c->n = n;
   pthread_mutex_init(&c->lock, NULL);
   pthread_cond_init(&c->cond, NULL);
@@ -223,13 +225,10 @@ static void divide(const sf_type *t, void *acc, int64_t n, int64_t by) {
   }
 }
 
-static void allreduce(sf_array *a, bool mean, const char *what, const sf_loc *loc) {
-  int64_t rank;
-  sf__comm *c = mine(&rank);
-  if (a && !numeric(a->elem))
-    sf_runtime_error(loc, "%s: arrays of %s cannot be reduced", what, a->elem->name);
-  if (!c || c->n == 1)
-    return;
+/* --------------------------------------------- shared-memory transport */
+
+static void shm_allreduce(sf__comm *c, int64_t rank, sf_array *a, bool mean, const char *what,
+                          const sf_loc *loc) {
   sf_array_host(a);
   c->slot[rank] = a;
   barrier(c, rank, what, loc);
@@ -240,7 +239,7 @@ static void allreduce(sf_array *a, bool mean, const char *what, const sf_loc *lo
   int64_t lo = len * rank / c->n, hi = len * (rank + 1) / c->n;
   size_t esz = t ? (size_t)t->size : 0;
   /* Member r sums slice r of every array into its own array, in place... */
-  char *mine_data = (char *)c->slot[rank]->data + lo * (int64_t)esz;
+  char *mine_data = hi > lo ? (char *)c->slot[rank]->data + lo * (int64_t)esz : NULL;
   for (int64_t k = 0; k < c->n && hi > lo; k++)
     if (k != rank)
       add_into(t, mine_data, (char *)c->slot[k]->data + lo * (int64_t)esz, hi - lo);
@@ -254,18 +253,8 @@ static void allreduce(sf_array *a, bool mean, const char *what, const sf_loc *lo
   barrier(c, rank, what, loc); /* every slice is written before anyone returns */
 }
 
-void sf_allreduce_sum(sf_array *a, const sf_loc *loc) { allreduce(a, false, "allreduce_sum", loc); }
-void sf_allreduce_mean(sf_array *a, const sf_loc *loc) { allreduce(a, true, "allreduce_mean", loc); }
-
-void sf_broadcast(sf_array *a, int64_t root, const sf_loc *loc) {
-  int64_t rank;
-  sf__comm *c = mine(&rank);
-  int64_t n = c ? c->n : 1;
-  if (root < 0 || root >= n)
-    sf_runtime_error(loc, "broadcast: root %" PRId64 " is not a member of a group of %" PRId64,
-                     root, n);
-  if (!c || n == 1)
-    return;
+static void shm_broadcast(sf__comm *c, int64_t rank, sf_array *a, int64_t root,
+                          const sf_loc *loc) {
   sf_array_host(a);
   c->slot[rank] = a;
   barrier(c, rank, "broadcast", loc);
@@ -282,18 +271,12 @@ void sf_broadcast(sf_array *a, int64_t root, const sf_loc *loc) {
   barrier(c, rank, "broadcast", loc);
 }
 
-sf_array *sf_allgather(sf_array *a, const sf_loc *loc) {
-  int64_t rank;
-  sf__comm *c = mine(&rank);
-  const sf_type *elem = a ? a->elem : &sf_type_f32;
-  if (c && c->n > 1) {
-    sf_array_host(a);
-    c->slot[rank] = a;
-    barrier(c, rank, "allgather", loc);
-  }
-  int64_t n = c ? c->n : 1, total = 0;
+/* Concatenation of the arrays parts[0..n) (NULL: empty) as a new array. */
+static sf_array *concat(sf_array **parts, int64_t n, const sf_type *elem, int64_t rank,
+                        const sf_loc *loc) {
+  int64_t total = 0;
   for (int64_t k = 0; k < n; k++) {
-    sf_array *o = c && n > 1 ? c->slot[k] : a;
+    sf_array *o = parts[k];
     if (o && o->elem->kind != elem->kind)
       sf_runtime_error(loc, "allgather: member %" PRId64 " sends %s but member %" PRId64
                        " sends %s", k, o->elem->name, rank, elem->name);
@@ -302,7 +285,7 @@ sf_array *sf_allgather(sf_array *a, const sf_loc *loc) {
   sf_array *out = sf_array_new(elem, total, loc);
   int64_t at = 0;
   for (int64_t k = 0; k < n; k++) {
-    sf_array *o = c && n > 1 ? c->slot[k] : a;
+    sf_array *o = parts[k];
     int64_t m = o ? o->len : 0;
     if (m)
       memcpy(sf__array_at(out, at), o->data, (size_t)m * (size_t)elem->size);
@@ -311,14 +294,64 @@ sf_array *sf_allgather(sf_array *a, const sf_loc *loc) {
         sf_value_retain(elem, sf__array_at(out, at + i));
     at += m;
   }
-  if (c && n > 1)
-    barrier(c, rank, "allgather", loc);
   return out;
+}
+
+static sf_array *shm_allgather(sf__comm *c, int64_t rank, sf_array *a, const sf_loc *loc) {
+  sf_array_host(a);
+  c->slot[rank] = a;
+  barrier(c, rank, "allgather", loc);
+  sf_array *out = concat(c->slot, c->n, a ? a->elem : &sf_type_f32, rank, loc);
+  barrier(c, rank, "allgather", loc);
+  return out;
+}
+
+static void shm_barrier(sf__comm *c, int64_t rank, const sf_loc *loc) {
+  barrier(c, rank, "barrier", loc);
+}
+
+const sf__comm_ops sf__comm_shm = {"shared memory", shm_allreduce, shm_broadcast, shm_allgather,
+                                   shm_barrier};
+
+/* -------------------------------------------------------- entry points */
+
+/* Checks common to every transport run here, once; the transport sees
+ * groups of two or more only. */
+
+static void allreduce(sf_array *a, bool mean, const char *what, const sf_loc *loc) {
+  int64_t rank;
+  sf__comm *c = mine(&rank);
+  if (a && !numeric(a->elem))
+    sf_runtime_error(loc, "%s: arrays of %s cannot be reduced", what, a->elem->name);
+  if (c && c->n > 1)
+    c->ops->allreduce(c, rank, a, mean, what, loc);
+}
+
+void sf_allreduce_sum(sf_array *a, const sf_loc *loc) { allreduce(a, false, "allreduce_sum", loc); }
+void sf_allreduce_mean(sf_array *a, const sf_loc *loc) { allreduce(a, true, "allreduce_mean", loc); }
+
+void sf_broadcast(sf_array *a, int64_t root, const sf_loc *loc) {
+  int64_t rank;
+  sf__comm *c = mine(&rank);
+  int64_t n = c ? c->n : 1;
+  if (root < 0 || root >= n)
+    sf_runtime_error(loc, "broadcast: root %" PRId64 " is not a member of a group of %" PRId64,
+                     root, n);
+  if (n > 1)
+    c->ops->broadcast(c, rank, a, root, loc);
+}
+
+sf_array *sf_allgather(sf_array *a, const sf_loc *loc) {
+  int64_t rank;
+  sf__comm *c = mine(&rank);
+  if (c && c->n > 1)
+    return c->ops->allgather(c, rank, a, loc);
+  return concat(&a, 1, a ? a->elem : &sf_type_f32, rank, loc); /* a copy */
 }
 
 void sf_barrier(const sf_loc *loc) {
   int64_t rank;
   sf__comm *c = mine(&rank);
   if (c && c->n > 1)
-    barrier(c, rank, "barrier", loc);
+    c->ops->barrier(c, rank, loc);
 }

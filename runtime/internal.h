@@ -190,6 +190,15 @@ int64_t sf__actor_restore_epoch(sf_actor *a);
  * first implementation is shared memory between the members' threads; the
  * TCP ring (multi-node) and NCCL (device arrays) implement the same ops. */
 typedef struct sf__comm sf__comm;
+typedef struct sf__comm_ops {
+  const char *name;
+  void (*allreduce)(sf__comm *c, int64_t rank, sf_array *a, bool mean, const char *what,
+                    const sf_loc *loc);
+  void (*broadcast)(sf__comm *c, int64_t rank, sf_array *a, int64_t root, const sf_loc *loc);
+  sf_array *(*allgather)(sf__comm *c, int64_t rank, sf_array *a, const sf_loc *loc); /* owned */
+  void (*barrier)(sf__comm *c, int64_t rank, const sf_loc *loc);
+} sf__comm_ops;
+extern const sf__comm_ops sf__comm_shm; /* members on one machine */
 sf__comm *sf__comm_new(int64_t n);
 sf__comm *sf__comm_retain(sf__comm *c);
 void sf__comm_release(sf__comm *c);
