@@ -121,23 +121,11 @@ static void fsync_dir(const char *dir) {
   }
 }
 
-static void mkdir_p(const char *path) {
-  char tmp[PATH_MAX];
-  snprintf(tmp, sizeof tmp, "%s", path);
-  for (char *p = tmp + 1; *p; p++)
-    if (*p == '/') {
-      *p = '\0';
-      mkdir(tmp, 0755);
-      *p = '/';
-    }
-  mkdir(tmp, 0755);
-}
-
 static void write_checkpoint(sf_actor *a) {
   const sf_actor_desc *d = sf__actor_desc(a);
   char dir[PATH_MAX], prefix[256], path[PATH_MAX + 300], tmp[PATH_MAX + 340];
   ckpt_dir(dir, sizeof dir);
-  mkdir_p(dir);
+  sf__mkdirs(dir);
   prefix_of(a, prefix, sizeof prefix);
   int64_t calls = sf__actor_calls(a);
   snprintf(path, sizeof path, "%s/%s%" PRId64, dir, prefix, calls);

@@ -292,6 +292,7 @@ double sf__journal_value(double live); /* now()/rand on main: replayed or record
 void sf__journal_begin(const sf_program *prog, sf_value *args);
 void sf__journal_end(bool success);
 void sf__journal_flush(void);    /* synchronous, before a checkpoint */
+int sf__mkdirs(const char *path); /* mkdir -p; 0 on success */
 bool sf__checkpoint_restore(sf_actor *a);
 void sf__checkpoint_maybe(sf_actor *a, bool after_all);
 /* Groups restore as a whole, at the newest g.all epoch every member has a

@@ -171,7 +171,7 @@ static void fatal(const char *fmt, ...) {
   _exit(SF__EXIT_USAGE);
 }
 
-static int mkdirs(const char *path) {
+int sf__mkdirs(const char *path) {
   char tmp[PATH_MAX];
   snprintf(tmp, sizeof tmp, "%s", path);
   for (char *p = tmp + 1; *p; p++)
@@ -214,7 +214,7 @@ static bool open_locked(void) {
   if (J.opened || J.failed)
     return J.opened;
   if (!J.replay) {
-    if (mkdirs(J.dir) != 0 || !lock_dir()) {
+    if (sf__mkdirs(J.dir) != 0 || !lock_dir()) {
       J.failed = true;
       sf__notice("cannot use %s for the journal (%s): this run cannot be resumed", J.dir,
                  errno ? strerror(errno) : "used by another run");

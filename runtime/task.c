@@ -57,11 +57,13 @@ static _Thread_local sf_actor *current_actor;
 static int32_t type_size(const sf_type *t) { return t && t->kind != SF_VOID ? t->size : 0; }
 static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
 
-/* Runs a thunk with runtime errors caught: false (message in
- * sf__error_message) when it failed.  Kept out of line so that no caller
- * variable lives across the setjmp. */
-static __attribute__((noinline)) bool guarded_task(void (*thunk)(void *, void *), void *args,
-                                                   void *res) {
+/* Runs a task thunk (task) or a method thunk (method, on state) with
+ * runtime errors caught: false (message in sf__error_message) when it
+ * failed.  Kept out of line so that no caller variable lives across the
+ * setjmp. */
+static __attribute__((noinline)) bool guarded(void (*task)(void *, void *),
+                                              void (*method)(void *, void *, void *),
+                                              void *state, void *args, void *res) {
   jmp_buf jb, *saved = sf__error_jmp;
   int depth = sf__task_depth;
   sf__error_jmp = &jb;
@@ -71,24 +73,10 @@ static __attribute__((noinline)) bool guarded_task(void (*thunk)(void *, void *)
     return false;
   }
   sf__task_depth++;
-  thunk(args, res);
-  sf__task_depth--;
-  sf__error_jmp = saved;
-  return true;
-}
-
-static __attribute__((noinline)) bool guarded_method(void (*thunk)(void *, void *, void *),
-                                                     void *state, void *args, void *res) {
-  jmp_buf jb, *saved = sf__error_jmp;
-  int depth = sf__task_depth;
-  sf__error_jmp = &jb;
-  if (setjmp(jb) != 0) {
-    sf__error_jmp = saved;
-    sf__task_depth = depth;
-    return false;
-  }
-  sf__task_depth++;
-  thunk(state, args, res);
+  if (method)
+    method(state, args, res);
+  else
+    task(args, res);
   sf__task_depth--;
   sf__error_jmp = saved;
   return true;
@@ -488,7 +476,7 @@ static void run_task(task_rec *t) {
       deadline = sf__watch_begin(t, attempt, d->timeout);
     }
     SF__COUNT(started);
-    bool ok = guarded_task(d->thunk, t->args, res);
+    bool ok = guarded(d->thunk, NULL, NULL, t->args, res);
     SF__COUNT(finished);
     if (deadline && !sf__watch_end(deadline))
       sf_release(t->f);
@@ -798,7 +786,7 @@ static void run_msg(sf_actor *a, msg *m) {
                                          : m->seq >= 0          ? SF__CAPTURE_KEEP
                                                                 : SF__CAPTURE_OFF);
     double t0 = sf__trace_now();
-    if (!guarded_method(md->thunk, a->state, m->args, res))
+    if (!guarded(NULL, md->thunk, a->state, m->args, res))
       why = cause();
     sf__capture_end(cap);
     current_actor = saved;
