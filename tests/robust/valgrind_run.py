@@ -34,7 +34,8 @@ def check(sflowc, path, tmp):
     if p.returncode != 0:
         return (path, "FAIL", "compile failed:\n" + p.stderr)
     q = subprocess.run(["valgrind", "--leak-check=full", "--errors-for-leak-kinds=none",
-                        "--child-silent-after-fork=yes", exe] + exp["args"],
+                        "--child-silent-after-fork=yes", exe] + exp["args"]
+                       + ["--checkpoint-dir", exe + ".ckpt"],  # not the source tree
                        capture_output=True, text=True, cwd=os.path.dirname(path),
                        stdin=subprocess.DEVNULL, timeout=600)
     m, e = LOST.search(q.stderr), ERRORS.search(q.stderr)
