@@ -95,6 +95,9 @@ void sf__buf_free(sf__buf *b);
 void sf__format_value(sf__buf *b, const sf_type *t, const void *p, bool nested);
 /* write(2) all of buf to fd, retrying on EINTR and partial writes. */
 bool sf__write_all(int fd, const char *buf, size_t n);
+/* When set (a worker of a --nodes run), sf_print_end hands each finished
+ * line (with its newline) here instead of writing fd 1. */
+extern void (*sf__print_hook)(const char *line, size_t n);
 
 /* ---------------------------------------------------------- error.c */
 
@@ -157,6 +160,9 @@ const sf_type *sf__future_type(sf_future *f);
 void sf__future_resolve(sf_future *f, void *value);
 void sf__future_reject(sf_future *f, const char *message);
 bool sf__future_wait_result(sf_future *f, void *out, char *err, size_t errlen);
+/* sf__task_submit_local starting at attempt `first` (sf__attempt, and the
+ * @retry budget left), for a worker or a retry moved off a lost node. */
+sf_future *sf__task_submit_attempt(const sf_task_desc *d, void *args, int32_t first);
 
 /* --------------------------------------------------------- remote.c */
 
@@ -164,6 +170,15 @@ bool sf__future_wait_result(sf_future *f, void *out, char *err, size_t errlen);
  * args stays owned by the caller (copy what is needed); f is completed
  * later with sf__future_resolve / sf__future_reject. */
 bool sf__remote_task(const sf_task_desc *d, void *args, sf_future *f, int64_t seq);
+/* Head, on the control thread (cluster.c, H.mu not held): a task result or
+ * print output from worker `node`. */
+struct sf__frame;
+void sf__remote_on_result(int node, const struct sf__frame *f);
+void sf__remote_on_print(int node, const char *s, size_t n);
+/* Worker: a task-submit frame from the head (validated, queued, run on
+ * runner threads; results go back with sf__worker_send_frame). */
+void sf__remote_worker_start(void);
+void sf__remote_worker_submit(const struct sf__frame *f);
 sf_actor *sf__current_actor(void);
 int64_t sf__actor_rank(sf_actor *a);
 int64_t sf__actor_size(sf_actor *a);

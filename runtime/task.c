@@ -377,6 +377,7 @@ typedef struct task_rec {
 #define TASK_FROM_AGAIN(j) ((task_rec *)((char *)(j) - offsetof(task_rec, again)))
 
 static void run_task(task_rec *t);
+static _Thread_local int32_t submit_first_attempt; /* sf__task_submit_attempt */
 static sf_future *task_submit(const sf_task_desc *d, void *args, int64_t seq, struct demand need,
                               bool may_go_remote, const sf_loc *loc);
 
@@ -552,7 +553,7 @@ static sf_future *task_submit(const sf_task_desc *d, void *args, int64_t seq, de
   t->d = d;
   t->f = f;
   t->loc = loc;
-  atomic_init(&t->owner, 0);
+  atomic_init(&t->owner, submit_first_attempt);
   atomic_init(&t->inflight, 1);
   t->need = need;
   t->seq = seq;
@@ -579,6 +580,14 @@ static sf_future *task_submit(const sf_task_desc *d, void *args, int64_t seq, de
 sf_future *sf__task_submit_local(const sf_task_desc *d, void *args) {
   demand need = {0, 0};
   return task_submit(d, args, -1, need, false, NULL);
+}
+
+/* remote.c (multi-node): the same, starting at attempt `first`. */
+sf_future *sf__task_submit_attempt(const sf_task_desc *d, void *args, int32_t first) {
+  submit_first_attempt = first;
+  sf_future *f = sf__task_submit_local(d, args);
+  submit_first_attempt = 0;
+  return f;
 }
 
 const sf_type *sf__future_type(sf_future *f) { return f->type; }
