@@ -242,8 +242,13 @@ static void *launch(void *arg) {
   int64_t t2 = now_ms();
   char cmd[1600], secret[2 * SF__SECRET_LEN + 2];
   bool v6 = strchr(nd->listen_addr, ':') != NULL;
-  snprintf(cmd, sizeof cmd, "exec '%s' --sflow-worker '%d@%s%s%s:%u'%s", path, id, v6 ? "[" : "",
-           nd->listen_addr, v6 ? "]" : "", port, logging() ? " --cluster-log" : "");
+  /* slots=N from the hostfile: the worker runs N tasks at once. */
+  char threads[32] = "";
+  if (nd->host->slots > 0)
+    snprintf(threads, sizeof threads, " --threads %d", nd->host->slots);
+  snprintf(cmd, sizeof cmd, "exec '%s' --sflow-worker '%d@%s%s%s:%u'%s%s", path, id,
+           v6 ? "[" : "", nd->listen_addr, v6 ? "]" : "", port, threads,
+           logging() ? " --cluster-log" : "");
   sf__hex(H.secret, SF__SECRET_LEN, secret);
   secret[2 * SF__SECRET_LEN] = '\n';
   secret[2 * SF__SECRET_LEN + 1] = '\0';
@@ -455,10 +460,9 @@ int sf__cluster_send(int id, const void *bytes, size_t n) {
   }
   memcpy(nd->out.p + nd->out.n, bytes, n);
   nd->out.n += n;
+  /* On the control thread (a result led to more work) the bytes leave
+   * with the next round, together with the rest of this batch. */
   bool ctl = on_control_thread();
-  char err[128];
-  if (ctl && flush_out(nd, err, sizeof err))
-    mark_lost(nd, err);
   pthread_mutex_unlock(&H.mu);
   if (!ctl && was_empty)
     wake();

@@ -110,6 +110,9 @@ typedef struct rtask {
 } rtask;
 
 #define NBUCKETS 4096
+/* A worker holds up to PIPELINE x slots tasks: `slots` running and the
+ * next ones already there when they finish (no round trip between them). */
+#define PIPELINE 2
 
 static struct {
   pthread_mutex_t mu;
@@ -193,7 +196,7 @@ static void dispatch_locked(outbox *ob) {
   while (R.back_head) {
     int best = -1, best_free = 0;
     for (int i = 0; i < R.n; i++) {
-      int fr = R.slots[i] - R.inflight[i];
+      int fr = R.slots[i] * (i ? PIPELINE : 1) - R.inflight[i];
       if (R.alive[i] && fr > best_free) {
         best = i;
         best_free = fr;
@@ -432,6 +435,7 @@ static bool activate(void) {
     }
   }
   if (sf__options.head_runs_work) {
+    sf__sched_start();
     int32_t k = sf__pool_size();
     R.slots[0] = k > 0 ? k : 1;
     R.alive[0] = true;
@@ -749,6 +753,7 @@ static void *worker_runner(void *arg) {
 }
 
 void sf__remote_worker_start(void) {
+  sf__sched_start();
   dl_iterate_phdr(seg_cb, NULL);
   sf__print_hook = print_to_head;
 }
@@ -809,7 +814,8 @@ void sf__remote_worker_submit(const sf__frame *f) {
     WK.head = j;
   WK.tail = j;
   WK.queued++;
-  bool spawn = WK.queued > WK.idle && WK.runners < 1024;
+  int cap = sf__pool_size(); /* --threads: the hostfile's slots, or the CPUs */
+  bool spawn = WK.queued > WK.idle && WK.runners < (cap > 0 ? cap : 1);
   if (spawn)
     WK.runners++;
   pthread_cond_signal(&WK.cv);
