@@ -179,6 +179,11 @@ void sf__remote_on_print(int node, const char *s, size_t n);
  * runner threads; results go back with sf__worker_send_frame). */
 void sf__remote_worker_start(void);
 void sf__remote_worker_submit(const struct sf__frame *f);
+/* The task descriptor at offset off from &sf_program_desc, when that lies
+ * in this executable and is a descriptor named name[0..nl); else NULL with
+ * a message.  A peer's number is never followed further than that. */
+const sf_task_desc *sf__remote_find_task(uint32_t off, const uint8_t *name, uint32_t nl,
+                                         char *err, size_t errlen);
 sf_actor *sf__current_actor(void);
 int64_t sf__actor_rank(sf_actor *a);
 int64_t sf__actor_size(sf_actor *a);

@@ -655,9 +655,13 @@ static size_t image_room(const void *p) {
 
 static bool type_ok(const sf_type *t) { return in_image(t, sizeof *t, false); }
 
+static pthread_once_t seg_once = PTHREAD_ONCE_INIT;
+static void seg_init(void) { dl_iterate_phdr(seg_cb, NULL); }
+
 /* The descriptor at offset off, if it is one and is called name. */
-static const sf_task_desc *find_desc(uint32_t off, const uint8_t *name, uint32_t nl, char *err,
-                                     size_t errlen) {
+const sf_task_desc *sf__remote_find_task(uint32_t off, const uint8_t *name, uint32_t nl,
+                                         char *err, size_t errlen) {
+  pthread_once(&seg_once, seg_init);
   /* An address computed from a peer's number, not an object the compiler
    * knows: launder it so no bounds are assumed. */
   uintptr_t a = (uintptr_t)&sf_program_desc;
@@ -754,7 +758,7 @@ static void *worker_runner(void *arg) {
 
 void sf__remote_worker_start(void) {
   sf__sched_start();
-  dl_iterate_phdr(seg_cb, NULL);
+  pthread_once(&seg_once, seg_init);
   sf__print_hook = print_to_head;
 }
 
@@ -766,7 +770,7 @@ void sf__remote_worker_submit(const sf__frame *f) {
   if (n < 4 || (memcpy(&nl, p, 4), nl > n - 4) || nl == 0)
     snprintf(err, sizeof err, "malformed task-submit payload");
   else
-    d = find_desc(f->u.task_submit.fn, p + 4, nl, err, sizeof err);
+    d = sf__remote_find_task(f->u.task_submit.fn, p + 4, nl, err, sizeof err);
   int32_t attempt = (int32_t)f->u.task_submit.attempt;
   if (d && (attempt < 0 || attempt > d->retry)) {
     snprintf(err, sizeof err, "attempt %u of '%s' is beyond its @retry(%d)",
