@@ -311,6 +311,7 @@ static void *head_runner(void *arg) {
     sf__reader r = {t->payload + 4 + nl, t->payload + t->n};
     sf__de_value(&r, d->args, args); /* our own bytes */
     sf_future *lf = sf__task_submit_attempt(d, args, t->attempt);
+    atomic_fetch_sub(&sf__stats.tasks, 1); /* the call was counted once already */
     if (args != abuf)
       free(args);
     int32_t rsize = value_size(d->result);
@@ -319,6 +320,7 @@ static void *head_runner(void *arg) {
     char err[SF__ERROR_MAX + 256];
     bool ok = sf__future_wait_result(lf, res, err, sizeof err);
     sf_release(lf);
+    atomic_fetch_sub(ok ? &sf__stats.tasks_done : &sf__stats.tasks_failed, 1); /* resolve counts */
 
     outbox ob = {0};
     pthread_mutex_lock(&R.mu);
