@@ -102,6 +102,8 @@ typedef struct node {
   char label[300];    /* host:port */
   sf__ssh *ssh;
   sf__conn conn;      /* control connection; fd -1 until authenticated */
+  sf__wbuf out;       /* frames not yet written (out.p[out_off..out.n)) */
+  size_t out_off;
   bool ready, alive, lost;
   bool ssh_open;
   uint32_t pid, cpus, gpus;
@@ -240,8 +242,13 @@ static void *launch(void *arg) {
   int64_t t2 = now_ms();
   char cmd[1600], secret[2 * SF__SECRET_LEN + 2];
   bool v6 = strchr(nd->listen_addr, ':') != NULL;
-  snprintf(cmd, sizeof cmd, "exec '%s' --sflow-worker '%d@%s%s%s:%u'%s", path, id, v6 ? "[" : "",
-           nd->listen_addr, v6 ? "]" : "", port, logging() ? " --cluster-log" : "");
+  /* slots=N from the hostfile: the worker runs N tasks at once. */
+  char threads[32] = "";
+  if (nd->host->slots > 0)
+    snprintf(threads, sizeof threads, " --threads %d", nd->host->slots);
+  snprintf(cmd, sizeof cmd, "exec '%s' --sflow-worker '%d@%s%s%s:%u'%s%s", path, id,
+           v6 ? "[" : "", nd->listen_addr, v6 ? "]" : "", port, threads,
+           logging() ? " --cluster-log" : "");
   sf__hex(H.secret, SF__SECRET_LEN, secret);
   secret[2 * SF__SECRET_LEN] = '\n';
   secret[2 * SF__SECRET_LEN + 1] = '\0';
@@ -272,8 +279,15 @@ static void mark_lost(node *nd, const char *why) {
   if (nd->conn.fd >= 0)
     sf__conn_close(&nd->conn);
   note("sflow: node %d (%s) lost: %s", id, nd->label, why);
-  if (H.lost_fn)
-    H.lost_fn(id, why);
+  nd->out.n = nd->out_off = 0;
+  if (H.lost_fn) { /* remote.c resubmits work: it takes H.mu itself */
+    char reason[256];
+    snprintf(reason, sizeof reason, "%s", why);
+    sf__node_lost_fn fn = H.lost_fn;
+    pthread_mutex_unlock(&H.mu);
+    fn(id, reason);
+    pthread_mutex_lock(&H.mu);
+  }
   pthread_cond_broadcast(&H.cv);
 }
 
@@ -360,10 +374,99 @@ static void pump_ssh(node *nd) {
   }
 }
 
+/* Writes what nd->out holds without blocking: 0 when all is written or
+ * the socket is full, -1 on an error (message in err). */
+static int flush_out(node *nd, char *err, size_t errlen) {
+  while (nd->conn.fd >= 0 && nd->out_off < nd->out.n) {
+    ssize_t k = send(nd->conn.fd, nd->out.p + nd->out_off, nd->out.n - nd->out_off,
+                     MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (k > 0) {
+      nd->out_off += (size_t)k;
+      continue;
+    }
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+      return 0;
+    snprintf(err, errlen, "send failed: %s", k < 0 ? strerror(errno) : "closed");
+    return -1;
+  }
+  if (nd->out_off == nd->out.n)
+    nd->out.n = nd->out_off = 0;
+  else if (nd->out_off > (1u << 20) && nd->out_off > nd->out.n / 2) {
+    memmove(nd->out.p, nd->out.p + nd->out_off, nd->out.n - nd->out_off);
+    nd->out.n -= nd->out_off;
+    nd->out_off = 0;
+  }
+  return 0;
+}
+
+static bool on_control_thread(void) {
+  return H.thread_running && pthread_equal(pthread_self(), H.thread);
+}
+
+static void wake(void);
+
+/* Frames go through nd->out, in order with the task frames of remote.c.
+ * The control thread (or anyone while it is not running) writes at once;
+ * another thread leaves the writing to the control thread and wakes it,
+ * so that only the control thread ever closes a connection. */
 static void send_frame(node *nd, const sf__frame *f) {
   char err[128];
-  if (nd->conn.fd >= 0 && sf__conn_send(&nd->conn, f, 1000, err, sizeof err))
-    mark_lost(nd, err);
+  if (nd->conn.fd < 0 || sf__wire_encode(&nd->out, f))
+    return;
+  if (on_control_thread()) {
+    if (flush_out(nd, err, sizeof err))
+      mark_lost(nd, err);
+  } else if (!H.thread_running) { /* start-up and stop: bounded, blocking */
+    int64_t deadline = now_ms() + 1000;
+    while (nd->out_off < nd->out.n) {
+      if (flush_out(nd, err, sizeof err)) {
+        mark_lost(nd, err);
+        return;
+      }
+      if (nd->out_off < nd->out.n) {
+        if (now_ms() > deadline) {
+          mark_lost(nd, "timed out sending");
+          return;
+        }
+        struct pollfd pf = {nd->conn.fd, POLLOUT, 0};
+        poll(&pf, 1, 50);
+      }
+    }
+  } else {
+    wake();
+  }
+}
+
+int sf__cluster_send(int id, const void *bytes, size_t n) {
+  pthread_mutex_lock(&H.mu);
+  if (!H.started || H.stopping || id < 1 || id > H.n || !H.nodes[id - 1].alive ||
+      H.nodes[id - 1].conn.fd < 0) {
+    pthread_mutex_unlock(&H.mu);
+    return -1;
+  }
+  node *nd = &H.nodes[id - 1];
+  bool was_empty = nd->out_off == nd->out.n;
+  if (nd->out.cap - nd->out.n < n) {
+    size_t cap = nd->out.cap ? nd->out.cap : 65536;
+    while (cap - nd->out.n < n)
+      cap *= 2;
+    uint8_t *p = realloc(nd->out.p, cap);
+    if (!p) {
+      pthread_mutex_unlock(&H.mu);
+      return -1;
+    }
+    nd->out.p = p;
+    nd->out.cap = cap;
+  }
+  memcpy(nd->out.p + nd->out.n, bytes, n);
+  nd->out.n += n;
+  /* On the control thread (a result led to more work) the bytes leave
+   * with the next round, together with the rest of this batch. */
+  bool ctl = on_control_thread();
+  pthread_mutex_unlock(&H.mu);
+  if (!ctl && was_empty)
+    wake();
+  return 0;
 }
 
 static void handle_frame(node *nd, const sf__frame *f) {
@@ -372,6 +475,19 @@ static void handle_frame(node *nd, const sf__frame *f) {
   case SF__F_LOG:
     note("[node %d] %.*s", (int)(nd - H.nodes) + 1, (int)f->u.log.line.n,
          (const char *)f->u.log.line.p);
+    break;
+  case SF__F_TASK_RESULT:
+  case SF__F_PRINT:
+    /* remote.c completes futures and may send more work: without H.mu,
+     * which only this thread's own bookkeeping needs (f points into this
+     * node's receive buffer, which only this thread touches). */
+    pthread_mutex_unlock(&H.mu);
+    if (f->type == SF__F_TASK_RESULT)
+      sf__remote_on_result((int)(nd - H.nodes) + 1, f);
+    else
+      sf__remote_on_print((int)(nd - H.nodes) + 1, (const char *)f->u.log.line.p,
+                          f->u.log.line.n);
+    pthread_mutex_lock(&H.mu);
     break;
   case SF__F_GROUP_DONE:
     if (f->u.group_done.group == H.group_seq) {
@@ -422,7 +538,13 @@ static void control_round(int timeout_ms, int auth_timeout, int64_t *next_hb) {
   for (int i = 0; i < H.n && np < (int)(sizeof pf / sizeof pf[0]) - 2; i++) {
     node *nd = &H.nodes[i];
     if (nd->conn.fd >= 0) {
-      pf[np] = (struct pollfd){nd->conn.fd, POLLIN, 0};
+      char err[128];
+      if (nd->out_off < nd->out.n && flush_out(nd, err, sizeof err)) {
+        mark_lost(nd, err);
+        continue;
+      }
+      short ev = POLLIN | (nd->out_off < nd->out.n ? POLLOUT : 0);
+      pf[np] = (struct pollfd){nd->conn.fd, ev, 0};
       owner[np++] = nd;
     }
     if (nd->ssh_open) {
@@ -445,9 +567,17 @@ static void control_round(int timeout_ms, int auth_timeout, int64_t *next_hb) {
     node *nd = owner[i];
     if (!pf[i].revents)
       continue;
-    if (nd->conn.fd == pf[i].fd)
-      read_node(nd);
-    else
+    if (nd->conn.fd == pf[i].fd) {
+      if (pf[i].revents & POLLOUT) {
+        char err[128];
+        if (flush_out(nd, err, sizeof err)) {
+          mark_lost(nd, err);
+          continue;
+        }
+      }
+      if (pf[i].revents & (POLLIN | POLLERR | POLLHUP))
+        read_node(nd);
+    } else
       pump_ssh(nd);
   }
   /* SSH output can arrive without the socket looking readable (libssh2
@@ -498,6 +628,8 @@ static void teardown(void) {
     node *nd = &H.nodes[i];
     if (nd->conn.fd >= 0)
       sf__conn_close(&nd->conn);
+    sf__wbuf_free(&nd->out);
+    nd->out_off = 0;
     sf__ssh_close(nd->ssh, nd->lost || !nd->ready);
     nd->ssh = NULL;
     nd->ssh_open = false;
@@ -890,11 +1022,36 @@ typedef struct worker {
   sf__peer *peers;
 } worker;
 
+/* Senders append to one buffer; whoever finds nobody writing writes it
+ * all, so results finishing together leave in one write. */
+static sf__wbuf w_out, w_spare;
+static bool w_flushing;
+
 static void worker_send(worker *w, const sf__frame *f) {
-  char err[128];
   pthread_mutex_lock(&w->send_mu);
-  sf__conn_send(&w->conn, f, 5000, err, sizeof err);
+  if (sf__wire_encode(&w_out, f) || w_flushing) {
+    pthread_mutex_unlock(&w->send_mu);
+    return;
+  }
+  w_flushing = true;
+  while (w_out.n) {
+    sf__wbuf b = w_out;
+    w_out = w_spare;
+    w_out.n = 0;
+    pthread_mutex_unlock(&w->send_mu);
+    (void)sf__write_all(w->conn.fd, (const char *)b.p, b.n); /* a lost head: the loop sees it */
+    pthread_mutex_lock(&w->send_mu);
+    w_spare = b;
+  }
+  w_flushing = false;
   pthread_mutex_unlock(&w->send_mu);
+}
+
+static worker *W; /* this process's worker, for sf__worker_send_frame */
+
+void sf__worker_send_frame(const sf__frame *f) {
+  if (W)
+    worker_send(W, f);
 }
 
 /* The selftest pattern: member r holds (r+1)*(i%1024+1), so the sum is
@@ -1108,15 +1265,7 @@ static int worker_loop(worker *w) {
         case SF__F_HEARTBEAT: worker_send(w, &f); break;
         case SF__F_SHUTDOWN: return (int)f.u.shutdown.code;
         case SF__F_GROUP_SETUP: start_group(w, &f); break;
-        case SF__F_TASK_SUBMIT: {
-          static const char msg[] = "remote tasks need the distributed scheduler";
-          sf__frame res = {.type = SF__F_TASK_RESULT};
-          res.u.task_result.task = f.u.task_submit.task;
-          res.u.task_result.status = 1;
-          res.u.task_result.value = (sf__bytes){(const uint8_t *)msg, sizeof msg - 1};
-          worker_send(w, &res);
-          break;
-        }
+        case SF__F_TASK_SUBMIT: sf__remote_worker_submit(&f); break;
         default: break;
         }
       }
@@ -1180,6 +1329,9 @@ int sf__worker_main(const char *spec) {
   if (w.data_fd < 0)
     note("sflow worker %u: %s (group collectives unavailable)", w.node, err);
   worker_hello(&w, local, dport);
+  sf__node_id = w.node;
+  W = &w;
+  sf__remote_worker_start();
   int rc = worker_loop(&w);
   if (w.group_running) {
     /* A collective still running is bounded by its ring timeout. */

@@ -95,6 +95,9 @@ void sf__buf_free(sf__buf *b);
 void sf__format_value(sf__buf *b, const sf_type *t, const void *p, bool nested);
 /* write(2) all of buf to fd, retrying on EINTR and partial writes. */
 bool sf__write_all(int fd, const char *buf, size_t n);
+/* When set (a worker of a --nodes run), sf_print_end hands each finished
+ * line (with its newline) here instead of writing fd 1. */
+extern void (*sf__print_hook)(const char *line, size_t n);
 
 /* ---------------------------------------------------------- error.c */
 
@@ -164,6 +167,9 @@ const sf_type *sf__future_type(sf_future *f);
 void sf__future_resolve(sf_future *f, void *value);
 void sf__future_reject(sf_future *f, const char *message);
 bool sf__future_wait_result(sf_future *f, void *out, char *err, size_t errlen);
+/* sf__task_submit_local starting at attempt `first` (sf__attempt, and the
+ * @retry budget left), for a worker or a retry moved off a lost node. */
+sf_future *sf__task_submit_attempt(const sf_task_desc *d, void *args, int32_t first);
 
 /* --------------------------------------------------------- remote.c */
 
@@ -171,6 +177,20 @@ bool sf__future_wait_result(sf_future *f, void *out, char *err, size_t errlen);
  * args stays owned by the caller (copy what is needed); f is completed
  * later with sf__future_resolve / sf__future_reject. */
 bool sf__remote_task(const sf_task_desc *d, void *args, sf_future *f, int64_t seq);
+/* Head, on the control thread (cluster.c, H.mu not held): a task result or
+ * print output from worker `node`. */
+struct sf__frame;
+void sf__remote_on_result(int node, const struct sf__frame *f);
+void sf__remote_on_print(int node, const char *s, size_t n);
+/* Worker: a task-submit frame from the head (validated, queued, run on
+ * runner threads; results go back with sf__worker_send_frame). */
+void sf__remote_worker_start(void);
+void sf__remote_worker_submit(const struct sf__frame *f);
+/* The task descriptor at offset off from &sf_program_desc, when that lies
+ * in this executable and is a descriptor named name[0..nl); else NULL with
+ * a message.  A peer's number is never followed further than that. */
+const sf_task_desc *sf__remote_find_task(uint32_t off, const uint8_t *name, uint32_t nl,
+                                         char *err, size_t errlen);
 sf_actor *sf__current_actor(void);
 int64_t sf__actor_rank(sf_actor *a);
 int64_t sf__actor_size(sf_actor *a);
@@ -219,13 +239,14 @@ typedef struct sf__counters {
 extern _Thread_local sf__counters *sf__my_counters;
 sf__counters *sf__counters_register(void);
 void sf__counters_sum(sf__counters *total);
-#define SF__COUNT(field)                                                                  \
+#define SF__COUNT_BY(field, k)                                                            \
   do {                                                                                    \
     sf__counters *c_ = sf__my_counters ? sf__my_counters : sf__counters_register();       \
     atomic_store_explicit(&c_->field,                                                     \
-                          atomic_load_explicit(&c_->field, memory_order_relaxed) + 1,     \
+                          atomic_load_explicit(&c_->field, memory_order_relaxed) + (k),   \
                           memory_order_relaxed);                                          \
   } while (0)
+#define SF__COUNT(field) SF__COUNT_BY(field, 1)
 
 typedef struct sf__stats_t {
   _Atomic int64_t tasks_failed, retries;

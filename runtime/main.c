@@ -13,9 +13,9 @@
  * different runtime ABI).
  *
  * The same executable is the head or, started by the head over SSH with the
- * hidden --sflow-worker flag, a worker (cluster.c); until the scheduler is
- * distributed, the head runs `workflow main` itself after all workers are
- * ready, and stops them when it returns.
+ * hidden --sflow-worker flag, a worker (cluster.c); the head runs
+ * `workflow main` after all workers are ready (its task calls are placed
+ * across the nodes by remote.c), and stops them when it returns.
  */
 #include <stdlib.h>
 #include <string.h>

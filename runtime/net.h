@@ -143,6 +143,7 @@ typedef enum {
   SF__F_GROUP_SETUP,   /* head -> worker: ring of a group across nodes */
   SF__F_GROUP_DONE,    /* worker -> head: status, timing, message */
   SF__F_LOG,           /* worker -> head: one line for the head's stderr */
+  SF__F_PRINT,         /* worker -> head: print output for the head's stdout */
   SF__F_COUNT
 } sf__ftype;
 
@@ -188,7 +189,7 @@ typedef struct sf__frame {
       uint64_t elapsed_ns, bytes;
       sf__bytes message;
     } group_done;
-    struct { sf__bytes line; } log;
+    struct { sf__bytes line; } log; /* also SF__F_PRINT */
   } u;
 } sf__frame;
 
@@ -303,6 +304,13 @@ void sf__cluster_stop(void);
 int sf__cluster_nodes(void); /* 1 + number of workers; 1 without --nodes */
 bool sf__cluster_node(int id, sf__node_info *out);
 void sf__cluster_on_node_lost(sf__node_lost_fn fn);
+/* Head: queues encoded frames (whole frames, in order) for worker `node`;
+ * the control thread writes them without blocking, so callers never wait
+ * on a slow peer.  -1 when the node is not a live worker. */
+int sf__cluster_send(int node, const void *bytes, size_t n);
+/* Worker: sends a frame to the head (thread-safe; concurrent senders are
+ * combined into one write). */
+void sf__worker_send_frame(const sf__frame *f);
 /* A group collective across workers (ring over their data listeners):
  * members are node ids >= 1 in ring order.  Used by the scheduler and by
  * --sflow-selftest; count 0 only builds and tears down the ring. */

@@ -192,12 +192,16 @@ void sf_print_value(const sf_type *t, const void *p) {
   sf__format_value(next_arg(), t, p, false);
 }
 
+void (*sf__print_hook)(const char *line, size_t n);
+
 void sf_print_end(void) {
   sf__buf *b = line_buf();
   sf__buf_put(b, "\n", 1);
   /* A closed stdout (`./prog | head`) must not turn into a runtime error:
    * the write fails or SIGPIPE ends the program, as for any Unix tool. */
-  if (sf__capture_cur) { /* a journaled call: keep the line, or mute a replay */
+  if (sf__print_hook) { /* a worker of a --nodes run: the line goes to the head */
+    sf__print_hook(b->data, b->len);
+  } else if (sf__capture_cur) { /* a journaled call: keep the line, or mute a replay */
     sf__capture_line(b->data, b->len);
     if (!sf__capture_muted())
       (void)sf__write_all(1, b->data, b->len);

@@ -1,11 +1,842 @@
 /*
- * remote.c — placement of task calls on other nodes of a --nodes run.
+ * remote.c — task calls placed on the nodes of a --nodes run, and run by
+ * the workers.
  *
- * Until tasks are distributed, every call runs on the node that makes it.
+ * Head.  sf_task_call offers every call here (sf__remote_task).  A call
+ * made by workflow main, whose argument and result types can travel
+ * (serial.c; no futures or actors inside) and that asks for no GPU, is
+ * taken: its arguments are serialized at once into a task record, which
+ * goes to a FIFO backlog.  The dispatcher hands backlog entries to the live
+ * node with the most free slots (slots from the hostfile or the worker's
+ * CPU count; the head, node 0, counts with its pool size when
+ * --head-runs-work), so each node has at most `slots` tasks in flight and
+ * the rest wait at the head, going to whichever node frees a slot first.
+ * Frames for one node are encoded into one buffer per dispatch round and
+ * handed to the control thread in one piece (sf__cluster_send), which
+ * writes them without blocking.  Tasks placed on the head run on runner
+ * threads here (submit locally, wait, complete the caller's future).
+ *
+ * Key design choice: the head owns every retry.  A worker runs exactly one
+ * attempt per submission (the attempt number travels in the frame, so
+ * attempt() is right there) and answers with the value or the failure;
+ * a failure, or the loss of the node (sf__cluster_on_node_lost), puts the
+ * task back at the front of the backlog with the next attempt while the
+ * @retry budget lasts, so retries land on any live node.  When the budget
+ * is spent the future fails with the same message a local run gives
+ * ("task 'x' failed after N attempts: cause").  With no live node able to
+ * take work, waiting tasks fail with a message saying so.
+ *
+ * Calls made inside a running task stay on the node that runs it (a task
+ * waiting for children that wait for a slot it holds could never finish).
+ * Actors stay on the head.
+ *
+ * Identity of a task across processes of the same executable: the
+ * descriptor's offset from &sf_program_desc (load addresses differ under
+ * PIE, offsets do not), plus its name.  A worker checks that the offset
+ * lies inside its own executable image, is aligned, and points at a
+ * descriptor whose name, thunk and types also lie inside the image and
+ * whose name equals the one sent; anything else is answered with an error
+ * result, never followed blindly.
+ *
+ * Task-submit payload: u32 name length, name, then the arguments (the
+ * SF_STRUCT d->args, serial.c).  Task-result: status 0 + the serialized
+ * value, or status 1 + the failure's cause as text.
+ *
+ * Worker.  sf__remote_worker_submit (on the worker's control loop) checks
+ * the frame and queues it; runner threads (grown on demand) deserialize
+ * the arguments, run one attempt with sf__task_submit_attempt on a private
+ * copy of the descriptor whose @retry equals that attempt, wait, and send
+ * the result.  print output goes to the head as print frames (print.c's
+ * hook), which prefixes it with "[node K] " when more than one node runs
+ * work.
  */
+#define _GNU_SOURCE
+#include <link.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "internal.h"
+#include "net.h"
+
+/* ============================================================ shared */
+
+/* Whether a value of type t can travel (serial.c writes futures, actors
+ * and groups as markers that come back empty). */
+static bool portable(const sf_type *t) {
+  if (!t)
+    return true;
+  switch (t->kind) {
+  case SF_VOID: case SF_BOOL: case SF_I32: case SF_I64: case SF_F32: case SF_F64: case SF_STR:
+    return true;
+  case SF_ARRAY:
+    return portable(t->elem);
+  case SF_STRUCT:
+    for (int32_t i = 0; i < t->nfields; i++)
+      if (!portable(t->fields[i].type))
+        return false;
+    return true;
+  default:
+    return false;
+  }
+}
+
+static int32_t value_size(const sf_type *t) {
+  return t && t->kind != SF_VOID ? t->size : 0;
+}
+
+/* "task 'x' failed after N attempts: CAUSE" -> CAUSE. */
+static const char *cause_of(const char *msg) {
+  if (strncmp(msg, "task '", 6))
+    return msg;
+  const char *p = strstr(msg, "' failed after ");
+  p = p ? strstr(p, ": ") : NULL;
+  return p ? p + 2 : msg;
+}
+
+/* ============================================================== head */
+
+typedef struct rtask {
+  struct rtask *next;  /* backlog or head-local queue */
+  struct rtask *hnext; /* hash chain */
+  uint64_t id;
+  const sf_task_desc *d;
+  sf_future *f;        /* a reference, given back when completed */
+  uint8_t *payload;    /* name + args, as sent */
+  uint32_t n;
+  int32_t attempt;
+  int node;            /* -1: waiting in the backlog */
+} rtask;
+
+#define NBUCKETS 4096
+/* A worker holds up to PIPELINE x slots tasks: `slots` running and the
+ * next ones already there when they finish (no round trip between them). */
+#define PIPELINE 2
+
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;     /* head runners */
+  int state;             /* 0 unknown, 1 active, -1 inactive */
+  int n;                 /* nodes, head included */
+  int *slots, *inflight;
+  bool *alive;
+  char **lost_why;
+  rtask *back_head, *back_tail;
+  rtask *local_head, *local_tail;
+  rtask *buckets[NBUCKETS];
+  uint64_t next_id;
+  int runners, idle_runners;
+} R = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static void hash_put(rtask *t) {
+  rtask **b = &R.buckets[t->id % NBUCKETS];
+  t->hnext = *b;
+  *b = t;
+}
+
+static rtask *hash_find(uint64_t id) {
+  for (rtask *t = R.buckets[id % NBUCKETS]; t; t = t->hnext)
+    if (t->id == id)
+      return t;
+  return NULL;
+}
+
+static void hash_del(rtask *t) {
+  for (rtask **p = &R.buckets[t->id % NBUCKETS]; *p; p = &(*p)->hnext)
+    if (*p == t) {
+      *p = t->hnext;
+      return;
+    }
+}
+
+static void back_push(rtask *t, bool front) {
+  t->node = -1;
+  if (front) {
+    t->next = R.back_head;
+    R.back_head = t;
+    if (!R.back_tail)
+      R.back_tail = t;
+  } else {
+    t->next = NULL;
+    if (R.back_tail)
+      R.back_tail->next = t;
+    else
+      R.back_head = t;
+    R.back_tail = t;
+  }
+}
+
+static bool any_capacity(void) {
+  for (int i = 0; i < R.n; i++)
+    if (R.alive[i] && R.slots[i] > 0)
+      return true;
+  return false;
+}
+
+/* Per-node frame buffers of one dispatch round. */
+typedef struct outbox {
+  sf__wbuf *wb;
+  int n;
+} outbox;
+
+static void encode_submit(sf__wbuf *b, rtask *t) {
+  sf__frame f = {.type = SF__F_TASK_SUBMIT};
+  f.u.task_submit.task = t->id;
+  f.u.task_submit.fn = (uint32_t)(int32_t)((const char *)t->d - (const char *)&sf_program_desc);
+  f.u.task_submit.attempt = (uint32_t)t->attempt;
+  f.u.task_submit.args = (sf__bytes){t->payload, t->n};
+  sf__wire_encode(b, &f);
+}
+
+/* Hands backlog entries to nodes with free slots; the caller holds R.mu
+ * and sends the outbox after releasing it. */
+static void dispatch_locked(outbox *ob) {
+  bool woke = false;
+  while (R.back_head) {
+    int best = -1, best_free = 0;
+    for (int i = 0; i < R.n; i++) {
+      int fr = R.slots[i] * (i ? PIPELINE : 1) - R.inflight[i];
+      if (R.alive[i] && fr > best_free) {
+        best = i;
+        best_free = fr;
+      }
+    }
+    if (best < 0)
+      break;
+    rtask *t = R.back_head;
+    R.back_head = t->next;
+    if (!R.back_head)
+      R.back_tail = NULL;
+    t->next = NULL;
+    t->node = best;
+    R.inflight[best]++;
+    if (best == 0) {
+      if (R.local_tail)
+        R.local_tail->next = t;
+      else
+        R.local_head = t;
+      R.local_tail = t;
+      woke = true;
+    } else {
+      if (!ob->wb)
+        ob->wb = calloc((size_t)R.n, sizeof *ob->wb);
+      if (ob->wb)
+        encode_submit(&ob->wb[best], t);
+    }
+  }
+  if (woke)
+    pthread_cond_broadcast(&R.cv);
+}
+
+static void outbox_send(outbox *ob) {
+  if (!ob->wb)
+    return;
+  for (int i = 1; i < R.n; i++) {
+    if (ob->wb[i].n)
+      (void)sf__cluster_send(i, ob->wb[i].p, ob->wb[i].n); /* a lost node: its hook requeues */
+    sf__wbuf_free(&ob->wb[i]);
+  }
+  free(ob->wb);
+  ob->wb = NULL;
+}
+
+static void task_free(rtask *t) {
+  sf_release(t->f);
+  free(t->payload);
+  free(t);
+}
+
+static void fail_task(rtask *t, const char *cause) {
+  char *msg = NULL;
+  if (asprintf(&msg, "task '%s' failed after %d attempt%s: %s", t->d->name, (int)t->attempt + 1,
+               t->attempt ? "s" : "", cause) < 0)
+    msg = NULL;
+  sf__future_reject(t->f, msg ? msg : cause);
+  free(msg);
+  task_free(t);
+}
+
+/* Everything still waiting fails when no live node can take work; returns
+ * the list (linked by next) for the caller to fail outside R.mu. */
+static rtask *drain_if_stuck_locked(void) {
+  if (any_capacity() || !R.back_head)
+    return NULL;
+  rtask *l = R.back_head;
+  for (rtask *t = l; t; t = t->next)
+    hash_del(t);
+  R.back_head = R.back_tail = NULL;
+  return l;
+}
+
+static void fail_stuck(rtask *l) {
+  char why[512] = "no live node can take work";
+  for (int i = 1; i < R.n; i++)
+    if (R.lost_why[i]) {
+      snprintf(why, sizeof why, "no live node can take work (node %d lost: %s%s)", i,
+               R.lost_why[i], R.slots[0] ? "" : "; the head does not run work");
+      break;
+    }
+  while (l) {
+    rtask *nx = l->next;
+    fail_task(l, why);
+    l = nx;
+  }
+}
+
+/* --------------------------------------------------- head runners */
+
+static void *head_runner(void *arg) {
+  (void)arg;
+  for (;;) {
+    pthread_mutex_lock(&R.mu);
+    while (!R.local_head) {
+      R.idle_runners++;
+      pthread_cond_wait(&R.cv, &R.mu);
+      R.idle_runners--;
+    }
+    rtask *t = R.local_head;
+    R.local_head = t->next;
+    if (!R.local_head)
+      R.local_tail = NULL;
+    pthread_mutex_unlock(&R.mu);
+
+    const sf_task_desc *d = t->d;
+    int32_t asize = value_size(d->args);
+    _Alignas(16) unsigned char abuf[256];
+    void *args = asize <= (int32_t)sizeof abuf ? abuf : calloc(1, (size_t)asize);
+    memset(args, 0, (size_t)asize);
+    uint32_t nl;
+    memcpy(&nl, t->payload, 4);
+    sf__reader r = {t->payload + 4 + nl, t->payload + t->n};
+    sf__de_value(&r, d->args, args); /* our own bytes */
+    sf_future *lf = sf__task_submit_attempt(d, args, t->attempt);
+    SF__COUNT_BY(tasks, -1); /* the call was counted once already */
+    if (args != abuf)
+      free(args);
+    int32_t rsize = value_size(d->result);
+    _Alignas(16) unsigned char rbuf[256];
+    void *res = rsize <= (int32_t)sizeof rbuf ? rbuf : calloc(1, (size_t)rsize);
+    char err[SF__ERROR_MAX + 256];
+    bool ok = sf__future_wait_result(lf, res, err, sizeof err);
+    sf_release(lf);
+    if (ok) /* sf__future_resolve counts it */
+      SF__COUNT_BY(tasks_done, -1);
+    else
+      atomic_fetch_sub(&sf__stats.tasks_failed, 1);
+
+    outbox ob = {0};
+    pthread_mutex_lock(&R.mu);
+    hash_del(t);
+    R.inflight[0]--;
+    dispatch_locked(&ob);
+    pthread_mutex_unlock(&R.mu);
+    outbox_send(&ob);
+    if (ok) {
+      sf__future_resolve(t->f, res);
+      task_free(t);
+    } else {
+      sf__future_reject(t->f, err); /* local attempts ran the rest of the budget */
+      task_free(t);
+    }
+    if (res != rbuf)
+      free(res);
+  }
+  return NULL;
+}
+
+/* ----------------------------------------------------- node loss */
+
+static void on_node_lost(int node, const char *why) {
+  outbox ob = {0};
+  rtask *failed = NULL;
+  pthread_mutex_lock(&R.mu);
+  if (node < 1 || node >= R.n || !R.alive[node]) {
+    pthread_mutex_unlock(&R.mu);
+    return;
+  }
+  R.alive[node] = false;
+  free(R.lost_why[node]);
+  R.lost_why[node] = strdup(why);
+  /* Its tasks, oldest first, go back to the front of the backlog. */
+  rtask *mine = NULL;
+  for (int b = 0; b < NBUCKETS; b++)
+    for (rtask *t = R.buckets[b]; t; t = t->hnext)
+      if (t->node == node) {
+        t->next = mine;
+        mine = t;
+      }
+  /* Sort by id (submission order) so retries keep the program's order. */
+  rtask *sorted = NULL;
+  while (mine) {
+    rtask *t = mine;
+    mine = t->next;
+    rtask **p = &sorted;
+    while (*p && (*p)->id > t->id)
+      p = &(*p)->next;
+    t->next = *p;
+    *p = t;
+  }
+  /* sorted is descending: pushing each at the front leaves ascending. */
+  while (sorted) {
+    rtask *t = sorted;
+    sorted = t->next;
+    R.inflight[node]--;
+    if (t->attempt < t->d->retry) {
+      t->attempt++;
+      atomic_fetch_add(&sf__stats.retries, 1);
+      back_push(t, true);
+    } else {
+      hash_del(t);
+      t->node = -1;
+      t->next = failed;
+      failed = t;
+    }
+  }
+  rtask *stuck = drain_if_stuck_locked();
+  dispatch_locked(&ob);
+  pthread_mutex_unlock(&R.mu);
+  outbox_send(&ob);
+  char cause[512];
+  snprintf(cause, sizeof cause, "node %d was lost: %s", node, why);
+  while (failed) {
+    rtask *nx = failed->next;
+    fail_task(failed, cause);
+    failed = nx;
+  }
+  fail_stuck(stuck);
+}
+
+/* ------------------------------------------------------- activation */
+
+static bool activate(void) {
+  pthread_mutex_lock(&R.mu);
+  if (R.state) {
+    bool on = R.state > 0;
+    pthread_mutex_unlock(&R.mu);
+    return on;
+  }
+  int n = sf__cluster_nodes();
+  if (n <= 1 || sf__options.worker) {
+    R.state = -1;
+    pthread_mutex_unlock(&R.mu);
+    return false;
+  }
+  R.n = n;
+  R.slots = calloc((size_t)n, sizeof *R.slots);
+  R.inflight = calloc((size_t)n, sizeof *R.inflight);
+  R.alive = calloc((size_t)n, sizeof *R.alive);
+  R.lost_why = calloc((size_t)n, sizeof *R.lost_why);
+  if (!R.slots || !R.inflight || !R.alive || !R.lost_why) {
+    R.state = -1;
+    pthread_mutex_unlock(&R.mu);
+    return false;
+  }
+  for (int i = 1; i < n; i++) {
+    sf__node_info ni;
+    if (sf__cluster_node(i, &ni)) {
+      R.slots[i] = ni.slots > 0 ? ni.slots : 1;
+      R.alive[i] = ni.alive;
+    }
+  }
+  if (sf__options.head_runs_work) {
+    sf__sched_start();
+    int32_t k = sf__pool_size();
+    R.slots[0] = k > 0 ? k : 1;
+    R.alive[0] = true;
+    for (int i = 0; i < R.slots[0]; i++) {
+      pthread_t th;
+      if (!pthread_create(&th, NULL, head_runner, NULL)) {
+        pthread_detach(th);
+        R.runners++;
+      }
+    }
+    if (!R.runners)
+      R.slots[0] = 0;
+  }
+  R.state = 1;
+  pthread_mutex_unlock(&R.mu);
+  sf__cluster_on_node_lost(on_node_lost);
+  return true;
+}
 
 bool sf__remote_task(const sf_task_desc *d, void *args, sf_future *f, int64_t seq) {
-  (void)d, (void)args, (void)f, (void)seq;
+  (void)seq; /* sf__future_resolve journals main's calls */
+  if (R.state < 0 || sf__task_depth > 0 || d->gpus > 0)
+    return false;
+  if (!activate())
+    return false;
+  if (!portable(d->args) || !portable(d->result))
+    return false;
+  intptr_t off = (const char *)d - (const char *)&sf_program_desc;
+  if (off < INT32_MIN || off > INT32_MAX)
+    return false;
+  rtask *t = calloc(1, sizeof *t);
+  if (!t)
+    return false;
+  sf__buf b;
+  char store[512];
+  sf__buf_init(&b, store, sizeof store);
+  uint32_t nl = (uint32_t)strlen(d->name);
+  sf__buf_put(&b, (const char *)&nl, 4);
+  sf__buf_put(&b, d->name, nl);
+  sf__ser_value(&b, d->args, args);
+  t->payload = b.len <= UINT32_MAX ? malloc(b.len) : NULL;
+  if (t->payload)
+    memcpy(t->payload, b.data, b.len);
+  t->n = (uint32_t)b.len;
+  sf__buf_free(&b);
+  if (!t->payload) {
+    free(t);
+    return false;
+  }
+  t->d = d;
+  sf_retain(f);
+  t->f = f;
+  outbox ob = {0};
+  pthread_mutex_lock(&R.mu);
+  t->id = ++R.next_id;
+  hash_put(t);
+  back_push(t, false);
+  rtask *stuck = drain_if_stuck_locked();
+  dispatch_locked(&ob);
+  pthread_mutex_unlock(&R.mu);
+  outbox_send(&ob);
+  fail_stuck(stuck);
+  return true;
+}
+
+void sf__remote_on_result(int node, const sf__frame *fr) {
+  pthread_mutex_lock(&R.mu);
+  rtask *t = R.state > 0 ? hash_find(fr->u.task_result.task) : NULL;
+  bool ok = t && t->node == node && node > 0;
+  pthread_mutex_unlock(&R.mu);
+  if (!ok) {
+    sf__notice("node %d answered for unknown task %llu (ignored)", node,
+               (unsigned long long)fr->u.task_result.task);
+    return;
+  }
+  /* Only this thread (the control thread) completes tasks of worker nodes,
+   * so t stays valid between the two locked sections. */
+  const sf_type *rt = sf__future_type(t->f);
+  int32_t rsize = value_size(rt);
+  _Alignas(16) unsigned char rbuf[256];
+  void *res = rsize <= (int32_t)sizeof rbuf ? rbuf : calloc(1, (size_t)rsize);
+  memset(res, 0, (size_t)rsize);
+  char cause[SF__ERROR_MAX + 64];
+  bool good = fr->u.task_result.status == 0;
+  if (good) {
+    sf__reader r = {fr->u.task_result.value.p,
+                    fr->u.task_result.value.p + fr->u.task_result.value.n};
+    if (rsize && (!sf__de_value(&r, rt, res) || r.p != r.end)) {
+      sf_value_release(rt, res);
+      memset(res, 0, (size_t)rsize);
+      snprintf(cause, sizeof cause, "node %d sent a malformed result", node);
+      good = false;
+    }
+  } else {
+    snprintf(cause, sizeof cause, "%.*s", (int)fr->u.task_result.value.n,
+             (const char *)fr->u.task_result.value.p);
+  }
+  outbox ob = {0};
+  bool retry = false;
+  pthread_mutex_lock(&R.mu);
+  R.inflight[node]--;
+  if (!good && t->attempt < t->d->retry) {
+    t->attempt++;
+    atomic_fetch_add(&sf__stats.retries, 1);
+    back_push(t, true);
+    retry = true;
+  } else {
+    hash_del(t);
+  }
+  dispatch_locked(&ob);
+  pthread_mutex_unlock(&R.mu);
+  outbox_send(&ob);
+  if (!retry) {
+    if (good) {
+      sf__future_resolve(t->f, res);
+      task_free(t);
+    } else {
+      fail_task(t, cause);
+    }
+  }
+  if (res != rbuf)
+    free(res);
+}
+
+void sf__remote_on_print(int node, const char *s, size_t n) {
+  int working = 0;
+  pthread_mutex_lock(&R.mu);
+  for (int i = 0; i < R.n; i++)
+    working += R.slots[i] > 0;
+  pthread_mutex_unlock(&R.mu);
+  if (working <= 1) {
+    (void)sf__write_all(1, s, n);
+    return;
+  }
+  /* Every line of the output gets the prefix; one write for all. */
+  char prefix[32];
+  int pl = snprintf(prefix, sizeof prefix, "[node %d] ", node);
+  sf__buf b;
+  char store[1024];
+  sf__buf_init(&b, store, sizeof store);
+  size_t i = 0;
+  while (i < n) {
+    const char *nl = memchr(s + i, '\n', n - i);
+    size_t e = nl ? (size_t)(nl - s) + 1 : n;
+    sf__buf_put(&b, prefix, (size_t)pl);
+    sf__buf_put(&b, s + i, e - i);
+    i = e;
+  }
+  if (b.len && b.data[b.len - 1] != '\n')
+    sf__buf_put(&b, "\n", 1);
+  (void)sf__write_all(1, b.data, b.len);
+  sf__buf_free(&b);
+}
+
+/* ============================================================ worker */
+
+typedef struct wjob {
+  struct wjob *next;
+  uint64_t id;
+  const sf_task_desc *d; /* the private copy for this attempt */
+  int32_t attempt;
+  uint8_t *args;         /* serialized arguments */
+  uint32_t n;
+} wjob;
+
+/* Descriptor copies with @retry equal to the attempt: exactly one attempt
+ * runs here, and its failure message counts the attempts made so far. */
+typedef struct dcopy {
+  struct dcopy *next;
+  const sf_task_desc *orig;
+  int32_t attempt;
+  sf_task_desc d;
+} dcopy;
+
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  wjob *head, *tail;
+  int runners, idle, queued;
+  dcopy *copies;
+  uintptr_t lo[16], hi[16]; /* this executable's loaded segments */
+  bool exec[16];
+  int nseg;
+} WK = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static int seg_cb(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)size, (void)data;
+  /* The first object is the executable itself. */
+  for (int i = 0; i < info->dlpi_phnum && WK.nseg < 16; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_R))
+      continue;
+    WK.lo[WK.nseg] = info->dlpi_addr + ph->p_vaddr;
+    WK.hi[WK.nseg] = WK.lo[WK.nseg] + ph->p_memsz;
+    WK.exec[WK.nseg] = (ph->p_flags & PF_X) != 0;
+    WK.nseg++;
+  }
+  return 1;
+}
+
+/* Whether [p, p+n) lies in one loaded segment (executable when code). */
+static bool in_image(const void *p, size_t n, bool code) {
+  uintptr_t a = (uintptr_t)p;
+  for (int i = 0; i < WK.nseg; i++)
+    if (a >= WK.lo[i] && a <= WK.hi[i] && n <= WK.hi[i] - a && (!code || WK.exec[i]))
+      return true;
   return false;
+}
+
+static size_t image_room(const void *p) {
+  uintptr_t a = (uintptr_t)p;
+  for (int i = 0; i < WK.nseg; i++)
+    if (a >= WK.lo[i] && a < WK.hi[i])
+      return WK.hi[i] - a;
+  return 0;
+}
+
+static bool type_ok(const sf_type *t) { return in_image(t, sizeof *t, false); }
+
+static pthread_once_t seg_once = PTHREAD_ONCE_INIT;
+static void seg_init(void) { dl_iterate_phdr(seg_cb, NULL); }
+
+/* The descriptor at offset off, if it is one and is called name. */
+const sf_task_desc *sf__remote_find_task(uint32_t off, const uint8_t *name, uint32_t nl,
+                                         char *err, size_t errlen) {
+  pthread_once(&seg_once, seg_init);
+  /* An address computed from a peer's number, not an object the compiler
+   * knows: launder it so no bounds are assumed. */
+  uintptr_t a = (uintptr_t)&sf_program_desc;
+  __asm__("" : "+r"(a));
+  a += (uintptr_t)(intptr_t)(int32_t)off;
+  const char *p = (const char *)a;
+  const sf_task_desc *d = (const sf_task_desc *)p;
+  if (((uintptr_t)p % _Alignof(sf_task_desc)) || !in_image(p, sizeof *d, false)) {
+    snprintf(err, errlen, "no task descriptor at offset %d", (int32_t)off);
+    return NULL;
+  }
+  size_t room = image_room(d->name);
+  if (!room || room < (size_t)nl + 1 || memcmp(d->name, name, nl) || d->name[nl] != '\0') {
+    snprintf(err, errlen, "the task descriptor at offset %d is not '%.*s'", (int32_t)off,
+             (int)(nl > 200 ? 200 : nl), (const char *)name);
+    return NULL;
+  }
+  if (!in_image((const void *)(uintptr_t)d->thunk, 1, true) || !type_ok(d->args) ||
+      d->args->kind != SF_STRUCT || (d->result && !type_ok(d->result))) {
+    snprintf(err, errlen, "the task descriptor of '%s' is damaged", d->name);
+    return NULL;
+  }
+  return d;
+}
+
+static void worker_reply(uint64_t id, int status, const void *p, size_t n) {
+  sf__frame f = {.type = SF__F_TASK_RESULT};
+  f.u.task_result.task = id;
+  f.u.task_result.status = (uint8_t)status;
+  f.u.task_result.value = (sf__bytes){p, (uint32_t)n};
+  sf__worker_send_frame(&f);
+}
+
+static void print_to_head(const char *line, size_t n) {
+  sf__frame f = {.type = SF__F_PRINT};
+  f.u.log.line = (sf__bytes){(const uint8_t *)line, (uint32_t)n};
+  sf__worker_send_frame(&f);
+}
+
+static void *worker_runner(void *arg) {
+  (void)arg;
+  for (;;) {
+    pthread_mutex_lock(&WK.mu);
+    while (!WK.head) {
+      WK.idle++;
+      pthread_cond_wait(&WK.cv, &WK.mu);
+      WK.idle--;
+    }
+    wjob *j = WK.head;
+    WK.head = j->next;
+    if (!WK.head)
+      WK.tail = NULL;
+    WK.queued--;
+    pthread_mutex_unlock(&WK.mu);
+
+    const sf_task_desc *d = j->d;
+    int32_t asize = value_size(d->args);
+    void *args = calloc(1, asize ? (size_t)asize : 1);
+    sf__reader r = {j->args, j->args + j->n};
+    if (!args || !sf__de_value(&r, d->args, args) || r.p != r.end) {
+      if (args)
+        sf_value_release(d->args, args);
+      free(args);
+      static const char msg[] = "malformed task arguments from the head";
+      worker_reply(j->id, 1, msg, sizeof msg - 1);
+    } else {
+      sf_future *f = sf__task_submit_attempt(d, args, j->attempt);
+      free(args);
+      int32_t rsize = value_size(d->result);
+      void *res = calloc(1, rsize ? (size_t)rsize : 1);
+      char err[SF__ERROR_MAX + 256];
+      bool ok = res && sf__future_wait_result(f, res, err, sizeof err);
+      sf_release(f);
+      if (ok) {
+        sf__buf b;
+        char store[512];
+        sf__buf_init(&b, store, sizeof store);
+        if (rsize)
+          sf__ser_value(&b, d->result, res);
+        worker_reply(j->id, 0, b.data, b.len);
+        sf__buf_free(&b);
+        sf_value_release(d->result, res);
+      } else {
+        const char *c = res ? cause_of(err) : "out of memory";
+        worker_reply(j->id, 1, c, strlen(c));
+      }
+      free(res);
+    }
+    free(j->args);
+    free(j);
+  }
+  return NULL;
+}
+
+void sf__remote_worker_start(void) {
+  sf__sched_start();
+  pthread_once(&seg_once, seg_init);
+  sf__print_hook = print_to_head;
+}
+
+void sf__remote_worker_submit(const sf__frame *f) {
+  char err[300];
+  const uint8_t *p = f->u.task_submit.args.p;
+  uint32_t n = f->u.task_submit.args.n, nl = 0;
+  const sf_task_desc *d = NULL;
+  if (n < 4 || (memcpy(&nl, p, 4), nl > n - 4) || nl == 0)
+    snprintf(err, sizeof err, "malformed task-submit payload");
+  else
+    d = sf__remote_find_task(f->u.task_submit.fn, p + 4, nl, err, sizeof err);
+  int32_t attempt = (int32_t)f->u.task_submit.attempt;
+  if (d && (attempt < 0 || attempt > d->retry)) {
+    snprintf(err, sizeof err, "attempt %u of '%s' is beyond its @retry(%d)",
+             f->u.task_submit.attempt, d->name, d->retry);
+    d = NULL;
+  }
+  if (!d) {
+    char line[400];
+    int k = snprintf(line, sizeof line, "sflow worker %lld: refused a task: %s\n",
+                     (long long)sf__node_id, err);
+    (void)sf__write_all(2, line, (size_t)(k < (int)sizeof line ? k : (int)sizeof line - 1));
+    worker_reply(f->u.task_submit.task, 1, err, strlen(err));
+    return;
+  }
+  wjob *j = calloc(1, sizeof *j);
+  uint8_t *a = malloc(n - 4 - nl + 1);
+  if (!j || !a) {
+    free(j);
+    free(a);
+    static const char msg[] = "out of memory on the worker";
+    worker_reply(f->u.task_submit.task, 1, msg, sizeof msg - 1);
+    return;
+  }
+  memcpy(a, p + 4 + nl, n - 4 - nl);
+  j->id = f->u.task_submit.task;
+  j->attempt = attempt;
+  j->args = a;
+  j->n = n - 4 - nl;
+  pthread_mutex_lock(&WK.mu);
+  dcopy *c = WK.copies;
+  while (c && !(c->orig == d && c->attempt == attempt))
+    c = c->next;
+  if (!c && (c = calloc(1, sizeof *c))) {
+    c->orig = d;
+    c->attempt = attempt;
+    c->d = *d;
+    c->d.retry = attempt;
+    c->next = WK.copies;
+    WK.copies = c;
+  }
+  j->d = c ? &c->d : d;
+  if (WK.tail)
+    WK.tail->next = j;
+  else
+    WK.head = j;
+  WK.tail = j;
+  WK.queued++;
+  int cap = sf__pool_size(); /* --threads: the hostfile's slots, or the CPUs */
+  bool spawn = WK.queued > WK.idle && WK.runners < (cap > 0 ? cap : 1);
+  if (spawn)
+    WK.runners++;
+  pthread_cond_signal(&WK.cv);
+  pthread_mutex_unlock(&WK.mu);
+  if (spawn) {
+    pthread_t th;
+    if (pthread_create(&th, NULL, worker_runner, NULL)) {
+      pthread_mutex_lock(&WK.mu);
+      WK.runners--;
+      pthread_mutex_unlock(&WK.mu);
+    } else {
+      pthread_detach(th);
+    }
+  }
 }

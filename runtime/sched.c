@@ -156,7 +156,12 @@ typedef struct worker {
   bool pool;         /* a pool thread (not the main thread) */
   uint32_t rng;      /* victim selection */
   pthread_t thread;
+  struct worker *retired_next; /* on the retired list once a spare left */
 } worker;
+
+/* Spares that left stay reachable here, not freed: a thief may still be
+ * looking at their (empty) deques. */
+static worker *retired;
 
 static struct {
   pthread_once_t once;
@@ -325,6 +330,10 @@ static void *worker_main(void *arg) {
        * shows a surplus after taking this thread out. */
       if (atomic_fetch_sub(&P.nthreads, 1) - 1 - atomic_load(&P.nblocked) >= P.target) {
         atomic_store(&P.workers[self->id], NULL); /* its deque is empty */
+        pthread_mutex_lock(&P.spawn_lock);
+        self->retired_next = retired;
+        retired = self;
+        pthread_mutex_unlock(&P.spawn_lock);
         return NULL;
       }
       atomic_fetch_add(&P.nthreads, 1);

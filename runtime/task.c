@@ -406,6 +406,7 @@ typedef struct task_rec {
 
 static void run_task(task_rec *t);
 static void task_schedule(task_rec *t);
+static _Thread_local int32_t submit_first_attempt; /* sf__task_submit_attempt */
 static sf_future *task_submit(const sf_task_desc *d, void *args, int64_t seq, struct demand need,
                               bool may_go_remote, const sf_loc *loc);
 
@@ -583,7 +584,7 @@ static sf_future *task_submit(const sf_task_desc *d, void *args, int64_t seq, de
   t->d = d;
   t->f = f;
   t->loc = loc;
-  atomic_init(&t->owner, 0);
+  atomic_init(&t->owner, submit_first_attempt);
   atomic_init(&t->inflight, 1);
   t->need = need;
   t->seq = seq;
@@ -639,6 +640,14 @@ static void tasks_unparked(task_rec *list) {
 sf_future *sf__task_submit_local(const sf_task_desc *d, void *args) {
   demand need = {0, 0};
   return task_submit(d, args, -1, need, false, NULL);
+}
+
+/* remote.c (multi-node): the same, starting at attempt `first`. */
+sf_future *sf__task_submit_attempt(const sf_task_desc *d, void *args, int32_t first) {
+  submit_first_attempt = first;
+  sf_future *f = sf__task_submit_local(d, args);
+  submit_first_attempt = 0;
+  return f;
 }
 
 const sf_type *sf__future_type(sf_future *f) { return f->type; }

@@ -40,6 +40,7 @@ static const char *const type_names[SF__F_COUNT] = {
     [SF__F_ACTOR_CALL] = "actor-call",     [SF__F_OBJECT] = "object",
     [SF__F_SHUTDOWN] = "shutdown",         [SF__F_GROUP_SETUP] = "group-setup",
     [SF__F_GROUP_DONE] = "group-done",     [SF__F_LOG] = "log",
+    [SF__F_PRINT] = "print",
 };
 
 const char *sf__wire_type_name(int type) {
@@ -173,7 +174,8 @@ static void put_payload(sf__wbuf *b, const sf__frame *f) {
     put_u64(b, f->u.group_done.bytes);
     put_bytes(b, f->u.group_done.message);
     break;
-  case SF__F_LOG: put_bytes(b, f->u.log.line); break;
+  case SF__F_LOG:
+  case SF__F_PRINT: put_bytes(b, f->u.log.line); break;
   }
 }
 
@@ -368,6 +370,7 @@ static void get_payload(rd *r, sf__frame *f) {
     f->u.group_done.message = get_bytes(r, 4096, "message");
     break;
   case SF__F_LOG: f->u.log.line = get_bytes(r, 65536, "line"); break;
+  case SF__F_PRINT: f->u.log.line = get_bytes(r, 1u << 24, "output"); break;
   }
 }
 

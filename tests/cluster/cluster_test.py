@@ -61,6 +61,7 @@ class Cluster:
 
     def __init__(self, sflowc, n, port=None):
         self.port = port  # one port on every address (OpenMPI needs that)
+        self.sflowc = sflowc
         self.dir = tempfile.mkdtemp(prefix="sflow-cluster-")
         self.procs = []
         self.hosts = []
@@ -138,21 +139,43 @@ MaxSessions 50
             f.write("".join(lines if lines is not None else
                             [self.known_line(i) for i in range(len(self.hosts))]))
 
-    def args(self, *extra, hostfile=None):
-        return [self.prog, "--nodes", hostfile or self.hostfile, "--ssh-key", self.user_key,
+    def compile(self, name, source):
+        src = os.path.join(self.dir, name + ".sflow")
+        with open(src, "w") as f:
+            f.write(source)
+        exe = os.path.join(self.dir, name)
+        r = subprocess.run([self.sflowc, src, "-o", exe], capture_output=True, text=True)
+        check(r.returncode == 0, "sflowc failed", r.stderr)
+        return exe
+
+    def args(self, *extra, hostfile=None, prog=None):
+        return [prog or self.prog, "--nodes", hostfile or self.hostfile, "--ssh-key", self.user_key,
                 "--known-hosts", self.known_hosts, "--remote-cache", self.cache,
                 "--connect-timeout", "5", *extra]
 
-    def run(self, *extra, timeout=60, hostfile=None):
+    def run(self, *extra, timeout=60, hostfile=None, prog=None):
         t0 = time.time()
-        r = subprocess.run(self.args(*extra, hostfile=hostfile), capture_output=True, text=True,
+        r = subprocess.run(self.args(*extra, hostfile=hostfile, prog=prog), capture_output=True,
+                           text=True,
                            timeout=timeout, stdin=subprocess.DEVNULL)
         r.seconds = time.time() - t0
         return r
 
-    def start(self, *extra):
-        return subprocess.Popen(self.args(*extra), stdout=subprocess.PIPE,
+    def start(self, *extra, prog=None):
+        return subprocess.Popen(self.args(*extra, prog=prog), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+
+    def worker_of(self, node):
+        """pid of the worker process of node `node`, or None."""
+        for pid in self.workers():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmd = f.read().decode(errors="replace").split("\0")
+            except OSError:
+                continue
+            if cmd[cmd.index("--sflow-worker") + 1].startswith(f"{node}@"):
+                return pid
+        return None
 
     def workers(self):
         """pids of processes running an executable from this test's cache."""
@@ -511,6 +534,177 @@ def case_bad_hostfile(c):
           r.stderr)
 
 
+# ------------------------------------------------------- distributed tasks
+
+# 200 tasks whose sum is known; a busy wait (`ms` milliseconds) makes each
+# take a moment so that every node gets some.
+SUM_PROGRAM = """@retry(2)
+task work(i: i64, ms: f64) -> i64 {
+  let t0 = now()
+  while now() - t0 < ms / 1000.0 { }
+  return i * i + 3 * i
+}
+workflow main(n: i64 = 200, ms: f64 = 2.0) {
+  let rs = await [work(i, ms) for i in 0..n]
+  var total: i64 = 0
+  for r in rs { total += r }
+  print("sum of", n, "tasks:", total)
+}
+"""
+
+PRINT_PROGRAM = """task hello(i: i64) -> i64 {
+  let t0 = now()
+  while now() - t0 < 0.05 { }
+  print("hello from task", i, "node", node_id())
+  return node_id()
+}
+workflow main(n: i64 = 12) {
+  let nodes = await [hello(i) for i in 0..n]
+  print("main saw", len(nodes), "results")
+}
+"""
+
+SLOW_PROGRAM = """@retry(2)
+task slow(i: i64) -> i64 {
+  let t0 = now()
+  while now() - t0 < 0.1 { }
+  if i == 3 { print("running", i) }
+  return 2 * i + 1
+}
+workflow main(n: i64 = 60) {
+  let rs = await [slow(i) for i in 0..n]
+  var total: i64 = 0
+  for r in rs { total += r }
+  print("total", total)
+}
+"""
+
+FLAKY_PROGRAM = """@retry(2)
+task flaky(i: i64) -> i64 {
+  if attempt() < 2 { fail("attempt " + str(attempt()) + " fails") }
+  return attempt() * 100 + node_id()
+}
+@retry(1)
+task doomed(i: i64) -> i64 {
+  fail("always")
+  return i
+}
+workflow main(doom: bool = false) {
+  let r = await flaky(7)
+  print("attempt", r / 100, "remote", r % 100 > 0)
+  if doom { print(await doomed(1)) }
+}
+"""
+
+
+def case_tasks_sum_3(c):
+    """200 tasks on 3 nodes (the head and 2 workers): the exact sum, the
+    same as a single-node run, with work on every node."""
+    exe = c.compile("sum", SUM_PROGRAM)
+    want = f"sum of 200 tasks: {sum(i * i + 3 * i for i in range(200))}\n"
+    local = subprocess.run([exe], capture_output=True, text=True, timeout=60)
+    check(local.returncode == 0 and local.stdout == want, "single-node run", local.stdout,
+          local.stderr)
+    for extra in ([], ["--head-runs-work=false"]):
+        r = c.run(*extra, prog=exe, timeout=120)
+        check(r.returncode == 0, f"exit {r.returncode} {extra}", r.stdout, r.stderr)
+        check(r.stdout == local.stdout, f"output differs from the single-node run {extra}",
+              r.stdout, r.stderr)
+    c.expect_no_workers()
+
+
+def case_tasks_print(c):
+    """Remote print output reaches the head's stdout, prefixed by node; the
+    head's own lines are not; every node ran some of the work."""
+    exe = c.compile("hello", PRINT_PROGRAM)
+    r = c.run(prog=exe, timeout=120)
+    check(r.returncode == 0, f"exit {r.returncode}", r.stdout, r.stderr)
+    lines = r.stdout.splitlines()
+    check(lines[-1] == "main saw 12 results", "main's line unprefixed and last", r.stdout)
+    hello = [l for l in lines if "hello from task" in l]
+    check(len(hello) == 12, "one line per task", r.stdout)
+    seen = set()
+    for l in hello:
+        m = re.fullmatch(r"(?:\[node (\d+)\] )?hello from task (\d+) node (\d+)", l)
+        check(m, "line format", l)
+        pre = int(m.group(1)) if m.group(1) else 0
+        check(pre == int(m.group(3)), "prefix names the node that printed", l)
+        seen.add(pre)
+    check(seen == {0, 1, 2}, f"work on every node: {sorted(seen)}", r.stdout)
+    # One node doing all the work: no prefixes.
+    one = os.path.join(c.dir, "one.txt")
+    with open(one, "w") as f:
+        f.write(f"{c.hosts[0][0]}:{c.hosts[0][1]} slots=2\n")
+    r = c.run("--head-runs-work=false", "--n", "3", prog=exe, hostfile=one, timeout=120)
+    check(r.returncode == 0, f"exit {r.returncode}", r.stdout, r.stderr)
+    check(sorted(r.stdout.splitlines()) == sorted(
+        [f"hello from task {i} node 1" for i in range(3)] + ["main saw 3 results"]),
+        "one working node: unprefixed", r.stdout)
+    c.expect_no_workers()
+
+
+def case_tasks_worker_killed(c):
+    """A worker SIGKILLed while it runs tasks: they are retried on live
+    nodes and the output is the same as without the failure."""
+    exe = c.compile("slow", SLOW_PROGRAM)
+    want = f"total {sum(2 * i + 1 for i in range(60))}"
+    head = c.start("--head-runs-work=false", prog=exe)
+    try:
+        read_until(head.stdout, r"running 3", 60)  # tasks are running everywhere
+        victim = c.worker_of(2)
+        check(victim, "node 2's worker", c.workers())
+        os.kill(victim, signal.SIGKILL)
+        head.wait(timeout=120)
+        out = drain(head.stdout)
+        err = head.stderr.read()
+        check(head.returncode == 0, f"head exit {head.returncode}", out, err)
+        check(out.splitlines()[-1] == want, "output", out, err)
+        check(re.search(r"node 2 \(127\.0\.0\.3:\d+\) lost: ", err), "loss reported", err)
+        check(re.search(r"[1-9]\d* retr", err), "retries counted", err)
+    finally:
+        if head.poll() is None:
+            head.kill()
+            head.wait()
+    c.expect_no_workers(within=6)
+
+
+def case_tasks_retry_attempt(c):
+    """fail() on a worker comes back as a failure and is retried per
+    @retry; attempt() counts there; a spent budget fails the run with the
+    usual message; with every worker gone, a clear error."""
+    exe = c.compile("flaky", FLAKY_PROGRAM)
+    r = c.run("--head-runs-work=false", prog=exe, timeout=120)
+    check(r.returncode == 0, f"exit {r.returncode}", r.stdout, r.stderr)
+    check(r.stdout == "attempt 2 remote true\n", "retried to attempt 2 on a worker", r.stdout,
+          r.stderr)
+    r = c.run("--head-runs-work=false", "--doom", prog=exe, timeout=120)
+    check(r.returncode == 70, f"exit {r.returncode}", r.stdout, r.stderr)
+    check(re.search(r"task 'doomed' failed after 2 attempts: \S*flaky.sflow:8:3: fail: always",
+                    r.stderr), "failure message", r.stderr)
+    c.expect_no_workers()
+    # The only worker dies and the head does not run work: nothing can.
+    one = os.path.join(c.dir, "one.txt")
+    with open(one, "w") as f:
+        f.write(f"{c.hosts[0][0]}:{c.hosts[0][1]} slots=1\n")
+    slow = c.compile("slow", SLOW_PROGRAM)
+    head = subprocess.Popen(c.args("--head-runs-work=false", prog=slow, hostfile=one),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+    try:
+        read_until(head.stdout, r"running 3", 60)
+        os.kill(c.worker_of(1), signal.SIGKILL)
+        head.wait(timeout=60)
+        err = head.stderr.read()
+        check(head.returncode == 70, f"head exit {head.returncode}", err)
+        check(re.search(r"no live node can take work \(node 1 lost: .*the head does not run work",
+                        err), "no-capacity message", err)
+    finally:
+        if head.poll() is None:
+            head.kill()
+            head.wait()
+    c.expect_no_workers(within=6)
+
+
 CASES = {
     "deploy_2": (2, case_deploy_2),
     "deploy_4": (4, case_deploy_4),
@@ -526,6 +720,10 @@ CASES = {
     "head_sigkill": (3, case_head_sigkill),
     "agent_and_default_keys": (2, case_agent_and_default_keys),
     "bad_hostfile": (1, case_bad_hostfile),
+    "tasks_sum_3": (2, case_tasks_sum_3),
+    "tasks_print": (2, case_tasks_print),
+    "tasks_worker_killed": (3, case_tasks_worker_killed),
+    "tasks_retry_attempt": (2, case_tasks_retry_attempt),
 }
 
 

@@ -14,3 +14,6 @@ foreach(c IN LISTS CLUSTER_CASES)
   set_tests_properties(cluster/${c} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 240
                        RESOURCE_LOCK sflow_cluster)
 endforeach()
+# New cases appear without a manual re-configure.
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
+             ${CMAKE_SOURCE_DIR}/tests/cluster/cluster_test.py)
