@@ -131,6 +131,7 @@ typedef struct sf__job {
 void sf__sched_start(void);              /* idempotent; first task or spawn */
 void sf__sched_push_task(sf__job *j);    /* the caller's own deque */
 void sf__sched_push_shared(sf__job *j);  /* the shared FIFO (actors, retries) */
+int64_t sf__sched_queue_len(void);      /* tasks waiting in the caller's deque */
 /* Waits until (*word & done_mask) != 0, sleeping on the futex with
  * waiters_bit set in *word; may_help runs queued tasks meanwhile. */
 void sf__sched_wait(_Atomic uint32_t *word, uint32_t done_mask, uint32_t waiters_bit,

@@ -380,6 +380,13 @@ void sf__sched_push_task(sf__job *j) {
   wake_one();
 }
 
+int64_t sf__sched_queue_len(void) {
+  if (!self)
+    return 0;
+  return atomic_load_explicit(&self->dq.bottom, memory_order_relaxed) -
+         atomic_load_explicit(&self->dq.top, memory_order_relaxed);
+}
+
 void sf__sched_push_shared(sf__job *j) {
   sf__sched_start();
   j->next = NULL;

@@ -53,6 +53,7 @@ _Thread_local int sf__task_depth;
 static _Thread_local sf_actor *current_actor;
 
 #define MAX_INLINE_DEPTH 128
+#define THROTTLE 64 /* queued tasks per pool thread before a submitter runs its own */
 
 static int32_t type_size(const sf_type *t) { return t && t->kind != SF_VOID ? t->size : 0; }
 static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
@@ -622,10 +623,19 @@ static void task_schedule(task_rec *t) {
       if (dep && park_on(dep, t, &t->next_parked))
         return;
     }
-  if (t->d->timeout > 0)
+  if (t->d->timeout > 0) {
     sf__sched_push_shared(&t->job); /* never run by a helping main thread */
-  else
+  } else if (sf__sched_queue_len() >= THROTTLE * (int64_t)sf__pool_size() &&
+             t->need.cpus == 0 && t->need.gpu == 0 && sf__inline_depth < MAX_INLINE_DEPTH) {
+    /* Plenty queued already: run this one here, now (as libgomp does past
+     * its queue limit).  The workers stay busy with the queue, and the
+     * submitter does useful work instead of growing it. */
+    sf__inline_depth++;
+    run_task_job(&t->job);
+    sf__inline_depth--;
+  } else {
     sf__sched_push_task(&t->job);
+  }
 }
 
 static void tasks_unparked(task_rec *list) {
