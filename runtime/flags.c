@@ -35,12 +35,12 @@ typedef struct rt_flag {
 
 static const rt_flag rt_flags[] = {
     [RT_NODES] = {"nodes", "FILE", "run on the hosts listed in FILE, one per line"},
-    [RT_RESUME] = {"resume", NULL, "continue from the latest checkpoints"},
+    [RT_RESUME] = {"resume", NULL, "finish a killed run from its journal and checkpoints"},
     [RT_TRACE] = {"trace", "FILE", "write a trace of tasks and actors to FILE"},
-    [RT_CKPT] = {"checkpoint-dir", "DIR", "write actor checkpoints under DIR"},
+    [RT_CKPT] = {"checkpoint-dir", "DIR", "journal and checkpoints go here (default .sflow/PROGRAM)"},
     [RT_PROGRESS] = {"progress", "auto|always|never",
                      "show a progress line (auto: when stderr is a terminal)"},
-    [RT_QUIET] = {"quiet", NULL, "print no runtime notices"},
+    [RT_QUIET] = {"quiet", NULL, "no summary line, notices or progress line"},
     [RT_GPU] = {"require-gpu", NULL, "fail instead of running GPU work on the CPU"},
     [RT_THREADS] = {"threads", "N", "worker threads (default: one per CPU)"},
     [RT_JOURNAL] = {"journal", NULL, "record main's calls so --resume can finish the run "
