@@ -27,8 +27,9 @@
 
 #define HOSTNAME_MAX 255
 
-__attribute__((format(printf, 3, 4))) static int fail(char *err, size_t errlen,
-                                                      const char *fmt, ...) {
+/* The error reporting every net module shares: formats into the caller's
+ * buffer and returns -1, so callers can `return sf__net_fail(...)`. */
+int sf__net_fail(char *err, size_t errlen, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   if (errlen)
@@ -77,14 +78,14 @@ static int parse_host_word(const char *w, size_t n, const char *where, sf__host 
   if (n && w[0] == '[') {
     const char *close = memchr(w, ']', n);
     if (!close)
-      return fail(err, errlen, "%s: missing ']' in host '%.*s'", where, (int)n, w);
+      return sf__net_fail(err, errlen, "%s: missing ']' in host '%.*s'", where, (int)n, w);
     name = w + 1;
     name_n = (size_t)(close - name);
     v6 = true;
     size_t rest = n - (size_t)(close + 1 - w);
     if (rest) {
       if (close[1] != ':')
-        return fail(err, errlen, "%s: expected ':PORT' after ']' in '%.*s'", where, (int)n, w);
+        return sf__net_fail(err, errlen, "%s: expected ':PORT' after ']' in '%.*s'", where, (int)n, w);
       port = close + 2;
       port_n = rest - 1;
     }
@@ -97,21 +98,21 @@ static int parse_host_word(const char *w, size_t n, const char *where, sf__host 
     }
   }
   if (name_n == 0)
-    return fail(err, errlen, "%s: empty host name in '%.*s'", where, (int)n, w);
+    return sf__net_fail(err, errlen, "%s: empty host name in '%.*s'", where, (int)n, w);
   if (name_n > HOSTNAME_MAX)
-    return fail(err, errlen, "%s: host name longer than %d characters", where, HOSTNAME_MAX);
+    return sf__net_fail(err, errlen, "%s: host name longer than %d characters", where, HOSTNAME_MAX);
   for (size_t i = 0; i < name_n; i++)
     if (!host_char(name[i], v6))
-      return fail(err, errlen, "%s: invalid character '%c' in host '%.*s'", where, name[i],
+      return sf__net_fail(err, errlen, "%s: invalid character '%c' in host '%.*s'", where, name[i],
                   (int)n, w);
   h->port = 22;
   *port_given = port != NULL;
   if (port && !parse_num(port, port_n, 1, 65535, &h->port))
-    return fail(err, errlen, "%s: invalid port '%.*s' (expected 1 to 65535)", where,
+    return sf__net_fail(err, errlen, "%s: invalid port '%.*s' (expected 1 to 65535)", where,
                 (int)port_n, port);
   h->name = malloc(name_n + 1);
   if (!h->name)
-    return fail(err, errlen, "%s: out of memory", where);
+    return sf__net_fail(err, errlen, "%s: out of memory", where);
   memcpy(h->name, name, name_n);
   h->name[name_n] = '\0';
   return 0;
@@ -123,7 +124,7 @@ static int parse_key(const char *w, size_t n, const char *where, sf__host *h, bo
   static const char *const keys[] = {"slots", "gpus", "port", "max_slots", "max-slots"};
   const char *eq = memchr(w, '=', n);
   if (!eq)
-    return fail(err, errlen, "%s: unexpected '%.*s' (expected key=value: slots, gpus, port)",
+    return sf__net_fail(err, errlen, "%s: unexpected '%.*s' (expected key=value: slots, gpus, port)",
                 where, (int)n, w);
   size_t kn = (size_t)(eq - w), vn = n - kn - 1;
   const char *v = eq + 1;
@@ -132,35 +133,35 @@ static int parse_key(const char *w, size_t n, const char *where, sf__host *h, bo
     if (strlen(keys[i]) == kn && !memcmp(keys[i], w, kn))
       k = i;
   if (k < 0)
-    return fail(err, errlen, "%s: unknown key '%.*s' (expected slots, gpus, port or max_slots)",
+    return sf__net_fail(err, errlen, "%s: unknown key '%.*s' (expected slots, gpus, port or max_slots)",
                 where, (int)kn, w);
   if (k == 4)
     k = 3; /* max-slots is the same key as max_slots */
   if (*seen & (1u << k))
-    return fail(err, errlen, "%s: '%s' given twice", where, keys[k]);
+    return sf__net_fail(err, errlen, "%s: '%s' given twice", where, keys[k]);
   *seen |= 1u << k;
   int val = 0;
   switch (k) {
   case 0:
     if (!parse_num(v, vn, 1, 1 << 20, &h->slots))
-      return fail(err, errlen, "%s: invalid slots '%.*s' (expected a number from 1)", where,
+      return sf__net_fail(err, errlen, "%s: invalid slots '%.*s' (expected a number from 1)", where,
                   (int)vn, v);
     return 0;
   case 1:
     if (!parse_num(v, vn, 0, 1 << 16, &h->gpus))
-      return fail(err, errlen, "%s: invalid gpus '%.*s' (expected a number from 0)", where,
+      return sf__net_fail(err, errlen, "%s: invalid gpus '%.*s' (expected a number from 0)", where,
                   (int)vn, v);
     return 0;
   case 2:
     if (port_given)
-      return fail(err, errlen, "%s: port given both after ':' and as port=", where);
+      return sf__net_fail(err, errlen, "%s: port given both after ':' and as port=", where);
     if (!parse_num(v, vn, 1, 65535, &h->port))
-      return fail(err, errlen, "%s: invalid port '%.*s' (expected 1 to 65535)", where, (int)vn,
+      return sf__net_fail(err, errlen, "%s: invalid port '%.*s' (expected 1 to 65535)", where, (int)vn,
                   v);
     return 0;
   default:
     if (!parse_num(v, vn, 1, 1 << 20, &val))
-      return fail(err, errlen, "%s: invalid max_slots '%.*s' (expected a number from 1)", where,
+      return sf__net_fail(err, errlen, "%s: invalid max_slots '%.*s' (expected a number from 1)", where,
                   (int)vn, v);
     return 0;
   }
@@ -171,13 +172,13 @@ static int add_host(sf__hostlist *l, const sf__host *h, const char *where, char 
   for (int i = 0; i < l->n; i++)
     if (l->hosts[i].port == h->port && !strcmp(l->hosts[i].name, h->name)) {
       if (l->hosts[i].line)
-        return fail(err, errlen, "%s: duplicate host '%s' port %d (first on line %d)", where,
+        return sf__net_fail(err, errlen, "%s: duplicate host '%s' port %d (first on line %d)", where,
                     h->name, h->port, l->hosts[i].line);
-      return fail(err, errlen, "%s: duplicate host '%s' port %d", where, h->name, h->port);
+      return sf__net_fail(err, errlen, "%s: duplicate host '%s' port %d", where, h->name, h->port);
     }
   sf__host *nh = realloc(l->hosts, (size_t)(l->n + 1) * sizeof *nh);
   if (!nh)
-    return fail(err, errlen, "%s: out of memory", where);
+    return sf__net_fail(err, errlen, "%s: out of memory", where);
   l->hosts = nh;
   l->hosts[l->n++] = *h;
   return 0;
@@ -234,7 +235,7 @@ int sf__hostfile_parse(const char *text, size_t len, const char *fname, sf__host
     size_t n = nl ? (size_t)(nl - (text + i)) : len - i;
     if (memchr(text + i, '\0', n)) {
       sf__hostlist_free(out);
-      return fail(err, errlen, "%s:%d: NUL byte in hostfile", fname, line);
+      return sf__net_fail(err, errlen, "%s:%d: NUL byte in hostfile", fname, line);
     }
     snprintf(where, sizeof where, "%s:%d", fname, line);
     int before = out->n;
@@ -247,7 +248,7 @@ int sf__hostfile_parse(const char *text, size_t len, const char *fname, sf__host
     i += n + (nl ? 1 : 0);
   }
   if (out->n == 0)
-    return fail(err, errlen, "%s: no hosts in hostfile", fname);
+    return sf__net_fail(err, errlen, "%s: no hosts in hostfile", fname);
   out->source = strdup(fname);
   return 0;
 }
@@ -262,7 +263,7 @@ int sf__hostlist_parse(const char *list, sf__hostlist *out, char *err, size_t er
     snprintf(where, sizeof where, "--nodes entry %d", k);
     if (n == 0) {
       sf__hostlist_free(out);
-      return fail(err, errlen, "%s: empty host name", where);
+      return sf__net_fail(err, errlen, "%s: empty host name", where);
     }
     sf__host h = {NULL, 22, -1, -1, 0};
     bool port_given;
@@ -286,7 +287,7 @@ int sf__hosts_from_arg(const char *arg, sf__hostlist *out, char *err, size_t err
     bool looks_like_file = strchr(arg, '/') || (strchr(arg, '.') && !strchr(arg, ',') &&
                                                 strstr(arg, ".txt"));
     if (errno != ENOENT || looks_like_file)
-      return fail(err, errlen, "cannot read hostfile '%s': %s", arg, strerror(errno));
+      return sf__net_fail(err, errlen, "cannot read hostfile '%s': %s", arg, strerror(errno));
     return sf__hostlist_parse(arg, out, err, errlen);
   }
   size_t cap = 4096, n = 0;
@@ -298,7 +299,7 @@ int sf__hosts_from_arg(const char *arg, sf__hostlist *out, char *err, size_t err
       if (cap >= ((size_t)16 << 20)) {
         free(buf);
         fclose(f);
-        return fail(err, errlen, "%s: hostfile larger than 16 MiB", arg);
+        return sf__net_fail(err, errlen, "%s: hostfile larger than 16 MiB", arg);
       }
       char *nb = realloc(buf, cap *= 2);
       if (!nb)
@@ -310,7 +311,7 @@ int sf__hosts_from_arg(const char *arg, sf__hostlist *out, char *err, size_t err
   fclose(f);
   if (!buf || bad) {
     free(buf);
-    return fail(err, errlen, "cannot read hostfile '%s'", arg);
+    return sf__net_fail(err, errlen, "cannot read hostfile '%s'", arg);
   }
   int r = sf__hostfile_parse(buf, n, arg, out, err, errlen);
   free(buf);

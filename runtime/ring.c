@@ -36,15 +36,6 @@
 
 #include "net.h"
 
-__attribute__((format(printf, 3, 4))) static int fail(char *err, size_t errlen,
-                                                      const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  if (errlen)
-    vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
 
 static int64_t now_ms(void) {
   struct timespec t;
@@ -114,14 +105,14 @@ int sf__ring_listen(const char *addr, uint16_t *port, char *err, size_t errlen) 
   struct addrinfo *ai = NULL;
   int g = getaddrinfo(addr, "0", &hints, &ai);
   if (g)
-    return fail(err, errlen, "bad data-plane address %s: %s", addr, gai_strerror(g));
+    return sf__net_fail(err, errlen, "bad data-plane address %s: %s", addr, gai_strerror(g));
   int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 64)) {
     int e = errno;
     if (fd >= 0)
       close(fd);
     freeaddrinfo(ai);
-    return fail(err, errlen, "cannot listen on %s: %s", addr, strerror(e));
+    return sf__net_fail(err, errlen, "cannot listen on %s: %s", addr, strerror(e));
   }
   freeaddrinfo(ai);
   struct sockaddr_storage ss;
@@ -171,7 +162,7 @@ static int dial(const sf__peer *p, int64_t deadline, char *err, size_t errlen) {
   struct addrinfo hints = {.ai_flags = AI_NUMERICHOST, .ai_socktype = SOCK_STREAM};
   struct addrinfo *ai = NULL;
   if (getaddrinfo(p->addr, port, &hints, &ai))
-    return fail(err, errlen, "bad peer address %s", p->addr);
+    return sf__net_fail(err, errlen, "bad peer address %s", p->addr);
   int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   int rc = fd < 0 ? -1 : connect(fd, ai->ai_addr, ai->ai_addrlen);
   freeaddrinfo(ai);
@@ -190,7 +181,7 @@ static int dial(const sf__peer *p, int64_t deadline, char *err, size_t errlen) {
     int e = errno;
     if (fd >= 0)
       close(fd);
-    return fail(err, errlen, "cannot connect to ring peer %s:%u: %s", p->addr, p->port,
+    return sf__net_fail(err, errlen, "cannot connect to ring peer %s:%u: %s", p->addr, p->port,
                 strerror(e));
   }
   return fd;
@@ -216,7 +207,7 @@ int sf__ring_connect(sf__ring *r, uint64_t group, int rank, int size, const sf__
   link_mac(secret, group, (uint32_t)rank, hello + 12);
   if (io_all(out, hello, sizeof hello, true, deadline)) {
     close(out);
-    return fail(err, errlen, "cannot greet ring peer %s:%u", peers[next].addr, peers[next].port);
+    return sf__net_fail(err, errlen, "cannot greet ring peer %s:%u", peers[next].addr, peers[next].port);
   }
   /* Accept until the predecessor shows up with a valid greeting; anything
    * else (a stranger, a stale ring) is dropped. */
@@ -226,7 +217,7 @@ int sf__ring_connect(sf__ring *r, uint64_t group, int rank, int size, const sf__
     int left = (int)(deadline - now_ms());
     if (left <= 0 || poll(&pf, 1, left) <= 0) {
       close(out);
-      return fail(err, errlen, "ring member %d did not connect within %d ms", prev, timeout_ms);
+      return sf__net_fail(err, errlen, "ring member %d did not connect within %d ms", prev, timeout_ms);
     }
     int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0)
@@ -285,7 +276,7 @@ static int run_step(sf__ring *r, const step *s, char *err, size_t errlen) {
         sent += (size_t)k;
         progress = true;
       } else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        return fail(err, errlen, "ring rank %d: sending to rank %d failed: %s", r->rank,
+        return sf__net_fail(err, errlen, "ring rank %d: sending to rank %d failed: %s", r->rank,
                     (r->rank + 1) % r->size, strerror(errno));
       }
     }
@@ -301,7 +292,7 @@ static int run_step(sf__ring *r, const step *s, char *err, size_t errlen) {
           reduced = whole;
         }
       } else if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-        return fail(err, errlen, "ring rank %d: rank %d closed the connection", r->rank,
+        return sf__net_fail(err, errlen, "ring rank %d: rank %d closed the connection", r->rank,
                     (r->rank + r->size - 1) % r->size);
       }
     }
@@ -313,7 +304,7 @@ static int run_step(sf__ring *r, const step *s, char *err, size_t errlen) {
                            {r->prev_fd, got < s->rn ? POLLIN : 0, 0}};
     int left = (int)(last + r->timeout_ms - now_ms());
     if (left <= 0 || (poll(pf, 2, left) == 0 && now_ms() - last >= r->timeout_ms))
-      return fail(err, errlen, "ring rank %d: no progress for %d ms (a peer died or stalled)",
+      return sf__net_fail(err, errlen, "ring rank %d: no progress for %d ms (a peer died or stalled)",
                   r->rank, r->timeout_ms);
   }
   return 0;
@@ -344,7 +335,7 @@ int sf__ring_allreduce(sf__ring *r, void *buf, size_t count, sf__dtype t, sf__re
     return 0;
   size_t es = sf__dtype_size(t), maxlen = (count + (size_t)n - 1) / (size_t)n;
   if (!scratch(r, maxlen * es))
-    return fail(err, errlen, "out of memory for a %zu-byte ring buffer", maxlen * es);
+    return sf__net_fail(err, errlen, "out of memory for a %zu-byte ring buffer", maxlen * es);
   uint8_t *b = buf;
   for (int s = 0; s < n - 1; s++) { /* reduce-scatter */
     size_t so, sl, ro, rl;

@@ -22,15 +22,6 @@
 
 #include "net.h"
 
-__attribute__((format(printf, 3, 4))) static int fail(char *err, size_t errlen,
-                                                      const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  if (errlen)
-    vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
 
 static const char *const type_names[SF__F_COUNT] = {
     [SF__F_CHALLENGE] = "challenge",       [SF__F_AUTH] = "auth",
@@ -381,27 +372,27 @@ long sf__wire_decode(const uint8_t *buf, size_t n, sf__frame *f, char *err, size
   uint32_t len = (uint32_t)buf[0] | (uint32_t)buf[1] << 8 | (uint32_t)buf[2] << 16 |
                  (uint32_t)buf[3] << 24;
   if (len < SF__FRAME_HDR - 4)
-    return fail(err, errlen, "malformed frame: length %u is shorter than the header", len);
+    return sf__net_fail(err, errlen, "malformed frame: length %u is shorter than the header", len);
   if (len > SF__FRAME_MAX)
-    return fail(err, errlen, "malformed frame: length %u exceeds the limit of %u bytes", len,
+    return sf__net_fail(err, errlen, "malformed frame: length %u exceeds the limit of %u bytes", len,
                 SF__FRAME_MAX);
   if (n >= 5 && buf[4] != SF__WIRE_VERSION)
-    return fail(err, errlen, "malformed frame: protocol version %u, expected %u", buf[4],
+    return sf__net_fail(err, errlen, "malformed frame: protocol version %u, expected %u", buf[4],
                 SF__WIRE_VERSION);
   if (n >= 6 && (buf[5] == 0 || buf[5] >= SF__F_COUNT))
-    return fail(err, errlen, "malformed frame: unknown type %u", buf[5]);
+    return sf__net_fail(err, errlen, "malformed frame: unknown type %u", buf[5]);
   if (n >= 8 && (buf[6] | buf[7]))
-    return fail(err, errlen, "malformed frame: reserved flags 0x%02x%02x set", buf[7], buf[6]);
+    return sf__net_fail(err, errlen, "malformed frame: reserved flags 0x%02x%02x set", buf[7], buf[6]);
   if (n - 4 < len)
     return 0;
   f->type = buf[5];
   rd r = {buf + SF__FRAME_HDR, len - (SF__FRAME_HDR - 4), 0, true, NULL};
   get_payload(&r, f);
   if (!r.ok)
-    return fail(err, errlen, "malformed %s frame: bad or truncated %s",
+    return sf__net_fail(err, errlen, "malformed %s frame: bad or truncated %s",
                 sf__wire_type_name(f->type), r.what ? r.what : "field");
   if (r.off != r.n)
-    return fail(err, errlen, "malformed %s frame: %zu trailing bytes",
+    return sf__net_fail(err, errlen, "malformed %s frame: %zu trailing bytes",
                 sf__wire_type_name(f->type), r.n - r.off);
   return (long)len + 4;
 }
@@ -440,7 +431,7 @@ int sf__conn_send(sf__conn *c, const sf__frame *f, int timeout_ms, char *err, si
   sf__wbuf b = {0};
   if (sf__wire_encode(&b, f)) {
     sf__wbuf_free(&b);
-    return fail(err, errlen, "cannot encode %s frame", sf__wire_type_name(f->type));
+    return sf__net_fail(err, errlen, "cannot encode %s frame", sf__wire_type_name(f->type));
   }
   int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
   size_t off = 0;
@@ -454,10 +445,10 @@ int sf__conn_send(sf__conn *c, const sf__frame *f, int timeout_ms, char *err, si
       if (wait_fd(c->fd, POLLOUT, deadline) > 0)
         continue;
       sf__wbuf_free(&b);
-      return fail(err, errlen, "timed out sending a %s frame", sf__wire_type_name(f->type));
+      return sf__net_fail(err, errlen, "timed out sending a %s frame", sf__wire_type_name(f->type));
     }
     sf__wbuf_free(&b);
-    return fail(err, errlen, "send failed: %s", strerror(errno));
+    return sf__net_fail(err, errlen, "send failed: %s", strerror(errno));
   }
   sf__wbuf_free(&b);
   return 0;
@@ -509,13 +500,13 @@ int sf__conn_recv(sf__conn *c, sf__frame *f, int timeout_ms, char *err, size_t e
       return r;
     int w = wait_fd(c->fd, POLLIN, deadline);
     if (w <= 0)
-      return w == 0 ? fail(err, errlen, "timed out waiting for the peer")
-                    : fail(err, errlen, "poll failed: %s", strerror(errno));
+      return w == 0 ? sf__net_fail(err, errlen, "timed out waiting for the peer")
+                    : sf__net_fail(err, errlen, "poll failed: %s", strerror(errno));
     int k = sf__conn_fill(c);
     if (k == 0)
       return 0;
     if (k < 0)
-      return fail(err, errlen, "receive failed: %s", strerror(errno));
+      return sf__net_fail(err, errlen, "receive failed: %s", strerror(errno));
   }
 }
 
@@ -538,23 +529,23 @@ int sf__auth_head(sf__conn *c, const uint8_t secret[SF__SECRET_LEN], uint32_t *n
                   int timeout_ms, char *err, size_t errlen) {
   sf__frame f = {.type = SF__F_CHALLENGE};
   if (sf__random_bytes(f.u.challenge.nonce, 32))
-    return fail(err, errlen, "no randomness for the challenge");
+    return sf__net_fail(err, errlen, "no randomness for the challenge");
   uint8_t nonce_h[32];
   memcpy(nonce_h, f.u.challenge.nonce, 32);
   if (sf__conn_send(c, &f, timeout_ms, err, errlen))
     return -1;
   int r = sf__conn_recv(c, &f, timeout_ms, err, errlen);
   if (r == 0)
-    return fail(err, errlen, "peer closed the connection before authenticating");
+    return sf__net_fail(err, errlen, "peer closed the connection before authenticating");
   if (r < 0)
     return -1;
   if (f.type != SF__F_AUTH)
-    return fail(err, errlen, "expected an auth frame, got %s", sf__wire_type_name(f.type));
+    return sf__net_fail(err, errlen, "expected an auth frame, got %s", sf__wire_type_name(f.type));
   uint8_t want[32], nonce_w[32];
   memcpy(nonce_w, f.u.auth.nonce, 32);
   auth_mac(secret, "sflow-auth-1 worker", nonce_h, nonce_w, f.u.auth.node, want);
   if (!sf__ct_equal(want, f.u.auth.mac, 32))
-    return fail(err, errlen, "wrong HMAC: the peer does not know this run's secret");
+    return sf__net_fail(err, errlen, "wrong HMAC: the peer does not know this run's secret");
   *node = f.u.auth.node;
   sf__frame ok = {.type = SF__F_AUTH_OK};
   auth_mac(secret, "sflow-auth-1 head", nonce_w, nonce_h, *node, ok.u.auth_ok.mac);
@@ -566,17 +557,17 @@ int sf__auth_worker(sf__conn *c, const uint8_t secret[SF__SECRET_LEN], uint32_t 
   sf__frame f;
   int r = sf__conn_recv(c, &f, timeout_ms, err, errlen);
   if (r == 0)
-    return fail(err, errlen, "head closed the connection before the challenge");
+    return sf__net_fail(err, errlen, "head closed the connection before the challenge");
   if (r < 0)
     return -1;
   if (f.type != SF__F_CHALLENGE)
-    return fail(err, errlen, "expected a challenge, got %s", sf__wire_type_name(f.type));
+    return sf__net_fail(err, errlen, "expected a challenge, got %s", sf__wire_type_name(f.type));
   uint8_t nonce_h[32];
   memcpy(nonce_h, f.u.challenge.nonce, 32);
   sf__frame a = {.type = SF__F_AUTH};
   a.u.auth.node = node;
   if (sf__random_bytes(a.u.auth.nonce, 32))
-    return fail(err, errlen, "no randomness for the nonce");
+    return sf__net_fail(err, errlen, "no randomness for the nonce");
   uint8_t nonce_w[32];
   memcpy(nonce_w, a.u.auth.nonce, 32);
   auth_mac(secret, "sflow-auth-1 worker", nonce_h, nonce_w, node, a.u.auth.mac);
@@ -584,12 +575,12 @@ int sf__auth_worker(sf__conn *c, const uint8_t secret[SF__SECRET_LEN], uint32_t 
     return -1;
   r = sf__conn_recv(c, &f, timeout_ms, err, errlen);
   if (r == 0)
-    return fail(err, errlen, "authentication refused by the head (wrong secret?)");
+    return sf__net_fail(err, errlen, "authentication refused by the head (wrong secret?)");
   if (r < 0)
     return -1;
   uint8_t want[32];
   auth_mac(secret, "sflow-auth-1 head", nonce_w, nonce_h, node, want);
   if (f.type != SF__F_AUTH_OK || !sf__ct_equal(want, f.u.auth_ok.mac, 32))
-    return fail(err, errlen, "the head did not prove the secret");
+    return sf__net_fail(err, errlen, "the head did not prove the secret");
   return 0;
 }
