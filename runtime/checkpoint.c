@@ -6,7 +6,7 @@
  * One file per checkpoint, `<dir>/ckpt/<Actor>-<spawn>-<rank>.<calls>`:
  *
  *   "SFC2" | u64 calls | u64 g.all epoch | u64 payload length |
- *   u32 CRC-32C of payload | u32 0 | payload = the state (serial.c)
+ *   u32 CRC-32C of payload | payload = the state (serial.c)
  *
  * Key design choices:
  *  - Atomic: write a temporary file, fsync it, rename it into place,
@@ -43,7 +43,7 @@
 
 #define KEEP 3
 #define MAGIC "SFC2"
-#define HEAD 32 /* magic, calls, epoch, payload length, CRC, padding */
+#define HEAD 32 /* magic 4, calls 8, epoch 8, payload length 8, CRC 4 */
 
 const char *sf__checkpoint_dir(void);
 
@@ -137,15 +137,14 @@ static void write_checkpoint(sf_actor *a) {
   sf__ser_u64(&b, (uint64_t)calls);
   sf__ser_u64(&b, (uint64_t)sf__actor_epochs(a));
   sf__ser_u64(&b, 0); /* payload length, patched */
-  uint32_t crc[2] = {0, 0};
-  sf__buf_put(&b, (const char *)crc, 8);
-  sf__buf_put(&b, "\0\0\0\0", 4); /* pads the header to HEAD bytes */
-  size_t at = b.len;
+  uint32_t crc = 0;
+  sf__buf_put(&b, (const char *)&crc, 4); /* patched below */
+  size_t at = b.len; /* == HEAD */
   sf__ser_value(&b, d->state, sf__actor_state(a));
   uint64_t len = b.len - at;
-  crc[0] = sf__crc32c(0, b.data + at, len);
+  crc = sf__crc32c(0, b.data + at, len);
   memcpy(b.data + 20, &len, 8);
-  memcpy(b.data + 28, crc, 4);
+  memcpy(b.data + 28, &crc, 4);
 
   sf__journal_flush(); /* never ahead of the journal */
   double t0 = sf__trace_now();
@@ -337,6 +336,7 @@ bool sf__checkpoint_restore(sf_actor *a) {
     if (load(d, a, path, calls[i], &e)) {
       sf__actor_set_calls(a, calls[i]);
       sf__actor_set_epochs(a, e);
+      atomic_fetch_add_explicit(&sf__stats.restored, 1, memory_order_relaxed);
       return true;
     }
     if (!group)

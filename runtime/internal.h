@@ -253,7 +253,7 @@ typedef struct sf__stats_t {
   _Atomic int64_t tasks_failed, retries;
   _Atomic int64_t actors;
   _Atomic int64_t waiting; /* threads blocked in await */
-  _Atomic int64_t replayed, checkpoints;
+  _Atomic int64_t replayed, checkpoints, restored;
 } sf__stats_t;
 extern sf__stats_t sf__stats;
 void sf__stats_wait_begin(void);

@@ -253,10 +253,12 @@ void sf__run_end(void) {
   int64_t tasks = c.tasks, calls = c.calls;
   if (sf__options.quiet || (tasks == 0 && calls == 0 && atomic_load(&sf__stats.actors) == 0))
     return;
-  char buf[320], extra[96] = "";
+  char buf[384], extra[160] = "";
   int64_t replayed = atomic_load(&sf__stats.replayed);
-  if (replayed)
-    snprintf(extra, sizeof extra, ", %lld answered from the journal", (long long)replayed);
+  int64_t restored = atomic_load(&sf__stats.restored);
+  if (replayed || restored)
+    snprintf(extra, sizeof extra, ", %lld answered from the journal, %lld actors restored from "
+             "checkpoints", (long long)replayed, (long long)restored);
   int n = snprintf(buf, sizeof buf,
                    "%s: %lld tasks (%lld failed, %lld retries), %lld actors, %lld actor calls%s "
                    "in %.3f s\n",

@@ -57,6 +57,8 @@ def finish(exe, ckdir, ref, what):
         raise Fail("%s: resumed output differs\n%s%s" % (what, diff[:3000], err))
     if os.path.exists(os.path.join(ckdir, "journal")):
         raise Fail("%s: the journal is still there after the run finished" % what)
+    if "damaged" in err and what != "damaged-checkpoint":
+        raise Fail("%s: a checkpoint nobody damaged was refused:\n%s" % (what, err))
     return err
 
 
@@ -96,7 +98,11 @@ def main():
                     raise Fail("%s: the run finished before it was killed" % name)
                 for k, more in enumerate(x for x in (again, third) if x):
                     run(exe, ck, ["--resume"], kill_after=wall * more)
-                finish(exe, ck, ref, name)
+                err = finish(exe, ck, ref, name)
+                # Past a third of the run the actors have checkpoints: the
+                # resume must start them from one, not from init.
+                if frac >= 0.3 and " 0 actors restored" in err:
+                    raise Fail("%s: no actor was restored from a checkpoint:\n%s" % (name, err))
                 print("PASS %s (killed after %d of %d lines)" % (name, part.count("\n"),
                                                                   ref.count("\n")))
             except Fail as f:
