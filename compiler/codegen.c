@@ -2263,7 +2263,7 @@ static void gen_actor(Decl *a) {
   LLVMValueRef f[] = {cstr(a->mangled ? a->mangled : a->name),
                       LLVMConstPointerCast(ai->state_desc, G.P),
                       LLVMConstPointerCast(info(in)->desc, G.P), ci32(a->restarts),
-                      ci32(a->checkpoint_every), ci32(a->replicas), ci32(0),
+                      ci32(a->checkpoint_every), ci32(a->replicas), ci32(a->checkpoint_keep),
                       LLVMConstReal(G.f64, a->cpus), LLVMConstReal(G.f64, a->gpus)};
   LLVMSetInitializer(ai->desc, LLVMConstStructInContext(G.ctx, f, 9, 0));
 }

@@ -635,7 +635,7 @@ static void check_annot(Decl *d, Annot *a) {
           d->checkpoint_every = (int)v;
       } else if (!strcmp(n, "keep")) {
         if (annot_number(a, x, true, 1, 1e6, &v))
-          d->replicas = d->replicas; /* keep is read by the runtime from the annotation */
+          d->checkpoint_keep = (int)v;
       } else {
         diag_error(x->name_loc, "@checkpoint has no argument '%s' (expected 'every' or 'keep')", n);
       }
@@ -680,6 +680,9 @@ static void check_annot(Decl *d, Annot *a) {
   } else if (!strcmp(a->name, "timeout")) {
     if (annot_number(a, x, false, 0.001, 1e9, &v))
       d->timeout = v;
+    if (d->kind == D_METHOD)
+      diag_warning(a->loc, "@timeout on an actor method is not enforced yet (it bounds task "
+                   "attempts only)");
   }
 }
 

@@ -342,7 +342,7 @@ struct Decl {
   int nparams;
   /* annotation values after checking */
   double cpus, gpus, timeout;
-  int retry, restarts, checkpoint_every, replicas;
+  int retry, restarts, checkpoint_every, checkpoint_keep, replicas;
   bool checked;
   Decl *overload;     /* D_FN: the next function of the same name in the module */
   bool is_std;        /* declared in a std module */

@@ -33,6 +33,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,10 +170,13 @@ static void write_checkpoint(sf_actor *a) {
   if (!ok)
     return;
   atomic_fetch_add_explicit(&sf__stats.checkpoints, 1, memory_order_relaxed);
-  /* Keep the newest KEEP. */
-  int64_t old[KEEP + 1];
-  int n = list(a, old, KEEP + 1);
-  for (int i = KEEP; i < n; i++) {
+  /* Keep the newest `keep` (@checkpoint(keep = K), default KEEP). */
+  int keep = d->checkpoint_keep > 0 ? d->checkpoint_keep : KEEP;
+  if (keep > 64)
+    keep = 64;
+  int64_t old[64 + 1];
+  int n = list(a, old, keep < 64 ? keep + 1 : 65);
+  for (int i = keep; i < n; i++) {
     snprintf(path, sizeof path, "%s/%s%" PRId64, dir, prefix, old[i]);
     unlink(path);
   }
@@ -194,13 +198,31 @@ bool sf__fault(const char *point) {
 
 static bool in_group(sf_actor *a) { return sf__actor_comm(a) != NULL; }
 
+/* The end of a successful run removes the checkpoints while actors may
+ * still be writing one (the caller already has the call's result): the
+ * removal takes this lock for writing and marks the run finished, writers
+ * take it for reading and write nothing after that. */
+static pthread_rwlock_t end_lock = PTHREAD_RWLOCK_INITIALIZER;
+static bool finished;
+
+void sf__checkpoint_finish(void) {
+  pthread_rwlock_wrlock(&end_lock);
+  finished = true;
+  sf__checkpoint_clear();
+  pthread_rwlock_unlock(&end_lock);
+}
+
 void sf__checkpoint_maybe(sf_actor *a, bool after_all) {
   const sf_actor_desc *d = sf__actor_desc(a);
   if (d->checkpoint_every <= 0 || sf__actor_id(a) < 0)
     return;
   if (in_group(a) ? after_all && sf__actor_epochs(a) % d->checkpoint_every == 0
-                  : sf__actor_calls(a) % d->checkpoint_every == 0)
-    write_checkpoint(a);
+                  : sf__actor_calls(a) % d->checkpoint_every == 0) {
+    pthread_rwlock_rdlock(&end_lock);
+    if (!finished)
+      write_checkpoint(a);
+    pthread_rwlock_unlock(&end_lock);
+  }
 }
 
 /* Checks one checkpoint file and, with a, reads it into a's (zeroed)

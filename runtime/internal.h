@@ -322,6 +322,7 @@ void sf__checkpoint_maybe(sf_actor *a, bool after_all);
 void sf__checkpoint_plan_group(const sf_actor_desc *d, int64_t id, int64_t n);
 int64_t sf__checkpoint_group_epoch(const sf_actor_desc *d, int64_t id);
 void sf__checkpoint_clear(void);
+void sf__checkpoint_finish(void); /* a successful end: clear, and write no more */
 bool sf__fault(const char *point); /* SFLOW_FAULT fault injection, tests only */
 extern _Thread_local int sf__task_depth; /* > 0 inside a task or actor method */
 

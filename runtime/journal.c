@@ -610,18 +610,20 @@ void sf__journal_end(bool success) {
     close(J.fd);
     J.fd = -1;
   }
-  if (success && J.opened) {
-    /* Finished: nothing is left to resume. */
+  bool clean = success && J.opened;
+  J.enabled = false;
+  pthread_mutex_unlock(&J.lock);
+  if (clean) {
+    /* Finished: nothing is left to resume.  Outside J.lock: an actor may
+     * be inside a checkpoint write, which flushes the journal first. */
     char p[PATH_MAX];
     path_in(p, sizeof p, "journal");
     unlink(p);
-    sf__checkpoint_clear();
+    sf__checkpoint_finish();
     path_in(p, sizeof p, "lock");
     unlink(p);
     rmdir(J.dir);
   }
-  J.enabled = false;
-  pthread_mutex_unlock(&J.lock);
 }
 
 /* -------------------------------------------------------- main's calls */

@@ -220,7 +220,7 @@ typedef struct sf_actor_desc {
   const char *name;                        /* "Counter" */
   const sf_type *state;                    /* SF_STRUCT of the fields */
   const sf_method_desc *init;              /* field initialisers + init body */
-  int32_t restarts, checkpoint_every, replicas, reserved;
+  int32_t restarts, checkpoint_every, replicas, checkpoint_keep; /* keep: 0 = 3 */
   double cpus, gpus;
 } sf_actor_desc;
 
