@@ -91,7 +91,12 @@ typedef struct {
   LLVMValueRef state_desc;
   LLVMValueRef init_fn; /* actors: field initialisers + init body */
   Decl *init_decl;      /* a synthetic D_INIT when the actor has none */
-  LLVMValueRef twin;    /* small self-recursive fns: the copy it calls */
+  /* Small self-recursive fns (recursion unrolling, below): copies of the
+   * fn, copies[0] being fn itself; shared: the two copies call each other
+   * from the start, else each copy calls itself until unroll_chains. */
+  LLVMValueRef *copies;
+  int ncopies;
+  bool shared;
 } DInfo;
 
 /* The function being generated. */
@@ -143,6 +148,9 @@ static struct {
    * to redirect_fn (the twin, or from the twin back to the original). */
   Decl *redirect_of;
   LLVMValueRef redirect_fn;
+  /* Fns whose copies unroll_chains links after tail-call elimination. */
+  DInfo **chains;
+  int nchains;
 } G;
 
 static Val expr(Node *n);
@@ -2105,12 +2113,39 @@ static void gen_fn(Decl *d) {
   end_fn(&f);
 }
 
-/* Recursion unrolling.  LLVM never inlines a function into itself, so a
- * small fn that calls itself gets a twin (sflow.f.rec) with the same body:
- * each calls the other, the inliner inlines the twin into the original, and
- * one call then does two levels of the recursion, as gcc's recursive
- * inlining does.  Counts the nodes of a body, up to limit. */
-enum { TWIN_MAX_NODES = 64 };
+/* Recursion unrolling.  LLVM never inlines a function into itself (nor one
+ * that calls itself), while gcc inlines a small recursive function into
+ * itself several levels deep.  So a small fn (at most UNROLL_MAX_NODES
+ * syntax nodes, at -O2 and above) that calls itself is emitted more than
+ * once, sflow.f, sflow.f.rec, sflow.f.rec2, ..., each copy's self calls
+ * going to the next copy and the last one's back to sflow.f, so that
+ * inlining the copies into sflow.f makes one call do several levels of the
+ * recursion.  Which calls go to the next copy depends on the fn:
+ *
+ * - Chained (the usual case): each copy is first generated calling itself,
+ *   and unroll_chains runs SROA and tail-call elimination before the main
+ *   pipeline, so that `return f(a) + f(b)` becomes a loop around f(a) with
+ *   an accumulator.  The self calls left (those not in tail position) then
+ *   go to the next copy.  With one left, UNROLL_CHAIN copies are kept, all
+ *   but sflow.f marked alwaysinline, and the always-inline pass folds them
+ *   into sflow.f: nested loops and one call to sflow.f every UNROLL_CHAIN
+ *   levels, as gcc's code has (it stops at eight).  The copies are declared
+ *   last to first, so that pass (which goes through the module in order)
+ *   inlines each copy once, into the one before it.  With no self call
+ *   left the other copies are deleted; with two or more, two copies are
+ *   kept and left to the inliner's cost model, so the code doubles rather
+ *   than growing as 2^UNROLL_CHAIN.
+ * - Shared: the self calls' arguments are the parameters plus constants,
+ *   and two levels of the recursion repeat a call, as fib(n-1) and fib(n-2)
+ *   both call fib(n-3).  Two copies call each other for every self call, so
+ *   that after the inliner inlines sflow.f.rec the repeated call sits twice
+ *   in one body, where LLVM computes it once when the fn is pure (fib: three
+ *   calls instead of four per two levels, compounding down the recursion).
+ *   Eliminating the tail call first would put the repeats in different
+ *   iterations of a loop, out of reach.
+ *
+ * Counts the nodes of a body, up to limit. */
+enum { UNROLL_MAX_NODES = 64, UNROLL_CHAIN = 6, MAX_SELF_CALLS = 8, MAX_OFFSETS = 8 };
 static int body_size(Node *n, Decl *self, bool *calls_self, int limit) {
   int size = 0;
   for (; n && size <= limit; n = n->next) {
@@ -2124,23 +2159,158 @@ static int body_size(Node *n, Decl *self, bool *calls_self, int limit) {
   return size;
 }
 
-static bool wants_twin(Decl *d) {
+static bool wants_unroll(Decl *d) {
   bool rec = false;
   return d->kind == D_FN && G.opts->opt_level >= 2 &&
-         body_size(d->body, d, &rec, TWIN_MAX_NODES) <= TWIN_MAX_NODES && rec;
+         body_size(d->body, d, &rec, UNROLL_MAX_NODES) <= UNROLL_MAX_NODES && rec;
 }
 
-static void gen_twins(Decl *d) {
+/* The self calls of n, up to max (returns how many, max + 1 past it). */
+static int self_calls(Node *n, Decl *self, Node **out, int k, int max) {
+  for (; n && k <= max; n = n->next) {
+    if (n->kind == N_CALL && n->callkind == CALL_FN && n->decl == self) {
+      if (k < max)
+        out[k] = n;
+      k++;
+    }
+    Node *kids[] = {n->lhs, n->rhs, n->cond, n->then, n->els, n->body, n->args, n->recv};
+    for (int i = 0; i < 8; i++)
+      k = self_calls(kids[i], self, out, k, max);
+  }
+  return k;
+}
+
+/* Argument i of a self call as parameter i plus a constant: *off. */
+static bool param_offset(Decl *d, Node *a, int i, int64_t *off) {
+  Decl *p = d->params;
+  for (int j = 0; p && j < i; j++)
+    p = p->next;
+  if (!p || !p->var || assigns(d->body, p->var))
+    return false;
+  if (a->kind == N_NAME && a->var == p->var) {
+    *off = 0;
+    return true;
+  }
+  if (a->kind != N_BINARY || (a->op != '+' && a->op != '-') || !ty_is_int(a->ty))
+    return false;
+  if (a->lhs->kind == N_NAME && a->lhs->var == p->var && a->rhs->kind == N_INT) {
+    *off = a->op == '+' ? a->rhs->ival : -a->rhs->ival;
+    return true;
+  }
+  if (a->op == '+' && a->rhs->kind == N_NAME && a->rhs->var == p->var && a->lhs->kind == N_INT) {
+    *off = a->lhs->ival;
+    return true;
+  }
+  return false;
+}
+
+/* Whether two levels of d's recursion repeat a call: every self call passes
+ * each parameter plus a constant, and two different pairs (first-level
+ * call, second-level call) add up to the same offsets. */
+static bool repeats_calls(Decl *d) {
+  Node *calls[MAX_SELF_CALLS];
+  int n = self_calls(d->body, d, calls, 0, MAX_SELF_CALLS);
+  if (n < 2 || n > MAX_SELF_CALLS || d->nparams < 1 || d->nparams > MAX_OFFSETS)
+    return false;
+  int64_t off[MAX_SELF_CALLS][MAX_OFFSETS];
+  for (int c = 0; c < n; c++) {
+    if (calls[c]->argc != d->nparams)
+      return false;
+    for (int i = 0; i < d->nparams; i++)
+      if (!param_offset(d, calls[c]->argv[i], i, &off[c][i]))
+        return false;
+  }
+  for (int a = 0; a < n * n; a++)
+    for (int b = a + 1; b < n * n; b++) {
+      bool same = true;
+      for (int i = 0; i < d->nparams && same; i++)
+        same = (uint64_t)off[a / n][i] + (uint64_t)off[a % n][i] ==
+               (uint64_t)off[b / n][i] + (uint64_t)off[b % n][i];
+      if (same)
+        return true;
+    }
+  return false;
+}
+
+static void declare_unrolled(Decl *d) {
   DInfo *di = info(d);
-  LLVMValueRef orig = di->fn;
-  G.redirect_of = d;
-  G.redirect_fn = di->twin;
-  gen_fn(d);
-  di->fn = di->twin;
-  G.redirect_fn = orig;
-  gen_fn(d);
-  di->fn = orig;
+  di->shared = repeats_calls(d);
+  di->ncopies = di->shared ? 2 : UNROLL_CHAIN;
+  di->copies = arena_alloc(sizeof(LLVMValueRef) * (size_t)di->ncopies);
+  for (int i = di->ncopies - 1; i >= 0; i--) {
+    declare_fn(d, sym(d, i == 0 ? "" : i == 1 ? ".rec" : arena_printf(".rec%d", i)), NULL, false);
+    di->copies[i] = di->fn;
+  }
+  if (!di->shared) {
+    if (G.nchains % 16 == 0) {
+      DInfo **c = arena_alloc(sizeof(DInfo *) * (size_t)(G.nchains + 16));
+      if (G.nchains)
+        memcpy(c, G.chains, sizeof(DInfo *) * (size_t)G.nchains);
+      G.chains = c;
+    }
+    G.chains[G.nchains++] = di;
+  }
+}
+
+static void gen_unrolled(Decl *d) {
+  DInfo *di = info(d);
+  G.redirect_of = di->shared ? d : NULL;
+  for (int i = 0; i < di->ncopies; i++) {
+    di->fn = di->copies[i];
+    G.redirect_fn = di->copies[(i + 1) % di->ncopies];
+    gen_fn(d);
+  }
+  di->fn = di->copies[0];
   G.redirect_of = NULL;
+}
+
+/* The calls in fn to callee; sends them to to (when not NULL). */
+static int retarget_calls(LLVMValueRef fn, LLVMValueRef callee, LLVMValueRef to) {
+  int n = 0;
+  for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(fn); bb; bb = LLVMGetNextBasicBlock(bb))
+    for (LLVMValueRef in = LLVMGetFirstInstruction(bb); in; in = LLVMGetNextInstruction(in))
+      if (LLVMGetInstructionOpcode(in) == LLVMCall && LLVMGetCalledValue(in) == callee) {
+        n++;
+        if (to)
+          LLVMSetOperand(in, (unsigned)LLVMGetNumOperands(in) - 1, to);
+      }
+  return n;
+}
+
+static int optimiser_error(LLVMErrorRef e) {
+  char *m = LLVMGetErrorMessage(e);
+  fprintf(stderr, "sflowc: internal compiler error: optimiser: %s\n", m);
+  LLVMDisposeErrorMessage(m);
+  return 1;
+}
+
+/* Chained unrolling, after codegen: eliminate tail calls while each copy
+ * still calls itself, then link the copies by the self calls left. */
+static int unroll_chains(LLVMPassBuilderOptionsRef po) {
+  if (!G.nchains)
+    return 0;
+  LLVMErrorRef e = LLVMRunPasses(G.mod, "function(sroa,tailcallelim)", G.tm, po);
+  if (e)
+    return optimiser_error(e);
+  bool inline_chains = false;
+  for (int c = 0; c < G.nchains; c++) {
+    DInfo *di = G.chains[c];
+    int left = retarget_calls(di->copies[0], di->copies[0], NULL);
+    int keep = left == 0 ? 1 : left == 1 ? di->ncopies : 2;
+    for (int i = keep; i < di->ncopies; i++)
+      LLVMDeleteFunction(di->copies[i]);
+    for (int i = 0; i < keep && keep > 1; i++)
+      retarget_calls(di->copies[i], di->copies[i], di->copies[(i + 1) % keep]);
+    if (keep > 2) {
+      for (int i = 1; i < keep; i++)
+        add_attr(di->copies[i], LLVMAttributeFunctionIndex, "alwaysinline");
+      inline_chains = true;
+    }
+    di->ncopies = keep;
+  }
+  if (inline_chains)
+    e = LLVMRunPasses(G.mod, "always-inline", G.tm, po);
+  return e ? optimiser_error(e) : 0;
 }
 
 static void gen_method(Decl *actor, Decl *m) {
@@ -2373,11 +2543,10 @@ static void declare_all(Program *p) {
     for (Decl *d = m->decls; d; d = d->next)
       switch (d->kind) {
       case D_FN:
-        if (wants_twin(d)) {
-          declare_fn(d, sym(d, ".rec"), NULL, false);
-          info(d)->twin = info(d)->fn;
-        }
-        declare_fn(d, sym(d, ""), NULL, false);
+        if (wants_unroll(d))
+          declare_unrolled(d);
+        else
+          declare_fn(d, sym(d, ""), NULL, false);
         break;
       case D_WORKFLOW: declare_fn(d, sym(d, ""), NULL, false); break;
       case D_KERNEL:
@@ -2465,8 +2634,8 @@ static void gen_all(Program *p) {
     for (Decl *d = m->decls; d; d = d->next)
       switch (d->kind) {
       case D_FN:
-        if (info(d)->twin) {
-          gen_twins(d);
+        if (info(d)->copies) {
+          gen_unrolled(d);
           break;
         }
         /* fall through */
@@ -2553,15 +2722,13 @@ static int optimise(void) {
    * array headers let LICM hoist len and data out of the loop. */
   char pipeline[32];
   snprintf(pipeline, sizeof pipeline, "default<O%d>", G.opts->opt_level);
-  LLVMErrorRef e = LLVMRunPasses(G.mod, pipeline, G.tm, po);
-  LLVMDisposePassBuilderOptions(po);
-  if (e) {
-    char *m = LLVMGetErrorMessage(e);
-    fprintf(stderr, "sflowc: internal compiler error: optimiser: %s\n", m);
-    LLVMDisposeErrorMessage(m);
+  if (unroll_chains(po)) {
+    LLVMDisposePassBuilderOptions(po);
     return 1;
   }
-  return 0;
+  LLVMErrorRef e = LLVMRunPasses(G.mod, pipeline, G.tm, po);
+  LLVMDisposePassBuilderOptions(po);
+  return e ? optimiser_error(e) : 0;
 }
 
 static int emit_obj(const char *path) {
