@@ -27,16 +27,6 @@
 
 #define HOSTNAME_MAX 255
 
-/* The error reporting every net module shares: formats into the caller's
- * buffer and returns -1, so callers can `return sf__net_fail(...)`. */
-int sf__net_fail(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  if (errlen)
-    vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
 
 void sf__hostlist_free(sf__hostlist *l) {
   for (int i = 0; i < l->n; i++)

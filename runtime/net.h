@@ -30,7 +30,7 @@
  * EX_UNAVAILABLE), distinct from 70 (runtime error) and 2 (usage). */
 #define SF__EXIT_NODES 69
 
-/* Formats an error into err (errlen bytes) and returns -1 (hostfile.c). */
+/* Formats an error into err (errlen bytes) and returns -1 (wire.c). */
 __attribute__((format(printf, 3, 4))) int sf__net_fail(char *err, size_t errlen,
                                                        const char *fmt, ...);
 

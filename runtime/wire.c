@@ -22,6 +22,17 @@
 
 #include "net.h"
 
+/* The error reporting every net module shares: formats into the caller's
+ * buffer and returns -1, so callers can `return sf__net_fail(...)`. */
+int sf__net_fail(char *err, size_t errlen, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  if (errlen)
+    vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
 
 static const char *const type_names[SF__F_COUNT] = {
     [SF__F_CHALLENGE] = "challenge",       [SF__F_AUTH] = "auth",
