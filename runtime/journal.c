@@ -623,6 +623,8 @@ void sf__journal_end(bool success) {
     path_in(p, sizeof p, "lock");
     unlink(p);
     rmdir(J.dir);
+    if (!sf__options.checkpoint_dir)
+      rmdir(".sflow"); /* the default parent, when no other run uses it */
   }
 }
 
