@@ -192,7 +192,10 @@ MaxSessions 50
                 pids.append(int(d))
         return pids
 
-    def expect_no_workers(self, within=5.0):
+    def expect_no_workers(self, within=15.0):
+        # Workers end within a second when idle; under a loaded make test
+        # (TSan and valgrind builds beside) sshd's teardown has been seen to
+        # take over 5 s, so the bound leaves room without hiding a leak.
         deadline = time.time() + within
         while self.workers() and time.time() < deadline:
             time.sleep(0.1)
