@@ -275,6 +275,7 @@ double sf__trace_now(void); /* microseconds since start (0 when tracing is off) 
 /* One complete event [t0, now) on this thread's track. */
 void sf__trace_event(const char *name, const char *cat, double t0, int32_t attempt,
                      const char *error);
+bool sf__trace_open(char *err, size_t errlen); /* before the run: --trace FILE.tmp */
 void sf__trace_write(void); /* at exit: the JSON file */
 
 /* ---------------------------------------------------------- serial.c */

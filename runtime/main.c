@@ -74,7 +74,13 @@ int main(int argc, char **argv) {
     fflush(stdout);
     return rc;
   }
-  sf__trace_on = sf__options.trace != NULL;
+  if (sf__options.trace && !sf__trace_open(err, sizeof err)) {
+    fprintf(stderr, "%s: error: %s\n", name, err);
+    sf__cluster_stop();
+    sf__flags_release(prog, args);
+    sf_free(args);
+    return SF__EXIT_USAGE;
+  }
   sf__run_begin(prog);
   sf__journal_begin(prog, args);
   atexit(at_exit);

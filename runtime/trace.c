@@ -5,8 +5,10 @@
  * Key design choices:
  *  - Each thread appends events to its own growing array, registered once
  *    in a global list; recording takes no lock and makes no system call.
- *    The file is written once, at the end of the run (or when the run ends
- *    in a runtime error), so tracing costs little while the work runs.
+ *    The file is opened before the run (an unwritable path is a usage
+ *    error, not an hour of work traced for nothing) and written once, at
+ *    the end of the run (or when the run ends in a runtime error), so
+ *    tracing costs little while the work runs.
  *  - pid is the node (0 on one machine), tid the thread: 0 is main, 1..n
  *    the pool's workers.  A thread runs one attempt at a time, so slices on
  *    a track nest perfectly as Perfetto requires.  "M" events name the
@@ -14,6 +16,7 @@
  *  - args carry the attempt number and, for a failed attempt, the error.
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,18 +101,28 @@ static void put_json_str(FILE *f, const char *s) {
   fputc('"', f);
 }
 
+static FILE *out;      /* the temporary file, opened before the run */
+static char tmp[4096]; /* its name: FILE.tmp, renamed to FILE at the end */
+
+bool sf__trace_open(char *err, size_t errlen) {
+  const char *path = sf__options.trace;
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  out = fopen(tmp, "w");
+  if (!out) {
+    snprintf(err, errlen, "cannot write the trace to '%s': %s", path, strerror(errno));
+    return false;
+  }
+  sf__trace_on = true;
+  return true;
+}
+
 void sf__trace_write(void) {
-  if (!sf__trace_on || !sf__options.trace)
+  if (!sf__trace_on || !out)
     return;
   sf__trace_on = false;
   const char *path = sf__options.trace;
-  char tmp[4096];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  FILE *f = fopen(tmp, "w");
-  if (!f) {
-    sf__notice("cannot write the trace to %s", path);
-    return;
-  }
+  FILE *f = out;
+  out = NULL;
   fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", f);
   fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%lld,\"tid\":0,"
           "\"args\":{\"name\":\"node %lld\"}}",

@@ -62,6 +62,11 @@ def main():
                 stack.append(e["ts"] + e["dur"])
         check(nest_ok, "slices on each track nest (Perfetto's rule)")
 
+        p = subprocess.run([exe, "--trace", os.path.join(tmp, "no", "such", "t.json")] + ck,
+                           capture_output=True, timeout=60)
+        check(p.returncode == 2 and p.stdout == b"" and b"cannot write the trace" in p.stderr,
+              "an unwritable --trace path exits 2 before the run starts")
+
         # Progress: drawn with --progress=always, never drawn otherwise.
         p = subprocess.run([exe, "--progress=always"] + ck, capture_output=True, timeout=60)
         err = p.stderr.decode()
