@@ -112,6 +112,7 @@ typedef struct node {
   char hostname[256];
   int64_t last_rx;
   bool copied;
+  int64_t connect_ms;        /* phase 1: TCP + handshake + authentication */
   double start_s;     /* seconds from the run's start to HELLO */
   char error[768];    /* start-up failure */
   char listen_addr[64];
@@ -212,15 +213,23 @@ static uint16_t listener_port(const char *addr) {
   return 0;
 }
 
-/* One host, on its own thread: connect, listen, deploy, exec. */
+/* Start-up phase 1, one thread per host: TCP connect, host key check and
+ * authentication.  Nothing is copied or started anywhere until every host
+ * has passed this, so one refused host key starts no worker elsewhere. */
+static void *connect_host(void *arg) {
+  node *nd = arg;
+  int64_t t0 = now_ms();
+  if (sf__ssh_connect(nd->host, &H.ssh, &nd->ssh, nd->error, sizeof nd->error) == 0)
+    nd->connect_ms = now_ms() - t0;
+  return NULL;
+}
+
+/* Phase 2, one thread per host: listen, deploy, exec. */
 static void *launch(void *arg) {
   node *nd = arg;
   int id = (int)(nd - H.nodes) + 1;
   char *err = nd->error;
   size_t errlen = sizeof nd->error;
-  int64_t t0 = now_ms();
-  if (sf__ssh_connect(nd->host, &H.ssh, &nd->ssh, err, errlen))
-    return NULL;
   int64_t t1 = now_ms();
   struct sockaddr_storage ss;
   socklen_t sl;
@@ -258,7 +267,7 @@ static void *launch(void *arg) {
   nd->ssh_open = true;
   if (logging())
     note("sflow: node %d %s: %s %s, worker started (ssh %.2f s, deploy %.2f s, exec %.2f s)",
-         id, nd->label, nd->copied ? "copied" : "found cached", path, (t1 - t0) / 1e3,
+         id, nd->label, nd->copied ? "copied" : "found cached", path, nd->connect_ms / 1e3,
          (t2 - t1) / 1e3, (now_ms() - t2) / 1e3);
   return NULL;
 }
@@ -671,6 +680,23 @@ static int start_failed(char *err, size_t errlen) {
 
 static void stop_at_exit(void) { sf__cluster_stop(); }
 
+/* Runs fn on every host at once, one thread each; true when any failed. */
+static bool on_every_host(pthread_t *th, void *(*fn)(void *)) {
+  for (int i = 0; i < H.n; i++)
+    if (pthread_create(&th[i], NULL, fn, &H.nodes[i])) {
+      snprintf(H.nodes[i].error, sizeof H.nodes[i].error, "%s: cannot start a thread",
+               H.nodes[i].label);
+      th[i] = 0;
+    }
+  bool failed = false;
+  for (int i = 0; i < H.n; i++) {
+    if (th[i])
+      pthread_join(th[i], NULL);
+    failed |= H.nodes[i].error[0] != '\0';
+  }
+  return failed;
+}
+
 int sf__cluster_start(char *err, size_t errlen) {
   if (!sf__options.nodes || H.started)
     return 0;
@@ -715,20 +741,11 @@ int sf__cluster_start(char *err, size_t errlen) {
     snprintf(nd->label, sizeof nd->label, strchr(nd->host->name, ':') ? "[%s]:%d" : "%s:%d",
              nd->host->name, nd->host->port);
   }
-  for (int i = 0; i < H.n; i++)
-    if (pthread_create(&th[i], NULL, launch, &H.nodes[i])) {
-      snprintf(H.nodes[i].error, sizeof H.nodes[i].error, "%s: cannot start a thread",
-               H.nodes[i].label);
-      th[i] = 0;
-    }
-  for (int i = 0; i < H.n; i++)
-    if (th[i])
-      pthread_join(th[i], NULL);
-  free(th);
   atexit(stop_at_exit);
-  bool failed = false;
-  for (int i = 0; i < H.n; i++)
-    failed |= H.nodes[i].error[0] != '\0';
+  bool failed = on_every_host(th, connect_host);
+  if (!failed)
+    failed = on_every_host(th, launch);
+  free(th);
   /* Wait for every worker to connect back and say hello.  A worker whose
    * channel closes first fails at once, with its output shown. */
   int64_t deadline = now_ms() + (int64_t)(sf__options.connect_timeout + 20) * 1000;
