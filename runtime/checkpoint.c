@@ -3,6 +3,11 @@
  * k completed calls, and read back on --resume (and, later, when a node
  * dies and the actor restarts elsewhere).
  *
+ * On a worker of a --nodes run the state is not written there: it is
+ * shipped to the head (sf__checkpoint_ship, set by ractor.c), which keeps
+ * the newest for restarts and writes it here (sf__checkpoint_write_state),
+ * so --resume finds the same files as after a single-node run.
+ *
  * One file per checkpoint, `<dir>/ckpt/<Actor>-<spawn>-<rank>.<calls>`:
  *
  *   "SFC2" | u64 calls | u64 g.all epoch | u64 payload length |
@@ -51,9 +56,12 @@ const char *sf__checkpoint_dir(void);
 static void ckpt_dir(char *out, size_t n) { snprintf(out, n, "%s/ckpt", sf__checkpoint_dir()); }
 
 /* "Counter-0-2." : the prefix of one actor's files. */
+static void prefix_named(const sf_actor_desc *d, int64_t id, int64_t rank, char *out, size_t n) {
+  snprintf(out, n, "%s-%" PRId64 "-%" PRId64 ".", d->name, id, rank);
+}
+
 static void prefix_of(sf_actor *a, char *out, size_t n) {
-  snprintf(out, n, "%s-%" PRId64 "-%" PRId64 ".", sf__actor_desc(a)->name, sf__actor_id(a),
-           sf__actor_rank(a));
+  prefix_named(sf__actor_desc(a), sf__actor_id(a), sf__actor_rank(a), out, n);
 }
 
 /* Calls count of a file name with the given prefix, or -1. */
@@ -122,13 +130,14 @@ static void fsync_dir(const char *dir) {
   }
 }
 
-static void write_checkpoint(sf_actor *a) {
-  const sf_actor_desc *d = sf__actor_desc(a);
+/* Writes one checkpoint of a: `calls` and `epochs` in the header, the
+ * serialized state [p, p+n) as the payload. */
+static void write_file(const sf_actor_desc *d, int64_t id, int64_t rank, int64_t calls,
+                       int64_t epochs, const void *p, size_t n) {
   char dir[PATH_MAX], prefix[256], path[PATH_MAX + 300], tmp[PATH_MAX + 340];
   ckpt_dir(dir, sizeof dir);
   sf__mkdirs(dir);
-  prefix_of(a, prefix, sizeof prefix);
-  int64_t calls = sf__actor_calls(a);
+  prefix_named(d, id, rank, prefix, sizeof prefix);
   snprintf(path, sizeof path, "%s/%s%" PRId64, dir, prefix, calls);
   snprintf(tmp, sizeof tmp, "%s/.tmp-%s%" PRId64 "-%d", dir, prefix, calls, (int)getpid());
 
@@ -136,16 +145,12 @@ static void write_checkpoint(sf_actor *a) {
   sf__buf_init(&b, NULL, 0);
   sf__buf_put(&b, MAGIC, 4);
   sf__ser_u64(&b, (uint64_t)calls);
-  sf__ser_u64(&b, (uint64_t)sf__actor_epochs(a));
-  sf__ser_u64(&b, 0); /* payload length, patched */
-  uint32_t crc = 0;
-  sf__buf_put(&b, (const char *)&crc, 4); /* patched below */
-  size_t at = b.len; /* == HEAD */
-  sf__ser_value(&b, d->state, sf__actor_state(a));
-  uint64_t len = b.len - at;
-  crc = sf__crc32c(0, b.data + at, len);
-  memcpy(b.data + 20, &len, 8);
-  memcpy(b.data + 28, &crc, 4);
+  sf__ser_u64(&b, (uint64_t)epochs);
+  uint64_t len = n;
+  sf__buf_put(&b, (const char *)&len, 8);
+  uint32_t crc = sf__crc32c(0, p, n);
+  sf__buf_put(&b, (const char *)&crc, 4);
+  sf__buf_put(&b, p, n);
 
   sf__journal_flush(); /* never ahead of the journal */
   double t0 = sf__trace_now();
@@ -175,11 +180,23 @@ static void write_checkpoint(sf_actor *a) {
   if (keep > 64)
     keep = 64;
   int64_t old[64 + 1];
-  int n = list(a, old, keep < 64 ? keep + 1 : 65);
-  for (int i = keep; i < n; i++) {
+  int nold = list_named(prefix, old, keep < 64 ? keep + 1 : 65);
+  for (int i = keep; i < nold; i++) {
     snprintf(path, sizeof path, "%s/%s%" PRId64, dir, prefix, old[i]);
     unlink(path);
   }
+}
+
+static void write_checkpoint(sf_actor *a) {
+  sf__buf b;
+  sf__buf_init(&b, NULL, 0);
+  sf__ser_value(&b, sf__actor_desc(a)->state, sf__actor_state(a));
+  if (sf__checkpoint_ship) /* a worker: the head keeps (and writes) it */
+    sf__checkpoint_ship(a, sf__actor_calls(a), sf__actor_epochs(a), b.data, b.len);
+  else
+    write_file(sf__actor_desc(a), sf__actor_id(a), sf__actor_rank(a), sf__actor_calls(a),
+               sf__actor_epochs(a), b.data, b.len);
+  sf__buf_free(&b);
 }
 
 /* SFLOW_FAULT=point:N makes the N-th arrival at `point` kill the process
@@ -209,6 +226,17 @@ void sf__checkpoint_finish(void) {
   pthread_rwlock_wrlock(&end_lock);
   finished = true;
   sf__checkpoint_clear();
+  pthread_rwlock_unlock(&end_lock);
+}
+
+void (*sf__checkpoint_ship)(sf_actor *a, int64_t calls, int64_t epochs, const void *p,
+                           size_t n);
+
+void sf__checkpoint_write_state(const sf_actor_desc *d, int64_t id, int64_t rank, int64_t calls,
+                                int64_t epochs, const void *p, size_t n) {
+  pthread_rwlock_rdlock(&end_lock);
+  if (!finished)
+    write_file(d, id, rank, calls, epochs, p, n);
   pthread_rwlock_unlock(&end_lock);
 }
 

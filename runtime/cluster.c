@@ -498,6 +498,12 @@ static void handle_frame(node *nd, const sf__frame *f) {
                           f->u.log.line.n);
     pthread_mutex_lock(&H.mu);
     break;
+  case SF__F_ACTOR_RESULT:
+  case SF__F_ACTOR_STATE:
+    pthread_mutex_unlock(&H.mu); /* as for task results */
+    sf__ractor_on_frame((int)(nd - H.nodes) + 1, f);
+    pthread_mutex_lock(&H.mu);
+    break;
   case SF__F_GROUP_DONE:
     if (f->u.group_done.group == H.group_seq) {
       nd->group_done = true;
@@ -859,6 +865,17 @@ bool sf__cluster_node(int id, sf__node_info *out) {
   return true;
 }
 
+bool sf__cluster_data_addr(int id, char *addr, size_t n, uint16_t *port) {
+  pthread_mutex_lock(&H.mu);
+  bool ok = H.started && id >= 1 && id <= H.n && H.nodes[id - 1].data_port;
+  if (ok) {
+    snprintf(addr, n, "%s", H.nodes[id - 1].data_addr);
+    *port = H.nodes[id - 1].data_port;
+  }
+  pthread_mutex_unlock(&H.mu);
+  return ok;
+}
+
 void sf__cluster_on_node_lost(sf__node_lost_fn fn) {
   pthread_mutex_lock(&H.mu);
   H.lost_fn = fn;
@@ -1065,6 +1082,9 @@ static void worker_send(worker *w, const sf__frame *f) {
 }
 
 static worker *W; /* this process's worker, for sf__worker_send_frame */
+
+int sf__worker_data_fd(void) { return W ? W->data_fd : -1; }
+const uint8_t *sf__worker_secret(void) { return W ? W->secret : NULL; }
 
 void sf__worker_send_frame(const sf__frame *f) {
   if (W)
@@ -1283,6 +1303,9 @@ static int worker_loop(worker *w) {
         case SF__F_SHUTDOWN: return (int)f.u.shutdown.code;
         case SF__F_GROUP_SETUP: start_group(w, &f); break;
         case SF__F_TASK_SUBMIT: sf__remote_worker_submit(&f); break;
+        case SF__F_ACTOR_CREATE:
+        case SF__F_ACTOR_CALL:
+        case SF__F_ACTOR_STOP: sf__ractor_worker_frame(&f); break;
         default: break;
         }
       }

@@ -17,7 +17,8 @@
  *    aborted: the waiters fail with an error naming the member instead of
  *    hanging, and every later collective of the group fails at once.
  *  - This file is the shared-memory transport; the TCP ring between nodes
- *    and NCCL for device arrays implement the same five operations.
+ *    (ractor.c, over ring.c) and NCCL for device arrays implement the same
+ *    operations, installed with sf__comm_new_ops.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -40,6 +41,8 @@ struct sf__comm {
   sf_array **slot;
   _Atomic int64_t *pending; /* per member: calls queued or running */
   bool *here;               /* per member: waiting in this round */
+  void *impl;               /* another transport's state (sf__comm_new_ops) */
+  void (*impl_free)(void *);
 };
 
 /* How long a member waits in a collective for members that have no call
@@ -67,6 +70,17 @@ sf__comm *sf__comm_new(int64_t n) {
 }
 
 _Atomic int64_t *sf__comm_pending(sf__comm *c, int64_t rank) { return &c->pending[rank]; }
+
+sf__comm *sf__comm_new_ops(int64_t n, const sf__comm_ops *ops, void *impl,
+                           void (*impl_free)(void *)) {
+  sf__comm *c = sf__comm_new(n);
+  c->ops = ops;
+  c->impl = impl;
+  c->impl_free = impl_free;
+  return c;
+}
+
+void *sf__comm_impl(sf__comm *c) { return c->impl; }
 
 /* Members that are not in this round and have nothing to run: "0, 2". */
 static bool idle_missing(sf__comm *c, char *out, size_t n) {
@@ -97,6 +111,8 @@ void sf__comm_release(sf__comm *c) {
   pthread_mutex_destroy(&c->lock);
   pthread_cond_destroy(&c->cond);
   free(c->aborted);
+  if (c->impl_free)
+    c->impl_free(c->impl);
   sf_free(c->slot);
   sf_free((void *)c->pending);
   sf_free(c->here);

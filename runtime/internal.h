@@ -192,6 +192,54 @@ void sf__remote_worker_submit(const struct sf__frame *f);
  * a message.  A peer's number is never followed further than that. */
 const sf_task_desc *sf__remote_find_task(uint32_t off, const uint8_t *name, uint32_t nl,
                                          char *err, size_t errlen);
+typedef struct sf__comm sf__comm;
+/* The descriptor at offset off whose name is name[0..nl), checked like a
+ * task's (same rules, as an sf_method_desc or sf_actor_desc). */
+const sf_method_desc *sf__remote_find_method(uint32_t off, const uint8_t *name, uint32_t nl,
+                                             char *err, size_t errlen);
+const sf_actor_desc *sf__remote_find_class(uint32_t off, const uint8_t *name, uint32_t nl,
+                                           char *err, size_t errlen);
+/* Whether values of type t can travel (no futures, actors or groups). */
+bool sf__remote_portable(const sf_type *t);
+/* Placement for actors (ractor.c): a live node with `need` free slots,
+ * the most free first, workers before the head on a tie (the head only
+ * when head_ok); its slots are held until sf__remote_unplace.  -1: none. */
+int sf__remote_place(int need, bool head_ok, const bool *exclude);
+void sf__remote_unplace(int node, int need);
+bool sf__remote_active(void); /* a --nodes run on the head */
+const char *sf__remote_lost_why(int node); /* NULL while alive */
+
+/* Where the result of a call to an actor on another node goes: task.c
+ * makes it, ractor.c completes it with sf__actor_complete. */
+typedef struct sf__sink {
+  sf_future *f;     /* h.m(): the call's future (a reference), or NULL */
+  void *gather;     /* g.all: the call's gather, member idx */
+  int64_t idx, seq; /* seq: journal sequence number, or -1 */
+} sf__sink;
+/* res (moved in) is the value when why is NULL. */
+void sf__actor_complete(sf_actor *a, const sf_method_desc *md, const sf__sink *s, void *res,
+                        const char *why);
+struct sf__ractor;
+void sf__actor_set_remote(sf_actor *a, struct sf__ractor *r);
+/* Head (ractor.c): places a spawn on workers when it can: one actor
+ * (n 1) or a gang of n members; true when it did (args consumed). */
+bool sf__ractor_spawn(sf_actor **members, int64_t n, void *args);
+/* Head: a call to an actor on a worker; args consumed. */
+void sf__ractor_call(struct sf__ractor *r, const sf_method_desc *md, void *args, bool all,
+                     const sf__sink *sink);
+void sf__ractor_drop(struct sf__ractor *r); /* the handle is gone */
+void sf__ractor_node_lost(int node, const char *why);
+void sf__ractor_on_frame(int node, const struct sf__frame *f); /* control thread */
+/* Worker: actor frames from the head. */
+void sf__ractor_worker_frame(const struct sf__frame *f);
+/* Worker side of task.c: an actor with a given identity, from init args
+ * or (state non-NULL, moved in) a checkpointed state. */
+sf_actor *sf__actor_spawn_at(const sf_actor_desc *d, int64_t id, int64_t rank, int64_t size,
+                             sf__comm *comm, void *init_args, void *state, int64_t calls,
+                             int64_t epochs);
+sf_future *sf__actor_post(sf_actor *a, const sf_method_desc *md, void *args, bool all);
+/* Worker: the head moved this actor elsewhere; its queued calls fail. */
+void sf__actor_stop(sf_actor *a);
 sf_actor *sf__current_actor(void);
 int64_t sf__actor_rank(sf_actor *a);
 int64_t sf__actor_size(sf_actor *a);
@@ -225,6 +273,11 @@ sf__comm *sf__comm_retain(sf__comm *c);
 void sf__comm_release(sf__comm *c);
 void sf__comm_abort(sf__comm *c, int64_t rank, const char *why);
 _Atomic int64_t *sf__comm_pending(sf__comm *c, int64_t rank); /* member's call count */
+/* A communicator over another transport: ops get c and reach their own
+ * state with sf__comm_impl; impl_free(impl) runs with the last release. */
+sf__comm *sf__comm_new_ops(int64_t n, const sf__comm_ops *ops, void *impl,
+                           void (*impl_free)(void *));
+void *sf__comm_impl(sf__comm *c);
 struct sf_actor;
 sf__comm *sf__actor_comm(sf_actor *a);
 
@@ -323,6 +376,14 @@ void sf__checkpoint_maybe(sf_actor *a, bool after_all);
 void sf__checkpoint_plan_group(const sf_actor_desc *d, int64_t id, int64_t n);
 int64_t sf__checkpoint_group_epoch(const sf_actor_desc *d, int64_t id);
 void sf__checkpoint_clear(void);
+/* Worker (ractor.c): when set, checkpoints go to this hook instead of a
+ * file; [p, p+n) is the serialized state, valid during the call. */
+extern void (*sf__checkpoint_ship)(sf_actor *a, int64_t calls, int64_t epochs, const void *p,
+                                   size_t n);
+/* Head: writes a checkpoint a worker shipped, as the actor (d, spawn id,
+ * rank) would have written it on one node. */
+void sf__checkpoint_write_state(const sf_actor_desc *d, int64_t id, int64_t rank, int64_t calls,
+                                int64_t epochs, const void *p, size_t n);
 void sf__checkpoint_finish(void); /* a successful end: clear, and write no more */
 bool sf__fault(const char *point); /* SFLOW_FAULT fault injection, tests only */
 extern _Thread_local int sf__task_depth; /* > 0 inside a task or actor method */

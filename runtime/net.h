@@ -148,6 +148,9 @@ typedef enum {
   SF__F_GROUP_DONE,    /* worker -> head: status, timing, message */
   SF__F_LOG,           /* worker -> head: one line for the head's stderr */
   SF__F_PRINT,         /* worker -> head: print output for the head's stdout */
+  SF__F_ACTOR_RESULT,  /* worker -> head: actor id, sequence, status, value or error */
+  SF__F_ACTOR_STATE,   /* worker -> head: actor id, calls, g.all epoch, state (checkpoint) */
+  SF__F_ACTOR_STOP,    /* head -> worker: actor id (a group being restarted elsewhere) */
   SF__F_COUNT
 } sf__ftype;
 
@@ -175,6 +178,9 @@ typedef struct sf__frame {
     struct { uint64_t task; uint8_t status; sf__bytes value; } task_result;
     struct { uint64_t actor; uint32_t cls; sf__bytes args; } actor_create;
     struct { uint64_t actor, seq; uint32_t method; sf__bytes args; } actor_call;
+    struct { uint64_t actor, seq; uint8_t status; sf__bytes value; } actor_result;
+    struct { uint64_t actor, calls, epoch; sf__bytes state; } actor_state;
+    struct { uint64_t actor; } actor_stop;
     struct { uint64_t object, offset, total; sf__bytes data; } object;
     struct { uint32_t code; sf__bytes reason; } shutdown;
     struct {
@@ -308,6 +314,11 @@ void sf__cluster_stop(void);
 int sf__cluster_nodes(void); /* 1 + number of workers; 1 without --nodes */
 bool sf__cluster_node(int id, sf__node_info *out);
 void sf__cluster_on_node_lost(sf__node_lost_fn fn);
+/* Head: the data-plane address a worker reported (for actor group rings). */
+bool sf__cluster_data_addr(int node, char *addr, size_t n, uint16_t *port);
+/* Worker: its data-plane listener (-1: none) and the run's secret. */
+int sf__worker_data_fd(void);
+const uint8_t *sf__worker_secret(void);
 /* Head: queues encoded frames (whole frames, in order) for worker `node`;
  * the control thread writes them without blocking, so callers never wait
  * on a slow peer.  -1 when the node is not a live worker. */

@@ -64,17 +64,17 @@
 
 /* Whether a value of type t can travel (serial.c writes futures, actors
  * and groups as markers that come back empty). */
-static bool portable(const sf_type *t) {
+bool sf__remote_portable(const sf_type *t) {
   if (!t)
     return true;
   switch (t->kind) {
   case SF_VOID: case SF_BOOL: case SF_I32: case SF_I64: case SF_F32: case SF_F64: case SF_STR:
     return true;
   case SF_ARRAY:
-    return portable(t->elem);
+    return sf__remote_portable(t->elem);
   case SF_STRUCT:
     for (int32_t i = 0; i < t->nfields; i++)
-      if (!portable(t->fields[i].type))
+      if (!sf__remote_portable(t->fields[i].type))
         return false;
     return true;
   default:
@@ -120,6 +120,7 @@ static struct {
   int state;             /* 0 unknown, 1 active, -1 inactive */
   int n;                 /* nodes, head included */
   int *slots, *inflight;
+  int *held;             /* slots held by actors placed there (ractor.c) */
   bool *alive;
   char **lost_why;
   rtask *back_head, *back_tail;
@@ -196,7 +197,13 @@ static void dispatch_locked(outbox *ob) {
   while (R.back_head) {
     int best = -1, best_free = 0;
     for (int i = 0; i < R.n; i++) {
-      int fr = R.slots[i] * (i ? PIPELINE : 1) - R.inflight[i];
+      /* Actors hold slots for their lifetime; tasks still get one slot
+       * of a node they fill, so a program whose actors take every slot
+       * oversubscribes rather than waits forever. */
+      int room = R.slots[i] - R.held[i];
+      if (R.slots[i] > 0 && room < 1)
+        room = 1;
+      int fr = room * (i ? PIPELINE : 1) - R.inflight[i];
       if (R.alive[i] && fr > best_free) {
         best = i;
         best_free = fr;
@@ -347,6 +354,8 @@ static void *head_runner(void *arg) {
 
 /* ----------------------------------------------------- node loss */
 
+static bool activate(void);
+
 static void on_node_lost(int node, const char *why) {
   outbox ob = {0};
   rtask *failed = NULL;
@@ -405,6 +414,44 @@ static void on_node_lost(int node, const char *why) {
     failed = nx;
   }
   fail_stuck(stuck);
+  sf__ractor_node_lost(node, why); /* actors restart elsewhere */
+}
+
+/* ------------------------------------------------ actor placement */
+
+bool sf__remote_active(void) { return activate(); }
+
+const char *sf__remote_lost_why(int node) {
+  pthread_mutex_lock(&R.mu);
+  const char *w = node > 0 && node < R.n && !R.alive[node] ? R.lost_why[node] : NULL;
+  pthread_mutex_unlock(&R.mu);
+  return w; /* kept until the end of the run */
+}
+
+int sf__remote_place(int need, bool head_ok, const bool *exclude) {
+  pthread_mutex_lock(&R.mu);
+  int best = -1, best_free = 0;
+  for (int k = 1; k <= R.n; k++) {
+    int i = k % R.n; /* workers first, then the head: ties go to a worker */
+    if (!R.alive[i] || (i == 0 && !head_ok) || (exclude && exclude[i]))
+      continue;
+    int fr = R.slots[i] - R.held[i];
+    if (fr >= need && fr > best_free) {
+      best = i;
+      best_free = fr;
+    }
+  }
+  if (best >= 0)
+    R.held[best] += need;
+  pthread_mutex_unlock(&R.mu);
+  return best;
+}
+
+void sf__remote_unplace(int node, int need) {
+  pthread_mutex_lock(&R.mu);
+  if (node >= 0 && node < R.n)
+    R.held[node] -= need;
+  pthread_mutex_unlock(&R.mu);
 }
 
 /* ------------------------------------------------------- activation */
@@ -427,7 +474,8 @@ static bool activate(void) {
   R.inflight = calloc((size_t)n, sizeof *R.inflight);
   R.alive = calloc((size_t)n, sizeof *R.alive);
   R.lost_why = calloc((size_t)n, sizeof *R.lost_why);
-  if (!R.slots || !R.inflight || !R.alive || !R.lost_why) {
+  R.held = calloc((size_t)n, sizeof *R.held);
+  if (!R.slots || !R.inflight || !R.alive || !R.lost_why || !R.held) {
     R.state = -1;
     pthread_mutex_unlock(&R.mu);
     return false;
@@ -466,7 +514,7 @@ bool sf__remote_task(const sf_task_desc *d, void *args, sf_future *f, int64_t se
     return false;
   if (!activate())
     return false;
-  if (!portable(d->args) || !portable(d->result))
+  if (!sf__remote_portable(d->args) || !sf__remote_portable(d->result))
     return false;
   intptr_t off = (const char *)d - (const char *)&sf_program_desc;
   if (off < INT32_MIN || off > INT32_MAX)
@@ -662,6 +710,67 @@ static bool type_ok(const sf_type *t) { return in_image(t, sizeof *t, false); }
 
 static pthread_once_t seg_once = PTHREAD_ONCE_INIT;
 static void seg_init(void) { dl_iterate_phdr(seg_cb, NULL); }
+
+/* The descriptor of `size` bytes at offset off whose first field, a name,
+ * equals name[0..nl); what names the kind in errors. */
+static const void *find_desc(uint32_t off, size_t size, size_t align, const uint8_t *name,
+                             uint32_t nl, const char *what, char *err, size_t errlen) {
+  pthread_once(&seg_once, seg_init);
+  uintptr_t a = (uintptr_t)&sf_program_desc;
+  __asm__("" : "+r"(a));
+  a += (uintptr_t)(intptr_t)(int32_t)off;
+  const char *p = (const char *)a;
+  if (((uintptr_t)p % align) || !in_image(p, size, false)) {
+    snprintf(err, errlen, "no %s descriptor at offset %d", what, (int32_t)off);
+    return NULL;
+  }
+  const char *dname = *(const char *const *)p;
+  size_t room = image_room(dname);
+  if (!room || room < (size_t)nl + 1 || memcmp(dname, name, nl) || dname[nl] != '\0') {
+    snprintf(err, errlen, "the %s descriptor at offset %d is not '%.*s'", what, (int32_t)off,
+             (int)(nl > 200 ? 200 : nl), (const char *)name);
+    return NULL;
+  }
+  return p;
+}
+
+const sf_method_desc *sf__remote_find_method(uint32_t off, const uint8_t *name, uint32_t nl,
+                                             char *err, size_t errlen) {
+  const sf_method_desc *d = find_desc(off, sizeof *d, _Alignof(sf_method_desc), name, nl,
+                                      "method", err, errlen);
+  if (d && (!in_image((const void *)(uintptr_t)d->thunk, 1, true) ||
+            (d->args && (!type_ok(d->args) || d->args->kind != SF_STRUCT)) ||
+            (d->result && !type_ok(d->result)))) {
+    snprintf(err, errlen, "the method descriptor of '%s' is damaged", d->name);
+    return NULL;
+  }
+  return d;
+}
+
+const sf_actor_desc *sf__remote_find_class(uint32_t off, const uint8_t *name, uint32_t nl,
+                                           char *err, size_t errlen) {
+  const sf_actor_desc *d = find_desc(off, sizeof *d, _Alignof(sf_actor_desc), name, nl,
+                                     "actor", err, errlen);
+  if (d && (!type_ok(d->state) || d->state->kind != SF_STRUCT ||
+            (d->init && !in_image(d->init, sizeof *d->init, false)))) {
+    snprintf(err, errlen, "the actor descriptor of '%s' is damaged", d->name);
+    return NULL;
+  }
+  if (d && d->init) { /* init is checked like any method */
+    char e2[64];
+    uint32_t n2 = 0;
+    while (n2 < 256 && in_image(d->init->name + n2, 1, false) && d->init->name[n2])
+      n2++;
+    intptr_t ioff = (const char *)d->init - (const char *)&sf_program_desc;
+    if (n2 >= 256 || !in_image(d->init->name, n2 + 1, false) ||
+        !sf__remote_find_method((uint32_t)(int32_t)ioff, (const uint8_t *)d->init->name, n2, e2,
+                                sizeof e2)) {
+      snprintf(err, errlen, "the actor descriptor of '%s' is damaged", d->name);
+      return NULL;
+    }
+  }
+  return d;
+}
 
 /* The descriptor at offset off, if it is one and is called name. */
 const sf_task_desc *sf__remote_find_task(uint32_t off, const uint8_t *name, uint32_t nl,

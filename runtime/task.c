@@ -725,6 +725,9 @@ struct sf_actor {
   int64_t epochs;            /* g.all calls completed (group checkpoints) */
   int64_t restore_epoch;     /* --resume: the group's common checkpoint, or -1 */
   char *broken;              /* why init failed */
+  struct sf__ractor *remote; /* head: the actor runs on a worker (ractor.c) */
+  bool preset;               /* the state came with it (a restart): no init */
+  _Atomic bool stopped;      /* worker: moved elsewhere; calls fail unrun */
   _Atomic int64_t own_pending;
   _Atomic int64_t *pending;  /* queued + running calls (for g.any); in the
                                 communicator for a group member */
@@ -744,6 +747,8 @@ struct sf_group {
 
 static void actor_dtor(sf_obj *o) {
   sf_actor *a = (sf_actor *)o;
+  if (a->remote)
+    sf__ractor_drop(a->remote);
   sf_value_release(a->desc->state, a->state);
   sf_free(a->state);
   free(a->broken);
@@ -782,6 +787,8 @@ int64_t sf__actor_restore_epoch(sf_actor *a) { return a->restore_epoch; }
 void sf__actor_set_restore_epoch(sf_actor *a, int64_t e) { a->restore_epoch = e; }
 
 static void drain(sf__job *j);
+static void gather_put(gather *g, sf_actor *a, const sf_method_desc *md, int64_t idx, void *res,
+                       const char *why, int64_t journal_seq);
 
 /* Runs one message on a: init or a method, catching its errors. */
 static void run_msg(sf_actor *a, msg *m) {
@@ -792,10 +799,12 @@ static void run_msg(sf_actor *a, msg *m) {
   memset(res, 0, (size_t)size);
   const char *why = NULL;
   int mode = m->kind == MSG_CALL ? sf__journal_call_mode(a, m->seq) : SF__REPLAY_LIVE;
-  if (m->kind == MSG_INIT && sf__checkpoint_restore(a)) {
+  if (m->kind == MSG_INIT && (a->preset || sf__checkpoint_restore(a))) {
     /* The state came from a checkpoint: init does not run again. */
   } else if (a->broken) {
     why = a->broken;
+  } else if (atomic_load_explicit(&a->stopped, memory_order_relaxed)) {
+    why = "the actor was stopped (its group restarts elsewhere)";
   } else if (mode == SF__REPLAY_SKIP) {
     /* The state (from a checkpoint) already includes this call. */
   } else if (md) {
@@ -836,34 +845,7 @@ static void run_msg(sf_actor *a, msg *m) {
         future_set(m->f, res);
       }
     } else if (m->g) {
-      gather *g = m->g;
-      if (why) {
-        pthread_mutex_lock(&g->lock);
-        if (!g->error) {
-          char buf[SF__ERROR_MAX + 64];
-          snprintf(buf, sizeof buf, "call of '%s' on member %" PRId64 " failed: %s", md->name,
-                   m->idx, why);
-          g->error = strdup(buf);
-        }
-        pthread_mutex_unlock(&g->lock);
-      } else {
-        if (mode == SF__REPLAY_LIVE && m->seq >= 0)
-          sf__journal_call_done(a, m->seq, md, res);
-        if (g->out)
-          memcpy(sf__array_at(g->out, m->idx), res, (size_t)size);
-      }
-      if (atomic_fetch_sub(&g->left, 1) == 1) {
-        if (g->error) {
-          sf_release(g->out);
-          g->f->error = g->error;
-          future_finish(g->f, FUT_FAILED);
-        } else {
-          future_set(g->f, g->out ? (void *)&g->out : NULL);
-        }
-        sf_release(g->f);
-        pthread_mutex_destroy(&g->lock);
-        sf_free(g);
-      }
+      gather_put(m->g, a, md, m->idx, res, why, mode == SF__REPLAY_LIVE ? m->seq : -1);
     } else if (!why) {
       sf_value_release(md->result, res);
     }
@@ -880,6 +862,61 @@ static void run_msg(sf_actor *a, msg *m) {
     sf_free(m);
   if (f)
     sf_release(f); /* the message's reference; may free m with it */
+}
+
+/* Member idx of a g.all call is done: its value (res, moved in) or why it
+ * failed.  The last member completes the call's future. */
+static void gather_put(gather *g, sf_actor *a, const sf_method_desc *md, int64_t idx, void *res,
+                       const char *why, int64_t journal_seq) {
+  if (why) {
+    pthread_mutex_lock(&g->lock);
+    if (!g->error) {
+      char buf[SF__ERROR_MAX + 64];
+      snprintf(buf, sizeof buf, "call of '%s' on member %" PRId64 " failed: %s", md->name, idx,
+               why);
+      g->error = strdup(buf);
+    }
+    pthread_mutex_unlock(&g->lock);
+  } else {
+    if (journal_seq >= 0)
+      sf__journal_call_done(a, journal_seq, md, res);
+    if (g->out)
+      memcpy(sf__array_at(g->out, idx), res, (size_t)type_size(md->result));
+    else
+      sf_value_release(md->result, res);
+  }
+  if (atomic_fetch_sub(&g->left, 1) == 1) {
+    if (g->error) {
+      sf_release(g->out);
+      g->f->error = g->error;
+      future_finish(g->f, FUT_FAILED);
+    } else {
+      future_set(g->f, g->out ? (void *)&g->out : NULL);
+    }
+    sf_release(g->f);
+    pthread_mutex_destroy(&g->lock);
+    sf_free(g);
+  }
+}
+
+void sf__actor_complete(sf_actor *a, const sf_method_desc *md, const sf__sink *s, void *res,
+                        const char *why) {
+  if (s->f) {
+    if (why) {
+      future_fail(s->f, "call of '%s' failed: %s", md->name, why);
+    } else {
+      if (s->seq >= 0)
+        sf__journal_call_done(a, s->seq, md, res);
+      future_set(s->f, res);
+    }
+    sf_release(s->f);
+  } else if (s->gather) {
+    gather_put(s->gather, a, md, s->idx, res, why, s->seq);
+  } else if (!why) {
+    sf_value_release(md->result, res);
+  }
+  SF__COUNT(calls_done);
+  atomic_fetch_sub_explicit(a->pending, 1, memory_order_relaxed);
 }
 
 #define DRAIN_BATCH 64
@@ -928,16 +965,19 @@ static msg *msg_new(const sf_type *args, void *src, bool retain_copy) {
   memset(m, 0, sizeof *m);
   m->heap = true;
   m->seq = -1;
-  if (asize) {
+  if (asize && src) {
     memcpy(m->args, src, asize);
     if (retain_copy)
       sf_value_retain(args, m->args);
+  } else if (asize) {
+    memset(m->args, 0, asize);
   }
   return m;
 }
 
-static sf_actor *actor_new(const sf_actor_desc *d, int64_t id, int64_t rank, int64_t size,
-                           sf__comm *comm, void *args, bool retain_args, const sf_loc *loc) {
+/* An actor whose init is not posted yet (see post_init). */
+static sf_actor *actor_alloc(const sf_actor_desc *d, int64_t id, int64_t rank, int64_t size,
+                             sf__comm *comm) {
   sf__sched_start();
   sf_actor *a = sf_alloc(sizeof *a);
   memset(a, 0, sizeof *a);
@@ -953,20 +993,29 @@ static sf_actor *actor_new(const sf_actor_desc *d, int64_t id, int64_t rank, int
   a->drain.run = drain;
   a->id = id;
   a->restore_epoch = -1;
-  if (comm && rank == 0)
-    sf__checkpoint_plan_group(d, id, size); /* one common epoch for all */
-  a->restore_epoch = comm ? sf__checkpoint_group_epoch(d, id) : -1;
+  atomic_fetch_add_explicit(&sf__stats.actors, 1, memory_order_relaxed);
+  return a;
+}
+
+/* Posts init, the first message: args (NULL: zeroes) are copied. */
+static void post_init(sf_actor *a, void *args, bool retain_args, const sf_loc *loc) {
+  const sf_actor_desc *d = a->desc;
+  if (a->comm && a->rank == 0)
+    sf__checkpoint_plan_group(d, a->id, a->size); /* one common epoch for all */
+  a->restore_epoch = a->comm ? sf__checkpoint_group_epoch(d, a->id) : -1;
   msg *m = msg_new(d->init ? d->init->args : NULL, args, retain_args);
   m->kind = MSG_INIT;
   m->loc = loc;
-  atomic_fetch_add_explicit(&sf__stats.actors, 1, memory_order_relaxed);
   post(a, m);
-  return a;
 }
 
 sf_actor *sf_actor_spawn(const sf_actor_desc *d, void *args, const sf_loc *loc) {
   (void)demand_of(d->cpus, d->gpus, d->name, loc); /* the notice / --require-gpu */
-  return actor_new(d, sf__spawn_id(), 0, 1, NULL, args, false, loc);
+  sf_actor *a = actor_alloc(d, sf__spawn_id(), 0, 1, NULL);
+  if (sf__ractor_spawn(&a, 1, args)) /* placed on a worker; it took args */
+    return a;
+  post_init(a, args, false, loc);
+  return a;
 }
 
 sf_group *sf_group_spawn(const sf_actor_desc *d, int64_t n, void *args, const sf_loc *loc) {
@@ -981,9 +1030,14 @@ sf_group *sf_group_spawn(const sf_actor_desc *d, int64_t n, void *args, const sf
   sf__comm *comm = n > 0 ? sf__comm_new(n) : NULL;
   int64_t id = sf__spawn_id();
   for (int64_t i = 0; i < n; i++)
-    g->members[i] = actor_new(d, id, i, n, i ? sf__comm_retain(comm) : comm, args, true, loc);
+    g->members[i] = actor_alloc(d, id, i, n, i ? sf__comm_retain(comm) : comm);
+  /* A gang on workers (ractor.c), all or nothing; else here. */
+  if (n > 0 && sf__ractor_spawn(g->members, n, args))
+    return g;
   /* Members post their init before this returns; restores run there and
-   * read restore_epoch, so the plan must be made first: see actor_new. */
+   * read restore_epoch, so the plan must be made first: see post_init. */
+  for (int64_t i = 0; i < n; i++)
+    post_init(g->members[i], args, true, loc);
   sf_value_release(d->init ? d->init->args : NULL, args);
   return g;
 }
@@ -991,6 +1045,15 @@ sf_group *sf_group_spawn(const sf_actor_desc *d, int64_t n, void *args, const sf
 /* A call message embedded in its future: one allocation. */
 static sf_future *call_one(sf_actor *a, const sf_method_desc *md, void *args, int64_t seq,
                            const sf_loc *loc) {
+  if (a->remote) {
+    sf_future *f = future_alloc(md->result, 0, NULL);
+    sf__sink sk = {f, NULL, 0, seq};
+    sf_retain(f); /* the sink's reference */
+    SF__COUNT(calls);
+    atomic_fetch_add_explicit(a->pending, 1, memory_order_relaxed);
+    sf__ractor_call(a->remote, md, args, false, &sk);
+    return f;
+  }
   size_t asize = (size_t)type_size(md->args);
   msg *m;
   sf_future *f = future_alloc(md->result, sizeof(msg) + asize, (void **)&m);
@@ -1043,6 +1106,14 @@ sf_future *sf_group_call_all(sf_group *g, const sf_method_desc *m, void *args,
     /* Every member gets its own copy of the argument block; the last one
      * takes over the caller's references, the others retain. */
     msg *mm = msg_new(m->args, args, i + 1 < g->n);
+    if (g->members[i]->remote) {
+      sf__sink sk = {NULL, ga, i, seq};
+      SF__COUNT(calls);
+      atomic_fetch_add_explicit(g->members[i]->pending, 1, memory_order_relaxed);
+      sf__ractor_call(g->members[i]->remote, m, mm->args, true, &sk);
+      sf_free(mm);
+      continue;
+    }
     mm->kind = MSG_CALL;
     mm->m = m;
     mm->g = ga;
@@ -1095,3 +1166,40 @@ int64_t sf_group_len(sf_group *g) { return g ? g->n : 0; }
 
 int64_t sf_group_rank(void) { return current_actor ? current_actor->rank : 0; }
 int64_t sf_group_size(void) { return current_actor ? current_actor->size : 1; }
+
+/* ------------------------------------------------ actors of a worker */
+
+void sf__actor_set_remote(sf_actor *a, struct sf__ractor *r) { a->remote = r; }
+void sf__actor_stop(sf_actor *a) { atomic_store(&a->stopped, true); }
+
+sf_actor *sf__actor_spawn_at(const sf_actor_desc *d, int64_t id, int64_t rank, int64_t size,
+                             sf__comm *comm, void *init_args, void *state, int64_t calls,
+                             int64_t epochs) {
+  sf_actor *a = actor_alloc(d, id, rank, size, comm);
+  if (state) {
+    memcpy(a->state, state, (size_t)type_size(d->state));
+    a->preset = true;
+    a->calls = a->restored = calls;
+    a->epochs = epochs;
+  }
+  post_init(a, state ? NULL : init_args, false, NULL);
+  return a;
+}
+
+sf_future *sf__actor_post(sf_actor *a, const sf_method_desc *md, void *args, bool all) {
+  size_t asize = (size_t)type_size(md->args);
+  msg *m;
+  sf_future *f = future_alloc(md->result, sizeof(msg) + asize, (void **)&m);
+  memset(m, 0, sizeof *m);
+  m->kind = MSG_CALL;
+  m->m = md;
+  m->f = f;
+  m->seq = -1;
+  m->all = all;
+  if (asize)
+    memcpy(m->args, args, asize);
+  sf_retain(f); /* the message's reference */
+  SF__COUNT(calls);
+  post(a, m);
+  return f;
+}

@@ -42,7 +42,8 @@ static const char *const type_names[SF__F_COUNT] = {
     [SF__F_ACTOR_CALL] = "actor-call",     [SF__F_OBJECT] = "object",
     [SF__F_SHUTDOWN] = "shutdown",         [SF__F_GROUP_SETUP] = "group-setup",
     [SF__F_GROUP_DONE] = "group-done",     [SF__F_LOG] = "log",
-    [SF__F_PRINT] = "print",
+    [SF__F_PRINT] = "print",               [SF__F_ACTOR_RESULT] = "actor-result",
+    [SF__F_ACTOR_STATE] = "actor-state",   [SF__F_ACTOR_STOP] = "actor-stop",
 };
 
 const char *sf__wire_type_name(int type) {
@@ -149,6 +150,19 @@ static void put_payload(sf__wbuf *b, const sf__frame *f) {
     put_u32(b, f->u.actor_call.method);
     put_bytes(b, f->u.actor_call.args);
     break;
+  case SF__F_ACTOR_RESULT:
+    put_u64(b, f->u.actor_result.actor);
+    put_u64(b, f->u.actor_result.seq);
+    put_u8(b, f->u.actor_result.status);
+    put_bytes(b, f->u.actor_result.value);
+    break;
+  case SF__F_ACTOR_STATE:
+    put_u64(b, f->u.actor_state.actor);
+    put_u64(b, f->u.actor_state.calls);
+    put_u64(b, f->u.actor_state.epoch);
+    put_bytes(b, f->u.actor_state.state);
+    break;
+  case SF__F_ACTOR_STOP: put_u64(b, f->u.actor_stop.actor); break;
   case SF__F_OBJECT:
     put_u64(b, f->u.object.object);
     put_u64(b, f->u.object.offset);
@@ -331,6 +345,27 @@ static void get_payload(rd *r, sf__frame *f) {
     f->u.actor_call.method = get_u32(r, "method");
     f->u.actor_call.args = get_bytes(r, ARGS_MAX, "arguments");
     break;
+  case SF__F_ACTOR_RESULT:
+    f->u.actor_result.actor = get_u64(r, "actor id");
+    f->u.actor_result.seq = get_u64(r, "sequence");
+    f->u.actor_result.status = get_u8(r, "status");
+    f->u.actor_result.value = get_bytes(r, ARGS_MAX, "value");
+    if (r->ok && (f->u.actor_result.status > 1 || f->u.actor_result.seq == 0)) {
+      r->ok = false;
+      r->what = f->u.actor_result.status > 1 ? "status" : "sequence";
+    }
+    break;
+  case SF__F_ACTOR_STATE:
+    f->u.actor_state.actor = get_u64(r, "actor id");
+    f->u.actor_state.calls = get_u64(r, "calls");
+    f->u.actor_state.epoch = get_u64(r, "epoch");
+    f->u.actor_state.state = get_bytes(r, ARGS_MAX, "state");
+    if (r->ok && (f->u.actor_state.calls > INT64_MAX || f->u.actor_state.epoch > f->u.actor_state.calls)) {
+      r->ok = false;
+      r->what = "call counts";
+    }
+    break;
+  case SF__F_ACTOR_STOP: f->u.actor_stop.actor = get_u64(r, "actor id"); break;
   case SF__F_OBJECT:
     f->u.object.object = get_u64(r, "object id");
     f->u.object.offset = get_u64(r, "offset");

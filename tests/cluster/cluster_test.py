@@ -613,6 +613,112 @@ workflow main(doom: bool = false) {
 }
 """
 
+ACTOR_PROGRAM = """actor Counter {
+  var total: i64 = 0
+  var hist: i64[] = []
+  init(start: i64) { total = start; hist = [0 for i in 0..4] }
+  fn add(x: i64) -> i64 {
+    total += x
+    hist[x % 4] += 1
+    return total
+  }
+  fn where() -> i64 { return node_id() }
+  fn hello(i: i64) -> str { print("hello", i, "from the actor"); return "h" + str(i) }
+  fn bad(x: i64) -> i64 {
+    if x > 2 { fail("too big: " + str(x)) }
+    return total
+  }
+  fn summary() -> i64[] { return [total, hist[0], hist[1], hist[2], hist[3]] }
+}
+workflow main(n: i64 = 50, doom: bool = false) {
+  let c = spawn Counter(7)
+  let fs = [c.add(i) for i in 0..n]
+  let skipped = c.bad(5)
+  print("last", (await fs)[n - 1])
+  print(await c.hello(1))
+  print(await c.bad(1))
+  print(await c.summary())
+  print("node", await c.where())
+  if doom { print(await skipped) }
+}
+"""
+
+# A checkpointed actor whose calls take a while, so a worker can be killed
+# in the middle; deterministic, so a restarted run prints the same lines.
+RESTART_PROGRAM = """@checkpoint(every = 1)
+@restarts(RESTARTS)
+actor Acc {
+  var total: i64 = 0
+  var calls: i64 = 0
+  init(start: i64) { total = start }
+  fn add(x: i64) -> i64 {
+    let t0 = now()
+    while now() - t0 < 0.05 { }
+    total = total * 3 % 1000003 + x
+    calls += 1
+    if x == 5 { print("running", x) }
+    return total
+  }
+  fn count() -> i64 { return calls }
+}
+workflow main(n: i64 = 60) {
+  let a = spawn Acc(11)
+  let fs = [a.add(i) for i in 0..n]
+  let rs = await fs
+  var s: i64 = 0
+  for r in rs { s = (s * 7 + r) % 1000000007 }
+  print("results", s, rs[n - 1])
+  print("calls", await a.count())
+}
+"""
+
+GROUP_PROGRAM = """@checkpoint(every = 1)
+@restarts(2)
+actor Member {
+  var acc: i64[] = [0, 0, 0]
+  var rounds: i64 = 0
+  fn step(i: i64, slow: f64) -> i64 {
+    let t0 = now()
+    while now() - t0 < slow { }
+    var v = [i * (group_rank() + 1), group_rank(), 1]
+    allreduce_sum(v)
+    acc[0] += v[0]
+    acc[1] += v[1]
+    acc[2] += v[2]
+    rounds += 1
+    if i == 3 && group_rank() == 0 { print("running", i) }
+    return acc[0] * 1000 + v[2]
+  }
+  fn where() -> i64 { return node_id() }
+  fn gather() -> i64[] {
+    let mine = [group_rank() * 10 + group_size(), rounds]
+    barrier()
+    var b = [0, 0]
+    if group_rank() == 1 { b = [7, 8] }
+    broadcast(b, 1)
+    let all = allgather(mine)
+    return [all[0], all[2], all[len(all) - 2], b[0] + b[1]]
+  }
+}
+workflow main(n: i64 = 30, size: i64 = 3, slow: f64 = 0.0) {
+  let g = spawn Member() * size
+  var last: i64[] = []
+  for i in 0..n {
+    last = await g.all.step(i, slow)
+  }
+  print("sums", last)
+  print("gather", await g.all.gather())
+  print("len", len(g), "rank0", await g[0].step(n, 0.0))
+  let nodes = await g.all.where()
+  var distinct = true
+  for k in 0..len(nodes) {
+    for j in 0..k { if nodes[j] == nodes[k] { distinct = false } }
+    if nodes[k] == 0 { distinct = false }
+  }
+  print("members on distinct workers", distinct)
+}
+"""
+
 
 def case_tasks_sum_3(c):
     """200 tasks on 3 nodes (the head and 2 workers): the exact sum, the
@@ -722,6 +828,142 @@ def case_tasks_retry_attempt(c):
     c.expect_no_workers(within=6)
 
 
+def unprefixed(lines):
+    return [re.sub(r"^\[node \d+\] ", "", l) for l in lines]
+
+
+def single_node(exe, *args):
+    r = subprocess.run([exe, *args], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 0, f"single-node run exit {r.returncode}", r.stdout, r.stderr)
+    return r.stdout
+
+
+def case_actors_remote(c):
+    """An actor spawned by main runs on a worker: node_id() there is not 0,
+    its print lines arrive prefixed by that node, results are exact and the
+    output equals a single-node run's; a failing method fails only that
+    call (the await of it, with the usual message)."""
+    exe = c.compile("act", ACTOR_PROGRAM)
+    want = [l for l in single_node(exe).splitlines() if not l.startswith("node ")]
+    r = c.run("--head-runs-work=false", prog=exe, timeout=60)
+    check(r.returncode == 0, f"exit {r.returncode}", r.stdout, r.stderr)
+    lines = r.stdout.splitlines()
+    where = [int(l.split()[1]) for l in lines if l.startswith("node ")]
+    check(len(where) == 1 and where[0] > 0, "actor placed on a worker", r.stdout)
+    check(f"[node {where[0]}] hello 1 from the actor" in lines,
+          "the method's print forwarded, prefixed by its node", r.stdout)
+    check(unprefixed([l for l in lines if not l.startswith("node ")]) == want,
+          "output equals the single-node run", r.stdout, "\n".join(want))
+    # The head runs work too (it has the most free slots here): same output.
+    r = c.run(prog=exe, timeout=60)
+    check(r.returncode == 0, f"exit {r.returncode}", r.stdout, r.stderr)
+    check(unprefixed([l for l in r.stdout.splitlines() if not l.startswith("node ")]) == want,
+          "output with --head-runs-work", r.stdout)
+    # Awaiting the call that failed on the worker: the single-node message.
+    r = c.run("--head-runs-work=false", "--doom", prog=exe, timeout=60)
+    check(r.returncode == 70, f"exit {r.returncode}", r.stdout, r.stderr)
+    check(re.search(r"runtime error: call of 'Counter.bad' failed: \S*act.sflow:13:16: fail: "
+                    r"too big: 5", r.stderr), "failure message", r.stderr)
+    check(unprefixed([l for l in r.stdout.splitlines() if not l.startswith("node ")]) == want,
+          "the other calls were unaffected", r.stdout)
+    c.expect_no_workers()
+
+
+def kill_when_running(c, exe, marker, *extra, hostfile=None):
+    """Starts exe on the cluster, SIGKILLs the worker that prints marker,
+    and returns (exit code, stdout, stderr, killed node)."""
+    head = subprocess.Popen(c.args("--head-runs-work=false", *extra, prog=exe, hostfile=hostfile),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+    try:
+        line, _ = read_until(head.stdout, marker, 60)
+        node = int(re.match(r"\[node (\d+)\]", line).group(1)) if line.startswith("[") else 1
+        victim = c.worker_of(node)
+        check(victim, f"node {node}'s worker", c.workers())
+        os.kill(victim, signal.SIGKILL)
+        head.wait(timeout=60)
+        return head.returncode, drain(head.stdout), head.stderr.read(), node
+    finally:
+        if head.poll() is None:
+            head.kill()
+            head.wait()
+
+
+def case_actor_worker_killed(c):
+    """The worker running a checkpointed actor is SIGKILLed mid-run: the
+    actor restarts on another worker from its checkpoint, the calls since
+    are replayed, and the output equals a clean run's."""
+    exe = c.compile("acc", RESTART_PROGRAM.replace("RESTARTS", "2"))
+    want = single_node(exe)
+    code, out, err, node = kill_when_running(c, exe, r"running 5")
+    check(code == 0, f"head exit {code}", out, err)
+    check([l for l in unprefixed(out.splitlines()) if not l.startswith("running")] ==
+          [l for l in want.splitlines() if not l.startswith("running")],
+          "output equals the clean run", out, want, err)
+    check(re.search(rf"actor 'Acc' lost with node {node} \(.*\); restarted on node \d+ from its "
+                    r"checkpoint after call \d+ \(1 restart left\)", err), "restart noted", err)
+    c.expect_no_workers(within=6)
+
+
+def case_actor_restarts_exhausted(c):
+    """Out of @restarts, or with no live worker left, the actor's pending
+    calls fail with a message naming the actor and the cause: exit 70, no
+    hang."""
+    exe = c.compile("acc0", RESTART_PROGRAM.replace("RESTARTS", "0"))
+    t0 = time.time()
+    code, out, err, node = kill_when_running(c, exe, r"running 5")
+    check(code == 70, f"head exit {code}", out, err)
+    check(re.search(rf"call of 'Acc.add' failed: actor 'Acc' lost with node {node} \(.*\); no "
+                    r"restarts left \(@restarts\(0\)\)", err), "budget message", err)
+    check(time.time() - t0 < 30, "no hang")
+    c.expect_no_workers(within=6)
+    one = os.path.join(c.dir, "one.txt")
+    with open(one, "w") as f:
+        f.write(f"{c.hosts[0][0]}:{c.hosts[0][1]} slots=1\n")
+    exe = c.compile("acc2", RESTART_PROGRAM.replace("RESTARTS", "2"))
+    code, out, err, node = kill_when_running(c, exe, r"running 5", hostfile=one)
+    check(code == 70, f"head exit {code}", out, err)
+    check(re.search(r"call of 'Acc.add' failed: actor 'Acc' lost with node 1 \(.*\); no live node "
+                    r"can take it", err), "no-live-node message", err)
+    c.expect_no_workers(within=6)
+
+
+def case_group_allreduce_nodes(c):
+    """A group of 3 on 3 workers (one member each) runs allreduce_sum in a
+    loop, barrier, broadcast and allgather through the TCP ring: exact
+    results, equal to a single-node run's; g[i], len(g) work."""
+    exe = c.compile("grp", GROUP_PROGRAM)
+    want = single_node(exe).splitlines()
+    check(want[-1] == "members on distinct workers false", "single-node run", want)
+    r = c.run("--head-runs-work=false", prog=exe, timeout=60)
+    check(r.returncode == 0, f"exit {r.returncode}", r.stdout, r.stderr)
+    got = unprefixed(r.stdout.splitlines())
+    check(got[:-1] == want[:-1], "results equal the single-node run", r.stdout, want, r.stderr)
+    check(got[-1] == "members on distinct workers true", "placed across workers", r.stdout)
+    # Too few workers for one member each: the group stays on the head.
+    r = c.run("--head-runs-work=false", "--size", "4", prog=exe, timeout=60)
+    check(r.returncode == 0, f"exit {r.returncode} (size 4)", r.stdout, r.stderr)
+    check(r.stdout.splitlines()[-1] == "members on distinct workers false", "kept local", r.stdout)
+    c.expect_no_workers()
+
+
+def case_group_worker_killed(c):
+    """A member's worker is SIGKILLed while the group runs collectives: the
+    whole group restarts on live workers from the common checkpoint, with a
+    new ring, and the results equal a clean run's."""
+    exe = c.compile("grp", GROUP_PROGRAM)
+    want = [l for l in single_node(exe, "--slow", "0.05").splitlines()
+            if not l.startswith("running")]
+    code, out, err, node = kill_when_running(c, exe, r"running 3", "--slow", "0.05")
+    check(code == 0, f"head exit {code}", out, err)
+    got = [l for l in unprefixed(out.splitlines()) if not l.startswith("running")]
+    check(got[:-1] == want[:-1], "output equals the clean run", out, want, err)
+    check(got[-1] == "members on distinct workers true", "placed across workers", out)
+    check(re.search(r"actor 'Member' \(a group member\) lost with node \d+ .*; the group of 3 "
+                    r"restarted from its common checkpoint", err), "group restart noted", err)
+    c.expect_no_workers(within=6)
+
+
 CASES = {
     "deploy_2": (2, case_deploy_2),
     "deploy_4": (4, case_deploy_4),
@@ -741,6 +983,11 @@ CASES = {
     "tasks_print": (2, case_tasks_print),
     "tasks_worker_killed": (3, case_tasks_worker_killed),
     "tasks_retry_attempt": (2, case_tasks_retry_attempt),
+    "actors_remote": (2, case_actors_remote),
+    "actor_worker_killed": (3, case_actor_worker_killed),
+    "actor_restarts_exhausted": (2, case_actor_restarts_exhausted),
+    "group_allreduce_nodes": (3, case_group_allreduce_nodes),
+    "group_worker_killed": (4, case_group_worker_killed),
 }
 
 

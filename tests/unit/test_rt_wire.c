@@ -37,6 +37,18 @@ static void test_roundtrip_all_types(void) {
     case SF__F_TASK_SUBMIT: f.u.task_submit.task = 1ull << 40; f.u.task_submit.args = bytes; break;
     case SF__F_TASK_RESULT: f.u.task_result.status = 1; f.u.task_result.value = bytes; break;
     case SF__F_ACTOR_CALL: f.u.actor_call.seq = 5; f.u.actor_call.args = bytes; break;
+    case SF__F_ACTOR_RESULT:
+      f.u.actor_result.actor = 3;
+      f.u.actor_result.seq = 7;
+      f.u.actor_result.status = 1;
+      f.u.actor_result.value = bytes;
+      break;
+    case SF__F_ACTOR_STATE:
+      f.u.actor_state.calls = 9;
+      f.u.actor_state.epoch = 4;
+      f.u.actor_state.state = bytes;
+      break;
+    case SF__F_ACTOR_STOP: f.u.actor_stop.actor = 1ull << 33; break;
     case SF__F_OBJECT: f.u.object.total = 10; f.u.object.offset = 5; f.u.object.data = bytes; break;
     case SF__F_GROUP_SETUP:
       f.u.group_setup.size = 2;
@@ -153,6 +165,33 @@ static void test_inner_lengths(void) {
   f.u.task_result.status = 7;
   sf__wire_encode(&b, &f);
   expect_bad(b.p, b.n, "malformed task-result frame: bad or truncated status");
+  b.n = 0;
+  /* Actor results: status 0 or 1, and sequence numbers start at 1. */
+  f = (sf__frame){.type = SF__F_ACTOR_RESULT};
+  f.u.actor_result.seq = 1;
+  f.u.actor_result.status = 2;
+  sf__wire_encode(&b, &f);
+  expect_bad(b.p, b.n, "malformed actor-result frame: bad or truncated status");
+  b.n = 0;
+  f.u.actor_result.seq = 0;
+  f.u.actor_result.status = 0;
+  sf__wire_encode(&b, &f);
+  expect_bad(b.p, b.n, "malformed actor-result frame: bad or truncated sequence");
+  b.n = 0;
+  /* A checkpoint cannot count more g.all epochs than calls. */
+  f = (sf__frame){.type = SF__F_ACTOR_STATE};
+  f.u.actor_state.calls = 2;
+  f.u.actor_state.epoch = 3;
+  sf__wire_encode(&b, &f);
+  expect_bad(b.p, b.n, "malformed actor-state frame: bad or truncated call counts");
+  b.n = 0;
+  /* An actor-state whose state length runs past the frame. */
+  f.u.actor_state.epoch = 1;
+  static const uint8_t st[3] = {1, 2, 3};
+  f.u.actor_state.state = (sf__bytes){st, 3};
+  sf__wire_encode(&b, &f);
+  b.p[b.n - 7] = 9; /* the u32 length: 9 instead of 3 */
+  expect_bad(b.p, b.n, "malformed actor-state frame: bad or truncated state");
   sf__wbuf_free(&b);
 }
 
