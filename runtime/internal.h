@@ -98,6 +98,9 @@ bool sf__write_all(int fd, const char *buf, size_t n);
 /* When set (a worker of a --nodes run), sf_print_end hands each finished
  * line (with its newline) here instead of writing fd 1. */
 extern void (*sf__print_hook)(const char *line, size_t n);
+/* Set while a restarted actor replays a call whose result the head already
+ * delivered: its lines were printed the first time (ractor.c). */
+extern _Thread_local bool sf__print_mute;
 
 /* ---------------------------------------------------------- error.c */
 
@@ -237,7 +240,8 @@ void sf__ractor_worker_frame(const struct sf__frame *f);
 sf_actor *sf__actor_spawn_at(const sf_actor_desc *d, int64_t id, int64_t rank, int64_t size,
                              sf__comm *comm, void *init_args, void *state, int64_t calls,
                              int64_t epochs);
-sf_future *sf__actor_post(sf_actor *a, const sf_method_desc *md, void *args, bool all);
+sf_future *sf__actor_post(sf_actor *a, const sf_method_desc *md, void *args, bool all,
+                          bool mute);
 /* Worker: the head moved this actor elsewhere; its queued calls fail. */
 void sf__actor_stop(sf_actor *a);
 sf_actor *sf__current_actor(void);

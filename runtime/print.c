@@ -193,6 +193,7 @@ void sf_print_value(const sf_type *t, const void *p) {
 }
 
 void (*sf__print_hook)(const char *line, size_t n);
+_Thread_local bool sf__print_mute;
 
 void sf_print_end(void) {
   sf__buf *b = line_buf();
@@ -200,7 +201,8 @@ void sf_print_end(void) {
   /* A closed stdout (`./prog | head`) must not turn into a runtime error:
    * the write fails or SIGPIPE ends the program, as for any Unix tool. */
   if (sf__print_hook) { /* a worker of a --nodes run: the line goes to the head */
-    sf__print_hook(b->data, b->len);
+    if (!sf__print_mute) /* unless a restarted actor replays a call */
+      sf__print_hook(b->data, b->len);
   } else if (sf__capture_cur) { /* a journaled call: keep the line, or mute a replay */
     sf__capture_line(b->data, b->len);
     if (!sf__capture_muted())

@@ -56,7 +56,8 @@
  * u8 from (0: init arguments, 1: a checkpointed state), u32 length + bytes
  * (those arguments or that state), u32 length + peer list (size entries,
  * as in group-setup; empty when alone).  actor-call: u32 method-name
- * length, name, u8 flags (1: part of g.all), then the arguments.  Class
+ * length, name, u8 flags (1: part of g.all; 2: a replay of a call whose
+ * result was delivered, its print output muted), then the arguments.  Class
  * and method are named by descriptor offset plus name, checked by the
  * worker like tasks (remote.c).
  */
@@ -264,7 +265,12 @@ static void encode_create(sf__wbuf *out, ractor *r, const ckpt *from) {
   sf__buf_free(&b);
 }
 
-static void encode_call(sf__wbuf *out, ractor *r, rcall *c) {
+/* mute: a replay of a delivered call (flags bit 2): its lines were
+ * printed when it first ran. */
+static void encode_call(sf__wbuf *out, ractor *r, rcall *c, bool mute) {
+  uint32_t nl;
+  memcpy(&nl, c->payload, 4);
+  c->payload[4 + nl] = (uint8_t)((c->payload[4 + nl] & 1) | (mute ? 2 : 0));
   sf__frame f = {.type = SF__F_ACTOR_CALL};
   f.u.actor_call.actor = r->wid;
   f.u.actor_call.seq = c->seq;
@@ -419,7 +425,7 @@ void sf__ractor_call(ractor *r, const sf_method_desc *md, void *args, bool all,
     r->log = c;
   r->log_tail = c;
   sf__wbuf out = {0};
-  encode_call(&out, r, c);
+  encode_call(&out, r, c, false);
   send_buf(r->node, &out);
   pthread_mutex_unlock(&RA.mu);
 }
@@ -556,7 +562,7 @@ static void relaunch(ractor *r, const ckpt *from) {
   uint64_t after = from ? from->calls : 0;
   for (rcall *c = r->log; c; c = c->next)
     if (c->seq > after)
-      encode_call(&out, r, c);
+      encode_call(&out, r, c, c->delivered);
   send_buf(r->node, &out);
 }
 
@@ -1057,7 +1063,7 @@ static void w_call(const sf__frame *f) {
   const sf_method_desc *md = NULL;
   if (!w->a)
     snprintf(err, sizeof err, "%s", w->error);
-  else if (n < 5 || (memcpy(&nl, p, 4), nl > n - 5) || nl == 0 || p[4 + nl] > 1)
+  else if (n < 5 || (memcpy(&nl, p, 4), nl > n - 5) || nl == 0 || p[4 + nl] > 3)
     snprintf(err, sizeof err, "malformed actor-call payload");
   else if ((md = sf__remote_find_method(f->u.actor_call.method, p + 4, nl, err, sizeof err))) {
     size_t cl = strlen(w->d->name);
@@ -1076,7 +1082,7 @@ static void w_call(const sf__frame *f) {
       snprintf(err, sizeof err, "malformed arguments for '%s'", md->name);
     } else {
       it->md = md;
-      it->f = sf__actor_post(w->a, md, args, p[4 + nl] == 1);
+      it->f = sf__actor_post(w->a, md, args, p[4 + nl] & 1, p[4 + nl] & 2);
     }
     free(args);
   }

@@ -710,6 +710,7 @@ typedef struct msg {
   const sf_loc *loc;
   int64_t seq;               /* journal sequence number, or -1 */
   bool all;                  /* part of a g.all call */
+  bool mute;                 /* worker: a replayed call, its print muted */
   _Alignas(16) unsigned char args[];
 } msg;
 
@@ -814,8 +815,11 @@ static void run_msg(sf_actor *a, msg *m) {
                                          : m->seq >= 0          ? SF__CAPTURE_KEEP
                                                                 : SF__CAPTURE_OFF);
     double t0 = sf__trace_now();
+    bool was_muted = sf__print_mute;
+    sf__print_mute = was_muted || m->mute;
     if (!guarded(NULL, md->thunk, a->state, m->args, res))
       why = cause();
+    sf__print_mute = was_muted;
     sf__capture_end(cap);
     current_actor = saved;
     sf__trace_event(md->name, m->kind == MSG_INIT ? "init" : "call", t0, 0, why);
@@ -1186,7 +1190,8 @@ sf_actor *sf__actor_spawn_at(const sf_actor_desc *d, int64_t id, int64_t rank, i
   return a;
 }
 
-sf_future *sf__actor_post(sf_actor *a, const sf_method_desc *md, void *args, bool all) {
+sf_future *sf__actor_post(sf_actor *a, const sf_method_desc *md, void *args, bool all,
+                          bool mute) {
   size_t asize = (size_t)type_size(md->args);
   msg *m;
   sf_future *f = future_alloc(md->result, sizeof(msg) + asize, (void **)&m);
@@ -1196,6 +1201,7 @@ sf_future *sf__actor_post(sf_actor *a, const sf_method_desc *md, void *args, boo
   m->f = f;
   m->seq = -1;
   m->all = all;
+  m->mute = mute;
   if (asize)
     memcpy(m->args, args, asize);
   sf_retain(f); /* the message's reference */

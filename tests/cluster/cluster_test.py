@@ -645,7 +645,7 @@ workflow main(n: i64 = 50, doom: bool = false) {
 
 # A checkpointed actor whose calls take a while, so a worker can be killed
 # in the middle; deterministic, so a restarted run prints the same lines.
-RESTART_PROGRAM = """@checkpoint(every = 1)
+RESTART_PROGRAM = """@checkpoint(every = EVERY)
 @restarts(RESTARTS)
 actor Acc {
   var total: i64 = 0
@@ -656,12 +656,13 @@ actor Acc {
     while now() - t0 < 0.05 { }
     total = total * 3 % 1000003 + x
     calls += 1
-    if x == 5 { print("running", x) }
+    if x == 5 || x == 12 { print("running", x) }
+    if x % 10 == 0 { print("at", x, total) }
     return total
   }
   fn count() -> i64 { return calls }
 }
-workflow main(n: i64 = 60) {
+workflow main(n: i64 = 40) {
   let a = spawn Acc(11)
   let fs = [a.add(i) for i in 0..n]
   let rs = await fs
@@ -690,6 +691,7 @@ actor Member {
     return acc[0] * 1000 + v[2]
   }
   fn where() -> i64 { return node_id() }
+  fn done() -> i64 { return rounds * 10 + group_rank() }
   fn gather() -> i64[] {
     let mine = [group_rank() * 10 + group_size(), rounds]
     barrier()
@@ -708,7 +710,7 @@ workflow main(n: i64 = 30, size: i64 = 3, slow: f64 = 0.0) {
   }
   print("sums", last)
   print("gather", await g.all.gather())
-  print("len", len(g), "rank0", await g[0].step(n, 0.0))
+  print("len", len(g), "member 1", await g[1].done(), "any", await g.any.done() / 10)
   let nodes = await g.all.where()
   var distinct = true
   for k in 0..len(nodes) {
@@ -871,18 +873,20 @@ def case_actors_remote(c):
 
 def kill_when_running(c, exe, marker, *extra, hostfile=None):
     """Starts exe on the cluster, SIGKILLs the worker that prints marker,
-    and returns (exit code, stdout, stderr, killed node)."""
+    and returns (exit code, stdout, stderr, killed node).  The call that
+    printed the marker is interrupted, so a restart runs it again and its
+    lines appear twice: callers leave the marker's lines out."""
     head = subprocess.Popen(c.args("--head-runs-work=false", *extra, prog=exe, hostfile=hostfile),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL)
     try:
-        line, _ = read_until(head.stdout, marker, 60)
+        line, seen = read_until(head.stdout, marker, 60)
         node = int(re.match(r"\[node (\d+)\]", line).group(1)) if line.startswith("[") else 1
         victim = c.worker_of(node)
         check(victim, f"node {node}'s worker", c.workers())
         os.kill(victim, signal.SIGKILL)
         head.wait(timeout=60)
-        return head.returncode, drain(head.stdout), head.stderr.read(), node
+        return head.returncode, "".join(seen) + drain(head.stdout), head.stderr.read(), node
     finally:
         if head.poll() is None:
             head.kill()
@@ -893,23 +897,28 @@ def case_actor_worker_killed(c):
     """The worker running a checkpointed actor is SIGKILLed mid-run: the
     actor restarts on another worker from its checkpoint, the calls since
     are replayed, and the output equals a clean run's."""
-    exe = c.compile("acc", RESTART_PROGRAM.replace("RESTARTS", "2"))
-    want = single_node(exe)
-    code, out, err, node = kill_when_running(c, exe, r"running 5")
-    check(code == 0, f"head exit {code}", out, err)
-    check([l for l in unprefixed(out.splitlines()) if not l.startswith("running")] ==
-          [l for l in want.splitlines() if not l.startswith("running")],
-          "output equals the clean run", out, want, err)
-    check(re.search(rf"actor 'Acc' lost with node {node} \(.*\); restarted on node \d+ from its "
-                    r"checkpoint after call \d+ \(1 restart left\)", err), "restart noted", err)
-    c.expect_no_workers(within=6)
+    # every = 7: the replay includes calls whose results were delivered,
+    # and their print lines must not appear twice.
+    for every, mark in ((1, 5), (7, 12)):
+        exe = c.compile(f"acc{every}", RESTART_PROGRAM.replace("RESTARTS", "2")
+                        .replace("EVERY", str(every)))
+        want = single_node(exe)
+        code, out, err, node = kill_when_running(c, exe, rf"running {mark}")
+        check(code == 0, f"head exit {code}", out, err)
+        check([l for l in unprefixed(out.splitlines()) if not l.startswith("running")] ==
+              [l for l in want.splitlines() if not l.startswith("running")],
+              f"output equals the clean run (every = {every})", out, want, err)
+        check(re.search(rf"actor 'Acc' lost with node {node} \(.*\); restarted on node \d+ from "
+                        r"its checkpoint after call \d+ \(1 restart left\)", err),
+              "restart noted", err)
+        c.expect_no_workers(within=6)
 
 
 def case_actor_restarts_exhausted(c):
     """Out of @restarts, or with no live worker left, the actor's pending
     calls fail with a message naming the actor and the cause: exit 70, no
     hang."""
-    exe = c.compile("acc0", RESTART_PROGRAM.replace("RESTARTS", "0"))
+    exe = c.compile("acc0", RESTART_PROGRAM.replace("RESTARTS", "0").replace("EVERY", "1"))
     t0 = time.time()
     code, out, err, node = kill_when_running(c, exe, r"running 5")
     check(code == 70, f"head exit {code}", out, err)
@@ -920,7 +929,7 @@ def case_actor_restarts_exhausted(c):
     one = os.path.join(c.dir, "one.txt")
     with open(one, "w") as f:
         f.write(f"{c.hosts[0][0]}:{c.hosts[0][1]} slots=1\n")
-    exe = c.compile("acc2", RESTART_PROGRAM.replace("RESTARTS", "2"))
+    exe = c.compile("acc2", RESTART_PROGRAM.replace("RESTARTS", "2").replace("EVERY", "1"))
     code, out, err, node = kill_when_running(c, exe, r"running 5", hostfile=one)
     check(code == 70, f"head exit {code}", out, err)
     check(re.search(r"call of 'Acc.add' failed: actor 'Acc' lost with node 1 \(.*\); no live node "
