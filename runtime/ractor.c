@@ -158,6 +158,7 @@ struct sf__ractor {
   ckpt ck[GROUP_CKPTS];    /* newest first; ck[0] alone for a single actor */
   int nck;
   rcall *log, *log_tail;   /* calls a restart may replay, oldest first */
+  uint64_t trimmed;        /* calls up to this one are no longer logged */
   char *dead;              /* why calls fail now */
   rgroup *g;
 };
@@ -442,6 +443,8 @@ static void trim_log(ractor *r) {
     rcall *c = *p;
     if (c->delivered && c->seq <= upto) {
       *p = c->next;
+      if (c->seq > r->trimmed)
+        r->trimmed = c->seq;
       rcall_free(c);
     } else {
       r->log_tail = c;
@@ -633,9 +636,16 @@ static const ckpt *ckpt_at(ractor *r, int64_t epoch) {
 static void restart_group(rgroup *g, int node, const char *why, done **fails) {
   char cause[768];
   ractor *lost = NULL;
-  for (int64_t i = 0; i < g->n; i++)
+  for (int64_t i = 0; i < g->n; i++) {
+    if (!g->m[i]) { /* the group is being dropped: nothing waits for it */
+      for (int64_t k = 0; k < g->n; k++)
+        if (g->m[k])
+          kill_actor(g->m[k], "the group was dropped", fails);
+      return;
+    }
     if (g->m[i]->node == node)
       lost = g->m[i];
+  }
   lost_why(cause, sizeof cause, lost, node, why);
   /* Stop the members on live nodes and give back every slot. */
   for (int64_t i = 0; i < g->n; i++) {
@@ -652,9 +662,18 @@ static void restart_group(rgroup *g, int node, const char *why, done **fails) {
     r->node = -1;
   }
   char msg[1024] = "";
+  int64_t epoch = common_epoch(g);
   if (g->restarts_left <= 0)
     snprintf(msg, sizeof msg, "%s; no restarts left for the group (@restarts(%d))", cause,
              lost->d->restarts);
+  /* Members that ran ahead without collectives may have dropped the calls
+   * a restart from that epoch needs: then the group cannot be rebuilt. */
+  for (int64_t i = 0; i < g->n && !msg[0]; i++) {
+    const ckpt *from = ckpt_at(g->m[i], epoch);
+    if (g->m[i]->trimmed > (from ? from->calls : 0))
+      snprintf(msg, sizeof msg, "%s; member %" PRId64 " has no checkpoint at the group's newest "
+               "common epoch any more, so the group cannot restart", cause, i);
+  }
   int nodes[SF__GROUP_MAX];
   int nn = sf__cluster_nodes();
   bool *used = calloc((size_t)nn, sizeof *used);
@@ -677,7 +696,6 @@ static void restart_group(rgroup *g, int node, const char *why, done **fails) {
   }
   g->restarts_left--;
   g->ring = ++RA.next_ring;
-  int64_t epoch = common_epoch(g);
   for (int64_t i = 0; i < g->n; i++)
     g->m[i]->node = nodes[i];
   sf__notice("%s; the group of %" PRId64 " restarted %s (%d restart%s left)", cause, g->n,
