@@ -289,6 +289,9 @@ static void send_buf(int node, sf__wbuf *b) {
 
 /* ------------------------------------------------------------ spawn */
 
+static void restart_one(ractor *r, int node, const char *why, done **fails);
+static void restart_group(rgroup *g, int node, const char *why, done **fails);
+
 static bool offset_ok(const void *p) {
   intptr_t off = (const char *)p - (const char *)&sf_program_desc;
   return off >= INT32_MIN && off <= INT32_MAX;
@@ -371,7 +374,21 @@ bool sf__ractor_spawn(sf_actor **members, int64_t n, void *args) {
     encode_create(&out, r, NULL);
     send_buf(r->node, &out);
   }
+  /* A node lost between placement and now was handled before this actor
+   * was in the list: handle it here (the hook skips actors moved since). */
+  done *fails = NULL;
+  for (int64_t i = 0; i < n; i++) {
+    ractor *r = g ? g->m[i] : RA.list;
+    const char *why = r->node > 0 ? sf__remote_lost_why(r->node) : NULL;
+    if (why && g) {
+      restart_group(g, r->node, why, &fails);
+      break;
+    }
+    if (why)
+      restart_one(r, r->node, why, &fails);
+  }
   pthread_mutex_unlock(&RA.mu);
+  done_fail(fails);
   sf__buf_free(&b);
   return true;
 }
@@ -495,6 +512,75 @@ static void on_result(int node, const sf__frame *f) {
     free(res);
 }
 
+/* Checkpoint files are written by one thread, not the control thread (an
+ * fsync must not hold up heartbeats and results of every node); a newer
+ * state of an actor replaces its older one still waiting. */
+typedef struct wfile {
+  struct wfile *next;
+  const sf_actor_desc *d;
+  int64_t id, rank;
+  ckpt c; /* a copy */
+} wfile;
+
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  wfile *head, *tail;
+  bool running;
+} WF = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static void *writer_main(void *arg) {
+  (void)arg;
+  for (;;) {
+    pthread_mutex_lock(&WF.mu);
+    while (!WF.head)
+      pthread_cond_wait(&WF.cv, &WF.mu);
+    wfile *w = WF.head;
+    WF.head = w->next;
+    if (!WF.head)
+      WF.tail = NULL;
+    pthread_mutex_unlock(&WF.mu);
+    sf__checkpoint_write_state(w->d, w->id, w->rank, (int64_t)w->c.calls, (int64_t)w->c.epoch,
+                               w->c.p, w->c.n);
+    ckpt_free(&w->c);
+    free(w);
+  }
+  return NULL;
+}
+
+static void queue_file(const sf_actor_desc *d, int64_t id, int64_t rank, const ckpt *c) {
+  uint8_t *p = malloc(c->n + 1);
+  if (!p)
+    return;
+  memcpy(p, c->p, c->n);
+  pthread_mutex_lock(&WF.mu);
+  for (wfile *w = WF.head; w; w = w->next)
+    if (w->d == d && w->id == id && w->rank == rank) {
+      ckpt_free(&w->c);
+      w->c = (ckpt){c->calls, c->epoch, p, c->n};
+      pthread_mutex_unlock(&WF.mu);
+      return;
+    }
+  wfile *w = calloc(1, sizeof *w);
+  if (w) {
+    *w = (wfile){NULL, d, id, rank, {c->calls, c->epoch, p, c->n}};
+    if (WF.tail)
+      WF.tail->next = w;
+    else
+      WF.head = w;
+    WF.tail = w;
+    pthread_t th;
+    if (!WF.running && !pthread_create(&th, NULL, writer_main, NULL)) {
+      pthread_detach(th);
+      WF.running = true;
+    }
+    pthread_cond_signal(&WF.cv);
+  } else {
+    free(p);
+  }
+  pthread_mutex_unlock(&WF.mu);
+}
+
 static void on_state(int node, const sf__frame *f) {
   pthread_mutex_lock(&RA.mu);
   ractor *r = find_wid(f->u.actor_state.actor);
@@ -519,13 +605,9 @@ static void on_state(int node, const sf__frame *f) {
   r->ck[0] = c;
   r->nck++;
   trim_log(r);
-  const sf_actor_desc *d = r->d;
-  int64_t id = r->id, rank = r->rank;
-  pthread_mutex_unlock(&RA.mu);
   /* The same file a single-node run writes, for --resume. */
-  sf__checkpoint_write_state(d, id, rank, (int64_t)f->u.actor_state.calls,
-                             (int64_t)f->u.actor_state.epoch, f->u.actor_state.state.p,
-                             f->u.actor_state.state.n);
+  queue_file(r->d, r->id, r->rank, &c);
+  pthread_mutex_unlock(&RA.mu);
 }
 
 void sf__ractor_on_frame(int node, const sf__frame *f) {

@@ -653,7 +653,7 @@ actor Acc {
   init(start: i64) { total = start }
   fn add(x: i64) -> i64 {
     let t0 = now()
-    while now() - t0 < 0.05 { }
+    while now() - t0 < 0.03 { }
     total = total * 3 % 1000003 + x
     calls += 1
     if x == 5 || x == 12 { print("running", x) }
@@ -920,11 +920,22 @@ def case_actor_restarts_exhausted(c):
     hang."""
     exe = c.compile("acc0", RESTART_PROGRAM.replace("RESTARTS", "0").replace("EVERY", "1"))
     t0 = time.time()
-    code, out, err, node = kill_when_running(c, exe, r"running 5")
+    ckdir = os.path.join(c.dir, "ck")
+    code, out, err, node = kill_when_running(c, exe, r"running 5", "--checkpoint-dir", ckdir)
     check(code == 70, f"head exit {code}", out, err)
     check(re.search(rf"call of 'Acc.add' failed: actor 'Acc' lost with node {node} \(.*\); no "
                     r"restarts left \(@restarts\(0\)\)", err), "budget message", err)
     check(time.time() - t0 < 30, "no hang")
+    # The head wrote the worker's checkpoints where --resume looks for them.
+    files = os.listdir(os.path.join(ckdir, "ckpt")) if os.path.isdir(os.path.join(ckdir, "ckpt")) else []
+    check(any(re.fullmatch(r"Acc-0-0\.\d+", f) for f in files), "checkpoint files on the head",
+          files)
+    # --resume finishes the run (the actor restored on the head from them).
+    r = c.run("--head-runs-work=false", "--checkpoint-dir", ckdir, "--resume", prog=exe)
+    check(r.returncode == 0, f"resume exit {r.returncode}", r.stdout, r.stderr)
+    check(r.stdout.splitlines()[-2:] == single_node(exe).splitlines()[-2:], "resumed results",
+          r.stdout, r.stderr)
+    check(re.search(r"1 actors restored from checkpoints", r.stderr), "restored", r.stderr)
     c.expect_no_workers(within=6)
     one = os.path.join(c.dir, "one.txt")
     with open(one, "w") as f:
