@@ -28,7 +28,9 @@
  *
  * Calls made inside a running task stay on the node that runs it (a task
  * waiting for children that wait for a slot it holds could never finish).
- * Actors stay on the head.
+ * Actors and groups are placed by ractor.c, on the same slots: an actor
+ * holds its slots for its lifetime (sf__remote_place), and the task
+ * dispatcher counts them as taken.
  *
  * Identity of a task across processes of the same executable: the
  * descriptor's offset from &sf_program_desc (load addresses differ under
