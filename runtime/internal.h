@@ -218,6 +218,8 @@ typedef struct sf__sink {
   sf_future *f;     /* h.m(): the call's future (a reference), or NULL */
   void *gather;     /* g.all: the call's gather, member idx */
   int64_t idx, seq; /* seq: journal sequence number, or -1 */
+  int64_t calls;    /* the actor's call count after this call (the journal's
+                       index: --resume skips what a checkpoint holds) */
 } sf__sink;
 /* res (moved in) is the value when why is NULL. */
 void sf__actor_complete(sf_actor *a, const sf_method_desc *md, const sf__sink *s, void *res,

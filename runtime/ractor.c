@@ -437,6 +437,7 @@ void sf__ractor_call(ractor *r, const sf_method_desc *md, void *args, bool all,
     return;
   }
   c->seq = ++r->seq;
+  c->sink.calls = (int64_t)c->seq;
   if (r->log_tail)
     r->log_tail->next = c;
   else

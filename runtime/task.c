@@ -905,6 +905,8 @@ static void gather_put(gather *g, sf_actor *a, const sf_method_desc *md, int64_t
 
 void sf__actor_complete(sf_actor *a, const sf_method_desc *md, const sf__sink *s, void *res,
                         const char *why) {
+  if (s->seq >= 0 && !why)
+    a->calls = s->calls; /* the handle's count, for the journal's index */
   if (s->f) {
     if (why) {
       future_fail(s->f, "call of '%s' failed: %s", md->name, why);
