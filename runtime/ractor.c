@@ -874,7 +874,7 @@ typedef struct wactor {
   witem *head, *tail;     /* calls in order, for the reply thread */
   uint64_t sent;          /* results sent up to this sequence number */
   wstate *states;         /* checkpoints waiting for their call's result */
-  bool stop;
+  _Atomic bool stop;      /* read by the reply thread without mu */
   wring *ring;            /* a group member's transport, or NULL */
 } wactor;
 

@@ -37,7 +37,39 @@ static void test_find_task(void) {
   CU_ASSERT_PTR_NULL(sf__remote_find_task(off_of(&sf_program_desc), name, 4, err, sizeof err));
 }
 
+/* Actors (ractor.c): the class and its methods are named the same way. */
+static void mthunk(void *state, void *args, void *res) { (void)state, (void)args, (void)res; }
+static const sf_type NOARGS = {.kind = SF_STRUCT, .size = 0, .align = 1, .name = "init"};
+static const sf_method_desc INIT = {.name = "Acc.init", .thunk = mthunk, .args = &NOARGS};
+static const sf_method_desc ADD = {
+    .name = "Acc.add", .thunk = mthunk, .args = &ARGS, .result = &sf_type_i64};
+static const sf_actor_desc ACC = {.name = "Acc", .state = &ARGS, .init = &INIT, .restarts = 1};
+static const sf_actor_desc BROKEN = {.name = "Bad", .state = &ARGS,
+                                     .init = (const sf_method_desc *)not_a_desc};
+
+static void test_find_actor_and_method(void) {
+  char err[256];
+  CU_ASSERT_PTR_EQUAL(sf__remote_find_class(off_of(&ACC), (const uint8_t *)"Acc", 3, err,
+                                            sizeof err), &ACC);
+  CU_ASSERT_PTR_EQUAL(sf__remote_find_method(off_of(&ADD), (const uint8_t *)"Acc.add", 7, err,
+                                             sizeof err), &ADD);
+  /* A method named as a class, a class at a method's place, a bad init. */
+  CU_ASSERT_PTR_NULL(sf__remote_find_method(off_of(&ADD), (const uint8_t *)"Acc", 3, err,
+                                            sizeof err));
+  CU_ASSERT(strstr(err, "is not 'Acc'") != NULL);
+  CU_ASSERT_PTR_NULL(sf__remote_find_class(off_of(&ADD), (const uint8_t *)"Acc.add", 7, err,
+                                           sizeof err));
+  CU_ASSERT_PTR_NULL(sf__remote_find_class(off_of(&BROKEN), (const uint8_t *)"Bad", 3, err,
+                                           sizeof err));
+  CU_ASSERT(strstr(err, "is damaged") != NULL);
+  CU_ASSERT_PTR_NULL(sf__remote_find_method(0x7ffffff0u, (const uint8_t *)"Acc.add", 7, err,
+                                            sizeof err));
+  CU_ASSERT(strstr(err, "no method descriptor at offset") != NULL);
+}
+
 int main(int argc, char **argv) {
-  static const rt_test tests[] = {{"find_task", test_find_task}, {NULL, NULL}};
+  static const rt_test tests[] = {{"find_task", test_find_task},
+                                  {"find_actor_and_method", test_find_actor_and_method},
+                                  {NULL, NULL}};
   return rt_run("rt_remote", tests, argc, argv);
 }
