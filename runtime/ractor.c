@@ -526,9 +526,11 @@ typedef struct wfile {
 static struct {
   pthread_mutex_t mu;
   pthread_cond_t cv;
+  pthread_cond_t idle;    /* the queue is empty and nothing is being written */
   wfile *head, *tail;
-  bool running;
-} WF = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+  bool running, busy;
+} WF = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER,
+        .idle = PTHREAD_COND_INITIALIZER};
 
 static void *writer_main(void *arg) {
   (void)arg;
@@ -540,13 +542,31 @@ static void *writer_main(void *arg) {
     WF.head = w->next;
     if (!WF.head)
       WF.tail = NULL;
+    WF.busy = true;
     pthread_mutex_unlock(&WF.mu);
     sf__checkpoint_write_state(w->d, w->id, w->rank, (int64_t)w->c.calls, (int64_t)w->c.epoch,
                                w->c.p, w->c.n);
     ckpt_free(&w->c);
     free(w);
+    pthread_mutex_lock(&WF.mu);
+    WF.busy = false;
+    if (!WF.head)
+      pthread_cond_broadcast(&WF.idle);
+    pthread_mutex_unlock(&WF.mu);
   }
   return NULL;
+}
+
+/* At exit (also a failed run's): the shipped checkpoints reach the disk,
+ * within a bound, so --resume starts from the newest. */
+static void writer_drain(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += 5;
+  pthread_mutex_lock(&WF.mu);
+  while ((WF.head || WF.busy) && pthread_cond_timedwait(&WF.idle, &WF.mu, &ts) == 0)
+    ;
+  pthread_mutex_unlock(&WF.mu);
 }
 
 static void queue_file(const sf_actor_desc *d, int64_t id, int64_t rank, const ckpt *c) {
@@ -574,6 +594,7 @@ static void queue_file(const sf_actor_desc *d, int64_t id, int64_t rank, const c
     if (!WF.running && !pthread_create(&th, NULL, writer_main, NULL)) {
       pthread_detach(th);
       WF.running = true;
+      atexit(writer_drain);
     }
     pthread_cond_signal(&WF.cv);
   } else {

@@ -985,6 +985,33 @@ def case_group_worker_killed(c):
     c.expect_no_workers(within=6)
 
 
+
+def case_group_resume(c):
+    """A group without restarts loses a member's node: every pending call
+    fails with the cause (exit 70); the members' checkpoints, shipped to the
+    head, are on its disk at a common epoch, and --resume finishes the run
+    with the results of a clean one."""
+    exe = c.compile("grp0", GROUP_PROGRAM.replace("@restarts(2)", "@restarts(0)")
+                    .replace("every = 1", "every = 2"))
+    ckdir = os.path.join(c.dir, "ck")
+    code, out, err, node = kill_when_running(c, exe, r"running 3", "--slow", "0.05",
+                                             "--checkpoint-dir", ckdir)
+    check(code == 70, f"head exit {code}", out, err)
+    check(re.search(r"call of 'Member.step' on member \d failed: actor 'Member' \(a group member\) "
+                    rf"lost with node {node} .*; no restarts left for the group", err),
+          "group failure message", err)
+    files = sorted(os.listdir(os.path.join(ckdir, "ckpt")))
+    check(all(f"Member-0-{r}.2" in files for r in range(3)), "every member's epoch-2 file",
+          files)
+    r = c.run("--head-runs-work=false", "--slow", "0.05", "--checkpoint-dir", ckdir, "--resume",
+              prog=exe)
+    check(r.returncode == 0, f"resume exit {r.returncode}", r.stdout, r.stderr)
+    want = single_node(exe).splitlines()
+    check(r.stdout.splitlines()[-4:-1] == want[-4:-1], "resumed results", r.stdout, want)
+    check(re.search(r"3 actors restored from checkpoints", r.stderr), "restored", r.stderr)
+    c.expect_no_workers(within=6)
+
+
 CASES = {
     "deploy_2": (2, case_deploy_2),
     "deploy_4": (4, case_deploy_4),
@@ -1009,6 +1036,7 @@ CASES = {
     "actor_restarts_exhausted": (2, case_actor_restarts_exhausted),
     "group_allreduce_nodes": (3, case_group_allreduce_nodes),
     "group_worker_killed": (4, case_group_worker_killed),
+    "group_resume": (3, case_group_resume),
 }
 
 
