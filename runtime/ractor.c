@@ -9,7 +9,8 @@
  * the most free slots (remote.c keeps the slots; an actor holds max(1,
  * @cpus) of them for its lifetime; the head, node 0, is a candidate when
  * it runs work, and a chosen head keeps the actor local, as on one node).
- * A group is a gang: every member on its own worker, or the whole group
+ * A group is a gang: every member on a worker with a free slot (spread
+ * first, several on one worker only when they must), or the whole group
  * stays on the head.  The head keeps the handle (an sf_actor whose
  * `remote` points here); every call is serialized at once, logged and sent
  * in an actor-call frame; the worker's answer (actor-result, keyed by the
@@ -33,8 +34,9 @@
  * pending calls fail with a message naming the actor and the cause, and
  * so does every later call.
  *
- * Groups.  Members are on distinct workers and run their collectives over
- * a TCP ring (ring.c) built from the workers' data listeners, behind
+ * Groups.  Members run their collectives over a TCP ring (ring.c) built
+ * from the workers' data listeners, also between members on one worker
+ * (correct first: loopback, not shared memory), behind
  * collective.c's sf__comm_ops (see "ring transport" below).  Checkpoints of
  * members are taken at g.all epochs; the head keeps the last few per
  * member, and a group whose member's node is lost restarts as a whole:
@@ -289,6 +291,21 @@ static void send_buf(int node, sf__wbuf *b) {
 
 /* ------------------------------------------------------------ spawn */
 
+/* A gang: every member on a worker with room, all or none.  Each member
+ * goes to the worker with the most free slots at that point, so members
+ * spread first and share a worker only when they must. */
+static bool place_gang(int *nodes, int64_t n, int need) {
+  for (int64_t i = 0; i < n; i++) {
+    nodes[i] = sf__remote_place(need, false, NULL);
+    if (nodes[i] < 0) {
+      for (int64_t k = 0; k < i; k++)
+        sf__remote_unplace(nodes[k], need);
+      return false;
+    }
+  }
+  return true;
+}
+
 static void restart_one(ractor *r, int node, const char *why, done **fails);
 static void restart_group(rgroup *g, int node, const char *why, done **fails);
 
@@ -312,23 +329,8 @@ bool sf__ractor_spawn(sf_actor **members, int64_t n, void *args) {
     nodes[0] = sf__remote_place(need, true, NULL);
     if (nodes[0] <= 0) /* the head (it keeps the slots) or nowhere: local */
       return false;
-  } else {
-    /* A gang: each member on its own worker, all or none. */
-    int nn = sf__cluster_nodes();
-    bool *used = calloc((size_t)nn, sizeof *used);
-    if (!used)
-      return false;
-    for (int64_t i = 0; i < n; i++) {
-      nodes[i] = sf__remote_place(need, false, used);
-      if (nodes[i] < 0) {
-        for (int64_t k = 0; k < i; k++)
-          sf__remote_unplace(nodes[k], need);
-        free(used);
-        return false;
-      }
-      used[nodes[i]] = true;
-    }
-    free(used);
+  } else if (!place_gang(nodes, n, need)) {
+    return false;
   }
   sf__buf b;
   sf__buf_init(&b, NULL, 0);
@@ -779,20 +781,9 @@ static void restart_group(rgroup *g, int node, const char *why, done **fails) {
                "common epoch any more, so the group cannot restart", cause, i);
   }
   int nodes[SF__GROUP_MAX];
-  int nn = sf__cluster_nodes();
-  bool *used = calloc((size_t)nn, sizeof *used);
-  for (int64_t i = 0; !msg[0] && i < g->n; i++) {
-    nodes[i] = used ? sf__remote_place(lost->need, false, used) : -1;
-    if (nodes[i] < 0) {
-      for (int64_t k = 0; k < i; k++)
-        sf__remote_unplace(nodes[k], lost->need);
-      snprintf(msg, sizeof msg, "%s; not enough live nodes to restart the group of %" PRId64,
-               cause, g->n);
-    } else {
-      used[nodes[i]] = true;
-    }
-  }
-  free(used);
+  if (!msg[0] && !place_gang(nodes, g->n, lost->need))
+    snprintf(msg, sizeof msg, "%s; not enough free slots on live workers to restart the group of "
+             "%" PRId64, cause, g->n);
   if (msg[0]) {
     for (int64_t i = 0; i < g->n; i++)
       kill_actor(g->m[i], msg, fails);
@@ -1244,13 +1235,15 @@ void sf__ractor_worker_frame(const sf__frame *f) {
 /* --------------------------------------------------- ring transport */
 
 /* A group member's collectives across nodes: collective.c's sf__comm_ops
- * over a TCP ring (ring.c's allreduce, broadcast and barrier).  Every
- * member is on its own worker.  Links come up at the member's first
+ * over a TCP ring (ring.c's allreduce, broadcast and barrier); members on
+ * one worker use it over loopback.  Links come up at the member's first
  * collective: it dials its successor's data listener and greets it with
  * HMAC(secret, "sflow-actor-ring" | ring id | rank); the worker's acceptor
  * thread checks greetings and hands each link to the member waiting for
- * it, so rings of several groups (and of a restarted group, under a new
- * ring id) share one listener without taking each other's links.  A
+ * it, so rings of several groups, several members of one worker, and a
+ * restarted group (under a new ring id) share one listener without taking
+ * each other's links.  A waiting member counts its pool thread out
+ * (sf__sched_block_begin), so members on one worker always get threads.  A
  * collective that fails (a lost neighbour: an error within the ring
  * timeout, never a hang) fails the call, and every later collective of
  * that member fails at once: the group is restarted by the head, or the
@@ -1459,10 +1452,38 @@ static void ring_free(void *p) {
   free(w);
 }
 
+/* ring.c's operations with the pool thread counted out while it waits on
+ * the network, as in a shared-memory collective: members placed on one
+ * worker need threads to arrive at all. */
+static int r_allreduce(wring *w, void *buf, size_t n, sf__dtype t, sf__redop op, char *err,
+                       size_t el) {
+  sf__sched_block_begin();
+  int rc = sf__ring_allreduce(&w->ring, buf, n, t, op, err, el);
+  sf__sched_block_end();
+  return rc;
+}
+
+static int r_broadcast(wring *w, void *buf, size_t bytes, int root, char *err, size_t el) {
+  sf__sched_block_begin();
+  int rc = sf__ring_broadcast(&w->ring, buf, bytes, root, err, el);
+  sf__sched_block_end();
+  return rc;
+}
+
+static int r_barrier(wring *w, char *err, size_t el) {
+  sf__sched_block_begin();
+  int rc = sf__ring_barrier(&w->ring, err, el);
+  sf__sched_block_end();
+  return rc;
+}
+
 static wring *ring_for(sf__comm *c, const char *what, const sf_loc *loc) {
   wring *w = sf__comm_impl(c);
   char err[300];
-  if (!ring_up(w, err, sizeof err))
+  sf__sched_block_begin();
+  bool up = ring_up(w, err, sizeof err);
+  sf__sched_block_end();
+  if (!up)
     sf_runtime_error(loc, "%s: %s", what, err);
   return w;
 }
@@ -1488,7 +1509,7 @@ static void agree(wring *w, sf_array *a, bool same_len, const char *what, const 
   int64_t len = a ? a->len : 0, kind = a ? a->elem->kind : -1;
   int64_t v[4] = {same_len ? len : 0, same_len ? -len : 0, kind, -kind};
   char err[300];
-  if (sf__ring_allreduce(&w->ring, v, 4, SF__DT_I64, SF__OP_MAX, err, sizeof err))
+  if (r_allreduce(w, v, 4, SF__DT_I64, SF__OP_MAX, err, sizeof err))
     ring_fail(w, what, err, loc);
   if (v[0] != -v[1] || v[2] != -v[3])
     sf_runtime_error(loc, "%s: members pass arrays of different %s", what,
@@ -1505,7 +1526,7 @@ static void ring_allreduce(sf__comm *c, int64_t rank, sf_array *a, bool mean, co
   if (!a || !a->len || !dtype_of(a->elem, &dt))
     return;
   char err[300];
-  if (sf__ring_allreduce(&w->ring, a->data, (size_t)a->len, dt, SF__OP_SUM, err, sizeof err))
+  if (r_allreduce(w, a->data, (size_t)a->len, dt, SF__OP_SUM, err, sizeof err))
     ring_fail(w, what, err, loc);
   if (!mean)
     return;
@@ -1532,7 +1553,7 @@ static void ring_broadcast(sf__comm *c, int64_t rank, sf_array *a, int64_t root,
   plain_only(a, "broadcast", loc);
   char err[300];
   if (a && a->len &&
-      sf__ring_broadcast(&w->ring, a->data, (size_t)a->len * (size_t)a->elem->size, (int)root,
+      r_broadcast(w, a->data, (size_t)a->len * (size_t)a->elem->size, (int)root,
                          err, sizeof err))
     ring_fail(w, "broadcast", err, loc);
 }
@@ -1548,7 +1569,7 @@ static sf_array *ring_allgather(sf__comm *c, int64_t rank, sf_array *a, const sf
     sf_runtime_error(loc, "allgather: out of memory");
   lens[rank] = a ? a->len : 0;
   char err[300];
-  if (sf__ring_allreduce(&w->ring, lens, (size_t)w->size, SF__DT_I64, SF__OP_SUM, err,
+  if (r_allreduce(w, lens, (size_t)w->size, SF__DT_I64, SF__OP_SUM, err,
                          sizeof err)) {
     free(lens);
     ring_fail(w, "allgather", err, loc);
@@ -1562,7 +1583,7 @@ static sf_array *ring_allgather(sf__comm *c, int64_t rank, sf_array *a, const sf
   for (int k = 0; k < w->size; k++) {
     if (k == rank && lens[k])
       memcpy((char *)out->data + at * (int64_t)es, a->data, (size_t)lens[k] * es);
-    if (lens[k] && sf__ring_broadcast(&w->ring, (char *)out->data + at * (int64_t)es,
+    if (lens[k] && r_broadcast(w, (char *)out->data + at * (int64_t)es,
                                       (size_t)lens[k] * es, k, err, sizeof err)) {
       free(lens);
       sf_release(out);
@@ -1578,7 +1599,7 @@ static void ring_barrier(sf__comm *c, int64_t rank, const sf_loc *loc) {
   (void)rank;
   wring *w = ring_for(c, "barrier", loc);
   char err[300];
-  if (sf__ring_barrier(&w->ring, err, sizeof err))
+  if (r_barrier(w, err, sizeof err))
     ring_fail(w, "barrier", err, loc);
 }
 

@@ -961,10 +961,23 @@ def case_group_allreduce_nodes(c):
     got = unprefixed(r.stdout.splitlines())
     check(got[:-1] == want[:-1], "results equal the single-node run", r.stdout, want, r.stderr)
     check(got[-1] == "members on distinct workers true", "placed across workers", r.stdout)
-    # Too few workers for one member each: the group stays on the head.
+    # More members than free slots on the workers: the group stays on the head.
     r = c.run("--head-runs-work=false", "--size", "4", prog=exe, timeout=60)
     check(r.returncode == 0, f"exit {r.returncode} (size 4)", r.stdout, r.stderr)
     check(r.stdout.splitlines()[-1] == "members on distinct workers false", "kept local", r.stdout)
+    check("node" not in r.stdout, "no output from workers", r.stdout)
+    # Two members per worker (slots=2): the ring runs over loopback too.
+    two = os.path.join(c.dir, "two.txt")
+    with open(two, "w") as f:
+        for addr, port, _ in c.hosts[:2]:
+            f.write(f"{addr}:{port} slots=2\n")
+    want4 = single_node(exe, "--size", "4").splitlines()
+    r = c.run("--head-runs-work=false", "--size", "4", prog=exe, hostfile=two, timeout=60)
+    check(r.returncode == 0, f"exit {r.returncode} (2 per worker)", r.stdout, r.stderr)
+    check(unprefixed(r.stdout.splitlines()) == want4, "2 per worker: single-node results",
+          r.stdout, want4, r.stderr)
+    check(re.search(r"^\[node [12]\] running 3$", r.stdout, re.M), "member 0 ran on a worker",
+          r.stdout)
     c.expect_no_workers()
 
 
