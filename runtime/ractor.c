@@ -1400,7 +1400,9 @@ static bool ring_up(wring *w, char *err, size_t n) {
     if (in >= 0)
       break;
     if (atomic_load(&w->stopped) || now_ms() >= deadline) {
-      snprintf(err, n, "group member %d did not connect within %d ms", prev, RING_TIMEOUT_MS);
+      snprintf(err, n, "group member %d did not connect within %d ms (every member must make "
+               "the same collective calls: call the method through g.all)", prev,
+               RING_TIMEOUT_MS);
       break;
     }
     struct timespec ts;
