@@ -161,6 +161,7 @@ struct sf__ractor {
   int nck;
   rcall *log, *log_tail;   /* calls a restart may replay, oldest first */
   uint64_t trimmed;        /* calls up to this one are no longer logged */
+  rcall *undelivered;      /* a hint: the oldest call not delivered, or NULL */
   char *dead;              /* why calls fail now */
   rgroup *g;
 };
@@ -445,6 +446,8 @@ void sf__ractor_call(ractor *r, const sf_method_desc *md, void *args, bool all,
   else
     r->log = c;
   r->log_tail = c;
+  if (!r->undelivered)
+    r->undelivered = c;
   sf__wbuf out = {0};
   encode_call(&out, r, c, false);
   send_buf(r->node, &out);
@@ -452,39 +455,47 @@ void sf__ractor_call(ractor *r, const sf_method_desc *md, void *args, bool all,
 }
 
 /* Drops delivered calls a restart will not replay: all of them when no
- * restart can happen, else those at or before the oldest checkpoint kept. */
+ * restart can happen, else those at or before the oldest checkpoint kept.
+ * Results come in call order, so the delivered calls are a prefix of the
+ * log and only its front is looked at. */
 static void trim_log(ractor *r) {
   uint64_t upto = UINT64_MAX;
   if (may_restart(r))
     upto = r->nck ? r->ck[r->nck - 1].calls : 0;
-  rcall **p = &r->log;
-  r->log_tail = NULL;
-  while (*p) {
-    rcall *c = *p;
-    if (c->delivered && c->seq <= upto) {
-      *p = c->next;
-      if (c->seq > r->trimmed)
-        r->trimmed = c->seq;
-      rcall_free(c);
-    } else {
-      r->log_tail = c;
-      p = &c->next;
-    }
+  while (r->log && r->log->delivered && r->log->seq <= upto) {
+    rcall *c = r->log;
+    r->log = c->next;
+    r->trimmed = c->seq;
+    if (r->undelivered == c)
+      r->undelivered = NULL;
+    rcall_free(c);
   }
+  if (!r->log)
+    r->log_tail = NULL;
+}
+
+/* The logged call with sequence number seq: usually the first one not
+ * delivered yet (r->undelivered), else a search (replays after a restart). */
+static rcall *find_call(ractor *r, uint64_t seq) {
+  if (r->undelivered && r->undelivered->seq == seq)
+    return r->undelivered;
+  rcall *c = r->log;
+  while (c && c->seq != seq)
+    c = c->next;
+  return c;
 }
 
 static void on_result(int node, const sf__frame *f) {
   pthread_mutex_lock(&RA.mu);
   ractor *r = find_wid(f->u.actor_result.actor);
-  rcall *c = NULL;
-  if (r && r->node == node)
-    for (c = r->log; c && c->seq != f->u.actor_result.seq; c = c->next)
-      ;
+  rcall *c = r && r->node == node ? find_call(r, f->u.actor_result.seq) : NULL;
   if (!c || c->delivered) { /* a replayed call, or a stale incarnation */
     pthread_mutex_unlock(&RA.mu);
     return;
   }
   c->delivered = true;
+  if (r->undelivered == c)
+    r->undelivered = c->next;
   sf__sink sink = c->sink;
   const sf_method_desc *md = c->md;
   sf_actor *a = r->a;
@@ -655,7 +666,7 @@ static void kill_actor(ractor *r, const char *why, done **fails) {
     rcall_free(c);
     c = nx;
   }
-  r->log = r->log_tail = NULL;
+  r->log = r->log_tail = r->undelivered = NULL;
   if (r->node >= 0)
     sf__remote_unplace(r->node, r->need);
   r->node = -1;
