@@ -242,8 +242,10 @@ static void prefer_known_types(sf__ssh *s, LIBSSH2_KNOWNHOSTS *kh, const sf__hos
 
 static const char *default_known_hosts(char *buf, size_t n) {
   const char *home = getenv("HOME");
-  if (!home || !*home) {
-    struct passwd *pw = getpwuid(getuid());
+  struct passwd pwd, *pw = NULL;
+  char pbuf[4096];
+  if (!home || !*home) { /* getpwuid_r: hosts connect in parallel threads */
+    getpwuid_r(getuid(), &pwd, pbuf, sizeof pbuf, &pw);
     home = pw ? pw->pw_dir : "/";
   }
   snprintf(buf, n, "%s/.ssh/known_hosts", home);
@@ -340,7 +342,11 @@ static bool try_agent(sf__ssh *s, const char *user) {
 
 static int authenticate(sf__ssh *s, const sf__ssh_opts *o, char *err, size_t errlen) {
   const char *user = o->user;
-  struct passwd *pw = getpwuid(getuid());
+  /* getpwuid_r: every host authenticates on its own thread at once, and
+   * getpwuid's static result would be overwritten under our feet. */
+  struct passwd pwd, *pw = NULL;
+  char pbuf[4096];
+  getpwuid_r(getuid(), &pwd, pbuf, sizeof pbuf, &pw);
   if (!user)
     user = pw ? pw->pw_name : getenv("USER");
   if (!user)
