@@ -148,7 +148,8 @@ typedef enum {
   SF__F_GROUP_DONE,    /* worker -> head: status, timing, message */
   SF__F_LOG,           /* worker -> head: one line for the head's stderr */
   SF__F_PRINT,         /* worker -> head: print output for the head's stdout */
-  SF__F_ACTOR_RESULT,  /* worker -> head: actor id, sequence, status, value or error */
+  SF__F_ACTOR_RESULT,  /* worker -> head: actor id, sequence, status (0 value, 1 error,
+                          2 error after the group's ring broke), value or error */
   SF__F_ACTOR_STATE,   /* worker -> head: actor id, calls, g.all epoch, state (checkpoint) */
   SF__F_ACTOR_STOP,    /* head -> worker: actor id (a group being restarted elsewhere) */
   SF__F_COUNT

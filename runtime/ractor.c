@@ -135,6 +135,8 @@ typedef struct rcall {
   uint8_t *payload;       /* name, flags, args: as sent */
   uint32_t n;
   bool delivered;
+  char *held;             /* a failure held back: its group may restart */
+  int64_t held_until;     /* ... then it is delivered (ms, monotonic) */
   sf__sink sink;
 } rcall;
 
@@ -216,6 +218,7 @@ static bool may_restart(ractor *r) {
 }
 
 static void rcall_free(rcall *c) {
+  free(c->held);
   free(c->payload);
   free(c);
 }
@@ -485,11 +488,61 @@ static rcall *find_call(ractor *r, uint64_t seq) {
   return c;
 }
 
+/* Delivers held failures whose group did not restart in time. */
+static void *holder_main(void *arg) {
+  (void)arg;
+  for (;;) {
+    struct timespec ts = {0, 200 * 1000000};
+    nanosleep(&ts, NULL);
+    done *fails = NULL;
+    int64_t now = now_ms();
+    pthread_mutex_lock(&RA.mu);
+    for (ractor *r = RA.list; r; r = r->next) {
+      bool any = false;
+      for (rcall *c = r->log; c; c = c->next)
+        if (c->held && !c->delivered && now >= c->held_until) {
+          done_add(&fails, r->a, c->md, &c->sink, c->held);
+          c->delivered = true;
+          if (r->undelivered == c)
+            r->undelivered = c->next;
+          any = true;
+        }
+      if (any)
+        trim_log(r);
+    }
+    pthread_mutex_unlock(&RA.mu);
+    done_fail(fails);
+  }
+  return NULL;
+}
+
+/* Caller holds RA.mu. */
+static void start_holder(void) {
+  static bool started;
+  pthread_t th;
+  if (!started && !pthread_create(&th, NULL, holder_main, NULL)) {
+    pthread_detach(th);
+    started = true;
+  }
+}
+
 static void on_result(int node, const sf__frame *f) {
   pthread_mutex_lock(&RA.mu);
   ractor *r = find_wid(f->u.actor_result.actor);
   rcall *c = r && r->node == node ? find_call(r, f->u.actor_result.seq) : NULL;
-  if (!c || c->delivered) { /* a replayed call, or a stale incarnation */
+  if (!c || c->delivered || c->held) { /* a replay, or a stale incarnation */
+    pthread_mutex_unlock(&RA.mu);
+    return;
+  }
+  if (f->u.actor_result.status == 2 && r->g && may_restart(r)) {
+    /* The member failed in a collective because its ring broke: most
+     * likely a member's node died, and its loss may not have reached us
+     * yet (the neighbours' sockets can tell before the control
+     * connection does).  Wait for the loss, which restarts the group and
+     * reruns this call; without one, the failure is delivered. */
+    c->held = strndup((const char *)f->u.actor_result.value.p, f->u.actor_result.value.n);
+    c->held_until = now_ms() + SF__HEARTBEAT_TIMEOUT_MS + 1000;
+    start_holder();
     pthread_mutex_unlock(&RA.mu);
     return;
   }
@@ -680,9 +733,13 @@ static void relaunch(ractor *r, const ckpt *from) {
   sf__wbuf out = {0};
   encode_create(&out, r, from);
   uint64_t after = from ? from->calls : 0;
-  for (rcall *c = r->log; c; c = c->next)
-    if (c->seq > after)
-      encode_call(&out, r, c, c->delivered);
+  for (rcall *c = r->log; c; c = c->next) {
+    if (c->seq <= after)
+      continue; /* a held failure the checkpoint is past: delivered in time */
+    free(c->held); /* it runs again now */
+    c->held = NULL;
+    encode_call(&out, r, c, c->delivered);
+  }
   send_buf(r->node, &out);
 }
 
@@ -883,6 +940,7 @@ typedef struct wstate {
 } wstate;
 
 typedef struct wring wring;
+static bool ring_broken(wring *w);
 
 /* One actor on this worker.  Never freed: a stopped one stays in the
  * table, marked, so a late checkpoint of its thread finds it. */
@@ -983,7 +1041,9 @@ static void *reply_main(void *arg) {
         sf_value_release(md->result, res);
       } else if (!w->stop) {
         const char *c = res ? call_cause(err) : "out of memory on the worker";
-        w_result(w->wid, it->seq, 1, c, strlen(c));
+        /* Status 2 when the member's ring is broken: the head may be
+         * about to restart the group. */
+        w_result(w->wid, it->seq, ring_broken(w->ring) ? 2 : 1, c, strlen(c));
       }
       free(res);
     } else if (!w->stop) {
@@ -1455,6 +1515,8 @@ static void ring_stop(wring *w) {
   pthread_cond_broadcast(&AC.cv);
   pthread_mutex_unlock(&AC.mu);
 }
+
+static bool ring_broken(wring *w) { return w && w->broken[0]; }
 
 static void ring_free(void *p) {
   wring *w = p;

@@ -350,9 +350,9 @@ static void get_payload(rd *r, sf__frame *f) {
     f->u.actor_result.seq = get_u64(r, "sequence");
     f->u.actor_result.status = get_u8(r, "status");
     f->u.actor_result.value = get_bytes(r, ARGS_MAX, "value");
-    if (r->ok && (f->u.actor_result.status > 1 || f->u.actor_result.seq == 0)) {
+    if (r->ok && (f->u.actor_result.status > 2 || f->u.actor_result.seq == 0)) {
       r->ok = false;
-      r->what = f->u.actor_result.status > 1 ? "status" : "sequence";
+      r->what = f->u.actor_result.status > 2 ? "status" : "sequence";
     }
     break;
   case SF__F_ACTOR_STATE:

@@ -166,10 +166,10 @@ static void test_inner_lengths(void) {
   sf__wire_encode(&b, &f);
   expect_bad(b.p, b.n, "malformed task-result frame: bad or truncated status");
   b.n = 0;
-  /* Actor results: status 0 or 1, and sequence numbers start at 1. */
+  /* Actor results: status 0, 1 or 2, and sequence numbers start at 1. */
   f = (sf__frame){.type = SF__F_ACTOR_RESULT};
   f.u.actor_result.seq = 1;
-  f.u.actor_result.status = 2;
+  f.u.actor_result.status = 3;
   sf__wire_encode(&b, &f);
   expect_bad(b.p, b.n, "malformed actor-result frame: bad or truncated status");
   b.n = 0;
