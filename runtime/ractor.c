@@ -43,6 +43,10 @@
  * every member (also those on live nodes, which are stopped) is created
  * again from the newest epoch all members have, with a new ring id, and
  * each replays its calls after that epoch, so their collectives meet again.
+ * A member's neighbours often see it die (a reset link) before the head
+ * sees its control connection close, so a failure that a broken ring
+ * caused (actor-result status 2) is held back until the loss arrives, or
+ * for the heartbeat timeout plus a second, before it is delivered.
  *
  * Worker.  Actor frames arrive on the control loop: actor-create builds a
  * local actor with task.c's machinery (init, or the shipped state and call
