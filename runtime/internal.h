@@ -18,6 +18,7 @@
 #include <setjmp.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "sflow.h"
 
@@ -33,6 +34,15 @@ extern sf__dtor_fn sf__obj_dtor[SF_OBJ_GROUP + 1];
 
 /* sf_alloc for count * size bytes, with the multiplication checked. */
 void *sf__alloc_n(size_t count, size_t size);
+
+/* Blocks of up to SF__BLOCK_MAX bytes recycled through per-thread caches
+ * (futures with their task records: a million-task run allocates and frees
+ * a million of them).  sf__block_alloc returns the block and its class,
+ * which sf__block_free needs back; a larger size is plain sf_alloc, class
+ * -1. */
+#define SF__BLOCK_MAX 512
+void *sf__block_alloc(size_t n, int32_t *cls);
+void sf__block_free(void *p, int32_t cls);
 
 /* ------------------------------------------------------------ str.c */
 
@@ -90,7 +100,17 @@ typedef struct sf__buf {
   size_t inline_cap;
 } sf__buf;
 void sf__buf_init(sf__buf *b, char *storage, size_t cap);
-void sf__buf_put(sf__buf *b, const char *s, size_t n);
+/* Makes room for n more bytes (doubling); the slow path of sf__buf_put. */
+void sf__buf_grow(sf__buf *b, size_t n);
+/* Inline: journal records and serialized values are many small puts, and a
+ * call per put was a tenth of the cost of a journaled empty task. */
+static inline void sf__buf_put(sf__buf *b, const char *s, size_t n) {
+  if (n > b->cap - b->len)
+    sf__buf_grow(b, n);
+  if (n)
+    memcpy(b->data + b->len, s, n);
+  b->len += n;
+}
 void sf__buf_free(sf__buf *b);
 void sf__format_value(sf__buf *b, const sf_type *t, const void *p, bool nested);
 /* write(2) all of buf to fd, retrying on EINTR and partial writes. */

@@ -90,15 +90,16 @@ static void future_dtor(sf_obj *o) {
   if (f->type && (atomic_load(&f->state) & FUT_STATUS) == FUT_DONE)
     sf_value_release(f->type, f->value);
   free(f->error);
-  sf_free(f);
+  sf__block_free(f, f->hdr.flags);
 }
 
 /* A pending future with `extra` more bytes after its value, 16-aligned. */
 static sf_future *future_alloc(const sf_type *t, size_t extra, void **extra_out) {
   size_t vsize = (size_t)type_size(t);
   size_t head = round16(sizeof(sf_future) + vsize);
-  sf_future *f = sf_alloc(head + extra);
-  f->hdr = (sf_obj){1, SF_OBJ_FUTURE, 0};
+  int32_t cls;
+  sf_future *f = sf__block_alloc(head + extra, &cls);
+  f->hdr = (sf_obj){1, SF_OBJ_FUTURE, cls}; /* flags: the block's class */
   atomic_init(&f->state, FUT_PENDING);
   f->flags = 0;
   f->type = vsize ? t : NULL;
