@@ -244,6 +244,9 @@ typedef struct jbuf {
   struct jbuf *next;
   pthread_mutex_t lock;
   sf__buf b;
+  sf__buf spare; /* the buffer last written out, emptied, for reuse: a
+                  * fresh one each flush would grow by doubling (copies,
+                  * page faults) all over again */
 } jbuf;
 
 static jbuf *jbufs; /* every thread's, linked under J.lock */
@@ -254,6 +257,7 @@ static jbuf *mine(void) {
     jbuf *j = sf_alloc(sizeof *j);
     pthread_mutex_init(&j->lock, NULL);
     sf__buf_init(&j->b, NULL, 0);
+    sf__buf_init(&j->spare, NULL, 0);
     pthread_mutex_lock(&J.lock);
     j->next = jbufs;
     jbufs = j;
@@ -272,7 +276,6 @@ static void write_out(sf__buf *out, bool records) {
     raise(SIGKILL);
   }
   bool ok = sf__write_all(J.fd, out->data, out->len);
-  sf__buf_free(out);
   if (!ok && !J.failed) {
     J.failed = true;
     sf__notice("writing the journal failed (%s): this run cannot be resumed", strerror(errno));
@@ -284,12 +287,26 @@ static void write_pending_locked(void) {
   if (J.fd < 0)
     return;
   write_out(&J.pending, false); /* the header */
+  sf__buf_free(&J.pending);
   for (jbuf *j = jbufs; j; j = j->next) {
     pthread_mutex_lock(&j->lock);
+    if (!j->b.len) {
+      pthread_mutex_unlock(&j->lock);
+      continue;
+    }
     sf__buf out = j->b;
-    sf__buf_init(&j->b, NULL, 0);
+    j->b = j->spare;
+    j->b.len = 0;
+    sf__buf_init(&j->spare, NULL, 0);
     pthread_mutex_unlock(&j->lock);
     write_out(&out, true);
+    pthread_mutex_lock(&j->lock);
+    if (!j->spare.data && out.cap <= 4 * FLUSH_BYTES) { /* keep it for the next swap */
+      j->spare = out;
+    } else {
+      sf__buf_free(&out);
+    }
+    pthread_mutex_unlock(&j->lock);
   }
 }
 
