@@ -28,7 +28,7 @@ void sf_free(void *p) { free(p); }
 
 /* ------------------------------------------------------------ blocks
  *
- * Size classes of 64 bytes up to SF__BLOCK_MAX.  Each thread keeps a free
+ * Size classes up to SF__BLOCK_MAX.  Each thread keeps a free
  * list per class; a list that grows past LOCAL_MAX hands BATCH blocks to a
  * global depot, and an empty list takes a batch from the depot before
  * asking malloc.  So a thread that frees what another allocated (main
@@ -40,8 +40,12 @@ void sf_free(void *p) { free(p); }
 
 #include <pthread.h>
 
-#define BLOCK_UNIT 64
-#define NCLASS (SF__BLOCK_MAX / BLOCK_UNIT)
+/* Classes: 16..128 bytes by 16 (a future alone), then 192..512 by 64 (a
+ * future with its task record). */
+#define NCLASS (8 + (SF__BLOCK_MAX - 128) / 64)
+
+static int class_of(size_t n) { return n <= 128 ? (int)((n - 1) / 16) : 8 + (int)((n - 129) / 64); }
+static size_t class_size(int k) { return k < 8 ? (size_t)(k + 1) * 16 : 128 + (size_t)(k - 7) * 64; }
 #define LOCAL_MAX 2048
 #define BATCH 1024
 
@@ -96,7 +100,7 @@ void *sf__block_alloc(size_t n, int32_t *cls) {
     *cls = -1;
     return sf_alloc(n);
   }
-  int k = (int)((n - 1) / BLOCK_UNIT);
+  int k = class_of(n);
   *cls = k;
   block_cache *c = &cache;
   block *b = c->head[k];
@@ -108,7 +112,7 @@ void *sf__block_alloc(size_t n, int32_t *cls) {
       depot.batches[k] = *batch_link(b);
     pthread_mutex_unlock(&depot.lock);
     if (!b)
-      return sf_alloc((size_t)(k + 1) * BLOCK_UNIT);
+      return sf_alloc(class_size(k));
     /* The batch becomes this thread's list; its length is not known, so
      * count it as full: the next overflow hands back at most a batch. */
     c->count[k] = BATCH;
