@@ -38,6 +38,10 @@ class Fail(Exception):
     pass
 
 
+class Skip(Exception):
+    """The case cannot run on this machine; main() exits 77 with the reason."""
+
+
 def check(cond, what, *details):
     if not cond:
         raise Fail(what + "".join("\n--- " + str(d) for d in details))
@@ -59,8 +63,9 @@ def keygen(path, passphrase=""):
 class Cluster:
     """n sshd servers; hostfile, known_hosts and user key in self.dir."""
 
-    def __init__(self, sflowc, n, port=None):
+    def __init__(self, sflowc, n, port=None, sshd_extra=None):
         self.port = port  # one port on every address (OpenMPI needs that)
+        self.sshd_extra = sshd_extra or {}  # node index -> more sshd_config lines
         self.sflowc = sflowc
         self.dir = tempfile.mkdtemp(prefix="sflow-cluster-")
         self.procs = []
@@ -87,9 +92,16 @@ class Cluster:
         r = subprocess.run([sflowc, src, "-o", self.prog], capture_output=True, text=True)
         check(r.returncode == 0, "sflowc failed", r.stderr)
 
-    def start_sshd(self, i):
+    def node_addr(self, i):
+        """Address and port node i's sshd listens on."""
         addr = f"127.0.0.{2 + i}"
-        port = self.port or free_port(addr)
+        return addr, self.port or free_port(addr)
+
+    def sshd_command(self, i, cfg):
+        return [SSHD, "-D", "-e", "-f", cfg]
+
+    def start_sshd(self, i):
+        addr, port = self.node_addr(i)
         key = os.path.join(self.dir, f"host{i}_key")
         keygen(key)
         cfg = os.path.join(self.dir, f"sshd{i}.conf")
@@ -108,9 +120,9 @@ Subsystem sftp internal-sftp
 LogLevel VERBOSE
 MaxStartups 200
 MaxSessions 50
-""")
+""" + self.sshd_extra.get(i, ""))
         log = open(os.path.join(self.dir, f"sshd{i}.log"), "w")
-        p = subprocess.Popen([SSHD, "-D", "-e", "-f", cfg], stdout=log, stderr=log,
+        p = subprocess.Popen(self.sshd_command(i, cfg), stdout=log, stderr=log,
                              stdin=subprocess.DEVNULL)
         self.procs.append(p)
         deadline = time.time() + 10
@@ -173,7 +185,10 @@ MaxSessions 50
                     cmd = f.read().decode(errors="replace").split("\0")
             except OSError:
                 continue
-            if cmd[cmd.index("--sflow-worker") + 1].startswith(f"{node}@"):
+            # The login shell's `sh -c 'exec env ... --sflow-worker ...'`
+            # is caught too before it execs: its command is one argument.
+            if "--sflow-worker" in cmd and \
+                    cmd[cmd.index("--sflow-worker") + 1].startswith(f"{node}@"):
                 return pid
         return None
 
@@ -218,9 +233,12 @@ MaxSessions 50
         check(not left, f"worker processes left behind: {left}")
 
     def close(self):
-        for p in self.procs:
+        # Also after a constructor that failed half way (NetnsCluster).
+        for p in getattr(self, "procs", []):
             p.kill()
             p.wait()
+        if not hasattr(self, "dir"):
+            return
         for pid in self.workers():
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -722,6 +740,82 @@ def case_tasks_retry_attempt(c):
     c.expect_no_workers(within=6)
 
 
+# ------------------------------------------------------ worker environment
+
+TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                 "MASTER_PORT")
+
+
+def environ_of(pid):
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        return dict(kv.split("=", 1) for kv in f.read().decode(errors="replace").split("\0")
+                    if "=" in kv)
+
+
+def check_torchrun_env(head_out, pids, master_of, port):
+    """Each worker's environment (from exec on, so /proc shows it) and the
+    head's (the selftest prints what its getenv returns) under torchrun's
+    names; master_of(k) is the head address node k dials."""
+    world = str(len(pids) + 1)
+    m = re.search(r"^head env (.*)$", head_out, re.M)
+    check(m, "no 'head env' line", head_out)
+    got = dict(kv.split("=", 1) for kv in m.group(1).split())
+    want = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": world, "LOCAL_WORLD_SIZE": "1",
+            "MASTER_ADDR": master_of(1), "MASTER_PORT": str(port)}
+    check(got == want, f"head environment {got} != {want}")
+    envs = {}
+    for k, pid in pids.items():
+        env = environ_of(pid)
+        want = {"RANK": str(k), "LOCAL_RANK": "0", "WORLD_SIZE": world, "LOCAL_WORLD_SIZE": "1",
+                "MASTER_ADDR": master_of(k), "MASTER_PORT": str(port)}
+        got = {v: env.get(v) for v in TORCHRUN_VARS}
+        check(got == want, f"node {k} (pid {pid}) environment {got} != {want}")
+        envs[k] = env
+    return envs
+
+
+def hold_and_inspect(c, inspect, *extra, env=None, secs=4):
+    """Runs the hold selftest with --cluster-log; while it holds, calls
+    inspect(head pid, {node: worker pid}, stdout so far, control port)."""
+    head = subprocess.Popen(c.args("--cluster-log", "--sflow-selftest", f"hold:{secs}", *extra),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL, env=env)
+    try:
+        pids = node_pids(head, len(c.hosts))
+        line, _ = read_until(head.stdout, r"^head env ", 10)
+        err_line, _ = read_until(head.stderr, r"control plane listening on", 10)
+        port = int(err_line.rsplit(":", 1)[1])
+        inspect(head.pid, pids, line, port)
+        head.wait(timeout=secs + 15)
+        err = drain(head.stderr)
+        check(head.returncode == 0, f"head exit {head.returncode}", err)
+        return err
+    finally:
+        if head.poll() is None:
+            head.kill()
+            head.wait()
+
+
+def case_worker_env(c):
+    """Workers see RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
+    MASTER_ADDR and MASTER_PORT as under torchrun, and the head sets them
+    for itself as rank 0 (over a stale RANK in its environment).  A
+    CUDA_VISIBLE_DEVICES that a node's own environment sets is kept; the
+    head's is neither forwarded nor changed."""
+    env = {**os.environ, "RANK": "7", "CUDA_VISIBLE_DEVICES": "3"}
+
+    def inspect(head_pid, pids, head_line, port):
+        envs = check_torchrun_env(head_line, pids, lambda k: "127.0.0.1", port)
+        check(envs[1].get("CUDA_VISIBLE_DEVICES") == "1", "node 1's own CUDA_VISIBLE_DEVICES",
+              envs[1].get("CUDA_VISIBLE_DEVICES"))
+        check("CUDA_VISIBLE_DEVICES" not in envs[2], "node 2 got a CUDA_VISIBLE_DEVICES",
+              envs[2].get("CUDA_VISIBLE_DEVICES"))
+        check(environ_of(head_pid).get("CUDA_VISIBLE_DEVICES") == "3", "head's own kept")
+
+    hold_and_inspect(c, inspect, env=env)
+    c.expect_no_workers()
+
+
 CASES = {
     "deploy_2": (2, case_deploy_2),
     "deploy_4": (4, case_deploy_4),
@@ -741,6 +835,9 @@ CASES = {
     "tasks_print": (2, case_tasks_print),
     "tasks_worker_killed": (3, case_tasks_worker_killed),
     "tasks_retry_attempt": (2, case_tasks_retry_attempt),
+    "worker_env": (2, case_worker_env,
+                   lambda sflowc, n: Cluster(sflowc, n,
+                                             sshd_extra={0: "SetEnv CUDA_VISIBLE_DEVICES=1\n"})),
 }
 
 
@@ -750,6 +847,9 @@ def main():
     ap.add_argument("--list", action="store_true")
     ap.add_argument("case", nargs="?")
     a = ap.parse_args()
+    # SIGTERM unwinds like ^C, so the cluster's finally (namespaces, veths,
+    # sshd) still runs.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if a.list:
         print("\n".join(CASES))
         return 0
@@ -760,11 +860,14 @@ def main():
         print("SKIP: needs openssh-server (/usr/sbin/sshd) and ssh-keygen "
               "(scripts/install-deps.sh installs them)")
         return SKIP
-    n, fn = CASES[a.case]
+    n, fn, *make = CASES[a.case]
     c = None
     try:
-        c = Cluster(a.sflowc, n)
+        c = (make[0] if make else Cluster)(a.sflowc, n)
         fn(c)
+    except Skip as e:
+        print(f"SKIP: {e}")
+        return SKIP
     except Fail as e:
         print(f"FAIL {a.case}: {e}", file=sys.stderr)
         return 1
