@@ -249,7 +249,7 @@ static void *launch(void *arg) {
                      &nd->copied, err, errlen))
     return NULL;
   int64_t t2 = now_ms();
-  char cmd[1600], secret[2 * SF__SECRET_LEN + 2];
+  char cmd[2048], secret[2 * SF__SECRET_LEN + 2]; /* path + at most ~330 */
   bool v6 = strchr(nd->listen_addr, ':') != NULL;
   /* slots=N from the hostfile: the worker runs N tasks at once. */
   char threads[32] = "";
