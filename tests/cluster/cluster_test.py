@@ -21,6 +21,7 @@ in that same user, which is all the tests need.
 """
 import argparse
 import os
+import random
 import re
 import shutil
 import signal
@@ -269,7 +270,7 @@ def must_ip(*args):
 class NetnsCluster(Cluster):
     """Nodes in network namespaces, for true network cuts.
 
-    Node i is namespace sflow-TAG-i with loopback up, joined to the root
+    Node i is namespace sflow-PID-TAG-i with loopback up, joined to the root
     namespace (where the head runs) by a veth pair on a /30 of its own:
     10.A.B.4i+1 on the head side (sfTAGhI), 10.A.B.4i+2 inside (eth0).  Its
     sshd runs inside with `ip netns exec` on port 2222, so the head reaches
@@ -326,7 +327,6 @@ class NetnsCluster(Cluster):
             ip("netns", "del", ns)
 
     def pick_names(self):
-        import random
         in_use = subprocess.run("ip netns list; ip -o link; ip -o -4 addr; ip -4 route",
                                 shell=True, capture_output=True, text=True).stdout
         for _ in range(100):
@@ -938,11 +938,11 @@ def hold_and_inspect(c, inspect, *extra, env=None, secs=4):
     try:
         pids = node_pids(head, len(c.hosts))
         line, _ = read_until(head.stdout, r"^head env ", 10)
-        err_line, _ = read_until(head.stderr, r"control plane listening on", 10)
+        err_line, seen = read_until(head.stderr, r"control plane listening on", 10)
         port = int(err_line.rsplit(":", 1)[1])
         inspect(head.pid, pids, line, port)
         head.wait(timeout=secs + 15)
-        err = drain(head.stderr)
+        err = "".join(seen) + drain(head.stderr)
         check(head.returncode == 0, f"head exit {head.returncode}", err)
         return err
     finally:
