@@ -47,6 +47,7 @@
 #define MAX_LISTEN 16
 #define AUTH_TIMEOUT_MS 5000
 #define LATE_AUTH_TIMEOUT_MS 1000
+#define DIAL_TIMEOUT_S 10 /* a worker connecting back to the head */
 
 static int64_t now_ms(void) {
   struct timespec t;
@@ -1256,11 +1257,17 @@ static int dial_head(const char *addr, const char *port, char *err, size_t errle
     return -1;
   }
   int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  struct timeval tv = {10, 0};
+  struct timeval tv = {DIAL_TIMEOUT_S, 0};
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   if (fd < 0 || connect(fd, ai->ai_addr, ai->ai_addrlen)) {
+    /* SO_SNDTIMEO bounds connect too; when it runs out (a firewall that
+     * drops, a cut link) Linux says EINPROGRESS, which would read as
+     * nonsense in the message. */
+    int e = errno;
+    char why[64];
+    snprintf(why, sizeof why, "no answer within %d s", DIAL_TIMEOUT_S);
     snprintf(err, errlen, "cannot connect to the head at %s:%s: %s", addr, port,
-             strerror(errno));
+             e == EINPROGRESS || e == EAGAIN ? why : strerror(e));
     if (fd >= 0)
       close(fd);
     freeaddrinfo(ai);

@@ -1081,28 +1081,50 @@ def case_netns_link_down(c):
     c.expect_no_workers()
 
 
-def case_netns_head_unreachable_at_start(c):
+def head_unreachable(c, silent):
     """Node 2 can answer SSH but cannot reach the head: its namespace's
     routing policy lets only sshd's replies (source port 2222) out to the
-    head and prohibits the rest, as a firewall that rejects would.  The
-    start fails fast naming node 2 with its worker's own error, node 1's
-    worker is stopped, the workflow never runs, and no worker is left."""
+    head.  Everything else there is prohibited, as by a firewall that
+    rejects, or (silent) sent into a veth whose other end is down, as by
+    one that drops or a cut.  The start fails naming node 2 with its
+    worker's own error, at once or after the worker's 10 s connect bound;
+    node 1's worker is stopped, the workflow never runs, no worker is left."""
     ns, head = c.netns[1], c.head_addr(1)
     must_ip("-n", ns, "rule", "add", "ipproto", "tcp", "sport", str(c.PORT), "lookup", "main",
             "pref", "100")
-    must_ip("-n", ns, "rule", "add", "to", head, "prohibit", "pref", "200")
+    if silent:
+        must_ip("-n", ns, "link", "add", "drop0", "type", "veth", "peer", "name", "drop1")
+        must_ip("-n", ns, "link", "set", "drop0", "up")
+        must_ip("-n", ns, "route", "add", head, "dev", "drop0", "table", "100")
+        # A fixed neighbour: no ARP, so no "host unreachable" either.
+        must_ip("-n", ns, "neigh", "add", head, "lladdr", "02:00:00:00:00:01", "dev", "drop0",
+                "nud", "permanent")
+        must_ip("-n", ns, "rule", "add", "to", head, "lookup", "100", "pref", "200")
+        why, low, high = "no answer within 10 s", 10, 10 + 5
+    else:
+        must_ip("-n", ns, "rule", "add", "to", head, "prohibit", "pref", "200")
+        why, low, high = "Permission denied", 0, 6
     r = c.run("--cluster-log", timeout=60)
-    print(f"netns_head_unreachable_at_start: exit {r.returncode} after {r.seconds:.2f} s")
+    print(f"head unreachable at start ({'silent' if silent else 'refused'}): exit "
+          f"{r.returncode} after {r.seconds:.2f} s")
     check(r.returncode == 69, f"exit {r.returncode} (want 69)", r.stdout, r.stderr)
     check(r.stdout == "", "the workflow ran", r.stdout)
     node2 = re.escape(f"{c.node_addr(1)[0]}:{c.PORT}")
     check(re.search(rf"1 of 2 nodes failed to start:\n  {node2}: ", r.stderr),
           "failure names node 2 only", r.stderr)
     check(re.search(rf"\[node 2\] sflow worker 2: cannot connect to the head at "
-                    rf"{re.escape(head)}:\d+: Permission denied", r.stderr),
+                    rf"{re.escape(head)}:\d+: {why}", r.stderr),
           "the worker's own error is shown", r.stderr)
-    check(r.seconds < 6, f"took {r.seconds:.1f} s (limit 6)")
+    check(low <= r.seconds < high, f"took {r.seconds:.1f} s (want {low} to {high})")
     c.expect_no_workers()
+
+
+def case_netns_head_unreachable_at_start(c):
+    head_unreachable(c, silent=False)
+
+
+def case_netns_head_silent_at_start(c):
+    head_unreachable(c, silent=True)
 
 
 CASES = {
@@ -1130,6 +1152,7 @@ CASES = {
     "netns_tasks": (3, case_netns_tasks, NetnsCluster),
     "netns_link_down": (3, case_netns_link_down, NetnsCluster),
     "netns_head_unreachable_at_start": (2, case_netns_head_unreachable_at_start, NetnsCluster),
+    "netns_head_silent_at_start": (2, case_netns_head_silent_at_start, NetnsCluster),
 }
 
 
