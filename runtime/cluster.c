@@ -146,6 +146,7 @@ static struct {
   int lost_count;
   uint64_t group_seq;
   int64_t t0;
+  unsigned master_port; /* MASTER_PORT for the users' own rendezvous */
 } H = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .wake = {-1, -1}};
 
 static bool logging(void) { return sf__options.cluster_log; }
@@ -259,11 +260,12 @@ static void *launch(void *arg) {
   /* torchrun's names (docs/cluster.md, "Environment"), given by env(1) so
    * that they are in the worker's environment from exec on: no setenv
    * beside threads, and /proc/PID/environ shows what the worker got.
-   * MASTER_ADDR:MASTER_PORT is the head's address this worker dials. */
+   * MASTER_ADDR is the head's address this worker dials; MASTER_PORT is
+   * left free for the user's own rendezvous (not sflow's control port). */
   snprintf(cmd, sizeof cmd,
            "exec env RANK=%d LOCAL_RANK=0 WORLD_SIZE=%d LOCAL_WORLD_SIZE=1 MASTER_ADDR='%s' "
            "MASTER_PORT=%u '%s' --sflow-worker '%d@%s%s%s:%u'%s%s",
-           id, H.n + 1, nd->listen_addr, port, path, id, v6 ? "[" : "", nd->listen_addr,
+           id, H.n + 1, nd->listen_addr, H.master_port, path, id, v6 ? "[" : "", nd->listen_addr,
            v6 ? "]" : "", port, threads, logging() ? " --cluster-log" : "");
   sf__hex(H.secret, SF__SECRET_LEN, secret);
   secret[2 * SF__SECRET_LEN] = '\n';
@@ -700,7 +702,7 @@ static void set_head_env(void) {
   setenv("WORLD_SIZE", v, 1);
   setenv("LOCAL_WORLD_SIZE", "1", 1);
   setenv("MASTER_ADDR", H.nodes[0].listen_addr, 1);
-  snprintf(v, sizeof v, "%u", listener_port(H.nodes[0].listen_addr));
+  snprintf(v, sizeof v, "%u", H.master_port);
   setenv("MASTER_PORT", v, 1);
 }
 
@@ -727,6 +729,22 @@ int sf__cluster_start(char *err, size_t errlen) {
   H.t0 = now_ms();
   if (sf__hosts_from_arg(sf__options.nodes, &H.hosts, err, errlen))
     return -1;
+  /* MASTER_PORT: the user's, or torchrun's default.  It is a port for the
+   * user's own rendezvous (PyTorch env://): sflow's control plane listens
+   * on a port of its own. */
+  H.master_port = 29500;
+  const char *mp = getenv("MASTER_PORT");
+  if (mp && *mp) {
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(mp, &end, 10);
+    if (errno || *end || v < 1 || v > 65535 || *mp == '-' || *mp == '+') {
+      snprintf(err, errlen, "MASTER_PORT='%.40s' in the environment is not a port (1..65535)",
+               mp);
+      return -1;
+    }
+    H.master_port = (unsigned)v;
+  }
   if (!sf__crypto_load(err, errlen) || !sf__ssh_load(err, errlen))
     return -1;
   ssize_t k = readlink("/proc/self/exe", H.exe_path, sizeof H.exe_path - 1);

@@ -932,6 +932,8 @@ def check_torchrun_env(head_out, pids, master_of, port):
 def hold_and_inspect(c, inspect, *extra, env=None, secs=4):
     """Runs the hold selftest with --cluster-log; while it holds, calls
     inspect(head pid, {node: worker pid}, stdout so far, control port)."""
+    if env is None:
+        env = {k: v for k, v in os.environ.items() if k != "MASTER_PORT"}
     head = subprocess.Popen(c.args("--cluster-log", "--sflow-selftest", f"hold:{secs}", *extra),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL, env=env)
@@ -957,10 +959,13 @@ def case_worker_env(c):
     for itself as rank 0 (over a stale RANK in its environment).  A
     CUDA_VISIBLE_DEVICES that a node's own environment sets is kept; the
     head's is neither forwarded nor changed."""
-    env = {**os.environ, "RANK": "7", "CUDA_VISIBLE_DEVICES": "3"}
+    env = {**os.environ, "RANK": "7", "CUDA_VISIBLE_DEVICES": "3", "MASTER_PORT": "29611"}
 
     def inspect(head_pid, pids, head_line, port):
-        envs = check_torchrun_env(head_line, pids, lambda k: "127.0.0.1", port)
+        # The user's MASTER_PORT reaches every node; sflow's control port
+        # is another one.
+        check(port != 29611, "control plane on the user's MASTER_PORT")
+        envs = check_torchrun_env(head_line, pids, lambda k: "127.0.0.1", 29611)
         check(envs[1].get("CUDA_VISIBLE_DEVICES") == "1", "node 1's own CUDA_VISIBLE_DEVICES",
               envs[1].get("CUDA_VISIBLE_DEVICES"))
         check("CUDA_VISIBLE_DEVICES" not in envs[2], "node 2 got a CUDA_VISIBLE_DEVICES",
@@ -969,6 +974,12 @@ def case_worker_env(c):
 
     hold_and_inspect(c, inspect, env=env)
     c.expect_no_workers()
+    # A MASTER_PORT that is not a port is refused before any host is touched.
+    r = subprocess.run(c.args("--sflow-selftest", "ready"), capture_output=True, text=True,
+                       timeout=30, stdin=subprocess.DEVNULL,
+                       env={**os.environ, "MASTER_PORT": "29x"})
+    check(r.returncode == 69 and "MASTER_PORT='29x'" in r.stderr, f"exit {r.returncode}",
+          r.stderr)
 
 
 # ------------------------------------------------- network namespaces
@@ -1005,7 +1016,8 @@ def case_netns_tasks(c):
         socks = listening(head_pid)
         check(sorted(socks) == sorted(f"{a}:{port}" for a in addrs),
               f"head listens on {socks}, want exactly {addrs} port {port}")
-        check_torchrun_env(head_line, pids, lambda k: c.head_addr(k - 1), port)
+        # Without MASTER_PORT in the head's environment: torchrun's default.
+        check_torchrun_env(head_line, pids, lambda k: c.head_addr(k - 1), 29500)
 
     err = hold_and_inspect(c, inspect)
     for k in range(1, len(c.hosts) + 1):
