@@ -43,6 +43,7 @@ static struct {
   char why[256];
   char arch[16];
   CUdevice dev;
+  int32_t ordinal; /* of dev, for sf__gpu_array_device */
   CUcontext ctx;
   pthread_mutex_t mu;
   CUresult (*init)(unsigned);
@@ -128,6 +129,7 @@ static bool load_driver(void) {
     snprintf(D.why, sizeof D.why, "no CUDA device %d (SFLOW_DEVICE)", ord);
     return false;
   }
+  D.ordinal = ord;
   D.dev_attr(&maj, CU_ATTR_CC_MAJOR, D.dev);
   D.dev_attr(&min, CU_ATTR_CC_MINOR, D.dev);
   snprintf(D.arch, sizeof D.arch, "sm_%d%d", maj, min);
@@ -260,6 +262,12 @@ void sf__gpu_array_free(sf_array *a) {
     D.mfree((CUdeviceptr)(uintptr_t)a->dev);
   }
   a->dev = NULL;
+}
+
+/* Every device copy lives on the one device of the process. */
+int32_t sf__gpu_array_device(const sf_array *a) {
+  (void)a;
+  return D.ordinal;
 }
 
 /* ---------------------------------------------------------- modules */

@@ -82,6 +82,9 @@ uint64_t sf__gpu_device_alloc(sf_array *a, const sf_loc *loc);
 void sf__gpu_device_wrote(sf_array *a);
 void sf__gpu_touch(sf_array *a);
 void sf__gpu_array_free(sf_array *a);
+/* The ordinal of the GPU that holds a's device copy (nccl.c: NCCL needs
+ * one GPU per member). */
+int32_t sf__gpu_array_device(const sf_array *a);
 /* Reports a failed driver call: "what: the driver's message". */
 _Noreturn void sf__cuda_fail(const char *what, int rc, const sf_loc *loc);
 void sf__gpu_sync(const sf_loc *loc);
