@@ -2687,7 +2687,7 @@ static void init_types(void) {
   G.f64 = LLVMDoubleTypeInContext(G.ctx);
   G.vd = LLVMVoidTypeInContext(G.ctx);
   G.P = ptr_to(G.i8);
-  /* sf_array: {rc, tag, flags, len, elem, data, dev, where, pad} */
+  /* sf_array: {rc, tag, flags, len, elem, data, dev, where, gpu} */
   G.arr_ty = LLVMStructCreateNamed(G.ctx, "sf_array");
   LLVMTypeRef at[] = {G.i64, G.i32, G.i32, G.i64, G.P, G.P, G.P, G.i32, G.i32};
   LLVMStructSetBody(G.arr_ty, at, 9, 0);

@@ -69,7 +69,12 @@ extern sf__gpu_stats_t sf__gpu_stats;
  * it prints the one-line notice, or with --require-gpu raises a runtime
  * error at loc. */
 bool sf__gpu_ready(const sf_loc *loc);
-const char *sf__gpu_arch(void); /* "sm_90" */
+const char *sf__gpu_arch(void); /* "sm_90", of this thread's device */
+/* The device this thread works on: SFLOW_DEVICE, or a group member's own
+ * (see gpu.c), as set by the last sf__gpu_ready on the thread. */
+int32_t sf__gpu_current_device(void);
+/* Makes device k (one that holds an array already) this thread's device. */
+void sf__gpu_use_device(int32_t k);
 const char *sf__gpu_unavailable_reason(void);
 /* The device copy of a, made current (copied over when the host copy is
  * newer).  A device pointer as an integer; 0 for an empty array. */

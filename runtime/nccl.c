@@ -85,6 +85,8 @@ struct sf__nccl_comm {
   ncclComm_t comm; /* NULL once aborted */
   void *stream;    /* CUstream of this rank's collectives */
   int rank, n;
+  int dev;         /* the GPU it was made on */
+  sf_array one;    /* barrier: one i32 on that GPU (only .dev used) */
   char why[SF__ERROR_MAX / 2]; /* why it was aborted */
 };
 
@@ -325,6 +327,7 @@ sf__nccl_comm *sf__nccl_comm_init(const sf__nccl_id *id, int rank, int n,
   }
   c->rank = rank;
   c->n = n;
+  c->dev = sf__gpu_current_device();
   int q = L.stream_create(&c->stream, CU_STREAM_NON_BLOCKING);
   if (q != 0) {
     snprintf(err, errn, "cuStreamCreate failed (CUDA error %d)", q);
@@ -373,6 +376,8 @@ void sf__nccl_comm_free(sf__nccl_comm *c, bool abort) {
   }
   if (c->stream)
     L.stream_destroy(c->stream);
+  if (c->one.dev)
+    sf__gpu_array_free(&c->one);
   free(c);
 }
 
@@ -483,13 +488,13 @@ bool sf__nccl_allgather(sf__nccl_comm *c, uint64_t send, uint64_t recv, int64_t 
 }
 
 bool sf__nccl_barrier(sf__nccl_comm *c, const sf__nccl_watch *w, char *err, size_t n) {
-  static _Thread_local uint64_t one; /* a device int on this thread's GPU */
   if (!usable(c, err, n))
     return false;
-  if (!one) {
-    sf_array tmp = {.len = 1, .elem = &sf_type_i32};
-    one = sf__gpu_device_alloc(&tmp, NULL);
+  if (!c->one.dev) {
+    c->one = (sf_array){.len = 1, .elem = &sf_type_i32};
+    sf__gpu_device_alloc(&c->one, NULL);
   }
+  uint64_t one = (uint64_t)(uintptr_t)c->one.dev;
   return finish(c, L.allreduce((void *)(uintptr_t)one, (void *)(uintptr_t)one, 1, NCCL_INT32,
                                NCCL_SUM, c->comm, c->stream),
                 "ncclAllReduce (barrier)", w, err, n);
@@ -652,15 +657,23 @@ bool sf__nccl_group_run(sf__comm *c, int64_t rank, sf_array *const *slot, int64_
   sf__nccl_watch w = {comm_failed, c, 0};
   char err[SF__ERROR_MAX / 2];
   sf_array *a = slot[rank];
+  /* The member's context, current on this thread: its array's device. */
+  if (!sf__gpu_ready(loc))
+    return false; /* unreachable: an array on the device means a GPU */
+  sf__gpu_use_device(sf__gpu_array_device(a));
   if (!g->comm[rank]) {
     sf__nccl_id id;
-    if (!sf__gpu_ready(loc) || !share_id(g, c, rank, &id, err, sizeof err))
+    if (!share_id(g, c, rank, &id, err, sizeof err))
       group_error(g, rank, op, err, loc);
     if (!(g->comm[rank] = sf__nccl_comm_init(&id, (int)rank, (int)n, &w, err, sizeof err)))
       group_error(g, rank, op, err, loc);
   }
-  sf__gpu_ready(loc); /* this member's context, current on this thread */
   sf__nccl_comm *nc = g->comm[rank];
+  if (nc->dev != sf__gpu_array_device(a)) {
+    snprintf(err, sizeof err, "member %" PRId64 "'s array is on GPU %d but its NCCL rank on GPU %d",
+             rank, (int)sf__gpu_array_device(a), nc->dev);
+    group_error(g, rank, op, err, loc);
+  }
   uint64_t p = (uint64_t)(uintptr_t)a->dev;
   bool ok;
   switch (op->kind) {
