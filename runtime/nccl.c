@@ -318,7 +318,7 @@ static bool stream_syms(char *err, size_t n) {
 
 sf__nccl_comm *sf__nccl_comm_init(const sf__nccl_id *id, int rank, int n,
                                   const sf__nccl_watch *w, char *err, size_t errn) {
-  if (!sf__nccl_load(err, errn) || !stream_syms(err, errn))
+  if (!sf__nccl_load(err, errn))
     return NULL;
   sf__nccl_comm *c = calloc(1, sizeof *c);
   if (!c) {
@@ -328,12 +328,6 @@ sf__nccl_comm *sf__nccl_comm_init(const sf__nccl_id *id, int rank, int n,
   c->rank = rank;
   c->n = n;
   c->dev = sf__gpu_current_device();
-  int q = L.stream_create(&c->stream, CU_STREAM_NON_BLOCKING);
-  if (q != 0) {
-    snprintf(err, errn, "cuStreamCreate failed (CUDA error %d)", q);
-    free(c);
-    return NULL;
-  }
   nccl_config cfg = {sizeof cfg, NCCL_CONFIG_MAGIC, NCCL_V2_14, 0, NCCL_UNDEF_INT,
                      NCCL_UNDEF_INT, NCCL_UNDEF_INT, NULL};
   ncclResult_t rc = L.init_rank_config(&c->comm, n, *id, rank, &cfg);
@@ -343,7 +337,6 @@ sf__nccl_comm *sf__nccl_comm_init(const sf__nccl_id *id, int rank, int n,
     snprintf(err, errn, "ncclCommInitRankConfig (rank %d of %d) failed: %s", rank, n, msg);
     if (c->comm)
       abort_comm(c->comm);
-    L.stream_destroy(c->stream);
     free(c);
     return NULL;
   }
@@ -352,7 +345,6 @@ sf__nccl_comm *sf__nccl_comm_init(const sf__nccl_id *id, int rank, int n,
   if (!c->comm || !wait_for(c, WAIT_COMM, what, w, err, errn)) {
     if (!c->comm && rc == NCCL_OK)
       snprintf(err, errn, "%s: NCCL returned no communicator", what);
-    L.stream_destroy(c->stream);
     free(c);
     return NULL;
   }
@@ -410,11 +402,24 @@ static bool finish(sf__nccl_comm *c, ncclResult_t rc, const char *what, const sf
   return wait_for(c, WAIT_STREAM, what, w, err, n);
 }
 
+/* A live communicator with its stream (made at the first collective, in
+ * the context current now: the communicator's device). */
 static bool usable(sf__nccl_comm *c, char *err, size_t n) {
-  if (c && c->comm)
+  if (!c || !c->comm) {
+    snprintf(err, n, "the NCCL communicator was aborted earlier: %s", c ? c->why : "none");
+    return false;
+  }
+  if (c->stream)
     return true;
-  snprintf(err, n, "the NCCL communicator was aborted earlier: %s", c ? c->why : "none");
-  return false;
+  if (!stream_syms(err, n))
+    return false;
+  int q = L.stream_create(&c->stream, CU_STREAM_NON_BLOCKING);
+  if (q != 0) {
+    c->stream = NULL;
+    snprintf(err, n, "cuStreamCreate failed (CUDA error %d)", q);
+    return false;
+  }
+  return true;
 }
 
 /* x[i] /= by on the device, by the same C division as the CPU path. */

@@ -21,3 +21,9 @@ add_test(NAME run/gpu-programs-cpu
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/run_golden.py
           --sflowc $<TARGET_FILE:sflowc> --dir ${CMAKE_SOURCE_DIR}/tests/gpu/programs --run)
 set_tests_properties(run/gpu-programs-cpu PROPERTIES ENVIRONMENT "SFLOW_NO_GPU=1")
+# A stand-in for libnccl.so.2 so that unit/test_rt_nccl can drive the NCCL
+# watchdog without a GPU (tests/gpu/fake_nccl.c).
+add_library(sflow_fake_nccl MODULE ${CMAKE_SOURCE_DIR}/tests/gpu/fake_nccl.c)
+set_target_properties(sflow_fake_nccl PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests
+                      PREFIX lib C_VISIBILITY_PRESET default)
+add_dependencies(test_rt_nccl sflow_fake_nccl)
