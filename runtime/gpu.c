@@ -194,6 +194,12 @@ static void set_device(int32_t k) { D.ctx_set(D.ctx[k]); }
 
 int32_t sf__gpu_current_device(void) { return here(); }
 
+/* Overrides task.c's weak default: the devices @gpus can be given. */
+int32_t sf__gpu_devices(void) {
+  pthread_once(&gpu_once, gpu_init);
+  return D.ok ? D.ndev : 0;
+}
+
 void sf__gpu_use_device(int32_t k) {
   cur_dev = k;
   set_device(k);
