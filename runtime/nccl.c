@@ -423,7 +423,7 @@ static bool usable(sf__nccl_comm *c, char *err, size_t n) {
 }
 
 /* x[i] /= by on the device, by the same C division as the CPU path. */
-static const char DIV_SRC[] =
+const char sf__nccl_div_src[] =
     "#define DIV(name, T) extern \"C\" __global__ void name(long long n, T *x, T by) {\\\n"
     "  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\\\n"
     "  if (i < n) x[i] = x[i] / by; }\n"
@@ -440,7 +440,7 @@ static void divide_on_device(uint64_t buf, int64_t count, const sf_type *t, int6
   default: v.l = by; entry = "sf_nccl_div_i64"; break;
   }
   int block;
-  void *fn = sf__gpu_function(DIV_SRC, entry, &block, NULL);
+  void *fn = sf__gpu_function(sf__nccl_div_src, entry, &block, NULL);
   long long n = count;
   void *params[] = {&n, &buf, &v};
   sf__gpu_launch(fn, block, count, params, NULL);

@@ -93,6 +93,9 @@ bool sf__nccl_broadcast(sf__nccl_comm *c, uint64_t buf, int64_t count, const sf_
 /* recv holds n * count elements: member k's send lands at k * count. */
 bool sf__nccl_allgather(sf__nccl_comm *c, uint64_t send, uint64_t recv, int64_t count,
                         const sf_type *elem, const sf__nccl_watch *w, char *err, size_t errn);
+/* The CUDA C of allreduce_mean's division kernels (sf_nccl_div_f32, _f64,
+ * _i32, _i64), for the tests. */
+extern const char sf__nccl_div_src[];
 /* A one-element allreduce on the communicator's stream. */
 bool sf__nccl_barrier(sf__nccl_comm *c, const sf__nccl_watch *w, char *err, size_t errn);
 

@@ -3,7 +3,8 @@
 # reports as "not run" (SKIP_RETURN_CODE), never as passed.
 add_executable(nvrtc_check ${CMAKE_SOURCE_DIR}/tests/gpu/nvrtc_check.c)
 add_executable(gpu_check ${CMAKE_SOURCE_DIR}/tests/gpu/gpu_check.c)
-foreach(t nvrtc_check gpu_check)
+add_executable(nccl_check ${CMAKE_SOURCE_DIR}/tests/gpu/nccl_check.c)
+foreach(t nvrtc_check gpu_check nccl_check)
   set_target_properties(${t} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   target_link_libraries(${t} PRIVATE sflowrt Threads::Threads m dl)
 endforeach()
@@ -14,7 +15,10 @@ add_test(NAME gpu/library_kernels COMMAND gpu_check)
 add_test(NAME gpu/programs
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/programs.py
           --sflowc $<TARGET_FILE:sflowc>)
-set_tests_properties(gpu/nvrtc_all gpu/library_kernels gpu/programs PROPERTIES SKIP_RETURN_CODE 77)
+# Two processes as two NCCL ranks: exact results, a dead and a stopped peer.
+add_test(NAME gpu/nccl COMMAND nccl_check)
+set_tests_properties(gpu/nvrtc_all gpu/library_kernels gpu/programs gpu/nccl
+  PROPERTIES SKIP_RETURN_CODE 77)
 # The same programs through the CPU versions of their kernels, with their
 # exact expected output: this part runs everywhere.
 add_test(NAME run/gpu-programs-cpu

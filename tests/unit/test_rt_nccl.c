@@ -245,7 +245,22 @@ static void test_watchdog(void) {
   unsetenv("FAKE_NCCL_INIT");
 }
 
+/* allreduce_mean's division kernels compile with the real NVRTC. */
+static void test_div_kernels(void) {
+  char why[256];
+  CU_ASSERT_FATAL(sf__nvrtc_load(why, sizeof why));
+  sf__blob img = {0};
+  char *log = NULL;
+  bool ok = sf__nvrtc_compile(sf__nccl_div_src, "sf_nccl_div", "sm_80", &img, &log);
+  if (!ok)
+    printf("\n%s\n", log ? log : "?");
+  CU_ASSERT(ok);
+  sf__blob_free(&img);
+  free(log);
+}
+
 static const rt_test tests[] = {
+    {"div_kernels", test_div_kernels},
     {"real_library", test_real_library},
     {"real_init_without_gpu", test_real_init_without_gpu},
     {"missing_library", test_missing_library},
