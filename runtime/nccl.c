@@ -219,13 +219,16 @@ static void abort_comm(ncclComm_t comm) {
     free(j);
 }
 
-/* Aborts c (once) and formats the error: false, for `return fail(...)`. */
-__attribute__((format(printf, 4, 5))) static bool fail(sf__nccl_comm *c, char *err, size_t n,
-                                                       const char *fmt, ...) {
+/* Aborts c (once), after telling the group, and formats the error: false,
+ * for `return fail(...)`. */
+__attribute__((format(printf, 5, 6))) static bool fail(sf__nccl_comm *c, const sf__nccl_watch *w,
+                                                       char *err, size_t n, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(err, n, fmt, ap);
   va_end(ap);
+  if (w && w->failing)
+    w->failing(w->ctx, err);
   if (c && c->comm) {
     snprintf(c->why, sizeof c->why, "%s", err);
     abort_comm(c->comm);
@@ -255,7 +258,7 @@ static bool wait_for(sf__nccl_comm *c, int kind, const char *what, const sf__ncc
       st = rc;
     if (st != NCCL_OK && st != NCCL_IN_PROGRESS) {
       nccl_message(c->comm, st, msg, sizeof msg);
-      fail(c, err, n, "%s: NCCL reports %s", what, msg);
+      fail(c, w, err, n, "%s: NCCL reports %s", what, msg);
       break;
     }
     if (st == NCCL_OK) {
@@ -265,16 +268,16 @@ static bool wait_for(sf__nccl_comm *c, int kind, const char *what, const sf__ncc
         break;
       }
       if (q != CU_ERROR_NOT_READY) {
-        fail(c, err, n, "%s: the GPU stream failed (CUDA error %d)", what, q);
+        fail(c, w, err, n, "%s: the GPU stream failed (CUDA error %d)", what, q);
         break;
       }
     }
     if (w && w->failed && w->failed(w->ctx, why, sizeof why)) {
-      fail(c, err, n, "%s", why);
+      fail(c, w, err, n, "%s", why);
       break;
     }
     if (now_s() - t0 > limit) {
-      fail(c, err, n, "%s did not finish within %g s (SFLOW_NCCL_TIMEOUT): a member of the "
+      fail(c, w, err, n, "%s did not finish within %g s (SFLOW_NCCL_TIMEOUT): a member of the "
            "group is dead, stopped or not making the same call", what, limit);
       break;
     }
@@ -351,26 +354,37 @@ sf__nccl_comm *sf__nccl_comm_init(const sf__nccl_id *id, int rank, int n,
   return c;
 }
 
-void sf__nccl_comm_free(sf__nccl_comm *c, bool abort) {
+/* The two halves of ending communicators, so that a group can start
+ * finalizing every rank before it waits for any. */
+static void finalize_start(sf__nccl_comm *c, bool abort) {
+  if (!c || !c->comm)
+    return;
+  ncclResult_t rc = abort ? NCCL_OK : L.finalize(c->comm);
+  if (abort || (rc != NCCL_OK && rc != NCCL_IN_PROGRESS)) {
+    abort_comm(c->comm);
+    c->comm = NULL;
+  }
+}
+
+static void finalize_end(sf__nccl_comm *c) {
   if (!c)
     return;
-  if (c->comm && abort) {
-    abort_comm(c->comm);
-  } else if (c->comm) {
+  if (c->comm) {
     char err[256];
-    sf__nccl_watch w = {NULL, NULL, 10};
-    ncclResult_t rc = L.finalize(c->comm);
-    if ((rc == NCCL_OK || rc == NCCL_IN_PROGRESS) &&
-        wait_for(c, WAIT_COMM, "ncclCommFinalize", &w, err, sizeof err))
-      L.destroy(c->comm);
-    else if (c->comm)
-      abort_comm(c->comm);
+    sf__nccl_watch w = {NULL, NULL, 10, NULL};
+    if (wait_for(c, WAIT_COMM, "ncclCommFinalize", &w, err, sizeof err))
+      L.destroy(c->comm); /* a failed wait has aborted it */
   }
   if (c->stream)
     L.stream_destroy(c->stream);
   if (c->one.dev)
     sf__gpu_array_free(&c->one);
   free(c);
+}
+
+void sf__nccl_comm_free(sf__nccl_comm *c, bool abort) {
+  finalize_start(c, abort);
+  finalize_end(c);
 }
 
 /* --------------------------------------------------------- collectives */
@@ -397,7 +411,7 @@ static bool finish(sf__nccl_comm *c, ncclResult_t rc, const char *what, const sf
   if (rc != NCCL_OK && rc != NCCL_IN_PROGRESS) {
     char msg[512];
     nccl_message(c->comm, rc, msg, sizeof msg);
-    return fail(c, err, n, "%s failed: %s", what, msg);
+    return fail(c, w, err, n, "%s failed: %s", what, msg);
   }
   return wait_for(c, WAIT_STREAM, what, w, err, n);
 }
@@ -548,14 +562,29 @@ void sf__nccl_group_free(struct sf__nccl_group *g) {
   /* Finalize every member's communicator first, then destroy: finalizing
    * one rank may wait for the others. */
   for (int64_t k = 0; k < g->n; k++)
-    sf__nccl_comm_free(g->comm[k], g->state == 2);
+    finalize_start(g->comm[k], g->state == 2);
+  for (int64_t k = 0; k < g->n; k++)
+    finalize_end(g->comm[k]);
   pthread_mutex_destroy(&g->mu);
   pthread_cond_destroy(&g->cv);
   sf_free(g->comm);
   sf_free(g);
 }
 
-static bool comm_failed(void *ctx, char *why, size_t n) { return sf__comm_failed(ctx, why, n); }
+/* The watchdog's view of an in-process group: sf__comm's abort flag. */
+typedef struct {
+  sf__comm *c;
+  int64_t rank;
+} member;
+
+static bool comm_failed(void *ctx, char *why, size_t n) {
+  return sf__comm_failed(((member *)ctx)->c, why, n);
+}
+
+static void comm_failing(void *ctx, const char *why) {
+  member *m = ctx;
+  sf__comm_abort(m->c, m->rank, why);
+}
 
 /* "group of actor 'Trainer' (member 1 of 2)" */
 static void group_name(int64_t rank, int64_t n, char *out, size_t len) {
@@ -659,7 +688,8 @@ bool sf__nccl_group_run(sf__comm *c, int64_t rank, sf_array *const *slot, int64_
   if (!device_ok(slot, n, op, loc))
     return false;
   struct sf__nccl_group *g = group_of(c, n);
-  sf__nccl_watch w = {comm_failed, c, 0};
+  member me = {c, rank};
+  sf__nccl_watch w = {comm_failed, &me, 0, comm_failing};
   char err[SF__ERROR_MAX / 2];
   sf_array *a = slot[rank];
   /* The member's context, current on this thread: its array's device. */

@@ -58,12 +58,15 @@ typedef struct {
 
 /* What the watchdog polls besides NCCL itself: failed(ctx) returns true,
  * with the reason in why, once the group can no longer meet (a member
- * failed elsewhere).  failed may be NULL.  timeout_s <= 0 means
- * sf__nccl_timeout(). */
+ * failed elsewhere).  failing(ctx, why), when set, is told before this
+ * rank aborts its communicator, so that the other members stop waiting
+ * first (an abort can wait for theirs).  Either may be NULL.
+ * timeout_s <= 0 means sf__nccl_timeout(). */
 typedef struct sf__nccl_watch {
   bool (*failed)(void *ctx, char *why, size_t n);
   void *ctx;
   double timeout_s;
+  void (*failing)(void *ctx, const char *why);
 } sf__nccl_watch;
 
 typedef struct sf__nccl_comm sf__nccl_comm;

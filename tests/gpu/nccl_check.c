@@ -45,7 +45,7 @@ static double now(void) {
 
 static int rank, nranks, failures;
 static sf__nccl_comm *comm;
-static sf__nccl_watch watch = {NULL, NULL, 0};
+static sf__nccl_watch watch = {NULL, NULL, 0, NULL};
 
 /* A device array of n elements of t, filled by f(rank, i). */
 static sf_array *dev_array(const sf_type *t, int64_t n, double (*f)(int, int64_t)) {

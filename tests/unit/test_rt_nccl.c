@@ -98,7 +98,7 @@ static void test_real_library(void) {
 static void init_report(char *out, size_t n) {
   sf__nccl_id id;
   char err[900];
-  sf__nccl_watch w = {NULL, NULL, 20};
+  sf__nccl_watch w = {NULL, NULL, 20, NULL};
   if (!sf__nccl_new_id(&id, err, sizeof err)) {
     snprintf(out, n, "no id: %s", err);
     return;
@@ -168,6 +168,15 @@ static bool failed_soon(void *ctx, char *why, size_t n) {
   return true;
 }
 
+static char told_why[256];
+static int told_aborts;
+static void told(void *ctx, const char *why) {
+  (void)ctx;
+  snprintf(told_why, sizeof told_why, "%s", why);
+  void *h = dlopen(fake_path, RTLD_NOW | RTLD_NOLOAD);
+  told_aborts = *(int *)dlsym(h, "fake_aborts");
+}
+
 static void test_watchdog(void) {
   setenv("SFLOW_NCCL", fake_path, 1);
   char err[1024];
@@ -178,7 +187,7 @@ static void test_watchdog(void) {
 
   /* A peer that never comes: creation ends at the deadline, aborted. */
   setenv("FAKE_NCCL_INIT", "hang", 1);
-  sf__nccl_watch w = {NULL, NULL, 0.3};
+  sf__nccl_watch w = {NULL, NULL, 0.3, NULL};
   double t0 = now_s();
   sf__nccl_comm *c = sf__nccl_comm_init(&id, 0, 2, &w, err, sizeof err);
   double took = now_s() - t0;
@@ -194,7 +203,7 @@ static void test_watchdog(void) {
 
   /* The same through the environment knob. */
   setenv("SFLOW_NCCL_TIMEOUT", "0.2", 1);
-  sf__nccl_watch dflt = {NULL, NULL, 0};
+  sf__nccl_watch dflt = {NULL, NULL, 0, NULL};
   c = sf__nccl_comm_init(&id, 1, 2, &dflt, err, sizeof err);
   unsetenv("SFLOW_NCCL_TIMEOUT");
   CU_ASSERT(c == NULL);
@@ -205,13 +214,16 @@ static void test_watchdog(void) {
    * the deadline. */
   member_failed_after = 100;
   t_start = now_s();
-  sf__nccl_watch g = {failed_soon, NULL, 60};
+  sf__nccl_watch g = {failed_soon, NULL, 60, told};
   c = sf__nccl_comm_init(&id, 0, 2, &g, err, sizeof err);
   took = now_s() - t_start;
   CU_ASSERT(c == NULL);
   CHECK_STR(err, "member 1 of the group failed: index 9 out of bounds");
   CU_ASSERT(took < 2.0);
   CHECK_INT(*aborts, 3);
+  /* The group heard of it before the abort started. */
+  CHECK_STR(told_why, "member 1 of the group failed: index 9 out of bounds");
+  CHECK_INT(told_aborts, 2);
 
   /* NCCL reports an error asynchronously: its text and last error. */
   setenv("FAKE_NCCL_INIT", "async", 1);
