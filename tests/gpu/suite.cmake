@@ -31,3 +31,7 @@ add_library(sflow_fake_nccl MODULE ${CMAKE_SOURCE_DIR}/tests/gpu/fake_nccl.c)
 set_target_properties(sflow_fake_nccl PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests
                       PREFIX lib C_VISIBILITY_PRESET default)
 add_dependencies(test_rt_nccl sflow_fake_nccl)
+# The scheduler's run tests pin the behaviour without a GPU (@gpus work on
+# the CPU after a notice, --require-gpu an error): keep them so on a
+# machine that has one, now that gpu.c reports its devices to @gpus.
+set_tests_properties(run/scheduler PROPERTIES ENVIRONMENT "SFLOW_NO_GPU=1")
