@@ -176,14 +176,17 @@ static void gpu_init(void) { D.ok = load_driver(); }
 /* The device of the work running on this thread (see the top). */
 static _Thread_local int32_t cur_dev = -1;
 
+/* A group member first (its method may run inline on a thread that was
+ * running a task with a GPU of its own), then a task's @gpus device. */
 static int32_t placement(void) {
-  if (sf__current_gpu >= 0)
-    return sf__current_gpu % D.ndev;
   sf_actor *a = sf__current_actor();
   const sf_actor_desc *d = a ? sf__actor_desc(a) : NULL;
-  if (!d || d->gpus <= 0 || sf__actor_size(a) < 2)
-    return D.ordinal;
-  return (int32_t)((D.ordinal + (int64_t)((double)sf__actor_rank(a) * d->gpus + 1e-9)) % D.ndev);
+  if (d && d->gpus > 0 && sf__actor_size(a) > 1)
+    return (int32_t)((D.ordinal + (int64_t)((double)sf__actor_rank(a) * d->gpus + 1e-9)) %
+                     D.ndev);
+  if (sf__current_gpu >= 0 && !a)
+    return sf__current_gpu % D.ndev;
+  return D.ordinal;
 }
 
 static int32_t here(void) { return cur_dev >= 0 ? cur_dev : D.ordinal; }

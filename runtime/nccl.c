@@ -704,12 +704,11 @@ bool sf__nccl_group_run(sf__comm *c, int64_t rank, sf_array *const *slot, int64_
       group_error(g, rank, op, err, loc);
   }
   sf__nccl_comm *nc = g->comm[rank];
-  if (nc->dev != sf__gpu_array_device(a)) {
-    snprintf(err, sizeof err, "member %" PRId64 "'s array is on GPU %d but its NCCL rank on GPU %d",
-             rank, (int)sf__gpu_array_device(a), nc->dev);
-    group_error(g, rank, op, err, loc);
-  }
   uint64_t p = (uint64_t)(uintptr_t)a->dev;
+  if (nc->dev != sf__gpu_array_device(a)) { /* moved since: back to the rank's GPU */
+    sf__gpu_use_device(nc->dev);
+    p = sf__gpu_device_copy(a, loc);
+  }
   bool ok;
   switch (op->kind) {
   case SF__DEV_ALLREDUCE:
