@@ -387,6 +387,73 @@ void sf__nccl_comm_free(sf__nccl_comm *c, bool abort) {
   finalize_end(c);
 }
 
+/* ------------------------------------------- groups across processes */
+
+static void put_le(uint8_t *p, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; i++)
+    p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_le(const uint8_t *p, int bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; i++)
+    v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+
+void sf__nccl_id_pack(const sf__nccl_id *id, uint64_t group, uint32_t generation,
+                      uint8_t out[SF__NCCL_ID_WIRE]) {
+  memcpy(out, "NCID", 4);
+  put_le(out + 4, group, 8);
+  put_le(out + 12, generation, 4);
+  memcpy(out + 16, id->bytes, SF__NCCL_ID_BYTES);
+}
+
+bool sf__nccl_id_unpack(const uint8_t *p, size_t n, uint64_t group, uint32_t generation,
+                        sf__nccl_id *id, char *err, size_t errn) {
+  if (n != SF__NCCL_ID_WIRE || memcmp(p, "NCID", 4)) {
+    snprintf(err, errn, "not an NCCL id (%zu bytes)", n);
+    return false;
+  }
+  uint64_t g = get_le(p + 4, 8);
+  uint32_t gen = (uint32_t)get_le(p + 12, 4);
+  if (g != group || gen != generation) {
+    snprintf(err, errn, "an NCCL id for group %" PRIu64 " generation %u, not group %" PRIu64
+             " generation %u", g, gen, group, generation);
+    return false;
+  }
+  memcpy(id->bytes, p + 16, SF__NCCL_ID_BYTES);
+  return true;
+}
+
+sf__nccl_comm *sf__nccl_comm_join(int rank, int n, uint64_t group, uint32_t generation,
+                                  const sf__nccl_carrier *carrier, const sf__nccl_watch *w,
+                                  char *err, size_t errn) {
+  sf__nccl_id id;
+  uint8_t wire[SF__NCCL_ID_WIRE];
+  char why[512];
+  if (rank == 0) {
+    if (!sf__nccl_new_id(&id, err, errn))
+      return NULL;
+    sf__nccl_id_pack(&id, group, generation, wire);
+    if (!carrier->send(carrier->ctx, wire, sizeof wire, why, sizeof why)) {
+      snprintf(err, errn, "sending the NCCL id to the group: %s", why);
+      return NULL;
+    }
+  } else {
+    double limit = w && w->timeout_s > 0 ? w->timeout_s : sf__nccl_timeout();
+    if (!carrier->recv(carrier->ctx, wire, sizeof wire, limit, why, sizeof why)) {
+      snprintf(err, errn, "receiving the NCCL id from member 0: %s", why);
+      return NULL;
+    }
+    if (!sf__nccl_id_unpack(wire, sizeof wire, group, generation, &id, why, sizeof why)) {
+      snprintf(err, errn, "receiving the NCCL id from member 0: %s", why);
+      return NULL;
+    }
+  }
+  return sf__nccl_comm_init(&id, rank, n, w, err, errn);
+}
+
 /* --------------------------------------------------------- collectives */
 
 /* The NCCL type of an element, or -1: numbers keep their type (they are

@@ -15,8 +15,9 @@
  *  - collective.c, for a group whose members are threads of this process
  *    (sf__nccl_group_run: the unique id is passed in memory);
  *  - the multi-node transport (remote.c), for a group whose members are
- *    processes on different machines, through the rank-level calls below.
- *    The protocol, for every member of a group of n:
+ *    processes on different machines: sf__nccl_comm_join, given a carrier
+ *    that moves the id over the control plane (below), or by hand with
+ *    the rank-level calls.  The protocol, for every member of a group of n:
  *
  *      sf__nccl_id id;
  *      if (rank == 0) sf__nccl_new_id(&id, err, sizeof err);
@@ -82,6 +83,36 @@ sf__nccl_comm *sf__nccl_comm_init(const sf__nccl_id *id, int rank, int n,
 /* Ends a communicator: finalize then destroy when it is healthy, abort
  * when `abort` is set or finalizing does not finish in time.  NULL is fine. */
 void sf__nccl_comm_free(sf__nccl_comm *c, bool abort);
+
+/* ------------------------------------------- groups across processes */
+
+/* The id as a control-plane payload: "NCID", u64 group, u32 generation
+ * (the group's restart count), then the 128 id bytes, integers
+ * little-endian.  unpack refuses another group's or generation's id (a
+ * stale id from before a restart would join a dead communicator). */
+#define SF__NCCL_ID_WIRE (4 + 8 + 4 + SF__NCCL_ID_BYTES)
+void sf__nccl_id_pack(const sf__nccl_id *id, uint64_t group, uint32_t generation,
+                      uint8_t out[SF__NCCL_ID_WIRE]);
+bool sf__nccl_id_unpack(const uint8_t *p, size_t n, uint64_t group, uint32_t generation,
+                        sf__nccl_id *id, char *err, size_t errn);
+
+/* How a member's process moves the packed id: member 0 calls send once
+ * (to be delivered to members 1..n-1, e.g. worker -> head -> workers in
+ * frames); every other member calls recv, which waits at most timeout_s
+ * for it (returning false, with a reason, on timeout or when the group
+ * is known to have failed).  Both return false with a message on error. */
+typedef struct sf__nccl_carrier {
+  bool (*send)(void *ctx, const uint8_t *p, size_t n, char *err, size_t errn);
+  bool (*recv)(void *ctx, uint8_t *p, size_t n, double timeout_s, char *err, size_t errn);
+  void *ctx;
+} sf__nccl_carrier;
+
+/* Member `rank` of a group of n across processes, on the GPU current on
+ * this thread: makes (rank 0) or receives the id through carrier, then
+ * sf__nccl_comm_init under w.  NULL with the reason in err. */
+sf__nccl_comm *sf__nccl_comm_join(int rank, int n, uint64_t group, uint32_t generation,
+                                  const sf__nccl_carrier *carrier, const sf__nccl_watch *w,
+                                  char *err, size_t errn);
 
 /* The collectives, in place on device buffers (device pointers as
  * integers, as sf__gpu_device_copy returns them), each waited for under

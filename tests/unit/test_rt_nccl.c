@@ -10,6 +10,7 @@
  * process and reports one line back through a pipe.
  */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <libgen.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -271,6 +272,111 @@ static void test_div_kernels(void) {
   free(log);
 }
 
+/* ------------------------------------------- groups across processes */
+
+static void test_id_wire(void) {
+  sf__nccl_id id, back;
+  for (int i = 0; i < SF__NCCL_ID_BYTES; i++)
+    id.bytes[i] = (unsigned char)(i * 7);
+  uint8_t wire[SF__NCCL_ID_WIRE];
+  char err[256];
+  sf__nccl_id_pack(&id, 0x1122334455667788ull, 3, wire);
+  CU_ASSERT(!memcmp(wire, "NCID\x88\x77\x66\x55\x44\x33\x22\x11\x03\0\0\0", 16));
+  CU_ASSERT_FATAL(sf__nccl_id_unpack(wire, sizeof wire, 0x1122334455667788ull, 3, &back, err,
+                                     sizeof err));
+  CU_ASSERT(!memcmp(id.bytes, back.bytes, SF__NCCL_ID_BYTES));
+  CU_ASSERT(!sf__nccl_id_unpack(wire, sizeof wire, 0x1122334455667788ull, 4, &back, err,
+                                sizeof err));
+  CHECK_STR(err, "an NCCL id for group 1234605616436508552 generation 3, not group "
+                 "1234605616436508552 generation 4");
+  CU_ASSERT(!sf__nccl_id_unpack(wire, 10, 0, 0, &back, err, sizeof err));
+  CHECK_STR(err, "not an NCCL id (10 bytes)");
+}
+
+/* An in-memory control plane: one mailbox. */
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  uint8_t msg[SF__NCCL_ID_WIRE];
+  bool full;
+} box = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, {0}, false};
+
+static bool box_send(void *ctx, const uint8_t *p, size_t n, char *err, size_t errn) {
+  (void)ctx, (void)err, (void)errn;
+  pthread_mutex_lock(&box.mu);
+  memcpy(box.msg, p, n);
+  box.full = true;
+  pthread_cond_broadcast(&box.cv);
+  pthread_mutex_unlock(&box.mu);
+  return true;
+}
+
+static bool box_recv(void *ctx, uint8_t *p, size_t n, double limit, char *err, size_t errn) {
+  (void)ctx;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += (time_t)limit;
+  ts.tv_nsec += (long)((limit - (double)(time_t)limit) * 1e9);
+  if (ts.tv_nsec >= 1000000000) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000;
+  }
+  pthread_mutex_lock(&box.mu);
+  while (!box.full && pthread_cond_timedwait(&box.cv, &box.mu, &ts) == 0) {
+  }
+  bool ok = box.full;
+  if (ok)
+    memcpy(p, box.msg, n);
+  pthread_mutex_unlock(&box.mu);
+  if (!ok)
+    snprintf(err, errn, "no id within %g s", limit);
+  return ok;
+}
+
+static sf__nccl_carrier carrier = {box_send, box_recv, NULL};
+static sf__nccl_comm *joined[2];
+static char join_err[2][512];
+
+static void *join_rank(void *p) {
+  int r = (int)(intptr_t)p;
+  sf__nccl_watch w = {NULL, NULL, 5, NULL};
+  joined[r] = sf__nccl_comm_join(r, 2, 42, 1, &carrier, &w, join_err[r], sizeof join_err[r]);
+  return NULL;
+}
+
+static void test_join(void) {
+  setenv("SFLOW_NCCL", fake_path, 1);
+  setenv("FAKE_NCCL_INIT", "ok", 1);
+  char err[512];
+  CU_ASSERT_FATAL(sf__nccl_load(err, sizeof err));
+  /* Member 1 first: it waits for the id member 0 sends. */
+  pthread_t t[2];
+  pthread_create(&t[1], NULL, join_rank, (void *)(intptr_t)1);
+  nanosleep(&(struct timespec){0, 50000000}, NULL);
+  pthread_create(&t[0], NULL, join_rank, (void *)(intptr_t)0);
+  pthread_join(t[0], NULL);
+  pthread_join(t[1], NULL);
+  CU_ASSERT(joined[0] != NULL && joined[1] != NULL);
+  if (!joined[0] || !joined[1])
+    printf("\n  rank 0: %s\n  rank 1: %s\n", join_err[0], join_err[1]);
+  sf__nccl_comm_free(joined[0], false);
+  sf__nccl_comm_free(joined[1], false);
+  /* A stale id (the generation before a restart) is refused. */
+  sf__nccl_watch w = {NULL, NULL, 0.2, NULL};
+  CU_ASSERT(sf__nccl_comm_join(1, 2, 42, 2, &carrier, &w, err, sizeof err) == NULL);
+  CHECK_STR(err, "receiving the NCCL id from member 0: an NCCL id for group 42 generation 1, "
+                 "not group 42 generation 2");
+  /* No id at all: bounded by the watchdog's time. */
+  box.full = false;
+  double t0 = now_s();
+  CU_ASSERT(sf__nccl_comm_join(1, 2, 42, 2, &carrier, &w, err, sizeof err) == NULL);
+  CHECK_STR(err, "receiving the NCCL id from member 0: no id within 0.2 s");
+  CU_ASSERT(now_s() - t0 < 2);
+  unsetenv("FAKE_NCCL_INIT");
+}
+
+/* Children fork from this process: the cases that load a library in the
+ * parent (watchdog, join) come last. */
 static const rt_test tests[] = {
     {"div_kernels", test_div_kernels},
     {"real_library", test_real_library},
@@ -278,6 +384,8 @@ static const rt_test tests[] = {
     {"missing_library", test_missing_library},
     {"timeout_knob", test_timeout_knob},
     {"watchdog", test_watchdog},
+    {"id_wire", test_id_wire},
+    {"join", test_join},
     {NULL, NULL},
 };
 
