@@ -403,6 +403,7 @@ sf_array *sf_allgather(sf_array *a, const sf_loc *loc) {
   sf__comm *c = mine(&rank);
   if (c && c->n > 1)
     return c->ops->allgather(c, rank, a, loc);
+  sf_array_host(a); /* a kernel may just have written it (nccl.c) */
   return concat(&a, 1, a ? a->elem : &sf_type_f32, rank, loc); /* a copy */
 }
 

@@ -209,7 +209,11 @@ int64_t sf__actor_restore_epoch(sf_actor *a);
 
 /* The collectives of one group.  Key design choice: one interface, whose
  * first implementation is shared memory between the members' threads; the
- * TCP ring (multi-node) and NCCL (device arrays) implement the same ops. */
+ * TCP ring (multi-node) and NCCL (device arrays) implement the same ops.
+ * A collective may be handed an array whose only current copy is on the
+ * device (a kernel just wrote it: collectives do not end a run of GPU
+ * statements), so a host transport calls sf_array_host(a) before reading
+ * it, or hands device arrays to nccl.h. */
 typedef struct sf__comm sf__comm;
 typedef struct sf__comm_ops {
   const char *name;
