@@ -218,7 +218,7 @@ sf_array *sf_matmul(sf_array *a, sf_array *b, int64_t m, int64_t k, int64_t n, i
   bool f64 = et->kind == SF_F64;
   sf_array *c = sf_array_new(et, nc, loc);
   if (nc && k && sf__gpu_ready(loc) && gemm_gpu(f64, a, b, c, m, k, n, loc)) {
-    sf__gpu_stats.gpu_matmuls++;
+    SF__GPU_STAT_ADD(gpu_matmuls, 1);
     if (!(flags & SF_MATMUL_DEFER))
       sf_gpu_settle();
     return c;
@@ -226,6 +226,6 @@ sf_array *sf_matmul(sf_array *a, sf_array *b, int64_t m, int64_t k, int64_t n, i
   sf_array_host(a);
   sf_array_host(b);
   sf__gemm_cpu(f64, a ? a->data : NULL, b ? b->data : NULL, c->data, m, k, n);
-  sf__gpu_stats.cpu_matmuls++;
+  SF__GPU_STAT_ADD(cpu_matmuls, 1);
   return c;
 }

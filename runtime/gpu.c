@@ -280,7 +280,7 @@ uint64_t sf__gpu_device_copy(sf_array *a, const sf_loc *loc) {
   uint64_t p = sf__gpu_device_alloc(a, loc);
   if (fresh || a->where == SF__WHERE_HOST) {
     CU(D.htod(p, a->data, nbytes(a)), "cuMemcpyHtoD", loc);
-    sf__gpu_stats.h2d_bytes += nbytes(a);
+    SF__GPU_STAT_ADD(h2d_bytes, nbytes(a));
     a->where = SF__WHERE_BOTH;
   }
   return p;
@@ -325,7 +325,7 @@ static void to_host(sf_array *a) {
       set_device(here());
     if (rc != 0)
       sf__cuda_fail("cuMemcpyDtoH", rc, NULL);
-    sf__gpu_stats.d2h_bytes += nbytes(a);
+    SF__GPU_STAT_ADD(d2h_bytes, nbytes(a));
   }
   a->where = SF__WHERE_HOST;
 }
@@ -409,10 +409,10 @@ void *sf__gpu_function(const char *src, const char *entry, int *block, const sf_
   if (D.occupancy(&min_grid, &bs, fn, NULL, 0, 0) != 0 || bs <= 0)
     bs = 256;
   if (hit) {
-    sf__gpu_stats.cache_hits++;
+    SF__GPU_STAT_ADD(cache_hits, 1);
     sf__gpu_stats.load_ms += now_ms() - t0;
   } else {
-    sf__gpu_stats.compiles++;
+    SF__GPU_STAT_ADD(compiles, 1);
     sf__gpu_stats.compile_ms += t1 - t0;
   }
   if (nloaded == cap_loaded) {
@@ -508,7 +508,7 @@ static void launch_gpu(const sf_kernel_desc *k, int64_t n, void *args, const sf_
   sf_free(lens);
   KErr e;
   CU(D.dtoh(&e, err, sizeof e), "cuMemcpyDtoH", loc);
-  sf__gpu_stats.gpu_launches++;
+  SF__GPU_STAT_ADD(gpu_launches, 1);
   if (e.code > 0)
     kernel_error(k, &e);
 }
@@ -532,7 +532,7 @@ void sf_launch(const sf_kernel_desc *k, int64_t n, void *args, const sf_loc *loc
     launch_gpu(k, n, args, loc);
     return;
   }
-  sf__gpu_stats.cpu_launches++;
+  SF__GPU_STAT_ADD(cpu_launches, 1);
   /* On the CPU threads: large launches are split over the pool. */
   if (n >= CPU_GRAIN * 2) {
     cpu_launch c = {k, args};

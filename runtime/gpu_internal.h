@@ -63,6 +63,8 @@ typedef struct {
   uint64_t gpu_matmuls, cpu_matmuls;
 } sf__gpu_stats_t;
 extern sf__gpu_stats_t sf__gpu_stats;
+/* Counters are bumped from several threads (group members launch at once). */
+#define SF__GPU_STAT_ADD(field, v) __atomic_fetch_add(&sf__gpu_stats.field, (v), __ATOMIC_RELAXED)
 
 /* Is a GPU usable?  The first call loads libcuda and picks device 0
  * ($SFLOW_DEVICE overrides, $SFLOW_NO_GPU=1 forces the CPU); without a GPU
