@@ -229,7 +229,11 @@ int64_t sf__actor_restore_epoch(sf_actor *a);
 
 /* The collectives of one group.  Key design choice: one interface, whose
  * first implementation is shared memory between the members' threads; the
- * TCP ring (multi-node) and NCCL (device arrays) implement the same ops. */
+ * TCP ring (multi-node) and NCCL (device arrays) implement the same ops.
+ * A collective may be handed an array whose only current copy is on the
+ * device (a kernel just wrote it: collectives do not end a run of GPU
+ * statements), so a host transport calls sf_array_host(a) before reading
+ * it, or hands device arrays to nccl.h. */
 typedef struct sf__comm sf__comm;
 typedef struct sf__comm_ops {
   const char *name;
@@ -245,6 +249,12 @@ sf__comm *sf__comm_retain(sf__comm *c);
 void sf__comm_release(sf__comm *c);
 void sf__comm_abort(sf__comm *c, int64_t rank, const char *why);
 _Atomic int64_t *sf__comm_pending(sf__comm *c, int64_t rank); /* member's call count */
+/* For nccl.c: the group's NCCL state (made by its first device
+ * collective, freed with c), and whether the group can no longer meet
+ * (true, with the reason in why). */
+struct sf__nccl_group;
+_Atomic(struct sf__nccl_group *) *sf__comm_nccl(sf__comm *c);
+bool sf__comm_failed(sf__comm *c, char *why, size_t n);
 struct sf_actor;
 sf__comm *sf__actor_comm(sf_actor *a);
 
