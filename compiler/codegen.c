@@ -1851,8 +1851,10 @@ static void stmt(Node *n) {
  * runs only GPU statements; sf_gpu_settle() copies them back before the
  * next statement that may look at array data on the host (runtime/gpu.c
  * explains the protocol).  A GPU statement is a launch, a matmul into a
- * variable, a scalar update, or a loop of those, whose expressions read no
- * array element on the host. */
+ * variable, a group collective (allreduce_*, broadcast, allgather into a
+ * variable, barrier: runtime/nccl.c runs them on device arrays), a scalar
+ * update, or a loop of those, whose expressions read no array element on
+ * the host. */
 
 /* Reads no array data: literals, names, arithmetic, len and numeric casts. */
 static bool host_safe(Node *e) {
@@ -1888,9 +1890,27 @@ static Node *deferred_matmul(Node *s) {
   return is_matmul(v) ? v : NULL;
 }
 
+/* A collective call whose arguments read no array data: it takes device
+ * arrays as they are, so it does not end a run of GPU statements. */
+static bool is_collective(Node *e) {
+  if (!e || e->kind != N_CALL || e->callkind != CALL_BUILTIN)
+    return false;
+  switch (e->builtin) {
+  case B_ALLREDUCE_SUM: case B_ALLREDUCE_MEAN: case B_BROADCAST: case B_ALLGATHER:
+  case B_BARRIER:
+    for (int i = 0; i < e->argc; i++)
+      if (!host_safe(e->argv[i]))
+        return false;
+    return true;
+  default: return false;
+  }
+}
+
 static bool gpu_stmt(Node *s) {
   switch (s->kind) {
   case N_EXPR_STMT:
+    if (is_collective(s->lhs))
+      return true;
     if (s->lhs->kind != N_LAUNCH || !host_safe(s->lhs->rhs))
       return false;
     for (Node *a = s->lhs->args; a; a = a->next)
@@ -1903,6 +1923,8 @@ static bool gpu_stmt(Node *s) {
     if (target && target->kind != N_NAME)
       return false;
     Node *m = deferred_matmul(s);
+    if (is_collective(s->kind == N_LET ? s->lhs : s->rhs))
+      return true; /* x = allgather(y) */
     if (m) {
       for (int i = 0; i < m->argc; i++)
         if (!host_safe(m->argv[i]))
@@ -2665,7 +2687,7 @@ static void init_types(void) {
   G.f64 = LLVMDoubleTypeInContext(G.ctx);
   G.vd = LLVMVoidTypeInContext(G.ctx);
   G.P = ptr_to(G.i8);
-  /* sf_array: {rc, tag, flags, len, elem, data, dev, where, pad} */
+  /* sf_array: {rc, tag, flags, len, elem, data, dev, where, gpu} */
   G.arr_ty = LLVMStructCreateNamed(G.ctx, "sf_array");
   LLVMTypeRef at[] = {G.i64, G.i32, G.i32, G.i64, G.P, G.P, G.P, G.i32, G.i32};
   LLVMStructSetBody(G.arr_ty, at, 9, 0);

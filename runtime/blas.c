@@ -115,12 +115,15 @@ enum { CUBLAS_OP_N = 0, CUBLAS_DEFAULT_MATH = 0, CUBLAS_TF32_TENSOR_OP_MATH = 3 
 static struct {
   bool ok;
   char why[128];
-  cublasHandle_t h;
+  int (*create)(cublasHandle_t *);
+  int (*mode)(cublasHandle_t, int);
+  pthread_mutex_t mu;
+  cublasHandle_t h[16]; /* per device: a handle belongs to the device it was made on */
   int (*sgemm)(cublasHandle_t, int, int, int, int, int, const float *, const float *, int,
                const float *, int, const float *, float *, int);
   int (*dgemm)(cublasHandle_t, int, int, int, int, int, const double *, const double *, int,
                const double *, int, const double *, double *, int);
-} CB;
+} CB = {.mu = PTHREAD_MUTEX_INITIALIZER};
 static pthread_once_t cublas_once = PTHREAD_ONCE_INIT;
 
 static void cublas_init(void) {
@@ -137,33 +140,48 @@ static void cublas_init(void) {
   int (*mode)(cublasHandle_t, int) = (int (*)(cublasHandle_t, int))dlsym(h, "cublasSetMathMode");
   *(void **)&CB.sgemm = dlsym(h, "cublasSgemm_v2");
   *(void **)&CB.dgemm = dlsym(h, "cublasDgemm_v2");
-  int rc;
-  if (!create || !CB.sgemm || !CB.dgemm || (rc = create(&CB.h)) != 0) {
+  if (!create || !CB.sgemm || !CB.dgemm) {
     snprintf(CB.why, sizeof CB.why, "cuBLAS could not start");
     return;
   }
-  const char *tf = getenv("SFLOW_ALLOW_TF32");
-  if (mode)
-    mode(CB.h, tf && *tf && strcmp(tf, "0") ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+  CB.create = create;
+  CB.mode = mode;
   CB.ok = true;
+}
+
+/* The cuBLAS handle of this thread's device, made at its first use. */
+static cublasHandle_t handle(void) {
+  int32_t k = sf__gpu_current_device();
+  if (k < 0 || k >= 16)
+    return NULL;
+  pthread_mutex_lock(&CB.mu);
+  if (!CB.h[k] && CB.create(&CB.h[k]) == 0 && CB.mode) {
+    const char *tf = getenv("SFLOW_ALLOW_TF32");
+    CB.mode(CB.h[k], tf && *tf && strcmp(tf, "0") ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                  : CUBLAS_DEFAULT_MATH);
+  }
+  cublasHandle_t h = CB.h[k];
+  pthread_mutex_unlock(&CB.mu);
+  return h;
 }
 
 static bool gemm_gpu(bool f64, sf_array *a, sf_array *b, sf_array *c, int64_t m, int64_t k,
                      int64_t n, const sf_loc *loc) {
   pthread_once(&cublas_once, cublas_init);
-  if (!CB.ok || m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
+  cublasHandle_t h = CB.ok ? handle() : NULL;
+  if (!h || m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
     return false;
   uint64_t pa = sf__gpu_device_copy(a, loc), pb = sf__gpu_device_copy(b, loc);
   uint64_t pc = sf__gpu_device_alloc(c, loc);
   int rc;
   if (f64) {
     const double one = 1, zero = 0;
-    rc = CB.dgemm(CB.h, CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)m, (int)k, &one,
+    rc = CB.dgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)m, (int)k, &one,
                   (const double *)(uintptr_t)pb, (int)n, (const double *)(uintptr_t)pa, (int)k,
                   &zero, (double *)(uintptr_t)pc, (int)n);
   } else {
     const float one = 1, zero = 0;
-    rc = CB.sgemm(CB.h, CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)m, (int)k, &one,
+    rc = CB.sgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)m, (int)k, &one,
                   (const float *)(uintptr_t)pb, (int)n, (const float *)(uintptr_t)pa, (int)k,
                   &zero, (float *)(uintptr_t)pc, (int)n);
   }
@@ -200,7 +218,7 @@ sf_array *sf_matmul(sf_array *a, sf_array *b, int64_t m, int64_t k, int64_t n, i
   bool f64 = et->kind == SF_F64;
   sf_array *c = sf_array_new(et, nc, loc);
   if (nc && k && sf__gpu_ready(loc) && gemm_gpu(f64, a, b, c, m, k, n, loc)) {
-    sf__gpu_stats.gpu_matmuls++;
+    SF__GPU_STAT_ADD(gpu_matmuls, 1);
     if (!(flags & SF_MATMUL_DEFER))
       sf_gpu_settle();
     return c;
@@ -208,6 +226,6 @@ sf_array *sf_matmul(sf_array *a, sf_array *b, int64_t m, int64_t k, int64_t n, i
   sf_array_host(a);
   sf_array_host(b);
   sf__gemm_cpu(f64, a ? a->data : NULL, b ? b->data : NULL, c->data, m, k, n);
-  sf__gpu_stats.cpu_matmuls++;
+  SF__GPU_STAT_ADD(cpu_matmuls, 1);
   return c;
 }

@@ -47,6 +47,7 @@
 #define MAX_LISTEN 16
 #define AUTH_TIMEOUT_MS 5000
 #define LATE_AUTH_TIMEOUT_MS 1000
+#define DIAL_TIMEOUT_S 10 /* a worker connecting back to the head */
 
 static int64_t now_ms(void) {
   struct timespec t;
@@ -145,6 +146,7 @@ static struct {
   int lost_count;
   uint64_t group_seq;
   int64_t t0;
+  unsigned master_port; /* MASTER_PORT for the users' own rendezvous */
 } H = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .wake = {-1, -1}};
 
 static bool logging(void) { return sf__options.cluster_log; }
@@ -249,15 +251,22 @@ static void *launch(void *arg) {
                      &nd->copied, err, errlen))
     return NULL;
   int64_t t2 = now_ms();
-  char cmd[1600], secret[2 * SF__SECRET_LEN + 2];
+  char cmd[2048], secret[2 * SF__SECRET_LEN + 2]; /* path + at most ~330 */
   bool v6 = strchr(nd->listen_addr, ':') != NULL;
   /* slots=N from the hostfile: the worker runs N tasks at once. */
   char threads[32] = "";
   if (nd->host->slots > 0)
     snprintf(threads, sizeof threads, " --threads %d", nd->host->slots);
-  snprintf(cmd, sizeof cmd, "exec '%s' --sflow-worker '%d@%s%s%s:%u'%s%s", path, id,
-           v6 ? "[" : "", nd->listen_addr, v6 ? "]" : "", port, threads,
-           logging() ? " --cluster-log" : "");
+  /* torchrun's names (docs/cluster.md, "Environment"), given by env(1) so
+   * that they are in the worker's environment from exec on: no setenv
+   * beside threads, and /proc/PID/environ shows what the worker got.
+   * MASTER_ADDR is the head's address this worker dials; MASTER_PORT is
+   * left free for the user's own rendezvous (not sflow's control port). */
+  snprintf(cmd, sizeof cmd,
+           "exec env RANK=%d LOCAL_RANK=0 WORLD_SIZE=%d LOCAL_WORLD_SIZE=1 MASTER_ADDR='%s' "
+           "MASTER_PORT=%u '%s' --sflow-worker '%d@%s%s%s:%u'%s%s",
+           id, H.n + 1, nd->listen_addr, H.master_port, path, id, v6 ? "[" : "", nd->listen_addr,
+           v6 ? "]" : "", port, threads, logging() ? " --cluster-log" : "");
   sf__hex(H.secret, SF__SECRET_LEN, secret);
   secret[2 * SF__SECRET_LEN] = '\n';
   secret[2 * SF__SECRET_LEN + 1] = '\0';
@@ -686,6 +695,23 @@ static int start_failed(char *err, size_t errlen) {
 
 static void stop_at_exit(void) { sf__cluster_stop(); }
 
+/* The head is rank 0 under torchrun's names; its MASTER_ADDR is the
+ * address node 1 dials (with several interfaces each worker gets its own).
+ * Called before the control thread starts, with the start-up threads
+ * joined: setenv is not safe while another thread may read the
+ * environment. */
+static void set_head_env(void) {
+  char v[32];
+  setenv("RANK", "0", 1);
+  setenv("LOCAL_RANK", "0", 1);
+  snprintf(v, sizeof v, "%d", H.n + 1);
+  setenv("WORLD_SIZE", v, 1);
+  setenv("LOCAL_WORLD_SIZE", "1", 1);
+  setenv("MASTER_ADDR", H.nodes[0].listen_addr, 1);
+  snprintf(v, sizeof v, "%u", H.master_port);
+  setenv("MASTER_PORT", v, 1);
+}
+
 /* Runs fn on every host at once, one thread each; true when any failed. */
 static bool on_every_host(pthread_t *th, void *(*fn)(void *)) {
   for (int i = 0; i < H.n; i++)
@@ -709,6 +735,22 @@ int sf__cluster_start(char *err, size_t errlen) {
   H.t0 = now_ms();
   if (sf__hosts_from_arg(sf__options.nodes, &H.hosts, err, errlen))
     return -1;
+  /* MASTER_PORT: the user's, or torchrun's default.  It is a port for the
+   * user's own rendezvous (PyTorch env://): sflow's control plane listens
+   * on a port of its own. */
+  H.master_port = 29500;
+  const char *mp = getenv("MASTER_PORT");
+  if (mp && *mp) {
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(mp, &end, 10);
+    if (errno || *end || v < 1 || v > 65535 || *mp == '-' || *mp == '+') {
+      snprintf(err, errlen, "MASTER_PORT='%.40s' in the environment is not a port (1..65535)",
+               mp);
+      return -1;
+    }
+    H.master_port = (unsigned)v;
+  }
   if (!sf__crypto_load(err, errlen) || !sf__ssh_load(err, errlen))
     return -1;
   ssize_t k = readlink("/proc/self/exe", H.exe_path, sizeof H.exe_path - 1);
@@ -779,6 +821,7 @@ int sf__cluster_start(char *err, size_t errlen) {
   if (logging())
     note("sflow: %d node%s ready in %.2f s", H.n, H.n == 1 ? "" : "s",
          (double)(now_ms() - H.t0) / 1000.0);
+  set_head_env();
   if (pthread_create(&H.thread, NULL, control_thread, NULL)) {
     snprintf(err, errlen, "cannot start the control thread");
     return start_failed(err, errlen);
@@ -999,24 +1042,34 @@ static int selftest_allreduce(const char *spec) {
   return rc;
 }
 
+/* The nodes, their workers' pids, and the head's torchrun variables as
+ * getenv sees them: a test reads a worker's in /proc/PID/environ, but the
+ * head sets its own with setenv, which /proc does not show. */
+static void print_ready(void) {
+  printf("%d nodes ready\n", H.n);
+  for (int i = 0; i < H.n; i++)
+    printf("node %d %s pid %u\n", i + 1, H.nodes[i].label, H.nodes[i].pid);
+  static const char *const names[] = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+                                      "MASTER_ADDR", "MASTER_PORT"};
+  printf("head env");
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+    printf(" %s=%s", names[i], getenv(names[i]) ? getenv(names[i]) : "(unset)");
+  printf("\n");
+  fflush(stdout);
+}
+
 int sf__cluster_selftest(const char *spec) {
   if (!H.started) {
     note("sflow: --sflow-selftest needs --nodes");
     return SF__EXIT_USAGE;
   }
   if (!strcmp(spec, "ready")) {
-    printf("%d nodes ready\n", H.n);
-    for (int i = 0; i < H.n; i++)
-      printf("node %d %s pid %u\n", i + 1, H.nodes[i].label, H.nodes[i].pid);
-    fflush(stdout);
+    print_ready();
     return 0;
   }
   double secs;
   if (sscanf(spec, "hold:%lf", &secs) == 1) {
-    printf("%d nodes ready\n", H.n);
-    for (int i = 0; i < H.n; i++)
-      printf("node %d %s pid %u\n", i + 1, H.nodes[i].label, H.nodes[i].pid);
-    fflush(stdout);
+    print_ready();
     int64_t end = now_ms() + (int64_t)(secs * 1000);
     pthread_mutex_lock(&H.mu);
     while (now_ms() < end && H.lost_count == 0) {
@@ -1242,11 +1295,17 @@ static int dial_head(const char *addr, const char *port, char *err, size_t errle
     return -1;
   }
   int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  struct timeval tv = {10, 0};
+  struct timeval tv = {DIAL_TIMEOUT_S, 0};
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   if (fd < 0 || connect(fd, ai->ai_addr, ai->ai_addrlen)) {
+    /* SO_SNDTIMEO bounds connect too; when it runs out (a firewall that
+     * drops, a cut link) Linux says EINPROGRESS, which would read as
+     * nonsense in the message. */
+    int e = errno;
+    char why[64];
+    snprintf(why, sizeof why, "no answer within %d s", DIAL_TIMEOUT_S);
     snprintf(err, errlen, "cannot connect to the head at %s:%s: %s", addr, port,
-             strerror(errno));
+             e == EINPROGRESS || e == EAGAIN ? why : strerror(e));
     if (fd >= 0)
       close(fd);
     freeaddrinfo(ai);

@@ -19,6 +19,11 @@
  *  - This file is the shared-memory transport; the TCP ring between nodes
  *    (ractor.c, over ring.c) and NCCL for device arrays implement the same
  *    operations, installed with sf__comm_new_ops.
+ *  - Device arrays (nccl.c): after the first barrier every member sees what
+ *    every other member brought, so all choose the same path: NCCL when
+ *    every array is on the device and the members are on distinct GPUs,
+ *    otherwise the device arrays are copied to the host and the group
+ *    meets once more before the shared-memory path (see device_path).
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -28,6 +33,7 @@
 #include <time.h>
 
 #include "internal.h"
+#include "nccl.h"
 
 struct sf__comm {
   const sf__comm_ops *ops; /* the transport */
@@ -43,6 +49,9 @@ struct sf__comm {
   bool *here;               /* per member: waiting in this round */
   void *impl;               /* another transport's state (sf__comm_new_ops) */
   void (*impl_free)(void *);
+  /* nccl.c: device collectives */
+  int32_t *where; /* per member: its array's sf_array.where, before the barrier */
+  _Atomic(struct sf__nccl_group *) nccl;
 };
 
 /* How long a member waits in a collective for members that have no call
@@ -66,6 +75,9 @@ sf__comm *sf__comm_new(int64_t n) {
     atomic_init(&c->pending[i], 0);
   c->here = sf__alloc_n((size_t)n, sizeof *c->here);
   memset(c->here, 0, (size_t)n * sizeof *c->here);
+  c->where = sf__alloc_n((size_t)n, sizeof *c->where);
+  memset(c->where, 0, (size_t)n * sizeof *c->where);
+  atomic_init(&c->nccl, NULL);
   return c;
 }
 
@@ -116,6 +128,8 @@ void sf__comm_release(sf__comm *c) {
   sf_free(c->slot);
   sf_free((void *)c->pending);
   sf_free(c->here);
+  sf__nccl_group_free(atomic_load(&c->nccl));
+  sf_free(c->where);
   sf_free(c);
 }
 
@@ -130,6 +144,17 @@ void sf__comm_abort(sf__comm *c, int64_t rank, const char *why) {
     pthread_cond_broadcast(&c->cond);
   }
   pthread_mutex_unlock(&c->lock);
+}
+
+_Atomic(struct sf__nccl_group *) *sf__comm_nccl(sf__comm *c) { return &c->nccl; }
+
+bool sf__comm_failed(sf__comm *c, char *why, size_t n) {
+  pthread_mutex_lock(&c->lock);
+  bool failed = c->aborted != NULL;
+  if (failed)
+    snprintf(why, n, "%s", c->aborted);
+  pthread_mutex_unlock(&c->lock);
+  return failed;
 }
 
 /* The calling member's communicator and rank; NULL for a lone actor. */
@@ -241,13 +266,41 @@ static void divide(const sf_type *t, void *acc, int64_t n, int64_t by) {
   }
 }
 
+/* ------------------------------------------------ device arrays (nccl.c) */
+
+/* Before the first barrier: what the member brings, and where it is. */
+static void publish(sf__comm *c, int64_t rank, sf_array *a) {
+  c->slot[rank] = a;
+  c->where[rank] = a ? a->where : SF__WHERE_HOST;
+}
+
+/* After the first barrier.  True when nccl.c ran the whole of op on the
+ * device; otherwise every member's array is current on the host when it
+ * returns.  The inputs (c->where, the arrays' shapes) are the same for
+ * every member, so every member takes the same branch. */
+static bool device_path(sf__comm *c, int64_t rank, sf__dev_op *op, const sf_loc *loc) {
+  int64_t on = sf__nccl_count_device(c->where, c->n);
+  if (on == 0)
+    return false;
+  if (on == c->n && sf__nccl_group_run(c, rank, c->slot, c->n, op, loc)) {
+    /* A root may finish before the last member has read the slots. */
+    barrier(c, rank, op->what, loc);
+    return true;
+  }
+  sf_array_host(c->slot[rank]); /* staged through the host: each its own */
+  barrier(c, rank, op->what, loc);
+  return false;
+}
+
 /* --------------------------------------------- shared-memory transport */
 
 static void shm_allreduce(sf__comm *c, int64_t rank, sf_array *a, bool mean, const char *what,
                           const sf_loc *loc) {
-  sf_array_host(a);
-  c->slot[rank] = a;
+  publish(c, rank, a);
   barrier(c, rank, what, loc);
+  sf__dev_op op = {.kind = SF__DEV_ALLREDUCE, .what = what, .mean = mean};
+  if (device_path(c, rank, &op, loc))
+    return;
   check_same(c, rank, what, true, loc);
   sf_array *first = c->slot[0];
   int64_t len = first ? first->len : 0;
@@ -271,9 +324,11 @@ static void shm_allreduce(sf__comm *c, int64_t rank, sf_array *a, bool mean, con
 
 static void shm_broadcast(sf__comm *c, int64_t rank, sf_array *a, int64_t root,
                           const sf_loc *loc) {
-  sf_array_host(a);
-  c->slot[rank] = a;
+  publish(c, rank, a);
   barrier(c, rank, "broadcast", loc);
+  sf__dev_op op = {.kind = SF__DEV_BROADCAST, .what = "broadcast", .root = root};
+  if (device_path(c, rank, &op, loc))
+    return;
   check_same(c, rank, "broadcast", false, loc);
   sf_array *src = c->slot[root];
   if (rank != root && a && a->len) {
@@ -314,9 +369,11 @@ static sf_array *concat(sf_array **parts, int64_t n, const sf_type *elem, int64_
 }
 
 static sf_array *shm_allgather(sf__comm *c, int64_t rank, sf_array *a, const sf_loc *loc) {
-  sf_array_host(a);
-  c->slot[rank] = a;
+  publish(c, rank, a);
   barrier(c, rank, "allgather", loc);
+  sf__dev_op op = {.kind = SF__DEV_ALLGATHER, .what = "allgather"};
+  if (device_path(c, rank, &op, loc))
+    return op.out;
   sf_array *out = concat(c->slot, c->n, a ? a->elem : &sf_type_f32, rank, loc);
   barrier(c, rank, "allgather", loc);
   return out;
@@ -362,6 +419,7 @@ sf_array *sf_allgather(sf_array *a, const sf_loc *loc) {
   sf__comm *c = mine(&rank);
   if (c && c->n > 1)
     return c->ops->allgather(c, rank, a, loc);
+  sf_array_host(a); /* a kernel may just have written it (nccl.c) */
   return concat(&a, 1, a ? a->elem : &sf_type_f32, rank, loc); /* a copy */
 }
 

@@ -18,6 +18,14 @@
  * loop of launches therefore moves its arrays over PCIe once each way, and
  * the byte counters in sf__gpu_stats (printed with SFLOW_GPU_STATS=1) let
  * the tests check exactly that.
+ *
+ * Devices: the process uses device SFLOW_DEVICE (default 0), except for
+ * the members of a group whose actor asks @gpus(g): member r runs on
+ * device SFLOW_DEVICE + floor(r * g), modulo the device count, so that
+ * @gpus(1) spreads a group over the GPUs (one NCCL rank per GPU, nccl.c)
+ * and @gpus(0.5) puts two members on each.  Each device copy remembers its
+ * device (sf_array.gpu); an array used on another device is moved there
+ * through the host.
  */
 #include <dlfcn.h>
 #include <inttypes.h>
@@ -27,6 +35,8 @@
 #include <time.h>
 
 #include "gpu_internal.h"
+
+#define MAX_DEVICES 16
 
 /* Driver API types and constants (cuda.h, stable ABI). */
 typedef int CUresult;
@@ -41,9 +51,10 @@ static struct {
   void *lib;
   bool ok;
   char why[256];
-  char arch[16];
-  CUdevice dev;
-  CUcontext ctx;
+  int32_t ordinal;               /* the default device (SFLOW_DEVICE) */
+  int32_t ndev;
+  char arch[MAX_DEVICES][16];    /* "sm_90" */
+  CUcontext ctx[MAX_DEVICES];    /* primary contexts, retained at first use */
   pthread_mutex_t mu;
   CUresult (*init)(unsigned);
   CUresult (*dev_count)(int *);
@@ -87,6 +98,22 @@ _Noreturn void sf__cuda_fail(const char *what, int rc, const sf_loc *loc) {
 
 void *sf__cuda_sym(const char *name) { return D.lib ? dlsym(D.lib, name) : NULL; }
 
+/* Retains device k's primary context and reads its architecture; under
+ * D.mu once the driver is up. */
+static CUresult open_device(int32_t k) {
+  CUdevice dev;
+  int maj = 0, min = 0;
+  CUresult rc = D.dev_get(&dev, k);
+  if (rc == 0)
+    rc = D.ctx_retain(&D.ctx[k], dev);
+  if (rc != 0)
+    return rc;
+  D.dev_attr(&maj, CU_ATTR_CC_MAJOR, dev);
+  D.dev_attr(&min, CU_ATTR_CC_MINOR, dev);
+  snprintf(D.arch[k], sizeof D.arch[k], "sm_%d%d", maj, min);
+  return 0;
+}
+
 static bool load_driver(void) {
   const char *e = getenv("SFLOW_NO_GPU");
   if (e && *e && strcmp(e, "0")) {
@@ -124,17 +151,18 @@ static bool load_driver(void) {
   }
   if ((e = getenv("SFLOW_DEVICE")) && *e)
     ord = atoi(e);
-  if (ord < 0 || ord >= n || D.dev_get(&D.dev, ord) != 0) {
+  CUdevice dev;
+  if (ord < 0 || ord >= n || D.dev_get(&dev, ord) != 0) {
     snprintf(D.why, sizeof D.why, "no CUDA device %d (SFLOW_DEVICE)", ord);
     return false;
   }
-  D.dev_attr(&maj, CU_ATTR_CC_MAJOR, D.dev);
-  D.dev_attr(&min, CU_ATTR_CC_MINOR, D.dev);
-  snprintf(D.arch, sizeof D.arch, "sm_%d%d", maj, min);
-  if ((rc = D.ctx_retain(&D.ctx, D.dev)) != 0) {
+  D.ordinal = ord;
+  D.ndev = n < MAX_DEVICES ? n : MAX_DEVICES;
+  if ((rc = open_device(ord)) != 0) {
     snprintf(D.why, sizeof D.why, "cannot create a CUDA context (error %d)", rc);
     return false;
   }
+  (void)maj, (void)min;
   char why[200];
   if (!sf__nvrtc_load(why, sizeof why)) {
     snprintf(D.why, sizeof D.why, "a GPU but no NVRTC: %s", why);
@@ -145,13 +173,56 @@ static bool load_driver(void) {
 
 static void gpu_init(void) { D.ok = load_driver(); }
 
+/* The device of the work running on this thread (see the top). */
+static _Thread_local int32_t cur_dev = -1;
+
+/* A group member first (its method may run inline on a thread that was
+ * running a task with a GPU of its own), then a task's @gpus device. */
+static int32_t placement(void) {
+  sf_actor *a = sf__current_actor();
+  const sf_actor_desc *d = a ? sf__actor_desc(a) : NULL;
+  if (d && d->gpus > 0 && sf__actor_size(a) > 1)
+    return (int32_t)((D.ordinal + (int64_t)((double)sf__actor_rank(a) * d->gpus + 1e-9)) %
+                     D.ndev);
+  if (sf__current_gpu >= 0 && !a)
+    return sf__current_gpu % D.ndev;
+  return D.ordinal;
+}
+
+static int32_t here(void) { return cur_dev >= 0 ? cur_dev : D.ordinal; }
+
+/* Makes device k's context current (its own, for a moment, around work
+ * on an array of another device). */
+static void set_device(int32_t k) { D.ctx_set(D.ctx[k]); }
+
+int32_t sf__gpu_current_device(void) { return here(); }
+
+/* Overrides task.c's weak default: the devices @gpus can be given. */
+int32_t sf__gpu_devices(void) {
+  pthread_once(&gpu_once, gpu_init);
+  return D.ok ? D.ndev : 0;
+}
+
+void sf__gpu_use_device(int32_t k) {
+  cur_dev = k;
+  set_device(k);
+}
 const char *sf__gpu_unavailable_reason(void) { return D.why; }
-const char *sf__gpu_arch(void) { return D.arch; }
+const char *sf__gpu_arch(void) { return D.arch[here()]; }
 
 bool sf__gpu_ready(const sf_loc *loc) {
   pthread_once(&gpu_once, gpu_init);
   if (D.ok) {
-    D.ctx_set(D.ctx); /* the primary context, current on this thread */
+    int32_t k = placement();
+    if (!D.ctx[k]) {
+      pthread_mutex_lock(&D.mu);
+      CUresult rc = D.ctx[k] ? 0 : open_device(k);
+      pthread_mutex_unlock(&D.mu);
+      if (rc != 0)
+        sf__cuda_fail("cuDevicePrimaryCtxRetain", rc, loc);
+    }
+    cur_dev = k;
+    set_device(k); /* the primary context, current on this thread */
     return true;
   }
   if (sf__options.require_gpu)
@@ -171,13 +242,33 @@ void sf__gpu_sync(const sf_loc *loc) { CU(D.sync(), "cuCtxSynchronize", loc); }
 
 static size_t nbytes(const sf_array *a) { return (size_t)a->len * (size_t)a->elem->size; }
 
+/* sf_array.gpu: 1 + the device of a->dev (0: not set, the default). */
+static int32_t array_device(const sf_array *a) { return a->gpu > 0 ? a->gpu - 1 : D.ordinal; }
+int32_t sf__gpu_array_device(const sf_array *a) { return array_device(a); }
+
+static void to_host(sf_array *a);
+
+/* An array whose device copy is on another device than this thread's:
+ * its host copy made current, its old buffer freed. */
+static void leave_device(sf_array *a) {
+  to_host(a);
+  set_device(array_device(a));
+  D.mfree((CUdeviceptr)(uintptr_t)a->dev);
+  set_device(here());
+  a->dev = NULL;
+  a->gpu = 0;
+}
+
 uint64_t sf__gpu_device_alloc(sf_array *a, const sf_loc *loc) {
   if (!a || a->len == 0)
     return 0;
+  if (a->dev && array_device(a) != here())
+    leave_device(a);
   if (!a->dev) {
     CUdeviceptr p = 0;
     CU(D.alloc(&p, nbytes(a)), "cuMemAlloc", loc);
     a->dev = (void *)(uintptr_t)p;
+    a->gpu = here() + 1;
   }
   return (uint64_t)(uintptr_t)a->dev;
 }
@@ -185,11 +276,11 @@ uint64_t sf__gpu_device_alloc(sf_array *a, const sf_loc *loc) {
 uint64_t sf__gpu_device_copy(sf_array *a, const sf_loc *loc) {
   if (!a || a->len == 0)
     return 0;
-  bool fresh = !a->dev;
+  bool fresh = !a->dev || array_device(a) != here();
   uint64_t p = sf__gpu_device_alloc(a, loc);
   if (fresh || a->where == SF__WHERE_HOST) {
     CU(D.htod(p, a->data, nbytes(a)), "cuMemcpyHtoD", loc);
-    sf__gpu_stats.h2d_bytes += nbytes(a);
+    SF__GPU_STAT_ADD(h2d_bytes, nbytes(a));
     a->where = SF__WHERE_BOTH;
   }
   return p;
@@ -226,8 +317,15 @@ void sf__gpu_device_wrote(sf_array *a) {
 
 static void to_host(sf_array *a) {
   if (a->where == SF__WHERE_DEVICE) {
-    CU(D.dtoh(a->data, (CUdeviceptr)(uintptr_t)a->dev, nbytes(a)), "cuMemcpyDtoH", NULL);
-    sf__gpu_stats.d2h_bytes += nbytes(a);
+    bool other = array_device(a) != here();
+    if (other)
+      set_device(array_device(a));
+    CUresult rc = D.dtoh(a->data, (CUdeviceptr)(uintptr_t)a->dev, nbytes(a));
+    if (other)
+      set_device(here());
+    if (rc != 0)
+      sf__cuda_fail("cuMemcpyDtoH", rc, NULL);
+    SF__GPU_STAT_ADD(d2h_bytes, nbytes(a));
   }
   a->where = SF__WHERE_HOST;
 }
@@ -249,23 +347,26 @@ void sf_gpu_settle(void) {
 
 void sf_array_host(sf_array *a) {
   if (a && a->dev && a->where == SF__WHERE_DEVICE) {
-    D.ctx_set(D.ctx);
+    set_device(here());
     to_host(a);
   }
 }
 
 void sf__gpu_array_free(sf_array *a) {
   if (a->dev && D.mfree) {
-    D.ctx_set(D.ctx);
+    set_device(array_device(a));
     D.mfree((CUdeviceptr)(uintptr_t)a->dev);
+    set_device(here());
   }
   a->dev = NULL;
+  a->gpu = 0;
 }
 
 /* ---------------------------------------------------------- modules */
 
 typedef struct {
   const char *src; /* the program text's address: kernels' texts are constants */
+  int32_t dev;     /* modules are per context */
   const char *entry;
   CUfunction fn;
   int block;
@@ -276,7 +377,7 @@ static size_t nloaded, cap_loaded;
 void *sf__gpu_function(const char *src, const char *entry, int *block, const sf_loc *loc) {
   pthread_mutex_lock(&D.mu);
   for (size_t i = 0; i < nloaded; i++)
-    if (loaded[i].src == src && !strcmp(loaded[i].entry, entry)) {
+    if (loaded[i].src == src && loaded[i].dev == here() && !strcmp(loaded[i].entry, entry)) {
       *block = loaded[i].block;
       pthread_mutex_unlock(&D.mu);
       return loaded[i].fn;
@@ -285,12 +386,13 @@ void *sf__gpu_function(const char *src, const char *entry, int *block, const sf_
   bool hit;
   char *log = NULL;
   double t0 = now_ms();
-  if (!sf__kernel_image(src, entry, D.arch, &img, &hit, &log)) {
+  const char *arch = D.arch[here()];
+  if (!sf__kernel_image(src, entry, arch, &img, &hit, &log)) {
     pthread_mutex_unlock(&D.mu);
     char msg[SF__ERROR_MAX / 2];
     snprintf(msg, sizeof msg, "%s", log ? log : "?");
     free(log);
-    sf_runtime_error(loc, "GPU: NVRTC could not compile kernel '%s' for %s: %s", entry, D.arch, msg);
+    sf_runtime_error(loc, "GPU: NVRTC could not compile kernel '%s' for %s: %s", entry, arch, msg);
   }
   double t1 = now_ms();
   CUmodule mod;
@@ -307,10 +409,10 @@ void *sf__gpu_function(const char *src, const char *entry, int *block, const sf_
   if (D.occupancy(&min_grid, &bs, fn, NULL, 0, 0) != 0 || bs <= 0)
     bs = 256;
   if (hit) {
-    sf__gpu_stats.cache_hits++;
+    SF__GPU_STAT_ADD(cache_hits, 1);
     sf__gpu_stats.load_ms += now_ms() - t0;
   } else {
-    sf__gpu_stats.compiles++;
+    SF__GPU_STAT_ADD(compiles, 1);
     sf__gpu_stats.compile_ms += t1 - t0;
   }
   if (nloaded == cap_loaded) {
@@ -320,7 +422,7 @@ void *sf__gpu_function(const char *src, const char *entry, int *block, const sf_
       sf_runtime_error(loc, "out of memory");
     loaded = p;
   }
-  loaded[nloaded++] = (LoadedFn){src, entry, fn, bs};
+  loaded[nloaded++] = (LoadedFn){src, here(), entry, fn, bs};
   *block = bs;
   pthread_mutex_unlock(&D.mu);
   return fn;
@@ -347,10 +449,10 @@ typedef struct {
 } KErr;
 
 static CUdeviceptr kerr_buf(const sf_loc *loc) {
-  static _Thread_local CUdeviceptr p;
-  if (!p)
-    CU(D.alloc(&p, sizeof(KErr)), "cuMemAlloc", loc);
-  return p;
+  static _Thread_local CUdeviceptr p[MAX_DEVICES];
+  if (!p[here()])
+    CU(D.alloc(&p[here()], sizeof(KErr)), "cuMemAlloc", loc);
+  return p[here()];
 }
 
 _Noreturn static void kernel_error(const sf_kernel_desc *k, const KErr *e) {
@@ -406,7 +508,7 @@ static void launch_gpu(const sf_kernel_desc *k, int64_t n, void *args, const sf_
   sf_free(lens);
   KErr e;
   CU(D.dtoh(&e, err, sizeof e), "cuMemcpyDtoH", loc);
-  sf__gpu_stats.gpu_launches++;
+  SF__GPU_STAT_ADD(gpu_launches, 1);
   if (e.code > 0)
     kernel_error(k, &e);
 }
@@ -430,7 +532,7 @@ void sf_launch(const sf_kernel_desc *k, int64_t n, void *args, const sf_loc *loc
     launch_gpu(k, n, args, loc);
     return;
   }
-  sf__gpu_stats.cpu_launches++;
+  SF__GPU_STAT_ADD(cpu_launches, 1);
   /* On the CPU threads: large launches are split over the pool. */
   if (n >= CPU_GRAIN * 2) {
     cpu_launch c = {k, args};

@@ -63,13 +63,20 @@ typedef struct {
   uint64_t gpu_matmuls, cpu_matmuls;
 } sf__gpu_stats_t;
 extern sf__gpu_stats_t sf__gpu_stats;
+/* Counters are bumped from several threads (group members launch at once). */
+#define SF__GPU_STAT_ADD(field, v) __atomic_fetch_add(&sf__gpu_stats.field, (v), __ATOMIC_RELAXED)
 
 /* Is a GPU usable?  The first call loads libcuda and picks device 0
  * ($SFLOW_DEVICE overrides, $SFLOW_NO_GPU=1 forces the CPU); without a GPU
  * it prints the one-line notice, or with --require-gpu raises a runtime
  * error at loc. */
 bool sf__gpu_ready(const sf_loc *loc);
-const char *sf__gpu_arch(void); /* "sm_90" */
+const char *sf__gpu_arch(void); /* "sm_90", of this thread's device */
+/* The device this thread works on: SFLOW_DEVICE, or a group member's own
+ * (see gpu.c), as set by the last sf__gpu_ready on the thread. */
+int32_t sf__gpu_current_device(void);
+/* Makes device k (one that holds an array already) this thread's device. */
+void sf__gpu_use_device(int32_t k);
 const char *sf__gpu_unavailable_reason(void);
 /* The device copy of a, made current (copied over when the host copy is
  * newer).  A device pointer as an integer; 0 for an empty array. */
@@ -82,6 +89,9 @@ uint64_t sf__gpu_device_alloc(sf_array *a, const sf_loc *loc);
 void sf__gpu_device_wrote(sf_array *a);
 void sf__gpu_touch(sf_array *a);
 void sf__gpu_array_free(sf_array *a);
+/* The ordinal of the GPU that holds a's device copy (nccl.c: NCCL needs
+ * one GPU per member). */
+int32_t sf__gpu_array_device(const sf_array *a);
 /* Reports a failed driver call: "what: the driver's message". */
 _Noreturn void sf__cuda_fail(const char *what, int rc, const sf_loc *loc);
 void sf__gpu_sync(const sf_loc *loc);

@@ -18,6 +18,7 @@
 #include <setjmp.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "sflow.h"
 
@@ -33,6 +34,15 @@ extern sf__dtor_fn sf__obj_dtor[SF_OBJ_GROUP + 1];
 
 /* sf_alloc for count * size bytes, with the multiplication checked. */
 void *sf__alloc_n(size_t count, size_t size);
+
+/* Blocks of up to SF__BLOCK_MAX bytes recycled through per-thread caches
+ * (futures with their task records: a million-task run allocates and frees
+ * a million of them).  sf__block_alloc returns the block and its class,
+ * which sf__block_free needs back; a larger size is plain sf_alloc, class
+ * -1. */
+#define SF__BLOCK_MAX 512
+void *sf__block_alloc(size_t n, int32_t *cls);
+void sf__block_free(void *p, int32_t cls);
 
 /* ------------------------------------------------------------ str.c */
 
@@ -90,7 +100,17 @@ typedef struct sf__buf {
   size_t inline_cap;
 } sf__buf;
 void sf__buf_init(sf__buf *b, char *storage, size_t cap);
-void sf__buf_put(sf__buf *b, const char *s, size_t n);
+/* Makes room for n more bytes (doubling); the slow path of sf__buf_put. */
+void sf__buf_grow(sf__buf *b, size_t n);
+/* Inline: journal records and serialized values are many small puts, and a
+ * call per put was a tenth of the cost of a journaled empty task. */
+static inline void sf__buf_put(sf__buf *b, const char *s, size_t n) {
+  if (n > b->cap - b->len)
+    sf__buf_grow(b, n);
+  if (n)
+    memcpy(b->data + b->len, s, n);
+  b->len += n;
+}
 void sf__buf_free(sf__buf *b);
 void sf__format_value(sf__buf *b, const sf_type *t, const void *p, bool nested);
 /* write(2) all of buf to fd, retrying on EINTR and partial writes. */
@@ -263,7 +283,11 @@ int64_t sf__actor_restore_epoch(sf_actor *a);
 
 /* The collectives of one group.  Key design choice: one interface, whose
  * first implementation is shared memory between the members' threads; the
- * TCP ring (multi-node) and NCCL (device arrays) implement the same ops. */
+ * TCP ring (multi-node) and NCCL (device arrays) implement the same ops.
+ * A collective may be handed an array whose only current copy is on the
+ * device (a kernel just wrote it: collectives do not end a run of GPU
+ * statements), so a host transport calls sf_array_host(a) before reading
+ * it, or hands device arrays to nccl.h. */
 typedef struct sf__comm sf__comm;
 typedef struct sf__comm_ops {
   const char *name;
@@ -284,6 +308,12 @@ _Atomic int64_t *sf__comm_pending(sf__comm *c, int64_t rank); /* member's call c
 sf__comm *sf__comm_new_ops(int64_t n, const sf__comm_ops *ops, void *impl,
                            void (*impl_free)(void *));
 void *sf__comm_impl(sf__comm *c);
+/* For nccl.c: the group's NCCL state (made by its first device
+ * collective, freed with c), and whether the group can no longer meet
+ * (true, with the reason in why). */
+struct sf__nccl_group;
+_Atomic(struct sf__nccl_group *) *sf__comm_nccl(sf__comm *c);
+bool sf__comm_failed(sf__comm *c, char *why, size_t n);
 struct sf_actor;
 sf__comm *sf__actor_comm(sf_actor *a);
 

@@ -244,6 +244,9 @@ typedef struct jbuf {
   struct jbuf *next;
   pthread_mutex_t lock;
   sf__buf b;
+  sf__buf spare; /* the buffer last written out, emptied, for reuse: a
+                  * fresh one each flush would grow by doubling (copies,
+                  * page faults) all over again */
 } jbuf;
 
 static jbuf *jbufs; /* every thread's, linked under J.lock */
@@ -254,6 +257,7 @@ static jbuf *mine(void) {
     jbuf *j = sf_alloc(sizeof *j);
     pthread_mutex_init(&j->lock, NULL);
     sf__buf_init(&j->b, NULL, 0);
+    sf__buf_init(&j->spare, NULL, 0);
     pthread_mutex_lock(&J.lock);
     j->next = jbufs;
     jbufs = j;
@@ -272,7 +276,6 @@ static void write_out(sf__buf *out, bool records) {
     raise(SIGKILL);
   }
   bool ok = sf__write_all(J.fd, out->data, out->len);
-  sf__buf_free(out);
   if (!ok && !J.failed) {
     J.failed = true;
     sf__notice("writing the journal failed (%s): this run cannot be resumed", strerror(errno));
@@ -284,12 +287,26 @@ static void write_pending_locked(void) {
   if (J.fd < 0)
     return;
   write_out(&J.pending, false); /* the header */
+  sf__buf_free(&J.pending);
   for (jbuf *j = jbufs; j; j = j->next) {
     pthread_mutex_lock(&j->lock);
+    if (!j->b.len) {
+      pthread_mutex_unlock(&j->lock);
+      continue;
+    }
     sf__buf out = j->b;
-    sf__buf_init(&j->b, NULL, 0);
+    j->b = j->spare;
+    j->b.len = 0;
+    sf__buf_init(&j->spare, NULL, 0);
     pthread_mutex_unlock(&j->lock);
     write_out(&out, true);
+    pthread_mutex_lock(&j->lock);
+    if (!j->spare.data && out.cap <= 4 * FLUSH_BYTES) { /* keep it for the next swap */
+      j->spare = out;
+    } else {
+      sf__buf_free(&out);
+    }
+    pthread_mutex_unlock(&j->lock);
   }
 }
 
@@ -311,14 +328,19 @@ static void *flusher_main(void *arg) {
   return NULL;
 }
 
-static void put_varint(sf__buf *b, uint64_t v) {
-  char tmp[10];
+/* Writes v at p (room for 10 bytes); returns the bytes written. */
+static size_t varint_at(char *p, uint64_t v) {
   size_t n = 0;
   do {
-    tmp[n++] = (char)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+    p[n++] = (char)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
     v >>= 7;
   } while (v);
-  sf__buf_put(b, tmp, n);
+  return n;
+}
+
+static void put_varint(sf__buf *b, uint64_t v) {
+  sf__buf_grow(b, 10);
+  b->len += varint_at(b->data + b->len, v);
 }
 
 static bool get_varint(sf__reader *r, uint64_t *v) {
@@ -359,28 +381,39 @@ static void append(int32_t kind, int64_t seq, int64_t spawn, int64_t rank, int64
   pthread_mutex_lock(&j->lock);
   sf__buf *b = &j->b;
   size_t start = b->len;
-  sf__buf_put(b, "\0\0\0\0\0\0\0\0", 8); /* the frame, patched below */
-  unsigned char k = (unsigned char)kind;
-  sf__buf_put(b, (const char *)&k, 1);
-  put_varint(b, zigzag(seq));
-  put_varint(b, zigzag(spawn));
-  put_varint(b, zigzag(rank));
-  put_varint(b, zigzag(index));
   size_t nl = name ? strlen(name) : 0;
-  put_varint(b, nl);
-  sf__buf_put(b, name, nl);
+  /* The fixed part in one go: frame (patched below), kind, four varints,
+   * the name's length and the name. */
+  sf__buf_grow(b, 8 + 1 + 5 * 10 + nl);
+  char *p = b->data + start + 8;
+  *p++ = (char)(unsigned char)kind;
+  p += varint_at(p, zigzag(seq));
+  p += varint_at(p, zigzag(spawn));
+  p += varint_at(p, zigzag(rank));
+  p += varint_at(p, zigzag(index));
+  p += varint_at(p, nl);
+  if (nl)
+    memcpy(p, name, nl);
+  b->len = (size_t)(p - b->data) + nl;
   if (t && value) {
-    /* The value's length goes before it: serialize, then move into place. */
+    /* The value's length goes before it.  Scalars have a known size; other
+     * values are serialized first and moved up past their length. */
     size_t at = b->len;
-    sf__ser_value(b, t, value);
-    size_t vl = b->len - at;
-    char lenbuf[10];
-    sf__buf tmp;
-    sf__buf_init(&tmp, lenbuf, sizeof lenbuf);
-    put_varint(&tmp, vl);
-    sf__buf_put(b, lenbuf, tmp.len); /* grow by the length's size */
-    memmove(b->data + at + tmp.len, b->data + at, vl);
-    memcpy(b->data + at, lenbuf, tmp.len);
+    if (t->kind == SF_BOOL || t->kind == SF_I32 || t->kind == SF_I64 || t->kind == SF_F32 ||
+        t->kind == SF_F64) {
+      sf__buf_grow(b, 1 + (size_t)t->size);
+      b->data[b->len++] = (char)t->size;
+      sf__ser_value(b, t, value);
+    } else {
+      sf__ser_value(b, t, value);
+      size_t vl = b->len - at;
+      char lenbuf[10];
+      size_t ln = varint_at(lenbuf, vl);
+      sf__buf_grow(b, ln);
+      memmove(b->data + at + ln, b->data + at, vl);
+      memcpy(b->data + at, lenbuf, ln);
+      b->len += ln;
+    }
   } else {
     put_varint(b, 0);
   }

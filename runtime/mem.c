@@ -26,6 +26,132 @@ void *sf_alloc(size_t n) {
 
 void sf_free(void *p) { free(p); }
 
+/* ------------------------------------------------------------ blocks
+ *
+ * Size classes up to SF__BLOCK_MAX.  Each thread keeps a free
+ * list per class; a list that grows past LOCAL_MAX hands BATCH blocks to a
+ * global depot, and an empty list takes a batch from the depot before
+ * asking malloc.  So a thread that frees what another allocated (main
+ * releasing futures that pool threads completed, or the reverse) passes
+ * the blocks back in batches instead of growing without bound, and steady
+ * state costs a pointer push and pop.  Memory stays with the cache once
+ * allocated (the high-water mark, as with any caching allocator); a thread
+ * that ends gives its lists to the depot. */
+
+#include <pthread.h>
+
+/* Classes: 16..128 bytes by 16 (a future alone), then 192..512 by 64 (a
+ * future with its task record). */
+#define NCLASS (8 + (SF__BLOCK_MAX - 128) / 64)
+
+static int class_of(size_t n) { return n <= 128 ? (int)((n - 1) / 16) : 8 + (int)((n - 129) / 64); }
+static size_t class_size(int k) { return k < 8 ? (size_t)(k + 1) * 16 : 128 + (size_t)(k - 7) * 64; }
+#define LOCAL_MAX 2048
+#define BATCH 1024
+
+typedef struct block { struct block *next; } block;
+
+typedef struct {
+  block *head[NCLASS];
+  int32_t count[NCLASS];
+  bool registered;
+} block_cache;
+
+static _Thread_local block_cache cache;
+static struct {
+  pthread_mutex_t lock;
+  block *batches[NCLASS]; /* each batch: up to BATCH blocks linked by next;
+                           * its first block's second word links batches */
+  pthread_key_t key;
+  pthread_once_t once;
+} depot = {.lock = PTHREAD_MUTEX_INITIALIZER, .once = PTHREAD_ONCE_INIT};
+
+/* The second word of a batch's first block links the depot's batches. */
+static block **batch_link(block *b) { return (block **)((char *)b + sizeof(block *)); }
+
+static void cache_flush(void *arg) {
+  block_cache *c = arg;
+  pthread_mutex_lock(&depot.lock);
+  for (int k = 0; k < NCLASS; k++)
+    if (c->head[k]) { /* a short batch is still a batch: the counts are not kept there */
+      *batch_link(c->head[k]) = depot.batches[k];
+      depot.batches[k] = c->head[k];
+      c->head[k] = NULL;
+      c->count[k] = 0;
+    }
+  pthread_mutex_unlock(&depot.lock);
+}
+
+static void depot_init(void) { pthread_key_create(&depot.key, cache_flush); }
+
+/* The thread's cache, registered to go to the depot when the thread ends. */
+static block_cache *my_cache(void) {
+  block_cache *c = &cache;
+  if (!c->registered) {
+    pthread_once(&depot.once, depot_init);
+    pthread_setspecific(depot.key, c);
+    c->registered = true;
+  }
+  return c;
+}
+
+void *sf__block_alloc(size_t n, int32_t *cls) {
+  if (n > SF__BLOCK_MAX || n == 0) {
+    *cls = -1;
+    return sf_alloc(n);
+  }
+  int k = class_of(n);
+  *cls = k;
+  block_cache *c = &cache;
+  block *b = c->head[k];
+  if (!b) {
+    c = my_cache();
+    pthread_mutex_lock(&depot.lock);
+    b = depot.batches[k];
+    if (b)
+      depot.batches[k] = *batch_link(b);
+    pthread_mutex_unlock(&depot.lock);
+    if (!b)
+      return sf_alloc(class_size(k));
+    /* The batch becomes this thread's list; its length is not known, so
+     * count it as full: the next overflow hands back at most a batch. */
+    c->count[k] = BATCH;
+  }
+  c->head[k] = b->next;
+  if (c->count[k] > 0)
+    c->count[k]--;
+  return b;
+}
+
+void sf__block_free(void *p, int32_t cls) {
+  if (cls < 0) {
+    sf_free(p);
+    return;
+  }
+  block_cache *c = my_cache();
+  block *b = p;
+  if (c->count[cls] >= LOCAL_MAX) {
+    /* Split off the first BATCH blocks (this one first) for the depot. */
+    b->next = c->head[cls];
+    block *last = b;
+    for (int i = 1; i < BATCH && last->next; i++)
+      last = last->next;
+    c->head[cls] = last->next;
+    last->next = NULL;
+    c->count[cls] = c->count[cls] + 1 - BATCH;
+    if (c->count[cls] < 0)
+      c->count[cls] = 0;
+    pthread_mutex_lock(&depot.lock);
+    *batch_link(b) = depot.batches[cls];
+    depot.batches[cls] = b;
+    pthread_mutex_unlock(&depot.lock);
+    return;
+  }
+  b->next = c->head[cls];
+  c->head[cls] = b;
+  c->count[cls]++;
+}
+
 void *sf__alloc_n(size_t count, size_t size) {
   if (size && count > SIZE_MAX / size)
     sf_runtime_error(NULL, "out of memory");

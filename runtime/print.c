@@ -31,25 +31,21 @@ void sf__buf_init(sf__buf *b, char *storage, size_t cap) {
                  .inline_data = storage, .inline_cap = storage ? cap : 0};
 }
 
-void sf__buf_put(sf__buf *b, const char *s, size_t n) {
-  if (n == 0)
+void sf__buf_grow(sf__buf *b, size_t n) {
+  if (n <= b->cap - b->len)
     return;
-  if (n > b->cap - b->len) {
-    if (n > SIZE_MAX / 4 - b->len)
-      sf_runtime_error(NULL, "out of memory");
-    size_t cap = b->cap ? b->cap * 2 : 256;
-    while (cap - b->len < n)
-      cap *= 2;
-    char *d = sf_alloc(cap);
-    if (b->len)
-      memcpy(d, b->data, b->len);
-    if (b->data != b->inline_data)
-      sf_free(b->data);
-    b->data = d;
-    b->cap = cap;
-  }
-  memcpy(b->data + b->len, s, n);
-  b->len += n;
+  if (n > SIZE_MAX / 4 - b->len)
+    sf_runtime_error(NULL, "out of memory");
+  size_t cap = b->cap ? b->cap * 2 : 256;
+  while (cap - b->len < n)
+    cap *= 2;
+  char *d = sf_alloc(cap);
+  if (b->len)
+    memcpy(d, b->data, b->len);
+  if (b->data != b->inline_data)
+    sf_free(b->data);
+  b->data = d;
+  b->cap = cap;
 }
 
 void sf__buf_free(sf__buf *b) {

@@ -94,7 +94,7 @@ typedef struct sf_array {
   void *data;          /* len * elem->size bytes, host copy */
   void *dev;           /* reserved for the GPU layer */
   int32_t where;       /* reserved for the GPU layer: which copy is current */
-  int32_t pad;
+  int32_t gpu;         /* reserved for the GPU layer: 1 + the device of dev */
 } sf_array;
 
 /* A reference to any object, or NULL.  Inline-able by the compiler. */

@@ -90,15 +90,16 @@ static void future_dtor(sf_obj *o) {
   if (f->type && (atomic_load(&f->state) & FUT_STATUS) == FUT_DONE)
     sf_value_release(f->type, f->value);
   free(f->error);
-  sf_free(f);
+  sf__block_free(f, f->hdr.flags);
 }
 
 /* A pending future with `extra` more bytes after its value, 16-aligned. */
 static sf_future *future_alloc(const sf_type *t, size_t extra, void **extra_out) {
   size_t vsize = (size_t)type_size(t);
   size_t head = round16(sizeof(sf_future) + vsize);
-  sf_future *f = sf_alloc(head + extra);
-  f->hdr = (sf_obj){1, SF_OBJ_FUTURE, 0};
+  int32_t cls;
+  sf_future *f = sf__block_alloc(head + extra, &cls);
+  f->hdr = (sf_obj){1, SF_OBJ_FUTURE, cls}; /* flags: the block's class */
   atomic_init(&f->state, FUT_PENDING);
   f->flags = 0;
   f->type = vsize ? t : NULL;
@@ -571,11 +572,59 @@ sf_future *sf_task_call(const sf_task_desc *d, void *args, const sf_loc *loc) {
   return task_submit(d, args, seq, need, true, loc);
 }
 
+/* Whether any argument of d is a future (such a call may park). */
+static bool future_args(const sf_task_desc *d) {
+  const sf_type *a = d->args;
+  for (int32_t i = 0; a && i < a->nfields; i++)
+    if (a->fields[i].type->kind == SF_FUTURE)
+      return true;
+  return false;
+}
+
+#define INLINE_ARGS 256 /* argument bytes a call run on the spot may have */
+
+/* Past the throttle (plenty queued already), a call that can only ever
+ * run here, now, needs no heap record: no deque entry, no park, no
+ * watchdog, no resource wait, no other node can see it.  Its record lives
+ * on this stack for the attempt(s) and only the future (the value) is
+ * allocated.  This is libgomp's undeferred task, and it keeps the memory a
+ * million pipelined calls touch to their futures. */
+static bool run_on_the_spot(const sf_task_desc *d, demand need, bool may_go_remote,
+                            size_t asize) {
+  return d->timeout <= 0 && need.cpus == 0 && need.gpu == 0 && asize <= INLINE_ARGS &&
+         sf__inline_depth < MAX_INLINE_DEPTH && (!may_go_remote || !sf__options.nodes) &&
+         sf__sched_queue_len() >= THROTTLE * (int64_t)sf__pool_size() && !future_args(d);
+}
+
 /* The shared part of sf_task_call and sf__task_submit_local. */
 static sf_future *task_submit(const sf_task_desc *d, void *args, int64_t seq, demand need,
                               bool may_go_remote, const sf_loc *loc) {
   size_t asize = (size_t)type_size(d->args);
   task_rec *t;
+  if (run_on_the_spot(d, need, may_go_remote, asize)) {
+    _Alignas(16) unsigned char rec[sizeof(task_rec) + INLINE_ARGS];
+    t = (task_rec *)rec;
+    sf_future *f = future_alloc(d->result, 0, NULL);
+    t->job.run = NULL;
+    t->again.run = NULL;
+    atomic_init(&t->claimed, 1);
+    t->next_parked = NULL;
+    t->d = d;
+    t->f = f;
+    t->loc = loc;
+    atomic_init(&t->owner, submit_first_attempt);
+    atomic_init(&t->inflight, 1);
+    t->need = need;
+    t->seq = seq;
+    if (asize)
+      memcpy(t->args, args, asize);
+    f->hdr.rc = 2; /* the caller's and the attempt's (task_args_done) */
+    SF__COUNT(tasks);
+    sf__inline_depth++;
+    run_task(t);
+    sf__inline_depth--;
+    return f;
+  }
   sf_future *f = future_alloc(d->result, sizeof(task_rec) + asize, (void **)&t);
   t->job.run = run_task_job;
   t->job.next = NULL;

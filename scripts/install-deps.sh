@@ -12,7 +12,7 @@ pkgs=(
   vim-nox                            # editor tests: real headless Vim
   libssh2-1-dev openssh-server openssh-client  # multi-node runs and their tests
   libopenblas-dev libcjson-dev zlib1g-dev valgrind gdb
-  iproute2 procps
+  iproute2 procps                    # ip netns, ip link, ss: namespace cluster tests
 )
 
 missing=()

@@ -8,7 +8,8 @@
 #
 # Without a GPU the run still goes end to end: every GPU row says "not run"
 # with the reason, and the script exits 0 only if nothing that ran failed.
-# The GPU runs take well under 8 minutes on an H200.
+# The GPU runs should take under 10 minutes on an H200 (the NCCL part, 5,
+# is bounded by its timeouts at about 6 minutes and normally needs one).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -16,10 +17,10 @@ root=$(cd "$here/../.." && pwd)
 if [ "${1:-}" = prepare ]; then
   build=${2:-$root/build}
   out=$here/out
-  cmake --build "$build" -j "$(nproc)" --target sflowc gpu_check nvrtc_check >/dev/null || exit 1
+  cmake --build "$build" -j "$(nproc)" --target sflowc gpu_check nvrtc_check nccl_check >/dev/null || exit 1
   rm -rf "$out" && mkdir -p "$out/progs"
-  cp "$build/tests/gpu_check" "$build/tests/nvrtc_check" "$out/"
-  for src in "$root"/tests/gpu/programs/*.sflow "$root"/tests/run/kernels/*.sflow "$here"/mlp_bench.sflow; do
+  cp "$build/tests/gpu_check" "$build/tests/nvrtc_check" "$build/tests/nccl_check" "$out/"
+  for src in "$root"/tests/gpu/programs/*.sflow "$root"/tests/run/kernels/*.sflow "$here"/mlp_bench.sflow "$here"/group_allreduce.sflow; do
     name=$(basename "$src" .sflow)
     "$build/bin/sflowc" -O2 "$src" -o "$out/progs/$name" || exit 1
     grep -h '// gpu-stats:' "$src" | sed 's|.*gpu-stats: *||' > "$out/progs/$name.stats" || true
@@ -36,6 +37,14 @@ fi
 out=${1:-$here/out}
 [ -x "$out/gpu_check" ] || { echo "run.sh: $out is not prepared; run 'bench/gpu/run.sh prepare' first" >&2; exit 2; }
 export SFLOW_KERNEL_CACHE=${SFLOW_KERNEL_CACHE:-$(mktemp -d)/kernels}
+# NCCL: the system's libnccl.so.2, else the one PyTorch ships (pip's
+# nvidia-nccl), else the CUDA toolkit's; SFLOW_NCCL set by hand wins.
+if [ -z "${SFLOW_NCCL:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libnccl.so.2 '; then
+  for f in $(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null) \
+           /usr/local/cuda/lib/libnccl.so.2 /usr/local/cuda/lib64/libnccl.so.2 /usr/local/cuda-13.0/lib/libnccl.so.2; do
+    [ -f "$f" ] && { export SFLOW_NCCL=$f; break; }
+  done
+fi
 table=$(mktemp)
 failed=0
 row() { echo "TABLE|$*" >> "$table"; }
@@ -56,13 +65,14 @@ else grep '^TABLE|' "$table.check" >> "$table"; [ $rc = 0 ] || { failed=1; cat "
 gpu_ok=1
 for exe in "$out"/progs/*; do
   case $exe in *.stats) continue;; esac
-  name=$(basename "$exe"); [ "$name" = mlp_bench ] && continue
+  name=$(basename "$exe"); [ "$name" = mlp_bench ] || [ "$name" = group_allreduce ] && continue
   g_out=$(SFLOW_GPU_STATS=1 timeout 120 "$exe" --require-gpu 2>"$table.gerr"); g_rc=$?
-  if grep -q -- '--require-gpu was given' "$table.gerr"; then
+  if grep -qE -- '--require-gpu (was given|is set)' "$table.gerr"; then
     row "sflow kernels GPU vs CPU|not run: $(grep -o 'no GPU ([^)]*)' "$table.gerr" | head -1)|-|-"; gpu_ok=0; break
   fi
   c_out=$(SFLOW_NO_GPU=1 timeout 120 "$exe" --quiet 2>"$table.cerr"); c_rc=$?
-  stats=$(grep '^sflow-gpu-stats:' "$table.gerr"); grep -v '^sflow-gpu-stats:' "$table.gerr" > "$table.gerr2"
+  # Notices (GPU run only: the CPU run is --quiet) say how work was placed.
+  stats=$(grep '^sflow-gpu-stats:' "$table.gerr"); grep -v '^sflow-gpu-stats:' "$table.gerr" | grep -v '^[^ ]*: notice: ' > "$table.gerr2"
   verdict=identical
   [ "$g_out" = "$c_out" ] && [ $g_rc = $c_rc ] && cmp -s "$table.gerr2" "$table.cerr" || verdict=DIFFERENT
   for kv in $(cat "$exe.stats" 2>/dev/null); do
@@ -80,6 +90,25 @@ fi
 timeout 300 python3 "$here/torch_peer.py" > "$table.torch" 2>&1; rc=$?
 if [ $rc = 0 ]; then grep '^TABLE|' "$table.torch" >> "$table"
 else row "PyTorch peers|not run: $(tail -1 "$table.torch")|-|-"; fi
+
+# 5. NCCL (runtime/nccl.c): two processes as two ranks (exact results, a
+#    dead and a stopped peer caught by the watchdog, allreduce bandwidth
+#    1 KB-256 MB), the torch.distributed peer, and an sflow group in one
+#    process (NCCL on two GPUs, host staging when its members share one).
+timeout 400 "$out/nccl_check" --bench > "$table.nccl" 2>&1; rc=$?
+if [ $rc = 77 ]; then row "NCCL checks and allreduce bandwidth|not run: $(grep -o 'SKIP.*' "$table.nccl" | head -1)|-|-"
+else grep '^TABLE|' "$table.nccl" >> "$table"; [ $rc = 0 ] || { failed=1; echo "--- nccl_check"; cat "$table.nccl"; }; fi
+timeout 240 python3 "$here/torch_nccl_peer.py" > "$table.tnccl" 2>&1; rc=$?
+if [ $rc = 0 ]; then grep '^TABLE|' "$table.tnccl" >> "$table"
+else row "torch.distributed NCCL peer|not run: $(tail -1 "$table.tnccl")|-|-"; fi
+if [ $gpu_ok = 1 ]; then
+  timeout 180 "$out/progs/group_allreduce" --require-gpu > "$table.group" 2> "$table.gerr"; rc=$?
+  via=$(grep -q 'share GPU' "$table.gerr" && echo "1 GPU shared: host staging" || echo "NCCL")
+  while read -r _ bytes us gbs; do
+    row "sflow group allreduce_sum $bytes B, 2 members ($via)|$gbs GB/s bus ($us us/round)|nccl_check row|-"
+  done < <(grep '^group_allreduce' "$table.group")
+  [ $rc = 0 ] || { failed=1; row "sflow group allreduce|FAIL (rc $rc)|-|-"; cat "$table.gerr"; }
+fi
 
 echo
 printf '%-52s | %-40s | %-30s | %s\n' check figure peer goal

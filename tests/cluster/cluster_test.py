@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
-"""Multi-node tests against real sshd servers on loopback.
+"""Multi-node tests against real sshd servers on loopback or in network
+namespaces.
 
 Each case starts its own sshd processes (one per simulated node, on
 127.0.0.2, 127.0.0.3, ... with a free port each), with an ed25519 host key
 per server, a user key and a private known_hosts generated for the test,
 compiles a small workflow with sflowc, and runs the real executable with
---nodes.  After every case no worker process may be left.
+--nodes.  After every case no worker process may be left.  The netns_*
+cases put each node's sshd in a network namespace of its own behind a veth
+pair (NetnsCluster), so that a network cut is a link set down; they need
+root and a working `ip netns add`, and skip (77) saying why otherwise.
 
     cluster_test.py --sflowc PATH CASE     run one case (exit 77: skipped)
     cluster_test.py --list                 the case names
@@ -17,6 +21,7 @@ in that same user, which is all the tests need.
 """
 import argparse
 import os
+import random
 import re
 import shutil
 import signal
@@ -36,6 +41,10 @@ PROGRAM = """workflow main(n: i64 = 3) {
 
 class Fail(Exception):
     pass
+
+
+class Skip(Exception):
+    """The case cannot run on this machine; main() exits 77 with the reason."""
 
 
 def check(cond, what, *details):
@@ -59,8 +68,9 @@ def keygen(path, passphrase=""):
 class Cluster:
     """n sshd servers; hostfile, known_hosts and user key in self.dir."""
 
-    def __init__(self, sflowc, n, port=None):
+    def __init__(self, sflowc, n, port=None, sshd_extra=None):
         self.port = port  # one port on every address (OpenMPI needs that)
+        self.sshd_extra = sshd_extra or {}  # node index -> more sshd_config lines
         self.sflowc = sflowc
         self.dir = tempfile.mkdtemp(prefix="sflow-cluster-")
         self.procs = []
@@ -87,9 +97,16 @@ class Cluster:
         r = subprocess.run([sflowc, src, "-o", self.prog], capture_output=True, text=True)
         check(r.returncode == 0, "sflowc failed", r.stderr)
 
-    def start_sshd(self, i):
+    def node_addr(self, i):
+        """Address and port node i's sshd listens on."""
         addr = f"127.0.0.{2 + i}"
-        port = self.port or free_port(addr)
+        return addr, self.port or free_port(addr)
+
+    def sshd_command(self, i, cfg):
+        return [SSHD, "-D", "-e", "-f", cfg]
+
+    def start_sshd(self, i):
+        addr, port = self.node_addr(i)
         key = os.path.join(self.dir, f"host{i}_key")
         keygen(key)
         cfg = os.path.join(self.dir, f"sshd{i}.conf")
@@ -108,9 +125,9 @@ Subsystem sftp internal-sftp
 LogLevel VERBOSE
 MaxStartups 200
 MaxSessions 50
-""")
+""" + self.sshd_extra.get(i, ""))
         log = open(os.path.join(self.dir, f"sshd{i}.log"), "w")
-        p = subprocess.Popen([SSHD, "-D", "-e", "-f", cfg], stdout=log, stderr=log,
+        p = subprocess.Popen(self.sshd_command(i, cfg), stdout=log, stderr=log,
                              stdin=subprocess.DEVNULL)
         self.procs.append(p)
         deadline = time.time() + 10
@@ -173,7 +190,10 @@ MaxSessions 50
                     cmd = f.read().decode(errors="replace").split("\0")
             except OSError:
                 continue
-            if cmd[cmd.index("--sflow-worker") + 1].startswith(f"{node}@"):
+            # The login shell's `sh -c 'exec env ... --sflow-worker ...'`
+            # is caught too before it execs: its command is one argument.
+            if "--sflow-worker" in cmd and \
+                    cmd[cmd.index("--sflow-worker") + 1].startswith(f"{node}@"):
                 return pid
         return None
 
@@ -218,9 +238,12 @@ MaxSessions 50
         check(not left, f"worker processes left behind: {left}")
 
     def close(self):
-        for p in self.procs:
+        # Also after a constructor that failed half way (NetnsCluster).
+        for p in getattr(self, "procs", []):
             p.kill()
             p.wait()
+        if not hasattr(self, "dir"):
+            return
         for pid in self.workers():
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -230,6 +253,156 @@ MaxSessions 50
             print("kept", self.dir)
         else:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def ip(*args):
+    """Runs ip(8); returns (exit status, stderr)."""
+    r = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30,
+                       stdin=subprocess.DEVNULL)
+    return r.returncode, r.stderr.strip()
+
+
+def must_ip(*args):
+    rc, err = ip(*args)
+    check(rc == 0, f"ip {' '.join(args)}: {err}")
+
+
+class NetnsCluster(Cluster):
+    """Nodes in network namespaces, for true network cuts.
+
+    Node i is namespace sflow-PID-TAG-i with loopback up, joined to the root
+    namespace (where the head runs) by a veth pair on a /30 of its own:
+    10.A.B.4i+1 on the head side (sfTAGhI), 10.A.B.4i+2 inside (eth0).  Its
+    sshd runs inside with `ip netns exec` on port 2222, so the head reaches
+    node i only over that link and the worker can reach the head only over
+    it too.  TAG is random and checked against existing namespaces and
+    links, A.B against addresses and routes in use, so concurrent runs do
+    not collide.  close() kills every process in the namespaces and deletes
+    them and the veths, also after a constructor that failed half way.
+    """
+
+    PORT = 2222
+
+    def __init__(self, sflowc, n):
+        if os.geteuid() != 0:
+            raise Skip("needs root: network namespaces and veth pairs")
+        if not shutil.which("ip"):
+            raise Skip("needs ip(8) (iproute2; scripts/install-deps.sh installs it)")
+        check(n < 64, "at most 63 namespace nodes on one /24")
+        self.netns, self.veths = [], []
+        try:
+            self.sweep_stale()
+            self.pick_names()
+            for i in range(n):
+                self.add_node(i)
+            super().__init__(sflowc, n)
+        except BaseException:
+            self.close()
+            raise
+
+    @staticmethod
+    def sweep_stale():
+        """Namespaces and links that a killed run (ctest's timeout sends
+        SIGKILL, so no finally ran) left behind: those whose test process
+        is gone, named sflow-PID-TAG-I."""
+        r = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+        for m in re.finditer(r"^sflow-(\d+)-([0-9a-f]{6})-(\d+)\b", r.stdout, re.M):
+            pid, tag, i = m.groups()
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if b"cluster_test.py" in f.read():
+                        continue  # a live run
+            except OSError:
+                pass
+            ns = m.group(0)
+            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
+                                  text=True).stdout.split()
+            for p in pids:
+                try:
+                    os.kill(int(p), signal.SIGKILL)
+                except OSError:
+                    pass
+            time.sleep(0.1)
+            ip("link", "del", f"sf{tag}h{i}")
+            ip("netns", "del", ns)
+
+    def pick_names(self):
+        in_use = subprocess.run("ip netns list; ip -o link; ip -o -4 addr; ip -4 route",
+                                shell=True, capture_output=True, text=True).stdout
+        for _ in range(100):
+            tag = "%06x" % random.SystemRandom().getrandbits(24)
+            a, b = random.randrange(64, 250), random.randrange(0, 256)
+            if tag not in in_use and f"10.{a}.{b}." not in in_use:
+                self.tag, self.net = tag, f"10.{a}.{b}"
+                return
+        raise Fail("no free namespace tag and subnet", in_use)
+
+    def head_addr(self, i):
+        return f"{self.net}.{4 * i + 1}"
+
+    def node_addr(self, i):
+        return f"{self.net}.{4 * i + 2}", self.PORT
+
+    def add_node(self, i):
+        ns, veth = f"sflow-{os.getpid()}-{self.tag}-{i}", f"sf{self.tag}h{i}"
+        rc, err = ip("netns", "add", ns)
+        if rc and i == 0 and "File exists" not in err:
+            raise Skip(f"'ip netns add' failed ({err}): no CAP_SYS_ADMIN here, e.g. in a "
+                       "container?")
+        check(rc == 0, f"ip netns add {ns}: {err}")
+        self.netns.append(ns)
+        rc, err = ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+        if rc and i == 0:
+            raise Skip(f"cannot create a veth pair ({err})")
+        check(rc == 0, f"ip link add {veth}: {err}")
+        self.veths.append(veth)
+        must_ip("addr", "add", f"{self.head_addr(i)}/30", "dev", veth)
+        must_ip("link", "set", veth, "up")
+        must_ip("-n", ns, "addr", "add", f"{self.node_addr(i)[0]}/30", "dev", "eth0")
+        must_ip("-n", ns, "link", "set", "eth0", "up")
+        must_ip("-n", ns, "link", "set", "lo", "up")
+
+    def sshd_command(self, i, cfg):
+        return ["ip", "netns", "exec", self.netns[i], *super().sshd_command(i, cfg)]
+
+    def cut(self, i):
+        """The network cut: node i's link goes down (both ends lose carrier)."""
+        must_ip("link", "set", self.veths[i], "down")
+
+    def ns_pids(self, i):
+        r = subprocess.run(["ip", "netns", "pids", self.netns[i]], capture_output=True,
+                           text=True, timeout=30)
+        return [int(p) for p in r.stdout.split()]
+
+    def ns_workers(self, i):
+        """sflow worker processes inside node i's namespace."""
+        return [p for p in self.ns_pids(i) if p in self.workers()]
+
+    def close(self):
+        try:
+            super().close()
+        finally:
+            for i, ns in enumerate(self.netns):
+                # A namespace lives on while a process is in it: kill them
+                # all (sshd's session processes too), then delete it.
+                deadline = time.time() + 10
+                while time.time() < deadline:
+                    pids = self.ns_pids(i)
+                    if not pids:
+                        break
+                    for pid in pids:
+                        try:
+                            os.kill(pid, signal.SIGKILL)
+                        except OSError:
+                            pass
+                    time.sleep(0.05)
+            for veth in self.veths:
+                ip("link", "del", veth)
+            for ns in self.netns:
+                rc, err = ip("netns", "del", ns)
+                if rc:
+                    print(f"warning: ip netns del {ns}: {err}", file=sys.stderr)
+            self.netns, self.veths = [], []
 
 
 _readers = {}
@@ -1025,6 +1198,250 @@ def case_group_resume(c):
     c.expect_no_workers(within=6)
 
 
+# ------------------------------------------------------ worker environment
+
+TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                 "MASTER_PORT")
+
+
+def environ_of(pid):
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        return dict(kv.split("=", 1) for kv in f.read().decode(errors="replace").split("\0")
+                    if "=" in kv)
+
+
+def check_torchrun_env(head_out, pids, master_of, port):
+    """Each worker's environment (from exec on, so /proc shows it) and the
+    head's (the selftest prints what its getenv returns) under torchrun's
+    names; master_of(k) is the head address node k dials."""
+    world = str(len(pids) + 1)
+    m = re.search(r"^head env (.*)$", head_out, re.M)
+    check(m, "no 'head env' line", head_out)
+    got = dict(kv.split("=", 1) for kv in m.group(1).split())
+    want = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": world, "LOCAL_WORLD_SIZE": "1",
+            "MASTER_ADDR": master_of(1), "MASTER_PORT": str(port)}
+    check(got == want, f"head environment {got} != {want}")
+    envs = {}
+    for k, pid in pids.items():
+        env = environ_of(pid)
+        want = {"RANK": str(k), "LOCAL_RANK": "0", "WORLD_SIZE": world, "LOCAL_WORLD_SIZE": "1",
+                "MASTER_ADDR": master_of(k), "MASTER_PORT": str(port)}
+        got = {v: env.get(v) for v in TORCHRUN_VARS}
+        check(got == want, f"node {k} (pid {pid}) environment {got} != {want}")
+        envs[k] = env
+    return envs
+
+
+def hold_and_inspect(c, inspect, *extra, env=None, secs=4):
+    """Runs the hold selftest with --cluster-log; while it holds, calls
+    inspect(head pid, {node: worker pid}, stdout so far, control port)."""
+    if env is None:
+        env = {k: v for k, v in os.environ.items() if k != "MASTER_PORT"}
+    head = subprocess.Popen(c.args("--cluster-log", "--sflow-selftest", f"hold:{secs}", *extra),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL, env=env)
+    try:
+        pids = node_pids(head, len(c.hosts))
+        line, _ = read_until(head.stdout, r"^head env ", 10)
+        err_line, seen = read_until(head.stderr, r"control plane listening on", 10)
+        port = int(err_line.rsplit(":", 1)[1])
+        inspect(head.pid, pids, line, port)
+        head.wait(timeout=secs + 15)
+        err = "".join(seen) + drain(head.stderr)
+        check(head.returncode == 0, f"head exit {head.returncode}", err)
+        return err
+    finally:
+        if head.poll() is None:
+            head.kill()
+            head.wait()
+
+
+def case_worker_env(c):
+    """Workers see RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
+    MASTER_ADDR and MASTER_PORT as under torchrun, and the head sets them
+    for itself as rank 0 (over a stale RANK in its environment).  A
+    CUDA_VISIBLE_DEVICES that a node's own environment sets is kept; the
+    head's is neither forwarded nor changed."""
+    env = {**os.environ, "RANK": "7", "CUDA_VISIBLE_DEVICES": "3", "MASTER_PORT": "29611"}
+
+    def inspect(head_pid, pids, head_line, port):
+        # The user's MASTER_PORT reaches every node; sflow's control port
+        # is another one.
+        check(port != 29611, "control plane on the user's MASTER_PORT")
+        envs = check_torchrun_env(head_line, pids, lambda k: "127.0.0.1", 29611)
+        check(envs[1].get("CUDA_VISIBLE_DEVICES") == "1", "node 1's own CUDA_VISIBLE_DEVICES",
+              envs[1].get("CUDA_VISIBLE_DEVICES"))
+        check("CUDA_VISIBLE_DEVICES" not in envs[2], "node 2 got a CUDA_VISIBLE_DEVICES",
+              envs[2].get("CUDA_VISIBLE_DEVICES"))
+        check(environ_of(head_pid).get("CUDA_VISIBLE_DEVICES") == "3", "head's own kept")
+
+    hold_and_inspect(c, inspect, env=env)
+    c.expect_no_workers()
+    # A MASTER_PORT that is not a port is refused before any host is touched.
+    r = subprocess.run(c.args("--sflow-selftest", "ready"), capture_output=True, text=True,
+                       timeout=30, stdin=subprocess.DEVNULL,
+                       env={**os.environ, "MASTER_PORT": "29x"})
+    check(r.returncode == 69 and "MASTER_PORT='29x'" in r.stderr, f"exit {r.returncode}",
+          r.stderr)
+
+
+# ------------------------------------------------- network namespaces
+
+CUT_PROGRAM = """@retry(2)
+task slow(i: i64) -> i64 {
+  let t0 = now()
+  while now() - t0 < 0.1 { }
+  return 2 * i + 1
+}
+workflow main(n: i64 = 60) {
+  let rs = await [slow(i) for i in 0..n]
+  var total: i64 = 0
+  for r in rs { total += r }
+  print("total", total)
+}
+"""
+
+
+def listening(pid):
+    """Local "addr:port" of every listening TCP socket of process pid."""
+    r = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True, timeout=30)
+    return [line.split()[3] for line in r.stdout.splitlines() if f"pid={pid}," in line]
+
+
+def case_netns_tasks(c):
+    """3 nodes in namespaces, each reached over its own veth link: the head
+    listens only on its side of those links, each worker dials the head
+    by its own link (and sees that address as MASTER_ADDR), and 200 tasks
+    give exactly the single-node output."""
+    addrs = sorted(c.head_addr(i) for i in range(len(c.hosts)))
+
+    def inspect(head_pid, pids, head_line, port):
+        socks = listening(head_pid)
+        check(sorted(socks) == sorted(f"{a}:{port}" for a in addrs),
+              f"head listens on {socks}, want exactly {addrs} port {port}")
+        # Without MASTER_PORT in the head's environment: torchrun's default.
+        check_torchrun_env(head_line, pids, lambda k: c.head_addr(k - 1), 29500)
+
+    err = hold_and_inspect(c, inspect)
+    for k in range(1, len(c.hosts) + 1):
+        check(re.search(rf"node {k} ready: {re.escape(c.node_addr(k - 1)[0])}:2222 ", err),
+              f"node {k} ready on its namespace address", err)
+    exe = c.compile("sum", SUM_PROGRAM)
+    local = subprocess.run([exe], capture_output=True, text=True, timeout=60)
+    check(local.returncode == 0, "single-node run", local.stderr)
+    r = c.run("--head-runs-work=false", prog=exe, timeout=60)
+    check(r.returncode == 0, f"exit {r.returncode}", r.stdout, r.stderr)
+    check(r.stdout == local.stdout, "output differs from the single-node run", r.stdout,
+          r.stderr)
+    c.expect_no_workers()
+
+
+def cpu_seconds(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def case_netns_link_down(c):
+    """Mid-run, node 2's link goes down.  The head declares it lost within
+    the heartbeat timeout (+2 s), retries its tasks on the live nodes, and
+    prints what a clean run prints; node 2's worker, cut off from the head,
+    ends by itself (no heartbeat from the head) within the timeout + 3 s."""
+    exe = c.compile("cut", CUT_PROGRAM)
+    want = f"total {sum(2 * i + 1 for i in range(60))}\n"
+    victim = 1  # namespace index of node 2
+    t_start = time.time()
+    head = c.start("--head-runs-work=false", prog=exe)
+    try:
+        # Cut once node 2's worker is busy with tasks (its CPU time grows).
+        deadline = time.time() + 20
+        pid = None
+        while time.time() < deadline:
+            pid = pid or c.worker_of(2)
+            if pid and cpu_seconds(pid) >= 0.15:
+                break
+            time.sleep(0.02)
+        check(pid and cpu_seconds(pid) >= 0.15, "node 2 never ran tasks", pid)
+        check(head.poll() is None, "the run ended before the cut")
+        t_cut = time.time()
+        c.cut(victim)
+        line, _ = read_until(head.stderr, r"node 2 \(10\.[\d.]+:2222\) lost: ", 15)
+        detect = time.time() - t_cut
+        gone = None
+        while time.time() - t_cut < 15:
+            if not c.ns_workers(victim):
+                gone = time.time() - t_cut
+                break
+            time.sleep(0.05)
+        head.wait(timeout=30)
+        out = head.stdout.read()
+        err = drain(head.stderr)
+        total = time.time() - t_start
+        print(f"netns_link_down: lost after {detect:.2f} s ({line.strip()}); cut worker gone "
+              f"after {gone if gone is None else round(gone, 2)} s; run {total:.1f} s")
+        check(head.returncode == 0, f"head exit {head.returncode}", out, err)
+        check(out == want, "output differs from a clean run", out, err)
+        check(re.search(r"[1-9]\d* retr", err), "retries counted", err)
+        check(detect < 3.0 + 2.0, f"loss detected after {detect:.1f} s (limit 5.0)", line)
+        check(gone is not None and gone < 3.0 + 3.0,
+              f"cut node's worker still running {gone or 15} s after the cut",
+              c.ns_workers(victim))
+    finally:
+        if head.poll() is None:
+            head.kill()
+            head.wait()
+    c.expect_no_workers()
+
+
+def head_unreachable(c, silent):
+    """Node 2 can answer SSH but cannot reach the head: its namespace's
+    routing policy lets only sshd's replies (source port 2222) out to the
+    head.  Everything else there is prohibited, as by a firewall that
+    rejects, or (silent) sent into a veth whose other end is down, as by
+    one that drops or a cut.  The start fails naming node 2 with its
+    worker's own error, at once or after the worker's 10 s connect bound;
+    node 1's worker is stopped, the workflow never runs, no worker is left."""
+    ns, head = c.netns[1], c.head_addr(1)
+    must_ip("-n", ns, "rule", "add", "ipproto", "tcp", "sport", str(c.PORT), "lookup", "main",
+            "pref", "100")
+    if silent:
+        must_ip("-n", ns, "link", "add", "drop0", "type", "veth", "peer", "name", "drop1")
+        must_ip("-n", ns, "link", "set", "drop0", "up")
+        must_ip("-n", ns, "route", "add", head, "dev", "drop0", "table", "100")
+        # A fixed neighbour: no ARP, so no "host unreachable" either.
+        must_ip("-n", ns, "neigh", "add", head, "lladdr", "02:00:00:00:00:01", "dev", "drop0",
+                "nud", "permanent")
+        must_ip("-n", ns, "rule", "add", "to", head, "lookup", "100", "pref", "200")
+        why, low, high = "no answer within 10 s", 10, 10 + 5
+    else:
+        must_ip("-n", ns, "rule", "add", "to", head, "prohibit", "pref", "200")
+        why, low, high = "Permission denied", 0, 6
+    r = c.run("--cluster-log", timeout=60)
+    print(f"head unreachable at start ({'silent' if silent else 'refused'}): exit "
+          f"{r.returncode} after {r.seconds:.2f} s")
+    check(r.returncode == 69, f"exit {r.returncode} (want 69)", r.stdout, r.stderr)
+    check(r.stdout == "", "the workflow ran", r.stdout)
+    node2 = re.escape(f"{c.node_addr(1)[0]}:{c.PORT}")
+    check(re.search(rf"1 of 2 nodes failed to start:\n  {node2}: ", r.stderr),
+          "failure names node 2 only", r.stderr)
+    check(re.search(rf"\[node 2\] sflow worker 2: cannot connect to the head at "
+                    rf"{re.escape(head)}:\d+: {why}", r.stderr),
+          "the worker's own error is shown", r.stderr)
+    check(low <= r.seconds < high, f"took {r.seconds:.1f} s (want {low} to {high})")
+    c.expect_no_workers()
+
+
+def case_netns_head_unreachable_at_start(c):
+    head_unreachable(c, silent=False)
+
+
+def case_netns_head_silent_at_start(c):
+    head_unreachable(c, silent=True)
+
+
 CASES = {
     "deploy_2": (2, case_deploy_2),
     "deploy_4": (4, case_deploy_4),
@@ -1050,6 +1467,13 @@ CASES = {
     "group_allreduce_nodes": (3, case_group_allreduce_nodes),
     "group_worker_killed": (4, case_group_worker_killed),
     "group_resume": (3, case_group_resume),
+    "worker_env": (2, case_worker_env,
+                   lambda sflowc, n: Cluster(sflowc, n,
+                                             sshd_extra={0: "SetEnv CUDA_VISIBLE_DEVICES=1\n"})),
+    "netns_tasks": (3, case_netns_tasks, NetnsCluster),
+    "netns_link_down": (3, case_netns_link_down, NetnsCluster),
+    "netns_head_unreachable_at_start": (2, case_netns_head_unreachable_at_start, NetnsCluster),
+    "netns_head_silent_at_start": (2, case_netns_head_silent_at_start, NetnsCluster),
 }
 
 
@@ -1059,6 +1483,9 @@ def main():
     ap.add_argument("--list", action="store_true")
     ap.add_argument("case", nargs="?")
     a = ap.parse_args()
+    # SIGTERM unwinds like ^C, so the cluster's finally (namespaces, veths,
+    # sshd) still runs.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if a.list:
         print("\n".join(CASES))
         return 0
@@ -1069,11 +1496,14 @@ def main():
         print("SKIP: needs openssh-server (/usr/sbin/sshd) and ssh-keygen "
               "(scripts/install-deps.sh installs them)")
         return SKIP
-    n, fn = CASES[a.case]
+    n, fn, *make = CASES[a.case]
     c = None
     try:
-        c = Cluster(a.sflowc, n)
+        c = (make[0] if make else Cluster)(a.sflowc, n)
         fn(c)
+    except Skip as e:
+        print(f"SKIP: {e}")
+        return SKIP
     except Fail as e:
         print(f"FAIL {a.case}: {e}", file=sys.stderr)
         return 1

@@ -1,7 +1,9 @@
 # Multi-node tests (tests/cluster/cluster_test.py): real sshd servers on
-# loopback addresses 127.0.0.2..5, keys generated per test, the real
-# executable started with --nodes.  One ctest per case; a case exits 77 (a
-# skip) when openssh-server is missing.  The cases share one lock: they
+# loopback addresses 127.0.0.2..5 (netns_*: in network namespaces behind
+# veth pairs), keys generated per test, the real executable started with
+# --nodes.  One ctest per case; a case exits 77 (a skip) when
+# openssh-server is missing, and a netns_* case also without root or
+# network namespaces.  The cases share one lock: they
 # measure detection times and start several processes each, which two
 # cores cannot run side by side without skewing the clocks they check.
 execute_process(COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/cluster/cluster_test.py --list

@@ -20,7 +20,10 @@ def run(exe, gpu):
     return subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
 
 def split_stats(err):
-    lines = [l for l in err.splitlines() if not l.startswith("sflow-gpu-stats:")]
+    # Notices (only without --quiet, so only in the GPU run) say how the run
+    # was placed, e.g. group members sharing one GPU; they are not output.
+    lines = [l for l in err.splitlines()
+             if not l.startswith("sflow-gpu-stats:") and not re.match(r"^\S+: notice: ", l)]
     stats = {}
     for l in err.splitlines():
         if l.startswith("sflow-gpu-stats:"):

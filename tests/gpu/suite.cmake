@@ -3,7 +3,8 @@
 # reports as "not run" (SKIP_RETURN_CODE), never as passed.
 add_executable(nvrtc_check ${CMAKE_SOURCE_DIR}/tests/gpu/nvrtc_check.c)
 add_executable(gpu_check ${CMAKE_SOURCE_DIR}/tests/gpu/gpu_check.c)
-foreach(t nvrtc_check gpu_check)
+add_executable(nccl_check ${CMAKE_SOURCE_DIR}/tests/gpu/nccl_check.c)
+foreach(t nvrtc_check gpu_check nccl_check)
   set_target_properties(${t} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   target_link_libraries(${t} PRIVATE sflowrt Threads::Threads m dl)
 endforeach()
@@ -14,10 +15,23 @@ add_test(NAME gpu/library_kernels COMMAND gpu_check)
 add_test(NAME gpu/programs
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/programs.py
           --sflowc $<TARGET_FILE:sflowc>)
-set_tests_properties(gpu/nvrtc_all gpu/library_kernels gpu/programs PROPERTIES SKIP_RETURN_CODE 77)
+# Two processes as two NCCL ranks: exact results, a dead and a stopped peer.
+add_test(NAME gpu/nccl COMMAND nccl_check)
+set_tests_properties(gpu/nvrtc_all gpu/library_kernels gpu/programs gpu/nccl
+  PROPERTIES SKIP_RETURN_CODE 77)
 # The same programs through the CPU versions of their kernels, with their
 # exact expected output: this part runs everywhere.
 add_test(NAME run/gpu-programs-cpu
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/run_golden.py
           --sflowc $<TARGET_FILE:sflowc> --dir ${CMAKE_SOURCE_DIR}/tests/gpu/programs --run)
 set_tests_properties(run/gpu-programs-cpu PROPERTIES ENVIRONMENT "SFLOW_NO_GPU=1")
+# A stand-in for libnccl.so.2 so that unit/test_rt_nccl can drive the NCCL
+# watchdog without a GPU (tests/gpu/fake_nccl.c).
+add_library(sflow_fake_nccl MODULE ${CMAKE_SOURCE_DIR}/tests/gpu/fake_nccl.c)
+set_target_properties(sflow_fake_nccl PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests
+                      PREFIX lib C_VISIBILITY_PRESET default)
+add_dependencies(test_rt_nccl sflow_fake_nccl)
+# The scheduler's run tests pin the behaviour without a GPU (@gpus work on
+# the CPU after a notice, --require-gpu an error): keep them so on a
+# machine that has one, now that gpu.c reports its devices to @gpus.
+set_tests_properties(run/scheduler PROPERTIES ENVIRONMENT "SFLOW_NO_GPU=1")
