@@ -262,11 +262,19 @@ static void *launch(void *arg) {
    * beside threads, and /proc/PID/environ shows what the worker got.
    * MASTER_ADDR is the head's address this worker dials; MASTER_PORT is
    * left free for the user's own rendezvous (not sflow's control port). */
+  /* The object store's knobs (remote.c, objects), digits only. */
+  char objenv[160] = "";
+  static const char *const objvars[] = {"SFLOW_OBJECT_THRESHOLD", "SFLOW_OBJECT_SERVE_DELAY_MS"};
+  for (size_t i = 0; i < sizeof objvars / sizeof *objvars; i++) {
+    const char *v = getenv(objvars[i]);
+    if (v && *v && strlen(v) < 20 && strspn(v, "0123456789") == strlen(v))
+      snprintf(objenv + strlen(objenv), sizeof objenv - strlen(objenv), " %s=%s", objvars[i], v);
+  }
   snprintf(cmd, sizeof cmd,
            "exec env RANK=%d LOCAL_RANK=0 WORLD_SIZE=%d LOCAL_WORLD_SIZE=1 MASTER_ADDR='%s' "
-           "MASTER_PORT=%u '%s' --sflow-worker '%d@%s%s%s:%u'%s%s",
-           id, H.n + 1, nd->listen_addr, H.master_port, path, id, v6 ? "[" : "", nd->listen_addr,
-           v6 ? "]" : "", port, threads, logging() ? " --cluster-log" : "");
+           "MASTER_PORT=%u%s '%s' --sflow-worker '%d@%s%s%s:%u'%s%s",
+           id, H.n + 1, nd->listen_addr, H.master_port, objenv, path, id, v6 ? "[" : "",
+           nd->listen_addr, v6 ? "]" : "", port, threads, logging() ? " --cluster-log" : "");
   sf__hex(H.secret, SF__SECRET_LEN, secret);
   secret[2 * SF__SECRET_LEN] = '\n';
   secret[2 * SF__SECRET_LEN + 1] = '\0';
@@ -505,6 +513,11 @@ static void handle_frame(node *nd, const sf__frame *f) {
     else
       sf__remote_on_print((int)(nd - H.nodes) + 1, (const char *)f->u.log.line.p,
                           f->u.log.line.n);
+    pthread_mutex_lock(&H.mu);
+    break;
+  case SF__F_OBJECT: /* a chunk of a large result (remote.c, objects) */
+    pthread_mutex_unlock(&H.mu); /* as for task results */
+    sf__remote_on_object((int)(nd - H.nodes) + 1, f);
     pthread_mutex_lock(&H.mu);
     break;
   case SF__F_ACTOR_RESULT:
@@ -1362,6 +1375,7 @@ static int worker_loop(worker *w) {
         case SF__F_SHUTDOWN: return (int)f.u.shutdown.code;
         case SF__F_GROUP_SETUP: start_group(w, &f); break;
         case SF__F_TASK_SUBMIT: sf__remote_worker_submit(&f); break;
+        case SF__F_OBJECT: sf__remote_worker_object(&f); break;
         case SF__F_ACTOR_CREATE:
         case SF__F_ACTOR_CALL:
         case SF__F_ACTOR_STOP: sf__ractor_worker_frame(&f); break;

@@ -210,6 +210,11 @@ void sf__remote_on_print(int node, const char *s, size_t n);
  * runner threads; results go back with sf__worker_send_frame). */
 void sf__remote_worker_start(void);
 void sf__remote_worker_submit(const struct sf__frame *f);
+/* Object store (remote.c, "objects"): an object frame, on the head from
+ * the worker that holds a large result, on a worker from the head (a
+ * fetch request or a release). */
+void sf__remote_on_object(int node, const struct sf__frame *f);
+void sf__remote_worker_object(const struct sf__frame *f);
 /* The task descriptor at offset off from &sf_program_desc, when that lies
  * in this executable and is a descriptor named name[0..nl); else NULL with
  * a message.  A peer's number is never followed further than that. */
@@ -340,6 +345,7 @@ void sf__counters_sum(sf__counters *total);
 
 typedef struct sf__stats_t {
   _Atomic int64_t tasks_failed, retries;
+  _Atomic int64_t objects_fetched, object_bytes; /* remote.c: large results */
   _Atomic int64_t actors;
   _Atomic int64_t waiting; /* threads blocked in await */
   _Atomic int64_t replayed, checkpoints, restored;

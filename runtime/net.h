@@ -142,7 +142,9 @@ typedef enum {
   SF__F_TASK_RESULT,   /* worker -> head: task id, status, value or error */
   SF__F_ACTOR_CREATE,  /* head -> worker: actor id, class, args */
   SF__F_ACTOR_CALL,    /* head -> worker: actor id, sequence, method, args */
-  SF__F_OBJECT,        /* either way: object id, offset, total, bytes */
+  SF__F_OBJECT,        /* either way: object id, offset, total, bytes
+                        * (remote.c: head->worker empty = fetch from offset,
+                        * or release when offset == total) */
   SF__F_SHUTDOWN,      /* head -> worker: exit code, reason */
   SF__F_GROUP_SETUP,   /* head -> worker: ring of a group across nodes */
   SF__F_GROUP_DONE,    /* worker -> head: status, timing, message */

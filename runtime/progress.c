@@ -259,6 +259,11 @@ void sf__run_end(void) {
   if (replayed || restored)
     snprintf(extra, sizeof extra, ", %lld answered from the journal, %lld actors restored from "
              "checkpoints", (long long)replayed, (long long)restored);
+  int64_t objs = atomic_load(&sf__stats.objects_fetched);
+  if (objs) /* remote.c: large results fetched from the workers that made them */
+    snprintf(extra + strlen(extra), sizeof extra - strlen(extra),
+             ", %lld objects (%lld bytes) fetched", (long long)objs,
+             (long long)atomic_load(&sf__stats.object_bytes));
   int n = snprintf(buf, sizeof buf,
                    "%s: %lld tasks (%lld failed, %lld retries), %lld actors, %lld actor calls%s "
                    "in %.3f s\n",

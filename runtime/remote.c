@@ -58,6 +58,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "internal.h"
 #include "net.h"
@@ -109,6 +110,11 @@ typedef struct rtask {
   uint32_t n;
   int32_t attempt;
   int node;            /* -1: waiting in the backlog */
+  /* objects: a result held by worker `node`, being fetched (slot freed) */
+  bool fetching;
+  int obj_chunks;
+  uint8_t *obj;        /* (obj_total) bytes, obj_got of them received */
+  uint64_t obj_total, obj_got;
 } rtask;
 
 #define NBUCKETS 4096
@@ -252,6 +258,7 @@ static void outbox_send(outbox *ob) {
 
 static void task_free(rtask *t) {
   sf_release(t->f);
+  free(t->obj);
   free(t->payload);
   free(t);
 }
@@ -392,7 +399,14 @@ static void on_node_lost(int node, const char *why) {
   while (sorted) {
     rtask *t = sorted;
     sorted = t->next;
-    R.inflight[node]--;
+    if (t->fetching) { /* objects: its slot was freed with the reference */
+      free(t->obj);
+      t->obj = NULL;
+      t->fetching = false;
+      t->obj_chunks = -1; /* lineage: re-run, or fail naming the lost result */
+    } else {
+      R.inflight[node]--;
+    }
     if (t->attempt < t->d->retry) {
       t->attempt++;
       atomic_fetch_add(&sf__stats.retries, 1);
@@ -412,7 +426,11 @@ static void on_node_lost(int node, const char *why) {
   snprintf(cause, sizeof cause, "node %d was lost: %s", node, why);
   while (failed) {
     rtask *nx = failed->next;
-    fail_task(failed, cause);
+    char held[700];
+    if (failed->obj_chunks < 0)
+      snprintf(held, sizeof held, "%s (it held the task's result, %llu bytes, not yet fetched)",
+               cause, (unsigned long long)failed->obj_total);
+    fail_task(failed, failed->obj_chunks < 0 ? held : cause);
     failed = nx;
   }
   fail_stuck(stuck);
@@ -556,28 +574,19 @@ bool sf__remote_task(const sf_task_desc *d, void *args, sf_future *f, int64_t se
   return true;
 }
 
-void sf__remote_on_result(int node, const sf__frame *fr) {
-  pthread_mutex_lock(&R.mu);
-  rtask *t = R.state > 0 ? hash_find(fr->u.task_result.task) : NULL;
-  bool ok = t && t->node == node && node > 0;
-  pthread_mutex_unlock(&R.mu);
-  if (!ok) {
-    sf__notice("node %d answered for unknown task %llu (ignored)", node,
-               (unsigned long long)fr->u.task_result.task);
-    return;
-  }
-  /* Only this thread (the control thread) completes tasks of worker nodes,
-   * so t stays valid between the two locked sections. */
+/* Completes (or retries) a worker node's task from its answer: status 0
+ * and the serialized value, or status 1 and the cause.  slot: the task
+ * still holds its slot on node (not so once its result became an object). */
+static void finish(int node, rtask *t, int status, const uint8_t *p, size_t n, bool slot) {
   const sf_type *rt = sf__future_type(t->f);
   int32_t rsize = value_size(rt);
   _Alignas(16) unsigned char rbuf[256];
   void *res = rsize <= (int32_t)sizeof rbuf ? rbuf : calloc(1, (size_t)rsize);
   memset(res, 0, (size_t)rsize);
   char cause[SF__ERROR_MAX + 64];
-  bool good = fr->u.task_result.status == 0;
+  bool good = status == 0;
   if (good) {
-    sf__reader r = {fr->u.task_result.value.p,
-                    fr->u.task_result.value.p + fr->u.task_result.value.n};
+    sf__reader r = {p, p + n};
     if (rsize && (!sf__de_value(&r, rt, res) || r.p != r.end)) {
       sf_value_release(rt, res);
       memset(res, 0, (size_t)rsize);
@@ -585,13 +594,16 @@ void sf__remote_on_result(int node, const sf__frame *fr) {
       good = false;
     }
   } else {
-    snprintf(cause, sizeof cause, "%.*s", (int)fr->u.task_result.value.n,
-             (const char *)fr->u.task_result.value.p);
+    snprintf(cause, sizeof cause, "%.*s", (int)n, (const char *)p);
   }
   outbox ob = {0};
   bool retry = false;
   pthread_mutex_lock(&R.mu);
-  R.inflight[node]--;
+  free(t->obj);
+  t->obj = NULL;
+  t->fetching = false;
+  if (slot)
+    R.inflight[node]--;
   if (!good && t->attempt < t->d->retry) {
     t->attempt++;
     atomic_fetch_add(&sf__stats.retries, 1);
@@ -613,6 +625,123 @@ void sf__remote_on_result(int node, const sf__frame *fr) {
   }
   if (res != rbuf)
     free(res);
+}
+
+static void obj_start(int node, rtask *t, const sf__frame *fr);
+
+void sf__remote_on_result(int node, const sf__frame *fr) {
+  pthread_mutex_lock(&R.mu);
+  rtask *t = R.state > 0 ? hash_find(fr->u.task_result.task) : NULL;
+  bool ok = t && t->node == node && node > 0 && !t->fetching;
+  pthread_mutex_unlock(&R.mu);
+  if (!ok) {
+    sf__notice("node %d answered for unknown task %llu (ignored)", node,
+               (unsigned long long)fr->u.task_result.task);
+    return;
+  }
+  /* Only this thread (the control thread) completes tasks of worker nodes,
+   * so t stays valid between the locked sections. */
+  if (fr->u.task_result.status == 2)
+    obj_start(node, t, fr);
+  else
+    finish(node, t, fr->u.task_result.status, fr->u.task_result.value.p,
+           fr->u.task_result.value.n, true);
+}
+
+/* ------------------------------------------------------- objects
+ *
+ * A worker keeps a result whose serialized form is over the threshold
+ * (SFLOW_OBJECT_THRESHOLD bytes, default 1 MiB) in its object store and
+ * answers with status 2: u64 object id (the task id) and u64 size.  The
+ * head frees the task's slot at once, asks the owner for the bytes (an
+ * empty object frame at offset 0), receives them in order in object
+ * frames of OBJ_CHUNK bytes, materializes the value exactly as the inline
+ * path would (same bytes, same decoder), and releases the object (an
+ * empty object frame with offset == total).  Chunks arrive over the one
+ * control connection, so they must come in order: any other offset, a
+ * different total, or an empty chunk fails the attempt as a malformed
+ * result (retried per @retry).  A lost owner re-runs the task while its
+ * @retry budget lasts (lineage: the task record still holds its
+ * arguments), else the task fails naming the lost result. */
+
+#define OBJ_CHUNK ((uint32_t)256 << 10)
+#define OBJ_MAX ((uint64_t)1 << 40)
+
+static void obj_send(int node, uint64_t id, uint64_t offset, uint64_t total) {
+  sf__frame f = {.type = SF__F_OBJECT};
+  f.u.object.object = id;
+  f.u.object.offset = offset;
+  f.u.object.total = total;
+  sf__wbuf b = {0};
+  sf__wire_encode(&b, &f);
+  if (b.n)
+    (void)sf__cluster_send(node, b.p, b.n); /* a lost node: its hook requeues */
+  sf__wbuf_free(&b);
+}
+
+static void obj_start(int node, rtask *t, const sf__frame *fr) {
+  uint64_t id, total;
+  memcpy(&id, fr->u.task_result.value.p, 8); /* 16 bytes: wire.c checked */
+  memcpy(&total, fr->u.task_result.value.p + 8, 8);
+  uint8_t *buf = id == t->id && total > 0 && total <= OBJ_MAX ? malloc(total) : NULL;
+  if (!buf) {
+    char cause[128];
+    snprintf(cause, sizeof cause, "node %d sent a bad object reference (%llu bytes)", node,
+             (unsigned long long)total);
+    finish(node, t, 1, (const uint8_t *)cause, strlen(cause), true);
+    return;
+  }
+  outbox ob = {0};
+  pthread_mutex_lock(&R.mu);
+  R.inflight[node]--; /* the worker is done with it: its slot is free */
+  t->fetching = true;
+  t->obj = buf;
+  t->obj_total = total;
+  t->obj_got = 0;
+  t->obj_chunks = 0;
+  dispatch_locked(&ob);
+  pthread_mutex_unlock(&R.mu);
+  outbox_send(&ob);
+  obj_send(node, id, 0, total); /* fetch it all */
+}
+
+void sf__remote_on_object(int node, const sf__frame *fr) {
+  uint64_t id = fr->u.object.object;
+  pthread_mutex_lock(&R.mu);
+  rtask *t = R.state > 0 ? hash_find(id) : NULL;
+  if (!t || !t->fetching || t->node != node) {
+    pthread_mutex_unlock(&R.mu);
+    sf__notice("node %d sent a chunk of unknown object %llu (ignored)", node,
+               (unsigned long long)id);
+    return;
+  }
+  const sf__bytes *d = &fr->u.object.data;
+  bool bad = fr->u.object.total != t->obj_total || fr->u.object.offset != t->obj_got || !d->n;
+  if (!bad) {
+    memcpy(t->obj + t->obj_got, d->p, d->n); /* wire.c: offset + n <= total */
+    t->obj_got += d->n;
+    t->obj_chunks++;
+  }
+  bool done = bad || t->obj_got == t->obj_total;
+  pthread_mutex_unlock(&R.mu);
+  if (!done)
+    return;
+  obj_send(node, id, t->obj_total, t->obj_total); /* release */
+  if (bad) {
+    char cause[160];
+    snprintf(cause, sizeof cause, "node %d %s object %llu", node,
+             fr->u.object.total ? "sent a malformed chunk of" : "no longer holds",
+             (unsigned long long)id);
+    finish(node, t, 1, (const uint8_t *)cause, strlen(cause), false);
+    return;
+  }
+  if (sf__options.cluster_log)
+    sf__notice("object %llu (task '%s', %llu bytes) fetched from node %d in %d chunks",
+               (unsigned long long)id, t->d->name, (unsigned long long)t->obj_total, node,
+               t->obj_chunks);
+  atomic_fetch_add(&sf__stats.objects_fetched, 1);
+  atomic_fetch_add(&sf__stats.object_bytes, t->obj_total);
+  finish(node, t, 0, t->obj, t->obj_total, false);
 }
 
 void sf__remote_on_print(int node, const char *s, size_t n) {
@@ -817,6 +946,132 @@ static void print_to_head(const char *line, size_t n) {
   sf__worker_send_frame(&f);
 }
 
+/* -------------------------------------------------- worker objects
+ *
+ * The store: large results by object id until the head releases them
+ * (or this process exits with the run).  Serving runs on its own thread,
+ * so the control loop keeps answering heartbeats; `users` keeps an object
+ * alive while a thread sends it. */
+
+typedef struct wobj {
+  struct wobj *next;
+  uint64_t id;
+  uint8_t *p;
+  size_t n;
+  int users;
+  bool dropped;
+} wobj;
+
+static struct {
+  pthread_mutex_t mu;
+  wobj *list;
+} WO = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static uint64_t env_u64(const char *name, uint64_t dflt) {
+  const char *v = getenv(name);
+  char *end;
+  unsigned long long x = v && *v ? strtoull(v, &end, 10) : 0;
+  return v && *v && !*end ? (uint64_t)x : dflt;
+}
+
+static size_t obj_threshold(void) { return (size_t)env_u64("SFLOW_OBJECT_THRESHOLD", 1u << 20); }
+
+static bool obj_keep(uint64_t id, const void *p, size_t n) {
+  wobj *o = calloc(1, sizeof *o);
+  uint8_t *c = o ? malloc(n) : NULL;
+  if (!c) {
+    free(o);
+    return false; /* the inline path still works */
+  }
+  memcpy(c, p, n);
+  o->id = id;
+  o->p = c;
+  o->n = n;
+  pthread_mutex_lock(&WO.mu);
+  o->next = WO.list; /* a re-run with the same id shadows an older copy */
+  WO.list = o;
+  pthread_mutex_unlock(&WO.mu);
+  return true;
+}
+
+static void obj_unuse_locked(wobj *o) {
+  if (--o->users == 0 && o->dropped) {
+    free(o->p);
+    free(o);
+  }
+}
+
+typedef struct serve {
+  wobj *o;
+  uint64_t from;
+} serve;
+
+static void *obj_serve(void *arg) {
+  serve *sv = arg;
+  uint64_t delay = env_u64("SFLOW_OBJECT_SERVE_DELAY_MS", 0); /* tests: a window to kill us */
+  if (delay) {
+    struct timespec ts = {(time_t)(delay / 1000), (long)(delay % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  wobj *o = sv->o;
+  for (uint64_t off = sv->from; off < o->n;) {
+    uint64_t k = o->n - off < OBJ_CHUNK ? o->n - off : OBJ_CHUNK;
+    sf__frame f = {.type = SF__F_OBJECT};
+    f.u.object.object = o->id;
+    f.u.object.offset = off;
+    f.u.object.total = o->n;
+    f.u.object.data = (sf__bytes){o->p + off, (uint32_t)k};
+    sf__worker_send_frame(&f);
+    off += k;
+  }
+  pthread_mutex_lock(&WO.mu);
+  obj_unuse_locked(o);
+  pthread_mutex_unlock(&WO.mu);
+  free(sv);
+  return NULL;
+}
+
+void sf__remote_worker_object(const sf__frame *f) {
+  uint64_t id = f->u.object.object, off = f->u.object.offset, total = f->u.object.total;
+  if (f->u.object.data.n)
+    return; /* the head sends requests only */
+  pthread_mutex_lock(&WO.mu);
+  wobj **pp = &WO.list;
+  while (*pp && (*pp)->id != id)
+    pp = &(*pp)->next;
+  wobj *o = *pp;
+  if (o && off == total) { /* release */
+    *pp = o->next;
+    o->dropped = true;
+    o->users++;
+    obj_unuse_locked(o);
+    pthread_mutex_unlock(&WO.mu);
+    return;
+  }
+  serve *sv = o && o->n == total ? malloc(sizeof *sv) : NULL;
+  if (sv) {
+    o->users++;
+    *sv = (serve){o, off};
+  }
+  pthread_mutex_unlock(&WO.mu);
+  pthread_t th;
+  if (sv && pthread_create(&th, NULL, obj_serve, sv) == 0) {
+    pthread_detach(th);
+    return;
+  }
+  if (sv) {
+    pthread_mutex_lock(&WO.mu);
+    obj_unuse_locked(o);
+    pthread_mutex_unlock(&WO.mu);
+    free(sv);
+  }
+  if (off == total)
+    return; /* releasing what we do not hold */
+  sf__frame no = {.type = SF__F_OBJECT}; /* total 0: not held here */
+  no.u.object.object = id;
+  sf__worker_send_frame(&no);
+}
+
 static void *worker_runner(void *arg) {
   (void)arg;
   for (;;) {
@@ -857,7 +1112,11 @@ static void *worker_runner(void *arg) {
         sf__buf_init(&b, store, sizeof store);
         if (rsize)
           sf__ser_value(&b, d->result, res);
-        worker_reply(j->id, 0, b.data, b.len);
+        uint64_t ref[2] = {j->id, b.len};
+        if (b.len > obj_threshold() && obj_keep(j->id, b.data, b.len))
+          worker_reply(j->id, 2, ref, sizeof ref); /* objects: stays here */
+        else
+          worker_reply(j->id, 0, b.data, b.len);
         sf__buf_free(&b);
         sf_value_release(d->result, res);
       } else {

@@ -329,7 +329,9 @@ static void get_payload(rd *r, sf__frame *f) {
     f->u.task_result.task = get_u64(r, "task id");
     f->u.task_result.status = get_u8(r, "status");
     f->u.task_result.value = get_bytes(r, ARGS_MAX, "value");
-    if (r->ok && f->u.task_result.status > 1) {
+    /* Status 2 (objects, remote.c): the value is u64 object id + u64 size. */
+    if (r->ok && (f->u.task_result.status > 2 ||
+                  (f->u.task_result.status == 2 && f->u.task_result.value.n != 16))) {
       r->ok = false;
       r->what = "status";
     }
