@@ -702,6 +702,9 @@ static void obj_start(int node, rtask *t, const sf__frame *fr) {
   dispatch_locked(&ob);
   pthread_mutex_unlock(&R.mu);
   outbox_send(&ob);
+  if (sf__options.cluster_log)
+    sf__notice("task '%s' result (%llu bytes) held by node %d as object %llu", t->d->name,
+               (unsigned long long)total, node, (unsigned long long)id);
   obj_send(node, id, 0, total); /* fetch it all */
 }
 

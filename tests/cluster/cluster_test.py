@@ -895,6 +895,21 @@ workflow main(n: i64 = 30, size: i64 = 3, slow: f64 = 0.0) {
 """
 
 
+OBJECT_PROGRAM = """@retry(1)
+task big(k: i64, n: i64) -> i64[] {
+  let v = [(i * 7 + k) % 1000003 for i in 0..n]
+  print("made", k)
+  return v
+}
+workflow main(n: i64 = 300000, m: i64 = 4) {
+  let rs = await [big(k, n) for k in 0..m]
+  var s: i64 = 0
+  for r in rs { for x in r { s = (s * 31 + x) % 1000000007 } }
+  print("check", s, len(rs[m - 1]), rs[m - 1][n - 1])
+}
+"""
+
+
 def case_tasks_sum_3(c):
     """200 tasks on 3 nodes (the head and 2 workers): the exact sum, the
     same as a single-node run, with work on every node."""
@@ -1001,6 +1016,84 @@ def case_tasks_retry_attempt(c):
             head.kill()
             head.wait()
     c.expect_no_workers(within=6)
+
+
+def with_env(**kv):
+    """os.environ with kv set, for the head (it forwards SFLOW_OBJECT_*)."""
+    class Ctx:
+        def __enter__(self):
+            self.old = {k: os.environ.get(k) for k in kv}
+            os.environ.update({k: str(v) for k, v in kv.items()})
+
+        def __exit__(self, *a):
+            for k, v in self.old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+    return Ctx()
+
+
+def case_tasks_objects(c):
+    """Results over the object threshold stay on the worker that made them
+    and are fetched in chunks: the output equals a single-node run, both at
+    the default 1 MiB threshold (2.4 MB results) and with it lowered to
+    4 KiB (8 KB results); below it, nothing is fetched as an object."""
+    exe = c.compile("objects", OBJECT_PROGRAM)
+    for args, env, objects in ((["--n", "300000"], {}, 4),
+                               (["--n", "1000"], {}, 0),
+                               (["--n", "1000"], {"SFLOW_OBJECT_THRESHOLD": 4096}, 4)):
+        local = [l for l in single_node(exe, *args).splitlines() if l.startswith("check")]
+        with with_env(**env):
+            r = c.run("--head-runs-work=false", "--cluster-log", *args, prog=exe, timeout=60)
+        check(r.returncode == 0, f"exit {r.returncode} {args} {env}", r.stdout, r.stderr)
+        got = [l for l in r.stdout.splitlines() if l.startswith("check")]
+        check(got == local and len(got) == 1, f"output differs from single node {args} {env}",
+              r.stdout, local)
+        fetched = re.findall(r"object \d+ \(task 'big', (\d+) bytes\) fetched from node \d "
+                             r"in (\d+) chunks", r.stderr)
+        check(len(fetched) == objects, f"{objects} objects fetched {args} {env}", r.stderr)
+        if objects:
+            size = int(fetched[0][0])
+            check(size > 8 * int(args[1]), "object size", r.stderr)
+            check(int(fetched[0][1]) == -(-size // (256 << 10)), "256 KiB chunks", r.stderr)
+    c.expect_no_workers()
+
+
+def case_tasks_object_owner_killed(c):
+    """The worker holding a result is SIGKILLed before the head fetched it:
+    the task re-runs elsewhere within its @retry budget (the output is
+    exact); without a budget, the task fails naming the lost result."""
+    for retry in (True, False):
+        src = OBJECT_PROGRAM if retry else OBJECT_PROGRAM.replace("@retry(1)\n", "")
+        exe = c.compile("owner" + ("_retry" if retry else ""), src)
+        want = [l for l in single_node(exe, "--m", "1").splitlines() if l.startswith("check")]
+        with with_env(SFLOW_OBJECT_SERVE_DELAY_MS=3000):
+            head = c.start("--head-runs-work=false", "--cluster-log", "--m", "1", prog=exe)
+        try:
+            line, _ = read_until(head.stderr, r"held by node \d as object", 30)
+            node = int(re.search(r"held by node (\d)", line).group(1))
+            victim = c.worker_of(node)
+            check(victim, f"node {node}'s worker", c.workers())
+            os.kill(victim, signal.SIGKILL)
+            head.wait(timeout=30)
+            out = drain(head.stdout)
+            err = drain(head.stderr)
+            if retry:
+                check(head.returncode == 0, f"head exit {head.returncode}", out, err)
+                got = [l for l in out.splitlines() if l.startswith("check")]
+                check(got == want, "output after the re-run", out, want)
+                check(re.search(r"fetched from node \d", err), "fetched after the re-run", err)
+            else:
+                check(head.returncode == 70, f"head exit {head.returncode}", out, err)
+                check(re.search(rf"task 'big' failed after 1 attempt: node {node} was lost: .*"
+                                r"\(it held the task's result, \d+ bytes, not yet fetched\)", err),
+                      "failure names the lost result", err)
+        finally:
+            if head.poll() is None:
+                head.kill()
+                head.wait()
+        c.expect_no_workers(within=6)
 
 
 def unprefixed(lines):
@@ -1461,6 +1554,8 @@ CASES = {
     "tasks_print": (2, case_tasks_print),
     "tasks_worker_killed": (3, case_tasks_worker_killed),
     "tasks_retry_attempt": (2, case_tasks_retry_attempt),
+    "tasks_objects": (2, case_tasks_objects),
+    "tasks_object_owner_killed": (2, case_tasks_object_owner_killed),
     "actors_remote": (2, case_actors_remote),
     "actor_worker_killed": (3, case_actor_worker_killed),
     "actor_restarts_exhausted": (2, case_actor_restarts_exhausted),
