@@ -166,6 +166,21 @@ static void test_inner_lengths(void) {
   sf__wire_encode(&b, &f);
   expect_bad(b.p, b.n, "malformed task-result frame: bad or truncated status");
   b.n = 0;
+  /* Status 2 (an object reference, remote.c) carries exactly 16 bytes. */
+  static const uint8_t ref[16] = {1};
+  f.u.task_result.status = 2;
+  f.u.task_result.value = (sf__bytes){ref, 15};
+  sf__wire_encode(&b, &f);
+  expect_bad(b.p, b.n, "malformed task-result frame: bad or truncated status");
+  b.n = 0;
+  f.u.task_result.value = (sf__bytes){ref, 16};
+  sf__wire_encode(&b, &f);
+  sf__frame g;
+  char err[256];
+  CHECK_INT(sf__wire_decode(b.p, b.n, &g, err, sizeof err), (long)b.n);
+  CHECK_INT(g.u.task_result.status, 2);
+  CHECK_INT(g.u.task_result.value.n, 16);
+  b.n = 0;
   /* Actor results: status 0, 1 or 2, and sequence numbers start at 1. */
   f = (sf__frame){.type = SF__F_ACTOR_RESULT};
   f.u.actor_result.seq = 1;
