@@ -399,11 +399,13 @@ static void on_node_lost(int node, const char *why) {
   while (sorted) {
     rtask *t = sorted;
     sorted = t->next;
-    if (t->fetching) { /* objects: its slot was freed with the reference */
+    /* objects: a held result's slot was freed with the reference; the
+     * task re-runs from its arguments (lineage) or fails naming it. */
+    t->obj_chunks = t->fetching ? -1 : 0;
+    if (t->fetching) {
       free(t->obj);
       t->obj = NULL;
       t->fetching = false;
-      t->obj_chunks = -1; /* lineage: re-run, or fail naming the lost result */
     } else {
       R.inflight[node]--;
     }
