@@ -42,7 +42,9 @@
  *
  * Task-submit payload: u32 name length, name, then the arguments (the
  * SF_STRUCT d->args, serial.c).  Task-result: status 0 + the serialized
- * value, or status 1 + the failure's cause as text.
+ * value, status 1 + the failure's cause as text, or status 2 + a reference
+ * to a large value the worker keeps in its object store (u64 object id,
+ * u64 size), which the head then fetches in object frames ("objects").
  *
  * Worker.  sf__remote_worker_submit (on the worker's control loop) checks
  * the frame and queues it; runner threads (grown on demand) deserialize
