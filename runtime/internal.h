@@ -215,6 +215,10 @@ void sf__remote_worker_submit(const struct sf__frame *f);
  * fetch request or a release). */
 void sf__remote_on_object(int node, const struct sf__frame *f);
 void sf__remote_worker_object(const struct sf__frame *f);
+/* Head: f's value is held by a worker (true when it is wanted already);
+ * task.c calls sf__remote_demand when a held future is first wanted. */
+bool sf__future_held(sf_future *f);
+void sf__remote_demand(sf_future *f);
 /* The task descriptor at offset off from &sf_program_desc, when that lies
  * in this executable and is a descriptor named name[0..nl); else NULL with
  * a message.  A peer's number is never followed further than that. */

@@ -112,8 +112,9 @@ typedef struct rtask {
   uint32_t n;
   int32_t attempt;
   int node;            /* -1: waiting in the backlog */
-  /* objects: a result held by worker `node`, being fetched (slot freed) */
-  bool fetching;
+  /* objects: a result held by worker `node` (slot freed), wanted by the
+   * head (awaited), being fetched */
+  bool held, wanted, fetching;
   int obj_chunks;
   uint8_t *obj;        /* (obj_total) bytes, obj_got of them received */
   uint64_t obj_total, obj_got;
@@ -403,11 +404,11 @@ static void on_node_lost(int node, const char *why) {
     sorted = t->next;
     /* objects: a held result's slot was freed with the reference; the
      * task re-runs from its arguments (lineage) or fails naming it. */
-    t->obj_chunks = t->fetching ? -1 : 0;
-    if (t->fetching) {
+    t->obj_chunks = t->held ? -1 : 0;
+    if (t->held) {
       free(t->obj);
       t->obj = NULL;
-      t->fetching = false;
+      t->held = t->fetching = false;
     } else {
       R.inflight[node]--;
     }
@@ -605,7 +606,7 @@ static void finish(int node, rtask *t, int status, const uint8_t *p, size_t n, b
   pthread_mutex_lock(&R.mu);
   free(t->obj);
   t->obj = NULL;
-  t->fetching = false;
+  t->held = t->fetching = false;
   if (slot)
     R.inflight[node]--;
   if (!good && t->attempt < t->d->retry) {
@@ -636,7 +637,7 @@ static void obj_start(int node, rtask *t, const sf__frame *fr);
 void sf__remote_on_result(int node, const sf__frame *fr) {
   pthread_mutex_lock(&R.mu);
   rtask *t = R.state > 0 ? hash_find(fr->u.task_result.task) : NULL;
-  bool ok = t && t->node == node && node > 0 && !t->fetching;
+  bool ok = t && t->node == node && node > 0 && !t->held;
   pthread_mutex_unlock(&R.mu);
   if (!ok) {
     sf__notice("node %d answered for unknown task %llu (ignored)", node,
@@ -687,8 +688,7 @@ static void obj_start(int node, rtask *t, const sf__frame *fr) {
   uint64_t id, total;
   memcpy(&id, fr->u.task_result.value.p, 8); /* 16 bytes: wire.c checked */
   memcpy(&total, fr->u.task_result.value.p + 8, 8);
-  uint8_t *buf = id == t->id && total > 0 && total <= OBJ_MAX ? malloc(total) : NULL;
-  if (!buf) {
+  if (id != t->id || total == 0 || total > OBJ_MAX) {
     char cause[128];
     snprintf(cause, sizeof cause, "node %d sent a bad object reference (%llu bytes)", node,
              (unsigned long long)total);
@@ -698,8 +698,7 @@ static void obj_start(int node, rtask *t, const sf__frame *fr) {
   outbox ob = {0};
   pthread_mutex_lock(&R.mu);
   R.inflight[node]--; /* the worker is done with it: its slot is free */
-  t->fetching = true;
-  t->obj = buf;
+  t->held = true;
   t->obj_total = total;
   t->obj_got = 0;
   t->obj_chunks = 0;
@@ -709,7 +708,34 @@ static void obj_start(int node, rtask *t, const sf__frame *fr) {
   if (sf__options.cluster_log)
     sf__notice("task '%s' result (%llu bytes) held by node %d as object %llu", t->d->name,
                (unsigned long long)total, node, (unsigned long long)id);
-  obj_send(node, id, 0, total); /* fetch it all */
+  /* Wanted already (main awaits it, or a re-run of a wanted one): fetch
+   * now; else sf__remote_demand does when it is. */
+  bool wanted = sf__future_held(t->f);
+  pthread_mutex_lock(&R.mu);
+  bool go = (wanted || t->wanted) && !t->fetching;
+  t->fetching |= go;
+  pthread_mutex_unlock(&R.mu);
+  if (go)
+    obj_send(node, id, 0, total); /* fetch it all */
+}
+
+void sf__remote_demand(sf_future *f) {
+  rtask *t = NULL;
+  pthread_mutex_lock(&R.mu);
+  for (int b = 0; b < NBUCKETS && !t; b++)
+    for (rtask *x = R.buckets[b]; x && !t; x = x->hnext)
+      if (x->f == f)
+        t = x;
+  bool go = t && t->held && !t->fetching;
+  int node = t ? t->node : 0;
+  uint64_t id = t ? t->id : 0, total = t ? t->obj_total : 0;
+  if (t) { /* not held now (a re-run): obj_start fetches when it is */
+    t->wanted = true;
+    t->fetching |= go;
+  }
+  pthread_mutex_unlock(&R.mu);
+  if (go)
+    obj_send(node, id, 0, total);
 }
 
 void sf__remote_on_object(int node, const sf__frame *fr) {
@@ -723,7 +749,13 @@ void sf__remote_on_object(int node, const sf__frame *fr) {
     return;
   }
   const sf__bytes *d = &fr->u.object.data;
-  bool bad = fr->u.object.total != t->obj_total || fr->u.object.offset != t->obj_got || !d->n;
+  const char *bad = NULL;
+  if (!fr->u.object.total)
+    bad = "no longer holds";
+  else if (fr->u.object.total != t->obj_total || fr->u.object.offset != t->obj_got || !d->n)
+    bad = "sent a malformed chunk of";
+  else if (!t->obj && !(t->obj = malloc(t->obj_total)))
+    bad = "sent more than the head has memory for:";
   if (!bad) {
     memcpy(t->obj + t->obj_got, d->p, d->n); /* wire.c: offset + n <= total */
     t->obj_got += d->n;
@@ -736,9 +768,7 @@ void sf__remote_on_object(int node, const sf__frame *fr) {
   obj_send(node, id, t->obj_total, t->obj_total); /* release */
   if (bad) {
     char cause[160];
-    snprintf(cause, sizeof cause, "node %d %s object %llu", node,
-             fr->u.object.total ? "sent a malformed chunk of" : "no longer holds",
-             (unsigned long long)id);
+    snprintf(cause, sizeof cause, "node %d %s object %llu", node, bad, (unsigned long long)id);
     finish(node, t, 1, (const uint8_t *)cause, strlen(cause), false);
     return;
   }

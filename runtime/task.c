@@ -34,7 +34,8 @@
 
 #include "internal.h"
 
-enum { FUT_PENDING = 0, FUT_DONE = 1, FUT_FAILED = 2, FUT_STATUS = 3, FUT_WAITERS = 4, FUT_LOCK = 8 };
+enum { FUT_PENDING = 0, FUT_DONE = 1, FUT_FAILED = 2, FUT_STATUS = 3, FUT_WAITERS = 4, FUT_LOCK = 8,
+       FUT_WANTED = 16, FUT_HELD = 32 /* remote.c objects: see future_want */ };
 
 struct sf_future {
   sf_obj hdr;
@@ -135,9 +136,28 @@ static void future_finish(sf_future *f, uint32_t status) {
   }
 }
 
+/* ---- remote.c objects: a future whose value a worker holds (HELD) is
+ * fetched only once something wants it (WANTED: an await, or a task
+ * parked on it).  The two marks are set by atomic or; whichever comes
+ * second asks remote.c for the value, so exactly one does. */
+static void future_want(sf_future *f) {
+  if (atomic_load_explicit(&f->state, memory_order_acquire) & (FUT_STATUS | FUT_WANTED))
+    return;
+  uint32_t old = atomic_fetch_or_explicit(&f->state, FUT_WANTED, memory_order_acq_rel);
+  if ((old & (FUT_STATUS | FUT_WANTED | FUT_HELD)) == FUT_HELD)
+    sf__remote_demand(f);
+}
+
+bool sf__future_held(sf_future *f) {
+  uint32_t old = atomic_fetch_or_explicit(&f->state, FUT_HELD, memory_order_acq_rel);
+  return (old & FUT_WANTED) != 0;
+}
+/* ---- end of remote.c objects */
+
 /* Parks task t on pending future f: t starts when f completes.  False if
  * f is already complete. */
 static bool park_on(sf_future *f, struct task_rec *t, struct task_rec **link) {
+  future_want(f);
   uint32_t s = atomic_load_explicit(&f->state, memory_order_relaxed);
   for (;;) {
     if (s & FUT_STATUS)
@@ -189,6 +209,7 @@ static bool task_claim_inline(struct task_rec *t);
 static void future_wait(sf_future *f) {
   if (atomic_load_explicit(&f->state, memory_order_acquire) & FUT_STATUS)
     return;
+  future_want(f);
   /* The awaited task has not started: run it here, now.  It cannot depend
    * on the waiter, and this is what makes fork-join recursion and chains
    * of futures cheap.  The depth bound keeps the stack small. */

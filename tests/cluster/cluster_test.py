@@ -901,11 +901,17 @@ task big(k: i64, n: i64) -> i64[] {
   print("made", k)
   return v
 }
-workflow main(n: i64 = 300000, m: i64 = 4) {
-  let rs = await [big(k, n) for k in 0..m]
-  var s: i64 = 0
-  for r in rs { for x in r { s = (s * 31 + x) % 1000000007 } }
-  print("check", s, len(rs[m - 1]), rs[m - 1][n - 1])
+workflow main(n: i64 = 300000, m: i64 = 4, lazy: bool = false) {
+  if lazy {
+    let unused = big(100, n)
+    let x = await big(101, n)
+    print("check lazy", len(x), x[n - 1])
+  } else {
+    let rs = await [big(k, n) for k in 0..m]
+    var s: i64 = 0
+    for r in rs { for x in r { s = (s * 31 + x) % 1000000007 } }
+    print("check", s, len(rs[m - 1]), rs[m - 1][n - 1])
+  }
 }
 """
 
@@ -1036,13 +1042,15 @@ def with_env(**kv):
 
 def case_tasks_objects(c):
     """Results over the object threshold stay on the worker that made them
-    and are fetched in chunks: the output equals a single-node run, both at
-    the default 1 MiB threshold (2.4 MB results) and with it lowered to
-    4 KiB (8 KB results); below it, nothing is fetched as an object."""
+    and are fetched in chunks when awaited: the output equals a single-node
+    run, both at the default 1 MiB threshold (2.4 MB results) and with it
+    lowered to 4 KiB (8 KB results); below it, nothing is fetched as an
+    object; a result never awaited is never fetched."""
     exe = c.compile("objects", OBJECT_PROGRAM)
     for args, env, objects in ((["--n", "300000"], {}, 4),
                                (["--n", "1000"], {}, 0),
-                               (["--n", "1000"], {"SFLOW_OBJECT_THRESHOLD": 4096}, 4)):
+                               (["--n", "1000"], {"SFLOW_OBJECT_THRESHOLD": 4096}, 4),
+                               (["--n", "300000", "--lazy"], {}, 1)):
         local = [l for l in single_node(exe, *args).splitlines() if l.startswith("check")]
         with with_env(**env):
             r = c.run("--head-runs-work=false", "--cluster-log", *args, prog=exe, timeout=60)
@@ -1053,6 +1061,9 @@ def case_tasks_objects(c):
         fetched = re.findall(r"object \d+ \(task 'big', (\d+) bytes\) fetched from node \d "
                              r"in (\d+) chunks", r.stderr)
         check(len(fetched) == objects, f"{objects} objects fetched {args} {env}", r.stderr)
+        if objects:
+            check(re.search(rf"{objects} objects \(\d+ bytes\) fetched", r.stderr),
+                  "summary counts", r.stderr)
         if objects:
             size = int(fetched[0][0])
             check(size > 8 * int(args[1]), "object size", r.stderr)
