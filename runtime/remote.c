@@ -658,8 +658,10 @@ void sf__remote_on_result(int node, const sf__frame *fr) {
  * A worker keeps a result whose serialized form is over the threshold
  * (SFLOW_OBJECT_THRESHOLD bytes, default 1 MiB) in its object store and
  * answers with status 2: u64 object id (the task id) and u64 size.  The
- * head frees the task's slot at once, asks the owner for the bytes (an
- * empty object frame at offset 0), receives them in order in object
+ * head frees the task's slot at once and leaves the future pending; when
+ * the value is first wanted (task.c: an await, or a task parked on it) it
+ * asks the owner for the bytes (an empty object frame at offset 0),
+ * receives them in order in object
  * frames of OBJ_CHUNK bytes, materializes the value exactly as the inline
  * path would (same bytes, same decoder), and releases the object (an
  * empty object frame with offset == total).  Chunks arrive over the one
