@@ -247,7 +247,12 @@ sf_array *sf_future_get_all(sf_array *futures, const sf_type *t, const sf_loc *l
   int64_t n = futures ? futures->len : 0;
   sf_future **fs = n ? futures->data : NULL;
   /* Wait for all first, so the first error reported is the first in
-   * order and no half-built array is left behind. */
+   * order and no half-built array is left behind.  Held values (remote.c
+   * objects) are all asked for before the first wait, so they come in
+   * parallel. */
+  for (int64_t i = 0; i < n; i++)
+    if (fs[i])
+      future_want(fs[i]);
   for (int64_t i = 0; i < n; i++)
     if (fs[i])
       future_wait(fs[i]);
