@@ -1128,7 +1128,7 @@ static sf_future *call_one(sf_actor *a, const sf_method_desc *md, void *args, in
                            const sf_loc *loc) {
   if (a->remote) {
     sf_future *f = future_alloc(md->result, 0, NULL);
-    sf__sink sk = {f, NULL, 0, seq};
+    sf__sink sk = {f, NULL, 0, seq, 0};
     sf_retain(f); /* the sink's reference */
     SF__COUNT(calls);
     atomic_fetch_add_explicit(a->pending, 1, memory_order_relaxed);
@@ -1188,7 +1188,7 @@ sf_future *sf_group_call_all(sf_group *g, const sf_method_desc *m, void *args,
      * takes over the caller's references, the others retain. */
     msg *mm = msg_new(m->args, args, i + 1 < g->n);
     if (g->members[i]->remote) {
-      sf__sink sk = {NULL, ga, i, seq};
+      sf__sink sk = {NULL, ga, i, seq, 0};
       SF__COUNT(calls);
       atomic_fetch_add_explicit(g->members[i]->pending, 1, memory_order_relaxed);
       sf__ractor_call(g->members[i]->remote, m, mm->args, true, &sk);
