@@ -140,7 +140,8 @@ static struct {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   pthread_t thread;
-  bool thread_running, stopping;
+  _Atomic bool thread_running; /* set before the control thread starts */
+  bool stopping;
   int wake[2];
   sf__node_lost_fn lost_fn;
   int lost_count;
@@ -425,9 +426,11 @@ static int flush_out(node *nd, char *err, size_t errlen) {
   return 0;
 }
 
-static bool on_control_thread(void) {
-  return H.thread_running && pthread_equal(pthread_self(), H.thread);
-}
+/* Set by the control thread itself: comparing with H.thread would read it
+ * while pthread_create may still be writing it. */
+static _Thread_local bool is_control_thread;
+
+static bool on_control_thread(void) { return is_control_thread; }
 
 static void wake(void);
 
@@ -644,6 +647,7 @@ static void control_round(int timeout_ms, int auth_timeout, int64_t *next_hb) {
 
 static void *control_thread(void *arg) {
   (void)arg;
+  is_control_thread = true;
   int64_t next_hb = 0;
   pthread_mutex_lock(&H.mu);
   while (!H.stopping)
@@ -835,11 +839,14 @@ int sf__cluster_start(char *err, size_t errlen) {
     note("sflow: %d node%s ready in %.2f s", H.n, H.n == 1 ? "" : "s",
          (double)(now_ms() - H.t0) / 1000.0);
   set_head_env();
+  /* Running from before the thread exists, so that no frame sent from now
+   * on takes the blocking start-up path beside it. */
+  H.thread_running = true;
   if (pthread_create(&H.thread, NULL, control_thread, NULL)) {
+    H.thread_running = false;
     snprintf(err, errlen, "cannot start the control thread");
     return start_failed(err, errlen);
   }
-  H.thread_running = true;
   return 0;
 }
 
