@@ -261,11 +261,13 @@ size_t sf__dtype_size(sf__dtype t);
  * at most log2(SF__GROUP_MAX). */
 #define SF__RING_LINKS 12
 
-/* Allreduce algorithm by message size in bytes (measured on 4 nodes,
- * docs/performance.md): recursive doubling up to SF__RING_RD_MAX,
- * recursive halving and doubling (Rabenseifner) up to
- * SF__RING_HALVING_MAX, the pipelined ring above. */
-#define SF__RING_RD_MAX ((size_t)8 << 10)
+/* Allreduce algorithm by message size in bytes (measured on 3 and 4
+ * members, docs/performance.md): recursive doubling up to
+ * SF__RING_RD_MAX, recursive halving and doubling (Rabenseifner) up to
+ * SF__RING_HALVING_MAX (a quarter of it when the group size is not a power
+ * of two, since the fold then sends the whole buffer twice more), the
+ * pipelined ring above. */
+#define SF__RING_RD_MAX ((size_t)32 << 10)
 #define SF__RING_HALVING_MAX ((size_t)256 << 10)
 
 typedef struct sf__ring {

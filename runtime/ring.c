@@ -627,12 +627,14 @@ int sf__ring_allreduce(sf__ring *r, void *buf, size_t count, sf__dtype t, sf__re
                        char *err, size_t errlen) {
   if (r->size == 1 || count == 0)
     return 0;
-  size_t bytes = count * sf__dtype_size(t);
+  size_t bytes = count * sf__dtype_size(t), halving_max = r->halving_max;
   bool linked = have_links(r);
-  /* Halving needs at least one element per member after the last split. */
+  if (pow2_floor(r->size) != r->size && halving_max != SIZE_MAX)
+    halving_max /= 4; /* the fold's two whole-buffer transfers */
   if (linked && bytes <= r->rd_max)
     return allreduce_rd(r, buf, count, t, op, err, errlen);
-  if (linked && bytes <= r->halving_max && count >= (size_t)r->size)
+  /* Halving needs at least one element per member after the last split. */
+  if (linked && bytes <= halving_max && count >= (size_t)r->size)
     return allreduce_halving(r, buf, count, t, op, err, errlen);
   return allreduce_ring(r, buf, count, t, op, err, errlen);
 }
