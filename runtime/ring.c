@@ -424,8 +424,11 @@ fail:
 
 /* One step: send [sbuf, sbuf+sn) to member `to` while receiving rn bytes
  * from member `from` into rbuf; when red_dst is set, received whole
- * elements are reduced into red_dst as they arrive (rbuf is then scratch),
- * with the received operand first when `first` is set. */
+ * elements are reduced into red_dst as they arrive, with the received
+ * operand first when `first` is set, and rbuf is a window of `segment`
+ * bytes (plus one element) that every receive reuses: the bytes the kernel
+ * copies in are still in cache when the reduction reads them, instead of
+ * streaming a chunk-sized scratch buffer through memory twice. */
 typedef struct step {
   int to, from;
   const uint8_t *sbuf;
@@ -457,15 +460,16 @@ static int run_step(sf__ring *r, const step *s, char *err, size_t errlen) {
     }
     if (got < s->rn) {
       size_t want = s->rn - got < r->segment ? s->rn - got : r->segment;
-      ssize_t k = recv(rfd, s->rbuf + got, want, MSG_DONTWAIT);
+      size_t part = got - reduced; /* bytes of an element cut by the last receive */
+      ssize_t k = recv(rfd, s->red_dst ? s->rbuf + part : s->rbuf + got, want, MSG_DONTWAIT);
       if (k > 0) {
         got += (size_t)k;
         progress = true;
-        size_t whole = got / es * es;
-        if (s->red_dst && whole > reduced) {
-          reduce(s->red_dst + reduced, s->rbuf + reduced, (whole - reduced) / es, s->t, s->op,
-                 s->first);
-          reduced = whole;
+        size_t whole = (got - reduced) / es * es;
+        if (s->red_dst && whole) {
+          reduce(s->red_dst + reduced, s->rbuf, whole / es, s->t, s->op, s->first);
+          reduced += whole;
+          memmove(s->rbuf, s->rbuf + whole, got - reduced);
         }
       } else if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
         return sf__net_fail(err, errlen, "ring rank %d: rank %d closed the connection", r->rank,
@@ -512,9 +516,9 @@ static void chunk(size_t count, int size, int c, size_t *off, size_t *len) {
 static int allreduce_ring(sf__ring *r, uint8_t *b, size_t count, sf__dtype t, sf__redop op,
                           char *err, size_t errlen) {
   int n = r->size, next = (r->rank + 1) % n, prev = (r->rank + n - 1) % n;
-  size_t es = sf__dtype_size(t), maxlen = (count + (size_t)n - 1) / (size_t)n;
-  if (!scratch(r, maxlen * es))
-    return sf__net_fail(err, errlen, "out of memory for a %zu-byte ring buffer", maxlen * es);
+  size_t es = sf__dtype_size(t);
+  if (!scratch(r, r->segment + es))
+    return sf__net_fail(err, errlen, "out of memory for a %zu-byte ring buffer", r->segment);
   for (int s = 0; s < n - 1; s++) { /* reduce-scatter */
     size_t so, sl, ro, rl;
     chunk(count, n, ((r->rank - s) % n + n) % n, &so, &sl);
@@ -587,9 +591,8 @@ static int allreduce_rd(sf__ring *r, uint8_t *b, size_t count, sf__dtype t, sf__
 static int allreduce_halving(sf__ring *r, uint8_t *b, size_t count, sf__dtype t, sf__redop op,
                              char *err, size_t errlen) {
   size_t es = sf__dtype_size(t);
-  /* Half the buffer for the rounds; all of it where the fold sends it. */
-  if (!scratch(r, count * es))
-    return sf__net_fail(err, errlen, "out of memory for a %zu-byte buffer", count * es);
+  if (!scratch(r, r->segment + es))
+    return sf__net_fail(err, errlen, "out of memory for a %zu-byte buffer", r->segment);
   int nr = fold(r, b, count, t, op, true, err, errlen), p2 = pow2_floor(r->size), k = 0;
   if (nr == -2)
     return -1;

@@ -157,6 +157,8 @@ def mpi_allreduce(c, port, n, mpi_bin, group, iters):
 
 
 def fmt_time(us):
+    if us >= 1e6:
+        return f"{us / 1e6:.2f} s"
     return f"{us / 1000:.3g} ms" if us >= 1000 else f"{us:.0f} us"
 
 
