@@ -614,9 +614,9 @@ static int allreduce_halving(sf__ring *r, uint8_t *b, size_t count, sf__dtype t,
   }
   for (int mask = p2 >> 1; nr >= 0 && mask >= 1; mask >>= 1, k--) {
     int peer = unfold_rank(r->size, nr ^ mask);
-    /* Round k-1 split [lo, hi) of k-1; this member holds [lo, hi) of k
-     * and receives the rest of k-1's range. */
-    size_t ro = lo[k] == lo[k - 1] ? hi[k] : lo[k - 1];
+    /* Round k-1 split [lo, hi) of k-1; this member holds [lo, hi) of k,
+     * one half of it, and receives the other half. */
+    size_t ro = (nr & mask) == 0 ? hi[k] : lo[k - 1];
     size_t rn = hi[k - 1] - lo[k - 1] - (hi[k] - lo[k]);
     step st = {peer, peer, b + lo[k] * es, (hi[k] - lo[k]) * es, b + ro * es, rn * es, NULL, t,
                op, 0};
