@@ -262,13 +262,13 @@ size_t sf__dtype_size(sf__dtype t);
 #define SF__RING_LINKS 12
 
 /* Allreduce algorithm by message size in bytes (measured on 3 and 4
- * members, docs/performance.md): recursive doubling up to
- * SF__RING_RD_MAX, recursive halving and doubling (Rabenseifner) up to
- * SF__RING_HALVING_MAX (a quarter of it when the group size is not a power
- * of two, since the fold then sends the whole buffer twice more), the
- * pipelined ring above. */
+ * members with bench/cluster/ring_algos.c, docs/performance.md):
+ * recursive doubling up to SF__RING_RD_MAX, then in a group whose size is
+ * a power of two recursive halving and doubling (Rabenseifner) up to
+ * SF__RING_HALVING_MAX, the pipelined ring above.  Elsewhere the fold
+ * moves the whole buffer twice more, and the ring wins from 64 KB. */
 #define SF__RING_RD_MAX ((size_t)32 << 10)
-#define SF__RING_HALVING_MAX ((size_t)256 << 10)
+#define SF__RING_HALVING_MAX ((size_t)128 << 10)
 
 typedef struct sf__ring {
   int rank, size;

@@ -633,7 +633,7 @@ int sf__ring_allreduce(sf__ring *r, void *buf, size_t count, sf__dtype t, sf__re
   size_t bytes = count * sf__dtype_size(t), halving_max = r->halving_max;
   bool linked = have_links(r);
   if (pow2_floor(r->size) != r->size && halving_max != SIZE_MAX)
-    halving_max /= 4; /* the fold's two whole-buffer transfers */
+    halving_max = 0; /* the fold's two whole-buffer transfers cost more */
   if (linked && bytes <= r->rd_max)
     return allreduce_rd(r, buf, count, t, op, err, errlen);
   /* Halving needs at least one element per member after the last split. */

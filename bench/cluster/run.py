@@ -16,7 +16,7 @@ tests/cluster, then measures:
 
     python3 bench/cluster/run.py --sflowc build/bin/sflowc [--runs 5] [--quick]
         [--only startup|allreduce] [--repeat 3] [--nodes 4] [--sizes B,B,...]
-        [--before OLD_SFLOWC]
+        [--before OLD_SFLOWC] [--no-mpi]
 
 --before compiles the same program with another sflowc (an older build) and
 times its allreduce in the same rounds, for before/after tables.
@@ -162,12 +162,13 @@ def fmt_time(us):
     return f"{us / 1000:.3g} ms" if us >= 1000 else f"{us:.0f} us"
 
 
-def allreduce(c, port, n, sizes, repeat, before=None):
+def allreduce(c, port, n, sizes, repeat, before=None, no_mpi=False):
     """Each round runs every tool once (before, sflow, MPI, interleaved so
     that a burst of load hits all of them); the table shows each tool's
     median time per size over the rounds, and the spread (max/min) of
     sflow's and MPI's times so the noise is visible."""
-    have_mpi = shutil.which("mpirun") is not None and shutil.which("mpicc") is not None
+    have_mpi = shutil.which("mpirun") is not None and shutil.which("mpicc") is not None \
+        and not no_mpi
     mpi_bin = os.path.join(c.dir, "mpi_allreduce")
     if have_mpi:
         subprocess.run(["mpicc", "-O2", os.path.join(os.path.dirname(__file__), "mpi_allreduce.c"),
@@ -227,6 +228,7 @@ def main():
     ap.add_argument("--nodes", type=int, default=4, help="allreduce group size (1 to 8)")
     ap.add_argument("--sizes", help="allreduce sizes in bytes, comma-separated")
     ap.add_argument("--before", help="another sflowc (an older build), timed in the same rounds")
+    ap.add_argument("--no-mpi", action="store_true", help="sflow only (with --before: A/B runs)")
     a = ap.parse_args()
     if not os.path.exists(ct.SSHD):
         print("bench/cluster: needs openssh-server; skipped")
@@ -241,7 +243,8 @@ def main():
         if a.only != "startup":
             sizes = [int(x) for x in a.sizes.split(",")] if a.sizes else \
                 SIZES[:7] if a.quick else SIZES
-            allreduce(c, port, a.nodes, sizes, 1 if a.quick else a.repeat, a.before)
+            allreduce(c, port, a.nodes, sizes, 1 if a.quick else a.repeat, a.before,
+                      a.no_mpi)
     finally:
         c.close()
     return 0

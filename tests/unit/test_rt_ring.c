@@ -199,11 +199,10 @@ static void test_allreduce_each_algorithm(void) {
 
 static void test_allreduce_thresholds(void) {
   /* One element below, at and above each switch, by the default
-   * thresholds, for a power of two and odd groups (where halving stops at
-   * a quarter of SF__RING_HALVING_MAX). */
-  static const size_t at[] = {SF__RING_RD_MAX, SF__RING_HALVING_MAX / 4, SF__RING_HALVING_MAX};
+   * thresholds, for a power of two and odd groups (which skip halving). */
+  static const size_t at[] = {SF__RING_RD_MAX, SF__RING_HALVING_MAX};
   for (int n = 3; n <= 5; n++)
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 2; i++)
       for (long d = -1; d <= 1; d++) {
         CHECK_INT(check_allreduce(n, at[i] / 4 + (size_t)d, SF__DT_F32, SF__OP_SUM, 256 << 10), 0);
         CHECK_INT(check_allreduce(n, at[i] / 8 + (size_t)d, SF__DT_I64, SF__OP_MAX, 256 << 10), 0);
@@ -273,9 +272,8 @@ static void test_allreduce_rounding_identical(void) {
   for (int n = 2; n <= MAXN; n++) {
     for (int algo = RD; algo <= RING; algo++)
       CHECK_INT(check_rounding(n, 5003, algo, &sensitive), 0);
-    static const size_t at[] = {SF__RING_RD_MAX / 4, SF__RING_HALVING_MAX / 16,
-                                SF__RING_HALVING_MAX / 4};
-    for (int i = 0; i < 3; i++)
+    static const size_t at[] = {SF__RING_RD_MAX / 4, SF__RING_HALVING_MAX / 4};
+    for (int i = 0; i < 2; i++)
       for (long d = -1; d <= 1; d++)
         CHECK_INT(check_rounding(n, at[i] + (size_t)d, AUTO, &sensitive), 0);
   }
@@ -382,8 +380,9 @@ static void test_dead_peer_is_an_error(void) {
 
 /* ------------------------------------------------------- over real TCP */
 
-/* One count per algorithm by the default thresholds (f64). */
-static const size_t tcp_counts[] = {100, SF__RING_HALVING_MAX / 32 - 5, 200001};
+/* One count per algorithm by the default thresholds (f64; halving only
+ * for 2 and 4 members). */
+static const size_t tcp_counts[] = {100, SF__RING_HALVING_MAX / 8 - 5, 200001};
 #define TCP_COUNTS (sizeof tcp_counts / sizeof tcp_counts[0])
 
 typedef struct tcp_member {
