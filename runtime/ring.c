@@ -109,7 +109,7 @@ static void tune(int fd) {
 
 void sf__ring_init(sf__ring *r, int rank, int size, int prev_fd, int next_fd) {
   *r = (sf__ring){.rank = rank, .size = size, .prev_fd = prev_fd, .next_fd = next_fd,
-                  .timeout_ms = 30000, .segment = 64 << 10, .rd_max = SF__RING_RD_MAX,
+                  .timeout_ms = 30000, .segment = 256 << 10, .rd_max = SF__RING_RD_MAX,
                   .halving_max = SF__RING_HALVING_MAX};
   if (prev_fd >= 0)
     tune(prev_fd);
