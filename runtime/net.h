@@ -16,7 +16,8 @@
  *   wire.c      length-prefixed binary frames; the decoder is fuzzed
  *   cluster.c   the head's start/stop, the control-plane thread, heartbeats,
  *               and the worker's main loop
- *   ring.c      TCP ring allreduce (reduce-scatter + allgather, pipelined)
+ *   ring.c      TCP collectives: allreduce by recursive doubling, halving
+ *               and doubling, or the pipelined ring, chosen by size
  */
 #ifndef SF_NET_H
 #define SF_NET_H
@@ -258,30 +259,58 @@ int sf__auth_worker(sf__conn *c, const uint8_t secret[SF__SECRET_LEN], uint32_t 
  * sit on different nodes.  A communicator is built once per group (and
  * rebuilt when a group restarts); operations are collective: every member
  * calls the same ones in the same order.  Results are bitwise identical on
- * every member, because each chunk is reduced in one fixed order. */
+ * every member: each element is reduced in one fixed order, and the same
+ * size always takes the same algorithm (rd_max, halving_max). */
 typedef enum { SF__DT_F32 = 0, SF__DT_F64, SF__DT_I32, SF__DT_I64, SF__DT_COUNT } sf__dtype;
 typedef enum { SF__OP_SUM = 0, SF__OP_MAX, SF__OP_MIN } sf__redop;
 size_t sf__dtype_size(sf__dtype t);
+
+/* Links beyond the ring: the recursive-doubling partners (rank xor 2^k
+ * after folding a non-power-of-two group) that are not ring neighbours,
+ * at most log2(SF__GROUP_MAX). */
+#define SF__RING_LINKS 12
+
+/* Allreduce algorithm by message size in bytes (measured on 3 and 4
+ * members with bench/cluster/ring_algos.c, docs/performance.md):
+ * recursive doubling up to SF__RING_RD_MAX, then in a group whose size is
+ * a power of two recursive halving and doubling (Rabenseifner) up to
+ * SF__RING_HALVING_MAX, the pipelined ring above.  Elsewhere the fold
+ * moves the whole buffer twice more, and the ring wins from 64 KB. */
+#define SF__RING_RD_MAX ((size_t)32 << 10)
+#define SF__RING_HALVING_MAX ((size_t)128 << 10)
 
 typedef struct sf__ring {
   int rank, size;
   int prev_fd, next_fd; /* receive from rank-1, send to rank+1 */
   int timeout_ms;       /* no progress for this long: error, not a hang */
-  size_t segment;       /* pipelining unit in bytes */
+  size_t segment;       /* bytes per send or receive call, and the size of the
+                         * reduction window (256 KB, measured: docs/performance.md) */
   void *scratch;
   size_t scratch_n;
+  size_t rd_max;        /* allreduce up to this many bytes: recursive doubling */
+  size_t halving_max;   /* up to this many: halving and doubling; above: ring */
+  int nlinks;
+  struct { int rank, fd; } links[SF__RING_LINKS]; /* partners off the ring */
 } sf__ring;
 
 /* A data-plane listener bound to addr (numeric), port chosen by the kernel. */
 int sf__ring_listen(const char *addr, uint16_t *port, char *err, size_t errlen);
-/* Connects member rank to its neighbours: dials peers[rank+1] and accepts
- * rank-1 on listen_fd; both directions prove the secret with HMAC. */
+/* Connects member rank to its neighbours and its recursive-doubling
+ * partners: dials peers[rank+1] and the higher partners, accepts rank-1
+ * and the lower partners on listen_fd; every link proves the secret with
+ * HMAC. */
 typedef struct sf__peer { char addr[64]; uint16_t port; } sf__peer;
 int sf__ring_connect(sf__ring *r, uint64_t group, int rank, int size, const sf__peer *peers,
                      int listen_fd, const uint8_t secret[SF__SECRET_LEN], int timeout_ms,
                      char *err, size_t errlen);
-/* Builds a ring over already-connected sockets (tests, local transports). */
+/* Builds a ring over already-connected sockets (tests, local transports);
+ * sf__ring_link adds the link to one partner off the ring.  Without all
+ * partner links allreduce uses the ring algorithm at every size. */
 void sf__ring_init(sf__ring *r, int rank, int size, int prev_fd, int next_fd);
+void sf__ring_link(sf__ring *r, int peer, int fd);
+/* Whether members a and b exchange data directly in recursive doubling or
+ * halving but are not ring neighbours (so need a link of their own). */
+bool sf__ring_needs_link(int size, int a, int b);
 int sf__ring_allreduce(sf__ring *r, void *buf, size_t count, sf__dtype t, sf__redop op,
                        char *err, size_t errlen);
 int sf__ring_broadcast(sf__ring *r, void *buf, size_t bytes, int root, char *err,

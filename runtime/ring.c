@@ -1,21 +1,41 @@
 /*
- * ring.c — collectives for host arrays over a TCP ring: the transport the
+ * ring.c — collectives for host arrays over TCP: the transport the
  * scheduler uses for a group whose members live on different nodes.
  *
- * Allreduce is the bandwidth-optimal ring algorithm (Patarasuk and Yuan):
- * the buffer is cut into `size` chunks; in n-1 reduce-scatter steps each
- * member sends one chunk to its successor while it receives another from
- * its predecessor and adds it in; after them member r owns the full sum of
- * chunk r+1, and n-1 allgather steps pass the finished chunks around.
- * Every member sends and receives 2(n-1)/n of the buffer, the minimum.
+ * Allreduce takes one of three algorithms by message size, as MPICH's and
+ * Open MPI's tuned decision functions do (thresholds in net.h, measured in
+ * docs/performance.md):
+ *  - small: recursive doubling.  log2(p) rounds in which partners (rank
+ *    xor 2^k) swap whole buffers and both reduce, so the latency is
+ *    log2(p) message hops instead of the ring's 2(p-1).
+ *  - medium: recursive halving then doubling (Rabenseifner): a
+ *    reduce-scatter whose halves shrink each round, then an allgather that
+ *    grows them back; 2 log2(p) hops and the ring's minimal volume.
+ *  - large: the bandwidth-optimal ring (Patarasuk and Yuan): the buffer is
+ *    cut into `size` chunks; in n-1 reduce-scatter steps each member sends
+ *    one chunk to its successor while it receives another from its
+ *    predecessor and adds it in; n-1 allgather steps pass the finished
+ *    chunks around.  Every member sends 2(n-1)/n of the buffer, the
+ *    minimum, and only to its neighbour, so the sends of consecutive
+ *    steps overlap best.
+ * A group whose size is not a power of two is folded first (MPICH): of the
+ * first 2*rem members (rem = p - 2^floor(log2 p)) each even one hands its
+ * buffer to the odd one after it and gets the result back at the end.
  *
  * Key design choices:
+ *  - Deterministic: every element is reduced along one fixed tree, and
+ *    each pairwise reduction puts the lower ranks' operand first, so all
+ *    members end with bitwise identical results.  Recursive doubling
+ *    computes each element on every member, where the order matters
+ *    (max(-0.0, +0.0) keeps its first operand); the other two reduce each
+ *    element on one member and copy it.
  *  - Pipelined: within a step, sending and receiving run at once on
  *    non-blocking sockets under one poll, and received bytes are reduced as
- *    soon as whole elements arrive, so the network and the adds overlap and
- *    a large chunk never waits for itself.
- *  - Deterministic: each chunk is summed in one fixed ring order and then
- *    copied, so every member ends with bitwise identical results.
+ *    soon as whole elements arrive, so the network and the adds overlap.
+ *  - Blocking waits: a member with nothing to do sleeps in poll() rather
+ *    than spinning; with more members than cores (4 on 2 here) a spinning
+ *    member takes the core its peer needs (measured: 22 us per hop with
+ *    poll, 85 us spinning with sched_yield, milliseconds spinning hard).
  *  - Bounded: no progress for timeout_ms (a dead or stopped peer) is an
  *    error naming the neighbour, never a hang.
  */
@@ -52,18 +72,24 @@ size_t sf__dtype_size(sf__dtype t) {
 
 /* ------------------------------------------------------------ reduce */
 
+/* d op= s, elementwise.  first: s is the first operand (it comes from
+ * lower ranks), so max/min ties and NaNs resolve the same way on every
+ * member whichever side it stands. */
 #define REDUCE_LOOP(T)                                                  \
   do {                                                                  \
     T *d = dst;                                                         \
     const T *s = src;                                                   \
-    switch (op) {                                                       \
-    case SF__OP_SUM: for (size_t i = 0; i < n; i++) d[i] += s[i]; break; \
-    case SF__OP_MAX: for (size_t i = 0; i < n; i++) if (s[i] > d[i]) d[i] = s[i]; break; \
-    case SF__OP_MIN: for (size_t i = 0; i < n; i++) if (s[i] < d[i]) d[i] = s[i]; break; \
+    switch (op * 2 + first) {                                           \
+    case SF__OP_SUM * 2: for (size_t i = 0; i < n; i++) d[i] = d[i] + s[i]; break; \
+    case SF__OP_SUM * 2 + 1: for (size_t i = 0; i < n; i++) d[i] = s[i] + d[i]; break; \
+    case SF__OP_MAX * 2: for (size_t i = 0; i < n; i++) if (s[i] > d[i]) d[i] = s[i]; break; \
+    case SF__OP_MAX * 2 + 1: for (size_t i = 0; i < n; i++) if (!(d[i] > s[i])) d[i] = s[i]; break; \
+    case SF__OP_MIN * 2: for (size_t i = 0; i < n; i++) if (s[i] < d[i]) d[i] = s[i]; break; \
+    case SF__OP_MIN * 2 + 1: for (size_t i = 0; i < n; i++) if (!(d[i] < s[i])) d[i] = s[i]; break; \
     }                                                                   \
   } while (0)
 
-static void reduce(void *dst, const void *src, size_t n, sf__dtype t, sf__redop op) {
+static void reduce(void *dst, const void *src, size_t n, sf__dtype t, sf__redop op, int first) {
   switch (t) {
   case SF__DT_F32: REDUCE_LOOP(float); break;
   case SF__DT_F64: REDUCE_LOOP(double); break;
@@ -82,11 +108,23 @@ static void tune(int fd) {
 }
 
 void sf__ring_init(sf__ring *r, int rank, int size, int prev_fd, int next_fd) {
-  *r = (sf__ring){rank, size, prev_fd, next_fd, 30000, 256 << 10, NULL, 0};
+  *r = (sf__ring){.rank = rank, .size = size, .prev_fd = prev_fd, .next_fd = next_fd,
+                  .timeout_ms = 30000, .segment = 256 << 10, .rd_max = SF__RING_RD_MAX,
+                  .halving_max = SF__RING_HALVING_MAX};
   if (prev_fd >= 0)
     tune(prev_fd);
   if (next_fd >= 0 && next_fd != prev_fd)
     tune(next_fd);
+}
+
+void sf__ring_link(sf__ring *r, int peer, int fd) {
+  if (r->nlinks == SF__RING_LINKS) {
+    close(fd);
+    return;
+  }
+  tune(fd);
+  r->links[r->nlinks].rank = peer;
+  r->links[r->nlinks++].fd = fd;
 }
 
 void sf__ring_close(sf__ring *r) {
@@ -94,10 +132,86 @@ void sf__ring_close(sf__ring *r) {
     close(r->prev_fd);
   if (r->next_fd >= 0 && r->next_fd != r->prev_fd)
     close(r->next_fd);
+  for (int i = 0; i < r->nlinks; i++)
+    close(r->links[i].fd);
   free(r->scratch);
   r->prev_fd = r->next_fd = -1;
+  r->nlinks = 0;
   r->scratch = NULL;
   r->scratch_n = 0;
+}
+
+/* ----------------------------------------------------------- topology */
+
+/* Folding a group of p into the largest power of two p2 <= p: the first
+ * 2*rem members pair up, the even one of each pair sits out (-1) and the
+ * odd one stands for both; the others move down by rem.  Renumbered ranks
+ * keep the order of the real ones, so a block of consecutive renumbered
+ * ranks always stands for a block of consecutive real ones. */
+static int pow2_floor(int p) {
+  int p2 = 1;
+  while (p2 * 2 <= p)
+    p2 *= 2;
+  return p2;
+}
+
+static int fold_rank(int p, int rank) {
+  int rem = p - pow2_floor(p);
+  if (rank < 2 * rem)
+    return rank % 2 ? rank / 2 : -1;
+  return rank - rem;
+}
+
+static int unfold_rank(int p, int nr) {
+  int rem = p - pow2_floor(p);
+  return nr < rem ? 2 * nr + 1 : nr + rem;
+}
+
+/* Whether a and b exchange directly in recursive doubling or halving. */
+static bool partners(int p, int a, int b) {
+  int rem = p - pow2_floor(p);
+  if (a > b) {
+    int t = a;
+    a = b;
+    b = t;
+  }
+  if (b < 2 * rem && a % 2 == 0 && b == a + 1)
+    return true; /* the fold */
+  int na = fold_rank(p, a), nb = fold_rank(p, b);
+  return na >= 0 && nb >= 0 && __builtin_popcount((unsigned)(na ^ nb)) == 1;
+}
+
+bool sf__ring_needs_link(int p, int a, int b) {
+  if (a == b || (a + 1) % p == b || (b + 1) % p == a)
+    return false;
+  return partners(p, a, b);
+}
+
+/* The socket to use with partner peer.  A ring neighbour's link serves
+ * both directions; with two members each is the other's next and prev,
+ * and both use the link the lower one dialed. */
+static int link_fd(const sf__ring *r, int peer) {
+  int next = (r->rank + 1) % r->size, prev = (r->rank + r->size - 1) % r->size;
+  if (peer == next && (peer != prev || r->rank < peer))
+    return r->next_fd;
+  if (peer == prev)
+    return r->prev_fd;
+  for (int i = 0; i < r->nlinks; i++)
+    if (r->links[i].rank == peer)
+      return r->links[i].fd;
+  return -1;
+}
+
+/* Whether every partner link is there (sf__ring_init alone builds only
+ * the ring). */
+static bool have_links(const sf__ring *r) {
+  int p = r->size, nr = fold_rank(p, r->rank), p2 = pow2_floor(p);
+  if (r->rank < 2 * (p - p2) && link_fd(r, r->rank ^ 1) < 0)
+    return false;
+  for (int mask = 1; nr >= 0 && mask < p2; mask <<= 1)
+    if (link_fd(r, unfold_rank(p, nr ^ mask)) < 0)
+      return false;
+  return true;
 }
 
 int sf__ring_listen(const char *addr, uint16_t *port, char *err, size_t errlen) {
@@ -187,17 +301,12 @@ static int dial(const sf__peer *p, int64_t deadline, char *err, size_t errlen) {
   return fd;
 }
 
-int sf__ring_connect(sf__ring *r, uint64_t group, int rank, int size, const sf__peer *peers,
-                     int listen_fd, const uint8_t secret[SF__SECRET_LEN], int timeout_ms,
-                     char *err, size_t errlen) {
-  sf__ring_init(r, rank, size, -1, -1);
-  r->timeout_ms = timeout_ms;
-  if (size == 1)
-    return 0;
-  int64_t deadline = now_ms() + timeout_ms;
-  int next = (rank + 1) % size, prev = (rank + size - 1) % size;
-  int out = dial(&peers[next], deadline, err, errlen);
-  if (out < 0)
+/* Dials peer and sends the greeting; the socket, or -1 with err. */
+static int dial_greet(const sf__peer *peers, int peer, uint64_t group, int rank,
+                      const uint8_t secret[SF__SECRET_LEN], int64_t deadline, char *err,
+                      size_t errlen) {
+  int fd = dial(&peers[peer], deadline, err, errlen);
+  if (fd < 0)
     return -1;
   uint8_t hello[44];
   for (int i = 0; i < 8; i++)
@@ -205,20 +314,24 @@ int sf__ring_connect(sf__ring *r, uint64_t group, int rank, int size, const sf__
   for (int i = 0; i < 4; i++)
     hello[8 + i] = (uint8_t)((uint32_t)rank >> (8 * i));
   link_mac(secret, group, (uint32_t)rank, hello + 12);
-  if (io_all(out, hello, sizeof hello, true, deadline)) {
-    close(out);
-    return sf__net_fail(err, errlen, "cannot greet ring peer %s:%u", peers[next].addr, peers[next].port);
+  if (io_all(fd, hello, sizeof hello, true, deadline)) {
+    close(fd);
+    return sf__net_fail(err, errlen, "cannot greet ring peer %s:%u", peers[peer].addr,
+                        peers[peer].port);
   }
-  /* Accept until the predecessor shows up with a valid greeting; anything
-   * else (a stranger, a stale ring) is dropped. */
-  int in = -1;
-  while (in < 0) {
+  return fd;
+}
+
+/* Accepts one connection with a valid greeting from this group; the
+ * sender's rank goes to *from.  Anything else (a stranger, a stale ring)
+ * is dropped.  The socket, or -1 when the deadline passes. */
+static int accept_greeted(int listen_fd, uint64_t group, const uint8_t secret[SF__SECRET_LEN],
+                          int64_t deadline, uint32_t *from) {
+  for (;;) {
     struct pollfd pf = {listen_fd, POLLIN, 0};
     int left = (int)(deadline - now_ms());
-    if (left <= 0 || poll(&pf, 1, left) <= 0) {
-      close(out);
-      return sf__net_fail(err, errlen, "ring member %d did not connect within %d ms", prev, timeout_ms);
-    }
+    if (left <= 0 || poll(&pf, 1, left) <= 0)
+      return -1;
     int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0)
       continue;
@@ -229,32 +342,95 @@ int sf__ring_connect(sf__ring *r, uint64_t group, int rank, int size, const sf__
       continue;
     }
     uint64_t g = 0;
-    uint32_t from = 0;
+    *from = 0;
     for (int i = 0; i < 8; i++)
       g |= (uint64_t)got[i] << (8 * i);
     for (int i = 0; i < 4; i++)
-      from |= (uint32_t)got[8 + i] << (8 * i);
-    link_mac(secret, g, from, want);
-    if (g != group || from != (uint32_t)prev || !sf__ct_equal(want, got + 12, 32)) {
-      fprintf(stderr, "sflow: refused a ring connection (group %llu, rank %u): %s\n",
-              (unsigned long long)g, from,
-              sf__ct_equal(want, got + 12, 32) ? "unexpected group or rank" : "wrong HMAC");
+      *from |= (uint32_t)got[8 + i] << (8 * i);
+    link_mac(secret, g, *from, want);
+    if (g == group && sf__ct_equal(want, got + 12, 32))
+      return fd;
+    fprintf(stderr, "sflow: refused a ring connection (group %llu, rank %u): %s\n",
+            (unsigned long long)g, *from,
+            sf__ct_equal(want, got + 12, 32) ? "unexpected group" : "wrong HMAC");
+    close(fd);
+  }
+}
+
+/* Every member first dials (its successor, then its partners above it)
+ * and then accepts (its predecessor and its partners below it): dialing
+ * never waits for the other side to accept, since the listener's backlog
+ * completes the connection, so no order of members can deadlock. */
+int sf__ring_connect(sf__ring *r, uint64_t group, int rank, int size, const sf__peer *peers,
+                     int listen_fd, const uint8_t secret[SF__SECRET_LEN], int timeout_ms,
+                     char *err, size_t errlen) {
+  sf__ring_init(r, rank, size, -1, -1);
+  r->timeout_ms = timeout_ms;
+  if (size == 1)
+    return 0;
+  int64_t deadline = now_ms() + timeout_ms;
+  int next = (rank + 1) % size, prev = (rank + size - 1) % size, waiting = 1;
+  r->next_fd = dial_greet(peers, next, group, rank, secret, deadline, err, errlen);
+  if (r->next_fd < 0)
+    goto fail;
+  tune(r->next_fd);
+  for (int peer = 0; peer < size; peer++) {
+    if (!sf__ring_needs_link(size, rank, peer))
+      continue;
+    if (peer < rank) {
+      waiting++;
+      continue;
+    }
+    int fd = dial_greet(peers, peer, group, rank, secret, deadline, err, errlen);
+    if (fd < 0)
+      goto fail;
+    sf__ring_link(r, peer, fd);
+  }
+  while (waiting > 0) {
+    uint32_t from;
+    int fd = accept_greeted(listen_fd, group, secret, deadline, &from);
+    if (fd < 0) {
+      int missing = prev;
+      for (int peer = 0; r->prev_fd >= 0 && peer < rank; peer++)
+        if (sf__ring_needs_link(size, rank, peer) && link_fd(r, peer) < 0) {
+          missing = peer;
+          break;
+        }
+      sf__net_fail(err, errlen, "ring member %d did not connect within %d ms", missing,
+                   timeout_ms);
+      goto fail;
+    }
+    if (from == (uint32_t)prev && r->prev_fd < 0) {
+      tune(fd);
+      r->prev_fd = fd;
+    } else if (from < (uint32_t)rank && sf__ring_needs_link(size, rank, (int)from) &&
+               link_fd(r, (int)from) < 0) {
+      sf__ring_link(r, (int)from, fd);
+    } else {
+      fprintf(stderr, "sflow: refused a ring connection (group %llu, rank %u): "
+              "unexpected rank\n", (unsigned long long)group, from);
       close(fd);
       continue;
     }
-    in = fd;
+    waiting--;
   }
-  sf__ring_init(r, rank, size, in, out);
-  r->timeout_ms = timeout_ms;
   return 0;
+fail:
+  sf__ring_close(r);
+  return -1;
 }
 
 /* ------------------------------------------------------------ engine */
 
-/* One step: send [sbuf, sbuf+sn) to next while receiving rn bytes from
- * prev into rbuf; when red_dst is set, received whole elements are reduced
- * into red_dst as they arrive (rbuf is then scratch). */
+/* One step: send [sbuf, sbuf+sn) to member `to` while receiving rn bytes
+ * from member `from` into rbuf; when red_dst is set, received whole
+ * elements are reduced into red_dst as they arrive, with the received
+ * operand first when `first` is set, and rbuf is a window of `segment`
+ * bytes (plus one element) that every receive reuses: the bytes the kernel
+ * copies in are still in cache when the reduction reads them, instead of
+ * streaming a chunk-sized scratch buffer through memory twice. */
 typedef struct step {
+  int to, from;
   const uint8_t *sbuf;
   size_t sn;
   uint8_t *rbuf;
@@ -262,50 +438,57 @@ typedef struct step {
   uint8_t *red_dst;
   sf__dtype t;
   sf__redop op;
+  int first;
 } step;
 
 static int run_step(sf__ring *r, const step *s, char *err, size_t errlen) {
   size_t sent = 0, got = 0, reduced = 0, es = sf__dtype_size(s->t);
-  int64_t last = now_ms();
+  int sfd = s->sn ? link_fd(r, s->to) : -1, rfd = s->rn ? link_fd(r, s->from) : -1;
+  int64_t last = 0;
   while (sent < s->sn || got < s->rn) {
     bool progress = false;
     if (sent < s->sn) {
       size_t want = s->sn - sent < r->segment ? s->sn - sent : r->segment;
-      ssize_t k = send(r->next_fd, s->sbuf + sent, want, MSG_NOSIGNAL | MSG_DONTWAIT);
+      ssize_t k = send(sfd, s->sbuf + sent, want, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (k > 0) {
         sent += (size_t)k;
         progress = true;
       } else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
         return sf__net_fail(err, errlen, "ring rank %d: sending to rank %d failed: %s", r->rank,
-                    (r->rank + 1) % r->size, strerror(errno));
+                            s->to, strerror(errno));
       }
     }
     if (got < s->rn) {
       size_t want = s->rn - got < r->segment ? s->rn - got : r->segment;
-      ssize_t k = recv(r->prev_fd, s->rbuf + got, want, MSG_DONTWAIT);
+      size_t part = got - reduced; /* bytes of an element cut by the last receive */
+      ssize_t k = recv(rfd, s->red_dst ? s->rbuf + part : s->rbuf + got, want, MSG_DONTWAIT);
       if (k > 0) {
         got += (size_t)k;
         progress = true;
-        size_t whole = got / es * es;
-        if (s->red_dst && whole > reduced) {
-          reduce(s->red_dst + reduced, s->rbuf + reduced, (whole - reduced) / es, s->t, s->op);
-          reduced = whole;
+        size_t whole = (got - reduced) / es * es;
+        if (s->red_dst && whole) {
+          reduce(s->red_dst + reduced, s->rbuf, whole / es, s->t, s->op, s->first);
+          reduced += whole;
+          memmove(s->rbuf, s->rbuf + whole, got - reduced);
         }
       } else if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
         return sf__net_fail(err, errlen, "ring rank %d: rank %d closed the connection", r->rank,
-                    (r->rank + r->size - 1) % r->size);
+                            s->from);
       }
     }
+    /* The clock is read only when a wait begins, not on every pass. */
     if (progress) {
-      last = now_ms();
+      last = 0;
       continue;
     }
-    struct pollfd pf[2] = {{r->next_fd, sent < s->sn ? POLLOUT : 0, 0},
-                           {r->prev_fd, got < s->rn ? POLLIN : 0, 0}};
+    if (!last)
+      last = now_ms();
+    struct pollfd pf[2] = {{sfd, sent < s->sn ? POLLOUT : 0, 0},
+                           {rfd, got < s->rn ? POLLIN : 0, 0}};
     int left = (int)(last + r->timeout_ms - now_ms());
     if (left <= 0 || (poll(pf, 2, left) == 0 && now_ms() - last >= r->timeout_ms))
       return sf__net_fail(err, errlen, "ring rank %d: no progress for %d ms (a peer died or stalled)",
-                  r->rank, r->timeout_ms);
+                          r->rank, r->timeout_ms);
   }
   return 0;
 }
@@ -321,6 +504,8 @@ static bool scratch(sf__ring *r, size_t n) {
   return true;
 }
 
+/* ----------------------------------------------------------- allreduce */
+
 /* Chunk c of count elements cut into size parts: first element and length. */
 static void chunk(size_t count, int size, int c, size_t *off, size_t *len) {
   size_t base = count / (size_t)size, extra = count % (size_t)size;
@@ -328,20 +513,17 @@ static void chunk(size_t count, int size, int c, size_t *off, size_t *len) {
   *len = base + ((size_t)c < extra ? 1 : 0);
 }
 
-int sf__ring_allreduce(sf__ring *r, void *buf, size_t count, sf__dtype t, sf__redop op,
-                       char *err, size_t errlen) {
-  int n = r->size;
-  if (n == 1 || count == 0)
-    return 0;
-  size_t es = sf__dtype_size(t), maxlen = (count + (size_t)n - 1) / (size_t)n;
-  if (!scratch(r, maxlen * es))
-    return sf__net_fail(err, errlen, "out of memory for a %zu-byte ring buffer", maxlen * es);
-  uint8_t *b = buf;
+static int allreduce_ring(sf__ring *r, uint8_t *b, size_t count, sf__dtype t, sf__redop op,
+                          char *err, size_t errlen) {
+  int n = r->size, next = (r->rank + 1) % n, prev = (r->rank + n - 1) % n;
+  size_t es = sf__dtype_size(t);
+  if (!scratch(r, r->segment + es))
+    return sf__net_fail(err, errlen, "out of memory for a %zu-byte ring buffer", r->segment);
   for (int s = 0; s < n - 1; s++) { /* reduce-scatter */
     size_t so, sl, ro, rl;
     chunk(count, n, ((r->rank - s) % n + n) % n, &so, &sl);
     chunk(count, n, ((r->rank - s - 1) % n + n) % n, &ro, &rl);
-    step st = {b + so * es, sl * es, r->scratch, rl * es, b + ro * es, t, op};
+    step st = {next, prev, b + so * es, sl * es, r->scratch, rl * es, b + ro * es, t, op, 0};
     if (run_step(r, &st, err, errlen))
       return -1;
   }
@@ -349,11 +531,115 @@ int sf__ring_allreduce(sf__ring *r, void *buf, size_t count, sf__dtype t, sf__re
     size_t so, sl, ro, rl;
     chunk(count, n, ((r->rank + 1 - s) % n + n) % n, &so, &sl);
     chunk(count, n, ((r->rank - s) % n + n) % n, &ro, &rl);
-    step st = {b + so * es, sl * es, b + ro * es, rl * es, NULL, t, op};
+    step st = {next, prev, b + so * es, sl * es, b + ro * es, rl * es, NULL, t, op, 0};
     if (run_step(r, &st, err, errlen))
       return -1;
   }
   return 0;
+}
+
+/* The fold of a non-power-of-two group, before (in = true) and after the
+ * algorithm proper: the even member of each of the first rem pairs sends
+ * its buffer to the odd one, which reduces it in first (lower rank), and
+ * later gets the finished buffer back.  Returns the renumbered rank, -1
+ * for a member that sits out, or -2 on error. */
+static int fold(sf__ring *r, uint8_t *b, size_t count, sf__dtype t, sf__redop op, bool in,
+                char *err, size_t errlen) {
+  int nr = fold_rank(r->size, r->rank);
+  size_t bytes = count * sf__dtype_size(t);
+  if (r->rank >= 2 * (r->size - pow2_floor(r->size)))
+    return nr;
+  int peer = r->rank ^ 1;
+  step st = {peer, peer, NULL, 0, NULL, 0, NULL, t, op, 1};
+  if ((nr < 0) == in) { /* the even one sends first, the odd one sends last */
+    st.sbuf = b;
+    st.sn = bytes;
+  } else {
+    st.rbuf = in ? r->scratch : b;
+    st.rn = bytes;
+    st.red_dst = in ? b : NULL;
+  }
+  return run_step(r, &st, err, errlen) ? -2 : nr;
+}
+
+/* Recursive doubling: in round k partners nr and nr ^ 2^k swap whole
+ * buffers and both reduce, the lower side's operand first. */
+static int allreduce_rd(sf__ring *r, uint8_t *b, size_t count, sf__dtype t, sf__redop op,
+                        char *err, size_t errlen) {
+  size_t bytes = count * sf__dtype_size(t);
+  if (!scratch(r, bytes))
+    return sf__net_fail(err, errlen, "out of memory for a %zu-byte buffer", bytes);
+  int nr = fold(r, b, count, t, op, true, err, errlen), p2 = pow2_floor(r->size);
+  if (nr == -2)
+    return -1;
+  for (int mask = 1; nr >= 0 && mask < p2; mask <<= 1) {
+    int peer = unfold_rank(r->size, nr ^ mask);
+    step st = {peer, peer, b, bytes, r->scratch, bytes, NULL, t, op, 0};
+    if (run_step(r, &st, err, errlen))
+      return -1;
+    /* Not as it arrives: b is still being sent. */
+    reduce(b, r->scratch, count, t, op, peer < r->rank);
+  }
+  return fold(r, b, count, t, op, false, err, errlen) == -2 ? -1 : 0;
+}
+
+/* Recursive halving and doubling (Rabenseifner): in round k of the
+ * reduce-scatter partners nr and nr ^ 2^k split the range they share, each
+ * sends the half it gives up and reduces the other half as it arrives;
+ * after log2(p2) rounds each member owns 1/p2 of the result, and the
+ * allgather retraces the rounds backwards, swapping finished halves. */
+static int allreduce_halving(sf__ring *r, uint8_t *b, size_t count, sf__dtype t, sf__redop op,
+                             char *err, size_t errlen) {
+  size_t es = sf__dtype_size(t);
+  if (!scratch(r, r->segment + es))
+    return sf__net_fail(err, errlen, "out of memory for a %zu-byte buffer", r->segment);
+  int nr = fold(r, b, count, t, op, true, err, errlen), p2 = pow2_floor(r->size), k = 0;
+  if (nr == -2)
+    return -1;
+  size_t lo[32], hi[32]; /* the range held before round k */
+  lo[0] = 0;
+  hi[0] = count;
+  for (int mask = 1; nr >= 0 && mask < p2; mask <<= 1, k++) {
+    int peer = unfold_rank(r->size, nr ^ mask);
+    size_t mid = lo[k] + (hi[k] - lo[k]) / 2;
+    bool low = (nr & mask) == 0; /* keeps the lower half */
+    size_t keep = low ? lo[k] : mid, keep_n = low ? mid - lo[k] : hi[k] - mid;
+    size_t give = low ? mid : lo[k], give_n = low ? hi[k] - mid : mid - lo[k];
+    step st = {peer, peer, b + give * es, give_n * es, r->scratch, keep_n * es, b + keep * es,
+               t, op, peer < r->rank};
+    if (run_step(r, &st, err, errlen))
+      return -1;
+    lo[k + 1] = keep;
+    hi[k + 1] = keep + keep_n;
+  }
+  for (int mask = p2 >> 1; nr >= 0 && mask >= 1; mask >>= 1, k--) {
+    int peer = unfold_rank(r->size, nr ^ mask);
+    /* Round k-1 split [lo, hi) of k-1; this member holds [lo, hi) of k,
+     * one half of it, and receives the other half. */
+    size_t ro = (nr & mask) == 0 ? hi[k] : lo[k - 1];
+    size_t rn = hi[k - 1] - lo[k - 1] - (hi[k] - lo[k]);
+    step st = {peer, peer, b + lo[k] * es, (hi[k] - lo[k]) * es, b + ro * es, rn * es, NULL, t,
+               op, 0};
+    if (run_step(r, &st, err, errlen))
+      return -1;
+  }
+  return fold(r, b, count, t, op, false, err, errlen) == -2 ? -1 : 0;
+}
+
+int sf__ring_allreduce(sf__ring *r, void *buf, size_t count, sf__dtype t, sf__redop op,
+                       char *err, size_t errlen) {
+  if (r->size == 1 || count == 0)
+    return 0;
+  size_t bytes = count * sf__dtype_size(t), halving_max = r->halving_max;
+  bool linked = have_links(r);
+  if (pow2_floor(r->size) != r->size && halving_max != SIZE_MAX)
+    halving_max = 0; /* the fold's two whole-buffer transfers cost more */
+  if (linked && bytes <= r->rd_max)
+    return allreduce_rd(r, buf, count, t, op, err, errlen);
+  /* Halving needs at least one element per member after the last split. */
+  if (linked && bytes <= halving_max && count >= (size_t)r->size)
+    return allreduce_halving(r, buf, count, t, op, err, errlen);
+  return allreduce_ring(r, buf, count, t, op, err, errlen);
 }
 
 /* Pipelined ring broadcast: the root streams segments to its successor,
@@ -374,7 +660,8 @@ int sf__ring_broadcast(sf__ring *r, void *buf, size_t bytes, int root, char *err
     size_t sl = 0;
     if (pos < n - 1 && (pos == 0 || off >= seg) && soff < bytes)
       sl = bytes - soff < seg ? bytes - soff : seg;
-    step st = {sl ? b + soff : b, sl, b + (rl ? off : 0), rl, NULL, SF__DT_F32, SF__OP_SUM};
+    step st = {(r->rank + 1) % n, (r->rank + n - 1) % n, sl ? b + soff : b, sl,
+               b + (rl ? off : 0), rl, NULL, SF__DT_F32, SF__OP_SUM, 0};
     if (run_step(r, &st, err, errlen))
       return -1;
   }

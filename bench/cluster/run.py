@@ -9,11 +9,17 @@ tests/cluster, then measures:
              auth, deploy check, exec, HMAC handshake, shutdown) against
              `mpirun --hostfile hostsN -np N true` over the same sshd, for
              N = 1, 2, 4, 8; median of --runs runs, after one warm-up each.
-  allreduce  float sums from 1 KB to 256 MB on 4 nodes: sflow's TCP ring
-             (--sflow-selftest allreduce) against MPI_Allreduce
-             (bench/cluster/mpi_allreduce.c) with mpirun over the same hosts.
+  allreduce  float sums from 1 KB to 256 MB on 4 nodes: sflow's TCP
+             collectives (--sflow-selftest allreduce) against MPI_Allreduce
+             (bench/cluster/mpi_allreduce.c) with mpirun over the same hosts,
+             interleaved in --repeat rounds; median per size and the spread.
 
     python3 bench/cluster/run.py --sflowc build/bin/sflowc [--runs 5] [--quick]
+        [--only startup|allreduce] [--repeat 3] [--nodes 4] [--sizes B,B,...]
+        [--before OLD_SFLOWC] [--no-mpi]
+
+--before compiles the same program with another sflowc (an older build) and
+times its allreduce in the same rounds, for before/after tables.
 
 Needs openssh-server, and openmpi-bin + libopenmpi-dev for the peer
 (installed here by `apt-get install openmpi-bin libopenmpi-dev`; when mpirun
@@ -125,44 +131,90 @@ SIZES = [1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 <
          256 << 20]
 
 
-def allreduce(c, port, n, sizes):
-    have_mpi = shutil.which("mpirun") is not None and shutil.which("mpicc") is not None
+def sflow_allreduce(c, prog, n, group, iters):
+    """{bytes: (time_us, MB/s)} of one `--sflow-selftest allreduce` run."""
+    counts = ",".join(str(b // 4) for b in group)
+    _, out = timed(c.args(hostfile=hostfile(c, n), prog=prog) +
+                   ["--sflow-selftest", f"allreduce:{counts}:f32:{iters + 1}"], timeout=900)
+    res = {}
+    for line in out.splitlines():
+        m = re.search(r"bytes=(\d+) exact time_us=([\d.]+) algbw_MBps=([\d.]+)", line)
+        if not m:
+            raise RuntimeError("sflow allreduce failed: " + line)
+        res[int(m.group(1))] = (float(m.group(2)), float(m.group(3)))
+    return res
+
+
+def mpi_allreduce(c, port, n, mpi_bin, group, iters):
+    _, out = timed(mpi_base(c, n, port) + [mpi_bin, str(iters)] + [str(b) for b in group],
+                   env=mpi_env(), timeout=900)
+    res = {}
+    for line in out.splitlines():
+        m = re.search(r"bytes=(\d+) time_us=([\d.]+) algbw_MBps=([\d.]+)", line)
+        if m:
+            res[int(m.group(1))] = (float(m.group(2)), float(m.group(3)))
+    return res
+
+
+def fmt_time(us):
+    if us >= 1e6:
+        return f"{us / 1e6:.2f} s"
+    return f"{us / 1000:.3g} ms" if us >= 1000 else f"{us:.0f} us"
+
+
+def allreduce(c, port, n, sizes, repeat, before=None, no_mpi=False):
+    """Each round runs every tool once (before, sflow, MPI, interleaved so
+    that a burst of load hits all of them); the table shows each tool's
+    median time per size over the rounds, and the spread (max/min) of
+    sflow's and MPI's times so the noise is visible."""
+    have_mpi = shutil.which("mpirun") is not None and shutil.which("mpicc") is not None \
+        and not no_mpi
     mpi_bin = os.path.join(c.dir, "mpi_allreduce")
     if have_mpi:
         subprocess.run(["mpicc", "-O2", os.path.join(os.path.dirname(__file__), "mpi_allreduce.c"),
                         "-o", mpi_bin], check=True)
+    before_prog = None
+    if before:
+        before_prog = os.path.join(c.dir, "prog_before")
+        subprocess.run([before, os.path.join(c.dir, "prog.sflow"), "-o", before_prog], check=True)
     small = [b for b in sizes if b <= (1 << 20)]
     large = [b for b in sizes if b > (1 << 20)]
-    sf, mp = {}, {}
-    for group, iters in ((small, 50), (large, 3)):
-        if not group:
-            continue
-        counts = ",".join(str(b // 4) for b in group)
-        _, out = timed(c.args(hostfile=hostfile(c, n)) +
-                       ["--sflow-selftest", f"allreduce:{counts}:f32:{iters + 1}"], timeout=900)
-        for line in out.splitlines():
-            m = re.search(r"bytes=(\d+) exact time_us=([\d.]+) algbw_MBps=([\d.]+)", line)
-            if not m:
-                raise RuntimeError("sflow allreduce failed: " + line)
-            sf[int(m.group(1))] = (float(m.group(2)), float(m.group(3)))
-        if have_mpi:
-            _, out = timed(mpi_base(c, n, port) + [mpi_bin, str(iters)] + [str(b) for b in group],
-                           env=mpi_env(), timeout=900)
-            for line in out.splitlines():
-                m = re.search(r"bytes=(\d+) time_us=([\d.]+) algbw_MBps=([\d.]+)", line)
-                if m:
-                    mp[int(m.group(1))] = (float(m.group(2)), float(m.group(3)))
-    print(f"\n## Allreduce of float sums, {n} nodes (algorithm bandwidth = bytes / time, MB/s)\n")
-    print("| size | sflow ring time | sflow MB/s | MPI_Allreduce time | MPI MB/s | sflow / MPI |")
-    print("|---:|---:|---:|---:|---:|---:|")
+    runs = {"sflow": {}, "mpi": {}, "before": {}}
+    for r in range(repeat):
+        for group, iters in ((small, 50), (large, 3)):
+            if not group:
+                continue
+            todo = [("before", lambda: sflow_allreduce(c, before_prog, n, group, iters))] \
+                if before else []
+            todo.append(("sflow", lambda: sflow_allreduce(c, None, n, group, iters)))
+            if have_mpi:
+                todo.append(("mpi", lambda: mpi_allreduce(c, port, n, mpi_bin, group, iters)))
+            for name, fn in todo[r % len(todo):] + todo[:r % len(todo)]:
+                for b, v in fn().items():
+                    runs[name].setdefault(b, []).append(v[0])
+    med = {k: {b: statistics.median(v) for b, v in d.items()} for k, d in runs.items()}
+
+    def spread(name, b):
+        v = runs[name].get(b)
+        return f"{max(v) / min(v):.2f}" if v and len(v) > 1 else "-"
+
+    print(f"\n## Allreduce of float sums, {n} nodes, median of {repeat} rounds "
+          "(MB/s = bytes / time; spread = slowest / fastest round)\n")
+    head = "| size |" + (" before |" if before else "") + \
+        " sflow | sflow MB/s | spread | MPI_Allreduce | MPI MB/s | spread | sflow / MPI |"
+    print(head)
+    print("|" + "---:|" * (head.count("|") - 1))
     for b in sizes:
-        st, sb = sf[b]
+        st = med["sflow"][b]
         label = f"{b >> 20} MB" if b >= 1 << 20 else f"{b >> 10} KB"
-        if b in mp:
-            mt, mb = mp[b]
-            print(f"| {label} | {st:.0f} us | {sb:.0f} | {mt:.0f} us | {mb:.0f} | {sb / mb:.2f} |")
+        row = f"| {label} |" + (f" {fmt_time(med['before'][b])} |" if before else "")
+        row += f" {fmt_time(st)} | {b / st:.0f} | {spread('sflow', b)} |"
+        if b in med["mpi"]:
+            mt = med["mpi"][b]
+            row += f" {fmt_time(mt)} | {b / mt:.0f} | {spread('mpi', b)} | {mt / st:.2f} |"
         else:
-            print(f"| {label} | {st:.0f} us | {sb:.0f} | - | - | - |")
+            row += " - | - | - | - |"
+        print(row)
     sys.stdout.flush()
 
 
@@ -171,6 +223,12 @@ def main():
     ap.add_argument("--sflowc", required=True)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="fewer sizes and runs")
+    ap.add_argument("--only", choices=["startup", "allreduce"], help="one of the two benchmarks")
+    ap.add_argument("--repeat", type=int, default=3, help="allreduce rounds (median taken)")
+    ap.add_argument("--nodes", type=int, default=4, help="allreduce group size (1 to 8)")
+    ap.add_argument("--sizes", help="allreduce sizes in bytes, comma-separated")
+    ap.add_argument("--before", help="another sflowc (an older build), timed in the same rounds")
+    ap.add_argument("--no-mpi", action="store_true", help="sflow only (with --before: A/B runs)")
     a = ap.parse_args()
     if not os.path.exists(ct.SSHD):
         print("bench/cluster: needs openssh-server; skipped")
@@ -180,8 +238,13 @@ def main():
     try:
         print(f"# bench/cluster on {os.uname().nodename}: {os.cpu_count()} cores, "
               f"8 sshd on 127.0.0.2-9:{port}")
-        startup(c, port, 2 if a.quick else a.runs, [1, 2, 4, 8])
-        allreduce(c, port, 4, SIZES[:7] if a.quick else SIZES)
+        if a.only != "allreduce":
+            startup(c, port, 2 if a.quick else a.runs, [1, 2, 4, 8])
+        if a.only != "startup":
+            sizes = [int(x) for x in a.sizes.split(",")] if a.sizes else \
+                SIZES[:7] if a.quick else SIZES
+            allreduce(c, port, a.nodes, sizes, 1 if a.quick else a.repeat, a.before,
+                      a.no_mpi)
     finally:
         c.close()
     return 0

@@ -1,10 +1,13 @@
 /*
- * test_rt_ring.c — the TCP ring collectives, with one thread per member
- * over socket pairs and over real TCP (sf__ring_connect with HMAC
- * greetings): allreduce for every type and operation, sizes that do not
- * divide by the group, every group size from 1 to 5, results compared
- * exactly with a serial reference and across members; broadcast; barrier;
- * a dead member gives an error, not a hang.
+ * test_rt_ring.c — the TCP collectives, with one thread per member over
+ * socket pairs and over real TCP (sf__ring_connect with HMAC greetings):
+ * allreduce by each of its three algorithms (recursive doubling, halving
+ * and doubling, ring) and by size around both thresholds, for every type
+ * and operation, sizes that do not divide by the group, every group size
+ * from 1 to 6, results compared exactly with a serial reference and
+ * bitwise across members, also for floats whose sum depends on the order
+ * and for max over -0.0 and +0.0; broadcast; barrier; a dead member gives
+ * an error, not a hang.
  */
 #include <pthread.h>
 #include <sys/socket.h>
@@ -13,6 +16,18 @@
 #include "rt_test.h"
 
 #define MAXN 6
+
+/* Which allreduce algorithm a check forces (through the thresholds). */
+enum { AUTO, RD, HALVING, RING };
+
+static void force(sf__ring *r, int algo) {
+  if (algo == RD)
+    r->rd_max = SIZE_MAX;
+  else if (algo == HALVING)
+    r->rd_max = 0, r->halving_max = SIZE_MAX;
+  else if (algo == RING)
+    r->rd_max = r->halving_max = 0;
+}
 
 typedef struct member {
   sf__ring ring;
@@ -38,7 +53,8 @@ static void *run_member(void *arg) {
   return NULL;
 }
 
-/* Members 0..n-1 joined in a ring by socket pairs: i sends to i+1. */
+/* Members 0..n-1 joined in a ring by socket pairs (i sends to i+1), plus
+ * a pair for every two partners off the ring. */
 static void make_ring(member *m, int n, size_t segment) {
   int fds[MAXN][2];
   for (int i = 0; i < n; i++)
@@ -49,6 +65,14 @@ static void make_ring(member *m, int n, size_t segment) {
     m[i].ring.segment = segment;
     m[i].ring.timeout_ms = 5000;
   }
+  for (int i = 0; i < n; i++)
+    for (int j = i + 1; j < n; j++)
+      if (sf__ring_needs_link(n, i, j)) {
+        int pair[2];
+        CU_ASSERT_FATAL(socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0);
+        sf__ring_link(&m[i].ring, j, pair[0]);
+        sf__ring_link(&m[j].ring, i, pair[1]);
+      }
   if (n == 1) {
     close(fds[0][0]);
     close(fds[0][1]);
@@ -85,11 +109,12 @@ static double load(const void *buf, sf__dtype t, size_t k) {
   }
 }
 
-static int check_allreduce(int n, size_t count, sf__dtype t, sf__redop op, size_t segment) {
+static int check_algo(int n, size_t count, sf__dtype t, sf__redop op, size_t segment, int algo) {
   member m[MAXN];
   memset(m, 0, sizeof m);
   make_ring(m, n, segment);
   for (int i = 0; i < n; i++) {
+    force(&m[i].ring, algo);
     m[i].buf = calloc(count + 1, 8);
     m[i].count = count;
     m[i].t = t;
@@ -112,8 +137,9 @@ static int check_allreduce(int n, size_t count, sf__dtype t, sf__redop op, size_
                                                               : (v < want ? v : want);
       }
       if (load(m[i].buf, t, k) != want) {
-        fprintf(stderr, "\n  n=%d count=%zu type=%d op=%d member %d element %zu: got %g want %g\n",
-                n, count, (int)t, (int)op, i, k, load(m[i].buf, t, k), want);
+        fprintf(stderr, "\n  n=%d count=%zu type=%d op=%d algo=%d member %d element %zu: "
+                "got %g want %g\n", n, count, (int)t, (int)op, algo, i, k,
+                load(m[i].buf, t, k), want);
         bad++;
       }
     }
@@ -126,6 +152,10 @@ static int check_allreduce(int n, size_t count, sf__dtype t, sf__redop op, size_
     free(m[i].buf);
   }
   return bad;
+}
+
+static int check_allreduce(int n, size_t count, sf__dtype t, sf__redop op, size_t segment) {
+  return check_algo(n, count, t, op, segment, AUTO);
 }
 
 static void test_allreduce_sizes(void) {
@@ -149,6 +179,136 @@ static void test_allreduce_odd_segments(void) {
 
 static void test_allreduce_large(void) {
   CHECK_INT(check_allreduce(4, 3 << 20, SF__DT_F32, SF__OP_SUM, 256 << 10), 0);
+}
+
+static void test_allreduce_each_algorithm(void) {
+  /* Each algorithm at every size, small and odd counts included (halving
+   * falls back to the ring below one element per member). */
+  static const size_t counts[] = {1, 2, 3, 5, 7, 64, 1000, 4099, 30001};
+  for (int algo = RD; algo <= RING; algo++)
+    for (int n = 1; n <= MAXN; n++)
+      for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
+        CHECK_INT(check_algo(n, counts[c], SF__DT_F64, SF__OP_SUM, 4096, algo), 0);
+  for (int algo = RD; algo <= RING; algo++)
+    for (int t = 0; t < SF__DT_COUNT; t++)
+      for (int op = 0; op < 3; op++) {
+        CHECK_INT(check_algo(3, 999, (sf__dtype)t, (sf__redop)op, 1000, algo), 0);
+        CHECK_INT(check_algo(6, 1001, (sf__dtype)t, (sf__redop)op, 1000, algo), 0);
+      }
+}
+
+static void test_allreduce_thresholds(void) {
+  /* One element below, at and above each switch, by the default
+   * thresholds, for a power of two and odd groups (which skip halving). */
+  static const size_t at[] = {SF__RING_RD_MAX, SF__RING_HALVING_MAX};
+  for (int n = 3; n <= 5; n++)
+    for (int i = 0; i < 2; i++)
+      for (long d = -1; d <= 1; d++) {
+        CHECK_INT(check_allreduce(n, at[i] / 4 + (size_t)d, SF__DT_F32, SF__OP_SUM, 256 << 10), 0);
+        CHECK_INT(check_allreduce(n, at[i] / 8 + (size_t)d, SF__DT_I64, SF__OP_MAX, 256 << 10), 0);
+      }
+}
+
+/* Floats whose sum depends on the order: member r holds +-2^24 scaled
+ * values and small odd ones, so float additions round differently in
+ * different orders.  Every member must end with the same bits, for each
+ * algorithm and by size around the thresholds. */
+static float rounding_val(int r, size_t k) {
+  float big = (float)(1 << 24) * (float)(1 + (k + (size_t)r) % 3);
+  switch ((r + (int)(k % 5)) % 4) {
+  case 0: return big;
+  case 1: return 1.0f + (float)(k % 7) * 0.375f;
+  case 2: return -big;
+  default: return 3.0f / (float)(1 + k % 11);
+  }
+}
+
+static int check_rounding(int n, size_t count, int algo, size_t *sensitive) {
+  member m[MAXN];
+  memset(m, 0, sizeof m);
+  make_ring(m, n, 4096);
+  for (int i = 0; i < n; i++) {
+    force(&m[i].ring, algo);
+    m[i].buf = calloc(count + 1, 4);
+    m[i].count = count;
+    m[i].t = SF__DT_F32;
+    for (size_t k = 0; k < count; k++)
+      ((float *)m[i].buf)[k] = rounding_val(i, k);
+  }
+  run_all(m, n);
+  int bad = 0;
+  for (int i = 0; i < n; i++) {
+    if (m[i].rc) {
+      fprintf(stderr, "\n  member %d: %s\n", i, m[i].err);
+      bad++;
+    }
+    for (size_t k = 0; !bad && i > 0 && k < count; k++)
+      if (memcmp(&((float *)m[i].buf)[k], &((float *)m[0].buf)[k], 4)) {
+        fprintf(stderr, "\n  n=%d count=%zu algo=%d element %zu: member %d has %.9g, member 0 "
+                "%.9g\n", n, count, algo, k, i, ((float *)m[i].buf)[k],
+                ((float *)m[0].buf)[k]);
+        bad++;
+      }
+  }
+  /* The data must really be order-sensitive: count elements whose serial
+   * sum and reversed serial sum differ. */
+  for (size_t k = 0; k < count; k++) {
+    float fwd = 0, back = 0;
+    for (int r = 0; r < n; r++) {
+      fwd += rounding_val(r, k);
+      back += rounding_val(n - 1 - r, k);
+    }
+    *sensitive += fwd != back;
+  }
+  for (int i = 0; i < n; i++) {
+    sf__ring_close(&m[i].ring);
+    free(m[i].buf);
+  }
+  return bad;
+}
+
+static void test_allreduce_rounding_identical(void) {
+  size_t sensitive = 0;
+  for (int n = 2; n <= MAXN; n++) {
+    for (int algo = RD; algo <= RING; algo++)
+      CHECK_INT(check_rounding(n, 5003, algo, &sensitive), 0);
+    static const size_t at[] = {SF__RING_RD_MAX / 4, SF__RING_HALVING_MAX / 4};
+    for (int i = 0; i < 2; i++)
+      for (long d = -1; d <= 1; d++)
+        CHECK_INT(check_rounding(n, at[i] + (size_t)d, AUTO, &sensitive), 0);
+  }
+  CU_ASSERT(sensitive > 1000);
+}
+
+static void test_allreduce_signed_zero(void) {
+  /* max(-0.0, +0.0) keeps whichever operand comes first, so members that
+   * reduce the same pair must agree on the order (recursive doubling). */
+  for (int n = 2; n <= MAXN; n++)
+    for (int algo = RD; algo <= RING; algo++)
+      for (int op = SF__OP_MAX; op <= SF__OP_MIN; op++) {
+        member m[MAXN];
+        memset(m, 0, sizeof m);
+        make_ring(m, n, 4096);
+        size_t count = 64;
+        for (int i = 0; i < n; i++) {
+          force(&m[i].ring, algo);
+          m[i].buf = calloc(count, 8);
+          m[i].count = count;
+          m[i].t = SF__DT_F64;
+          m[i].op = (sf__redop)op;
+          for (size_t k = 0; k < count; k++)
+            m[i].buf[k] = (i + k) % 2 ? 0.0 : -0.0;
+        }
+        run_all(m, n);
+        for (int i = 0; i < n; i++) {
+          CHECK_INT(m[i].rc, 0);
+          CHECK_INT(memcmp(m[i].buf, m[0].buf, count * 8) != 0, 0);
+        }
+        for (int i = 0; i < n; i++) {
+          sf__ring_close(&m[i].ring);
+          free(m[i].buf);
+        }
+      }
 }
 
 static void test_broadcast(void) {
@@ -220,66 +380,85 @@ static void test_dead_peer_is_an_error(void) {
 
 /* ------------------------------------------------------- over real TCP */
 
+/* One count per algorithm by the default thresholds (f64; halving only
+ * for 2 and 4 members). */
+static const size_t tcp_counts[] = {100, SF__RING_HALVING_MAX / 8 - 5, 200001};
+#define TCP_COUNTS (sizeof tcp_counts / sizeof tcp_counts[0])
+
 typedef struct tcp_member {
   int rank, n, listen_fd;
   sf__peer *peers;
   uint8_t secret[32];
   member m;
+  int wrong[TCP_COUNTS];
 } tcp_member;
 
 static void *tcp_run(void *arg) {
   tcp_member *tm = arg;
   tm->m.rc = sf__ring_connect(&tm->m.ring, 99, tm->rank, tm->n, tm->peers, tm->listen_fd,
                               tm->secret, 5000, tm->m.err, sizeof tm->m.err);
-  if (tm->m.rc == 0)
+  for (size_t c = 0; c < TCP_COUNTS && tm->m.rc == 0; c++) {
+    tm->m.count = tcp_counts[c];
+    for (size_t k = 0; k < tm->m.count; k++)
+      tm->m.buf[k] = val(tm->rank, k);
     run_member(&tm->m);
+    for (size_t k = 0; k < tm->m.count && tm->m.rc == 0; k++) {
+      double want = 0;
+      for (int r = 0; r < tm->n; r++)
+        want += val(r, k);
+      tm->wrong[c] += tm->m.buf[k] != want;
+    }
+  }
   return NULL;
 }
 
-static void test_tcp_ring_with_hmac(void) {
-  enum { N = 4 };
-  tcp_member tm[N];
-  sf__peer peers[N];
+/* n members connect over TCP on 127.0.0.1 (ring and partner links, HMAC
+ * greetings) and allreduce once by each algorithm. */
+static void tcp_allreduce(int n) {
+  tcp_member tm[MAXN];
+  sf__peer peers[MAXN];
   char lerr[256];
   memset(tm, 0, sizeof tm);
   uint8_t secret[32];
   sf__random_bytes(secret, 32);
-  for (int i = 0; i < N; i++) {
+  for (int i = 0; i < n; i++) {
     uint16_t port;
     tm[i].listen_fd = sf__ring_listen("127.0.0.1", &port, lerr, sizeof lerr);
     CU_ASSERT_FATAL(tm[i].listen_fd >= 0);
     snprintf(peers[i].addr, sizeof peers[i].addr, "127.0.0.1");
     peers[i].port = port;
   }
-  size_t count = 200001;
-  for (int i = 0; i < N; i++) {
+  for (int i = 0; i < n; i++) {
     tm[i].rank = i;
-    tm[i].n = N;
+    tm[i].n = n;
     tm[i].peers = peers;
     memcpy(tm[i].secret, secret, 32);
-    tm[i].m.buf = calloc(count, 8);
-    tm[i].m.count = count;
+    tm[i].m.buf = calloc(tcp_counts[TCP_COUNTS - 1], 8);
     tm[i].m.t = SF__DT_F64;
-    for (size_t k = 0; k < count; k++)
-      tm[i].m.buf[k] = val(i, k);
   }
-  pthread_t t[N];
-  for (int i = 0; i < N; i++)
+  pthread_t t[MAXN];
+  for (int i = 0; i < n; i++)
     pthread_create(&t[i], NULL, tcp_run, &tm[i]);
-  for (int i = 0; i < N; i++)
+  for (int i = 0; i < n; i++)
     pthread_join(t[i], NULL);
-  for (int i = 0; i < N; i++) {
+  for (int i = 0; i < n; i++) {
     if (tm[i].m.rc)
-      fprintf(stderr, "\n  member %d: %s\n", i, tm[i].m.err);
+      fprintf(stderr, "\n  n=%d member %d: %s\n", n, i, tm[i].m.err);
     CHECK_INT(tm[i].m.rc, 0);
-    int wrong = 0;
-    for (size_t k = 0; k < count; k++)
-      wrong += tm[i].m.buf[k] != val(0, k) + val(1, k) + val(2, k) + val(3, k);
-    CHECK_INT(wrong, 0);
+    for (size_t c = 0; c < TCP_COUNTS; c++)
+      CHECK_INT(tm[i].wrong[c], 0);
+    /* Partner links off the ring: 4 members need 0-2 and 1-3. */
+    if (n == 4)
+      CHECK_INT(tm[i].m.ring.nlinks, 1);
     sf__ring_close(&tm[i].m.ring);
     close(tm[i].listen_fd);
     free(tm[i].m.buf);
   }
+}
+
+static void test_tcp_ring_with_hmac(void) {
+  for (int n = 2; n <= MAXN; n++)
+    tcp_allreduce(n);
 }
 
 int main(int argc, char **argv) {
@@ -288,6 +467,10 @@ int main(int argc, char **argv) {
       {"allreduce_types_ops", test_allreduce_types_ops},
       {"allreduce_odd_segments", test_allreduce_odd_segments},
       {"allreduce_large", test_allreduce_large},
+      {"allreduce_each_algorithm", test_allreduce_each_algorithm},
+      {"allreduce_thresholds", test_allreduce_thresholds},
+      {"allreduce_rounding_identical", test_allreduce_rounding_identical},
+      {"allreduce_signed_zero", test_allreduce_signed_zero},
       {"broadcast", test_broadcast},
       {"barrier", test_barrier},
       {"dead_peer_is_an_error", test_dead_peer_is_an_error},
