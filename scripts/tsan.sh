@@ -18,6 +18,9 @@ export CC="$wrap"
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 exitcode=66"
 export SFLOW_RSS_SCALE=8 # TSan shadow memory
 status=0
+# TSan runs the stress programs several times slower; on a loaded 2-core
+# machine million_tasks alone has needed close to 60 s.
+export SFLOW_TEST_TIMEOUT=${SFLOW_TEST_TIMEOUT:-240}
 for d in tasks actors futures scheduler stress; do
   python3 tests/run_golden.py --run --sflowc "$build/bin/sflowc" --dir "tests/run/$d" || status=1
 done

@@ -44,7 +44,9 @@ ARGS = re.compile(r"//\s*args:\s?(.*)$")
 EXIT = re.compile(r"//\s*exit:\s*(\d+)")
 MAX_RSS = re.compile(r"//\s*max-rss-mb:\s*(\d+)")
 GOLDEN = re.compile(r"//\s*golden:\s*(.*)$")
-TIMEOUT = 60
+# Seconds per compile or run; sanitizer builds (scripts/tsan.sh) run
+# programs 5-15x slower and raise it with SFLOW_TEST_TIMEOUT.
+TIMEOUT = int(os.environ.get("SFLOW_TEST_TIMEOUT", "60"))
 
 
 _PTR_TYPES = [
