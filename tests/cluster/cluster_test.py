@@ -916,6 +916,82 @@ workflow main(n: i64 = 300000, m: i64 = 4, lazy: bool = false) {
 """
 
 
+GPU_PROGRAM = """@gpus(1)
+task whole(i: i64) -> i64 {
+  let t0 = now()
+  while now() - t0 < 0.15 { }
+  print("span whole", i, "node", node_id(), "from", t0, "to", now())
+  return i * i
+}
+@gpus(0.5)
+task half(i: i64) -> i64 {
+  let t0 = now()
+  while now() - t0 < 0.3 { }
+  print("span half", i, "node", node_id(), "from", t0, "to", now())
+  return 3 * i + 1
+}
+task plain(i: i64) -> i64 { return i + 1 }
+workflow main(n: i64 = 6) {
+  let a = await [whole(i) for i in 0..n]
+  let b = await [half(i) for i in 0..n]
+  let c = await [plain(i) for i in 0..n]
+  var sa: i64 = 0
+  var sb: i64 = 0
+  var sc: i64 = 0
+  for x in a { sa += x }
+  for x in b { sb += x }
+  for x in c { sc += x }
+  print("sums", sa, sb, sc)
+}
+"""
+
+
+def spans(out, kind):
+    """(node, start, end) of each 'span KIND' line; times are the worker's
+    own now(), comparable within one node."""
+    got = []
+    for l in out.splitlines():
+        m = re.fullmatch(r"(?:\[node \d+\] )?span " + kind +
+                         r" (\d+) node (\d+) from (\S+) to (\S+)", l)
+        if m:
+            got.append((int(m.group(2)), float(m.group(3)), float(m.group(4))))
+    return got
+
+
+def most_at_once(sp):
+    ev = sorted([(s, 1) for _, s, _ in sp] + [(e, -1) for _, _, e in sp], key=lambda x: (x[0], x[1]))
+    cur = top = 0
+    for _, d in ev:
+        cur += d
+        top = max(top, cur)
+    return top
+
+
+def case_tasks_gpus(c):
+    """@gpus tasks go to the node whose hostfile line says gpus=1, never to
+    the one with gpus=0 (nor the head, which runs no work here): @gpus(1)
+    one at a time, @gpus(0.5) two at a time; CPU tasks still use both.  The
+    worker has no real GPU, so the work runs on its CPU with the notice."""
+    exe = c.compile("gpus", GPU_PROGRAM)
+    n = 6
+    want = f"sums {sum(i * i for i in range(n))} {sum(3 * i + 1 for i in range(n))} " \
+           f"{sum(i + 1 for i in range(n))}"
+    hf = os.path.join(c.dir, "gpu_hosts.txt")
+    with open(hf, "w") as f:
+        f.write(f"{c.hosts[0][0]}:{c.hosts[0][1]} slots=4 gpus=1\n")
+        f.write(f"{c.hosts[1][0]}:{c.hosts[1][1]} slots=4 gpus=0\n")
+    r = c.run("--head-runs-work=false", prog=exe, hostfile=hf, timeout=120)
+    check(r.returncode == 0, f"exit {r.returncode}", r.stdout, r.stderr)
+    check(r.stdout.splitlines()[-1] == want, "exact results", r.stdout, r.stderr)
+    whole, half = spans(r.stdout, "whole"), spans(r.stdout, "half")
+    check(len(whole) == n and len(half) == n, "one line per task", r.stdout)
+    check({nd for nd, _, _ in whole + half} == {1}, "every @gpus task on node 1", r.stdout)
+    check(most_at_once(whole) == 1, f"@gpus(1): {most_at_once(whole)} at once", r.stdout)
+    check(most_at_once(half) == 2, f"@gpus(0.5): {most_at_once(half)} at once", r.stdout)
+    check(" error" not in r.stderr.lower(), "the CPU notice is no error", r.stderr)
+    c.expect_no_workers()
+
+
 def case_tasks_sum_3(c):
     """200 tasks on 3 nodes (the head and 2 workers): the exact sum, the
     same as a single-node run, with work on every node."""
@@ -1562,6 +1638,7 @@ CASES = {
     "agent_and_default_keys": (2, case_agent_and_default_keys),
     "bad_hostfile": (1, case_bad_hostfile),
     "tasks_sum_3": (2, case_tasks_sum_3),
+    "tasks_gpus": (2, case_tasks_gpus),
     "tasks_print": (2, case_tasks_print),
     "tasks_worker_killed": (3, case_tasks_worker_killed),
     "tasks_retry_attempt": (2, case_tasks_retry_attempt),
