@@ -988,7 +988,15 @@ def case_tasks_gpus(c):
     check({nd for nd, _, _ in whole + half} == {1}, "every @gpus task on node 1", r.stdout)
     check(most_at_once(whole) == 1, f"@gpus(1): {most_at_once(whole)} at once", r.stdout)
     check(most_at_once(half) == 2, f"@gpus(0.5): {most_at_once(half)} at once", r.stdout)
-    check(" error" not in r.stderr.lower(), "the CPU notice is no error", r.stderr)
+    check("notice: no GPU found" in r.stderr and " error" not in r.stderr.lower(),
+          "the worker's CPU notice, and no error", r.stderr)
+    # No node has a GPU (no gpus= keys, none detected): as before, @gpus
+    # work runs where it is called, on the head, with the notice.
+    r = c.run(prog=exe, timeout=120)
+    check(r.returncode == 0, f"exit {r.returncode} (no GPUs)", r.stdout, r.stderr)
+    check(r.stdout.splitlines()[-1] == want, "exact results (no GPUs)", r.stdout, r.stderr)
+    check({nd for nd, _, _ in spans(r.stdout, "whole") + spans(r.stdout, "half")} == {0},
+          "no GPU anywhere: @gpus tasks on the head", r.stdout)
     c.expect_no_workers()
 
 
