@@ -112,12 +112,7 @@ typedef struct rtask {
   uint32_t n;
   int32_t attempt;
   int node;            /* -1: waiting in the backlog */
-  /* @gpus: thousandths of one GPU (<= 1000) or whole GPUs * 1000, 0 for
-   * none; while gheld, the share is taken on device gdev of node (a share)
-   * or on the devices in gmask (whole GPUs) */
-  int32_t gpu, gdev;
-  uint64_t gmask;
-  bool gheld;
+  sf__gpu_hold gpu;    /* @gpus: the share, and where it is taken */
   /* objects: a result held by worker `node` (slot freed), wanted by the
    * head (awaited), being fetched */
   bool held, wanted, fetching;
@@ -195,7 +190,7 @@ static void back_push(rtask *t, bool front) {
  * the largest node, which may since have been lost). */
 static bool any_capacity(const rtask *t) {
   for (int i = 0; i < R.n; i++)
-    if (R.alive[i] && R.slots[i] > 0 && (!t || !t->gpu || R.gpus[i] * SHARE_UNIT >= t->gpu))
+    if (R.alive[i] && R.slots[i] > 0 && (!t || !t->gpu.share || R.gpus[i] * SHARE_UNIT >= t->gpu.share))
       return true;
   return false;
 }
@@ -238,20 +233,22 @@ static int place_cpu_locked(void) {
   return best;
 }
 
-/* What is left on node i once t's share is taken there (best fit: the
- * least is best), or -1 when it does not fit; *dev / *mask: where. */
-static int gpu_fit(int i, const rtask *t, int32_t *dev, uint64_t *mask) {
+/* What is left on node i once a share of h->share is taken there (best
+ * fit: the least is best), or -1 when it does not fit; *dev / *mask:
+ * where. */
+static int gpu_fit(int i, const sf__gpu_hold *h, int32_t *dev, uint64_t *mask) {
   const int32_t *u = R.gpu_used[i];
   int left = -1;
-  if (t->gpu <= SHARE_UNIT) { /* a share of one device: the fullest that fits */
+  if (h->share <= SHARE_UNIT) { /* a share of one device: the fullest that fits */
     for (int k = 0; k < R.gpus[i]; k++)
-      if (u[k] + t->gpu <= SHARE_UNIT && (left < 0 || SHARE_UNIT - u[k] - t->gpu < left)) {
-        left = SHARE_UNIT - u[k] - t->gpu;
+      if (u[k] + h->share <= SHARE_UNIT &&
+          (left < 0 || SHARE_UNIT - u[k] - h->share < left)) {
+        left = SHARE_UNIT - u[k] - h->share;
         *dev = k;
       }
     return left;
   }
-  int need = t->gpu / SHARE_UNIT, idle = 0; /* whole devices: idle ones */
+  int need = h->share / SHARE_UNIT, idle = 0; /* whole devices: idle ones */
   uint64_t m = 0;
   for (int k = 0; k < R.gpus[i]; k++)
     if (u[k] == 0) {
@@ -266,19 +263,21 @@ static int gpu_fit(int i, const rtask *t, int32_t *dev, uint64_t *mask) {
   return (idle - need) * SHARE_UNIT;
 }
 
-/* The live node with a free slot where t's GPU share fits best (ties:
- * the most free slots); takes the share there.  -1: none now. */
-static int place_gpu_locked(rtask *t) {
+/* The live node (the head only when head_ok) with `room` free slots
+ * (free_slots for tasks, unheld ones for actors) where h's share fits
+ * best (ties: the most free); takes the share there.  -1: none now. */
+static int place_gpu_locked(sf__gpu_hold *h, bool head_ok, bool actor, int need) {
   int best = -1, best_left = 0, best_free = 0;
   int32_t best_dev = -1;
   uint64_t best_mask = 0;
-  for (int i = 0; i < R.n; i++) {
+  for (int k = 1; k <= R.n; k++) {
+    int i = k % R.n; /* workers first, then the head: ties go to a worker */
     int32_t dev = -1;
     uint64_t mask = 0;
-    int fr = free_slots(i);
-    if (!R.alive[i] || fr <= 0 || R.gpus[i] <= 0)
+    int fr = actor ? R.slots[i] - R.held[i] - need + 1 : free_slots(i);
+    if (!R.alive[i] || (i == 0 && !head_ok) || fr <= 0 || R.gpus[i] <= 0)
       continue;
-    int left = gpu_fit(i, t, &dev, &mask);
+    int left = gpu_fit(i, h, &dev, &mask);
     if (left >= 0 && (best < 0 || left < best_left || (left == best_left && fr > best_free))) {
       best = i;
       best_left = left;
@@ -289,31 +288,30 @@ static int place_gpu_locked(rtask *t) {
   }
   if (best < 0)
     return -1;
-  if (t->gpu <= SHARE_UNIT)
-    R.gpu_used[best][best_dev] += t->gpu;
+  if (h->share <= SHARE_UNIT)
+    R.gpu_used[best][best_dev] += h->share;
   else
     for (int k = 0; k < R.gpus[best]; k++)
       if (best_mask >> k & 1)
         R.gpu_used[best][k] = SHARE_UNIT;
-  t->gdev = best_dev;
-  t->gmask = best_mask;
-  t->gheld = true;
+  h->dev = best_dev;
+  h->mask = best_mask;
+  h->held = true;
   return best;
 }
 
-/* Gives t's GPU share back to its node (once; a no-op without one). */
-static void gpu_give_locked(rtask *t) {
-  if (!t->gheld)
+/* Gives h's share back to node i (once; a no-op without one). */
+static void gpu_give_locked(int i, sf__gpu_hold *h) {
+  if (!h || !h->held)
     return;
-  t->gheld = false;
-  int i = t->node;
+  h->held = false;
   if (i < 0 || i >= R.n)
     return;
-  if (t->gpu <= SHARE_UNIT)
-    R.gpu_used[i][t->gdev] -= t->gpu;
+  if (h->share <= SHARE_UNIT)
+    R.gpu_used[i][h->dev] -= h->share;
   else
     for (int k = 0; k < R.gpus[i]; k++)
-      if (t->gmask >> k & 1)
+      if (h->mask >> k & 1)
         R.gpu_used[i][k] = 0;
 }
 
@@ -328,11 +326,11 @@ static void dispatch_locked(outbox *ob) {
   for (rtask *t = R.back_head, *nx; t; t = nx) {
     nx = t->next;
     int best = -1;
-    if (!t->gpu)
+    if (!t->gpu.share)
       best = place_cpu_locked();
-    else if (t->gpu < gpu_miss && (best = place_gpu_locked(t)) < 0)
-      gpu_miss = t->gpu;
-    if (best < 0 && !t->gpu)
+    else if (t->gpu.share < gpu_miss && (best = place_gpu_locked(&t->gpu, true, false, 1)) < 0)
+      gpu_miss = t->gpu.share;
+    if (best < 0 && !t->gpu.share)
       break; /* no free slot anywhere */
     if (best < 0) {
       prev = t;
@@ -430,9 +428,9 @@ static void fail_stuck(rtask *l) {
   while (l) {
     rtask *nx = l->next;
     char gwhy[600];
-    if (l->gpu)
+    if (l->gpu.share)
       snprintf(gwhy, sizeof gwhy, "%s (it asks for @gpus and no live node has a GPU)", why);
-    fail_task(l, l->gpu ? gwhy : why);
+    fail_task(l, l->gpu.share ? gwhy : why);
     l = nx;
   }
 }
@@ -482,7 +480,7 @@ static void *head_runner(void *arg) {
     pthread_mutex_lock(&R.mu);
     hash_del(t);
     R.inflight[0]--;
-    gpu_give_locked(t);
+    gpu_give_locked(t->node, &t->gpu);
     dispatch_locked(&ob);
     pthread_mutex_unlock(&R.mu);
     outbox_send(&ob);
@@ -540,7 +538,7 @@ static void on_node_lost(int node, const char *why) {
     /* objects: a held result's slot was freed with the reference; the
      * task re-runs from its arguments (lineage) or fails naming it. */
     t->obj_chunks = t->held ? -1 : 0;
-    gpu_give_locked(t);
+    gpu_give_locked(t->node, &t->gpu);
     if (t->held) {
       free(t->obj);
       t->obj = NULL;
@@ -589,8 +587,15 @@ const char *sf__remote_lost_why(int node) {
   return w; /* kept until the end of the run */
 }
 
-int sf__remote_place(int need, bool head_ok, const bool *exclude) {
+int sf__remote_place(int need, sf__gpu_hold *gpu, bool head_ok, const bool *exclude) {
   pthread_mutex_lock(&R.mu);
+  if (gpu && gpu->share) { /* exclude is for gangs, which ask for no GPU */
+    int at = R.gpu_state > 0 ? place_gpu_locked(gpu, head_ok, true, need) : -1;
+    if (at >= 0)
+      R.held[at] += need;
+    pthread_mutex_unlock(&R.mu);
+    return at;
+  }
   int best = -1, best_free = 0;
   for (int k = 1; k <= R.n; k++) {
     int i = k % R.n; /* workers first, then the head: ties go to a worker */
@@ -608,10 +613,12 @@ int sf__remote_place(int need, bool head_ok, const bool *exclude) {
   return best;
 }
 
-void sf__remote_unplace(int node, int need) {
+void sf__remote_unplace(int node, int need, sf__gpu_hold *gpu) {
   pthread_mutex_lock(&R.mu);
-  if (node >= 0 && node < R.n)
+  if (node >= 0 && node < R.n) {
     R.held[node] -= need;
+    gpu_give_locked(node, gpu);
+  }
   pthread_mutex_unlock(&R.mu);
 }
 
@@ -717,6 +724,10 @@ static int32_t gpu_share(double gpus) {
   return s > SHARE_UNIT * most ? SHARE_UNIT * most : s;
 }
 
+int32_t sf__remote_gpu_share(double gpus) {
+  return gpus > 0 && activate() && gpus_learn() ? gpu_share(gpus) : 0;
+}
+
 bool sf__remote_task(const sf_task_desc *d, void *args, sf_future *f, int64_t seq) {
   (void)seq; /* sf__future_resolve journals main's calls */
   if (R.state < 0 || sf__task_depth > 0)
@@ -752,7 +763,7 @@ bool sf__remote_task(const sf_task_desc *d, void *args, sf_future *f, int64_t se
     return false;
   }
   t->d = d;
-  t->gpu = d->gpus > 0 ? gpu_share(d->gpus) : 0;
+  t->gpu.share = d->gpus > 0 ? gpu_share(d->gpus) : 0;
   sf_retain(f);
   t->f = f;
   outbox ob = {0};
@@ -798,7 +809,7 @@ static void finish(int node, rtask *t, int status, const uint8_t *p, size_t n, b
   t->held = t->fetching = false;
   if (slot)
     R.inflight[node]--;
-  gpu_give_locked(t);
+  gpu_give_locked(t->node, &t->gpu);
   if (!good && t->attempt < t->d->retry) {
     t->attempt++;
     atomic_fetch_add(&sf__stats.retries, 1);
@@ -890,7 +901,7 @@ static void obj_start(int node, rtask *t, const sf__frame *fr) {
   outbox ob = {0};
   pthread_mutex_lock(&R.mu);
   R.inflight[node]--; /* the worker is done with it: its slot is free */
-  gpu_give_locked(t);
+  gpu_give_locked(t->node, &t->gpu);
   t->held = true;
   t->obj_total = total;
   t->obj_got = 0;

@@ -1000,6 +1000,53 @@ def case_tasks_gpus(c):
     c.expect_no_workers()
 
 
+GPU_ACTOR_PROGRAM = """@gpus(1)
+actor Whole {
+  var k: i64 = 0
+  fn add(x: i64) -> i64 { k += x; return k }
+  fn where() -> i64 { return node_id() }
+}
+@gpus(0.5)
+actor Half {
+  fn where() -> i64 { return node_id() }
+}
+workflow main() {
+  let a = spawn Whole()
+  let b = spawn Whole()
+  let fs = [a.add(i) for i in 0..10]
+  print("whole on", await a.where(), "and", await b.where(), "sum", (await fs)[9])
+  let h = spawn Half()
+  let j = spawn Half()
+  print("half on", await h.where(), "and", await j.where())
+}
+"""
+
+
+def case_actors_gpus(c):
+    """An @gpus actor holds a share of a GPU for its lifetime.  Node 1 has
+    gpus=1: the first @gpus(1) actor takes it, the second finds no free
+    share and stays on the head, and so do the @gpus(0.5) ones.  With
+    gpus=3 the two whole ones take a device each and the halves share the
+    third.  Node 2 (gpus=0) never gets one."""
+    exe = c.compile("gpu_actors", GPU_ACTOR_PROGRAM)
+    hf = os.path.join(c.dir, "gpu_hosts.txt")
+    with open(hf, "w") as f:
+        f.write(f"{c.hosts[0][0]}:{c.hosts[0][1]} slots=4 gpus=1\n")
+        f.write(f"{c.hosts[1][0]}:{c.hosts[1][1]} slots=4 gpus=0\n")
+    r = c.run("--head-runs-work=false", prog=exe, hostfile=hf, timeout=120)
+    check(r.returncode == 0, f"exit {r.returncode}", r.stdout, r.stderr)
+    check(r.stdout.splitlines() == ["whole on 1 and 0 sum 45", "half on 0 and 0"],
+          "placement by free GPU share", r.stdout, r.stderr)
+    with open(hf, "w") as f:
+        f.write(f"{c.hosts[0][0]}:{c.hosts[0][1]} slots=4 gpus=3\n")
+        f.write(f"{c.hosts[1][0]}:{c.hosts[1][1]} slots=4 gpus=0\n")
+    r = c.run("--head-runs-work=false", prog=exe, hostfile=hf, timeout=120)
+    check(r.returncode == 0, f"exit {r.returncode} (gpus=3)", r.stdout, r.stderr)
+    check(r.stdout.splitlines() == ["whole on 1 and 1 sum 45", "half on 1 and 1"],
+          "a device each, the halves sharing the third", r.stdout, r.stderr)
+    c.expect_no_workers()
+
+
 def case_tasks_sum_3(c):
     """200 tasks on 3 nodes (the head and 2 workers): the exact sum, the
     same as a single-node run, with work on every node."""
@@ -1653,6 +1700,7 @@ CASES = {
     "tasks_objects": (2, case_tasks_objects),
     "tasks_object_owner_killed": (2, case_tasks_object_owner_killed),
     "actors_remote": (2, case_actors_remote),
+    "actors_gpus": (2, case_actors_gpus),
     "actor_worker_killed": (3, case_actor_worker_killed),
     "actor_restarts_exhausted": (2, case_actor_restarts_exhausted),
     "group_allreduce_nodes": (3, case_group_allreduce_nodes),
