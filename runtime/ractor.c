@@ -4,11 +4,14 @@
  *
  * Head.  sf_actor_spawn and sf_group_spawn (task.c) offer every spawn made
  * by workflow main here.  When the class's state and init arguments can
- * travel (serial.c; no futures or actors inside), it asks for no GPU and
- * this is not a --resume run, the actor is placed on the live node with
- * the most free slots (remote.c keeps the slots; an actor holds max(1,
- * @cpus) of them for its lifetime; the head, node 0, is a candidate when
- * it runs work, and a chosen head keeps the actor local, as on one node).
+ * travel (serial.c; no futures or actors inside) and this is not a
+ * --resume run, the actor is placed on the live node with the most free
+ * slots (remote.c keeps the slots; an actor holds max(1, @cpus) of them
+ * for its lifetime; the head, node 0, is a candidate when it runs work,
+ * and a chosen head keeps the actor local, as on one node).  An @gpus
+ * actor goes only where a share of a GPU is free (best fit, remote.c) and
+ * holds it with its slots; with no GPU in the run or none free, it stays
+ * local (a spawn never waits), and so does an @gpus group.
  * A group is a gang: every member on a worker with a free slot (spread
  * first, several on one worker only when they must), or the whole group
  * stays on the head.  The head keeps the handle (an sf_actor whose

@@ -4,8 +4,8 @@
  *
  * Head.  sf_task_call offers every call here (sf__remote_task).  A call
  * made by workflow main, whose argument and result types can travel
- * (serial.c; no futures or actors inside) and that asks for no GPU, is
- * taken: its arguments are serialized at once into a task record, which
+ * (serial.c; no futures or actors inside), is taken (an @gpus call only
+ * when some node of the run has a GPU): its arguments are serialized at once into a task record, which
  * goes to a FIFO backlog.  The dispatcher hands backlog entries to the live
  * node with the most free slots (slots from the hostfile or the worker's
  * CPU count; the head, node 0, counts with its pool size when
@@ -25,6 +25,17 @@
  * is spent the future fails with the same message a local run gives
  * ("task 'x' failed after N attempts: cause").  With no live node able to
  * take work, waiting tasks fail with a message saying so.
+ *
+ * GPUs.  Each node has a count of GPUs (the hostfile's gpus=N, else what
+ * its worker detected and sent in its hello; the head's from its own GPU
+ * layer when it runs work), learned at the first @gpus call.  An @gpus
+ * task also needs a free share there, counted in thousandths per device
+ * as task.c counts locally and fitted the same way (a share on the
+ * fullest device where it fits, whole devices for more than one), on the
+ * node left with the least (best fit).  The share is given back when the
+ * attempt ends there, however it ends.  A GPU task that fits nowhere stays
+ * in the backlog and the calls behind it still go.  Actors hold a share
+ * for their lifetime (sf__remote_place with an sf__gpu_hold).
  *
  * Calls made inside a running task stay on the node that runs it (a task
  * waiting for children that wait for a slot it holds could never finish).
