@@ -1047,6 +1047,56 @@ def case_actors_gpus(c):
     c.expect_no_workers()
 
 
+GPU_RETRY_PROGRAM = """@gpus(1) @retry(2)
+task g(i: i64) -> i64 {
+  let t0 = now()
+  while now() - t0 < 0.1 { }
+  print("span g", i, "node", node_id(), "from", t0, "to", now())
+  return 2 * i + 1
+}
+workflow main(n: i64 = 40) {
+  let rs = await [g(i) for i in 0..n]
+  var total: i64 = 0
+  for r in rs { total += r }
+  print("total", total)
+}
+"""
+
+
+def case_tasks_gpus_node_lost(c):
+    """Two nodes with gpus=1 each; node 2's worker is SIGKILLed while it
+    runs an @gpus(1) task: the share it held is dropped with the node and
+    its tasks are retried on node 1, still one at a time there; the total
+    is exact."""
+    exe = c.compile("gretry", GPU_RETRY_PROGRAM)
+    want = f"total {sum(2 * i + 1 for i in range(40))}"
+    hf = os.path.join(c.dir, "gpu_hosts.txt")
+    with open(hf, "w") as f:
+        f.write(f"{c.hosts[0][0]}:{c.hosts[0][1]} slots=2 gpus=1\n")
+        f.write(f"{c.hosts[1][0]}:{c.hosts[1][1]} slots=2 gpus=1\n")
+    head = subprocess.Popen(c.args("--head-runs-work=false", prog=exe, hostfile=hf),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+    try:
+        _, seen = read_until(head.stdout, r"\[node 2\] span g", 60)
+        victim = c.worker_of(2)
+        check(victim, "node 2's worker", c.workers())
+        os.kill(victim, signal.SIGKILL)
+        head.wait(timeout=120)
+        out = "".join(seen) + drain(head.stdout)
+        err = head.stderr.read()
+        check(head.returncode == 0, f"head exit {head.returncode}", out, err)
+        check(out.splitlines()[-1] == want, "output", out, err)
+        check(re.search(r"node 2 \(127\.0\.0\.3:\d+\) lost: ", err), "loss reported", err)
+        one = [sp for sp in spans(out, "g") if sp[0] == 1]
+        check(one and most_at_once(one) == 1, f"node 1: {most_at_once(one)} at once", out)
+    finally:
+        if head.poll() is None:
+            head.kill()
+            head.wait()
+    c.expect_no_workers(within=6)
+
+
 def case_tasks_sum_3(c):
     """200 tasks on 3 nodes (the head and 2 workers): the exact sum, the
     same as a single-node run, with work on every node."""
@@ -1694,6 +1744,7 @@ CASES = {
     "bad_hostfile": (1, case_bad_hostfile),
     "tasks_sum_3": (2, case_tasks_sum_3),
     "tasks_gpus": (2, case_tasks_gpus),
+    "tasks_gpus_node_lost": (2, case_tasks_gpus_node_lost),
     "tasks_print": (2, case_tasks_print),
     "tasks_worker_killed": (3, case_tasks_worker_killed),
     "tasks_retry_attempt": (2, case_tasks_retry_attempt),
