@@ -5,8 +5,8 @@
  * Head.  sf_task_call offers every call here (sf__remote_task).  A call
  * made by workflow main, whose argument and result types can travel
  * (serial.c; no futures or actors inside), is taken (an @gpus call only
- * when some node of the run has a GPU): its arguments are serialized at once into a task record, which
- * goes to a FIFO backlog.  The dispatcher hands backlog entries to the live
+ * when some node of the run has a GPU): its arguments are serialized at
+ * once into a task record, which goes to a FIFO backlog.  The dispatcher hands backlog entries to the live
  * node with the most free slots (slots from the hostfile or the worker's
  * CPU count; the head, node 0, counts with its pool size when
  * --head-runs-work), so each node has at most `slots` tasks in flight and
@@ -201,7 +201,8 @@ static void back_push(rtask *t, bool front) {
  * the largest node, which may since have been lost). */
 static bool any_capacity(const rtask *t) {
   for (int i = 0; i < R.n; i++)
-    if (R.alive[i] && R.slots[i] > 0 && (!t || !t->gpu.share || R.gpus[i] * SHARE_UNIT >= t->gpu.share))
+    if (R.alive[i] && R.slots[i] > 0 &&
+        (!t || !t->gpu.share || R.gpus[i] * SHARE_UNIT >= t->gpu.share))
       return true;
   return false;
 }
