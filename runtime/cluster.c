@@ -912,8 +912,8 @@ int sf__cluster_nodes(void) { return 1 + (H.started ? H.n : 0); }
 
 bool sf__cluster_node(int id, sf__node_info *out) {
   if (id == 0) {
-    *out = (sf__node_info){0, "localhost", (int)sysconf(_SC_NPROCESSORS_ONLN), 0, (int)getpid(),
-                           true};
+    *out = (sf__node_info){0, "localhost", (int)sysconf(_SC_NPROCESSORS_ONLN),
+                           (int)sf__gpu_devices(), (int)getpid(), true};
     return true;
   }
   if (!H.started || id < 1 || id > H.n)
@@ -1347,7 +1347,7 @@ static void worker_hello(worker *w, const char *data_addr, uint16_t data_port) {
   sf__frame f = {.type = SF__F_HELLO};
   f.u.hello.pid = (uint32_t)getpid();
   f.u.hello.cpus = (uint32_t)sysconf(_SC_NPROCESSORS_ONLN);
-  f.u.hello.gpus = 0;
+  f.u.hello.gpus = (uint32_t)sf__gpu_devices(); /* the head's hostfile gpus=N wins */
   f.u.hello.data_port = data_port;
   f.u.hello.host = (sf__bytes){(const uint8_t *)host, (uint32_t)strlen(host)};
   f.u.hello.data_addr = (sf__bytes){(const uint8_t *)data_addr, (uint32_t)strlen(data_addr)};

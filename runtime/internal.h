@@ -233,11 +233,24 @@ const sf_actor_desc *sf__remote_find_class(uint32_t off, const uint8_t *name, ui
                                            char *err, size_t errlen);
 /* Whether values of type t can travel (no futures, actors or groups). */
 bool sf__remote_portable(const sf_type *t);
+/* A GPU share placed with an actor or task: share in thousandths of one
+ * GPU (<= 1000) or whole GPUs * 1000, 0 for none; while held, taken on
+ * device dev of its node (a share) or on the devices in mask (whole). */
+typedef struct sf__gpu_hold {
+  int32_t share, dev;
+  uint64_t mask;
+  bool held;
+} sf__gpu_hold;
+/* The share @gpus(gpus) takes in this run, 0 when no node has a GPU (the
+ * work then stays on the head, as in a single-node run). */
+int32_t sf__remote_gpu_share(double gpus);
 /* Placement for actors (ractor.c): a live node with `need` free slots,
  * the most free first, workers before the head on a tie (the head only
- * when head_ok); its slots are held until sf__remote_unplace.  -1: none. */
-int sf__remote_place(int need, bool head_ok, const bool *exclude);
-void sf__remote_unplace(int node, int need);
+ * when head_ok); its slots are held until sf__remote_unplace.  With a GPU
+ * share (gpu->share), the best fit among nodes where it is free, held
+ * with the slots.  -1: none. */
+int sf__remote_place(int need, sf__gpu_hold *gpu, bool head_ok, const bool *exclude);
+void sf__remote_unplace(int node, int need, sf__gpu_hold *gpu);
 bool sf__remote_active(void); /* a --nodes run on the head */
 const char *sf__remote_lost_why(int node); /* NULL while alive */
 

@@ -4,11 +4,14 @@
  *
  * Head.  sf_actor_spawn and sf_group_spawn (task.c) offer every spawn made
  * by workflow main here.  When the class's state and init arguments can
- * travel (serial.c; no futures or actors inside), it asks for no GPU and
- * this is not a --resume run, the actor is placed on the live node with
- * the most free slots (remote.c keeps the slots; an actor holds max(1,
- * @cpus) of them for its lifetime; the head, node 0, is a candidate when
- * it runs work, and a chosen head keeps the actor local, as on one node).
+ * travel (serial.c; no futures or actors inside) and this is not a
+ * --resume run, the actor is placed on the live node with the most free
+ * slots (remote.c keeps the slots; an actor holds max(1, @cpus) of them
+ * for its lifetime; the head, node 0, is a candidate when it runs work,
+ * and a chosen head keeps the actor local, as on one node).  An @gpus
+ * actor goes only where a share of a GPU is free (best fit, remote.c) and
+ * holds it with its slots; with no GPU in the run or none free, it stays
+ * local (a spawn never waits), and so does an @gpus group.
  * A group is a gang: every member on a worker with a free slot (spread
  * first, several on one worker only when they must), or the whole group
  * stays on the head.  The head keeps the handle (an sf_actor whose
@@ -159,6 +162,7 @@ struct sf__ractor {
   int64_t id, rank, size;
   uint64_t wid;            /* wire id of the running incarnation */
   int node, need;
+  sf__gpu_hold gpu;        /* @gpus: held with the slots, for its lifetime */
   int restarts_left;
   uint64_t seq;            /* calls made */
   uint8_t *init;           /* serialized init arguments */
@@ -304,10 +308,10 @@ static void send_buf(int node, sf__wbuf *b) {
  * spread first and share a worker only when they must. */
 static bool place_gang(int *nodes, int64_t n, int need) {
   for (int64_t i = 0; i < n; i++) {
-    nodes[i] = sf__remote_place(need, false, NULL);
+    nodes[i] = sf__remote_place(need, NULL, false, NULL);
     if (nodes[i] < 0) {
       for (int64_t k = 0; k < i; k++)
-        sf__remote_unplace(nodes[k], need);
+        sf__remote_unplace(nodes[k], need, NULL);
       return false;
     }
   }
@@ -326,15 +330,20 @@ bool sf__ractor_spawn(sf_actor **members, int64_t n, void *args) {
   sf_actor *a0 = members[0];
   const sf_actor_desc *d = sf__actor_desc(a0);
   const sf_type *it = d->init ? d->init->args : NULL;
-  if (sf__task_depth > 0 || sf__options.resume || d->gpus > 0 || sf__actor_id(a0) < 0 ||
-      n > SF__GROUP_MAX || !sf__remote_active())
+  if (sf__task_depth > 0 || sf__options.resume || (d->gpus > 0 && n > 1) ||
+      sf__actor_id(a0) < 0 || n > SF__GROUP_MAX || !sf__remote_active())
+    return false;
+  /* @gpus: a node with a free share holds it for the actor's lifetime;
+   * with no GPU in the run, or none free now, the actor stays here. */
+  sf__gpu_hold gpu = {d->gpus > 0 ? sf__remote_gpu_share(d->gpus) : 0, -1, 0, false};
+  if (d->gpus > 0 && !gpu.share)
     return false;
   if (!sf__remote_portable(d->state) || !sf__remote_portable(it) || !offset_ok(d))
     return false;
   int need = d->cpus > 1 ? (int)ceil(d->cpus) : 1;
   int nodes[SF__GROUP_MAX];
   if (n == 1) {
-    nodes[0] = sf__remote_place(need, true, NULL);
+    nodes[0] = sf__remote_place(need, &gpu, true, NULL);
     if (nodes[0] <= 0) /* the head (it keeps the slots) or nowhere: local */
       return false;
   } else if (!place_gang(nodes, n, need)) {
@@ -364,6 +373,7 @@ bool sf__ractor_spawn(sf_actor **members, int64_t n, void *args) {
     r->size = n;
     r->node = nodes[i];
     r->need = need;
+    r->gpu = gpu;
     r->restarts_left = d->restarts;
     r->wid = ++RA.next_wid;
     r->init = b.len ? malloc(b.len) : NULL;
@@ -725,7 +735,7 @@ static void kill_actor(ractor *r, const char *why, done **fails) {
   }
   r->log = r->log_tail = r->undelivered = NULL;
   if (r->node >= 0)
-    sf__remote_unplace(r->node, r->need);
+    sf__remote_unplace(r->node, r->need, &r->gpu);
   r->node = -1;
   r->wid = 0;
 }
@@ -755,7 +765,7 @@ static void lost_why(char *out, size_t n, ractor *r, int node, const char *why) 
 static void restart_one(ractor *r, int node, const char *why, done **fails) {
   char cause[768];
   lost_why(cause, sizeof cause, r, node, why);
-  sf__remote_unplace(node, r->need);
+  sf__remote_unplace(node, r->need, &r->gpu);
   r->node = -1;
   if (r->restarts_left <= 0) {
     char msg[1024];
@@ -763,7 +773,7 @@ static void restart_one(ractor *r, int node, const char *why, done **fails) {
     kill_actor(r, msg, fails);
     return;
   }
-  int to = sf__remote_place(r->need, false, NULL);
+  int to = sf__remote_place(r->need, &r->gpu, false, NULL);
   if (to < 0) {
     char msg[1024];
     snprintf(msg, sizeof msg, "%s; no live node can take it", cause);
@@ -836,7 +846,7 @@ static void restart_group(rgroup *g, int node, const char *why, done **fails) {
       send_buf(r->node, &out);
     }
     if (r->node >= 0)
-      sf__remote_unplace(r->node, r->need);
+      sf__remote_unplace(r->node, r->need, &r->gpu);
     r->node = -1;
   }
   char msg[1024] = "";
@@ -900,7 +910,7 @@ void sf__ractor_drop(ractor *r) {
     sf__wbuf out = {0};
     sf__wire_encode(&out, &f);
     send_buf(r->node, &out);
-    sf__remote_unplace(r->node, r->need);
+    sf__remote_unplace(r->node, r->need, &r->gpu);
   }
   /* Only delivered calls are left: each pending one holds the handle. */
   for (rcall *c = r->log; c;) {

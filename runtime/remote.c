@@ -4,9 +4,9 @@
  *
  * Head.  sf_task_call offers every call here (sf__remote_task).  A call
  * made by workflow main, whose argument and result types can travel
- * (serial.c; no futures or actors inside) and that asks for no GPU, is
- * taken: its arguments are serialized at once into a task record, which
- * goes to a FIFO backlog.  The dispatcher hands backlog entries to the live
+ * (serial.c; no futures or actors inside), is taken (an @gpus call only
+ * when some node of the run has a GPU): its arguments are serialized at
+ * once into a task record, which goes to a FIFO backlog.  The dispatcher hands backlog entries to the live
  * node with the most free slots (slots from the hostfile or the worker's
  * CPU count; the head, node 0, counts with its pool size when
  * --head-runs-work), so each node has at most `slots` tasks in flight and
@@ -25,6 +25,17 @@
  * is spent the future fails with the same message a local run gives
  * ("task 'x' failed after N attempts: cause").  With no live node able to
  * take work, waiting tasks fail with a message saying so.
+ *
+ * GPUs.  Each node has a count of GPUs (the hostfile's gpus=N, else what
+ * its worker detected and sent in its hello; the head's from its own GPU
+ * layer when it runs work), learned at the first @gpus call.  An @gpus
+ * task also needs a free share there, counted in thousandths per device
+ * as task.c counts locally and fitted the same way (a share on the
+ * fullest device where it fits, whole devices for more than one), on the
+ * node left with the least (best fit).  The share is given back when the
+ * attempt ends there, however it ends.  A GPU task that fits nowhere stays
+ * in the backlog and the calls behind it still go.  Actors hold a share
+ * for their lifetime (sf__remote_place with an sf__gpu_hold).
  *
  * Calls made inside a running task stay on the node that runs it (a task
  * waiting for children that wait for a slot it holds could never finish).
@@ -112,6 +123,7 @@ typedef struct rtask {
   uint32_t n;
   int32_t attempt;
   int node;            /* -1: waiting in the backlog */
+  sf__gpu_hold gpu;    /* @gpus: the share, and where it is taken */
   /* objects: a result held by worker `node` (slot freed), wanted by the
    * head (awaited), being fetched */
   bool held, wanted, fetching;
@@ -121,6 +133,8 @@ typedef struct rtask {
 } rtask;
 
 #define NBUCKETS 4096
+#define SHARE_UNIT 1000 /* as task.c: shares of a GPU in thousandths */
+#define MAX_NODE_GPUS 64
 /* A worker holds up to PIPELINE x slots tasks: `slots` running and the
  * next ones already there when they finish (no round trip between them). */
 #define PIPELINE 2
@@ -132,6 +146,9 @@ static struct {
   int n;                 /* nodes, head included */
   int *slots, *inflight;
   int *held;             /* slots held by actors placed there (ractor.c) */
+  int gpu_state;         /* 0 not learned yet, 1 some node has a GPU, -1 none */
+  int *gpus;             /* devices per node (at most MAX_NODE_GPUS) */
+  int32_t (*gpu_used)[MAX_NODE_GPUS]; /* per node and device: thousandths taken */
   bool *alive;
   char **lost_why;
   rtask *back_head, *back_tail;
@@ -179,9 +196,13 @@ static void back_push(rtask *t, bool front) {
   }
 }
 
-static bool any_capacity(void) {
+/* Whether a live node can take t (any task when t is NULL): a slot, and
+ * enough GPUs when t asks for a share (a task of whole GPUs was clamped to
+ * the largest node, which may since have been lost). */
+static bool any_capacity(const rtask *t) {
   for (int i = 0; i < R.n; i++)
-    if (R.alive[i] && R.slots[i] > 0)
+    if (R.alive[i] && R.slots[i] > 0 &&
+        (!t || !t->gpu.share || R.gpus[i] * SHARE_UNIT >= t->gpu.share))
       return true;
   return false;
 }
@@ -201,31 +222,138 @@ static void encode_submit(sf__wbuf *b, rtask *t) {
   sf__wire_encode(b, &f);
 }
 
-/* Hands backlog entries to nodes with free slots; the caller holds R.mu
- * and sends the outbox after releasing it. */
+/* Free slots of node i for one more task (actors hold slots for their
+ * lifetime; tasks still get one slot of a node they fill, so a program
+ * whose actors take every slot oversubscribes rather than waits forever). */
+static int free_slots(int i) {
+  int room = R.slots[i] - R.held[i];
+  if (R.slots[i] > 0 && room < 1)
+    room = 1;
+  return room * (i ? PIPELINE : 1) - R.inflight[i];
+}
+
+/* The live node with the most free slots, or -1. */
+static int place_cpu_locked(void) {
+  int best = -1, best_free = 0;
+  for (int i = 0; i < R.n; i++) {
+    int fr = free_slots(i);
+    if (R.alive[i] && fr > best_free) {
+      best = i;
+      best_free = fr;
+    }
+  }
+  return best;
+}
+
+/* What is left on node i once a share of h->share is taken there (best
+ * fit: the least is best), or -1 when it does not fit; *dev / *mask:
+ * where. */
+static int gpu_fit(int i, const sf__gpu_hold *h, int32_t *dev, uint64_t *mask) {
+  const int32_t *u = R.gpu_used[i];
+  int left = -1;
+  if (h->share <= SHARE_UNIT) { /* a share of one device: the fullest that fits */
+    for (int k = 0; k < R.gpus[i]; k++)
+      if (u[k] + h->share <= SHARE_UNIT &&
+          (left < 0 || SHARE_UNIT - u[k] - h->share < left)) {
+        left = SHARE_UNIT - u[k] - h->share;
+        *dev = k;
+      }
+    return left;
+  }
+  int need = h->share / SHARE_UNIT, idle = 0; /* whole devices: idle ones */
+  uint64_t m = 0;
+  for (int k = 0; k < R.gpus[i]; k++)
+    if (u[k] == 0) {
+      if (idle < need)
+        m |= (uint64_t)1 << k;
+      idle++;
+    }
+  if (idle < need)
+    return -1;
+  *mask = m;
+  *dev = __builtin_ctzll(m);
+  return (idle - need) * SHARE_UNIT;
+}
+
+/* The live node (the head only when head_ok) with `room` free slots
+ * (free_slots for tasks, unheld ones for actors) where h's share fits
+ * best (ties: the most free); takes the share there.  -1: none now. */
+static int place_gpu_locked(sf__gpu_hold *h, bool head_ok, bool actor, int need) {
+  int best = -1, best_left = 0, best_free = 0;
+  int32_t best_dev = -1;
+  uint64_t best_mask = 0;
+  for (int k = 1; k <= R.n; k++) {
+    int i = k % R.n; /* workers first, then the head: ties go to a worker */
+    int32_t dev = -1;
+    uint64_t mask = 0;
+    int fr = actor ? R.slots[i] - R.held[i] - need + 1 : free_slots(i);
+    if (!R.alive[i] || (i == 0 && !head_ok) || fr <= 0 || R.gpus[i] <= 0)
+      continue;
+    int left = gpu_fit(i, h, &dev, &mask);
+    if (left >= 0 && (best < 0 || left < best_left || (left == best_left && fr > best_free))) {
+      best = i;
+      best_left = left;
+      best_free = fr;
+      best_dev = dev;
+      best_mask = mask;
+    }
+  }
+  if (best < 0)
+    return -1;
+  if (h->share <= SHARE_UNIT)
+    R.gpu_used[best][best_dev] += h->share;
+  else
+    for (int k = 0; k < R.gpus[best]; k++)
+      if (best_mask >> k & 1)
+        R.gpu_used[best][k] = SHARE_UNIT;
+  h->dev = best_dev;
+  h->mask = best_mask;
+  h->held = true;
+  return best;
+}
+
+/* Gives h's share back to node i (once; a no-op without one). */
+static void gpu_give_locked(int i, sf__gpu_hold *h) {
+  if (!h || !h->held)
+    return;
+  h->held = false;
+  if (i < 0 || i >= R.n)
+    return;
+  if (h->share <= SHARE_UNIT)
+    R.gpu_used[i][h->dev] -= h->share;
+  else
+    for (int k = 0; k < R.gpus[i]; k++)
+      if (h->mask >> k & 1)
+        R.gpu_used[i][k] = 0;
+}
+
+/* Hands backlog entries to nodes with free slots (and, for @gpus, a free
+ * GPU share); the caller holds R.mu and sends the outbox after releasing
+ * it.  A GPU task that fits nowhere now stays where it is and the ones
+ * behind it still go: CPU work does not queue behind a busy GPU. */
 static void dispatch_locked(outbox *ob) {
   bool woke = false;
-  while (R.back_head) {
-    int best = -1, best_free = 0;
-    for (int i = 0; i < R.n; i++) {
-      /* Actors hold slots for their lifetime; tasks still get one slot
-       * of a node they fill, so a program whose actors take every slot
-       * oversubscribes rather than waits forever. */
-      int room = R.slots[i] - R.held[i];
-      if (R.slots[i] > 0 && room < 1)
-        room = 1;
-      int fr = room * (i ? PIPELINE : 1) - R.inflight[i];
-      if (R.alive[i] && fr > best_free) {
-        best = i;
-        best_free = fr;
-      }
+  rtask *prev = NULL;
+  int32_t gpu_miss = INT32_MAX; /* the smallest share that found no room */
+  for (rtask *t = R.back_head, *nx; t; t = nx) {
+    nx = t->next;
+    int best = -1;
+    if (!t->gpu.share)
+      best = place_cpu_locked();
+    else if (t->gpu.share < gpu_miss && (best = place_gpu_locked(&t->gpu, true, false, 1)) < 0)
+      gpu_miss = t->gpu.share;
+    if (best < 0 && !t->gpu.share)
+      break; /* no free slot anywhere */
+    if (best < 0) {
+      prev = t;
+      continue;
     }
-    if (best < 0)
-      break;
-    rtask *t = R.back_head;
-    R.back_head = t->next;
-    if (!R.back_head)
-      R.back_tail = NULL;
+    if (prev)
+      prev->next = nx;
+    else
+      R.back_head = nx;
+    if (R.back_tail == t)
+      R.back_tail = prev;
     t->next = NULL;
     t->node = best;
     R.inflight[best]++;
@@ -276,15 +404,28 @@ static void fail_task(rtask *t, const char *cause) {
   task_free(t);
 }
 
-/* Everything still waiting fails when no live node can take work; returns
- * the list (linked by next) for the caller to fail outside R.mu. */
+/* What still waits and no live node can take (none at all, or none with
+ * a GPU for @gpus work) leaves the backlog; returns it (linked by next)
+ * for the caller to fail outside R.mu. */
 static rtask *drain_if_stuck_locked(void) {
-  if (any_capacity() || !R.back_head)
-    return NULL;
-  rtask *l = R.back_head;
-  for (rtask *t = l; t; t = t->next)
+  rtask *l = NULL, **lt = &l, *prev = NULL;
+  for (rtask *t = R.back_head, *nx; t; t = nx) {
+    nx = t->next;
+    if (any_capacity(t)) {
+      prev = t;
+      continue;
+    }
+    if (prev)
+      prev->next = nx;
+    else
+      R.back_head = nx;
+    if (R.back_tail == t)
+      R.back_tail = prev;
     hash_del(t);
-  R.back_head = R.back_tail = NULL;
+    t->next = NULL;
+    *lt = t;
+    lt = &t->next;
+  }
   return l;
 }
 
@@ -298,7 +439,10 @@ static void fail_stuck(rtask *l) {
     }
   while (l) {
     rtask *nx = l->next;
-    fail_task(l, why);
+    char gwhy[600];
+    if (l->gpu.share)
+      snprintf(gwhy, sizeof gwhy, "%s (it asks for @gpus and no live node has a GPU)", why);
+    fail_task(l, l->gpu.share ? gwhy : why);
     l = nx;
   }
 }
@@ -348,6 +492,7 @@ static void *head_runner(void *arg) {
     pthread_mutex_lock(&R.mu);
     hash_del(t);
     R.inflight[0]--;
+    gpu_give_locked(t->node, &t->gpu);
     dispatch_locked(&ob);
     pthread_mutex_unlock(&R.mu);
     outbox_send(&ob);
@@ -405,6 +550,7 @@ static void on_node_lost(int node, const char *why) {
     /* objects: a held result's slot was freed with the reference; the
      * task re-runs from its arguments (lineage) or fails naming it. */
     t->obj_chunks = t->held ? -1 : 0;
+    gpu_give_locked(t->node, &t->gpu);
     if (t->held) {
       free(t->obj);
       t->obj = NULL;
@@ -453,8 +599,15 @@ const char *sf__remote_lost_why(int node) {
   return w; /* kept until the end of the run */
 }
 
-int sf__remote_place(int need, bool head_ok, const bool *exclude) {
+int sf__remote_place(int need, sf__gpu_hold *gpu, bool head_ok, const bool *exclude) {
   pthread_mutex_lock(&R.mu);
+  if (gpu && gpu->share) { /* exclude is for gangs, which ask for no GPU */
+    int at = R.gpu_state > 0 ? place_gpu_locked(gpu, head_ok, true, need) : -1;
+    if (at >= 0)
+      R.held[at] += need;
+    pthread_mutex_unlock(&R.mu);
+    return at;
+  }
   int best = -1, best_free = 0;
   for (int k = 1; k <= R.n; k++) {
     int i = k % R.n; /* workers first, then the head: ties go to a worker */
@@ -472,10 +625,12 @@ int sf__remote_place(int need, bool head_ok, const bool *exclude) {
   return best;
 }
 
-void sf__remote_unplace(int node, int need) {
+void sf__remote_unplace(int node, int need, sf__gpu_hold *gpu) {
   pthread_mutex_lock(&R.mu);
-  if (node >= 0 && node < R.n)
+  if (node >= 0 && node < R.n) {
     R.held[node] -= need;
+    gpu_give_locked(node, gpu);
+  }
   pthread_mutex_unlock(&R.mu);
 }
 
@@ -533,11 +688,67 @@ static bool activate(void) {
   return true;
 }
 
+/* Learns each node's GPUs at the first @gpus call: the hostfile's gpus=N,
+ * else what the worker detected and reported in its hello (cluster.c);
+ * the head's own, when it runs work, from its GPU layer, which is started
+ * only now so that CPU-only programs never load it.  Returns whether some
+ * node has one. */
+static bool gpus_learn(void) {
+  pthread_mutex_lock(&R.mu);
+  int st = R.gpu_state, head = R.slots[0];
+  pthread_mutex_unlock(&R.mu);
+  if (st)
+    return st > 0;
+  int32_t hg = head > 0 ? sf__gpu_devices() : 0;
+  int *g = calloc((size_t)R.n, sizeof *g);
+  int32_t(*u)[MAX_NODE_GPUS] = calloc((size_t)R.n, sizeof *u);
+  bool any = false;
+  for (int i = 0; g && u && i < R.n; i++) {
+    sf__node_info ni;
+    int k = i == 0 ? hg : sf__cluster_node(i, &ni) ? ni.gpus : 0;
+    g[i] = k < 0 ? 0 : k > MAX_NODE_GPUS ? MAX_NODE_GPUS : k;
+    any |= g[i] > 0 && R.slots[i] > 0;
+  }
+  pthread_mutex_lock(&R.mu);
+  if (!R.gpu_state) {
+    R.gpus = g;
+    R.gpu_used = u;
+    R.gpu_state = g && u && any ? 1 : -1;
+    g = NULL;
+    u = NULL;
+  }
+  st = R.gpu_state;
+  pthread_mutex_unlock(&R.mu);
+  free(g);
+  free(u);
+  return st > 0;
+}
+
+/* t's share in thousandths, clamped like task.c's demand_of to what the
+ * largest node has. */
+static int32_t gpu_share(double gpus) {
+  int most = 0;
+  for (int i = 0; i < R.n; i++)
+    most = R.gpus[i] > most ? R.gpus[i] : most;
+  int32_t s = (int32_t)(gpus * SHARE_UNIT + 0.5);
+  if (s < 1)
+    s = 1;
+  return s > SHARE_UNIT * most ? SHARE_UNIT * most : s;
+}
+
+int32_t sf__remote_gpu_share(double gpus) {
+  return gpus > 0 && activate() && gpus_learn() ? gpu_share(gpus) : 0;
+}
+
 bool sf__remote_task(const sf_task_desc *d, void *args, sf_future *f, int64_t seq) {
   (void)seq; /* sf__future_resolve journals main's calls */
-  if (R.state < 0 || sf__task_depth > 0 || d->gpus > 0)
+  if (R.state < 0 || sf__task_depth > 0)
     return false;
   if (!activate())
+    return false;
+  /* No GPU on any node: @gpus work stays where it is (the CPU notice, or
+   * --require-gpu's error, as in a single-node run). */
+  if (d->gpus > 0 && !gpus_learn())
     return false;
   if (!sf__remote_portable(d->args) || !sf__remote_portable(d->result))
     return false;
@@ -564,6 +775,7 @@ bool sf__remote_task(const sf_task_desc *d, void *args, sf_future *f, int64_t se
     return false;
   }
   t->d = d;
+  t->gpu.share = d->gpus > 0 ? gpu_share(d->gpus) : 0;
   sf_retain(f);
   t->f = f;
   outbox ob = {0};
@@ -609,6 +821,7 @@ static void finish(int node, rtask *t, int status, const uint8_t *p, size_t n, b
   t->held = t->fetching = false;
   if (slot)
     R.inflight[node]--;
+  gpu_give_locked(t->node, &t->gpu);
   if (!good && t->attempt < t->d->retry) {
     t->attempt++;
     atomic_fetch_add(&sf__stats.retries, 1);
@@ -700,6 +913,7 @@ static void obj_start(int node, rtask *t, const sf__frame *fr) {
   outbox ob = {0};
   pthread_mutex_lock(&R.mu);
   R.inflight[node]--; /* the worker is done with it: its slot is free */
+  gpu_give_locked(t->node, &t->gpu);
   t->held = true;
   t->obj_total = total;
   t->obj_got = 0;

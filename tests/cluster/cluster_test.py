@@ -919,6 +919,187 @@ workflow main(n: i64 = 300000, m: i64 = 4, lazy: bool = false) {
 """
 
 
+GPU_PROGRAM = """@gpus(1)
+task whole(i: i64) -> i64 {
+  let t0 = now()
+  while now() - t0 < 0.15 { }
+  print("span whole", i, "node", node_id(), "from", t0, "to", now())
+  return i * i
+}
+@gpus(0.5)
+task half(i: i64) -> i64 {
+  let t0 = now()
+  while now() - t0 < 0.3 { }
+  print("span half", i, "node", node_id(), "from", t0, "to", now())
+  return 3 * i + 1
+}
+task plain(i: i64) -> i64 { return i + 1 }
+workflow main(n: i64 = 6) {
+  let a = await [whole(i) for i in 0..n]
+  let b = await [half(i) for i in 0..n]
+  let c = await [plain(i) for i in 0..n]
+  var sa: i64 = 0
+  var sb: i64 = 0
+  var sc: i64 = 0
+  for x in a { sa += x }
+  for x in b { sb += x }
+  for x in c { sc += x }
+  print("sums", sa, sb, sc)
+}
+"""
+
+
+def spans(out, kind):
+    """(node, start, end) of each 'span KIND' line; times are the worker's
+    own now(), comparable within one node."""
+    got = []
+    for l in out.splitlines():
+        m = re.fullmatch(r"(?:\[node \d+\] )?span " + kind +
+                         r" (\d+) node (\d+) from (\S+) to (\S+)", l)
+        if m:
+            got.append((int(m.group(2)), float(m.group(3)), float(m.group(4))))
+    return got
+
+
+def most_at_once(sp):
+    ev = sorted([(s, 1) for _, s, _ in sp] + [(e, -1) for _, _, e in sp], key=lambda x: (x[0], x[1]))
+    cur = top = 0
+    for _, d in ev:
+        cur += d
+        top = max(top, cur)
+    return top
+
+
+def case_tasks_gpus(c):
+    """@gpus tasks go to the node whose hostfile line says gpus=1, never to
+    the one with gpus=0 (nor the head, which runs no work here): @gpus(1)
+    one at a time, @gpus(0.5) two at a time; CPU tasks still use both.  The
+    worker has no real GPU, so the work runs on its CPU with the notice."""
+    exe = c.compile("gpus", GPU_PROGRAM)
+    n = 6
+    want = f"sums {sum(i * i for i in range(n))} {sum(3 * i + 1 for i in range(n))} " \
+           f"{sum(i + 1 for i in range(n))}"
+    hf = os.path.join(c.dir, "gpu_hosts.txt")
+    with open(hf, "w") as f:
+        f.write(f"{c.hosts[0][0]}:{c.hosts[0][1]} slots=4 gpus=1\n")
+        f.write(f"{c.hosts[1][0]}:{c.hosts[1][1]} slots=4 gpus=0\n")
+    r = c.run("--head-runs-work=false", prog=exe, hostfile=hf, timeout=120)
+    check(r.returncode == 0, f"exit {r.returncode}", r.stdout, r.stderr)
+    check(r.stdout.splitlines()[-1] == want, "exact results", r.stdout, r.stderr)
+    whole, half = spans(r.stdout, "whole"), spans(r.stdout, "half")
+    check(len(whole) == n and len(half) == n, "one line per task", r.stdout)
+    check({nd for nd, _, _ in whole + half} == {1}, "every @gpus task on node 1", r.stdout)
+    check(most_at_once(whole) == 1, f"@gpus(1): {most_at_once(whole)} at once", r.stdout)
+    check(most_at_once(half) == 2, f"@gpus(0.5): {most_at_once(half)} at once", r.stdout)
+    check("notice: no GPU found" in r.stderr and " error" not in r.stderr.lower(),
+          "the worker's CPU notice, and no error", r.stderr)
+    # No node has a GPU (no gpus= keys, none detected): as before, @gpus
+    # work runs where it is called, on the head, with the notice.
+    r = c.run(prog=exe, timeout=120)
+    check(r.returncode == 0, f"exit {r.returncode} (no GPUs)", r.stdout, r.stderr)
+    check(r.stdout.splitlines()[-1] == want, "exact results (no GPUs)", r.stdout, r.stderr)
+    check({nd for nd, _, _ in spans(r.stdout, "whole") + spans(r.stdout, "half")} == {0},
+          "no GPU anywhere: @gpus tasks on the head", r.stdout)
+    c.expect_no_workers()
+
+
+GPU_ACTOR_PROGRAM = """@gpus(1)
+actor Whole {
+  var k: i64 = 0
+  fn add(x: i64) -> i64 { k += x; return k }
+  fn where() -> i64 { return node_id() }
+}
+@gpus(0.5)
+actor Half {
+  fn where() -> i64 { return node_id() }
+}
+workflow main() {
+  let a = spawn Whole()
+  let b = spawn Whole()
+  let fs = [a.add(i) for i in 0..10]
+  print("whole on", await a.where(), "and", await b.where(), "sum", (await fs)[9])
+  let h = spawn Half()
+  let j = spawn Half()
+  print("half on", await h.where(), "and", await j.where())
+}
+"""
+
+
+def case_actors_gpus(c):
+    """An @gpus actor holds a share of a GPU for its lifetime.  Node 1 has
+    gpus=1: the first @gpus(1) actor takes it, the second finds no free
+    share and stays on the head, and so do the @gpus(0.5) ones.  With
+    gpus=3 the two whole ones take a device each and the halves share the
+    third.  Node 2 (gpus=0) never gets one."""
+    exe = c.compile("gpu_actors", GPU_ACTOR_PROGRAM)
+    hf = os.path.join(c.dir, "gpu_hosts.txt")
+    with open(hf, "w") as f:
+        f.write(f"{c.hosts[0][0]}:{c.hosts[0][1]} slots=4 gpus=1\n")
+        f.write(f"{c.hosts[1][0]}:{c.hosts[1][1]} slots=4 gpus=0\n")
+    r = c.run("--head-runs-work=false", prog=exe, hostfile=hf, timeout=120)
+    check(r.returncode == 0, f"exit {r.returncode}", r.stdout, r.stderr)
+    check(r.stdout.splitlines() == ["whole on 1 and 0 sum 45", "half on 0 and 0"],
+          "placement by free GPU share", r.stdout, r.stderr)
+    with open(hf, "w") as f:
+        f.write(f"{c.hosts[0][0]}:{c.hosts[0][1]} slots=4 gpus=3\n")
+        f.write(f"{c.hosts[1][0]}:{c.hosts[1][1]} slots=4 gpus=0\n")
+    r = c.run("--head-runs-work=false", prog=exe, hostfile=hf, timeout=120)
+    check(r.returncode == 0, f"exit {r.returncode} (gpus=3)", r.stdout, r.stderr)
+    check(r.stdout.splitlines() == ["whole on 1 and 1 sum 45", "half on 1 and 1"],
+          "a device each, the halves sharing the third", r.stdout, r.stderr)
+    c.expect_no_workers()
+
+
+GPU_RETRY_PROGRAM = """@gpus(1) @retry(2)
+task g(i: i64) -> i64 {
+  let t0 = now()
+  while now() - t0 < 0.1 { }
+  print("span g", i, "node", node_id(), "from", t0, "to", now())
+  return 2 * i + 1
+}
+workflow main(n: i64 = 40) {
+  let rs = await [g(i) for i in 0..n]
+  var total: i64 = 0
+  for r in rs { total += r }
+  print("total", total)
+}
+"""
+
+
+def case_tasks_gpus_node_lost(c):
+    """Two nodes with gpus=1 each; node 2's worker is SIGKILLed while it
+    runs an @gpus(1) task: the share it held is dropped with the node and
+    its tasks are retried on node 1, still one at a time there; the total
+    is exact."""
+    exe = c.compile("gretry", GPU_RETRY_PROGRAM)
+    want = f"total {sum(2 * i + 1 for i in range(40))}"
+    hf = os.path.join(c.dir, "gpu_hosts.txt")
+    with open(hf, "w") as f:
+        f.write(f"{c.hosts[0][0]}:{c.hosts[0][1]} slots=2 gpus=1\n")
+        f.write(f"{c.hosts[1][0]}:{c.hosts[1][1]} slots=2 gpus=1\n")
+    head = subprocess.Popen(c.args("--head-runs-work=false", prog=exe, hostfile=hf),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+    try:
+        _, seen = read_until(head.stdout, r"\[node 2\] span g", 60)
+        victim = c.worker_of(2)
+        check(victim, "node 2's worker", c.workers())
+        os.kill(victim, signal.SIGKILL)
+        head.wait(timeout=120)
+        out = "".join(seen) + drain(head.stdout)
+        err = head.stderr.read()
+        check(head.returncode == 0, f"head exit {head.returncode}", out, err)
+        check(out.splitlines()[-1] == want, "output", out, err)
+        check(re.search(r"node 2 \(127\.0\.0\.3:\d+\) lost: ", err), "loss reported", err)
+        one = [sp for sp in spans(out, "g") if sp[0] == 1]
+        check(one and most_at_once(one) == 1, f"node 1: {most_at_once(one)} at once", out)
+    finally:
+        if head.poll() is None:
+            head.kill()
+            head.wait()
+    c.expect_no_workers(within=6)
+
+
 def case_tasks_sum_3(c):
     """200 tasks on 3 nodes (the head and 2 workers): the exact sum, the
     same as a single-node run, with work on every node."""
@@ -1565,12 +1746,15 @@ CASES = {
     "agent_and_default_keys": (2, case_agent_and_default_keys),
     "bad_hostfile": (1, case_bad_hostfile),
     "tasks_sum_3": (2, case_tasks_sum_3),
+    "tasks_gpus": (2, case_tasks_gpus),
+    "tasks_gpus_node_lost": (2, case_tasks_gpus_node_lost),
     "tasks_print": (2, case_tasks_print),
     "tasks_worker_killed": (3, case_tasks_worker_killed),
     "tasks_retry_attempt": (2, case_tasks_retry_attempt),
     "tasks_objects": (2, case_tasks_objects),
     "tasks_object_owner_killed": (2, case_tasks_object_owner_killed),
     "actors_remote": (2, case_actors_remote),
+    "actors_gpus": (2, case_actors_gpus),
     "actor_worker_killed": (3, case_actor_worker_killed),
     "actor_restarts_exhausted": (2, case_actor_restarts_exhausted),
     "group_allreduce_nodes": (3, case_group_allreduce_nodes),
