@@ -300,6 +300,9 @@ int sf__ring_listen(const char *addr, uint16_t *port, char *err, size_t errlen);
  * and the lower partners on listen_fd; every link proves the secret with
  * HMAC. */
 typedef struct sf__peer { char addr[64]; uint16_t port; } sf__peer;
+/* A non-blocking TCP connect to p, bounded by deadline (CLOCK_MONOTONIC
+ * ms): the socket (still non-blocking), or -1 with err set. */
+int sf__ring_dial(const sf__peer *p, int64_t deadline, char *err, size_t errlen);
 int sf__ring_connect(sf__ring *r, uint64_t group, int rank, int size, const sf__peer *peers,
                      int listen_fd, const uint8_t secret[SF__SECRET_LEN], int timeout_ms,
                      char *err, size_t errlen);

@@ -1424,37 +1424,6 @@ static void *acceptor_main(void *arg) {
   return NULL;
 }
 
-static int ring_dial(const sf__peer *p, int64_t deadline, char *err, size_t n) {
-  char port[8];
-  snprintf(port, sizeof port, "%u", p->port);
-  struct addrinfo hints = {.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV,
-                           .ai_socktype = SOCK_STREAM};
-  struct addrinfo *ai = NULL;
-  if (getaddrinfo(p->addr, port, &hints, &ai))
-    return sf__net_fail(err, n, "bad ring peer address %s", p->addr);
-  int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  int rc = fd < 0 ? -1 : connect(fd, ai->ai_addr, ai->ai_addrlen);
-  freeaddrinfo(ai);
-  if (rc && errno == EINPROGRESS) {
-    struct pollfd pf = {fd, POLLOUT, 0};
-    int left = (int)(deadline - now_ms()), e = 0;
-    socklen_t el = sizeof e;
-    if (left > 0 && poll(&pf, 1, left) == 1 && !getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el) &&
-        !e)
-      rc = 0;
-    else
-      errno = e ? e : ETIMEDOUT;
-  }
-  if (rc) {
-    int e = errno;
-    if (fd >= 0)
-      close(fd);
-    return sf__net_fail(err, n, "cannot connect to ring peer %s:%u: %s", p->addr, p->port,
-                        strerror(e));
-  }
-  return fd;
-}
-
 /* Connects the member to its neighbours (once); false with why. */
 static bool ring_up(wring *w, char *err, size_t n) {
   if (w->up)
@@ -1465,7 +1434,7 @@ static bool ring_up(wring *w, char *err, size_t n) {
   int next = (w->rank + 1) % w->size, prev = (w->rank + w->size - 1) % w->size;
   uint8_t hello[GREETING];
   greeting(w->id, (uint32_t)w->rank, hello);
-  int out = ring_dial(&w->peers[next], deadline, err, n);
+  int out = sf__ring_dial(&w->peers[next], deadline, err, n);
   if (out >= 0 && !io_full(out, hello, sizeof hello, true, deadline)) {
     close(out);
     out = sf__net_fail(err, n, "cannot greet ring peer %s:%u", w->peers[next].addr,

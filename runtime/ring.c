@@ -270,7 +270,7 @@ static void link_mac(const uint8_t secret[SF__SECRET_LEN], uint64_t group, uint3
   sf__hmac_sha256(secret, SF__SECRET_LEN, msg, sizeof msg, out);
 }
 
-static int dial(const sf__peer *p, int64_t deadline, char *err, size_t errlen) {
+int sf__ring_dial(const sf__peer *p, int64_t deadline, char *err, size_t errlen) {
   char port[8];
   snprintf(port, sizeof port, "%u", p->port);
   struct addrinfo hints = {.ai_flags = AI_NUMERICHOST, .ai_socktype = SOCK_STREAM};
@@ -305,7 +305,7 @@ static int dial(const sf__peer *p, int64_t deadline, char *err, size_t errlen) {
 static int dial_greet(const sf__peer *peers, int peer, uint64_t group, int rank,
                       const uint8_t secret[SF__SECRET_LEN], int64_t deadline, char *err,
                       size_t errlen) {
-  int fd = dial(&peers[peer], deadline, err, errlen);
+  int fd = sf__ring_dial(&peers[peer], deadline, err, errlen);
   if (fd < 0)
     return -1;
   uint8_t hello[44];

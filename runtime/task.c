@@ -622,41 +622,17 @@ static bool run_on_the_spot(const sf_task_desc *d, demand need, bool may_go_remo
          sf__sched_queue_len() >= THROTTLE * (int64_t)sf__pool_size() && !future_args(d);
 }
 
-/* The shared part of sf_task_call and sf__task_submit_local. */
-static sf_future *task_submit(const sf_task_desc *d, void *args, int64_t seq, demand need,
-                              bool may_go_remote, const sf_loc *loc) {
-  size_t asize = (size_t)type_size(d->args);
-  task_rec *t;
-  if (run_on_the_spot(d, need, may_go_remote, asize)) {
-    _Alignas(16) unsigned char rec[sizeof(task_rec) + INLINE_ARGS];
-    t = (task_rec *)rec;
-    sf_future *f = future_alloc(d->result, 0, NULL);
-    t->job.run = NULL;
-    t->again.run = NULL;
-    atomic_init(&t->claimed, 1);
-    t->next_parked = NULL;
-    t->d = d;
-    t->f = f;
-    t->loc = loc;
-    atomic_init(&t->owner, submit_first_attempt);
-    atomic_init(&t->inflight, 1);
-    t->need = need;
-    t->seq = seq;
-    if (asize)
-      memcpy(t->args, args, asize);
-    f->hdr.rc = 2; /* the caller's and the attempt's (task_args_done) */
-    SF__COUNT(tasks);
-    sf__inline_depth++;
-    run_task(t);
-    sf__inline_depth--;
-    return f;
-  }
-  sf_future *f = future_alloc(d->result, sizeof(task_rec) + asize, (void **)&t);
-  t->job.run = run_task_job;
+/* Fills a task record for f: a first attempt not yet claimed (claimed 1:
+ * one that only the caller will run), arguments copied in. */
+static void task_rec_init(task_rec *t, sf_future *f, const sf_task_desc *d, void *args,
+                          size_t asize, int64_t seq, demand need, int32_t claimed,
+                          const sf_loc *loc) {
+  t->job.run = claimed ? NULL : run_task_job;
   t->job.next = NULL;
-  t->again.run = run_task_again;
+  t->again.run = claimed ? NULL : run_task_again;
   t->again.next = NULL;
-  atomic_init(&t->claimed, 0);
+  atomic_init(&t->claimed, claimed);
+  t->next_parked = NULL;
   t->d = d;
   t->f = f;
   t->loc = loc;
@@ -666,6 +642,27 @@ static sf_future *task_submit(const sf_task_desc *d, void *args, int64_t seq, de
   t->seq = seq;
   if (asize)
     memcpy(t->args, args, asize);
+}
+
+/* The shared part of sf_task_call and sf__task_submit_local. */
+static sf_future *task_submit(const sf_task_desc *d, void *args, int64_t seq, demand need,
+                              bool may_go_remote, const sf_loc *loc) {
+  size_t asize = (size_t)type_size(d->args);
+  task_rec *t;
+  if (run_on_the_spot(d, need, may_go_remote, asize)) {
+    _Alignas(16) unsigned char rec[sizeof(task_rec) + INLINE_ARGS];
+    t = (task_rec *)rec;
+    sf_future *f = future_alloc(d->result, 0, NULL);
+    task_rec_init(t, f, d, args, asize, seq, need, 1, loc);
+    f->hdr.rc = 2; /* the caller's and the attempt's (task_args_done) */
+    SF__COUNT(tasks);
+    sf__inline_depth++;
+    run_task(t);
+    sf__inline_depth--;
+    return f;
+  }
+  sf_future *f = future_alloc(d->result, sizeof(task_rec) + asize, (void **)&t);
+  task_rec_init(t, f, d, args, asize, seq, need, 0, loc);
   f->task = t;
   /* Three references: the caller's, the task's (until its last attempt
    * ends) and the deque entry's. */
@@ -680,7 +677,6 @@ static sf_future *task_submit(const sf_task_desc *d, void *args, int64_t seq, de
     sf_release(f); /* the deque entry's reference: no entry */
     return f;
   }
-  t->next_parked = NULL;
   task_schedule(t);
   return f;
 }
