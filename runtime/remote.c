@@ -327,6 +327,16 @@ static void gpu_give_locked(int i, sf__gpu_hold *h) {
         R.gpu_used[i][k] = 0;
 }
 
+/* Takes t (after prev, or first when prev is NULL) out of the backlog. */
+static void backlog_unlink(rtask *prev, rtask *t) {
+  if (prev)
+    prev->next = t->next;
+  else
+    R.back_head = t->next;
+  if (R.back_tail == t)
+    R.back_tail = prev;
+}
+
 /* Hands backlog entries to nodes with free slots (and, for @gpus, a free
  * GPU share); the caller holds R.mu and sends the outbox after releasing
  * it.  A GPU task that fits nowhere now stays where it is and the ones
@@ -348,12 +358,7 @@ static void dispatch_locked(outbox *ob) {
       prev = t;
       continue;
     }
-    if (prev)
-      prev->next = nx;
-    else
-      R.back_head = nx;
-    if (R.back_tail == t)
-      R.back_tail = prev;
+    backlog_unlink(prev, t);
     t->next = NULL;
     t->node = best;
     R.inflight[best]++;
@@ -415,12 +420,7 @@ static rtask *drain_if_stuck_locked(void) {
       prev = t;
       continue;
     }
-    if (prev)
-      prev->next = nx;
-    else
-      R.back_head = nx;
-    if (R.back_tail == t)
-      R.back_tail = prev;
+    backlog_unlink(prev, t);
     hash_del(t);
     t->next = NULL;
     *lt = t;
