@@ -273,9 +273,11 @@ static void *launch(void *arg) {
   }
   snprintf(cmd, sizeof cmd,
            "exec env RANK=%d LOCAL_RANK=0 WORLD_SIZE=%d LOCAL_WORLD_SIZE=1 MASTER_ADDR='%s' "
-           "MASTER_PORT=%u%s '%s' --sflow-worker '%d@%s%s%s:%u'%s%s",
+           "MASTER_PORT=%u%s '%s' --sflow-worker '%d@%s%s%s:%u'%s%s%s",
            id, H.n + 1, nd->listen_addr, H.master_port, objenv, path, id, v6 ? "[" : "",
-           nd->listen_addr, v6 ? "]" : "", port, threads, logging() ? " --cluster-log" : "");
+           nd->listen_addr, v6 ? "]" : "", port, threads, logging() ? " --cluster-log" : "",
+           /* a hostfile's gpus=N on a host without them is an error there too */
+           sf__options.require_gpu ? " --require-gpu" : "");
   sf__hex(H.secret, SF__SECRET_LEN, secret);
   secret[2 * SF__SECRET_LEN] = '\n';
   secret[2 * SF__SECRET_LEN + 1] = '\0';

@@ -993,6 +993,11 @@ def case_tasks_gpus(c):
     check(most_at_once(half) == 2, f"@gpus(0.5): {most_at_once(half)} at once", r.stdout)
     check("notice: no GPU found" in r.stderr and " error" not in r.stderr.lower(),
           "the worker's CPU notice, and no error", r.stderr)
+    # --require-gpu reaches the workers: a host the hostfile says has a GPU
+    # but that has none fails the @gpus task there, naming it.
+    r = c.run("--head-runs-work=false", "--require-gpu", prog=exe, hostfile=hf, timeout=120)
+    check(r.returncode == 70 and "--require-gpu is set" in r.stderr and "whole" in r.stderr,
+          f"--require-gpu on a host without a GPU: exit {r.returncode}", r.stdout, r.stderr)
     # No node has a GPU (no gpus= keys, none detected): as before, @gpus
     # work runs where it is called, on the head, with the notice.
     r = c.run(prog=exe, timeout=120)
