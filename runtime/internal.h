@@ -121,6 +121,10 @@ extern void (*sf__print_hook)(const char *line, size_t n);
 /* Set while a restarted actor replays a call whose result the head already
  * delivered: its lines were printed the first time (ractor.c). */
 extern _Thread_local bool sf__print_mute;
+/* When set, sf_print_end also appends each line it prints (or hands to
+ * the hook) here: the output of one attempt of a --nodes task (task.c),
+ * which travels with its result so the head can journal it. */
+extern _Thread_local sf__buf *sf__print_keep;
 
 /* ---------------------------------------------------------- error.c */
 
@@ -189,11 +193,17 @@ bool sf__future_ready(sf_future *f);
 sf_future *sf__task_submit_local(const sf_task_desc *d, void *args);
 const sf_type *sf__future_type(sf_future *f);
 void sf__future_resolve(sf_future *f, void *value);
+/* The same, journaling out[0..n) as the call's output (remote.c: what a
+ * --nodes task printed, as the head printed it). */
+void sf__future_resolve_out(sf_future *f, void *value, const char *out, size_t n);
 void sf__future_reject(sf_future *f, const char *message);
 bool sf__future_wait_result(sf_future *f, void *out, char *err, size_t errlen);
 /* sf__task_submit_local starting at attempt `first` (sf__attempt, and the
  * @retry budget left), for a worker or a retry moved off a lost node. */
-sf_future *sf__task_submit_attempt(const sf_task_desc *d, void *args, int32_t first);
+/* out: if not NULL, the lines the successful attempt printed are appended
+ * there before the future completes (remote.c journals them). */
+sf_future *sf__task_submit_attempt(const sf_task_desc *d, void *args, int32_t first,
+                                   sf__buf *out);
 
 /* --------------------------------------------------------- remote.c */
 
@@ -419,6 +429,9 @@ int64_t sf__journal_next(void);  /* sequence number of main's next call, or -1 *
 int64_t sf__spawn_id(void);      /* main's spawn counter (-1 off main) */
 sf_future *sf__journal_task_replay(int64_t seq, const sf_task_desc *d, const sf_loc *loc);
 void sf__journal_task_done(int64_t seq, const sf_task_desc *d, void *res);
+/* The same with the call's output given (a task run on another node). */
+void sf__journal_task_done_out(int64_t seq, const sf_task_desc *d, void *res, const char *out,
+                               size_t n);
 int sf__journal_call_mode(sf_actor *a, int64_t seq);
 void sf__journal_call_result(sf_actor *a, int64_t seq, const sf_method_desc *m, void *res);
 void sf__journal_call_done(sf_actor *a, int64_t seq, const sf_method_desc *m, void *res);

@@ -711,6 +711,14 @@ void sf__journal_task_done(int64_t seq, const sf_task_desc *d, void *res) {
                                                                       : NULL);
 }
 
+void sf__journal_task_done_out(int64_t seq, const sf_task_desc *d, void *res, const char *out,
+                               size_t n) {
+  if (!J.enabled || J.failed)
+    return;
+  sf__buf v = {.data = (char *)out, .len = n, .cap = n}; /* append only reads it */
+  append(R_TASK, seq, -1, -1, 0, d->name, d->result, res, n ? &v : NULL);
+}
+
 int sf__journal_call_mode(sf_actor *a, int64_t seq) {
   if (!J.replay || seq < 0)
     return SF__REPLAY_LIVE;

@@ -190,6 +190,7 @@ void sf_print_value(const sf_type *t, const void *p) {
 
 void (*sf__print_hook)(const char *line, size_t n);
 _Thread_local bool sf__print_mute;
+_Thread_local sf__buf *sf__print_keep;
 
 void sf_print_end(void) {
   sf__buf *b = line_buf();
@@ -197,14 +198,22 @@ void sf_print_end(void) {
   /* A closed stdout (`./prog | head`) must not turn into a runtime error:
    * the write fails or SIGPIPE ends the program, as for any Unix tool. */
   if (sf__print_hook) { /* a worker of a --nodes run: the line goes to the head */
-    if (!sf__print_mute) /* unless a restarted actor replays a call */
+    if (!sf__print_mute) { /* unless a restarted actor replays a call */
       sf__print_hook(b->data, b->len);
+      if (sf__print_keep) /* a task's attempt: its result carries it too */
+        sf__buf_put(sf__print_keep, b->data, b->len);
+    }
   } else if (sf__capture_cur) { /* a journaled call: keep the line, or mute a replay */
     sf__capture_line(b->data, b->len);
-    if (!sf__capture_muted())
+    if (!sf__capture_muted()) {
       (void)sf__write_all(1, b->data, b->len);
+      if (sf__print_keep)
+        sf__buf_put(sf__print_keep, b->data, b->len);
+    }
   } else {
     (void)sf__write_all(1, b->data, b->len);
+    if (sf__print_keep) /* a --nodes task run on the head (remote.c journals it) */
+      sf__buf_put(sf__print_keep, b->data, b->len);
   }
   sf__buf_free(b);
   line.nargs = 0;

@@ -130,6 +130,8 @@ typedef struct rtask {
   int obj_chunks;
   uint8_t *obj;        /* (obj_total) bytes, obj_got of them received */
   uint64_t obj_total, obj_got;
+  char *out;           /* a held result's output, as printed here (journal) */
+  size_t out_n;
 } rtask;
 
 #define NBUCKETS 4096
@@ -394,6 +396,7 @@ static void outbox_send(outbox *ob) {
 
 static void task_free(rtask *t) {
   sf_release(t->f);
+  free(t->out);
   free(t->obj);
   free(t->payload);
   free(t);
@@ -473,7 +476,9 @@ static void *head_runner(void *arg) {
     memcpy(&nl, t->payload, 4);
     sf__reader r = {t->payload + 4 + nl, t->payload + t->n};
     sf__de_value(&r, d->args, args); /* our own bytes */
-    sf_future *lf = sf__task_submit_attempt(d, args, t->attempt);
+    sf__buf out; /* what the attempt prints here, for the journal */
+    sf__buf_init(&out, NULL, 0);
+    sf_future *lf = sf__task_submit_attempt(d, args, t->attempt, &out);
     SF__COUNT_BY(tasks, -1); /* the call was counted once already */
     if (args != abuf)
       free(args);
@@ -497,12 +502,13 @@ static void *head_runner(void *arg) {
     pthread_mutex_unlock(&R.mu);
     outbox_send(&ob);
     if (ok) {
-      sf__future_resolve(t->f, res);
+      sf__future_resolve_out(t->f, res, out.data, out.len);
       task_free(t);
     } else {
       sf__future_reject(t->f, err); /* local attempts ran the rest of the budget */
       task_free(t);
     }
+    sf__buf_free(&out);
     if (res != rbuf)
       free(res);
   }
@@ -791,10 +797,15 @@ bool sf__remote_task(const sf_task_desc *d, void *args, sf_future *f, int64_t se
   return true;
 }
 
+static void printed_as(int node, const char *s, size_t n, sf__buf *b);
+
 /* Completes (or retries) a worker node's task from its answer: status 0
- * and the serialized value, or status 1 and the cause.  slot: the task
- * still holds its slot on node (not so once its result became an object). */
-static void finish(int node, rtask *t, int status, const uint8_t *p, size_t n, bool slot) {
+ * and the serialized value, or status 1 and the cause; out[0..on): what
+ * the attempt printed (journaled with the value, as the head printed it).
+ * slot: the task still holds its slot on node (not so once its result
+ * became an object). */
+static void finish(int node, rtask *t, int status, const uint8_t *p, size_t n,
+                   const char *out, size_t on, bool slot) {
   const sf_type *rt = sf__future_type(t->f);
   int32_t rsize = value_size(rt);
   _Alignas(16) unsigned char rbuf[256];
@@ -835,7 +846,13 @@ static void finish(int node, rtask *t, int status, const uint8_t *p, size_t n, b
   outbox_send(&ob);
   if (!retry) {
     if (good) {
-      sf__future_resolve(t->f, res);
+      sf__buf pb;
+      char store[512];
+      sf__buf_init(&pb, store, sizeof store);
+      if (on)
+        printed_as(node, out, on, &pb);
+      sf__future_resolve_out(t->f, res, pb.data, pb.len);
+      sf__buf_free(&pb);
       task_free(t);
     } else {
       fail_task(t, cause);
@@ -863,7 +880,8 @@ void sf__remote_on_result(int node, const sf__frame *fr) {
     obj_start(node, t, fr);
   else
     finish(node, t, fr->u.task_result.status, fr->u.task_result.value.p,
-           fr->u.task_result.value.n, true);
+           fr->u.task_result.value.n, (const char *)fr->u.task_result.output.p,
+           fr->u.task_result.output.n, true);
 }
 
 /* ------------------------------------------------------- objects
@@ -907,14 +925,21 @@ static void obj_start(int node, rtask *t, const sf__frame *fr) {
     char cause[128];
     snprintf(cause, sizeof cause, "node %d sent a bad object reference (%llu bytes)", node,
              (unsigned long long)total);
-    finish(node, t, 1, (const uint8_t *)cause, strlen(cause), true);
+    finish(node, t, 1, (const uint8_t *)cause, strlen(cause), NULL, 0, true);
     return;
   }
+  char *out = NULL; /* kept until the value is fetched */
+  size_t on = fr->u.task_result.output.n;
+  if (on && (out = malloc(on)))
+    memcpy(out, fr->u.task_result.output.p, on);
   outbox ob = {0};
   pthread_mutex_lock(&R.mu);
   R.inflight[node]--; /* the worker is done with it: its slot is free */
   gpu_give_locked(t->node, &t->gpu);
   t->held = true;
+  free(t->out);
+  t->out = out;
+  t->out_n = out ? on : 0;
   t->obj_total = total;
   t->obj_got = 0;
   t->obj_chunks = 0;
@@ -985,7 +1010,7 @@ void sf__remote_on_object(int node, const sf__frame *fr) {
   if (bad) {
     char cause[160];
     snprintf(cause, sizeof cause, "node %d %s object %llu", node, bad, (unsigned long long)id);
-    finish(node, t, 1, (const uint8_t *)cause, strlen(cause), false);
+    finish(node, t, 1, (const uint8_t *)cause, strlen(cause), NULL, 0, false);
     return;
   }
   if (sf__options.cluster_log)
@@ -994,35 +1019,43 @@ void sf__remote_on_object(int node, const sf__frame *fr) {
                t->obj_chunks);
   atomic_fetch_add(&sf__stats.objects_fetched, 1);
   atomic_fetch_add(&sf__stats.object_bytes, t->obj_total);
-  finish(node, t, 0, t->obj, t->obj_total, false);
+  finish(node, t, 0, t->obj, t->obj_total, t->out, t->out_n, false);
 }
 
-void sf__remote_on_print(int node, const char *s, size_t n) {
+/* Appends to b what the head prints for output s[0..n) of node: as it
+ * is with one node running work, else every line prefixed "[node K] ".
+ * The journal keeps a remote task's output in this form, so --resume
+ * prints what the run printed. */
+static void printed_as(int node, const char *s, size_t n, sf__buf *b) {
   int working = 0;
   pthread_mutex_lock(&R.mu);
   for (int i = 0; i < R.n; i++)
     working += R.slots[i] > 0;
   pthread_mutex_unlock(&R.mu);
   if (working <= 1) {
-    (void)sf__write_all(1, s, n);
+    sf__buf_put(b, s, n);
     return;
   }
-  /* Every line of the output gets the prefix; one write for all. */
   char prefix[32];
   int pl = snprintf(prefix, sizeof prefix, "[node %d] ", node);
-  sf__buf b;
-  char store[1024];
-  sf__buf_init(&b, store, sizeof store);
   size_t i = 0;
   while (i < n) {
     const char *nl = memchr(s + i, '\n', n - i);
     size_t e = nl ? (size_t)(nl - s) + 1 : n;
-    sf__buf_put(&b, prefix, (size_t)pl);
-    sf__buf_put(&b, s + i, e - i);
+    sf__buf_put(b, prefix, (size_t)pl);
+    sf__buf_put(b, s + i, e - i);
     i = e;
   }
-  if (b.len && b.data[b.len - 1] != '\n')
-    sf__buf_put(&b, "\n", 1);
+  if (b->len && b->data[b->len - 1] != '\n')
+    sf__buf_put(b, "\n", 1);
+}
+
+void sf__remote_on_print(int node, const char *s, size_t n) {
+  /* Every line of the output gets the prefix; one write for all. */
+  sf__buf b;
+  char store[1024];
+  sf__buf_init(&b, store, sizeof store);
+  printed_as(node, s, n, &b);
   (void)sf__write_all(1, b.data, b.len);
   sf__buf_free(&b);
 }
@@ -1185,11 +1218,16 @@ const sf_task_desc *sf__remote_find_task(uint32_t off, const uint8_t *name, uint
   return d;
 }
 
-static void worker_reply(uint64_t id, int status, const void *p, size_t n) {
+/* out[0..on): what the attempt printed (sent with a value, never with a
+ * failure); left out when it would not fit in the frame with the value. */
+static void worker_reply(uint64_t id, int status, const void *p, size_t n, const char *out,
+                         size_t on) {
   sf__frame f = {.type = SF__F_TASK_RESULT};
   f.u.task_result.task = id;
   f.u.task_result.status = (uint8_t)status;
   f.u.task_result.value = (sf__bytes){p, (uint32_t)n};
+  if (status != 1 && on && on <= SF__FRAME_MAX / 2 && n <= SF__FRAME_MAX / 2 - 64)
+    f.u.task_result.output = (sf__bytes){(const uint8_t *)out, (uint32_t)on};
   sf__worker_send_frame(&f);
 }
 
@@ -1350,9 +1388,11 @@ static void *worker_runner(void *arg) {
         sf_value_release(d->args, args);
       free(args);
       static const char msg[] = "malformed task arguments from the head";
-      worker_reply(j->id, 1, msg, sizeof msg - 1);
+      worker_reply(j->id, 1, msg, sizeof msg - 1, NULL, 0);
     } else {
-      sf_future *f = sf__task_submit_attempt(d, args, j->attempt);
+      sf__buf out; /* the attempt's print lines, sent with its value */
+      sf__buf_init(&out, NULL, 0);
+      sf_future *f = sf__task_submit_attempt(d, args, j->attempt, &out);
       free(args);
       int32_t rsize = value_size(d->result);
       void *res = calloc(1, rsize ? (size_t)rsize : 1);
@@ -1367,15 +1407,16 @@ static void *worker_runner(void *arg) {
           sf__ser_value(&b, d->result, res);
         uint64_t ref[2] = {j->id, b.len};
         if (b.len > obj_threshold() && obj_keep(j->id, b.data, b.len))
-          worker_reply(j->id, 2, ref, sizeof ref); /* objects: stays here */
+          worker_reply(j->id, 2, ref, sizeof ref, out.data, out.len); /* objects: stays here */
         else
-          worker_reply(j->id, 0, b.data, b.len);
+          worker_reply(j->id, 0, b.data, b.len, out.data, out.len);
         sf__buf_free(&b);
         sf_value_release(d->result, res);
       } else {
         const char *c = res ? cause_of(err) : "out of memory";
-        worker_reply(j->id, 1, c, strlen(c));
+        worker_reply(j->id, 1, c, strlen(c), NULL, 0);
       }
+      sf__buf_free(&out);
       free(res);
     }
     free(j->args);
@@ -1410,7 +1451,7 @@ void sf__remote_worker_submit(const sf__frame *f) {
     int k = snprintf(line, sizeof line, "sflow worker %lld: refused a task: %s\n",
                      (long long)sf__node_id, err);
     (void)sf__write_all(2, line, (size_t)(k < (int)sizeof line ? k : (int)sizeof line - 1));
-    worker_reply(f->u.task_submit.task, 1, err, strlen(err));
+    worker_reply(f->u.task_submit.task, 1, err, strlen(err), NULL, 0);
     return;
   }
   wjob *j = calloc(1, sizeof *j);
@@ -1419,7 +1460,7 @@ void sf__remote_worker_submit(const sf__frame *f) {
     free(j);
     free(a);
     static const char msg[] = "out of memory on the worker";
-    worker_reply(f->u.task_submit.task, 1, msg, sizeof msg - 1);
+    worker_reply(f->u.task_submit.task, 1, msg, sizeof msg - 1, NULL, 0);
     return;
   }
   memcpy(a, p + 4 + nl, n - 4 - nl);

@@ -426,6 +426,7 @@ typedef struct task_rec {
   _Atomic int32_t inflight; /* attempts running (the args live until 0) */
   demand need;
   int64_t seq;              /* journal sequence number, or -1 */
+  sf__buf *out;             /* the successful attempt's print lines go here, or NULL */
   _Alignas(16) unsigned char args[];
 } task_rec;
 
@@ -435,6 +436,7 @@ typedef struct task_rec {
 static void run_task(task_rec *t);
 static void task_schedule(task_rec *t);
 static _Thread_local int32_t submit_first_attempt; /* sf__task_submit_attempt */
+static _Thread_local sf__buf *submit_out;           /* sf__task_submit_attempt */
 static sf_future *task_submit(const sf_task_desc *d, void *args, int64_t seq, struct demand need,
                               bool may_go_remote, const sf_loc *loc);
 
@@ -492,11 +494,22 @@ static void run_task(task_rec *t) {
   int64_t saved_attempt = sf__attempt;
   int32_t saved_gpu = sf__current_gpu;
   sf__capture *saved_cap = sf__capture_begin(t->seq >= 0 ? SF__CAPTURE_KEEP : SF__CAPTURE_OFF);
+  /* A --nodes attempt (remote.c): its lines are kept per attempt, and only
+   * the successful one's reach t->out (an abandoned attempt never writes
+   * there: its caller may be gone). */
+  sf__buf *saved_keep = sf__print_keep;
+  sf__buf keep;
+  if (t->out) {
+    sf__buf_init(&keep, NULL, 0);
+    sf__print_keep = &keep;
+  }
   current_actor = NULL;
   sf__current_gpu = dev;
   int32_t attempt = atomic_load(&t->owner);
   for (;;) {
     memset(res, 0, (size_t)size);
+    if (t->out)
+      keep.len = 0;
     sf__attempt = attempt;
     double t0 = sf__trace_now();
     void *deadline = NULL;
@@ -516,6 +529,8 @@ static void run_task(task_rec *t) {
       if (atomic_compare_exchange_strong(&t->owner, &mine, -1)) {
         if (t->seq >= 0)
           sf__journal_task_done(t->seq, d, res);
+        if (t->out && keep.len)
+          sf__buf_put(t->out, keep.data, keep.len);
         future_set(t->f, res);
         SF__COUNT(tasks_done);
       } else {
@@ -543,6 +558,10 @@ static void run_task(task_rec *t) {
     break;
   }
   sf__capture_end(saved_cap);
+  if (t->out) {
+    sf__print_keep = saved_keep;
+    sf__buf_free(&keep);
+  }
   current_actor = saved_actor;
   sf__attempt = saved_attempt;
   sf__current_gpu = saved_gpu;
@@ -640,6 +659,8 @@ static void task_rec_init(task_rec *t, sf_future *f, const sf_task_desc *d, void
   atomic_init(&t->inflight, 1);
   t->need = need;
   t->seq = seq;
+  t->out = submit_out;
+  submit_out = NULL; /* not for the calls this task makes, should it run inline */
   if (asize)
     memcpy(t->args, args, asize);
 }
@@ -724,21 +745,26 @@ sf_future *sf__task_submit_local(const sf_task_desc *d, void *args) {
 }
 
 /* remote.c (multi-node): the same, starting at attempt `first`. */
-sf_future *sf__task_submit_attempt(const sf_task_desc *d, void *args, int32_t first) {
+sf_future *sf__task_submit_attempt(const sf_task_desc *d, void *args, int32_t first,
+                                   sf__buf *out) {
   submit_first_attempt = first;
+  submit_out = out;
   sf_future *f = sf__task_submit_local(d, args);
   submit_first_attempt = 0;
+  submit_out = NULL;
   return f;
 }
 
 const sf_type *sf__future_type(sf_future *f) { return f->type; }
 
-void sf__future_resolve(sf_future *f, void *value) {
+void sf__future_resolve_out(sf_future *f, void *value, const char *out, size_t n) {
   if (f->task && f->task->seq >= 0)
-    sf__journal_task_done(f->task->seq, f->task->d, value);
+    sf__journal_task_done_out(f->task->seq, f->task->d, value, out, n);
   SF__COUNT(tasks_done);
   future_set(f, value);
 }
+
+void sf__future_resolve(sf_future *f, void *value) { sf__future_resolve_out(f, value, NULL, 0); }
 
 void sf__future_reject(sf_future *f, const char *message) {
   atomic_fetch_add_explicit(&sf__stats.tasks_failed, 1, memory_order_relaxed);

@@ -138,6 +138,7 @@ static void put_payload(sf__wbuf *b, const sf__frame *f) {
     put_u64(b, f->u.task_result.task);
     put_u8(b, f->u.task_result.status);
     put_bytes(b, f->u.task_result.value);
+    put_bytes(b, f->u.task_result.output);
     break;
   case SF__F_ACTOR_CREATE:
     put_u64(b, f->u.actor_create.actor);
@@ -334,6 +335,13 @@ static void get_payload(rd *r, sf__frame *f) {
                   (f->u.task_result.status == 2 && f->u.task_result.value.n != 16))) {
       r->ok = false;
       r->what = "status";
+    }
+    /* What the attempt printed (the head journals it); a failed attempt's
+     * output does not count, so status 1 carries none. */
+    f->u.task_result.output = get_bytes(r, ARGS_MAX, "output");
+    if (r->ok && f->u.task_result.status == 1 && f->u.task_result.output.n) {
+      r->ok = false;
+      r->what = "output";
     }
     break;
   case SF__F_ACTOR_CREATE:

@@ -1151,6 +1151,80 @@ def case_tasks_print(c):
     c.expect_no_workers()
 
 
+RESUME_PRINT_PROGRAM = """task hello(i: i64) -> i64 {
+  let t0 = now()
+  while now() - t0 < 0.2 { }
+  print("task", i, "line 1")
+  print("task", i, "line 2")
+  return i * i
+}
+workflow main(n: i64 = 24) {
+  let rs = await [hello(i) for i in 0..n]
+  var total: i64 = 0
+  for r in rs { total += r }
+  print("main total", total)
+}
+"""
+
+
+def case_tasks_print_resume(c):
+    """Remote tasks' output is journaled with their results: the head is
+    SIGKILLed partway, and --resume (same --nodes and --checkpoint-dir)
+    prints what an uninterrupted run prints.  Tasks run concurrently, so
+    lines are compared as multisets with the node in the prefix left out
+    (which node runs a re-run task varies); a task's two lines carry the
+    same "[node K] " prefix, replayed or not, as they did when printed."""
+    exe = c.compile("rprint", RESUME_PRINT_PROGRAM)
+    hosts = os.path.join(c.dir, "slots2.txt")
+    with open(hosts, "w") as f:
+        f.writelines(f"{h[0]}:{h[1]} slots=2\n" for h in c.hosts)
+    want = [f"task {i} line {k}" for i in range(24) for k in (1, 2)] + [
+        f"main total {sum(i * i for i in range(24))}"]
+
+    def check_output(out, what):
+        lines = out.splitlines()
+        check(lines and lines[-1] == want[-1], f"{what}: main's line last", out)
+        node_of = {}
+        bare = []
+        for l in lines[:-1]:
+            m = re.fullmatch(r"\[node ([12])\] (task (\d+) line [12])", l)
+            check(m, f"{what}: a prefixed task line", l, out)
+            check(node_of.setdefault(m.group(3), m.group(1)) == m.group(1),
+                  f"{what}: a task's lines name one node", out)
+            bare.append(m.group(2))
+        check(sorted(bare + lines[-1:]) == sorted(want), f"{what}: the lines", out)
+
+    r = c.run("--head-runs-work=false", prog=exe, hostfile=hosts, timeout=120)
+    check(r.returncode == 0, f"exit {r.returncode}", r.stdout, r.stderr)
+    check_output(r.stdout, "uninterrupted")
+    ckdir = os.path.join(c.dir, "ck")
+    head = subprocess.Popen(c.args("--head-runs-work=false", "--checkpoint-dir", ckdir,
+                                   prog=exe, hostfile=hosts),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+    try:
+        seen = []
+        for _ in range(8):  # some tasks done (their second line printed)
+            _, got = read_until(head.stdout, r"line 2", 60)
+            seen += got
+        time.sleep(0.1)  # the journal's flusher writes every 20 ms
+        check(head.poll() is None, "head still running when killed", "".join(seen))
+        head.send_signal(signal.SIGKILL)
+        head.wait()
+    finally:
+        if head.poll() is None:
+            head.kill()
+            head.wait()
+    c.expect_no_workers(within=6)
+    r = c.run("--head-runs-work=false", "--checkpoint-dir", ckdir, "--resume", prog=exe,
+              hostfile=hosts, timeout=120)
+    check(r.returncode == 0, f"resume exit {r.returncode}", r.stdout, r.stderr)
+    m = re.search(r"(\d+) answered from the journal", r.stderr)
+    check(m and int(m.group(1)) >= 1, "some tasks answered from the journal", r.stderr)
+    check_output(r.stdout, "resumed")
+    c.expect_no_workers()
+
+
 def case_tasks_worker_killed(c):
     """A worker SIGKILLed while it runs tasks: they are retried on live
     nodes and the output is the same as without the failure."""
@@ -1754,6 +1828,7 @@ CASES = {
     "tasks_gpus": (2, case_tasks_gpus),
     "tasks_gpus_node_lost": (2, case_tasks_gpus_node_lost),
     "tasks_print": (2, case_tasks_print),
+    "tasks_print_resume": (2, case_tasks_print_resume),
     "tasks_worker_killed": (3, case_tasks_worker_killed),
     "tasks_retry_attempt": (2, case_tasks_retry_attempt),
     "tasks_objects": (2, case_tasks_objects),

@@ -180,7 +180,31 @@ static void test_inner_lengths(void) {
   CHECK_INT(sf__wire_decode(b.p, b.n, &g, err, sizeof err), (long)b.n);
   CHECK_INT(g.u.task_result.status, 2);
   CHECK_INT(g.u.task_result.value.n, 16);
+  CHECK_INT(g.u.task_result.output.n, 0);
   b.n = 0;
+  /* A value's output (what the attempt printed, remote.c) travels with it;
+   * a failure carries none. */
+  static const uint8_t said[] = "one\ntwo\n";
+  f.u.task_result.status = 0;
+  f.u.task_result.value = (sf__bytes){ref, 3};
+  f.u.task_result.output = (sf__bytes){said, 8};
+  sf__wire_encode(&b, &f);
+  CHECK_INT(sf__wire_decode(b.p, b.n, &g, err, sizeof err), (long)b.n);
+  CHECK_INT(g.u.task_result.value.n, 3);
+  CHECK_INT(g.u.task_result.output.n, 8);
+  CHECK_INT(memcmp(g.u.task_result.output.p, said, 8), 0);
+  b.n = 0;
+  f.u.task_result.status = 2;
+  f.u.task_result.value = (sf__bytes){ref, 16};
+  sf__wire_encode(&b, &f);
+  CHECK_INT(sf__wire_decode(b.p, b.n, &g, err, sizeof err), (long)b.n);
+  CHECK_INT(g.u.task_result.output.n, 8);
+  b.n = 0;
+  f.u.task_result.status = 1;
+  sf__wire_encode(&b, &f);
+  expect_bad(b.p, b.n, "malformed task-result frame: bad or truncated output");
+  b.n = 0;
+  f.u.task_result.output = (sf__bytes){NULL, 0};
   /* Actor results: status 0, 1 or 2, and sequence numbers start at 1. */
   f = (sf__frame){.type = SF__F_ACTOR_RESULT};
   f.u.actor_result.seq = 1;
