@@ -545,15 +545,22 @@ bool sf__nccl_allreduce(sf__nccl_comm *c, uint64_t buf, int64_t count, const sf_
   return true;
 }
 
+/* The NCCL type of elem for a collective that moves data (count scaled
+ * to it), or -1 with err set when c cannot be used or elem cannot move. */
+static int movable(sf__nccl_comm *c, const sf_type *elem, int64_t *count, char *err, size_t n) {
+  int dt = dtype(elem, count);
+  if (!usable(c, err, n))
+    return -1;
+  if (dt < 0)
+    snprintf(err, n, "arrays of %s cannot be sent from the device", elem->name);
+  return dt;
+}
+
 bool sf__nccl_broadcast(sf__nccl_comm *c, uint64_t buf, int64_t count, const sf_type *elem,
                         int root, const sf__nccl_watch *w, char *err, size_t n) {
-  int dt = dtype(elem, &count);
-  if (!usable(c, err, n))
+  int dt = movable(c, elem, &count, err, n);
+  if (dt < 0)
     return false;
-  if (dt < 0) {
-    snprintf(err, n, "arrays of %s cannot be sent from the device", elem->name);
-    return false;
-  }
   void *p = (void *)(uintptr_t)buf;
   return finish(c, L.broadcast(p, p, (size_t)count, dt, root, c->comm, c->stream),
                 "ncclBroadcast", w, err, n);
@@ -561,13 +568,9 @@ bool sf__nccl_broadcast(sf__nccl_comm *c, uint64_t buf, int64_t count, const sf_
 
 bool sf__nccl_allgather(sf__nccl_comm *c, uint64_t send, uint64_t recv, int64_t count,
                         const sf_type *elem, const sf__nccl_watch *w, char *err, size_t n) {
-  int dt = dtype(elem, &count);
-  if (!usable(c, err, n))
+  int dt = movable(c, elem, &count, err, n);
+  if (dt < 0)
     return false;
-  if (dt < 0) {
-    snprintf(err, n, "arrays of %s cannot be sent from the device", elem->name);
-    return false;
-  }
   return finish(c, L.allgather((void *)(uintptr_t)send, (void *)(uintptr_t)recv,
                                (size_t)count, dt, c->comm, c->stream),
                 "ncclAllGather", w, err, n);

@@ -1192,26 +1192,10 @@ const sf_actor_desc *sf__remote_find_class(uint32_t off, const uint8_t *name, ui
 /* The descriptor at offset off, if it is one and is called name. */
 const sf_task_desc *sf__remote_find_task(uint32_t off, const uint8_t *name, uint32_t nl,
                                          char *err, size_t errlen) {
-  pthread_once(&seg_once, seg_init);
-  /* An address computed from a peer's number, not an object the compiler
-   * knows: launder it so no bounds are assumed. */
-  uintptr_t a = (uintptr_t)&sf_program_desc;
-  __asm__("" : "+r"(a));
-  a += (uintptr_t)(intptr_t)(int32_t)off;
-  const char *p = (const char *)a;
-  const sf_task_desc *d = (const sf_task_desc *)p;
-  if (((uintptr_t)p % _Alignof(sf_task_desc)) || !in_image(p, sizeof *d, false)) {
-    snprintf(err, errlen, "no task descriptor at offset %d", (int32_t)off);
-    return NULL;
-  }
-  size_t room = image_room(d->name);
-  if (!room || room < (size_t)nl + 1 || memcmp(d->name, name, nl) || d->name[nl] != '\0') {
-    snprintf(err, errlen, "the task descriptor at offset %d is not '%.*s'", (int32_t)off,
-             (int)(nl > 200 ? 200 : nl), (const char *)name);
-    return NULL;
-  }
-  if (!in_image((const void *)(uintptr_t)d->thunk, 1, true) || !type_ok(d->args) ||
-      d->args->kind != SF_STRUCT || (d->result && !type_ok(d->result))) {
+  const sf_task_desc *d = find_desc(off, sizeof *d, _Alignof(sf_task_desc), name, nl, "task",
+                                    err, errlen);
+  if (d && (!in_image((const void *)(uintptr_t)d->thunk, 1, true) || !type_ok(d->args) ||
+            d->args->kind != SF_STRUCT || (d->result && !type_ok(d->result)))) {
     snprintf(err, errlen, "the task descriptor of '%s' is damaged", d->name);
     return NULL;
   }

@@ -1145,18 +1145,9 @@ sf_group *sf_group_spawn(const sf_actor_desc *d, int64_t n, void *args, const sf
   return g;
 }
 
-/* A call message embedded in its future: one allocation. */
-static sf_future *call_one(sf_actor *a, const sf_method_desc *md, void *args, int64_t seq,
-                           const sf_loc *loc) {
-  if (a->remote) {
-    sf_future *f = future_alloc(md->result, 0, NULL);
-    sf__sink sk = {f, NULL, 0, seq, 0};
-    sf_retain(f); /* the sink's reference */
-    SF__COUNT(calls);
-    atomic_fetch_add_explicit(a->pending, 1, memory_order_relaxed);
-    sf__ractor_call(a->remote, md, args, false, &sk);
-    return f;
-  }
+/* A call message embedded in its future (one allocation), holding the
+ * message's reference to it; the caller posts it. */
+static msg *call_msg(const sf_method_desc *md, void *args, int64_t seq, const sf_loc *loc) {
   size_t asize = (size_t)type_size(md->args);
   msg *m;
   sf_future *f = future_alloc(md->result, sizeof(msg) + asize, (void **)&m);
@@ -1170,6 +1161,23 @@ static sf_future *call_one(sf_actor *a, const sf_method_desc *md, void *args, in
     memcpy(m->args, args, asize);
   sf_retain(f); /* the message's reference */
   SF__COUNT(calls);
+  return m;
+}
+
+/* A call on actor a: a message for a local actor, a sink for a remote one. */
+static sf_future *call_one(sf_actor *a, const sf_method_desc *md, void *args, int64_t seq,
+                           const sf_loc *loc) {
+  if (a->remote) {
+    sf_future *f = future_alloc(md->result, 0, NULL);
+    sf__sink sk = {f, NULL, 0, seq, 0};
+    sf_retain(f); /* the sink's reference */
+    SF__COUNT(calls);
+    atomic_fetch_add_explicit(a->pending, 1, memory_order_relaxed);
+    sf__ractor_call(a->remote, md, args, false, &sk);
+    return f;
+  }
+  msg *m = call_msg(md, args, seq, loc);
+  sf_future *f = m->f;
   post(a, m);
   return f;
 }
@@ -1291,20 +1299,10 @@ sf_actor *sf__actor_spawn_at(const sf_actor_desc *d, int64_t id, int64_t rank, i
 
 sf_future *sf__actor_post(sf_actor *a, const sf_method_desc *md, void *args, bool all,
                           bool mute) {
-  size_t asize = (size_t)type_size(md->args);
-  msg *m;
-  sf_future *f = future_alloc(md->result, sizeof(msg) + asize, (void **)&m);
-  memset(m, 0, sizeof *m);
-  m->kind = MSG_CALL;
-  m->m = md;
-  m->f = f;
-  m->seq = -1;
+  msg *m = call_msg(md, args, -1, NULL);
   m->all = all;
   m->mute = mute;
-  if (asize)
-    memcpy(m->args, args, asize);
-  sf_retain(f); /* the message's reference */
-  SF__COUNT(calls);
+  sf_future *f = m->f;
   post(a, m);
   return f;
 }
