@@ -773,7 +773,13 @@ bool sf__nccl_group_run(sf__comm *c, int64_t rank, sf_array *const *slot, int64_
     if (!(g->comm[rank] = sf__nccl_comm_init(&id, (int)rank, (int)n, &w, err, sizeof err)))
       group_error(g, rank, op, err, loc);
   }
-  sf__nccl_comm *nc = g->comm[rank];
+  if (!sf__nccl_run(g->comm[rank], a, n, op, &w, err, sizeof err, loc))
+    group_error(g, rank, op, err, loc);
+  return true;
+}
+
+bool sf__nccl_run(sf__nccl_comm *nc, sf_array *a, int64_t n, sf__dev_op *op,
+                  const sf__nccl_watch *w, char *err, size_t errn, const sf_loc *loc) {
   uint64_t p = (uint64_t)(uintptr_t)a->dev;
   if (nc->dev != sf__gpu_array_device(a)) { /* moved since: back to the rank's GPU */
     sf__gpu_use_device(nc->dev);
@@ -782,15 +788,15 @@ bool sf__nccl_group_run(sf__comm *c, int64_t rank, sf_array *const *slot, int64_
   bool ok;
   switch (op->kind) {
   case SF__DEV_ALLREDUCE:
-    ok = sf__nccl_allreduce(nc, p, a->len, a->elem, op->mean, &w, err, sizeof err);
+    ok = sf__nccl_allreduce(nc, p, a->len, a->elem, op->mean, w, err, errn);
     break;
   case SF__DEV_BROADCAST:
-    ok = sf__nccl_broadcast(nc, p, a->len, a->elem, (int)op->root, &w, err, sizeof err);
+    ok = sf__nccl_broadcast(nc, p, a->len, a->elem, (int)op->root, w, err, errn);
     break;
   default: {
     sf_array *out = sf_array_new(a->elem, a->len * n, loc);
     uint64_t q = sf__gpu_device_alloc(out, loc);
-    ok = sf__nccl_allgather(nc, p, q, a->len, a->elem, &w, err, sizeof err);
+    ok = sf__nccl_allgather(nc, p, q, a->len, a->elem, w, err, errn);
     if (ok) {
       sf__gpu_device_wrote(out);
       op->out = out;
@@ -799,8 +805,7 @@ bool sf__nccl_group_run(sf__comm *c, int64_t rank, sf_array *const *slot, int64_
     }
   }
   }
-  if (!ok)
-    group_error(g, rank, op, err, loc);
-  sf__gpu_device_wrote(a); /* settled (copied back) with this thread's other device work */
-  return true;
+  if (ok)
+    sf__gpu_device_wrote(a); /* settled (copied back) with this thread's other device work */
+  return ok;
 }

@@ -14,10 +14,10 @@
  * Two users:
  *  - collective.c, for a group whose members are threads of this process
  *    (sf__nccl_group_run: the unique id is passed in memory);
- *  - the multi-node transport (remote.c), for a group whose members are
+ *  - the multi-node transport (ractor.c), for a group whose members are
  *    processes on different machines: sf__nccl_comm_join, given a carrier
- *    that moves the id over the control plane (below), or by hand with
- *    the rank-level calls.  The protocol, for every member of a group of n:
+ *    that moves the id (ractor.c: a broadcast over the group's TCP ring),
+ *    then sf__nccl_run; or by hand with the rank-level calls.  The protocol, for every member of a group of n:
  *
  *      sf__nccl_id id;
  *      if (rank == 0) sf__nccl_new_id(&id, err, sizeof err);
@@ -157,6 +157,12 @@ int64_t sf__nccl_count_device(const int32_t *where, int64_t n);
  * naming the collective, the group and the cause. */
 bool sf__nccl_group_run(sf__comm *c, int64_t rank, sf_array *const *slot, int64_t n,
                         sf__dev_op *op, const sf_loc *loc);
+/* Runs op on this member's array a (on the device) over nc, a
+ * communicator of n ranks: the shared part of sf__nccl_group_run and the
+ * multi-node transport (ractor.c).  Makes nc's GPU current.  False, with
+ * the cause in err, when NCCL failed (nc is aborted then). */
+bool sf__nccl_run(sf__nccl_comm *nc, sf_array *a, int64_t n, sf__dev_op *op,
+                  const sf__nccl_watch *w, char *err, size_t errn, const sf_loc *loc);
 /* The group's NCCL state, freed with its communicator (collective.c). */
 struct sf__nccl_group;
 void sf__nccl_group_free(struct sf__nccl_group *g);

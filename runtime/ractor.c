@@ -11,10 +11,12 @@
  * and a chosen head keeps the actor local, as on one node).  An @gpus
  * actor goes only where a share of a GPU is free (best fit, remote.c) and
  * holds it with its slots; with no GPU in the run or none free, it stays
- * local (a spawn never waits), and so does an @gpus group.
+ * local (a spawn never waits).
  * A group is a gang: every member on a worker with a free slot (spread
  * first, several on one worker only when they must), or the whole group
- * stays on the head.  The head keeps the handle (an sf_actor whose
+ * stays on the head.  Each member of an @gpus group holds its own share,
+ * placed as a lone @gpus actor's is; when the shares do not all fit, the
+ * whole group stays on the head.  The head keeps the handle (an sf_actor whose
  * `remote` points here); every call is serialized at once, logged and sent
  * in an actor-call frame; the worker's answer (actor-result, keyed by the
  * actor's wire id and the call's sequence number) completes the call's
@@ -87,6 +89,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "nccl.h"
 #include "net.h"
 
 #define RING_TIMEOUT_MS 10000
@@ -306,12 +309,14 @@ static void send_buf(int node, sf__wbuf *b) {
 /* A gang: every member on a worker with room, all or none.  Each member
  * goes to the worker with the most free slots at that point, so members
  * spread first and share a worker only when they must. */
-static bool place_gang(int *nodes, int64_t n, int need) {
+/* Places every member of a gang on workers (never the head), each with
+ * its own share of a GPU when gpu is set (an @gpus group); all or none. */
+static bool place_gang(int *nodes, int64_t n, int need, sf__gpu_hold *const *gpu) {
   for (int64_t i = 0; i < n; i++) {
-    nodes[i] = sf__remote_place(need, NULL, false, NULL);
+    nodes[i] = sf__remote_place(need, gpu ? gpu[i] : NULL, false, NULL);
     if (nodes[i] < 0) {
       for (int64_t k = 0; k < i; k++)
-        sf__remote_unplace(nodes[k], need, NULL);
+        sf__remote_unplace(nodes[k], need, gpu ? gpu[k] : NULL);
       return false;
     }
   }
@@ -330,8 +335,8 @@ bool sf__ractor_spawn(sf_actor **members, int64_t n, void *args) {
   sf_actor *a0 = members[0];
   const sf_actor_desc *d = sf__actor_desc(a0);
   const sf_type *it = d->init ? d->init->args : NULL;
-  if (sf__task_depth > 0 || sf__options.resume || (d->gpus > 0 && n > 1) ||
-      sf__actor_id(a0) < 0 || n > SF__GROUP_MAX || !sf__remote_active())
+  if (sf__task_depth > 0 || sf__options.resume || sf__actor_id(a0) < 0 || n > SF__GROUP_MAX ||
+      !sf__remote_active())
     return false;
   /* @gpus: a node with a free share holds it for the actor's lifetime;
    * with no GPU in the run, or none free now, the actor stays here. */
@@ -342,12 +347,17 @@ bool sf__ractor_spawn(sf_actor **members, int64_t n, void *args) {
     return false;
   int need = d->cpus > 1 ? (int)ceil(d->cpus) : 1;
   int nodes[SF__GROUP_MAX];
+  sf__gpu_hold holds[SF__GROUP_MAX], *hp[SF__GROUP_MAX];
+  for (int64_t i = 0; i < n; i++) {
+    holds[i] = gpu;
+    hp[i] = &holds[i];
+  }
   if (n == 1) {
-    nodes[0] = sf__remote_place(need, &gpu, true, NULL);
+    nodes[0] = sf__remote_place(need, &holds[0], true, NULL);
     if (nodes[0] <= 0) /* the head (it keeps the slots) or nowhere: local */
       return false;
-  } else if (!place_gang(nodes, n, need)) {
-    return false;
+  } else if (!place_gang(nodes, n, need, gpu.share ? hp : NULL)) {
+    return false; /* an @gpus group with too few free shares stays here whole */
   }
   sf__buf b;
   sf__buf_init(&b, NULL, 0);
@@ -373,7 +383,7 @@ bool sf__ractor_spawn(sf_actor **members, int64_t n, void *args) {
     r->size = n;
     r->node = nodes[i];
     r->need = need;
-    r->gpu = gpu;
+    r->gpu = holds[i];
     r->restarts_left = d->restarts;
     r->wid = ++RA.next_wid;
     r->init = b.len ? malloc(b.len) : NULL;
@@ -863,9 +873,12 @@ static void restart_group(rgroup *g, int node, const char *why, done **fails) {
                "common epoch any more, so the group cannot restart", cause, i);
   }
   int nodes[SF__GROUP_MAX];
-  if (!msg[0] && !place_gang(nodes, g->n, lost->need))
-    snprintf(msg, sizeof msg, "%s; not enough free slots on live workers to restart the group of "
-             "%" PRId64, cause, g->n);
+  sf__gpu_hold *hp[SF__GROUP_MAX];
+  for (int64_t i = 0; i < g->n; i++)
+    hp[i] = &g->m[i]->gpu;
+  if (!msg[0] && !place_gang(nodes, g->n, lost->need, lost->gpu.share ? hp : NULL))
+    snprintf(msg, sizeof msg, "%s; not enough free slots%s on live workers to restart the group "
+             "of %" PRId64, cause, lost->gpu.share ? " and GPU shares" : "", g->n);
   if (msg[0]) {
     for (int64_t i = 0; i < g->n; i++)
       kill_actor(g->m[i], msg, fails);
@@ -1342,6 +1355,7 @@ struct wring {
   _Atomic bool stopped;
   char broken[300];       /* why collectives fail now, or "" */
   sf__ring ring;
+  sf__nccl_comm *nc;      /* device collectives, made at the first one */
 };
 
 typedef struct rlink {
@@ -1503,6 +1517,7 @@ static bool ring_broken(wring *w) { return w && w->broken[0]; }
 
 static void ring_free(void *p) {
   wring *w = p;
+  sf__nccl_comm_free(w->nc, w->broken[0] || atomic_load(&w->stopped));
   if (w->up)
     sf__ring_close(&w->ring);
   free(w->peers);
@@ -1561,25 +1576,125 @@ static bool dtype_of(const sf_type *t, sf__dtype *out) {
   }
 }
 
+/* Whether this member's array could take part in a device collective:
+ * its only current copy is on a GPU, its elements can travel as NCCL
+ * types, and NCCL loads here (else, with a notice once, the group stages
+ * through the host: slower, same results). */
+static bool device_ready(sf_array *a, bool reduce) {
+  if (!a || !a->len || a->where != SF__WHERE_DEVICE || !a->dev)
+    return false;
+  sf__dtype dt;
+  if (reduce ? !dtype_of(a->elem, &dt) : sf__type_has_refs(a->elem))
+    return false;
+  const char *e = getenv("SFLOW_NCCL");
+  if (e && (!strcmp(e, "off") || !strcmp(e, "0")))
+    return false;
+  char why[256];
+  if (sf__nccl_load(why, sizeof why))
+    return true;
+  static _Atomic int told;
+  if (!atomic_exchange(&told, 1))
+    sf__notice("node %lld: %s; device collectives of groups here stage through the host",
+               (long long)sf__node_id, why);
+  return false;
+}
+
 /* Every member must pass arrays of one element type and (same_len) one
- * length: a small allreduce of (len, -len, kind, -kind) with max tells. */
-static void agree(wring *w, sf_array *a, bool same_len, const char *what, const sf_loc *loc) {
+ * length: a small allreduce with max of (len, -len, kind, -kind) tells.
+ * The same round tells whether the group can run the collective on the
+ * device (returned): every member's array device_ready, one length, and
+ * every member on a GPU of its own (member r contributes 1 + its node and
+ * device at slot 5 + r; NCCL refuses two ranks on one GPU). */
+static bool agree(wring *w, sf_array *a, bool same_len, bool reduce, const char *what,
+                  const sf_loc *loc) {
   int64_t len = a ? a->len : 0, kind = a ? a->elem->kind : -1;
-  int64_t v[4] = {same_len ? len : 0, same_len ? -len : 0, kind, -kind};
+  bool dev = device_ready(a, reduce);
+  size_t nv = 5 + (size_t)w->size;
+  int64_t fixed[5 + 16], *v = nv <= 21 ? fixed : calloc(nv, sizeof *v);
+  if (!v)
+    sf_runtime_error(loc, "%s: out of memory", what);
+  memset(v, 0, nv * sizeof *v);
+  v[0] = len;
+  v[1] = -len;
+  v[2] = kind;
+  v[3] = -kind;
+  v[4] = dev ? -1 : 0; /* max: -1 only when every member is ready */
+  if (dev)
+    v[5 + w->rank] = 1 + sf__node_id * 4096 + sf__gpu_array_device(a);
   char err[300];
-  if (r_allreduce(w, v, 4, SF__DT_I64, SF__OP_MAX, err, sizeof err))
+  if (r_allreduce(w, v, nv, SF__DT_I64, SF__OP_MAX, err, sizeof err)) {
+    if (v != fixed)
+      free(v);
     ring_fail(w, what, err, loc);
-  if (v[0] != -v[1] || v[2] != -v[3])
+  }
+  bool same = v[0] == -v[1], on = v[4] == -1 && same;
+  for (int i = 0; on && i < w->size; i++)
+    for (int j = 0; on && j < i; j++)
+      on = v[5 + i] != v[5 + j];
+  int64_t k0 = v[2], k1 = v[3];
+  if (v != fixed)
+    free(v);
+  if ((same_len && !same) || k0 != -k1)
     sf_runtime_error(loc, "%s: members pass arrays of different %s", what,
-                     v[2] != -v[3] ? "element types" : "lengths");
+                     k0 != -k1 ? "element types" : "lengths");
+  return on;
+}
+
+/* ---- device collectives across nodes: NCCL, its unique id carried from
+ * member 0 to the others over the group's ring (links the run secret
+ * authenticates, as the control connections are), one communicator per
+ * ring, that is per incarnation of the group: a restarted group has a new
+ * ring id and so a new communicator. */
+
+static bool id_send(void *ctx, const uint8_t *p, size_t n, char *err, size_t errn) {
+  return r_broadcast(ctx, (void *)p, n, 0, err, errn) == 0;
+}
+
+static bool id_recv(void *ctx, uint8_t *p, size_t n, double timeout_s, char *err, size_t errn) {
+  (void)timeout_s; /* the ring's own timeout bounds the wait */
+  return r_broadcast(ctx, p, n, 0, err, errn) == 0;
+}
+
+static bool ring_stopped(void *ctx, char *why, size_t n) {
+  wring *w = ctx;
+  if (!atomic_load(&w->stopped))
+    return false;
+  snprintf(why, n, "the group is being restarted (a member's node was lost)");
+  return true;
+}
+
+/* Runs op on the device for member w->rank; raises on failure, naming
+ * the collective and the cause, and marks the ring broken. */
+static void device_collective(wring *w, sf_array *a, sf__dev_op *op, const sf_loc *loc) {
+  char err[SF__ERROR_MAX / 2];
+  sf__nccl_watch watch = {ring_stopped, w, 0, NULL};
+  if (!sf__gpu_ready(loc))
+    sf_runtime_error(loc, "%s: the array is on a GPU but the GPU is not usable", op->what);
+  sf__gpu_use_device(sf__gpu_array_device(a));
+  sf__sched_block_begin();
+  if (!w->nc) {
+    sf__nccl_carrier car = {id_send, id_recv, w};
+    w->nc = sf__nccl_comm_join(w->rank, w->size, w->id, 0, &car, &watch, err, sizeof err);
+  }
+  bool ok = w->nc && sf__nccl_run(w->nc, a, w->size, op, &watch, err, sizeof err, loc);
+  sf__sched_block_end();
+  if (!ok) {
+    char what[64];
+    snprintf(what, sizeof what, "%s on the device (NCCL)", op->what);
+    ring_fail(w, what, err, loc);
+  }
 }
 
 static void ring_allreduce(sf__comm *c, int64_t rank, sf_array *a, bool mean, const char *what,
                            const sf_loc *loc) {
   (void)rank;
-  sf_array_host(a);
   wring *w = ring_for(c, what, loc);
-  agree(w, a, true, what, loc);
+  if (agree(w, a, true, true, what, loc)) {
+    sf__dev_op op = {.kind = SF__DEV_ALLREDUCE, .what = what, .mean = mean};
+    device_collective(w, a, &op, loc);
+    return;
+  }
+  sf_array_host(a);
   sf__dtype dt;
   if (!a || !a->len || !dtype_of(a->elem, &dt))
     return;
@@ -1605,9 +1720,13 @@ static void plain_only(sf_array *a, const char *what, const sf_loc *loc) {
 static void ring_broadcast(sf__comm *c, int64_t rank, sf_array *a, int64_t root,
                            const sf_loc *loc) {
   (void)rank;
-  sf_array_host(a);
   wring *w = ring_for(c, "broadcast", loc);
-  agree(w, a, true, "broadcast", loc);
+  if (agree(w, a, true, false, "broadcast", loc)) {
+    sf__dev_op op = {.kind = SF__DEV_BROADCAST, .what = "broadcast", .root = root};
+    device_collective(w, a, &op, loc);
+    return;
+  }
+  sf_array_host(a);
   plain_only(a, "broadcast", loc);
   char err[300];
   if (a && a->len &&
@@ -1617,9 +1736,13 @@ static void ring_broadcast(sf__comm *c, int64_t rank, sf_array *a, int64_t root,
 }
 
 static sf_array *ring_allgather(sf__comm *c, int64_t rank, sf_array *a, const sf_loc *loc) {
-  sf_array_host(a);
   wring *w = ring_for(c, "allgather", loc);
-  agree(w, a, false, "allgather", loc);
+  if (agree(w, a, false, false, "allgather", loc)) { /* one length: NCCL's allgather */
+    sf__dev_op op = {.kind = SF__DEV_ALLGATHER, .what = "allgather"};
+    device_collective(w, a, &op, loc);
+    return op.out;
+  }
+  sf_array_host(a);
   plain_only(a, "allgather", loc);
   const sf_type *elem = a ? a->elem : &sf_type_f32;
   int64_t *lens = calloc((size_t)w->size, sizeof *lens);

@@ -1055,6 +1055,57 @@ def case_actors_gpus(c):
     c.expect_no_workers()
 
 
+GPU_GROUP_PROGRAM = """@gpus(1)
+actor Rank {
+  var steps: i64 = 0
+  fn step(i: i64) -> f64[] {
+    var g = [f64(i) + 0.25 * f64(group_rank()), 1.0, f64(group_size())]
+    allreduce_mean(g)
+    var b = [0.0, 0.0]
+    if group_rank() == 0 { b = [f64(i), 2.5] }
+    broadcast(b, 0)
+    let all = allgather([f64(group_rank())])
+    steps += 1
+    return [g[0], g[1], g[2], b[0] + b[1], f64(len(all)), all[len(all) - 1]]
+  }
+  fn where() -> i64 { return node_id() }
+}
+workflow main(size: i64 = 2) {
+  let g = spawn Rank() * size
+  for i in 0..3 { print("step", i, (await g.all.step(i))[0]) }
+  let ws = await g.all.where()
+  print("on", ws)
+}
+"""
+
+
+def case_actors_gpus_group(c):
+    """An @gpus group is placed on workers, each member holding a share of
+    its own (placed as a lone @gpus actor is: on a device where it fits,
+    ties to the node with the most free slots), or stays on the head whole
+    when the shares do not all fit.  The workers here have no GPU
+    (gpus= in the hostfile only), so members run on the CPU and their
+    collectives take the ring; results equal a single-node run's."""
+    exe = c.compile("gpu_group", GPU_GROUP_PROGRAM)
+    want = single_node(exe).splitlines()
+    check(want[-1] == "on [0, 0]", "single-node run", want)
+    hf = os.path.join(c.dir, "gpu_group_hosts.txt")
+    for gpus, size, where in (((1, 1), 2, "[1, 2]"), ((2, 0), 2, "[1, 1]"),
+                              ((1, 0), 2, "[0, 0]"), ((2, 1), 3, "[1, 2, 1]")):
+        with open(hf, "w") as f:
+            for (addr, port, _), k in zip(c.hosts, gpus):
+                f.write(f"{addr}:{port} slots=4 gpus={k}\n")
+        r = c.run("--head-runs-work=false", "--size", str(size), prog=exe, hostfile=hf,
+                  timeout=120)
+        check(r.returncode == 0, f"exit {r.returncode} (gpus {gpus})", r.stdout, r.stderr)
+        lines = unprefixed(r.stdout.splitlines())
+        local = want if size == 2 else single_node(exe, "--size", str(size)).splitlines()
+        check(lines[:-1] == local[:-1], f"results equal the single-node run (gpus {gpus})",
+              r.stdout, local, r.stderr)
+        check(lines[-1] == f"on {where}", f"placed on {where} (gpus {gpus})", r.stdout, r.stderr)
+    c.expect_no_workers()
+
+
 GPU_RETRY_PROGRAM = """@gpus(1) @retry(2)
 task g(i: i64) -> i64 {
   let t0 = now()
@@ -1835,6 +1886,7 @@ CASES = {
     "tasks_object_owner_killed": (2, case_tasks_object_owner_killed),
     "actors_remote": (2, case_actors_remote),
     "actors_gpus": (2, case_actors_gpus),
+    "actors_gpus_group": (2, case_actors_gpus_group),
     "actor_worker_killed": (3, case_actor_worker_killed),
     "actor_restarts_exhausted": (2, case_actor_restarts_exhausted),
     "group_allreduce_nodes": (3, case_group_allreduce_nodes),
