@@ -919,6 +919,47 @@ workflow main(n: i64 = 300000, m: i64 = 4, lazy: bool = false) {
 """
 
 
+# Consumers taking future<...> arguments: the results of big stay on their
+# workers and move worker to worker (or are used in place) for use/pair.
+CONSUMER_PROGRAM = """@retry(1)
+task big(k: i64, n: i64) -> i64[] {
+  let v = [(i * 7 + k) % 1000003 for i in 0..n]
+  print("made", k)
+  return v
+}
+task use(k: i64, a: future<i64[]>) -> i64 {
+  let x = await a
+  var s: i64 = 0
+  for v in x { s = (s * 31 + v) % 1000000007 }
+  return s + k
+}
+task pair(a: future<i64[]>, b: future<i64[]>) -> i64 {
+  let x = await a
+  let y = await b
+  return x[len(x) - 1] * 1000 + y[0] + len(x) + len(y)
+}
+task slow(s: f64) -> i64 {
+  let t0 = now()
+  while now() - t0 < s { }
+  return 1
+}
+workflow main(n: i64 = 300000, m: i64 = 3, drop: bool = false) {
+  if drop {
+    big(99, n)
+    let w = await slow(1.5)
+    print("check dropped", w)
+  }
+  let bs = [big(k, n) for k in 0..m]
+  let us = [use(k, bs[k]) for k in 0..m]
+  let p = pair(bs[0], bs[m - 1])
+  let r = await us
+  var s: i64 = 0
+  for x in r { s = (s * 7 + x) % 1000000007 }
+  print("check", s, await p)
+}
+"""
+
+
 GPU_PROGRAM = """@gpus(1)
 task whole(i: i64) -> i64 {
   let t0 = now()
@@ -1368,6 +1409,48 @@ def case_tasks_object_owner_killed(c):
                 head.kill()
                 head.wait()
         c.expect_no_workers(within=6)
+
+
+def case_tasks_object_moves(c):
+    """Tasks taking future<...> arguments run on workers: a result over the
+    object threshold stays on its worker and goes from there to the
+    consumer's worker (or is used in place when the consumer runs where it
+    is), never through the head; the output equals a single-node run.  With
+    SFLOW_OBJECT_LOCALITY=-1 consumers avoid the holder, so bytes must move
+    worker to worker; by default they go where the bytes are."""
+    exe = c.compile("consume", CONSUMER_PROGRAM)
+    want = [l for l in single_node(exe).splitlines() if l.startswith("check")]
+    for env, moved in (({"SFLOW_OBJECT_LOCALITY": -1}, True), ({}, False)):
+        with with_env(**env):
+            r = c.run("--head-runs-work=false", "--cluster-log", prog=exe, timeout=60)
+        check(r.returncode == 0, f"exit {r.returncode} {env}", r.stdout, r.stderr)
+        got = [l for l in r.stdout.splitlines() if l.startswith("check")]
+        check(got == want, f"output differs from single node {env}", r.stdout, want)
+        held = re.findall(r"task 'big' result \(\d+ bytes\) held by node (\d) as object (\d+)",
+                          r.stderr)
+        check(len(held) == 3, "3 objects held", r.stderr)
+        check(not re.search(r"fetched from node", r.stderr), "no head fetch", r.stderr)
+        moves = re.findall(r"object (\d+) \(task 'big', \d+ bytes\) moved from node (\d) to "
+                           r"node (\d)", r.stderr)
+        local = re.findall(r"object (\d+) \(task 'big', \d+ bytes\) used in place on node "
+                           r"(\d)", r.stderr)
+        check(len(moves) + len(local) == 5, "5 inputs (3 use, 2 pair)", r.stderr)
+        check(all(a != b for _, a, b in moves), "a move is between two nodes", r.stderr)
+        owner = {i: n for n, i in held}
+        check(all(owner[i] == n for i, n in local), "used in place on its owner", r.stderr)
+        check(all(owner[i] == a for i, a, _ in moves), "moved from its owner", r.stderr)
+        if moved:
+            # use: its one input is avoided; pair: one of two may be on its node.
+            check(len(moves) >= 4, "inputs moved worker to worker", r.stderr)
+            check(re.search(rf"{len(moves)} objects \(\d+ bytes\) moved worker to worker",
+                            r.stderr), "summary counts moves", r.stderr)
+        else:
+            check(len(local) >= 3, "uses placed on their input's node", r.stderr)
+        released = re.findall(r"object (\d+) \(task 'big', \d+ bytes\) released on node (\d)",
+                              r.stderr)
+        check(sorted(i for i, _ in released) == sorted(owner), "every object released",
+              r.stderr)
+    c.expect_no_workers()
 
 
 def unprefixed(lines):
@@ -1833,6 +1916,7 @@ CASES = {
     "tasks_retry_attempt": (2, case_tasks_retry_attempt),
     "tasks_objects": (2, case_tasks_objects),
     "tasks_object_owner_killed": (2, case_tasks_object_owner_killed),
+    "tasks_object_moves": (2, case_tasks_object_moves),
     "actors_remote": (2, case_actors_remote),
     "actors_gpus": (2, case_actors_gpus),
     "actor_worker_killed": (3, case_actor_worker_killed),
