@@ -1453,6 +1453,104 @@ def case_tasks_object_moves(c):
     c.expect_no_workers()
 
 
+def case_tasks_object_dropped(c):
+    """A big result that main drops without awaiting is released on its
+    worker as soon as it is held: before main goes on (the calls made
+    after the 1.5 s wait are not even made yet), not at the end of the
+    run; the run's output is unchanged."""
+    exe = c.compile("consume", CONSUMER_PROGRAM)
+    want = [l for l in single_node(exe, "--drop").splitlines() if l.startswith("check")]
+    r = c.run("--head-runs-work=false", "--cluster-log", "--drop", prog=exe, timeout=60)
+    check(r.returncode == 0, f"exit {r.returncode}", r.stdout, r.stderr)
+    check([l for l in r.stdout.splitlines() if l.startswith("check")] == want,
+          "output differs from single node", r.stdout, want)
+    lines = r.stderr.splitlines()
+    first = [i for i, l in enumerate(lines) if re.search(r"task 'big' result .* held by", l)]
+    check(first, "objects held", r.stderr)
+    m = re.search(r"held by node (\d) as object (\d+)", lines[first[0]])
+    node, obj = m.group(1), m.group(2)
+    rel = [i for i, l in enumerate(lines)
+           if re.search(rf"object {obj} \(task 'big', \d+ bytes\) released on node {node}", l)]
+    check(len(rel) == 1 and rel[0] < first[1], "released before the next object was made",
+          r.stderr)
+    check(not re.search(r"fetched from node", r.stderr), "never fetched", r.stderr)
+    c.expect_no_workers()
+
+
+def case_tasks_object_input_lost(c):
+    """The worker holding a consumer's input is SIGKILLed before the
+    consumer's worker fetched it (SFLOW_OBJECT_SERVE_DELAY_MS holds the
+    answer back): with @retry on the producer it re-runs and the consumer
+    runs again, its own attempts not charged, and the output is exact;
+    without, the consumer fails naming the lost input, exit 70."""
+    for retry in (True, False):
+        src = CONSUMER_PROGRAM if retry else CONSUMER_PROGRAM.replace("@retry(1)\n", "")
+        exe = c.compile("lost" + ("_retry" if retry else ""), src)
+        want = [l for l in single_node(exe, "--m", "1").splitlines() if l.startswith("check")]
+        with with_env(SFLOW_OBJECT_SERVE_DELAY_MS=3000, SFLOW_OBJECT_LOCALITY=-1):
+            head = c.start("--head-runs-work=false", "--cluster-log", "--m", "1", prog=exe)
+        try:
+            line, _ = read_until(head.stderr, r"held by node \d as object", 30)
+            node = int(re.search(r"held by node (\d)", line).group(1))
+            time.sleep(0.5)  # the consumer is placed on the other node and asks
+            victim = c.worker_of(node)
+            check(victim, f"node {node}'s worker", c.workers())
+            os.kill(victim, signal.SIGKILL)
+            head.wait(timeout=40)
+            out = drain(head.stdout)
+            err = drain(head.stderr)
+            check(not re.search(r"fetched from node", err), "no head fetch", err)
+            if retry:
+                check(head.returncode == 0, f"head exit {head.returncode}", out, err)
+                got = [l for l in out.splitlines() if l.startswith("check")]
+                check(got == want, "output after the re-run", out, want)
+                check(re.search(r"tasks \(0 failed, 1 retries\)", err),
+                      "one retry: the producer's, none of the consumers'", err)
+            else:
+                check(head.returncode == 70, f"head exit {head.returncode}", out, err)
+                check(re.search(r"task 'use' failed after 1 attempt: \S+:\d+:\d+: task 'big' "
+                                rf"failed after 1 attempt: (node {node} was lost|its result "
+                                rf"\(object \d+, \d+ bytes on node {node}\) could not be "
+                                r"fetched)", err), "failure names the lost input", err)
+        finally:
+            if head.poll() is None:
+                head.kill()
+                head.wait()
+        c.expect_no_workers(within=6)
+
+
+def case_tasks_object_wrong_secret(c):
+    """A connection to a worker's object listener that does not prove the
+    run secret (a wrong HMAC, or nothing at all) is refused and logged; the
+    run goes on and its output is exact."""
+    exe = c.compile("consume", CONSUMER_PROGRAM)
+    want = [l for l in single_node(exe, "--drop").splitlines() if l.startswith("check")]
+    head = c.start("--head-runs-work=false", "--cluster-log", "--drop", prog=exe)
+    try:
+        line, _ = read_until(head.stderr, r"node 1 ready: .*objects on \S+:\d+", 30)
+        addr, port = re.search(r"objects on (\S+):(\d+)", line).groups()
+        s = socket.create_connection((addr, int(port)))
+        s.sendall(b"\x01" * 8 + b"\xff" * 32)
+        check(s.recv(8) == b"", "no answer to a wrong HMAC")
+        s.close()
+        read_until(head.stderr, r"\[node 1\] sflow worker 1: refused object connection from "
+                   r"\S+: wrong HMAC", 10)
+        s = socket.create_connection((addr, int(port)))
+        s.sendall(b"garbage")
+        s.close()
+        read_until(head.stderr, r"refused object connection from \S+: no greeting", 10)
+        head.wait(timeout=40)
+        out = drain(head.stdout)
+        err = drain(head.stderr)
+        check(head.returncode == 0, f"head exit {head.returncode}", out, err)
+        check([l for l in out.splitlines() if l.startswith("check")] == want, "output", out, want)
+    finally:
+        if head.poll() is None:
+            head.kill()
+            head.wait()
+    c.expect_no_workers()
+
+
 def unprefixed(lines):
     return [re.sub(r"^\[node \d+\] ", "", l) for l in lines]
 
@@ -1917,6 +2015,9 @@ CASES = {
     "tasks_objects": (2, case_tasks_objects),
     "tasks_object_owner_killed": (2, case_tasks_object_owner_killed),
     "tasks_object_moves": (2, case_tasks_object_moves),
+    "tasks_object_dropped": (2, case_tasks_object_dropped),
+    "tasks_object_input_lost": (2, case_tasks_object_input_lost),
+    "tasks_object_wrong_secret": (2, case_tasks_object_wrong_secret),
     "actors_remote": (2, case_actors_remote),
     "actors_gpus": (2, case_actors_gpus),
     "actor_worker_killed": (3, case_actor_worker_killed),
