@@ -172,6 +172,7 @@ typedef struct rtask {
   int nrefs;
   int pref;            /* node holding most of those bytes, or -1 */
   int users;           /* payloads of other tasks naming this one's held result */
+  int avoid;           /* a node its held result could not be fetched from, or 0 */
   uint8_t *payload;    /* name + args, as sent */
   uint32_t n;
   int32_t attempt;
@@ -324,18 +325,10 @@ static int place_cpu_locked(void) {
   return best;
 }
 
-/* Objects: a task whose payload names held objects goes to the node that
- * holds most of their bytes when it has a free slot (no copy at all);
- * else, as any task, to the node with the most free slots.
- * SFLOW_OBJECT_LOCALITY=-1 (tests) avoids that node instead, so that the
- * bytes must move worker to worker. */
-static int place_near_locked(const rtask *t) {
-  int p = t->pref;
-  bool near = p > 0 && p < R.n && R.alive[p];
-  if (near && R.locality > 0 && free_slots(p) > 0)
-    return p;
-  if (!near || R.locality >= 0)
-    return place_cpu_locked();
+/* The live node other than p with the most free slots; -1 when none is
+ * free now (while another live node could take work later: wait for
+ * it), else place_cpu_locked's answer. */
+static int place_away_locked(int p) {
   int best = -1, best_free = 0;
   bool other = false; /* another live node (busy or not): wait for it */
   for (int i = 0; i < R.n; i++) {
@@ -347,6 +340,25 @@ static int place_near_locked(const rtask *t) {
     }
   }
   return best >= 0 || other ? best : place_cpu_locked();
+}
+
+/* Objects: a task whose payload names held objects goes to the node that
+ * holds most of their bytes when it has a free slot (no copy at all);
+ * else, as any task, to the node with the most free slots.
+ * SFLOW_OBJECT_LOCALITY=-1 (tests) avoids that node instead, so that the
+ * bytes must move worker to worker.  A task re-run because its result
+ * could not be fetched from node `avoid` does not go back there (the
+ * head may not have seen that node die yet). */
+static int place_near_locked(const rtask *t) {
+  if (t->avoid > 0 && t->avoid < R.n && R.alive[t->avoid])
+    return place_away_locked(t->avoid);
+  int p = t->pref;
+  bool near = p > 0 && p < R.n && R.alive[p];
+  if (near && R.locality > 0 && free_slots(p) > 0)
+    return p;
+  if (!near || R.locality >= 0)
+    return place_cpu_locked();
+  return place_away_locked(p);
 }
 
 /* What is left on node i once a share of h->share is taken there (best
@@ -1472,6 +1484,7 @@ static void input_lost(int node, rtask *t, const sf__frame *fr) {
                  p->attempt < p->d->retry ? "; re-running the task" : "");
     if (p->attempt < p->d->retry) {
       p->attempt++;
+      p->avoid = owner;
       atomic_fetch_add(&sf__stats.retries, 1);
       requeue_locked(p, true, &ob);
     } else {
