@@ -1465,6 +1465,7 @@ static void input_lost(int node, rtask *t, const sf__frame *fr) {
   R.inflight[node]--;
   gpu_give_locked(t->node, &t->gpu);
   requeue_locked(t, true, &ob); /* not an attempt of t's */
+  t->avoid = owner;
   if (p && p->held && p->node == owner) {
     /* Lost there: forget it (release it should the owner still run). */
     obj_encode(&ob, owner, id, p->obj_total, p->obj_total);
@@ -1479,7 +1480,7 @@ static void input_lost(int node, rtask *t, const sf__frame *fr) {
              "its result (object %llu, %llu bytes on node %d) could not be fetched by node %d: %s",
              (unsigned long long)id, (unsigned long long)p->obj_total, owner, node, why);
     if (sf__options.cluster_log)
-      sf__notice("object %llu (task '%s') could not be fetched from node %d by node %d: %s%s",
+      sf__notice("object %llu (task '%s') lost on node %d (node %d asked for it: %s)%s",
                  (unsigned long long)id, p->d->name, owner, node, why,
                  p->attempt < p->d->retry ? "; re-running the task" : "");
     if (p->attempt < p->d->retry) {
