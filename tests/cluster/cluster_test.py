@@ -1551,6 +1551,28 @@ def case_tasks_object_wrong_secret(c):
     c.expect_no_workers()
 
 
+def case_tasks_pipeline_example(c):
+    """examples/pipeline.sflow on 2 workers with the object threshold at
+    4 KiB: transform (which takes extract's future) runs on the workers,
+    extract's results reach it there (in place or worker to worker, never
+    through the head), and the output equals a single-node run."""
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples",
+                           "pipeline.sflow")) as f:
+        exe = c.compile("pipeline", f.read())
+    want = [l for l in single_node(exe).splitlines() if l.startswith(("batch", "done"))]
+    with with_env(SFLOW_OBJECT_THRESHOLD=4096):
+        r = c.run("--head-runs-work=false", "--cluster-log", prog=exe, timeout=120)
+    check(r.returncode == 0, f"exit {r.returncode}", r.stdout, r.stderr)
+    got = [l for l in r.stdout.splitlines() if l.startswith(("batch", "done"))]
+    check(got == want, "output differs from single node", r.stdout, "\n".join(want))
+    inputs = re.findall(r"object \d+ \(task 'extract', \d+ bytes\) (moved from node \d to|used "
+                        r"in place on) node \d", r.stderr)
+    check(len(inputs) == 12, "every transform got its batch on a worker", r.stderr)
+    check(not re.search(r"task 'extract', \d+ bytes\) fetched", r.stderr),
+          "the head never fetched a batch", r.stderr)
+    c.expect_no_workers()
+
+
 def unprefixed(lines):
     return [re.sub(r"^\[node \d+\] ", "", l) for l in lines]
 
@@ -2018,6 +2040,7 @@ CASES = {
     "tasks_object_dropped": (2, case_tasks_object_dropped),
     "tasks_object_input_lost": (2, case_tasks_object_input_lost),
     "tasks_object_wrong_secret": (2, case_tasks_object_wrong_secret),
+    "tasks_pipeline_example": (2, case_tasks_pipeline_example),
     "actors_remote": (2, case_actors_remote),
     "actors_gpus": (2, case_actors_gpus),
     "actor_worker_killed": (3, case_actor_worker_killed),
