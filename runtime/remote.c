@@ -4,9 +4,14 @@
  *
  * Head.  sf_task_call offers every call here (sf__remote_task).  A call
  * made by workflow main, whose argument and result types can travel
- * (serial.c; no futures or actors inside), is taken (an @gpus call only
- * when some node of the run has a GPU): its arguments are serialized at
- * once into a task record, which goes to a FIFO backlog.  The dispatcher hands backlog entries to the live
+ * (serial.c; no futures or actors inside, except top-level future<T>
+ * parameters of portable T), is taken (an @gpus call only when some node
+ * of the run has a GPU): its arguments are serialized at once into a task
+ * record, which goes to a FIFO backlog.  A call with future arguments
+ * first waits on a wait list, without a thread, until each future is
+ * complete here or held by a worker ("future arguments" below).  The
+ * dispatcher hands backlog entries to the node holding most of a call's
+ * input bytes when it has a free slot, else to the live
  * node with the most free slots (slots from the hostfile or the worker's
  * CPU count; the head, node 0, counts with its pool size when
  * --head-runs-work), so each node has at most `slots` tasks in flight and
@@ -52,10 +57,38 @@
  * result, never followed blindly.
  *
  * Task-submit payload: u32 name length, name, then the arguments (the
- * SF_STRUCT d->args, serial.c).  Task-result: status 0 + the serialized
- * value, status 1 + the failure's cause as text, or status 2 + a reference
- * to a large value the worker keeps in its object store (u64 object id,
- * u64 size), which the head then fetches in object frames ("objects").
+ * SF_STRUCT d->args, serial.c; a future parameter as an ARG_ form: unset,
+ * its value, its failure, or a reference to a worker's object).
+ * Task-result: status 0 + the serialized value, status 1 + the failure's
+ * cause as text, status 2 + a reference to a large value the worker keeps
+ * in its object store (u64 object id, u64 size), which the head fetches in
+ * object frames only when main wants it ("objects"), or status 3 + u64
+ * object id + why: an input object could not be fetched.
+ *
+ * Ownership (objects).  A task record holds a reference to its future
+ * (strong) while it waits, runs, or its held result is wanted or being
+ * fetched; once the result is held and nothing awaits it, the record keeps
+ * a weak pointer (strong = false), so main dropping its last reference
+ * runs the future's destructor, which (FUT_HELD set) calls
+ * sf__remote_future_gone: the record is freed and its owner releases the
+ * object.  A call with future arguments keeps its argument block, and so a
+ * reference to each future, until its record is freed: while a consumer
+ * waits or runs, the future of each input (and so the input's record and
+ * object) lives.  A held record keeps its own argument block too (lineage:
+ * it can be re-run).  Anything that must turn a weak pointer strong does so
+ * only while a reference is known to exist (the caller's in
+ * sf__remote_demand, a consumer's argument block), or with
+ * sf__future_try_retain, which fails once the count reached 0.  Besides,
+ * `users` counts the payloads that name a held object; an object the head
+ * fetched while payloads still name it is pinned (R.pins) and released on
+ * its owner when the last of them is done.
+ *
+ * Failures (objects).  A lost owner re-runs its held results that can
+ * still be wanted (lineage, within their @retry) or fails them naming the
+ * loss.  A consumer whose fetch fails answers status 3: it waits again
+ * without spending an attempt, avoiding that node, while the producer
+ * re-runs (avoiding it too) or fails; a failed input reaches the consumer
+ * as a failed future, so it fails as a local call awaiting it would.
  *
  * Worker.  sf__remote_worker_submit (on the worker's control loop) checks
  * the frame and queues it; runner threads (grown on demand) deserialize
@@ -1371,7 +1404,9 @@ void sf__remote_on_result(int node, const sf__frame *fr) {
  * different total, or an empty chunk fails the attempt as a malformed
  * result (retried per @retry).  A lost owner re-runs the task while its
  * @retry budget lasts (lineage: the task record still holds its
- * arguments), else the task fails naming the lost result. */
+ * arguments), else the task fails naming the lost result.  Other workers
+ * fetch objects directly from the owner ("worker to worker objects"); the
+ * ownership rules are in the file's header. */
 
 #define OBJ_CHUNK ((uint32_t)256 << 10)
 #define OBJ_MAX ((uint64_t)1 << 40)
@@ -1801,7 +1836,8 @@ static void print_to_head(const char *line, size_t n) {
 /* -------------------------------------------------- worker objects
  *
  * The store: large results by object id until the head releases them
- * (or this process exits with the run).  Serving runs on its own thread,
+ * (or this process exits with the run), served to the head over the
+ * control connection and to other workers over the object listener.  Serving runs on its own thread,
  * so the control loop keeps answering heartbeats; `users` keeps an object
  * alive while a thread sends it. */
 
