@@ -1551,6 +1551,42 @@ def case_tasks_object_wrong_secret(c):
     c.expect_no_workers()
 
 
+FAILED_INPUT_PROGRAM = """task bad(k: i64) -> i64[] {
+  if k > 0 { fail("no data") }
+  return [k]
+}
+@retry(1)
+task use(a: future<i64[]>) -> i64 {
+  print("use on node", node_id())
+  let x = await a
+  return len(x)
+}
+workflow main() {
+  let u = use(bad(3))
+  print("got", await u)
+}
+"""
+
+
+def case_tasks_future_arg_failed(c):
+    """A task whose future argument failed runs on a worker and fails there
+    as it does in a single-node run: same message (the consumer's @retry
+    spent awaiting the failure, the producer's cause inside), exit 70."""
+    exe = c.compile("failarg", FAILED_INPUT_PROGRAM)
+    local = subprocess.run([exe], capture_output=True, text=True, timeout=60)
+    check(local.returncode == 70, f"single-node exit {local.returncode}", local.stderr)
+    want = [l for l in local.stderr.splitlines() if "runtime error" in l]
+    r = c.run("--head-runs-work=false", "--cluster-log", prog=exe, timeout=60)
+    check(r.returncode == 70, f"exit {r.returncode}", r.stdout, r.stderr)
+    got = [l for l in r.stderr.splitlines() if "runtime error" in l]
+    check(got == want and len(got) == 1, "the single-node message", r.stderr, want)
+    where = re.findall(r"use on node (\d+)", r.stdout)
+    check(len(where) == 2 and "0" not in where, "both attempts ran on workers", r.stdout)
+    check(re.search(r"task 'use' failed after 2 attempts: \S+:8:11: task 'bad' failed after 1 "
+                    r"attempt: \S+:2:14: fail: no data", got[0]), "message shape", got[0])
+    c.expect_no_workers()
+
+
 def case_tasks_pipeline_example(c):
     """examples/pipeline.sflow on 2 workers with the object threshold at
     4 KiB: transform (which takes extract's future) runs on the workers,
@@ -2041,6 +2077,7 @@ CASES = {
     "tasks_object_input_lost": (2, case_tasks_object_input_lost),
     "tasks_object_wrong_secret": (2, case_tasks_object_wrong_secret),
     "tasks_pipeline_example": (2, case_tasks_pipeline_example),
+    "tasks_future_arg_failed": (2, case_tasks_future_arg_failed),
     "actors_remote": (2, case_actors_remote),
     "actors_gpus": (2, case_actors_gpus),
     "actor_worker_killed": (3, case_actor_worker_killed),
