@@ -776,10 +776,13 @@ static bool payload_build_locked(rtask *t) {
       continue;
     }
     sf_future *g = *(sf_future **)field_at(t, i);
-    rtask *p = g && !sf__future_ready(g) ? ffind(g) : NULL;
+    bool done = g && sf__future_ready(g); /* never waited for here */
+    rtask *p = g && !done ? ffind(g) : NULL;
     if (!g) {
       put_u8(&b, ARG_NONE);
-    } else if (!p) { /* complete: the value, or why it failed */
+    } else if (!done && !(p && p->held)) {
+      ok = false; /* not ready after all (deps_ready_locked said it was) */
+    } else if (done) { /* complete: the value, or why it failed */
       int32_t vs = value_size(ft->elem);
       _Alignas(16) unsigned char tmp[256];
       void *v = vs <= (int32_t)sizeof tmp ? tmp : calloc(1, (size_t)vs);
