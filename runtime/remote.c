@@ -1592,8 +1592,12 @@ void sf__remote_on_object(int node, const sf__frame *fr) {
   pthread_mutex_unlock(&R.mu);
   if (!done)
     return;
-  if (!q)
+  if (!q) {
     obj_send(node, id, t->obj_total, t->obj_total); /* release */
+    if (sf__options.cluster_log && !bad)
+      sf__notice("object %llu (task '%s', %llu bytes) released on node %d", (unsigned long long)id,
+                 t->d->name, (unsigned long long)t->obj_total, node);
+  }
   if (bad) {
     char cause[160];
     snprintf(cause, sizeof cause, "node %d %s object %llu", node, bad, (unsigned long long)id);

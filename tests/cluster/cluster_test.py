@@ -1587,6 +1587,65 @@ def case_tasks_future_arg_failed(c):
     c.expect_no_workers()
 
 
+MIXED_OBJECT_PROGRAM = """@retry(1)
+task big(k: i64, n: i64) -> i64[] {
+  return [(i * 7 + k) % 1000003 for i in 0..n]
+}
+task use(k: i64, a: future<i64[]>, b: future<i64[]>) -> i64 {
+  let x = await a
+  let y = await b
+  var s: i64 = k
+  for v in x { s = (s * 31 + v) % 1000000007 }
+  for v in y { s = (s * 17 + v) % 1000000007 }
+  return s
+}
+task twice(a: future<i64[]>) -> i64[] {
+  let x = await a
+  return [v * 2 for v in x]
+}
+workflow main(n: i64 = 2000, m: i64 = 16) {
+  let bs = [big(k, n) for k in 0..m]
+  let ts = [twice(bs[k]) for k in 0..m]
+  let us = [use(k, bs[k], ts[(k + 1) % m]) for k in 0..m]
+  let direct = await bs
+  let r = await us
+  var s: i64 = 0
+  for x in r { s = (s * 7 + x) % 1000000007 }
+  var d: i64 = 0
+  for a in direct { d += a[n - 1] }
+  let t0 = await ts[0]
+  print("check", s, d, t0[n - 1])
+}
+"""
+
+
+def case_tasks_object_mixed(c):
+    """16 producers, 16 consumers that make held results from held inputs
+    (twice), 16 that take two of them (use), and main awaiting the
+    producers' results too (the head fetches objects that consumers'
+    payloads still name: they stay on their owners until those are done),
+    on 3 workers at a 4 KiB threshold, with and without the head running
+    work: the output equals a single-node run and every held object is
+    released exactly once."""
+    exe = c.compile("mixed", MIXED_OBJECT_PROGRAM)
+    want = [l for l in single_node(exe).splitlines() if l.startswith("check")]
+    for hw in ("false", "true"):
+        with with_env(SFLOW_OBJECT_THRESHOLD=4096):
+            r = c.run(f"--head-runs-work={hw}", "--cluster-log", prog=exe, timeout=120)
+        check(r.returncode == 0, f"exit {r.returncode} head-runs-work={hw}", r.stdout, r.stderr)
+        check([l for l in r.stdout.splitlines() if l.startswith("check")] == want,
+              f"output differs from single node, head-runs-work={hw}", r.stdout, want)
+        held = re.findall(r"held by node (\d) as object (\d+)", r.stderr)
+        released = re.findall(r"object (\d+) \(task '\w+', \d+ bytes\) released on node (\d)",
+                              r.stderr)
+        check(sorted((o, n) for n, o in held) == sorted(released),
+              f"every held object released once, head-runs-work={hw}", r.stderr)
+        if hw == "false":
+            check(len(held) == 32, "32 objects held", r.stderr)
+            check(re.search(r"moved from node \d to node \d", r.stderr), "some moved", r.stderr)
+    c.expect_no_workers()
+
+
 def case_tasks_pipeline_example(c):
     """examples/pipeline.sflow on 2 workers with the object threshold at
     4 KiB: transform (which takes extract's future) runs on the workers,
@@ -2078,6 +2137,7 @@ CASES = {
     "tasks_object_wrong_secret": (2, case_tasks_object_wrong_secret),
     "tasks_pipeline_example": (2, case_tasks_pipeline_example),
     "tasks_future_arg_failed": (2, case_tasks_future_arg_failed),
+    "tasks_object_mixed": (3, case_tasks_object_mixed),
     "actors_remote": (2, case_actors_remote),
     "actors_gpus": (2, case_actors_gpus),
     "actor_worker_killed": (3, case_actor_worker_killed),
