@@ -1499,7 +1499,14 @@ static void input_lost(int node, rtask *t, const sf__frame *fr) {
   for (int i = 0; i < t->nrefs; i++)
     if (t->refs[i].id == id)
       owner = t->refs[i].node;
-  rtask *p = owner > 0 ? hash_find(id) : NULL;
+  if (owner < 0) { /* not an input of t's: an ordinary failure, charged */
+    pthread_mutex_unlock(&R.mu);
+    snprintf(cause, sizeof cause, "node %d reported object %llu lost, which is not an input",
+             node, (unsigned long long)id);
+    finish(node, t, 1, (const uint8_t *)cause, strlen(cause), NULL, 0, true);
+    return;
+  }
+  rtask *p = hash_find(id);
   R.inflight[node]--;
   gpu_give_locked(t->node, &t->gpu);
   requeue_locked(t, true, &ob); /* not an attempt of t's */
