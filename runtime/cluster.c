@@ -109,7 +109,7 @@ typedef struct node {
   bool ssh_open;
   uint32_t pid, cpus, gpus;
   char data_addr[64];
-  uint16_t data_port;
+  uint16_t data_port, obj_port; /* group rings; the object store (remote.c) */
   char hostname[256];
   int64_t last_rx;
   bool copied;
@@ -341,6 +341,7 @@ static int take_hello(node *nd, sf__conn *c, int timeout_ms, char *err, size_t e
   nd->cpus = f.u.hello.cpus;
   nd->gpus = f.u.hello.gpus;
   nd->data_port = f.u.hello.data_port;
+  nd->obj_port = f.u.hello.obj_port;
   snprintf(nd->hostname, sizeof nd->hostname, "%.*s", (int)f.u.hello.host.n,
            (const char *)f.u.hello.host.p);
   snprintf(nd->data_addr, sizeof nd->data_addr, "%.*s", (int)f.u.hello.data_addr.n,
@@ -384,8 +385,9 @@ static void accept_one(int lfd, int auth_timeout) {
   nd->last_rx = now_ms();
   nd->start_s = (double)(now_ms() - H.t0) / 1000.0;
   if (logging())
-    note("sflow: node %u ready: %s (host %s, pid %u, %u cpus, %s, %.2f s)", id, nd->label,
-         nd->hostname, nd->pid, nd->cpus, nd->copied ? "copied" : "cached", nd->start_s);
+    note("sflow: node %u ready: %s (host %s, pid %u, %u cpus, objects on %s:%u, %s, %.2f s)", id,
+         nd->label, nd->hostname, nd->pid, nd->cpus, nd->data_addr, nd->obj_port,
+         nd->copied ? "copied" : "cached", nd->start_s);
 }
 
 static void pump_ssh(node *nd) {
@@ -930,6 +932,17 @@ bool sf__cluster_node(int id, sf__node_info *out) {
   return true;
 }
 
+bool sf__cluster_obj_addr(int id, char *addr, size_t n, uint16_t *port) {
+  pthread_mutex_lock(&H.mu);
+  bool ok = H.started && id >= 1 && id <= H.n && H.nodes[id - 1].obj_port;
+  if (ok) {
+    snprintf(addr, n, "%s", H.nodes[id - 1].data_addr);
+    *port = H.nodes[id - 1].obj_port;
+  }
+  pthread_mutex_unlock(&H.mu);
+  return ok;
+}
+
 bool sf__cluster_data_addr(int id, char *addr, size_t n, uint16_t *port) {
   pthread_mutex_lock(&H.mu);
   bool ok = H.started && id >= 1 && id <= H.n && H.nodes[id - 1].data_port;
@@ -1339,7 +1352,8 @@ static int dial_head(const char *addr, const char *port, char *err, size_t errle
   return fd;
 }
 
-static void worker_hello(worker *w, const char *data_addr, uint16_t data_port) {
+static void worker_hello(worker *w, const char *data_addr, uint16_t data_port,
+                         uint16_t obj_port) {
   char host[256] = "";
   gethostname(host, sizeof host - 1);
   uint8_t hash[SF__HASH_LEN] = {0};
@@ -1351,6 +1365,7 @@ static void worker_hello(worker *w, const char *data_addr, uint16_t data_port) {
   f.u.hello.cpus = (uint32_t)sysconf(_SC_NPROCESSORS_ONLN);
   f.u.hello.gpus = (uint32_t)sf__gpu_devices(); /* the head's hostfile gpus=N wins */
   f.u.hello.data_port = data_port;
+  f.u.hello.obj_port = obj_port;
   f.u.hello.host = (sf__bytes){(const uint8_t *)host, (uint32_t)strlen(host)};
   f.u.hello.data_addr = (sf__bytes){(const uint8_t *)data_addr, (uint32_t)strlen(data_addr)};
   memcpy(f.u.hello.exe_hash, hash, SF__HASH_LEN);
@@ -1450,10 +1465,18 @@ int sf__worker_main(const char *spec) {
   w.data_fd = sf__ring_listen(local, &dport, err, sizeof err);
   if (w.data_fd < 0)
     note("sflow worker %u: %s (group collectives unavailable)", w.node, err);
-  worker_hello(&w, local, dport);
+  /* A second listener for the object store: the ring accepts on its own
+   * one synchronously during group set-up, so they must not share. */
+  uint16_t oport = 0;
+  int obj_fd = sf__ring_listen(local, &oport, err, sizeof err);
+  if (obj_fd < 0)
+    note("sflow worker %u: %s (objects go through the head)", w.node, err);
   sf__node_id = w.node;
   W = &w;
   sf__remote_worker_start();
+  if (obj_fd >= 0)
+    sf__remote_objects_listen(obj_fd); /* its thread owns obj_fd for the process's life */
+  worker_hello(&w, local, dport, obj_fd >= 0 ? oport : 0);
   int rc = worker_loop(&w);
   if (w.group_running) {
     /* A collective still running is bounded by its ring timeout. */

@@ -226,9 +226,29 @@ void sf__remote_worker_submit(const struct sf__frame *f);
 void sf__remote_on_object(int node, const struct sf__frame *f);
 void sf__remote_worker_object(const struct sf__frame *f);
 /* Head: f's value is held by a worker (true when it is wanted already);
- * task.c calls sf__remote_demand when a held future is first wanted. */
+ * task.c calls sf__remote_demand when a held future is first wanted, and
+ * sf__remote_future_gone when a held future's last reference goes (nothing
+ * here can want the value any more: the worker may drop it). */
 bool sf__future_held(sf_future *f);
 void sf__remote_demand(sf_future *f);
+void sf__remote_future_gone(sf_future *f);
+/* A new reference to f unless its count already reached 0 (its destructor
+ * runs or is about to): remote.c's weak pointers to held futures. */
+bool sf__future_try_retain(sf_future *f);
+/* Told once when a future completes (done) or is freed still pending
+ * (!done); fn owns w from then on.  sf__future_notify is false when f is
+ * complete already (w not taken). */
+typedef struct sf__fwaiter {
+  struct sf__fwaiter *next;
+  void (*fn)(struct sf__fwaiter *w, bool done);
+} sf__fwaiter;
+bool sf__future_notify(sf_future *f, sf__fwaiter *w);
+/* Worker: a future that failed with message (a failed input of a task
+ * sent here, which fails as it would where it was made). */
+sf_future *sf__future_failed(const sf_type *t, const char *message);
+/* Worker: serves the object store to other workers on listener fd
+ * (a thread; remote.c). */
+void sf__remote_objects_listen(int fd);
 /* The task descriptor at offset off from &sf_program_desc, when that lies
  * in this executable and is a descriptor named name[0..nl); else NULL with
  * a message.  A peer's number is never followed further than that. */
@@ -373,6 +393,7 @@ void sf__counters_sum(sf__counters *total);
 typedef struct sf__stats_t {
   _Atomic int64_t tasks_failed, retries;
   _Atomic int64_t objects_fetched, object_bytes; /* remote.c: large results */
+  _Atomic int64_t objects_moved, moved_bytes;     /* remote.c: worker to worker */
   _Atomic int64_t actors;
   _Atomic int64_t waiting; /* threads blocked in await */
   _Atomic int64_t replayed, checkpoints, restored;

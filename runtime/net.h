@@ -137,7 +137,8 @@ typedef enum {
   SF__F_CHALLENGE = 1, /* head -> worker: nonce */
   SF__F_AUTH,          /* worker -> head: node, nonce, HMAC */
   SF__F_AUTH_OK,       /* head -> worker: HMAC proving the head knows it too */
-  SF__F_HELLO,         /* worker -> head: pid, host name, exe hash, cpus, data port */
+  SF__F_HELLO,         /* worker -> head: pid, host name, exe hash, cpus, data and
+                        * object ports */
   SF__F_HEARTBEAT,     /* both ways: sequence, send time */
   SF__F_TASK_SUBMIT,   /* head -> worker: task id, function, attempt, args */
   SF__F_TASK_RESULT,   /* worker -> head: task id, status, value or error, output */
@@ -173,7 +174,7 @@ typedef struct sf__frame {
     struct { uint8_t mac[32]; } auth_ok;
     struct {
       uint32_t pid, cpus, gpus;
-      uint16_t data_port;
+      uint16_t data_port, obj_port; /* group rings; the object store (0: none) */
       sf__bytes host, data_addr; /* host name; numeric address of the data listener */
       uint8_t exe_hash[32];
     } hello;
@@ -349,8 +350,10 @@ void sf__cluster_stop(void);
 int sf__cluster_nodes(void); /* 1 + number of workers; 1 without --nodes */
 bool sf__cluster_node(int id, sf__node_info *out);
 void sf__cluster_on_node_lost(sf__node_lost_fn fn);
-/* Head: the data-plane address a worker reported (for actor group rings). */
+/* Head: the data-plane address a worker reported (for actor group rings),
+ * and the port of its object store's listener on the same address. */
 bool sf__cluster_data_addr(int node, char *addr, size_t n, uint16_t *port);
+bool sf__cluster_obj_addr(int node, char *addr, size_t n, uint16_t *port);
 /* Worker: its data-plane listener (-1: none) and the run's secret. */
 int sf__worker_data_fd(void);
 const uint8_t *sf__worker_secret(void);

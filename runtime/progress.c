@@ -253,7 +253,7 @@ void sf__run_end(void) {
   int64_t tasks = c.tasks, calls = c.calls;
   if (sf__options.quiet || (tasks == 0 && calls == 0 && atomic_load(&sf__stats.actors) == 0))
     return;
-  char buf[384], extra[160] = "";
+  char buf[512], extra[288] = "";
   int64_t replayed = atomic_load(&sf__stats.replayed);
   int64_t restored = atomic_load(&sf__stats.restored);
   if (replayed || restored)
@@ -264,6 +264,11 @@ void sf__run_end(void) {
     snprintf(extra + strlen(extra), sizeof extra - strlen(extra),
              ", %lld objects (%lld bytes) fetched", (long long)objs,
              (long long)atomic_load(&sf__stats.object_bytes));
+  int64_t moved = atomic_load(&sf__stats.objects_moved);
+  if (moved) /* remote.c: task inputs fetched by one worker from another */
+    snprintf(extra + strlen(extra), sizeof extra - strlen(extra),
+             ", %lld objects (%lld bytes) moved worker to worker", (long long)moved,
+             (long long)atomic_load(&sf__stats.moved_bytes));
   int n = snprintf(buf, sizeof buf,
                    "%s: %lld tasks (%lld failed, %lld retries), %lld actors, %lld actor calls%s "
                    "in %.3f s\n",

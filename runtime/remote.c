@@ -4,9 +4,14 @@
  *
  * Head.  sf_task_call offers every call here (sf__remote_task).  A call
  * made by workflow main, whose argument and result types can travel
- * (serial.c; no futures or actors inside), is taken (an @gpus call only
- * when some node of the run has a GPU): its arguments are serialized at
- * once into a task record, which goes to a FIFO backlog.  The dispatcher hands backlog entries to the live
+ * (serial.c; no futures or actors inside, except top-level future<T>
+ * parameters of portable T), is taken (an @gpus call only when some node
+ * of the run has a GPU): its arguments are serialized at once into a task
+ * record, which goes to a FIFO backlog.  A call with future arguments
+ * first waits on a wait list, without a thread, until each future is
+ * complete here or held by a worker ("future arguments" below).  The
+ * dispatcher hands backlog entries to the node holding most of a call's
+ * input bytes when it has a free slot, else to the live
  * node with the most free slots (slots from the hostfile or the worker's
  * CPU count; the head, node 0, counts with its pool size when
  * --head-runs-work), so each node has at most `slots` tasks in flight and
@@ -52,10 +57,38 @@
  * result, never followed blindly.
  *
  * Task-submit payload: u32 name length, name, then the arguments (the
- * SF_STRUCT d->args, serial.c).  Task-result: status 0 + the serialized
- * value, status 1 + the failure's cause as text, or status 2 + a reference
- * to a large value the worker keeps in its object store (u64 object id,
- * u64 size), which the head then fetches in object frames ("objects").
+ * SF_STRUCT d->args, serial.c; a future parameter as an ARG_ form: unset,
+ * its value, its failure, or a reference to a worker's object).
+ * Task-result: status 0 + the serialized value, status 1 + the failure's
+ * cause as text, status 2 + a reference to a large value the worker keeps
+ * in its object store (u64 object id, u64 size), which the head fetches in
+ * object frames only when main wants it ("objects"), or status 3 + u64
+ * object id + why: an input object could not be fetched.
+ *
+ * Ownership (objects).  A task record holds a reference to its future
+ * (strong) while it waits, runs, or its held result is wanted or being
+ * fetched; once the result is held and nothing awaits it, the record keeps
+ * a weak pointer (strong = false), so main dropping its last reference
+ * runs the future's destructor, which (FUT_HELD set) calls
+ * sf__remote_future_gone: the record is freed and its owner releases the
+ * object.  A call with future arguments keeps its argument block, and so a
+ * reference to each future, until its record is freed: while a consumer
+ * waits or runs, the future of each input (and so the input's record and
+ * object) lives.  A held record keeps its own argument block too (lineage:
+ * it can be re-run).  Anything that must turn a weak pointer strong does so
+ * only while a reference is known to exist (the caller's in
+ * sf__remote_demand, a consumer's argument block), or with
+ * sf__future_try_retain, which fails once the count reached 0.  Besides,
+ * `users` counts the payloads that name a held object; an object the head
+ * fetched while payloads still name it is pinned (R.pins) and released on
+ * its owner when the last of them is done.
+ *
+ * Failures (objects).  A lost owner re-runs its held results that can
+ * still be wanted (lineage, within their @retry) or fails them naming the
+ * loss.  A consumer whose fetch fails answers status 3: it waits again
+ * without spending an attempt, avoiding that node, while the producer
+ * re-runs (avoiding it too) or fails; a failed input reaches the consumer
+ * as a failed future, so it fails as a local call awaiting it would.
  *
  * Worker.  sf__remote_worker_submit (on the worker's control loop) checks
  * the frame and queues it; runner threads (grown on demand) deserialize
@@ -66,12 +99,20 @@
  * work.
  */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <link.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "internal.h"
 #include "net.h"
@@ -98,6 +139,33 @@ bool sf__remote_portable(const sf_type *t) {
   }
 }
 
+/* Whether a task's arguments can travel: portable values, and futures of
+ * portable values at the top level (remote.c sends their value, their
+ * failure, or a reference to a worker's object); *futs: some future. */
+static bool args_portable(const sf_type *a, bool *futs) {
+  *futs = false;
+  if (!a || a->kind != SF_STRUCT)
+    return sf__remote_portable(a);
+  for (int32_t i = 0; i < a->nfields; i++) {
+    const sf_type *ft = a->fields[i].type;
+    if (ft->kind == SF_FUTURE) {
+      if (!sf__remote_portable(ft->elem))
+        return false;
+      *futs = true;
+    } else if (!sf__remote_portable(ft)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+static int64_t env_i64(const char *name, int64_t dflt) {
+  const char *v = getenv(name);
+  char *end;
+  long long x = v && *v ? strtoll(v, &end, 10) : 0;
+  return v && *v && !*end ? (int64_t)x : dflt;
+}
+
 static int32_t value_size(const sf_type *t) {
   return t && t->kind != SF_VOID ? t->size : 0;
 }
@@ -113,12 +181,31 @@ static const char *cause_of(const char *msg) {
 
 /* ============================================================== head */
 
+/* A held object a task's payload names: where, and whose result it is. */
+typedef struct objref {
+  uint64_t id, size;
+  int node;
+  const char *name; /* the producer's task name (static) */
+} objref;
+
 typedef struct rtask {
-  struct rtask *next;  /* backlog or head-local queue */
+  struct rtask *next;  /* backlog, head-local queue or the wait list */
   struct rtask *hnext; /* hash chain */
+  struct rtask *fnext; /* chain of the future-pointer hash */
   uint64_t id;
   const sf_task_desc *d;
-  sf_future *f;        /* a reference, given back when completed */
+  sf_future *f;        /* a reference while strong (see "Ownership"), else a
+                        * weak pointer cleared by sf__remote_future_gone */
+  bool strong;
+  void *args;          /* future arguments: the argument block (its references
+                        * held) until the task record is freed; else NULL */
+  bool waiting;        /* on the wait list: some future argument is not ready */
+  bool front;          /* leaves the wait list for the front of the backlog */
+  objref *refs;        /* held objects the current payload names (nrefs) */
+  int nrefs;
+  int pref;            /* node holding most of those bytes, or -1 */
+  int users;           /* payloads of other tasks naming this one's held result */
+  int avoid;           /* a node its held result could not be fetched from, or 0 */
   uint8_t *payload;    /* name + args, as sent */
   uint32_t n;
   int32_t attempt;
@@ -156,14 +243,33 @@ static struct {
   rtask *back_head, *back_tail;
   rtask *local_head, *local_tail;
   rtask *buckets[NBUCKETS];
+  rtask *fbuckets[NBUCKETS]; /* by future pointer (tasks not yet freed) */
+  rtask *wait_head;          /* tasks waiting for future arguments */
+  struct pin *pins;          /* objects fetched by the head that payloads still name */
+  char (*oaddr)[64];         /* per node: the object listener (port 0: none) */
+  uint16_t *oport;
+  int locality;              /* SFLOW_OBJECT_LOCALITY: 1 prefer the holder, 0 no, -1 avoid */
   uint64_t next_id;
   int runners, idle_runners;
 } R = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static size_t fbucket(const sf_future *f) { return ((uintptr_t)f >> 4) % NBUCKETS; }
 
 static void hash_put(rtask *t) {
   rtask **b = &R.buckets[t->id % NBUCKETS];
   t->hnext = *b;
   *b = t;
+  b = &R.fbuckets[fbucket(t->f)];
+  t->fnext = *b;
+  *b = t;
+}
+
+/* The task (not yet freed) whose future is f. */
+static rtask *ffind(const sf_future *f) {
+  for (rtask *t = R.fbuckets[fbucket(f)]; t; t = t->fnext)
+    if (t->f == f)
+      return t;
+  return NULL;
 }
 
 static rtask *hash_find(uint64_t id) {
@@ -177,7 +283,12 @@ static void hash_del(rtask *t) {
   for (rtask **p = &R.buckets[t->id % NBUCKETS]; *p; p = &(*p)->hnext)
     if (*p == t) {
       *p = t->hnext;
-      return;
+      break;
+    }
+  for (rtask **p = &R.fbuckets[fbucket(t->f)]; *p; p = &(*p)->fnext)
+    if (*p == t) {
+      *p = t->fnext;
+      break;
     }
 }
 
@@ -245,6 +356,42 @@ static int place_cpu_locked(void) {
     }
   }
   return best;
+}
+
+/* The live node other than p with the most free slots; -1 when none is
+ * free now (while another live node could take work later: wait for
+ * it), else place_cpu_locked's answer. */
+static int place_away_locked(int p) {
+  int best = -1, best_free = 0;
+  bool other = false; /* another live node (busy or not): wait for it */
+  for (int i = 0; i < R.n; i++) {
+    int fr = free_slots(i);
+    other |= i != p && R.alive[i] && R.slots[i] > 0;
+    if (i != p && R.alive[i] && fr > best_free) {
+      best = i;
+      best_free = fr;
+    }
+  }
+  return best >= 0 || other ? best : place_cpu_locked();
+}
+
+/* Objects: a task whose payload names held objects goes to the node that
+ * holds most of their bytes when it has a free slot (no copy at all);
+ * else, as any task, to the node with the most free slots.
+ * SFLOW_OBJECT_LOCALITY=-1 (tests) avoids that node instead, so that the
+ * bytes must move worker to worker.  A task re-run because its result
+ * could not be fetched from node `avoid` does not go back there (the
+ * head may not have seen that node die yet). */
+static int place_near_locked(const rtask *t) {
+  if (t->avoid > 0 && t->avoid < R.n && R.alive[t->avoid])
+    return place_away_locked(t->avoid);
+  int p = t->pref;
+  bool near = p > 0 && p < R.n && R.alive[p];
+  if (near && R.locality > 0 && free_slots(p) > 0)
+    return p;
+  if (!near || R.locality >= 0)
+    return place_cpu_locked();
+  return place_away_locked(p);
 }
 
 /* What is left on node i once a share of h->share is taken there (best
@@ -343,7 +490,11 @@ static void backlog_unlink(rtask *prev, rtask *t) {
  * GPU share); the caller holds R.mu and sends the outbox after releasing
  * it.  A GPU task that fits nowhere now stays where it is and the ones
  * behind it still go: CPU work does not queue behind a busy GPU. */
+static void wake_waiting_locked(outbox *ob);
+
 static void dispatch_locked(outbox *ob) {
+  if (R.wait_head)
+    wake_waiting_locked(ob);
   bool woke = false;
   rtask *prev = NULL;
   int32_t gpu_miss = INT32_MAX; /* the smallest share that found no room */
@@ -351,7 +502,7 @@ static void dispatch_locked(outbox *ob) {
     nx = t->next;
     int best = -1;
     if (!t->gpu.share)
-      best = place_cpu_locked();
+      best = place_near_locked(t);
     else if (t->gpu.share < gpu_miss && (best = place_gpu_locked(&t->gpu, true, false, 1)) < 0)
       gpu_miss = t->gpu.share;
     if (best < 0 && !t->gpu.share)
@@ -394,8 +545,15 @@ static void outbox_send(outbox *ob) {
   ob->wb = NULL;
 }
 
+/* Outside R.mu: releasing futures may run sf__remote_future_gone. */
 static void task_free(rtask *t) {
-  sf_release(t->f);
+  if (t->strong)
+    sf_release(t->f);
+  if (t->args) {
+    sf_value_release(t->d->args, t->args);
+    free(t->args);
+  }
+  free(t->refs);
   free(t->out);
   free(t->obj);
   free(t->payload);
@@ -450,6 +608,266 @@ static void fail_stuck(rtask *l) {
   }
 }
 
+/* ----------------------------------------------- future arguments
+ *
+ * A call whose arguments include futures waits on R.wait_head (no
+ * thread blocks) until each future argument is complete here or held by
+ * a worker; dispatch_locked looks at the wait list first, and anything
+ * that may make an argument ready calls it: a future completing (a waiter
+ * registered with sf__future_notify), a result becoming held (obj_start).
+ * The payload is then built from the argument block: a complete future's
+ * value inline, a failed one's message, a held one as a reference the
+ * worker fetches from the owner's object listener. */
+
+#define ARG_NONE 0   /* a future never set */
+#define ARG_VALUE 1  /* the value follows (serial.c) */
+#define ARG_FAILED 2 /* u32 length, the failure's message */
+#define ARG_REF 3    /* u32 owner, u64 object id, u64 size, u16 port, u8 n, address */
+
+/* An object the head fetched (its task record is gone) that payloads
+ * still name: released on its owner when the last of them is done. */
+typedef struct pin {
+  struct pin *next;
+  uint64_t id, size;
+  int node, users;
+} pin;
+
+static void obj_encode(outbox *ob, int node, uint64_t id, uint64_t offset, uint64_t total) {
+  if (node < 1 || node >= R.n || !R.alive[node])
+    return;
+  if (!ob->wb && !(ob->wb = calloc((size_t)R.n, sizeof *ob->wb)))
+    return;
+  sf__frame f = {.type = SF__F_OBJECT};
+  f.u.object.object = id;
+  f.u.object.offset = offset;
+  f.u.object.total = total;
+  sf__wire_encode(&ob->wb[node], &f);
+}
+
+static void obj_release_locked(outbox *ob, int node, uint64_t id, uint64_t size, const char *name) {
+  obj_encode(ob, node, id, size, size);
+  if (sf__options.cluster_log)
+    sf__notice("object %llu (task '%s', %llu bytes) released on node %d", (unsigned long long)id,
+               name ? name : "?", (unsigned long long)size, node);
+}
+
+/* t's payload no longer names its objects (it ended, or is rebuilt). */
+static void refs_drop_locked(rtask *t, outbox *ob) {
+  for (int i = 0; i < t->nrefs; i++) {
+    const objref *r = &t->refs[i];
+    rtask *p = hash_find(r->id);
+    if (p && p->held && p->node == r->node && p->obj_total == r->size) {
+      p->users--;
+      continue;
+    }
+    for (pin **pp = &R.pins; *pp; pp = &(*pp)->next)
+      if ((*pp)->id == r->id && (*pp)->node == r->node) {
+        pin *q = *pp;
+        if (--q->users == 0) {
+          *pp = q->next;
+          obj_release_locked(ob, q->node, q->id, q->size, r->name);
+          free(q);
+        }
+        break;
+      }
+  }
+  free(t->refs);
+  t->refs = NULL;
+  t->nrefs = 0;
+  t->pref = -1;
+}
+
+/* Worker node answered for t: its inputs were fetched (or used in place). */
+static void refs_done_locked(int node, rtask *t, outbox *ob) {
+  for (int i = 0; i < t->nrefs; i++) {
+    const objref *r = &t->refs[i];
+    if (r->node != node) {
+      atomic_fetch_add(&sf__stats.objects_moved, 1);
+      atomic_fetch_add(&sf__stats.moved_bytes, (int64_t)r->size);
+    }
+    if (!sf__options.cluster_log)
+      continue;
+    if (r->node == node)
+      sf__notice("object %llu (task '%s', %llu bytes) used in place on node %d",
+                 (unsigned long long)r->id, r->name, (unsigned long long)r->size, node);
+    else
+      sf__notice("object %llu (task '%s', %llu bytes) moved from node %d to node %d",
+                 (unsigned long long)r->id, r->name, (unsigned long long)r->size, r->node, node);
+  }
+  refs_drop_locked(t, ob);
+}
+
+/* Onto the wait list: first (a retry), or last (a new call: calls leave
+ * it in the order they were made). */
+static void wait_push_locked(rtask *t, bool front) {
+  t->waiting = true;
+  t->front = front;
+  rtask **pp = &R.wait_head;
+  while (!front && *pp)
+    pp = &(*pp)->next;
+  t->next = *pp;
+  *pp = t;
+}
+
+/* Back to waiting (future arguments: the payload is rebuilt, since where
+ * the inputs are may have changed) or to the backlog. */
+static void requeue_locked(rtask *t, bool front, outbox *ob) {
+  if (!t->args) {
+    back_push(t, front);
+    return;
+  }
+  refs_drop_locked(t, ob);
+  free(t->payload);
+  t->payload = NULL;
+  t->n = 0;
+  t->node = -1;
+  wait_push_locked(t, front);
+}
+
+static const sf_type *field_type(const rtask *t, int32_t i) { return t->d->args->fields[i].type; }
+static void *field_at(const rtask *t, int32_t i) {
+  return (char *)t->args + t->d->args->fields[i].offset;
+}
+
+/* Whether every future argument of t is complete or held by a live
+ * worker.  A held one whose owner has no object listener is fetched by
+ * the head (then it completes here). */
+static bool deps_ready_locked(rtask *t, outbox *ob) {
+  bool ready = true;
+  for (int32_t i = 0; i < t->d->args->nfields; i++) {
+    if (field_type(t, i)->kind != SF_FUTURE)
+      continue;
+    sf_future *g = *(sf_future **)field_at(t, i);
+    if (!g || sf__future_ready(g))
+      continue;
+    rtask *p = ffind(g);
+    if (p && p->held && R.alive[p->node] && R.oport[p->node])
+      continue;
+    ready = false;
+    if (p && p->held && R.alive[p->node] && !p->fetching) {
+      if (!p->strong) { /* t's argument block holds a reference */
+        sf_retain(p->f);
+        p->strong = true;
+      }
+      p->wanted = p->fetching = true;
+      obj_encode(ob, p->node, p->id, 0, p->obj_total);
+    }
+  }
+  return ready;
+}
+
+static void put_u8(sf__buf *b, uint8_t v) { sf__buf_put(b, (const char *)&v, 1); }
+static void put_u32(sf__buf *b, uint32_t v) { sf__buf_put(b, (const char *)&v, 4); }
+
+/* Serializes t's arguments (deps_ready_locked said yes) into t->payload,
+ * naming held objects in t->refs. */
+static bool payload_build_locked(rtask *t) {
+  sf__buf b;
+  sf__buf_init(&b, NULL, 0);
+  uint32_t nl = (uint32_t)strlen(t->d->name);
+  put_u32(&b, nl);
+  sf__buf_put(&b, t->d->name, nl);
+  int64_t *near = calloc((size_t)R.n, sizeof *near);
+  bool ok = near != NULL;
+  for (int32_t i = 0; ok && i < t->d->args->nfields; i++) {
+    const sf_type *ft = field_type(t, i);
+    if (ft->kind != SF_FUTURE) {
+      sf__ser_value(&b, ft, field_at(t, i));
+      continue;
+    }
+    sf_future *g = *(sf_future **)field_at(t, i);
+    bool done = g && sf__future_ready(g); /* never waited for here */
+    rtask *p = g && !done ? ffind(g) : NULL;
+    if (!g) {
+      put_u8(&b, ARG_NONE);
+    } else if (!done && !(p && p->held)) {
+      ok = false; /* not ready after all (deps_ready_locked said it was) */
+    } else if (done) { /* complete: the value, or why it failed */
+      int32_t vs = value_size(ft->elem);
+      _Alignas(16) unsigned char tmp[256];
+      void *v = vs <= (int32_t)sizeof tmp ? tmp : calloc(1, (size_t)vs);
+      char err[SF__ERROR_MAX + 256];
+      if (!v) {
+        ok = false;
+      } else if (sf__future_wait_result(g, v, err, sizeof err)) {
+        put_u8(&b, ARG_VALUE);
+        if (vs)
+          sf__ser_value(&b, ft->elem, v);
+        sf_value_release(ft->elem, v);
+      } else {
+        put_u8(&b, ARG_FAILED);
+        put_u32(&b, (uint32_t)strlen(err));
+        sf__buf_put(&b, err, strlen(err));
+      }
+      if (v && v != tmp)
+        free(v);
+    } else {
+      objref *nr = realloc(t->refs, (size_t)(t->nrefs + 1) * sizeof *nr);
+      if (!nr) {
+        ok = false;
+        break;
+      }
+      t->refs = nr;
+      t->refs[t->nrefs++] = (objref){p->id, p->obj_total, p->node, p->d->name};
+      p->users++;
+      near[p->node] += (int64_t)p->obj_total;
+      uint8_t al = (uint8_t)strlen(R.oaddr[p->node]);
+      put_u8(&b, ARG_REF);
+      put_u32(&b, (uint32_t)p->node);
+      sf__ser_u64(&b, p->id);
+      sf__ser_u64(&b, p->obj_total);
+      sf__buf_put(&b, (const char *)&R.oport[p->node], 2);
+      put_u8(&b, al);
+      sf__buf_put(&b, R.oaddr[p->node], al);
+    }
+  }
+  t->pref = -1;
+  for (int i = 1; ok && i < R.n; i++)
+    if (near[i] && (t->pref < 0 || near[i] > near[t->pref]))
+      t->pref = i;
+  free(near);
+  t->payload = ok && b.len <= UINT32_MAX ? malloc(b.len ? b.len : 1) : NULL;
+  if (t->payload) {
+    memcpy(t->payload, b.data, b.len);
+    t->n = (uint32_t)b.len;
+  }
+  sf__buf_free(&b);
+  return t->payload != NULL;
+}
+
+/* Moves the tasks whose future arguments are all ready to the backlog. */
+static void wake_waiting_locked(outbox *ob) {
+  for (rtask **pp = &R.wait_head; *pp;) {
+    rtask *t = *pp;
+    if (!deps_ready_locked(t, ob) || !payload_build_locked(t)) {
+      refs_drop_locked(t, ob); /* a half-built payload's (none when not ready) */
+      pp = &t->next;
+      continue;
+    }
+    *pp = t->next;
+    t->waiting = false;
+    back_push(t, t->front);
+    t->front = false;
+  }
+}
+
+static void rescan(void) {
+  outbox ob = {0};
+  pthread_mutex_lock(&R.mu);
+  dispatch_locked(&ob);
+  rtask *stuck = drain_if_stuck_locked();
+  pthread_mutex_unlock(&R.mu);
+  outbox_send(&ob);
+  fail_stuck(stuck);
+}
+
+/* A future argument completed (or was freed still pending). */
+static void dep_ready(sf__fwaiter *w, bool done) {
+  free(w);
+  if (done)
+    rescan();
+}
+
 /* --------------------------------------------------- head runners */
 
 static void *head_runner(void *arg) {
@@ -472,10 +890,15 @@ static void *head_runner(void *arg) {
     _Alignas(16) unsigned char abuf[256];
     void *args = asize <= (int32_t)sizeof abuf ? abuf : calloc(1, (size_t)asize);
     memset(args, 0, (size_t)asize);
-    uint32_t nl;
-    memcpy(&nl, t->payload, 4);
-    sf__reader r = {t->payload + 4 + nl, t->payload + t->n};
-    sf__de_value(&r, d->args, args); /* our own bytes */
+    if (t->args) { /* future arguments: the futures themselves (a held one is fetched here) */
+      memcpy(args, t->args, (size_t)asize);
+      sf_value_retain(d->args, args);
+    } else {
+      uint32_t nl;
+      memcpy(&nl, t->payload, 4);
+      sf__reader r = {t->payload + 4 + nl, t->payload + t->n};
+      sf__de_value(&r, d->args, args); /* our own bytes */
+    }
     sf__buf out; /* what the attempt prints here, for the journal */
     sf__buf_init(&out, NULL, 0);
     sf_future *lf = sf__task_submit_attempt(d, args, t->attempt, &out);
@@ -496,6 +919,7 @@ static void *head_runner(void *arg) {
     outbox ob = {0};
     pthread_mutex_lock(&R.mu);
     hash_del(t);
+    refs_drop_locked(t, &ob);
     R.inflight[0]--;
     gpu_give_locked(t->node, &t->gpu);
     dispatch_locked(&ob);
@@ -530,6 +954,16 @@ static void on_node_lost(int node, const char *why) {
   R.alive[node] = false;
   free(R.lost_why[node]);
   R.lost_why[node] = strdup(why);
+  for (pin **pp = &R.pins; *pp;) { /* what the head fetched from it is here already */
+    pin *q = *pp;
+    if (q->node == node) {
+      *pp = q->next;
+      free(q);
+    } else {
+      pp = &q->next;
+    }
+  }
+  rtask *dropped = NULL; /* held results nobody here can want: forgotten */
   /* Its tasks, oldest first, go back to the front of the backlog. */
   rtask *mine = NULL;
   for (int b = 0; b < NBUCKETS; b++)
@@ -561,15 +995,25 @@ static void on_node_lost(int node, const char *why) {
       free(t->obj);
       t->obj = NULL;
       t->held = t->fetching = false;
+      t->users = 0; /* payloads naming it fail their fetch and are rebuilt */
+      if (!t->strong && !sf__future_try_retain(t->f)) {
+        hash_del(t); /* its future is being freed: nothing can want it */
+        t->node = -1;
+        t->next = dropped;
+        dropped = t;
+        continue;
+      }
+      t->strong = true;
     } else {
       R.inflight[node]--;
     }
     if (t->attempt < t->d->retry) {
       t->attempt++;
       atomic_fetch_add(&sf__stats.retries, 1);
-      back_push(t, true);
+      requeue_locked(t, true, &ob);
     } else {
       hash_del(t);
+      refs_drop_locked(t, &ob);
       t->node = -1;
       t->next = failed;
       failed = t;
@@ -591,6 +1035,11 @@ static void on_node_lost(int node, const char *why) {
     failed = nx;
   }
   fail_stuck(stuck);
+  while (dropped) {
+    rtask *nx = dropped->next;
+    task_free(dropped);
+    dropped = nx;
+  }
   sf__ractor_node_lost(node, why); /* actors restart elsewhere */
 }
 
@@ -661,7 +1110,10 @@ static bool activate(void) {
   R.alive = calloc((size_t)n, sizeof *R.alive);
   R.lost_why = calloc((size_t)n, sizeof *R.lost_why);
   R.held = calloc((size_t)n, sizeof *R.held);
-  if (!R.slots || !R.inflight || !R.alive || !R.lost_why || !R.held) {
+  R.oaddr = calloc((size_t)n, sizeof *R.oaddr);
+  R.oport = calloc((size_t)n, sizeof *R.oport);
+  R.locality = (int)env_i64("SFLOW_OBJECT_LOCALITY", 1);
+  if (!R.slots || !R.inflight || !R.alive || !R.lost_why || !R.held || !R.oaddr || !R.oport) {
     R.state = -1;
     pthread_mutex_unlock(&R.mu);
     return false;
@@ -672,6 +1124,8 @@ static bool activate(void) {
       R.slots[i] = ni.slots > 0 ? ni.slots : 1;
       R.alive[i] = ni.alive;
     }
+    if (!sf__cluster_obj_addr(i, R.oaddr[i], sizeof R.oaddr[i], &R.oport[i]))
+      R.oport[i] = 0; /* its held objects go through the head */
   }
   if (sf__options.head_runs_work) {
     sf__sched_start();
@@ -746,6 +1200,48 @@ int32_t sf__remote_gpu_share(double gpus) {
   return gpus > 0 && activate() && gpus_learn() ? gpu_share(gpus) : 0;
 }
 
+/* A call with future arguments: keeps its argument block (and so the
+ * futures) and waits on R.wait_head until they are ready (see "future
+ * arguments"); told when a pending one completes. */
+static bool submit_waiting(rtask *t, const sf_task_desc *d, void *args, sf_future *f) {
+  size_t asize = (size_t)value_size(d->args);
+  t->args = malloc(asize ? asize : 1);
+  if (!t->args) {
+    free(t);
+    return false;
+  }
+  memcpy(t->args, args, asize);
+  sf_value_retain(d->args, t->args);
+  t->d = d;
+  t->gpu.share = d->gpus > 0 ? gpu_share(d->gpus) : 0;
+  sf_retain(f);
+  t->f = f;
+  t->strong = true;
+  for (int32_t i = 0; i < d->args->nfields; i++) {
+    if (field_type(t, i)->kind != SF_FUTURE)
+      continue;
+    sf_future *g = *(sf_future **)field_at(t, i);
+    sf__fwaiter *w = g && !sf__future_ready(g) ? malloc(sizeof *w) : NULL;
+    if (w) {
+      w->fn = dep_ready;
+      if (!sf__future_notify(g, w))
+        free(w); /* complete already */
+    }
+  }
+  outbox ob = {0};
+  pthread_mutex_lock(&R.mu);
+  t->id = ++R.next_id;
+  hash_put(t);
+  t->node = -1;
+  wait_push_locked(t, false);
+  dispatch_locked(&ob);
+  rtask *stuck = drain_if_stuck_locked();
+  pthread_mutex_unlock(&R.mu);
+  outbox_send(&ob);
+  fail_stuck(stuck);
+  return true;
+}
+
 bool sf__remote_task(const sf_task_desc *d, void *args, sf_future *f, int64_t seq) {
   (void)seq; /* sf__future_resolve journals main's calls */
   if (R.state < 0 || sf__task_depth > 0)
@@ -756,7 +1252,8 @@ bool sf__remote_task(const sf_task_desc *d, void *args, sf_future *f, int64_t se
    * --require-gpu's error, as in a single-node run). */
   if (d->gpus > 0 && !gpus_learn())
     return false;
-  if (!sf__remote_portable(d->args) || !sf__remote_portable(d->result))
+  bool futs;
+  if (!args_portable(d->args, &futs) || !sf__remote_portable(d->result))
     return false;
   intptr_t off = (const char *)d - (const char *)&sf_program_desc;
   if (off < INT32_MIN || off > INT32_MAX)
@@ -764,6 +1261,9 @@ bool sf__remote_task(const sf_task_desc *d, void *args, sf_future *f, int64_t se
   rtask *t = calloc(1, sizeof *t);
   if (!t)
     return false;
+  t->pref = -1;
+  if (futs)
+    return submit_waiting(t, d, args, f);
   sf__buf b;
   char store[512];
   sf__buf_init(&b, store, sizeof store);
@@ -784,6 +1284,7 @@ bool sf__remote_task(const sf_task_desc *d, void *args, sf_future *f, int64_t se
   t->gpu.share = d->gpus > 0 ? gpu_share(d->gpus) : 0;
   sf_retain(f);
   t->f = f;
+  t->strong = true;
   outbox ob = {0};
   pthread_mutex_lock(&R.mu);
   t->id = ++R.next_id;
@@ -830,16 +1331,19 @@ static void finish(int node, rtask *t, int status, const uint8_t *p, size_t n,
   free(t->obj);
   t->obj = NULL;
   t->held = t->fetching = false;
-  if (slot)
+  if (slot) {
     R.inflight[node]--;
+    refs_done_locked(node, t, &ob);
+  }
   gpu_give_locked(t->node, &t->gpu);
   if (!good && t->attempt < t->d->retry) {
     t->attempt++;
     atomic_fetch_add(&sf__stats.retries, 1);
-    back_push(t, true);
+    requeue_locked(t, true, &ob);
     retry = true;
   } else {
     hash_del(t);
+    refs_drop_locked(t, &ob);
   }
   dispatch_locked(&ob);
   pthread_mutex_unlock(&R.mu);
@@ -863,6 +1367,7 @@ static void finish(int node, rtask *t, int status, const uint8_t *p, size_t n,
 }
 
 static void obj_start(int node, rtask *t, const sf__frame *fr);
+static void input_lost(int node, rtask *t, const sf__frame *fr);
 
 void sf__remote_on_result(int node, const sf__frame *fr) {
   pthread_mutex_lock(&R.mu);
@@ -878,6 +1383,8 @@ void sf__remote_on_result(int node, const sf__frame *fr) {
    * so t stays valid between the locked sections. */
   if (fr->u.task_result.status == 2)
     obj_start(node, t, fr);
+  else if (fr->u.task_result.status == 3)
+    input_lost(node, t, fr);
   else
     finish(node, t, fr->u.task_result.status, fr->u.task_result.value.p,
            fr->u.task_result.value.n, (const char *)fr->u.task_result.output.p,
@@ -900,7 +1407,9 @@ void sf__remote_on_result(int node, const sf__frame *fr) {
  * different total, or an empty chunk fails the attempt as a malformed
  * result (retried per @retry).  A lost owner re-runs the task while its
  * @retry budget lasts (lineage: the task record still holds its
- * arguments), else the task fails naming the lost result. */
+ * arguments), else the task fails naming the lost result.  Other workers
+ * fetch objects directly from the owner ("worker to worker objects"); the
+ * ownership rules are in the file's header. */
 
 #define OBJ_CHUNK ((uint32_t)256 << 10)
 #define OBJ_MAX ((uint64_t)1 << 40)
@@ -935,38 +1444,116 @@ static void obj_start(int node, rtask *t, const sf__frame *fr) {
   outbox ob = {0};
   pthread_mutex_lock(&R.mu);
   R.inflight[node]--; /* the worker is done with it: its slot is free */
+  refs_done_locked(node, t, &ob);
   gpu_give_locked(t->node, &t->gpu);
   t->held = true;
+  t->users = 0;
   free(t->out);
   t->out = out;
   t->out_n = out ? on : 0;
   t->obj_total = total;
   t->obj_got = 0;
   t->obj_chunks = 0;
-  dispatch_locked(&ob);
   pthread_mutex_unlock(&R.mu);
-  outbox_send(&ob);
   if (sf__options.cluster_log)
     sf__notice("task '%s' result (%llu bytes) held by node %d as object %llu", t->d->name,
                (unsigned long long)total, node, (unsigned long long)id);
   /* Wanted already (main awaits it, or a re-run of a wanted one): fetch
-   * now; else sf__remote_demand does when it is. */
-  bool wanted = sf__future_held(t->f);
+   * now; else sf__remote_demand does when it is.  Not wanted: the record
+   * keeps only a weak pointer, so that main dropping its last reference
+   * lets the object go (sf__remote_future_gone).  Calls waiting for it as
+   * an argument may go now. */
+  sf_future *f = t->f;
+  bool wanted = sf__future_held(f);
   pthread_mutex_lock(&R.mu);
   bool go = (wanted || t->wanted) && !t->fetching;
   t->fetching |= go;
+  bool weak = !t->fetching && t->strong;
+  if (weak)
+    t->strong = false;
+  dispatch_locked(&ob);
   pthread_mutex_unlock(&R.mu);
+  outbox_send(&ob);
   if (go)
     obj_send(node, id, 0, total); /* fetch it all */
+  if (weak)
+    sf_release(f); /* t may be gone after this */
+}
+
+/* Node answered that an input object of t could not be fetched (its
+ * owner lost, or not holding it): t goes back to waiting, its attempt
+ * not charged; the object's task re-runs within its @retry (lineage),
+ * or fails naming the lost object, and then t runs with that failure as
+ * its argument (it fails as a local call awaiting a failed future does). */
+static void input_lost(int node, rtask *t, const sf__frame *fr) {
+  uint64_t id;
+  memcpy(&id, fr->u.task_result.value.p, 8); /* at least 8 bytes: wire.c checked */
+  char why[300];
+  snprintf(why, sizeof why, "%.*s", (int)(fr->u.task_result.value.n - 8),
+           (const char *)fr->u.task_result.value.p + 8);
+  outbox ob = {0};
+  rtask *failed = NULL;
+  char cause[700] = "";
+  pthread_mutex_lock(&R.mu);
+  int owner = -1;
+  for (int i = 0; i < t->nrefs; i++)
+    if (t->refs[i].id == id)
+      owner = t->refs[i].node;
+  if (owner < 0) { /* not an input of t's: an ordinary failure, charged */
+    pthread_mutex_unlock(&R.mu);
+    snprintf(cause, sizeof cause, "node %d reported object %llu lost, which is not an input",
+             node, (unsigned long long)id);
+    finish(node, t, 1, (const uint8_t *)cause, strlen(cause), NULL, 0, true);
+    return;
+  }
+  rtask *p = hash_find(id);
+  R.inflight[node]--;
+  gpu_give_locked(t->node, &t->gpu);
+  requeue_locked(t, true, &ob); /* not an attempt of t's */
+  t->avoid = owner;
+  if (p && p->held && p->node == owner) {
+    /* Lost there: forget it (release it should the owner still run). */
+    obj_encode(&ob, owner, id, p->obj_total, p->obj_total);
+    p->held = p->fetching = false;
+    p->users = 0;
+    p->obj_chunks = -1;
+    if (!p->strong) { /* t's argument block holds a reference */
+      sf_retain(p->f);
+      p->strong = true;
+    }
+    snprintf(cause, sizeof cause,
+             "its result (object %llu, %llu bytes on node %d) could not be fetched by node %d: %s",
+             (unsigned long long)id, (unsigned long long)p->obj_total, owner, node, why);
+    if (sf__options.cluster_log)
+      sf__notice("object %llu (task '%s') lost on node %d (node %d asked for it: %s)%s",
+                 (unsigned long long)id, p->d->name, owner, node, why,
+                 p->attempt < p->d->retry ? "; re-running the task" : "");
+    if (p->attempt < p->d->retry) {
+      p->attempt++;
+      p->avoid = owner;
+      atomic_fetch_add(&sf__stats.retries, 1);
+      requeue_locked(p, true, &ob);
+    } else {
+      hash_del(p);
+      refs_drop_locked(p, &ob);
+      p->node = -1;
+      failed = p;
+    }
+  }
+  dispatch_locked(&ob);
+  pthread_mutex_unlock(&R.mu);
+  outbox_send(&ob);
+  if (failed)
+    fail_task(failed, cause); /* t, waiting on it, is told */
 }
 
 void sf__remote_demand(sf_future *f) {
-  rtask *t = NULL;
   pthread_mutex_lock(&R.mu);
-  for (int b = 0; b < NBUCKETS && !t; b++)
-    for (rtask *x = R.buckets[b]; x && !t; x = x->hnext)
-      if (x->f == f)
-        t = x;
+  rtask *t = R.state > 0 ? ffind(f) : NULL;
+  if (t && !t->strong) { /* the caller holds a reference */
+    sf_retain(f);
+    t->strong = true;
+  }
   bool go = t && t->held && !t->fetching;
   int node = t ? t->node : 0;
   uint64_t id = t ? t->id : 0, total = t ? t->obj_total : 0;
@@ -1003,10 +1590,21 @@ void sf__remote_on_object(int node, const sf__frame *fr) {
     t->obj_chunks++;
   }
   bool done = bad || t->obj_got == t->obj_total;
+  pin *q = NULL;
+  if (done && !bad && t->users > 0 && (q = malloc(sizeof *q))) {
+    /* Payloads of calls not yet done name it: released when they are. */
+    *q = (pin){R.pins, id, t->obj_total, node, t->users};
+    R.pins = q;
+  }
   pthread_mutex_unlock(&R.mu);
   if (!done)
     return;
-  obj_send(node, id, t->obj_total, t->obj_total); /* release */
+  if (!q) {
+    obj_send(node, id, t->obj_total, t->obj_total); /* release */
+    if (sf__options.cluster_log && !bad)
+      sf__notice("object %llu (task '%s', %llu bytes) released on node %d", (unsigned long long)id,
+                 t->d->name, (unsigned long long)t->obj_total, node);
+  }
   if (bad) {
     char cause[160];
     snprintf(cause, sizeof cause, "node %d %s object %llu", node, bad, (unsigned long long)id);
@@ -1020,6 +1618,34 @@ void sf__remote_on_object(int node, const sf__frame *fr) {
   atomic_fetch_add(&sf__stats.objects_fetched, 1);
   atomic_fetch_add(&sf__stats.object_bytes, t->obj_total);
   finish(node, t, 0, t->obj, t->obj_total, t->out, t->out_n, false);
+}
+
+/* The last reference to held future f went (task.c, its destructor): no
+ * call here can want the value any more, and no call waiting or running
+ * names it (they hold references to f), so its owner drops it. */
+void sf__remote_future_gone(sf_future *f) {
+  outbox ob = {0};
+  pthread_mutex_lock(&R.mu);
+  rtask *t = R.state > 0 ? ffind(f) : NULL;
+  if (t && (t->strong || !t->held))
+    t = NULL; /* not this record's (it holds a reference while it is not held) */
+  if (t) {
+    hash_del(t);
+    if (t->users > 0) { /* not expected: payloads hold f; kept for them */
+      pin *q = malloc(sizeof *q);
+      if (q) {
+        *q = (pin){R.pins, t->id, t->obj_total, t->node, t->users};
+        R.pins = q;
+      }
+    } else {
+      obj_release_locked(&ob, t->node, t->id, t->obj_total, t->d->name);
+    }
+    refs_drop_locked(t, &ob);
+  }
+  pthread_mutex_unlock(&R.mu);
+  outbox_send(&ob);
+  if (t)
+    task_free(t); /* weak: f is not released again */
 }
 
 /* Appends to b what the head prints for output s[0..n) of node: as it
@@ -1224,7 +1850,8 @@ static void print_to_head(const char *line, size_t n) {
 /* -------------------------------------------------- worker objects
  *
  * The store: large results by object id until the head releases them
- * (or this process exits with the run).  Serving runs on its own thread,
+ * (or this process exits with the run), served to the head over the
+ * control connection and to other workers over the object listener.  Serving runs on its own thread,
  * so the control loop keeps answering heartbeats; `users` keeps an object
  * alive while a thread sends it. */
 
@@ -1276,6 +1903,33 @@ static void obj_unuse_locked(wobj *o) {
   }
 }
 
+static wobj *obj_use(uint64_t id) {
+  pthread_mutex_lock(&WO.mu);
+  wobj *o = WO.list;
+  while (o && o->id != id)
+    o = o->next;
+  if (o)
+    o->users++;
+  pthread_mutex_unlock(&WO.mu);
+  return o;
+}
+
+static void obj_unuse(wobj *o) {
+  pthread_mutex_lock(&WO.mu);
+  obj_unuse_locked(o);
+  pthread_mutex_unlock(&WO.mu);
+}
+
+/* SFLOW_OBJECT_SERVE_DELAY_MS (tests): a window to kill the owner in
+ * before it sends an object. */
+static void obj_delay(void) {
+  uint64_t delay = env_u64("SFLOW_OBJECT_SERVE_DELAY_MS", 0);
+  if (delay) {
+    struct timespec ts = {(time_t)(delay / 1000), (long)(delay % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+}
+
 typedef struct serve {
   wobj *o;
   uint64_t from;
@@ -1283,11 +1937,7 @@ typedef struct serve {
 
 static void *obj_serve(void *arg) {
   serve *sv = arg;
-  uint64_t delay = env_u64("SFLOW_OBJECT_SERVE_DELAY_MS", 0); /* tests: a window to kill us */
-  if (delay) {
-    struct timespec ts = {(time_t)(delay / 1000), (long)(delay % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-  }
+  obj_delay();
   wobj *o = sv->o;
   for (uint64_t off = sv->from; off < o->n;) {
     uint64_t k = o->n - off < OBJ_CHUNK ? o->n - off : OBJ_CHUNK;
@@ -1347,6 +1997,284 @@ void sf__remote_worker_object(const sf__frame *f) {
   sf__worker_send_frame(&no);
 }
 
+/* ------------------------------------------ worker to worker objects
+ *
+ * Each worker serves its store on a second listener (the first is the
+ * group rings', which accept synchronously during set-up).  A fetcher
+ * greets with the object id and HMAC(run secret, "sflow-obj-1" | id); the
+ * owner answers u64 size (0: not held here) and the bytes.  A greeting
+ * that does not prove the secret is refused, with a line on stderr. */
+
+#define OBJ_IO_TIMEOUT_S 30
+static const char obj_tag[] = "sflow-obj-1";
+
+static void obj_mac(uint64_t id, uint8_t mac[SF__HASH_LEN]) {
+  uint8_t msg[sizeof obj_tag - 1 + 8];
+  memcpy(msg, obj_tag, sizeof obj_tag - 1);
+  memcpy(msg + sizeof obj_tag - 1, &id, 8);
+  sf__hmac_sha256(sf__worker_secret(), SF__SECRET_LEN, msg, sizeof msg, mac);
+}
+
+static void io_timeouts(int fd) {
+  struct timeval tv = {OBJ_IO_TIMEOUT_S, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
+/* Reads exactly n bytes; false on end of stream, error or timeout. */
+static bool read_full(int fd, void *p, size_t n) {
+  for (size_t got = 0; got < n;) {
+    ssize_t k = read(fd, (char *)p + got, n - got);
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k <= 0)
+      return false;
+    got += (size_t)k;
+  }
+  return true;
+}
+
+static void worker_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void worker_note(const char *fmt, ...) {
+  char line[512];
+  int k = snprintf(line, sizeof line, "sflow worker %lld: ", (long long)sf__node_id);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line + k, sizeof line - (size_t)k - 1, fmt, ap);
+  va_end(ap);
+  size_t n = strlen(line);
+  line[n++] = '\n';
+  (void)sf__write_all(2, line, n);
+}
+
+static wobj *obj_use(uint64_t id);
+static void obj_unuse(wobj *o);
+static void obj_delay(void);
+
+static void *obj_conn(void *arg) {
+  int fd = (int)(intptr_t)arg;
+  io_timeouts(fd);
+  char who[80] = "?";
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
+  char host[64] = "?", serv[16] = "?";
+  if (!getpeername(fd, (struct sockaddr *)&ss, &sl) &&
+      !getnameinfo((struct sockaddr *)&ss, sl, host, sizeof host, serv, sizeof serv,
+                   NI_NUMERICHOST | NI_NUMERICSERV))
+    snprintf(who, sizeof who, "%s:%s", host, serv);
+  uint8_t greet[8 + SF__HASH_LEN], mac[SF__HASH_LEN];
+  uint64_t id;
+  if (!read_full(fd, greet, sizeof greet)) {
+    worker_note("refused object connection from %s: no greeting", who);
+    close(fd);
+    return NULL;
+  }
+  memcpy(&id, greet, 8);
+  obj_mac(id, mac);
+  if (!sf__ct_equal(mac, greet + 8, SF__HASH_LEN)) {
+    worker_note("refused object connection from %s: wrong HMAC", who);
+    close(fd);
+    return NULL;
+  }
+  wobj *o = obj_use(id);
+  obj_delay();
+  uint64_t total = o ? o->n : 0;
+  if (sf__write_all(fd, (const char *)&total, 8) && o)
+    (void)sf__write_all(fd, (const char *)o->p, o->n); /* a gone fetcher: its own error */
+  if (o)
+    obj_unuse(o);
+  close(fd);
+  return NULL;
+}
+
+static void *obj_accept(void *arg) {
+  int lfd = (int)(intptr_t)arg;
+  for (;;) {
+    int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN)
+        continue;
+      struct timespec ts = {0, 100 * 1000000L}; /* out of descriptors: not a spin */
+      nanosleep(&ts, NULL);
+      continue;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    pthread_t th;
+    if (pthread_create(&th, NULL, obj_conn, (void *)(intptr_t)fd) == 0)
+      pthread_detach(th);
+    else
+      close(fd);
+  }
+  return NULL;
+}
+
+void sf__remote_objects_listen(int fd) {
+  int fl = fcntl(fd, F_GETFL);
+  if (fl >= 0)
+    fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+  pthread_t th;
+  if (pthread_create(&th, NULL, obj_accept, (void *)(intptr_t)fd) == 0)
+    pthread_detach(th);
+}
+
+/* The bytes of object id (size bytes) from the worker at addr:port into a
+ * new buffer; NULL with why[] when that fails. */
+static uint8_t *obj_fetch(const char *addr, uint16_t port, uint64_t id, uint64_t size,
+                          char *why, size_t wl) {
+  char ps[8];
+  snprintf(ps, sizeof ps, "%u", port);
+  struct addrinfo hints = {.ai_flags = AI_NUMERICHOST, .ai_socktype = SOCK_STREAM};
+  struct addrinfo *ai = NULL;
+  if (getaddrinfo(addr, ps, &hints, &ai)) {
+    snprintf(why, wl, "bad object address %s", addr);
+    return NULL;
+  }
+  int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0)
+    io_timeouts(fd); /* SO_SNDTIMEO bounds connect too */
+  int rc = fd < 0 ? -1 : connect(fd, ai->ai_addr, ai->ai_addrlen);
+  freeaddrinfo(ai);
+  uint8_t *buf = NULL;
+  uint64_t total = 0;
+  if (rc) {
+    snprintf(why, wl, "cannot connect to %s:%u: %s", addr, port, strerror(errno));
+  } else {
+    uint8_t greet[8 + SF__HASH_LEN];
+    memcpy(greet, &id, 8);
+    obj_mac(id, greet + 8);
+    if (!sf__write_all(fd, (const char *)greet, sizeof greet) || !read_full(fd, &total, 8))
+      snprintf(why, wl, "%s:%u closed the connection", addr, port);
+    else if (total == 0)
+      snprintf(why, wl, "it no longer holds the object");
+    else if (total != size)
+      snprintf(why, wl, "it sent %llu bytes where %llu were expected",
+               (unsigned long long)total, (unsigned long long)size);
+    else if (!(buf = malloc(size)))
+      snprintf(why, wl, "out of memory for %llu bytes", (unsigned long long)size);
+    else if (!read_full(fd, buf, size)) {
+      snprintf(why, wl, "%s:%u closed the connection mid-object", addr, port);
+      free(buf);
+      buf = NULL;
+    }
+  }
+  if (fd >= 0)
+    close(fd);
+  return buf;
+}
+
+/* Reads one future argument of type ft (a future<T>) into *out. */
+static int de_future(sf__reader *r, const sf_type *ft, sf_future **out, uint64_t *lost,
+                     char *why, size_t wl) {
+  if (r->p >= r->end)
+    return -1;
+  uint8_t tag = *r->p++;
+  const sf_type *vt = ft->elem;
+  int32_t vs = value_size(vt);
+  if (tag == ARG_NONE)
+    return 0;
+  if (tag == ARG_FAILED) {
+    uint32_t n;
+    if (r->end - r->p < 4 || (memcpy(&n, r->p, 4), n > (uint64_t)(r->end - r->p - 4)))
+      return -1;
+    char *m = strndup((const char *)r->p + 4, n);
+    r->p += 4 + n;
+    if (!m)
+      return -1;
+    *out = sf__future_failed(vt, m);
+    free(m);
+    return 0;
+  }
+  const uint8_t *bytes = NULL;
+  uint64_t nbytes = 0;
+  uint8_t *fetched = NULL;
+  wobj *local = NULL;
+  sf__reader vr = *r;
+  if (tag == ARG_REF) {
+    uint32_t node;
+    uint64_t id, size;
+    uint16_t port;
+    if (r->end - r->p < 4 + 8 + 8 + 2 + 1)
+      return -1;
+    memcpy(&node, r->p, 4);
+    memcpy(&id, r->p + 4, 8);
+    memcpy(&size, r->p + 12, 8);
+    memcpy(&port, r->p + 20, 2);
+    uint8_t al = r->p[22];
+    r->p += 23;
+    if (r->end - r->p < al || al >= 64)
+      return -1;
+    char addr[64];
+    memcpy(addr, r->p, al);
+    addr[al] = '\0';
+    r->p += al;
+    if ((int64_t)node == sf__node_id) { /* held here: used in place */
+      if (!(local = obj_use(id)) || local->n != size) {
+        if (local)
+          obj_unuse(local);
+        *lost = id;
+        snprintf(why, wl, "node %u no longer holds object %llu", node, (unsigned long long)id);
+        return 1;
+      }
+      bytes = local->p;
+      nbytes = local->n;
+    } else {
+      char w2[200];
+      if (!(fetched = obj_fetch(addr, port, id, size, w2, sizeof w2))) {
+        *lost = id;
+        snprintf(why, wl, "object %llu from node %u: %s", (unsigned long long)id, node, w2);
+        return 1;
+      }
+      bytes = fetched;
+      nbytes = size;
+    }
+    vr = (sf__reader){bytes, bytes + nbytes};
+  } else if (tag != ARG_VALUE) {
+    return -1;
+  }
+  _Alignas(16) unsigned char tmp[256];
+  void *v = vs <= (int32_t)sizeof tmp ? tmp : calloc(1, (size_t)vs);
+  int rc = v ? 0 : -1;
+  if (v) {
+    memset(v, 0, (size_t)vs);
+    if (vs && !sf__de_value(&vr, vt, v)) {
+      sf_value_release(vt, v);
+      rc = -1;
+    } else if (tag == ARG_REF && vr.p != vr.end) {
+      sf_value_release(vt, v);
+      rc = -1;
+    } else {
+      *out = sf_future_done(vt, v);
+    }
+    if (v != tmp)
+      free(v);
+  }
+  if (tag == ARG_VALUE)
+    *r = vr;
+  if (local)
+    obj_unuse(local);
+  free(fetched);
+  return rc;
+}
+
+/* The arguments of d from the head's payload into args (zeroed): the
+ * serial.c layout, a future as one of the ARG_ forms.  0, -1 malformed,
+ * 1 an input object could not be had (*lost, why). */
+static int de_args(const sf_task_desc *d, const uint8_t *p, uint32_t n, void *args,
+                   uint64_t *lost, char *why, size_t wl) {
+  sf__reader r = {p, p + n};
+  const sf_type *a = d->args;
+  for (int32_t i = 0; i < a->nfields; i++) {
+    const sf_type *ft = a->fields[i].type;
+    void *fp = (char *)args + a->fields[i].offset;
+    int rc = ft->kind == SF_FUTURE ? de_future(&r, ft, (sf_future **)fp, lost, why, wl)
+                                   : sf__de_value(&r, ft, fp) ? 0 : -1;
+    if (rc)
+      return rc;
+  }
+  return r.p == r.end ? 0 : -1;
+}
+
 static void *worker_runner(void *arg) {
   (void)arg;
   for (;;) {
@@ -1366,13 +2294,23 @@ static void *worker_runner(void *arg) {
     const sf_task_desc *d = j->d;
     int32_t asize = value_size(d->args);
     void *args = calloc(1, asize ? (size_t)asize : 1);
-    sf__reader r = {j->args, j->args + j->n};
-    if (!args || !sf__de_value(&r, d->args, args) || r.p != r.end) {
+    uint64_t lost = 0;
+    char why[300];
+    int de = args ? de_args(d, j->args, j->n, args, &lost, why, sizeof why) : -1;
+    if (de) {
       if (args)
         sf_value_release(d->args, args);
       free(args);
       static const char msg[] = "malformed task arguments from the head";
-      worker_reply(j->id, 1, msg, sizeof msg - 1, NULL, 0);
+      if (de > 0) { /* an input object is lost: the head re-makes it */
+        uint8_t v[8 + sizeof why];
+        memcpy(v, &lost, 8);
+        size_t wn = strlen(why);
+        memcpy(v + 8, why, wn);
+        worker_reply(j->id, 3, v, 8 + wn, NULL, 0);
+      } else {
+        worker_reply(j->id, 1, msg, sizeof msg - 1, NULL, 0);
+      }
     } else {
       sf__buf out; /* the attempt's print lines, sent with its value */
       sf__buf_init(&out, NULL, 0);

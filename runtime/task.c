@@ -45,6 +45,7 @@ struct sf_future {
   char *error;         /* the message of a failed future (heap) */
   struct task_rec *task; /* the task making the value, if any */
   struct task_rec *parked; /* tasks waiting for this value to start (FUT_LOCK) */
+  sf__fwaiter *notify;     /* remote.c: told when the value exists (FUT_LOCK) */
   _Alignas(16) unsigned char value[];
 };
 
@@ -86,8 +87,22 @@ static __attribute__((noinline)) bool guarded(void (*task)(void *, void *),
 
 /* ------------------------------------------------------------ futures */
 
+static void notify_all(sf__fwaiter *w, bool done) {
+  while (w) {
+    sf__fwaiter *next = w->next;
+    w->fn(w, done);
+    w = next;
+  }
+}
+
 static void future_dtor(sf_obj *o) {
   sf_future *f = (sf_future *)o;
+  /* remote.c objects: a value a worker still holds that nobody here can
+   * ask for any more (one flag test for every other future). */
+  if (atomic_load_explicit(&f->state, memory_order_relaxed) & FUT_HELD)
+    sf__remote_future_gone(f);
+  if (f->notify)
+    notify_all(f->notify, false);
   if (f->type && (atomic_load(&f->state) & FUT_STATUS) == FUT_DONE)
     sf_value_release(f->type, f->value);
   free(f->error);
@@ -107,6 +122,7 @@ static sf_future *future_alloc(const sf_type *t, size_t extra, void **extra_out)
   f->error = NULL;
   f->task = NULL;
   f->parked = NULL;
+  f->notify = NULL;
   if (vsize)
     memset(f->value, 0, vsize);
   if (extra_out)
@@ -134,6 +150,11 @@ static void future_finish(sf_future *f, uint32_t status) {
     f->parked = NULL;
     tasks_unparked(list);
   }
+  if (f->notify) {
+    sf__fwaiter *w = f->notify;
+    f->notify = NULL;
+    notify_all(w, true);
+  }
 }
 
 /* ---- remote.c objects: a future whose value a worker holds (HELD) is
@@ -152,12 +173,18 @@ bool sf__future_held(sf_future *f) {
   uint32_t old = atomic_fetch_or_explicit(&f->state, FUT_HELD, memory_order_acq_rel);
   return (old & FUT_WANTED) != 0;
 }
-/* ---- end of remote.c objects */
 
-/* Parks task t on pending future f: t starts when f completes.  False if
- * f is already complete. */
-static bool park_on(sf_future *f, struct task_rec *t, struct task_rec **link) {
-  future_want(f);
+bool sf__future_try_retain(sf_future *f) {
+  int64_t rc = __atomic_load_n(&f->hdr.rc, __ATOMIC_RELAXED);
+  while (rc > 0)
+    if (__atomic_compare_exchange_n(&f->hdr.rc, &rc, rc + 1, true, __ATOMIC_ACQUIRE,
+                                    __ATOMIC_RELAXED))
+      return true;
+  return false;
+}
+
+/* Takes the FUT_LOCK bit of pending f; false once f is complete. */
+static bool future_lock(sf_future *f) {
   uint32_t s = atomic_load_explicit(&f->state, memory_order_relaxed);
   for (;;) {
     if (s & FUT_STATUS)
@@ -168,8 +195,26 @@ static bool park_on(sf_future *f, struct task_rec *t, struct task_rec **link) {
     }
     if (atomic_compare_exchange_weak_explicit(&f->state, &s, s | FUT_LOCK, memory_order_acquire,
                                               memory_order_relaxed))
-      break;
+      return true;
   }
+}
+
+bool sf__future_notify(sf_future *f, sf__fwaiter *w) {
+  if (!future_lock(f))
+    return false;
+  w->next = f->notify;
+  f->notify = w;
+  atomic_fetch_and_explicit(&f->state, ~(uint32_t)FUT_LOCK, memory_order_release);
+  return true;
+}
+/* ---- end of remote.c objects */
+
+/* Parks task t on pending future f: t starts when f completes.  False if
+ * f is already complete. */
+static bool park_on(sf_future *f, struct task_rec *t, struct task_rec **link) {
+  future_want(f);
+  if (!future_lock(f))
+    return false;
   *link = f->parked;
   f->parked = t;
   atomic_fetch_and_explicit(&f->state, ~(uint32_t)FUT_LOCK, memory_order_release);
@@ -197,6 +242,12 @@ static void future_fail(sf_future *f, const char *fmt, ...) {
 sf_future *sf_future_done(const sf_type *t, void *value) {
   sf_future *f = future_alloc(t, 0, NULL);
   future_set(f, value);
+  return f;
+}
+
+sf_future *sf__future_failed(const sf_type *t, const char *message) {
+  sf_future *f = future_alloc(t, 0, NULL);
+  future_fail(f, "%s", message);
   return f;
 }
 

@@ -120,6 +120,7 @@ static void put_payload(sf__wbuf *b, const sf__frame *f) {
     put_u32(b, f->u.hello.cpus);
     put_u32(b, f->u.hello.gpus);
     put_u16(b, f->u.hello.data_port);
+    put_u16(b, f->u.hello.obj_port);
     put_bytes(b, f->u.hello.host);
     put_bytes(b, f->u.hello.data_addr);
     put(b, f->u.hello.exe_hash, 32);
@@ -312,6 +313,7 @@ static void get_payload(rd *r, sf__frame *f) {
     f->u.hello.cpus = get_u32(r, "cpus");
     f->u.hello.gpus = get_u32(r, "gpus");
     f->u.hello.data_port = get_u16(r, "data port");
+    f->u.hello.obj_port = get_u16(r, "object port");
     f->u.hello.host = get_bytes(r, 255, "host name");
     f->u.hello.data_addr = get_bytes(r, 63, "data address");
     get_raw(r, f->u.hello.exe_hash, 32, "executable hash");
@@ -330,16 +332,20 @@ static void get_payload(rd *r, sf__frame *f) {
     f->u.task_result.task = get_u64(r, "task id");
     f->u.task_result.status = get_u8(r, "status");
     f->u.task_result.value = get_bytes(r, ARGS_MAX, "value");
-    /* Status 2 (objects, remote.c): the value is u64 object id + u64 size. */
-    if (r->ok && (f->u.task_result.status > 2 ||
-                  (f->u.task_result.status == 2 && f->u.task_result.value.n != 16))) {
+    /* Status 2 (objects, remote.c): the value is u64 object id + u64 size;
+     * status 3 (an input object could not be fetched): u64 object id and
+     * the reason as text. */
+    if (r->ok && (f->u.task_result.status > 3 ||
+                  (f->u.task_result.status == 2 && f->u.task_result.value.n != 16) ||
+                  (f->u.task_result.status == 3 && f->u.task_result.value.n < 8))) {
       r->ok = false;
       r->what = "status";
     }
     /* What the attempt printed (the head journals it); a failed attempt's
      * output does not count, so status 1 carries none. */
     f->u.task_result.output = get_bytes(r, ARGS_MAX, "output");
-    if (r->ok && f->u.task_result.status == 1 && f->u.task_result.output.n) {
+    if (r->ok && (f->u.task_result.status == 1 || f->u.task_result.status == 3) &&
+        f->u.task_result.output.n) {
       r->ok = false;
       r->what = "output";
     }

@@ -919,6 +919,47 @@ workflow main(n: i64 = 300000, m: i64 = 4, lazy: bool = false) {
 """
 
 
+# Consumers taking future<...> arguments: the results of big stay on their
+# workers and move worker to worker (or are used in place) for use/pair.
+CONSUMER_PROGRAM = """@retry(1)
+task big(k: i64, n: i64) -> i64[] {
+  let v = [(i * 7 + k) % 1000003 for i in 0..n]
+  print("made", k)
+  return v
+}
+task use(k: i64, a: future<i64[]>) -> i64 {
+  let x = await a
+  var s: i64 = 0
+  for v in x { s = (s * 31 + v) % 1000000007 }
+  return s + k
+}
+task pair(a: future<i64[]>, b: future<i64[]>) -> i64 {
+  let x = await a
+  let y = await b
+  return x[len(x) - 1] * 1000 + y[0] + len(x) + len(y)
+}
+task slow(s: f64) -> i64 {
+  let t0 = now()
+  while now() - t0 < s { }
+  return 1
+}
+workflow main(n: i64 = 300000, m: i64 = 3, drop: bool = false) {
+  if drop {
+    big(99, n)
+    let w = await slow(1.5)
+    print("check dropped", w)
+  }
+  let bs = [big(k, n) for k in 0..m]
+  let us = [use(k, bs[k]) for k in 0..m]
+  let p = pair(bs[0], bs[m - 1])
+  let r = await us
+  var s: i64 = 0
+  for x in r { s = (s * 7 + x) % 1000000007 }
+  print("check", s, await p)
+}
+"""
+
+
 GPU_PROGRAM = """@gpus(1)
 task whole(i: i64) -> i64 {
   let t0 = now()
@@ -1421,6 +1462,263 @@ def case_tasks_object_owner_killed(c):
         c.expect_no_workers(within=6)
 
 
+def case_tasks_object_moves(c):
+    """Tasks taking future<...> arguments run on workers: a result over the
+    object threshold stays on its worker and goes from there to the
+    consumer's worker (or is used in place when the consumer runs where it
+    is), never through the head; the output equals a single-node run.  With
+    SFLOW_OBJECT_LOCALITY=-1 consumers avoid the holder, so bytes must move
+    worker to worker; by default they go where the bytes are."""
+    exe = c.compile("consume", CONSUMER_PROGRAM)
+    want = [l for l in single_node(exe).splitlines() if l.startswith("check")]
+    for env, moved in (({"SFLOW_OBJECT_LOCALITY": -1}, True), ({}, False)):
+        with with_env(**env):
+            r = c.run("--head-runs-work=false", "--cluster-log", prog=exe, timeout=60)
+        check(r.returncode == 0, f"exit {r.returncode} {env}", r.stdout, r.stderr)
+        got = [l for l in r.stdout.splitlines() if l.startswith("check")]
+        check(got == want, f"output differs from single node {env}", r.stdout, want)
+        held = re.findall(r"task 'big' result \(\d+ bytes\) held by node (\d) as object (\d+)",
+                          r.stderr)
+        check(len(held) == 3, "3 objects held", r.stderr)
+        check(not re.search(r"fetched from node", r.stderr), "no head fetch", r.stderr)
+        moves = re.findall(r"object (\d+) \(task 'big', \d+ bytes\) moved from node (\d) to "
+                           r"node (\d)", r.stderr)
+        local = re.findall(r"object (\d+) \(task 'big', \d+ bytes\) used in place on node "
+                           r"(\d)", r.stderr)
+        check(len(moves) + len(local) == 5, "5 inputs (3 use, 2 pair)", r.stderr)
+        check(all(a != b for _, a, b in moves), "a move is between two nodes", r.stderr)
+        owner = {i: n for n, i in held}
+        check(all(owner[i] == n for i, n in local), "used in place on its owner", r.stderr)
+        check(all(owner[i] == a for i, a, _ in moves), "moved from its owner", r.stderr)
+        if moved:
+            # use: its one input is avoided; pair: one of two may be on its node.
+            check(len(moves) >= 4, "inputs moved worker to worker", r.stderr)
+            check(re.search(rf"{len(moves)} objects \(\d+ bytes\) moved worker to worker",
+                            r.stderr), "summary counts moves", r.stderr)
+        else:
+            check(len(local) >= 3, "uses placed on their input's node", r.stderr)
+        released = re.findall(r"object (\d+) \(task 'big', \d+ bytes\) released on node (\d)",
+                              r.stderr)
+        check(sorted(i for i, _ in released) == sorted(owner), "every object released",
+              r.stderr)
+    c.expect_no_workers()
+
+
+def case_tasks_object_dropped(c):
+    """A big result that main drops without awaiting is released on its
+    worker as soon as it is held: before main goes on (the calls made
+    after the 1.5 s wait are not even made yet), not at the end of the
+    run; the run's output is unchanged."""
+    exe = c.compile("consume", CONSUMER_PROGRAM)
+    want = [l for l in single_node(exe, "--drop").splitlines() if l.startswith("check")]
+    r = c.run("--head-runs-work=false", "--cluster-log", "--drop", prog=exe, timeout=60)
+    check(r.returncode == 0, f"exit {r.returncode}", r.stdout, r.stderr)
+    check([l for l in r.stdout.splitlines() if l.startswith("check")] == want,
+          "output differs from single node", r.stdout, want)
+    lines = r.stderr.splitlines()
+    first = [i for i, l in enumerate(lines) if re.search(r"task 'big' result .* held by", l)]
+    check(first, "objects held", r.stderr)
+    m = re.search(r"held by node (\d) as object (\d+)", lines[first[0]])
+    node, obj = m.group(1), m.group(2)
+    rel = [i for i, l in enumerate(lines)
+           if re.search(rf"object {obj} \(task 'big', \d+ bytes\) released on node {node}", l)]
+    check(len(rel) == 1 and rel[0] < first[1], "released before the next object was made",
+          r.stderr)
+    check(not re.search(r"fetched from node", r.stderr), "never fetched", r.stderr)
+    c.expect_no_workers()
+
+
+def case_tasks_object_input_lost(c):
+    """The worker holding a consumer's input is SIGKILLed before the
+    consumer's worker fetched it (SFLOW_OBJECT_SERVE_DELAY_MS holds the
+    answer back): with @retry on the producer it re-runs and the consumer
+    runs again, its own attempts not charged, and the output is exact;
+    without, the consumer fails naming the lost input, exit 70."""
+    for retry in (True, False):
+        src = CONSUMER_PROGRAM if retry else CONSUMER_PROGRAM.replace("@retry(1)\n", "")
+        exe = c.compile("lost" + ("_retry" if retry else ""), src)
+        want = [l for l in single_node(exe, "--m", "1").splitlines() if l.startswith("check")]
+        with with_env(SFLOW_OBJECT_SERVE_DELAY_MS=3000, SFLOW_OBJECT_LOCALITY=-1):
+            head = c.start("--head-runs-work=false", "--cluster-log", "--m", "1", prog=exe)
+        try:
+            line, _ = read_until(head.stderr, r"held by node \d as object", 30)
+            node = int(re.search(r"held by node (\d)", line).group(1))
+            time.sleep(0.5)  # the consumer is placed on the other node and asks
+            victim = c.worker_of(node)
+            check(victim, f"node {node}'s worker", c.workers())
+            os.kill(victim, signal.SIGKILL)
+            head.wait(timeout=40)
+            out = drain(head.stdout)
+            err = drain(head.stderr)
+            check(not re.search(r"fetched from node", err), "no head fetch", err)
+            if retry:
+                check(head.returncode == 0, f"head exit {head.returncode}", out, err)
+                got = [l for l in out.splitlines() if l.startswith("check")]
+                check(got == want, "output after the re-run", out, want)
+                check(re.search(r"tasks \(0 failed, 1 retries\)", err),
+                      "one retry: the producer's, none of the consumers'", err)
+            else:
+                check(head.returncode == 70, f"head exit {head.returncode}", out, err)
+                check(re.search(r"task 'use' failed after 1 attempt: \S+:\d+:\d+: task 'big' "
+                                rf"failed after 1 attempt: (node {node} was lost|its result "
+                                rf"\(object \d+, \d+ bytes on node {node}\) could not be "
+                                r"fetched)", err), "failure names the lost input", err)
+        finally:
+            if head.poll() is None:
+                head.kill()
+                head.wait()
+        c.expect_no_workers(within=6)
+
+
+def case_tasks_object_wrong_secret(c):
+    """A connection to a worker's object listener that does not prove the
+    run secret (a wrong HMAC, or nothing at all) is refused and logged; the
+    run goes on and its output is exact."""
+    exe = c.compile("consume", CONSUMER_PROGRAM)
+    want = [l for l in single_node(exe, "--drop").splitlines() if l.startswith("check")]
+    head = c.start("--head-runs-work=false", "--cluster-log", "--drop", prog=exe)
+    try:
+        line, _ = read_until(head.stderr, r"node 1 ready: .*objects on \S+:\d+", 30)
+        addr, port = re.search(r"objects on (\S+):(\d+)", line).groups()
+        s = socket.create_connection((addr, int(port)))
+        s.sendall(b"\x01" * 8 + b"\xff" * 32)
+        check(s.recv(8) == b"", "no answer to a wrong HMAC")
+        s.close()
+        read_until(head.stderr, r"\[node 1\] sflow worker 1: refused object connection from "
+                   r"\S+: wrong HMAC", 10)
+        s = socket.create_connection((addr, int(port)))
+        s.sendall(b"garbage")
+        s.close()
+        read_until(head.stderr, r"refused object connection from \S+: no greeting", 10)
+        head.wait(timeout=40)
+        out = drain(head.stdout)
+        err = drain(head.stderr)
+        check(head.returncode == 0, f"head exit {head.returncode}", out, err)
+        check([l for l in out.splitlines() if l.startswith("check")] == want, "output", out, want)
+    finally:
+        if head.poll() is None:
+            head.kill()
+            head.wait()
+    c.expect_no_workers()
+
+
+FAILED_INPUT_PROGRAM = """task bad(k: i64) -> i64[] {
+  if k > 0 { fail("no data") }
+  return [k]
+}
+@retry(1)
+task use(a: future<i64[]>) -> i64 {
+  print("use on node", node_id())
+  let x = await a
+  return len(x)
+}
+workflow main() {
+  let u = use(bad(3))
+  print("got", await u)
+}
+"""
+
+
+def case_tasks_future_arg_failed(c):
+    """A task whose future argument failed runs on a worker and fails there
+    as it does in a single-node run: same message (the consumer's @retry
+    spent awaiting the failure, the producer's cause inside), exit 70."""
+    exe = c.compile("failarg", FAILED_INPUT_PROGRAM)
+    local = subprocess.run([exe], capture_output=True, text=True, timeout=60)
+    check(local.returncode == 70, f"single-node exit {local.returncode}", local.stderr)
+    want = [l for l in local.stderr.splitlines() if "runtime error" in l]
+    r = c.run("--head-runs-work=false", "--cluster-log", prog=exe, timeout=60)
+    check(r.returncode == 70, f"exit {r.returncode}", r.stdout, r.stderr)
+    got = [l for l in r.stderr.splitlines() if "runtime error" in l]
+    check(got == want and len(got) == 1, "the single-node message", r.stderr, want)
+    where = re.findall(r"use on node (\d+)", r.stdout)
+    check(len(where) == 2 and "0" not in where, "both attempts ran on workers", r.stdout)
+    check(re.search(r"task 'use' failed after 2 attempts: \S+:8:11: task 'bad' failed after 1 "
+                    r"attempt: \S+:2:14: fail: no data", got[0]), "message shape", got[0])
+    c.expect_no_workers()
+
+
+MIXED_OBJECT_PROGRAM = """@retry(1)
+task big(k: i64, n: i64) -> i64[] {
+  return [(i * 7 + k) % 1000003 for i in 0..n]
+}
+task use(k: i64, a: future<i64[]>, b: future<i64[]>) -> i64 {
+  let x = await a
+  let y = await b
+  var s: i64 = k
+  for v in x { s = (s * 31 + v) % 1000000007 }
+  for v in y { s = (s * 17 + v) % 1000000007 }
+  return s
+}
+task twice(a: future<i64[]>) -> i64[] {
+  let x = await a
+  return [v * 2 for v in x]
+}
+workflow main(n: i64 = 2000, m: i64 = 16) {
+  let bs = [big(k, n) for k in 0..m]
+  let ts = [twice(bs[k]) for k in 0..m]
+  let us = [use(k, bs[k], ts[(k + 1) % m]) for k in 0..m]
+  let direct = await bs
+  let r = await us
+  var s: i64 = 0
+  for x in r { s = (s * 7 + x) % 1000000007 }
+  var d: i64 = 0
+  for a in direct { d += a[n - 1] }
+  let t0 = await ts[0]
+  print("check", s, d, t0[n - 1])
+}
+"""
+
+
+def case_tasks_object_mixed(c):
+    """16 producers, 16 consumers that make held results from held inputs
+    (twice), 16 that take two of them (use), and main awaiting the
+    producers' results too (the head fetches objects that consumers'
+    payloads still name: they stay on their owners until those are done),
+    on 3 workers at a 4 KiB threshold, with and without the head running
+    work: the output equals a single-node run and every held object is
+    released exactly once."""
+    exe = c.compile("mixed", MIXED_OBJECT_PROGRAM)
+    want = [l for l in single_node(exe).splitlines() if l.startswith("check")]
+    for hw in ("false", "true"):
+        with with_env(SFLOW_OBJECT_THRESHOLD=4096):
+            r = c.run(f"--head-runs-work={hw}", "--cluster-log", prog=exe, timeout=120)
+        check(r.returncode == 0, f"exit {r.returncode} head-runs-work={hw}", r.stdout, r.stderr)
+        check([l for l in r.stdout.splitlines() if l.startswith("check")] == want,
+              f"output differs from single node, head-runs-work={hw}", r.stdout, want)
+        held = re.findall(r"held by node (\d) as object (\d+)", r.stderr)
+        released = re.findall(r"object (\d+) \(task '\w+', \d+ bytes\) released on node (\d)",
+                              r.stderr)
+        check(sorted((o, n) for n, o in held) == sorted(released),
+              f"every held object released once, head-runs-work={hw}", r.stderr)
+        if hw == "false":
+            check(len(held) == 32, "32 objects held", r.stderr)
+            check(re.search(r"moved from node \d to node \d", r.stderr), "some moved", r.stderr)
+    c.expect_no_workers()
+
+
+def case_tasks_pipeline_example(c):
+    """examples/pipeline.sflow on 2 workers with the object threshold at
+    4 KiB: transform (which takes extract's future) runs on the workers,
+    extract's results reach it there (in place or worker to worker, never
+    through the head), and the output equals a single-node run."""
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples",
+                           "pipeline.sflow")) as f:
+        exe = c.compile("pipeline", f.read())
+    want = [l for l in single_node(exe).splitlines() if l.startswith(("batch", "done"))]
+    with with_env(SFLOW_OBJECT_THRESHOLD=4096):
+        r = c.run("--head-runs-work=false", "--cluster-log", prog=exe, timeout=120)
+    check(r.returncode == 0, f"exit {r.returncode}", r.stdout, r.stderr)
+    got = [l for l in r.stdout.splitlines() if l.startswith(("batch", "done"))]
+    check(got == want, "output differs from single node", r.stdout, "\n".join(want))
+    inputs = re.findall(r"object \d+ \(task 'extract', \d+ bytes\) (moved from node \d to|used "
+                        r"in place on) node \d", r.stderr)
+    check(len(inputs) == 12, "every transform got its batch on a worker", r.stderr)
+    check(not re.search(r"task 'extract', \d+ bytes\) fetched", r.stderr),
+          "the head never fetched a batch", r.stderr)
+    c.expect_no_workers()
+
+
 def unprefixed(lines):
     return [re.sub(r"^\[node \d+\] ", "", l) for l in lines]
 
@@ -1884,6 +2182,13 @@ CASES = {
     "tasks_retry_attempt": (2, case_tasks_retry_attempt),
     "tasks_objects": (2, case_tasks_objects),
     "tasks_object_owner_killed": (2, case_tasks_object_owner_killed),
+    "tasks_object_moves": (2, case_tasks_object_moves),
+    "tasks_object_dropped": (2, case_tasks_object_dropped),
+    "tasks_object_input_lost": (2, case_tasks_object_input_lost),
+    "tasks_object_wrong_secret": (2, case_tasks_object_wrong_secret),
+    "tasks_pipeline_example": (2, case_tasks_pipeline_example),
+    "tasks_future_arg_failed": (2, case_tasks_future_arg_failed),
+    "tasks_object_mixed": (3, case_tasks_object_mixed),
     "actors_remote": (2, case_actors_remote),
     "actors_gpus": (2, case_actors_gpus),
     "actors_gpus_group": (2, case_actors_gpus_group),

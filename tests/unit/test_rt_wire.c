@@ -33,6 +33,7 @@ static void test_roundtrip_all_types(void) {
       f.u.hello.host = bytes;
       f.u.hello.data_addr = bytes;
       f.u.hello.data_port = 9;
+      f.u.hello.obj_port = 11;
       break;
     case SF__F_TASK_SUBMIT: f.u.task_submit.task = 1ull << 40; f.u.task_submit.args = bytes; break;
     case SF__F_TASK_RESULT: f.u.task_result.status = 1; f.u.task_result.value = bytes; break;
@@ -64,6 +65,10 @@ static void test_roundtrip_all_types(void) {
     sf__frame g;
     CHECK_INT(decode(&b, &g), (long)b.n);
     CHECK_INT(g.type, t);
+    if (t == SF__F_HELLO) { /* both listeners' ports travel */
+      CHECK_INT(g.u.hello.data_port, 9);
+      CHECK_INT(g.u.hello.obj_port, 11);
+    }
     /* Every strict prefix is "need more", never an error or a frame. */
     for (size_t k = 0; k < b.n; k++)
       CHECK_INT(sf__wire_decode(b.p, k, &g, err, sizeof err), 0);
@@ -181,6 +186,19 @@ static void test_inner_lengths(void) {
   CHECK_INT(g.u.task_result.status, 2);
   CHECK_INT(g.u.task_result.value.n, 16);
   CHECK_INT(g.u.task_result.output.n, 0);
+  b.n = 0;
+  /* Status 3 (an input object could not be fetched): object id + reason,
+   * at least the 8 bytes of the id, and no output. */
+  f.u.task_result.status = 3;
+  f.u.task_result.value = (sf__bytes){ref, 7};
+  sf__wire_encode(&b, &f);
+  expect_bad(b.p, b.n, "malformed task-result frame: bad or truncated status");
+  b.n = 0;
+  f.u.task_result.value = (sf__bytes){ref, 12};
+  sf__wire_encode(&b, &f);
+  CHECK_INT(sf__wire_decode(b.p, b.n, &g, err, sizeof err), (long)b.n);
+  CHECK_INT(g.u.task_result.status, 3);
+  CHECK_INT(g.u.task_result.value.n, 12);
   b.n = 0;
   /* A value's output (what the attempt printed, remote.c) travels with it;
    * a failure carries none. */
