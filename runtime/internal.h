@@ -296,6 +296,13 @@ typedef struct sf__sink {
 /* res (moved in) is the value when why is NULL. */
 void sf__actor_complete(sf_actor *a, const sf_method_desc *md, const sf__sink *s, void *res,
                         const char *why);
+/* Appends to b what the head printed for output s[0..n) of node (with the
+ * "[node K] " prefix when more than one node runs work; remote.c). */
+void sf__remote_printed_as(int node, const char *s, size_t n, sf__buf *b);
+/* The same, journaling out[0..on) as what the call printed (on the head,
+ * as the head printed it). */
+void sf__actor_complete_out(sf_actor *a, const sf_method_desc *md, const sf__sink *s, void *res,
+                            const char *why, const char *out, size_t on);
 struct sf__ractor;
 void sf__actor_set_remote(sf_actor *a, struct sf__ractor *r);
 /* Head (ractor.c): places a spawn on workers when it can: one actor
@@ -314,8 +321,9 @@ void sf__ractor_worker_frame(const struct sf__frame *f);
 sf_actor *sf__actor_spawn_at(const sf_actor_desc *d, int64_t id, int64_t rank, int64_t size,
                              sf__comm *comm, void *init_args, void *state, int64_t calls,
                              int64_t epochs);
+/* keep (or NULL) collects what the call prints, for its result frame. */
 sf_future *sf__actor_post(sf_actor *a, const sf_method_desc *md, void *args, bool all,
-                          bool mute);
+                          bool mute, sf__buf *keep);
 /* Worker: the head moved this actor elsewhere; its queued calls fail. */
 void sf__actor_stop(sf_actor *a);
 sf_actor *sf__current_actor(void);
@@ -456,6 +464,8 @@ void sf__journal_task_done_out(int64_t seq, const sf_task_desc *d, void *res, co
 int sf__journal_call_mode(sf_actor *a, int64_t seq);
 void sf__journal_call_result(sf_actor *a, int64_t seq, const sf_method_desc *m, void *res);
 void sf__journal_call_done(sf_actor *a, int64_t seq, const sf_method_desc *m, void *res);
+void sf__journal_call_done_out(sf_actor *a, int64_t seq, const sf_method_desc *m, void *res,
+                               const char *out, size_t n);
 int64_t sf__journal_route_any(int64_t seq, sf_actor **members, int64_t n, int64_t best);
 double sf__journal_value(double live); /* now()/rand on main: replayed or recorded */
 void sf__journal_begin(const sf_program *prog, sf_value *args);

@@ -757,6 +757,16 @@ void sf__journal_call_done(sf_actor *a, int64_t seq, const sf_method_desc *m, vo
                                                                       : NULL);
 }
 
+/* A remote actor's call (ractor.c): its output as the head printed it. */
+void sf__journal_call_done_out(sf_actor *a, int64_t seq, const sf_method_desc *m, void *res,
+                               const char *out, size_t n) {
+  if (!J.enabled || J.failed || sf__actor_id(a) < 0)
+    return;
+  sf__buf v = {.data = (char *)out, .len = n, .cap = n}; /* append only reads it */
+  append(R_CALL, seq, sf__actor_id(a), sf__actor_rank(a), sf__actor_calls(a), m->name,
+         m->result && m->result->kind != SF_VOID ? m->result : NULL, res, n ? &v : NULL);
+}
+
 int64_t sf__journal_route_any(int64_t seq, sf_actor **members, int64_t n, int64_t best) {
   if (!J.replay || seq < 0 || n <= 0)
     return best;

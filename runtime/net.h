@@ -183,7 +183,7 @@ typedef struct sf__frame {
     struct { uint64_t task; uint8_t status; sf__bytes value, output; } task_result;
     struct { uint64_t actor; uint32_t cls; sf__bytes args; } actor_create;
     struct { uint64_t actor, seq; uint32_t method; sf__bytes args; } actor_call;
-    struct { uint64_t actor, seq; uint8_t status; sf__bytes value; } actor_result;
+    struct { uint64_t actor, seq; uint8_t status; sf__bytes value, output; } actor_result;
     struct { uint64_t actor, calls, epoch; sf__bytes state; } actor_state;
     struct { uint64_t actor; } actor_stop;
     struct { uint64_t object, offset, total; sf__bytes data; } object;

@@ -597,7 +597,16 @@ static void on_result(int node, const sf__frame *f) {
     snprintf(why, sizeof why, "%.*s", (int)f->u.actor_result.value.n,
              (const char *)f->u.actor_result.value.p);
   }
-  sf__actor_complete(a, md, &sink, good ? res : NULL, good ? NULL : why);
+  /* What the call printed, journaled as the head printed it: --resume
+   * prints it again for a call the journal answers. */
+  sf__buf pb;
+  char store[512];
+  sf__buf_init(&pb, store, sizeof store);
+  if (good && f->u.actor_result.output.n && sink.seq >= 0)
+    sf__remote_printed_as(node, (const char *)f->u.actor_result.output.p,
+                          f->u.actor_result.output.n, &pb);
+  sf__actor_complete_out(a, md, &sink, good ? res : NULL, good ? NULL : why, pb.data, pb.len);
+  sf__buf_free(&pb);
   sf_release(a);
   if (res != rbuf)
     free(res);
@@ -957,6 +966,7 @@ typedef struct witem {
   sf_future *f;           /* the call's future, or NULL: refused */
   const sf_method_desc *md;
   char *refused;          /* why it was not run */
+  sf__buf out;            /* what the call printed, sent with its value */
 } witem;
 
 typedef struct wstate {
@@ -1006,13 +1016,21 @@ static void w_note(const char *fmt, ...) {
   (void)sf__write_all(2, line, n);
 }
 
-static void w_result(uint64_t wid, uint64_t seq, int status, const void *p, size_t n) {
+static void w_result_out(uint64_t wid, uint64_t seq, int status, const void *p, size_t n,
+                         const sf__buf *out) {
   sf__frame f = {.type = SF__F_ACTOR_RESULT};
   f.u.actor_result.actor = wid;
   f.u.actor_result.seq = seq;
   f.u.actor_result.status = (uint8_t)status;
   f.u.actor_result.value = (sf__bytes){p, (uint32_t)n};
+  if (!status && out && out->len && out->len <= SF__FRAME_MAX / 2 &&
+      n <= SF__FRAME_MAX / 2 - 64) /* the head journals it; more: not kept */
+    f.u.actor_result.output = (sf__bytes){(const uint8_t *)out->data, (uint32_t)out->len};
   sf__worker_send_frame(&f);
+}
+
+static void w_result(uint64_t wid, uint64_t seq, int status, const void *p, size_t n) {
+  w_result_out(wid, seq, status, p, n, NULL);
 }
 
 static void w_state(uint64_t wid, const wstate *s) {
@@ -1063,7 +1081,7 @@ static void *reply_main(void *arg) {
         if (rsize)
           sf__ser_value(&b, md->result, res);
         if (!w->stop)
-          w_result(w->wid, it->seq, 0, b.data, b.len);
+          w_result_out(w->wid, it->seq, 0, b.data, b.len, &it->out);
         sf__buf_free(&b);
         sf_value_release(md->result, res);
       } else if (!w->stop) {
@@ -1101,6 +1119,7 @@ static void *reply_main(void *arg) {
       ready = nx;
     }
     free(it->refused);
+    sf__buf_free(&it->out);
     free(it);
   }
   return NULL;
@@ -1269,6 +1288,7 @@ static void w_call(const sf__frame *f) {
   if (!it)
     return;
   it->seq = seq;
+  sf__buf_init(&it->out, NULL, 0);
   const uint8_t *p = f->u.actor_call.args.p;
   uint32_t n = f->u.actor_call.args.n, nl = 0;
   const sf_method_desc *md = NULL;
@@ -1293,7 +1313,7 @@ static void w_call(const sf__frame *f) {
       snprintf(err, sizeof err, "malformed arguments for '%s'", md->name);
     } else {
       it->md = md;
-      it->f = sf__actor_post(w->a, md, args, p[4 + nl] & 1, p[4 + nl] & 2);
+      it->f = sf__actor_post(w->a, md, args, p[4 + nl] & 1, p[4 + nl] & 2, &it->out);
     }
     free(args);
   }

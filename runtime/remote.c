@@ -1676,6 +1676,10 @@ static void printed_as(int node, const char *s, size_t n, sf__buf *b) {
     sf__buf_put(b, "\n", 1);
 }
 
+void sf__remote_printed_as(int node, const char *s, size_t n, sf__buf *b) {
+  printed_as(node, s, n, b);
+}
+
 void sf__remote_on_print(int node, const char *s, size_t n) {
   /* Every line of the output gets the prefix; one write for all. */
   sf__buf b;

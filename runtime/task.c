@@ -859,6 +859,7 @@ typedef struct msg {
   int64_t seq;               /* journal sequence number, or -1 */
   bool all;                  /* part of a g.all call */
   bool mute;                 /* worker: a replayed call, its print muted */
+  sf__buf *keep;             /* worker: what the call prints, kept for its result */
   _Alignas(16) unsigned char args[];
 } msg;
 
@@ -937,7 +938,7 @@ void sf__actor_set_restore_epoch(sf_actor *a, int64_t e) { a->restore_epoch = e;
 
 static void drain(sf__job *j);
 static void gather_put(gather *g, sf_actor *a, const sf_method_desc *md, int64_t idx, void *res,
-                       const char *why, int64_t journal_seq);
+                       const char *why, int64_t journal_seq, const char *out, size_t on);
 
 /* Runs one message on a: init or a method, catching its errors. */
 static void run_msg(sf_actor *a, msg *m) {
@@ -964,10 +965,14 @@ static void run_msg(sf_actor *a, msg *m) {
                                                                 : SF__CAPTURE_OFF);
     double t0 = sf__trace_now();
     bool was_muted = sf__print_mute;
+    sf__buf *was_kept = sf__print_keep;
     sf__print_mute = was_muted || m->mute;
+    if (m->keep)
+      sf__print_keep = m->keep;
     if (!guarded(NULL, md->thunk, a->state, m->args, res))
       why = cause();
     sf__print_mute = was_muted;
+    sf__print_keep = was_kept;
     sf__capture_end(cap);
     current_actor = saved;
     sf__trace_event(md->name, m->kind == MSG_INIT ? "init" : "call", t0, 0, why);
@@ -997,7 +1002,7 @@ static void run_msg(sf_actor *a, msg *m) {
         future_set(m->f, res);
       }
     } else if (m->g) {
-      gather_put(m->g, a, md, m->idx, res, why, mode == SF__REPLAY_LIVE ? m->seq : -1);
+      gather_put(m->g, a, md, m->idx, res, why, mode == SF__REPLAY_LIVE ? m->seq : -1, NULL, 0);
     } else if (!why) {
       sf_value_release(md->result, res);
     }
@@ -1016,10 +1021,20 @@ static void run_msg(sf_actor *a, msg *m) {
     sf_release(f); /* the message's reference; may free m with it */
 }
 
+/* journal: a call's result, with out[0..on) when another node printed
+ * it, else with what this thread captured. */
+static void journal_call(sf_actor *a, int64_t seq, const sf_method_desc *md, void *res,
+                         const char *out, size_t on) {
+  if (on)
+    sf__journal_call_done_out(a, seq, md, res, out, on);
+  else
+    sf__journal_call_done(a, seq, md, res);
+}
+
 /* Member idx of a g.all call is done: its value (res, moved in) or why it
  * failed.  The last member completes the call's future. */
 static void gather_put(gather *g, sf_actor *a, const sf_method_desc *md, int64_t idx, void *res,
-                       const char *why, int64_t journal_seq) {
+                       const char *why, int64_t journal_seq, const char *out, size_t on) {
   if (why) {
     pthread_mutex_lock(&g->lock);
     if (!g->error) {
@@ -1031,7 +1046,7 @@ static void gather_put(gather *g, sf_actor *a, const sf_method_desc *md, int64_t
     pthread_mutex_unlock(&g->lock);
   } else {
     if (journal_seq >= 0)
-      sf__journal_call_done(a, journal_seq, md, res);
+      journal_call(a, journal_seq, md, res, out, on);
     if (g->out)
       memcpy(sf__array_at(g->out, idx), res, (size_t)type_size(md->result));
     else
@@ -1053,6 +1068,11 @@ static void gather_put(gather *g, sf_actor *a, const sf_method_desc *md, int64_t
 
 void sf__actor_complete(sf_actor *a, const sf_method_desc *md, const sf__sink *s, void *res,
                         const char *why) {
+  sf__actor_complete_out(a, md, s, res, why, NULL, 0);
+}
+
+void sf__actor_complete_out(sf_actor *a, const sf_method_desc *md, const sf__sink *s, void *res,
+                            const char *why, const char *out, size_t on) {
   if (s->seq >= 0 && !why)
     a->calls = s->calls; /* the handle's count, for the journal's index */
   if (s->f) {
@@ -1060,12 +1080,12 @@ void sf__actor_complete(sf_actor *a, const sf_method_desc *md, const sf__sink *s
       future_fail(s->f, "call of '%s' failed: %s", md->name, why);
     } else {
       if (s->seq >= 0)
-        sf__journal_call_done(a, s->seq, md, res);
+        journal_call(a, s->seq, md, res, out, on);
       future_set(s->f, res);
     }
     sf_release(s->f);
   } else if (s->gather) {
-    gather_put(s->gather, a, md, s->idx, res, why, s->seq);
+    gather_put(s->gather, a, md, s->idx, res, why, s->seq, out, on);
   } else if (!why) {
     sf_value_release(md->result, res);
   }
@@ -1349,10 +1369,11 @@ sf_actor *sf__actor_spawn_at(const sf_actor_desc *d, int64_t id, int64_t rank, i
 }
 
 sf_future *sf__actor_post(sf_actor *a, const sf_method_desc *md, void *args, bool all,
-                          bool mute) {
+                          bool mute, sf__buf *keep) {
   msg *m = call_msg(md, args, -1, NULL);
   m->all = all;
   m->mute = mute;
+  m->keep = keep;
   sf_future *f = m->f;
   post(a, m);
   return f;

@@ -157,6 +157,7 @@ static void put_payload(sf__wbuf *b, const sf__frame *f) {
     put_u64(b, f->u.actor_result.seq);
     put_u8(b, f->u.actor_result.status);
     put_bytes(b, f->u.actor_result.value);
+    put_bytes(b, f->u.actor_result.output);
     break;
   case SF__F_ACTOR_STATE:
     put_u64(b, f->u.actor_state.actor);
@@ -369,6 +370,13 @@ static void get_payload(rd *r, sf__frame *f) {
     if (r->ok && (f->u.actor_result.status > 2 || f->u.actor_result.seq == 0)) {
       r->ok = false;
       r->what = f->u.actor_result.status > 2 ? "status" : "sequence";
+    }
+    /* What the call printed (the head journals it), as for task results:
+     * a failed call's output does not count. */
+    f->u.actor_result.output = get_bytes(r, ARGS_MAX, "output");
+    if (r->ok && f->u.actor_result.status && f->u.actor_result.output.n) {
+      r->ok = false;
+      r->what = "output";
     }
     break;
   case SF__F_ACTOR_STATE:

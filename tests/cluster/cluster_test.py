@@ -1317,6 +1317,73 @@ def case_tasks_print_resume(c):
     c.expect_no_workers()
 
 
+ACTOR_PRINT_PROGRAM = """actor Acc {
+  var total: i64 = 0
+  fn add(i: i64) -> i64 {
+    let t0 = now()
+    while now() - t0 < 0.05 { }
+    total += i * i
+    print("add", i, "total", total)
+    return total
+  }
+}
+workflow main(n: i64 = 30) {
+  let a = spawn Acc()
+  let b = spawn Acc()
+  var s: i64 = 0
+  for i in 0..n {
+    s += await a.add(i)
+    s += await b.add(i + 100)
+  }
+  print("main", s)
+}
+"""
+
+
+def case_actors_print_resume(c):
+    """Remote actors' output is journaled with their results: the head is
+    SIGKILLed partway, and --resume prints what an uninterrupted run
+    prints, in order (the calls are awaited one by one).  The journal
+    answers the calls made before the kill with the lines as the head
+    printed them ("[node K] " included); --resume keeps actors on the
+    head, so the live calls after them print without a prefix."""
+    exe = c.compile("aprint", ACTOR_PRINT_PROGRAM)
+    want = single_node(exe).splitlines()
+    r = c.run("--head-runs-work=false", prog=exe, timeout=120)
+    check(r.returncode == 0, f"exit {r.returncode}", r.stdout, r.stderr)
+    got = r.stdout.splitlines()
+    check(unprefixed(got) == want, "uninterrupted: the single-node lines", r.stdout, want)
+    check(all(re.match(r"\[node [12]\] add ", l) for l in got[:-1]), "actors on workers",
+          r.stdout)
+    ckdir = os.path.join(c.dir, "ck")
+    head = subprocess.Popen(c.args("--head-runs-work=false", "--checkpoint-dir", ckdir,
+                                   prog=exe),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+    try:
+        for _ in range(16):
+            read_until(head.stdout, r"add \d+ total", 60)
+        time.sleep(0.1)  # the journal's flusher writes every 20 ms
+        check(head.poll() is None, "head still running when killed")
+        head.send_signal(signal.SIGKILL)
+        head.wait()
+    finally:
+        if head.poll() is None:
+            head.kill()
+            head.wait()
+    c.expect_no_workers(within=6)
+    r = c.run("--head-runs-work=false", "--checkpoint-dir", ckdir, "--resume", prog=exe,
+              timeout=120)
+    check(r.returncode == 0, f"resume exit {r.returncode}", r.stdout, r.stderr)
+    m = re.search(r"(\d+) answered from the journal", r.stderr)
+    check(m and int(m.group(1)) >= 10, "calls answered from the journal", r.stderr)
+    lines = r.stdout.splitlines()
+    check(unprefixed(lines) == want, "resumed: the uninterrupted run's lines", r.stdout, want)
+    replayed = sum(1 for l in lines if l.startswith("[node "))
+    check(replayed >= 10, f"journaled lines keep their prefix ({replayed})", r.stdout)
+    c.expect_no_workers()
+
+
 def case_tasks_worker_killed(c):
     """A worker SIGKILLed while it runs tasks: they are retried on live
     nodes and the output is the same as without the failure."""
@@ -2192,6 +2259,7 @@ CASES = {
     "actors_remote": (2, case_actors_remote),
     "actors_gpus": (2, case_actors_gpus),
     "actors_gpus_group": (2, case_actors_gpus_group),
+    "actors_print_resume": (2, case_actors_print_resume),
     "actor_worker_killed": (3, case_actor_worker_killed),
     "actor_restarts_exhausted": (2, case_actor_restarts_exhausted),
     "group_allreduce_nodes": (3, case_group_allreduce_nodes),

@@ -235,6 +235,20 @@ static void test_inner_lengths(void) {
   sf__wire_encode(&b, &f);
   expect_bad(b.p, b.n, "malformed actor-result frame: bad or truncated sequence");
   b.n = 0;
+  /* A call's output travels with its value (ractor.c journals it), never
+   * with a failure. */
+  static const char printed[] = "x 1\n";
+  f.u.actor_result.seq = 4;
+  f.u.actor_result.output = (sf__bytes){(const uint8_t *)printed, 4};
+  sf__wire_encode(&b, &f);
+  CHECK_INT(sf__wire_decode(b.p, b.n, &g, err, sizeof err), (long)b.n);
+  CHECK_INT(g.u.actor_result.output.n, 4);
+  CHECK_INT(memcmp(g.u.actor_result.output.p, printed, 4), 0);
+  b.n = 0;
+  f.u.actor_result.status = 1;
+  sf__wire_encode(&b, &f);
+  expect_bad(b.p, b.n, "malformed actor-result frame: bad or truncated output");
+  b.n = 0;
   /* A checkpoint cannot count more g.all epochs than calls. */
   f = (sf__frame){.type = SF__F_ACTOR_STATE};
   f.u.actor_state.calls = 2;
