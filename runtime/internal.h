@@ -338,6 +338,7 @@ int64_t sf__actor_restored(sf_actor *a);
 int64_t sf__actor_epochs(sf_actor *a);
 void sf__actor_set_epochs(sf_actor *a, int64_t e);
 int64_t sf__actor_restore_epoch(sf_actor *a);
+void sf__actor_set_restore_epoch(sf_actor *a, int64_t e);
 
 /* ----------------------------------------------------- collective.c */
 

@@ -4,8 +4,8 @@
  *
  * Head.  sf_actor_spawn and sf_group_spawn (task.c) offer every spawn made
  * by workflow main here.  When the class's state and init arguments can
- * travel (serial.c; no futures or actors inside) and this is not a
- * --resume run, the actor is placed on the live node with the most free
+ * travel (serial.c; no futures or actors inside), the actor is placed
+ * on the live node with the most free
  * slots (remote.c keeps the slots; an actor holds max(1, @cpus) of them
  * for its lifetime; the head, node 0, is a candidate when it runs work,
  * and a chosen head keeps the actor local, as on one node).  An @gpus
@@ -52,6 +52,14 @@
  * sees its control connection close, so a failure that a broken ring
  * caused (actor-result status 2) is held back until the loss arrives, or
  * for the heartbeat timeout plus a second, before it is delivered.
+ *
+ * --resume.  Actors are placed as in any run.  Each handle here is first
+ * restored from the checkpoint folder as a local actor would be (a
+ * group's members at their newest common epoch), and the worker's actor
+ * is created from that state.  main's calls then go by the journal:
+ * those the state already holds are answered from it and not sent; those
+ * it answers that the state does not hold are sent muted, to rebuild the
+ * state in order, and answered from it at once; the rest run live.
  *
  * Worker.  Actor frames arrive on the control loop: actor-create builds a
  * local actor with task.c's machinery (init, or the shipped state and call
@@ -331,12 +339,43 @@ static bool offset_ok(const void *p) {
   return off >= INT32_MIN && off <= INT32_MAX;
 }
 
+/* --resume: each member's handle here is restored from its newest
+ * checkpoint (a group's members from the newest epoch they all have, as
+ * task.c does for local actors), and the state is serialized into
+ * out[i] for the create frame (out[i].p NULL: from init).  The handle's
+ * call counts then tell the journal which of main's calls the state
+ * already holds (sf__ractor_call). */
+static void restore_handles(sf_actor **members, int64_t n, const sf_actor_desc *d, ckpt *out) {
+  if (n > 1) {
+    sf__checkpoint_plan_group(d, sf__actor_id(members[0]), n);
+    int64_t e = sf__checkpoint_group_epoch(d, sf__actor_id(members[0]));
+    for (int64_t i = 0; i < n; i++)
+      sf__actor_set_restore_epoch(members[i], e);
+  }
+  for (int64_t i = 0; i < n; i++) {
+    out[i] = (ckpt){0};
+    if (!sf__checkpoint_restore(members[i]))
+      continue;
+    sf__buf b;
+    sf__buf_init(&b, NULL, 0);
+    if (value_size(d->state))
+      sf__ser_value(&b, d->state, sf__actor_state(members[i]));
+    out[i].calls = (uint64_t)sf__actor_calls(members[i]);
+    out[i].epoch = (uint64_t)sf__actor_epochs(members[i]);
+    out[i].p = malloc(b.len ? b.len : 1);
+    if (out[i].p) {
+      memcpy(out[i].p, b.data, b.len);
+      out[i].n = (uint32_t)b.len;
+    }
+    sf__buf_free(&b);
+  }
+}
+
 bool sf__ractor_spawn(sf_actor **members, int64_t n, void *args) {
   sf_actor *a0 = members[0];
   const sf_actor_desc *d = sf__actor_desc(a0);
   const sf_type *it = d->init ? d->init->args : NULL;
-  if (sf__task_depth > 0 || sf__options.resume || sf__actor_id(a0) < 0 || n > SF__GROUP_MAX ||
-      !sf__remote_active())
+  if (sf__task_depth > 0 || sf__actor_id(a0) < 0 || n > SF__GROUP_MAX || !sf__remote_active())
     return false;
   /* @gpus: a node with a free share holds it for the actor's lifetime;
    * with no GPU in the run, or none free now, the actor stays here. */
@@ -364,6 +403,9 @@ bool sf__ractor_spawn(sf_actor **members, int64_t n, void *args) {
   if (value_size(it))
     sf__ser_value(&b, it, args);
   sf_value_release(it, args);
+  ckpt *restored = sf__options.resume ? calloc((size_t)n, sizeof *restored) : NULL;
+  if (restored)
+    restore_handles(members, n, d, restored);
   rgroup *g = NULL;
   if (n > 1) {
     g = calloc(1, sizeof *g);
@@ -390,6 +432,11 @@ bool sf__ractor_spawn(sf_actor **members, int64_t n, void *args) {
     if (r->init)
       memcpy(r->init, b.data, b.len);
     r->ninit = r->init ? (uint32_t)b.len : 0;
+    if (restored && restored[i].p) { /* starts from its checkpoint */
+      r->ck[0] = restored[i];
+      r->nck = 1;
+      r->trimmed = restored[i].calls; /* main's calls up to it are not sent */
+    }
     r->g = g;
     if (g)
       g->m[i] = r;
@@ -401,7 +448,7 @@ bool sf__ractor_spawn(sf_actor **members, int64_t n, void *args) {
   for (int64_t i = 0; i < n; i++) {
     ractor *r = g ? g->m[i] : RA.list;
     sf__wbuf out = {0};
-    encode_create(&out, r, NULL);
+    encode_create(&out, r, r->nck ? &r->ck[0] : NULL);
     send_buf(r->node, &out);
   }
   /* A node lost between placement and now was handled before this actor
@@ -420,10 +467,26 @@ bool sf__ractor_spawn(sf_actor **members, int64_t n, void *args) {
   pthread_mutex_unlock(&RA.mu);
   done_fail(fails);
   sf__buf_free(&b);
+  free(restored); /* the states moved into the ractors */
   return true;
 }
 
 /* ------------------------------------------------------------- calls */
+
+/* Completes a call of main's from the journal (its value and the lines
+ * it printed), without journaling it again. */
+static void answer_from_journal(sf_actor *a, const sf_method_desc *md, const sf__sink *sink) {
+  int32_t rsize = value_size(md->result);
+  _Alignas(16) unsigned char rbuf[256];
+  void *res = rsize <= (int32_t)sizeof rbuf ? rbuf : calloc(1, (size_t)rsize);
+  memset(res, 0, (size_t)rsize);
+  sf__journal_call_result(a, sink->seq, md, res);
+  sf__sink s = *sink;
+  s.seq = -1; /* answered, not journaled again */
+  sf__actor_complete(a, md, &s, res, NULL);
+  if (res != rbuf)
+    free(res);
+}
 
 void sf__ractor_call(ractor *r, const sf_method_desc *md, void *args, bool all,
                      const sf__sink *sink) {
@@ -436,6 +499,21 @@ void sf__ractor_call(ractor *r, const sf_method_desc *md, void *args, bool all,
              "its arguments or result cannot travel to node %d, where actor '%s' runs "
              "(futures or actors inside)", r->node, r->d->name);
     sf__actor_complete(a, md, sink, NULL, why);
+    sf_release(a);
+    return;
+  }
+  /* --resume: a call the restored state holds is answered from the
+   * journal and not sent; one the journal answers but the state does not
+   * hold runs on the worker, muted, to rebuild the state, and its answer
+   * (and output) comes from the journal, as for a local actor. */
+  int mode = sf__options.resume && sink->seq >= 0 ? sf__journal_call_mode(a, sink->seq)
+                                                  : SF__REPLAY_LIVE;
+  if (mode == SF__REPLAY_SKIP) {
+    sf_value_release(md->args, args);
+    pthread_mutex_lock(&RA.mu);
+    ++r->seq;
+    pthread_mutex_unlock(&RA.mu);
+    answer_from_journal(a, md, sink);
     sf_release(a);
     return;
   }
@@ -468,17 +546,22 @@ void sf__ractor_call(ractor *r, const sf_method_desc *md, void *args, bool all,
   }
   c->seq = ++r->seq;
   c->sink.calls = (int64_t)c->seq;
+  c->delivered = mode == SF__REPLAY_RERUN; /* the journal answers it, below */
   if (r->log_tail)
     r->log_tail->next = c;
   else
     r->log = c;
   r->log_tail = c;
-  if (!r->undelivered)
+  if (!r->undelivered && !c->delivered)
     r->undelivered = c;
   sf__wbuf out = {0};
-  encode_call(&out, r, c, false);
+  encode_call(&out, r, c, c->delivered);
   send_buf(r->node, &out);
   pthread_mutex_unlock(&RA.mu);
+  if (mode == SF__REPLAY_RERUN) {
+    answer_from_journal(a, md, sink);
+    sf_release(a);
+  }
 }
 
 /* Drops delivered calls a restart will not replay: all of them when no

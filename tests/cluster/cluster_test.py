@@ -1345,9 +1345,16 @@ def case_actors_print_resume(c):
     SIGKILLed partway, and --resume prints what an uninterrupted run
     prints, in order (the calls are awaited one by one).  The journal
     answers the calls made before the kill with the lines as the head
-    printed them ("[node K] " included); --resume keeps actors on the
-    head, so the live calls after them print without a prefix."""
-    exe = c.compile("aprint", ACTOR_PRINT_PROGRAM)
+    printed them ("[node K] " included), while the resumed actors, on
+    workers again, rebuild their state: without @checkpoint by re-running
+    those calls muted, with @checkpoint(every = 4) from the newest
+    checkpoint plus the calls after it; the rest print live."""
+    for ck in (False, True):
+        src = ("@checkpoint(every = 4)\n" if ck else "") + ACTOR_PRINT_PROGRAM
+        actors_print_resume(c, c.compile("aprint_ck" if ck else "aprint", src), ck)
+
+
+def actors_print_resume(c, exe, ck):
     want = single_node(exe).splitlines()
     r = c.run("--head-runs-work=false", prog=exe, timeout=120)
     check(r.returncode == 0, f"exit {r.returncode}", r.stdout, r.stderr)
@@ -1355,7 +1362,7 @@ def case_actors_print_resume(c):
     check(unprefixed(got) == want, "uninterrupted: the single-node lines", r.stdout, want)
     check(all(re.match(r"\[node [12]\] add ", l) for l in got[:-1]), "actors on workers",
           r.stdout)
-    ckdir = os.path.join(c.dir, "ck")
+    ckdir = os.path.join(c.dir, "ck" + str(ck))
     head = subprocess.Popen(c.args("--head-runs-work=false", "--checkpoint-dir", ckdir,
                                    prog=exe),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -1374,13 +1381,16 @@ def case_actors_print_resume(c):
     c.expect_no_workers(within=6)
     r = c.run("--head-runs-work=false", "--checkpoint-dir", ckdir, "--resume", prog=exe,
               timeout=120)
-    check(r.returncode == 0, f"resume exit {r.returncode}", r.stdout, r.stderr)
+    check(r.returncode == 0, f"resume exit {r.returncode} (checkpoint {ck})", r.stdout, r.stderr)
     m = re.search(r"(\d+) answered from the journal", r.stderr)
     check(m and int(m.group(1)) >= 10, "calls answered from the journal", r.stderr)
+    if ck:
+        check(re.search(r"2 actors restored from checkpoints", r.stderr), "restored", r.stderr)
     lines = r.stdout.splitlines()
-    check(unprefixed(lines) == want, "resumed: the uninterrupted run's lines", r.stdout, want)
-    replayed = sum(1 for l in lines if l.startswith("[node "))
-    check(replayed >= 10, f"journaled lines keep their prefix ({replayed})", r.stdout)
+    check(unprefixed(lines) == want, f"resumed: the uninterrupted run's lines (checkpoint {ck})",
+          r.stdout, want, r.stderr)
+    check(all(re.match(r"\[node [12]\] add ", l) for l in lines[:-1]),
+          "every line from a worker (journaled or live)", r.stdout)
     c.expect_no_workers()
 
 
@@ -1978,6 +1988,10 @@ def case_group_resume(c):
     want = single_node(exe).splitlines()
     check(r.stdout.splitlines()[-4:-1] == want[-4:-1], "resumed results", r.stdout, want)
     check(re.search(r"3 actors restored from checkpoints", r.stderr), "restored", r.stderr)
+    check(r.stdout.splitlines()[-1] == "members on distinct workers true",
+          "the resumed group runs on workers again", r.stdout)
+    check(re.search(r"\d+ answered from the journal", r.stderr), "answered from the journal",
+          r.stderr)
     c.expect_no_workers(within=6)
 
 
