@@ -190,6 +190,7 @@ typedef struct objref {
 
 typedef struct rtask {
   struct rtask *next;  /* backlog, head-local queue or the wait list */
+  struct rtask *wprev; /* the wait list is doubly linked (O(1) removal) */
   struct rtask *hnext; /* hash chain */
   struct rtask *fnext; /* chain of the future-pointer hash */
   uint64_t id;
@@ -244,7 +245,9 @@ static struct {
   rtask *local_head, *local_tail;
   rtask *buckets[NBUCKETS];
   rtask *fbuckets[NBUCKETS]; /* by future pointer (tasks not yet freed) */
-  rtask *wait_head;          /* tasks waiting for future arguments */
+  rtask *wait_head, *wait_tail; /* tasks waiting for future arguments */
+  bool wait_dirty;           /* something may have made any of them ready */
+  int32_t share_max;         /* the largest GPU share a backlog task asked for */
   struct pin *pins;          /* objects fetched by the head that payloads still name */
   char (*oaddr)[64];         /* per node: the object listener (port 0: none) */
   uint16_t *oport;
@@ -294,6 +297,8 @@ static void hash_del(rtask *t) {
 
 static void back_push(rtask *t, bool front) {
   t->node = -1;
+  if (t->gpu.share > R.share_max)
+    R.share_max = t->gpu.share;
   if (front) {
     t->next = R.back_head;
     R.back_head = t;
@@ -493,7 +498,7 @@ static void backlog_unlink(rtask *prev, rtask *t) {
 static void wake_waiting_locked(outbox *ob);
 
 static void dispatch_locked(outbox *ob) {
-  if (R.wait_head)
+  if (R.wait_head && R.wait_dirty)
     wake_waiting_locked(ob);
   bool woke = false;
   rtask *prev = NULL;
@@ -574,6 +579,20 @@ static void fail_task(rtask *t, const char *cause) {
  * a GPU for @gpus work) leaves the backlog; returns it (linked by next)
  * for the caller to fail outside R.mu. */
 static rtask *drain_if_stuck_locked(void) {
+  /* Called at every submission: when some live node can take any task the
+   * backlog has ever held, skip the walk (O(nodes), not O(backlog)). */
+  if (!R.back_head)
+    return NULL;
+  bool cpu = false;
+  int most = 0;
+  for (int i = 0; i < R.n; i++)
+    if (R.alive[i] && R.slots[i] > 0) {
+      cpu = true;
+      if (R.gpus && R.gpus[i] > most)
+        most = R.gpus[i];
+    }
+  if (cpu && most * SHARE_UNIT >= R.share_max)
+    return NULL;
   rtask *l = NULL, **lt = &l, *prev = NULL;
   for (rtask *t = R.back_head, *nx; t; t = nx) {
     nx = t->next;
@@ -612,9 +631,10 @@ static void fail_stuck(rtask *l) {
  *
  * A call whose arguments include futures waits on R.wait_head (no
  * thread blocks) until each future argument is complete here or held by
- * a worker; dispatch_locked looks at the wait list first, and anything
- * that may make an argument ready calls it: a future completing (a waiter
- * registered with sf__future_notify), a result becoming held (obj_start).
+ * a worker.  A future completing wakes the calls waiting for it (a
+ * waiter registered with sf__future_notify, naming the call's id); events
+ * that may concern any waiting call (a result becoming held, a node
+ * lost) set R.wait_dirty, and the next dispatch_locked checks them all.
  * The payload is then built from the argument block: a complete future's
  * value inline, a failed one's message, a held one as a reference the
  * worker fetches from the owner's object listener. */
@@ -702,12 +722,39 @@ static void refs_done_locked(int node, rtask *t, outbox *ob) {
 static void wait_push_locked(rtask *t, bool front) {
   t->waiting = true;
   t->front = front;
-  rtask **pp = &R.wait_head;
-  while (!front && *pp)
-    pp = &(*pp)->next;
-  t->next = *pp;
-  *pp = t;
+  if (front) {
+    t->wprev = NULL;
+    t->next = R.wait_head;
+    if (R.wait_head)
+      R.wait_head->wprev = t;
+    else
+      R.wait_tail = t;
+    R.wait_head = t;
+  } else {
+    t->next = NULL;
+    t->wprev = R.wait_tail;
+    if (R.wait_tail)
+      R.wait_tail->next = t;
+    else
+      R.wait_head = t;
+    R.wait_tail = t;
+  }
 }
+
+static void wait_unlink_locked(rtask *t) {
+  if (t->wprev)
+    t->wprev->next = t->next;
+  else
+    R.wait_head = t->next;
+  if (t->next)
+    t->next->wprev = t->wprev;
+  else
+    R.wait_tail = t->wprev;
+  t->next = t->wprev = NULL;
+  t->waiting = false;
+}
+
+static bool wake_one_locked(rtask *t, outbox *ob);
 
 /* Back to waiting (future arguments: the payload is rebuilt, since where
  * the inputs are may have changed) or to the backlog. */
@@ -722,6 +769,7 @@ static void requeue_locked(rtask *t, bool front, outbox *ob) {
   t->n = 0;
   t->node = -1;
   wait_push_locked(t, front);
+  (void)wake_one_locked(t, ob); /* its inputs may be ready already */
 }
 
 static const sf_type *field_type(const rtask *t, int32_t i) { return t->d->args->fields[i].type; }
@@ -835,37 +883,58 @@ static bool payload_build_locked(rtask *t) {
   return t->payload != NULL;
 }
 
-/* Moves the tasks whose future arguments are all ready to the backlog. */
+/* Moves waiting t to the backlog when its future arguments are all
+ * ready (its payload built); false when it still waits. */
+static bool wake_one_locked(rtask *t, outbox *ob) {
+  if (!deps_ready_locked(t, ob))
+    return false;
+  if (!payload_build_locked(t)) { /* out of memory: try again at the next scan */
+    refs_drop_locked(t, ob);      /* a half-built payload's */
+    R.wait_dirty = true;
+    return false;
+  }
+  wait_unlink_locked(t);
+  back_push(t, t->front);
+  t->front = false;
+  return true;
+}
+
+/* Moves every waiting task whose future arguments are all ready to the
+ * backlog.  Only after events that may concern any of them (a result
+ * became held, a node was lost, the listeners became known): a future
+ * completing wakes just the tasks waiting for it (dep_ready), so a
+ * dataflow graph of n calls costs O(n), not a scan of the list per
+ * completion. */
 static void wake_waiting_locked(outbox *ob) {
-  for (rtask **pp = &R.wait_head; *pp;) {
-    rtask *t = *pp;
-    if (!deps_ready_locked(t, ob) || !payload_build_locked(t)) {
-      refs_drop_locked(t, ob); /* a half-built payload's (none when not ready) */
-      pp = &t->next;
-      continue;
-    }
-    *pp = t->next;
-    t->waiting = false;
-    back_push(t, t->front);
-    t->front = false;
+  R.wait_dirty = false;
+  for (rtask *t = R.wait_head, *nx; t; t = nx) {
+    nx = t->next;
+    (void)wake_one_locked(t, ob);
   }
 }
 
-static void rescan(void) {
+/* The waiter registered on a future argument of task `task`. */
+typedef struct dwait {
+  sf__fwaiter w; /* first: dep_ready gets &w */
+  uint64_t task;
+} dwait;
+
+/* A future argument completed (or was freed still pending). */
+static void dep_ready(sf__fwaiter *w, bool done) {
+  uint64_t id = ((dwait *)w)->task;
+  free(w);
+  if (!done)
+    return;
   outbox ob = {0};
   pthread_mutex_lock(&R.mu);
+  rtask *t = R.state > 0 ? hash_find(id) : NULL;
+  if (t && t->waiting)
+    (void)wake_one_locked(t, &ob);
   dispatch_locked(&ob);
   rtask *stuck = drain_if_stuck_locked();
   pthread_mutex_unlock(&R.mu);
   outbox_send(&ob);
   fail_stuck(stuck);
-}
-
-/* A future argument completed (or was freed still pending). */
-static void dep_ready(sf__fwaiter *w, bool done) {
-  free(w);
-  if (done)
-    rescan();
 }
 
 /* --------------------------------------------------- head runners */
@@ -952,6 +1021,7 @@ static void on_node_lost(int node, const char *why) {
     return;
   }
   R.alive[node] = false;
+  R.wait_dirty = true; /* calls waiting on its held results */
   free(R.lost_why[node]);
   R.lost_why[node] = strdup(why);
   for (pin **pp = &R.pins; *pp;) { /* what the head fetched from it is here already */
@@ -1217,23 +1287,35 @@ static bool submit_waiting(rtask *t, const sf_task_desc *d, void *args, sf_futur
   sf_retain(f);
   t->f = f;
   t->strong = true;
+  pthread_mutex_lock(&R.mu);
+  t->id = ++R.next_id;
+  pthread_mutex_unlock(&R.mu);
+  /* Told (by id) when a pending argument completes.  One that completes
+   * before t is on the wait list finds no task: the check below, made
+   * after t is, sees it complete. */
   for (int32_t i = 0; i < d->args->nfields; i++) {
     if (field_type(t, i)->kind != SF_FUTURE)
       continue;
     sf_future *g = *(sf_future **)field_at(t, i);
-    sf__fwaiter *w = g && !sf__future_ready(g) ? malloc(sizeof *w) : NULL;
+    dwait *w = g && !sf__future_ready(g) ? malloc(sizeof *w) : NULL;
+    if (!w && g && !sf__future_ready(g)) {
+      pthread_mutex_lock(&R.mu);
+      R.wait_dirty = true; /* no waiter: found by a later scan */
+      pthread_mutex_unlock(&R.mu);
+    }
     if (w) {
-      w->fn = dep_ready;
-      if (!sf__future_notify(g, w))
+      w->w.fn = dep_ready;
+      w->task = t->id;
+      if (!sf__future_notify(g, &w->w))
         free(w); /* complete already */
     }
   }
   outbox ob = {0};
   pthread_mutex_lock(&R.mu);
-  t->id = ++R.next_id;
   hash_put(t);
   t->node = -1;
   wait_push_locked(t, false);
+  (void)wake_one_locked(t, &ob);
   dispatch_locked(&ob);
   rtask *stuck = drain_if_stuck_locked();
   pthread_mutex_unlock(&R.mu);
@@ -1447,6 +1529,7 @@ static void obj_start(int node, rtask *t, const sf__frame *fr) {
   refs_done_locked(node, t, &ob);
   gpu_give_locked(t->node, &t->gpu);
   t->held = true;
+  R.wait_dirty = true; /* calls waiting on it may go now */
   t->users = 0;
   free(t->out);
   t->out = out;

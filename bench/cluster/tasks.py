@@ -3,9 +3,11 @@
 (no --nodes), then with --nodes on 1, 2 and 4 simulated nodes (sshd on
 127.0.0.2..5, keys and known_hosts of tests/cluster), the head only
 placing work (--head-runs-work=false) so N is the number of nodes running
-tasks, and also with the head working.  Two loads: empty tasks (what the
-placement, frames and serializer cost per task) and tasks that are busy
-for 1 ms.  Median of --runs runs; the program times its own map with
+tasks, and also with the head working.  Three loads: empty tasks (what the
+placement, frames and serializer cost per task), tasks that are busy
+for 1 ms, and a reduce tree (bench/cluster/tree.sflow: 16384 leaves and
+16383 calls taking two futures each, what waiting for future arguments
+costs).  Median of --runs runs; the program times its own map with
 now(), so start-up is not counted.
 
     python3 bench/cluster/tasks.py --sflowc build/bin/sflowc [--runs 3]
@@ -27,7 +29,7 @@ def rate(cmd):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
     if r.returncode != 0:
         raise RuntimeError(f"exit {r.returncode}:\n{r.stderr[-2000:]}")
-    m = re.search(r"tasks (\d+) sum (\d+) seconds (\S+) per_second (\S+)", r.stdout)
+    m = re.search(r"(?:tasks|tree) (\d+) sum (\d+) seconds (\S+) per_second (\S+)", r.stdout)
     return float(m.group(4)), int(m.group(2))
 
 
@@ -40,16 +42,19 @@ def main():
     try:
         with open(os.path.join(HERE, "tasks.sflow")) as f:
             exe = c.compile("tasks", f.read())
+        with open(os.path.join(HERE, "tree.sflow")) as f:
+            tree = c.compile("tree", f.read())
         files = {}
         for n in (1, 2, 4):
             files[n] = os.path.join(c.dir, f"hosts{n}")
             with open(files[n], "w") as f:
                 for addr, port, _ in c.hosts[:n]:
                     f.write(f"{addr}:{port}\n")
-        loads = [("empty tasks", ["--n", "20000", "--us", "0"]),
-                 ("1 ms tasks", ["--n", "2000", "--us", "1000"])]
+        loads = [("empty tasks", ["--n", "20000", "--us", "0"], exe),
+                 ("1 ms tasks", ["--n", "2000", "--us", "1000"], exe),
+                 ("reduce tree (future args)", ["--n", "16384"], tree)]
         print(f"{os.cpu_count()} CPUs; median of {a.runs} runs; tasks/s")
-        print(f"| nodes | {' | '.join(l for l, _ in loads)} |")
+        print(f"| nodes | {' | '.join(l for l, _, _ in loads)} |")
         print(f"| --- | {' | '.join('---' for _ in loads)} |")
         setups = [("1 machine, no --nodes", None, [])]
         for n in (1, 2, 4):
@@ -58,12 +63,12 @@ def main():
         setups.append(("head + 2 worker nodes", files[2], []))
         for name, hosts, extra in setups:
             cells = []
-            for _, load in loads:
+            for _, load, prog in loads:
                 rates, sums = [], set()
                 for _ in range(a.runs):
-                    cmd = [exe, "--quiet", *load, *extra]
+                    cmd = [prog, "--quiet", *load, *extra]
                     if hosts:
-                        cmd = c.args(*load, *extra, "--quiet", prog=exe, hostfile=hosts)
+                        cmd = c.args(*load, *extra, "--quiet", prog=prog, hostfile=hosts)
                     r, s = rate(cmd)
                     rates.append(r)
                     sums.add(s)
