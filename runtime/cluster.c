@@ -123,6 +123,10 @@ typedef struct node {
   char group_msg[256];
 } node;
 
+/* The head's working directory goes to the workers, hex-encoded (no
+ * quoting), when it is at most this long. */
+#define CWD_MAX 1024
+
 static struct {
   bool started;
   sf__hostlist hosts;
@@ -132,6 +136,7 @@ static struct {
   uint8_t exe_hash[SF__HASH_LEN];
   char exe_hex[2 * SF__HASH_LEN + 1];
   char exe_path[PATH_MAX];
+  char cwd_arg[2 * CWD_MAX + 16]; /* " --sflow-cwd HEX", or "" */
   sf__ssh_opts ssh;
   int listen_fd[MAX_LISTEN];
   char listen_addr[MAX_LISTEN][64];
@@ -252,7 +257,7 @@ static void *launch(void *arg) {
                      &nd->copied, err, errlen))
     return NULL;
   int64_t t2 = now_ms();
-  char cmd[2048], secret[2 * SF__SECRET_LEN + 2]; /* path + at most ~330 */
+  char cmd[4096], secret[2 * SF__SECRET_LEN + 2]; /* path + cwd + at most ~330 */
   bool v6 = strchr(nd->listen_addr, ':') != NULL;
   /* slots=N from the hostfile: the worker runs N tasks at once. */
   char threads[32] = "";
@@ -273,11 +278,11 @@ static void *launch(void *arg) {
   }
   snprintf(cmd, sizeof cmd,
            "exec env RANK=%d LOCAL_RANK=0 WORLD_SIZE=%d LOCAL_WORLD_SIZE=1 MASTER_ADDR='%s' "
-           "MASTER_PORT=%u%s '%s' --sflow-worker '%d@%s%s%s:%u'%s%s%s",
+           "MASTER_PORT=%u%s '%s' --sflow-worker '%d@%s%s%s:%u'%s%s%s%s",
            id, H.n + 1, nd->listen_addr, H.master_port, objenv, path, id, v6 ? "[" : "",
            nd->listen_addr, v6 ? "]" : "", port, threads, logging() ? " --cluster-log" : "",
            /* a hostfile's gpus=N on a host without them is an error there too */
-           sf__options.require_gpu ? " --require-gpu" : "");
+           sf__options.require_gpu ? " --require-gpu" : "", H.cwd_arg);
   sf__hex(H.secret, SF__SECRET_LEN, secret);
   secret[2 * SF__SECRET_LEN] = '\n';
   secret[2 * SF__SECRET_LEN + 1] = '\0';
@@ -783,6 +788,18 @@ int sf__cluster_start(char *err, size_t errlen) {
   if (sf__sha256_file(H.exe_path, H.exe_hash, err, errlen))
     return -1;
   sf__hex(H.exe_hash, SF__HASH_LEN, H.exe_hex);
+  /* Workers start in the head's folder where their host has it (as
+   * mpirun does), so relative paths in a program mean the same on every
+   * node of a shared file system. */
+  char cwd[PATH_MAX];
+  H.cwd_arg[0] = '\0';
+  if (getcwd(cwd, sizeof cwd) && strlen(cwd) <= CWD_MAX) {
+    strcpy(H.cwd_arg, " --sflow-cwd ");
+    sf__hex((const uint8_t *)cwd, strlen(cwd), H.cwd_arg + strlen(H.cwd_arg));
+  } else {
+    note("sflow: the working directory is %s; workers start in their login folder",
+         getcwd(cwd, sizeof cwd) ? "too long to pass on" : "gone");
+  }
   if (sf__random_bytes(H.secret, sizeof H.secret)) {
     snprintf(err, errlen, "no kernel randomness for the run secret");
     return -1;
@@ -1424,6 +1441,26 @@ static int worker_loop(worker *w) {
   }
 }
 
+/* Into the head's folder (--sflow-cwd), when this host has it; else the
+ * worker stays in its login folder and says so (its stderr reaches the
+ * head). */
+static void worker_chdir(unsigned node) {
+  const char *hex = sf__options.worker_cwd;
+  if (!hex)
+    return;
+  size_t n = strlen(hex) / 2;
+  char dir[CWD_MAX + 1];
+  if (strlen(hex) % 2 || n > CWD_MAX || !sf__unhex(hex, (uint8_t *)dir, n) ||
+      memchr(dir, 0, n)) {
+    note("sflow worker %u: bad --sflow-cwd; staying in the login folder", node);
+    return;
+  }
+  dir[n] = '\0';
+  if (chdir(dir))
+    note("sflow worker %u: no folder %s on this host (%s); relative paths start from the "
+         "login folder", node, dir, strerror(errno));
+}
+
 int sf__worker_main(const char *spec) {
   /* If the SSH session process above us goes, so do we. */
   prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -1440,6 +1477,7 @@ int sf__worker_main(const char *spec) {
     note("sflow worker %u: no secret on stdin", w.node);
     return SF__EXIT_NODES;
   }
+  worker_chdir(w.node);
   if (!sf__crypto_load(err, sizeof err)) {
     note("sflow worker %u: %s", w.node, err);
     return SF__EXIT_NODES;

@@ -526,6 +526,7 @@ typedef struct sf__options_t {
   bool cluster_log;           /* --cluster-log: per-node progress on stderr */
   int64_t connect_timeout;    /* --connect-timeout S (default 10) */
   const char *worker;         /* hidden --sflow-worker ID@ADDR:PORT */
+  const char *worker_cwd;     /* hidden --sflow-cwd: the head's folder, in hex */
   const char *selftest;       /* hidden --sflow-selftest SPEC (tests, bench) */
 } sf__options_t;
 extern sf__options_t sf__options;

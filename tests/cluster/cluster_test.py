@@ -1423,6 +1423,36 @@ def case_tasks_future_tree(c):
     c.expect_no_workers()
 
 
+RELATIVE_PROGRAM = """import std.io
+task size_of(path: str) -> i64 { return len(io.read_text(path)) * 10 }
+task where() -> i64 { return node_id() }
+workflow main() {
+  let ns = await [size_of("data/in.txt") for i in 0..8]
+  let ws = await [where() for i in 0..8]
+  var on_workers = true
+  for w in ws { if w == 0 { on_workers = false } }
+  print("sizes", ns, "on workers", on_workers)
+}
+"""
+
+
+def case_tasks_relative_paths(c):
+    """Workers start in the head's working directory where their host has
+    it (as mpirun does): a task on a worker reads data/in.txt relative to
+    the folder the head was started in."""
+    exe = c.compile("relpath", RELATIVE_PROGRAM)
+    d = os.path.join(c.dir, "run dir 'quoted'")  # a space and quotes travel too
+    os.makedirs(os.path.join(d, "data"))
+    with open(os.path.join(d, "data", "in.txt"), "w") as f:
+        f.write("twelve bytes")
+    r = subprocess.run(c.args("--head-runs-work=false", prog=exe), capture_output=True,
+                       text=True, timeout=60, stdin=subprocess.DEVNULL, cwd=d)
+    check(r.returncode == 0, f"exit {r.returncode}", r.stdout, r.stderr)
+    check(r.stdout == f"sizes {[120] * 8} on workers true\n".replace("'", ""), "relative reads",
+          r.stdout, r.stderr)
+    c.expect_no_workers()
+
+
 def case_tasks_worker_killed(c):
     """A worker SIGKILLed while it runs tasks: they are retried on live
     nodes and the output is the same as without the failure."""
@@ -2304,6 +2334,7 @@ CASES = {
     "actors_gpus_group": (2, case_actors_gpus_group),
     "actors_print_resume": (2, case_actors_print_resume),
     "tasks_future_tree": (2, case_tasks_future_tree),
+    "tasks_relative_paths": (2, case_tasks_relative_paths),
     "actor_worker_killed": (3, case_actor_worker_killed),
     "actor_restarts_exhausted": (2, case_actor_restarts_exhausted),
     "group_allreduce_nodes": (3, case_group_allreduce_nodes),
