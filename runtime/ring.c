@@ -16,8 +16,10 @@
  *    one chunk to its successor while it receives another from its
  *    predecessor and adds it in; n-1 allgather steps pass the finished
  *    chunks around.  Every member sends 2(n-1)/n of the buffer, the
- *    minimum, and only to its neighbour, so the sends of consecutive
- *    steps overlap best.
+ *    minimum, and only to its neighbour.  The 2(n-1) steps run as one
+ *    stream (Open MPI's segmented ring, NCCL's): the chunk sent in step
+ *    s+1 is the one received in step s, so its bytes leave as soon as
+ *    they have arrived and been reduced, not when the whole step is done.
  * A group whose size is not a power of two is folded first (MPICH): of the
  * first 2*rem members (rem = p - 2^floor(log2 p)) each even one hands its
  * buffer to the odd one after it and gets the result back at the end.
@@ -29,9 +31,10 @@
  *    computes each element on every member, where the order matters
  *    (max(-0.0, +0.0) keeps its first operand); the other two reduce each
  *    element on one member and copy it.
- *  - Pipelined: within a step, sending and receiving run at once on
- *    non-blocking sockets under one poll, and received bytes are reduced as
- *    soon as whole elements arrive, so the network and the adds overlap.
+ *  - Pipelined: sending and receiving run at once on non-blocking
+ *    sockets under one poll, and received bytes are reduced as soon as
+ *    whole elements arrive, so the network and the adds overlap (and, in
+ *    the ring, consecutive steps too).
  *  - Blocking waits: a member with nothing to do sleeps in poll() rather
  *    than spinning; with more members than cores (4 on 2 here) a spinning
  *    member takes the core its peer needs (measured: 22 us per hop with
@@ -513,27 +516,117 @@ static void chunk(size_t count, int size, int c, size_t *off, size_t *len) {
   *len = base + ((size_t)c < extra ? 1 : 0);
 }
 
+/* The ring as one stream.  In step s member rank sends chunk rank - s and
+ * receives chunk rank - s - 1 (mod n), for s = 0 .. 2(n-1)-1: reduced into
+ * its own copy in the first n-1 steps (reduce-scatter), copied over it in
+ * the rest (allgather).  The chunk sent in step s+1 is the one received
+ * in step s, across the boundary between the phases too, so the send
+ * stream is this member's own chunk followed by the receive stream less
+ * its last chunk, and a byte may leave as soon as it has been received
+ * and, in the reduce-scatter, reduced.  One poll loop runs both streams,
+ * the sends bounded by that progress, so a chunk moves on segment by
+ * segment instead of waiting for all of it (Open MPI's segmented ring,
+ * NCCL's pipelined ring).  Receives are never held back, so members
+ * cannot wait on each other in a cycle.
+ *
+ * Bytes are read from b only after the member's own contribution to them
+ * is final, and the allgather overwrites a chunk only with bytes whose
+ * final value already depends on every byte this member sent of it, so
+ * the overlap never reads or overwrites a byte too early.  The reduction
+ * order is the step-by-step ring's. */
+typedef struct stream {
+  int step;      /* current step of this stream */
+  size_t off;    /* bytes done in it: sent, or received */
+  size_t total;  /* bytes done in all steps */
+} stream;
+
+static size_t ring_chunk(size_t count, int n, int c, size_t es, size_t *off) {
+  size_t o, len;
+  chunk(count, n, ((c % n) + n) % n, &o, &len);
+  *off = o * es;
+  return len * es;
+}
+
 static int allreduce_ring(sf__ring *r, uint8_t *b, size_t count, sf__dtype t, sf__redop op,
                           char *err, size_t errlen) {
-  int n = r->size, next = (r->rank + 1) % n, prev = (r->rank + n - 1) % n;
-  size_t es = sf__dtype_size(t);
+  int n = r->size, steps = 2 * (n - 1), next = (r->rank + 1) % n, prev = (r->rank + n - 1) % n;
+  size_t es = sf__dtype_size(t), off, own = ring_chunk(count, n, r->rank, es, &off);
   if (!scratch(r, r->segment + es))
     return sf__net_fail(err, errlen, "out of memory for a %zu-byte ring buffer", r->segment);
-  for (int s = 0; s < n - 1; s++) { /* reduce-scatter */
-    size_t so, sl, ro, rl;
-    chunk(count, n, ((r->rank - s) % n + n) % n, &so, &sl);
-    chunk(count, n, ((r->rank - s - 1) % n + n) % n, &ro, &rl);
-    step st = {next, prev, b + so * es, sl * es, r->scratch, rl * es, b + ro * es, t, op, 0};
-    if (run_step(r, &st, err, errlen))
-      return -1;
-  }
-  for (int s = 0; s < n - 1; s++) { /* allgather */
-    size_t so, sl, ro, rl;
-    chunk(count, n, ((r->rank + 1 - s) % n + n) % n, &so, &sl);
-    chunk(count, n, ((r->rank - s) % n + n) % n, &ro, &rl);
-    step st = {next, prev, b + so * es, sl * es, b + ro * es, rl * es, NULL, t, op, 0};
-    if (run_step(r, &st, err, errlen))
-      return -1;
+  size_t rtotal = 0; /* the receive stream's length; the send stream's is own + that - last */
+  for (int s = 0; s < steps; s++)
+    rtotal += ring_chunk(count, n, r->rank - s - 1, es, &off);
+  size_t stotal = own + rtotal - ring_chunk(count, n, r->rank - steps, es, &off);
+  int sfd = link_fd(r, next), rfd = link_fd(r, prev);
+  stream snd = {0, 0, 0}, rcv = {0, 0, 0};
+  size_t reduced = 0;  /* of the current receive step, in the reduce-scatter */
+  size_t ready = own;  /* bytes of the send stream that may leave (<= stotal) */
+  int64_t last = 0;
+  while (snd.total < stotal || rcv.total < rtotal) {
+    bool progress = false;
+    if (snd.total < ready) {
+      size_t so, sl = ring_chunk(count, n, r->rank - snd.step, es, &so);
+      while (snd.off == sl) { /* skips empty chunks (count < n) too */
+        snd.step++;
+        snd.off = 0;
+        sl = ring_chunk(count, n, r->rank - snd.step, es, &so);
+      }
+      size_t want = ready - snd.total;
+      want = want < sl - snd.off ? want : sl - snd.off;
+      want = want < r->segment ? want : r->segment;
+      ssize_t k = send(sfd, b + so + snd.off, want, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (k > 0) {
+        snd.off += (size_t)k;
+        snd.total += (size_t)k;
+        progress = true;
+      } else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        return sf__net_fail(err, errlen, "ring rank %d: sending to rank %d failed: %s", r->rank,
+                            next, strerror(errno));
+      }
+    }
+    if (rcv.total < rtotal) {
+      size_t ro, rl = ring_chunk(count, n, r->rank - rcv.step - 1, es, &ro);
+      while (rcv.off == rl) {
+        rcv.step++;
+        rcv.off = reduced = 0;
+        rl = ring_chunk(count, n, r->rank - rcv.step - 1, es, &ro);
+      }
+      bool rs = rcv.step < n - 1;
+      size_t part = rcv.off - reduced; /* bytes of an element cut by the last receive */
+      size_t want = rl - rcv.off < r->segment ? rl - rcv.off : r->segment;
+      uint8_t *into = rs ? (uint8_t *)r->scratch + part : b + ro + rcv.off;
+      ssize_t k = recv(rfd, into, want, MSG_DONTWAIT);
+      if (k > 0) {
+        rcv.off += (size_t)k;
+        rcv.total += (size_t)k;
+        progress = true;
+        if (!rs) {
+          ready = own + rcv.total;
+        } else if ((rcv.off - reduced) / es) {
+          size_t whole = (rcv.off - reduced) / es * es;
+          reduce(b + ro + reduced, r->scratch, whole / es, t, op, 0);
+          reduced += whole;
+          memmove(r->scratch, (uint8_t *)r->scratch + whole, rcv.off - reduced);
+          ready = own + rcv.total - (rcv.off - reduced);
+        }
+        ready = ready < stotal ? ready : stotal; /* the last chunk received is not sent */
+      } else if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        return sf__net_fail(err, errlen, "ring rank %d: rank %d closed the connection", r->rank,
+                            prev);
+      }
+    }
+    if (progress) {
+      last = 0;
+      continue;
+    }
+    if (!last)
+      last = now_ms();
+    struct pollfd pf[2] = {{sfd, snd.total < ready ? POLLOUT : 0, 0},
+                           {rfd, rcv.total < rtotal ? POLLIN : 0, 0}};
+    int left = (int)(last + r->timeout_ms - now_ms());
+    if (left <= 0 || (poll(pf, 2, left) == 0 && now_ms() - last >= r->timeout_ms))
+      return sf__net_fail(err, errlen, "ring rank %d: no progress for %d ms (a peer died or stalled)",
+                          r->rank, r->timeout_ms);
   }
   return 0;
 }
