@@ -284,7 +284,7 @@ typedef struct sf__ring {
   int prev_fd, next_fd; /* receive from rank-1, send to rank+1 */
   int timeout_ms;       /* no progress for this long: error, not a hang */
   size_t segment;       /* bytes per send or receive call, and the size of the
-                         * reduction window (256 KB, measured: docs/performance.md) */
+                         * reduction window (64 KB, measured: docs/performance.md) */
   void *scratch;
   size_t scratch_n;
   size_t rd_max;        /* allreduce up to this many bytes: recursive doubling */

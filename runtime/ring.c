@@ -112,7 +112,7 @@ static void tune(int fd) {
 
 void sf__ring_init(sf__ring *r, int rank, int size, int prev_fd, int next_fd) {
   *r = (sf__ring){.rank = rank, .size = size, .prev_fd = prev_fd, .next_fd = next_fd,
-                  .timeout_ms = 30000, .segment = 256 << 10, .rd_max = SF__RING_RD_MAX,
+                  .timeout_ms = 30000, .segment = 64 << 10, .rd_max = SF__RING_RD_MAX,
                   .halving_max = SF__RING_HALVING_MAX};
   if (prev_fd >= 0)
     tune(prev_fd);
@@ -571,9 +571,10 @@ static int allreduce_ring(sf__ring *r, uint8_t *b, size_t count, sf__dtype t, sf
         snd.off = 0;
         sl = ring_chunk(count, n, r->rank - snd.step, es, &so);
       }
+      /* As much as may leave: the kernel takes what fits in the socket,
+       * and fewer, larger sends cost less CPU than segment-sized ones. */
       size_t want = ready - snd.total;
       want = want < sl - snd.off ? want : sl - snd.off;
-      want = want < r->segment ? want : r->segment;
       ssize_t k = send(sfd, b + so + snd.off, want, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (k > 0) {
         snd.off += (size_t)k;
@@ -593,7 +594,9 @@ static int allreduce_ring(sf__ring *r, uint8_t *b, size_t count, sf__dtype t, sf
       }
       bool rs = rcv.step < n - 1;
       size_t part = rcv.off - reduced; /* bytes of an element cut by the last receive */
-      size_t want = rl - rcv.off < r->segment ? rl - rcv.off : r->segment;
+      /* Reduce-scatter receives go through the window (segment bytes, so
+       * the adds read them from cache); allgather ones straight into b. */
+      size_t want = rl - rcv.off < r->segment || !rs ? rl - rcv.off : r->segment;
       uint8_t *into = rs ? (uint8_t *)r->scratch + part : b + ro + rcv.off;
       ssize_t k = recv(rfd, into, want, MSG_DONTWAIT);
       if (k > 0) {
