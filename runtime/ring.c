@@ -525,8 +525,8 @@ static void chunk(size_t count, int size, int c, size_t *off, size_t *len) {
  * stream is this member's own chunk followed by the receive stream less
  * its last chunk, and a byte may leave as soon as it has been received
  * and, in the reduce-scatter, reduced.  One poll loop runs both streams,
- * the sends bounded by that progress, so a chunk moves on segment by
- * segment instead of waiting for all of it (Open MPI's segmented ring,
+ * the sends bounded by that progress, so a chunk moves on as it arrives
+ * instead of waiting for all of it (Open MPI's segmented ring,
  * NCCL's pipelined ring).  Receives are never held back, so members
  * cannot wait on each other in a cycle.
  *

@@ -510,7 +510,7 @@ static void test_ring_stream_peer_dies(void) {
 
 /* One count per algorithm by the default thresholds (f64; halving only
  * for 2 and 4 members). */
-static const size_t tcp_counts[] = {100, SF__RING_HALVING_MAX / 8 - 5, 200001};
+static const size_t tcp_counts[] = {100, SF__RING_HALVING_MAX / 8 - 5, SF__RING_HALVING_MAX / 8 + 3};
 #define TCP_COUNTS (sizeof tcp_counts / sizeof tcp_counts[0])
 
 typedef struct tcp_member {
