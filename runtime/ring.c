@@ -436,6 +436,59 @@ fail:
 
 /* ------------------------------------------------------------ engine */
 
+/* One non-blocking send: the bytes the kernel took, 0 when the socket is
+ * full, -1 (with err) when the connection failed. */
+static ssize_t send_some(const sf__ring *r, int fd, int to, const void *p, size_t n, char *err,
+                         size_t errlen) {
+  ssize_t k = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (k >= 0)
+    return k;
+  if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+    return 0;
+  return sf__net_fail(err, errlen, "ring rank %d: sending to rank %d failed: %s", r->rank, to,
+                      strerror(errno));
+}
+
+/* One non-blocking receive: the bytes read, 0 when none are there, -1
+ * (with err) when the peer closed the connection or it failed. */
+static ssize_t recv_some(const sf__ring *r, int fd, int from, void *p, size_t n, char *err,
+                         size_t errlen) {
+  ssize_t k = recv(fd, p, n, MSG_DONTWAIT);
+  if (k > 0)
+    return k;
+  if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+    return 0;
+  return sf__net_fail(err, errlen, "ring rank %d: rank %d closed the connection", r->rank, from);
+}
+
+/* Reduces the whole elements among the first `have` bytes of the window
+ * into dst and moves the bytes of an element cut by the last receive to
+ * the window's start; returns the bytes reduced. */
+static size_t reduce_window(uint8_t *win, size_t have, uint8_t *dst, sf__dtype t, sf__redop op,
+                            int first) {
+  size_t es = sf__dtype_size(t), whole = have / es * es;
+  if (whole) {
+    reduce(dst, win, whole / es, t, op, first);
+    memmove(win, win + whole, have - whole);
+  }
+  return whole;
+}
+
+/* Sleeps until sfd can take bytes (out) or rfd has some (in).  *last is
+ * when the wait began (0: none yet; the clock is read only then, not on
+ * every pass); timeout_ms without progress is an error. */
+static int wait_io(const sf__ring *r, int sfd, bool out, int rfd, bool in, int64_t *last,
+                   char *err, size_t errlen) {
+  if (!*last)
+    *last = now_ms();
+  struct pollfd pf[2] = {{sfd, out ? POLLOUT : 0, 0}, {rfd, in ? POLLIN : 0, 0}};
+  int left = (int)(*last + r->timeout_ms - now_ms());
+  if (left <= 0 || (poll(pf, 2, left) == 0 && now_ms() - *last >= r->timeout_ms))
+    return sf__net_fail(err, errlen, "ring rank %d: no progress for %d ms (a peer died or stalled)",
+                        r->rank, r->timeout_ms);
+  return 0;
+}
+
 /* One step: send [sbuf, sbuf+sn) to member `to` while receiving rn bytes
  * from member `from` into rbuf; when red_dst is set, received whole
  * elements are reduced into red_dst as they arrive, with the received
@@ -458,52 +511,30 @@ typedef struct step {
 } step;
 
 static int run_step(sf__ring *r, const step *s, char *err, size_t errlen) {
-  size_t sent = 0, got = 0, reduced = 0, es = sf__dtype_size(s->t);
+  size_t sent = 0, got = 0, reduced = 0;
   int sfd = s->sn ? link_fd(r, s->to) : -1, rfd = s->rn ? link_fd(r, s->from) : -1;
   int64_t last = 0;
   while (sent < s->sn || got < s->rn) {
-    bool progress = false;
-    if (sent < s->sn) {
-      ssize_t k = send(sfd, s->sbuf + sent, s->sn - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (k > 0) {
-        sent += (size_t)k;
-        progress = true;
-      } else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        return sf__net_fail(err, errlen, "ring rank %d: sending to rank %d failed: %s", r->rank,
-                            s->to, strerror(errno));
-      }
-    }
+    ssize_t ks = 0, kr = 0;
+    if (sent < s->sn && (ks = send_some(r, sfd, s->to, s->sbuf + sent, s->sn - sent, err,
+                                        errlen)) < 0)
+      return -1;
+    sent += (size_t)ks;
     if (got < s->rn) {
-      size_t want = s->rn - got < r->segment || !s->red_dst ? s->rn - got : r->segment;
       size_t part = got - reduced; /* bytes of an element cut by the last receive */
-      ssize_t k = recv(rfd, s->red_dst ? s->rbuf + part : s->rbuf + got, want, MSG_DONTWAIT);
-      if (k > 0) {
-        got += (size_t)k;
-        progress = true;
-        size_t whole = (got - reduced) / es * es;
-        if (s->red_dst && whole) {
-          reduce(s->red_dst + reduced, s->rbuf, whole / es, s->t, s->op, s->first);
-          reduced += whole;
-          memmove(s->rbuf, s->rbuf + whole, got - reduced);
-        }
-      } else if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-        return sf__net_fail(err, errlen, "ring rank %d: rank %d closed the connection", r->rank,
-                            s->from);
-      }
+      size_t want = s->rn - got < r->segment || !s->red_dst ? s->rn - got : r->segment;
+      if ((kr = recv_some(r, rfd, s->from, s->red_dst ? s->rbuf + part : s->rbuf + got, want, err,
+                          errlen)) < 0)
+        return -1;
+      got += (size_t)kr;
+      if (kr && s->red_dst)
+        reduced += reduce_window(s->rbuf, got - reduced, s->red_dst + reduced, s->t, s->op,
+                                 s->first);
     }
-    /* The clock is read only when a wait begins, not on every pass. */
-    if (progress) {
+    if (ks || kr)
       last = 0;
-      continue;
-    }
-    if (!last)
-      last = now_ms();
-    struct pollfd pf[2] = {{sfd, sent < s->sn ? POLLOUT : 0, 0},
-                           {rfd, got < s->rn ? POLLIN : 0, 0}};
-    int left = (int)(last + r->timeout_ms - now_ms());
-    if (left <= 0 || (poll(pf, 2, left) == 0 && now_ms() - last >= r->timeout_ms))
-      return sf__net_fail(err, errlen, "ring rank %d: no progress for %d ms (a peer died or stalled)",
-                          r->rank, r->timeout_ms);
+    else if (wait_io(r, sfd, sent < s->sn, rfd, got < s->rn, &last, err, errlen))
+      return -1;
   }
   return 0;
 }
@@ -547,16 +578,31 @@ static void chunk(size_t count, int size, int c, size_t *off, size_t *len) {
  * the overlap never reads or overwrites a byte too early.  The reduction
  * order is the step-by-step ring's. */
 typedef struct stream {
-  int step;      /* current step of this stream */
-  size_t off;    /* bytes done in it: sent, or received */
-  size_t total;  /* bytes done in all steps */
+  int step;       /* the step it is in */
+  size_t off;     /* bytes done in that step: sent, or received */
+  size_t total;   /* bytes done in all steps */
+  size_t reduced; /* of those received in the step, the bytes reduced */
 } stream;
 
+/* Chunk c (mod n) of the buffer in bytes: its length, *off its offset. */
 static size_t ring_chunk(size_t count, int n, int c, size_t es, size_t *off) {
   size_t o, len;
   chunk(count, n, ((c % n) + n) % n, &o, &len);
   *off = o * es;
   return len * es;
+}
+
+/* The chunk a stream is in, after moving past finished steps and empty
+ * chunks (count < n): in step s it is chunk base - s, where base is the
+ * member's rank for its sends and its predecessor's for its receives. */
+static size_t stream_chunk(stream *st, size_t count, int n, int base, size_t es, size_t *off) {
+  size_t len = ring_chunk(count, n, base - st->step, es, off);
+  while (st->off == len) {
+    st->step++;
+    st->off = st->reduced = 0;
+    len = ring_chunk(count, n, base - st->step, es, off);
+  }
+  return len;
 }
 
 static int allreduce_ring(sf__ring *r, uint8_t *b, size_t count, sf__dtype t, sf__redop op,
@@ -567,81 +613,47 @@ static int allreduce_ring(sf__ring *r, uint8_t *b, size_t count, sf__dtype t, sf
     return sf__net_fail(err, errlen, "out of memory for a %zu-byte ring buffer", r->segment);
   size_t rtotal = 0; /* the receive stream's length; the send stream's is own + that - last */
   for (int s = 0; s < steps; s++)
-    rtotal += ring_chunk(count, n, r->rank - s - 1, es, &off);
-  size_t stotal = own + rtotal - ring_chunk(count, n, r->rank - steps, es, &off);
+    rtotal += ring_chunk(count, n, prev - s, es, &off);
+  size_t stotal = own + rtotal - ring_chunk(count, n, prev - (steps - 1), es, &off);
   int sfd = link_fd(r, next), rfd = link_fd(r, prev);
-  stream snd = {0, 0, 0}, rcv = {0, 0, 0};
-  size_t reduced = 0;  /* of the current receive step, in the reduce-scatter */
-  size_t ready = own;  /* bytes of the send stream that may leave (<= stotal) */
+  stream snd = {0, 0, 0, 0}, rcv = {0, 0, 0, 0};
+  size_t ready = own; /* bytes of the send stream that may leave (<= stotal) */
+  uint8_t *win = r->scratch;
   int64_t last = 0;
   while (snd.total < stotal || rcv.total < rtotal) {
-    bool progress = false;
+    ssize_t ks = 0, kr = 0;
     if (snd.total < ready) {
-      size_t so, sl = ring_chunk(count, n, r->rank - snd.step, es, &so);
-      while (snd.off == sl) { /* skips empty chunks (count < n) too */
-        snd.step++;
-        snd.off = 0;
-        sl = ring_chunk(count, n, r->rank - snd.step, es, &so);
-      }
       /* As much as may leave: the kernel takes what fits in the socket,
        * and fewer, larger sends cost less CPU than segment-sized ones. */
-      size_t want = ready - snd.total;
-      want = want < sl - snd.off ? want : sl - snd.off;
-      ssize_t k = send(sfd, b + so + snd.off, want, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (k > 0) {
-        snd.off += (size_t)k;
-        snd.total += (size_t)k;
-        progress = true;
-      } else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        return sf__net_fail(err, errlen, "ring rank %d: sending to rank %d failed: %s", r->rank,
-                            next, strerror(errno));
-      }
+      size_t so, sl = stream_chunk(&snd, count, n, r->rank, es, &so);
+      size_t want = ready - snd.total < sl - snd.off ? ready - snd.total : sl - snd.off;
+      if ((ks = send_some(r, sfd, next, b + so + snd.off, want, err, errlen)) < 0)
+        return -1;
+      snd.off += (size_t)ks;
+      snd.total += (size_t)ks;
     }
     if (rcv.total < rtotal) {
-      size_t ro, rl = ring_chunk(count, n, r->rank - rcv.step - 1, es, &ro);
-      while (rcv.off == rl) {
-        rcv.step++;
-        rcv.off = reduced = 0;
-        rl = ring_chunk(count, n, r->rank - rcv.step - 1, es, &ro);
-      }
-      bool rs = rcv.step < n - 1;
-      size_t part = rcv.off - reduced; /* bytes of an element cut by the last receive */
       /* Reduce-scatter receives go through the window (segment bytes, so
        * the adds read them from cache); allgather ones straight into b. */
+      size_t ro, rl = stream_chunk(&rcv, count, n, prev, es, &ro);
+      bool rs = rcv.step < n - 1;
+      size_t part = rcv.off - rcv.reduced; /* bytes of an element cut by the last receive */
       size_t want = rl - rcv.off < r->segment || !rs ? rl - rcv.off : r->segment;
-      uint8_t *into = rs ? (uint8_t *)r->scratch + part : b + ro + rcv.off;
-      ssize_t k = recv(rfd, into, want, MSG_DONTWAIT);
-      if (k > 0) {
-        rcv.off += (size_t)k;
-        rcv.total += (size_t)k;
-        progress = true;
-        if (!rs) {
-          ready = own + rcv.total;
-        } else if ((rcv.off - reduced) / es) {
-          size_t whole = (rcv.off - reduced) / es * es;
-          reduce(b + ro + reduced, r->scratch, whole / es, t, op, 0);
-          reduced += whole;
-          memmove(r->scratch, (uint8_t *)r->scratch + whole, rcv.off - reduced);
-          ready = own + rcv.total - (rcv.off - reduced);
-        }
-        ready = ready < stotal ? ready : stotal; /* the last chunk received is not sent */
-      } else if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-        return sf__net_fail(err, errlen, "ring rank %d: rank %d closed the connection", r->rank,
-                            prev);
-      }
+      if ((kr = recv_some(r, rfd, prev, rs ? win + part : b + ro + rcv.off, want, err,
+                          errlen)) < 0)
+        return -1;
+      rcv.off += (size_t)kr;
+      rcv.total += (size_t)kr;
+      if (kr && rs)
+        rcv.reduced += reduce_window(win, rcv.off - rcv.reduced, b + ro + rcv.reduced, t, op, 0);
+      /* Everything received and reduced may leave, but for the last chunk. */
+      ready = own + rcv.total - (rcv.off - (rs ? rcv.reduced : rcv.off));
+      ready = ready < stotal ? ready : stotal;
     }
-    if (progress) {
+    if (ks || kr)
       last = 0;
-      continue;
-    }
-    if (!last)
-      last = now_ms();
-    struct pollfd pf[2] = {{sfd, snd.total < ready ? POLLOUT : 0, 0},
-                           {rfd, rcv.total < rtotal ? POLLIN : 0, 0}};
-    int left = (int)(last + r->timeout_ms - now_ms());
-    if (left <= 0 || (poll(pf, 2, left) == 0 && now_ms() - last >= r->timeout_ms))
-      return sf__net_fail(err, errlen, "ring rank %d: no progress for %d ms (a peer died or stalled)",
-                          r->rank, r->timeout_ms);
+    else if (wait_io(r, sfd, snd.total < ready, rfd, rcv.total < rtotal, &last, err, errlen))
+      return -1;
   }
   return 0;
 }
