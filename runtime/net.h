@@ -286,8 +286,7 @@ typedef struct sf__ring {
   int prev_fd, next_fd; /* receive from rank-1, send to rank+1 */
   int timeout_ms;       /* no progress for this long: error, not a hang */
   size_t segment;       /* the reduction window: bytes per receive that is
-                         * reduced (64 KB, measured: docs/performance.md),
-                         * and broadcast's pipelining unit */
+                         * reduced (64 KB, measured: docs/performance.md) */
   void *scratch;
   size_t scratch_n;
   size_t rd_max;        /* allreduce up to this many bytes: recursive doubling */

@@ -762,27 +762,34 @@ int sf__ring_allreduce(sf__ring *r, void *buf, size_t count, sf__dtype t, sf__re
   return allreduce_ring(r, buf, count, t, op, err, errlen);
 }
 
-/* Pipelined ring broadcast: the root streams segments to its successor,
- * each member forwards segment k while it receives k+1. */
+/* Pipelined ring broadcast: the root streams the buffer to its successor,
+ * and every other member but the last forwards each byte as soon as it
+ * has arrived (the ring allreduce's bound, with one chunk), so no member
+ * waits for a whole segment before passing it on. */
 int sf__ring_broadcast(sf__ring *r, void *buf, size_t bytes, int root, char *err,
                        size_t errlen) {
   int n = r->size;
   if (n == 1 || bytes == 0)
     return 0;
   int pos = ((r->rank - root) % n + n) % n; /* distance from the root */
+  int next = (r->rank + 1) % n, prev = (r->rank + n - 1) % n;
   uint8_t *b = buf;
-  size_t seg = r->segment;
-  for (size_t off = 0; off < bytes + (pos > 0 && pos < n - 1 ? seg : 0); off += seg) {
-    /* Receive segment at off (not on the root), send segment at off - seg
-     * (members in the middle) or at off (the root). */
-    size_t rl = pos > 0 && off < bytes ? (bytes - off < seg ? bytes - off : seg) : 0;
-    size_t soff = pos == 0 ? off : off - seg;
-    size_t sl = 0;
-    if (pos < n - 1 && (pos == 0 || off >= seg) && soff < bytes)
-      sl = bytes - soff < seg ? bytes - soff : seg;
-    step st = {(r->rank + 1) % n, (r->rank + n - 1) % n, sl ? b + soff : b, sl,
-               b + (rl ? off : 0), rl, NULL, SF__DT_F32, SF__OP_SUM, 0};
-    if (run_step(r, &st, err, errlen))
+  size_t sn = pos < n - 1 ? bytes : 0, rn = pos > 0 ? bytes : 0, sent = 0, got = 0;
+  int sfd = sn ? link_fd(r, next) : -1, rfd = rn ? link_fd(r, prev) : -1;
+  int64_t last = 0;
+  while (sent < sn || got < rn) {
+    ssize_t ks = 0, kr = 0;
+    size_t ready = pos == 0 ? sn : got < sn ? got : sn;
+    if (sent < ready && (ks = send_some(r, sfd, next, b + sent, ready - sent, err, errlen)) < 0)
+      return -1;
+    sent += (size_t)ks;
+    if (got < rn && (kr = recv_some(r, rfd, prev, b + got, rn - got, err, errlen)) < 0)
+      return -1;
+    got += (size_t)kr;
+    ready = pos == 0 ? sn : got < sn ? got : sn;
+    if (ks || kr)
+      last = 0;
+    else if (wait_io(r, sfd, sent < ready, rfd, got < rn, &last, err, errlen))
       return -1;
   }
   return 0;

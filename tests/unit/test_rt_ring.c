@@ -10,7 +10,8 @@
  * an error, not a hang.  The ring runs its 2(n-1) steps as one stream,
  * sends bounded by receives: checked with socket buffers of a few KB, so
  * that sends stall and steps interleave, with elements cut across
- * receives, and with a member that dies in the middle of the stream.
+ * receives, and with a member that dies in the middle of the stream;
+ * broadcast forwards bytes as they arrive, checked the same way.
  */
 #include <fcntl.h>
 #include <math.h>
@@ -338,11 +339,16 @@ static void test_allreduce_signed_zero(void) {
 }
 
 static void test_broadcast(void) {
-  for (int n = 1; n <= 5; n++)
+  /* Every root of every group size, also with 2 KB socket buffers (each
+   * member forwards bytes as they arrive, so sends stall). */
+  for (int cfg = 0; cfg < 10; cfg++) {
+    int tiny = cfg / 5, n = cfg % 5 + 1;
     for (int root = 0; root < n; root++) {
       member m[MAXN];
       memset(m, 0, sizeof m);
+      tiny_buffers = tiny;
       make_ring(m, n, 1000);
+      tiny_buffers = false;
       size_t count = 12345;
       for (int i = 0; i < n; i++) {
         m[i].buf = calloc(count, 8);
@@ -364,6 +370,7 @@ static void test_broadcast(void) {
         free(m[i].buf);
       }
     }
+  }
 }
 
 static void test_barrier(void) {
