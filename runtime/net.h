@@ -275,17 +275,19 @@ size_t sf__dtype_size(sf__dtype t);
  * members with bench/cluster/ring_algos.c, docs/performance.md):
  * recursive doubling up to SF__RING_RD_MAX, then in a group whose size is
  * a power of two recursive halving and doubling (Rabenseifner) up to
- * SF__RING_HALVING_MAX, the pipelined ring above.  Elsewhere the fold
- * moves the whole buffer twice more, and the ring wins from 64 KB. */
+ * SF__RING_HALVING_MAX (its 2 log2 p hops beat the ring's 2(p-1) until
+ * the buffer no longer fits in cache), the pipelined ring above.
+ * Elsewhere the fold moves the whole buffer twice more, and the ring wins
+ * from 64 KB. */
 #define SF__RING_RD_MAX ((size_t)32 << 10)
-#define SF__RING_HALVING_MAX ((size_t)128 << 10)
+#define SF__RING_HALVING_MAX ((size_t)4 << 20)
 
 typedef struct sf__ring {
   int rank, size;
   int prev_fd, next_fd; /* receive from rank-1, send to rank+1 */
   int timeout_ms;       /* no progress for this long: error, not a hang */
-  size_t segment;       /* bytes per send or receive call, and the size of the
-                         * reduction window (256 KB, measured: docs/performance.md) */
+  size_t segment;       /* the reduction window: bytes per receive that is
+                         * reduced (64 KB, measured: docs/performance.md) */
   void *scratch;
   size_t scratch_n;
   size_t rd_max;        /* allreduce up to this many bytes: recursive doubling */

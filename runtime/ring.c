@@ -16,8 +16,10 @@
  *    one chunk to its successor while it receives another from its
  *    predecessor and adds it in; n-1 allgather steps pass the finished
  *    chunks around.  Every member sends 2(n-1)/n of the buffer, the
- *    minimum, and only to its neighbour, so the sends of consecutive
- *    steps overlap best.
+ *    minimum, and only to its neighbour.  The 2(n-1) steps run as one
+ *    stream (Open MPI's segmented ring, NCCL's): the chunk sent in step
+ *    s+1 is the one received in step s, so its bytes leave as soon as
+ *    they have arrived and been reduced, not when the whole step is done.
  * A group whose size is not a power of two is folded first (MPICH): of the
  * first 2*rem members (rem = p - 2^floor(log2 p)) each even one hands its
  * buffer to the odd one after it and gets the result back at the end.
@@ -29,9 +31,10 @@
  *    computes each element on every member, where the order matters
  *    (max(-0.0, +0.0) keeps its first operand); the other two reduce each
  *    element on one member and copy it.
- *  - Pipelined: within a step, sending and receiving run at once on
- *    non-blocking sockets under one poll, and received bytes are reduced as
- *    soon as whole elements arrive, so the network and the adds overlap.
+ *  - Pipelined: sending and receiving run at once on non-blocking
+ *    sockets under one poll, and received bytes are reduced as soon as
+ *    whole elements arrive, so the network and the adds overlap (and, in
+ *    the ring, consecutive steps too).
  *  - Blocking waits: a member with nothing to do sleeps in poll() rather
  *    than spinning; with more members than cores (4 on 2 here) a spinning
  *    member takes the core its peer needs (measured: 22 us per hop with
@@ -74,22 +77,33 @@ size_t sf__dtype_size(sf__dtype t) {
 
 /* d op= s, elementwise.  first: s is the first operand (it comes from
  * lower ranks), so max/min ties and NaNs resolve the same way on every
- * member whichever side it stands. */
+ * member whichever side it stands.  The stores are unconditional so that
+ * the loops vectorize (a compare and a blend, or maxps/minps, whose
+ * operand order matches these expressions exactly). */
 #define REDUCE_LOOP(T)                                                  \
   do {                                                                  \
-    T *d = dst;                                                         \
-    const T *s = src;                                                   \
+    T *restrict d = dst;                                                \
+    const T *restrict s = src;                                          \
     switch (op * 2 + first) {                                           \
     case SF__OP_SUM * 2: for (size_t i = 0; i < n; i++) d[i] = d[i] + s[i]; break; \
     case SF__OP_SUM * 2 + 1: for (size_t i = 0; i < n; i++) d[i] = s[i] + d[i]; break; \
-    case SF__OP_MAX * 2: for (size_t i = 0; i < n; i++) if (s[i] > d[i]) d[i] = s[i]; break; \
-    case SF__OP_MAX * 2 + 1: for (size_t i = 0; i < n; i++) if (!(d[i] > s[i])) d[i] = s[i]; break; \
-    case SF__OP_MIN * 2: for (size_t i = 0; i < n; i++) if (s[i] < d[i]) d[i] = s[i]; break; \
-    case SF__OP_MIN * 2 + 1: for (size_t i = 0; i < n; i++) if (!(d[i] < s[i])) d[i] = s[i]; break; \
+    case SF__OP_MAX * 2: for (size_t i = 0; i < n; i++) d[i] = s[i] > d[i] ? s[i] : d[i]; break; \
+    case SF__OP_MAX * 2 + 1: for (size_t i = 0; i < n; i++) d[i] = d[i] > s[i] ? d[i] : s[i]; break; \
+    case SF__OP_MIN * 2: for (size_t i = 0; i < n; i++) d[i] = s[i] < d[i] ? s[i] : d[i]; break; \
+    case SF__OP_MIN * 2 + 1: for (size_t i = 0; i < n; i++) d[i] = d[i] < s[i] ? d[i] : s[i]; break; \
     }                                                                   \
   } while (0)
 
-static void reduce(void *dst, const void *src, size_t n, sf__dtype t, sf__redop op, int first) {
+/* gcc 12 at -O2 leaves these loops scalar (its very cheap cost model
+ * gives up on a loop whose count is not known), so the adds ran one
+ * element at a time; clang vectorizes them at -O2 already.  Lane-wise SSE
+ * adds, compares and blends round exactly as the scalar code does, so
+ * the results stay bitwise the same. */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic")))
+#endif
+static void reduce(void *restrict dst, const void *restrict src, size_t n, sf__dtype t,
+                   sf__redop op, int first) {
   switch (t) {
   case SF__DT_F32: REDUCE_LOOP(float); break;
   case SF__DT_F64: REDUCE_LOOP(double); break;
@@ -109,7 +123,7 @@ static void tune(int fd) {
 
 void sf__ring_init(sf__ring *r, int rank, int size, int prev_fd, int next_fd) {
   *r = (sf__ring){.rank = rank, .size = size, .prev_fd = prev_fd, .next_fd = next_fd,
-                  .timeout_ms = 30000, .segment = 256 << 10, .rd_max = SF__RING_RD_MAX,
+                  .timeout_ms = 30000, .segment = 64 << 10, .rd_max = SF__RING_RD_MAX,
                   .halving_max = SF__RING_HALVING_MAX};
   if (prev_fd >= 0)
     tune(prev_fd);
@@ -422,13 +436,68 @@ fail:
 
 /* ------------------------------------------------------------ engine */
 
+/* One non-blocking send: the bytes the kernel took, 0 when the socket is
+ * full, -1 (with err) when the connection failed. */
+static ssize_t send_some(const sf__ring *r, int fd, int to, const void *p, size_t n, char *err,
+                         size_t errlen) {
+  ssize_t k = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (k >= 0)
+    return k;
+  if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+    return 0;
+  return sf__net_fail(err, errlen, "ring rank %d: sending to rank %d failed: %s", r->rank, to,
+                      strerror(errno));
+}
+
+/* One non-blocking receive: the bytes read, 0 when none are there, -1
+ * (with err) when the peer closed the connection or it failed. */
+static ssize_t recv_some(const sf__ring *r, int fd, int from, void *p, size_t n, char *err,
+                         size_t errlen) {
+  ssize_t k = recv(fd, p, n, MSG_DONTWAIT);
+  if (k > 0)
+    return k;
+  if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+    return 0;
+  return sf__net_fail(err, errlen, "ring rank %d: rank %d closed the connection", r->rank, from);
+}
+
+/* Reduces the whole elements among the first `have` bytes of the window
+ * into dst and moves the bytes of an element cut by the last receive to
+ * the window's start; returns the bytes reduced. */
+static size_t reduce_window(uint8_t *win, size_t have, uint8_t *dst, sf__dtype t, sf__redop op,
+                            int first) {
+  size_t es = sf__dtype_size(t), whole = have / es * es;
+  if (whole) {
+    reduce(dst, win, whole / es, t, op, first);
+    memmove(win, win + whole, have - whole);
+  }
+  return whole;
+}
+
+/* Sleeps until sfd can take bytes (out) or rfd has some (in).  *last is
+ * when the wait began (0: none yet; the clock is read only then, not on
+ * every pass); timeout_ms without progress is an error. */
+static int wait_io(const sf__ring *r, int sfd, bool out, int rfd, bool in, int64_t *last,
+                   char *err, size_t errlen) {
+  if (!*last)
+    *last = now_ms();
+  struct pollfd pf[2] = {{sfd, out ? POLLOUT : 0, 0}, {rfd, in ? POLLIN : 0, 0}};
+  int left = (int)(*last + r->timeout_ms - now_ms());
+  if (left <= 0 || (poll(pf, 2, left) == 0 && now_ms() - *last >= r->timeout_ms))
+    return sf__net_fail(err, errlen, "ring rank %d: no progress for %d ms (a peer died or stalled)",
+                        r->rank, r->timeout_ms);
+  return 0;
+}
+
 /* One step: send [sbuf, sbuf+sn) to member `to` while receiving rn bytes
  * from member `from` into rbuf; when red_dst is set, received whole
  * elements are reduced into red_dst as they arrive, with the received
  * operand first when `first` is set, and rbuf is a window of `segment`
  * bytes (plus one element) that every receive reuses: the bytes the kernel
  * copies in are still in cache when the reduction reads them, instead of
- * streaming a chunk-sized scratch buffer through memory twice. */
+ * streaming a chunk-sized scratch buffer through memory twice.  Sends and
+ * plain receives ask for everything that is left: the kernel moves what
+ * the socket holds, and fewer calls cost less CPU. */
 typedef struct step {
   int to, from;
   const uint8_t *sbuf;
@@ -442,53 +511,30 @@ typedef struct step {
 } step;
 
 static int run_step(sf__ring *r, const step *s, char *err, size_t errlen) {
-  size_t sent = 0, got = 0, reduced = 0, es = sf__dtype_size(s->t);
+  size_t sent = 0, got = 0, reduced = 0;
   int sfd = s->sn ? link_fd(r, s->to) : -1, rfd = s->rn ? link_fd(r, s->from) : -1;
   int64_t last = 0;
   while (sent < s->sn || got < s->rn) {
-    bool progress = false;
-    if (sent < s->sn) {
-      size_t want = s->sn - sent < r->segment ? s->sn - sent : r->segment;
-      ssize_t k = send(sfd, s->sbuf + sent, want, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (k > 0) {
-        sent += (size_t)k;
-        progress = true;
-      } else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        return sf__net_fail(err, errlen, "ring rank %d: sending to rank %d failed: %s", r->rank,
-                            s->to, strerror(errno));
-      }
-    }
+    ssize_t ks = 0, kr = 0;
+    if (sent < s->sn && (ks = send_some(r, sfd, s->to, s->sbuf + sent, s->sn - sent, err,
+                                        errlen)) < 0)
+      return -1;
+    sent += (size_t)ks;
     if (got < s->rn) {
-      size_t want = s->rn - got < r->segment ? s->rn - got : r->segment;
       size_t part = got - reduced; /* bytes of an element cut by the last receive */
-      ssize_t k = recv(rfd, s->red_dst ? s->rbuf + part : s->rbuf + got, want, MSG_DONTWAIT);
-      if (k > 0) {
-        got += (size_t)k;
-        progress = true;
-        size_t whole = (got - reduced) / es * es;
-        if (s->red_dst && whole) {
-          reduce(s->red_dst + reduced, s->rbuf, whole / es, s->t, s->op, s->first);
-          reduced += whole;
-          memmove(s->rbuf, s->rbuf + whole, got - reduced);
-        }
-      } else if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-        return sf__net_fail(err, errlen, "ring rank %d: rank %d closed the connection", r->rank,
-                            s->from);
-      }
+      size_t want = s->rn - got < r->segment || !s->red_dst ? s->rn - got : r->segment;
+      if ((kr = recv_some(r, rfd, s->from, s->red_dst ? s->rbuf + part : s->rbuf + got, want, err,
+                          errlen)) < 0)
+        return -1;
+      got += (size_t)kr;
+      if (kr && s->red_dst)
+        reduced += reduce_window(s->rbuf, got - reduced, s->red_dst + reduced, s->t, s->op,
+                                 s->first);
     }
-    /* The clock is read only when a wait begins, not on every pass. */
-    if (progress) {
+    if (ks || kr)
       last = 0;
-      continue;
-    }
-    if (!last)
-      last = now_ms();
-    struct pollfd pf[2] = {{sfd, sent < s->sn ? POLLOUT : 0, 0},
-                           {rfd, got < s->rn ? POLLIN : 0, 0}};
-    int left = (int)(last + r->timeout_ms - now_ms());
-    if (left <= 0 || (poll(pf, 2, left) == 0 && now_ms() - last >= r->timeout_ms))
-      return sf__net_fail(err, errlen, "ring rank %d: no progress for %d ms (a peer died or stalled)",
-                          r->rank, r->timeout_ms);
+    else if (wait_io(r, sfd, sent < s->sn, rfd, got < s->rn, &last, err, errlen))
+      return -1;
   }
   return 0;
 }
@@ -513,26 +559,100 @@ static void chunk(size_t count, int size, int c, size_t *off, size_t *len) {
   *len = base + ((size_t)c < extra ? 1 : 0);
 }
 
+/* The ring as one stream.  In step s member rank sends chunk rank - s and
+ * receives chunk rank - s - 1 (mod n), for s = 0 .. 2(n-1)-1: reduced into
+ * its own copy in the first n-1 steps (reduce-scatter), copied over it in
+ * the rest (allgather).  The chunk sent in step s+1 is the one received
+ * in step s, across the boundary between the phases too, so the send
+ * stream is this member's own chunk followed by the receive stream less
+ * its last chunk, and a byte may leave as soon as it has been received
+ * and, in the reduce-scatter, reduced.  One poll loop runs both streams,
+ * the sends bounded by that progress, so a chunk moves on as it arrives
+ * instead of waiting for all of it (Open MPI's segmented ring,
+ * NCCL's pipelined ring).  Receives are never held back, so members
+ * cannot wait on each other in a cycle.
+ *
+ * Bytes are read from b only after the member's own contribution to them
+ * is final, and the allgather overwrites a chunk only with bytes whose
+ * final value already depends on every byte this member sent of it, so
+ * the overlap never reads or overwrites a byte too early.  The reduction
+ * order is the step-by-step ring's. */
+typedef struct stream {
+  int step;       /* the step it is in */
+  size_t off;     /* bytes done in that step: sent, or received */
+  size_t total;   /* bytes done in all steps */
+  size_t reduced; /* of those received in the step, the bytes reduced */
+} stream;
+
+/* Chunk c (mod n) of the buffer in bytes: its length, *off its offset. */
+static size_t ring_chunk(size_t count, int n, int c, size_t es, size_t *off) {
+  size_t o, len;
+  chunk(count, n, ((c % n) + n) % n, &o, &len);
+  *off = o * es;
+  return len * es;
+}
+
+/* The chunk a stream is in, after moving past finished steps and empty
+ * chunks (count < n): in step s it is chunk base - s, where base is the
+ * member's rank for its sends and its predecessor's for its receives. */
+static size_t stream_chunk(stream *st, size_t count, int n, int base, size_t es, size_t *off) {
+  size_t len = ring_chunk(count, n, base - st->step, es, off);
+  while (st->off == len) {
+    st->step++;
+    st->off = st->reduced = 0;
+    len = ring_chunk(count, n, base - st->step, es, off);
+  }
+  return len;
+}
+
 static int allreduce_ring(sf__ring *r, uint8_t *b, size_t count, sf__dtype t, sf__redop op,
                           char *err, size_t errlen) {
-  int n = r->size, next = (r->rank + 1) % n, prev = (r->rank + n - 1) % n;
-  size_t es = sf__dtype_size(t);
+  int n = r->size, steps = 2 * (n - 1), next = (r->rank + 1) % n, prev = (r->rank + n - 1) % n;
+  size_t es = sf__dtype_size(t), off, own = ring_chunk(count, n, r->rank, es, &off);
   if (!scratch(r, r->segment + es))
     return sf__net_fail(err, errlen, "out of memory for a %zu-byte ring buffer", r->segment);
-  for (int s = 0; s < n - 1; s++) { /* reduce-scatter */
-    size_t so, sl, ro, rl;
-    chunk(count, n, ((r->rank - s) % n + n) % n, &so, &sl);
-    chunk(count, n, ((r->rank - s - 1) % n + n) % n, &ro, &rl);
-    step st = {next, prev, b + so * es, sl * es, r->scratch, rl * es, b + ro * es, t, op, 0};
-    if (run_step(r, &st, err, errlen))
-      return -1;
-  }
-  for (int s = 0; s < n - 1; s++) { /* allgather */
-    size_t so, sl, ro, rl;
-    chunk(count, n, ((r->rank + 1 - s) % n + n) % n, &so, &sl);
-    chunk(count, n, ((r->rank - s) % n + n) % n, &ro, &rl);
-    step st = {next, prev, b + so * es, sl * es, b + ro * es, rl * es, NULL, t, op, 0};
-    if (run_step(r, &st, err, errlen))
+  size_t rtotal = 0; /* the receive stream's length; the send stream's is own + that - last */
+  for (int s = 0; s < steps; s++)
+    rtotal += ring_chunk(count, n, prev - s, es, &off);
+  size_t stotal = own + rtotal - ring_chunk(count, n, prev - (steps - 1), es, &off);
+  int sfd = link_fd(r, next), rfd = link_fd(r, prev);
+  stream snd = {0, 0, 0, 0}, rcv = {0, 0, 0, 0};
+  size_t ready = own; /* bytes of the send stream that may leave (<= stotal) */
+  uint8_t *win = r->scratch;
+  int64_t last = 0;
+  while (snd.total < stotal || rcv.total < rtotal) {
+    ssize_t ks = 0, kr = 0;
+    if (snd.total < ready) {
+      /* As much as may leave: the kernel takes what fits in the socket,
+       * and fewer, larger sends cost less CPU than segment-sized ones. */
+      size_t so, sl = stream_chunk(&snd, count, n, r->rank, es, &so);
+      size_t want = ready - snd.total < sl - snd.off ? ready - snd.total : sl - snd.off;
+      if ((ks = send_some(r, sfd, next, b + so + snd.off, want, err, errlen)) < 0)
+        return -1;
+      snd.off += (size_t)ks;
+      snd.total += (size_t)ks;
+    }
+    if (rcv.total < rtotal) {
+      /* Reduce-scatter receives go through the window (segment bytes, so
+       * the adds read them from cache); allgather ones straight into b. */
+      size_t ro, rl = stream_chunk(&rcv, count, n, prev, es, &ro);
+      bool rs = rcv.step < n - 1;
+      size_t part = rcv.off - rcv.reduced; /* bytes of an element cut by the last receive */
+      size_t want = rl - rcv.off < r->segment || !rs ? rl - rcv.off : r->segment;
+      if ((kr = recv_some(r, rfd, prev, rs ? win + part : b + ro + rcv.off, want, err,
+                          errlen)) < 0)
+        return -1;
+      rcv.off += (size_t)kr;
+      rcv.total += (size_t)kr;
+      if (kr && rs)
+        rcv.reduced += reduce_window(win, rcv.off - rcv.reduced, b + ro + rcv.reduced, t, op, 0);
+      /* Everything received and reduced may leave, but for the last chunk. */
+      ready = own + rcv.total - (rcv.off - (rs ? rcv.reduced : rcv.off));
+      ready = ready < stotal ? ready : stotal;
+    }
+    if (ks || kr)
+      last = 0;
+    else if (wait_io(r, sfd, snd.total < ready, rfd, rcv.total < rtotal, &last, err, errlen))
       return -1;
   }
   return 0;
@@ -642,27 +762,34 @@ int sf__ring_allreduce(sf__ring *r, void *buf, size_t count, sf__dtype t, sf__re
   return allreduce_ring(r, buf, count, t, op, err, errlen);
 }
 
-/* Pipelined ring broadcast: the root streams segments to its successor,
- * each member forwards segment k while it receives k+1. */
+/* Pipelined ring broadcast: the root streams the buffer to its successor,
+ * and every other member but the last forwards each byte as soon as it
+ * has arrived (the ring allreduce's bound, with one chunk), so no member
+ * waits for a whole segment before passing it on. */
 int sf__ring_broadcast(sf__ring *r, void *buf, size_t bytes, int root, char *err,
                        size_t errlen) {
   int n = r->size;
   if (n == 1 || bytes == 0)
     return 0;
   int pos = ((r->rank - root) % n + n) % n; /* distance from the root */
+  int next = (r->rank + 1) % n, prev = (r->rank + n - 1) % n;
   uint8_t *b = buf;
-  size_t seg = r->segment;
-  for (size_t off = 0; off < bytes + (pos > 0 && pos < n - 1 ? seg : 0); off += seg) {
-    /* Receive segment at off (not on the root), send segment at off - seg
-     * (members in the middle) or at off (the root). */
-    size_t rl = pos > 0 && off < bytes ? (bytes - off < seg ? bytes - off : seg) : 0;
-    size_t soff = pos == 0 ? off : off - seg;
-    size_t sl = 0;
-    if (pos < n - 1 && (pos == 0 || off >= seg) && soff < bytes)
-      sl = bytes - soff < seg ? bytes - soff : seg;
-    step st = {(r->rank + 1) % n, (r->rank + n - 1) % n, sl ? b + soff : b, sl,
-               b + (rl ? off : 0), rl, NULL, SF__DT_F32, SF__OP_SUM, 0};
-    if (run_step(r, &st, err, errlen))
+  size_t sn = pos < n - 1 ? bytes : 0, rn = pos > 0 ? bytes : 0, sent = 0, got = 0;
+  int sfd = sn ? link_fd(r, next) : -1, rfd = rn ? link_fd(r, prev) : -1;
+  int64_t last = 0;
+  while (sent < sn || got < rn) {
+    ssize_t ks = 0, kr = 0;
+    size_t ready = pos == 0 ? sn : got < sn ? got : sn;
+    if (sent < ready && (ks = send_some(r, sfd, next, b + sent, ready - sent, err, errlen)) < 0)
+      return -1;
+    sent += (size_t)ks;
+    if (got < rn && (kr = recv_some(r, rfd, prev, b + got, rn - got, err, errlen)) < 0)
+      return -1;
+    got += (size_t)kr;
+    ready = pos == 0 ? sn : got < sn ? got : sn;
+    if (ks || kr)
+      last = 0;
+    else if (wait_io(r, sfd, sent < ready, rfd, got < rn, &last, err, errlen))
       return -1;
   }
   return 0;

@@ -14,7 +14,9 @@
  *   ./ring_algos P ROUNDS ITERS SIZE...      (sizes in bytes of floats)
  *
  * SEGMENT=BYTES in the environment sets the pipelining unit (sf__ring.segment);
- * ALGOS=ring,halving times only those.
+ * ALGOS=ring,halving times only those.  BARRIER=1 starts every timed call
+ * after a barrier, as bench/cluster/mpi_allreduce.c does, so the time no
+ * longer includes waiting for members still filling their buffers.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,12 +47,15 @@ static int cmp(const void *a, const void *b) {
  * the CPU time of all members per call goes to *cpu. */
 static double measure(sf__ring *r, float *buf, size_t count, int algo, int iters, double *cpu) {
   char err[256];
+  bool barrier = getenv("BARRIER") != NULL;
   r->rd_max = algo == RD ? SIZE_MAX : 0;
   r->halving_max = algo == HALVING ? SIZE_MAX : 0;
   double total = 0, c = 0;
   for (int it = 0; it <= iters; it++) {
     for (size_t i = 0; i < count; i++)
       buf[i] = (float)((r->rank + 1) * (int)(i % 1024 + 1));
+    if (barrier && sf__ring_barrier(r, err, sizeof err))
+      exit(1);
     double t0 = now(), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
     if (sf__ring_allreduce(r, buf, count, SF__DT_F32, SF__OP_SUM, err, sizeof err)) {
       fprintf(stderr, "rank %d: %s\n", r->rank, err);

@@ -16,10 +16,12 @@ tests/cluster, then measures:
 
     python3 bench/cluster/run.py --sflowc build/bin/sflowc [--runs 5] [--quick]
         [--only startup|allreduce] [--repeat 3] [--nodes 4] [--sizes B,B,...]
-        [--before OLD_SFLOWC] [--no-mpi]
+        [--before OLD_SFLOWC] [--no-mpi] [--mpi-no-barrier]
 
 --before compiles the same program with another sflowc (an older build) and
 times its allreduce in the same rounds, for before/after tables.
+--mpi-no-barrier times MPI_Allreduce without the barrier before each call,
+as sflow's selftest times its own (see bench/cluster/mpi_allreduce.c).
 
 Needs openssh-server, and openmpi-bin + libopenmpi-dev for the peer
 (installed here by `apt-get install openmpi-bin libopenmpi-dev`; when mpirun
@@ -145,9 +147,11 @@ def sflow_allreduce(c, prog, n, group, iters):
     return res
 
 
-def mpi_allreduce(c, port, n, mpi_bin, group, iters):
-    _, out = timed(mpi_base(c, n, port) + [mpi_bin, str(iters)] + [str(b) for b in group],
-                   env=mpi_env(), timeout=900)
+def mpi_allreduce(c, port, n, mpi_bin, group, iters, no_barrier=False):
+    env = mpi_env()
+    env["MPI_ALLREDUCE_NO_BARRIER"] = "1" if no_barrier else "0"
+    _, out = timed(mpi_base(c, n, port) + ["-x", "MPI_ALLREDUCE_NO_BARRIER", mpi_bin, str(iters)] +
+                   [str(b) for b in group], env=env, timeout=900)
     res = {}
     for line in out.splitlines():
         m = re.search(r"bytes=(\d+) time_us=([\d.]+) algbw_MBps=([\d.]+)", line)
@@ -162,7 +166,7 @@ def fmt_time(us):
     return f"{us / 1000:.3g} ms" if us >= 1000 else f"{us:.0f} us"
 
 
-def allreduce(c, port, n, sizes, repeat, before=None, no_mpi=False):
+def allreduce(c, port, n, sizes, repeat, before=None, no_mpi=False, mpi_no_barrier=False):
     """Each round runs every tool once (before, sflow, MPI, interleaved so
     that a burst of load hits all of them); the table shows each tool's
     median time per size over the rounds, and the spread (max/min) of
@@ -188,7 +192,8 @@ def allreduce(c, port, n, sizes, repeat, before=None, no_mpi=False):
                 if before else []
             todo.append(("sflow", lambda: sflow_allreduce(c, None, n, group, iters)))
             if have_mpi:
-                todo.append(("mpi", lambda: mpi_allreduce(c, port, n, mpi_bin, group, iters)))
+                todo.append(("mpi", lambda: mpi_allreduce(c, port, n, mpi_bin, group, iters,
+                                                          mpi_no_barrier)))
             for name, fn in todo[r % len(todo):] + todo[:r % len(todo)]:
                 for b, v in fn().items():
                     runs[name].setdefault(b, []).append(v[0])
@@ -229,6 +234,8 @@ def main():
     ap.add_argument("--sizes", help="allreduce sizes in bytes, comma-separated")
     ap.add_argument("--before", help="another sflowc (an older build), timed in the same rounds")
     ap.add_argument("--no-mpi", action="store_true", help="sflow only (with --before: A/B runs)")
+    ap.add_argument("--mpi-no-barrier", action="store_true",
+                    help="time MPI without a barrier before each call, as the selftest does")
     a = ap.parse_args()
     if not os.path.exists(ct.SSHD):
         print("bench/cluster: needs openssh-server; skipped")
@@ -244,7 +251,7 @@ def main():
             sizes = [int(x) for x in a.sizes.split(",")] if a.sizes else \
                 SIZES[:7] if a.quick else SIZES
             allreduce(c, port, a.nodes, sizes, 1 if a.quick else a.repeat, a.before,
-                      a.no_mpi)
+                      a.no_mpi, a.mpi_no_barrier)
     finally:
         c.close()
     return 0

@@ -7,10 +7,17 @@
  * from 1 to 6, results compared exactly with a serial reference and
  * bitwise across members, also for floats whose sum depends on the order
  * and for max over -0.0 and +0.0; broadcast; barrier; a dead member gives
- * an error, not a hang.
+ * an error, not a hang.  The ring runs its 2(n-1) steps as one stream,
+ * sends bounded by receives: checked with socket buffers of a few KB, so
+ * that sends stall and steps interleave, with elements cut across
+ * receives, and with a member that dies in the middle of the stream;
+ * broadcast forwards bytes as they arrive, checked the same way.
  */
+#include <fcntl.h>
+#include <math.h>
 #include <pthread.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #include "net.h"
 #include "rt_test.h"
@@ -53,12 +60,27 @@ static void *run_member(void *arg) {
   return NULL;
 }
 
+/* When set, make_ring gives every socket buffers of a few KB, so a
+ * ring's sends stall on its successor's receives and the stream's bound
+ * (send no byte before it is received and reduced) decides the order. */
+static bool tiny_buffers;
+
+static void shrink(int fd) {
+  int small = 2048;
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+}
+
 /* Members 0..n-1 joined in a ring by socket pairs (i sends to i+1), plus
  * a pair for every two partners off the ring. */
 static void make_ring(member *m, int n, size_t segment) {
   int fds[MAXN][2];
   for (int i = 0; i < n; i++)
     CU_ASSERT_FATAL(socketpair(AF_UNIX, SOCK_STREAM, 0, fds[i]) == 0);
+  for (int i = 0; i < n && tiny_buffers; i++) {
+    shrink(fds[i][0]);
+    shrink(fds[i][1]);
+  }
   for (int i = 0; i < n; i++) {
     int prev = (i + n - 1) % n;
     sf__ring_init(&m[i].ring, i, n, n > 1 ? fds[prev][1] : -1, n > 1 ? fds[i][0] : -1);
@@ -282,14 +304,18 @@ static void test_allreduce_rounding_identical(void) {
 
 static void test_allreduce_signed_zero(void) {
   /* max(-0.0, +0.0) keeps whichever operand comes first, so members that
-   * reduce the same pair must agree on the order (recursive doubling). */
+   * reduce the same pair must agree on the order (recursive doubling);
+   * so does max with a NaN. */
   for (int n = 2; n <= MAXN; n++)
     for (int algo = RD; algo <= RING; algo++)
       for (int op = SF__OP_MAX; op <= SF__OP_MIN; op++) {
         member m[MAXN];
         memset(m, 0, sizeof m);
         make_ring(m, n, 4096);
-        size_t count = 64;
+        /* An odd count, so vectorized reductions run their scalar tail
+         * too; every seventh element is a NaN on one member, which max
+         * and min keep or drop by operand order as they do zeros. */
+        size_t count = 67;
         for (int i = 0; i < n; i++) {
           force(&m[i].ring, algo);
           m[i].buf = calloc(count, 8);
@@ -297,7 +323,8 @@ static void test_allreduce_signed_zero(void) {
           m[i].t = SF__DT_F64;
           m[i].op = (sf__redop)op;
           for (size_t k = 0; k < count; k++)
-            m[i].buf[k] = (i + k) % 2 ? 0.0 : -0.0;
+            m[i].buf[k] = k % 7 == 3 && (size_t)i == k % (size_t)n ? NAN
+                          : (i + k) % 2 ? 0.0 : -0.0;
         }
         run_all(m, n);
         for (int i = 0; i < n; i++) {
@@ -312,11 +339,16 @@ static void test_allreduce_signed_zero(void) {
 }
 
 static void test_broadcast(void) {
-  for (int n = 1; n <= 5; n++)
+  /* Every root of every group size, also with 2 KB socket buffers (each
+   * member forwards bytes as they arrive, so sends stall). */
+  for (int cfg = 0; cfg < 10; cfg++) {
+    int tiny = cfg / 5, n = cfg % 5 + 1;
     for (int root = 0; root < n; root++) {
       member m[MAXN];
       memset(m, 0, sizeof m);
+      tiny_buffers = tiny;
       make_ring(m, n, 1000);
+      tiny_buffers = false;
       size_t count = 12345;
       for (int i = 0; i < n; i++) {
         m[i].buf = calloc(count, 8);
@@ -338,6 +370,7 @@ static void test_broadcast(void) {
         free(m[i].buf);
       }
     }
+  }
 }
 
 static void test_barrier(void) {
@@ -378,11 +411,119 @@ static void test_dead_peer_is_an_error(void) {
   }
 }
 
+
+/* ------------------------------------------------- the ring's stream */
+
+static void test_ring_stream_sizes(void) {
+  /* Counts below, at and just above the group size (empty chunks), odd
+   * counts whose chunks differ in length, and one long enough for many
+   * segments per chunk; segments of 5 bytes cut elements across
+   * receives and sends. */
+  tiny_buffers = true;
+  for (int n = 2; n <= MAXN; n++) {
+    const size_t counts[] = {1, 2, 3, (size_t)n - 1, (size_t)n, (size_t)n + 1, 997, 65537};
+    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+      CHECK_INT(check_algo(n, counts[c], SF__DT_F64, SF__OP_SUM, 4096, RING), 0);
+      if (counts[c] < 1000)
+        CHECK_INT(check_algo(n, counts[c], SF__DT_F32, SF__OP_SUM, 5, RING), 0);
+    }
+  }
+  tiny_buffers = false;
+}
+
+static void test_ring_stream_types_ops(void) {
+  /* Every type and operation, segments of 3 bytes (no element arrives
+   * whole), counts above and below the group size. */
+  tiny_buffers = true;
+  for (int t = 0; t < SF__DT_COUNT; t++)
+    for (int op = 0; op < 3; op++)
+      for (int n = 2; n <= 5; n++) {
+        CHECK_INT(check_algo(n, 1001, (sf__dtype)t, (sf__redop)op, 3, RING), 0);
+        CHECK_INT(check_algo(n, 3, (sf__dtype)t, (sf__redop)op, 3, RING), 0);
+      }
+  tiny_buffers = false;
+}
+
+static void test_ring_stream_rounding_identical(void) {
+  /* Order-sensitive floats with stalled sends: still the same bits on
+   * every member. */
+  size_t sensitive = 0;
+  tiny_buffers = true;
+  for (int n = 2; n <= MAXN; n++)
+    CHECK_INT(check_rounding(n, 40009, RING, &sensitive), 0);
+  tiny_buffers = false;
+  CU_ASSERT(sensitive > 1000);
+}
+
+/* Member 2 of 3 takes part for a while, then dies: it forwards nothing of
+ * what it receives, sends its successor a few KB of its stream and closes
+ * its sockets. */
+static void *die_mid_stream(void *arg) {
+  member *m = arg;
+  static uint8_t buf[16384];
+  fcntl(m->ring.prev_fd, F_SETFL, 0);
+  fcntl(m->ring.next_fd, F_SETFL, 0);
+  for (size_t got = 0; got < sizeof buf;) {
+    ssize_t k = recv(m->ring.prev_fd, buf, sizeof buf - got, 0);
+    if (k <= 0)
+      break;
+    got += (size_t)k;
+  }
+  memset(buf, 0, sizeof buf);
+  if (send(m->ring.next_fd, buf, sizeof buf, MSG_NOSIGNAL) < 0)
+    perror("die_mid_stream");
+  sf__ring_close(&m->ring);
+  return NULL;
+}
+
+static int64_t elapsed_ms(const struct timespec *t0) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)(t.tv_sec - t0->tv_sec) * 1000 + (t.tv_nsec - t0->tv_nsec) / 1000000;
+}
+
+static void test_ring_stream_peer_dies(void) {
+  /* The others fail at once, naming the dead member, well before their
+   * 20 s timeout. */
+  member m[3];
+  memset(m, 0, sizeof m);
+  make_ring(m, 3, 4096);
+  for (int i = 0; i < 3; i++) {
+    force(&m[i].ring, RING);
+    m[i].buf = calloc(300000, 8);
+    m[i].count = 300000;
+    m[i].t = SF__DT_F64;
+    m[i].ring.timeout_ms = 20000;
+  }
+  struct timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  pthread_t t[3];
+  for (int i = 0; i < 2; i++)
+    pthread_create(&t[i], NULL, run_member, &m[i]);
+  pthread_create(&t[2], NULL, die_mid_stream, &m[2]);
+  for (int i = 0; i < 3; i++)
+    pthread_join(t[i], NULL);
+  int64_t ms = elapsed_ms(&t0);
+  if (ms >= 10000)
+    fprintf(stderr, "\n  the others took %lld ms to fail\n", (long long)ms);
+  CU_ASSERT(ms < 10000);
+  CHECK_INT(m[0].rc, -1);
+  CHECK_STR(m[0].err, "ring rank 0: rank 2 closed the connection");
+  CHECK_INT(m[1].rc, -1);
+  CU_ASSERT(strncmp(m[1].err, "ring rank 1: sending to rank 2 failed", 37) == 0);
+  if (strncmp(m[1].err, "ring rank 1: sending to rank 2 failed", 37))
+    fprintf(stderr, "\n  member 1: %s\n", m[1].err);
+  for (int i = 0; i < 3; i++) {
+    sf__ring_close(&m[i].ring);
+    free(m[i].buf);
+  }
+}
+
 /* ------------------------------------------------------- over real TCP */
 
 /* One count per algorithm by the default thresholds (f64; halving only
  * for 2 and 4 members). */
-static const size_t tcp_counts[] = {100, SF__RING_HALVING_MAX / 8 - 5, 200001};
+static const size_t tcp_counts[] = {100, SF__RING_HALVING_MAX / 8 - 5, SF__RING_HALVING_MAX / 8 + 3};
 #define TCP_COUNTS (sizeof tcp_counts / sizeof tcp_counts[0])
 
 typedef struct tcp_member {
@@ -474,6 +615,10 @@ int main(int argc, char **argv) {
       {"broadcast", test_broadcast},
       {"barrier", test_barrier},
       {"dead_peer_is_an_error", test_dead_peer_is_an_error},
+      {"ring_stream_sizes", test_ring_stream_sizes},
+      {"ring_stream_types_ops", test_ring_stream_types_ops},
+      {"ring_stream_rounding_identical", test_ring_stream_rounding_identical},
+      {"ring_stream_peer_dies", test_ring_stream_peer_dies},
       {"tcp_ring_with_hmac", test_tcp_ring_with_hmac},
       {NULL, NULL},
   };
