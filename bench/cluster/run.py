@@ -20,8 +20,10 @@ tests/cluster, then measures:
 
 --before compiles the same program with another sflowc (an older build) and
 times its allreduce in the same rounds, for before/after tables.
---mpi-no-barrier times MPI_Allreduce without the barrier before each call,
-as sflow's selftest times its own (see bench/cluster/mpi_allreduce.c).
+Both sides start every timed call from a barrier (sflow's selftest in
+runtime/cluster.c, group_job, and bench/cluster/mpi_allreduce.c);
+--mpi-no-barrier drops MPI's, for comparisons with older sflow builds,
+whose selftest had none.
 
 Needs openssh-server, and openmpi-bin + libopenmpi-dev for the peer
 (installed here by `apt-get install openmpi-bin libopenmpi-dev`; when mpirun
@@ -235,7 +237,7 @@ def main():
     ap.add_argument("--before", help="another sflowc (an older build), timed in the same rounds")
     ap.add_argument("--no-mpi", action="store_true", help="sflow only (with --before: A/B runs)")
     ap.add_argument("--mpi-no-barrier", action="store_true",
-                    help="time MPI without a barrier before each call, as the selftest does")
+                    help="time MPI without a barrier before each call (as older selftests did)")
     a = ap.parse_args()
     if not os.path.exists(ct.SSHD):
         print("bench/cluster: needs openssh-server; skipped")

@@ -611,9 +611,10 @@ def case_allreduce_4(c):
 
 def allreduce(c, n):
     # Counts on both sides of each algorithm switch in runtime/ring.c for
-    # 4-byte types (recursive doubling to 32 KB, halving to 128 KB for 4
-    # members, the ring above); 8-byte types move them around.
-    counts = "1,3,1000,8192,8193,32768,32769,65537,1000003"
+    # 4-byte types (recursive doubling to 32 KB, halving to 4 MB for 4
+    # members, the ring above; 3 members: the ring from 64 KB); 8-byte
+    # types move them around.
+    counts = "1,3,1000,8192,8193,32768,32769,65537,1000003,1048576,1048577"
     for t in ("f32", "f64", "i32", "i64"):
         r = c.run("--sflow-selftest", f"allreduce:{counts}:{t}:2", timeout=120)
         check(r.returncode == 0, f"{t}: exit {r.returncode}", r.stdout, r.stderr)
