@@ -687,6 +687,9 @@ static bool future_args(const sf_task_desc *d) {
  * million pipelined calls touch to their futures. */
 static bool run_on_the_spot(const sf_task_desc *d, demand need, bool may_go_remote,
                             size_t asize) {
+  /* The pool first: before it starts its size reads 0, and "plenty
+   * queued" would hold for every call, so no call would ever reach it. */
+  sf__sched_start();
   return d->timeout <= 0 && need.cpus == 0 && need.gpu == 0 && asize <= INLINE_ARGS &&
          sf__inline_depth < MAX_INLINE_DEPTH && (!may_go_remote || !sf__options.nodes) &&
          sf__sched_queue_len() >= THROTTLE * (int64_t)sf__pool_size() && !future_args(d);
