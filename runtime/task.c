@@ -341,6 +341,7 @@ __attribute__((weak)) int32_t sf__gpu_devices(void) { return 0; }
 static void resources_init(void) {
   if (R.ready)
     return;
+  sf__sched_start(); /* its size is 0 until it starts */
   R.ncpus = sf__pool_size();
   int32_t g = sf__gpu_devices();
   R.ngpus = g < 0 ? 0 : g > MAX_GPUS ? MAX_GPUS : g;
