@@ -2087,18 +2087,26 @@ void sf__remote_worker_object(const sf__frame *f) {
 /* ------------------------------------------ worker to worker objects
  *
  * Each worker serves its store on a second listener (the first is the
- * group rings', which accept synchronously during set-up).  A fetcher
- * greets with the object id and HMAC(run secret, "sflow-obj-1" | id); the
- * owner answers u64 size (0: not held here) and the bytes.  A greeting
- * that does not prove the secret is refused, with a line on stderr. */
+ * group rings', which accept synchronously during set-up).  The owner
+ * opens with a fresh 32-byte nonce; the fetcher answers with the object
+ * id and HMAC(run secret, "sflow-obj-2" | nonce | id), so a greeting seen
+ * on the wire cannot be replayed on another connection; the owner then
+ * sends u64 size (0: not held here) and the bytes.  A greeting that does
+ * not prove the secret is refused, with a line on stderr.  At most
+ * OBJ_CONNS connections are served at once (each holds a thread): more
+ * are closed at once, so strangers cannot exhaust the worker's threads. */
 
 #define OBJ_IO_TIMEOUT_S 30
-static const char obj_tag[] = "sflow-obj-1";
+#define OBJ_NONCE 32
+#define OBJ_CONNS 64
+static const char obj_tag[] = "sflow-obj-2";
+static _Atomic int obj_conns;
 
-static void obj_mac(uint64_t id, uint8_t mac[SF__HASH_LEN]) {
-  uint8_t msg[sizeof obj_tag - 1 + 8];
+static void obj_mac(const uint8_t nonce[OBJ_NONCE], uint64_t id, uint8_t mac[SF__HASH_LEN]) {
+  uint8_t msg[sizeof obj_tag - 1 + OBJ_NONCE + 8];
   memcpy(msg, obj_tag, sizeof obj_tag - 1);
-  memcpy(msg + sizeof obj_tag - 1, &id, 8);
+  memcpy(msg + sizeof obj_tag - 1, nonce, OBJ_NONCE);
+  memcpy(msg + sizeof obj_tag - 1 + OBJ_NONCE, &id, 8);
   sf__hmac_sha256(sf__worker_secret(), SF__SECRET_LEN, msg, sizeof msg, mac);
 }
 
@@ -2149,18 +2157,26 @@ static void *obj_conn(void *arg) {
       !getnameinfo((struct sockaddr *)&ss, sl, host, sizeof host, serv, sizeof serv,
                    NI_NUMERICHOST | NI_NUMERICSERV))
     snprintf(who, sizeof who, "%s:%s", host, serv);
-  uint8_t greet[8 + SF__HASH_LEN], mac[SF__HASH_LEN];
+  uint8_t nonce[OBJ_NONCE], greet[8 + SF__HASH_LEN], mac[SF__HASH_LEN];
   uint64_t id;
+  if (sf__random_bytes(nonce, sizeof nonce) ||
+      !sf__write_all(fd, (const char *)nonce, sizeof nonce)) {
+    close(fd);
+    atomic_fetch_sub(&obj_conns, 1);
+    return NULL;
+  }
   if (!read_full(fd, greet, sizeof greet)) {
     worker_note("refused object connection from %s: no greeting", who);
     close(fd);
+    atomic_fetch_sub(&obj_conns, 1);
     return NULL;
   }
   memcpy(&id, greet, 8);
-  obj_mac(id, mac);
+  obj_mac(nonce, id, mac);
   if (!sf__ct_equal(mac, greet + 8, SF__HASH_LEN)) {
     worker_note("refused object connection from %s: wrong HMAC", who);
     close(fd);
+    atomic_fetch_sub(&obj_conns, 1);
     return NULL;
   }
   wobj *o = obj_use(id);
@@ -2171,6 +2187,7 @@ static void *obj_conn(void *arg) {
   if (o)
     obj_unuse(o);
   close(fd);
+  atomic_fetch_sub(&obj_conns, 1);
   return NULL;
 }
 
@@ -2185,13 +2202,23 @@ static void *obj_accept(void *arg) {
       nanosleep(&ts, NULL);
       continue;
     }
+    if (atomic_fetch_add(&obj_conns, 1) >= OBJ_CONNS) {
+      atomic_fetch_sub(&obj_conns, 1);
+      static _Atomic int told;
+      if (!atomic_exchange(&told, 1))
+        worker_note("more than %d object connections at once: closing the rest", OBJ_CONNS);
+      close(fd);
+      continue;
+    }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     pthread_t th;
-    if (pthread_create(&th, NULL, obj_conn, (void *)(intptr_t)fd) == 0)
+    if (pthread_create(&th, NULL, obj_conn, (void *)(intptr_t)fd) == 0) {
       pthread_detach(th);
-    else
+    } else {
       close(fd);
+      atomic_fetch_sub(&obj_conns, 1);
+    }
   }
   return NULL;
 }
@@ -2227,10 +2254,13 @@ static uint8_t *obj_fetch(const char *addr, uint16_t port, uint64_t id, uint64_t
   if (rc) {
     snprintf(why, wl, "cannot connect to %s:%u: %s", addr, port, strerror(errno));
   } else {
-    uint8_t greet[8 + SF__HASH_LEN];
+    uint8_t nonce[OBJ_NONCE], greet[8 + SF__HASH_LEN];
+    bool greeted = read_full(fd, nonce, sizeof nonce);
     memcpy(greet, &id, 8);
-    obj_mac(id, greet + 8);
-    if (!sf__write_all(fd, (const char *)greet, sizeof greet) || !read_full(fd, &total, 8))
+    if (greeted)
+      obj_mac(nonce, id, greet + 8);
+    if (!greeted || !sf__write_all(fd, (const char *)greet, sizeof greet) ||
+        !read_full(fd, &total, 8))
       snprintf(why, wl, "%s:%u closed the connection", addr, port);
     else if (total == 0)
       snprintf(why, wl, "it no longer holds the object");

@@ -1710,20 +1710,31 @@ def case_tasks_object_input_lost(c):
 def case_tasks_object_wrong_secret(c):
     """A connection to a worker's object listener that does not prove the
     run secret (a wrong HMAC, or nothing at all) is refused and logged; the
-    run goes on and its output is exact."""
+    run goes on and its output is exact.  Each connection opens with a
+    fresh nonce that the HMAC covers, so a greeting cannot be replayed."""
     exe = c.compile("consume", CONSUMER_PROGRAM)
     want = [l for l in single_node(exe, "--drop").splitlines() if l.startswith("check")]
     head = c.start("--head-runs-work=false", "--cluster-log", "--drop", prog=exe)
     try:
         line, _ = read_until(head.stderr, r"node 1 ready: .*objects on \S+:\d+", 30)
         addr, port = re.search(r"objects on (\S+):(\d+)", line).groups()
+        def nonce_of(s):
+            got = b""
+            while len(got) < 32:
+                k = s.recv(32 - len(got))
+                check(k, "the listener sends a 32-byte nonce first", got)
+                got += k
+            return got
+
         s = socket.create_connection((addr, int(port)))
+        first = nonce_of(s)
         s.sendall(b"\x01" * 8 + b"\xff" * 32)
         check(s.recv(8) == b"", "no answer to a wrong HMAC")
         s.close()
         read_until(head.stderr, r"\[node 1\] sflow worker 1: refused object connection from "
                    r"\S+: wrong HMAC", 10)
         s = socket.create_connection((addr, int(port)))
+        check(nonce_of(s) != first, "a fresh nonce per connection")
         s.sendall(b"garbage")
         s.close()
         read_until(head.stderr, r"refused object connection from \S+: no greeting", 10)
