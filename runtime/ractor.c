@@ -1438,8 +1438,9 @@ void sf__ractor_worker_frame(const sf__frame *f) {
 /* A group member's collectives across nodes: collective.c's sf__comm_ops
  * over a TCP ring (ring.c's allreduce, broadcast and barrier); members on
  * one worker use it over loopback.  Links come up at the member's first
- * collective: it dials its successor's data listener and greets it with
- * HMAC(secret, "sflow-actor-ring" | ring id | rank); the worker's acceptor
+ * collective: it dials its successor's data listener, which opens with a
+ * fresh nonce, and greets it with HMAC(secret, "sflow-actor-ring-2" |
+ * nonce | ring id | rank) (no replay of a seen greeting); the acceptor
  * thread checks greetings and hands each link to the member waiting for
  * it, so rings of several groups, several members of one worker, and a
  * restarted group (under a new ring id) share one listener without taking
@@ -1476,12 +1477,18 @@ static struct {
 } AC = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 #define GREETING 44 /* u64 ring, u32 rank, 32-byte MAC */
+#define RING_NONCE 32
 
-static void greeting(uint64_t ring, uint32_t rank, uint8_t out[GREETING]) {
-  uint8_t msg[28];
-  memcpy(msg, "sflow-actor-ring", 16);
-  memcpy(msg + 16, &ring, 8);
-  memcpy(msg + 24, &rank, 4);
+/* The greeting on a link: the acceptor opens with a fresh nonce, which
+ * the MAC covers, so a greeting seen on the wire cannot be replayed to
+ * take a member's place. */
+static void greeting(const uint8_t nonce[RING_NONCE], uint64_t ring, uint32_t rank,
+                     uint8_t out[GREETING]) {
+  uint8_t msg[18 + RING_NONCE + 12];
+  memcpy(msg, "sflow-actor-ring-2", 18);
+  memcpy(msg + 18, nonce, RING_NONCE);
+  memcpy(msg + 18 + RING_NONCE, &ring, 8);
+  memcpy(msg + 26 + RING_NONCE, &rank, 4);
   memcpy(out, &ring, 8);
   memcpy(out + 8, &rank, 4);
   sf__hmac_sha256(sf__worker_secret(), SF__SECRET_LEN, msg, sizeof msg, out + 12);
@@ -1514,14 +1521,17 @@ static void *acceptor_main(void *arg) {
     int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0)
       continue;
-    uint8_t got[GREETING], want[GREETING];
+    uint8_t nonce[RING_NONCE], got[GREETING], want[GREETING];
     uint64_t ring = 0;
     uint32_t from = 0;
-    bool ok = io_full(fd, got, sizeof got, false, now_ms() + 5000);
+    int64_t deadline = now_ms() + 5000;
+    bool ok = !sf__random_bytes(nonce, sizeof nonce) &&
+              io_full(fd, nonce, sizeof nonce, true, deadline) &&
+              io_full(fd, got, sizeof got, false, deadline);
     if (ok) {
       memcpy(&ring, got, 8);
       memcpy(&from, got + 8, 4);
-      greeting(ring, from, want);
+      greeting(nonce, ring, from, want);
       ok = sf__ct_equal(want + 12, got + 12, 32);
     }
     rlink *l = ok ? calloc(1, sizeof *l) : NULL;
@@ -1549,10 +1559,12 @@ static bool ring_up(wring *w, char *err, size_t n) {
     return snprintf(err, n, "%s", w->broken), false;
   int64_t deadline = now_ms() + RING_TIMEOUT_MS;
   int next = (w->rank + 1) % w->size, prev = (w->rank + w->size - 1) % w->size;
-  uint8_t hello[GREETING];
-  greeting(w->id, (uint32_t)w->rank, hello);
+  uint8_t nonce[RING_NONCE], hello[GREETING];
   int out = sf__ring_dial(&w->peers[next], deadline, err, n);
-  if (out >= 0 && !io_full(out, hello, sizeof hello, true, deadline)) {
+  bool greeted = out >= 0 && io_full(out, nonce, sizeof nonce, false, deadline);
+  if (greeted)
+    greeting(nonce, w->id, (uint32_t)w->rank, hello);
+  if (out >= 0 && (!greeted || !io_full(out, hello, sizeof hello, true, deadline))) {
     close(out);
     out = sf__net_fail(err, n, "cannot greet ring peer %s:%u", w->peers[next].addr,
                        w->peers[next].port);
