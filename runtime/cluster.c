@@ -949,26 +949,25 @@ bool sf__cluster_node(int id, sf__node_info *out) {
   return true;
 }
 
-bool sf__cluster_obj_addr(int id, char *addr, size_t n, uint16_t *port) {
+/* Node id's data-plane address and one of its two listeners' ports. */
+static bool listener_of(int id, bool objects, char *addr, size_t n, uint16_t *port) {
   pthread_mutex_lock(&H.mu);
-  bool ok = H.started && id >= 1 && id <= H.n && H.nodes[id - 1].obj_port;
-  if (ok) {
-    snprintf(addr, n, "%s", H.nodes[id - 1].data_addr);
-    *port = H.nodes[id - 1].obj_port;
+  const node *nd = H.started && id >= 1 && id <= H.n ? &H.nodes[id - 1] : NULL;
+  uint16_t p = nd ? (objects ? nd->obj_port : nd->data_port) : 0;
+  if (p) {
+    snprintf(addr, n, "%s", nd->data_addr);
+    *port = p;
   }
   pthread_mutex_unlock(&H.mu);
-  return ok;
+  return p != 0;
+}
+
+bool sf__cluster_obj_addr(int id, char *addr, size_t n, uint16_t *port) {
+  return listener_of(id, true, addr, n, port);
 }
 
 bool sf__cluster_data_addr(int id, char *addr, size_t n, uint16_t *port) {
-  pthread_mutex_lock(&H.mu);
-  bool ok = H.started && id >= 1 && id <= H.n && H.nodes[id - 1].data_port;
-  if (ok) {
-    snprintf(addr, n, "%s", H.nodes[id - 1].data_addr);
-    *port = H.nodes[id - 1].data_port;
-  }
-  pthread_mutex_unlock(&H.mu);
-  return ok;
+  return listener_of(id, false, addr, n, port);
 }
 
 void sf__cluster_on_node_lost(sf__node_lost_fn fn) {

@@ -1260,6 +1260,30 @@ workflow main(n: i64 = 24) {
 """
 
 
+def kill_head_after(c, exe, ckdir, pattern, count, hostfile=None):
+    """Starts exe with --checkpoint-dir ckdir (the head not working),
+    SIGKILLs the head once `count` lines of its stdout match pattern, and
+    waits until no worker is left."""
+    head = subprocess.Popen(c.args("--head-runs-work=false", "--checkpoint-dir", ckdir,
+                                   prog=exe, hostfile=hostfile),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+    try:
+        seen = []
+        for _ in range(count):
+            _, got = read_until(head.stdout, pattern, 60)
+            seen += got
+        time.sleep(0.1)  # the journal's flusher writes every 20 ms
+        check(head.poll() is None, "head still running when killed", "".join(seen))
+        head.send_signal(signal.SIGKILL)
+        head.wait()
+    finally:
+        if head.poll() is None:
+            head.kill()
+            head.wait()
+    c.expect_no_workers(within=6)
+
+
 def case_tasks_print_resume(c):
     """Remote tasks' output is journaled with their results: the head is
     SIGKILLed partway, and --resume (same --nodes and --checkpoint-dir)
@@ -1291,24 +1315,8 @@ def case_tasks_print_resume(c):
     check(r.returncode == 0, f"exit {r.returncode}", r.stdout, r.stderr)
     check_output(r.stdout, "uninterrupted")
     ckdir = os.path.join(c.dir, "ck")
-    head = subprocess.Popen(c.args("--head-runs-work=false", "--checkpoint-dir", ckdir,
-                                   prog=exe, hostfile=hosts),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL)
-    try:
-        seen = []
-        for _ in range(8):  # some tasks done (their second line printed)
-            _, got = read_until(head.stdout, r"line 2", 60)
-            seen += got
-        time.sleep(0.1)  # the journal's flusher writes every 20 ms
-        check(head.poll() is None, "head still running when killed", "".join(seen))
-        head.send_signal(signal.SIGKILL)
-        head.wait()
-    finally:
-        if head.poll() is None:
-            head.kill()
-            head.wait()
-    c.expect_no_workers(within=6)
+    # some tasks done (their second line printed)
+    kill_head_after(c, exe, ckdir, r"line 2", 8, hostfile=hosts)
     r = c.run("--head-runs-work=false", "--checkpoint-dir", ckdir, "--resume", prog=exe,
               hostfile=hosts, timeout=120)
     check(r.returncode == 0, f"resume exit {r.returncode}", r.stdout, r.stderr)
@@ -1364,22 +1372,7 @@ def actors_print_resume(c, exe, ck):
     check(all(re.match(r"\[node [12]\] add ", l) for l in got[:-1]), "actors on workers",
           r.stdout)
     ckdir = os.path.join(c.dir, "ck" + str(ck))
-    head = subprocess.Popen(c.args("--head-runs-work=false", "--checkpoint-dir", ckdir,
-                                   prog=exe),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL)
-    try:
-        for _ in range(16):
-            read_until(head.stdout, r"add \d+ total", 60)
-        time.sleep(0.1)  # the journal's flusher writes every 20 ms
-        check(head.poll() is None, "head still running when killed")
-        head.send_signal(signal.SIGKILL)
-        head.wait()
-    finally:
-        if head.poll() is None:
-            head.kill()
-            head.wait()
-    c.expect_no_workers(within=6)
+    kill_head_after(c, exe, ckdir, r"add \d+ total", 16)
     r = c.run("--head-runs-work=false", "--checkpoint-dir", ckdir, "--resume", prog=exe,
               timeout=120)
     check(r.returncode == 0, f"resume exit {r.returncode} (checkpoint {ck})", r.stdout, r.stderr)
