@@ -1124,14 +1124,7 @@ int sf__cluster_selftest(const char *spec) {
     int64_t end = now_ms() + (int64_t)(secs * 1000);
     pthread_mutex_lock(&H.mu);
     while (now_ms() < end && H.lost_count == 0) {
-      struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
-      ts.tv_nsec += 100000000;
-      if (ts.tv_nsec >= 1000000000) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000;
-      }
-      pthread_cond_timedwait(&H.cv, &H.mu, &ts);
+      sf__cond_wait_ns(&H.cv, &H.mu, 100000000);
     }
     int lost = H.lost_count;
     pthread_mutex_unlock(&H.mu);

@@ -15,6 +15,7 @@
 #ifndef SF_INTERNAL_H
 #define SF_INTERNAL_H
 
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -179,6 +180,8 @@ void sf__futex_wait(_Atomic uint32_t *word, uint32_t expect, int64_t timeout_ns)
 void sf__parallel_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t lo, int64_t hi),
                       void *ctx);
 void sf__futex_wake(_Atomic uint32_t *word, int n);
+/* pthread_cond_timedwait for at most ns nanoseconds (ns < 1 s) from now. */
+void sf__cond_wait_ns(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ns);
 
 /* ----------------------------------------------------------- task.c */
 
@@ -495,6 +498,8 @@ extern _Thread_local int sf__task_depth; /* > 0 inside a task or actor method */
 /* -------------------------------------------------------- builtins.c */
 
 extern int64_t sf__node_id; /* 0 on the head, k on the k-th --nodes host */
+/* Worker: a line "sflow worker K: ..." on stderr (it reaches the head's). */
+void sf__worker_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ----------------------------------------------------------- flags.c */
 

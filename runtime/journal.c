@@ -314,14 +314,7 @@ static void *flusher_main(void *arg) {
   (void)arg;
   pthread_mutex_lock(&J.lock);
   while (!J.stop) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += FLUSH_NS;
-    if (ts.tv_nsec >= 1000000000L) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&J.cond, &J.lock, &ts);
+    sf__cond_wait_ns(&J.cond, &J.lock, FLUSH_NS);
     write_pending_locked();
   }
   pthread_mutex_unlock(&J.lock);

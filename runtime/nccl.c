@@ -690,14 +690,7 @@ static bool share_id(struct sf__nccl_group *g, sf__comm *c, int64_t rank, sf__nc
   double limit = sf__nccl_timeout(), t0 = now_s();
   sf__sched_block_begin();
   while (g->state == 0 && now_s() - t0 < limit && !sf__comm_failed(c, err, n)) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 10000000;
-    if (ts.tv_nsec >= 1000000000) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000;
-    }
-    pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+    sf__cond_wait_ns(&g->cv, &g->mu, 10000000);
   }
   sf__sched_block_end();
   bool ok = g->state == 1;

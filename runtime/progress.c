@@ -176,14 +176,7 @@ static void *helper_main(void *arg) {
   (void)arg;
   pthread_mutex_lock(&T.lock);
   while (!T.stop) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 10 * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&T.cond, &T.lock, &ts);
+    sf__cond_wait_ns(&T.cond, &T.lock, 10 * 1000000L);
     if (T.stop)
       break;
     double t = now_s();

@@ -1084,21 +1084,6 @@ static struct {
   wactor *list;
 } WA = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-static void w_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void w_note(const char *fmt, ...) {
-  char line[600];
-  int k = snprintf(line, sizeof line, "sflow worker %lld: ", (long long)sf__node_id);
-  va_list ap;
-  va_start(ap, fmt);
-  int m = vsnprintf(line + k, sizeof line - (size_t)k - 1, fmt, ap);
-  va_end(ap);
-  size_t n = (size_t)k + (m < 0 ? 0 : (size_t)m);
-  if (n > sizeof line - 2)
-    n = sizeof line - 2;
-  line[n++] = '\n';
-  (void)sf__write_all(2, line, n);
-}
-
 static void w_result_out(uint64_t wid, uint64_t seq, int status, const void *p, size_t n,
                          const sf__buf *out) {
   sf__frame f = {.type = SF__F_ACTOR_RESULT};
@@ -1344,7 +1329,7 @@ static void w_create(const sf__frame *f) {
                               from ? val : NULL, (int64_t)calls, (int64_t)epochs);
   } else {
     w->error = strdup(err);
-    w_note("refused an actor: %s", err);
+    sf__worker_note("refused an actor: %s", err);
   }
   free(val); /* its references moved into the actor */
   free(pl);
@@ -1402,7 +1387,7 @@ static void w_call(const sf__frame *f) {
   }
   if (!it->f) {
     if (w->a)
-      w_note("refused an actor call: %s", err);
+      sf__worker_note("refused an actor call: %s", err);
     it->refused = strdup(err);
   }
   w_push(w, it);
@@ -1537,7 +1522,7 @@ static void *acceptor_main(void *arg) {
     rlink *l = ok ? calloc(1, sizeof *l) : NULL;
     if (!l) {
       if (ok || errno != EAGAIN)
-        w_note("refused a ring connection: %s", ok ? "out of memory" : "bad greeting");
+        sf__worker_note("refused a ring connection: %s", ok ? "out of memory" : "bad greeting");
       close(fd);
       continue;
     }
@@ -1588,14 +1573,7 @@ static bool ring_up(wring *w, char *err, size_t n) {
                RING_TIMEOUT_MS);
       break;
     }
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 100 * 1000000;
-    if (ts.tv_nsec >= 1000000000) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000;
-    }
-    pthread_cond_timedwait(&AC.cv, &AC.mu, &ts);
+    sf__cond_wait_ns(&AC.cv, &AC.mu, 100 * 1000000);
   }
   pthread_mutex_unlock(&AC.mu);
   if (in < 0) {

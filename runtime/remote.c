@@ -1938,9 +1938,9 @@ static void print_to_head(const char *line, size_t n) {
  *
  * The store: large results by object id until the head releases them
  * (or this process exits with the run), served to the head over the
- * control connection and to other workers over the object listener.  Serving runs on its own thread,
- * so the control loop keeps answering heartbeats; `users` keeps an object
- * alive while a thread sends it. */
+ * control connection and to other workers over the object listener.
+ * Serving runs on its own thread, so the control loop keeps answering
+ * heartbeats; `users` keeps an object alive while a thread sends it. */
 
 typedef struct wobj {
   struct wobj *next;
@@ -2129,15 +2129,18 @@ static bool read_full(int fd, void *p, size_t n) {
   return true;
 }
 
-static void worker_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void worker_note(const char *fmt, ...) {
-  char line[512];
+/* A line on this worker's stderr, which reaches the head's as a log
+ * line: "sflow worker K: ...". */
+void sf__worker_note(const char *fmt, ...) {
+  char line[600];
   int k = snprintf(line, sizeof line, "sflow worker %lld: ", (long long)sf__node_id);
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(line + k, sizeof line - (size_t)k - 1, fmt, ap);
+  int m = vsnprintf(line + k, sizeof line - (size_t)k - 1, fmt, ap);
   va_end(ap);
-  size_t n = strlen(line);
+  size_t n = (size_t)k + (m < 0 ? 0 : (size_t)m);
+  if (n > sizeof line - 2)
+    n = sizeof line - 2;
   line[n++] = '\n';
   (void)sf__write_all(2, line, n);
 }
@@ -2166,7 +2169,7 @@ static void *obj_conn(void *arg) {
     return NULL;
   }
   if (!read_full(fd, greet, sizeof greet)) {
-    worker_note("refused object connection from %s: no greeting", who);
+    sf__worker_note("refused object connection from %s: no greeting", who);
     close(fd);
     atomic_fetch_sub(&obj_conns, 1);
     return NULL;
@@ -2174,7 +2177,7 @@ static void *obj_conn(void *arg) {
   memcpy(&id, greet, 8);
   obj_mac(nonce, id, mac);
   if (!sf__ct_equal(mac, greet + 8, SF__HASH_LEN)) {
-    worker_note("refused object connection from %s: wrong HMAC", who);
+    sf__worker_note("refused object connection from %s: wrong HMAC", who);
     close(fd);
     atomic_fetch_sub(&obj_conns, 1);
     return NULL;
@@ -2206,7 +2209,7 @@ static void *obj_accept(void *arg) {
       atomic_fetch_sub(&obj_conns, 1);
       static _Atomic int told;
       if (!atomic_exchange(&told, 1))
-        worker_note("more than %d object connections at once: closing the rest", OBJ_CONNS);
+        sf__worker_note("more than %d object connections at once: closing the rest", OBJ_CONNS);
       close(fd);
       continue;
     }

@@ -62,6 +62,17 @@ void sf__futex_wake(_Atomic uint32_t *word, int n) {
   syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
 }
 
+void sf__cond_wait_ns(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ns) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_nsec += (long)ns;
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  pthread_cond_timedwait(cv, mu, &ts);
+}
+
 /* ------------------------------------------------------------- deques */
 
 /* Chase-Lev work-stealing deque (Lê, Pop, Cohen, Zappa Nardelli, "Correct
