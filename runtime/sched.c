@@ -198,7 +198,15 @@ static _Thread_local worker *self;
 static _Thread_local int help_depth;
 
 int32_t sf__worker_id(void) { return self ? self->id : -1; }
-int32_t sf__pool_size(void) { return P.target; }
+static int32_t cpu_count(void);
+
+/* The pool's size, known before it starts: a throttle or a resource count
+ * read before the first queued call must not see 0 (every call would then
+ * run on the spot, and the pool would never start). */
+int32_t sf__pool_size(void) {
+  int32_t t = P.target;
+  return t > 0 ? t : sf__options.threads > 0 ? (int32_t)sf__options.threads : cpu_count();
+}
 
 static worker *worker_new(bool pool) {
   worker *w = sf_alloc(sizeof *w);

@@ -341,7 +341,6 @@ __attribute__((weak)) int32_t sf__gpu_devices(void) { return 0; }
 static void resources_init(void) {
   if (R.ready)
     return;
-  sf__sched_start(); /* its size is 0 until it starts */
   R.ncpus = sf__pool_size();
   int32_t g = sf__gpu_devices();
   R.ngpus = g < 0 ? 0 : g > MAX_GPUS ? MAX_GPUS : g;
@@ -688,9 +687,6 @@ static bool future_args(const sf_task_desc *d) {
  * million pipelined calls touch to their futures. */
 static bool run_on_the_spot(const sf_task_desc *d, demand need, bool may_go_remote,
                             size_t asize) {
-  /* The pool first: before it starts its size reads 0, and "plenty
-   * queued" would hold for every call, so no call would ever reach it. */
-  sf__sched_start();
   return d->timeout <= 0 && need.cpus == 0 && need.gpu == 0 && asize <= INLINE_ARGS &&
          sf__inline_depth < MAX_INLINE_DEPTH && (!may_go_remote || !sf__options.nodes) &&
          sf__sched_queue_len() >= THROTTLE * (int64_t)sf__pool_size() && !future_args(d);
