@@ -610,8 +610,15 @@ void sf__journal_begin(const sf_program *prog, sf_value *args) {
     fatal("--resume needs the journal (drop --journal=false)");
   char jp[PATH_MAX];
   path_in(jp, sizeof jp, "journal");
-  if (access(jp, F_OK) != 0)
-    fatal("--resume: there is no unfinished run to resume in %s", J.dir);
+  if (access(jp, F_OK) != 0) {
+    /* Nothing was journaled (killed before the first call was recorded),
+     * or the run had finished and removed its journal when it was killed.
+     * Either way the only output that cannot lie is the program's own from
+     * its start; a restart script must not have to tell this from an error. */
+    sf__notice("--resume: no unfinished run in %s; running the program from the start", J.dir);
+    sf__options.resume = false;
+    return;
+  }
   if (!lock_dir())
     fatal("--resume: %s is in use by another run, or cannot be opened", J.dir);
   J.replay = true;

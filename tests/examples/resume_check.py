@@ -104,6 +104,11 @@ def main():
             ckpts = sorted(os.path.relpath(os.path.join(d, f), os.path.join(tmp, ck))
                            for d, _, fs in os.walk(os.path.join(tmp, ck)) for f in fs
                            if f not in ("journal", "lock"))
+            # The journal is written in group commits every 20 ms: a kill
+            # that lands before the first one leaves a journal of no records
+            # (its 12-byte header at most), and the resume then has nothing
+            # to answer from.  Wherever a record was written, it must be used.
+            journaled = os.path.getsize(os.path.join(tmp, ck, "journal")) - 12
             rc, got, err = run_full(cmd(ck, "--resume"))
             m = re.search(r"(\d+) answered from the journal", err)
             print("%s: killed at %s line(s); checkpoint files %s; resumed: %s" %
@@ -113,7 +118,7 @@ def main():
             elif got != want:
                 failures.append("%s: resumed stdout differs:\n--- uninterrupted\n%s--- resumed\n%s" %
                                 (name, want, got))
-            elif not m or int(m.group(1)) == 0:
+            elif (not m or int(m.group(1)) == 0) and journaled > 0:
                 failures.append("%s: the resumed run answered nothing from the journal:\n%s" % (name, err))
             if os.path.exists(os.path.join(tmp, ck, "journal")):
                 failures.append("%s: the journal is still there after the run finished" % name)

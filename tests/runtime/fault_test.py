@@ -166,8 +166,10 @@ def main():
         name = "resume-errors"
         if not names or name in names:
             try:
-                rc, _, err = run(exe, os.path.join(tmp, "nothing"), ["--resume"])
-                if rc != 2 or "no unfinished run" not in err:
+                # Nothing to resume: the program runs from its start, with a
+                # notice, so that a restart script can always say --resume.
+                rc, out, err = run(exe, os.path.join(tmp, "nothing"), ["--resume"])
+                if rc != 0 or out != ref or "running the program from the start" not in err:
                     raise Fail("%s: resume with nothing to resume: %d %s" % (name, rc, err))
                 ck = os.path.join(tmp, name)
                 run(exe, ck, kill_after=wall * 0.4)
