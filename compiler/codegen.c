@@ -1953,15 +1953,26 @@ static bool gpu_stmt(Node *s) {
 }
 
 /* Does the statement (or anything in it) launch a kernel or call matmul? */
+static bool list_has_gpu_work(Node *n);
+
+/* The node n and what hangs below it, not the statements after it: the
+ * callers ask once per statement, and walking the rest of the block each
+ * time made code generation quadratic (50k statements took minutes). */
 static bool has_gpu_work(Node *n) {
-  for (; n; n = n->next) {
-    if (n->kind == N_LAUNCH || is_matmul(n))
+  if (!n)
+    return false;
+  if (n->kind == N_LAUNCH || is_matmul(n))
+    return true;
+  return list_has_gpu_work(n->lhs) || list_has_gpu_work(n->rhs) ||
+         list_has_gpu_work(n->cond) || list_has_gpu_work(n->then) ||
+         list_has_gpu_work(n->els) || list_has_gpu_work(n->body) || list_has_gpu_work(n->args);
+}
+
+/* Any node of the list that starts at n (argument lists, statement lists). */
+static bool list_has_gpu_work(Node *n) {
+  for (; n; n = n->next)
+    if (has_gpu_work(n))
       return true;
-    if (has_gpu_work(n->lhs) || has_gpu_work(n->rhs) || has_gpu_work(n->cond) ||
-        has_gpu_work(n->then) || has_gpu_work(n->els) || has_gpu_work(n->body) ||
-        has_gpu_work(n->args))
-      return true;
-  }
   return false;
 }
 

@@ -506,6 +506,10 @@ Token *lex_source(int file, int *ntok) {
         t.loc.len = 1;
         out[m++] = t;
       }
+      /* The rest of the run of newlines would decide the same way (nothing
+       * after a terminator ends a statement), so skip it: rescanning it
+       * for each of its newlines made 200k blank lines quadratic. */
+      i = next - 1;
       continue;
     }
     if (t.kind == '{' && struct_brace(raw, n, i))

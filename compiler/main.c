@@ -240,9 +240,10 @@ int main(int argc, char **argv) {
   diag_init(o.format, o.color);
 
   size_t len;
-  char *text = read_file(o.input, &len);
+  char why[128];
+  char *text = read_file(o.input, &len, why, sizeof why);
   if (!text) {
-    fprintf(stderr, "sflowc: error: cannot read '%s': %s\n", o.input, strerror(errno));
+    fprintf(stderr, "sflowc: error: cannot read '%s': %s\n", o.input, why);
     return 1;
   }
   int file = src_add(o.input, text, len, "");

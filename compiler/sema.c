@@ -13,6 +13,7 @@
 #include "sflowc.h"
 #include "parser.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -481,9 +482,14 @@ static Module *load_module(const char *path, Loc at, Module *from) {
     }
     Source *src = src_get(from->file);
     file_path = arena_printf("%s/%s.sflow", dir_of(src->path), path);
-    heap = read_file(file_path, &len);
-    if (!heap) {
+    char why[128];
+    heap = read_file(file_path, &len, why, sizeof why);
+    if (!heap && errno == ENOENT) {
       diag_error(at, "cannot find module '%s' (looked for %s)", path, file_path);
+      return NULL;
+    }
+    if (!heap) {
+      diag_error(at, "cannot read module '%s': %s %s", path, file_path, why);
       return NULL;
     }
     text = heap;

@@ -58,8 +58,9 @@ int src_add(const char *path, const char *text, size_t len, const char *modname)
 Source *src_get(int id);
 int src_count(void);
 void src_reset(void);
-/* Reads a whole file; returns NULL and sets errno on failure. */
-char *read_file(const char *path, size_t *len);
+/* Reads a whole regular file of at most 64 MiB; returns NULL and writes
+ * why not ("is a directory", strerror's text, ...) into why on failure. */
+char *read_file(const char *path, size_t *len, char *why, size_t whylen);
 
 /* A position in a source: 1-based line and column (in bytes). */
 typedef struct {

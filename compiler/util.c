@@ -12,7 +12,11 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 typedef struct Block Block;
 struct Block {
@@ -201,20 +205,62 @@ int src_count(void) { return nsources; }
  * arena_free_all (the language server does between analyses). */
 void src_reset(void) { nsources = 0; }
 
-char *read_file(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
+/* The largest source file: offsets in a Loc are ints, and a bound keeps
+ * `sflowc /dev/zero`-like mistakes from eating the machine's memory. */
+#define SOURCE_MAX ((size_t)64 << 20)
+
+/* What a path that cannot be compiled is, in words; NULL for a regular file. */
+static const char *not_regular(mode_t m) {
+  if (S_ISREG(m))
     return NULL;
+  if (S_ISDIR(m))
+    return "is a directory";
+  if (S_ISCHR(m))
+    return "is a character device, not a regular file";
+  if (S_ISBLK(m))
+    return "is a block device, not a regular file";
+  if (S_ISFIFO(m))
+    return "is a FIFO, not a regular file";
+  if (S_ISSOCK(m))
+    return "is a socket, not a regular file";
+  return "is not a regular file";
+}
+
+char *read_file(const char *path, size_t *len, char *why, size_t whylen) {
+  /* O_NONBLOCK so that opening a FIFO without a writer cannot hang; the
+   * check below refuses it before anything is read. */
+  errno = 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  struct stat st;
+  const char *bad = NULL;
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    snprintf(why, whylen, "%s", strerror(errno));
+    if (fd >= 0)
+      close(fd);
+    return NULL;
+  }
+  if ((bad = not_regular(st.st_mode)) != NULL || (size_t)st.st_size > SOURCE_MAX) {
+    snprintf(why, whylen, "%s", bad ? bad : "is larger than the 64 MiB a source file may have");
+    close(fd);
+    errno = EINVAL;
+    return NULL;
+  }
   Buf b = {0};
   char chunk[65536];
-  size_t n;
-  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
-    buf_putn(&b, chunk, n);
-  int err = ferror(f);
-  fclose(f);
-  if (err) {
+  ssize_t n;
+  while ((n = read(fd, chunk, sizeof chunk)) > 0) {
+    buf_putn(&b, chunk, (size_t)n);
+    if (b.len > SOURCE_MAX) { /* the file grew while it was read */
+      n = 0;
+      snprintf(why, whylen, "is larger than the 64 MiB a source file may have");
+      break;
+    }
+  }
+  if (n < 0)
+    snprintf(why, whylen, "%s", strerror(errno));
+  close(fd);
+  if (n < 0 || b.len > SOURCE_MAX) {
     buf_free(&b);
-    errno = EIO;
     return NULL;
   }
   if (!b.data)

@@ -5,9 +5,14 @@ Each case writes one hostile source file and runs `sflowc --check` on it
 with a 20 s limit.  The compiler must answer with a diagnostic (exit 1) or
 accept the file (exit 0): never crash (101 or a signal), never hang, never
 print nothing on exit 1.  With --valgrind the case also runs under
-valgrind, which must report no "definitely lost" bytes.
+valgrind, which must report no "definitely lost" bytes.  Cases whose work
+is linear (LINEAR_SECONDS) must also answer within a few seconds, which
+catches a quadratic pass.  --special-inputs checks paths that are not
+source files (devices, folders, FIFOs, oversized files); --codegen-statements
+compiles and runs 50k statements at -O0 within a time bound.
 
 usage: robust.py --sflowc PATH CASE [--valgrind]
+       robust.py --sflowc PATH --special-inputs | --codegen-statements
        robust.py --list
 """
 import argparse
@@ -16,6 +21,7 @@ import random
 import subprocess
 import sys
 import tempfile
+import time
 
 MB = 1 << 20
 
@@ -139,12 +145,91 @@ def empty():
     return b""
 
 
+def blank_lines():
+    # The lexer once rescanned the following newlines for every newline.
+    return b"workflow main() {\n" + b"\n" * 200_000 + b"  print(1)\n}\n"
+
+
+def comment_lines():
+    return b"workflow main() {\n" + b"  // a comment\n" * 200_000 + b"  print(1)\n}\n"
+
+
+# Cases whose work is linear in the input: a bound far below the generic
+# 20 s limit catches a quadratic pass (each took 15 s before it was fixed).
+LINEAR_SECONDS = {"blank_lines": 4, "comment_lines": 4}
+
+
+def codegen_statements(sflowc):
+    """50k statements in one block compiled at -O0 and run: code generation
+    once walked every later statement for each one (118 s); now linear."""
+    n = 50_000
+    src = ("workflow main() {\n  var x = 0\n" +
+           "".join("  x += %d\n" % (i % 7) for i in range(n)) + "  print(x)\n}\n")
+    want = sum(i % 7 for i in range(n))
+    with tempfile.TemporaryDirectory() as d:
+        path, exe = os.path.join(d, "many.sflow"), os.path.join(d, "many")
+        with open(path, "w") as f:
+            f.write(src)
+        t0 = time.monotonic()
+        try:
+            p = subprocess.run([sflowc, "-O0", path, "-o", exe], capture_output=True, timeout=60)
+        except subprocess.TimeoutExpired:
+            print("FAIL codegen_statements: no executable within 60 s")
+            return 1
+        took = time.monotonic() - t0
+        if p.returncode != 0:
+            print("FAIL codegen_statements: exit %d\n%s" % (p.returncode, p.stderr.decode()[:600]))
+            return 1
+        out = subprocess.run([exe], capture_output=True, timeout=30).stdout.decode().strip()
+        if out != str(want):
+            print("FAIL codegen_statements: printed %r, want %d" % (out, want))
+            return 1
+        if took > 10:
+            print("FAIL codegen_statements: took %.1f s, over its linear-time bound of 10 s" % took)
+            return 1
+        print("ok codegen_statements: %d statements compiled at -O0 in %.2f s" % (n, took))
+        return 0
+
+
+def special_inputs(sflowc):
+    """Paths that are not regular source files: a clear error, exit 1, at
+    once (no internal error, no hang on a FIFO, no reading /dev/zero forever)."""
+    failures = 0
+    with tempfile.TemporaryDirectory() as d:
+        fifo = os.path.join(d, "pipe.sflow")
+        os.mkfifo(fifo)
+        big = os.path.join(d, "big.sflow")
+        with open(big, "wb") as f:
+            f.truncate(65 << 20)  # sparse: 65 MiB of NULs, over the 64 MiB bound
+        cases = [("/dev/zero", "is a character device, not a regular file"),
+                 ("/dev/urandom", "is a character device, not a regular file"),
+                 (d, "is a directory"),
+                 (fifo, "is a FIFO, not a regular file"),
+                 (big, "is larger than the 64 MiB a source file may have"),
+                 (os.path.join(d, "missing.sflow"), "No such file or directory")]
+        for path, want in cases:
+            try:
+                p = subprocess.run([sflowc, "--check", path], capture_output=True, timeout=10)
+            except subprocess.TimeoutExpired:
+                print(f"FAIL {path}: no answer within 10 s")
+                failures += 1
+                continue
+            err = p.stderr.decode(errors="replace")
+            line = f"sflowc: error: cannot read '{path}': {want}"
+            if p.returncode != 1 or line not in err:
+                print(f"FAIL {path}: exit {p.returncode}, wanted exit 1 and\n  {line}\ngot\n{err[:400]}")
+                failures += 1
+            else:
+                print(f"ok {path}: {want}")
+    return 1 if failures else 0
+
+
 CASES = {f.__name__: f for f in [
     nested_parens, deep_blocks, blocks_at_limit, long_binary_chain, long_unary_chain,
     long_not_chain, long_field_chain, long_call_chain, huge_identifier, huge_string,
     huge_number, huge_comment_line, nul_bytes, invalid_utf8, random_bytes, random_tokens,
     many_statements, many_statements_small, many_errors, many_items, many_args,
-    many_array_elems, many_params, unterminated_everything, empty]}
+    many_array_elems, many_params, unterminated_everything, empty, blank_lines, comment_lines]}
 
 
 def main():
@@ -153,8 +238,16 @@ def main():
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--valgrind", action="store_true")
     ap.add_argument("--timeout", type=float, default=20)
+    ap.add_argument("--special-inputs", action="store_true",
+                    help="check devices, folders, FIFOs and oversized files as inputs")
+    ap.add_argument("--codegen-statements", action="store_true",
+                    help="compile and run 50k statements at -O0 within a time bound")
     ap.add_argument("case", nargs="?")
     a = ap.parse_args()
+    if a.special_inputs:
+        return special_inputs(a.sflowc)
+    if a.codegen_statements:
+        return codegen_statements(a.sflowc)
     if a.list:
         print("\n".join(CASES))
         return 0
@@ -166,15 +259,21 @@ def main():
             f.write(CASES[a.case]())
         cmd = [a.sflowc, "--check", path]
         timeout = a.timeout
+        bound = LINEAR_SECONDS.get(a.case) if not a.valgrind else None
         if a.valgrind:
             cmd = ["valgrind", "--leak-check=full", "--errors-for-leak-kinds=definite",
                    "--error-exitcode=99", "-q"] + cmd
             timeout *= 6
+        t0 = time.monotonic()
         try:
             p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                timeout=timeout)
         except subprocess.TimeoutExpired:
             print(f"FAIL {a.case}: no answer within {timeout:.0f} s")
+            return 1
+        took = time.monotonic() - t0
+        if bound and took > bound:
+            print(f"FAIL {a.case}: took {took:.1f} s, over its linear-time bound of {bound} s")
             return 1
         err = p.stderr.decode(errors="replace")
         head = err[:600] + ("..." if len(err) > 600 else "")

@@ -10,6 +10,12 @@ foreach(c IN LISTS ROBUST_CASES)
             --sflowc $<TARGET_FILE:sflowc> ${c})
   set_tests_properties(robust/${c} PROPERTIES TIMEOUT 60)
 endforeach()
+add_test(NAME robust/special_inputs
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/robust/robust.py
+          --sflowc $<TARGET_FILE:sflowc> --special-inputs)
+add_test(NAME robust/codegen_statements
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/robust/robust.py
+          --sflowc $<TARGET_FILE:sflowc> --codegen-statements)
 find_program(SFLOW_VALGRIND valgrind)
 if(SFLOW_VALGRIND)
   add_test(NAME robust/valgrind_many_statements_small
