@@ -129,7 +129,7 @@ void sf__trace_ship(void) {
   sf__wbuf b = WB.b;
   uint32_t count = WB.count;
   WB.b = (sf__wbuf){0};
-  WB.count = 0;
+  __atomic_store_n(&WB.count, 0, __ATOMIC_RELAXED); /* read unlocked above */
   pthread_mutex_unlock(&WB.mu);
   if (count) {
     sf__frame f = {.type = SF__F_TRACE};
@@ -151,8 +151,10 @@ static void worker_event(const char *name, const char *cat, double t0, double t1
     r.error = (sf__bytes){(const uint8_t *)error, (uint32_t)strnlen(error, SF__TRACE_ERROR_MAX)};
   pthread_mutex_lock(&WB.mu);
   bool full = false;
-  if (WB.count < SF__TRACE_BATCH_MAX && sf__wire_put_trace_rec(&WB.b, &r) == 0)
-    full = ++WB.count == SF__TRACE_BATCH_MAX || WB.b.n >= BATCH_MAX;
+  if (WB.count < SF__TRACE_BATCH_MAX && sf__wire_put_trace_rec(&WB.b, &r) == 0) {
+    __atomic_store_n(&WB.count, WB.count + 1, __ATOMIC_RELAXED);
+    full = WB.count == SF__TRACE_BATCH_MAX || WB.b.n >= BATCH_MAX;
+  }
   pthread_mutex_unlock(&WB.mu);
   if (full)
     sf__trace_ship();
@@ -416,6 +418,15 @@ void sf__trace_write(void) {
   fputs("{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":0,\"tid\":0,"
         "\"args\":{\"sort_index\":0}}", f);
   put_nodes(f);
+  /* Each node's clock offset, read before taking the lock: the control
+   * thread adds events under cluster.c's lock, so the two locks are only
+   * ever taken in that order. */
+  int nodes = sf__cluster_nodes();
+  int64_t *offs = calloc((size_t)nodes, sizeof *offs);
+  for (int k = 1; offs && k < nodes; k++) {
+    uint64_t rtt;
+    (void)sf__cluster_clock(k, &offs[k], &rtt); /* none yet: 0, the best guess */
+  }
   pthread_mutex_lock(&lock);
   written = true;
   for (track *t = tracks; t; t = t->next) {
@@ -438,9 +449,7 @@ void sf__trace_write(void) {
       put_dispatch(f, e);
       continue;
     }
-    int64_t off = 0;
-    uint64_t rtt = 0;
-    (void)sf__cluster_clock(e->node, &off, &rtt); /* none yet: 0, the best guess */
+    int64_t off = offs && e->node < nodes ? offs[e->node] : 0;
     double ts = ((double)e->ts_ns - (double)off) * 1e-3 - t_start;
     put_x(f, e->name, e->cat, ts, (double)e->dur_ns * 1e-3, e->node, e->tid, e->attempt,
           e->error);
@@ -461,6 +470,7 @@ void sf__trace_write(void) {
   }
   free(seen);
   pthread_mutex_unlock(&lock);
+  free(offs);
   fputs("\n]}\n", f);
   bool ok = !ferror(f);
   ok = fclose(f) == 0 && ok;

@@ -1990,6 +1990,18 @@ def case_trace_nodes(c):
                   f"span {s[3]:.0f}..{s[4]:.0f} us")
     print(f"trace_nodes: {len(remote)} worker slices inside their dispatch spans "
           f"(closest edge {-worst:.0f} us inside)")
+    # The head not working: the actor is on a worker, its calls traced there.
+    with with_env(SFLOW_TEST_CLOCK_SKEW_MS=5000):
+        r = c.run("--trace", tr, "--head-runs-work=false", prog=exe, timeout=120)
+    check(r.returncode == 0, f"exit {r.returncode}", r.stdout, r.stderr)
+    with open(tr, "rb") as f:
+        ev = json.loads(f.read().decode("utf-8"))["traceEvents"]
+    where = int(re.search(r"actor on (\d+)", r.stdout).group(1))
+    calls = [e for e in ev if e["ph"] == "X" and e["cat"] in ("call", "init")]
+    check(where > 0 and len([e for e in calls if e["cat"] == "call"]) == 3 and
+          all(e["pid"] == where for e in calls), f"a remote actor's calls on node {where}", calls)
+    check(not [e for e in ev if e["ph"] == "X" and e["pid"] == 0 and e["cat"] == "task"],
+          "no task slices on the head when it runs no work")
     c.expect_no_workers()
 
 
