@@ -59,7 +59,7 @@ static void blas_init(void) {
   B.name = "reference";
   if (!sf__options.quiet) {
     static const char msg[] = "sflow: no CBLAS library found (install libopenblas0); matmul uses a slow reference loop\n";
-    (void)sf__write_all(2, msg, sizeof msg - 1);
+    (void)sf__out_write(2, msg, sizeof msg - 1);
   }
 }
 

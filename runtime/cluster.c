@@ -93,7 +93,7 @@ __attribute__((format(printf, 1, 2))) static void note(const char *fmt, ...) {
   if ((size_t)k > sizeof line - 2)
     k = (int)sizeof line - 2;
   line[k++] = '\n';
-  sf__write_all(2, line, (size_t)k);
+  sf__out_write(2, line, (size_t)k); /* on the head: clear of the progress line */
 }
 
 /* ================================================================ head */
@@ -112,6 +112,10 @@ typedef struct node {
   uint16_t data_port, obj_port; /* group rings; the object store (remote.c) */
   char hostname[256];
   int64_t last_rx;
+  /* Clock alignment (sf__cluster_clock): the best sample so far. */
+  int64_t clock_off;
+  uint64_t clock_rtt;
+  int clock_n;
   bool copied;
   int64_t connect_ms;        /* phase 1: TCP + handshake + authentication */
   double start_s;     /* seconds from the run's start to HELLO */
@@ -270,7 +274,9 @@ static void *launch(void *arg) {
    * left free for the user's own rendezvous (not sflow's control port). */
   /* The object store's knobs (remote.c, objects), digits only. */
   char objenv[160] = "";
-  static const char *const objvars[] = {"SFLOW_OBJECT_THRESHOLD", "SFLOW_OBJECT_SERVE_DELAY_MS"};
+  /* And a test's skew of the worker's trace clock (trace.c). */
+  static const char *const objvars[] = {"SFLOW_OBJECT_THRESHOLD", "SFLOW_OBJECT_SERVE_DELAY_MS",
+                                        "SFLOW_TEST_CLOCK_SKEW_MS"};
   for (size_t i = 0; i < sizeof objvars / sizeof *objvars; i++) {
     const char *v = getenv(objvars[i]);
     if (v && *v && strlen(v) < 20 && strspn(v, "0123456789") == strlen(v))
@@ -278,9 +284,10 @@ static void *launch(void *arg) {
   }
   snprintf(cmd, sizeof cmd,
            "exec env RANK=%d LOCAL_RANK=0 WORLD_SIZE=%d LOCAL_WORLD_SIZE=1 MASTER_ADDR='%s' "
-           "MASTER_PORT=%u%s '%s' --sflow-worker '%d@%s%s%s:%u'%s%s%s%s",
+           "MASTER_PORT=%u%s '%s' --sflow-worker '%d@%s%s%s:%u'%s%s%s%s%s",
            id, H.n + 1, nd->listen_addr, H.master_port, objenv, path, id, v6 ? "[" : "",
            nd->listen_addr, v6 ? "]" : "", port, threads, logging() ? " --cluster-log" : "",
+           sf__options.trace ? " --sflow-trace" : "", /* its events come to our trace */
            /* a hostfile's gpus=N on a host without them is an error there too */
            sf__options.require_gpu ? " --require-gpu" : "", H.cwd_arg);
   sf__hex(H.secret, SF__SECRET_LEN, secret);
@@ -507,9 +514,57 @@ int sf__cluster_send(int id, const void *bytes, size_t n) {
   return 0;
 }
 
+/* Heartbeats answered at once after a node is ready, when tracing: enough
+ * samples for a good clock offset before the first events arrive, instead
+ * of one per SF__HEARTBEAT_MS. */
+#define CLOCK_BURST 8
+
+static void heartbeat(node *nd) {
+  static uint64_t seq;
+  sf__frame hb = {.type = SF__F_HEARTBEAT};
+  hb.u.heartbeat.seq = ++seq;
+  hb.u.heartbeat.time_ns = sf__trace_clock_ns();
+  send_frame(nd, &hb);
+}
+
+/* A heartbeat's answer: one sample of the worker's clock offset. */
+static void clock_sample(node *nd, const sf__frame *f) {
+  uint64_t t0 = f->u.clock.head_ns, t1 = f->u.clock.worker_ns, t2 = sf__trace_clock_ns();
+  if (t0 > t2)
+    return; /* not a time we sent */
+  uint64_t rtt = t2 - t0;
+  if (!nd->clock_n || rtt < nd->clock_rtt) {
+    nd->clock_rtt = rtt;
+    nd->clock_off = (int64_t)(t1 - (t0 + rtt / 2));
+  }
+  if (++nd->clock_n == CLOCK_BURST && logging())
+    note("sflow: node %d clock offset %+.3f ms (round trip %.3f ms)", (int)(nd - H.nodes) + 1,
+         (double)nd->clock_off / 1e6, (double)nd->clock_rtt / 1e6);
+  if (nd->clock_n < CLOCK_BURST && sf__options.trace)
+    heartbeat(nd);
+}
+
+bool sf__cluster_clock(int id, int64_t *offset_ns, uint64_t *rtt_ns) {
+  *offset_ns = 0;
+  *rtt_ns = 0;
+  if (!H.started || id < 1 || id > H.n)
+    return false;
+  pthread_mutex_lock(&H.mu);
+  node *nd = &H.nodes[id - 1];
+  bool ok = nd->clock_n > 0;
+  if (ok) {
+    *offset_ns = nd->clock_off;
+    *rtt_ns = nd->clock_rtt;
+  }
+  pthread_mutex_unlock(&H.mu);
+  return ok;
+}
+
 static void handle_frame(node *nd, const sf__frame *f) {
   switch (f->type) {
   case SF__F_HEARTBEAT: break; /* last_rx is enough */
+  case SF__F_CLOCK: clock_sample(nd, f); break;
+  case SF__F_TRACE: sf__trace_remote((int)(nd - H.nodes) + 1, f); break;
   case SF__F_LOG:
     note("[node %d] %.*s", (int)(nd - H.nodes) + 1, (int)f->u.log.line.n,
          (const char *)f->u.log.line.p);
@@ -644,13 +699,9 @@ static void control_round(int timeout_ms, int auth_timeout, int64_t *next_hb) {
   }
   if (t >= *next_hb) {
     *next_hb = t + SF__HEARTBEAT_MS;
-    sf__frame hb = {.type = SF__F_HEARTBEAT};
-    hb.u.heartbeat.time_ns = now_ns();
-    for (int i = 0; i < H.n; i++) {
-      hb.u.heartbeat.seq++;
+    for (int i = 0; i < H.n; i++)
       if (H.nodes[i].alive)
-        send_frame(&H.nodes[i], &hb);
-    }
+        heartbeat(&H.nodes[i]);
   }
 }
 
@@ -700,8 +751,8 @@ static int start_failed(char *err, size_t errlen) {
   for (int i = 0; i < H.n; i++)
     if (errors ? H.nodes[i].error[0] != '\0' : !H.nodes[i].ready)
       bad++;
-  o += (size_t)snprintf(err, errlen, "%d of %d node%s failed to start:", bad, H.n,
-                        H.n == 1 ? "" : "s");
+  o += (size_t)snprintf(err, errlen, "%d of %d %s failed to start:", bad, H.n,
+                        sf__plural(H.n, "node", "nodes"));
   for (int i = 0; i < H.n && o < errlen; i++) {
     node *nd = &H.nodes[i];
     if (errors ? !nd->error[0] : nd->ready)
@@ -857,7 +908,7 @@ int sf__cluster_start(char *err, size_t errlen) {
   }
   pthread_mutex_unlock(&H.mu);
   if (logging())
-    note("sflow: %d node%s ready in %.2f s", H.n, H.n == 1 ? "" : "s",
+    note("sflow: %d %s ready in %.2f s", H.n, sf__plural(H.n, "node", "nodes"),
          (double)(now_ms() - H.t0) / 1000.0);
   set_head_env();
   /* Running from before the thread exists, so that no frame sent from now
@@ -911,12 +962,17 @@ void sf__cluster_stop(void) {
       if (nd->conn.fd < 0)
         continue;
       int r = sf__conn_fill(&nd->conn);
-      if (r <= 0) {
+      /* The trace events a worker ships as it stops are kept; anything
+       * else (late heartbeats, answers nobody waits for) is dropped. */
+      sf__frame f;
+      char err[128];
+      int k;
+      while ((k = sf__conn_next(&nd->conn, &f, err, sizeof err)) == 1)
+        if (f.type == SF__F_TRACE)
+          sf__trace_remote(i + 1, &f);
+      if (r <= 0 || k < 0) {
         nd->alive = false;
         sf__conn_close(&nd->conn);
-      } else {
-        nd->conn.rx_n = 0; /* late heartbeats: ignored */
-        nd->conn.pending = 0;
       }
     }
   }
@@ -1097,7 +1153,7 @@ static int selftest_allreduce(const char *spec) {
  * getenv sees them: a test reads a worker's in /proc/PID/environ, but the
  * head sets its own with setenv, which /proc does not show. */
 static void print_ready(void) {
-  printf("%d nodes ready\n", H.n);
+  printf("%d %s ready\n", H.n, sf__plural(H.n, "node", "nodes"));
   for (int i = 0; i < H.n; i++)
     printf("node %d %s pid %u\n", i + 1, H.nodes[i].label, H.nodes[i].pid);
   static const char *const names[] = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
@@ -1411,8 +1467,17 @@ static int worker_loop(worker *w) {
       while ((k = sf__conn_next(&w->conn, &f, err, sizeof err)) == 1) {
         last_rx = now_ms();
         switch (f.type) {
-        case SF__F_HEARTBEAT: worker_send(w, &f); break;
-        case SF__F_SHUTDOWN: return (int)f.u.shutdown.code;
+        case SF__F_HEARTBEAT: {
+          sf__frame c = {.type = SF__F_CLOCK};
+          c.u.clock.seq = f.u.heartbeat.seq;
+          c.u.clock.head_ns = f.u.heartbeat.time_ns;
+          c.u.clock.worker_ns = sf__trace_clock_ns();
+          worker_send(w, &c);
+          break;
+        }
+        case SF__F_SHUTDOWN:
+          sf__trace_ship(); /* the last events, while the head still reads */
+          return (int)f.u.shutdown.code;
         case SF__F_GROUP_SETUP: start_group(w, &f); break;
         case SF__F_TASK_SUBMIT: sf__remote_worker_submit(&f); break;
         case SF__F_OBJECT: sf__remote_worker_object(&f); break;
@@ -1432,6 +1497,7 @@ static int worker_loop(worker *w) {
         return SF__EXIT_NODES;
       }
     }
+    sf__trace_ship(); /* events of work still running, at most 250 ms old */
     if (now_ms() - last_rx > SF__HEARTBEAT_TIMEOUT_MS) {
       note("sflow worker %u: no heartbeat from the head for %.1f s; exiting", w->node,
            (double)(now_ms() - last_rx) / 1000.0);
@@ -1510,6 +1576,8 @@ int sf__worker_main(const char *spec) {
     note("sflow worker %u: %s (objects go through the head)", w.node, err);
   sf__node_id = w.node;
   W = &w;
+  if (sf__options.worker_trace)
+    sf__trace_worker_begin();
   sf__remote_worker_start();
   if (obj_fd >= 0)
     sf__remote_objects_listen(obj_fd); /* its thread owns obj_fd for the process's life */

@@ -24,7 +24,7 @@ sf__options_t sf__options = {.journal = true};
 typedef enum {
   RT_NODES, RT_RESUME, RT_TRACE, RT_CKPT, RT_PROGRESS, RT_QUIET, RT_GPU, RT_THREADS, RT_JOURNAL,
   RT_SSH_USER, RT_SSH_KEY, RT_KNOWN_HOSTS, RT_ACCEPT_NEW, RT_CONNECT_TIMEOUT, RT_HEAD_WORK,
-  RT_REMOTE_CACHE, RT_CLUSTER_LOG, RT_WORKER, RT_WORKER_CWD, RT_SELFTEST
+  RT_REMOTE_CACHE, RT_CLUSTER_LOG, RT_WORKER, RT_WORKER_CWD, RT_WORKER_TRACE, RT_SELFTEST
 } rt_id;
 
 typedef struct rt_flag {
@@ -58,6 +58,7 @@ static const rt_flag rt_flags[] = {
     [RT_CLUSTER_LOG] = {"cluster-log", NULL, "report each node's start, readiness and stop"},
     [RT_WORKER] = {"sflow-worker", "SPEC", NULL},
     [RT_WORKER_CWD] = {"sflow-cwd", "HEX", NULL},
+    [RT_WORKER_TRACE] = {"sflow-trace", NULL, NULL},
     [RT_SELFTEST] = {"sflow-selftest", "SPEC", NULL},
 };
 #define N_RT ((int)(sizeof rt_flags / sizeof rt_flags[0]))
@@ -173,6 +174,7 @@ static bool set_option(parser *ps, rt_id id, const char *v) {
     return true;
   case RT_WORKER: o->worker = v; return true;
   case RT_WORKER_CWD: o->worker_cwd = v; return true;
+  case RT_WORKER_TRACE: return set_bool_option(ps, &o->worker_trace, name, v);
   case RT_SELFTEST: o->selftest = v; return true;
   case RT_ACCEPT_NEW: return set_bool_option(ps, &o->accept_new_host_keys, name, v);
   case RT_HEAD_WORK: return set_bool_option(ps, &o->head_runs_work, name, v);

@@ -231,7 +231,7 @@ bool sf__gpu_ready(const sf_loc *loc) {
   if (!__atomic_exchange_n(&told, 1, __ATOMIC_SEQ_CST) && !sf__options.quiet) {
     char line[400];
     int k = snprintf(line, sizeof line, "sflow: no GPU (%s); kernels run on the CPU\n", D.why);
-    (void)sf__write_all(2, line, (size_t)k < sizeof line ? (size_t)k : sizeof line - 1);
+    (void)sf__out_write(2, line, (size_t)k < sizeof line ? (size_t)k : sizeof line - 1);
   }
   return false;
 }

@@ -419,6 +419,12 @@ void sf__notice(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void *sf__watch_begin(void *task, int32_t attempt, double seconds);
 bool sf__watch_end(void *handle); /* true if it fired */
 void sf__progress_clear(void);
+/* Every write to stdout or stderr while a run may show the progress line:
+ * write(2) of buf, with the line cleared first and drawn again after when
+ * it is on the same terminal (progress.c). */
+bool sf__out_write(int fd, const char *buf, size_t n);
+/* one when n == 1, else many: "1 task", "2 tasks", "1 retry". */
+const char *sf__plural(int64_t n, const char *one, const char *many);
 /* Start/stop of the run: the progress line and the summary. */
 void sf__run_begin(const sf_program *prog);
 void sf__run_end(void);
@@ -432,6 +438,20 @@ void sf__trace_event(const char *name, const char *cat, double t0, int32_t attem
                      const char *error);
 bool sf__trace_open(char *err, size_t errlen); /* before the run: --trace FILE.tmp */
 void sf__trace_write(void); /* at exit: the JSON file */
+/* The trace clock in ns (CLOCK_MONOTONIC; shifted on a worker by
+ * SFLOW_TEST_CLOCK_SKEW_MS): heartbeat answers carry it (cluster.c). */
+uint64_t sf__trace_clock_ns(void);
+/* Worker of a traced run (--sflow-trace): record, and ship batches. */
+void sf__trace_worker_begin(void);
+/* Worker: sends the pending events to the head now (before a result, from
+ * the control loop, at shutdown); nothing when there are none. */
+void sf__trace_ship(void);
+/* Head: a task attempt sent to `node` at t0 (sf__trace_now) answered now. */
+void sf__trace_dispatch(const char *name, double t0, int node, uint64_t id, int32_t attempt,
+                        const char *error);
+/* Head, control thread: a trace frame from worker `node`. */
+struct sf__frame;
+void sf__trace_remote(int node, const struct sf__frame *f);
 
 /* ---------------------------------------------------------- serial.c */
 
@@ -532,6 +552,7 @@ typedef struct sf__options_t {
   int64_t connect_timeout;    /* --connect-timeout S (default 10) */
   const char *worker;         /* hidden --sflow-worker ID@ADDR:PORT */
   const char *worker_cwd;     /* hidden --sflow-cwd: the head's folder, in hex */
+  bool worker_trace;          /* hidden --sflow-trace: the head traces; ship events */
   const char *selftest;       /* hidden --sflow-selftest SPEC (tests, bench) */
 } sf__options_t;
 extern sf__options_t sf__options;

@@ -153,7 +153,7 @@ void sf__capture_line(const char *s, size_t n) {
 
 static void emit_output(const rec *r) {
   if (r->out_len && !sf__capture_muted())
-    (void)sf__write_all(1, (const char *)r->out, r->out_len);
+    (void)sf__out_write(1, (const char *)r->out, r->out_len);
 }
 
 /* ------------------------------------------------------------- files */

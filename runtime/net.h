@@ -139,7 +139,7 @@ typedef enum {
   SF__F_AUTH_OK,       /* head -> worker: HMAC proving the head knows it too */
   SF__F_HELLO,         /* worker -> head: pid, host name, exe hash, cpus, data and
                         * object ports */
-  SF__F_HEARTBEAT,     /* both ways: sequence, send time */
+  SF__F_HEARTBEAT,     /* head -> worker: sequence, send time (answered by a clock frame) */
   SF__F_TASK_SUBMIT,   /* head -> worker: task id, function, attempt, args */
   SF__F_TASK_RESULT,   /* worker -> head: task id, status, value or error, output */
   SF__F_ACTOR_CREATE,  /* head -> worker: actor id, class, args */
@@ -156,6 +156,9 @@ typedef enum {
                           2 error after the group's ring broke), value or error */
   SF__F_ACTOR_STATE,   /* worker -> head: actor id, calls, g.all epoch, state (checkpoint) */
   SF__F_ACTOR_STOP,    /* head -> worker: actor id (a group being restarted elsewhere) */
+  SF__F_CLOCK,         /* worker -> head: the answer to a heartbeat: its sequence and send
+                        * time echoed, and the worker's clock when it arrived */
+  SF__F_TRACE,         /* worker -> head: a batch of --trace events (trace.c) */
   SF__F_COUNT
 } sf__ftype;
 
@@ -165,6 +168,20 @@ typedef struct sf__bytes {
 } sf__bytes;
 
 #define SF__GROUP_MAX 4096
+
+/* One --trace event in a trace frame's records, each laid out as
+ *   u64 ts_ns, u64 dur_ns  start and length on the sender's clock
+ *   u32 tid, u32 attempt   the thread (trace.c's numbering) and the attempt
+ *   u16 + name, u16 + cat, u16 + error   lengths and bytes (no NUL byte;
+ *                          name and cat not empty, error empty when none) */
+#define SF__TRACE_NAME_MAX 1024
+#define SF__TRACE_ERROR_MAX 4096
+#define SF__TRACE_BATCH_MAX 65536 /* records in one frame */
+typedef struct sf__trace_rec {
+  uint64_t ts_ns, dur_ns;
+  uint32_t tid, attempt;
+  sf__bytes name, cat, error;
+} sf__trace_rec;
 
 typedef struct sf__frame {
   uint8_t type;
@@ -179,6 +196,8 @@ typedef struct sf__frame {
       uint8_t exe_hash[32];
     } hello;
     struct { uint64_t seq, time_ns; } heartbeat;
+    struct { uint64_t seq, head_ns, worker_ns; } clock;
+    struct { uint32_t count; sf__bytes events; } trace; /* count records (sf__trace_rec) */
     struct { uint64_t task; uint32_t fn, attempt; sf__bytes args; } task_submit;
     struct { uint64_t task; uint8_t status; sf__bytes value, output; } task_result;
     struct { uint64_t actor; uint32_t cls; sf__bytes args; } actor_create;
@@ -224,6 +243,11 @@ const char *sf__wire_type_name(int type);
 /* One entry of group_setup.peers, read at *off; false when malformed. */
 bool sf__wire_peer(sf__bytes peers, size_t *off, char *addr, size_t addrlen, uint16_t *port);
 void sf__wire_put_peer(sf__wbuf *b, const char *addr, uint16_t port);
+/* One record of trace.events, read at *off; false when malformed (the
+ * decoder has checked all of a frame's records already). */
+bool sf__wire_trace_rec(sf__bytes events, size_t *off, sf__trace_rec *out);
+/* Appends a record; -1 when a field is over its limit (nothing added). */
+int sf__wire_put_trace_rec(sf__wbuf *b, const sf__trace_rec *r);
 
 /* A framed connection: blocking helpers used by the handshake and the
  * worker, with a deadline in milliseconds (-1: none). */
@@ -356,6 +380,13 @@ void sf__cluster_on_node_lost(sf__node_lost_fn fn);
  * and the port of its object store's listener on the same address. */
 bool sf__cluster_data_addr(int node, char *addr, size_t n, uint16_t *port);
 bool sf__cluster_obj_addr(int node, char *addr, size_t n, uint16_t *port);
+/* Head: the best estimate of worker `node`'s clock minus the head's
+ * (trace.c's clock, ns), and the round trip of the heartbeat it came from;
+ * false (offset 0) before any answer.  NTP's rule: offset = t1 - (t0+t2)/2
+ * for a heartbeat sent at t0, seen by the worker at t1 and answered at t2,
+ * from the sample with the smallest t2 - t0, so the error is at most half
+ * that round trip. */
+bool sf__cluster_clock(int node, int64_t *offset_ns, uint64_t *rtt_ns);
 /* Worker: its data-plane listener (-1: none) and the run's secret. */
 int sf__worker_data_fd(void);
 const uint8_t *sf__worker_secret(void);

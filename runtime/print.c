@@ -206,12 +206,12 @@ void sf_print_end(void) {
   } else if (sf__capture_cur) { /* a journaled call: keep the line, or mute a replay */
     sf__capture_line(b->data, b->len);
     if (!sf__capture_muted()) {
-      (void)sf__write_all(1, b->data, b->len);
+      (void)sf__out_write(1, b->data, b->len);
       if (sf__print_keep)
         sf__buf_put(sf__print_keep, b->data, b->len);
     }
   } else {
-    (void)sf__write_all(1, b->data, b->len);
+    (void)sf__out_write(1, b->data, b->len);
     if (sf__print_keep) /* a --nodes task run on the head (remote.c journals it) */
       sf__buf_put(sf__print_keep, b->data, b->len);
   }

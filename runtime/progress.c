@@ -9,14 +9,23 @@
  *  - One helper thread, started only when needed (a progress line is shown
  *    or some attempt has a deadline), wakes every 10 ms: it fires expired
  *    deadlines and redraws the progress line at most 10 times a second.
- *  - The line is drawn with "\r" and cleared with "\r\033[K" only when
- *    stderr is a terminal (--progress=auto), or always (--progress=always),
- *    never otherwise; runtime errors and notices clear it first so they
- *    are never glued to it.
+ *  - On a terminal (stderr, where the line goes, is a tty; --progress=auto
+ *    or always) the line is drawn with "\r\033[K" and cut to the
+ *    terminal's width, so "\r" always returns to its start.  Every other
+ *    write to the terminal during the run (print lines, a worker's
+ *    forwarded output, errors, notices, cluster messages) goes through
+ *    sf__out_write, which under the one lock clears the line, writes, and
+ *    draws the line again after it, so output never lands on the line.
+ *    Writes to stdout pay for that only when stdout is a terminal too;
+ *    otherwise, and without a line, sf__out_write is a plain write(2).
+ *  - Off a terminal (a file or a pipe), --progress=always writes plain,
+ *    whole lines instead, one every SFLOW_PROGRESS_INTERVAL seconds
+ *    (default 1): no control characters in a log file.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdarg.h>
+#include <sys/ioctl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -74,13 +83,24 @@ void sf__stats_wait_end(void) { atomic_fetch_sub_explicit(&sf__stats.waiting, 1,
 static struct {
   pthread_mutex_t lock;
   pthread_cond_t cond;
-  bool started, stop, line, drawn;
+  bool started, stop;
+  bool line;  /* the terminal line is shown (stderr is a tty) */
+  bool plain; /* --progress=always off a terminal: periodic plain lines */
+  bool drawn; /* the line is on the screen now */
+  bool held;  /* output ended mid-line: no redraw until its newline */
   pthread_t thread;
-  double last_draw;
+  double last_draw, interval;
 } T = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+
+/* Read without the lock on every write: set once, before the run's work. */
+static _Atomic bool line_on, stdout_tty;
 
 static const char *prog_name(void) {
   return program && program->name && *program->name ? program->name : "sflow";
+}
+
+const char *sf__plural(int64_t n, const char *one, const char *many) {
+  return n == 1 ? one : many;
 }
 
 static void clear_line(void) {
@@ -90,21 +110,66 @@ static void clear_line(void) {
   }
 }
 
-static void draw(void) {
-  char buf[256];
+/* The counters in words: "tasks 3/10 done, 2 running, 0 failed, 1 retry;
+ * actor calls 5/5". */
+static int status_text(char *buf, size_t n) {
   sf__counters c;
   sf__counters_sum(&c);
-  int64_t n = c.tasks, done = c.tasks_done;
-  int n1 = snprintf(buf, sizeof buf, "\r\033[K%s: tasks %lld/%lld done, %lld running, %lld failed, "
-                    "%lld retries; actor calls %lld/%lld",
-                    prog_name(), (long long)done, (long long)n,
-                    (long long)(c.started - c.finished),
-                    (long long)atomic_load(&sf__stats.tasks_failed),
-                    (long long)atomic_load(&sf__stats.retries),
-                    (long long)c.calls_done, (long long)c.calls);
-  if (n1 > 0)
-    (void)sf__write_all(2, buf, (size_t)n1 < sizeof buf ? (size_t)n1 : sizeof buf - 1);
+  int64_t retries = atomic_load(&sf__stats.retries);
+  return snprintf(buf, n, "%s %lld/%lld done, %lld running, %lld failed, %lld %s; %s %lld/%lld",
+                  sf__plural(c.tasks, "task", "tasks"), (long long)c.tasks_done,
+                  (long long)c.tasks, (long long)(c.started - c.finished),
+                  (long long)atomic_load(&sf__stats.tasks_failed), (long long)retries,
+                  sf__plural(retries, "retry", "retries"),
+                  sf__plural(c.calls, "actor call", "actor calls"), (long long)c.calls_done,
+                  (long long)c.calls);
+}
+
+/* Cut to one row of the terminal: a wrapped line could not be cleared. */
+static void draw(void) {
+  char buf[320];
+  int k = snprintf(buf, sizeof buf, "\r\033[K%s: ", prog_name());
+  int m = status_text(buf + k, sizeof buf - (size_t)k);
+  size_t len = (size_t)k + (m > 0 ? (size_t)m : 0);
+  if (len >= sizeof buf)
+    len = sizeof buf - 1;
+  struct winsize ws;
+  if (ioctl(2, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 1 && len - 4 > (size_t)ws.ws_col - 1)
+    len = 4 + (size_t)ws.ws_col - 1;
+  (void)sf__write_all(2, buf, len);
   T.drawn = true;
+}
+
+static void plain_line(double t) {
+  char buf[320];
+  int k = snprintf(buf, sizeof buf, "%s: progress: ", prog_name());
+  int m = status_text(buf + k, sizeof buf - (size_t)k - 24);
+  size_t len = (size_t)k + (m > 0 ? (size_t)m : 0);
+  if (len > sizeof buf - 24)
+    len = sizeof buf - 24;
+  len += (size_t)snprintf(buf + len, 24, ", %.1f s\n", t - started);
+  (void)sf__write_all(2, buf, len);
+}
+
+/* Under T.lock: buf to fd with the line out of its way. */
+static bool emit_locked(int fd, const char *buf, size_t n) {
+  clear_line();
+  bool ok = sf__write_all(fd, buf, n);
+  if (n)
+    T.held = buf[n - 1] != '\n';
+  if (T.line && !T.held)
+    draw();
+  return ok;
+}
+
+bool sf__out_write(int fd, const char *buf, size_t n) {
+  if (!atomic_load_explicit(&line_on, memory_order_relaxed) ||
+      (fd == 1 && !atomic_load_explicit(&stdout_tty, memory_order_relaxed)))
+    return sf__write_all(fd, buf, n);
+  pthread_mutex_lock(&T.lock);
+  bool ok = emit_locked(fd, buf, n);
+  pthread_mutex_unlock(&T.lock);
+  return ok;
 }
 
 void sf__notice(const char *fmt, ...) {
@@ -119,8 +184,7 @@ void sf__notice(const char *fmt, ...) {
   size_t n = strlen(buf);
   buf[n++] = '\n';
   pthread_mutex_lock(&T.lock);
-  clear_line();
-  (void)sf__write_all(2, buf, n);
+  (void)emit_locked(2, buf, n);
   pthread_mutex_unlock(&T.lock);
 }
 
@@ -197,9 +261,12 @@ static void *helper_main(void *arg) {
       }
       w = next;
     }
-    if (T.line && t - T.last_draw >= 0.1) {
+    if (T.line && !T.held && t - T.last_draw >= 0.1) {
       T.last_draw = t;
       draw();
+    } else if (T.plain && t - T.last_draw >= T.interval) {
+      T.last_draw = t;
+      plain_line(t);
     }
   }
   pthread_mutex_unlock(&T.lock);
@@ -212,21 +279,28 @@ void sf__run_begin(const sf_program *prog) {
   program = prog;
   started = now_s();
   int mode = sf__options.progress;
-  bool line = mode == SF__PROGRESS_ALWAYS || (mode == SF__PROGRESS_AUTO && isatty(2));
-  if (line && !sf__options.quiet) {
-    pthread_mutex_lock(&T.lock);
-    T.line = true;
-    helper_start_locked();
-    pthread_mutex_unlock(&T.lock);
-  }
+  bool tty = isatty(2);
+  if (sf__options.quiet || mode == SF__PROGRESS_NEVER || (mode == SF__PROGRESS_AUTO && !tty))
+    return;
+  const char *iv = getenv("SFLOW_PROGRESS_INTERVAL");
+  double interval = iv && *iv ? strtod(iv, NULL) : 1.0;
+  pthread_mutex_lock(&T.lock);
+  T.line = tty;
+  T.plain = !tty;
+  T.interval = interval >= 0.01 ? interval : 1.0;
+  T.last_draw = started; /* the first plain line after one interval */
+  atomic_store(&stdout_tty, isatty(1));
+  atomic_store(&line_on, tty);
+  helper_start_locked();
+  pthread_mutex_unlock(&T.lock);
 }
 
-/* Clears the progress line before an error message goes to stderr. */
+/* Clears the progress line for good before an error message that ends
+ * the run goes to stderr. */
 void sf__progress_clear(void) {
-  if (!T.line)
-    return;
   pthread_mutex_lock(&T.lock);
-  T.line = false;
+  T.line = T.plain = false;
+  atomic_store(&line_on, false);
   clear_line();
   pthread_mutex_unlock(&T.lock);
 }
@@ -234,7 +308,8 @@ void sf__progress_clear(void) {
 void sf__run_end(void) {
   pthread_mutex_lock(&T.lock);
   T.stop = true;
-  T.line = false;
+  T.line = T.plain = false;
+  atomic_store(&line_on, false);
   clear_line();
   pthread_cond_broadcast(&T.cond);
   bool joined = T.started;
@@ -250,25 +325,29 @@ void sf__run_end(void) {
   int64_t replayed = atomic_load(&sf__stats.replayed);
   int64_t restored = atomic_load(&sf__stats.restored);
   if (replayed || restored)
-    snprintf(extra, sizeof extra, ", %lld answered from the journal, %lld actors restored from "
-             "checkpoints", (long long)replayed, (long long)restored);
+    snprintf(extra, sizeof extra, ", %lld answered from the journal, %lld %s restored from "
+             "checkpoints", (long long)replayed, (long long)restored,
+             sf__plural(restored, "actor", "actors"));
   int64_t objs = atomic_load(&sf__stats.objects_fetched);
+  int64_t bytes = atomic_load(&sf__stats.object_bytes);
   if (objs) /* remote.c: large results fetched from the workers that made them */
     snprintf(extra + strlen(extra), sizeof extra - strlen(extra),
-             ", %lld objects (%lld bytes) fetched", (long long)objs,
-             (long long)atomic_load(&sf__stats.object_bytes));
+             ", %lld %s (%lld %s) fetched", (long long)objs, sf__plural(objs, "object", "objects"),
+             (long long)bytes, sf__plural(bytes, "byte", "bytes"));
   int64_t moved = atomic_load(&sf__stats.objects_moved);
+  bytes = atomic_load(&sf__stats.moved_bytes);
   if (moved) /* remote.c: task inputs fetched by one worker from another */
     snprintf(extra + strlen(extra), sizeof extra - strlen(extra),
-             ", %lld objects (%lld bytes) moved worker to worker", (long long)moved,
-             (long long)atomic_load(&sf__stats.moved_bytes));
-  int n = snprintf(buf, sizeof buf,
-                   "%s: %lld tasks (%lld failed, %lld retries), %lld actors, %lld actor calls%s "
-                   "in %.3f s\n",
-                   prog_name(), (long long)tasks, (long long)atomic_load(&sf__stats.tasks_failed),
-                   (long long)atomic_load(&sf__stats.retries),
-                   (long long)atomic_load(&sf__stats.actors), (long long)calls, extra,
-                   now_s() - started);
+             ", %lld %s (%lld %s) moved worker to worker", (long long)moved,
+             sf__plural(moved, "object", "objects"), (long long)bytes,
+             sf__plural(bytes, "byte", "bytes"));
+  int64_t retries = atomic_load(&sf__stats.retries), actors = atomic_load(&sf__stats.actors);
+  int n = snprintf(buf, sizeof buf, "%s: %lld %s (%lld failed, %lld %s), %lld %s, %lld %s%s in %.3f s\n",
+                   prog_name(), (long long)tasks, sf__plural(tasks, "task", "tasks"),
+                   (long long)atomic_load(&sf__stats.tasks_failed), (long long)retries,
+                   sf__plural(retries, "retry", "retries"), (long long)actors,
+                   sf__plural(actors, "actor", "actors"), (long long)calls,
+                   sf__plural(calls, "actor call", "actor calls"), extra, now_s() - started);
   if (n > 0)
     (void)sf__write_all(2, buf, (size_t)n);
 }

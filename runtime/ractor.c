@@ -887,11 +887,11 @@ static void restart_one(ractor *r, int node, const char *why, done **fails) {
   const ckpt *from = r->nck ? &r->ck[0] : NULL;
   if (from)
     sf__notice("%s; restarted on node %d from its checkpoint after call %" PRIu64
-               " (%d restart%s left)", cause, to, from->calls, r->restarts_left,
-               r->restarts_left == 1 ? "" : "s");
+               " (%d %s left)", cause, to, from->calls, r->restarts_left,
+               sf__plural(r->restarts_left, "restart", "restarts"));
   else
-    sf__notice("%s; restarted on node %d from init (%d restart%s left)", cause, to,
-               r->restarts_left, r->restarts_left == 1 ? "" : "s");
+    sf__notice("%s; restarted on node %d from init (%d %s left)", cause, to,
+               r->restarts_left, sf__plural(r->restarts_left, "restart", "restarts"));
   relaunch(r, from);
 }
 
@@ -980,9 +980,9 @@ static void restart_group(rgroup *g, int node, const char *why, done **fails) {
   g->ring = ++RA.next_ring;
   for (int64_t i = 0; i < g->n; i++)
     g->m[i]->node = nodes[i];
-  sf__notice("%s; the group of %" PRId64 " restarted %s (%d restart%s left)", cause, g->n,
+  sf__notice("%s; the group of %" PRId64 " restarted %s (%d %s left)", cause, g->n,
              epoch >= 0 ? "from its common checkpoint" : "from init", g->restarts_left,
-             g->restarts_left == 1 ? "" : "s");
+             sf__plural(g->restarts_left, "restart", "restarts"));
   for (int64_t i = 0; i < g->n; i++)
     relaunch(g->m[i], ckpt_at(g->m[i], epoch));
 }
@@ -1094,6 +1094,7 @@ static void w_result_out(uint64_t wid, uint64_t seq, int status, const void *p, 
   if (!status && out && out->len && out->len <= SF__FRAME_MAX / 2 &&
       n <= SF__FRAME_MAX / 2 - 64) /* the head journals it; more: not kept */
     f.u.actor_result.output = (sf__bytes){(const uint8_t *)out->data, (uint32_t)out->len};
+  sf__trace_ship(); /* the call's trace event reaches the head before its result */
   sf__worker_send_frame(&f);
 }
 

@@ -220,6 +220,7 @@ typedef struct rtask {
   uint64_t obj_total, obj_got;
   char *out;           /* a held result's output, as printed here (journal) */
   size_t out_n;
+  double trace_t0;     /* --trace: when the submit frame was queued */
 } rtask;
 
 #define NBUCKETS 4096
@@ -532,6 +533,7 @@ static void dispatch_locked(outbox *ob) {
         ob->wb = calloc((size_t)R.n, sizeof *ob->wb);
       if (ob->wb)
         encode_submit(&ob->wb[best], t);
+      t->trace_t0 = sf__trace_now();
     }
   }
   if (woke)
@@ -567,8 +569,8 @@ static void task_free(rtask *t) {
 
 static void fail_task(rtask *t, const char *cause) {
   char *msg = NULL;
-  if (asprintf(&msg, "task '%s' failed after %d attempt%s: %s", t->d->name, (int)t->attempt + 1,
-               t->attempt ? "s" : "", cause) < 0)
+  if (asprintf(&msg, "task '%s' failed after %d %s: %s", t->d->name, (int)t->attempt + 1,
+               sf__plural(t->attempt + 1, "attempt", "attempts"), cause) < 0)
     msg = NULL;
   sf__future_reject(t->f, msg ? msg : cause);
   free(msg);
@@ -1463,6 +1465,18 @@ void sf__remote_on_result(int node, const sf__frame *fr) {
   }
   /* Only this thread (the control thread) completes tasks of worker nodes,
    * so t stays valid between the locked sections. */
+  if (sf__trace_on) {
+    char why[SF__ERROR_MAX];
+    uint8_t st = fr->u.task_result.status;
+    const sf__bytes *v = &fr->u.task_result.value;
+    if (st == 1)
+      snprintf(why, sizeof why, "%.*s", (int)v->n, (const char *)v->p);
+    else if (st == 3)
+      snprintf(why, sizeof why, "an input could not be fetched: %.*s", (int)(v->n - 8),
+               (const char *)v->p + 8);
+    sf__trace_dispatch(t->d->name, t->trace_t0, node, t->id, t->attempt,
+                       st == 1 || st == 3 ? why : NULL);
+  }
   if (fr->u.task_result.status == 2)
     obj_start(node, t, fr);
   else if (fr->u.task_result.status == 3)
@@ -1695,9 +1709,9 @@ void sf__remote_on_object(int node, const sf__frame *fr) {
     return;
   }
   if (sf__options.cluster_log)
-    sf__notice("object %llu (task '%s', %llu bytes) fetched from node %d in %d chunks",
+    sf__notice("object %llu (task '%s', %llu bytes) fetched from node %d in %d %s",
                (unsigned long long)id, t->d->name, (unsigned long long)t->obj_total, node,
-               t->obj_chunks);
+               t->obj_chunks, sf__plural(t->obj_chunks, "chunk", "chunks"));
   atomic_fetch_add(&sf__stats.objects_fetched, 1);
   atomic_fetch_add(&sf__stats.object_bytes, t->obj_total);
   finish(node, t, 0, t->obj, t->obj_total, t->out, t->out_n, false);
@@ -1769,7 +1783,7 @@ void sf__remote_on_print(int node, const char *s, size_t n) {
   char store[1024];
   sf__buf_init(&b, store, sizeof store);
   printed_as(node, s, n, &b);
-  (void)sf__write_all(1, b.data, b.len);
+  (void)sf__out_write(1, b.data, b.len);
   sf__buf_free(&b);
 }
 
@@ -1925,6 +1939,7 @@ static void worker_reply(uint64_t id, int status, const void *p, size_t n, const
   f.u.task_result.value = (sf__bytes){p, (uint32_t)n};
   if (status != 1 && on && on <= SF__FRAME_MAX / 2 && n <= SF__FRAME_MAX / 2 - 64)
     f.u.task_result.output = (sf__bytes){(const uint8_t *)out, (uint32_t)on};
+  sf__trace_ship(); /* the attempt's trace event reaches the head before its result */
   sf__worker_send_frame(&f);
 }
 

@@ -612,10 +612,10 @@ static void copy_prefixed(int fd, const char *prefix, const char *buf, size_t n,
   size_t plen = strlen(prefix);
   while (n) {
     if (!*mid)
-      sf__write_all(fd, prefix, plen);
+      sf__out_write(fd, prefix, plen); /* clear of the head's progress line */
     const char *nl = memchr(buf, '\n', n);
     size_t k = nl ? (size_t)(nl - buf) + 1 : n;
-    sf__write_all(fd, buf, k);
+    sf__out_write(fd, buf, k);
     *mid = !nl;
     buf += k;
     n -= k;

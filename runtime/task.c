@@ -601,8 +601,8 @@ static void run_task(task_rec *t) {
     }
     if (atomic_compare_exchange_strong(&t->owner, &mine, -1)) {
       atomic_fetch_add_explicit(&sf__stats.tasks_failed, 1, memory_order_relaxed);
-      future_fail(t->f, "task '%s' failed after %d attempt%s: %s", d->name, (int)attempt + 1,
-                  attempt ? "s" : "", why);
+      future_fail(t->f, "task '%s' failed after %d %s: %s", d->name, (int)attempt + 1,
+                  sf__plural(attempt + 1, "attempt", "attempts"), why);
     } else {
       sf__sched_thread_back();
     }
@@ -651,8 +651,8 @@ static void timed_out(task_rec *t, int32_t attempt) {
     return;
   sf__sched_thread_lost();
   atomic_fetch_add(&sf__stats.tasks_failed, 1);
-  future_fail(t->f, "task '%s' failed after %d attempt%s: timed out after %gs (@timeout)",
-              d->name, (int)attempt + 1, attempt ? "s" : "", d->timeout);
+  future_fail(t->f, "task '%s' failed after %d %s: timed out after %gs (@timeout)",
+              d->name, (int)attempt + 1, sf__plural(attempt + 1, "attempt", "attempts"), d->timeout);
 }
 
 sf_future *sf_task_call(const sf_task_desc *d, void *args, const sf_loc *loc) {

@@ -1,6 +1,7 @@
 /*
  * trace.c — `--trace FILE.json`: a Chrome trace / Perfetto JSON file with
- * one complete ("X") event per task attempt and actor call.
+ * one complete ("X") event per task attempt and actor call, on every node
+ * of the run.
  *
  * Key design choices:
  *  - Each thread appends events to its own growing array, registered once
@@ -9,11 +10,33 @@
  *    error, not an hour of work traced for nothing) and written once, at
  *    the end of the run (or when the run ends in a runtime error), so
  *    tracing costs little while the work runs.
- *  - pid is the node (0 on one machine), tid the thread: 0 is main, 1..n
- *    the pool's workers.  A thread runs one attempt at a time, so slices on
- *    a track nest perfectly as Perfetto requires.  "M" events name the
- *    process and every thread.
- *  - args carry the attempt number and, for a failed attempt, the error.
+ *  - pid is the node (0 the head, 1..n the workers in hostfile order, each
+ *    named by a process_name event with its host), tid the thread: 0 is
+ *    main, 1..n the pool's workers.  A thread runs one attempt at a time,
+ *    so slices on a track nest perfectly as Perfetto requires.  "M" events
+ *    name the process and every thread.
+ *  - A worker does not keep its events: it encodes each one into a small
+ *    pending batch that leaves for the head in a trace frame (wire.c)
+ *    just before the result of the task or call it belongs to, from the
+ *    worker's control loop at least every 250 ms, and when the head shuts
+ *    the worker down.  A worker's memory for tracing stays bounded (a batch
+ *    is sent at BATCH_MAX bytes) and a worker killed mid-run loses only the
+ *    events of the work it was doing.
+ *  - Worker timestamps are on the worker's clock; the head converts them
+ *    to its own with the offset cluster.c estimates from heartbeats
+ *    (NTP-style, the sample with the smallest round trip), at write time,
+ *    so every event of a node uses the same, best, offset.
+ *  - On the head, each task sent to a worker is an async span ("b"/"e",
+ *    cat "dispatch") from the moment the head queued the submit frame to
+ *    the moment its result arrived; the worker's slice for the attempt
+ *    lies inside it.
+ *  - Every string is written as valid JSON whatever its bytes: valid UTF-8
+ *    passes through unchanged, control characters become \u00XX, and each
+ *    maximal ill-formed subsequence becomes one U+FFFD (the rule of
+ *    Unicode's "best practice for U+FFFD substitution", which is what
+ *    Python's bytes.decode("utf-8", "replace") and browsers do), so a
+ *    fail() message built from binary file contents reads as the same text
+ *    a UTF-8 decoder with replacement would show.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -21,16 +44,18 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "internal.h"
+#include "net.h"
 
 bool sf__trace_on;
 
 typedef struct event {
   const char *name, *cat;
-  double ts, dur;
-  int32_t attempt;
   char *error;
+  double ts, dur;   /* µs on this process's trace clock */
+  int32_t attempt;
 } event;
 
 typedef struct track {
@@ -40,31 +65,121 @@ typedef struct track {
   size_t n, cap;
 } track;
 
+/* An event of another node (times on that node's clock, in ns) or a
+ * dispatch span of the head (node > 0 too: where the task went). */
+typedef struct remote_event {
+  char *name, *cat, *error; /* owned */
+  uint64_t ts_ns, dur_ns;   /* worker events: the worker's clock */
+  double ts, dur;           /* dispatch spans: this process's trace clock */
+  uint64_t id;              /* dispatch spans: the task id */
+  int32_t node, tid, attempt;
+  bool dispatch;
+} remote_event;
+
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static track *tracks;
 static _Thread_local track *mine;
 static double t_start;
+static remote_event *rev; /* under lock */
+static size_t rev_n, rev_cap;
+static bool written; /* under lock: no more remote events once set */
 
-static double now_us(void) {
+/* ------------------------------------------------------------- clock */
+
+/* A worker's clock may be shifted by SFLOW_TEST_CLOCK_SKEW_MS (tests: the
+ * alignment must undo it, as it undoes the offset between two hosts). */
+static int64_t skew_ns;
+
+uint64_t sf__trace_clock_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec + (uint64_t)skew_ns;
 }
+
+static double now_us(void) { return (double)sf__trace_clock_ns() * 1e-3; }
 
 __attribute__((constructor)) static void trace_clock(void) { t_start = now_us(); }
 
 double sf__trace_now(void) { return sf__trace_on ? now_us() - t_start : 0; }
+
+/* ----------------------------------------------------- worker batches */
+
+#define BATCH_MAX (64u << 10)
+
+static struct {
+  pthread_mutex_t mu;
+  bool on;        /* this process is a worker of a traced run */
+  sf__wbuf b;     /* encoded records, SF__TRACE_REC layout (wire.c) */
+  uint32_t count;
+} WB = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+void sf__trace_worker_begin(void) {
+  const char *s = getenv("SFLOW_TEST_CLOCK_SKEW_MS");
+  if (s && *s)
+    skew_ns = strtoll(s, NULL, 10) * 1000000;
+  t_start = now_us();
+  WB.on = true;
+  sf__trace_on = true;
+}
+
+void sf__trace_ship(void) {
+  if (!WB.on || !__atomic_load_n(&WB.count, __ATOMIC_RELAXED))
+    return;
+  pthread_mutex_lock(&WB.mu);
+  sf__wbuf b = WB.b;
+  uint32_t count = WB.count;
+  WB.b = (sf__wbuf){0};
+  __atomic_store_n(&WB.count, 0, __ATOMIC_RELAXED); /* read unlocked above */
+  pthread_mutex_unlock(&WB.mu);
+  if (count) {
+    sf__frame f = {.type = SF__F_TRACE};
+    f.u.trace.count = count;
+    f.u.trace.events = (sf__bytes){b.p, (uint32_t)b.n};
+    sf__worker_send_frame(&f);
+  }
+  sf__wbuf_free(&b);
+}
+
+static void worker_event(const char *name, const char *cat, double t0, double t1,
+                         int32_t tid, int32_t attempt, const char *error) {
+  sf__trace_rec r = {.ts_ns = (uint64_t)((t0 + t_start) * 1e3),
+                     .dur_ns = (uint64_t)((t1 - t0) * 1e3), .tid = (uint32_t)tid,
+                     .attempt = (uint32_t)attempt};
+  r.name = (sf__bytes){(const uint8_t *)name, (uint32_t)strnlen(name, SF__TRACE_NAME_MAX)};
+  r.cat = (sf__bytes){(const uint8_t *)cat, (uint32_t)strnlen(cat, SF__TRACE_NAME_MAX)};
+  if (error)
+    r.error = (sf__bytes){(const uint8_t *)error, (uint32_t)strnlen(error, SF__TRACE_ERROR_MAX)};
+  pthread_mutex_lock(&WB.mu);
+  bool full = false;
+  if (WB.count < SF__TRACE_BATCH_MAX && sf__wire_put_trace_rec(&WB.b, &r) == 0) {
+    __atomic_store_n(&WB.count, WB.count + 1, __ATOMIC_RELAXED);
+    full = WB.count == SF__TRACE_BATCH_MAX || WB.b.n >= BATCH_MAX;
+  }
+  pthread_mutex_unlock(&WB.mu);
+  if (full)
+    sf__trace_ship();
+}
+
+/* --------------------------------------------------------- recording */
+
+static int32_t my_tid(void) { return sf__worker_id() < 0 ? 100000 : sf__worker_id(); }
 
 void sf__trace_event(const char *name, const char *cat, double t0, int32_t attempt,
                      const char *error) {
   if (!sf__trace_on)
     return;
   double t1 = now_us() - t_start;
+  if (t1 < t0)
+    t1 = t0;
+  if (WB.on) {
+    worker_event(name, cat, t0, t1, my_tid(), attempt, error);
+    return;
+  }
   if (!mine) {
     track *t = calloc(1, sizeof *t);
     if (!t)
       return;
-    t->tid = sf__worker_id() < 0 ? 100000 : sf__worker_id();
+    t->tid = my_tid();
     pthread_mutex_lock(&lock);
     t->next = tracks;
     tracks = t;
@@ -83,20 +198,130 @@ void sf__trace_event(const char *name, const char *cat, double t0, int32_t attem
     pthread_mutex_unlock(&lock);
   }
   event *e = &t->ev[t->n];
-  *e = (event){name, cat, t0, t1 - t0 > 0 ? t1 - t0 : 0, attempt, error ? strdup(error) : NULL};
+  *e = (event){name, cat, error ? strdup(error) : NULL, t0, t1 - t0, attempt};
   __atomic_store_n(&t->n, t->n + 1, __ATOMIC_RELEASE);
+}
+
+static char *dup_bytes(sf__bytes b) {
+  char *s = malloc((size_t)b.n + 1);
+  if (s) {
+    memcpy(s, b.p, b.n);
+    s[b.n] = '\0';
+  }
+  return s;
+}
+
+/* Under lock: room for one more remote event, or NULL. */
+static remote_event *rev_push_locked(void) {
+  if (written)
+    return NULL;
+  if (rev_n == rev_cap) {
+    size_t cap = rev_cap ? rev_cap * 2 : 1024;
+    remote_event *p = realloc(rev, cap * sizeof *p);
+    if (!p)
+      return NULL;
+    rev = p;
+    rev_cap = cap;
+  }
+  return &rev[rev_n++];
+}
+
+void sf__trace_dispatch(const char *name, double t0, int node, uint64_t id, int32_t attempt,
+                        const char *error) {
+  if (!sf__trace_on || WB.on)
+    return;
+  double t1 = now_us() - t_start;
+  pthread_mutex_lock(&lock);
+  remote_event *e = rev_push_locked();
+  if (e)
+    *e = (remote_event){.name = strdup(name), .cat = strdup("dispatch"),
+                        .error = error ? strdup(error) : NULL, .ts = t0,
+                        .dur = t1 > t0 ? t1 - t0 : 0, .id = id, .node = node,
+                        .attempt = attempt, .dispatch = true};
+  pthread_mutex_unlock(&lock);
+}
+
+void sf__trace_remote(int node, const sf__frame *f) {
+  if (!sf__trace_on || WB.on)
+    return;
+  size_t off = 0;
+  sf__trace_rec r;
+  pthread_mutex_lock(&lock);
+  for (uint32_t i = 0; i < f->u.trace.count; i++) {
+    if (!sf__wire_trace_rec(f->u.trace.events, &off, &r))
+      break; /* the decoder checked every record: cannot happen */
+    remote_event *e = rev_push_locked();
+    if (!e)
+      break;
+    *e = (remote_event){.name = dup_bytes(r.name), .cat = dup_bytes(r.cat),
+                        .error = r.error.n ? dup_bytes(r.error) : NULL, .ts_ns = r.ts_ns,
+                        .dur_ns = r.dur_ns, .node = node, .tid = (int32_t)r.tid,
+                        .attempt = (int32_t)r.attempt};
+  }
+  pthread_mutex_unlock(&lock);
+}
+
+/* ------------------------------------------------------------ writing */
+
+/* Bytes of the well-formed UTF-8 sequence at s[0..n), or 0 when s starts
+ * an ill-formed one; *bad is then the length of its maximal subpart (the
+ * bytes one U+FFFD stands for). */
+static size_t utf8_seq(const unsigned char *s, size_t n, size_t *bad) {
+  unsigned char c = s[0];
+  size_t need;
+  unsigned char lo = 0x80, hi = 0xBF; /* range of the second byte */
+  if (c < 0x80)
+    return 1;
+  if (c >= 0xC2 && c <= 0xDF)
+    need = 2;
+  else if (c >= 0xE0 && c <= 0xEF) {
+    need = 3;
+    if (c == 0xE0)
+      lo = 0xA0; /* no overlong forms */
+    else if (c == 0xED)
+      hi = 0x9F; /* no surrogates */
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    need = 4;
+    if (c == 0xF0)
+      lo = 0x90;
+    else if (c == 0xF4)
+      hi = 0x8F; /* nothing above U+10FFFF */
+  } else {
+    *bad = 1;
+    return 0;
+  }
+  for (size_t i = 1; i < need; i++) {
+    unsigned char b = i < n ? s[i] : 0;
+    bool ok = i == 1 ? b >= lo && b <= hi : b >= 0x80 && b <= 0xBF;
+    if (!ok) {
+      *bad = i;
+      return 0;
+    }
+  }
+  return need;
 }
 
 static void put_json_str(FILE *f, const char *s) {
   fputc('"', f);
-  for (; s && *s; s++) {
-    unsigned char c = (unsigned char)*s;
+  const unsigned char *p = (const unsigned char *)(s ? s : "");
+  size_t n = strlen((const char *)p);
+  while (n) {
+    unsigned char c = *p;
+    size_t bad = 0, k = utf8_seq(p, n, &bad);
+    if (!k) {
+      fputs("\\ufffd", f);
+      p += bad;
+      n -= bad;
+      continue;
+    }
     if (c == '"' || c == '\\')
       fprintf(f, "\\%c", c);
-    else if (c < 0x20)
+    else if (c < 0x20 || c == 0x7f)
       fprintf(f, "\\u%04x", c);
     else
-      fputc(c, f);
+      fwrite(p, 1, k, f);
+    p += k;
+    n -= k;
   }
   fputc('"', f);
 }
@@ -116,6 +341,72 @@ bool sf__trace_open(char *err, size_t errlen) {
   return true;
 }
 
+static void thread_name(int32_t tid, char *name, size_t n) {
+  if (tid == 0)
+    snprintf(name, n, "main");
+  else if (tid == 100000)
+    snprintf(name, n, "watchdog");
+  else
+    snprintf(name, n, "worker %d", (int)tid);
+}
+
+static void put_meta(FILE *f, const char *what, int pid, int tid, const char *name) {
+  fprintf(f, ",\n{\"name\":\"%s\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":", what,
+          pid, tid);
+  put_json_str(f, name);
+  fputs("}}", f);
+}
+
+static void put_x(FILE *f, const char *name, const char *cat, double ts, double dur, int pid,
+                  int tid, int attempt, const char *error) {
+  fputs(",\n{\"name\":", f);
+  put_json_str(f, name);
+  fputs(",\"cat\":", f);
+  put_json_str(f, cat);
+  fprintf(f, ",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d,\"args\":{\"attempt\":%d",
+          ts, dur, pid, tid, attempt);
+  if (error) {
+    fputs(",\"error\":", f);
+    put_json_str(f, error);
+  }
+  fputs("}}", f);
+}
+
+/* A dispatch span: async begin and end events on the head. */
+static void put_dispatch(FILE *f, const remote_event *e) {
+  for (int end = 0; end < 2; end++) {
+    fputs(",\n{\"name\":", f);
+    put_json_str(f, e->name);
+    fprintf(f, ",\"cat\":\"dispatch\",\"ph\":\"%s\",\"id\":\"t%llu.%d\",\"ts\":%.3f,\"pid\":0,"
+            "\"tid\":0,\"args\":{\"node\":%d,\"attempt\":%d",
+            end ? "e" : "b", (unsigned long long)e->id, (int)e->attempt,
+            end ? e->ts + e->dur : e->ts, (int)e->node, (int)e->attempt);
+    if (end && e->error) {
+      fputs(",\"error\":", f);
+      put_json_str(f, e->error);
+    }
+    fputs("}}", f);
+  }
+}
+
+/* Names of the nodes and of the worker tracks seen in remote events. */
+static void put_nodes(FILE *f) {
+  int nodes = sf__cluster_nodes();
+  char host[256] = "", name[400];
+  gethostname(host, sizeof host - 1);
+  snprintf(name, sizeof name, nodes > 1 ? "node 0: head (%s)" : "node 0 (%s)", host);
+  put_meta(f, "process_name", 0, 0, name);
+  for (int k = 1; k < nodes; k++) {
+    sf__node_info info;
+    if (!sf__cluster_node(k, &info))
+      continue;
+    snprintf(name, sizeof name, "node %d: %s", k, info.host ? info.host : "?");
+    put_meta(f, "process_name", k, 0, name);
+    fprintf(f, ",\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
+            "\"args\":{\"sort_index\":%d}}", k, k);
+  }
+}
+
 void sf__trace_write(void) {
   if (!sf__trace_on || !out)
     return;
@@ -124,39 +415,62 @@ void sf__trace_write(void) {
   FILE *f = out;
   out = NULL;
   fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", f);
-  fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%lld,\"tid\":0,"
-          "\"args\":{\"name\":\"node %lld\"}}",
-          (long long)sf__node_id, (long long)sf__node_id);
+  fputs("{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":0,\"tid\":0,"
+        "\"args\":{\"sort_index\":0}}", f);
+  put_nodes(f);
+  /* Each node's clock offset, read before taking the lock: the control
+   * thread adds events under cluster.c's lock, so the two locks are only
+   * ever taken in that order. */
+  int nodes = sf__cluster_nodes();
+  int64_t *offs = calloc((size_t)nodes, sizeof *offs);
+  for (int k = 1; offs && k < nodes; k++) {
+    uint64_t rtt;
+    (void)sf__cluster_clock(k, &offs[k], &rtt); /* none yet: 0, the best guess */
+  }
   pthread_mutex_lock(&lock);
+  written = true;
   for (track *t = tracks; t; t = t->next) {
     char name[32];
-    if (t->tid == 0)
-      snprintf(name, sizeof name, "main");
-    else if (t->tid == 100000)
-      snprintf(name, sizeof name, "watchdog");
-    else
-      snprintf(name, sizeof name, "worker %d", (int)t->tid);
-    fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%lld,\"tid\":%d,"
-            "\"args\":{\"name\":\"%s\"}}",
-            (long long)sf__node_id, (int)t->tid, name);
+    thread_name(t->tid, name, sizeof name);
+    put_meta(f, "thread_name", 0, t->tid, name);
     size_t n = __atomic_load_n(&t->n, __ATOMIC_ACQUIRE);
     for (size_t i = 0; i < n; i++) {
       event *e = &t->ev[i];
-      fputs(",\n{\"name\":", f);
-      put_json_str(f, e->name);
-      fputs(",\"cat\":", f);
-      put_json_str(f, e->cat);
-      fprintf(f, ",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%lld,\"tid\":%d,"
-              "\"args\":{\"attempt\":%d",
-              e->ts, e->dur, (long long)sf__node_id, (int)t->tid, (int)e->attempt);
-      if (e->error) {
-        fputs(",\"error\":", f);
-        put_json_str(f, e->error);
-      }
-      fputs("}}", f);
+      put_x(f, e->name, e->cat, e->ts, e->dur, 0, t->tid, e->attempt, e->error);
     }
   }
+  /* Worker events, on the head's clock; each (node, thread) track named
+   * once (a small table: nodes times pool threads). */
+  struct { int32_t node, tid; } *seen = NULL;
+  size_t nseen = 0;
+  for (size_t i = 0; i < rev_n; i++) {
+    remote_event *e = &rev[i];
+    if (e->dispatch) {
+      put_dispatch(f, e);
+      continue;
+    }
+    int64_t off = offs && e->node < nodes ? offs[e->node] : 0;
+    double ts = ((double)e->ts_ns - (double)off) * 1e-3 - t_start;
+    put_x(f, e->name, e->cat, ts, (double)e->dur_ns * 1e-3, e->node, e->tid, e->attempt,
+          e->error);
+    size_t j = 0;
+    while (j < nseen && !(seen[j].node == e->node && seen[j].tid == e->tid))
+      j++;
+    if (j == nseen) {
+      void *p = realloc(seen, (nseen + 1) * sizeof *seen);
+      if (!p)
+        continue;
+      seen = p;
+      seen[nseen].node = e->node;
+      seen[nseen++].tid = e->tid;
+      char name[32];
+      thread_name(e->tid, name, sizeof name);
+      put_meta(f, "thread_name", e->node, e->tid, name);
+    }
+  }
+  free(seen);
   pthread_mutex_unlock(&lock);
+  free(offs);
   fputs("\n]}\n", f);
   bool ok = !ferror(f);
   ok = fclose(f) == 0 && ok;

@@ -44,6 +44,7 @@ static const char *const type_names[SF__F_COUNT] = {
     [SF__F_GROUP_DONE] = "group-done",     [SF__F_LOG] = "log",
     [SF__F_PRINT] = "print",               [SF__F_ACTOR_RESULT] = "actor-result",
     [SF__F_ACTOR_STATE] = "actor-state",   [SF__F_ACTOR_STOP] = "actor-stop",
+    [SF__F_CLOCK] = "clock",               [SF__F_TRACE] = "trace",
 };
 
 const char *sf__wire_type_name(int type) {
@@ -104,6 +105,26 @@ void sf__wire_put_peer(sf__wbuf *b, const char *addr, uint16_t port) {
   put_u16(b, port);
   put_u8(b, (uint8_t)(n > 63 ? 63 : n));
   put(b, addr, n > 63 ? 63 : n);
+}
+
+static bool rec_field_ok(sf__bytes v, uint32_t min, uint32_t max) {
+  return v.n >= min && v.n <= max && (!v.n || !memchr(v.p, 0, v.n));
+}
+
+int sf__wire_put_trace_rec(sf__wbuf *b, const sf__trace_rec *r) {
+  if (!rec_field_ok(r->name, 1, SF__TRACE_NAME_MAX) || !rec_field_ok(r->cat, 1, SF__TRACE_NAME_MAX) ||
+      !rec_field_ok(r->error, 0, SF__TRACE_ERROR_MAX))
+    return -1;
+  put_u64(b, r->ts_ns);
+  put_u64(b, r->dur_ns);
+  put_u32(b, r->tid);
+  put_u32(b, r->attempt);
+  const sf__bytes *s[3] = {&r->name, &r->cat, &r->error};
+  for (int i = 0; i < 3; i++) {
+    put_u16(b, (uint16_t)s[i]->n);
+    put(b, s[i]->p, s[i]->n);
+  }
+  return 0;
 }
 
 static void put_payload(sf__wbuf *b, const sf__frame *f) {
@@ -195,6 +216,15 @@ static void put_payload(sf__wbuf *b, const sf__frame *f) {
     break;
   case SF__F_LOG:
   case SF__F_PRINT: put_bytes(b, f->u.log.line); break;
+  case SF__F_CLOCK:
+    put_u64(b, f->u.clock.seq);
+    put_u64(b, f->u.clock.head_ns);
+    put_u64(b, f->u.clock.worker_ns);
+    break;
+  case SF__F_TRACE:
+    put_u32(b, f->u.trace.count);
+    put_bytes(b, f->u.trace.events);
+    break;
   }
 }
 
@@ -296,6 +326,41 @@ static int check_peers(sf__bytes peers, uint32_t size) {
     if (!sf__wire_peer(peers, &off, addr, sizeof addr, &port))
       return -1;
   return off == peers.n ? 0 : -1;
+}
+
+bool sf__wire_trace_rec(sf__bytes events, size_t *off, sf__trace_rec *out) {
+  rd r = {events.p, events.n, *off, true, NULL};
+  out->ts_ns = get_u64(&r, "start");
+  out->dur_ns = get_u64(&r, "duration");
+  out->tid = get_u32(&r, "thread");
+  out->attempt = get_u32(&r, "attempt");
+  sf__bytes *s[3] = {&out->name, &out->cat, &out->error};
+  static const uint32_t lo[3] = {1, 1, 0};
+  static const uint32_t hi[3] = {SF__TRACE_NAME_MAX, SF__TRACE_NAME_MAX, SF__TRACE_ERROR_MAX};
+  for (int i = 0; i < 3; i++) {
+    uint16_t n = get_u16(&r, "text length");
+    *s[i] = (sf__bytes){NULL, 0};
+    if (!r.ok || !take(&r, n, "text"))
+      return false;
+    *s[i] = (sf__bytes){r.p + r.off, n};
+    r.off += n;
+    if (!rec_field_ok(*s[i], lo[i], hi[i]))
+      return false;
+  }
+  /* A start and a duration that overflow together are nonsense. */
+  if (out->dur_ns > UINT64_MAX - out->ts_ns)
+    return false;
+  *off = r.off;
+  return true;
+}
+
+static int check_trace(sf__bytes events, uint32_t count) {
+  size_t off = 0;
+  sf__trace_rec rec;
+  for (uint32_t i = 0; i < count; i++)
+    if (!sf__wire_trace_rec(events, &off, &rec))
+      return -1;
+  return off == events.n ? 0 : -1;
 }
 
 #define ARGS_MAX (SF__FRAME_MAX - 64)
@@ -432,6 +497,20 @@ static void get_payload(rd *r, sf__frame *f) {
     break;
   case SF__F_LOG: f->u.log.line = get_bytes(r, 65536, "line"); break;
   case SF__F_PRINT: f->u.log.line = get_bytes(r, 1u << 24, "output"); break;
+  case SF__F_CLOCK:
+    f->u.clock.seq = get_u64(r, "sequence");
+    f->u.clock.head_ns = get_u64(r, "head time");
+    f->u.clock.worker_ns = get_u64(r, "worker time");
+    break;
+  case SF__F_TRACE:
+    f->u.trace.count = get_u32(r, "event count");
+    f->u.trace.events = get_bytes(r, 1u << 24, "events");
+    if (r->ok && (f->u.trace.count == 0 || f->u.trace.count > SF__TRACE_BATCH_MAX ||
+                  check_trace(f->u.trace.events, f->u.trace.count))) {
+      r->ok = false;
+      r->what = "trace events";
+    }
+    break;
   }
 }
 

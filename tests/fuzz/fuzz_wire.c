@@ -33,6 +33,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (!sf__wire_peer(f.u.group_setup.peers, &off, addr, sizeof addr, &port))
           abort(); /* the decoder promised a valid peer list */
     }
+    if (f.type == SF__F_TRACE) {
+      size_t off = 0;
+      sf__trace_rec r;
+      for (uint32_t i = 0; i < f.u.trace.count; i++)
+        if (!sf__wire_trace_rec(f.u.trace.events, &off, &r) || r.name.n == 0 ||
+            memchr(r.name.p, 0, r.name.n))
+          abort(); /* the decoder promised valid records */
+      if (off != f.u.trace.events.n)
+        abort();
+    }
   }
   /* As a stream: consume frames until the bytes run out or go bad. */
   size_t off = 0;

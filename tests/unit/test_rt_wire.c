@@ -1,7 +1,8 @@
 /*
  * test_rt_wire.c — control-plane frames and the handshake: every frame type
  * round-trips; truncated, oversized, unknown, trailing-byte and
- * inconsistent frames are refused with a message; the HMAC handshake
+ * inconsistent frames are refused with a message; trace batches and clock
+ * answers keep every field and refuse bad records; the HMAC handshake
  * accepts the right secret and refuses a wrong one on both sides; SHA-256
  * and HMAC-SHA256 match published test vectors.
  */
@@ -17,9 +18,14 @@ static long decode(const sf__wbuf *b, sf__frame *f) {
   return sf__wire_decode(b->p, b->n, f, err, sizeof err);
 }
 
+static sf__bytes text(const char *s) { return (sf__bytes){(const uint8_t *)s, (uint32_t)strlen(s)}; }
+
 static void test_roundtrip_all_types(void) {
   static const uint8_t blob[] = {1, 2, 3, 4, 5};
   sf__bytes bytes = {blob, sizeof blob};
+  sf__wbuf recs = {0};
+  sf__trace_rec rec = {.ts_ns = 5, .dur_ns = 6, .name = text("t"), .cat = text("task")};
+  sf__wire_put_trace_rec(&recs, &rec);
   sf__wbuf peers = {0};
   sf__wire_put_peer(&peers, "10.0.0.1", 4000);
   sf__wire_put_peer(&peers, "::1", 4001);
@@ -58,6 +64,8 @@ static void test_roundtrip_all_types(void) {
       f.u.group_setup.peers = (sf__bytes){peers.p, (uint32_t)peers.n};
       break;
     case SF__F_LOG: f.u.log.line = bytes; break;
+    case SF__F_CLOCK: f.u.clock.worker_ns = 3; break;
+    case SF__F_TRACE: f.u.trace.count = 1; f.u.trace.events = (sf__bytes){recs.p, (uint32_t)recs.n}; break;
     default: break;
     }
     sf__wbuf b = {0};
@@ -82,6 +90,99 @@ static void test_roundtrip_all_types(void) {
     sf__wbuf_free(&b2);
   }
   sf__wbuf_free(&peers);
+  sf__wbuf_free(&recs);
+}
+
+static void expect_bad(const uint8_t *p, size_t n, const char *want);
+
+/* A clock answer keeps its three times (the head's offset estimate reads
+ * them, cluster.c). */
+static void test_clock(void) {
+  sf__frame f = {.type = SF__F_CLOCK}, g;
+  f.u.clock.seq = 9;
+  f.u.clock.head_ns = 0x1122334455667788ull;
+  f.u.clock.worker_ns = 0x8877665544332211ull;
+  sf__wbuf b = {0};
+  sf__wire_encode(&b, &f);
+  CHECK_INT(b.n, 8 + 24);
+  CHECK_INT(decode(&b, &g), (long)b.n);
+  CU_ASSERT(g.u.clock.seq == 9 && g.u.clock.head_ns == 0x1122334455667788ull &&
+            g.u.clock.worker_ns == 0x8877665544332211ull);
+  b.p[0]--; /* one byte short of its layout */
+  expect_bad(b.p, b.n - 1, "malformed clock frame: bad or truncated worker time");
+  sf__wbuf_free(&b);
+}
+
+/* A trace batch: records round-trip with every field; a count that does
+ * not match the records, an empty or NUL-holding name, an over-long
+ * field, or a start + duration that overflow are refused. */
+static void test_trace_batch(void) {
+  sf__wbuf recs = {0};
+  sf__trace_rec r1 = {.ts_ns = 1000, .dur_ns = 250, .tid = 3, .attempt = 1,
+                      .name = text("flaky"), .cat = text("task"), .error = text("bad \xff")};
+  sf__trace_rec r2 = {.ts_ns = 2000, .dur_ns = 0, .tid = 100000, .name = text("Counter.add"),
+                      .cat = text("call")};
+  CHECK_INT(sf__wire_put_trace_rec(&recs, &r1), 0);
+  CHECK_INT(sf__wire_put_trace_rec(&recs, &r2), 0);
+  sf__frame f = {.type = SF__F_TRACE}, g;
+  f.u.trace.count = 2;
+  f.u.trace.events = (sf__bytes){recs.p, (uint32_t)recs.n};
+  sf__wbuf b = {0};
+  sf__wire_encode(&b, &f);
+  CHECK_INT(decode(&b, &g), (long)b.n);
+  CHECK_INT(g.u.trace.count, 2);
+  size_t off = 0;
+  sf__trace_rec x;
+  CU_ASSERT_FATAL(sf__wire_trace_rec(g.u.trace.events, &off, &x));
+  CU_ASSERT(x.ts_ns == 1000 && x.dur_ns == 250 && x.tid == 3 && x.attempt == 1);
+  CU_ASSERT(x.name.n == 5 && !memcmp(x.name.p, "flaky", 5));
+  CU_ASSERT(x.error.n == 5 && !memcmp(x.error.p, "bad \xff", 5));
+  CU_ASSERT_FATAL(sf__wire_trace_rec(g.u.trace.events, &off, &x));
+  CU_ASSERT(x.tid == 100000 && x.error.n == 0 && x.cat.n == 4);
+  CHECK_INT(off, g.u.trace.events.n);
+  CU_ASSERT(!sf__wire_trace_rec(g.u.trace.events, &off, &x)); /* nothing left */
+  /* Count 3 for two records, 1 for two (trailing bytes), and 0. */
+  for (uint32_t count = 0; count <= 3; count += count == 0 ? 1 : 2) {
+    b.n = 0;
+    f.u.trace.count = count;
+    sf__wire_encode(&b, &f);
+    expect_bad(b.p, b.n, "malformed trace frame: bad or truncated trace events");
+  }
+  /* A name with a NUL byte, an empty name: refused by the encoder too. */
+  sf__trace_rec bad = r2;
+  bad.name = (sf__bytes){(const uint8_t *)"a\0b", 3};
+  size_t before = recs.n;
+  CHECK_INT(sf__wire_put_trace_rec(&recs, &bad), -1);
+  bad.name = text("");
+  CHECK_INT(sf__wire_put_trace_rec(&recs, &bad), -1);
+  static char longname[SF__TRACE_NAME_MAX + 2];
+  memset(longname, 'n', sizeof longname - 1);
+  bad.name = text(longname);
+  CHECK_INT(sf__wire_put_trace_rec(&recs, &bad), -1);
+  CHECK_INT(recs.n, before);
+  /* ... and by the decoder: patch r2's name ("Counter.add") to hold a NUL. */
+  size_t name_at = recs.n - (2 + 0) - (2 + 4) - 11;
+  recs.p[name_at + 3] = 0;
+  b.n = 0;
+  f.u.trace.count = 2;
+  f.u.trace.events = (sf__bytes){recs.p, (uint32_t)recs.n};
+  sf__wire_encode(&b, &f);
+  expect_bad(b.p, b.n, "malformed trace frame: bad or truncated trace events");
+  recs.p[name_at + 3] = 'n';
+  /* A duration that runs past the end of time. */
+  sf__wbuf o = {0};
+  sf__trace_rec over = r2;
+  over.ts_ns = UINT64_MAX - 5;
+  over.dur_ns = 10;
+  sf__wire_put_trace_rec(&o, &over);
+  f.u.trace.count = 1;
+  f.u.trace.events = (sf__bytes){o.p, (uint32_t)o.n};
+  b.n = 0;
+  sf__wire_encode(&b, &f);
+  expect_bad(b.p, b.n, "malformed trace frame: bad or truncated trace events");
+  sf__wbuf_free(&o);
+  sf__wbuf_free(&b);
+  sf__wbuf_free(&recs);
 }
 
 static void test_fields(void) {
@@ -386,6 +487,8 @@ int main(int argc, char **argv) {
   static const rt_test tests[] = {
       {"roundtrip_all_types", test_roundtrip_all_types},
       {"fields", test_fields},
+      {"clock", test_clock},
+      {"trace_batch", test_trace_batch},
       {"malformed", test_malformed},
       {"inner_lengths", test_inner_lengths},
       {"two_frames_in_one_buffer", test_two_frames_in_one_buffer},
