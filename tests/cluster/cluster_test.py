@@ -833,6 +833,55 @@ def case_ssh_config_alias(c):
     c.expect_no_workers()
 
 
+
+def case_ssh_config_identities_only(c):
+    """IdentitiesOnly yes: the agent's key is used only when an
+    IdentityFile's .pub is that key (as in ssh, so a passphrase key held by
+    the agent still works); otherwise it is not offered and the run fails
+    naming what it tried.  Without IdentitiesOnly the agent's key is
+    offered first, whatever the IdentityFiles."""
+    me = pwd.getpwuid(os.getuid()).pw_name
+    sock = os.path.join(c.dir, "agent.sock")
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", sock], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 5
+        while not os.path.exists(sock) and time.time() < deadline:
+            time.sleep(0.05)
+        env = {**os.environ, "SSH_AUTH_SOCK": sock, "HOME": os.path.join(c.dir, "emptyhome")}
+        r = subprocess.run(["ssh-add", c.user_key], env=env, capture_output=True, text=True)
+        check(r.returncode == 0, "ssh-add", r.stderr)
+        # Only the public half of the agent's key on disk; another key pair
+        # that the server does not accept.
+        shutil.copy(c.user_key + ".pub", os.path.join(c.dir, "in_agent.pub"))
+        other = os.path.join(c.dir, "other_key")
+        keygen(other)
+        hosts = os.path.join(c.dir, "io_hosts.txt")
+        with open(hosts, "w") as f:
+            f.write("gpu-a\n")
+        cfg = os.path.join(c.dir, "io_config")
+        for ids, only, ok in (("in_agent", "yes", True), ("other_key", "yes", False),
+                              ("other_key", "no", True)):
+            with open(cfg, "w") as f:
+                f.write(f"Host gpu-a\n  HostName 127.0.0.2\n  Port {c.port}\n  User {me}\n"
+                        f"  IdentitiesOnly {only}\n  IdentityFile {c.dir}/{ids}\n"
+                        f"  UserKnownHostsFile {c.known_hosts}\n")
+            r = subprocess.run([c.prog, "--nodes", hosts, "--ssh-config", cfg, "--remote-cache",
+                                c.cache, "--connect-timeout", "5"], env=env,
+                               capture_output=True, text=True, timeout=60,
+                               stdin=subprocess.DEVNULL)
+            what = f"IdentityFile {ids}, IdentitiesOnly {only}"
+            if ok:
+                check(r.returncode == 0 and r.stdout == "head says 42\n", what, r.stderr)
+            else:
+                check(r.returncode == 69 and
+                      f"authentication as {me} failed (tried ssh-agent, {other})" in r.stderr,
+                      what, r.stderr)
+            c.expect_no_workers()
+    finally:
+        agent.kill()
+        agent.wait()
+
 # Each task busy-waits 1 s and returns when it started.
 BUSY_PROGRAM = """task busy(i: i64) -> f64 {
   let t0 = now()
@@ -2462,6 +2511,9 @@ CASES = {
     "bad_hostfile": (1, case_bad_hostfile),
     "ssh_config_alias": (2, case_ssh_config_alias,
                          lambda sflowc, n: Cluster(sflowc, n, port=free_port("127.0.0.2"))),
+    "ssh_config_identities_only": (1, case_ssh_config_identities_only,
+                                   lambda sflowc, n: Cluster(sflowc, n,
+                                                             port=free_port("127.0.0.2"))),
     "colon_slots_schedule": (1, case_colon_slots_schedule,
                              lambda sflowc, n: Cluster(sflowc, n, port=free_port("127.0.0.2"))),
     "tasks_sum_3": (2, case_tasks_sum_3),
