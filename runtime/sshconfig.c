@@ -8,9 +8,10 @@
  * only FILE and `--ssh-config none` nothing (ssh -F).  OpenSSH's rules:
  * keywords are case-insensitive, `Key value` or `Key=value`, values may be
  * quoted; `Host` lines hold whitespace-separated patterns with `*`, `?` and
- * `!negation`; `Match all|host|originalhost|user|localuser` (comma lists,
- * `!`) select blocks too, and a block with any other criterion is skipped
- * with one warning; `Include` takes globs, relative to ~/.ssh (/etc/ssh in
+ * `!negation`; `Match all|host|originalhost|user|localuser|canonical|final`
+ * (comma lists, `!`) select blocks too (a `Match final` makes a second pass,
+ * as ssh does), and a block with any other criterion is skipped with one
+ * warning; `Include` takes globs, relative to ~/.ssh (/etc/ssh in
  * the system file), nested up to 16 deep; for every keyword the first value
  * obtained wins, except IdentityFile, whose lines add up in order.
  *
@@ -104,6 +105,7 @@ typedef struct directive {
 struct sf__sshcfg {
   directive *d;
   int n, cap;
+  bool final_pass; /* a Match final: resolve walks twice, as ssh reads twice */
   char *warn; /* warnings, one per line (owned; NULL: none) */
   size_t warn_n;
 };
@@ -266,31 +268,47 @@ static bool yes_no(const char *v, int *out) {
   return true;
 }
 
+static bool with_arg(const char *c) {
+  return !strcasecmp(c, "host") || !strcasecmp(c, "originalhost") || !strcasecmp(c, "user") ||
+         !strcasecmp(c, "localuser");
+}
+
+/* canonical and final match in ssh's last pass over the files, which it
+ * makes when some Match says final (CanonicalizeHostname is not used). */
+static bool post_pass(const char *c) {
+  return !strcasecmp(c, "canonical") || !strcasecmp(c, "final");
+}
+
 /* Match's criteria, checked now so that resolve only evaluates.  An
  * unsupported criterion skips the block (never applies it by mistake). */
 static int check_match(parse_state *ps, char **argv, int argc, int *unsupported,
                        const char *where) {
-  static const char *const with_arg[] = {"host", "originalhost", "user", "localuser"};
   static const char *const other[] = {"exec",      "localnetwork", "tagged",  "address",
                                       "localaddress", "localport", "rdomain", "version",
                                       "sessiontype", "command"};
   *unsupported = 0;
-  if (argc == 1 && !strcasecmp(argv[0], "all"))
-    return 0;
   for (int i = 0; i < argc; i++) {
     const char *c = argv[i][0] == '!' ? argv[i] + 1 : argv[i];
-    bool known = false;
-    for (size_t k = 0; k < sizeof with_arg / sizeof *with_arg; k++)
-      known |= !strcasecmp(c, with_arg[k]);
-    if (known) {
+    if (with_arg(c)) {
       if (i + 1 >= argc)
         return sf__net_fail(ps->err, ps->errlen, "%s: Match %s needs an argument", where, c);
       i++;
       continue;
     }
-    if (!strcasecmp(c, "all"))
-      return sf__net_fail(ps->err, ps->errlen, "%s: Match all cannot be combined with other "
-                          "criteria", where);
+    if (post_pass(c)) {
+      ps->c->final_pass |= !strcasecmp(c, "final");
+      continue;
+    }
+    if (!strcasecmp(c, "all")) {
+      /* as ssh: alone, or right after canonical/final ("Match final all") */
+      bool ok = i == argc - 1 && c == argv[i];
+      for (int k = 0; k < i; k++)
+        ok &= post_pass(argv[k]);
+      if (!ok)
+        return sf__net_fail(ps->err, ps->errlen, "%s: Match all cannot be combined with other "
+                            "criteria", where);
+      continue;
+    }
     bool takes_arg = false;
     for (size_t k = 0; k < sizeof other / sizeof *other; k++)
       takes_arg |= !strcasecmp(c, other[k]);
@@ -599,14 +617,20 @@ static void current_host(const found *f, const mctx *m, char *buf, size_t n) {
   buf[k] = '\0';
 }
 
-static bool match_block(const directive *d, const found *f, const mctx *m) {
+static bool match_block(const directive *d, const found *f, const mctx *m, bool post) {
   if (d->num)
     return false; /* unsupported criterion: skipped, warned at load */
-  if (d->argc == 1 && !strcasecmp(d->argv[0], "all"))
-    return true;
-  for (int i = 0; i + 1 < d->argc; i += 2) {
+  for (int i = 0; i < d->argc; i++) {
     bool neg = d->argv[i][0] == '!';
-    const char *c = d->argv[i] + neg, *arg = d->argv[i + 1];
+    const char *c = d->argv[i] + neg;
+    if (!strcasecmp(c, "all"))
+      continue;
+    if (post_pass(c)) {
+      if (post == neg)
+        return false;
+      continue;
+    }
+    const char *arg = d->argv[++i];
     char host[512];
     bool r;
     if (!strcasecmp(c, "host")) {
@@ -633,7 +657,7 @@ static void take(const directive **slot, const directive *d) {
 
 /* The walk: OpenSSH's "active" flag, with Include saving and restoring it
  * (and an Include inside an inactive block matching nothing at all). */
-static void walk(const sf__sshcfg *c, const mctx *m, found *f) {
+static void walk(const sf__sshcfg *c, const mctx *m, found *f, bool post) {
   struct state {
     bool active, never;
   } stack[INCLUDE_DEPTH_MAX + 1];
@@ -653,7 +677,7 @@ static void walk(const sf__sshcfg *c, const mctx *m, found *f) {
         sp--, active = stack[sp].active, never = stack[sp].never;
       break;
     case D_HOST: active = !never && match_patterns(d->argv, d->argc, m->original, true); break;
-    case D_MATCH: active = !never && match_block(d, f, m); break;
+    case D_MATCH: active = !never && match_block(d, f, m, post); break;
     default:
       if (!active)
         break;
@@ -668,6 +692,11 @@ static void walk(const sf__sshcfg *c, const mctx *m, found *f) {
       case D_PROXYJUMP:
       case D_PROXYCOMMAND: take(&f->proxy, d); break;
       case D_IDENTITYFILE:
+        for (int k = 0; k < f->nids; k++)
+          if (f->ids[k] == d)
+            d = NULL; /* the second pass meets the first pass's lines again */
+        if (!d)
+          break;
         if (f->nids < SF__SSH_IDS_MAX)
           f->ids[f->nids++] = d;
         else
@@ -816,7 +845,9 @@ int sf__sshcfg_resolve(const sf__sshcfg *c, const sf__host *h, const sf__ssh_opt
   mctx m = {original, h->user ? h->user : o->user, local};
   found f = {0};
   if (c)
-    walk(c, &m, &f);
+    walk(c, &m, &f, false);
+  if (c && c->final_pass) /* as ssh: once more, final true, filling what is unset */
+    walk(c, &m, &f, true);
   written_name(h, t->name, sizeof t->name);
   current_host(&f, &m, t->host, sizeof t->host);
   if (!f.hostname) /* a literal as written (an IPv6 zone keeps its case) */

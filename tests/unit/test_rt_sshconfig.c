@@ -224,14 +224,38 @@ static void test_match(void) {
   CHECK_STR(sf__sshcfg_warnings(C), "");
   /* A criterion sflow cannot evaluate: that block is skipped, with one warning. */
   CHECK_INT(parse("Match exec \"test -f /x\" host a\n  Port 2201\n"
-                  "Match canonical host a\n  Port 2202\n"
+                  "Match localnetwork 10.0.0.0/8\n  Port 2202\n"
+                  "Match canonical host a\n  Port 2204\n" /* no final pass: never */
                   "Host a\n  Port 2203\n"),
             0);
   CHECK_INT(resolve("a"), 0);
   CHECK_INT(T.port, 2203);
   CHECK_STR(sf__sshcfg_warnings(C),
             "config:1: Match exec is not supported by sflow; this Match block is skipped\n"
-            "config:3: Match canonical is not supported by sflow; this Match block is skipped\n");
+            "config:3: Match localnetwork is not supported by sflow; this Match block is "
+            "skipped\n");
+}
+
+/* Match final (RHEL's ssh_config.d/50-redhat.conf has one): ssh reads the
+ * files twice, final true the second time, and only fills what is unset. */
+static void test_match_final(void) {
+  CHECK_INT(parse("Match final all\n  Port 2000\n  IdentityFile /k/final\n"
+                  "Host a\n  Port 3000\n  IdentityFile /k/a\n"
+                  "Match !final host b\n  User first-pass\n"
+                  "Match canonical host b\n  User canonical\n  HostName b-canon\n"),
+            0);
+  CHECK_INT(resolve("a"), 0);
+  CHECK_INT(T.port, 3000);
+  CHECK_INT(T.nids, 2); /* /k/a once, though both passes meet it */
+  CHECK_STR(T.ids[0], "/k/a");
+  CHECK_STR(T.ids[1], "/k/final");
+  CHECK_INT(resolve("b"), 0);
+  CHECK_INT(T.port, 2000);
+  CHECK_STR(T.user, "first-pass");
+  CHECK_STR(T.host, "b-canon");
+  CHECK_STR(sf__sshcfg_warnings(C), "");
+  expect_parse_error("Match host a all\n",
+                     "config:1: Match all cannot be combined with other criteria");
 }
 
 static void test_include(void) {
@@ -437,6 +461,7 @@ int main(int argc, char **argv) {
       {"syntax", test_syntax},
       {"expansion", test_expansion},
       {"match", test_match},
+      {"match_final", test_match_final},
       {"include", test_include},
       {"precedence", test_precedence},
       {"host_keys", test_host_keys},
