@@ -100,7 +100,8 @@ __attribute__((format(printf, 1, 2))) static void note(const char *fmt, ...) {
 
 typedef struct node {
   const sf__host *host;
-  char label[300];    /* host:port */
+  sf__ssh_target target; /* where and how to connect (sshconfig.c) */
+  char label[300];    /* the host as written ("gpu1", "[127.0.0.2]:2222") */
   sf__ssh *ssh;
   sf__conn conn;      /* control connection; fd -1 until authenticated */
   sf__wbuf out;       /* frames not yet written (out.p[out_off..out.n)) */
@@ -231,7 +232,7 @@ static uint16_t listener_port(const char *addr) {
 static void *connect_host(void *arg) {
   node *nd = arg;
   int64_t t0 = now_ms();
-  if (sf__ssh_connect(nd->host, &H.ssh, &nd->ssh, nd->error, sizeof nd->error) == 0)
+  if (sf__ssh_connect(&nd->target, &H.ssh, &nd->ssh, nd->error, sizeof nd->error) == 0)
     nd->connect_ms = now_ms() - t0;
   return NULL;
 }
@@ -263,7 +264,7 @@ static void *launch(void *arg) {
   int64_t t2 = now_ms();
   char cmd[4096], secret[2 * SF__SECRET_LEN + 2]; /* path + cwd + at most ~330 */
   bool v6 = strchr(nd->listen_addr, ':') != NULL;
-  /* slots=N from the hostfile: the worker runs N tasks at once. */
+  /* host:N or slots=N from the hostfile: the worker runs N tasks at once. */
   char threads[32] = "";
   if (nd->host->slots > 0)
     snprintf(threads, sizeof threads, " --threads %d", nd->host->slots);
@@ -806,6 +807,34 @@ static bool on_every_host(pthread_t *th, void *(*fn)(void *)) {
   return failed;
 }
 
+/* Each host through ~/.ssh/config (or --ssh-config), as ssh would reach
+ * it; the config's warnings and each host's go to stderr once. */
+static int resolve_hosts(char *err, size_t errlen) {
+  sf__sshcfg *cfg = NULL;
+  if (sf__sshcfg_load(sf__options.ssh_config, &cfg, err, errlen))
+    return -1;
+  const char *w = sf__sshcfg_warnings(cfg);
+  for (const char *nl; *w; w = nl + 1) {
+    nl = strchr(w, '\n');
+    note("sflow: warning: %.*s", (int)(nl - w), w);
+  }
+  int rc = 0;
+  for (int i = 0; i < H.n && !rc; i++) {
+    node *nd = &H.nodes[i];
+    rc = sf__sshcfg_resolve(cfg, nd->host, &H.ssh, &nd->target, err, errlen);
+    if (rc)
+      break;
+    snprintf(nd->label, sizeof nd->label, "%s", nd->target.name);
+    if (nd->target.warning[0])
+      note("sflow: warning: %s", nd->target.warning);
+    if (logging())
+      note("sflow: node %d %s: %s@%s port %d", i + 1, nd->label, nd->target.user,
+           nd->target.host, nd->target.port);
+  }
+  sf__sshcfg_free(cfg);
+  return rc;
+}
+
 int sf__cluster_start(char *err, size_t errlen) {
   if (!sf__options.nodes || H.started)
     return 0;
@@ -870,14 +899,15 @@ int sf__cluster_start(char *err, size_t errlen) {
     snprintf(err, errlen, "out of memory");
     return -1;
   }
-  H.started = true;
   for (int i = 0; i < H.n; i++) {
-    node *nd = &H.nodes[i];
-    nd->host = &H.hosts.hosts[i];
-    nd->conn.fd = -1;
-    snprintf(nd->label, sizeof nd->label, strchr(nd->host->name, ':') ? "[%s]:%d" : "%s:%d",
-             nd->host->name, nd->host->port);
+    H.nodes[i].host = &H.hosts.hosts[i];
+    H.nodes[i].conn.fd = -1;
   }
+  if (resolve_hosts(err, errlen)) {
+    free(th);
+    return -1;
+  }
+  H.started = true;
   atexit(stop_at_exit);
   bool failed = on_every_host(th, connect_host);
   if (!failed)

@@ -23,8 +23,9 @@ sf__options_t sf__options = {.journal = true};
 
 typedef enum {
   RT_NODES, RT_RESUME, RT_TRACE, RT_CKPT, RT_PROGRESS, RT_QUIET, RT_GPU, RT_THREADS, RT_JOURNAL,
-  RT_SSH_USER, RT_SSH_KEY, RT_KNOWN_HOSTS, RT_ACCEPT_NEW, RT_CONNECT_TIMEOUT, RT_HEAD_WORK,
-  RT_REMOTE_CACHE, RT_CLUSTER_LOG, RT_WORKER, RT_WORKER_CWD, RT_WORKER_TRACE, RT_SELFTEST
+  RT_SSH_USER, RT_SSH_KEY, RT_KNOWN_HOSTS, RT_SSH_CONFIG, RT_ACCEPT_NEW, RT_CONNECT_TIMEOUT,
+  RT_HEAD_WORK, RT_REMOTE_CACHE, RT_CLUSTER_LOG, RT_WORKER, RT_WORKER_CWD, RT_WORKER_TRACE,
+  RT_SELFTEST
 } rt_id;
 
 typedef struct rt_flag {
@@ -45,10 +46,13 @@ static const rt_flag rt_flags[] = {
     [RT_THREADS] = {"threads", "N", "worker threads (default: one per CPU)"},
     [RT_JOURNAL] = {"journal", NULL, "record main's calls so --resume can finish the run "
                                      "(default true)"},
-    [RT_SSH_USER] = {"ssh-user", "USER", "user on the --nodes hosts (default: current user)"},
+    [RT_SSH_USER] = {"ssh-user", "USER", "user on the --nodes hosts (default: ssh config's User, else current user)"},
     [RT_SSH_KEY] = {"ssh-key", "FILE",
-                    "private key for SSH (default: ssh-agent, then ~/.ssh/id_*)"},
-    [RT_KNOWN_HOSTS] = {"known-hosts", "FILE", "host keys to trust (default ~/.ssh/known_hosts)"},
+                    "private key for SSH (default: ssh-agent, then IdentityFile or ~/.ssh/id_*)"},
+    [RT_KNOWN_HOSTS] = {"known-hosts", "FILE",
+                        "host keys to trust (default UserKnownHostsFile or ~/.ssh/known_hosts)"},
+    [RT_SSH_CONFIG] = {"ssh-config", "FILE",
+                       "ssh client config, or none (default ~/.ssh/config, /etc/ssh/ssh_config)"},
     [RT_ACCEPT_NEW] = {"accept-new-host-keys", NULL,
                        "trust and record unknown host keys (a changed key is still refused)"},
     [RT_CONNECT_TIMEOUT] = {"connect-timeout", "S", "seconds to reach each host (default 10)"},
@@ -165,6 +169,7 @@ static bool set_option(parser *ps, rt_id id, const char *v) {
   case RT_SSH_USER: o->ssh_user = v; return true;
   case RT_SSH_KEY: o->ssh_key = v; return true;
   case RT_KNOWN_HOSTS: o->known_hosts = v; return true;
+  case RT_SSH_CONFIG: o->ssh_config = v; return true;
   case RT_REMOTE_CACHE:
     /* The path goes into a single-quoted remote command line. */
     if (strpbrk(v, "'\\\n"))

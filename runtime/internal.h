@@ -545,6 +545,7 @@ typedef struct sf__options_t {
   const char *ssh_user;       /* --ssh-user USER, or NULL: the current user */
   const char *ssh_key;        /* --ssh-key FILE, or NULL: agent, then ~/.ssh/id_* */
   const char *known_hosts;    /* --known-hosts FILE, or NULL: ~/.ssh/known_hosts */
+  const char *ssh_config;     /* --ssh-config FILE|none, or NULL: ~/.ssh/config, /etc/ssh */
   const char *remote_cache;   /* --remote-cache DIR, or NULL: .cache/sflow */
   bool accept_new_host_keys;  /* --accept-new-host-keys (trust on first use) */
   bool head_runs_work;        /* --head-runs-work (default true) */

@@ -10,6 +10,7 @@
  *
  * Files, in the order a run meets them:
  *   hostfile.c  --nodes FILE or host1,host2 -> sf__hostlist
+ *   sshconfig.c ~/.ssh/config: each host -> sf__ssh_target (where, who, keys)
  *   crypto.c    SHA-256, HMAC-SHA256 (libcrypto, loaded with dlopen), random
  *   ssh.c       libssh2 (loaded with dlopen): connect, host key, auth, SFTP
  *               deployment, exec of the worker with the secret on stdin
@@ -37,10 +38,13 @@ __attribute__((format(printf, 3, 4))) int sf__net_fail(char *err, size_t errlen,
 
 /* ------------------------------------------------------- hostfile.c */
 
+/* One host entry as written; sshconfig.c turns it into where to connect. */
 typedef struct sf__host {
-  char *name;   /* host name or address, without brackets or port (owned) */
-  int port;     /* SSH port; 22 when not given */
-  int slots;    /* slots=N, or -1: the host's CPU count */
+  char *name;   /* name, ssh_config alias or address as written, without the
+                 * user, brackets, port or slots (owned) */
+  char *user;   /* user@ before the name, or NULL (owned) */
+  int port;     /* [host]:PORT or port=PORT; 0 when not given */
+  int slots;    /* host:N or slots=N, or -1: the host's CPU count */
   int gpus;     /* gpus=N, or -1: detect on the host */
   int line;     /* 1-based line in the hostfile; 0 for --nodes a,b */
 } sf__host;
@@ -55,7 +59,7 @@ typedef struct sf__hostlist {
  * ("hosts.txt:3: duplicate host 'a' (first on line 1)").  0 on success. */
 int sf__hostfile_parse(const char *text, size_t len, const char *fname, sf__hostlist *out,
                        char *err, size_t errlen);
-/* Parses a comma-separated list "a,b:2222,c". */
+/* Parses a comma-separated list "a,b:2,user@c,[d]:2222" (mpirun -H). */
 int sf__hostlist_parse(const char *list, sf__hostlist *out, char *err, size_t errlen);
 /* --nodes ARG: a readable file is a hostfile; otherwise, when ARG looks like
  * a host list (no '/'), a list; else an error naming the file. */
@@ -82,10 +86,11 @@ bool sf__unhex(const char *in, uint8_t *out, size_t n);
 
 /* ------------------------------------------------------------ ssh.c */
 
+/* The flags; sshconfig.c combines them with each host's config. */
 typedef struct sf__ssh_opts {
-  const char *user;         /* NULL: the current user */
-  const char *key;          /* NULL: agent, then ~/.ssh/id_{ed25519,ecdsa,rsa} */
-  const char *known_hosts;  /* NULL: ~/.ssh/known_hosts */
+  const char *user;         /* --ssh-user; NULL: the config's User, else the current user */
+  const char *key;          /* --ssh-key; NULL: agent, then IdentityFile or ~/.ssh/id_* */
+  const char *known_hosts;  /* --known-hosts; NULL: UserKnownHostsFile or ~/.ssh/known_hosts */
   bool accept_new;          /* trust on first use (a changed key is still refused) */
   int timeout_s;            /* connect + handshake + auth bound, per host */
   const char *remote_cache; /* folder on the host for executables */
@@ -93,12 +98,56 @@ typedef struct sf__ssh_opts {
 
 typedef struct sf__ssh sf__ssh;
 
+/* ------------------------------------------------------ sshconfig.c */
+
+#define SF__SSH_IDS_MAX 16 /* IdentityFile lines used per host */
+#define SF__SSH_KH_MAX 8   /* UserKnownHostsFile files per host */
+#define SF__SSH_PATH 1024
+
+/* Where and how to reach one host: its hostfile entry, the flags and the
+ * ssh config together (sshconfig.c says which wins). */
+typedef struct sf__ssh_target {
+  char name[300];   /* the host as written: "gpu1", "[127.0.0.2]:2222" */
+  char label[600];  /* for connect errors, with where it resolved to when
+                     * that differs: "gpu1 (127.0.0.3 port 2201)" */
+  char host[256];   /* what is connected to: HostName, or the name */
+  int port;
+  char user[256];
+  char key_host[256]; /* known_hosts lookup: HostKeyAlias, else host ... */
+  int key_port;       /* ... with this port; -1 for an alias (no [..]:port) */
+  char ids[SF__SSH_IDS_MAX][SF__SSH_PATH]; /* private keys to try, in order */
+  int nids;
+  bool ids_from_flag;  /* ids[0] is --ssh-key: only it, no agent */
+  bool identities_only; /* IdentitiesOnly: agent keys only when in ids */
+  char known[SF__SSH_KH_MAX][SF__SSH_PATH]; /* known_hosts files; new keys go to [0] */
+  int nknown;
+  bool accept_new;     /* record an unknown key (a changed one is still refused) */
+  char warning[600];   /* one line for the user (ProxyJump ignored ...), or "" */
+} sf__ssh_target;
+
+typedef struct sf__sshcfg sf__sshcfg;
+
+/* Reads the ssh client configuration: path NULL: ~/.ssh/config then
+ * /etc/ssh/ssh_config (either may be missing); "none": nothing; else only
+ * that file (ssh -F).  Errors name file:line.  0 on success. */
+int sf__sshcfg_load(const char *path, sf__sshcfg **out, char *err, size_t errlen);
+/* The same from text (tests); Include is relative to ~/.ssh. */
+int sf__sshcfg_parse(const char *text, size_t len, const char *fname, sf__sshcfg **out,
+                     char *err, size_t errlen);
+/* Warnings of the load (skipped Match blocks), one per line; "" if none. */
+const char *sf__sshcfg_warnings(const sf__sshcfg *c);
+/* Resolves one host (c may be NULL: no config).  0, or -1 naming file:line
+ * (an unknown %-token in IdentityFile). */
+int sf__sshcfg_resolve(const sf__sshcfg *c, const sf__host *h, const sf__ssh_opts *o,
+                       sf__ssh_target *t, char *err, size_t errlen);
+void sf__sshcfg_free(sf__sshcfg *c);
+
 /* Loads libssh2 on first use; false with a message when it is missing. */
 bool sf__ssh_load(char *err, size_t errlen);
 /* TCP connect (bounded by timeout_s), SSH handshake, host key check against
  * known_hosts BEFORE any authentication, then public-key or agent auth.
- * Errors name the host: "127.0.0.2:2222: host key ... changed". */
-int sf__ssh_connect(const sf__host *h, const sf__ssh_opts *o, sf__ssh **out, char *err,
+ * Errors start with t->label: "gpu1 (127.0.0.3 port 2201): host key ...". */
+int sf__ssh_connect(const sf__ssh_target *t, const sf__ssh_opts *o, sf__ssh **out, char *err,
                     size_t errlen);
 /* The local address of the SSH connection: where the worker connects back. */
 int sf__ssh_local_addr(sf__ssh *s, struct sockaddr_storage *addr, socklen_t *len);

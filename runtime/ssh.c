@@ -16,6 +16,9 @@
  *    another type is not mistaken for a changed one (libssh2 #42, #526).
  *  - Never prompt: keys are tried with no passphrase, the agent if there is
  *    one; a failure is an error naming the host, user and what was tried.
+ *  - Where to connect, as whom, with which keys and known_hosts files comes
+ *    resolved in an sf__ssh_target (sshconfig.c: hostfile, flags and
+ *    ~/.ssh/config together), so this file never decides precedence.
  *  - Every blocking call runs under the session's timeout (--connect-timeout)
  *    and the TCP connect under a poll deadline, so an unreachable host fails
  *    fast with its name.
@@ -29,7 +32,6 @@
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
-#include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,7 +111,7 @@ struct sf__ssh {
   LIBSSH2_CHANNEL *chan;
   int fd;
   int timeout_ms;
-  char label[300];   /* "host:port" for messages */
+  char label[600];   /* the host for messages (sf__ssh_target.label) */
   bool mid_line[2];  /* pump: the last byte copied of stdout/stderr was not '\n' */
 };
 
@@ -142,12 +144,12 @@ static int64_t now_ms(void) {
 }
 
 /* TCP connect to every address of the host in turn, within the deadline. */
-static int tcp_connect(sf__ssh *s, const sf__host *h, int64_t deadline, char *err,
+static int tcp_connect(sf__ssh *s, const sf__ssh_target *t, int64_t deadline, char *err,
                        size_t errlen) {
   char port[8];
-  snprintf(port, sizeof port, "%d", h->port);
+  snprintf(port, sizeof port, "%d", t->port);
   struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
-  int g = getaddrinfo(h->name, port, &hints, &ai);
+  int g = getaddrinfo(t->host, port, &hints, &ai);
   if (g)
     return fail(s, err, errlen, "cannot resolve host: %s", gai_strerror(g));
   int last = ETIMEDOUT;
@@ -209,19 +211,21 @@ static const char *method_of_keybit(int bit) {
   }
 }
 
-/* The name known_hosts uses: "host" on port 22, "[host]:port" otherwise. */
-static void kh_name(const sf__host *h, char *buf, size_t n) {
-  if (h->port == 22)
-    snprintf(buf, n, "%s", h->name);
+/* The name known_hosts uses, as OpenSSH: the HostKeyAlias alone, else the
+ * host after HostName substitution, "host" on port 22 and "[host]:port"
+ * otherwise. */
+static void kh_name(const sf__ssh_target *t, char *buf, size_t n) {
+  if (t->key_port < 0 || t->key_port == 22)
+    snprintf(buf, n, "%s", t->key_host);
   else
-    snprintf(buf, n, "[%s]:%d", h->name, h->port);
+    snprintf(buf, n, "[%s]:%d", t->key_host, t->key_port);
 }
 
 /* Asks for the host-key algorithms known_hosts has for this host (plain
  * entries; hashed ones cannot be matched by name and keep the default). */
-static void prefer_known_types(sf__ssh *s, LIBSSH2_KNOWNHOSTS *kh, const sf__host *h) {
+static void prefer_known_types(sf__ssh *s, LIBSSH2_KNOWNHOSTS *kh, const sf__ssh_target *t) {
   char name[300], list[256] = "";
-  kh_name(h, name, sizeof name);
+  kh_name(t, name, sizeof name);
   struct libssh2_knownhost *e = NULL, *prev = NULL;
   while (L.libssh2_knownhost_get(kh, &e, prev) == 0) {
     prev = e;
@@ -240,24 +244,13 @@ static void prefer_known_types(sf__ssh *s, LIBSSH2_KNOWNHOSTS *kh, const sf__hos
   }
 }
 
-static const char *default_known_hosts(char *buf, size_t n) {
-  const char *home = getenv("HOME");
-  struct passwd pwd, *pw = NULL;
-  char pbuf[4096];
-  if (!home || !*home) { /* getpwuid_r: hosts connect in parallel threads */
-    getpwuid_r(getuid(), &pwd, pbuf, sizeof pbuf, &pw);
-    home = pw ? pw->pw_dir : "/";
-  }
-  snprintf(buf, n, "%s/.ssh/known_hosts", home);
-  return buf;
-}
-
 /* Appends the host's key to known_hosts (trust on first use).  The file is
  * locked so that parallel connects and other runs do not interleave. */
-static int add_known(sf__ssh *s, LIBSSH2_KNOWNHOSTS *kh, const sf__host *h, const char *path,
-                     const char *key, size_t len, int bit, char *err, size_t errlen) {
+static int add_known(sf__ssh *s, LIBSSH2_KNOWNHOSTS *kh, const sf__ssh_target *t,
+                     const char *path, const char *key, size_t len, int bit, char *err,
+                     size_t errlen) {
   char name[300], line[8192];
-  kh_name(h, name, sizeof name);
+  kh_name(t, name, sizeof name);
   struct libssh2_knownhost *e = NULL;
   if (L.libssh2_knownhost_addc(kh, name, NULL, key, len, NULL, 0,
                                LIBSSH2_KNOWNHOST_TYPE_PLAIN | LIBSSH2_KNOWNHOST_KEYENC_RAW | bit,
@@ -280,8 +273,18 @@ static int add_known(sf__ssh *s, LIBSSH2_KNOWNHOSTS *kh, const sf__host *h, cons
   return 0;
 }
 
-static int check_host_key(sf__ssh *s, const sf__host *h, const sf__ssh_opts *o,
-                          LIBSSH2_KNOWNHOSTS *kh, const char *path, char *err, size_t errlen) {
+/* The known_hosts files for messages: "FILE" or "FILE1, FILE2". */
+static const char *kh_files(const sf__ssh_target *t, char *buf, size_t n) {
+  buf[0] = '\0';
+  for (int i = 0; i < t->nknown; i++)
+    snprintf(buf + strlen(buf), n - strlen(buf), "%s%s", i ? ", " : "", t->known[i]);
+  return t->nknown ? buf : "any known_hosts file: UserKnownHostsFile none";
+}
+
+static int check_host_key(sf__ssh *s, const sf__ssh_target *t, LIBSSH2_KNOWNHOSTS *kh,
+                          char *err, size_t errlen) {
+  char files[SF__SSH_KH_MAX * (SF__SSH_PATH + 2)];
+  const char *path = kh_files(t, files, sizeof files);
   size_t len = 0;
   int type = 0;
   const char *key = L.libssh2_session_hostkey(s->sess, &len, &type);
@@ -290,7 +293,7 @@ static int check_host_key(sf__ssh *s, const sf__host *h, const sf__ssh_opts *o,
     return fail(s, err, errlen, "host key of an unsupported type; refusing to connect");
   struct libssh2_knownhost *known = NULL;
   int r = L.libssh2_knownhost_checkp(
-      kh, h->name, h->port, key, len,
+      kh, t->key_host, t->key_port, key, len,
       LIBSSH2_KNOWNHOST_TYPE_PLAIN | LIBSSH2_KNOWNHOST_KEYENC_RAW | bit, &known);
   switch (r) {
   case LIBSSH2_KNOWNHOST_CHECK_MATCH: return 0;
@@ -301,12 +304,13 @@ static int check_host_key(sf__ssh *s, const sf__host *h, const sf__ssh_opts *o,
                 "ssh-keygen -R",
                 path);
   case LIBSSH2_KNOWNHOST_CHECK_NOTFOUND:
-    if (!o->accept_new)
+    if (!t->accept_new)
       return fail(s, err, errlen,
                   "unknown host key (not in %s); refusing to connect. Add it with ssh-keyscan "
                   "or pass --accept-new-host-keys",
                   path);
-    return add_known(s, kh, h, path, key, len, bit, err, errlen);
+    /* UserKnownHostsFile none with accept-new: trusted for this run only. */
+    return t->nknown ? add_known(s, kh, t, t->known[0], key, len, bit, err, errlen) : 0;
   default: return fail(s, err, errlen, "host key check failed: %s", lib_error(s));
   }
 }
@@ -322,7 +326,51 @@ static bool try_key(sf__ssh *s, const char *user, const char *priv) {
                                                   priv, NULL) == 0;
 }
 
-static bool try_agent(sf__ssh *s, const char *user) {
+/* The key blob of the public key next to a private key file (FILE.pub:
+ * "type base64 comment"), decoded into out; 0 when there is none. */
+static size_t pub_blob(const char *priv, unsigned char *out, size_t cap) {
+  char path[SF__SSH_PATH + 8], line[16384];
+  snprintf(path, sizeof path, "%s.pub", priv);
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return 0;
+  bool ok = fgets(line, sizeof line, f) != NULL;
+  fclose(f);
+  char *b64 = ok ? strchr(line, ' ') : NULL;
+  if (!b64)
+    return 0;
+  size_t n = 0;
+  unsigned acc = 0;
+  int bits = 0;
+  static const char b64chars[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  for (const char *p = b64 + 1; *p && *p != ' ' && *p != '\n' && *p != '='; p++) {
+    const char *at = strchr(b64chars, *p);
+    if (!at || n >= cap)
+      return 0;
+    acc = (acc << 6) | (unsigned)(at - b64chars);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out[n++] = (unsigned char)(acc >> bits);
+    }
+  }
+  return n;
+}
+
+/* IdentitiesOnly: an agent key is used only when it is one of the
+ * IdentityFiles (their .pub files say which), as in ssh. */
+static bool listed_identity(const sf__ssh_target *t, const struct libssh2_agent_publickey *id) {
+  unsigned char blob[8192];
+  for (int i = 0; i < t->nids; i++) {
+    size_t n = pub_blob(t->ids[i], blob, sizeof blob);
+    if (n && n == id->blob_len && !memcmp(blob, id->blob, n))
+      return true;
+  }
+  return false;
+}
+
+static bool try_agent(sf__ssh *s, const sf__ssh_target *t) {
   if (!getenv("SSH_AUTH_SOCK") || !*getenv("SSH_AUTH_SOCK"))
     return false;
   LIBSSH2_AGENT *a = L.libssh2_agent_init(s->sess);
@@ -330,7 +378,8 @@ static bool try_agent(sf__ssh *s, const char *user) {
   if (a && L.libssh2_agent_connect(a) == 0 && L.libssh2_agent_list_identities(a) == 0) {
     struct libssh2_agent_publickey *id = NULL, *prev = NULL;
     while (!ok && L.libssh2_agent_get_identity(a, &id, prev) == 0) {
-      ok = L.libssh2_agent_userauth(a, user, id) == 0;
+      if (!t->identities_only || listed_identity(t, id))
+        ok = L.libssh2_agent_userauth(a, t->user, id) == 0;
       prev = id;
     }
     L.libssh2_agent_disconnect(a);
@@ -340,17 +389,17 @@ static bool try_agent(sf__ssh *s, const char *user) {
   return ok;
 }
 
-static int authenticate(sf__ssh *s, const sf__ssh_opts *o, char *err, size_t errlen) {
-  const char *user = o->user;
-  /* getpwuid_r: every host authenticates on its own thread at once, and
-   * getpwuid's static result would be overwritten under our feet. */
-  struct passwd pwd, *pw = NULL;
-  char pbuf[4096];
-  getpwuid_r(getuid(), &pwd, pbuf, sizeof pbuf, &pw);
-  if (!user)
-    user = pw ? pw->pw_name : getenv("USER");
-  if (!user)
-    return fail(s, err, errlen, "cannot tell the current user; pass --ssh-user");
+/* Appends item to a "tried" list while it fits. */
+static void note_tried(char *tried, size_t n, const char *item) {
+  if (strlen(tried) + strlen(item) + 3 < n) {
+    if (*tried)
+      strcat(tried, ", ");
+    strcat(tried, item);
+  }
+}
+
+static int authenticate(sf__ssh *s, const sf__ssh_target *t, char *err, size_t errlen) {
+  const char *user = t->user;
   char *methods = L.libssh2_userauth_list(s->sess, user, (unsigned)strlen(user));
   if (!methods) {
     if (L.libssh2_userauth_authenticated(s->sess))
@@ -361,48 +410,55 @@ static int authenticate(sf__ssh *s, const sf__ssh_opts *o, char *err, size_t err
   if (!strstr(methods, "publickey"))
     return fail(s, err, errlen, "server does not offer public-key authentication (offers: %s)",
                 methods);
-  if (o->key) {
-    if (access(o->key, R_OK))
-      return fail(s, err, errlen, "cannot read --ssh-key %s: %s", o->key, strerror(errno));
-    if (try_key(s, user, o->key))
+  if (t->ids_from_flag) {
+    if (access(t->ids[0], R_OK))
+      return fail(s, err, errlen, "cannot read --ssh-key %s: %s", t->ids[0], strerror(errno));
+    if (try_key(s, user, t->ids[0]))
       return 0;
     return fail(s, err, errlen,
                 "public-key authentication as %s with %s failed: %s (an encrypted key needs "
                 "ssh-agent: sflow never prompts)",
-                user, o->key, lib_error(s));
+                user, t->ids[0], lib_error(s));
   }
-  char tried[1024] = "";
+  /* As ssh: the agent's keys first, then the key files (IdentityFile, or
+   * the default names), missing ones skipped. */
+  char tried[1024] = "", looked[1024] = "";
   if (getenv("SSH_AUTH_SOCK") && *getenv("SSH_AUTH_SOCK")) {
-    if (try_agent(s, user))
+    if (try_agent(s, t))
       return 0;
-    strcat(tried, "ssh-agent");
+    note_tried(tried, sizeof tried, "ssh-agent");
   }
-  const char *home = getenv("HOME");
-  if (!home || !*home)
-    home = pw ? pw->pw_dir : "/";
-  static const char *const names[] = {"id_ed25519", "id_ecdsa", "id_rsa"};
-  for (int i = 0; i < 3; i++) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/.ssh/%s", home, names[i]);
-    if (access(path, R_OK))
+  for (int i = 0; i < t->nids; i++) {
+    note_tried(looked, sizeof looked, t->ids[i]);
+    if (access(t->ids[i], R_OK))
       continue;
-    if (try_key(s, user, path))
+    if (try_key(s, user, t->ids[i]))
       return 0;
-    if (strlen(tried) + strlen(path) + 3 < sizeof tried) {
-      if (*tried)
-        strcat(tried, ", ");
-      strcat(tried, path);
-    }
+    note_tried(tried, sizeof tried, t->ids[i]);
   }
   if (!*tried)
     return fail(s, err, errlen,
-                "no SSH credentials: no ssh-agent and no key in %s/.ssh; pass --ssh-key", home);
+                "no SSH credentials: no ssh-agent and no key file (looked for %s); pass "
+                "--ssh-key or set IdentityFile in ~/.ssh/config",
+                looked);
   return fail(s, err, errlen, "authentication as %s failed (tried %s)", user, tried);
 }
 
 /* ------------------------------------------------------------ connect */
 
-int sf__ssh_connect(const sf__host *h, const sf__ssh_opts *o, sf__ssh **out, char *err,
+/* Reads every known_hosts file of the host into kh; a missing one is
+ * empty (the first is created when a key is recorded). */
+static int read_known_hosts(sf__ssh *s, LIBSSH2_KNOWNHOSTS *kh, const sf__ssh_target *t,
+                            char *err, size_t errlen) {
+  for (int i = 0; i < t->nknown; i++)
+    if (access(t->known[i], F_OK) == 0 &&
+        L.libssh2_knownhost_readfile(kh, t->known[i], LIBSSH2_KNOWNHOST_FILE_OPENSSH) < 0)
+      return fail(s, err, errlen, "cannot parse known hosts file %s: %s", t->known[i],
+                  lib_error(s));
+  return 0;
+}
+
+int sf__ssh_connect(const sf__ssh_target *t, const sf__ssh_opts *o, sf__ssh **out, char *err,
                     size_t errlen) {
   *out = NULL;
   if (!sf__ssh_load(err, errlen))
@@ -412,15 +468,10 @@ int sf__ssh_connect(const sf__host *h, const sf__ssh_opts *o, sf__ssh **out, cha
     return -1;
   s->fd = -1;
   s->timeout_ms = (o->timeout_s > 0 ? o->timeout_s : 10) * 1000;
-  if (strchr(h->name, ':'))
-    snprintf(s->label, sizeof s->label, "[%s]:%d", h->name, h->port);
-  else
-    snprintf(s->label, sizeof s->label, "%s:%d", h->name, h->port);
+  snprintf(s->label, sizeof s->label, "%s", t->label);
   int64_t deadline = now_ms() + s->timeout_ms;
-  char khbuf[1024];
-  const char *khpath = o->known_hosts ? o->known_hosts : default_known_hosts(khbuf, sizeof khbuf);
   LIBSSH2_KNOWNHOSTS *kh = NULL;
-  s->fd = tcp_connect(s, h, deadline, err, errlen);
+  s->fd = tcp_connect(s, t, deadline, err, errlen);
   if (s->fd < 0)
     goto fail;
   s->sess = L.libssh2_session_init_ex(NULL, NULL, NULL, NULL);
@@ -438,21 +489,18 @@ int sf__ssh_connect(const sf__host *h, const sf__ssh_opts *o, sf__ssh **out, cha
     fail(s, err, errlen, "cannot read known hosts");
     goto fail;
   }
-  if (access(khpath, F_OK) == 0 &&
-      L.libssh2_knownhost_readfile(kh, khpath, LIBSSH2_KNOWNHOST_FILE_OPENSSH) < 0) {
-    fail(s, err, errlen, "cannot parse known hosts file %s: %s", khpath, lib_error(s));
+  if (read_known_hosts(s, kh, t, err, errlen))
     goto fail;
-  }
-  prefer_known_types(s, kh, h);
+  prefer_known_types(s, kh, t);
   if (L.libssh2_session_handshake(s->sess, s->fd)) {
     fail(s, err, errlen, "SSH handshake failed: %s", lib_error(s));
     goto fail;
   }
-  if (check_host_key(s, h, o, kh, khpath, err, errlen))
+  if (check_host_key(s, t, kh, err, errlen))
     goto fail;
   L.libssh2_knownhost_free(kh);
   kh = NULL;
-  if (authenticate(s, o, err, errlen))
+  if (authenticate(s, t, err, errlen))
     goto fail;
   L.libssh2_session_set_timeout(s->sess, s->timeout_ms);
   *out = s;

@@ -46,7 +46,7 @@ def hostfile(c, n, mpi=False):
     path = os.path.join(c.dir, f"hosts{n}{'.mpi' if mpi else ''}")
     with open(path, "w") as f:
         for addr, port, _ in c.hosts[:n]:
-            f.write(f"{addr} slots=1\n" if mpi else f"{addr}:{port}\n")
+            f.write(f"{addr} slots=1\n" if mpi else f"[{addr}]:{port}\n")
     return path
 
 

@@ -49,7 +49,7 @@ def main():
             files[n] = os.path.join(c.dir, f"hosts{n}")
             with open(files[n], "w") as f:
                 for addr, port, _ in c.hosts[:n]:
-                    f.write(f"{addr}:{port}\n")
+                    f.write(f"[{addr}]:{port}\n")
         loads = [("empty tasks", ["--n", "20000", "--us", "0"], exe),
                  ("1 ms tasks", ["--n", "2000", "--us", "1000"], exe),
                  ("reduce tree (future args)", ["--n", "16384"], tree)]

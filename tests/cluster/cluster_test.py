@@ -22,6 +22,7 @@ in that same user, which is all the tests need.
 import argparse
 import json
 import os
+import pwd
 import random
 import re
 import shutil
@@ -61,6 +62,12 @@ def free_port(addr):
     return port
 
 
+def entry(addr, port):
+    """A hostfile entry with an SSH port: OpenSSH's [host]:port (host:N
+    would be N slots, as in MPICH)."""
+    return f"[{addr}]:{port}"
+
+
 def keygen(path, passphrase=""):
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", passphrase, "-C", "sflow-test",
                     "-f", path], check=True, stdin=subprocess.DEVNULL)
@@ -90,7 +97,7 @@ class Cluster:
         with open(self.hostfile, "w") as f:
             f.write("# simulated nodes, one sshd each\n")
             for addr, port, _ in self.hosts:
-                f.write(f"{addr}:{port} slots=1\n")
+                f.write(f"{entry(addr, port)} slots=1\n")
         src = os.path.join(self.dir, "prog.sflow")
         with open(src, "w") as f:
             f.write(PROGRAM)
@@ -470,7 +477,7 @@ def deploy(c, n):
     check(r.returncode == 0, f"exit {r.returncode}", r.stderr)
     check(r.stdout == "head says 42\n", "workflow output", r.stdout)
     for k in range(1, n + 1):
-        check(re.search(rf"node {k} ready: 127\.0\.0\.{k + 1}:\d+ ", r.stderr),
+        check(re.search(rf"node {k} ready: \[127\.0\.0\.{k + 1}\]:\d+ ", r.stderr),
               f"node {k} not ready", r.stderr)
     # The simulated hosts share one file system: at least one copies, the
     # others may find that copy already in place.
@@ -503,7 +510,7 @@ def case_changed_host_key(c):
         r = c.run(*extra)
         addr, port, _ = c.hosts[1]
         check(r.returncode == 69, f"exit {r.returncode} (want 69)", r.stderr)
-        check(re.search(rf"{re.escape(addr)}:{port}: host key has CHANGED", r.stderr),
+        check(re.search(rf"{re.escape(entry(addr, port))}: host key has CHANGED", r.stderr),
               "message names the host and says host key", r.stderr)
         check(r.stdout == "", "workflow must not run", r.stdout)
     # Refused BEFORE authenticating: that sshd never saw a publickey attempt.
@@ -518,7 +525,7 @@ def case_unknown_host_key(c):
     r = c.run()
     addr, port, _ = c.hosts[1]
     check(r.returncode == 69, f"exit {r.returncode}", r.stderr)
-    check(re.search(rf"{re.escape(addr)}:{port}: unknown host key", r.stderr), "message",
+    check(re.search(rf"{re.escape(entry(addr, port))}: unknown host key", r.stderr), "message",
           r.stderr)
     check("Accepted publickey" not in c.sshd_log(1), "authenticated to an unknown host")
     # Nothing is copied or started on the good host either: start-up checks
@@ -545,13 +552,13 @@ def case_unreachable_host(c):
     silent.bind(("127.0.0.8", 0))
     silent.listen(8)
     hostfile = os.path.join(c.dir, "bad_hosts.txt")
-    for entry, limit, text in ((f"127.0.0.9:{dead}", 3, "cannot connect"),
-                               (f"127.0.0.8:{silent.getsockname()[1]}", 5 + 3, "handshake")):
+    for bad, limit, text in ((entry("127.0.0.9", dead), 3, "cannot connect"),
+                             (entry("127.0.0.8", silent.getsockname()[1]), 5 + 3, "handshake")):
         with open(hostfile, "w") as f:
-            f.write(f"127.0.0.2:{c.hosts[0][1]}\n{entry}\n")
+            f.write(f"{entry('127.0.0.2', c.hosts[0][1])}\n{bad}\n")
         r = c.run("--connect-timeout", "2", hostfile=hostfile, timeout=30)
         check(r.returncode == 69, f"exit {r.returncode}", r.stderr)
-        check(entry + ":" in r.stderr and text in r.stderr, "message names the host", r.stderr)
+        check(bad + ":" in r.stderr and text in r.stderr, "message names the host", r.stderr)
         check(r.seconds < limit, f"took {r.seconds:.1f} s (limit {limit})")
         c.expect_no_workers()
     silent.close()
@@ -570,7 +577,7 @@ def case_bad_user_key(c):
         r = subprocess.run(args, capture_output=True, text=True, timeout=30,
                            stdin=subprocess.DEVNULL, env={**os.environ, "SSH_AUTH_SOCK": ""})
         check(r.returncode == 69, f"exit {r.returncode}", r.stderr)
-        check(re.search(r"127\.0\.0\.2:\d+: public-key authentication as \S+ with", r.stderr),
+        check(re.search(r"\[127\.0\.0\.2\]:\d+: public-key authentication as \S+ with", r.stderr),
               "message names host and authentication", r.stderr)
         check(time.time() - t0 < 5, f"took {time.time() - t0:.1f} s")
     c.expect_no_workers()
@@ -637,7 +644,7 @@ def lost_case(c, sig, pattern, limit):
         took = time.time() - t0
         err = drain(head.stderr)
         check(head.returncode == 69, f"head exit {head.returncode}", err)
-        check(re.search(r"node 2 \(127\.0\.0\.3:\d+\) lost: " + pattern, err), "message", err)
+        check(re.search(r"node 2 \(\[127\.0\.0\.3\]:\d+\) lost: " + pattern, err), "message", err)
         check(took < limit, f"detected after {took:.1f} s (limit {limit})")
     finally:
         if head.poll() is None:
@@ -718,7 +725,7 @@ def case_agent_and_default_keys(c):
 def case_bad_hostfile(c):
     bad = os.path.join(c.dir, "dup.txt")
     with open(bad, "w") as f:
-        f.write(f"# two\n127.0.0.2:{c.hosts[0][1]}\n\n127.0.0.2 port={c.hosts[0][1]}\n")
+        f.write(f"# two\n{entry('127.0.0.2', c.hosts[0][1])}\n\n127.0.0.2 port={c.hosts[0][1]}\n")
     r = c.run(hostfile=bad)
     check(r.returncode == 69 and f"{bad}:4: duplicate host '127.0.0.2'" in r.stderr,
           "duplicate", r.stderr)
@@ -728,6 +735,190 @@ def case_bad_hostfile(c):
     check(r.returncode == 69 and f"{bad}:1: invalid slots 'two'" in r.stderr, "malformed",
           r.stderr)
 
+
+
+def alias_config(c, me):
+    """An ssh config naming the simulated nodes gpu-a, gpu-b (and gpu-c, a
+    dead port), the way users name their machines."""
+    cfg = os.path.join(c.dir, "ssh_config")
+    with open(cfg, "w") as f:
+        f.write(f"""# aliases for the simulated nodes
+Host gpu-a
+  HostName 127.0.0.2
+Host gpu-b
+  HostName 127.0.0.3
+  User nobody-sflow-test
+Host gpu-c
+  HostName 127.0.0.9
+Host gpu-* !gpu-c
+  Port {c.port}
+  User {me}
+  IdentityFile {c.dir}/no_such_key
+  IdentityFile "{c.user_key}"
+  UserKnownHostsFile {c.known_hosts}
+  StrictHostKeyChecking yes
+Host *
+  Port 1
+""")
+    return cfg
+
+
+def alias_args(c, hosts, cfg, *extra, prog=None):
+    """No --ssh-key, --known-hosts, agent or ~/.ssh: only the config says how."""
+    env = {**os.environ, "SSH_AUTH_SOCK": "", "HOME": os.path.join(c.dir, "emptyhome")}
+    return [prog or c.prog, "--nodes", hosts, "--ssh-config", cfg, "--remote-cache", c.cache,
+            "--connect-timeout", "5", *extra], env
+
+
+def case_ssh_config_alias(c):
+    """Hosts named by aliases of an ssh config file: HostName, Port, User
+    and IdentityFile (a missing one skipped) come from it, the host keys
+    are looked up under the HostName ([127.0.0.x]:port in known_hosts, not
+    the alias), the hostfile's user@ beats the config's User, host:N gives
+    the worker N slots, and messages name the host as written."""
+    me = pwd.getpwuid(os.getuid()).pw_name
+    cfg = alias_config(c, me)
+    hosts = os.path.join(c.dir, "alias_hosts.txt")
+    with open(hosts, "w") as f:
+        f.write(f"gpu-a\n{me}@gpu-b:2\n")
+    with open(c.known_hosts) as f:
+        known = f.read()
+    args, env = alias_args(c, hosts, cfg, "--cluster-log")
+    r = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60,
+                       stdin=subprocess.DEVNULL)
+    check(r.returncode == 0, f"exit {r.returncode}", r.stderr)
+    check(r.stdout == "head says 42\n", "workflow output", r.stdout)
+    for k, addr in ((1, "127.0.0.2"), (2, "127.0.0.3")):
+        check(f"node {k} gpu-{'ab'[k - 1]}: {me}@{addr} port {c.port}\n" in r.stderr,
+              f"node {k} resolved through the config", r.stderr)
+        check(re.search(rf"node {k} ready: gpu-{'ab'[k - 1]} ", r.stderr),
+              f"node {k} named as written", r.stderr)
+    with open(c.known_hosts) as f:
+        check(f.read() == known, "known_hosts changed (StrictHostKeyChecking yes)")
+    c.expect_no_workers()
+    # gpu-b:2 is 2 slots: its worker runs with --threads 2, gpu-a's with
+    # the CPU count (no --threads).
+    args, env = alias_args(c, hosts, cfg, "--sflow-selftest", "hold:3")
+    head = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, stdin=subprocess.DEVNULL)
+    try:
+        pids = node_pids(head, 2)
+        cmds = {}
+        for k, pid in pids.items():
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmds[k] = f.read().decode(errors="replace").split("\0")
+        check("--threads" not in cmds[1], "gpu-a got --threads", cmds[1])
+        check(cmds[2][cmds[2].index("--threads") + 1] == "2", "gpu-b:2 not 2 threads", cmds[2])
+        head.wait(timeout=20)
+        check(head.returncode == 0, f"hold exit {head.returncode}", drain(head.stderr))
+    finally:
+        if head.poll() is None:
+            head.kill()
+            head.wait()
+    c.expect_no_workers()
+    # A refused connection names the alias and where it led.
+    with open(hosts, "w") as f:
+        f.write("gpu-a\ngpu-c\n")
+    args, env = alias_args(c, hosts, cfg)
+    r = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60,
+                       stdin=subprocess.DEVNULL)
+    check(r.returncode == 69 and "gpu-c (127.0.0.9 port 1): cannot connect" in r.stderr,
+          "unreachable alias", r.stderr)
+    # A malformed config line: exit 69 naming file:line, nothing started.
+    with open(cfg, "a") as f:
+        f.write("Host gpu-b\n  Port twenty-two\n")
+    r = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60,
+                       stdin=subprocess.DEVNULL)
+    check(r.returncode == 69 and f"{cfg}:19: invalid Port 'twenty-two'" in r.stderr,
+          "malformed config", r.stderr)
+    c.expect_no_workers()
+
+
+
+def case_ssh_config_identities_only(c):
+    """IdentitiesOnly yes: the agent's key is used only when an
+    IdentityFile's .pub is that key (as in ssh, so a passphrase key held by
+    the agent still works); otherwise it is not offered and the run fails
+    naming what it tried.  Without IdentitiesOnly the agent's key is
+    offered first, whatever the IdentityFiles."""
+    me = pwd.getpwuid(os.getuid()).pw_name
+    sock = os.path.join(c.dir, "agent.sock")
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", sock], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 5
+        while not os.path.exists(sock) and time.time() < deadline:
+            time.sleep(0.05)
+        env = {**os.environ, "SSH_AUTH_SOCK": sock, "HOME": os.path.join(c.dir, "emptyhome")}
+        r = subprocess.run(["ssh-add", c.user_key], env=env, capture_output=True, text=True)
+        check(r.returncode == 0, "ssh-add", r.stderr)
+        # Only the public half of the agent's key on disk; another key pair
+        # that the server does not accept.
+        shutil.copy(c.user_key + ".pub", os.path.join(c.dir, "in_agent.pub"))
+        other = os.path.join(c.dir, "other_key")
+        keygen(other)
+        hosts = os.path.join(c.dir, "io_hosts.txt")
+        with open(hosts, "w") as f:
+            f.write("gpu-a\n")
+        cfg = os.path.join(c.dir, "io_config")
+        for ids, only, ok in (("in_agent", "yes", True), ("other_key", "yes", False),
+                              ("other_key", "no", True)):
+            with open(cfg, "w") as f:
+                f.write(f"Host gpu-a\n  HostName 127.0.0.2\n  Port {c.port}\n  User {me}\n"
+                        f"  IdentitiesOnly {only}\n  IdentityFile {c.dir}/{ids}\n"
+                        f"  UserKnownHostsFile {c.known_hosts}\n")
+            r = subprocess.run([c.prog, "--nodes", hosts, "--ssh-config", cfg, "--remote-cache",
+                                c.cache, "--connect-timeout", "5"], env=env,
+                               capture_output=True, text=True, timeout=60,
+                               stdin=subprocess.DEVNULL)
+            what = f"IdentityFile {ids}, IdentitiesOnly {only}"
+            if ok:
+                check(r.returncode == 0 and r.stdout == "head says 42\n", what, r.stderr)
+            else:
+                check(r.returncode == 69 and
+                      f"authentication as {me} failed (tried ssh-agent, {other})" in r.stderr,
+                      what, r.stderr)
+            c.expect_no_workers()
+    finally:
+        agent.kill()
+        agent.wait()
+
+# Each task busy-waits 1 s and returns when it started.
+BUSY_PROGRAM = """task busy(i: i64) -> f64 {
+  let t0 = now()
+  while now() - t0 < 1.0 { }
+  return t0
+}
+workflow main() {
+  let t = await [busy(i) for i in 0..2]
+  print(t[0], t[1])
+}
+"""
+
+
+def case_colon_slots_schedule(c):
+    """host:N feeds the scheduler's slots as slots=N does: on one worker,
+    two 1-second tasks run one after the other with gpu-a:1 and at once
+    with gpu-a:2 (its CPU count, 2 here, would hide the difference
+    without a count)."""
+    me = pwd.getpwuid(os.getuid()).pw_name
+    cfg = alias_config(c, me)
+    exe = c.compile("busy", BUSY_PROGRAM)
+    hosts = os.path.join(c.dir, "one_alias.txt")
+    apart = {}
+    for n in (1, 2):
+        with open(hosts, "w") as f:
+            f.write(f"gpu-a:{n}\n")
+        args, env = alias_args(c, hosts, cfg, "--head-runs-work=false", prog=exe)
+        r = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60,
+                           stdin=subprocess.DEVNULL)
+        check(r.returncode == 0, f"gpu-a:{n}: exit {r.returncode}", r.stdout, r.stderr)
+        t0, t1 = (float(v) for v in r.stdout.split())
+        apart[n] = abs(t1 - t0)
+    print(f"task starts apart: {apart[1]:.2f} s with gpu-a:1, {apart[2]:.2f} s with gpu-a:2")
+    check(apart[1] >= 0.9, f"gpu-a:1 ran both at once ({apart[1]:.2f} s apart)")
+    check(apart[2] < 0.5, f"gpu-a:2 ran them one after the other ({apart[2]:.2f} s apart)")
+    c.expect_no_workers()
 
 # ------------------------------------------------------- distributed tasks
 
@@ -1024,8 +1215,8 @@ def case_tasks_gpus(c):
            f"{sum(i + 1 for i in range(n))}"
     hf = os.path.join(c.dir, "gpu_hosts.txt")
     with open(hf, "w") as f:
-        f.write(f"{c.hosts[0][0]}:{c.hosts[0][1]} slots=4 gpus=1\n")
-        f.write(f"{c.hosts[1][0]}:{c.hosts[1][1]} slots=4 gpus=0\n")
+        f.write(f"{entry(*c.hosts[0][:2])} slots=4 gpus=1\n")
+        f.write(f"{entry(*c.hosts[1][:2])} slots=4 gpus=0\n")
     r = c.run("--head-runs-work=false", prog=exe, hostfile=hf, timeout=120)
     check(r.returncode == 0, f"exit {r.returncode}", r.stdout, r.stderr)
     check(r.stdout.splitlines()[-1] == want, "exact results", r.stdout, r.stderr)
@@ -1082,15 +1273,15 @@ def case_actors_gpus(c):
     exe = c.compile("gpu_actors", GPU_ACTOR_PROGRAM)
     hf = os.path.join(c.dir, "gpu_hosts.txt")
     with open(hf, "w") as f:
-        f.write(f"{c.hosts[0][0]}:{c.hosts[0][1]} slots=4 gpus=1\n")
-        f.write(f"{c.hosts[1][0]}:{c.hosts[1][1]} slots=4 gpus=0\n")
+        f.write(f"{entry(*c.hosts[0][:2])} slots=4 gpus=1\n")
+        f.write(f"{entry(*c.hosts[1][:2])} slots=4 gpus=0\n")
     r = c.run("--head-runs-work=false", prog=exe, hostfile=hf, timeout=120)
     check(r.returncode == 0, f"exit {r.returncode}", r.stdout, r.stderr)
     check(r.stdout.splitlines() == ["whole on 1 and 0 sum 45", "half on 0 and 0"],
           "placement by free GPU share", r.stdout, r.stderr)
     with open(hf, "w") as f:
-        f.write(f"{c.hosts[0][0]}:{c.hosts[0][1]} slots=4 gpus=3\n")
-        f.write(f"{c.hosts[1][0]}:{c.hosts[1][1]} slots=4 gpus=0\n")
+        f.write(f"{entry(*c.hosts[0][:2])} slots=4 gpus=3\n")
+        f.write(f"{entry(*c.hosts[1][:2])} slots=4 gpus=0\n")
     r = c.run("--head-runs-work=false", prog=exe, hostfile=hf, timeout=120)
     check(r.returncode == 0, f"exit {r.returncode} (gpus=3)", r.stdout, r.stderr)
     check(r.stdout.splitlines() == ["whole on 1 and 1 sum 45", "half on 1 and 1"],
@@ -1137,7 +1328,7 @@ def case_actors_gpus_group(c):
                               ((1, 0), 2, "[0, 0]"), ((2, 1), 3, "[1, 2, 1]")):
         with open(hf, "w") as f:
             for (addr, port, _), k in zip(c.hosts, gpus):
-                f.write(f"{addr}:{port} slots=4 gpus={k}\n")
+                f.write(f"{entry(addr, port)} slots=4 gpus={k}\n")
         r = c.run("--head-runs-work=false", "--size", str(size), prog=exe, hostfile=hf,
                   timeout=120)
         check(r.returncode == 0, f"exit {r.returncode} (gpus {gpus})", r.stdout, r.stderr)
@@ -1174,8 +1365,8 @@ def case_tasks_gpus_node_lost(c):
     want = f"total {sum(2 * i + 1 for i in range(40))}"
     hf = os.path.join(c.dir, "gpu_hosts.txt")
     with open(hf, "w") as f:
-        f.write(f"{c.hosts[0][0]}:{c.hosts[0][1]} slots=2 gpus=1\n")
-        f.write(f"{c.hosts[1][0]}:{c.hosts[1][1]} slots=2 gpus=1\n")
+        f.write(f"{entry(*c.hosts[0][:2])} slots=2 gpus=1\n")
+        f.write(f"{entry(*c.hosts[1][:2])} slots=2 gpus=1\n")
     head = subprocess.Popen(c.args("--head-runs-work=false", prog=exe, hostfile=hf),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL)
@@ -1189,7 +1380,7 @@ def case_tasks_gpus_node_lost(c):
         err = head.stderr.read()
         check(head.returncode == 0, f"head exit {head.returncode}", out, err)
         check(out.splitlines()[-1] == want, "output", out, err)
-        check(re.search(r"node 2 \(127\.0\.0\.3:\d+\) lost: ", err), "loss reported", err)
+        check(re.search(r"node 2 \(\[127\.0\.0\.3\]:\d+\) lost: ", err), "loss reported", err)
         one = [sp for sp in spans(out, "g") if sp[0] == 1]
         check(one and most_at_once(one) == 1, f"node 1: {most_at_once(one)} at once", out)
     finally:
@@ -1236,7 +1427,7 @@ def case_tasks_print(c):
     # One node doing all the work: no prefixes.
     one = os.path.join(c.dir, "one.txt")
     with open(one, "w") as f:
-        f.write(f"{c.hosts[0][0]}:{c.hosts[0][1]} slots=2\n")
+        f.write(f"{entry(*c.hosts[0][:2])} slots=2\n")
     r = c.run("--head-runs-work=false", "--n", "3", prog=exe, hostfile=one, timeout=120)
     check(r.returncode == 0, f"exit {r.returncode}", r.stdout, r.stderr)
     check(sorted(r.stdout.splitlines()) == sorted(
@@ -1295,7 +1486,7 @@ def case_tasks_print_resume(c):
     exe = c.compile("rprint", RESUME_PRINT_PROGRAM)
     hosts = os.path.join(c.dir, "slots2.txt")
     with open(hosts, "w") as f:
-        f.writelines(f"{h[0]}:{h[1]} slots=2\n" for h in c.hosts)
+        f.writelines(f"{entry(h[0], h[1])} slots=2\n" for h in c.hosts)
     want = [f"task {i} line {k}" for i in range(24) for k in (1, 2)] + [
         f"main total {sum(i * i for i in range(24))}"]
 
@@ -1464,7 +1655,7 @@ def case_tasks_worker_killed(c):
         err = head.stderr.read()
         check(head.returncode == 0, f"head exit {head.returncode}", out, err)
         check(out.splitlines()[-1] == want, "output", out, err)
-        check(re.search(r"node 2 \(127\.0\.0\.3:\d+\) lost: ", err), "loss reported", err)
+        check(re.search(r"node 2 \(\[127\.0\.0\.3\]:\d+\) lost: ", err), "loss reported", err)
         check(re.search(r"[1-9]\d* retr", err), "retries counted", err)
     finally:
         if head.poll() is None:
@@ -1490,7 +1681,7 @@ def case_tasks_retry_attempt(c):
     # The only worker dies and the head does not run work: nothing can.
     one = os.path.join(c.dir, "one.txt")
     with open(one, "w") as f:
-        f.write(f"{c.hosts[0][0]}:{c.hosts[0][1]} slots=1\n")
+        f.write(f"{entry(*c.hosts[0][:2])} slots=1\n")
     slow = c.compile("slow", SLOW_PROGRAM)
     head = subprocess.Popen(c.args("--head-runs-work=false", prog=slow, hostfile=one),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -2074,7 +2265,7 @@ def case_actor_restarts_exhausted(c):
     c.expect_no_workers(within=6)
     one = os.path.join(c.dir, "one.txt")
     with open(one, "w") as f:
-        f.write(f"{c.hosts[0][0]}:{c.hosts[0][1]} slots=1\n")
+        f.write(f"{entry(*c.hosts[0][:2])} slots=1\n")
     exe = c.compile("acc2", RESTART_PROGRAM.replace("RESTARTS", "2").replace("EVERY", "1"))
     code, out, err, node = kill_when_running(c, exe, r"running 5", hostfile=one)
     check(code == 70, f"head exit {code}", out, err)
@@ -2104,7 +2295,7 @@ def case_group_allreduce_nodes(c):
     two = os.path.join(c.dir, "two.txt")
     with open(two, "w") as f:
         for addr, port, _ in c.hosts[:2]:
-            f.write(f"{addr}:{port} slots=2\n")
+            f.write(f"{entry(addr, port)} slots=2\n")
     want4 = single_node(exe, "--size", "4").splitlines()
     r = c.run("--head-runs-work=false", "--size", "4", prog=exe, hostfile=two, timeout=60)
     check(r.returncode == 0, f"exit {r.returncode} (2 per worker)", r.stdout, r.stderr)
@@ -2289,7 +2480,7 @@ def case_netns_tasks(c):
 
     err = hold_and_inspect(c, inspect)
     for k in range(1, len(c.hosts) + 1):
-        check(re.search(rf"node {k} ready: {re.escape(c.node_addr(k - 1)[0])}:2222 ", err),
+        check(re.search(rf"node {k} ready: {re.escape(entry(c.node_addr(k - 1)[0], 2222))} ", err),
               f"node {k} ready on its namespace address", err)
     exe = c.compile("sum", SUM_PROGRAM)
     local = subprocess.run([exe], capture_output=True, text=True, timeout=60)
@@ -2333,7 +2524,7 @@ def case_netns_link_down(c):
         check(head.poll() is None, "the run ended before the cut")
         t_cut = time.time()
         c.cut(victim)
-        line, _ = read_until(head.stderr, r"node 2 \(10\.[\d.]+:2222\) lost: ", 15)
+        line, _ = read_until(head.stderr, r"node 2 \(\[10\.[\d.]+\]:2222\) lost: ", 15)
         detect = time.time() - t_cut
         gone = None
         while time.time() - t_cut < 15:
@@ -2389,7 +2580,7 @@ def head_unreachable(c, silent):
           f"{r.returncode} after {r.seconds:.2f} s")
     check(r.returncode == 69, f"exit {r.returncode} (want 69)", r.stdout, r.stderr)
     check(r.stdout == "", "the workflow ran", r.stdout)
-    node2 = re.escape(f"{c.node_addr(1)[0]}:{c.PORT}")
+    node2 = re.escape(entry(c.node_addr(1)[0], c.PORT))
     check(re.search(rf"1 of 2 nodes failed to start:\n  {node2}: ", r.stderr),
           "failure names node 2 only", r.stderr)
     check(re.search(rf"\[node 2\] sflow worker 2: cannot connect to the head at "
@@ -2422,6 +2613,13 @@ CASES = {
     "head_sigkill": (3, case_head_sigkill),
     "agent_and_default_keys": (2, case_agent_and_default_keys),
     "bad_hostfile": (1, case_bad_hostfile),
+    "ssh_config_alias": (2, case_ssh_config_alias,
+                         lambda sflowc, n: Cluster(sflowc, n, port=free_port("127.0.0.2"))),
+    "ssh_config_identities_only": (1, case_ssh_config_identities_only,
+                                   lambda sflowc, n: Cluster(sflowc, n,
+                                                             port=free_port("127.0.0.2"))),
+    "colon_slots_schedule": (1, case_colon_slots_schedule,
+                             lambda sflowc, n: Cluster(sflowc, n, port=free_port("127.0.0.2"))),
     "tasks_sum_3": (2, case_tasks_sum_3),
     "tasks_gpus": (2, case_tasks_gpus),
     "tasks_gpus_node_lost": (2, case_tasks_gpus_node_lost),

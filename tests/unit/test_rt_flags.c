@@ -120,8 +120,10 @@ static void test_cluster_flags(void) {
   sf__flags_release(&sf_program_desc, args);
   CHECK_INT(PARSE("--name", "x", "--nodes", "h.txt", "--ssh-user", "bob", "--ssh-key", "k",
                   "--known-hosts", "kh", "--accept-new-host-keys", "--connect-timeout", "3",
-                  "--head-runs-work=false", "--remote-cache", "/tmp/c", "--cluster-log"),
+                  "--head-runs-work=false", "--remote-cache", "/tmp/c", "--cluster-log",
+                  "--ssh-config", "cfg"),
             SF__FLAGS_OK);
+  CHECK_STR(sf__options.ssh_config, "cfg");
   CHECK_STR(sf__options.ssh_user, "bob");
   CHECK_STR(sf__options.ssh_key, "k");
   CHECK_STR(sf__options.known_hosts, "kh");
@@ -233,9 +235,11 @@ static void test_help_version(void) {
       "  --require-gpu                 fail instead of running GPU work on the CPU\n"
       "  --threads N                   worker threads (default: one per CPU)\n"
       "  --journal                     record main's calls so --resume can finish the run (default true)\n"
-      "  --ssh-user USER               user on the --nodes hosts (default: current user)\n"
-      "  --ssh-key FILE                private key for SSH (default: ssh-agent, then ~/.ssh/id_*)\n"
-      "  --known-hosts FILE            host keys to trust (default ~/.ssh/known_hosts)\n"
+      "  --ssh-user USER               user on the --nodes hosts (default: ssh config's User, else current user)\n"
+      "  --ssh-key FILE                private key for SSH (default: ssh-agent, then IdentityFile or ~/.ssh/id_*)\n"
+      "  --known-hosts FILE            host keys to trust (default UserKnownHostsFile or ~/.ssh/known_hosts)\n"
+      "  --ssh-config FILE             ssh client config, or none (default ~/.ssh/config, "
+      "/etc/ssh/ssh_config)\n"
       "  --accept-new-host-keys        trust and record unknown host keys (a changed key is "
       "still refused)\n"
       "  --connect-timeout S           seconds to reach each host (default 10)\n"
