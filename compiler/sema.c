@@ -91,6 +91,8 @@ typedef struct {
   int loops;
   bool in_kernel;
   Type *ret;       /* expected return type */
+  Module **seen;   /* every module loaded or loading (find_loaded) */
+  int nseen, capseen;
 } Sema;
 
 static Sema S;
@@ -447,11 +449,39 @@ static char *dir_of(const char *path) {
 static void register_items(Module *m);
 static void check_module(Module *m);
 
+/* Every module loaded so far, in the order loading began, including those
+ * still loading (state 1) so that a cycle is seen.  The program's module
+ * list is a different order (see link_module) and is only complete once
+ * every import has loaded. */
 static Module *find_loaded(const char *name) {
-  for (Module *m = S.prog->modules; m; m = m->next)
-    if (!strcmp(m->name, name))
-      return m;
+  for (int i = 0; i < S.nseen; i++)
+    if (!strcmp(S.seen[i]->name, name))
+      return S.seen[i];
   return NULL;
+}
+
+static void remember_loaded(Module *m) {
+  if (S.nseen == S.capseen) {
+    S.capseen = S.capseen ? S.capseen * 2 : 16;
+    Module **grown = arena_alloc(sizeof(Module *) * (size_t)S.capseen);
+    if (S.nseen)
+      memcpy(grown, S.seen, sizeof(Module *) * (size_t)S.nseen);
+    S.seen = grown;
+  }
+  S.seen[S.nseen++] = m;
+}
+
+/* Appends a module to the program's list once all of its imports have
+ * loaded, so the list is a post-order of the import graph: every module
+ * after everything it imports, whichever file imported it first.  Checking
+ * walks this list, so a module's signatures are resolved before any body
+ * that calls them is checked. */
+static void link_module(Module *m) {
+  Module **tail = &S.prog->modules;
+  while (*tail)
+    tail = &(*tail)->next;
+  m->next = NULL;
+  *tail = m;
 }
 
 static Module *load_module(const char *path, Loc at, Module *from) {
@@ -493,11 +523,10 @@ static Module *load_module(const char *path, Loc at, Module *from) {
   m = parse_source(file);
   m->name = arena_strdup(path);
   m->state = 1;
-  /* Link it in before its own imports so a cycle is seen. */
-  m->next = S.prog->modules;
-  S.prog->modules = m;
-  register_items(m);
+  remember_loaded(m);
+  register_items(m); /* loads its imports, which link before it */
   m->state = 2;
+  link_module(m);
   return m;
 }
 
@@ -2335,21 +2364,10 @@ bool sema_program(Program *p) {
   Module *m = p->main;
   m->name = "";
   m->state = 1;
+  remember_loaded(m);
   register_items(m);
   m->state = 2;
-  /* Each import was pushed at the front before its own imports loaded, so
-   * the list already has dependencies first; main goes last. */
-  Module *rev = p->modules;
-  m->next = NULL;
-  if (!rev) {
-    p->modules = m;
-  } else {
-    Module *last = rev;
-    while (last->next)
-      last = last->next;
-    last->next = m;
-    p->modules = rev;
-  }
+  link_module(m); /* after every import: main goes last */
   for (Module *x = p->modules; x; x = x->next)
     check_module(x);
   return diag_error_count() == 0;

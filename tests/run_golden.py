@@ -10,6 +10,9 @@ Expectations live in the test file itself (wren/Go style):
   // expect runtime error: REGEX    (run tests) stderr matches, exit code 70
   // args: --flag value ...         (run tests) command-line arguments
   // exit: N                        (run tests) the expected exit code
+  // module: WHO                    the file is a module that other tests
+                                    import (WHO says which): it is only
+                                    checked (`--check`, no error), never run
   // max-rss-mb: N                  (run tests) the program's peak resident
                                     memory must stay under N MiB (stress tests;
                                     the figure includes ~15 MiB that the child
@@ -42,6 +45,7 @@ EXPECT_OUT = re.compile(r"//\s*expect:\s?(.*)$")
 EXPECT_RT = re.compile(r"//\s*expect runtime error:\s?(.*)$")
 ARGS = re.compile(r"//\s*args:\s?(.*)$")
 EXIT = re.compile(r"//\s*exit:\s*(\d+)")
+MODULE = re.compile(r"//\s*module:")
 MAX_RSS = re.compile(r"//\s*max-rss-mb:\s*(\d+)")
 GOLDEN = re.compile(r"//\s*golden:\s*(.*)$")
 # Seconds per compile or run; sanitizer builds (scripts/tsan.sh) run
@@ -119,7 +123,7 @@ class Result:
 
 def parse_expectations(path):
     exp = {"diags": [], "out": [], "rt": None, "args": [], "exit": None, "golden": [],
-           "max_rss_mb": None}
+           "max_rss_mb": None, "module": False}
     with open(path, "rb") as f:
         lines = f.read().decode("utf-8", "replace").split("\n")
     for i, line in enumerate(lines, 1):
@@ -146,6 +150,9 @@ def parse_expectations(path):
         m = EXIT.search(line)
         if m:
             exp["exit"] = int(m.group(1))
+            continue
+        if MODULE.search(line):
+            exp["module"] = True
             continue
         m = MAX_RSS.search(line)
         if m:
@@ -306,7 +313,7 @@ def run_one(sflowc, path, run_mode, tmp):
     res = Result()
     exp = parse_expectations(path)
     try:
-        if run_mode or exp["out"] or exp["rt"]:
+        if (run_mode or exp["out"] or exp["rt"]) and not exp["module"]:
             if exp["diags"]:
                 check_diagnostics(sflowc, path, exp, res)
             else:
