@@ -12,6 +12,7 @@
  */
 #include "sflowc.h"
 #include "parser.h"
+#include "flagnames.h" /* runtime/: the flags every workflow executable parses */
 
 #include <math.h>
 #include <stdarg.h>
@@ -2197,6 +2198,44 @@ static void check_body(Decl *fn, Decl *actor) {
   S.in_kernel = false;
 }
 
+/* The runtime flag that a workflow parameter's flag (--NAME, the name as
+ * written: flags.c matches it byte for byte) would collide with, or NULL.
+ * A name that differs only in '_' for '-' ("checkpoint_dir") does not
+ * shadow but would sit next to its twin in --help, one typo apart, so it is
+ * refused too; *exact says which. */
+static const char *reserved_flag(const char *param, bool *exact) {
+  static const char *const names[] = {
+#define X(id, name, arg, help) name,
+      SF__RUNTIME_FLAGS(X)
+#undef X
+#define X(name, help) name,
+      SF__INFO_FLAGS(X)
+#undef X
+  };
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    const char *a = param, *b = names[i];
+    while (*a && (*a == *b || (*a == '_' && *b == '-')))
+      a++, b++;
+    if (!*a && !*b) {
+      *exact = !strcmp(param, names[i]);
+      return names[i];
+    }
+  }
+  return NULL;
+}
+
+static void check_param_flag(Decl *p) {
+  bool exact;
+  const char *flag = reserved_flag(p->name, &exact);
+  if (!flag)
+    return;
+  if (exact)
+    diag_error(p->name_loc, "parameter '%s' would shadow the runtime flag --%s; rename it", p->name, flag);
+  else
+    diag_error(p->name_loc, "parameter '%s' would read as the runtime flag --%s (only '_' and '-' differ); rename it",
+               p->name, flag);
+}
+
 static void check_workflow(Decl *d) {
   if (strcmp(d->name, "main") != 0)
     diag_error(d->name_loc, "a workflow must be named 'main', found '%s'", d->name);
@@ -2214,6 +2253,7 @@ static void check_workflow(Decl *d) {
     diag_error(d->ret->loc, "a workflow returns nothing");
   for (Decl *p = d->params; p; p = p->next) {
     Type *t = p->type;
+    check_param_flag(p);
     if (!is_err(t) && !(ty_is_numeric(t) || t->kind == TY_BOOL || t->kind == TY_STR))
       diag_error(p->texpr->loc, "workflow parameter '%s' has type %s; flags are bool, i32, i64, f32, f64 or str",
                  p->name, ty_str(t));
