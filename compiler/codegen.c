@@ -1716,7 +1716,6 @@ static bool same_place(Node *a, Node *b) {
   return false;
 }
 
-
 /* The e of `x = x + e` on a str, when it may be appended to x in place:
  * evaluating e first must not change x (only a self method call can, and
  * only an actor's fields). */
