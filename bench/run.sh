@@ -9,6 +9,8 @@ if [ -x bench/frontend.sh ] || [ -f bench/frontend.sh ]; then
   echo "== front end: sflowc --check vs cc -fsyntax-only"
   bash bench/frontend.sh "$build"
 fi
+echo "== string building: s += \"ab\" in sflow vs Python and a C realloc loop"
+python3 bench/strings/run.py --sflowc "$build/bin/sflowc"
 echo "== tasks, actors, futures, allreduce: sflow vs OpenMP, C and Ray"
 bash bench/tasks/run.sh "$build"
 

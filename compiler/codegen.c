@@ -110,6 +110,11 @@ typedef struct {
   int base; /* owned-slot mark at function entry */
   Loop *loop;
   LLVMMetadataRef sp; /* debug info: the subprogram */
+  /* Actor methods that call their own methods: a field read is retained
+   * (owned), because the call may assign the field, and a string field
+   * with no other holder grows in place (see append_stmt), while the
+   * expression still holds the value read before the call. */
+  bool own_fields;
 } Fn;
 
 typedef struct DescEntry DescEntry;
@@ -1576,13 +1581,37 @@ static Val struct_lit(Node *n) {
 
 static Val const_value(Decl *d) { return expr(d->value); }
 
+/* Does n, or anything after it in its list (statements, arguments), call a
+ * method of its own actor, which could assign the actor's fields? */
+static bool calls_own_method(Node *n) {
+  for (; n; n = n->next) {
+    if (n->kind == N_CALL && n->callkind == CALL_SELF_METHOD)
+      return true;
+    if (calls_own_method(n->lhs) || calls_own_method(n->rhs) || calls_own_method(n->cond) ||
+        calls_own_method(n->then) || calls_own_method(n->els) || calls_own_method(n->body) ||
+        calls_own_method(n->callee) || calls_own_method(n->args))
+      return true;
+  }
+  return false;
+}
+
+/* Is n a read of an actor field (or a field of one) that must be owned
+ * (Fn.own_fields)? */
+static bool owned_field_read(Node *n) {
+  Node *base = n;
+  while (base->kind == N_FIELD)
+    base = base->lhs;
+  return base->kind == N_NAME && base->var && base->var->kind == V_FIELD && G.fn &&
+         G.fn->own_fields && ty_has_refs(n->ty);
+}
+
 static Val field_expr(Node *n) {
   if (n->decl && n->decl->kind == D_CONST)
     return const_value(n->decl);
   if (addressable(n)) {
     LVal lv = lvalue(n);
     LLVMValueRef v = load_mem(n->ty, lv.ptr);
-    if (lv.basety && lv.base.owned && ty_has_refs(n->ty)) {
+    if ((lv.basety && lv.base.owned && ty_has_refs(n->ty)) || owned_field_read(n)) {
       retain_value(n->ty, v);
       lvalue_done(lv);
       return mkval(v, true);
@@ -1626,6 +1655,11 @@ static Val expr(Node *n) {
   case N_BOOL: return mkval(LLVMConstInt(G.i1, n->ival ? 1 : 0, 0), false);
   case N_STR: return mkval(str_literal(n->sval, n->slen), false);
   case N_NAME:
+    if (n->var && owned_field_read(n)) {
+      LLVMValueRef v = load_mem(t, var_addr(n->var));
+      retain_value(t, v);
+      return mkval(v, true);
+    }
     if (n->var)
       return mkval(load_mem(t, var_addr(n->var)), false);
     if (n->decl && n->decl->kind == D_CONST)
@@ -1658,8 +1692,66 @@ static void let_stmt(Node *n) {
   push_owned(slot, v->ty);
 }
 
+/* A variable or a field path of one (`s`, `d.body`, an actor's `buf`), not
+ * an array element: the string an array holds is never grown in place, as
+ * the array may be shared with code that read the element and then called
+ * a function that appends to it. */
+static bool var_path(Node *n) {
+  while (n->kind == N_FIELD && addressable(n))
+    n = n->lhs;
+  return n->kind == N_NAME && n->var;
+}
+
+/* Do a and b name the same variable or the same field path of one
+ * (`s`, `d.body`, an actor's `buf`)?  Indexing is left out: its index
+ * would be evaluated twice. */
+static bool same_place(Node *a, Node *b) {
+  if (a->kind != b->kind)
+    return false;
+  if (a->kind == N_NAME)
+    return a->var && a->var == b->var;
+  if (a->kind == N_FIELD)
+    return addressable(a) && addressable(b) && a->field_index == b->field_index &&
+           same_place(a->lhs, b->lhs);
+  return false;
+}
+
+/* The e of `x = x + e` on a str, when it may be appended to x in place:
+ * evaluating e first must not change x (only a self method call can, and
+ * only an actor's fields). */
+static Node *append_operand(Node *n) {
+  Node *r = n->rhs;
+  if (n->op != '=' || n->lhs->ty->kind != TY_STR || r->kind != N_BINARY || r->op != '+' ||
+      !var_path(n->lhs) || !same_place(n->lhs, r->lhs))
+    return NULL;
+  Node *base = n->lhs;
+  while (base->kind == N_FIELD)
+    base = base->lhs;
+  if (base->var->kind == V_FIELD && calls_own_method(r->rhs))
+    return NULL;
+  return r->rhs;
+}
+
+/* `x += e` and `x = x + e` on a str: sf_str_append takes the slot's
+ * reference and grows the string in place when it was the only one, so a
+ * loop of appends is linear, not quadratic. */
+static void append_stmt(Node *n, Node *operand) {
+  Type *t = n->lhs->ty;
+  Val r = expr(operand);
+  LVal lv = lvalue(n->lhs);
+  LLVMValueRef old = lv_load(n->lhs, lv);
+  lv_store(n->lhs, lv, RT("sf_str_append", "ppp", old, r.v));
+  drop(t, r);
+  lvalue_done(lv);
+}
+
 static void assign_stmt(Node *n) {
   Type *t = n->lhs->ty;
+  Node *operand = n->op == '+' && t->kind == TY_STR && var_path(n->lhs) ? n->rhs : append_operand(n);
+  if (operand) {
+    append_stmt(n, operand);
+    return;
+  }
   Val r = expr(n->rhs);
   LVal lv = lvalue(n->lhs);
   if (n->op == '=') {
@@ -1672,6 +1764,7 @@ static void assign_stmt(Node *n) {
       lv_store(n->lhs, lv, nv);
     }
   } else if (t->kind == TY_STR) {
+    /* An array element: a new string, never the old one grown (var_path). */
     LLVMValueRef old = lv_load(n->lhs, lv);
     lv_store(n->lhs, lv, str_op('+', old, r.v));
     release_value(t, old);
@@ -2353,6 +2446,7 @@ static void gen_method(Decl *actor, Decl *m) {
   begin_fn(&f, m, di->fn, ret, 1);
   f.state = LLVMGetParam(di->fn, 0);
   f.state_ty = ai->state_ty;
+  f.own_fields = calls_own_method(m->body);
   if (m->kind == D_INIT) {
     /* Field initialisers in order, zero values for the others. */
     unsigned i = 0;

@@ -12,6 +12,7 @@
  */
 #include "sflowc.h"
 #include "parser.h"
+#include "flagnames.h" /* runtime/: the flags every workflow executable parses */
 
 #include <errno.h>
 #include <math.h>
@@ -92,6 +93,8 @@ typedef struct {
   int loops;
   bool in_kernel;
   Type *ret;       /* expected return type */
+  Module **seen;   /* every module loaded or loading (find_loaded) */
+  int nseen, capseen;
 } Sema;
 
 static Sema S;
@@ -448,11 +451,39 @@ static char *dir_of(const char *path) {
 static void register_items(Module *m);
 static void check_module(Module *m);
 
+/* Every module loaded so far, in the order loading began, including those
+ * still loading (state 1) so that a cycle is seen.  The program's module
+ * list is a different order (see link_module) and is only complete once
+ * every import has loaded. */
 static Module *find_loaded(const char *name) {
-  for (Module *m = S.prog->modules; m; m = m->next)
-    if (!strcmp(m->name, name))
-      return m;
+  for (int i = 0; i < S.nseen; i++)
+    if (!strcmp(S.seen[i]->name, name))
+      return S.seen[i];
   return NULL;
+}
+
+static void remember_loaded(Module *m) {
+  if (S.nseen == S.capseen) {
+    S.capseen = S.capseen ? S.capseen * 2 : 16;
+    Module **grown = arena_alloc(sizeof(Module *) * (size_t)S.capseen);
+    if (S.nseen)
+      memcpy(grown, S.seen, sizeof(Module *) * (size_t)S.nseen);
+    S.seen = grown;
+  }
+  S.seen[S.nseen++] = m;
+}
+
+/* Appends a module to the program's list once all of its imports have
+ * loaded, so the list is a post-order of the import graph: every module
+ * after everything it imports, whichever file imported it first.  Checking
+ * walks this list, so a module's signatures are resolved before any body
+ * that calls them is checked. */
+static void link_module(Module *m) {
+  Module **tail = &S.prog->modules;
+  while (*tail)
+    tail = &(*tail)->next;
+  m->next = NULL;
+  *tail = m;
 }
 
 static Module *load_module(const char *path, Loc at, Module *from) {
@@ -499,11 +530,10 @@ static Module *load_module(const char *path, Loc at, Module *from) {
   m = parse_source(file);
   m->name = arena_strdup(path);
   m->state = 1;
-  /* Link it in before its own imports so a cycle is seen. */
-  m->next = S.prog->modules;
-  S.prog->modules = m;
-  register_items(m);
+  remember_loaded(m);
+  register_items(m); /* loads its imports, which link before it */
   m->state = 2;
+  link_module(m);
   return m;
 }
 
@@ -2174,6 +2204,44 @@ static void check_body(Decl *fn, Decl *actor) {
   S.in_kernel = false;
 }
 
+/* The runtime flag that a workflow parameter's flag (--NAME, the name as
+ * written: flags.c matches it byte for byte) would collide with, or NULL.
+ * A name that differs only in '_' for '-' ("checkpoint_dir") does not
+ * shadow but would sit next to its twin in --help, one typo apart, so it is
+ * refused too; *exact says which. */
+static const char *reserved_flag(const char *param, bool *exact) {
+  static const char *const names[] = {
+#define X(id, name, arg, help) name,
+      SF__RUNTIME_FLAGS(X)
+#undef X
+#define X(name, help) name,
+      SF__INFO_FLAGS(X)
+#undef X
+  };
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    const char *a = param, *b = names[i];
+    while (*a && (*a == *b || (*a == '_' && *b == '-')))
+      a++, b++;
+    if (!*a && !*b) {
+      *exact = !strcmp(param, names[i]);
+      return names[i];
+    }
+  }
+  return NULL;
+}
+
+static void check_param_flag(Decl *p) {
+  bool exact;
+  const char *flag = reserved_flag(p->name, &exact);
+  if (!flag)
+    return;
+  if (exact)
+    diag_error(p->name_loc, "parameter '%s' would shadow the runtime flag --%s; rename it", p->name, flag);
+  else
+    diag_error(p->name_loc, "parameter '%s' would read as the runtime flag --%s (only '_' and '-' differ); rename it",
+               p->name, flag);
+}
+
 static void check_workflow(Decl *d) {
   if (strcmp(d->name, "main") != 0)
     diag_error(d->name_loc, "a workflow must be named 'main', found '%s'", d->name);
@@ -2191,6 +2259,7 @@ static void check_workflow(Decl *d) {
     diag_error(d->ret->loc, "a workflow returns nothing");
   for (Decl *p = d->params; p; p = p->next) {
     Type *t = p->type;
+    check_param_flag(p);
     if (!is_err(t) && !(ty_is_numeric(t) || t->kind == TY_BOOL || t->kind == TY_STR))
       diag_error(p->texpr->loc, "workflow parameter '%s' has type %s; flags are bool, i32, i64, f32, f64 or str",
                  p->name, ty_str(t));
@@ -2341,21 +2410,10 @@ bool sema_program(Program *p) {
   Module *m = p->main;
   m->name = "";
   m->state = 1;
+  remember_loaded(m);
   register_items(m);
   m->state = 2;
-  /* Each import was pushed at the front before its own imports loaded, so
-   * the list already has dependencies first; main goes last. */
-  Module *rev = p->modules;
-  m->next = NULL;
-  if (!rev) {
-    p->modules = m;
-  } else {
-    Module *last = rev;
-    while (last->next)
-      last = last->next;
-    last->next = m;
-    p->modules = rev;
-  }
+  link_module(m); /* after every import: main goes last */
   for (Module *x = p->modules; x; x = x->next)
     check_module(x);
   return diag_error_count() == 0;

@@ -15,17 +15,19 @@
 #include <stdarg.h>
 #include <string.h>
 
+#include "flagnames.h"
 #include "internal.h"
 
 sf__options_t sf__options = {.journal = true};
 
 /* ------------------------------------------------------- runtime flags */
 
+/* The table comes from flagnames.h, which the compiler also reads to
+ * reserve these names (a workflow parameter may not shadow one). */
 typedef enum {
-  RT_NODES, RT_RESUME, RT_TRACE, RT_CKPT, RT_PROGRESS, RT_QUIET, RT_GPU, RT_THREADS, RT_JOURNAL,
-  RT_SSH_USER, RT_SSH_KEY, RT_KNOWN_HOSTS, RT_SSH_CONFIG, RT_ACCEPT_NEW, RT_CONNECT_TIMEOUT,
-  RT_HEAD_WORK, RT_REMOTE_CACHE, RT_CLUSTER_LOG, RT_WORKER, RT_WORKER_CWD, RT_WORKER_TRACE,
-  RT_SELFTEST
+#define X(id, name, arg, help) RT_##id,
+  SF__RUNTIME_FLAGS(X)
+#undef X
 } rt_id;
 
 typedef struct rt_flag {
@@ -35,35 +37,9 @@ typedef struct rt_flag {
 } rt_flag;
 
 static const rt_flag rt_flags[] = {
-    [RT_NODES] = {"nodes", "FILE", "run on the hosts listed in FILE, one per line"},
-    [RT_RESUME] = {"resume", NULL, "finish a killed run from its journal and checkpoints"},
-    [RT_TRACE] = {"trace", "FILE", "write a trace of tasks and actors to FILE"},
-    [RT_CKPT] = {"checkpoint-dir", "DIR", "journal and checkpoints go here (default .sflow/PROGRAM)"},
-    [RT_PROGRESS] = {"progress", "auto|always|never",
-                     "show a progress line (auto: when stderr is a terminal)"},
-    [RT_QUIET] = {"quiet", NULL, "no summary line, notices or progress line"},
-    [RT_GPU] = {"require-gpu", NULL, "fail instead of running GPU work on the CPU"},
-    [RT_THREADS] = {"threads", "N", "worker threads (default: one per CPU)"},
-    [RT_JOURNAL] = {"journal", NULL, "record main's calls so --resume can finish the run "
-                                     "(default true)"},
-    [RT_SSH_USER] = {"ssh-user", "USER", "user on the --nodes hosts (default: ssh config's User, else current user)"},
-    [RT_SSH_KEY] = {"ssh-key", "FILE",
-                    "private key for SSH (default: ssh-agent, then IdentityFile or ~/.ssh/id_*)"},
-    [RT_KNOWN_HOSTS] = {"known-hosts", "FILE",
-                        "host keys to trust (default UserKnownHostsFile or ~/.ssh/known_hosts)"},
-    [RT_SSH_CONFIG] = {"ssh-config", "FILE",
-                       "ssh client config, or none (default ~/.ssh/config, /etc/ssh/ssh_config)"},
-    [RT_ACCEPT_NEW] = {"accept-new-host-keys", NULL,
-                       "trust and record unknown host keys (a changed key is still refused)"},
-    [RT_CONNECT_TIMEOUT] = {"connect-timeout", "S", "seconds to reach each host (default 10)"},
-    [RT_HEAD_WORK] = {"head-runs-work", NULL, "the head also runs tasks (default true)"},
-    [RT_REMOTE_CACHE] = {"remote-cache", "DIR",
-                         "folder on the hosts for the executable (default .cache/sflow)"},
-    [RT_CLUSTER_LOG] = {"cluster-log", NULL, "report each node's start, readiness and stop"},
-    [RT_WORKER] = {"sflow-worker", "SPEC", NULL},
-    [RT_WORKER_CWD] = {"sflow-cwd", "HEX", NULL},
-    [RT_WORKER_TRACE] = {"sflow-trace", NULL, NULL},
-    [RT_SELFTEST] = {"sflow-selftest", "SPEC", NULL},
+#define X(id, name, arg, help) [RT_##id] = {name, arg, help},
+    SF__RUNTIME_FLAGS(X)
+#undef X
 };
 #define N_RT ((int)(sizeof rt_flags / sizeof rt_flags[0]))
 
@@ -250,8 +226,9 @@ static const char *suggest(const sf_program *prog, const char *typed) {
   for (int i = 0; i < N_RT; i++)
     if (rt_flags[i].help)
       consider(typed, rt_flags[i].name, &best, &best_d);
-  consider(typed, "help", &best, &best_d);
-  consider(typed, "version", &best, &best_d);
+#define X(name, help) consider(typed, name, &best, &best_d);
+  SF__INFO_FLAGS(X)
+#undef X
   return best;
 }
 
@@ -449,8 +426,11 @@ void sf__usage(const sf_program *prog, FILE *f) {
              r->arg ? r->arg : "");
     fprintf(f, "  %-*s%s\n", w, col, r->help);
   }
-  fprintf(f, "  %-*s%s\n", w, "-h, --help", "show this help and exit");
-  fprintf(f, "  %-*s%s\n", w, "--version", "show the version and exit");
+  /* help is also spelled -h (wants_info). */
+#define X(name, help) \
+  fprintf(f, "  %-*s%s\n", w, !strcmp(name, "help") ? "-h, --help" : "--" name, help);
+  SF__INFO_FLAGS(X)
+#undef X
 }
 
 void sf__version(const sf_program *prog, FILE *f) {

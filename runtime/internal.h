@@ -35,6 +35,9 @@ extern sf__dtor_fn sf__obj_dtor[SF_OBJ_GROUP + 1];
 
 /* sf_alloc for count * size bytes, with the multiplication checked. */
 void *sf__alloc_n(size_t count, size_t size);
+/* realloc of an sf_alloc block that never returns NULL (out of memory is a
+ * runtime error). */
+void *sf__realloc(void *p, size_t n);
 
 /* Blocks of up to SF__BLOCK_MAX bytes recycled through per-thread caches
  * (futures with their task records: a million-task run allocates and frees

@@ -26,6 +26,13 @@ void *sf_alloc(size_t n) {
 
 void sf_free(void *p) { free(p); }
 
+void *sf__realloc(void *p, size_t n) {
+  void *q = realloc(p, n ? n : 1);
+  if (!q)
+    sf_runtime_error(NULL, "out of memory");
+  return q;
+}
+
 /* ------------------------------------------------------------ blocks
  *
  * Size classes up to SF__BLOCK_MAX.  Each thread keeps a free

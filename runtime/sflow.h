@@ -115,6 +115,10 @@ void sf_free(void *p);
 sf_str *sf_str_new(const char *bytes, int64_t len);
 sf_str *sf_str_empty(void);
 sf_str *sf_str_concat(sf_str *a, sf_str *b);
+/* a + b for `s += b` and `s = s + b`: consumes the caller's reference to a
+ * (the one in the slot being assigned) and returns the new value, which is
+ * a itself grown in place when that reference was the only one. */
+sf_str *sf_str_append(sf_str *a, sf_str *b);
 int32_t sf_str_cmp(sf_str *a, sf_str *b); /* <0, 0, >0, bytewise */
 bool sf_str_eq(sf_str *a, sf_str *b);
 int64_t sf_str_len(sf_str *s);

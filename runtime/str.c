@@ -1,10 +1,18 @@
 /*
  * str.c — immutable byte strings, number formatting and number parsing.
  *
- * Strings are one allocation (header, length, bytes, NUL) and never change
- * after creation, so tasks share them across threads without locks.  A NULL
- * sf_str* is the empty string everywhere, because zero-filled memory (a new
- * str[] array, a struct before its fields are set) must be a valid value.
+ * Strings are one allocation (header, length, bytes, NUL) and, as far as
+ * any holder can tell, never change after creation, so tasks share them
+ * across threads without locks.  A NULL sf_str* is the empty string
+ * everywhere, because zero-filled memory (a new str[] array, a struct
+ * before its fields are set) must be a valid value.
+ *
+ * The one exception is sf_str_append (`s += t`, `s = s + t`): when the
+ * string's only reference is the one being replaced (count 1, not a
+ * literal), nobody else can see it, so it grows in place, copy on write
+ * otherwise.  Such strings keep spare room, rounded up to a power of two
+ * and recorded in the header's flags as its log2, so a loop of appends
+ * costs amortised O(1) per append instead of a copy of the whole string.
  *
  * Key design choice for floats: print exactly what Python's repr() prints,
  * the shortest decimal that reads back to the same bits, so numbers in logs
@@ -39,6 +47,72 @@ static sf_str *str_alloc(int64_t len) {
   s->len = len;
   s->data[len] = '\0';
   return s;
+}
+
+/* ------------------------------------------------------------ appends */
+
+/* Strings made by an append hold 2^flags bytes of data (NUL included);
+ * flags 0 means exactly len + 1, as every other string and every literal
+ * the compiler emits has. */
+#define STR_MIN_ROOM_LOG2 5 /* 32 bytes: a few short appends before a realloc */
+
+static size_t str_room(const sf_str *s) {
+  return s->hdr.flags ? (size_t)1 << s->hdr.flags : (size_t)s->len + 1;
+}
+
+/* log2 of the smallest power of two >= need (need > 0). */
+static int32_t room_log2(uint64_t need) {
+  int32_t k = STR_MIN_ROOM_LOG2;
+  while (((uint64_t)1 << k) < need)
+    k++;
+  return k;
+}
+
+static sf_str *str_alloc_room(int64_t len, int32_t k) {
+  if ((size_t)1 << k > SIZE_MAX - sizeof(sf_str))
+    sf_runtime_error(NULL, "out of memory");
+  sf_str *s = sf_alloc(sizeof(sf_str) + ((size_t)1 << k));
+  s->hdr = (sf_obj){1, SF_OBJ_STR, k};
+  s->len = len;
+  return s;
+}
+
+/* Is the caller's reference the only one?  Acquire pairs with the release
+ * of another holder's sf_release, so its last reads of the bytes happen
+ * before this thread writes them. */
+static bool str_unique(const sf_str *s) {
+  return s && __atomic_load_n(&s->hdr.rc, __ATOMIC_ACQUIRE) == 1;
+}
+
+sf_str *sf_str_append(sf_str *a, sf_str *b) {
+  int64_t la = sf__str_len(a), lb = sf__str_len(b);
+  if (lb == 0)
+    return a ? a : sf_str_empty();
+  if (la > INT64_MAX - lb - 1 || (uint64_t)(la + lb) >= (uint64_t)1 << 62)
+    sf_runtime_error(NULL, "out of memory");
+  uint64_t need = (uint64_t)(la + lb) + 1;
+  if (!str_unique(a)) {
+    /* Shared or a literal: copy on write, with room for the next appends. */
+    sf_str *s = str_alloc_room(la + lb, room_log2(need));
+    memcpy(s->data, sf__str_data(a), (size_t)la);
+    memcpy(s->data + la, b->data, (size_t)lb);
+    s->data[la + lb] = '\0';
+    sf_release(a);
+    return s;
+  }
+  if (need > str_room(a)) {
+    int32_t k = room_log2(need);
+    bool self = b == a; /* s += s: the source moves with the realloc */
+    a = sf__realloc(a, sizeof(sf_str) + ((size_t)1 << k));
+    a->hdr.flags = k;
+    if (self)
+      b = a;
+  }
+  /* With b == a the source [0, la) and the target [la, 2la) do not overlap. */
+  memcpy(a->data + la, b->data, (size_t)lb);
+  a->len = la + lb;
+  a->data[la + lb] = '\0';
+  return a;
 }
 
 sf_str *sf_str_new(const char *bytes, int64_t len) {

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs the task runtime's tests under ThreadSanitizer: builds sflowc and a
 # TSan-instrumented runtime into build-tsan/, then compiles and runs the
-# run tests of tasks, actors, futures, the scheduler and the stress suite,
-# plus the fault and observation tests, linking every program with
+# run tests of tasks, actors, futures, the scheduler, the stress suite and
+# strings, plus the fault and observation tests, linking every program with
 # -fsanitize=thread.  Any data race report fails the run (halt_on_error).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,11 +17,13 @@ chmod +x "$wrap"
 export CC="$wrap"
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 exitcode=66"
 export SFLOW_RSS_SCALE=8 # TSan shadow memory
+export SFLOW_TIME_SCALE=15 # and 5-15x the CPU time (// max-seconds)
 status=0
 # TSan runs the stress programs several times slower; on a loaded 2-core
 # machine million_tasks alone has needed close to 60 s.
 export SFLOW_TEST_TIMEOUT=${SFLOW_TEST_TIMEOUT:-240}
-for d in tasks actors futures scheduler stress; do
+# strings: appended strings grown in place, shared with tasks and actors.
+for d in tasks actors futures scheduler stress strings; do
   python3 tests/run_golden.py --run --sflowc "$build/bin/sflowc" --dir "tests/run/$d" || status=1
 done
 python3 tests/runtime/observe_test.py --sflowc "$build/bin/sflowc" || status=1

@@ -10,10 +10,17 @@ Expectations live in the test file itself (wren/Go style):
   // expect runtime error: REGEX    (run tests) stderr matches, exit code 70
   // args: --flag value ...         (run tests) command-line arguments
   // exit: N                        (run tests) the expected exit code
+  // module: WHO                    the file is a module that other tests
+                                    import (WHO says which): it is only
+                                    checked (`--check`, no error), never run
   // max-rss-mb: N                  (run tests) the program's peak resident
                                     memory must stay under N MiB (stress tests;
                                     the figure includes ~15 MiB that the child
                                     holds from Python before exec)
+  // max-seconds: N                  (run tests) the program's CPU time (user +
+                                    sys, so a busy machine does not inflate
+                                    it) must stay under N seconds (tests of
+                                    an algorithm's complexity)
   // golden: ast tokens parse llvm cuda stderr
                                     compare `sflowc --emit=KIND` (or the human
                                     diagnostics, for stderr) with NAME.KIND.golden
@@ -42,7 +49,9 @@ EXPECT_OUT = re.compile(r"//\s*expect:\s?(.*)$")
 EXPECT_RT = re.compile(r"//\s*expect runtime error:\s?(.*)$")
 ARGS = re.compile(r"//\s*args:\s?(.*)$")
 EXIT = re.compile(r"//\s*exit:\s*(\d+)")
+MODULE = re.compile(r"//\s*module:")
 MAX_RSS = re.compile(r"//\s*max-rss-mb:\s*(\d+)")
+MAX_SECONDS = re.compile(r"//\s*max-seconds:\s*(\d+(?:\.\d+)?)")
 GOLDEN = re.compile(r"//\s*golden:\s*(.*)$")
 # Seconds per compile or run; sanitizer builds (scripts/tsan.sh) run
 # programs 5-15x slower and raise it with SFLOW_TEST_TIMEOUT.
@@ -119,7 +128,7 @@ class Result:
 
 def parse_expectations(path):
     exp = {"diags": [], "out": [], "rt": None, "args": [], "exit": None, "golden": [],
-           "max_rss_mb": None}
+           "max_rss_mb": None, "max_seconds": None, "module": False}
     with open(path, "rb") as f:
         lines = f.read().decode("utf-8", "replace").split("\n")
     for i, line in enumerate(lines, 1):
@@ -147,9 +156,16 @@ def parse_expectations(path):
         if m:
             exp["exit"] = int(m.group(1))
             continue
+        if MODULE.search(line):
+            exp["module"] = True
+            continue
         m = MAX_RSS.search(line)
         if m:
             exp["max_rss_mb"] = int(m.group(1))
+            continue
+        m = MAX_SECONDS.search(line)
+        if m:
+            exp["max_seconds"] = float(m.group(1))
             continue
         m = GOLDEN.search(line)
         if m:
@@ -234,13 +250,15 @@ def check_golden(sflowc, path, kind, res):
 
 
 class Measured:
-    def __init__(self, returncode, stdout, stderr, maxrss_kb):
+    def __init__(self, returncode, stdout, stderr, maxrss_kb, cpu_s):
         self.returncode, self.stdout, self.stderr, self.maxrss_kb = returncode, stdout, stderr, maxrss_kb
+        self.cpu_s = cpu_s
 
 
 def run_measured(cmd, cwd):
-    """Runs cmd like subprocess.run, and also reads its own peak RSS (wait4's
-    rusage, which covers that one process and nothing else).  None on timeout."""
+    """Runs cmd like subprocess.run, and also reads its own peak RSS and CPU
+    time (wait4's rusage, which covers that one process and nothing else).
+    None on timeout."""
     with tempfile.TemporaryFile() as fo, tempfile.TemporaryFile() as fe:
         p = subprocess.Popen(cmd, stdout=fo, stderr=fe, stdin=subprocess.DEVNULL, cwd=cwd)
         deadline = time.monotonic() + TIMEOUT
@@ -257,7 +275,7 @@ def run_measured(cmd, cwd):
         p.returncode = os.waitstatus_to_exitcode(status)
         fo.seek(0)
         fe.seek(0)
-        return Measured(p.returncode, fo.read(), fe.read(), ru.ru_maxrss)
+        return Measured(p.returncode, fo.read(), fe.read(), ru.ru_maxrss, ru.ru_utime + ru.ru_stime)
 
 
 def check_run(sflowc, path, exp, res, tmp):
@@ -269,16 +287,21 @@ def check_run(sflowc, path, exp, res, tmp):
     # Journals and checkpoints go to the scratch folder, never the source tree.
     if not any(a.startswith("--checkpoint-dir") for a in exp["args"]):
         exp["args"] = exp["args"] + ["--checkpoint-dir", os.path.join(tmp, "ckpt")]
-    if exp["max_rss_mb"] is not None:
+    if exp["max_rss_mb"] is not None or exp["max_seconds"] is not None:
         q = run_measured([exe] + exp["args"], os.path.dirname(path))
         if q is None:
             res.fail("program did not finish in %d s" % TIMEOUT)
             return
-        # SFLOW_RSS_SCALE loosens the limit for instrumented runs (TSan's
-        # shadow memory is several times the program's own).
-        if q.maxrss_kb > exp["max_rss_mb"] * 1024 * float(os.environ.get("SFLOW_RSS_SCALE", "1")):
+        # SFLOW_RSS_SCALE and SFLOW_TIME_SCALE loosen the limits for
+        # instrumented runs (TSan's shadow memory is several times the
+        # program's own, and it runs 5-15x slower).
+        if exp["max_rss_mb"] is not None and \
+                q.maxrss_kb > exp["max_rss_mb"] * 1024 * float(os.environ.get("SFLOW_RSS_SCALE", "1")):
             res.fail("peak resident memory %.1f MiB, over the limit of %d MiB" %
                      (q.maxrss_kb / 1024.0, exp["max_rss_mb"]))
+        if exp["max_seconds"] is not None and \
+                q.cpu_s > exp["max_seconds"] * float(os.environ.get("SFLOW_TIME_SCALE", "1")):
+            res.fail("CPU time %.2f s, over the limit of %g s" % (q.cpu_s, exp["max_seconds"]))
     else:
         try:
             q = subprocess.run([exe] + exp["args"], capture_output=True, timeout=TIMEOUT,
@@ -306,7 +329,7 @@ def run_one(sflowc, path, run_mode, tmp):
     res = Result()
     exp = parse_expectations(path)
     try:
-        if run_mode or exp["out"] or exp["rt"]:
+        if (run_mode or exp["out"] or exp["rt"]) and not exp["module"]:
             if exp["diags"]:
                 check_diagnostics(sflowc, path, exp, res)
             else:

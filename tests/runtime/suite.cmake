@@ -12,3 +12,8 @@ set_tests_properties(runtime/fault_resume PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE
 add_test(NAME runtime/tsan
   COMMAND bash ${CMAKE_SOURCE_DIR}/scripts/tsan.sh ${CMAKE_BINARY_DIR}/tsan)
 set_tests_properties(runtime/tsan PROPERTIES TIMEOUT 1200)
+# The runtime flags that sflowc reserves (runtime/flagnames.h) against the
+# flags a compiled program's --help lists and its parser accepts.
+add_test(NAME runtime/reserved_flags
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/flags_test.py
+          --sflowc $<TARGET_FILE:sflowc>)

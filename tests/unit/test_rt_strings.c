@@ -30,6 +30,42 @@ static void test_basics(void) {
   sf_release(e);
 }
 
+/* sf_str_append: in place for the only reference, a copy for any other
+ * holder; the caller's reference to the first argument is consumed. */
+static void test_append(void) {
+  sf_str *s = sf_str_append(NULL, NULL);
+  CHECK_STR(sf__str_data(s), "");
+  sf_str *lit = sf_str_empty(); /* immortal, like a literal: copied */
+  s = sf_str_append(lit, sf_str_empty());
+  CU_ASSERT(s == lit);
+  sf_str *ab = S("ab");
+  s = sf_str_append(NULL, ab); /* a new string with room to grow */
+  CU_ASSERT(s != ab);
+  sf_str *first = s;
+  s = sf_str_append(s, ab); /* 4 bytes in a 32-byte room: the same object */
+  CU_ASSERT(s == first);
+  CHECK_STR(sf__str_data(s), "abab");
+  sf_retain(s); /* another holder: the next append must copy */
+  sf_str *held = s;
+  s = sf_str_append(s, ab);
+  CU_ASSERT(s != held);
+  CHECK_STR(sf__str_data(held), "abab");
+  CHECK_STR(sf__str_data(s), "ababab");
+  CHECK_INT(held->hdr.rc, 1);
+  sf_release(held);
+  for (int i = 0; i < 5; i++)
+    s = sf_str_append(s, s); /* s += s, through reallocs that move it */
+  CHECK_INT(sf_str_len(s), 6 * 32);
+  CU_ASSERT(!memcmp(sf__str_data(s) + 6 * 31, "ababab", 7)); /* NUL included */
+  for (int i = 0; i < 100000; i++)
+    s = sf_str_append(s, ab);
+  CHECK_INT(sf_str_len(s), 6 * 32 + 200000);
+  CHECK_INT(s->hdr.flags, 18); /* 200,193 bytes (NUL included) in a 2^18-byte room */
+  CHECK_INT(s->data[sf_str_len(s)], 0);
+  sf_release(s);
+  sf_release(ab);
+}
+
 static void test_cmp_is_bytewise(void) {
   sf_str *hi = sf_str_new("\xc3\xa9", 2), *lo = S("z");
   CHECK_INT(sf_str_cmp(lo, hi), -1); /* 'z' < 0xC3 as unsigned bytes */
@@ -234,6 +270,7 @@ static void test_float_to_int(void) {
 int main(int argc, char **argv) {
   static const rt_test tests[] = {
       {"basics", test_basics},
+      {"append", test_append},
       {"cmp_is_bytewise", test_cmp_is_bytewise},
       {"from_ints_bools", test_from_ints_bools},
       {"f64_repr", test_f64_repr},
