@@ -1901,6 +1901,25 @@ def case_actors_remote(c):
     c.expect_no_workers()
 
 
+def case_rand_nodes(c):
+    """rand_f32() in tasks (nested, retried), an actor and a group draws
+    from streams derived from the seed and each call's identity, so a
+    --nodes run prints the numbers a single-node run prints, whichever
+    node ran each call (tests/runtime/rand.sflow; the derivation is
+    checked by tests/runtime/rand_test.py)."""
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "runtime",
+                           "rand.sflow")) as f:
+        exe = c.compile("rand", f.read())
+    want = single_node(exe, "--n", "6", "--threads", "1")
+    check(want.count("\n") == 8, "single-node run", want)
+    for extra in (["--head-runs-work=false"], []):
+        r = c.run("--n", "6", *extra, prog=exe, timeout=120)
+        check(r.returncode == 0, f"exit {r.returncode} {extra}", r.stdout, r.stderr)
+        check(r.stdout == want, f"--nodes output differs from the single-node run {extra}",
+              r.stdout, want)
+    c.expect_no_workers()
+
+
 def kill_when_running(c, exe, marker, *extra, hostfile=None):
     """Starts exe on the cluster, SIGKILLs the worker that prints marker,
     and returns (exit code, stdout, stderr, killed node).  The call that
@@ -2335,6 +2354,7 @@ CASES = {
     "tasks_future_arg_failed": (2, case_tasks_future_arg_failed),
     "tasks_object_mixed": (3, case_tasks_object_mixed),
     "actors_remote": (2, case_actors_remote),
+    "rand_nodes": (2, case_rand_nodes),
     "actors_gpus": (2, case_actors_gpus),
     "actors_gpus_group": (2, case_actors_gpus_group),
     "actors_print_resume": (2, case_actors_print_resume),

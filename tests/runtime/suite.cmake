@@ -12,3 +12,8 @@ set_tests_properties(runtime/fault_resume PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE
 add_test(NAME runtime/tsan
   COMMAND bash ${CMAKE_SOURCE_DIR}/scripts/tsan.sh ${CMAKE_BINARY_DIR}/tsan)
 set_tests_properties(runtime/tsan PROPERTIES TIMEOUT 1200)
+# Random streams per call: the same numbers for any --threads, and after
+# a kill and --resume, as docs/runtime.md's derivation says.
+add_test(NAME runtime/rand
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/rand_test.py
+          --sflowc $<TARGET_FILE:sflowc>)
