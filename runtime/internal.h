@@ -180,6 +180,23 @@ void sf__futex_wait(_Atomic uint32_t *word, uint32_t expect, int64_t timeout_ns)
 void sf__parallel_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t lo, int64_t hi),
                       void *ctx);
 void sf__futex_wake(_Atomic uint32_t *word, int n);
+/* Waiting that is prompt under CPU contention (sched.c): spin for at most
+ * sf__spin_ns() nanoseconds with sf__cpu_relax between polls, then sleep
+ * on a futex that the other side wakes.  Never sched_yield: on a busy
+ * machine it gives the core to another process for a whole time slice.
+ * sf__spin_ns is 0 while the machine has more runnable threads than CPUs
+ * (a spinner would only take the core from the thread it waits for). */
+int64_t sf__spin_ns(void);
+int64_t sf__mono_ns(void); /* CLOCK_MONOTONIC in nanoseconds */
+static inline void sf__cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ volatile("yield" ::: "memory");
+#else
+  __asm__ volatile("" ::: "memory");
+#endif
+}
 /* pthread_cond_timedwait for at most ns nanoseconds (ns < 1 s) from now. */
 void sf__cond_wait_ns(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ns);
 
