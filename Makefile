@@ -5,7 +5,7 @@ PREFIX  ?= /usr/local
 JOBS    ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build demo test install clean fuzz bench bench-tasks golden-update tsan
+.PHONY: all deps configure build demo test install clean fuzz bench bench-tasks bench-collectives golden-update tsan
 
 all: build
 
@@ -45,6 +45,12 @@ bench: build
 # (installs Ray into build/pydeps on first use; see bench/tasks/run.sh).
 bench-tasks: build
 	@bash bench/tasks/run.sh $(BUILD)
+
+# A small allreduce_mean between 2 group members, idle and beside two busy
+# loops pinned to the cores, beside a pthread_barrier C peer
+# (bench/collectives/run.py; docs/performance.md).
+bench-collectives: build
+	@python3 bench/collectives/run.py --sflowc $(BUILD)/bin/sflowc
 
 clean:
 	rm -rf $(BUILD)

@@ -13,6 +13,8 @@ echo "== string building: s += \"ab\" in sflow vs Python and a C realloc loop"
 python3 bench/strings/run.py --sflowc "$build/bin/sflowc"
 echo "== tasks, actors, futures, allreduce: sflow vs OpenMP, C and Ray"
 bash bench/tasks/run.sh "$build"
+echo "== a small allreduce, idle and under CPU contention: sflow vs a pthread_barrier peer"
+python3 bench/collectives/run.py --sflowc "$build/bin/sflowc"
 
 echo "== cluster: start-up and allreduce, sflow vs OpenMPI over the same sshd hosts"
 bash bench/cluster/setup.sh || echo "bench/cluster: OpenMPI not installed; sflow figures only"

@@ -3,16 +3,26 @@
  * members of an actor group, on one machine.
  *
  * Key design choices:
- *  - The members' threads meet in a generation barrier (mutex + condition
- *    variable) and work on each other's arrays directly: no copies through
- *    a shared buffer.  allreduce is a reduce-scatter then allgather in
- *    place: member r adds its 1/n slice of every other member's array into
- *    the same slice of its own array, everyone passes a barrier, then r
- *    copies the finished slice into every other member's array.  Each member reads and writes len/n
+ *  - The members' threads meet in a generation barrier (a mutex for the
+ *    arrivals, a futex word to sleep on) and work on each other's arrays
+ *    directly: no copies through a shared buffer.  allreduce is a
+ *    reduce-scatter then allgather in place: member r adds its 1/n slice
+ *    of every other member's array into the same slice of its own array,
+ *    everyone passes a barrier, then r copies the finished slice into
+ *    every other member's array.  Each member reads and writes len/n
  *    elements of each array, so the work is spread evenly, as in a ring.
- *  - A thread waiting in a barrier counts itself out of the pool
- *    (sf__sched_block_begin), so the members always get threads to run on
- *    whatever the pool size.
+ *    Arrays of up to 4 KiB skip the slicing: each member reduces all of
+ *    it (in the same order), one barrier fewer.
+ *  - Waiting is blocking and prompt: a member that is not the last to
+ *    arrive spins for a few microseconds (not when the machine has more
+ *    runnable threads than cores, sf__spin_ns, nor when a member it waits
+ *    for last ran on this CPU), then sleeps on a futex
+ *    that the last arriving member wakes.  No sched_yield: under CPU
+ *    contention it hands the core to a busy process for a whole time slice
+ *    (a 10-element allreduce took 4 ms beside two busy loops on 2 cores;
+ *    docs/performance.md).  A sleeping member counts itself out of the
+ *    pool (sf__sched_block_begin), so the members always get threads to
+ *    run on whatever the pool size.
  *  - If a member fails while others wait, the group's communicator is
  *    aborted: the waiters fail with an error naming the member instead of
  *    hanging, and every later collective of the group fails at once.
@@ -25,9 +35,10 @@
  *    otherwise the device arrays are copied to the host and the group
  *    meets once more before the shared-memory path (see device_path).
  */
+#define _GNU_SOURCE /* sched_getcpu */
 #include <inttypes.h>
-#include <pthread.h>
 #include <sched.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -40,9 +51,11 @@ struct sf__comm {
   _Atomic int64_t rc;
   int64_t n;
   pthread_mutex_t lock;
-  pthread_cond_t cond;
   int64_t arrived;
-  _Atomic int64_t gen;  /* read without the lock while spinning */
+  _Atomic int64_t gen;  /* the barrier's round: read without the lock by waiters */
+  _Atomic uint32_t word;     /* futex: bumped when a round ends or the group aborts */
+  _Atomic int32_t sleepers;  /* members asleep on word (a wake only when > 0) */
+  _Atomic int32_t *cpu;      /* per member: the CPU it last arrived on */
   char *aborted; /* why the group can no longer meet, or NULL */
   sf_array **slot;
   _Atomic int64_t *pending; /* per member: calls queued or running */
@@ -58,7 +71,7 @@ struct sf__comm {
  * queued or running before the run fails instead of hanging: those
  * members cannot arrive unless new calls reach them. */
 #define STUCK_SECONDS 3
-#define SPIN 4096 /* polls of the generation before sleeping */
+#define CHECK_NS 1000000000LL /* how often a sleeping member looks for stuck ones */
 
 sf__comm *sf__comm_new(int64_t n) {
   sf__comm *c = sf_alloc(sizeof *c);
@@ -67,7 +80,8 @@ sf__comm *sf__comm_new(int64_t n) {
   c->ops = &sf__comm_shm;
   c->n = n;
   pthread_mutex_init(&c->lock, NULL);
-  pthread_cond_init(&c->cond, NULL);
+  atomic_init(&c->word, 0);
+  atomic_init(&c->sleepers, 0);
   c->slot = sf__alloc_n((size_t)n, sizeof *c->slot);
   memset(c->slot, 0, (size_t)n * sizeof *c->slot);
   c->pending = sf__alloc_n((size_t)n, sizeof *c->pending);
@@ -77,6 +91,8 @@ sf__comm *sf__comm_new(int64_t n) {
   memset(c->here, 0, (size_t)n * sizeof *c->here);
   c->where = sf__alloc_n((size_t)n, sizeof *c->where);
   memset(c->where, 0, (size_t)n * sizeof *c->where);
+  c->cpu = sf__alloc_n((size_t)n, sizeof *c->cpu);
+  memset((void *)c->cpu, 0xff, (size_t)n * sizeof *c->cpu); /* -1: not seen yet */
   atomic_init(&c->nccl, NULL);
   return c;
 }
@@ -121,7 +137,6 @@ void sf__comm_release(sf__comm *c) {
   if (!c || atomic_fetch_sub(&c->rc, 1) != 1)
     return;
   pthread_mutex_destroy(&c->lock);
-  pthread_cond_destroy(&c->cond);
   free(c->aborted);
   if (c->impl_free)
     c->impl_free(c->impl);
@@ -130,20 +145,34 @@ void sf__comm_release(sf__comm *c) {
   sf_free(c->here);
   sf__nccl_group_free(atomic_load(&c->nccl));
   sf_free(c->where);
+  sf_free((void *)c->cpu);
   sf_free(c);
+}
+
+/* Wakes every member asleep in the barrier: its round ended, or the group
+ * aborted.  The store to word and the load of sleepers are sequentially
+ * consistent, as are a sleeper's increment of sleepers and its load of
+ * word: either the waker sees the sleeper, or the sleeper sees the new
+ * word (and the new round) and does not sleep. */
+static void wake_members(sf__comm *c) {
+  atomic_fetch_add(&c->word, 1);
+  if (atomic_load(&c->sleepers) > 0)
+    sf__futex_wake(&c->word, INT32_MAX);
 }
 
 void sf__comm_abort(sf__comm *c, int64_t rank, const char *why) {
   if (!c)
     return;
   pthread_mutex_lock(&c->lock);
-  if (!c->aborted) {
+  bool first = !c->aborted;
+  if (first) {
     char buf[SF__ERROR_MAX + 64];
     snprintf(buf, sizeof buf, "member %" PRId64 " of the group failed: %s", rank, why);
     c->aborted = strdup(buf);
-    pthread_cond_broadcast(&c->cond);
   }
   pthread_mutex_unlock(&c->lock);
+  if (first)
+    wake_members(c);
 }
 
 _Atomic(struct sf__nccl_group *) *sf__comm_nccl(sf__comm *c) { return &c->nccl; }
@@ -164,61 +193,110 @@ static sf__comm *mine(int64_t *rank) {
   return a ? sf__actor_comm(a) : NULL;
 }
 
+static bool round_over(sf__comm *c, int64_t gen) {
+  return atomic_load_explicit(&c->gen, memory_order_acquire) != gen;
+}
+
+/* Members usually arrive within microseconds of each other: a pure spin
+ * catches them without a system call on either side.  It is skipped when
+ * another member last ran on this CPU (it cannot arrive while we hold the
+ * core; members that wake each other through the futex tend to end up on
+ * one CPU) and on an oversubscribed machine (sf__spin_ns is 0). */
+static bool spin_for_round(sf__comm *c, int64_t rank, int32_t cpu, int64_t gen) {
+  int64_t budget = sf__spin_ns();
+  if (budget <= 0 || cpu < 0)
+    return false;
+  for (int64_t k = 0; k < c->n; k++)
+    if (k != rank && atomic_load_explicit(&c->cpu[k], memory_order_relaxed) == cpu)
+      return false;
+  int64_t end = sf__mono_ns() + budget;
+  for (int i = 1;; i++) {
+    if (round_over(c, gen))
+      return true;
+    sf__cpu_relax();
+    if (i % 64 == 0 && sf__mono_ns() > end)
+      return round_over(c, gen);
+  }
+}
+
+/* With c->lock held, once per CHECK_NS of sleeping: after STUCK_SECONDS
+ * checks in a row that found members with nothing to run, the group fails
+ * instead of hanging. */
+static void check_stuck(sf__comm *c, int64_t rank, int *stuck) {
+  char who[256];
+  *stuck = idle_missing(c, who, sizeof who) ? *stuck + 1 : 0;
+  if (*stuck < STUCK_SECONDS || c->aborted)
+    return;
+  char buf[512];
+  snprintf(buf, sizeof buf, "member %" PRId64 " waits for members %s, which have no "
+           "call to run (every member must make the same collective calls: call the "
+           "method through g.all)", rank, who);
+  c->aborted = strdup(buf);
+}
+
+/* Sleeps until round gen is over (true) or the group aborted (false, the
+ * reason in why). */
+static bool sleep_for_round(sf__comm *c, int64_t rank, int64_t gen, char *why, size_t n) {
+  int stuck = 0;
+  int64_t next_check = sf__mono_ns() + CHECK_NS;
+  for (;;) {
+    atomic_fetch_add(&c->sleepers, 1);
+    uint32_t w = atomic_load(&c->word);
+    int64_t left = next_check - sf__mono_ns();
+    if (!round_over(c, gen) && left > 0)
+      sf__futex_wait(&c->word, w, left);
+    atomic_fetch_sub(&c->sleepers, 1);
+    if (round_over(c, gen))
+      return true;
+    pthread_mutex_lock(&c->lock);
+    bool found = false;
+    if (!c->aborted && sf__mono_ns() >= next_check) {
+      next_check = sf__mono_ns() + CHECK_NS;
+      check_stuck(c, rank, &stuck);
+      found = c->aborted != NULL;
+    }
+    bool over = round_over(c, gen), failed = c->aborted != NULL;
+    if (failed && !over)
+      snprintf(why, n, "%s", c->aborted);
+    pthread_mutex_unlock(&c->lock);
+    if (found)
+      wake_members(c); /* the other waiters fail with the same message */
+    if (over)
+      return true;
+    if (failed)
+      return false;
+  }
+}
+
 static void barrier(sf__comm *c, int64_t rank, const char *what, const sf_loc *loc) {
+  char why[SF__ERROR_MAX + 64];
   pthread_mutex_lock(&c->lock);
   if (c->aborted) {
-    char why[SF__ERROR_MAX + 64];
     snprintf(why, sizeof why, "%s", c->aborted);
     pthread_mutex_unlock(&c->lock);
     sf_runtime_error(loc, "%s: %s", what, why);
   }
-  int64_t gen = c->gen;
-  if (++c->arrived == c->n) {
+  int64_t gen = atomic_load_explicit(&c->gen, memory_order_relaxed);
+  if (++c->arrived == c->n) { /* the last one: end the round, wake the others */
+    atomic_store_explicit(&c->cpu[rank], sched_getcpu(), memory_order_relaxed);
     c->arrived = 0;
-    c->gen++;
     memset(c->here, 0, (size_t)c->n * sizeof *c->here);
-    pthread_cond_broadcast(&c->cond);
-  } else {
-    c->here[rank] = true;
-    /* Members usually arrive within microseconds of each other: spin a
-     * little before sleeping on the condition variable. */
+    atomic_store(&c->gen, gen + 1);
     pthread_mutex_unlock(&c->lock);
-    for (int i = 0; i < SPIN && atomic_load_explicit(&c->gen, memory_order_acquire) == gen; i++)
-      if (i % 64 == 63)
-        sched_yield();
-    pthread_mutex_lock(&c->lock);
-    int stuck = 0;
-    if (gen != c->gen) {
-      pthread_mutex_unlock(&c->lock);
-      return;
-    }
-    sf__sched_block_begin();
-    while (gen == c->gen && !c->aborted) {
-      struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
-      ts.tv_sec += 1;
-      if (pthread_cond_timedwait(&c->cond, &c->lock, &ts) == 0 || gen != c->gen)
-        continue;
-      char who[256];
-      stuck = idle_missing(c, who, sizeof who) ? stuck + 1 : 0;
-      if (stuck >= STUCK_SECONDS) {
-        char buf[512];
-        snprintf(buf, sizeof buf, "member %" PRId64 " waits for members %s, which have no "
-                 "call to run (every member must make the same collective calls: call the "
-                 "method through g.all)", rank, who);
-        c->aborted = strdup(buf);
-        pthread_cond_broadcast(&c->cond);
-      }
-    }
-    sf__sched_block_end();
-    if (gen == c->gen) {
-      char why[SF__ERROR_MAX + 64];
-      snprintf(why, sizeof why, "%s", c->aborted);
-      pthread_mutex_unlock(&c->lock);
-      sf_runtime_error(loc, "%s: %s", what, why);
-    }
+    wake_members(c);
+    return;
   }
+  c->here[rank] = true;
   pthread_mutex_unlock(&c->lock);
+  int32_t cpu = sched_getcpu();
+  atomic_store_explicit(&c->cpu[rank], cpu, memory_order_relaxed);
+  if (spin_for_round(c, rank, cpu, gen))
+    return;
+  sf__sched_block_begin();
+  bool ok = sleep_for_round(c, rank, gen, why, sizeof why);
+  sf__sched_block_end();
+  if (!ok)
+    sf_runtime_error(loc, "%s: %s", what, why);
 }
 
 static bool numeric(const sf_type *t) {
@@ -294,6 +372,34 @@ static bool device_path(sf__comm *c, int64_t rank, sf__dev_op *op, const sf_loc 
 
 /* --------------------------------------------- shared-memory transport */
 
+/* A small array: every member computes the whole result into its own
+ * buffer, then (after a barrier: no one reads the arrays any more) writes
+ * it into its array.  Two barriers instead of three, which is most of the
+ * cost of a small collective.  Each element is summed exactly as in the
+ * sliced path (its slice owner's value first, then the others in rank
+ * order), so every member gets the same bits as there. */
+#define SMALL_REDUCE 4096 /* bytes */
+static void small_allreduce(sf__comm *c, int64_t rank, const sf_type *t, int64_t len, bool mean,
+                            const char *what, const sf_loc *loc) {
+  _Alignas(16) char acc[SMALL_REDUCE];
+  size_t esz = t ? (size_t)t->size : 0;
+  for (int64_t r = 0; r < c->n; r++) {
+    int64_t lo = len * r / c->n, hi = len * (r + 1) / c->n;
+    if (hi <= lo)
+      continue;
+    char *dst = acc + lo * (int64_t)esz;
+    memcpy(dst, (char *)c->slot[r]->data + lo * (int64_t)esz, (size_t)(hi - lo) * esz);
+    for (int64_t k = 0; k < c->n; k++)
+      if (k != r)
+        add_into(t, dst, (char *)c->slot[k]->data + lo * (int64_t)esz, hi - lo);
+    if (mean)
+      divide(t, dst, hi - lo, c->n);
+  }
+  barrier(c, rank, what, loc); /* every array is read before anyone writes */
+  if (len)
+    memcpy(c->slot[rank]->data, acc, (size_t)len * esz);
+}
+
 static void shm_allreduce(sf__comm *c, int64_t rank, sf_array *a, bool mean, const char *what,
                           const sf_loc *loc) {
   publish(c, rank, a);
@@ -307,6 +413,10 @@ static void shm_allreduce(sf__comm *c, int64_t rank, sf_array *a, bool mean, con
   const sf_type *t = first ? first->elem : NULL;
   int64_t lo = len * rank / c->n, hi = len * (rank + 1) / c->n;
   size_t esz = t ? (size_t)t->size : 0;
+  if ((size_t)len * esz <= SMALL_REDUCE) {
+    small_allreduce(c, rank, t, len, mean, what, loc);
+    return;
+  }
   /* Member r sums slice r of every array into its own array, in place... */
   char *mine_data = hi > lo ? (char *)c->slot[rank]->data + lo * (int64_t)esz : NULL;
   for (int64_t k = 0; k < c->n && hi > lo; k++)

@@ -183,6 +183,23 @@ void sf__futex_wait(_Atomic uint32_t *word, uint32_t expect, int64_t timeout_ns)
 void sf__parallel_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t lo, int64_t hi),
                       void *ctx);
 void sf__futex_wake(_Atomic uint32_t *word, int n);
+/* Waiting that is prompt under CPU contention (sched.c): spin for at most
+ * sf__spin_ns() nanoseconds with sf__cpu_relax between polls, then sleep
+ * on a futex that the other side wakes.  Never sched_yield: on a busy
+ * machine it gives the core to another process for a whole time slice.
+ * sf__spin_ns is 0 while the machine has more runnable threads than CPUs
+ * (a spinner would only take the core from the thread it waits for). */
+int64_t sf__spin_ns(void);
+int64_t sf__mono_ns(void); /* CLOCK_MONOTONIC in nanoseconds */
+static inline void sf__cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ volatile("yield" ::: "memory");
+#else
+  __asm__ volatile("" ::: "memory");
+#endif
+}
 /* pthread_cond_timedwait for at most ns nanoseconds (ns < 1 s) from now. */
 void sf__cond_wait_ns(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ns);
 
@@ -196,7 +213,7 @@ bool sf__future_ready(sf_future *f);
  * placement (a worker serving the head); the type of a future's value;
  * complete a future from elsewhere (value moved in); wait for a result
  * without raising (false: message in err). */
-sf_future *sf__task_submit_local(const sf_task_desc *d, void *args);
+sf_future *sf__task_submit_local(const sf_task_desc *d, void *args, uint64_t key);
 const sf_type *sf__future_type(sf_future *f);
 void sf__future_resolve(sf_future *f, void *value);
 /* The same, journaling out[0..n) as the call's output (remote.c: what a
@@ -205,18 +222,20 @@ void sf__future_resolve_out(sf_future *f, void *value, const char *out, size_t n
 void sf__future_reject(sf_future *f, const char *message);
 bool sf__future_wait_result(sf_future *f, void *out, char *err, size_t errlen);
 /* sf__task_submit_local starting at attempt `first` (sf__attempt, and the
- * @retry budget left), for a worker or a retry moved off a lost node. */
+ * @retry budget left), for a worker or a retry moved off a lost node; key
+ * is the call's identity as the head gave it (builtins.c, random streams). */
 /* out: if not NULL, the lines the successful attempt printed are appended
  * there before the future completes (remote.c journals them). */
 sf_future *sf__task_submit_attempt(const sf_task_desc *d, void *args, int32_t first,
-                                   sf__buf *out);
+                                   sf__buf *out, uint64_t key);
 
 /* --------------------------------------------------------- remote.c */
 
 /* Placement across nodes: true when another node takes this task call.
  * args stays owned by the caller (copy what is needed); f is completed
- * later with sf__future_resolve / sf__future_reject. */
-bool sf__remote_task(const sf_task_desc *d, void *args, sf_future *f, int64_t seq);
+ * later with sf__future_resolve / sf__future_reject; key (the call's
+ * identity) goes with every attempt. */
+bool sf__remote_task(const sf_task_desc *d, void *args, sf_future *f, int64_t seq, uint64_t key);
 /* Head, on the control thread (cluster.c, H.mu not held): a task result or
  * print output from worker `node`. */
 struct sf__frame;
@@ -326,7 +345,7 @@ void sf__ractor_worker_frame(const struct sf__frame *f);
  * or (state non-NULL, moved in) a checkpointed state. */
 sf_actor *sf__actor_spawn_at(const sf_actor_desc *d, int64_t id, int64_t rank, int64_t size,
                              sf__comm *comm, void *init_args, void *state, int64_t calls,
-                             int64_t epochs);
+                             int64_t epochs, uint64_t key);
 /* keep (or NULL) collects what the call prints, for its result frame. */
 sf_future *sf__actor_post(sf_actor *a, const sf_method_desc *md, void *args, bool all,
                           bool mute, sf__buf *keep);
@@ -338,6 +357,7 @@ int64_t sf__actor_size(sf_actor *a);
 const sf_actor_desc *sf__actor_desc(sf_actor *a);
 void *sf__actor_state(sf_actor *a);
 int64_t sf__actor_id(sf_actor *a);
+uint64_t sf__actor_key(sf_actor *a); /* its random streams' identity (builtins.c) */
 int64_t sf__actor_calls(sf_actor *a);
 void sf__actor_set_calls(sf_actor *a, int64_t n); /* after a restore */
 int64_t sf__actor_restored(sf_actor *a);
@@ -521,6 +541,28 @@ extern _Thread_local int sf__task_depth; /* > 0 inside a task or actor method */
 /* -------------------------------------------------------- builtins.c */
 
 extern int64_t sf__node_id; /* 0 on the head, k on the k-th --nodes host */
+
+/* The random stream of the call running on this thread (main, a task
+ * attempt, an actor message): its identity, the count of calls and spawns
+ * it made (the next child's index) and its PCG32 state, made from the key
+ * at the first draw.  Whoever runs a call saves the thread's, sets a fresh
+ * one with the call's key (sf__rng_enter) and restores it after. */
+typedef struct sf__rng {
+  uint64_t key, children;
+  uint64_t state, inc;
+  bool live;
+} sf__rng;
+extern _Thread_local sf__rng sf__rng_cur;
+uint64_t sf__rng_mix(uint64_t key, uint64_t index); /* the key of child `index` of key */
+/* The key of the next task call or spawn the running call makes. */
+static inline uint64_t sf__rng_child(void) {
+  return sf__rng_mix(sf__rng_cur.key, sf__rng_cur.children++);
+}
+static inline sf__rng sf__rng_enter(uint64_t key) {
+  sf__rng saved = sf__rng_cur;
+  sf__rng_cur = (sf__rng){.key = key};
+  return saved;
+}
 /* Worker: a line "sflow worker K: ..." on stderr (it reaches the head's). */
 void sf__worker_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -240,11 +240,13 @@ __attribute__((format(printf, 5, 6))) static bool fail(sf__nccl_comm *c, const s
 /* ---------------------------------------------------------- waiting */
 
 enum { WAIT_COMM, WAIT_STREAM };
+#define HOT_POLL_S 0.002 /* polls without sleeping, on a machine with an idle core */
 
 /* Polls until the communicator is ready (WAIT_COMM: init, finalize) or
  * until its stream has run the enqueued work (WAIT_STREAM), under the
- * watchdog.  The loop spins briefly, then sleeps up to 1 ms a poll: a
- * collective's latency matters, a dead peer's 1 ms does not. */
+ * watchdog.  The loop spins for up to HOT_POLL_S, then sleeps 50 us, then
+ * (after 100 ms) 1 ms a poll: a collective's latency matters, a dead
+ * peer's 1 ms does not. */
 static bool wait_for(sf__nccl_comm *c, int kind, const char *what, const sf__nccl_watch *w,
                      char *err, size_t n) {
   double limit = w && w->timeout_s > 0 ? w->timeout_s : sf__nccl_timeout();
@@ -252,7 +254,7 @@ static bool wait_for(sf__nccl_comm *c, int kind, const char *what, const sf__ncc
   char why[SF__ERROR_MAX / 2], msg[512];
   sf__sched_block_begin();
   bool ok = false;
-  for (unsigned i = 0;; i++) {
+  for (;;) {
     ncclResult_t st = NCCL_OK, rc = L.async_error(c->comm, &st);
     if (rc != NCCL_OK)
       st = rc;
@@ -281,10 +283,16 @@ static bool wait_for(sf__nccl_comm *c, int kind, const char *what, const sf__ncc
            "group is dead, stopped or not making the same call", what, limit);
       break;
     }
-    if (i < 2000)
-      sched_yield();
+    /* Nothing wakes a thread when the GPU finishes, so it polls: a pure
+     * spin for the first HOT_POLL_S while the machine has a core to spare
+     * (sf__spin_ns), then sleeps between polls.  Never sched_yield: on a
+     * busy machine it gives the core away for a whole time slice. */
+    double waited = now_s() - t0;
+    if (waited < HOT_POLL_S && sf__spin_ns() > 0)
+      for (int k = 0; k < 64; k++)
+        sf__cpu_relax();
     else
-      nanosleep(&(struct timespec){0, i < 4000 ? 50000 : 1000000}, NULL);
+      nanosleep(&(struct timespec){0, waited < 0.1 ? 50000 : 1000000}, NULL);
   }
   sf__sched_block_end();
   return ok;

@@ -189,7 +189,7 @@ typedef enum {
   SF__F_HELLO,         /* worker -> head: pid, host name, exe hash, cpus, data and
                         * object ports */
   SF__F_HEARTBEAT,     /* head -> worker: sequence, send time (answered by a clock frame) */
-  SF__F_TASK_SUBMIT,   /* head -> worker: task id, function, attempt, args */
+  SF__F_TASK_SUBMIT,   /* head -> worker: task id, function, attempt, key, args */
   SF__F_TASK_RESULT,   /* worker -> head: task id, status, value or error, output */
   SF__F_ACTOR_CREATE,  /* head -> worker: actor id, class, args */
   SF__F_ACTOR_CALL,    /* head -> worker: actor id, sequence, method, args */
@@ -247,7 +247,7 @@ typedef struct sf__frame {
     struct { uint64_t seq, time_ns; } heartbeat;
     struct { uint64_t seq, head_ns, worker_ns; } clock;
     struct { uint32_t count; sf__bytes events; } trace; /* count records (sf__trace_rec) */
-    struct { uint64_t task; uint32_t fn, attempt; sf__bytes args; } task_submit;
+    struct { uint64_t task; uint32_t fn, attempt; uint64_t key; sf__bytes args; } task_submit;
     struct { uint64_t task; uint8_t status; sf__bytes value, output; } task_result;
     struct { uint64_t actor; uint32_t cls; sf__bytes args; } actor_create;
     struct { uint64_t actor, seq; uint32_t method; sf__bytes args; } actor_call;

@@ -171,6 +171,7 @@ struct sf__ractor {
   sf_actor *a;             /* the head's handle; valid while calls are pending */
   const sf_actor_desc *d;
   int64_t id, rank, size;
+  uint64_t key;            /* random streams: the actor's identity (task.c) */
   uint64_t wid;            /* wire id of the running incarnation */
   int node, need;
   sf__gpu_hold gpu;        /* @gpus: held with the slots, for its lifetime */
@@ -264,6 +265,7 @@ static void encode_create(sf__wbuf *out, ractor *r, const ckpt *from) {
   put_u32(&b, nl);
   sf__buf_put(&b, r->d->name, nl);
   put_u64(&b, (uint64_t)r->id);
+  put_u64(&b, r->key);
   put_u32(&b, (uint32_t)r->rank);
   put_u32(&b, (uint32_t)r->size);
   put_u64(&b, r->g ? r->g->ring : 0);
@@ -421,6 +423,7 @@ bool sf__ractor_spawn(sf_actor **members, int64_t n, void *args) {
     r->a = members[i];
     r->d = d;
     r->id = sf__actor_id(members[i]);
+    r->key = sf__actor_key(members[i]);
     r->rank = i;
     r->size = n;
     r->node = nodes[i];
@@ -1254,7 +1257,7 @@ static void w_create(const sf__frame *f) {
   char err[300] = "";
   prd r = {f->u.actor_create.args.p, f->u.actor_create.args.p + f->u.actor_create.args.n, true};
   uint32_t nl = 0, rank = 0, size = 0;
-  uint64_t id = 0, ring = 0, calls = 0, epochs = 0;
+  uint64_t id = 0, key = 0, ring = 0, calls = 0, epochs = 0;
   uint8_t from = 0;
   const uint8_t *name = NULL;
   if (rd_take(&r, &nl, 4) && (size_t)(r.end - r.p) >= nl) {
@@ -1264,6 +1267,7 @@ static void w_create(const sf__frame *f) {
     r.ok = false;
   }
   rd_take(&r, &id, 8);
+  rd_take(&r, &key, 8);
   rd_take(&r, &rank, 4);
   rd_take(&r, &size, 4);
   rd_take(&r, &ring, 8);
@@ -1327,7 +1331,7 @@ static void w_create(const sf__frame *f) {
     w->ring = comm ? sf__comm_impl(comm) : NULL;
     sf__checkpoint_ship = ship; /* before the actor can run a call */
     w->a = sf__actor_spawn_at(d, (int64_t)id, rank, size, comm, from ? NULL : val,
-                              from ? val : NULL, (int64_t)calls, (int64_t)epochs);
+                              from ? val : NULL, (int64_t)calls, (int64_t)epochs, key);
   } else {
     w->error = strdup(err);
     sf__worker_note("refused an actor: %s", err);

@@ -210,6 +210,7 @@ typedef struct rtask {
   uint8_t *payload;    /* name + args, as sent */
   uint32_t n;
   int32_t attempt;
+  uint64_t key;        /* the call's identity (random streams), sent with each attempt */
   int node;            /* -1: waiting in the backlog */
   sf__gpu_hold gpu;    /* @gpus: the share, and where it is taken */
   /* objects: a result held by worker `node` (slot freed), wanted by the
@@ -337,6 +338,7 @@ static void encode_submit(sf__wbuf *b, rtask *t) {
   f.u.task_submit.task = t->id;
   f.u.task_submit.fn = (uint32_t)(int32_t)((const char *)t->d - (const char *)&sf_program_desc);
   f.u.task_submit.attempt = (uint32_t)t->attempt;
+  f.u.task_submit.key = t->key;
   f.u.task_submit.args = (sf__bytes){t->payload, t->n};
   sf__wire_encode(b, &f);
 }
@@ -972,7 +974,7 @@ static void *head_runner(void *arg) {
     }
     sf__buf out; /* what the attempt prints here, for the journal */
     sf__buf_init(&out, NULL, 0);
-    sf_future *lf = sf__task_submit_attempt(d, args, t->attempt, &out);
+    sf_future *lf = sf__task_submit_attempt(d, args, t->attempt, &out, t->key);
     SF__COUNT_BY(tasks, -1); /* the call was counted once already */
     if (args != abuf)
       free(args);
@@ -1326,7 +1328,8 @@ static bool submit_waiting(rtask *t, const sf_task_desc *d, void *args, sf_futur
   return true;
 }
 
-bool sf__remote_task(const sf_task_desc *d, void *args, sf_future *f, int64_t seq) {
+bool sf__remote_task(const sf_task_desc *d, void *args, sf_future *f, int64_t seq,
+                     uint64_t key) {
   (void)seq; /* sf__future_resolve journals main's calls */
   if (R.state < 0 || sf__task_depth > 0)
     return false;
@@ -1346,6 +1349,7 @@ bool sf__remote_task(const sf_task_desc *d, void *args, sf_future *f, int64_t se
   if (!t)
     return false;
   t->pref = -1;
+  t->key = key;
   if (futs)
     return submit_waiting(t, d, args, f);
   sf__buf b;
@@ -1794,6 +1798,7 @@ typedef struct wjob {
   uint64_t id;
   const sf_task_desc *d; /* the private copy for this attempt */
   int32_t attempt;
+  uint64_t key;          /* the call's identity, as the head gave it */
   uint8_t *args;         /* serialized arguments */
   uint32_t n;
 } wjob;
@@ -2449,7 +2454,7 @@ static void *worker_runner(void *arg) {
     } else {
       sf__buf out; /* the attempt's print lines, sent with its value */
       sf__buf_init(&out, NULL, 0);
-      sf_future *f = sf__task_submit_attempt(d, args, j->attempt, &out);
+      sf_future *f = sf__task_submit_attempt(d, args, j->attempt, &out, j->key);
       free(args);
       int32_t rsize = value_size(d->result);
       void *res = calloc(1, rsize ? (size_t)rsize : 1);
@@ -2523,6 +2528,7 @@ void sf__remote_worker_submit(const sf__frame *f) {
   memcpy(a, p + 4 + nl, n - 4 - nl);
   j->id = f->u.task_submit.task;
   j->attempt = attempt;
+  j->key = f->u.task_submit.key;
   j->args = a;
   j->n = n - 4 - nl;
   pthread_mutex_lock(&WK.mu);

@@ -26,9 +26,15 @@
  *    after a second of idleness once the pool is back to its size.
  *  - Idle workers spin briefly, then sleep on a futex; a submitter wakes
  *    one only when some are asleep, so the fast path has no system call.
+ *    (Collectives wait differently: a pure spin bounded by sf__spin_ns,
+ *    then a futex, never sched_yield, which on a machine with busy
+ *    processes hands the core away for a whole time slice.  Here the
+ *    yields stay for now: with a pure spin instead, tiny tasks ran 3-5x
+ *    slower in bench/tasks on 2 shared cores; docs/performance.md.)
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
@@ -44,6 +50,8 @@
 
 #define MAX_WORKERS 8192
 #define SPIN_ROUNDS 64        /* steal attempts before sleeping */
+#define SPIN_NS 5000LL        /* the most a waiter spins before it sleeps */
+#define LOAD_CHECK_NS 10000000LL /* how often sf__spin_ns looks at the machine's load */
 #define SPARE_IDLE_NS 1000000000LL
 
 /* ------------------------------------------------------------ futexes */
@@ -71,6 +79,50 @@ void sf__cond_wait_ns(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ns) {
     ts.tv_nsec -= 1000000000L;
   }
   pthread_cond_timedwait(cv, mu, &ts);
+}
+
+/* ----------------------------------------------------------- spinning */
+
+int64_t sf__mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* More runnable threads than online CPUs on the whole machine, from the
+ * fourth field of /proc/loadavg ("running/total"); false when it cannot
+ * be read. */
+static bool oversubscribed(void) {
+  static long ncpus;
+  if (!ncpus) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    ncpus = n > 0 ? n : 1;
+  }
+  int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return false;
+  char buf[128];
+  ssize_t k = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (k <= 0)
+    return false;
+  buf[k] = '\0';
+  char *p = buf;
+  for (int field = 0; field < 3 && p; field++)
+    p = strchr(p + 1, ' ');
+  return p && strtol(p + 1, NULL, 10) > ncpus;
+}
+
+static _Atomic int64_t spin_checked = INT64_MIN / 2, spin_budget = SPIN_NS;
+
+/* The machine's load is read at most once per LOAD_CHECK_NS (a few
+ * microseconds per read), by whichever waiter finds the figure stale. */
+int64_t sf__spin_ns(void) {
+  int64_t now = sf__mono_ns();
+  int64_t last = atomic_load_explicit(&spin_checked, memory_order_relaxed);
+  if (now - last >= LOAD_CHECK_NS && atomic_compare_exchange_strong(&spin_checked, &last, now))
+    atomic_store_explicit(&spin_budget, oversubscribed() ? 0 : SPIN_NS, memory_order_relaxed);
+  return atomic_load_explicit(&spin_budget, memory_order_relaxed);
 }
 
 /* ------------------------------------------------------------- deques */
@@ -283,12 +335,6 @@ static bool anything_queued(void) {
   return false;
 }
 
-static int64_t mono_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 static void *worker_main(void *arg);
 
 static void spawn_thread(void) {
@@ -341,10 +387,10 @@ static void *worker_main(void *arg) {
       continue;
     }
     if (!idle_since)
-      idle_since = mono_ns();
+      idle_since = sf__mono_ns();
     sf__futex_wait(&P.epoch, e, 100000000LL);
     atomic_fetch_sub(&P.nsleeping, 1);
-    if (mono_ns() - idle_since > SPARE_IDLE_NS && surplus()) {
+    if (sf__mono_ns() - idle_since > SPARE_IDLE_NS && surplus()) {
       /* A spare no longer needed: leave, but only if the count still
        * shows a surplus after taking this thread out. */
       if (atomic_fetch_sub(&P.nthreads, 1) - 1 - atomic_load(&P.nblocked) >= P.target) {

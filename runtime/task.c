@@ -477,6 +477,7 @@ typedef struct task_rec {
   _Atomic int32_t inflight; /* attempts running (the args live until 0) */
   demand need;
   int64_t seq;              /* journal sequence number, or -1 */
+  uint64_t key;             /* the call's identity: every attempt's random stream */
   sf__buf *out;             /* the successful attempt's print lines go here, or NULL */
   _Alignas(16) unsigned char args[];
 } task_rec;
@@ -489,7 +490,7 @@ static void task_schedule(task_rec *t);
 static _Thread_local int32_t submit_first_attempt; /* sf__task_submit_attempt */
 static _Thread_local sf__buf *submit_out;           /* sf__task_submit_attempt */
 static sf_future *task_submit(const sf_task_desc *d, void *args, int64_t seq, struct demand need,
-                              bool may_go_remote, const sf_loc *loc);
+                              bool may_go_remote, uint64_t key, const sf_loc *loc);
 
 /* A deque entry holds a reference to the future (the block it lives in):
  * the task may have run inline and finished long before the entry is
@@ -556,9 +557,11 @@ static void run_task(task_rec *t) {
   }
   current_actor = NULL;
   sf__current_gpu = dev;
+  sf__rng saved_rng = sf__rng_cur;
   int32_t attempt = atomic_load(&t->owner);
   for (;;) {
     memset(res, 0, (size_t)size);
+    sf__rng_cur = (sf__rng){.key = t->key}; /* a retry draws what the first attempt drew */
     if (t->out)
       keep.len = 0;
     sf__attempt = attempt;
@@ -616,6 +619,7 @@ static void run_task(task_rec *t) {
   current_actor = saved_actor;
   sf__attempt = saved_attempt;
   sf__current_gpu = saved_gpu;
+  sf__rng_cur = saved_rng;
   if (res != small)
     sf_free(res);
   resources_give(t->need, dev);
@@ -656,6 +660,9 @@ static void timed_out(task_rec *t, int32_t attempt) {
 }
 
 sf_future *sf_task_call(const sf_task_desc *d, void *args, const sf_loc *loc) {
+  /* Taken before a replay answers the call, so the calls after it keep
+   * the identities they had in the journaled run. */
+  uint64_t key = sf__rng_child();
   int64_t seq = sf__journal_next();
   if (seq >= 0) {
     sf_future *jf = sf__journal_task_replay(seq, d, loc);
@@ -665,7 +672,7 @@ sf_future *sf_task_call(const sf_task_desc *d, void *args, const sf_loc *loc) {
     }
   }
   demand need = demand_of(d->cpus, d->gpus, d->name, loc);
-  return task_submit(d, args, seq, need, true, loc);
+  return task_submit(d, args, seq, need, true, key, loc);
 }
 
 /* Whether any argument of d is a future (such a call may park). */
@@ -696,7 +703,7 @@ static bool run_on_the_spot(const sf_task_desc *d, demand need, bool may_go_remo
  * one that only the caller will run), arguments copied in. */
 static void task_rec_init(task_rec *t, sf_future *f, const sf_task_desc *d, void *args,
                           size_t asize, int64_t seq, demand need, int32_t claimed,
-                          const sf_loc *loc) {
+                          uint64_t key, const sf_loc *loc) {
   t->job.run = claimed ? NULL : run_task_job;
   t->job.next = NULL;
   t->again.run = claimed ? NULL : run_task_again;
@@ -710,6 +717,7 @@ static void task_rec_init(task_rec *t, sf_future *f, const sf_task_desc *d, void
   atomic_init(&t->inflight, 1);
   t->need = need;
   t->seq = seq;
+  t->key = key;
   t->out = submit_out;
   submit_out = NULL; /* not for the calls this task makes, should it run inline */
   if (asize)
@@ -718,14 +726,14 @@ static void task_rec_init(task_rec *t, sf_future *f, const sf_task_desc *d, void
 
 /* The shared part of sf_task_call and sf__task_submit_local. */
 static sf_future *task_submit(const sf_task_desc *d, void *args, int64_t seq, demand need,
-                              bool may_go_remote, const sf_loc *loc) {
+                              bool may_go_remote, uint64_t key, const sf_loc *loc) {
   size_t asize = (size_t)type_size(d->args);
   task_rec *t;
   if (run_on_the_spot(d, need, may_go_remote, asize)) {
     _Alignas(16) unsigned char rec[sizeof(task_rec) + INLINE_ARGS];
     t = (task_rec *)rec;
     sf_future *f = future_alloc(d->result, 0, NULL);
-    task_rec_init(t, f, d, args, asize, seq, need, 1, loc);
+    task_rec_init(t, f, d, args, asize, seq, need, 1, key, loc);
     f->hdr.rc = 2; /* the caller's and the attempt's (task_args_done) */
     SF__COUNT(tasks);
     sf__inline_depth++;
@@ -734,13 +742,13 @@ static sf_future *task_submit(const sf_task_desc *d, void *args, int64_t seq, de
     return f;
   }
   sf_future *f = future_alloc(d->result, sizeof(task_rec) + asize, (void **)&t);
-  task_rec_init(t, f, d, args, asize, seq, need, 0, loc);
+  task_rec_init(t, f, d, args, asize, seq, need, 0, key, loc);
   f->task = t;
   /* Three references: the caller's, the task's (until its last attempt
    * ends) and the deque entry's. */
   f->hdr.rc = 3; /* not yet shared: a plain store */
   SF__COUNT(tasks);
-  if (may_go_remote && sf__remote_task(d, t->args, f, seq)) {
+  if (may_go_remote && sf__remote_task(d, t->args, f, seq, key)) {
     /* Another node runs it; remote.c copied what it needs and completes
      * f.  The local record is finished without running. */
     atomic_store(&t->claimed, 1);
@@ -790,17 +798,17 @@ static void tasks_unparked(task_rec *list) {
   }
 }
 
-sf_future *sf__task_submit_local(const sf_task_desc *d, void *args) {
+sf_future *sf__task_submit_local(const sf_task_desc *d, void *args, uint64_t key) {
   demand need = {0, 0};
-  return task_submit(d, args, -1, need, false, NULL);
+  return task_submit(d, args, -1, need, false, key, NULL);
 }
 
 /* remote.c (multi-node): the same, starting at attempt `first`. */
 sf_future *sf__task_submit_attempt(const sf_task_desc *d, void *args, int32_t first,
-                                   sf__buf *out) {
+                                   sf__buf *out, uint64_t key) {
   submit_first_attempt = first;
   submit_out = out;
-  sf_future *f = sf__task_submit_local(d, args);
+  sf_future *f = sf__task_submit_local(d, args, key);
   submit_first_attempt = 0;
   submit_out = NULL;
   return f;
@@ -870,6 +878,7 @@ struct sf_actor {
   sf__comm *comm;            /* the group's collectives, or NULL */
   void *state;
   int64_t id;                /* spawn number: journal/checkpoint identity */
+  uint64_t key;              /* random streams: message j draws from mix(key, j) */
   int64_t calls;             /* calls completed (the state holds them) */
   int64_t restored;          /* calls in the checkpoint it was restored from */
   int64_t epochs;            /* g.all calls completed (group checkpoints) */
@@ -928,6 +937,7 @@ sf__comm *sf__actor_comm(sf_actor *a) { return a->comm; }
 const sf_actor_desc *sf__actor_desc(sf_actor *a) { return a->desc; }
 void *sf__actor_state(sf_actor *a) { return a->state; }
 int64_t sf__actor_id(sf_actor *a) { return a->id; }
+uint64_t sf__actor_key(sf_actor *a) { return a->key; }
 int64_t sf__actor_calls(sf_actor *a) { return a->calls; }
 void sf__actor_set_calls(sf_actor *a, int64_t n) { a->calls = a->restored = n; }
 int64_t sf__actor_restored(sf_actor *a) { return a->restored; }
@@ -966,6 +976,10 @@ static void run_msg(sf_actor *a, msg *m) {
     double t0 = sf__trace_now();
     bool was_muted = sf__print_mute;
     sf__buf *was_kept = sf__print_keep;
+    /* Message j of the actor (init 0, its calls 1, 2, ... counted by the
+     * state, so a restored or restarted actor goes on where it was). */
+    uint64_t msg_no = m->kind == MSG_INIT ? 0 : (uint64_t)a->calls + 1;
+    sf__rng was_rng = sf__rng_enter(sf__rng_mix(a->key, msg_no));
     sf__print_mute = was_muted || m->mute;
     if (m->keep)
       sf__print_keep = m->keep;
@@ -973,6 +987,7 @@ static void run_msg(sf_actor *a, msg *m) {
       why = cause();
     sf__print_mute = was_muted;
     sf__print_keep = was_kept;
+    sf__rng_cur = was_rng;
     sf__capture_end(cap);
     current_actor = saved;
     sf__trace_event(md->name, m->kind == MSG_INIT ? "init" : "call", t0, 0, why);
@@ -1151,7 +1166,7 @@ static msg *msg_new(const sf_type *args, void *src, bool retain_copy) {
 
 /* An actor whose init is not posted yet (see post_init). */
 static sf_actor *actor_alloc(const sf_actor_desc *d, int64_t id, int64_t rank, int64_t size,
-                             sf__comm *comm) {
+                             sf__comm *comm, uint64_t key) {
   sf__sched_start();
   sf_actor *a = sf_alloc(sizeof *a);
   memset(a, 0, sizeof *a);
@@ -1166,6 +1181,7 @@ static sf_actor *actor_alloc(const sf_actor_desc *d, int64_t id, int64_t rank, i
   pthread_mutex_init(&a->lock, NULL);
   a->drain.run = drain;
   a->id = id;
+  a->key = key;
   a->restore_epoch = -1;
   atomic_fetch_add_explicit(&sf__stats.actors, 1, memory_order_relaxed);
   return a;
@@ -1185,7 +1201,8 @@ static void post_init(sf_actor *a, void *args, bool retain_args, const sf_loc *l
 
 sf_actor *sf_actor_spawn(const sf_actor_desc *d, void *args, const sf_loc *loc) {
   (void)demand_of(d->cpus, d->gpus, d->name, loc); /* the notice / --require-gpu */
-  sf_actor *a = actor_alloc(d, sf__spawn_id(), 0, 1, NULL);
+  uint64_t key = sf__rng_child();
+  sf_actor *a = actor_alloc(d, sf__spawn_id(), 0, 1, NULL, key);
   if (sf__ractor_spawn(&a, 1, args)) /* placed on a worker; it took args */
     return a;
   post_init(a, args, false, loc);
@@ -1203,8 +1220,10 @@ sf_group *sf_group_spawn(const sf_actor_desc *d, int64_t n, void *args, const sf
   g->members = sf__alloc_n((size_t)(n ? n : 1), sizeof *g->members);
   sf__comm *comm = n > 0 ? sf__comm_new(n) : NULL;
   int64_t id = sf__spawn_id();
+  uint64_t key = sf__rng_child(); /* the group's; member i's is mix(key, i) */
   for (int64_t i = 0; i < n; i++)
-    g->members[i] = actor_alloc(d, id, i, n, i ? sf__comm_retain(comm) : comm);
+    g->members[i] = actor_alloc(d, id, i, n, i ? sf__comm_retain(comm) : comm,
+                                sf__rng_mix(key, (uint64_t)i));
   /* A gang on workers (ractor.c), all or nothing; else here. */
   if (n > 0 && sf__ractor_spawn(g->members, n, args))
     return g;
@@ -1356,8 +1375,8 @@ void sf__actor_stop(sf_actor *a) { atomic_store(&a->stopped, true); }
 
 sf_actor *sf__actor_spawn_at(const sf_actor_desc *d, int64_t id, int64_t rank, int64_t size,
                              sf__comm *comm, void *init_args, void *state, int64_t calls,
-                             int64_t epochs) {
-  sf_actor *a = actor_alloc(d, id, rank, size, comm);
+                             int64_t epochs, uint64_t key) {
+  sf_actor *a = actor_alloc(d, id, rank, size, comm, key);
   if (state) {
     memcpy(a->state, state, (size_t)type_size(d->state));
     a->preset = true;

@@ -154,6 +154,7 @@ static void put_payload(sf__wbuf *b, const sf__frame *f) {
     put_u64(b, f->u.task_submit.task);
     put_u32(b, f->u.task_submit.fn);
     put_u32(b, f->u.task_submit.attempt);
+    put_u64(b, f->u.task_submit.key); /* random streams: the call's identity */
     put_bytes(b, f->u.task_submit.args);
     break;
   case SF__F_TASK_RESULT:
@@ -392,6 +393,7 @@ static void get_payload(rd *r, sf__frame *f) {
     f->u.task_submit.task = get_u64(r, "task id");
     f->u.task_submit.fn = get_u32(r, "function");
     f->u.task_submit.attempt = get_u32(r, "attempt");
+    f->u.task_submit.key = get_u64(r, "key");
     f->u.task_submit.args = get_bytes(r, ARGS_MAX, "arguments");
     break;
   case SF__F_TASK_RESULT:

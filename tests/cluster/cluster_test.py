@@ -2193,6 +2193,22 @@ def case_trace_nodes(c):
           all(e["pid"] == where for e in calls), f"a remote actor's calls on node {where}", calls)
     check(not [e for e in ev if e["ph"] == "X" and e["pid"] == 0 and e["cat"] == "task"],
           "no task slices on the head when it runs no work")
+def case_rand_nodes(c):
+    """rand_f32() in tasks (nested, retried), an actor and a group draws
+    from streams derived from the seed and each call's identity, so a
+    --nodes run prints the numbers a single-node run prints, whichever
+    node ran each call (tests/runtime/rand.sflow; the derivation is
+    checked by tests/runtime/rand_test.py)."""
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "runtime",
+                           "rand.sflow")) as f:
+        exe = c.compile("rand", f.read())
+    want = single_node(exe, "--n", "6", "--threads", "1")
+    check(want.count("\n") == 8, "single-node run", want)
+    for extra in (["--head-runs-work=false"], []):
+        r = c.run("--n", "6", *extra, prog=exe, timeout=120)
+        check(r.returncode == 0, f"exit {r.returncode} {extra}", r.stdout, r.stderr)
+        check(r.stdout == want, f"--nodes output differs from the single-node run {extra}",
+              r.stdout, want)
     c.expect_no_workers()
 
 
@@ -2638,6 +2654,7 @@ CASES = {
     "tasks_object_mixed": (3, case_tasks_object_mixed),
     "actors_remote": (2, case_actors_remote),
     "trace_nodes": (2, case_trace_nodes),
+    "rand_nodes": (2, case_rand_nodes),
     "actors_gpus": (2, case_actors_gpus),
     "actors_gpus_group": (2, case_actors_gpus_group),
     "actors_print_resume": (2, case_actors_print_resume),

@@ -17,3 +17,14 @@ set_tests_properties(runtime/tsan PROPERTIES TIMEOUT 1200)
 add_test(NAME runtime/reserved_flags
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/flags_test.py
           --sflowc $<TARGET_FILE:sflowc>)
+# Random streams per call: the same numbers for any --threads, and after
+# a kill and --resume, as docs/runtime.md's derivation says.
+add_test(NAME runtime/rand
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/rand_test.py
+          --sflowc $<TARGET_FILE:sflowc>)
+# Collectives under CPU contention: 200 small allreduces beside two busy
+# loops pinned to the cores, well under a second (it was about one).
+add_test(NAME runtime/collective_contention
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/contention_test.py
+          --sflowc $<TARGET_FILE:sflowc>)
+set_tests_properties(runtime/collective_contention PROPERTIES RUN_SERIAL TRUE TIMEOUT 300)

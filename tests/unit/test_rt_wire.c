@@ -41,7 +41,11 @@ static void test_roundtrip_all_types(void) {
       f.u.hello.data_port = 9;
       f.u.hello.obj_port = 11;
       break;
-    case SF__F_TASK_SUBMIT: f.u.task_submit.task = 1ull << 40; f.u.task_submit.args = bytes; break;
+    case SF__F_TASK_SUBMIT:
+      f.u.task_submit.task = 1ull << 40;
+      f.u.task_submit.key = 0xfedcba9876543210ull;
+      f.u.task_submit.args = bytes;
+      break;
     case SF__F_TASK_RESULT: f.u.task_result.status = 1; f.u.task_result.value = bytes; break;
     case SF__F_ACTOR_CALL: f.u.actor_call.seq = 5; f.u.actor_call.args = bytes; break;
     case SF__F_ACTOR_RESULT:
@@ -77,6 +81,8 @@ static void test_roundtrip_all_types(void) {
       CHECK_INT(g.u.hello.data_port, 9);
       CHECK_INT(g.u.hello.obj_port, 11);
     }
+    if (t == SF__F_TASK_SUBMIT) /* the call's identity: its random streams */
+      CU_ASSERT(g.u.task_submit.key == 0xfedcba9876543210ull);
     /* Every strict prefix is "need more", never an error or a frame. */
     for (size_t k = 0; k < b.n; k++)
       CHECK_INT(sf__wire_decode(b.p, k, &g, err, sizeof err), 0);
