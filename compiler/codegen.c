@@ -132,6 +132,7 @@ static struct {
   LLVMBuilderRef b;
   LLVMTargetMachineRef tm;
   LLVMTargetDataRef td;
+  Target target;
   LLVMTypeRef i1, i8, i32, i64, f32, f64, vd, P;
   LLVMTypeRef arr_ty, str_hdr_ty, loc_ty, type_ty, field_ty;
   Fn *fn;
@@ -2656,10 +2657,13 @@ static void gen_program_desc(Decl *wf) {
   if (n)
     parr = const_global(LLVMConstArray(param_ty, params, (unsigned)n), ".params");
   Source *main_src = src_get(G.prog->main->file);
-  LLVMValueRef pd[] = {ci32(1), cstr(stem(main_src->path)), cstr(main_src->path), ci32(n),
-                       parr ? LLVMConstPointerCast(parr, G.P) : LLVMConstNull(G.P),
-                       LLVMConstPointerCast(mainfn, G.P)};
-  LLVMValueRef init = LLVMConstStructInContext(G.ctx, pd, 6, 0);
+  /* What a host's CPU must have (target.c), checked by the head of a
+   * --nodes run before it deploys this executable anywhere. */
+  LLVMValueRef pd[] = {ci32(2 /* SF_ABI_VERSION */), cstr(stem(main_src->path)), cstr(main_src->path),
+                       ci32(n), parr ? LLVMConstPointerCast(parr, G.P) : LLVMConstNull(G.P),
+                       LLVMConstPointerCast(mainfn, G.P), cstr(G.target.cpu),
+                       cstr(G.target.needs)};
+  LLVMValueRef init = LLVMConstStructInContext(G.ctx, pd, 8, 0);
   LLVMValueRef g = LLVMAddGlobal(G.mod, LLVMTypeOf(init), "sf_program_desc");
   LLVMSetInitializer(g, init);
   LLVMSetGlobalConstant(g, 1);
@@ -2808,31 +2812,29 @@ static void init_types(void) {
 }
 
 static int make_target(void) {
-  LLVMInitializeNativeTarget();
-  LLVMInitializeNativeAsmPrinter();
-  char *triple = LLVMGetDefaultTargetTriple();
-  char *err = NULL;
-  LLVMTargetRef target;
-  if (LLVMGetTargetFromTriple(triple, &target, &err)) {
-    fprintf(stderr, "sflowc: error: no LLVM target for '%s': %s\n", triple, err);
-    LLVMDisposeMessage(err);
-    LLVMDisposeMessage(triple);
+  if (target_open(&G.opts->target, G.opts->opt_level, &G.target)) {
+    if (G.target.tm)
+      LLVMDisposeTargetMachine(G.target.tm);
     return 1;
   }
-  char *cpu = LLVMGetHostCPUName(), *feat = LLVMGetHostCPUFeatures();
-  LLVMCodeGenOptLevel lvl = G.opts->opt_level == 0   ? LLVMCodeGenLevelNone
-                            : G.opts->opt_level == 1 ? LLVMCodeGenLevelLess
-                            : G.opts->opt_level == 2 ? LLVMCodeGenLevelDefault
-                                                     : LLVMCodeGenLevelAggressive;
-  G.tm = LLVMCreateTargetMachine(target, triple, cpu, feat, lvl, LLVMRelocPIC,
-                                 LLVMCodeModelDefault);
+  G.tm = G.target.tm;
   G.td = LLVMCreateTargetDataLayout(G.tm);
-  LLVMSetTarget(G.mod, triple);
+  LLVMSetTarget(G.mod, G.target.triple);
   LLVMSetModuleDataLayout(G.mod, G.td);
-  LLVMDisposeMessage(cpu);
-  LLVMDisposeMessage(feat);
-  LLVMDisposeMessage(triple);
   return 0;
+}
+
+/* Tunes every function for the build machine when the target is the
+ * portable baseline (gcc's -mtune beside -march): scheduling and cost
+ * choices only, the instruction set stays the target's. */
+static void tune_functions(void) {
+  if (!G.target.tune)
+    return;
+  unsigned n = (unsigned)strlen(G.target.tune);
+  for (LLVMValueRef f = LLVMGetFirstFunction(G.mod); f; f = LLVMGetNextFunction(f))
+    if (!LLVMIsDeclaration(f))
+      LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex,
+                              LLVMCreateStringAttribute(G.ctx, "tune-cpu", 8, G.target.tune, n));
 }
 
 static int optimise(void) {
@@ -3008,6 +3010,7 @@ int codegen_program(Program *p, const CodegenOptions *opts) {
     return 101;
   }
   LLVMDisposeMessage(msg);
+  tune_functions();
   int rc = optimise();
   if (!rc) {
     if (opts->emit && !strcmp(opts->emit, "llvm"))

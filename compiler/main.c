@@ -29,6 +29,7 @@ typedef struct {
   bool debug;
   DiagFormat format;
   int color;
+  TargetRequest target;
 } Options;
 
 static void usage(FILE *f) {
@@ -41,6 +42,15 @@ static void usage(FILE *f) {
           "  -o FILE               write the executable (or --emit output) to FILE\n"
           "  -O0 -O1 -O2 -O3       optimisation level (default -O2)\n"
           "  -g                    emit debug information (gdb stops on .sflow lines)\n"
+          "  --target-cpu=NAME     compile for CPU NAME (LLVM's names: x86-64-v3,\n"
+          "                        skylake-avx512, neoverse-n1, ...; 'help' lists them).\n"
+          "                        Default: a portable baseline, x86-64-v2 on x86_64\n"
+          "                        and generic (armv8-a) on aarch64, tuned for this\n"
+          "                        machine\n"
+          "  -march=NAME           the same as --target-cpu=NAME; -march=native uses\n"
+          "                        every feature of this machine's CPU\n"
+          "  --target-features=+A,-B  turn CPU features on (+) or off (-), LLVM names\n"
+          "                        (+avx2,-fma); --nodes runs refuse hosts without them\n"
           "  --check               run the front end only (parse and type-check)\n"
           "  --emit=KIND           stop after a phase and print or write it:\n"
           "                          tokens  the token stream\n"
@@ -68,7 +78,7 @@ static _Noreturn void usage_error(const char *fmt, const char *arg) {
 
 static const char *const known_flags[] = {
     "-o", "-O0", "-O1", "-O2", "-O3", "-g", "--check", "--emit", "--error-format",
-    "--color", "--lsp", "--version", "--help",
+    "--color", "--lsp", "--version", "--help", "--target-cpu", "--target-features", "-march",
 };
 
 static void unknown_flag(const char *arg) {
@@ -91,6 +101,22 @@ static const char *flag_value(const char *arg, const char *flag) {
   if (strncmp(arg, flag, n) == 0 && arg[n] == '=')
     return arg + n + 1;
   return NULL;
+}
+
+/* --target-features takes LLVM's syntax: names with a sign, comma
+ * separated.  LLVM itself checks the names (target.c). */
+static void check_features(const char *v) {
+  for (const char *p = v;;) {
+    const char *e = strchr(p, ',');
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    if (n < 2 || (*p != '+' && *p != '-'))
+      usage_error("--target-features takes +NAME and -NAME items separated by commas, as in "
+                  "+avx2,-fma (got '%s')",
+                  v);
+    if (!e)
+      break;
+    p = e + 1;
+  }
 }
 
 static Options parse_args(int argc, char **argv) {
@@ -141,7 +167,16 @@ static Options parse_args(int argc, char **argv) {
         o.color = -1;
       else
         usage_error("unknown --color '%s' (expected auto, always or never)", v);
-    } else if (!strcmp(a, "--emit") || !strcmp(a, "--error-format") || !strcmp(a, "--color")) {
+    } else if ((v = flag_value(a, "--target-cpu")) || (v = flag_value(a, "-march"))) {
+      if (!*v)
+        usage_error("%s needs a CPU name, as in --target-cpu=x86-64-v3", a);
+      o.target.cpu = v;
+    } else if ((v = flag_value(a, "--target-features"))) {
+      check_features(v);
+      o.target.features = v;
+    } else if (!strcmp(a, "--emit") || !strcmp(a, "--error-format") || !strcmp(a, "--color") ||
+               !strcmp(a, "--target-cpu") || !strcmp(a, "--target-features") ||
+               !strcmp(a, "-march")) {
       usage_error("%s needs a value, as in --emit=ast", a);
     } else if (a[0] == '-' && a[1]) {
       unknown_flag(a);
@@ -150,6 +185,13 @@ static Options parse_args(int argc, char **argv) {
     } else {
       o.input = a;
     }
+  }
+  /* Before the input is read, so a bad name is a usage error whatever the
+   * file holds; --target-cpu=help needs no input. */
+  if (o.target.cpu || o.target.features) {
+    int rc = target_check(&o.target);
+    if (rc)
+      exit(rc < 0 ? 0 : rc);
   }
   if (!o.input)
     usage_error("%s", "no input file");
@@ -296,6 +338,8 @@ int main(int argc, char **argv) {
       .emit = o.emit,
       .out = o.output ? o.output : (o.emit ? (strcmp(o.emit, "obj") ? "-" : "out.o") : default_output(o.input)),
       .argv0 = argv[0],
+      .target = o.target,
   };
-  return codegen_program(&prog, &co) ? 1 : 0;
+  int rc = codegen_program(&prog, &co);
+  return rc == 101 ? 101 : rc ? 1 : 0;
 }

@@ -4,8 +4,9 @@
  * One section per compiler file, in pipeline order: the arena and sources
  * (util.c), diagnostics (diag.c), tokens and the lexer (lexer.c over the
  * flex scanner grammar/sflow.l), the AST (ast.c, built by grammar/sflow.y),
- * types (types.c), semantic analysis (sema.c), LLVM host code (codegen.c),
- * CUDA C for kernels (cudagen.c), and the driver (main.c).
+ * types (types.c), semantic analysis (sema.c), the target machine
+ * (target.c), LLVM host code (codegen.c), CUDA C for kernels (cudagen.c),
+ * and the driver (main.c).
  *
  * Memory policy: everything the front end allocates lives in one arena that
  * is freed once, when the compilation ends.  Nothing in the AST is freed
@@ -405,6 +406,32 @@ bool sema_program(Program *p);
 /* Embedded standard library sources (generated at build time). */
 const char *stdlib_lookup(const char *name, size_t *len); /* "math" -> text */
 
+/* -------------------------------------------------------------- target.c */
+
+/* What the command line asks for; NULLs mean the portable default. */
+typedef struct {
+  const char *cpu;      /* --target-cpu / -march: a CPU name, "native" or "help" */
+  const char *features; /* --target-features, LLVM syntax: "+avx2,-fma" */
+} TargetRequest;
+
+/* The target machine codegen compiles with, and what the executable
+ * records (sf_program.target_cpu / target_needs).  Strings are arena's. */
+typedef struct {
+  void *tm;             /* LLVMTargetMachineRef */
+  const char *triple;
+  const char *cpu;      /* the CPU LLVM compiles for ("x86-64-v2") */
+  const char *features; /* the feature string it gets */
+  const char *tune;     /* "tune-cpu" of every function (the build host), or NULL */
+  const char *needs;    /* features a host must have, LLVM names: "cx16,popcnt,..." */
+} Target;
+
+/* Checks the names in r before anything is compiled: 0 when LLVM knows
+ * them, 2 after a usage message naming the unknown one, -1 after printing
+ * LLVM's CPU and feature list for --target-cpu=help, 1 on other errors. */
+int target_check(const TargetRequest *r);
+/* Creates the target machine for r; 0, or non-zero after a message. */
+int target_open(const TargetRequest *r, int opt_level, Target *out);
+
 /* ------------------------------------------------------------- codegen.c */
 
 typedef struct {
@@ -413,6 +440,7 @@ typedef struct {
   const char *emit; /* NULL (link), "llvm", "obj", "cuda" */
   const char *out;  /* output path */
   const char *argv0;/* to find the runtime library */
+  TargetRequest target;
 } CodegenOptions;
 
 /* Lowers the checked program to LLVM IR and writes what opts asks for.

@@ -5,7 +5,8 @@
  *
  * Head start-up, in parallel for all hosts (one thread per host, so 32
  * hosts start in about the time of one): SSH connect, host key check and
- * authentication (ssh.c); a listener on the head's address of that SSH
+ * authentication (ssh.c); whether the host can run this executable
+ * (architecture, glibc, CPU features: hostcheck.c); a listener on the head's address of that SSH
  * connection (only the interfaces the workers reach us by, never
  * INADDR_ANY); SFTP deployment of this executable by content hash; exec in
  * worker mode with a fresh 256-bit secret on the channel's stdin.  Then
@@ -119,6 +120,8 @@ typedef struct node {
   int clock_n;
   bool copied;
   int64_t connect_ms;        /* phase 1: TCP + handshake + authentication */
+  int64_t check_ms;          /* phase 2: listener, start of the command, host check */
+  char path[1200];           /* the executable's copy on the host */
   double start_s;     /* seconds from the run's start to HELLO */
   char error[768];    /* start-up failure */
   char listen_addr[64];
@@ -227,8 +230,9 @@ static uint16_t listener_port(const char *addr) {
 }
 
 /* Start-up phase 1, one thread per host: TCP connect, host key check and
- * authentication.  Nothing is copied or started anywhere until every host
- * has passed this, so one refused host key starts no worker elsewhere. */
+ * authentication.  Nothing is run, copied or started anywhere until every
+ * host has passed this, so one refused host key starts no session
+ * elsewhere. */
 static void *connect_host(void *arg) {
   node *nd = arg;
   int64_t t0 = now_ms();
@@ -237,13 +241,53 @@ static void *connect_host(void *arg) {
   return NULL;
 }
 
-/* Phase 2, one thread per host: listen, deploy, exec. */
-static void *launch(void *arg) {
-  node *nd = arg;
+/* The worker's command line after `env` (arguments for the outer shell):
+ * torchrun's names (docs/cluster.md, "Environment"), given by env(1) so
+ * that they are in the worker's environment from exec on: no setenv
+ * beside threads, and /proc/PID/environ shows what the worker got.
+ * MASTER_ADDR is the head's address this worker dials; MASTER_PORT is left
+ * free for the user's own rendezvous (not sflow's control port). */
+static void worker_args(node *nd, const char *path, uint16_t port, char *cmd, size_t n) {
   int id = (int)(nd - H.nodes) + 1;
+  bool v6 = strchr(nd->listen_addr, ':') != NULL;
+  /* host:N or slots=N from the hostfile: the worker runs N tasks at once. */
+  char threads[32] = "";
+  if (nd->host->slots > 0)
+    snprintf(threads, sizeof threads, " --threads %d", nd->host->slots);
+  /* The object store's knobs (remote.c, objects), digits only. */
+  char objenv[160] = "";
+  /* And a test's skew of the worker's trace clock (trace.c). */
+  static const char *const objvars[] = {"SFLOW_OBJECT_THRESHOLD", "SFLOW_OBJECT_SERVE_DELAY_MS",
+                                        "SFLOW_TEST_CLOCK_SKEW_MS"};
+  for (size_t i = 0; i < sizeof objvars / sizeof *objvars; i++) {
+    const char *v = getenv(objvars[i]);
+    if (v && *v && strlen(v) < 20 && strspn(v, "0123456789") == strlen(v))
+      snprintf(objenv + strlen(objenv), sizeof objenv - strlen(objenv), " %s=%s", objvars[i], v);
+  }
+  snprintf(cmd, n,
+           "RANK=%d LOCAL_RANK=0 WORLD_SIZE=%d LOCAL_WORLD_SIZE=1 MASTER_ADDR='%s' "
+           "MASTER_PORT=%u%s '%s' --sflow-worker '%d@%s%s%s:%u'%s%s%s%s%s",
+           id, H.n + 1, nd->listen_addr, H.master_port, objenv, path, id, v6 ? "[" : "",
+           nd->listen_addr, v6 ? "]" : "", port, threads, logging() ? " --cluster-log" : "",
+           sf__options.trace ? " --sflow-trace" : "", /* its events come to our trace */
+           /* a hostfile's gpus=N on a host without them is an error there too */
+           sf__options.require_gpu ? " --require-gpu" : "", H.cwd_arg);
+}
+
+#define CHECKED "sflow-host-checked"
+
+/* Phase 2, one thread per host: listen, then start the worker's command,
+ * which first prints what the host has (hostcheck.c) and then waits for a
+ * "go" line on stdin before it execs the worker; the head refuses a host
+ * whose architecture, glibc or CPU features cannot run this executable,
+ * by name, before anything is copied anywhere.  One SSH session command
+ * for both, since a command costs the host a session (a fork and a
+ * shell: about 0.2 s on a busy machine). */
+static void *check_host(void *arg) {
+  node *nd = arg;
   char *err = nd->error;
   size_t errlen = sizeof nd->error;
-  int64_t t1 = now_ms();
+  int64_t t0 = now_ms();
   struct sockaddr_storage ss;
   socklen_t sl;
   sf__ssh_local_addr(nd->ssh, &ss, &sl);
@@ -257,51 +301,52 @@ static void *launch(void *arg) {
     snprintf(err, errlen, "%s: %s", nd->label, lerr);
     return NULL;
   }
+  /* sf__ssh_deploy's name for the copy. */
+  snprintf(nd->path, sizeof nd->path, "%s/sflow-%s", H.ssh.remote_cache, H.exe_hex);
+  char args[4096], cmd[4096 + 256]; /* path + cwd + at most ~330; the probe */
+  worker_args(nd, nd->path, port, args, sizeof args);
+  /* `read` takes one line and leaves the secret after it for the worker;
+   * end of file (the head gave up on the start) runs nothing. */
+  snprintf(cmd, sizeof cmd,
+           "exec /bin/sh -c '%s; echo " CHECKED "; read go && [ \"$go\" = go ] && exec \"$@\"' "
+           "sflow env %s",
+           sf__host_probe_cmd, args);
+  char out[8192];
+  if (sf__ssh_start(nd->ssh, cmd, err, errlen) == 0 &&
+      sf__ssh_read_until(nd->ssh, CHECKED, out, sizeof out, err, errlen) == 0)
+    sf__host_check(nd->label, out, err, errlen);
+  nd->check_ms = now_ms() - t0;
+  return NULL;
+}
+
+/* Phase 3, one thread per host: deploy, then tell the waiting command to
+ * exec the worker, with the run's secret on its stdin. */
+static void *launch(void *arg) {
+  node *nd = arg;
+  int id = (int)(nd - H.nodes) + 1;
+  char *err = nd->error;
+  size_t errlen = sizeof nd->error;
+  int64_t t1 = now_ms();
   char path[1200];
   if (sf__ssh_deploy(nd->ssh, H.exe_path, H.exe_hex, H.ssh.remote_cache, path, sizeof path,
                      &nd->copied, err, errlen))
     return NULL;
   int64_t t2 = now_ms();
-  char cmd[4096], secret[2 * SF__SECRET_LEN + 2]; /* path + cwd + at most ~330 */
-  bool v6 = strchr(nd->listen_addr, ':') != NULL;
-  /* host:N or slots=N from the hostfile: the worker runs N tasks at once. */
-  char threads[32] = "";
-  if (nd->host->slots > 0)
-    snprintf(threads, sizeof threads, " --threads %d", nd->host->slots);
-  /* torchrun's names (docs/cluster.md, "Environment"), given by env(1) so
-   * that they are in the worker's environment from exec on: no setenv
-   * beside threads, and /proc/PID/environ shows what the worker got.
-   * MASTER_ADDR is the head's address this worker dials; MASTER_PORT is
-   * left free for the user's own rendezvous (not sflow's control port). */
-  /* The object store's knobs (remote.c, objects), digits only. */
-  char objenv[160] = "";
-  /* And a test's skew of the worker's trace clock (trace.c). */
-  static const char *const objvars[] = {"SFLOW_OBJECT_THRESHOLD", "SFLOW_OBJECT_SERVE_DELAY_MS",
-                                        "SFLOW_TEST_CLOCK_SKEW_MS"};
-  for (size_t i = 0; i < sizeof objvars / sizeof *objvars; i++) {
-    const char *v = getenv(objvars[i]);
-    if (v && *v && strlen(v) < 20 && strspn(v, "0123456789") == strlen(v))
-      snprintf(objenv + strlen(objenv), sizeof objenv - strlen(objenv), " %s=%s", objvars[i], v);
-  }
-  snprintf(cmd, sizeof cmd,
-           "exec env RANK=%d LOCAL_RANK=0 WORLD_SIZE=%d LOCAL_WORLD_SIZE=1 MASTER_ADDR='%s' "
-           "MASTER_PORT=%u%s '%s' --sflow-worker '%d@%s%s%s:%u'%s%s%s%s%s",
-           id, H.n + 1, nd->listen_addr, H.master_port, objenv, path, id, v6 ? "[" : "",
-           nd->listen_addr, v6 ? "]" : "", port, threads, logging() ? " --cluster-log" : "",
-           sf__options.trace ? " --sflow-trace" : "", /* its events come to our trace */
-           /* a hostfile's gpus=N on a host without them is an error there too */
-           sf__options.require_gpu ? " --require-gpu" : "", H.cwd_arg);
-  sf__hex(H.secret, SF__SECRET_LEN, secret);
-  secret[2 * SF__SECRET_LEN] = '\n';
-  secret[2 * SF__SECRET_LEN + 1] = '\0';
-  if (sf__ssh_exec(nd->ssh, cmd, secret, 2 * SF__SECRET_LEN + 1, err, errlen))
+  char go[3 + 2 * SF__SECRET_LEN + 2];
+  memcpy(go, "go\n", 3);
+  sf__hex(H.secret, SF__SECRET_LEN, go + 3);
+  go[3 + 2 * SF__SECRET_LEN] = '\n';
+  go[3 + 2 * SF__SECRET_LEN + 1] = '\0';
+  int rc = sf__ssh_send(nd->ssh, go, sizeof go - 1, err, errlen);
+  memset(go, 0, sizeof go);
+  if (rc)
     return NULL;
-  memset(secret, 0, sizeof secret);
   nd->ssh_open = true;
   if (logging())
-    note("sflow: node %d %s: %s %s, worker started (ssh %.2f s, deploy %.2f s, exec %.2f s)",
+    note("sflow: node %d %s: %s %s, worker started (ssh %.2f s, check %.2f s, deploy %.2f s, "
+         "exec %.2f s)",
          id, nd->label, nd->copied ? "copied" : "found cached", path, nd->connect_ms / 1e3,
-         (t2 - t1) / 1e3, (now_ms() - t2) / 1e3);
+         nd->check_ms / 1e3, (t2 - t1) / 1e3, (now_ms() - t2) / 1e3);
   return NULL;
 }
 
@@ -857,7 +902,7 @@ int sf__cluster_start(char *err, size_t errlen) {
     }
     H.master_port = (unsigned)v;
   }
-  if (!sf__crypto_load(err, errlen) || !sf__ssh_load(err, errlen))
+  if (!sf__ssh_load(err, errlen))
     return -1;
   ssize_t k = readlink("/proc/self/exe", H.exe_path, sizeof H.exe_path - 1);
   if (k <= 0) {
@@ -867,6 +912,7 @@ int sf__cluster_start(char *err, size_t errlen) {
   H.exe_path[k] = '\0';
   if (sf__sha256_file(H.exe_path, H.exe_hash, err, errlen))
     return -1;
+  sf__host_requirements(H.exe_path);
   sf__hex(H.exe_hash, SF__HASH_LEN, H.exe_hex);
   /* Workers start in the head's folder where their host has it (as
    * mpirun does), so relative paths in a program mean the same on every
@@ -910,6 +956,8 @@ int sf__cluster_start(char *err, size_t errlen) {
   H.started = true;
   atexit(stop_at_exit);
   bool failed = on_every_host(th, connect_host);
+  if (!failed)
+    failed = on_every_host(th, check_host);
   if (!failed)
     failed = on_every_host(th, launch);
   free(th);
@@ -1573,10 +1621,6 @@ int sf__worker_main(const char *spec) {
     return SF__EXIT_NODES;
   }
   worker_chdir(w.node);
-  if (!sf__crypto_load(err, sizeof err)) {
-    note("sflow worker %u: %s", w.node, err);
-    return SF__EXIT_NODES;
-  }
   int fd = dial_head(addr, port, err, sizeof err);
   if (fd < 0) {
     note("sflow worker %u: %s", w.node, err);

@@ -1,18 +1,18 @@
 /*
- * crypto.c — SHA-256 and HMAC-SHA256 from OpenSSL's libcrypto, plus kernel
- * randomness and constant-time comparison, for deployment (content hash of
- * the executable) and the control plane's challenge-response.
+ * crypto.c — file hashing and HMAC-SHA256 (RFC 2104) on the runtime's own
+ * SHA-256 (sha256.c), plus kernel randomness and constant-time comparison,
+ * for deployment (content hash of the executable) and the control plane's
+ * challenge-response.
  *
- * Key design choice: libcrypto is loaded with dlopen on first use, like
- * libssh2 (ssh.c) and the CUDA libraries, so an executable that runs on one
- * machine links and needs nothing beyond libc; only `--nodes` runs (head
- * and workers) need libcrypto.so.3, which libssh2 depends on anyway.  The
- * 256-bit run secret comes from getrandom(2), never from libcrypto's RNG.
+ * Key design choice: no OpenSSL.  Head and workers hash and MAC with
+ * sha256.c, so a node needs no libcrypto at all (one with OpenSSL 1.1, or
+ * none, joins a run) and a worker loads no library beyond libc; only the
+ * head loads libssh2 (ssh.c), which brings its own libcrypto.  The 256-bit
+ * run secret comes from getrandom(2).  Checked against the RFC 4231
+ * vectors in tests/unit/test_rt_wire.c.
  */
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
@@ -21,95 +21,57 @@
 #include "internal.h"
 #include "net.h"
 
-typedef struct evp_md_st EVP_MD;
-typedef struct evp_md_ctx_st EVP_MD_CTX;
-
-static struct {
-  const EVP_MD *(*sha256)(void);
-  EVP_MD_CTX *(*ctx_new)(void);
-  void (*ctx_free)(EVP_MD_CTX *);
-  int (*init)(EVP_MD_CTX *, const EVP_MD *, void *engine);
-  int (*update)(EVP_MD_CTX *, const void *, size_t);
-  int (*final)(EVP_MD_CTX *, unsigned char *, unsigned int *);
-  unsigned char *(*hmac)(const EVP_MD *, const void *, int, const unsigned char *, size_t,
-                         unsigned char *, unsigned int *);
-} C;
-static char load_error[256];
-static pthread_once_t load_once = PTHREAD_ONCE_INIT;
-
-static void load(void) {
-  static const char *const names[] = {"libcrypto.so.3", "libcrypto.so"};
-  void *h = NULL;
-  for (size_t i = 0; i < 2 && !h; i++)
-    h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-  if (!h) {
-    snprintf(load_error, sizeof load_error,
-             "cannot load libcrypto.so.3 (install libssl3; needed by --nodes): %s", dlerror());
-    return;
-  }
-#define SYM(field, name)                                                                \
-  if (!(*(void **)&C.field = dlsym(h, name))) {                                         \
-    snprintf(load_error, sizeof load_error, "libcrypto.so.3 lacks %s", name);           \
-    return;                                                                             \
-  }
-  SYM(sha256, "EVP_sha256");
-  SYM(ctx_new, "EVP_MD_CTX_new");
-  SYM(ctx_free, "EVP_MD_CTX_free");
-  SYM(init, "EVP_DigestInit_ex");
-  SYM(update, "EVP_DigestUpdate");
-  SYM(final, "EVP_DigestFinal_ex");
-  SYM(hmac, "HMAC");
-#undef SYM
-}
-
-bool sf__crypto_load(char *err, size_t errlen) {
-  pthread_once(&load_once, load);
-  if (load_error[0]) {
-    if (errlen)
-      snprintf(err, errlen, "%s", load_error);
-    return false;
-  }
-  return true;
-}
-
 int sf__sha256_file(const char *path, uint8_t out[SF__HASH_LEN], char *err, size_t errlen) {
-  if (!sf__crypto_load(err, errlen))
-    return -1;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
     return -1;
   }
-  EVP_MD_CTX *ctx = C.ctx_new();
-  int ok = ctx && C.init(ctx, C.sha256(), NULL) == 1;
+  sf__sha256_ctx c;
+  sf__sha256_init(&c);
   static _Thread_local uint8_t buf[1 << 16];
-  ssize_t k;
-  while (ok && (k = read(fd, buf, sizeof buf)) != 0) {
+  for (;;) {
+    ssize_t k = read(fd, buf, sizeof buf);
     if (k < 0 && errno == EINTR)
       continue;
-    ok = k > 0 && C.update(ctx, buf, (size_t)k) == 1;
+    if (k < 0) {
+      snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+      close(fd);
+      return -1;
+    }
+    if (k == 0)
+      break;
+    sf__sha256_update(&c, buf, (size_t)k);
   }
-  unsigned int n = 0;
-  ok = ok && C.final(ctx, out, &n) == 1 && n == SF__HASH_LEN;
-  if (ctx)
-    C.ctx_free(ctx);
   close(fd);
-  if (!ok) {
-    snprintf(err, errlen, "cannot hash %s", path);
-    return -1;
-  }
+  sf__sha256_final(&c, out);
   return 0;
 }
 
-/* Callers have passed sf__crypto_load before any MAC is needed (the head at
- * start-up, the worker before it connects); a MAC of zeros would only make
- * authentication fail, never pass. */
+/* RFC 2104 with SHA-256's 64-byte block: a key longer than a block is
+ * hashed first; H((K ^ opad) || H((K ^ ipad) || msg)). */
 void sf__hmac_sha256(const uint8_t *key, size_t klen, const void *msg, size_t n,
                      uint8_t out[SF__HASH_LEN]) {
-  unsigned int len = 0;
-  memset(out, 0, SF__HASH_LEN);
-  if (!sf__crypto_load(NULL, 0) || !C.hmac(C.sha256(), key, (int)klen, msg, n, out, &len))
-    memset(out, 0, SF__HASH_LEN);
+  uint8_t k[64] = {0}, pad[64], inner[SF__HASH_LEN];
+  if (klen > sizeof k)
+    sf__sha256(key, klen, k);
+  else if (klen)
+    memcpy(k, key, klen);
+  sf__sha256_ctx c;
+  for (int i = 0; i < 64; i++)
+    pad[i] = k[i] ^ 0x36;
+  sf__sha256_init(&c);
+  sf__sha256_update(&c, pad, sizeof pad);
+  sf__sha256_update(&c, msg, n);
+  sf__sha256_final(&c, inner);
+  for (int i = 0; i < 64; i++)
+    pad[i] = k[i] ^ 0x5c;
+  sf__sha256_init(&c);
+  sf__sha256_update(&c, pad, sizeof pad);
+  sf__sha256_update(&c, inner, sizeof inner);
+  sf__sha256_final(&c, out);
+  memset(k, 0, sizeof k);
+  memset(pad, 0, sizeof pad);
 }
 
 int sf__random_bytes(void *buf, size_t n) {

@@ -1,6 +1,6 @@
 /*
- * gpu_internal.h — the GPU layer's internal surface (prefix `sf__`): the
- * SHA-256 used for cache keys, NVRTC and the kernel cache, the driver API
+ * gpu_internal.h — the GPU layer's internal surface (prefix `sf__`):
+ * NVRTC and the kernel cache, the driver API
  * and device arrays, and the BLAS back ends.  One small header for the one
  * concern, beside internal.h.
  *
@@ -14,11 +14,6 @@
 #define SF_GPU_INTERNAL_H
 
 #include "internal.h"
-
-/* ---------------------------------------------------------- sha256.c */
-
-void sf__sha256(const void *data, size_t n, uint8_t out[32]);
-void sf__sha256_hex(const void *data, size_t n, char out[65]);
 
 /* ----------------------------------------------------------- nvrtc.c */
 

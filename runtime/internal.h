@@ -490,6 +490,22 @@ bool sf__de_u64(sf__reader *r, uint64_t *v);
 void sf__ser_u64(sf__buf *b, uint64_t v);
 uint32_t sf__crc32c(uint32_t crc, const void *data, size_t n);
 
+/* --------------------------------------------------------- sha256.c */
+
+/* SHA-256 in one call, or streamed: init, update any number of times,
+ * final.  crypto.c builds HMAC-SHA256 and file hashing on it. */
+typedef struct {
+  uint32_t h[8];
+  uint64_t bytes;   /* hashed so far */
+  uint8_t buf[64];  /* a partial block */
+  size_t used;
+} sf__sha256_ctx;
+void sf__sha256_init(sf__sha256_ctx *c);
+void sf__sha256_update(sf__sha256_ctx *c, const void *data, size_t n);
+void sf__sha256_final(sf__sha256_ctx *c, uint8_t out[32]);
+void sf__sha256(const void *data, size_t n, uint8_t out[32]);
+void sf__sha256_hex(const void *data, size_t n, char out[65]);
+
 /* --------------------------------------------------------- journal.c */
 
 enum { SF__REPLAY_LIVE = 0, SF__REPLAY_SKIP, SF__REPLAY_RERUN };

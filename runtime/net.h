@@ -11,7 +11,9 @@
  * Files, in the order a run meets them:
  *   hostfile.c  --nodes FILE or host1,host2 -> sf__hostlist
  *   sshconfig.c ~/.ssh/config: each host -> sf__ssh_target (where, who, keys)
- *   crypto.c    SHA-256, HMAC-SHA256 (libcrypto, loaded with dlopen), random
+ *   hostcheck.c whether a host can run this executable: architecture,
+ *               glibc version, CPU features
+ *   crypto.c    file hashing and HMAC-SHA256 on sha256.c (no libcrypto), random
  *   ssh.c       libssh2 (loaded with dlopen): connect, host key, auth, SFTP
  *               deployment, exec of the worker with the secret on stdin
  *   wire.c      length-prefixed binary frames; the decoder is fuzzed
@@ -71,8 +73,7 @@ void sf__hostlist_free(sf__hostlist *l);
 #define SF__SECRET_LEN 32 /* 256-bit per-run secret */
 #define SF__HASH_LEN 32
 
-/* Loads libcrypto on first use; false with a message when it is missing. */
-bool sf__crypto_load(char *err, size_t errlen);
+/* SHA-256 of a file's content (sha256.c); 0, or -1 with a message. */
 int sf__sha256_file(const char *path, uint8_t out[SF__HASH_LEN], char *err, size_t errlen);
 void sf__hmac_sha256(const uint8_t *key, size_t klen, const void *msg, size_t n,
                      uint8_t out[SF__HASH_LEN]);
@@ -83,6 +84,18 @@ bool sf__ct_equal(const void *a, const void *b, size_t n);
 /* Lower-case hex of n bytes into out (2n+1 bytes); parse is the inverse. */
 void sf__hex(const uint8_t *in, size_t n, char *out);
 bool sf__unhex(const char *in, uint8_t *out, size_t n);
+
+/* ------------------------------------------------------- hostcheck.c */
+
+/* POSIX sh commands whose output sf__host_check reads (arch, glibc, CPU);
+ * no single quote in them, so they can stand inside sh -c '...'. */
+extern const char sf__host_probe_cmd[];
+/* Reads what the executable at exe_path needs (its newest GLIBC_x.y);
+ * once, before the start-up threads. */
+void sf__host_requirements(const char *exe_path);
+/* 0 when a host whose probe printed out can run this executable; else -1
+ * with "label: the host's CPU lacks avx2 ..." in err. */
+int sf__host_check(const char *label, const char *out, char *err, size_t errlen);
 
 /* ------------------------------------------------------------ ssh.c */
 
@@ -156,10 +169,17 @@ int sf__ssh_local_addr(sf__ssh *s, struct sockaddr_storage *addr, socklen_t *len
 int sf__ssh_deploy(sf__ssh *s, const char *local_path, const char *hash_hex,
                    const char *remote_dir, char *path, size_t pathlen, bool *copied, char *err,
                    size_t errlen);
-/* Runs cmd on a new channel and writes stdin_data to its stdin, which stays
- * open: the worker takes its end-of-file as "the head is gone". */
-int sf__ssh_exec(sf__ssh *s, const char *cmd, const void *stdin_data, size_t n, char *err,
-                 size_t errlen);
+/* Starts cmd on a new channel (the session still blocking). */
+int sf__ssh_start(sf__ssh *s, const char *cmd, char *err, size_t errlen);
+/* Reads the command's stdout into out until a line equal to marker; an
+ * error when it ends first (with what it said on stderr) or says more
+ * than outlen - 1 bytes. */
+int sf__ssh_read_until(sf__ssh *s, const char *marker, char *out, size_t outlen, char *err,
+                       size_t errlen);
+/* Writes stdin_data to the command's stdin, which stays open (the worker
+ * takes its end-of-file as "the head is gone"), and makes the session
+ * non-blocking for the control thread. */
+int sf__ssh_send(sf__ssh *s, const void *stdin_data, size_t n, char *err, size_t errlen);
 /* Non-blocking: copies what the remote command wrote to fd, each line
  * prefixed.  Returns 1 while the channel is open, 0 once it closed. */
 int sf__ssh_pump(sf__ssh *s, int fd, const char *prefix);

@@ -24,7 +24,7 @@
 extern "C" {
 #endif
 
-#define SF_ABI_VERSION 1
+#define SF_ABI_VERSION 2
 
 /* ---------------------------------------------------------------- types */
 
@@ -322,6 +322,12 @@ typedef struct sf_program {
   int32_t nparams;
   const sf_param *params;
   void (*main_fn)(sf_value *args); /* the compiled workflow main */
+  /* What sflowc compiled for (ABI 2): the CPU LLVM targeted, and the CPU
+   * features a host must have, LLVM names separated by commas
+   * ("cx16,popcnt,sahf,sse3,sse4.1,sse4.2,ssse3"); checked on every host
+   * before a --nodes run deploys (runtime/hostcheck.c). */
+  const char *target_cpu;
+  const char *target_needs;
 } sf_program;
 
 /* Emitted by the compiler in every executable; read by the runtime's main. */

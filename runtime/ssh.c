@@ -30,6 +30,8 @@
 #include <libssh2.h>
 #include <libssh2_sftp.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -170,6 +172,12 @@ static int tcp_connect(sf__ssh *s, const sf__ssh_target *t, int64_t deadline, ch
     }
     if (rc == 0) {
       fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+      /* SSH is a dialogue of small packets (channel open, exec request,
+       * SFTP calls): with Nagle's algorithm each one that follows an
+       * unacknowledged one waits for the peer's delayed ACK, about 40 ms
+       * a step on Linux, as OpenSSH's client also avoids. */
+      int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       freeaddrinfo(ai);
       return fd;
     }
@@ -634,14 +642,47 @@ int sf__ssh_deploy(sf__ssh *s, const char *local_path, const char *hash_hex,
 
 /* --------------------------------------------------------------- exec */
 
-int sf__ssh_exec(sf__ssh *s, const char *cmd, const void *stdin_data, size_t n, char *err,
-                 size_t errlen) {
+int sf__ssh_start(sf__ssh *s, const char *cmd, char *err, size_t errlen) {
   s->chan = L.libssh2_channel_open_ex(s->sess, "session", 7, LIBSSH2_CHANNEL_WINDOW_DEFAULT,
                                       LIBSSH2_CHANNEL_PACKET_DEFAULT, NULL, 0);
   if (!s->chan)
     return fail(s, err, errlen, "cannot open an SSH channel: %s", lib_error(s));
   if (L.libssh2_channel_process_startup(s->chan, "exec", 4, cmd, (unsigned)strlen(cmd)))
-    return fail(s, err, errlen, "cannot start the worker: %s", lib_error(s));
+    return fail(s, err, errlen, "cannot start a command: %s", lib_error(s));
+  return 0;
+}
+
+int sf__ssh_read_until(sf__ssh *s, const char *marker, char *out, size_t outlen, char *err,
+                       size_t errlen) {
+  size_t n = 0, mlen = strlen(marker);
+  out[0] = '\0';
+  for (;;) {
+    /* Done when the marker stands on a line of its own. */
+    for (const char *p = out; (p = strstr(p, marker)); p++)
+      if ((p == out || p[-1] == '\n') && p[mlen] == '\n')
+        return 0;
+    if (n + 1 >= outlen)
+      return fail(s, err, errlen, "the host check printed more than %zu bytes", outlen);
+    ssize_t k = L.libssh2_channel_read_ex(s->chan, 0, out + n, outlen - 1 - n);
+    if (k < 0)
+      return fail(s, err, errlen, "reading the host check's output failed: %s", lib_error(s));
+    if (k == 0) {
+      /* What the command said on stderr explains why it ended. */
+      char why[256] = "";
+      ssize_t e = L.libssh2_channel_read_ex(s->chan, 1, why, sizeof why - 1);
+      why[e > 0 ? e : 0] = '\0';
+      for (char *q = why; *q; q++)
+        if (*q == '\n')
+          *q = ' ';
+      return fail(s, err, errlen, "the host check ended early%s%s (is /bin/sh there?)",
+                  why[0] ? ": " : "", why);
+    }
+    n += (size_t)k;
+    out[n] = '\0';
+  }
+}
+
+int sf__ssh_send(sf__ssh *s, const void *stdin_data, size_t n, char *err, size_t errlen) {
   const char *p = stdin_data;
   while (n) {
     ssize_t k = L.libssh2_channel_write_ex(s->chan, 0, p, n);

@@ -84,14 +84,15 @@ build() {
   fi
 }
 
-# The frame decoder: runtime/wire.c with crypto.c (the handshake's HMAC),
-# nothing else of the runtime.
+# The frame decoder: runtime/wire.c with crypto.c and sha256.c (the
+# handshake's HMAC), nothing else of the runtime.
 WIRE_BIN=$OUT/fuzz_wire
 build_wire() {
   mkdir -p "$OUT"
-  local srcs=("$ROOT/runtime/wire.c" "$ROOT/runtime/crypto.c" "$ROOT/tests/fuzz/fuzz_wire.c")
+  local srcs=("$ROOT/runtime/wire.c" "$ROOT/runtime/crypto.c" "$ROOT/runtime/sha256.c"
+              "$ROOT/tests/fuzz/fuzz_wire.c")
   local f need=0
-  for f in "${srcs[@]}" "$ROOT/runtime/net.h"; do [[ $f -nt $WIRE_BIN ]] && need=1; done
+  for f in "${srcs[@]}" "$ROOT/runtime/net.h" "$ROOT/runtime/internal.h"; do [[ $f -nt $WIRE_BIN ]] && need=1; done
   if [[ ! -x $WIRE_BIN ]] || ((need)); then
     "$CC_FUZZ" -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined \
       -fno-sanitize-recover=undefined -I"$ROOT/runtime" -w "${srcs[@]}" -ldl -o "$WIRE_BIN"

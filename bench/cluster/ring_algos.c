@@ -84,10 +84,6 @@ int main(int argc, char **argv) {
   if (p < 1 || p > 64 || rounds < 1 || iters < 1)
     return 2;
   char err[256];
-  if (!sf__crypto_load(err, sizeof err)) {
-    fprintf(stderr, "%s\n", err);
-    return 1;
-  }
   sf__peer peers[64];
   int lfd[64];
   for (int i = 0; i < p; i++) {

@@ -22,6 +22,7 @@ in that same user, which is all the tests need.
 import argparse
 import json
 import os
+import platform
 import pwd
 import random
 import re
@@ -164,12 +165,12 @@ MaxSessions 50
             f.write("".join(lines if lines is not None else
                             [self.known_line(i) for i in range(len(self.hosts))]))
 
-    def compile(self, name, source):
+    def compile(self, name, source, *flags):
         src = os.path.join(self.dir, name + ".sflow")
         with open(src, "w") as f:
             f.write(source)
         exe = os.path.join(self.dir, name)
-        r = subprocess.run([self.sflowc, src, "-o", exe], capture_output=True, text=True)
+        r = subprocess.run([self.sflowc, *flags, src, "-o", exe], capture_output=True, text=True)
         check(r.returncode == 0, "sflowc failed", r.stderr)
         return exe
 
@@ -198,8 +199,9 @@ MaxSessions 50
                     cmd = f.read().decode(errors="replace").split("\0")
             except OSError:
                 continue
-            # The login shell's `sh -c 'exec env ... --sflow-worker ...'`
-            # is caught too before it execs: its command is one argument.
+            # The host check's `sh -c '...; exec "$@"' sflow env ...
+            # --sflow-worker ID@...` waiting for its go is caught too
+            # before it execs: its arguments are the worker's.
             if "--sflow-worker" in cmd and \
                     cmd[cmd.index("--sflow-worker") + 1].startswith(f"{node}@"):
                 return pid
@@ -2614,7 +2616,125 @@ def case_netns_head_silent_at_start(c):
     head_unreachable(c, silent=True)
 
 
+def cpu_flags():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith(("flags", "Features")):
+                return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def cache_copies(c):
+    return [f for f in os.listdir(c.cache) if "sflow-" in f] if os.path.isdir(c.cache) else []
+
+
+def case_cpu_feature_missing(c):
+    """An executable built for a CPU feature the hosts lack is refused on
+    every host before anything is copied, naming host and feature.  The
+    feature (+sse4a on Intel, +amx-tile on AMD) is one no instruction of
+    the program uses, so the head itself runs it here; the hosts' real
+    /proc/cpuinfo, read over SSH, says they lack it."""
+    if platform.machine() != "x86_64":
+        raise Skip("the feature chosen is an x86 one")
+    flags = cpu_flags()
+    feat = next((f for f, name in (("sse4a", "sse4a"), ("amx-tile", "amx_tile"))
+                 if name not in flags), None)
+    if not feat:
+        raise Skip("this CPU has both sse4a and amx_tile")
+    exe = c.compile("needs_" + feat.replace("-", "_"), PROGRAM, "--target-features=+" + feat)
+    out = single_node(exe, "--n", "1")
+    check(out == "head says 14\n", "the head runs it alone", out)
+    r = c.run(prog=exe)
+    check(r.returncode == 69, f"exit {r.returncode} (want 69)", r.stderr)
+    check(r.stdout == "", "the workflow must not run", r.stdout)
+    check("2 of 2 nodes failed to start" in r.stderr, "both hosts refused", r.stderr)
+    flag = feat.replace("-", "_")
+    for addr, port, _ in c.hosts:
+        check(re.search(rf"{re.escape(addr)}:{port}: the host's CPU lacks {feat} "
+                        rf"\(/proc/cpuinfo: {flag}\), which \S+ was compiled for "
+                        rf"\(--target-cpu=x86-64-v2\)", r.stderr),
+              f"no refusal naming {addr}:{port} and {feat}", r.stderr)
+    check(not cache_copies(c), "copied before the check", cache_copies(c))
+    c.expect_no_workers()
+    # The default build needs only x86-64-v2, which these hosts have.
+    r = c.run()
+    check(r.returncode == 0 and r.stdout == "head says 42\n", "default build refused",
+          r.stderr)
+    c.expect_no_workers()
+
+
+def mapped_libraries(pid):
+    with open(f"/proc/{pid}/maps") as f:
+        return {os.path.basename(line.split()[-1]) for line in f
+                if len(line.split()) >= 6 and ".so" in line.split()[-1]}
+
+
+def case_worker_libraries(c):
+    """A worker loads no library beyond the C library: SHA-256 and HMAC
+    are the runtime's own (no libcrypto) and only the head speaks SSH (no
+    libssh2 on workers).  The head does map libssh2, so the check reads
+    the right thing."""
+    def inspect(head_pid, pids, line, port):
+        head = mapped_libraries(head_pid)
+        check(any(l.startswith("libssh2") for l in head), "the head maps no libssh2",
+              sorted(head))
+        for node, pid in pids.items():
+            libs = mapped_libraries(pid)
+            bad = sorted(l for l in libs if l.startswith(("libcrypto", "libssl", "libssh2")))
+            check(not bad, f"worker {node} maps {bad}", sorted(libs))
+    hold_and_inspect(c, inspect)
+    c.expect_no_workers()
+
+
+FAKE_BIN = os.path.join(tempfile.gettempdir(), f"sflow-fakebin-{os.getpid()}")
+
+
+def newest_glibc(exe):
+    r = subprocess.run(["objdump", "-T", exe], capture_output=True, text=True, check=True)
+    vs = {tuple(int(x) for x in v.split(".")[:2])
+          for v in re.findall(r"GLIBC_(\d+\.\d+(?:\.\d+)?)", r.stdout)}
+    return "%d.%d" % max(vs)
+
+
+def case_host_glibc_and_arch(c):
+    """A host whose glibc is older than the newest GLIBC_x.y symbol version
+    the executable needs (objdump -T), and a host of another architecture,
+    are refused before anything is copied, each with its reason.  The
+    hosts' sshd puts a folder first on PATH (SetEnv) whose getconf says
+    glibc 2.17 (node 1) and whose uname says riscv64 (node 2): what a
+    real old or foreign host answers to the check command."""
+    if not shutil.which("objdump"):
+        raise Skip("needs objdump (binutils)")
+    try:
+        for i, name, text in ((0, "getconf", "glibc 2.17"), (1, "uname", "riscv64")):
+            d = f"{FAKE_BIN}-{i}"
+            os.makedirs(d, exist_ok=True)
+            with open(os.path.join(d, name), "w") as f:
+                f.write(f"#!/bin/sh\necho '{text}'\n")
+            os.chmod(os.path.join(d, name), 0o755)
+        r = c.run()
+        check(r.returncode == 69, f"exit {r.returncode} (want 69)", r.stderr)
+        check(r.stdout == "", "the workflow must not run", r.stdout)
+        (a0, p0, _), (a1, p1, _) = c.hosts
+        need = newest_glibc(c.prog)
+        check(f"{a0}:{p0}: the host has glibc 2.17, prog needs glibc {need} or later" in r.stderr,
+              f"no glibc refusal for node 1 (the executable needs {need})", r.stderr)
+        check(f"{a1}:{p1}: the host is riscv64, prog is compiled for {platform.machine()}"
+              in r.stderr, "no architecture refusal for node 2", r.stderr)
+        check(not cache_copies(c), "copied before the check", cache_copies(c))
+        c.expect_no_workers()
+    finally:
+        for i in range(2):
+            shutil.rmtree(f"{FAKE_BIN}-{i}", ignore_errors=True)
+
+
 CASES = {
+    "cpu_feature_missing": (2, case_cpu_feature_missing),
+    "worker_libraries": (2, case_worker_libraries),
+    "host_glibc_and_arch": (2, case_host_glibc_and_arch,
+                            lambda sflowc, n: Cluster(sflowc, n, sshd_extra={
+                                i: f"SetEnv PATH={FAKE_BIN}-{i}:/usr/bin:/bin\n"
+                                for i in range(2)})),
     "deploy_2": (2, case_deploy_2),
     "deploy_4": (4, case_deploy_4),
     "changed_host_key": (2, case_changed_host_key),

@@ -32,3 +32,15 @@ if(SFLOW_VALGRIND)
             --sflowc $<TARGET_FILE:sflowc>)
   set_tests_properties(robust/valgrind_run_programs PROPERTIES TIMEOUT 900)
 endif()
+# What machine code executables hold (tests/robust/target_test.py): the
+# portable default has no AVX, -march=native and --target-cpu opt in, bad
+# names are usage errors.
+execute_process(COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/robust/target_test.py --list
+                OUTPUT_VARIABLE TARGET_CASES OUTPUT_STRIP_TRAILING_WHITESPACE)
+string(REPLACE "\n" ";" TARGET_CASES "${TARGET_CASES}")
+foreach(c IN LISTS TARGET_CASES)
+  add_test(NAME robust/target_${c}
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/robust/target_test.py
+            --sflowc $<TARGET_FILE:sflowc> ${c})
+  set_tests_properties(robust/target_${c} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)
+endforeach()

@@ -36,7 +36,7 @@ static void workflow_main(sf_value *args) {
 }
 
 const sf_program sf_program_desc = {SF_ABI_VERSION, "train", "train.sflow", NPARAMS, params,
-                                    workflow_main};
+                                    workflow_main, NULL, NULL};
 
 static sf_value args[NPARAMS];
 static char err[512];
@@ -297,7 +297,7 @@ static void test_main_exit_codes(void) {
   free(out), free(errout);
 
   CHECK_INT(RUN_MAIN(&out, &errout, "--version"), 0);
-  CHECK_STR(out, "train (sflow " SF__VERSION ", runtime ABI 1)\n");
+  CHECK_STR(out, "train (sflow " SF__VERSION ", runtime ABI 2)\n");
   free(out), free(errout);
   CHECK_INT(main_calls, 0); /* only the children ran the workflow */
 }
