@@ -9,7 +9,8 @@
  *
  * Exit codes: 0 success (also --help, --version), 2 usage error (bad flags),
  * 70 runtime error (error.c), 69 a --nodes run that could not start or lost
- * a node (cluster.c), 101 internal error (a binary built against a
+ * a node (cluster.c), or a machine whose CPU lacks a feature the file was
+ * compiled for (hostcheck.c), 101 internal error (a binary built against a
  * different runtime ABI).
  *
  * The same executable is the head or, started by the head over SSH with the
@@ -54,6 +55,13 @@ int main(int argc, char **argv) {
       fprintf(stderr, "%s: error: %s\nRun '%s --help' to see the flags.\n", name, err,
               argc > 0 && argv[0] ? argv[0] : name);
     return r == SF__FLAGS_ERROR ? SF__EXIT_USAGE : 0;
+  }
+  /* A worker's host was checked by the head before it was deployed. */
+  if (!sf__options.worker && sf__host_check_self(err, sizeof err)) {
+    fprintf(stderr, "%s: error: %s\n", name, err);
+    sf__flags_release(prog, args);
+    sf_free(args);
+    return SF__EXIT_NODES;
   }
   if (sf__options.worker) {
     sf__flags_release(prog, args);

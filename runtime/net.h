@@ -96,6 +96,11 @@ void sf__host_requirements(const char *exe_path);
 /* 0 when a host whose probe printed out can run this executable; else -1
  * with "label: the host's CPU lacks avx2 ..." in err. */
 int sf__host_check(const char *label, const char *out, char *err, size_t errlen);
+/* The same check against the machine this process runs on, before any
+ * generated code runs (a -march=native file copied by hand to an older
+ * machine must say what it lacks, not die of SIGILL); 0 when it can run.
+ * SFLOW_SKIP_CPU_CHECK=1 skips it. */
+int sf__host_check_self(char *err, size_t errlen);
 
 /* ------------------------------------------------------------ ssh.c */
 

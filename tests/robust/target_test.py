@@ -154,6 +154,32 @@ def case_bad_features(e):
     e.usage_error(["--target-cpu="], r"needs a CPU name")
 
 
+def case_self_check(e):
+    """An executable compiled for a feature this CPU lacks says so when it
+    starts, before any generated code runs (exit 69, naming the feature),
+    instead of dying of SIGILL; SFLOW_SKIP_CPU_CHECK=1 runs it anyway."""
+    if platform.machine() != "x86_64":
+        raise Skip("the features chosen are x86 ones")
+    flags = cpu_flags()
+    feat = next((f for f, name in (("sse4a", "sse4a"), ("amx-tile", "amx_tile"),
+                                   ("avx512fp16", "avx512_fp16")) if name not in flags), None)
+    if not feat:
+        raise Skip("this CPU has sse4a, amx_tile and avx512_fp16")
+    exe = os.path.join(e.tmp, "needs_feature")
+    r = subprocess.run([e.sflowc, "--target-features=+" + feat, e.src, "-o", exe],
+                       capture_output=True, text=True)
+    check(r.returncode == 0, f"sflowc failed (exit {r.returncode})", r.stderr)
+    out = subprocess.run([exe], capture_output=True, text=True, timeout=60)
+    check(out.returncode == 69, f"exit {out.returncode}, expected 69", out.stdout, out.stderr)
+    check(out.stdout == "", "the workflow ran", out.stdout)
+    check(re.search(rf"this machine's CPU lacks {feat} \(/proc/cpuinfo: ", out.stderr),
+          "no message naming the missing feature", out.stderr)
+    env = dict(os.environ, SFLOW_SKIP_CPU_CHECK="1")
+    out = subprocess.run([exe], capture_output=True, text=True, timeout=60, env=env)
+    check(out.returncode == 0 and out.stdout.strip() == EXPECT,
+          f"SFLOW_SKIP_CPU_CHECK=1: exit {out.returncode}", out.stdout, out.stderr)
+
+
 def case_help_lists_cpus(e):
     """--target-cpu=help lists LLVM's CPUs on stdout and exits 0."""
     r = subprocess.run([e.sflowc, "--target-cpu=help"], capture_output=True, text=True)
@@ -168,6 +194,7 @@ CASES = {
     "bad_cpu": case_bad_cpu,
     "bad_features": case_bad_features,
     "help_lists_cpus": case_help_lists_cpus,
+    "self_check": case_self_check,
 }
 
 
