@@ -686,18 +686,28 @@ def case_head_sigkill(c):
     c.expect_no_workers(within=6)
 
 
-def case_agent_and_default_keys(c):
-    # ssh-agent: no --ssh-key, the key only in the agent.
+def start_agent(c):
+    """A real ssh-agent holding the test's user key, and the environment
+    that points at it (with an empty HOME, so no default key is found)."""
     sock = os.path.join(c.dir, "agent.sock")
     agent = subprocess.Popen(["ssh-agent", "-D", "-a", sock], stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
+    deadline = time.time() + 5
+    while not os.path.exists(sock) and time.time() < deadline:
+        time.sleep(0.05)
+    env = {**os.environ, "SSH_AUTH_SOCK": sock, "HOME": os.path.join(c.dir, "emptyhome")}
+    r = subprocess.run(["ssh-add", c.user_key], env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        agent.kill()
+        agent.wait()
+    check(r.returncode == 0, "ssh-add", r.stderr)
+    return agent, env
+
+
+def case_agent_and_default_keys(c):
+    # ssh-agent: no --ssh-key, the key only in the agent.
+    agent, env = start_agent(c)
     try:
-        deadline = time.time() + 5
-        while not os.path.exists(sock) and time.time() < deadline:
-            time.sleep(0.05)
-        env = {**os.environ, "SSH_AUTH_SOCK": sock, "HOME": os.path.join(c.dir, "emptyhome")}
-        r = subprocess.run(["ssh-add", c.user_key], env=env, capture_output=True, text=True)
-        check(r.returncode == 0, "ssh-add", r.stderr)
         args = c.args()
         del args[args.index("--ssh-key"):args.index("--ssh-key") + 2]
         r = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60,
@@ -844,16 +854,8 @@ def case_ssh_config_identities_only(c):
     naming what it tried.  Without IdentitiesOnly the agent's key is
     offered first, whatever the IdentityFiles."""
     me = pwd.getpwuid(os.getuid()).pw_name
-    sock = os.path.join(c.dir, "agent.sock")
-    agent = subprocess.Popen(["ssh-agent", "-D", "-a", sock], stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
+    agent, env = start_agent(c)
     try:
-        deadline = time.time() + 5
-        while not os.path.exists(sock) and time.time() < deadline:
-            time.sleep(0.05)
-        env = {**os.environ, "SSH_AUTH_SOCK": sock, "HOME": os.path.join(c.dir, "emptyhome")}
-        r = subprocess.run(["ssh-add", c.user_key], env=env, capture_output=True, text=True)
-        check(r.returncode == 0, "ssh-add", r.stderr)
         # Only the public half of the agent's key on disk; another key pair
         # that the server does not accept.
         shutil.copy(c.user_key + ".pub", os.path.join(c.dir, "in_agent.pub"))
