@@ -110,38 +110,43 @@ const char *sf__checkpoint_dir(void) { return J.dir; }
 
 /* --------------------------------------------------------- capturing */
 
-struct sf__capture {
-  int mode;
-  sf__buf buf;
-  sf__capture *prev;
-};
-
+/* Each thread has a stack of sinks: the frame of the innermost journaled
+ * call running on it.  A line goes to the top frame only, so a call's
+ * record holds exactly the lines that call printed: a main-level task run
+ * inline inside another (the consumer awaiting its producer) pushes its
+ * own frame, and its lines land in its own record and nowhere else, as
+ * the replay prints each record once.  A call that is not journaled (a
+ * task or actor call made by a task or an actor) pushes nothing: its
+ * lines are part of the journaled call that made it. */
 _Thread_local sf__capture *sf__capture_cur;
 
-sf__capture *sf__capture_begin(int mode) {
-  sf__capture *prev = sf__capture_cur;
-  if (mode == SF__CAPTURE_OFF || !J.enabled)
-    return prev; /* output goes where the caller's goes */
-  if (prev && prev->mode == SF__CAPTURE_MUTE)
-    mode = SF__CAPTURE_MUTE; /* a muted call mutes what it calls */
-  sf__capture *c = sf_alloc(sizeof *c);
-  c->mode = mode;
-  c->prev = prev;
+void sf__capture_begin(sf__capture *c, int mode) {
   sf__buf_init(&c->buf, NULL, 0);
-  sf__capture_cur = c;
-  return prev;
+  c->prev = sf__capture_cur;
+  c->pushed = mode != SF__CAPTURE_OFF && J.enabled;
+  c->mode = c->pushed ? mode : SF__CAPTURE_OFF;
+  if (c->pushed)
+    sf__capture_cur = c;
 }
 
-void sf__capture_end(sf__capture *prev) {
-  sf__capture *c = sf__capture_cur;
-  if (c == prev)
+void sf__capture_end(sf__capture *c) {
+  if (!c->pushed)
     return;
-  sf__capture_cur = prev;
-  /* Output of a nested capture belongs to the enclosing one too. */
-  if (prev && prev->mode == SF__CAPTURE_KEEP && c->mode == SF__CAPTURE_KEEP)
-    sf__buf_put(&prev->buf, c->buf.data, c->buf.len);
+  /* Frames nest strictly (a call runs to its end on the thread that
+   * started it), so c is the top one. */
+  sf__capture_cur = c->prev;
+  c->pushed = false;
+}
+
+const char *sf__capture_out(const sf__capture *c, size_t *n) {
+  *n = c->mode == SF__CAPTURE_KEEP ? c->buf.len : 0;
+  return *n ? c->buf.data : NULL;
+}
+
+void sf__capture_free(sf__capture *c) {
+  sf__capture_end(c);
   sf__buf_free(&c->buf);
-  sf_free(c);
+  c->mode = SF__CAPTURE_OFF;
 }
 
 bool sf__capture_muted(void) { return sf__capture_cur && sf__capture_cur->mode == SF__CAPTURE_MUTE; }
@@ -703,16 +708,10 @@ sf_future *sf__journal_task_replay(int64_t seq, const sf_task_desc *d, const sf_
   return f;
 }
 
-void sf__journal_task_done(int64_t seq, const sf_task_desc *d, void *res) {
-  if (!J.enabled || J.failed)
-    return;
-  append(R_TASK, seq, -1, -1, 0, d->name, d->result, res,
-         sf__capture_cur && sf__capture_cur->mode == SF__CAPTURE_KEEP ? &sf__capture_cur->buf
-                                                                      : NULL);
-}
-
-void sf__journal_task_done_out(int64_t seq, const sf_task_desc *d, void *res, const char *out,
-                               size_t n) {
+/* The output is the call's own lines (sf__capture_out), or those another
+ * node printed for it as the head printed them. */
+void sf__journal_task_done(int64_t seq, const sf_task_desc *d, void *res, const char *out,
+                           size_t n) {
   if (!J.enabled || J.failed)
     return;
   sf__buf v = {.data = (char *)out, .len = n, .cap = n}; /* append only reads it */
@@ -748,18 +747,10 @@ void sf__journal_call_result(sf_actor *a, int64_t seq, const sf_method_desc *m, 
   atomic_fetch_add_explicit(&sf__stats.replayed, 1, memory_order_relaxed);
 }
 
-void sf__journal_call_done(sf_actor *a, int64_t seq, const sf_method_desc *m, void *res) {
-  if (!J.enabled || J.failed || sf__actor_id(a) < 0)
-    return;
-  append(R_CALL, seq, sf__actor_id(a), sf__actor_rank(a), sf__actor_calls(a), m->name,
-         m->result && m->result->kind != SF_VOID ? m->result : NULL, res,
-         sf__capture_cur && sf__capture_cur->mode == SF__CAPTURE_KEEP ? &sf__capture_cur->buf
-                                                                      : NULL);
-}
-
-/* A remote actor's call (ractor.c): its output as the head printed it. */
-void sf__journal_call_done_out(sf_actor *a, int64_t seq, const sf_method_desc *m, void *res,
-                               const char *out, size_t n) {
+/* An actor call's result with what it printed: its own captured lines, or
+ * a remote actor's as the head printed them (ractor.c). */
+void sf__journal_call_done(sf_actor *a, int64_t seq, const sf_method_desc *m, void *res,
+                           const char *out, size_t n) {
   if (!J.enabled || J.failed || sf__actor_id(a) < 0)
     return;
   sf__buf v = {.data = (char *)out, .len = n, .cap = n}; /* append only reads it */
