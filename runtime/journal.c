@@ -244,7 +244,19 @@ static bool open_locked(void) {
 /* Each thread appends records to its own buffer under its own (nearly
  * never contended) lock; the flusher swaps the buffers out and writes them.
  * Records are keyed, not ordered, except R_VALUE, which only main writes,
- * in order, to its own buffer. */
+ * in order, to its own buffer.
+ *
+ * The file must still hold them in an order that respects causality: a
+ * kill (or a torn write) keeps a prefix of the file, and a prefix that
+ * kept a consumer's record but not its producer's would replay the
+ * consumer's lines at once while the producer runs again live and prints
+ * later.  So every record takes a ticket from one counter as it is
+ * appended (a record appended after another, on any thread, has the
+ * larger ticket), the flusher takes every buffer at one instant (all
+ * their locks held together), and writes the batch merged by ticket: the
+ * file is in ticket order, and any prefix of it holds every record
+ * appended before any record it holds.  In memory a record is preceded by
+ * its ticket (8 bytes), which never reaches the file. */
 typedef struct jbuf {
   struct jbuf *next;
   pthread_mutex_t lock;
@@ -252,7 +264,11 @@ typedef struct jbuf {
   sf__buf spare; /* the buffer last written out, emptied, for reuse: a
                   * fresh one each flush would grow by doubling (copies,
                   * page faults) all over again */
+  size_t at;     /* the flusher's merge position in its batch */
 } jbuf;
+
+static _Atomic uint64_t tickets;
+static sf__buf merged; /* the flusher's output, kept for reuse (J.lock) */
 
 static jbuf *jbufs; /* every thread's, linked under J.lock */
 static _Thread_local jbuf *my_jbuf;
@@ -287,31 +303,71 @@ static void write_out(sf__buf *out, bool records) {
   }
 }
 
+/* The ticket of the next record of j's batch (UINT64_MAX past its end).
+ * The batch (j->spare between a swap and the write) is the flusher's. */
+static uint64_t head_ticket(const jbuf *j) {
+  uint64_t t = UINT64_MAX;
+  if (j->at < j->spare.len)
+    memcpy(&t, j->spare.data + j->at, 8);
+  return t;
+}
+
+/* Moves the next record of j's batch to `merged`, without its ticket. */
+static void move_record(jbuf *j) {
+  uint32_t len;
+  memcpy(&len, j->spare.data + j->at + 8, 4);
+  sf__buf_put(&merged, j->spare.data + j->at + 8, 8 + (size_t)len);
+  j->at += 16 + (size_t)len;
+}
+
 /* Called with J.lock held; writes everything appended so far. */
 static void write_pending_locked(void) {
   if (J.fd < 0)
     return;
   write_out(&J.pending, false); /* the header */
   sf__buf_free(&J.pending);
-  for (jbuf *j = jbufs; j; j = j->next) {
+  /* One instant for all buffers (appenders hold only their own lock, so
+   * taking them all in list order cannot deadlock). */
+  for (jbuf *j = jbufs; j; j = j->next)
     pthread_mutex_lock(&j->lock);
-    if (!j->b.len) {
-      pthread_mutex_unlock(&j->lock);
-      continue;
-    }
-    sf__buf out = j->b;
+  for (jbuf *j = jbufs; j; j = j->next) {
+    sf__buf batch = j->b;
     j->b = j->spare;
     j->b.len = 0;
-    sf__buf_init(&j->spare, NULL, 0);
+    j->spare = batch;
+    j->at = 0;
+  }
+  for (jbuf *j = jbufs; j; j = j->next)
     pthread_mutex_unlock(&j->lock);
-    write_out(&out, true);
-    pthread_mutex_lock(&j->lock);
-    if (!j->spare.data && out.cap <= 4 * FLUSH_BYTES) { /* keep it for the next swap */
-      j->spare = out;
-    } else {
-      sf__buf_free(&out);
+  /* Merge by ticket: take records from the buffer with the smallest head
+   * as long as they stay below every other buffer's head. */
+  merged.len = 0;
+  for (;;) {
+    jbuf *best = NULL;
+    uint64_t bt = UINT64_MAX, second = UINT64_MAX;
+    for (jbuf *j = jbufs; j; j = j->next) {
+      uint64_t t = head_ticket(j);
+      if (t < bt) {
+        second = bt;
+        bt = t;
+        best = j;
+      } else if (t < second) {
+        second = t;
+      }
     }
-    pthread_mutex_unlock(&j->lock);
+    if (!best)
+      break;
+    do
+      move_record(best);
+    while (head_ticket(best) < second);
+  }
+  write_out(&merged, true);
+  if (merged.cap > 4 * FLUSH_BYTES)
+    sf__buf_free(&merged);
+  for (jbuf *j = jbufs; j; j = j->next) {
+    j->spare.len = 0; /* emptied, for the next swap */
+    if (j->spare.cap > 4 * FLUSH_BYTES)
+      sf__buf_free(&j->spare);
   }
 }
 
@@ -380,9 +436,12 @@ static void append(int32_t kind, int64_t seq, int64_t spawn, int64_t rank, int64
   sf__buf *b = &j->b;
   size_t start = b->len;
   size_t nl = name ? strlen(name) : 0;
-  /* The fixed part in one go: frame (patched below), kind, four varints,
-   * the name's length and the name. */
-  sf__buf_grow(b, 8 + 1 + 5 * 10 + nl);
+  /* The fixed part in one go: ticket, frame (patched below), kind, four
+   * varints, the name's length and the name. */
+  sf__buf_grow(b, 16 + 1 + 5 * 10 + nl);
+  uint64_t ticket = atomic_fetch_add_explicit(&tickets, 1, memory_order_relaxed);
+  memcpy(b->data + start, &ticket, 8);
+  start += 8;
   char *p = b->data + start + 8;
   *p++ = (char)(unsigned char)kind;
   p += varint_at(p, zigzag(seq));

@@ -517,6 +517,18 @@ static bool task_claim_inline(task_rec *t) {
       atomic_exchange_explicit(&t->claimed, 1, memory_order_acq_rel))
     return false;
   sf__inline_depth++;
+  /* Dataflow start holds here too: a task handed futures starts once
+   * their values exist, as it does when parked, so its lines always come
+   * after its producers' (which --resume relies on: it prints the
+   * producer's record at the producer's call).  The producers run here
+   * if nobody has started them.  t is ours now: its arguments stay put. */
+  const sf_type *a = t->d->args;
+  for (int32_t i = 0; a && i < a->nfields; i++)
+    if (a->fields[i].type->kind == SF_FUTURE) {
+      sf_future *dep = *(sf_future **)(t->args + a->fields[i].offset);
+      if (dep)
+        future_wait(dep);
+    }
   run_task(t);
   sf__inline_depth--;
   return true;

@@ -34,15 +34,21 @@ FAULTS = ("journal-write", "checkpoint-write")
 
 
 class Fail(Exception):
-    pass
+    """kind: 'output' for a wrong output, 'other' for a wrong exit code, a
+    journal left behind or a hang."""
+
+    def __init__(self, msg, kind="other"):
+        Exception.__init__(self, msg)
+        self.kind = kind
 
 
 class Campaign:
     """One compiled program and its reference output.  `base` is the
     command that runs it (with its flags); `cwd` the folder trials run in."""
 
-    def __init__(self, base, tmp, env=None):
+    def __init__(self, base, tmp, env=None, fault_share=0.2):
         self.base = list(base)
+        self.fault_share = fault_share
         self.tmp = tmp
         self.env = dict(os.environ)
         self.env.update(env or {})
@@ -91,7 +97,7 @@ class Campaign:
         rng = random.Random(seed)
         kills = []
         while True:
-            if rng.random() < 0.2:
+            if rng.random() < self.fault_share:
                 kills.append(("fault", "%s:%d" % (rng.choice(FAULTS), rng.randint(1, 12))))
             else:
                 kills.append(("time", round(rng.uniform(0.0, self.wall), 4)))
@@ -142,7 +148,7 @@ def check_done(c, ck, rc, out, err, seed, kills, log):
         raise Fail("%s: exit %d\n%s" % (what, rc, err[-3000:]))
     if out != c.ref:
         raise Fail("%s: the output differs from the uninterrupted run's\n%s%s"
-                   % (what, diff(c.ref, out)[:4000], err[-2000:]))
+                   % (what, diff(c.ref, out)[:4000], err[-2000:]), "output")
     if os.path.exists(os.path.join(ck, "journal")):
         raise Fail("%s: the journal is still there after the run finished" % what)
 
@@ -154,19 +160,20 @@ def campaign(c, kills, seed, only=None, say=print):
     trials = killed = 0
     failures = []
     t0 = time.time()
-    while killed < kills:
+    while killed < kills and trials < 3 * kills + 10:
         s = only if only is not None else master.randrange(1 << 32)
         try:
             killed += c.trial(s, trials)
         except Fail as e:
-            failures.append(s)
+            failures.append((s, e.kind))
             say("FAIL %s" % e)
             killed += getattr(e, "killed", 0)
         trials += 1
         if only is not None:
             break
-    say("%d trials, %d killed runs, %d wrong outputs (seed %d, %.1fs)"
-        % (trials, killed, len(failures), seed, time.time() - t0))
+    wrong = sum(1 for _, k in failures if k == "output")
+    say("%d trials, %d killed runs, %d wrong outputs, %d other failures (seed %d, %.1fs)"
+        % (trials, killed, wrong, len(failures) - wrong, seed, time.time() - t0))
     return trials, killed, failures
 
 
@@ -177,6 +184,8 @@ def main():
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--trial", type=int, default=None, help="replay the trial of this seed")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--fault-share", type=float, default=0.2,
+                    help="the share of kills made at SFLOW_FAULT points")
     a = ap.parse_args()
     seed = a.seed if a.seed is not None else int(os.environ.get("SFLOW_CAMPAIGN_SEED", "1"))
     tmp = tempfile.mkdtemp(prefix="sflow-campaign-")
@@ -186,13 +195,13 @@ def main():
         base = [exe]
         if a.threads:
             base.append("--threads=%d" % a.threads)
-        c = Campaign(base, tmp)
+        c = Campaign(base, tmp, fault_share=a.fault_share)
         c.reference()
         print("reference: %d lines in %.2fs" % (c.ref.count(b"\n"), c.wall))
         _, _, failures = campaign(c, a.kills, seed, a.trial)
         if failures:
-            print("FAIL: %d wrong outputs; replay one with --trial SEED (seeds %s)"
-                  % (len(failures), ", ".join(map(str, failures[:10]))))
+            print("FAIL: %d failed trials; replay one with --trial SEED (seeds %s)"
+                  % (len(failures), ", ".join(str(f[0]) for f in failures[:10])))
             return 1
         print("PASS")
         return 0
