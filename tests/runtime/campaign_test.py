@@ -46,9 +46,13 @@ class Campaign:
     """One compiled program and its reference output.  `base` is the
     command that runs it (with its flags); `cwd` the folder trials run in."""
 
-    def __init__(self, base, tmp, env=None, fault_share=0.2):
+    def __init__(self, base, tmp, env=None, fault_share=0.2, normalize=None, after_kill=None):
         self.base = list(base)
         self.fault_share = fault_share
+        # A --nodes run prefixes lines with the node that printed them,
+        # which varies for a re-run call: normalize(bytes) drops that.
+        self.normalize = normalize or (lambda b: b)
+        self.after_kill = after_kill or (lambda: None)  # e.g. wait for workers to end
         self.tmp = tmp
         self.env = dict(os.environ)
         self.env.update(env or {})
@@ -81,14 +85,21 @@ class Campaign:
     def reference(self):
         ck = os.path.join(self.tmp, "ref")
         rc, plain, err, _ = self.run(ck, ["--journal=false"])
+        plain = self.normalize(plain)
         if rc != 0 or not plain.endswith(b"done\n"):
             raise Fail("reference run (--journal=false) exited %d\n%s" % (rc, err))
-        t0 = time.time()
-        rc, out, err, _ = self.run(ck)
-        self.wall = time.time() - t0
-        if rc != 0 or out != plain:
-            raise Fail("the uninterrupted journaled run differs from --journal=false (exit %d)\n%s"
-                       % (rc, diff(plain, out)[:3000] + err))
+        # The shorter of two journaled runs: the first may pay for cold
+        # caches (or a --nodes run for copying the executable to workers).
+        self.wall = None
+        for _ in range(2):
+            t0 = time.time()
+            rc, out, err, _ = self.run(ck)
+            wall = time.time() - t0
+            self.wall = wall if self.wall is None else min(self.wall, wall)
+            out = self.normalize(out)
+            if rc != 0 or out != plain:
+                raise Fail("the uninterrupted journaled run differs from --journal=false "
+                           "(exit %d)\n%s" % (rc, diff(plain, out)[:3000] + err))
         self.ref = out
 
     def plan(self, seed):
@@ -121,6 +132,7 @@ class Campaign:
             log.append("%s %s: %s" % (how, what, "killed" if killed else "exit %d" % rc))
             if killed:
                 killed_runs += 1
+                self.after_kill()
                 continue
             # It finished before the kill: then it must be right already.
             break
@@ -144,6 +156,7 @@ def diff(want, got):
 
 def check_done(c, ck, rc, out, err, seed, kills, log):
     what = "trial seed %d, kills %s (%s)" % (seed, kills, "; ".join(log))
+    out = c.normalize(out)
     if rc != 0:
         raise Fail("%s: exit %d\n%s" % (what, rc, err[-3000:]))
     if out != c.ref:
