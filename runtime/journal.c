@@ -26,6 +26,11 @@
  *    million tasks cost a memcpy each, not a system call each.  A
  *    checkpoint first flushes and fdatasyncs the journal, so no checkpoint
  *    is ever ahead of the journal.
+ *  - A record holds exactly the lines its own call printed: each thread
+ *    has a stack of sinks, one per journaled call running on it, and a
+ *    line goes to the top one only.  The file holds the records in the
+ *    order they were appended across threads (tickets, merged by the
+ *    flusher), so what a kill leaves is always a causally closed prefix.
  *  - Every record is framed as length + CRC-32C + payload.  On load, the
  *    first torn or corrupt record ends the journal: it and everything
  *    after it are cut off the file before new records are appended.
