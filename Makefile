@@ -5,7 +5,7 @@ PREFIX  ?= /usr/local
 JOBS    ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build demo test install clean fuzz bench bench-tasks bench-collectives golden-update tsan
+.PHONY: all deps configure build demo test install clean fuzz bench bench-tasks bench-collectives golden-update tsan soak-resume
 
 all: build
 
@@ -37,6 +37,15 @@ fuzz: deps
 
 tsan: deps
 	@bash scripts/tsan.sh
+
+# The random-kill campaign in its long form (tests/runtime/campaign_test.py;
+# `make test` runs 20 kills): KILLS SIGKILLed runs, each resumed to the end
+# and compared byte for byte with the uninterrupted run.  SEED picks the
+# kill plans; a failing trial prints the seed that replays it.
+KILLS ?= 200
+SEED  ?= 1
+soak-resume: build
+	@python3 tests/runtime/campaign_test.py --sflowc $(BUILD)/bin/sflowc --kills $(KILLS) --seed $(SEED)
 
 bench: build
 	@bash bench/run.sh $(BUILD)

@@ -510,25 +510,36 @@ void sf__sha256_hex(const void *data, size_t n, char out[65]);
 
 enum { SF__REPLAY_LIVE = 0, SF__REPLAY_SKIP, SF__REPLAY_RERUN };
 enum { SF__CAPTURE_OFF = 0, SF__CAPTURE_KEEP, SF__CAPTURE_MUTE };
+/* The sink of one journaled call's print lines, on its runner's stack:
+ * begin pushes it on this thread's stack (OFF pushes nothing: the lines
+ * belong to the enclosing call), end pops it, out gives the lines it
+ * kept (KEEP only) until free. */
 typedef struct sf__capture sf__capture;
+struct sf__capture {
+  int mode;
+  bool pushed;
+  sf__buf buf;
+  sf__capture *prev;
+};
 extern _Thread_local sf__capture *sf__capture_cur; /* print.c appends here */
-void sf__capture_line(const char *s, size_t n);      /* print.c: true if muted */
-bool sf__capture_muted(void);
-sf__capture *sf__capture_begin(int mode);  /* returns the previous one */
-void sf__capture_end(sf__capture *prev);
+void sf__capture_line(const char *s, size_t n);
+bool sf__capture_muted(void);                      /* print.c: a replay prints nothing */
+void sf__capture_begin(sf__capture *c, int mode);
+void sf__capture_end(sf__capture *c);
+const char *sf__capture_out(const sf__capture *c, size_t *n);
+void sf__capture_free(sf__capture *c); /* ends it too */
 
 int64_t sf__journal_next(void);  /* sequence number of main's next call, or -1 */
 int64_t sf__spawn_id(void);      /* main's spawn counter (-1 off main) */
 sf_future *sf__journal_task_replay(int64_t seq, const sf_task_desc *d, const sf_loc *loc);
-void sf__journal_task_done(int64_t seq, const sf_task_desc *d, void *res);
-/* The same with the call's output given (a task run on another node). */
-void sf__journal_task_done_out(int64_t seq, const sf_task_desc *d, void *res, const char *out,
-                               size_t n);
+/* out[0..n): the lines the call printed (its capture, or as the head
+ * printed another node's). */
+void sf__journal_task_done(int64_t seq, const sf_task_desc *d, void *res, const char *out,
+                           size_t n);
 int sf__journal_call_mode(sf_actor *a, int64_t seq);
 void sf__journal_call_result(sf_actor *a, int64_t seq, const sf_method_desc *m, void *res);
-void sf__journal_call_done(sf_actor *a, int64_t seq, const sf_method_desc *m, void *res);
-void sf__journal_call_done_out(sf_actor *a, int64_t seq, const sf_method_desc *m, void *res,
-                               const char *out, size_t n);
+void sf__journal_call_done(sf_actor *a, int64_t seq, const sf_method_desc *m, void *res,
+                           const char *out, size_t n);
 int64_t sf__journal_route_any(int64_t seq, sf_actor **members, int64_t n, int64_t best);
 double sf__journal_value(double live); /* now()/rand on main: replayed or recorded */
 void sf__journal_begin(const sf_program *prog, sf_value *args);

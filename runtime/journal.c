@@ -26,6 +26,11 @@
  *    million tasks cost a memcpy each, not a system call each.  A
  *    checkpoint first flushes and fdatasyncs the journal, so no checkpoint
  *    is ever ahead of the journal.
+ *  - A record holds exactly the lines its own call printed: each thread
+ *    has a stack of sinks, one per journaled call running on it, and a
+ *    line goes to the top one only.  The file holds the records in the
+ *    order they were appended across threads (tickets, merged by the
+ *    flusher), so what a kill leaves is always a causally closed prefix.
  *  - Every record is framed as length + CRC-32C + payload.  On load, the
  *    first torn or corrupt record ends the journal: it and everything
  *    after it are cut off the file before new records are appended.
@@ -110,38 +115,43 @@ const char *sf__checkpoint_dir(void) { return J.dir; }
 
 /* --------------------------------------------------------- capturing */
 
-struct sf__capture {
-  int mode;
-  sf__buf buf;
-  sf__capture *prev;
-};
-
+/* Each thread has a stack of sinks: the frame of the innermost journaled
+ * call running on it.  A line goes to the top frame only, so a call's
+ * record holds exactly the lines that call printed: a main-level task run
+ * inline inside another (the consumer awaiting its producer) pushes its
+ * own frame, and its lines land in its own record and nowhere else, as
+ * the replay prints each record once.  A call that is not journaled (a
+ * task or actor call made by a task or an actor) pushes nothing: its
+ * lines are part of the journaled call that made it. */
 _Thread_local sf__capture *sf__capture_cur;
 
-sf__capture *sf__capture_begin(int mode) {
-  sf__capture *prev = sf__capture_cur;
-  if (mode == SF__CAPTURE_OFF || !J.enabled)
-    return prev; /* output goes where the caller's goes */
-  if (prev && prev->mode == SF__CAPTURE_MUTE)
-    mode = SF__CAPTURE_MUTE; /* a muted call mutes what it calls */
-  sf__capture *c = sf_alloc(sizeof *c);
-  c->mode = mode;
-  c->prev = prev;
+void sf__capture_begin(sf__capture *c, int mode) {
   sf__buf_init(&c->buf, NULL, 0);
-  sf__capture_cur = c;
-  return prev;
+  c->prev = sf__capture_cur;
+  c->pushed = mode != SF__CAPTURE_OFF && J.enabled;
+  c->mode = c->pushed ? mode : SF__CAPTURE_OFF;
+  if (c->pushed)
+    sf__capture_cur = c;
 }
 
-void sf__capture_end(sf__capture *prev) {
-  sf__capture *c = sf__capture_cur;
-  if (c == prev)
+void sf__capture_end(sf__capture *c) {
+  if (!c->pushed)
     return;
-  sf__capture_cur = prev;
-  /* Output of a nested capture belongs to the enclosing one too. */
-  if (prev && prev->mode == SF__CAPTURE_KEEP && c->mode == SF__CAPTURE_KEEP)
-    sf__buf_put(&prev->buf, c->buf.data, c->buf.len);
+  /* Frames nest strictly (a call runs to its end on the thread that
+   * started it), so c is the top one. */
+  sf__capture_cur = c->prev;
+  c->pushed = false;
+}
+
+const char *sf__capture_out(const sf__capture *c, size_t *n) {
+  *n = c->mode == SF__CAPTURE_KEEP ? c->buf.len : 0;
+  return *n ? c->buf.data : NULL;
+}
+
+void sf__capture_free(sf__capture *c) {
+  sf__capture_end(c);
   sf__buf_free(&c->buf);
-  sf_free(c);
+  c->mode = SF__CAPTURE_OFF;
 }
 
 bool sf__capture_muted(void) { return sf__capture_cur && sf__capture_cur->mode == SF__CAPTURE_MUTE; }
@@ -239,7 +249,19 @@ static bool open_locked(void) {
 /* Each thread appends records to its own buffer under its own (nearly
  * never contended) lock; the flusher swaps the buffers out and writes them.
  * Records are keyed, not ordered, except R_VALUE, which only main writes,
- * in order, to its own buffer. */
+ * in order, to its own buffer.
+ *
+ * The file must still hold them in an order that respects causality: a
+ * kill (or a torn write) keeps a prefix of the file, and a prefix that
+ * kept a consumer's record but not its producer's would replay the
+ * consumer's lines at once while the producer runs again live and prints
+ * later.  So every record takes a ticket from one counter as it is
+ * appended (a record appended after another, on any thread, has the
+ * larger ticket), the flusher takes every buffer at one instant (all
+ * their locks held together), and writes the batch merged by ticket: the
+ * file is in ticket order, and any prefix of it holds every record
+ * appended before any record it holds.  In memory a record is preceded by
+ * its ticket (8 bytes), which never reaches the file. */
 typedef struct jbuf {
   struct jbuf *next;
   pthread_mutex_t lock;
@@ -247,7 +269,11 @@ typedef struct jbuf {
   sf__buf spare; /* the buffer last written out, emptied, for reuse: a
                   * fresh one each flush would grow by doubling (copies,
                   * page faults) all over again */
+  size_t at;     /* the flusher's merge position in its batch */
 } jbuf;
+
+static _Atomic uint64_t tickets;
+static sf__buf merged; /* the flusher's output, kept for reuse (J.lock) */
 
 static jbuf *jbufs; /* every thread's, linked under J.lock */
 static _Thread_local jbuf *my_jbuf;
@@ -282,31 +308,71 @@ static void write_out(sf__buf *out, bool records) {
   }
 }
 
+/* The ticket of the next record of j's batch (UINT64_MAX past its end).
+ * The batch (j->spare between a swap and the write) is the flusher's. */
+static uint64_t head_ticket(const jbuf *j) {
+  uint64_t t = UINT64_MAX;
+  if (j->at < j->spare.len)
+    memcpy(&t, j->spare.data + j->at, 8);
+  return t;
+}
+
+/* Moves the next record of j's batch to `merged`, without its ticket. */
+static void move_record(jbuf *j) {
+  uint32_t len;
+  memcpy(&len, j->spare.data + j->at + 8, 4);
+  sf__buf_put(&merged, j->spare.data + j->at + 8, 8 + (size_t)len);
+  j->at += 16 + (size_t)len;
+}
+
 /* Called with J.lock held; writes everything appended so far. */
 static void write_pending_locked(void) {
   if (J.fd < 0)
     return;
   write_out(&J.pending, false); /* the header */
   sf__buf_free(&J.pending);
-  for (jbuf *j = jbufs; j; j = j->next) {
+  /* One instant for all buffers (appenders hold only their own lock, so
+   * taking them all in list order cannot deadlock). */
+  for (jbuf *j = jbufs; j; j = j->next)
     pthread_mutex_lock(&j->lock);
-    if (!j->b.len) {
-      pthread_mutex_unlock(&j->lock);
-      continue;
-    }
-    sf__buf out = j->b;
+  for (jbuf *j = jbufs; j; j = j->next) {
+    sf__buf batch = j->b;
     j->b = j->spare;
     j->b.len = 0;
-    sf__buf_init(&j->spare, NULL, 0);
+    j->spare = batch;
+    j->at = 0;
+  }
+  for (jbuf *j = jbufs; j; j = j->next)
     pthread_mutex_unlock(&j->lock);
-    write_out(&out, true);
-    pthread_mutex_lock(&j->lock);
-    if (!j->spare.data && out.cap <= 4 * FLUSH_BYTES) { /* keep it for the next swap */
-      j->spare = out;
-    } else {
-      sf__buf_free(&out);
+  /* Merge by ticket: take records from the buffer with the smallest head
+   * as long as they stay below every other buffer's head. */
+  merged.len = 0;
+  for (;;) {
+    jbuf *best = NULL;
+    uint64_t bt = UINT64_MAX, second = UINT64_MAX;
+    for (jbuf *j = jbufs; j; j = j->next) {
+      uint64_t t = head_ticket(j);
+      if (t < bt) {
+        second = bt;
+        bt = t;
+        best = j;
+      } else if (t < second) {
+        second = t;
+      }
     }
-    pthread_mutex_unlock(&j->lock);
+    if (!best)
+      break;
+    do
+      move_record(best);
+    while (head_ticket(best) < second);
+  }
+  write_out(&merged, true);
+  if (merged.cap > 4 * FLUSH_BYTES)
+    sf__buf_free(&merged);
+  for (jbuf *j = jbufs; j; j = j->next) {
+    j->spare.len = 0; /* emptied, for the next swap */
+    if (j->spare.cap > 4 * FLUSH_BYTES)
+      sf__buf_free(&j->spare);
   }
 }
 
@@ -375,9 +441,12 @@ static void append(int32_t kind, int64_t seq, int64_t spawn, int64_t rank, int64
   sf__buf *b = &j->b;
   size_t start = b->len;
   size_t nl = name ? strlen(name) : 0;
-  /* The fixed part in one go: frame (patched below), kind, four varints,
-   * the name's length and the name. */
-  sf__buf_grow(b, 8 + 1 + 5 * 10 + nl);
+  /* The fixed part in one go: ticket, frame (patched below), kind, four
+   * varints, the name's length and the name. */
+  sf__buf_grow(b, 16 + 1 + 5 * 10 + nl);
+  uint64_t ticket = atomic_fetch_add_explicit(&tickets, 1, memory_order_relaxed);
+  memcpy(b->data + start, &ticket, 8);
+  start += 8;
   char *p = b->data + start + 8;
   *p++ = (char)(unsigned char)kind;
   p += varint_at(p, zigzag(seq));
@@ -703,16 +772,10 @@ sf_future *sf__journal_task_replay(int64_t seq, const sf_task_desc *d, const sf_
   return f;
 }
 
-void sf__journal_task_done(int64_t seq, const sf_task_desc *d, void *res) {
-  if (!J.enabled || J.failed)
-    return;
-  append(R_TASK, seq, -1, -1, 0, d->name, d->result, res,
-         sf__capture_cur && sf__capture_cur->mode == SF__CAPTURE_KEEP ? &sf__capture_cur->buf
-                                                                      : NULL);
-}
-
-void sf__journal_task_done_out(int64_t seq, const sf_task_desc *d, void *res, const char *out,
-                               size_t n) {
+/* The output is the call's own lines (sf__capture_out), or those another
+ * node printed for it as the head printed them. */
+void sf__journal_task_done(int64_t seq, const sf_task_desc *d, void *res, const char *out,
+                           size_t n) {
   if (!J.enabled || J.failed)
     return;
   sf__buf v = {.data = (char *)out, .len = n, .cap = n}; /* append only reads it */
@@ -748,18 +811,10 @@ void sf__journal_call_result(sf_actor *a, int64_t seq, const sf_method_desc *m, 
   atomic_fetch_add_explicit(&sf__stats.replayed, 1, memory_order_relaxed);
 }
 
-void sf__journal_call_done(sf_actor *a, int64_t seq, const sf_method_desc *m, void *res) {
-  if (!J.enabled || J.failed || sf__actor_id(a) < 0)
-    return;
-  append(R_CALL, seq, sf__actor_id(a), sf__actor_rank(a), sf__actor_calls(a), m->name,
-         m->result && m->result->kind != SF_VOID ? m->result : NULL, res,
-         sf__capture_cur && sf__capture_cur->mode == SF__CAPTURE_KEEP ? &sf__capture_cur->buf
-                                                                      : NULL);
-}
-
-/* A remote actor's call (ractor.c): its output as the head printed it. */
-void sf__journal_call_done_out(sf_actor *a, int64_t seq, const sf_method_desc *m, void *res,
-                               const char *out, size_t n) {
+/* An actor call's result with what it printed: its own captured lines, or
+ * a remote actor's as the head printed them (ractor.c). */
+void sf__journal_call_done(sf_actor *a, int64_t seq, const sf_method_desc *m, void *res,
+                           const char *out, size_t n) {
   if (!J.enabled || J.failed || sf__actor_id(a) < 0)
     return;
   sf__buf v = {.data = (char *)out, .len = n, .cap = n}; /* append only reads it */

@@ -517,6 +517,18 @@ static bool task_claim_inline(task_rec *t) {
       atomic_exchange_explicit(&t->claimed, 1, memory_order_acq_rel))
     return false;
   sf__inline_depth++;
+  /* Dataflow start holds here too: a task handed futures starts once
+   * their values exist, as it does when parked, so its lines always come
+   * after its producers' (which --resume relies on: it prints the
+   * producer's record at the producer's call).  The producers run here
+   * if nobody has started them.  t is ours now: its arguments stay put. */
+  const sf_type *a = t->d->args;
+  for (int32_t i = 0; a && i < a->nfields; i++)
+    if (a->fields[i].type->kind == SF_FUTURE) {
+      sf_future *dep = *(sf_future **)(t->args + a->fields[i].offset);
+      if (dep)
+        future_wait(dep);
+    }
   run_task(t);
   sf__inline_depth--;
   return true;
@@ -545,7 +557,11 @@ static void run_task(task_rec *t) {
   sf_actor *saved_actor = current_actor;
   int64_t saved_attempt = sf__attempt;
   int32_t saved_gpu = sf__current_gpu;
-  sf__capture *saved_cap = sf__capture_begin(t->seq >= 0 ? SF__CAPTURE_KEEP : SF__CAPTURE_OFF);
+  /* A journaled call (or a --nodes main-level call kept for the head's
+   * journal, t->out) owns its lines: its own sink, never the enclosing
+   * call's, even when it runs inline inside that call. */
+  sf__capture cap;
+  sf__capture_begin(&cap, t->seq >= 0 || t->out ? SF__CAPTURE_KEEP : SF__CAPTURE_OFF);
   /* A --nodes attempt (remote.c): its lines are kept per attempt, and only
    * the successful one's reach t->out (an abandoned attempt never writes
    * there: its caller may be gone). */
@@ -581,8 +597,11 @@ static void run_task(task_rec *t) {
     int32_t mine = attempt;
     if (ok) {
       if (atomic_compare_exchange_strong(&t->owner, &mine, -1)) {
-        if (t->seq >= 0)
-          sf__journal_task_done(t->seq, d, res);
+        if (t->seq >= 0) {
+          size_t n;
+          const char *out = sf__capture_out(&cap, &n);
+          sf__journal_task_done(t->seq, d, res, out, n);
+        }
         if (t->out && keep.len)
           sf__buf_put(t->out, keep.data, keep.len);
         future_set(t->f, res);
@@ -611,7 +630,7 @@ static void run_task(task_rec *t) {
     }
     break;
   }
-  sf__capture_end(saved_cap);
+  sf__capture_free(&cap);
   if (t->out) {
     sf__print_keep = saved_keep;
     sf__buf_free(&keep);
@@ -818,7 +837,7 @@ const sf_type *sf__future_type(sf_future *f) { return f->type; }
 
 void sf__future_resolve_out(sf_future *f, void *value, const char *out, size_t n) {
   if (f->task && f->task->seq >= 0)
-    sf__journal_task_done_out(f->task->seq, f->task->d, value, out, n);
+    sf__journal_task_done(f->task->seq, f->task->d, value, out, n);
   SF__COUNT(tasks_done);
   future_set(f, value);
 }
@@ -959,6 +978,11 @@ static void run_msg(sf_actor *a, msg *m) {
   memset(res, 0, (size_t)size);
   const char *why = NULL;
   int mode = m->kind == MSG_CALL ? sf__journal_call_mode(a, m->seq) : SF__REPLAY_LIVE;
+  /* What a journaled call prints is recorded with its result, so the sink
+   * lives until the record is appended below (popped as soon as the
+   * method returns: nothing printed after that on this thread is the
+   * call's). */
+  sf__capture cap = {.mode = SF__CAPTURE_OFF};
   if (m->kind == MSG_INIT && (a->preset || sf__checkpoint_restore(a))) {
     /* The state came from a checkpoint: init does not run again. */
   } else if (a->broken) {
@@ -970,9 +994,9 @@ static void run_msg(sf_actor *a, msg *m) {
   } else if (md) {
     sf_actor *saved = current_actor;
     current_actor = a;
-    sf__capture *cap = sf__capture_begin(mode == SF__REPLAY_RERUN ? SF__CAPTURE_MUTE
-                                         : m->seq >= 0          ? SF__CAPTURE_KEEP
-                                                                : SF__CAPTURE_OFF);
+    sf__capture_begin(&cap, mode == SF__REPLAY_RERUN ? SF__CAPTURE_MUTE
+                            : m->seq >= 0          ? SF__CAPTURE_KEEP
+                                                   : SF__CAPTURE_OFF);
     double t0 = sf__trace_now();
     bool was_muted = sf__print_mute;
     sf__buf *was_kept = sf__print_keep;
@@ -988,7 +1012,7 @@ static void run_msg(sf_actor *a, msg *m) {
     sf__print_mute = was_muted;
     sf__print_keep = was_kept;
     sf__rng_cur = was_rng;
-    sf__capture_end(cap);
+    sf__capture_end(&cap);
     current_actor = saved;
     sf__trace_event(md->name, m->kind == MSG_INIT ? "init" : "call", t0, 0, why);
     if (why && a->comm) /* members waiting for this one must not hang */
@@ -1008,16 +1032,18 @@ static void run_msg(sf_actor *a, msg *m) {
       a->calls++;
       a->epochs += m->all;
     }
+    size_t on;
+    const char *out = sf__capture_out(&cap, &on);
     if (m->f) {
       if (why) {
         future_fail(m->f, "call of '%s' failed: %s", md->name, why);
       } else {
         if (mode == SF__REPLAY_LIVE && m->seq >= 0)
-          sf__journal_call_done(a, m->seq, md, res);
+          sf__journal_call_done(a, m->seq, md, res, out, on);
         future_set(m->f, res);
       }
     } else if (m->g) {
-      gather_put(m->g, a, md, m->idx, res, why, mode == SF__REPLAY_LIVE ? m->seq : -1, NULL, 0);
+      gather_put(m->g, a, md, m->idx, res, why, mode == SF__REPLAY_LIVE ? m->seq : -1, out, on);
     } else if (!why) {
       sf_value_release(md->result, res);
     }
@@ -1026,6 +1052,7 @@ static void run_msg(sf_actor *a, msg *m) {
     if (!why && mode != SF__REPLAY_SKIP)
       sf__checkpoint_maybe(a, m->all);
   }
+  sf__capture_free(&cap);
   if (res != small)
     sf_free(res);
   atomic_fetch_sub_explicit(a->pending, 1, memory_order_relaxed);
@@ -1036,14 +1063,11 @@ static void run_msg(sf_actor *a, msg *m) {
     sf_release(f); /* the message's reference; may free m with it */
 }
 
-/* journal: a call's result, with out[0..on) when another node printed
- * it, else with what this thread captured. */
+/* journal: a call's result with out[0..on), the lines it printed (its
+ * own capture, or as the head printed another node's). */
 static void journal_call(sf_actor *a, int64_t seq, const sf_method_desc *md, void *res,
                          const char *out, size_t on) {
-  if (on)
-    sf__journal_call_done_out(a, seq, md, res, out, on);
-  else
-    sf__journal_call_done(a, seq, md, res);
+  sf__journal_call_done(a, seq, md, res, out, on);
 }
 
 /* Member idx of a g.all call is done: its value (res, moved in) or why it

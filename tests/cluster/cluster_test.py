@@ -2733,6 +2733,42 @@ def case_host_glibc_and_arch(c):
             shutil.rmtree(f"{FAKE_BIN}-{i}", ignore_errors=True)
 
 
+def case_campaign_nodes_resume(c):
+    """The random-kill campaign (tests/runtime/campaign_test.py) on a
+    --nodes run of 2 workers: tasks print on the workers, the actors and
+    the group are placed where the head puts them (the head takes some:
+    each worker has one slot), and the head is SIGKILLed at random
+    moments, also during its resume.  Every finished run must print the
+    single-node run's lines in the same order; only the "[node K] "
+    prefixes are dropped (which node runs a re-run call varies)."""
+    runtime_tests = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                 "runtime")
+    sys.path.insert(0, runtime_tests)
+    import campaign_test as ct
+    exe = os.path.join(c.dir, "campaign")
+    r = subprocess.run([c.sflowc, os.path.join(runtime_tests, "campaign.sflow"), "-o", exe],
+                       capture_output=True, text=True)
+    check(r.returncode == 0, "sflowc failed", r.stderr)
+    single = subprocess.run([exe, "--journal=false", "--n", "12"], capture_output=True)
+    check(single.returncode == 0, "single-node run", single.stderr)
+
+    def normalize(b):
+        return re.sub(rb"(?m)^\[node \d+\] ", b"", b)
+
+    camp = ct.Campaign(c.args("--n", "12", prog=exe), c.dir, fault_share=0.1,
+                       normalize=normalize, after_kill=lambda: c.expect_no_workers(within=15))
+    camp.reference()
+    check(camp.ref == single.stdout, "the --nodes run prints the single-node lines",
+          camp.ref.decode(), single.stdout.decode())
+    log = []
+    kills = int(os.environ.get("SFLOW_CAMPAIGN_NODES_KILLS", "6"))
+    _, killed, failures = ct.campaign(camp, kills, 7, say=log.append)
+    check(not failures, f"{len(failures)} failed trials of {killed} kills", *log)
+    check(killed >= kills, f"only {killed} runs were killed", *log)
+    print(log[-1])
+    c.expect_no_workers()
+
+
 CASES = {
     "cpu_feature_missing": (2, case_cpu_feature_missing),
     "worker_libraries": (2, case_worker_libraries),
@@ -2790,6 +2826,7 @@ CASES = {
     "group_allreduce_nodes": (3, case_group_allreduce_nodes),
     "group_worker_killed": (4, case_group_worker_killed),
     "group_resume": (3, case_group_resume),
+    "campaign_nodes_resume": (2, case_campaign_nodes_resume),
     "worker_env": (2, case_worker_env,
                    lambda sflowc, n: Cluster(sflowc, n,
                                              sshd_extra={0: "SetEnv CUDA_VISIBLE_DEVICES=1\n"})),

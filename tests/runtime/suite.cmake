@@ -28,3 +28,11 @@ add_test(NAME runtime/collective_contention
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/contention_test.py
           --sflowc $<TARGET_FILE:sflowc>)
 set_tests_properties(runtime/collective_contention PROPERTIES RUN_SERIAL TRUE TIMEOUT 300)
+# The random-kill campaign, short form: 20 runs of a program that prints
+# from tasks, actors, groups and future-fed tasks, SIGKILLed at random
+# moments (and during their resume), must resume to exactly the
+# uninterrupted output.  The long form is `make soak-resume KILLS=200`.
+add_test(NAME runtime/resume_campaign
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/campaign_test.py
+          --sflowc $<TARGET_FILE:sflowc> --kills 20)
+set_tests_properties(runtime/resume_campaign PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
