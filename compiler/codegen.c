@@ -36,6 +36,8 @@
  */
 #include "sflowc.h"
 #include "parser.h"
+#include "rtabi.h"
+#include "sflow.h" /* runtime/: sf_kind, the object tags, SF_ABI_VERSION */
 
 #include <llvm-c/Analysis.h>
 #include <llvm-c/Core.h>
@@ -55,10 +57,14 @@
 
 extern char **environ;
 
-/* Runtime type kinds (runtime/sflow.h sf_kind). */
-enum { K_VOID, K_BOOL, K_I32, K_I64, K_F32, K_F64, K_STR, K_ARRAY, K_STRUCT, K_FUTURE,
-       K_ACTOR, K_GROUP };
-enum { OBJ_STR = 1 };
+
+/* The rows of rtabi.h by number, and each one's argument count. */
+#define RT_ID(name, sig, attrs) RT_##name,
+#define RT_NARGS(name, sig, attrs) RT_NARGS_##name = (int)sizeof(sig) - 2,
+enum { SF_RUNTIME_ENTRY_POINTS(RT_ID) RT__COUNT };
+enum { SF_RUNTIME_ENTRY_POINTS(RT_NARGS) };
+#undef RT_ID
+#undef RT_NARGS
 
 /* A value and whether this code owns a reference to it. */
 typedef struct {
@@ -157,6 +163,7 @@ static struct {
   /* Fns whose copies unroll_chains links after tail-call elimination. */
   DInfo **chains;
   int nchains;
+  LLVMValueRef rtfn[RT__COUNT]; /* runtime entry points declared so far */
 } G;
 
 static Val expr(Node *n);
@@ -263,8 +270,21 @@ static LLVMValueRef call(LLVMValueRef f, LLVMValueRef *args, int n) {
   return c;
 }
 
-/* A runtime function by name and a compact signature: one letter per type,
- * return first: v void, b bool, i i32, l i64, f f32, d f64, p pointer. */
+/* Runtime entry points, declared on first use from their row of
+ * rtabi.h: RT(sf_name, args...) is a call.  A name without a row does not
+ * compile, nor does a call with another number of arguments than the row's
+ * signature has letters after the return type's. */
+
+static const struct {
+  const char *name, *sig;
+  int attrs;
+} rt_rows[] = {
+#define RT_ROW(name, sig, attrs) {#name, sig, attrs},
+    SF_RUNTIME_ENTRY_POINTS(RT_ROW)
+#undef RT_ROW
+};
+
+/* One letter of a row's signature as an LLVM type. */
 static LLVMTypeRef sig_type(char c) {
   switch (c) {
   case 'v': return G.vd;
@@ -273,47 +293,49 @@ static LLVMTypeRef sig_type(char c) {
   case 'l': return G.i64;
   case 'f': return G.f32;
   case 'd': return G.f64;
-  default: return G.P;
+  case 'p': return G.P;
+  default: ice("codegen: signature letter '%c' in compiler/rtabi.h", c);
   }
 }
 
-static LLVMValueRef rt(const char *name, const char *sig) {
-  LLVMValueRef f = LLVMGetNamedFunction(G.mod, name);
-  if (f)
-    return f;
+static LLVMValueRef rt(int id) {
+  if (G.rtfn[id])
+    return G.rtfn[id];
+  const char *name = rt_rows[id].name, *sig = rt_rows[id].sig;
   LLVMTypeRef ps[16];
   int n = 0;
   for (const char *s = sig + 1; *s; s++)
     ps[n++] = sig_type(*s);
-  f = get_fn(name, sig_type(sig[0]), ps, n, false);
+  LLVMValueRef f = get_fn(name, sig_type(sig[0]), ps, n, false);
   /* C passes bool zero-extended. */
   if (sig[0] == 'b')
     add_attr(f, LLVMAttributeReturnIndex, "zeroext");
   for (int i = 0; i < n; i++)
     if (sig[i + 1] == 'b')
       add_attr(f, (unsigned)i + 1, "zeroext");
-  static const char *const arrays[] = {"sf_array_new", "sf_array_split", "sf_read_lines",
-                                       "sf_future_get_all", "sf_allgather", "sf_matmul"};
-  for (size_t i = 0; i < sizeof arrays / sizeof *arrays; i++)
-    if (!strcmp(name, arrays[i]))
-      mark_array_attrs(f, LLVMAttributeReturnIndex);
-  static const char *const noret[] = {"sf_index_fail", "sf_div_zero", "sf_fail",
-                                      "sf_runtime_error"};
-  for (size_t i = 0; i < sizeof noret / sizeof *noret; i++)
-    if (!strcmp(name, noret[i])) {
-      add_attr(f, LLVMAttributeFunctionIndex, "noreturn");
-      add_attr(f, LLVMAttributeFunctionIndex, "cold");
-    }
-  return f;
+  if (rt_rows[id].attrs & RTA_ARRAY)
+    mark_array_attrs(f, LLVMAttributeReturnIndex);
+  if (rt_rows[id].attrs & RTA_NORETURN) {
+    add_attr(f, LLVMAttributeFunctionIndex, "noreturn");
+    add_attr(f, LLVMAttributeFunctionIndex, "cold");
+  }
+  return G.rtfn[id] = f;
 }
 
-static LLVMValueRef rtcall(const char *name, const char *sig, LLVMValueRef *args, int n) {
-  return call(rt(name, sig), args, n);
-}
-#define RT(name, sig, ...)                                                            \
-  rtcall(name, sig, (LLVMValueRef[]){__VA_ARGS__},                                    \
-         (int)(sizeof((LLVMValueRef[]){__VA_ARGS__}) / sizeof(LLVMValueRef)))
-#define RT0(name, sig) rtcall(name, sig, NULL, 0)
+#define RT_ARGV(...) ((LLVMValueRef[]){__VA_ARGS__})
+#define RT_ARGC(...) ((int)(sizeof RT_ARGV(__VA_ARGS__) / sizeof(LLVMValueRef)))
+#define RT(name, ...)                                                                   \
+  ({                                                                                    \
+    _Static_assert(RT_NARGS_##name == RT_ARGC(__VA_ARGS__),                             \
+                   #name ": not the argument count of its row in compiler/rtabi.h");    \
+    call(rt(RT_##name), RT_ARGV(__VA_ARGS__), RT_ARGC(__VA_ARGS__));                    \
+  })
+#define RT0(name)                                                                       \
+  ({                                                                                    \
+    _Static_assert(RT_NARGS_##name == 0,                                                \
+                   #name ": not the argument count of its row in compiler/rtabi.h");    \
+    call(rt(RT_##name), NULL, 0);                                                       \
+  })
 
 static LLVMValueRef const_str_global(const char *s, size_t n) {
   LLVMValueRef init = LLVMConstStringInContext(G.ctx, s, (unsigned)n, 0);
@@ -345,7 +367,7 @@ static LLVMValueRef loc_const(Loc l) {
 /* An immortal string object (rc -1) for a literal. */
 static LLVMValueRef str_literal(const char *s, size_t n) {
   LLVMValueRef bytes = LLVMConstStringInContext(G.ctx, s ? s : "", (unsigned)n, 0);
-  LLVMValueRef hdr[] = {ci64(-1), ci32(OBJ_STR), ci32(0), ci64((int64_t)n), bytes};
+  LLVMValueRef hdr[] = {ci64(-1), ci32(SF_OBJ_STR), ci32(0), ci64((int64_t)n), bytes};
   LLVMValueRef init = LLVMConstStructInContext(G.ctx, hdr, 5, 0);
   LLVMValueRef g = LLVMAddGlobal(G.mod, LLVMTypeOf(init), ".sfstr");
   LLVMSetInitializer(g, init);
@@ -535,7 +557,7 @@ static void set_struct_desc(LLVMValueRef g, const char *name, LLVMTypeRef sty, i
     LLVMSetLinkage(arr, LLVMPrivateLinkage);
     LLVMSetGlobalConstant(arr, 1);
   }
-  set_desc(g, K_STRUCT, (int64_t)LLVMABISizeOfType(G.td, sty),
+  set_desc(g, SF_STRUCT, (int64_t)LLVMABISizeOfType(G.td, sty),
            (int64_t)LLVMABIAlignmentOfType(G.td, sty), n, NULL, arr, name);
 }
 
@@ -575,10 +597,10 @@ static LLVMValueRef type_desc(Type *t) {
   G.descs = e; /* before recursing: struct S { kids: S[] } */
   const char *name = ty_str(t);
   switch (t->kind) {
-  case TY_ARRAY: set_desc(e->g, K_ARRAY, 8, 8, 0, type_desc(t->elem), NULL, name); break;
-  case TY_FUTURE: set_desc(e->g, K_FUTURE, 8, 8, 0, type_desc(t->elem), NULL, name); break;
-  case TY_ACTOR: set_desc(e->g, K_ACTOR, 8, 8, 0, NULL, NULL, name); break;
-  case TY_GROUP: set_desc(e->g, K_GROUP, 8, 8, 0, NULL, NULL, name); break;
+  case TY_ARRAY: set_desc(e->g, SF_ARRAY, 8, 8, 0, type_desc(t->elem), NULL, name); break;
+  case TY_FUTURE: set_desc(e->g, SF_FUTURE, 8, 8, 0, type_desc(t->elem), NULL, name); break;
+  case TY_ACTOR: set_desc(e->g, SF_ACTOR, 8, 8, 0, NULL, NULL, name); break;
+  case TY_GROUP: set_desc(e->g, SF_GROUP, 8, 8, 0, NULL, NULL, name); break;
   case TY_STRUCT: {
     int n;
     const char **names;
@@ -698,7 +720,7 @@ static void di_declare(Var *v, LLVMValueRef slot, int argno) {
 
 static void retain_value(Type *t, LLVMValueRef v) {
   if (ty_is_ref(t)) {
-    RT("sf_retain", "vp", v);
+    RT(sf_retain, v);
   } else if (t->kind == TY_STRUCT) {
     unsigned i = 0;
     for (Decl *f = t->decl->fields; f; f = f->next, i++)
@@ -709,7 +731,7 @@ static void retain_value(Type *t, LLVMValueRef v) {
 
 static void release_value(Type *t, LLVMValueRef v) {
   if (ty_is_ref(t)) {
-    RT("sf_release", "vp", v);
+    RT(sf_release, v);
   } else if (t->kind == TY_STRUCT) {
     unsigned i = 0;
     for (Decl *f = t->decl->fields; f; f = f->next, i++)
@@ -761,8 +783,8 @@ static void scope_end(int mark) {
 
 static LLVMValueRef zero_value(Type *t, Loc l) {
   switch (t->kind) {
-  case TY_STR: return RT0("sf_str_empty", "p");
-  case TY_ARRAY: return RT("sf_array_new", "pplp", desc_arg(t->elem), ci64(0), loc_const(l));
+  case TY_STR: return RT0(sf_str_empty);
+  case TY_ARRAY: return RT(sf_array_new, desc_arg(t->elem), ci64(0), loc_const(l));
   case TY_STRUCT: {
     LLVMValueRef v = LLVMGetUndef(lt_val(t));
     unsigned i = 0;
@@ -810,7 +832,7 @@ static LLVMValueRef to_i64(Type *t, LLVMValueRef v) {
 
 static void check_index(LLVMValueRef idx, LLVMValueRef len, Loc l) {
   LLVMBasicBlockRef ok = cold_if(LLVMBuildICmp(G.b, LLVMIntUGE, idx, len, ""));
-  RT("sf_index_fail", "vllp", idx, len, loc_const(l));
+  RT(sf_index_fail, idx, len, loc_const(l));
   cold_end(ok);
 }
 
@@ -894,7 +916,7 @@ static LLVMValueRef int_divrem(int op, LLVMValueRef l, LLVMValueRef r, Loc loc) 
   LLVMTypeRef t = LLVMTypeOf(l);
   LLVMValueRef zero = LLVMConstNull(t);
   LLVMBasicBlockRef ok = cold_if(LLVMBuildICmp(G.b, LLVMIntEQ, r, zero, ""));
-  RT("sf_div_zero", "vp", loc_const(loc));
+  RT(sf_div_zero, loc_const(loc));
   cold_end(ok);
   /* x / -1 is -x and x % -1 is 0, computed without the trapping sdiv. */
   LLVMValueRef m1 = LLVMBuildICmp(G.b, LLVMIntEQ, r, LLVMConstAllOnes(t), "");
@@ -951,11 +973,11 @@ static LLVMValueRef arith(int op, Type *t, LLVMValueRef l, LLVMValueRef r, Loc l
 
 static LLVMValueRef str_op(int op, LLVMValueRef l, LLVMValueRef r) {
   switch (op) {
-  case '+': return RT("sf_str_concat", "ppp", l, r);
-  case TOK_EQ: return RT("sf_str_eq", "bpp", l, r);
-  case TOK_NE: return LLVMBuildNot(G.b, RT("sf_str_eq", "bpp", l, r), "");
+  case '+': return RT(sf_str_concat, l, r);
+  case TOK_EQ: return RT(sf_str_eq, l, r);
+  case TOK_NE: return LLVMBuildNot(G.b, RT(sf_str_eq, l, r), "");
   default: {
-    LLVMValueRef c = RT("sf_str_cmp", "ipp", l, r);
+    LLVMValueRef c = RT(sf_str_cmp, l, r);
     LLVMIntPredicate p = op == '<' ? LLVMIntSLT : op == '>' ? LLVMIntSGT
                          : op == TOK_LE ? LLVMIntSLE : LLVMIntSGE;
     return LLVMBuildICmp(G.b, p, c, ci32(0), "");
@@ -1057,27 +1079,27 @@ static LLVMValueRef as_float(Type *from, Type *to, LLVMValueRef v) {
 
 static void print_value(Type *t, LLVMValueRef v) {
   switch (t->kind) {
-  case TY_BOOL: RT("sf_print_bool", "vb", v); return;
-  case TY_I32: RT("sf_print_i64", "vl", LLVMBuildSExt(G.b, v, G.i64, "")); return;
-  case TY_I64: RT("sf_print_i64", "vl", v); return;
-  case TY_F32: RT("sf_print_f32", "vf", v); return;
-  case TY_F64: RT("sf_print_f64", "vd", v); return;
-  case TY_STR: RT("sf_print_str", "vp", v); return;
+  case TY_BOOL: RT(sf_print_bool, v); return;
+  case TY_I32: RT(sf_print_i64, LLVMBuildSExt(G.b, v, G.i64, "")); return;
+  case TY_I64: RT(sf_print_i64, v); return;
+  case TY_F32: RT(sf_print_f32, v); return;
+  case TY_F64: RT(sf_print_f64, v); return;
+  case TY_STR: RT(sf_print_str, v); return;
   default: {
     LLVMValueRef slot = entry_alloca(lt_mem(t), "print.tmp");
     store_mem(t, v, slot);
-    RT("sf_print_value", "vpp", desc_arg(t), slot);
+    RT(sf_print_value, desc_arg(t), slot);
   }
   }
 }
 
 static LLVMValueRef cast_to_str(Type *from, LLVMValueRef v) {
   switch (from->kind) {
-  case TY_BOOL: return RT("sf_str_from_bool", "pb", v);
-  case TY_I32: return RT("sf_str_from_i64", "pl", LLVMBuildSExt(G.b, v, G.i64, ""));
-  case TY_I64: return RT("sf_str_from_i64", "pl", v);
-  case TY_F32: return RT("sf_str_from_f32", "pf", v);
-  case TY_F64: return RT("sf_str_from_f64", "pd", v);
+  case TY_BOOL: return RT(sf_str_from_bool, v);
+  case TY_I32: return RT(sf_str_from_i64, LLVMBuildSExt(G.b, v, G.i64, ""));
+  case TY_I64: return RT(sf_str_from_i64, v);
+  case TY_F32: return RT(sf_str_from_f32, v);
+  case TY_F64: return RT(sf_str_from_f64, v);
   default: ice("codegen: str() of %s", ty_str(from));
   }
 }
@@ -1097,14 +1119,14 @@ static Val cast(Builtin bi, Node *arg, Loc loc) {
   case B_CAST_I32: {
     LLVMTypeRef to = bi == B_CAST_I64 ? G.i64 : G.i32;
     if (from->kind == TY_STR) {
-      r = bi == B_CAST_I64 ? RT("sf_str_to_i64", "lpp", v, L) : RT("sf_str_to_i32", "ipp", v, L);
+      r = bi == B_CAST_I64 ? RT(sf_str_to_i64, v, L) : RT(sf_str_to_i32, v, L);
       drop(from, a);
       return mkval(r, false);
     }
     if (is_float(from)) {
       LLVMValueRef d = from->kind == TY_F32 ? LLVMBuildFPExt(G.b, v, G.f64, "") : v;
-      return mkval(bi == B_CAST_I64 ? RT("sf_f64_to_i64", "ldp", d, L)
-                                    : RT("sf_f64_to_i32", "idp", d, L), false);
+      return mkval(bi == B_CAST_I64 ? RT(sf_f64_to_i64, d, L)
+                                    : RT(sf_f64_to_i32, d, L), false);
     }
     if (from->kind == TY_BOOL)
       return mkval(LLVMBuildZExt(G.b, v, to, ""), false);
@@ -1114,7 +1136,7 @@ static Val cast(Builtin bi, Node *arg, Loc loc) {
   case B_CAST_F64: {
     Type *to = ty_prim(bi == B_CAST_F32 ? TY_F32 : TY_F64);
     if (from->kind == TY_STR) {
-      r = bi == B_CAST_F64 ? RT("sf_str_to_f64", "dpp", v, L) : RT("sf_str_to_f32", "fpp", v, L);
+      r = bi == B_CAST_F64 ? RT(sf_str_to_f64, v, L) : RT(sf_str_to_f32, v, L);
       drop(from, a);
       return mkval(r, false);
     }
@@ -1122,7 +1144,7 @@ static Val cast(Builtin bi, Node *arg, Loc loc) {
   }
   case B_CAST_BOOL:
     if (from->kind == TY_STR) {
-      r = RT("sf_str_to_bool", "bpp", v, L);
+      r = RT(sf_str_to_bool, v, L);
       drop(from, a);
       return mkval(r, false);
     }
@@ -1142,23 +1164,23 @@ static Val builtin(Node *n) {
   Type *t = n->ty;
   switch (n->builtin) {
   case B_PRINT: {
-    RT0("sf_print_begin", "v");
+    RT0(sf_print_begin);
     for (int i = 0; i < n->argc; i++) {
       a = expr(av[i]);
       print_value(av[i]->ty, a.v);
       drop(av[i]->ty, a);
     }
-    RT0("sf_print_end", "v");
+    RT0(sf_print_end);
     return mkval(NULL, false);
   }
   case B_LEN:
     a = expr(av[0]);
     if (av[0]->ty->kind == TY_STR) {
-      LLVMValueRef r = RT("sf_str_len", "lp", a.v);
+      LLVMValueRef r = RT(sf_str_len, a.v);
       drop(av[0]->ty, a);
       return mkval(r, false);
     } else if (av[0]->ty->kind == TY_GROUP) {
-      LLVMValueRef r = RT("sf_group_len", "lp", a.v);
+      LLVMValueRef r = RT(sf_group_len, a.v);
       drop(av[0]->ty, a);
       return mkval(t->kind == TY_I32 ? LLVMBuildTrunc(G.b, r, G.i32, "") : r, false);
     } else {
@@ -1203,27 +1225,27 @@ static Val builtin(Node *n) {
     LLVMValueRef c = LLVMBuildICmp(G.b, mn ? LLVMIntSLT : LLVMIntSGT, a.v, b.v, "");
     return mkval(LLVMBuildSelect(G.b, c, a.v, b.v, ""), false);
   }
-  case B_NOW: return mkval(RT0("sf_now", "d"), false);
+  case B_NOW: return mkval(RT0(sf_now), false);
   case B_RAND_SEED:
     a = expr(av[0]);
-    RT("sf_rand_seed", "vl", to_i64(av[0]->ty, a.v));
+    RT(sf_rand_seed, to_i64(av[0]->ty, a.v));
     return mkval(NULL, false);
-  case B_RAND_F32: return mkval(RT0("sf_rand_f32", "f"), false);
+  case B_RAND_F32: return mkval(RT0(sf_rand_f32), false);
   case B_FMT: {
     a = expr(av[0]);
     b = expr(av[1]);
     LLVMValueRef x = as_float(av[0]->ty, ty_prim(TY_F64), a.v);
-    return mkval(RT("sf_fmt_f64", "pdlp", x, to_i64(av[1]->ty, b.v), loc_const(n->loc)), true);
+    return mkval(RT(sf_fmt_f64, x, to_i64(av[1]->ty, b.v), loc_const(n->loc)), true);
   }
   case B_FAIL:
     a = expr(av[0]);
-    RT("sf_fail", "vpp", a.v, loc_const(n->loc));
+    RT(sf_fail, a.v, loc_const(n->loc));
     LLVMBuildUnreachable(G.b);
     start_dead_block();
     return mkval(t->kind == TY_VOID ? NULL : LLVMGetUndef(lt_val(t)), false);
-  case B_ATTEMPT: return mkval(RT0("sf_attempt", "l"), false);
-  case B_NODE_ID: return mkval(RT0("sf_node_id", "l"), false);
-  case B_HOSTNAME: return mkval(RT0("sf_hostname", "p"), true);
+  case B_ATTEMPT: return mkval(RT0(sf_attempt), false);
+  case B_NODE_ID: return mkval(RT0(sf_node_id), false);
+  case B_HOSTNAME: return mkval(RT0(sf_hostname), true);
   case B_THREAD_ID:
     if (!G.fn->tid)
       return mkval(ci64(0), false);
@@ -1231,35 +1253,37 @@ static Val builtin(Node *n) {
                  false);
   case B_GROUP_RANK:
   case B_GROUP_SIZE: {
-    LLVMValueRef r = n->builtin == B_GROUP_RANK ? RT0("sf_group_rank", "l") : RT0("sf_group_size", "l");
+    LLVMValueRef r = n->builtin == B_GROUP_RANK ? RT0(sf_group_rank) : RT0(sf_group_size);
     return mkval(t->kind == TY_I32 ? LLVMBuildTrunc(G.b, r, G.i32, "") : r, false);
   }
   case B_ALLREDUCE_SUM:
   case B_ALLREDUCE_MEAN:
     a = expr(av[0]);
-    RT(n->builtin == B_ALLREDUCE_SUM ? "sf_allreduce_sum" : "sf_allreduce_mean", "vpp", a.v,
-       loc_const(n->loc));
+    if (n->builtin == B_ALLREDUCE_SUM)
+      RT(sf_allreduce_sum, a.v, loc_const(n->loc));
+    else
+      RT(sf_allreduce_mean, a.v, loc_const(n->loc));
     drop(av[0]->ty, a);
     return mkval(NULL, false);
   case B_BROADCAST:
     a = expr(av[0]);
     b = expr(av[1]);
-    RT("sf_broadcast", "vplp", a.v, to_i64(av[1]->ty, b.v), loc_const(n->loc));
+    RT(sf_broadcast, a.v, to_i64(av[1]->ty, b.v), loc_const(n->loc));
     drop(av[0]->ty, a);
     return mkval(NULL, false);
   case B_ALLGATHER: {
     a = expr(av[0]);
-    LLVMValueRef r = RT("sf_allgather", "ppp", a.v, loc_const(n->loc));
+    LLVMValueRef r = RT(sf_allgather, a.v, loc_const(n->loc));
     drop(av[0]->ty, a);
     return mkval(r, true);
   }
-  case B_BARRIER: RT("sf_barrier", "vp", loc_const(n->loc)); return mkval(NULL, false);
+  case B_BARRIER: RT(sf_barrier, loc_const(n->loc)); return mkval(NULL, false);
   case B_ZEROS_F32:
   case B_ZEROS_F64:
   case B_ZEROS_I32:
   case B_ZEROS_I64:
     a = expr(av[0]);
-    return mkval(RT("sf_array_new", "pplp", desc_arg(t->elem), to_i64(av[0]->ty, a.v),
+    return mkval(RT(sf_array_new, desc_arg(t->elem), to_i64(av[0]->ty, a.v),
                     loc_const(n->loc)),
                  true);
   case B_CAST_BOOL:
@@ -1273,7 +1297,7 @@ static Val builtin(Node *n) {
     Node *k = n->recv ? av[0] : av[1];
     a = expr(arr);
     b = expr(k);
-    LLVMValueRef r = RT("sf_array_split", "pplp", a.v, to_i64(k->ty, b.v), loc_const(n->loc));
+    LLVMValueRef r = RT(sf_array_split, a.v, to_i64(k->ty, b.v), loc_const(n->loc));
     drop(arr->ty, a);
     return mkval(r, true);
   }
@@ -1281,8 +1305,8 @@ static Val builtin(Node *n) {
   case B_RT_READ_LINES: {
     a = expr(av[0]);
     L = loc_const(n->loc);
-    LLVMValueRef r = n->builtin == B_RT_READ_FILE ? RT("sf_read_file", "ppp", a.v, L)
-                                                  : RT("sf_read_lines", "ppp", a.v, L);
+    LLVMValueRef r = n->builtin == B_RT_READ_FILE ? RT(sf_read_file, a.v, L)
+                                                  : RT(sf_read_lines, a.v, L);
     drop(av[0]->ty, a);
     return mkval(r, true);
   }
@@ -1290,14 +1314,16 @@ static Val builtin(Node *n) {
   case B_RT_APPEND_FILE:
     a = expr(av[0]);
     b = expr(av[1]);
-    RT(n->builtin == B_RT_WRITE_FILE ? "sf_write_file" : "sf_append_file", "vppp", a.v, b.v,
-       loc_const(n->loc));
+    if (n->builtin == B_RT_WRITE_FILE)
+      RT(sf_write_file, a.v, b.v, loc_const(n->loc));
+    else
+      RT(sf_append_file, a.v, b.v, loc_const(n->loc));
     drop(av[0]->ty, a);
     drop(av[1]->ty, b);
     return mkval(NULL, false);
   case B_RT_FILE_EXISTS: {
     a = expr(av[0]);
-    LLVMValueRef r = RT("sf_file_exists", "bp", a.v);
+    LLVMValueRef r = RT(sf_file_exists, a.v);
     drop(av[0]->ty, a);
     return mkval(r, false);
   }
@@ -1305,9 +1331,9 @@ static Val builtin(Node *n) {
     Val v[5];
     for (int i = 0; i < 5; i++)
       v[i] = expr(av[i]);
-    LLVMValueRef r = RT("sf_matmul", "ppplllip", v[0].v, v[1].v, to_i64(av[2]->ty, v[2].v),
+    LLVMValueRef r = RT(sf_matmul, v[0].v, v[1].v, to_i64(av[2]->ty, v[2].v),
                         to_i64(av[3]->ty, v[3].v), to_i64(av[4]->ty, v[4].v),
-                        ci32(n == G.defer_matmul ? 1 : 0), loc_const(n->loc));
+                        ci32(n == G.defer_matmul ? SF_MATMUL_DEFER : 0), loc_const(n->loc));
     drop(av[0]->ty, v[0]);
     drop(av[1]->ty, v[1]);
     return mkval(r, true);
@@ -1370,7 +1396,7 @@ static Val call_expr(Node *n) {
   case CALL_TASK: {
     DInfo *di = info(n->decl);
     LLVMValueRef blk = args_block(di, n->argv, n->argc);
-    return mkval(RT("sf_task_call", "pppp", LLVMConstPointerCast(di->desc, G.P), blk,
+    return mkval(RT(sf_task_call, LLVMConstPointerCast(di->desc, G.P), blk,
                     loc_const(n->loc)),
                  true);
   }
@@ -1389,11 +1415,11 @@ static Val call_expr(Node *n) {
     L = loc_const(n->loc);
     LLVMValueRef r;
     switch (n->callkind) {
-    case CALL_METHOD: r = RT("sf_actor_call", "ppppp", h.v, md, blk, L); break;
-    case CALL_GROUP_ALL: r = RT("sf_group_call_all", "ppppp", h.v, md, blk, L); break;
-    case CALL_GROUP_ANY: r = RT("sf_group_call_any", "ppppp", h.v, md, blk, L); break;
+    case CALL_METHOD: r = RT(sf_actor_call, h.v, md, blk, L); break;
+    case CALL_GROUP_ALL: r = RT(sf_group_call_all, h.v, md, blk, L); break;
+    case CALL_GROUP_ANY: r = RT(sf_group_call_any, h.v, md, blk, L); break;
     default:
-      r = RT("sf_group_call_one", "pplppp", h.v, to_i64(n->recv->rhs->ty, idx.v), md, blk, L);
+      r = RT(sf_group_call_one, h.v, to_i64(n->recv->rhs->ty, idx.v), md, blk, L);
       break;
     }
     drop(recv->ty, h);
@@ -1416,9 +1442,9 @@ static Val spawn_expr(Node *n) {
       cnt = to_i64(n->rhs->ty, expr(n->rhs).v);
     else
       cnt = ci64(actor->replicas > 0 ? actor->replicas : 1);
-    return mkval(RT("sf_group_spawn", "pplpp", d, cnt, blk, L), true);
+    return mkval(RT(sf_group_spawn, d, cnt, blk, L), true);
   }
-  return mkval(RT("sf_actor_spawn", "pppp", d, blk, L), true);
+  return mkval(RT(sf_actor_spawn, d, blk, L), true);
 }
 
 typedef void (*LoopBody)(void *ctx, LLVMValueRef i);
@@ -1434,7 +1460,7 @@ static void await_each_body(void *ctx, LLVMValueRef i) {
   AwaitEach *a = ctx;
   Type *ft = a->n->lhs->ty->elem;
   LLVMValueRef fut = load_elem(ft, elem_ptr(a->arr, ft, i));
-  RT("sf_future_get", "vppp", fut, LLVMConstNull(G.P), loc_const(a->n->loc));
+  RT(sf_future_get, fut, LLVMConstNull(G.P), loc_const(a->n->loc));
 }
 
 static Val await_expr(Node *n) {
@@ -1444,12 +1470,12 @@ static Val await_expr(Node *n) {
     AwaitEach a = {n, f.v};
     counted_loop(arr_len(f.v), await_each_body, &a);
   } else if (n->lhs->ty->kind == TY_ARRAY) {
-    r = RT("sf_future_get_all", "pppp", f.v, desc_arg(n->ty->elem), L);
+    r = RT(sf_future_get_all, f.v, desc_arg(n->ty->elem), L);
   } else if (n->ty->kind == TY_VOID) {
-    RT("sf_future_get", "vppp", f.v, LLVMConstNull(G.P), L);
+    RT(sf_future_get, f.v, LLVMConstNull(G.P), L);
   } else {
     LLVMValueRef slot = entry_alloca(lt_mem(n->ty), "await");
-    RT("sf_future_get", "vppp", f.v, slot, L);
+    RT(sf_future_get, f.v, slot, L);
     r = load_mem(n->ty, slot);
   }
   drop(n->lhs->ty, f);
@@ -1477,7 +1503,7 @@ static void launch_expr(Node *n) {
     store_mem(argv[i]->ty, vals[i].v, struct_gep(di->args_ty, blk, (unsigned)i));
   }
   LLVMValueRef cnt = to_i64(n->rhs->ty, expr(n->rhs).v);
-  RT("sf_launch", "vplpp", LLVMConstPointerCast(di->desc, G.P), cnt, blk, loc_const(n->loc));
+  RT(sf_launch, LLVMConstPointerCast(di->desc, G.P), cnt, blk, loc_const(n->loc));
   for (int j = 0; j < argc; j++)
     drop(argv[j]->ty, vals[j]);
 }
@@ -1487,7 +1513,7 @@ static void launch_expr(Node *n) {
 static Val array_lit(Node *n) {
   Type *et = n->ty->elem;
   int cnt = list_len(n->args);
-  LLVMValueRef a = RT("sf_array_new", "pplp", desc_arg(et), ci64(cnt), loc_const(n->loc));
+  LLVMValueRef a = RT(sf_array_new, desc_arg(et), ci64(cnt), loc_const(n->loc));
   int i = 0;
   for (Node *e = n->args; e; e = e->next, i++) {
     Val v = expr(e);
@@ -1559,7 +1585,7 @@ static Val comprehension(Node *n) {
     c.src = src.v;
     len = arr_len(src.v);
   }
-  c.dst = RT("sf_array_new", "pplp", desc_arg(n->ty->elem), len, loc_const(n->loc));
+  c.dst = RT(sf_array_new, desc_arg(n->ty->elem), len, loc_const(n->loc));
   counted_loop(len, comp_body, &c);
   if (c.src)
     drop(n->rhs->ty, src);
@@ -1741,7 +1767,7 @@ static void append_stmt(Node *n, Node *operand) {
   Val r = expr(operand);
   LVal lv = lvalue(n->lhs);
   LLVMValueRef old = lv_load(n->lhs, lv);
-  lv_store(n->lhs, lv, RT("sf_str_append", "ppp", old, r.v));
+  lv_store(n->lhs, lv, RT(sf_str_append, old, r.v));
   drop(t, r);
   lvalue_done(lv);
 }
@@ -2078,7 +2104,7 @@ static void block(Node *n) {
   for (; s; s = s->next) {
     bool g = gpu_stmt(s);
     if (pending && !g) {
-      RT0("sf_gpu_settle", "v");
+      RT0(sf_gpu_settle);
       pending = false;
     }
     G.defer_matmul = g ? deferred_matmul(s) : NULL;
@@ -2090,7 +2116,7 @@ static void block(Node *n) {
   }
   /* The body of a GPU loop settles after the loop, not per iteration. */
   if (pending && !gpu_body && !terminated())
-    RT0("sf_gpu_settle", "v");
+    RT0(sf_gpu_settle);
   scope_end(mark);
 }
 
@@ -2570,13 +2596,13 @@ static void gen_actor(Decl *a) {
 
 static int param_kind(Type *t) {
   switch (t->kind) {
-  case TY_BOOL: return K_BOOL;
-  case TY_I32: return K_I32;
-  case TY_I64: return K_I64;
-  case TY_F32: return K_F32;
-  case TY_F64: return K_F64;
-  case TY_STR: return K_STR;
-  default: return K_VOID;
+  case TY_BOOL: return SF_BOOL;
+  case TY_I32: return SF_I32;
+  case TY_I64: return SF_I64;
+  case TY_F32: return SF_F32;
+  case TY_F64: return SF_F64;
+  case TY_STR: return SF_STR;
+  default: return SF_VOID;
   }
 }
 
@@ -2659,7 +2685,7 @@ static void gen_program_desc(Decl *wf) {
   Source *main_src = src_get(G.prog->main->file);
   /* What a host's CPU must have (target.c), checked by the head of a
    * --nodes run before it deploys this executable anywhere. */
-  LLVMValueRef pd[] = {ci32(2 /* SF_ABI_VERSION */), cstr(stem(main_src->path)), cstr(main_src->path),
+  LLVMValueRef pd[] = {ci32(SF_ABI_VERSION), cstr(stem(main_src->path)), cstr(main_src->path),
                        ci32(n), parr ? LLVMConstPointerCast(parr, G.P) : LLVMConstNull(G.P),
                        LLVMConstPointerCast(mainfn, G.P), cstr(G.target.cpu),
                        cstr(G.target.needs)};
@@ -2786,6 +2812,45 @@ static void gen_all(Program *p) {
 }
 
 /* ---------------------------------------------------------- target */
+
+/* The runtime's structs that codegen spells out by hand (init_types, the
+ * descriptors below, str_literal, gen_program_desc), field by field as
+ * runtime/sflow.h lays them out on LP64: a field added or moved there stops
+ * the build here instead of shifting every field after it at run time. */
+#define SF_AT(type, field, off)                                                      \
+  _Static_assert(offsetof(type, field) == (off),                                     \
+                 #type "." #field " moved in runtime/sflow.h: update codegen.c's " #type)
+#define SF_SIZE(type, n)                                                             \
+  _Static_assert(sizeof(type) == (n), "runtime/sflow.h changed the size of " #type)
+SF_AT(sf_obj, rc, 0); SF_AT(sf_obj, tag, 8); SF_AT(sf_obj, flags, 12); SF_SIZE(sf_obj, 16);
+SF_AT(sf_str, len, 16); SF_AT(sf_str, data, 24);
+SF_AT(sf_array, len, 16); SF_AT(sf_array, elem, 24); SF_AT(sf_array, data, 32);
+SF_AT(sf_array, dev, 40); SF_AT(sf_array, where, 48); SF_AT(sf_array, gpu, 52);
+SF_SIZE(sf_array, 56);
+SF_AT(sf_loc, line, 8); SF_AT(sf_loc, col, 12); SF_SIZE(sf_loc, 16);
+SF_AT(sf_type, kind, 0); SF_AT(sf_type, size, 4); SF_AT(sf_type, align, 8);
+SF_AT(sf_type, nfields, 12); SF_AT(sf_type, elem, 16); SF_AT(sf_type, fields, 24);
+SF_AT(sf_type, name, 32); SF_SIZE(sf_type, 40);
+SF_AT(sf_field, offset, 8); SF_AT(sf_field, type, 16); SF_SIZE(sf_field, 24);
+SF_AT(sf_task_desc, thunk, 8); SF_AT(sf_task_desc, args, 16); SF_AT(sf_task_desc, result, 24);
+SF_AT(sf_task_desc, retry, 32); SF_AT(sf_task_desc, cpus, 40); SF_AT(sf_task_desc, gpus, 48);
+SF_AT(sf_task_desc, timeout, 56); SF_SIZE(sf_task_desc, 64);
+SF_AT(sf_method_desc, thunk, 8); SF_AT(sf_method_desc, args, 16);
+SF_AT(sf_method_desc, result, 24); SF_SIZE(sf_method_desc, 32);
+SF_AT(sf_actor_desc, state, 8); SF_AT(sf_actor_desc, init, 16); SF_AT(sf_actor_desc, restarts, 24);
+SF_AT(sf_actor_desc, checkpoint_every, 28); SF_AT(sf_actor_desc, replicas, 32);
+SF_AT(sf_actor_desc, checkpoint_keep, 36); SF_AT(sf_actor_desc, cpus, 40);
+SF_AT(sf_actor_desc, gpus, 48); SF_SIZE(sf_actor_desc, 56);
+SF_AT(sf_kernel_desc, file, 8); SF_AT(sf_kernel_desc, cuda, 16); SF_AT(sf_kernel_desc, entry, 24);
+SF_AT(sf_kernel_desc, args, 32); SF_AT(sf_kernel_desc, cpu, 40); SF_AT(sf_kernel_desc, writes, 48);
+SF_SIZE(sf_kernel_desc, 56);
+SF_AT(sf_param, kind, 8); SF_AT(sf_param, has_default, 12); SF_AT(sf_param, def, 16);
+SF_AT(sf_param, def_text, 24); SF_SIZE(sf_param, 32); SF_SIZE(sf_value, 8);
+SF_AT(sf_program, name, 8); SF_AT(sf_program, source, 16); SF_AT(sf_program, nparams, 24);
+SF_AT(sf_program, params, 32); SF_AT(sf_program, main_fn, 40); SF_AT(sf_program, target_cpu, 48);
+SF_AT(sf_program, target_needs, 56); SF_SIZE(sf_program, 64);
+#undef SF_AT
+#undef SF_SIZE
 
 static void init_types(void) {
   G.i1 = LLVMInt1TypeInContext(G.ctx);
