@@ -29,33 +29,30 @@
  * runtime/sflow.h: each task gets a thunk `void(void *args, void *result)`
  * and each actor method `void(void *state, void *args, void *result)`, with
  * an argument block whose layout is described by an emitted sf_type, so the
- * scheduler can change without changing this file.
+ * scheduler can change without changing this file.  The runtime's kinds,
+ * object tags and ABI version come from sflow.h itself, and every entry
+ * point is called through its row of rtabi.h (RT(sf_name, ...)).
  *
- * The object file, the optimisation pipeline and linking live at the end of
- * this file (section "target").
+ * codegen_program is the back end's pipeline: settle points (settle.c),
+ * the target machine (target.c), lowering here (with the copies of
+ * recursion unrolling decided by unroll.c, and kernels' CUDA C from
+ * cudagen.c), the verifier, unroll_chains (unroll.c), then optimisation,
+ * object and linking (link.c).
  */
 #include "sflowc.h"
 #include "parser.h"
-#include "rtabi.h"
-#include "sflow.h" /* runtime/: sf_kind, the object tags, SF_ABI_VERSION */
+#include "rtabi.h" /* and runtime/sflow.h: sf_kind, the object tags, SF_ABI_VERSION */
 
 #include <llvm-c/Analysis.h>
 #include <llvm-c/Core.h>
 #include <llvm-c/DebugInfo.h>
 #include <llvm-c/Target.h>
 #include <llvm-c/TargetMachine.h>
-#include <llvm-c/Transforms/PassBuilder.h>
 #include <llvm/Config/llvm-config.h>
 
-#include <errno.h>
-#include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
-
-extern char **environ;
 
 
 /* The rows of rtabi.h by number, and each one's argument count. */
@@ -97,10 +94,10 @@ typedef struct {
   LLVMValueRef state_desc;
   LLVMValueRef init_fn; /* actors: field initialisers + init body */
   Decl *init_decl;      /* a synthetic D_INIT when the actor has none */
-  /* Small self-recursive fns (recursion unrolling, below): copies of the
-   * fn, copies[0] being fn itself; shared: the two copies call each other
-   * from the start, else each copy calls itself until unroll_chains. */
-  LLVMValueRef *copies;
+  /* Small self-recursive fns (unroll.c): copies of the fn (LLVMValueRefs),
+   * copies[0] being fn itself; shared: the two copies call each other from
+   * the start, else each copy calls itself until unroll_chains. */
+  void **copies;
   int ncopies;
   bool shared;
 } DInfo;
@@ -153,15 +150,12 @@ static struct {
   LLVMDIBuilderRef dib;
   LLVMMetadataRef cu, *difiles;
   int nstr;
-  /* GPU settle points (block()): the matmul call that may leave its
-   * result on the device, and the body of the loop being run on the GPU. */
-  Node *defer_matmul, *gpu_loop_body;
   /* While a self-recursive fn's body is generated, its calls to itself go
    * to redirect_fn (the twin, or from the twin back to the original). */
   Decl *redirect_of;
   LLVMValueRef redirect_fn;
   /* Fns whose copies unroll_chains links after tail-call elimination. */
-  DInfo **chains;
+  UnrollChain *chains;
   int nchains;
   LLVMValueRef rtfn[RT__COUNT]; /* runtime entry points declared so far */
 } G;
@@ -170,7 +164,6 @@ static Val expr(Node *n);
 static void mark_array_attrs(LLVMValueRef fn, unsigned idx);
 static void stmt(Node *n);
 static void block(Node *n);
-static bool has_gpu_work(Node *n);
 static LLVMTypeRef lt_val(Type *t);
 static LLVMValueRef type_desc(Type *t);
 
@@ -1333,7 +1326,7 @@ static Val builtin(Node *n) {
       v[i] = expr(av[i]);
     LLVMValueRef r = RT(sf_matmul, v[0].v, v[1].v, to_i64(av[2]->ty, v[2].v),
                         to_i64(av[3]->ty, v[3].v), to_i64(av[4]->ty, v[4].v),
-                        ci32(n == G.defer_matmul ? SF_MATMUL_DEFER : 0), loc_const(n->loc));
+                        ci32(n->keep_on_device ? SF_MATMUL_DEFER : 0), loc_const(n->loc));
     drop(av[0]->ty, v[0]);
     drop(av[1]->ty, v[1]);
     return mkval(r, true);
@@ -1965,158 +1958,16 @@ static void stmt(Node *n) {
   }
 }
 
-/* ------------------------------------------------- GPU settle points
- *
- * Arrays that kernels or matmul wrote stay on the device while the code
- * runs only GPU statements; sf_gpu_settle() copies them back before the
- * next statement that may look at array data on the host (runtime/gpu.c
- * explains the protocol).  A GPU statement is a launch, a matmul into a
- * variable, a group collective (allreduce_*, broadcast, allgather into a
- * variable, barrier: runtime/nccl.c runs them on device arrays), a scalar
- * update, or a loop of those, whose expressions read no array element on
- * the host. */
-
-/* Reads no array data: literals, names, arithmetic, len and numeric casts. */
-static bool host_safe(Node *e) {
-  if (!e)
-    return true;
-  switch (e->kind) {
-  case N_INT: case N_FLOAT: case N_BOOL: case N_NAME: return true;
-  case N_BINARY: return host_safe(e->lhs) && host_safe(e->rhs);
-  case N_UNARY: return host_safe(e->lhs);
-  case N_CALL:
-    if (e->callkind != CALL_BUILTIN)
-      return false;
-    switch (e->builtin) {
-    case B_LEN: case B_MIN: case B_MAX: case B_ABS: case B_CAST_I32: case B_CAST_I64:
-    case B_CAST_F32: case B_CAST_F64:
-      for (int i = 0; i < e->argc; i++)
-        if (!host_safe(e->argv[i]))
-          return false;
-      return true;
-    default: return false;
-    }
-  default: return false;
-  }
-}
-
-static bool is_matmul(Node *e) {
-  return e && e->kind == N_CALL && e->callkind == CALL_BUILTIN && e->builtin == B_MATMUL;
-}
-
-/* The matmul of `let x = matmul(...)` / `x = matmul(...)`, or NULL. */
-static Node *deferred_matmul(Node *s) {
-  Node *v = s->kind == N_LET ? s->lhs : s->kind == N_ASSIGN && s->op == '=' ? s->rhs : NULL;
-  return is_matmul(v) ? v : NULL;
-}
-
-/* A collective call whose arguments read no array data: it takes device
- * arrays as they are, so it does not end a run of GPU statements. */
-static bool is_collective(Node *e) {
-  if (!e || e->kind != N_CALL || e->callkind != CALL_BUILTIN)
-    return false;
-  switch (e->builtin) {
-  case B_ALLREDUCE_SUM: case B_ALLREDUCE_MEAN: case B_BROADCAST: case B_ALLGATHER:
-  case B_BARRIER:
-    for (int i = 0; i < e->argc; i++)
-      if (!host_safe(e->argv[i]))
-        return false;
-    return true;
-  default: return false;
-  }
-}
-
-static bool gpu_stmt(Node *s) {
-  switch (s->kind) {
-  case N_EXPR_STMT:
-    if (is_collective(s->lhs))
-      return true;
-    if (s->lhs->kind != N_LAUNCH || !host_safe(s->lhs->rhs))
-      return false;
-    for (Node *a = s->lhs->args; a; a = a->next)
-      if (!host_safe(a))
-        return false;
-    return true;
-  case N_LET:
-  case N_ASSIGN: {
-    Node *target = s->kind == N_ASSIGN ? s->lhs : NULL;
-    if (target && target->kind != N_NAME)
-      return false;
-    Node *m = deferred_matmul(s);
-    if (is_collective(s->kind == N_LET ? s->lhs : s->rhs))
-      return true; /* x = allgather(y) */
-    if (m) {
-      for (int i = 0; i < m->argc; i++)
-        if (!host_safe(m->argv[i]))
-          return false;
-      return true;
-    }
-    Node *v = s->kind == N_LET ? s->lhs : s->rhs;
-    return v->ty && ty_is_numeric(v->ty) && host_safe(v);
-  }
-  case N_FOR:
-  case N_WHILE: {
-    if (s->kind == N_FOR ? s->rhs->kind != N_RANGE || !host_safe(s->rhs->lhs) ||
-                               !host_safe(s->rhs->rhs)
-                         : !host_safe(s->cond))
-      return false;
-    bool any = false;
-    for (Node *b = s->body && s->body->kind == N_BLOCK ? s->body->body : s->body; b; b = b->next) {
-      if (!gpu_stmt(b))
-        return false;
-      any |= has_gpu_work(b);
-    }
-    return any; /* a loop with no GPU work needs no special treatment */
-  }
-  default: return false;
-  }
-}
-
-/* Does the statement (or anything in it) launch a kernel or call matmul? */
-static bool list_has_gpu_work(Node *n);
-
-/* The node n and what hangs below it, not the statements after it: the
- * callers ask once per statement, and walking the rest of the block each
- * time made code generation quadratic (50k statements took minutes). */
-static bool has_gpu_work(Node *n) {
-  if (!n)
-    return false;
-  if (n->kind == N_LAUNCH || is_matmul(n))
-    return true;
-  return list_has_gpu_work(n->lhs) || list_has_gpu_work(n->rhs) ||
-         list_has_gpu_work(n->cond) || list_has_gpu_work(n->then) ||
-         list_has_gpu_work(n->els) || list_has_gpu_work(n->body) || list_has_gpu_work(n->args);
-}
-
-/* Any node of the list that starts at n (argument lists, statement lists). */
-static bool list_has_gpu_work(Node *n) {
-  for (; n; n = n->next)
-    if (has_gpu_work(n))
-      return true;
-  return false;
-}
-
+/* A block, with the settle points settle.c marked around its statements. */
 static void block(Node *n) {
   int mark = G.nowned;
-  Node *s = n && n->kind == N_BLOCK ? n->body : n;
-  bool gpu_body = n && n == G.gpu_loop_body;
-  bool pending = false; /* a GPU statement ran since the last settle point */
-  for (; s; s = s->next) {
-    bool g = gpu_stmt(s);
-    if (pending && !g) {
+  for (Node *s = n && n->kind == N_BLOCK ? n->body : n; s; s = s->next) {
+    if (s->settle_before)
       RT0(sf_gpu_settle);
-      pending = false;
-    }
-    G.defer_matmul = g ? deferred_matmul(s) : NULL;
-    if (g && (s->kind == N_FOR || s->kind == N_WHILE))
-      G.gpu_loop_body = s->body;
     stmt(s);
-    G.defer_matmul = NULL;
-    pending |= has_gpu_work(s); /* a scalar update alone leaves nothing on the device */
+    if (s->settle_after && !terminated())
+      RT0(sf_gpu_settle);
   }
-  /* The body of a GPU loop settles after the loop, not per iteration. */
-  if (pending && !gpu_body && !terminated())
-    RT0(sf_gpu_settle);
   scope_end(mark);
 }
 
@@ -2130,18 +1981,6 @@ static bool writes_elements(Node *n, Var *v) {
       return true;
     if (writes_elements(n->lhs, v) || writes_elements(n->rhs, v) || writes_elements(n->then, v) ||
         writes_elements(n->els, v) || writes_elements(n->body, v))
-      return true;
-  }
-  return false;
-}
-
-/* Does the body assign to v (then a parameter needs its own reference)? */
-static bool assigns(Node *n, Var *v) {
-  for (; n; n = n->next) {
-    if (n->kind == N_ASSIGN && n->lhs->kind == N_NAME && n->lhs->var == v)
-      return true;
-    if (assigns(n->lhs, v) || assigns(n->rhs, v) || assigns(n->cond, v) ||
-        assigns(n->then, v) || assigns(n->els, v) || assigns(n->body, v))
       return true;
   }
   return false;
@@ -2228,7 +2067,7 @@ static void begin_fn(Fn *f, Decl *d, LLVMValueRef fn, Type *ret, int first) {
       di_declare(v, slot, argno);
       /* Parameters are borrowed; one the body reassigns gets its own
        * reference so that the assignment may release the old value. */
-      if (ty_has_refs(p->type) && assigns(d->body, v)) {
+      if (ty_has_refs(p->type) && ast_assigns(d->body, v)) {
         retain_value(p->type, pv);
         push_owned(slot, p->type);
       }
@@ -2266,145 +2105,32 @@ static void gen_fn(Decl *d) {
   end_fn(&f);
 }
 
-/* Recursion unrolling.  LLVM never inlines a function into itself (nor one
- * that calls itself), while gcc inlines a small recursive function into
- * itself several levels deep.  So a small fn (at most UNROLL_MAX_NODES
- * syntax nodes, at -O2 and above) that calls itself is emitted more than
- * once, sflow.f, sflow.f.rec, sflow.f.rec2, ..., each copy's self calls
- * going to the next copy and the last one's back to sflow.f, so that
- * inlining the copies into sflow.f makes one call do several levels of the
- * recursion.  Which calls go to the next copy depends on the fn:
- *
- * - Chained (the usual case): each copy is first generated calling itself,
- *   and unroll_chains runs SROA and tail-call elimination before the main
- *   pipeline, so that `return f(a) + f(b)` becomes a loop around f(a) with
- *   an accumulator.  The self calls left (those not in tail position) then
- *   go to the next copy.  With one left, UNROLL_CHAIN copies are kept, all
- *   but sflow.f marked alwaysinline, and the always-inline pass folds them
- *   into sflow.f: nested loops and one call to sflow.f every UNROLL_CHAIN
- *   levels, as gcc's code has (it stops at eight).  The copies are declared
- *   last to first, so that pass (which goes through the module in order)
- *   inlines each copy once, into the one before it.  With no self call
- *   left the other copies are deleted; with two or more, two copies are
- *   kept and left to the inliner's cost model, so the code doubles rather
- *   than growing as 2^UNROLL_CHAIN.
- * - Shared: the self calls' arguments are the parameters plus constants,
- *   and two levels of the recursion repeat a call, as fib(n-1) and fib(n-2)
- *   both call fib(n-3).  Two copies call each other for every self call, so
- *   that after the inliner inlines sflow.f.rec the repeated call sits twice
- *   in one body, where LLVM computes it once when the fn is pure (fib: three
- *   calls instead of four per two levels, compounding down the recursion).
- *   Eliminating the tail call first would put the repeats in different
- *   iterations of a loop, out of reach.
- *
- * Counts the nodes of a body, up to limit. */
-enum { UNROLL_MAX_NODES = 64, UNROLL_CHAIN = 6, MAX_SELF_CALLS = 8, MAX_OFFSETS = 8 };
-static int body_size(Node *n, Decl *self, bool *calls_self, int limit) {
-  int size = 0;
-  for (; n && size <= limit; n = n->next) {
-    size++;
-    if (n->kind == N_CALL && n->callkind == CALL_FN && n->decl == self)
-      *calls_self = true;
-    Node *kids[] = {n->lhs, n->rhs, n->cond, n->then, n->els, n->body, n->args, n->recv};
-    for (int i = 0; i < 8 && size <= limit; i++)
-      size += body_size(kids[i], self, calls_self, limit - size);
-  }
-  return size;
-}
-
-static bool wants_unroll(Decl *d) {
-  bool rec = false;
-  return d->kind == D_FN && G.opts->opt_level >= 2 &&
-         body_size(d->body, d, &rec, UNROLL_MAX_NODES) <= UNROLL_MAX_NODES && rec;
-}
-
-/* The self calls of n, up to max (returns how many, max + 1 past it). */
-static int self_calls(Node *n, Decl *self, Node **out, int k, int max) {
-  for (; n && k <= max; n = n->next) {
-    if (n->kind == N_CALL && n->callkind == CALL_FN && n->decl == self) {
-      if (k < max)
-        out[k] = n;
-      k++;
-    }
-    Node *kids[] = {n->lhs, n->rhs, n->cond, n->then, n->els, n->body, n->args, n->recv};
-    for (int i = 0; i < 8; i++)
-      k = self_calls(kids[i], self, out, k, max);
-  }
-  return k;
-}
-
-/* Argument i of a self call as parameter i plus a constant: *off. */
-static bool param_offset(Decl *d, Node *a, int i, int64_t *off) {
-  Decl *p = d->params;
-  for (int j = 0; p && j < i; j++)
-    p = p->next;
-  if (!p || !p->var || assigns(d->body, p->var))
-    return false;
-  if (a->kind == N_NAME && a->var == p->var) {
-    *off = 0;
-    return true;
-  }
-  if (a->kind != N_BINARY || (a->op != '+' && a->op != '-') || !ty_is_int(a->ty))
-    return false;
-  if (a->lhs->kind == N_NAME && a->lhs->var == p->var && a->rhs->kind == N_INT) {
-    *off = a->op == '+' ? a->rhs->ival : -a->rhs->ival;
-    return true;
-  }
-  if (a->op == '+' && a->rhs->kind == N_NAME && a->rhs->var == p->var && a->lhs->kind == N_INT) {
-    *off = a->lhs->ival;
-    return true;
-  }
-  return false;
-}
-
-/* Whether two levels of d's recursion repeat a call: every self call passes
- * each parameter plus a constant, and two different pairs (first-level
- * call, second-level call) add up to the same offsets. */
-static bool repeats_calls(Decl *d) {
-  Node *calls[MAX_SELF_CALLS];
-  int n = self_calls(d->body, d, calls, 0, MAX_SELF_CALLS);
-  if (n < 2 || n > MAX_SELF_CALLS || d->nparams < 1 || d->nparams > MAX_OFFSETS)
-    return false;
-  int64_t off[MAX_SELF_CALLS][MAX_OFFSETS];
-  for (int c = 0; c < n; c++) {
-    if (calls[c]->argc != d->nparams)
-      return false;
-    for (int i = 0; i < d->nparams; i++)
-      if (!param_offset(d, calls[c]->argv[i], i, &off[c][i]))
-        return false;
-  }
-  for (int a = 0; a < n * n; a++)
-    for (int b = a + 1; b < n * n; b++) {
-      bool same = true;
-      for (int i = 0; i < d->nparams && same; i++)
-        same = (uint64_t)off[a / n][i] + (uint64_t)off[a % n][i] ==
-               (uint64_t)off[b / n][i] + (uint64_t)off[b % n][i];
-      if (same)
-        return true;
-    }
-  return false;
-}
-
-static void declare_unrolled(Decl *d) {
+/* Recursion unrolling (unroll.c): the ncopies copies of a small
+ * self-recursive fn, declared last to first so that the always-inline pass
+ * (which goes through the module in order) inlines each copy once, into
+ * the one before it. */
+static void declare_unrolled(Decl *d, int ncopies, bool shared) {
   DInfo *di = info(d);
-  di->shared = repeats_calls(d);
-  di->ncopies = di->shared ? 2 : UNROLL_CHAIN;
-  di->copies = arena_alloc(sizeof(LLVMValueRef) * (size_t)di->ncopies);
-  for (int i = di->ncopies - 1; i >= 0; i--) {
+  di->shared = shared;
+  di->ncopies = ncopies;
+  di->copies = arena_alloc(sizeof(void *) * (size_t)ncopies);
+  for (int i = ncopies - 1; i >= 0; i--) {
     declare_fn(d, sym(d, i == 0 ? "" : i == 1 ? ".rec" : arena_printf(".rec%d", i)), NULL, false);
     di->copies[i] = di->fn;
   }
-  if (!di->shared) {
+  if (!shared) {
     if (G.nchains % 16 == 0) {
-      DInfo **c = arena_alloc(sizeof(DInfo *) * (size_t)(G.nchains + 16));
+      UnrollChain *c = arena_alloc(sizeof(UnrollChain) * (size_t)(G.nchains + 16));
       if (G.nchains)
-        memcpy(c, G.chains, sizeof(DInfo *) * (size_t)G.nchains);
+        memcpy(c, G.chains, sizeof(UnrollChain) * (size_t)G.nchains);
       G.chains = c;
     }
-    G.chains[G.nchains++] = di;
+    G.chains[G.nchains++] = (UnrollChain){di->copies, ncopies};
   }
 }
 
+/* Each copy's body; shared twins call each other, chained copies call
+ * themselves until unroll_chains links them. */
 static void gen_unrolled(Decl *d) {
   DInfo *di = info(d);
   G.redirect_of = di->shared ? d : NULL;
@@ -2415,55 +2141,6 @@ static void gen_unrolled(Decl *d) {
   }
   di->fn = di->copies[0];
   G.redirect_of = NULL;
-}
-
-/* The calls in fn to callee; sends them to to (when not NULL). */
-static int retarget_calls(LLVMValueRef fn, LLVMValueRef callee, LLVMValueRef to) {
-  int n = 0;
-  for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(fn); bb; bb = LLVMGetNextBasicBlock(bb))
-    for (LLVMValueRef in = LLVMGetFirstInstruction(bb); in; in = LLVMGetNextInstruction(in))
-      if (LLVMGetInstructionOpcode(in) == LLVMCall && LLVMGetCalledValue(in) == callee) {
-        n++;
-        if (to)
-          LLVMSetOperand(in, (unsigned)LLVMGetNumOperands(in) - 1, to);
-      }
-  return n;
-}
-
-static int optimiser_error(LLVMErrorRef e) {
-  char *m = LLVMGetErrorMessage(e);
-  fprintf(stderr, "sflowc: internal compiler error: optimiser: %s\n", m);
-  LLVMDisposeErrorMessage(m);
-  return 1;
-}
-
-/* Chained unrolling, after codegen: eliminate tail calls while each copy
- * still calls itself, then link the copies by the self calls left. */
-static int unroll_chains(LLVMPassBuilderOptionsRef po) {
-  if (!G.nchains)
-    return 0;
-  LLVMErrorRef e = LLVMRunPasses(G.mod, "function(sroa,tailcallelim)", G.tm, po);
-  if (e)
-    return optimiser_error(e);
-  bool inline_chains = false;
-  for (int c = 0; c < G.nchains; c++) {
-    DInfo *di = G.chains[c];
-    int left = retarget_calls(di->copies[0], di->copies[0], NULL);
-    int keep = left == 0 ? 1 : left == 1 ? di->ncopies : 2;
-    for (int i = keep; i < di->ncopies; i++)
-      LLVMDeleteFunction(di->copies[i]);
-    for (int i = 0; i < keep && keep > 1; i++)
-      retarget_calls(di->copies[i], di->copies[i], di->copies[(i + 1) % keep]);
-    if (keep > 2) {
-      for (int i = 1; i < keep; i++)
-        add_attr(di->copies[i], LLVMAttributeFunctionIndex, "alwaysinline");
-      inline_chains = true;
-    }
-    di->ncopies = keep;
-  }
-  if (inline_chains)
-    e = LLVMRunPasses(G.mod, "always-inline", G.tm, po);
-  return e ? optimiser_error(e) : 0;
 }
 
 static void gen_method(Decl *actor, Decl *m) {
@@ -2699,12 +2376,15 @@ static void declare_all(Program *p) {
   for (Module *m = p->modules; m; m = m->next)
     for (Decl *d = m->decls; d; d = d->next)
       switch (d->kind) {
-      case D_FN:
-        if (wants_unroll(d))
-          declare_unrolled(d);
+      case D_FN: {
+        bool shared;
+        int ncopies = unroll_copies(d, G.opts->opt_level, &shared);
+        if (ncopies)
+          declare_unrolled(d, ncopies, shared);
         else
           declare_fn(d, sym(d, ""), NULL, false);
         break;
+      }
       case D_WORKFLOW: declare_fn(d, sym(d, ""), NULL, false); break;
       case D_KERNEL:
         declare_fn(d, sym(d, ".cpu"), G.i64, true);
@@ -2811,46 +2491,7 @@ static void gen_all(Program *p) {
       }
 }
 
-/* ---------------------------------------------------------- target */
-
-/* The runtime's structs that codegen spells out by hand (init_types, the
- * descriptors below, str_literal, gen_program_desc), field by field as
- * runtime/sflow.h lays them out on LP64: a field added or moved there stops
- * the build here instead of shifting every field after it at run time. */
-#define SF_AT(type, field, off)                                                      \
-  _Static_assert(offsetof(type, field) == (off),                                     \
-                 #type "." #field " moved in runtime/sflow.h: update codegen.c's " #type)
-#define SF_SIZE(type, n)                                                             \
-  _Static_assert(sizeof(type) == (n), "runtime/sflow.h changed the size of " #type)
-SF_AT(sf_obj, rc, 0); SF_AT(sf_obj, tag, 8); SF_AT(sf_obj, flags, 12); SF_SIZE(sf_obj, 16);
-SF_AT(sf_str, len, 16); SF_AT(sf_str, data, 24);
-SF_AT(sf_array, len, 16); SF_AT(sf_array, elem, 24); SF_AT(sf_array, data, 32);
-SF_AT(sf_array, dev, 40); SF_AT(sf_array, where, 48); SF_AT(sf_array, gpu, 52);
-SF_SIZE(sf_array, 56);
-SF_AT(sf_loc, line, 8); SF_AT(sf_loc, col, 12); SF_SIZE(sf_loc, 16);
-SF_AT(sf_type, kind, 0); SF_AT(sf_type, size, 4); SF_AT(sf_type, align, 8);
-SF_AT(sf_type, nfields, 12); SF_AT(sf_type, elem, 16); SF_AT(sf_type, fields, 24);
-SF_AT(sf_type, name, 32); SF_SIZE(sf_type, 40);
-SF_AT(sf_field, offset, 8); SF_AT(sf_field, type, 16); SF_SIZE(sf_field, 24);
-SF_AT(sf_task_desc, thunk, 8); SF_AT(sf_task_desc, args, 16); SF_AT(sf_task_desc, result, 24);
-SF_AT(sf_task_desc, retry, 32); SF_AT(sf_task_desc, cpus, 40); SF_AT(sf_task_desc, gpus, 48);
-SF_AT(sf_task_desc, timeout, 56); SF_SIZE(sf_task_desc, 64);
-SF_AT(sf_method_desc, thunk, 8); SF_AT(sf_method_desc, args, 16);
-SF_AT(sf_method_desc, result, 24); SF_SIZE(sf_method_desc, 32);
-SF_AT(sf_actor_desc, state, 8); SF_AT(sf_actor_desc, init, 16); SF_AT(sf_actor_desc, restarts, 24);
-SF_AT(sf_actor_desc, checkpoint_every, 28); SF_AT(sf_actor_desc, replicas, 32);
-SF_AT(sf_actor_desc, checkpoint_keep, 36); SF_AT(sf_actor_desc, cpus, 40);
-SF_AT(sf_actor_desc, gpus, 48); SF_SIZE(sf_actor_desc, 56);
-SF_AT(sf_kernel_desc, file, 8); SF_AT(sf_kernel_desc, cuda, 16); SF_AT(sf_kernel_desc, entry, 24);
-SF_AT(sf_kernel_desc, args, 32); SF_AT(sf_kernel_desc, cpu, 40); SF_AT(sf_kernel_desc, writes, 48);
-SF_SIZE(sf_kernel_desc, 56);
-SF_AT(sf_param, kind, 8); SF_AT(sf_param, has_default, 12); SF_AT(sf_param, def, 16);
-SF_AT(sf_param, def_text, 24); SF_SIZE(sf_param, 32); SF_SIZE(sf_value, 8);
-SF_AT(sf_program, name, 8); SF_AT(sf_program, source, 16); SF_AT(sf_program, nparams, 24);
-SF_AT(sf_program, params, 32); SF_AT(sf_program, main_fn, 40); SF_AT(sf_program, target_cpu, 48);
-SF_AT(sf_program, target_needs, 56); SF_SIZE(sf_program, 64);
-#undef SF_AT
-#undef SF_SIZE
+/* ------------------------------------------------------ the module */
 
 static void init_types(void) {
   G.i1 = LLVMInt1TypeInContext(G.ctx);
@@ -2886,116 +2527,6 @@ static int make_target(void) {
   G.td = LLVMCreateTargetDataLayout(G.tm);
   LLVMSetTarget(G.mod, G.target.triple);
   LLVMSetModuleDataLayout(G.mod, G.td);
-  return 0;
-}
-
-/* Tunes every function for the build machine when the target is the
- * portable baseline (gcc's -mtune beside -march): scheduling and cost
- * choices only, the instruction set stays the target's. */
-static void tune_functions(void) {
-  if (!G.target.tune)
-    return;
-  unsigned n = (unsigned)strlen(G.target.tune);
-  for (LLVMValueRef f = LLVMGetFirstFunction(G.mod); f; f = LLVMGetNextFunction(f))
-    if (!LLVMIsDeclaration(f))
-      LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex,
-                              LLVMCreateStringAttribute(G.ctx, "tune-cpu", 8, G.target.tune, n));
-}
-
-static int optimise(void) {
-  if (G.opts->opt_level == 0)
-    return 0;
-  LLVMPassBuilderOptionsRef po = LLVMCreatePassBuilderOptions();
-  bool vec = G.opts->opt_level >= 2;
-  LLVMPassBuilderOptionsSetLoopVectorization(po, vec);
-  LLVMPassBuilderOptionsSetSLPVectorization(po, vec);
-  LLVMPassBuilderOptionsSetLoopInterleaving(po, vec);
-  LLVMPassBuilderOptionsSetLoopUnrolling(po, 1);
-  /* Bounds-checked index loops vectorise as they are: the checks are
-   * unlikely exits with computable counts, and TBAA plus dereferenceable
-   * array headers let LICM hoist len and data out of the loop. */
-  char pipeline[32];
-  snprintf(pipeline, sizeof pipeline, "default<O%d>", G.opts->opt_level);
-  if (unroll_chains(po)) {
-    LLVMDisposePassBuilderOptions(po);
-    return 1;
-  }
-  LLVMErrorRef e = LLVMRunPasses(G.mod, pipeline, G.tm, po);
-  LLVMDisposePassBuilderOptions(po);
-  return e ? optimiser_error(e) : 0;
-}
-
-static int emit_obj(const char *path) {
-  char *err = NULL;
-  if (LLVMTargetMachineEmitToFile(G.tm, G.mod, (char *)path, LLVMObjectFile, &err)) {
-    fprintf(stderr, "sflowc: error: cannot write object '%s': %s\n", path, err);
-    LLVMDisposeMessage(err);
-    return 1;
-  }
-  return 0;
-}
-
-/* Runs argv with posix_spawnp and waits; returns its exit status or -1. */
-static int run_cmd(char **argv) {
-  pid_t pid;
-  int rc = posix_spawnp(&pid, argv[0], NULL, NULL, argv, environ);
-  if (rc) {
-    fprintf(stderr, "sflowc: error: cannot run '%s': %s\n", argv[0], strerror(rc));
-    return -1;
-  }
-  int st;
-  while (waitpid(pid, &st, 0) < 0)
-    if (errno != EINTR)
-      return -1;
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static int link_exe(const char *out) {
-  char rtlib[4096];
-  snprintf(rtlib, sizeof rtlib, "%s/../lib/sflow/libsflowrt.a", driver_self_dir());
-  struct stat st;
-  if (stat(rtlib, &st) != 0) {
-    fprintf(stderr, "sflowc: error: runtime library not found at '%s'\n", rtlib);
-    return 1;
-  }
-  const char *tmpdir = getenv("TMPDIR");
-  char obj[4096];
-  snprintf(obj, sizeof obj, "%s/sflowc-XXXXXX.o", tmpdir && *tmpdir ? tmpdir : "/tmp");
-  int fd = mkstemps(obj, 2);
-  if (fd < 0) {
-    fprintf(stderr, "sflowc: error: cannot create a temporary file in '%s': %s\n",
-            tmpdir && *tmpdir ? tmpdir : "/tmp", strerror(errno));
-    return 1;
-  }
-  close(fd);
-  int rc = emit_obj(obj);
-  if (!rc) {
-    const char *cc = getenv("CC");
-    char *argv[] = {(char *)(cc && *cc ? cc : "cc"), "-o", (char *)out, obj, rtlib, "-lm",
-                    "-lpthread", "-ldl", NULL};
-    int st = run_cmd(argv);
-    if (st != 0) {
-      fprintf(stderr, "sflowc: error: linking '%s' failed (%s exited with %d)\n", out, argv[0], st);
-      rc = 1;
-    }
-  }
-  unlink(obj);
-  return rc;
-}
-
-static int write_ir(const char *out) {
-  char *ir = LLVMPrintModuleToString(G.mod);
-  FILE *f = out && strcmp(out, "-") ? fopen(out, "w") : stdout;
-  if (!f) {
-    fprintf(stderr, "sflowc: error: cannot write '%s': %s\n", out, strerror(errno));
-    LLVMDisposeMessage(ir);
-    return 1;
-  }
-  fputs(ir, f);
-  LLVMDisposeMessage(ir);
-  if (f != stdout)
-    return fclose(f) ? 1 : 0;
-  fflush(stdout);
   return 0;
 }
 
@@ -3055,6 +2586,7 @@ int codegen_program(Program *p, const CodegenOptions *opts) {
         d->type->llvm = NULL;
     }
 
+  settle_program(p);
   declare_all(p);
   gen_all(p);
   if (p->workflow)
@@ -3075,16 +2607,10 @@ int codegen_program(Program *p, const CodegenOptions *opts) {
     return 101;
   }
   LLVMDisposeMessage(msg);
-  tune_functions();
-  int rc = optimise();
-  if (!rc) {
-    if (opts->emit && !strcmp(opts->emit, "llvm"))
-      rc = write_ir(opts->out);
-    else if (opts->emit && !strcmp(opts->emit, "obj"))
-      rc = emit_obj(opts->out);
-    else
-      rc = link_exe(opts->out);
-  }
+  target_tune(G.mod, &G.target);
+  int rc = unroll_chains(G.mod, G.tm, G.chains, G.nchains);
+  if (!rc)
+    rc = link_program(G.mod, &G.target, opts);
   finish();
   return rc;
 }

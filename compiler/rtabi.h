@@ -23,6 +23,10 @@
 #ifndef SFLOWC_RTABI_H
 #define SFLOWC_RTABI_H
 
+#include <stddef.h>
+
+#include "sflow.h" /* runtime/ */
+
 enum { RTA_NONE = 0, RTA_ARRAY = 1, RTA_NORETURN = 2 };
 
 /* In the order of runtime/sflow.h's sections. */
@@ -99,5 +103,44 @@ enum { RTA_NONE = 0, RTA_ARRAY = 1, RTA_NORETURN = 2 };
   X(sf_launch, "vplpp", RTA_NONE)           \
   X(sf_gpu_settle, "v", RTA_NONE)           \
   X(sf_matmul, "ppplllip", RTA_ARRAY)
+
+/* The runtime's structs that codegen.c spells out by hand (init_types, its
+ * descriptors, str_literal, gen_program_desc), field by field as
+ * runtime/sflow.h lays them out on LP64: a field added or moved there stops
+ * the build here instead of shifting every field after it at run time. */
+#define SF_AT(type, field, off)                                                      \
+  _Static_assert(offsetof(type, field) == (off),                                     \
+                 #type "." #field " moved in runtime/sflow.h: update codegen.c's " #type)
+#define SF_SIZE(type, n)                                                             \
+  _Static_assert(sizeof(type) == (n), "runtime/sflow.h changed the size of " #type)
+SF_AT(sf_obj, rc, 0); SF_AT(sf_obj, tag, 8); SF_AT(sf_obj, flags, 12); SF_SIZE(sf_obj, 16);
+SF_AT(sf_str, len, 16); SF_AT(sf_str, data, 24);
+SF_AT(sf_array, len, 16); SF_AT(sf_array, elem, 24); SF_AT(sf_array, data, 32);
+SF_AT(sf_array, dev, 40); SF_AT(sf_array, where, 48); SF_AT(sf_array, gpu, 52);
+SF_SIZE(sf_array, 56);
+SF_AT(sf_loc, line, 8); SF_AT(sf_loc, col, 12); SF_SIZE(sf_loc, 16);
+SF_AT(sf_type, kind, 0); SF_AT(sf_type, size, 4); SF_AT(sf_type, align, 8);
+SF_AT(sf_type, nfields, 12); SF_AT(sf_type, elem, 16); SF_AT(sf_type, fields, 24);
+SF_AT(sf_type, name, 32); SF_SIZE(sf_type, 40);
+SF_AT(sf_field, offset, 8); SF_AT(sf_field, type, 16); SF_SIZE(sf_field, 24);
+SF_AT(sf_task_desc, thunk, 8); SF_AT(sf_task_desc, args, 16); SF_AT(sf_task_desc, result, 24);
+SF_AT(sf_task_desc, retry, 32); SF_AT(sf_task_desc, cpus, 40); SF_AT(sf_task_desc, gpus, 48);
+SF_AT(sf_task_desc, timeout, 56); SF_SIZE(sf_task_desc, 64);
+SF_AT(sf_method_desc, thunk, 8); SF_AT(sf_method_desc, args, 16);
+SF_AT(sf_method_desc, result, 24); SF_SIZE(sf_method_desc, 32);
+SF_AT(sf_actor_desc, state, 8); SF_AT(sf_actor_desc, init, 16); SF_AT(sf_actor_desc, restarts, 24);
+SF_AT(sf_actor_desc, checkpoint_every, 28); SF_AT(sf_actor_desc, replicas, 32);
+SF_AT(sf_actor_desc, checkpoint_keep, 36); SF_AT(sf_actor_desc, cpus, 40);
+SF_AT(sf_actor_desc, gpus, 48); SF_SIZE(sf_actor_desc, 56);
+SF_AT(sf_kernel_desc, file, 8); SF_AT(sf_kernel_desc, cuda, 16); SF_AT(sf_kernel_desc, entry, 24);
+SF_AT(sf_kernel_desc, args, 32); SF_AT(sf_kernel_desc, cpu, 40); SF_AT(sf_kernel_desc, writes, 48);
+SF_SIZE(sf_kernel_desc, 56);
+SF_AT(sf_param, kind, 8); SF_AT(sf_param, has_default, 12); SF_AT(sf_param, def, 16);
+SF_AT(sf_param, def_text, 24); SF_SIZE(sf_param, 32); SF_SIZE(sf_value, 8);
+SF_AT(sf_program, name, 8); SF_AT(sf_program, source, 16); SF_AT(sf_program, nparams, 24);
+SF_AT(sf_program, params, 32); SF_AT(sf_program, main_fn, 40); SF_AT(sf_program, target_cpu, 48);
+SF_AT(sf_program, target_needs, 56); SF_SIZE(sf_program, 64);
+#undef SF_AT
+#undef SF_SIZE
 
 #endif
