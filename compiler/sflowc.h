@@ -420,7 +420,8 @@ const char *stdlib_lookup(const char *name, size_t *len); /* "math" -> text */
 /* -------------------------------------------------------------- settle.c */
 
 /* Marks the GPU settle points of every block of the checked program (the
- * "filled by settle.c" fields of Node); codegen_program runs it first. */
+ * "filled by settle.c" fields of Node); codegen_program runs it before
+ * lowering anything. */
 void settle_program(Program *p);
 
 /* -------------------------------------------------------------- target.c */
