@@ -55,6 +55,17 @@ int list_len(Node *n) {
   return k;
 }
 
+bool ast_assigns(Node *n, Var *v) {
+  for (; n; n = n->next) {
+    if (n->kind == N_ASSIGN && n->lhs->kind == N_NAME && n->lhs->var == v)
+      return true;
+    if (ast_assigns(n->lhs, v) || ast_assigns(n->rhs, v) || ast_assigns(n->cond, v) ||
+        ast_assigns(n->then, v) || ast_assigns(n->els, v) || ast_assigns(n->body, v))
+      return true;
+  }
+  return false;
+}
+
 /* ----------------------------------------------------------------- dump */
 
 static const char *op_str(int op) {

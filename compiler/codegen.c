@@ -29,36 +29,39 @@
  * runtime/sflow.h: each task gets a thunk `void(void *args, void *result)`
  * and each actor method `void(void *state, void *args, void *result)`, with
  * an argument block whose layout is described by an emitted sf_type, so the
- * scheduler can change without changing this file.
+ * scheduler can change without changing this file.  The runtime's kinds,
+ * object tags and ABI version come from sflow.h itself, and every entry
+ * point is called through its row of rtabi.h (RT(sf_name, ...)).
  *
- * The object file, the optimisation pipeline and linking live at the end of
- * this file (section "target").
+ * codegen_program is the back end's pipeline: settle points (settle.c),
+ * the target machine (target.c), lowering here (with the copies of
+ * recursion unrolling decided by unroll.c, and kernels' CUDA C from
+ * cudagen.c), the verifier, unroll_chains (unroll.c), then optimisation,
+ * object and linking (link.c).
  */
 #include "sflowc.h"
 #include "parser.h"
+#include "rtabi.h" /* and runtime/sflow.h: sf_kind, the object tags, SF_ABI_VERSION */
 
 #include <llvm-c/Analysis.h>
 #include <llvm-c/Core.h>
 #include <llvm-c/DebugInfo.h>
 #include <llvm-c/Target.h>
 #include <llvm-c/TargetMachine.h>
-#include <llvm-c/Transforms/PassBuilder.h>
 #include <llvm/Config/llvm-config.h>
 
-#include <errno.h>
-#include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-extern char **environ;
 
-/* Runtime type kinds (runtime/sflow.h sf_kind). */
-enum { K_VOID, K_BOOL, K_I32, K_I64, K_F32, K_F64, K_STR, K_ARRAY, K_STRUCT, K_FUTURE,
-       K_ACTOR, K_GROUP };
-enum { OBJ_STR = 1 };
+/* The rows of rtabi.h by number, and each one's argument count. */
+#define RT_ID(name, sig, attrs) RT_##name,
+#define RT_NARGS(name, sig, attrs) RT_NARGS_##name = (int)sizeof(sig) - 2,
+enum { SF_RUNTIME_ENTRY_POINTS(RT_ID) RT__COUNT };
+enum { SF_RUNTIME_ENTRY_POINTS(RT_NARGS) };
+#undef RT_ID
+#undef RT_NARGS
 
 /* A value and whether this code owns a reference to it. */
 typedef struct {
@@ -91,10 +94,10 @@ typedef struct {
   LLVMValueRef state_desc;
   LLVMValueRef init_fn; /* actors: field initialisers + init body */
   Decl *init_decl;      /* a synthetic D_INIT when the actor has none */
-  /* Small self-recursive fns (recursion unrolling, below): copies of the
-   * fn, copies[0] being fn itself; shared: the two copies call each other
-   * from the start, else each copy calls itself until unroll_chains. */
-  LLVMValueRef *copies;
+  /* Small self-recursive fns (unroll.c): copies of the fn (LLVMValueRefs),
+   * copies[0] being fn itself; shared: the two copies call each other from
+   * the start, else each copy calls itself until unroll_chains. */
+  void **copies;
   int ncopies;
   bool shared;
 } DInfo;
@@ -147,23 +150,20 @@ static struct {
   LLVMDIBuilderRef dib;
   LLVMMetadataRef cu, *difiles;
   int nstr;
-  /* GPU settle points (block()): the matmul call that may leave its
-   * result on the device, and the body of the loop being run on the GPU. */
-  Node *defer_matmul, *gpu_loop_body;
   /* While a self-recursive fn's body is generated, its calls to itself go
    * to redirect_fn (the twin, or from the twin back to the original). */
   Decl *redirect_of;
   LLVMValueRef redirect_fn;
   /* Fns whose copies unroll_chains links after tail-call elimination. */
-  DInfo **chains;
+  UnrollChain *chains;
   int nchains;
+  LLVMValueRef rtfn[RT__COUNT]; /* runtime entry points declared so far */
 } G;
 
 static Val expr(Node *n);
 static void mark_array_attrs(LLVMValueRef fn, unsigned idx);
 static void stmt(Node *n);
 static void block(Node *n);
-static bool has_gpu_work(Node *n);
 static LLVMTypeRef lt_val(Type *t);
 static LLVMValueRef type_desc(Type *t);
 
@@ -263,8 +263,21 @@ static LLVMValueRef call(LLVMValueRef f, LLVMValueRef *args, int n) {
   return c;
 }
 
-/* A runtime function by name and a compact signature: one letter per type,
- * return first: v void, b bool, i i32, l i64, f f32, d f64, p pointer. */
+/* Runtime entry points, declared on first use from their row of
+ * rtabi.h: RT(sf_name, args...) is a call.  A name without a row does not
+ * compile, nor does a call with another number of arguments than the row's
+ * signature has letters after the return type's. */
+
+static const struct {
+  const char *name, *sig;
+  int attrs;
+} rt_rows[] = {
+#define RT_ROW(name, sig, attrs) {#name, sig, attrs},
+    SF_RUNTIME_ENTRY_POINTS(RT_ROW)
+#undef RT_ROW
+};
+
+/* One letter of a row's signature as an LLVM type. */
 static LLVMTypeRef sig_type(char c) {
   switch (c) {
   case 'v': return G.vd;
@@ -273,47 +286,49 @@ static LLVMTypeRef sig_type(char c) {
   case 'l': return G.i64;
   case 'f': return G.f32;
   case 'd': return G.f64;
-  default: return G.P;
+  case 'p': return G.P;
+  default: ice("codegen: signature letter '%c' in compiler/rtabi.h", c);
   }
 }
 
-static LLVMValueRef rt(const char *name, const char *sig) {
-  LLVMValueRef f = LLVMGetNamedFunction(G.mod, name);
-  if (f)
-    return f;
+static LLVMValueRef rt(int id) {
+  if (G.rtfn[id])
+    return G.rtfn[id];
+  const char *name = rt_rows[id].name, *sig = rt_rows[id].sig;
   LLVMTypeRef ps[16];
   int n = 0;
   for (const char *s = sig + 1; *s; s++)
     ps[n++] = sig_type(*s);
-  f = get_fn(name, sig_type(sig[0]), ps, n, false);
+  LLVMValueRef f = get_fn(name, sig_type(sig[0]), ps, n, false);
   /* C passes bool zero-extended. */
   if (sig[0] == 'b')
     add_attr(f, LLVMAttributeReturnIndex, "zeroext");
   for (int i = 0; i < n; i++)
     if (sig[i + 1] == 'b')
       add_attr(f, (unsigned)i + 1, "zeroext");
-  static const char *const arrays[] = {"sf_array_new", "sf_array_split", "sf_read_lines",
-                                       "sf_future_get_all", "sf_allgather", "sf_matmul"};
-  for (size_t i = 0; i < sizeof arrays / sizeof *arrays; i++)
-    if (!strcmp(name, arrays[i]))
-      mark_array_attrs(f, LLVMAttributeReturnIndex);
-  static const char *const noret[] = {"sf_index_fail", "sf_div_zero", "sf_fail",
-                                      "sf_runtime_error"};
-  for (size_t i = 0; i < sizeof noret / sizeof *noret; i++)
-    if (!strcmp(name, noret[i])) {
-      add_attr(f, LLVMAttributeFunctionIndex, "noreturn");
-      add_attr(f, LLVMAttributeFunctionIndex, "cold");
-    }
-  return f;
+  if (rt_rows[id].attrs & RTA_ARRAY)
+    mark_array_attrs(f, LLVMAttributeReturnIndex);
+  if (rt_rows[id].attrs & RTA_NORETURN) {
+    add_attr(f, LLVMAttributeFunctionIndex, "noreturn");
+    add_attr(f, LLVMAttributeFunctionIndex, "cold");
+  }
+  return G.rtfn[id] = f;
 }
 
-static LLVMValueRef rtcall(const char *name, const char *sig, LLVMValueRef *args, int n) {
-  return call(rt(name, sig), args, n);
-}
-#define RT(name, sig, ...)                                                            \
-  rtcall(name, sig, (LLVMValueRef[]){__VA_ARGS__},                                    \
-         (int)(sizeof((LLVMValueRef[]){__VA_ARGS__}) / sizeof(LLVMValueRef)))
-#define RT0(name, sig) rtcall(name, sig, NULL, 0)
+#define RT_ARGV(...) ((LLVMValueRef[]){__VA_ARGS__})
+#define RT_ARGC(...) ((int)(sizeof RT_ARGV(__VA_ARGS__) / sizeof(LLVMValueRef)))
+#define RT(name, ...)                                                                   \
+  ({                                                                                    \
+    _Static_assert(RT_NARGS_##name == RT_ARGC(__VA_ARGS__),                             \
+                   #name ": not the argument count of its row in compiler/rtabi.h");    \
+    call(rt(RT_##name), RT_ARGV(__VA_ARGS__), RT_ARGC(__VA_ARGS__));                    \
+  })
+#define RT0(name)                                                                       \
+  ({                                                                                    \
+    _Static_assert(RT_NARGS_##name == 0,                                                \
+                   #name ": not the argument count of its row in compiler/rtabi.h");    \
+    call(rt(RT_##name), NULL, 0);                                                       \
+  })
 
 static LLVMValueRef const_str_global(const char *s, size_t n) {
   LLVMValueRef init = LLVMConstStringInContext(G.ctx, s, (unsigned)n, 0);
@@ -345,7 +360,7 @@ static LLVMValueRef loc_const(Loc l) {
 /* An immortal string object (rc -1) for a literal. */
 static LLVMValueRef str_literal(const char *s, size_t n) {
   LLVMValueRef bytes = LLVMConstStringInContext(G.ctx, s ? s : "", (unsigned)n, 0);
-  LLVMValueRef hdr[] = {ci64(-1), ci32(OBJ_STR), ci32(0), ci64((int64_t)n), bytes};
+  LLVMValueRef hdr[] = {ci64(-1), ci32(SF_OBJ_STR), ci32(0), ci64((int64_t)n), bytes};
   LLVMValueRef init = LLVMConstStructInContext(G.ctx, hdr, 5, 0);
   LLVMValueRef g = LLVMAddGlobal(G.mod, LLVMTypeOf(init), ".sfstr");
   LLVMSetInitializer(g, init);
@@ -535,7 +550,7 @@ static void set_struct_desc(LLVMValueRef g, const char *name, LLVMTypeRef sty, i
     LLVMSetLinkage(arr, LLVMPrivateLinkage);
     LLVMSetGlobalConstant(arr, 1);
   }
-  set_desc(g, K_STRUCT, (int64_t)LLVMABISizeOfType(G.td, sty),
+  set_desc(g, SF_STRUCT, (int64_t)LLVMABISizeOfType(G.td, sty),
            (int64_t)LLVMABIAlignmentOfType(G.td, sty), n, NULL, arr, name);
 }
 
@@ -575,10 +590,10 @@ static LLVMValueRef type_desc(Type *t) {
   G.descs = e; /* before recursing: struct S { kids: S[] } */
   const char *name = ty_str(t);
   switch (t->kind) {
-  case TY_ARRAY: set_desc(e->g, K_ARRAY, 8, 8, 0, type_desc(t->elem), NULL, name); break;
-  case TY_FUTURE: set_desc(e->g, K_FUTURE, 8, 8, 0, type_desc(t->elem), NULL, name); break;
-  case TY_ACTOR: set_desc(e->g, K_ACTOR, 8, 8, 0, NULL, NULL, name); break;
-  case TY_GROUP: set_desc(e->g, K_GROUP, 8, 8, 0, NULL, NULL, name); break;
+  case TY_ARRAY: set_desc(e->g, SF_ARRAY, 8, 8, 0, type_desc(t->elem), NULL, name); break;
+  case TY_FUTURE: set_desc(e->g, SF_FUTURE, 8, 8, 0, type_desc(t->elem), NULL, name); break;
+  case TY_ACTOR: set_desc(e->g, SF_ACTOR, 8, 8, 0, NULL, NULL, name); break;
+  case TY_GROUP: set_desc(e->g, SF_GROUP, 8, 8, 0, NULL, NULL, name); break;
   case TY_STRUCT: {
     int n;
     const char **names;
@@ -698,7 +713,7 @@ static void di_declare(Var *v, LLVMValueRef slot, int argno) {
 
 static void retain_value(Type *t, LLVMValueRef v) {
   if (ty_is_ref(t)) {
-    RT("sf_retain", "vp", v);
+    RT(sf_retain, v);
   } else if (t->kind == TY_STRUCT) {
     unsigned i = 0;
     for (Decl *f = t->decl->fields; f; f = f->next, i++)
@@ -709,7 +724,7 @@ static void retain_value(Type *t, LLVMValueRef v) {
 
 static void release_value(Type *t, LLVMValueRef v) {
   if (ty_is_ref(t)) {
-    RT("sf_release", "vp", v);
+    RT(sf_release, v);
   } else if (t->kind == TY_STRUCT) {
     unsigned i = 0;
     for (Decl *f = t->decl->fields; f; f = f->next, i++)
@@ -761,8 +776,8 @@ static void scope_end(int mark) {
 
 static LLVMValueRef zero_value(Type *t, Loc l) {
   switch (t->kind) {
-  case TY_STR: return RT0("sf_str_empty", "p");
-  case TY_ARRAY: return RT("sf_array_new", "pplp", desc_arg(t->elem), ci64(0), loc_const(l));
+  case TY_STR: return RT0(sf_str_empty);
+  case TY_ARRAY: return RT(sf_array_new, desc_arg(t->elem), ci64(0), loc_const(l));
   case TY_STRUCT: {
     LLVMValueRef v = LLVMGetUndef(lt_val(t));
     unsigned i = 0;
@@ -810,7 +825,7 @@ static LLVMValueRef to_i64(Type *t, LLVMValueRef v) {
 
 static void check_index(LLVMValueRef idx, LLVMValueRef len, Loc l) {
   LLVMBasicBlockRef ok = cold_if(LLVMBuildICmp(G.b, LLVMIntUGE, idx, len, ""));
-  RT("sf_index_fail", "vllp", idx, len, loc_const(l));
+  RT(sf_index_fail, idx, len, loc_const(l));
   cold_end(ok);
 }
 
@@ -894,7 +909,7 @@ static LLVMValueRef int_divrem(int op, LLVMValueRef l, LLVMValueRef r, Loc loc) 
   LLVMTypeRef t = LLVMTypeOf(l);
   LLVMValueRef zero = LLVMConstNull(t);
   LLVMBasicBlockRef ok = cold_if(LLVMBuildICmp(G.b, LLVMIntEQ, r, zero, ""));
-  RT("sf_div_zero", "vp", loc_const(loc));
+  RT(sf_div_zero, loc_const(loc));
   cold_end(ok);
   /* x / -1 is -x and x % -1 is 0, computed without the trapping sdiv. */
   LLVMValueRef m1 = LLVMBuildICmp(G.b, LLVMIntEQ, r, LLVMConstAllOnes(t), "");
@@ -951,11 +966,11 @@ static LLVMValueRef arith(int op, Type *t, LLVMValueRef l, LLVMValueRef r, Loc l
 
 static LLVMValueRef str_op(int op, LLVMValueRef l, LLVMValueRef r) {
   switch (op) {
-  case '+': return RT("sf_str_concat", "ppp", l, r);
-  case TOK_EQ: return RT("sf_str_eq", "bpp", l, r);
-  case TOK_NE: return LLVMBuildNot(G.b, RT("sf_str_eq", "bpp", l, r), "");
+  case '+': return RT(sf_str_concat, l, r);
+  case TOK_EQ: return RT(sf_str_eq, l, r);
+  case TOK_NE: return LLVMBuildNot(G.b, RT(sf_str_eq, l, r), "");
   default: {
-    LLVMValueRef c = RT("sf_str_cmp", "ipp", l, r);
+    LLVMValueRef c = RT(sf_str_cmp, l, r);
     LLVMIntPredicate p = op == '<' ? LLVMIntSLT : op == '>' ? LLVMIntSGT
                          : op == TOK_LE ? LLVMIntSLE : LLVMIntSGE;
     return LLVMBuildICmp(G.b, p, c, ci32(0), "");
@@ -1057,27 +1072,27 @@ static LLVMValueRef as_float(Type *from, Type *to, LLVMValueRef v) {
 
 static void print_value(Type *t, LLVMValueRef v) {
   switch (t->kind) {
-  case TY_BOOL: RT("sf_print_bool", "vb", v); return;
-  case TY_I32: RT("sf_print_i64", "vl", LLVMBuildSExt(G.b, v, G.i64, "")); return;
-  case TY_I64: RT("sf_print_i64", "vl", v); return;
-  case TY_F32: RT("sf_print_f32", "vf", v); return;
-  case TY_F64: RT("sf_print_f64", "vd", v); return;
-  case TY_STR: RT("sf_print_str", "vp", v); return;
+  case TY_BOOL: RT(sf_print_bool, v); return;
+  case TY_I32: RT(sf_print_i64, LLVMBuildSExt(G.b, v, G.i64, "")); return;
+  case TY_I64: RT(sf_print_i64, v); return;
+  case TY_F32: RT(sf_print_f32, v); return;
+  case TY_F64: RT(sf_print_f64, v); return;
+  case TY_STR: RT(sf_print_str, v); return;
   default: {
     LLVMValueRef slot = entry_alloca(lt_mem(t), "print.tmp");
     store_mem(t, v, slot);
-    RT("sf_print_value", "vpp", desc_arg(t), slot);
+    RT(sf_print_value, desc_arg(t), slot);
   }
   }
 }
 
 static LLVMValueRef cast_to_str(Type *from, LLVMValueRef v) {
   switch (from->kind) {
-  case TY_BOOL: return RT("sf_str_from_bool", "pb", v);
-  case TY_I32: return RT("sf_str_from_i64", "pl", LLVMBuildSExt(G.b, v, G.i64, ""));
-  case TY_I64: return RT("sf_str_from_i64", "pl", v);
-  case TY_F32: return RT("sf_str_from_f32", "pf", v);
-  case TY_F64: return RT("sf_str_from_f64", "pd", v);
+  case TY_BOOL: return RT(sf_str_from_bool, v);
+  case TY_I32: return RT(sf_str_from_i64, LLVMBuildSExt(G.b, v, G.i64, ""));
+  case TY_I64: return RT(sf_str_from_i64, v);
+  case TY_F32: return RT(sf_str_from_f32, v);
+  case TY_F64: return RT(sf_str_from_f64, v);
   default: ice("codegen: str() of %s", ty_str(from));
   }
 }
@@ -1097,14 +1112,14 @@ static Val cast(Builtin bi, Node *arg, Loc loc) {
   case B_CAST_I32: {
     LLVMTypeRef to = bi == B_CAST_I64 ? G.i64 : G.i32;
     if (from->kind == TY_STR) {
-      r = bi == B_CAST_I64 ? RT("sf_str_to_i64", "lpp", v, L) : RT("sf_str_to_i32", "ipp", v, L);
+      r = bi == B_CAST_I64 ? RT(sf_str_to_i64, v, L) : RT(sf_str_to_i32, v, L);
       drop(from, a);
       return mkval(r, false);
     }
     if (is_float(from)) {
       LLVMValueRef d = from->kind == TY_F32 ? LLVMBuildFPExt(G.b, v, G.f64, "") : v;
-      return mkval(bi == B_CAST_I64 ? RT("sf_f64_to_i64", "ldp", d, L)
-                                    : RT("sf_f64_to_i32", "idp", d, L), false);
+      return mkval(bi == B_CAST_I64 ? RT(sf_f64_to_i64, d, L)
+                                    : RT(sf_f64_to_i32, d, L), false);
     }
     if (from->kind == TY_BOOL)
       return mkval(LLVMBuildZExt(G.b, v, to, ""), false);
@@ -1114,7 +1129,7 @@ static Val cast(Builtin bi, Node *arg, Loc loc) {
   case B_CAST_F64: {
     Type *to = ty_prim(bi == B_CAST_F32 ? TY_F32 : TY_F64);
     if (from->kind == TY_STR) {
-      r = bi == B_CAST_F64 ? RT("sf_str_to_f64", "dpp", v, L) : RT("sf_str_to_f32", "fpp", v, L);
+      r = bi == B_CAST_F64 ? RT(sf_str_to_f64, v, L) : RT(sf_str_to_f32, v, L);
       drop(from, a);
       return mkval(r, false);
     }
@@ -1122,7 +1137,7 @@ static Val cast(Builtin bi, Node *arg, Loc loc) {
   }
   case B_CAST_BOOL:
     if (from->kind == TY_STR) {
-      r = RT("sf_str_to_bool", "bpp", v, L);
+      r = RT(sf_str_to_bool, v, L);
       drop(from, a);
       return mkval(r, false);
     }
@@ -1142,23 +1157,23 @@ static Val builtin(Node *n) {
   Type *t = n->ty;
   switch (n->builtin) {
   case B_PRINT: {
-    RT0("sf_print_begin", "v");
+    RT0(sf_print_begin);
     for (int i = 0; i < n->argc; i++) {
       a = expr(av[i]);
       print_value(av[i]->ty, a.v);
       drop(av[i]->ty, a);
     }
-    RT0("sf_print_end", "v");
+    RT0(sf_print_end);
     return mkval(NULL, false);
   }
   case B_LEN:
     a = expr(av[0]);
     if (av[0]->ty->kind == TY_STR) {
-      LLVMValueRef r = RT("sf_str_len", "lp", a.v);
+      LLVMValueRef r = RT(sf_str_len, a.v);
       drop(av[0]->ty, a);
       return mkval(r, false);
     } else if (av[0]->ty->kind == TY_GROUP) {
-      LLVMValueRef r = RT("sf_group_len", "lp", a.v);
+      LLVMValueRef r = RT(sf_group_len, a.v);
       drop(av[0]->ty, a);
       return mkval(t->kind == TY_I32 ? LLVMBuildTrunc(G.b, r, G.i32, "") : r, false);
     } else {
@@ -1203,27 +1218,27 @@ static Val builtin(Node *n) {
     LLVMValueRef c = LLVMBuildICmp(G.b, mn ? LLVMIntSLT : LLVMIntSGT, a.v, b.v, "");
     return mkval(LLVMBuildSelect(G.b, c, a.v, b.v, ""), false);
   }
-  case B_NOW: return mkval(RT0("sf_now", "d"), false);
+  case B_NOW: return mkval(RT0(sf_now), false);
   case B_RAND_SEED:
     a = expr(av[0]);
-    RT("sf_rand_seed", "vl", to_i64(av[0]->ty, a.v));
+    RT(sf_rand_seed, to_i64(av[0]->ty, a.v));
     return mkval(NULL, false);
-  case B_RAND_F32: return mkval(RT0("sf_rand_f32", "f"), false);
+  case B_RAND_F32: return mkval(RT0(sf_rand_f32), false);
   case B_FMT: {
     a = expr(av[0]);
     b = expr(av[1]);
     LLVMValueRef x = as_float(av[0]->ty, ty_prim(TY_F64), a.v);
-    return mkval(RT("sf_fmt_f64", "pdlp", x, to_i64(av[1]->ty, b.v), loc_const(n->loc)), true);
+    return mkval(RT(sf_fmt_f64, x, to_i64(av[1]->ty, b.v), loc_const(n->loc)), true);
   }
   case B_FAIL:
     a = expr(av[0]);
-    RT("sf_fail", "vpp", a.v, loc_const(n->loc));
+    RT(sf_fail, a.v, loc_const(n->loc));
     LLVMBuildUnreachable(G.b);
     start_dead_block();
     return mkval(t->kind == TY_VOID ? NULL : LLVMGetUndef(lt_val(t)), false);
-  case B_ATTEMPT: return mkval(RT0("sf_attempt", "l"), false);
-  case B_NODE_ID: return mkval(RT0("sf_node_id", "l"), false);
-  case B_HOSTNAME: return mkval(RT0("sf_hostname", "p"), true);
+  case B_ATTEMPT: return mkval(RT0(sf_attempt), false);
+  case B_NODE_ID: return mkval(RT0(sf_node_id), false);
+  case B_HOSTNAME: return mkval(RT0(sf_hostname), true);
   case B_THREAD_ID:
     if (!G.fn->tid)
       return mkval(ci64(0), false);
@@ -1231,35 +1246,37 @@ static Val builtin(Node *n) {
                  false);
   case B_GROUP_RANK:
   case B_GROUP_SIZE: {
-    LLVMValueRef r = n->builtin == B_GROUP_RANK ? RT0("sf_group_rank", "l") : RT0("sf_group_size", "l");
+    LLVMValueRef r = n->builtin == B_GROUP_RANK ? RT0(sf_group_rank) : RT0(sf_group_size);
     return mkval(t->kind == TY_I32 ? LLVMBuildTrunc(G.b, r, G.i32, "") : r, false);
   }
   case B_ALLREDUCE_SUM:
   case B_ALLREDUCE_MEAN:
     a = expr(av[0]);
-    RT(n->builtin == B_ALLREDUCE_SUM ? "sf_allreduce_sum" : "sf_allreduce_mean", "vpp", a.v,
-       loc_const(n->loc));
+    if (n->builtin == B_ALLREDUCE_SUM)
+      RT(sf_allreduce_sum, a.v, loc_const(n->loc));
+    else
+      RT(sf_allreduce_mean, a.v, loc_const(n->loc));
     drop(av[0]->ty, a);
     return mkval(NULL, false);
   case B_BROADCAST:
     a = expr(av[0]);
     b = expr(av[1]);
-    RT("sf_broadcast", "vplp", a.v, to_i64(av[1]->ty, b.v), loc_const(n->loc));
+    RT(sf_broadcast, a.v, to_i64(av[1]->ty, b.v), loc_const(n->loc));
     drop(av[0]->ty, a);
     return mkval(NULL, false);
   case B_ALLGATHER: {
     a = expr(av[0]);
-    LLVMValueRef r = RT("sf_allgather", "ppp", a.v, loc_const(n->loc));
+    LLVMValueRef r = RT(sf_allgather, a.v, loc_const(n->loc));
     drop(av[0]->ty, a);
     return mkval(r, true);
   }
-  case B_BARRIER: RT("sf_barrier", "vp", loc_const(n->loc)); return mkval(NULL, false);
+  case B_BARRIER: RT(sf_barrier, loc_const(n->loc)); return mkval(NULL, false);
   case B_ZEROS_F32:
   case B_ZEROS_F64:
   case B_ZEROS_I32:
   case B_ZEROS_I64:
     a = expr(av[0]);
-    return mkval(RT("sf_array_new", "pplp", desc_arg(t->elem), to_i64(av[0]->ty, a.v),
+    return mkval(RT(sf_array_new, desc_arg(t->elem), to_i64(av[0]->ty, a.v),
                     loc_const(n->loc)),
                  true);
   case B_CAST_BOOL:
@@ -1273,7 +1290,7 @@ static Val builtin(Node *n) {
     Node *k = n->recv ? av[0] : av[1];
     a = expr(arr);
     b = expr(k);
-    LLVMValueRef r = RT("sf_array_split", "pplp", a.v, to_i64(k->ty, b.v), loc_const(n->loc));
+    LLVMValueRef r = RT(sf_array_split, a.v, to_i64(k->ty, b.v), loc_const(n->loc));
     drop(arr->ty, a);
     return mkval(r, true);
   }
@@ -1281,8 +1298,8 @@ static Val builtin(Node *n) {
   case B_RT_READ_LINES: {
     a = expr(av[0]);
     L = loc_const(n->loc);
-    LLVMValueRef r = n->builtin == B_RT_READ_FILE ? RT("sf_read_file", "ppp", a.v, L)
-                                                  : RT("sf_read_lines", "ppp", a.v, L);
+    LLVMValueRef r = n->builtin == B_RT_READ_FILE ? RT(sf_read_file, a.v, L)
+                                                  : RT(sf_read_lines, a.v, L);
     drop(av[0]->ty, a);
     return mkval(r, true);
   }
@@ -1290,14 +1307,16 @@ static Val builtin(Node *n) {
   case B_RT_APPEND_FILE:
     a = expr(av[0]);
     b = expr(av[1]);
-    RT(n->builtin == B_RT_WRITE_FILE ? "sf_write_file" : "sf_append_file", "vppp", a.v, b.v,
-       loc_const(n->loc));
+    if (n->builtin == B_RT_WRITE_FILE)
+      RT(sf_write_file, a.v, b.v, loc_const(n->loc));
+    else
+      RT(sf_append_file, a.v, b.v, loc_const(n->loc));
     drop(av[0]->ty, a);
     drop(av[1]->ty, b);
     return mkval(NULL, false);
   case B_RT_FILE_EXISTS: {
     a = expr(av[0]);
-    LLVMValueRef r = RT("sf_file_exists", "bp", a.v);
+    LLVMValueRef r = RT(sf_file_exists, a.v);
     drop(av[0]->ty, a);
     return mkval(r, false);
   }
@@ -1305,9 +1324,9 @@ static Val builtin(Node *n) {
     Val v[5];
     for (int i = 0; i < 5; i++)
       v[i] = expr(av[i]);
-    LLVMValueRef r = RT("sf_matmul", "ppplllip", v[0].v, v[1].v, to_i64(av[2]->ty, v[2].v),
+    LLVMValueRef r = RT(sf_matmul, v[0].v, v[1].v, to_i64(av[2]->ty, v[2].v),
                         to_i64(av[3]->ty, v[3].v), to_i64(av[4]->ty, v[4].v),
-                        ci32(n == G.defer_matmul ? 1 : 0), loc_const(n->loc));
+                        ci32(n->keep_on_device ? SF_MATMUL_DEFER : 0), loc_const(n->loc));
     drop(av[0]->ty, v[0]);
     drop(av[1]->ty, v[1]);
     return mkval(r, true);
@@ -1370,7 +1389,7 @@ static Val call_expr(Node *n) {
   case CALL_TASK: {
     DInfo *di = info(n->decl);
     LLVMValueRef blk = args_block(di, n->argv, n->argc);
-    return mkval(RT("sf_task_call", "pppp", LLVMConstPointerCast(di->desc, G.P), blk,
+    return mkval(RT(sf_task_call, LLVMConstPointerCast(di->desc, G.P), blk,
                     loc_const(n->loc)),
                  true);
   }
@@ -1389,11 +1408,11 @@ static Val call_expr(Node *n) {
     L = loc_const(n->loc);
     LLVMValueRef r;
     switch (n->callkind) {
-    case CALL_METHOD: r = RT("sf_actor_call", "ppppp", h.v, md, blk, L); break;
-    case CALL_GROUP_ALL: r = RT("sf_group_call_all", "ppppp", h.v, md, blk, L); break;
-    case CALL_GROUP_ANY: r = RT("sf_group_call_any", "ppppp", h.v, md, blk, L); break;
+    case CALL_METHOD: r = RT(sf_actor_call, h.v, md, blk, L); break;
+    case CALL_GROUP_ALL: r = RT(sf_group_call_all, h.v, md, blk, L); break;
+    case CALL_GROUP_ANY: r = RT(sf_group_call_any, h.v, md, blk, L); break;
     default:
-      r = RT("sf_group_call_one", "pplppp", h.v, to_i64(n->recv->rhs->ty, idx.v), md, blk, L);
+      r = RT(sf_group_call_one, h.v, to_i64(n->recv->rhs->ty, idx.v), md, blk, L);
       break;
     }
     drop(recv->ty, h);
@@ -1416,9 +1435,9 @@ static Val spawn_expr(Node *n) {
       cnt = to_i64(n->rhs->ty, expr(n->rhs).v);
     else
       cnt = ci64(actor->replicas > 0 ? actor->replicas : 1);
-    return mkval(RT("sf_group_spawn", "pplpp", d, cnt, blk, L), true);
+    return mkval(RT(sf_group_spawn, d, cnt, blk, L), true);
   }
-  return mkval(RT("sf_actor_spawn", "pppp", d, blk, L), true);
+  return mkval(RT(sf_actor_spawn, d, blk, L), true);
 }
 
 typedef void (*LoopBody)(void *ctx, LLVMValueRef i);
@@ -1434,7 +1453,7 @@ static void await_each_body(void *ctx, LLVMValueRef i) {
   AwaitEach *a = ctx;
   Type *ft = a->n->lhs->ty->elem;
   LLVMValueRef fut = load_elem(ft, elem_ptr(a->arr, ft, i));
-  RT("sf_future_get", "vppp", fut, LLVMConstNull(G.P), loc_const(a->n->loc));
+  RT(sf_future_get, fut, LLVMConstNull(G.P), loc_const(a->n->loc));
 }
 
 static Val await_expr(Node *n) {
@@ -1444,12 +1463,12 @@ static Val await_expr(Node *n) {
     AwaitEach a = {n, f.v};
     counted_loop(arr_len(f.v), await_each_body, &a);
   } else if (n->lhs->ty->kind == TY_ARRAY) {
-    r = RT("sf_future_get_all", "pppp", f.v, desc_arg(n->ty->elem), L);
+    r = RT(sf_future_get_all, f.v, desc_arg(n->ty->elem), L);
   } else if (n->ty->kind == TY_VOID) {
-    RT("sf_future_get", "vppp", f.v, LLVMConstNull(G.P), L);
+    RT(sf_future_get, f.v, LLVMConstNull(G.P), L);
   } else {
     LLVMValueRef slot = entry_alloca(lt_mem(n->ty), "await");
-    RT("sf_future_get", "vppp", f.v, slot, L);
+    RT(sf_future_get, f.v, slot, L);
     r = load_mem(n->ty, slot);
   }
   drop(n->lhs->ty, f);
@@ -1477,7 +1496,7 @@ static void launch_expr(Node *n) {
     store_mem(argv[i]->ty, vals[i].v, struct_gep(di->args_ty, blk, (unsigned)i));
   }
   LLVMValueRef cnt = to_i64(n->rhs->ty, expr(n->rhs).v);
-  RT("sf_launch", "vplpp", LLVMConstPointerCast(di->desc, G.P), cnt, blk, loc_const(n->loc));
+  RT(sf_launch, LLVMConstPointerCast(di->desc, G.P), cnt, blk, loc_const(n->loc));
   for (int j = 0; j < argc; j++)
     drop(argv[j]->ty, vals[j]);
 }
@@ -1487,7 +1506,7 @@ static void launch_expr(Node *n) {
 static Val array_lit(Node *n) {
   Type *et = n->ty->elem;
   int cnt = list_len(n->args);
-  LLVMValueRef a = RT("sf_array_new", "pplp", desc_arg(et), ci64(cnt), loc_const(n->loc));
+  LLVMValueRef a = RT(sf_array_new, desc_arg(et), ci64(cnt), loc_const(n->loc));
   int i = 0;
   for (Node *e = n->args; e; e = e->next, i++) {
     Val v = expr(e);
@@ -1559,7 +1578,7 @@ static Val comprehension(Node *n) {
     c.src = src.v;
     len = arr_len(src.v);
   }
-  c.dst = RT("sf_array_new", "pplp", desc_arg(n->ty->elem), len, loc_const(n->loc));
+  c.dst = RT(sf_array_new, desc_arg(n->ty->elem), len, loc_const(n->loc));
   counted_loop(len, comp_body, &c);
   if (c.src)
     drop(n->rhs->ty, src);
@@ -1741,7 +1760,7 @@ static void append_stmt(Node *n, Node *operand) {
   Val r = expr(operand);
   LVal lv = lvalue(n->lhs);
   LLVMValueRef old = lv_load(n->lhs, lv);
-  lv_store(n->lhs, lv, RT("sf_str_append", "ppp", old, r.v));
+  lv_store(n->lhs, lv, RT(sf_str_append, old, r.v));
   drop(t, r);
   lvalue_done(lv);
 }
@@ -1939,158 +1958,16 @@ static void stmt(Node *n) {
   }
 }
 
-/* ------------------------------------------------- GPU settle points
- *
- * Arrays that kernels or matmul wrote stay on the device while the code
- * runs only GPU statements; sf_gpu_settle() copies them back before the
- * next statement that may look at array data on the host (runtime/gpu.c
- * explains the protocol).  A GPU statement is a launch, a matmul into a
- * variable, a group collective (allreduce_*, broadcast, allgather into a
- * variable, barrier: runtime/nccl.c runs them on device arrays), a scalar
- * update, or a loop of those, whose expressions read no array element on
- * the host. */
-
-/* Reads no array data: literals, names, arithmetic, len and numeric casts. */
-static bool host_safe(Node *e) {
-  if (!e)
-    return true;
-  switch (e->kind) {
-  case N_INT: case N_FLOAT: case N_BOOL: case N_NAME: return true;
-  case N_BINARY: return host_safe(e->lhs) && host_safe(e->rhs);
-  case N_UNARY: return host_safe(e->lhs);
-  case N_CALL:
-    if (e->callkind != CALL_BUILTIN)
-      return false;
-    switch (e->builtin) {
-    case B_LEN: case B_MIN: case B_MAX: case B_ABS: case B_CAST_I32: case B_CAST_I64:
-    case B_CAST_F32: case B_CAST_F64:
-      for (int i = 0; i < e->argc; i++)
-        if (!host_safe(e->argv[i]))
-          return false;
-      return true;
-    default: return false;
-    }
-  default: return false;
-  }
-}
-
-static bool is_matmul(Node *e) {
-  return e && e->kind == N_CALL && e->callkind == CALL_BUILTIN && e->builtin == B_MATMUL;
-}
-
-/* The matmul of `let x = matmul(...)` / `x = matmul(...)`, or NULL. */
-static Node *deferred_matmul(Node *s) {
-  Node *v = s->kind == N_LET ? s->lhs : s->kind == N_ASSIGN && s->op == '=' ? s->rhs : NULL;
-  return is_matmul(v) ? v : NULL;
-}
-
-/* A collective call whose arguments read no array data: it takes device
- * arrays as they are, so it does not end a run of GPU statements. */
-static bool is_collective(Node *e) {
-  if (!e || e->kind != N_CALL || e->callkind != CALL_BUILTIN)
-    return false;
-  switch (e->builtin) {
-  case B_ALLREDUCE_SUM: case B_ALLREDUCE_MEAN: case B_BROADCAST: case B_ALLGATHER:
-  case B_BARRIER:
-    for (int i = 0; i < e->argc; i++)
-      if (!host_safe(e->argv[i]))
-        return false;
-    return true;
-  default: return false;
-  }
-}
-
-static bool gpu_stmt(Node *s) {
-  switch (s->kind) {
-  case N_EXPR_STMT:
-    if (is_collective(s->lhs))
-      return true;
-    if (s->lhs->kind != N_LAUNCH || !host_safe(s->lhs->rhs))
-      return false;
-    for (Node *a = s->lhs->args; a; a = a->next)
-      if (!host_safe(a))
-        return false;
-    return true;
-  case N_LET:
-  case N_ASSIGN: {
-    Node *target = s->kind == N_ASSIGN ? s->lhs : NULL;
-    if (target && target->kind != N_NAME)
-      return false;
-    Node *m = deferred_matmul(s);
-    if (is_collective(s->kind == N_LET ? s->lhs : s->rhs))
-      return true; /* x = allgather(y) */
-    if (m) {
-      for (int i = 0; i < m->argc; i++)
-        if (!host_safe(m->argv[i]))
-          return false;
-      return true;
-    }
-    Node *v = s->kind == N_LET ? s->lhs : s->rhs;
-    return v->ty && ty_is_numeric(v->ty) && host_safe(v);
-  }
-  case N_FOR:
-  case N_WHILE: {
-    if (s->kind == N_FOR ? s->rhs->kind != N_RANGE || !host_safe(s->rhs->lhs) ||
-                               !host_safe(s->rhs->rhs)
-                         : !host_safe(s->cond))
-      return false;
-    bool any = false;
-    for (Node *b = s->body && s->body->kind == N_BLOCK ? s->body->body : s->body; b; b = b->next) {
-      if (!gpu_stmt(b))
-        return false;
-      any |= has_gpu_work(b);
-    }
-    return any; /* a loop with no GPU work needs no special treatment */
-  }
-  default: return false;
-  }
-}
-
-/* Does the statement (or anything in it) launch a kernel or call matmul? */
-static bool list_has_gpu_work(Node *n);
-
-/* The node n and what hangs below it, not the statements after it: the
- * callers ask once per statement, and walking the rest of the block each
- * time made code generation quadratic (50k statements took minutes). */
-static bool has_gpu_work(Node *n) {
-  if (!n)
-    return false;
-  if (n->kind == N_LAUNCH || is_matmul(n))
-    return true;
-  return list_has_gpu_work(n->lhs) || list_has_gpu_work(n->rhs) ||
-         list_has_gpu_work(n->cond) || list_has_gpu_work(n->then) ||
-         list_has_gpu_work(n->els) || list_has_gpu_work(n->body) || list_has_gpu_work(n->args);
-}
-
-/* Any node of the list that starts at n (argument lists, statement lists). */
-static bool list_has_gpu_work(Node *n) {
-  for (; n; n = n->next)
-    if (has_gpu_work(n))
-      return true;
-  return false;
-}
-
+/* A block, with the settle points settle.c marked around its statements. */
 static void block(Node *n) {
   int mark = G.nowned;
-  Node *s = n && n->kind == N_BLOCK ? n->body : n;
-  bool gpu_body = n && n == G.gpu_loop_body;
-  bool pending = false; /* a GPU statement ran since the last settle point */
-  for (; s; s = s->next) {
-    bool g = gpu_stmt(s);
-    if (pending && !g) {
-      RT0("sf_gpu_settle", "v");
-      pending = false;
-    }
-    G.defer_matmul = g ? deferred_matmul(s) : NULL;
-    if (g && (s->kind == N_FOR || s->kind == N_WHILE))
-      G.gpu_loop_body = s->body;
+  for (Node *s = n && n->kind == N_BLOCK ? n->body : n; s; s = s->next) {
+    if (s->settle_before)
+      RT0(sf_gpu_settle);
     stmt(s);
-    G.defer_matmul = NULL;
-    pending |= has_gpu_work(s); /* a scalar update alone leaves nothing on the device */
+    if (s->settle_after && !terminated())
+      RT0(sf_gpu_settle);
   }
-  /* The body of a GPU loop settles after the loop, not per iteration. */
-  if (pending && !gpu_body && !terminated())
-    RT0("sf_gpu_settle", "v");
   scope_end(mark);
 }
 
@@ -2104,18 +1981,6 @@ static bool writes_elements(Node *n, Var *v) {
       return true;
     if (writes_elements(n->lhs, v) || writes_elements(n->rhs, v) || writes_elements(n->then, v) ||
         writes_elements(n->els, v) || writes_elements(n->body, v))
-      return true;
-  }
-  return false;
-}
-
-/* Does the body assign to v (then a parameter needs its own reference)? */
-static bool assigns(Node *n, Var *v) {
-  for (; n; n = n->next) {
-    if (n->kind == N_ASSIGN && n->lhs->kind == N_NAME && n->lhs->var == v)
-      return true;
-    if (assigns(n->lhs, v) || assigns(n->rhs, v) || assigns(n->cond, v) ||
-        assigns(n->then, v) || assigns(n->els, v) || assigns(n->body, v))
       return true;
   }
   return false;
@@ -2202,7 +2067,7 @@ static void begin_fn(Fn *f, Decl *d, LLVMValueRef fn, Type *ret, int first) {
       di_declare(v, slot, argno);
       /* Parameters are borrowed; one the body reassigns gets its own
        * reference so that the assignment may release the old value. */
-      if (ty_has_refs(p->type) && assigns(d->body, v)) {
+      if (ty_has_refs(p->type) && ast_assigns(d->body, v)) {
         retain_value(p->type, pv);
         push_owned(slot, p->type);
       }
@@ -2240,145 +2105,32 @@ static void gen_fn(Decl *d) {
   end_fn(&f);
 }
 
-/* Recursion unrolling.  LLVM never inlines a function into itself (nor one
- * that calls itself), while gcc inlines a small recursive function into
- * itself several levels deep.  So a small fn (at most UNROLL_MAX_NODES
- * syntax nodes, at -O2 and above) that calls itself is emitted more than
- * once, sflow.f, sflow.f.rec, sflow.f.rec2, ..., each copy's self calls
- * going to the next copy and the last one's back to sflow.f, so that
- * inlining the copies into sflow.f makes one call do several levels of the
- * recursion.  Which calls go to the next copy depends on the fn:
- *
- * - Chained (the usual case): each copy is first generated calling itself,
- *   and unroll_chains runs SROA and tail-call elimination before the main
- *   pipeline, so that `return f(a) + f(b)` becomes a loop around f(a) with
- *   an accumulator.  The self calls left (those not in tail position) then
- *   go to the next copy.  With one left, UNROLL_CHAIN copies are kept, all
- *   but sflow.f marked alwaysinline, and the always-inline pass folds them
- *   into sflow.f: nested loops and one call to sflow.f every UNROLL_CHAIN
- *   levels, as gcc's code has (it stops at eight).  The copies are declared
- *   last to first, so that pass (which goes through the module in order)
- *   inlines each copy once, into the one before it.  With no self call
- *   left the other copies are deleted; with two or more, two copies are
- *   kept and left to the inliner's cost model, so the code doubles rather
- *   than growing as 2^UNROLL_CHAIN.
- * - Shared: the self calls' arguments are the parameters plus constants,
- *   and two levels of the recursion repeat a call, as fib(n-1) and fib(n-2)
- *   both call fib(n-3).  Two copies call each other for every self call, so
- *   that after the inliner inlines sflow.f.rec the repeated call sits twice
- *   in one body, where LLVM computes it once when the fn is pure (fib: three
- *   calls instead of four per two levels, compounding down the recursion).
- *   Eliminating the tail call first would put the repeats in different
- *   iterations of a loop, out of reach.
- *
- * Counts the nodes of a body, up to limit. */
-enum { UNROLL_MAX_NODES = 64, UNROLL_CHAIN = 6, MAX_SELF_CALLS = 8, MAX_OFFSETS = 8 };
-static int body_size(Node *n, Decl *self, bool *calls_self, int limit) {
-  int size = 0;
-  for (; n && size <= limit; n = n->next) {
-    size++;
-    if (n->kind == N_CALL && n->callkind == CALL_FN && n->decl == self)
-      *calls_self = true;
-    Node *kids[] = {n->lhs, n->rhs, n->cond, n->then, n->els, n->body, n->args, n->recv};
-    for (int i = 0; i < 8 && size <= limit; i++)
-      size += body_size(kids[i], self, calls_self, limit - size);
-  }
-  return size;
-}
-
-static bool wants_unroll(Decl *d) {
-  bool rec = false;
-  return d->kind == D_FN && G.opts->opt_level >= 2 &&
-         body_size(d->body, d, &rec, UNROLL_MAX_NODES) <= UNROLL_MAX_NODES && rec;
-}
-
-/* The self calls of n, up to max (returns how many, max + 1 past it). */
-static int self_calls(Node *n, Decl *self, Node **out, int k, int max) {
-  for (; n && k <= max; n = n->next) {
-    if (n->kind == N_CALL && n->callkind == CALL_FN && n->decl == self) {
-      if (k < max)
-        out[k] = n;
-      k++;
-    }
-    Node *kids[] = {n->lhs, n->rhs, n->cond, n->then, n->els, n->body, n->args, n->recv};
-    for (int i = 0; i < 8; i++)
-      k = self_calls(kids[i], self, out, k, max);
-  }
-  return k;
-}
-
-/* Argument i of a self call as parameter i plus a constant: *off. */
-static bool param_offset(Decl *d, Node *a, int i, int64_t *off) {
-  Decl *p = d->params;
-  for (int j = 0; p && j < i; j++)
-    p = p->next;
-  if (!p || !p->var || assigns(d->body, p->var))
-    return false;
-  if (a->kind == N_NAME && a->var == p->var) {
-    *off = 0;
-    return true;
-  }
-  if (a->kind != N_BINARY || (a->op != '+' && a->op != '-') || !ty_is_int(a->ty))
-    return false;
-  if (a->lhs->kind == N_NAME && a->lhs->var == p->var && a->rhs->kind == N_INT) {
-    *off = a->op == '+' ? a->rhs->ival : -a->rhs->ival;
-    return true;
-  }
-  if (a->op == '+' && a->rhs->kind == N_NAME && a->rhs->var == p->var && a->lhs->kind == N_INT) {
-    *off = a->lhs->ival;
-    return true;
-  }
-  return false;
-}
-
-/* Whether two levels of d's recursion repeat a call: every self call passes
- * each parameter plus a constant, and two different pairs (first-level
- * call, second-level call) add up to the same offsets. */
-static bool repeats_calls(Decl *d) {
-  Node *calls[MAX_SELF_CALLS];
-  int n = self_calls(d->body, d, calls, 0, MAX_SELF_CALLS);
-  if (n < 2 || n > MAX_SELF_CALLS || d->nparams < 1 || d->nparams > MAX_OFFSETS)
-    return false;
-  int64_t off[MAX_SELF_CALLS][MAX_OFFSETS];
-  for (int c = 0; c < n; c++) {
-    if (calls[c]->argc != d->nparams)
-      return false;
-    for (int i = 0; i < d->nparams; i++)
-      if (!param_offset(d, calls[c]->argv[i], i, &off[c][i]))
-        return false;
-  }
-  for (int a = 0; a < n * n; a++)
-    for (int b = a + 1; b < n * n; b++) {
-      bool same = true;
-      for (int i = 0; i < d->nparams && same; i++)
-        same = (uint64_t)off[a / n][i] + (uint64_t)off[a % n][i] ==
-               (uint64_t)off[b / n][i] + (uint64_t)off[b % n][i];
-      if (same)
-        return true;
-    }
-  return false;
-}
-
-static void declare_unrolled(Decl *d) {
+/* Recursion unrolling (unroll.c): the ncopies copies of a small
+ * self-recursive fn, declared last to first so that the always-inline pass
+ * (which goes through the module in order) inlines each copy once, into
+ * the one before it. */
+static void declare_unrolled(Decl *d, int ncopies, bool shared) {
   DInfo *di = info(d);
-  di->shared = repeats_calls(d);
-  di->ncopies = di->shared ? 2 : UNROLL_CHAIN;
-  di->copies = arena_alloc(sizeof(LLVMValueRef) * (size_t)di->ncopies);
-  for (int i = di->ncopies - 1; i >= 0; i--) {
+  di->shared = shared;
+  di->ncopies = ncopies;
+  di->copies = arena_alloc(sizeof(void *) * (size_t)ncopies);
+  for (int i = ncopies - 1; i >= 0; i--) {
     declare_fn(d, sym(d, i == 0 ? "" : i == 1 ? ".rec" : arena_printf(".rec%d", i)), NULL, false);
     di->copies[i] = di->fn;
   }
-  if (!di->shared) {
+  if (!shared) {
     if (G.nchains % 16 == 0) {
-      DInfo **c = arena_alloc(sizeof(DInfo *) * (size_t)(G.nchains + 16));
+      UnrollChain *c = arena_alloc(sizeof(UnrollChain) * (size_t)(G.nchains + 16));
       if (G.nchains)
-        memcpy(c, G.chains, sizeof(DInfo *) * (size_t)G.nchains);
+        memcpy(c, G.chains, sizeof(UnrollChain) * (size_t)G.nchains);
       G.chains = c;
     }
-    G.chains[G.nchains++] = di;
+    G.chains[G.nchains++] = (UnrollChain){di->copies, ncopies};
   }
 }
 
+/* Each copy's body; shared twins call each other, chained copies call
+ * themselves until unroll_chains links them. */
 static void gen_unrolled(Decl *d) {
   DInfo *di = info(d);
   G.redirect_of = di->shared ? d : NULL;
@@ -2389,55 +2141,6 @@ static void gen_unrolled(Decl *d) {
   }
   di->fn = di->copies[0];
   G.redirect_of = NULL;
-}
-
-/* The calls in fn to callee; sends them to to (when not NULL). */
-static int retarget_calls(LLVMValueRef fn, LLVMValueRef callee, LLVMValueRef to) {
-  int n = 0;
-  for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(fn); bb; bb = LLVMGetNextBasicBlock(bb))
-    for (LLVMValueRef in = LLVMGetFirstInstruction(bb); in; in = LLVMGetNextInstruction(in))
-      if (LLVMGetInstructionOpcode(in) == LLVMCall && LLVMGetCalledValue(in) == callee) {
-        n++;
-        if (to)
-          LLVMSetOperand(in, (unsigned)LLVMGetNumOperands(in) - 1, to);
-      }
-  return n;
-}
-
-static int optimiser_error(LLVMErrorRef e) {
-  char *m = LLVMGetErrorMessage(e);
-  fprintf(stderr, "sflowc: internal compiler error: optimiser: %s\n", m);
-  LLVMDisposeErrorMessage(m);
-  return 1;
-}
-
-/* Chained unrolling, after codegen: eliminate tail calls while each copy
- * still calls itself, then link the copies by the self calls left. */
-static int unroll_chains(LLVMPassBuilderOptionsRef po) {
-  if (!G.nchains)
-    return 0;
-  LLVMErrorRef e = LLVMRunPasses(G.mod, "function(sroa,tailcallelim)", G.tm, po);
-  if (e)
-    return optimiser_error(e);
-  bool inline_chains = false;
-  for (int c = 0; c < G.nchains; c++) {
-    DInfo *di = G.chains[c];
-    int left = retarget_calls(di->copies[0], di->copies[0], NULL);
-    int keep = left == 0 ? 1 : left == 1 ? di->ncopies : 2;
-    for (int i = keep; i < di->ncopies; i++)
-      LLVMDeleteFunction(di->copies[i]);
-    for (int i = 0; i < keep && keep > 1; i++)
-      retarget_calls(di->copies[i], di->copies[i], di->copies[(i + 1) % keep]);
-    if (keep > 2) {
-      for (int i = 1; i < keep; i++)
-        add_attr(di->copies[i], LLVMAttributeFunctionIndex, "alwaysinline");
-      inline_chains = true;
-    }
-    di->ncopies = keep;
-  }
-  if (inline_chains)
-    e = LLVMRunPasses(G.mod, "always-inline", G.tm, po);
-  return e ? optimiser_error(e) : 0;
 }
 
 static void gen_method(Decl *actor, Decl *m) {
@@ -2570,13 +2273,13 @@ static void gen_actor(Decl *a) {
 
 static int param_kind(Type *t) {
   switch (t->kind) {
-  case TY_BOOL: return K_BOOL;
-  case TY_I32: return K_I32;
-  case TY_I64: return K_I64;
-  case TY_F32: return K_F32;
-  case TY_F64: return K_F64;
-  case TY_STR: return K_STR;
-  default: return K_VOID;
+  case TY_BOOL: return SF_BOOL;
+  case TY_I32: return SF_I32;
+  case TY_I64: return SF_I64;
+  case TY_F32: return SF_F32;
+  case TY_F64: return SF_F64;
+  case TY_STR: return SF_STR;
+  default: return SF_VOID;
   }
 }
 
@@ -2659,7 +2362,7 @@ static void gen_program_desc(Decl *wf) {
   Source *main_src = src_get(G.prog->main->file);
   /* What a host's CPU must have (target.c), checked by the head of a
    * --nodes run before it deploys this executable anywhere. */
-  LLVMValueRef pd[] = {ci32(2 /* SF_ABI_VERSION */), cstr(stem(main_src->path)), cstr(main_src->path),
+  LLVMValueRef pd[] = {ci32(SF_ABI_VERSION), cstr(stem(main_src->path)), cstr(main_src->path),
                        ci32(n), parr ? LLVMConstPointerCast(parr, G.P) : LLVMConstNull(G.P),
                        LLVMConstPointerCast(mainfn, G.P), cstr(G.target.cpu),
                        cstr(G.target.needs)};
@@ -2673,12 +2376,15 @@ static void declare_all(Program *p) {
   for (Module *m = p->modules; m; m = m->next)
     for (Decl *d = m->decls; d; d = d->next)
       switch (d->kind) {
-      case D_FN:
-        if (wants_unroll(d))
-          declare_unrolled(d);
+      case D_FN: {
+        bool shared;
+        int ncopies = unroll_copies(d, G.opts->opt_level, &shared);
+        if (ncopies)
+          declare_unrolled(d, ncopies, shared);
         else
           declare_fn(d, sym(d, ""), NULL, false);
         break;
+      }
       case D_WORKFLOW: declare_fn(d, sym(d, ""), NULL, false); break;
       case D_KERNEL:
         declare_fn(d, sym(d, ".cpu"), G.i64, true);
@@ -2785,7 +2491,7 @@ static void gen_all(Program *p) {
       }
 }
 
-/* ---------------------------------------------------------- target */
+/* ------------------------------------------------------ the module */
 
 static void init_types(void) {
   G.i1 = LLVMInt1TypeInContext(G.ctx);
@@ -2821,116 +2527,6 @@ static int make_target(void) {
   G.td = LLVMCreateTargetDataLayout(G.tm);
   LLVMSetTarget(G.mod, G.target.triple);
   LLVMSetModuleDataLayout(G.mod, G.td);
-  return 0;
-}
-
-/* Tunes every function for the build machine when the target is the
- * portable baseline (gcc's -mtune beside -march): scheduling and cost
- * choices only, the instruction set stays the target's. */
-static void tune_functions(void) {
-  if (!G.target.tune)
-    return;
-  unsigned n = (unsigned)strlen(G.target.tune);
-  for (LLVMValueRef f = LLVMGetFirstFunction(G.mod); f; f = LLVMGetNextFunction(f))
-    if (!LLVMIsDeclaration(f))
-      LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex,
-                              LLVMCreateStringAttribute(G.ctx, "tune-cpu", 8, G.target.tune, n));
-}
-
-static int optimise(void) {
-  if (G.opts->opt_level == 0)
-    return 0;
-  LLVMPassBuilderOptionsRef po = LLVMCreatePassBuilderOptions();
-  bool vec = G.opts->opt_level >= 2;
-  LLVMPassBuilderOptionsSetLoopVectorization(po, vec);
-  LLVMPassBuilderOptionsSetSLPVectorization(po, vec);
-  LLVMPassBuilderOptionsSetLoopInterleaving(po, vec);
-  LLVMPassBuilderOptionsSetLoopUnrolling(po, 1);
-  /* Bounds-checked index loops vectorise as they are: the checks are
-   * unlikely exits with computable counts, and TBAA plus dereferenceable
-   * array headers let LICM hoist len and data out of the loop. */
-  char pipeline[32];
-  snprintf(pipeline, sizeof pipeline, "default<O%d>", G.opts->opt_level);
-  if (unroll_chains(po)) {
-    LLVMDisposePassBuilderOptions(po);
-    return 1;
-  }
-  LLVMErrorRef e = LLVMRunPasses(G.mod, pipeline, G.tm, po);
-  LLVMDisposePassBuilderOptions(po);
-  return e ? optimiser_error(e) : 0;
-}
-
-static int emit_obj(const char *path) {
-  char *err = NULL;
-  if (LLVMTargetMachineEmitToFile(G.tm, G.mod, (char *)path, LLVMObjectFile, &err)) {
-    fprintf(stderr, "sflowc: error: cannot write object '%s': %s\n", path, err);
-    LLVMDisposeMessage(err);
-    return 1;
-  }
-  return 0;
-}
-
-/* Runs argv with posix_spawnp and waits; returns its exit status or -1. */
-static int run_cmd(char **argv) {
-  pid_t pid;
-  int rc = posix_spawnp(&pid, argv[0], NULL, NULL, argv, environ);
-  if (rc) {
-    fprintf(stderr, "sflowc: error: cannot run '%s': %s\n", argv[0], strerror(rc));
-    return -1;
-  }
-  int st;
-  while (waitpid(pid, &st, 0) < 0)
-    if (errno != EINTR)
-      return -1;
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static int link_exe(const char *out) {
-  char rtlib[4096];
-  snprintf(rtlib, sizeof rtlib, "%s/../lib/sflow/libsflowrt.a", driver_self_dir());
-  struct stat st;
-  if (stat(rtlib, &st) != 0) {
-    fprintf(stderr, "sflowc: error: runtime library not found at '%s'\n", rtlib);
-    return 1;
-  }
-  const char *tmpdir = getenv("TMPDIR");
-  char obj[4096];
-  snprintf(obj, sizeof obj, "%s/sflowc-XXXXXX.o", tmpdir && *tmpdir ? tmpdir : "/tmp");
-  int fd = mkstemps(obj, 2);
-  if (fd < 0) {
-    fprintf(stderr, "sflowc: error: cannot create a temporary file in '%s': %s\n",
-            tmpdir && *tmpdir ? tmpdir : "/tmp", strerror(errno));
-    return 1;
-  }
-  close(fd);
-  int rc = emit_obj(obj);
-  if (!rc) {
-    const char *cc = getenv("CC");
-    char *argv[] = {(char *)(cc && *cc ? cc : "cc"), "-o", (char *)out, obj, rtlib, "-lm",
-                    "-lpthread", "-ldl", NULL};
-    int st = run_cmd(argv);
-    if (st != 0) {
-      fprintf(stderr, "sflowc: error: linking '%s' failed (%s exited with %d)\n", out, argv[0], st);
-      rc = 1;
-    }
-  }
-  unlink(obj);
-  return rc;
-}
-
-static int write_ir(const char *out) {
-  char *ir = LLVMPrintModuleToString(G.mod);
-  FILE *f = out && strcmp(out, "-") ? fopen(out, "w") : stdout;
-  if (!f) {
-    fprintf(stderr, "sflowc: error: cannot write '%s': %s\n", out, strerror(errno));
-    LLVMDisposeMessage(ir);
-    return 1;
-  }
-  fputs(ir, f);
-  LLVMDisposeMessage(ir);
-  if (f != stdout)
-    return fclose(f) ? 1 : 0;
-  fflush(stdout);
   return 0;
 }
 
@@ -2990,6 +2586,7 @@ int codegen_program(Program *p, const CodegenOptions *opts) {
         d->type->llvm = NULL;
     }
 
+  settle_program(p);
   declare_all(p);
   gen_all(p);
   if (p->workflow)
@@ -3010,16 +2607,10 @@ int codegen_program(Program *p, const CodegenOptions *opts) {
     return 101;
   }
   LLVMDisposeMessage(msg);
-  tune_functions();
-  int rc = optimise();
-  if (!rc) {
-    if (opts->emit && !strcmp(opts->emit, "llvm"))
-      rc = write_ir(opts->out);
-    else if (opts->emit && !strcmp(opts->emit, "obj"))
-      rc = emit_obj(opts->out);
-    else
-      rc = link_exe(opts->out);
-  }
+  target_tune(G.mod, &G.target);
+  int rc = unroll_chains(G.mod, G.tm, G.chains, G.nchains);
+  if (!rc)
+    rc = link_program(G.mod, &G.target, opts);
   finish();
   return rc;
 }

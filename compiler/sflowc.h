@@ -4,9 +4,11 @@
  * One section per compiler file, in pipeline order: the arena and sources
  * (util.c), diagnostics (diag.c), tokens and the lexer (lexer.c over the
  * flex scanner grammar/sflow.l), the AST (ast.c, built by grammar/sflow.y),
- * types (types.c), semantic analysis (sema.c), the target machine
- * (target.c), LLVM host code (codegen.c), CUDA C for kernels (cudagen.c),
- * and the driver (main.c).
+ * types (types.c), semantic analysis (sema.c), GPU settle points
+ * (settle.c), the target machine (target.c), LLVM host code (codegen.c,
+ * calling the runtime through the rows of rtabi.h), recursion unrolling
+ * (unroll.c), CUDA C for kernels (cudagen.c), optimisation, object and
+ * linking (link.c), and the driver (main.c).
  *
  * Memory policy: everything the front end allocates lives in one arena that
  * is freed once, when the compilation ends.  Nothing in the AST is freed
@@ -289,6 +291,11 @@ struct Node {
   int argc;
   int field_index;   /* N_FIELD on a struct; N_FIELD_INIT */
   bool is_const;     /* expression is a compile-time constant */
+
+  /* filled by settle.c: where sf_gpu_settle() goes */
+  bool settle_before;  /* statement: settle before it runs */
+  bool settle_after;   /* last statement of a block: settle after it, if it falls through */
+  bool keep_on_device; /* matmul call: its result may stay on the device (SF_MATMUL_DEFER) */
 };
 
 typedef struct Annot Annot;
@@ -391,6 +398,10 @@ TypeExpr *texpr_new(TypeExprKind k, Loc loc);
 Annot *annot_new(Loc loc, const char *name, Node *args);
 Loc loc_span(Loc a, Loc b); /* from a's start to b's end (same file) */
 int list_len(Node *n);
+/* Does the statement or expression list at n assign to the variable v
+ * (after sema)?  Codegen gives such a parameter its own reference;
+ * unroll.c treats it as no longer the parameter. */
+bool ast_assigns(Node *n, Var *v);
 /* --emit=ast: a stable, indented tree. */
 void ast_dump(Module *m, Buf *out);
 
@@ -405,6 +416,13 @@ Module *parse_source(int file);
 bool sema_program(Program *p);
 /* Embedded standard library sources (generated at build time). */
 const char *stdlib_lookup(const char *name, size_t *len); /* "math" -> text */
+
+/* -------------------------------------------------------------- settle.c */
+
+/* Marks the GPU settle points of every block of the checked program (the
+ * "filled by settle.c" fields of Node); codegen_program runs it before
+ * lowering anything. */
+void settle_program(Program *p);
 
 /* -------------------------------------------------------------- target.c */
 
@@ -431,6 +449,9 @@ typedef struct {
 int target_check(const TargetRequest *r);
 /* Creates the target machine for r; 0, or non-zero after a message. */
 int target_open(const TargetRequest *r, int opt_level, Target *out);
+/* Gives every function defined in the module (an LLVMModuleRef) t's
+ * "tune-cpu", when t has one. */
+void target_tune(void *mod, const Target *t);
 
 /* ------------------------------------------------------------- codegen.c */
 
@@ -447,6 +468,25 @@ typedef struct {
  * Returns 0 on success. */
 int codegen_program(Program *p, const CodegenOptions *opts);
 
+/* -------------------------------------------------------------- unroll.c */
+
+/* How many copies of the fn d codegen emits for recursion unrolling at
+ * opt_level: 0 for none (one plain function), else sflow.f and its copies.
+ * *shared: the copies call each other from the start (twins); else each
+ * copy is generated calling itself, for unroll_chains to link. */
+int unroll_copies(Decl *d, int opt_level, bool *shared);
+
+/* The copies of one chained fn, copies[0] being sflow.f (LLVMValueRefs). */
+typedef struct {
+  void **copies;
+  int ncopies;
+} UnrollChain;
+/* After codegen, before the optimisation pipeline: eliminates tail calls,
+ * then sends each copy's self calls left to the next copy and inlines the
+ * chain, in the module mod (an LLVMModuleRef) for the target machine tm.
+ * 0, or 1 after a message. */
+int unroll_chains(void *mod, void *tm, const UnrollChain *chains, int n);
+
 /* ------------------------------------------------------------- cudagen.c */
 
 /* CUDA C text of one kernel (heap string), with the source line as a
@@ -454,6 +494,14 @@ int codegen_program(Program *p, const CodegenOptions *opts);
 char *cudagen_kernel(Decl *kernel);
 /* The kernel's entry symbol in that text ("sflow_saxpy", "sflow_util_k"). */
 const char *cudagen_entry(Decl *kernel);
+
+/* ---------------------------------------------------------------- link.c */
+
+/* Optimises the module mod (an LLVMModuleRef, made for t) at
+ * opts->opt_level, then writes what opts->emit asks for to opts->out: IR
+ * text, an object, or an executable linked with the runtime by the system
+ * C compiler driver.  0, or non-zero after a message. */
+int link_program(void *mod, const Target *t, const CodegenOptions *opts);
 
 /* ---------------------------------------------------------------- main.c */
 

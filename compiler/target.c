@@ -384,3 +384,17 @@ int target_open(const TargetRequest *r, int opt_level, Target *out) {
   out->needs = needs_of(out->tm, out->triple, a, r->features, feat, &rc);
   return rc;
 }
+
+/* Tunes every function for the build machine when the target is the
+ * portable baseline (gcc's -mtune beside -march): scheduling and cost
+ * choices only, the instruction set stays the target's. */
+void target_tune(void *mod, const Target *t) {
+  if (!t->tune)
+    return;
+  LLVMContextRef ctx = LLVMGetModuleContext(mod);
+  unsigned n = (unsigned)strlen(t->tune);
+  for (LLVMValueRef f = LLVMGetFirstFunction(mod); f; f = LLVMGetNextFunction(f))
+    if (!LLVMIsDeclaration(f))
+      LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex,
+                              LLVMCreateStringAttribute(ctx, "tune-cpu", 8, t->tune, n));
+}
