@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <unistd.h>
@@ -81,10 +82,13 @@ int sf__sha256_file(const char *path, uint8_t out[SF__HASH_LEN], char *err, size
     return -1;
   }
   EVP_MD_CTX *ctx = C.ctx_new();
-  int ok = ctx && C.init(ctx, C.sha256(), NULL) == 1;
-  static _Thread_local uint8_t buf[1 << 16];
+  /* On the heap, not thread-local: static TLS is zeroed for every thread
+   * the pool starts. */
+  enum { BUF = 1 << 16 };
+  uint8_t *buf = malloc(BUF);
+  int ok = buf && ctx && C.init(ctx, C.sha256(), NULL) == 1;
   ssize_t k;
-  while (ok && (k = read(fd, buf, sizeof buf)) != 0) {
+  while (ok && (k = read(fd, buf, BUF)) != 0) {
     if (k < 0 && errno == EINTR)
       continue;
     ok = k > 0 && C.update(ctx, buf, (size_t)k) == 1;
@@ -93,6 +97,7 @@ int sf__sha256_file(const char *path, uint8_t out[SF__HASH_LEN], char *err, size
   ok = ok && C.final(ctx, out, &n) == 1 && n == SF__HASH_LEN;
   if (ctx)
     C.ctx_free(ctx);
+  free(buf);
   close(fd);
   if (!ok) {
     snprintf(err, errlen, "cannot hash %s", path);
