@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <unistd.h>
@@ -29,13 +30,22 @@ int sf__sha256_file(const char *path, uint8_t out[SF__HASH_LEN], char *err, size
   }
   sf__sha256_ctx c;
   sf__sha256_init(&c);
-  static _Thread_local uint8_t buf[1 << 16];
+  /* On the heap, not thread-local: static TLS is zeroed for every thread
+   * the pool starts. */
+  enum { BUF = 1 << 16 };
+  uint8_t *buf = malloc(BUF);
+  if (!buf) {
+    snprintf(err, errlen, "cannot hash %s: out of memory", path);
+    close(fd);
+    return -1;
+  }
   for (;;) {
-    ssize_t k = read(fd, buf, sizeof buf);
+    ssize_t k = read(fd, buf, BUF);
     if (k < 0 && errno == EINTR)
       continue;
     if (k < 0) {
       snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+      free(buf);
       close(fd);
       return -1;
     }
@@ -43,6 +53,7 @@ int sf__sha256_file(const char *path, uint8_t out[SF__HASH_LEN], char *err, size
       break;
     sf__sha256_update(&c, buf, (size_t)k);
   }
+  free(buf);
   close(fd);
   sf__sha256_final(&c, out);
   return 0;

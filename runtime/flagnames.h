@@ -15,6 +15,16 @@
 #ifndef SFLOW_FLAGNAMES_H
 #define SFLOW_FLAGNAMES_H
 
+/* The most --threads accepts.  A fixed bound, not a multiple of the CPU
+ * count, so a command line that works on one machine works on every one.
+ * Threads beyond the CPUs only help tasks that block in ways the pool does
+ * not see (a blocking system call in foreign code); 1024 is plenty for that
+ * and leaves most of the scheduler's 8192 thread slots (sched.c
+ * MAX_WORKERS) to the spare threads that stand in for blocked ones. */
+#define SF__MAX_THREADS 1024
+#define SF__STR_(x) #x
+#define SF__STR(x) SF__STR_(x)
+
 /* X(ID, name, ARG, help): ARG is NULL for a boolean flag; help NULL hides
  * the flag (internal: the head starts workers with it) from --help and from
  * "did you mean". */
@@ -27,7 +37,8 @@
     "show a progress line (auto: when stderr is a terminal)")                                  \
   X(QUIET, "quiet", NULL, "no summary line, notices or progress line")                         \
   X(GPU, "require-gpu", NULL, "fail instead of running GPU work on the CPU")                   \
-  X(THREADS, "threads", "N", "worker threads (default: one per CPU)")                          \
+  X(THREADS, "threads", "N",                                                                  \
+    "worker threads, 1 to " SF__STR(SF__MAX_THREADS) " (default: one per CPU)")               \
   X(JOURNAL, "journal", NULL, "record main's calls so --resume can finish the run "            \
                               "(default true)")                                                \
   X(SSH_USER, "ssh-user", "USER",                                                             \

@@ -139,8 +139,9 @@ static bool set_option(parser *ps, rt_id id, const char *v) {
     return true;
   case RT_THREADS:
     if (sf__parse_i64(v, strlen(v), &o->threads) != SF__PARSE_OK || o->threads < 1 ||
-        o->threads > 65536)
-      return bad_value(ps, name, v, "a number of threads from 1 to 65536", SF__PARSE_BAD);
+        o->threads > SF__MAX_THREADS)
+      return bad_value(ps, name, v, "a number of threads from 1 to " SF__STR(SF__MAX_THREADS),
+                       SF__PARSE_BAD);
     return true;
   case RT_SSH_USER: o->ssh_user = v; return true;
   case RT_SSH_KEY: o->ssh_key = v; return true;

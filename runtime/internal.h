@@ -459,7 +459,10 @@ double sf__trace_now(void); /* microseconds since start (0 when tracing is off) 
 /* One complete event [t0, now) on this thread's track. */
 void sf__trace_event(const char *name, const char *cat, double t0, int32_t attempt,
                      const char *error);
-bool sf__trace_open(char *err, size_t errlen); /* before the run: --trace FILE.tmp */
+/* Before the run (and before any node starts): the --trace path is checked
+ * and opened (a temporary file beside it, or the FIFO or device itself). */
+bool sf__trace_open(char *err, size_t errlen);
+void sf__trace_discard(void); /* the run did not start: no trace, no temporary file */
 void sf__trace_write(void); /* at exit: the JSON file */
 /* The trace clock in ns (CLOCK_MONOTONIC; shifted on a worker by
  * SFLOW_TEST_CLOCK_SKEW_MS): heartbeat answers carry it (cluster.c). */

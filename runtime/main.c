@@ -68,8 +68,17 @@ int main(int argc, char **argv) {
     sf_free(args);
     return sf__worker_main(sf__options.worker);
   }
+  /* The trace path first: a bad one is a usage error found before any
+   * node is started over SSH, not after. */
+  if (sf__options.trace && !sf__trace_open(err, sizeof err)) {
+    fprintf(stderr, "%s: error: %s\n", name, err);
+    sf__flags_release(prog, args);
+    sf_free(args);
+    return SF__EXIT_USAGE;
+  }
   if (sf__cluster_start(err, sizeof err)) {
     fprintf(stderr, "%s: error: %s\n", name, err);
+    sf__trace_discard();
     sf__flags_release(prog, args);
     sf_free(args);
     return SF__EXIT_NODES;
@@ -77,17 +86,11 @@ int main(int argc, char **argv) {
   if (sf__options.selftest) {
     int rc = sf__cluster_selftest(sf__options.selftest);
     sf__cluster_stop();
+    sf__trace_discard();
     sf__flags_release(prog, args);
     sf_free(args);
     fflush(stdout);
     return rc;
-  }
-  if (sf__options.trace && !sf__trace_open(err, sizeof err)) {
-    fprintf(stderr, "%s: error: %s\n", name, err);
-    sf__cluster_stop();
-    sf__flags_release(prog, args);
-    sf_free(args);
-    return SF__EXIT_USAGE;
   }
   sf__run_begin(prog);
   sf__journal_begin(prog, args);

@@ -24,13 +24,18 @@
  *    therefore always make progress, whatever the pool size: that is how a
  *    group is "placed as one gang" on one machine.  Spare threads end
  *    after a second of idleness once the pool is back to its size.
- *  - Idle workers spin briefly, then sleep on a futex; a submitter wakes
- *    one only when some are asleep, so the fast path has no system call.
+ *  - Idle workers park.  One that runs out of work looks once more; at
+ *    most about half the CPUs' worth keep looking a little longer (a
+ *    bounded spin with sched_yield between rounds), and the rest sleep on
+ *    a futex at once.  A submitter wakes one sleeper only when nobody is
+ *    looking and no wake-up is already on its way, so the fast path has no
+ *    system call and --threads far above the CPU count costs idle threads
+ *    nothing (Go's and Tokio's rule: see "idle workers" below).
  *    (Collectives wait differently: a pure spin bounded by sf__spin_ns,
  *    then a futex, never sched_yield, which on a machine with busy
  *    processes hands the core away for a whole time slice.  Here the
- *    yields stay for now: with a pure spin instead, tiny tasks ran 3-5x
- *    slower in bench/tasks on 2 shared cores; docs/performance.md.)
+ *    yields stay: with a pure spin instead, tiny tasks ran 3-5x slower in
+ *    bench/tasks on 2 shared cores; docs/performance.md.)
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -46,9 +51,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "flagnames.h"
 #include "internal.h"
 
 #define MAX_WORKERS 8192
+_Static_assert(2 * SF__MAX_THREADS <= MAX_WORKERS,
+               "--threads leaves room for the spares that stand in for blocked threads");
 #define SPIN_ROUNDS 64        /* steal attempts before sleeping */
 #define SPIN_NS 5000LL        /* the most a waiter spins before it sleeps */
 #define LOAD_CHECK_NS 10000000LL /* how often sf__spin_ns looks at the machine's load */
@@ -231,7 +239,10 @@ static struct {
   int32_t target;                 /* pool size asked for */
   _Atomic int32_t nworkers;       /* slots used in workers[] */
   _Atomic int32_t nthreads;       /* live pool threads */
-  _Atomic int32_t nsleeping;
+  _Atomic int32_t nsleeping;      /* parked, or about to park */
+  _Atomic int32_t nspinning;      /* idle workers still looking for work */
+  int32_t max_spinning;           /* at most this many look at once */
+  _Atomic bool waking;            /* a wake-up is on its way to a parked worker */
   _Atomic int32_t nblocked;
   _Atomic uint32_t epoch;         /* futex word idle workers sleep on */
   _Atomic bool stopping;
@@ -275,11 +286,22 @@ static worker *worker_new(bool pool) {
   return w;
 }
 
+/* After new work was queued: wakes one parked worker, unless a worker is
+ * still looking (it will find the work, or wake one as it gives up: see
+ * spin_end and park) or a wake-up is already on its way (the worker it
+ * reaches looks for everything queued since).  A submitter therefore
+ * makes no system call while anyone looks, and a burst of calls wakes one
+ * thread, not one per call. */
 static void wake_one(void) {
-  if (atomic_load_explicit(&P.nsleeping, memory_order_seq_cst) > 0) {
-    atomic_fetch_add_explicit(&P.epoch, 1, memory_order_seq_cst);
-    sf__futex_wake(&P.epoch, 1);
-  }
+  if (atomic_load_explicit(&P.nsleeping, memory_order_seq_cst) == 0 ||
+      atomic_load_explicit(&P.nspinning, memory_order_seq_cst) > 0 ||
+      atomic_load_explicit(&P.waking, memory_order_seq_cst))
+    return;
+  bool no = false;
+  if (!atomic_compare_exchange_strong(&P.waking, &no, true))
+    return;
+  atomic_fetch_add_explicit(&P.epoch, 1, memory_order_seq_cst);
+  sf__futex_wake(&P.epoch, 1);
 }
 
 static sf__job *shared_pop(void) {
@@ -360,51 +382,123 @@ static bool surplus(void) {
   return live > P.target;
 }
 
+/* ------------------------------------------------------ idle workers */
+
+/* An idle worker looks for work once (every deque and the shared FIFO);
+ * only a few of them at a time (max_spinning, about half the CPUs) go on
+ * looking for SPIN_ROUNDS rounds, yielding between rounds, and the others
+ * park on the epoch futex at once.  That is Go's and Tokio's rule: with
+ * --threads far above the CPU count, the extra threads sleep instead of
+ * each scanning every deque and yielding, which made 2048 threads on 2
+ * cores take 10 s for 0.05 s of work.  A worker that just finished a job
+ * may spin (the next job of a stream of tiny tasks usually comes within
+ * microseconds, and a spinner finds it with no system call on either
+ * side); so may the worker a wake-up reached. */
+
+static bool spin_begin(void) {
+  int32_t n = atomic_load(&P.nspinning);
+  while (n < P.max_spinning)
+    if (atomic_compare_exchange_weak(&P.nspinning, &n, n + 1))
+      return true;
+  return false;
+}
+
+/* A spinner stops looking.  Submitters did not wake anyone while it
+ * looked: if it was the last one and leaves with a job, work it did not
+ * see may be queued, so a parked worker takes over the looking. */
+static void spin_end(bool found) {
+  if (atomic_fetch_sub(&P.nspinning, 1) == 1 && found && anything_queued())
+    wake_one();
+}
+
+static sf__job *look_once(worker *w) {
+  sf__job *j = steal_any(w);
+  return j ? j : shared_pop();
+}
+
+/* Work for an idle worker, or NULL.  spinning: it holds a place in
+ * nspinning (which this gives back) and keeps looking; may_spin: it may
+ * take a place if one is free. */
+static sf__job *find_work(worker *w, bool spinning, bool may_spin) {
+  sf__job *j = look_once(w);
+  if (!spinning && (j || !may_spin || !spin_begin()))
+    return j;
+  for (int spin = 0; !j && spin < SPIN_ROUNDS; spin++) {
+    sched_yield();
+    j = look_once(w);
+  }
+  spin_end(j != NULL);
+  return j;
+}
+
+/* Sleeps until a wake-up, or a timeout: 100 ms while spares may retire,
+ * else 1 s (a backstop; every queued job wakes a worker).  The worker
+ * counts itself in nsleeping before its last look, and a submitter
+ * queues before it reads nsleeping: one of the two sees the other.
+ * Returns true when this worker took the wake-up in flight and must
+ * look for work as a spinner. */
+static bool park(int64_t *idle_since) {
+  uint32_t e = atomic_load_explicit(&P.epoch, memory_order_seq_cst);
+  atomic_fetch_add_explicit(&P.nsleeping, 1, memory_order_seq_cst);
+  if (!anything_queued()) {
+    if (!*idle_since)
+      *idle_since = sf__mono_ns();
+    bool spares = atomic_load(&P.nthreads) > P.target;
+    sf__futex_wait(&P.epoch, e, spares ? 100000000LL : 1000000000LL);
+  }
+  atomic_fetch_sub_explicit(&P.nsleeping, 1, memory_order_seq_cst);
+  /* Whoever leaves the sleepers first takes the wake-up, so one is never
+   * left pending with nobody on the way. */
+  if (!atomic_exchange(&P.waking, false))
+    return false;
+  atomic_fetch_add(&P.nspinning, 1);
+  return true;
+}
+
+/* A spare no longer needed leaves, but only if the count still shows a
+ * surplus after taking this thread out.  True when it left. */
+static bool retire(void) {
+  if (atomic_fetch_sub(&P.nthreads, 1) - 1 - atomic_load(&P.nblocked) < P.target) {
+    atomic_fetch_add(&P.nthreads, 1);
+    return false;
+  }
+  atomic_store(&P.workers[self->id], NULL); /* its deque is empty */
+  pthread_mutex_lock(&P.spawn_lock);
+  self->retired_next = retired;
+  retired = self;
+  pthread_mutex_unlock(&P.spawn_lock);
+  return true;
+}
+
 static void *worker_main(void *arg) {
   self = arg;
   int64_t idle_since = 0;
+  bool spinning = false, ran = false;
   while (!atomic_load_explicit(&P.stopping, memory_order_relaxed)) {
     sf__job *j = dq_pop(&self->dq);
     if (!j)
       j = shared_pop();
-    for (int spin = 0; !j && spin < SPIN_ROUNDS; spin++) {
-      j = steal_any(self);
-      if (!j)
-        j = shared_pop();
-      if (!j)
-        sched_yield();
-    }
+    if (j && spinning)
+      spin_end(true);
+    else if (!j)
+      j = find_work(self, spinning, ran);
+    spinning = false;
     if (j) {
       idle_since = 0;
+      ran = true;
       j->run(j);
       continue;
     }
-    /* Nothing to do: sleep until a submitter bumps the epoch. */
-    uint32_t e = atomic_load_explicit(&P.epoch, memory_order_seq_cst);
-    atomic_fetch_add_explicit(&P.nsleeping, 1, memory_order_seq_cst);
-    if (anything_queued()) {
-      atomic_fetch_sub(&P.nsleeping, 1);
-      continue;
-    }
-    if (!idle_since)
-      idle_since = sf__mono_ns();
-    sf__futex_wait(&P.epoch, e, 100000000LL);
-    atomic_fetch_sub(&P.nsleeping, 1);
-    if (sf__mono_ns() - idle_since > SPARE_IDLE_NS && surplus()) {
-      /* A spare no longer needed: leave, but only if the count still
-       * shows a surplus after taking this thread out. */
-      if (atomic_fetch_sub(&P.nthreads, 1) - 1 - atomic_load(&P.nblocked) >= P.target) {
-        atomic_store(&P.workers[self->id], NULL); /* its deque is empty */
-        pthread_mutex_lock(&P.spawn_lock);
-        self->retired_next = retired;
-        retired = self;
-        pthread_mutex_unlock(&P.spawn_lock);
+    ran = false;
+    spinning = park(&idle_since);
+    if (!spinning && idle_since && sf__mono_ns() - idle_since > SPARE_IDLE_NS && surplus()) {
+      if (retire())
         return NULL;
-      }
-      atomic_fetch_add(&P.nthreads, 1);
       idle_since = 0;
     }
   }
+  if (spinning)
+    spin_end(false);
   atomic_fetch_sub(&P.nthreads, 1);
   return NULL;
 }
@@ -422,6 +516,10 @@ static int32_t cpu_count(void) {
 
 static void pool_start(void) {
   P.target = sf__options.threads > 0 ? (int32_t)sf__options.threads : cpu_count();
+  int32_t cpus = cpu_count();
+  P.max_spinning = (P.target < cpus ? P.target : cpus) / 2;
+  if (P.max_spinning < 1)
+    P.max_spinning = 1;
   if (!self)
     self = worker_new(false); /* the thread that started the pool: main */
   for (int32_t i = 0; i < P.target; i++)

@@ -567,10 +567,13 @@ static int upload(sf__ssh *s, LIBSSH2_SFTP *sftp, const char *local, const char 
     return fail(s, err, errlen, "cannot create %s on the host: %s (SFTP error %lu)", tmp,
                 lib_error(s), sftp_errno(sftp));
   }
-  static _Thread_local char buf[1 << 20];
-  int rc = 0;
-  for (;;) {
-    ssize_t k = read(fd, buf, sizeof buf);
+  /* On the heap: a thread-local buffer would be part of every thread's
+   * static TLS, 1 MiB zeroed for each of thousands of pool threads. */
+  enum { BUF = 1 << 20 };
+  char *buf = malloc(BUF);
+  int rc = buf ? 0 : fail(s, err, errlen, "copying the executable: out of memory");
+  while (!rc) {
+    ssize_t k = read(fd, buf, BUF);
     if (k < 0 && errno == EINTR)
       continue;
     if (k <= 0) {
@@ -584,9 +587,8 @@ static int upload(sf__ssh *s, LIBSSH2_SFTP *sftp, const char *local, const char 
       else
         off += w;
     }
-    if (rc)
-      break;
   }
+  free(buf);
   close(fd);
   if (L.libssh2_sftp_close_handle(f) && !rc)
     rc = fail(s, err, errlen, "closing the copy failed: %s", lib_error(s));

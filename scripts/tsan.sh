@@ -2,8 +2,8 @@
 # Runs the task runtime's tests under ThreadSanitizer: builds sflowc and a
 # TSan-instrumented runtime into build-tsan/, then compiles and runs the
 # run tests of tasks, actors, futures, the scheduler, the stress suite and
-# strings, plus the fault and observation tests, linking every program with
-# -fsanitize=thread.  Any data race report fails the run (halt_on_error).
+# strings, plus the fault, observation and many-threads tests, linking
+# every program with -fsanitize=thread.  Any data race report fails the run (halt_on_error).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # An absolute or repository-relative build folder.
@@ -27,6 +27,8 @@ for d in tasks actors futures scheduler stress strings; do
   python3 tests/run_golden.py --run --sflowc "$build/bin/sflowc" --dir "tests/run/$d" || status=1
 done
 python3 tests/runtime/observe_test.py --sflowc "$build/bin/sflowc" || status=1
+# 1024 pool threads parking and waking (runtime/sched.c's idle workers).
+python3 tests/runtime/threads_test.py --sflowc "$build/bin/sflowc" || status=1
 python3 tests/runtime/fault_test.py --sflowc "$build/bin/sflowc" kill-at-30% checkpoint-write-1 \
   journal-write-4 || status=1
 exit $status

@@ -7,6 +7,12 @@ add_test(NAME runtime/observe
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/observe_test.py
           --sflowc $<TARGET_FILE:sflowc>)
 set_tests_properties(runtime/fault_resume PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
+# --trace into a FIFO, through a symlink, into a char device (as root),
+# onto stdout's file; a directory or a missing folder refused before the run.
+add_test(NAME runtime/trace_path
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/trace_path_test.py
+          --sflowc $<TARGET_FILE:sflowc>)
+set_tests_properties(runtime/trace_path PROPERTIES TIMEOUT 300)
 # The same programs with the runtime built under ThreadSanitizer (a second
 # build tree inside this one); any race report fails.
 add_test(NAME runtime/tsan
@@ -22,6 +28,12 @@ add_test(NAME runtime/reserved_flags
 add_test(NAME runtime/rand
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/rand_test.py
           --sflowc $<TARGET_FILE:sflowc>)
+# --threads 1024 (the bound) on a 0.05 s job: idle workers park, so the
+# extra threads cost well under a second; out-of-range values exit 2.
+add_test(NAME runtime/threads
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/threads_test.py
+          --sflowc $<TARGET_FILE:sflowc>)
+set_tests_properties(runtime/threads PROPERTIES RUN_SERIAL TRUE TIMEOUT 300)
 # Collectives under CPU contention: 200 small allreduces beside two busy
 # loops pinned to the cores, well under a second (it was about one).
 add_test(NAME runtime/collective_contention

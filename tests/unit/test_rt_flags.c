@@ -165,8 +165,10 @@ static void test_value_errors(void) {
                     "--verbose=yes");
   EXPECT_FLAG_ERROR("invalid value 'x' for --progress: expected auto, always or never", "--name",
                     "n", "--progress=x");
-  EXPECT_FLAG_ERROR("invalid value '0' for --threads: expected a number of threads from 1 to 65536",
+  EXPECT_FLAG_ERROR("invalid value '0' for --threads: expected a number of threads from 1 to 1024",
                     "--name", "n", "--threads", "0");
+  EXPECT_FLAG_ERROR("invalid value '1025' for --threads: expected a number of threads from 1 to "
+                    "1024", "--name", "n", "--threads", "1025");
   EXPECT_FLAG_ERROR("invalid value '' for --trace: expected FILE", "--name", "n", "--trace=");
   EXPECT_FLAG_ERROR("invalid value '' for --workers: expected i64", "--name", "n", "--workers=");
 }
@@ -233,7 +235,7 @@ static void test_help_version(void) {
       "  --progress=auto|always|never  show a progress line (auto: when stderr is a terminal)\n"
       "  --quiet                       no summary line, notices or progress line\n"
       "  --require-gpu                 fail instead of running GPU work on the CPU\n"
-      "  --threads N                   worker threads (default: one per CPU)\n"
+      "  --threads N                   worker threads, 1 to 1024 (default: one per CPU)\n"
       "  --journal                     record main's calls so --resume can finish the run (default true)\n"
       "  --ssh-user USER               user on the --nodes hosts (default: ssh config's User, else current user)\n"
       "  --ssh-key FILE                private key for SSH (default: ssh-agent, then IdentityFile or ~/.ssh/id_*)\n"
