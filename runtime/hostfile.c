@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flagnames.h" /* SF__MAX_THREADS: a worker runs host:N slots as --threads N */
 #include "internal.h"
 #include "net.h"
 
@@ -153,9 +154,11 @@ static int parse_host_word(const char *w, size_t n, const char *where, sf__host 
       if (name_n == 0)
         return sf__net_fail(err, errlen, "%s: empty host name in '%.*s'", where, (int)n, w);
       const char *k = colon + 1;
-      if (!parse_num(k, (size_t)(end - k), 1, 1 << 20, &h->slots))
-        return sf__net_fail(err, errlen, "%s: invalid slots '%.*s' in '%.*s' " SLOTS_HINT, where,
-                            (int)(end - k), k, (int)n, w);
+      /* At most what a worker's --threads takes: `node:2222` written for a
+       * port in an older sflow must be an error, not 2222 slots. */
+      if (!parse_num(k, (size_t)(end - k), 1, SF__MAX_THREADS, &h->slots))
+        return sf__net_fail(err, errlen, "%s: invalid slots '%.*s' in '%.*s' (1 to %d) " SLOTS_HINT,
+                            where, (int)(end - k), k, (int)n, w, SF__MAX_THREADS);
       *slots_given = true;
     }
   }
@@ -200,9 +203,9 @@ static int parse_key(const char *w, size_t n, const char *where, sf__host *h, bo
   case 0:
     if (slots_given)
       return sf__net_fail(err, errlen, "%s: slots given both as host:N and as slots=", where);
-    if (!parse_num(v, vn, 1, 1 << 20, &h->slots))
-      return sf__net_fail(err, errlen, "%s: invalid slots '%.*s' (expected a number from 1)", where,
-                  (int)vn, v);
+    if (!parse_num(v, vn, 1, SF__MAX_THREADS, &h->slots))
+      return sf__net_fail(err, errlen, "%s: invalid slots '%.*s' (expected a number from 1 to %d)",
+                          where, (int)vn, v, SF__MAX_THREADS);
     return 0;
   case 1:
     if (!parse_num(v, vn, 0, 1 << 16, &h->gpus))

@@ -44,12 +44,12 @@ static void test_slots_gpus(void) {
 
 /* MPICH hostfiles and mpirun -H: host:N is N slots, never a port. */
 static void test_colon_slots(void) {
-  CHECK_INT(parse("node2:4\nnode3:2222 gpus=1\n127.0.0.5:1\n"), 0);
+  CHECK_INT(parse("node2:4\nnode3:1024 gpus=1\n127.0.0.5:1\n"), 0);
   CHECK_INT(L.n, 3);
   CHECK_STR(L.hosts[0].name, "node2");
   CHECK_INT(L.hosts[0].slots, 4);
   CHECK_INT(L.hosts[0].port, 0);
-  CHECK_INT(L.hosts[1].slots, 2222);
+  CHECK_INT(L.hosts[1].slots, 1024);
   CHECK_INT(L.hosts[1].gpus, 1);
   CHECK_INT(L.hosts[1].port, 0);
   CHECK_STR(L.hosts[2].name, "127.0.0.5");
@@ -133,29 +133,33 @@ static void test_empty(void) {
 }
 
 static void test_bad_numbers(void) {
-  expect_error("a slots=0\n", "hosts.txt:1: invalid slots '0' (expected a number from 1)");
-  expect_error("a\nb slots=x\n", "hosts.txt:2: invalid slots 'x' (expected a number from 1)");
-  expect_error("a slots=\n", "hosts.txt:1: invalid slots '' (expected a number from 1)");
+  expect_error("a slots=0\n", "hosts.txt:1: invalid slots '0' (expected a number from 1 to 1024)");
+  expect_error("a\nb slots=x\n", "hosts.txt:2: invalid slots 'x' (expected a number from 1 to 1024)");
+  expect_error("a slots=\n", "hosts.txt:1: invalid slots '' (expected a number from 1 to 1024)");
   expect_error("a gpus=-1\n", "hosts.txt:1: invalid gpus '-1' (expected a number from 0)");
   expect_error("[a]:0\n", "hosts.txt:1: invalid port '0' (expected 1 to 65535)");
   expect_error("[a]:70000\n", "hosts.txt:1: invalid port '70000' (expected 1 to 65535)");
   expect_error("[a]:\n", "hosts.txt:1: invalid port '' (expected 1 to 65535)");
   expect_error("a port=22x\n", "hosts.txt:1: invalid port '22x' (expected 1 to 65535)");
   expect_error("a slots=99999999999\n",
-               "hosts.txt:1: invalid slots '99999999999' (expected a number from 1)");
+               "hosts.txt:1: invalid slots '99999999999' (expected a number from 1 to 1024)");
 }
 
 static void test_bad_colon_slots(void) {
   static const char hint[] =
       " (host:N is N slots, as in MPICH; an SSH port is [host]:PORT or port=PORT)";
   char want[256];
-  snprintf(want, sizeof want, "hosts.txt:1: invalid slots '0' in 'a:0'%s", hint);
+  /* An older sflow's host:PORT: more slots than a worker may run. */
+  snprintf(want, sizeof want, "hosts.txt:1: invalid slots '2222' in 'node3:2222' (1 to 1024)%s",
+           hint);
+  expect_error("node3:2222\n", want);
+  snprintf(want, sizeof want, "hosts.txt:1: invalid slots '0' in 'a:0' (1 to 1024)%s", hint);
   expect_error("a:0\n", want);
-  snprintf(want, sizeof want, "hosts.txt:1: invalid slots 'ssh' in 'a:ssh'%s", hint);
+  snprintf(want, sizeof want, "hosts.txt:1: invalid slots 'ssh' in 'a:ssh' (1 to 1024)%s", hint);
   expect_error("a:ssh\n", want);
-  snprintf(want, sizeof want, "hosts.txt:1: invalid slots '' in 'u@a:'%s", hint);
+  snprintf(want, sizeof want, "hosts.txt:1: invalid slots '' in 'u@a:' (1 to 1024)%s", hint);
   expect_error("u@a:\n", want);
-  snprintf(want, sizeof want, "hosts.txt:2: invalid slots '99999999999' in 'b:99999999999'%s",
+  snprintf(want, sizeof want, "hosts.txt:2: invalid slots '99999999999' in 'b:99999999999' (1 to 1024)%s",
            hint);
   expect_error("a\nb:99999999999\n", want);
   expect_error("fe80::1\n",
@@ -217,7 +221,7 @@ static void test_list(void) {
   CHECK_INT(sf__hostlist_parse("a,a", &L, err, sizeof err), -1);
   CHECK_STR(err, "--nodes entry 2: duplicate host 'a'");
   CHECK_INT(sf__hostlist_parse("a,b:x", &L, err, sizeof err), -1);
-  CHECK_STR(err, "--nodes entry 2: invalid slots 'x' in 'b:x' (host:N is N slots, as in MPICH; "
+  CHECK_STR(err, "--nodes entry 2: invalid slots 'x' in 'b:x' (1 to 1024) (host:N is N slots, as in MPICH; "
                  "an SSH port is [host]:PORT or port=PORT)");
 }
 
