@@ -620,12 +620,8 @@ static void add_rec(const rec *rc, size_t *cap) {
 
 /* Checks the header: the magic, its own CRC, then the flags.  Refuses
  * (fatal) with what is wrong. */
-static void check_header(const char *p, size_t len) {
+static void check_header(const char *p) {
   const unsigned char *h = J.data;
-  if (len >= 4 && memcmp(h, OLD_MAGIC, 4) == 0)
-    fatal("--resume: %s was written by an older sflow (journal format %s, now %s) and cannot "
-          "be resumed by this one; run without --resume to start over",
-          p, OLD_MAGIC, MAGIC);
   if (memcmp(h, MAGIC, 4) != 0) {
     int same = 0;
     for (int i = 0; i < 4; i++)
@@ -703,9 +699,13 @@ static void load(void) {
      * which the checkpoints must agree with (sf__checkpoint_vet). */
     J.need_header = true;
   } else {
+    if (len >= 4 && memcmp(J.data, OLD_MAGIC, 4) == 0)
+      fatal("--resume: %s was written by an older sflow (journal format %s, now %s) and "
+            "cannot be resumed by this one; run without --resume to start over",
+            p, OLD_MAGIC, MAGIC);
     if (len < HEADER_LEN)
       fatal("--resume: %s is not an sflow journal (%zu bytes, shorter than a header)", p, len);
-    check_header(p, len);
+    check_header(p);
     at = HEADER_LEN;
     uint32_t chain = J.header_chain;
     rec rc;
