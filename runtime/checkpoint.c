@@ -390,6 +390,44 @@ static void actor_named(const vetted *v, char *out, size_t n) {
   }
 }
 
+static void refuse(const char *journal, const char *dir, const vetted *lost, char *why,
+                   size_t n) {
+  char actor[300];
+  actor_named(lost, actor, sizeof actor);
+  if (lost->cover == SF__JPOS_BEYOND)
+    snprintf(why, n,
+             "the journal %s ends at record %" PRIu64 " but checkpoint %s/%s of actor %s "
+             "depends on record %" PRIu64 ": the journal was truncated or damaged; "
+             "refusing to resume",
+             journal, sf__journal_records(), dir, lost->name, actor, lost->records);
+  else
+    snprintf(why, n,
+             "the journal %s differs, up to record %" PRIu64 ", from the one checkpoint "
+             "%s/%s of actor %s was written with: the journal was damaged or replaced; "
+             "refusing to resume",
+             journal, lost->records, dir, lost->name, actor);
+}
+
+/* A checkpoint that no --resume of this journal can ever use is removed,
+ * with a notice: left in place it would count among the newest kept and
+ * could push out the checkpoints the resumed run writes. */
+static void drop_unusable(const char *dir, const vetted *v, const vetted *covered) {
+  char path[PATH_MAX + 300];
+  snprintf(path, sizeof path, "%s/%s", dir, v->name);
+  if (v->cover == SF__JPOS_OTHER_RUN) {
+    sf__notice("checkpoint %s was not written with this journal (another run's); it is removed",
+               path);
+  } else if (v->cover == SF__JPOS_BEYOND || v->cover == SF__JPOS_DIFFERS) {
+    sf__notice("checkpoint %s depends on record %" PRIu64 " of the journal, which %s: the "
+               "journal was truncated or damaged; it is removed and %s is used instead",
+               path, v->records, v->cover == SF__JPOS_BEYOND ? "it no longer holds" : "differs there",
+               covered ? covered->name : "an older one");
+  } else {
+    return;
+  }
+  unlink(path);
+}
+
 bool sf__checkpoint_vet(const char *journal, char *why, size_t n) {
   char dir[PATH_MAX];
   ckpt_dir(dir, sizeof dir);
@@ -423,54 +461,34 @@ bool sf__checkpoint_vet(const char *journal, char *why, size_t n) {
   }
   closedir(d);
   qsort(vs, nv, sizeof *vs, vet_cmp);
+  /* One actor's files (newest first) at a time: first whether any actor
+   * must be refused, then, only if none is, what is not used and why. */
   bool ok = true;
-  /* One actor's files, newest first, at a time. */
-  for (size_t i = 0; i < nv && ok;) {
-    size_t j = i;
-    while (j < nv && vs[j].plen == vs[i].plen && memcmp(vs[j].name, vs[i].name, vs[i].plen) == 0)
-      j++;
-    const vetted *covered = NULL, *lost = NULL;
-    for (size_t k = i; k < j; k++) {
-      if (vs[k].cover == SF__JPOS_COVERED && !covered)
-        covered = &vs[k];
-      else if ((vs[k].cover == SF__JPOS_BEYOND || vs[k].cover == SF__JPOS_DIFFERS) && !lost)
-        lost = &vs[k];
+  for (int pass = 0; pass < 2 && ok; pass++)
+    for (size_t i = 0, j; i < nv && ok; i = j) {
+      for (j = i; j < nv && vs[j].plen == vs[i].plen &&
+                  memcmp(vs[j].name, vs[i].name, vs[i].plen) == 0;)
+        j++;
+      const vetted *covered = NULL, *lost = NULL;
+      for (size_t k = i; k < j; k++) {
+        if (vs[k].cover == SF__JPOS_COVERED && !covered)
+          covered = &vs[k];
+        else if ((vs[k].cover == SF__JPOS_BEYOND || vs[k].cover == SF__JPOS_DIFFERS) && !lost)
+          lost = &vs[k];
+      }
+      if (pass == 0 && lost && !covered) {
+        /* The journal lost records an honest crash cannot lose: the
+         * checkpoints prove they were synced.  Resuming would run this
+         * actor's lost calls again on a state that holds them. */
+        refuse(journal, dir, lost, why, n);
+        ok = false;
+      }
+      if (pass == 1)
+        for (size_t k = i; k < j; k++)
+          drop_unusable(dir, &vs[k], covered);
     }
-    for (size_t k = i; k < j; k++) {
-      const vetted *v = &vs[k];
-      if (v->cover == SF__JPOS_OTHER_RUN)
-        sf__notice("checkpoint %s/%s was not written with this journal (another run's); "
-                   "it is ignored",
-                   dir, v->name);
-      else if (covered && (v->cover == SF__JPOS_BEYOND || v->cover == SF__JPOS_DIFFERS))
-        sf__notice("checkpoint %s/%s depends on record %" PRIu64 " of the journal, which %s: "
-                   "the journal was truncated or damaged; the older checkpoint %s is used",
-                   dir, v->name, v->records,
-                   v->cover == SF__JPOS_BEYOND ? "it no longer holds" : "differs there",
-                   covered->name);
-    }
-    if (lost && !covered) {
-      /* The journal lost records an honest crash cannot lose: the
-       * checkpoints prove they were synced.  Resuming would run this
-       * actor's lost calls again on a state that holds them. */
-      char actor[300];
-      actor_named(lost, actor, sizeof actor);
-      if (lost->cover == SF__JPOS_BEYOND)
-        snprintf(why, n,
-                 "the journal %s ends at record %" PRIu64 " but checkpoint %s/%s of actor %s "
-                 "depends on record %" PRIu64 ": the journal was truncated or damaged; "
-                 "refusing to resume",
-                 journal, sf__journal_records(), dir, lost->name, actor, lost->records);
-      else
-        snprintf(why, n,
-                 "the journal %s differs, up to record %" PRIu64 ", from the one checkpoint "
-                 "%s/%s of actor %s was written with: the journal was damaged or replaced; "
-                 "refusing to resume",
-                 journal, lost->records, dir, lost->name, actor);
-      ok = false;
-    }
-    i = j;
-  }
+  if (ok)
+    fsync_dir(dir);
   sf_free(vs);
   return ok;
 }

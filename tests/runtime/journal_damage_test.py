@@ -25,7 +25,10 @@ rand_f32 in main).
 
 Usage: journal_damage_test.py --sflowc PATH [--trials N] [--snapshots N]
                               [--seed S] [CASE ...]
-CASE: examples, runtime (the two programs), adds-nothing.  The short form
+CASE: examples, runtime (the two programs), fallback (the journal cut just
+short of the newest checkpoint: an older one is used, and a kill of that
+resume and another resume still print the uninterrupted output),
+adds-nothing.  The short form
 (the ctest) runs 5 random truncations and 5 random flips per snapshot, one
 snapshot per program; `make soak-journal` runs many more.
 """
@@ -70,20 +73,20 @@ def run(cmd, timeout=60, kill_after=None):
     return p.returncode, out.decode(), err.decode()
 
 
-def snapshot(exe, args, ck, wall, frac):
+def snapshot(exe, args, ck, wall, frac, ref):
     """A folder left by a run killed at frac of its wall time, with a
     journal and at least one checkpoint; frac moves until there is one."""
     for _ in range(12):
         shutil.rmtree(ck, ignore_errors=True)
-        rc, _, _ = run([exe] + args + ["--checkpoint-dir", ck], kill_after=wall * frac)
+        rc, out, _ = run([exe] + args + ["--checkpoint-dir", ck], kill_after=wall * frac)
         j = os.path.join(ck, "journal")
         d = os.path.join(ck, "ckpt")
-        if rc == 0:
-            frac *= 0.7  # finished first: kill it sooner
-        elif os.path.exists(j) and os.path.isdir(d) and os.listdir(d):
+        if os.path.exists(j) and os.path.isdir(d) and os.listdir(d) and rc != 0:
             return os.path.getsize(j)
+        if rc == 0 or out == ref:
+            frac *= 0.7  # finished (or was exiting) first: kill it sooner
         else:
-            frac = min(frac * 1.3, 0.95)
+            frac = min(frac * 1.3, 0.95)  # killed before a checkpoint
     raise Fail("no run left a journal and a checkpoint behind (kill at %.2f of %.2f s)"
                % (frac, wall))
 
@@ -141,7 +144,7 @@ def campaign(sflowc, key, tmp, trials, snapshots, rng, tally, verbose):
     for s in range(snapshots):
         frac = 0.5 + 0.4 * (s + 1) / (snapshots + 1)
         base = os.path.join(tmp, "%s-snap%d" % (key, s))
-        size = snapshot(exe, args, base, wall, frac)
+        size = snapshot(exe, args, base, wall, frac, ref)
         with open(os.path.join(base, "journal"), "rb") as f:
             data = f.read()
         hdr_len, fields = HEADER.get(data[:4], (12, []))
@@ -207,6 +210,45 @@ def adds_nothing(sflowc, tmp):
                    % (rc, err))
 
 
+def fallback_then_kill(sflowc, tmp):
+    """The journal cut just short of what the newest checkpoint of Acc
+    depends on: the resume falls back to an older checkpoint; killed
+    halfway and resumed again, it must still print the uninterrupted
+    output."""
+    src, args = PROGRAMS["runtime"]
+    exe = os.path.join(tmp, "fallback")
+    subprocess.run([sflowc, src, "-o", exe], check=True)
+    t0 = time.time()
+    rc, ref, err = run([exe] + args + ["--journal=false"])
+    wall = time.time() - t0
+    ck = os.path.join(tmp, "fallback-ck")
+    snapshot(exe, args, ck, wall, 0.7, ref)
+    d = os.path.join(ck, "ckpt")
+    newest = max((f for f in os.listdir(d) if f.startswith("Acc-")),
+                 key=lambda f: int(f.rsplit(".", 1)[1]))
+    with open(os.path.join(d, newest), "rb") as f:
+        head = f.read(64)
+    if head[:4] != b"SFC3":
+        raise Fail("fallback: checkpoint %s is not in the SFC3 format" % newest)
+    depends = int.from_bytes(head[28:36], "little")  # the journal's length it depends on
+    with open(os.path.join(ck, "journal"), "r+b") as f:
+        f.truncate(depends - 1)
+    rc, part, err = run([exe] + args + ["--checkpoint-dir", ck, "--resume"],
+                        kill_after=wall * 0.5)
+    if rc not in (0, -signal.SIGKILL) or "is removed and" not in err:
+        raise Fail("fallback: the resume did not fall back to an older checkpoint (%s)\n%s"
+                   % (rc, err[-2000:]))
+    if rc != 0:
+        rc, out, err = run([exe] + args + ["--checkpoint-dir", ck, "--resume"])
+    else:
+        out = part
+    if rc != 0 or out != ref:
+        raise Fail("fallback: the resume after the fallback exited %s, %s output\n%s"
+                   % (rc, "the same" if out == ref else "other", err[-2000:]))
+    if os.path.exists(os.path.join(ck, "journal")):
+        raise Fail("fallback: the journal is left after the run finished")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sflowc", required=True)
@@ -229,6 +271,13 @@ def main():
             try:
                 failures += campaign(a.sflowc, key, tmp, a.trials, a.snapshots, rng, tally,
                                      a.verbose)
+            except Fail as f:
+                failures.append(str(f))
+                print("FAIL %s" % f)
+        if not a.cases or "fallback" in a.cases:
+            try:
+                fallback_then_kill(a.sflowc, tmp)
+                print("PASS fallback")
             except Fail as f:
                 failures.append(str(f))
                 print("FAIL %s" % f)
