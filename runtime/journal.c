@@ -270,9 +270,9 @@ static bool open_locked(void) {
     }
     sf__checkpoint_clear();
     /* The old run's checkpoints are gone for good before this run's
-     * records can exist: a power loss must not bring them back beside a
-     * new journal (they would be ignored as another run's, but silently
-     * lost work is better said once than guessed at). */
+     * records exist: after a power loss they must not reappear beside the
+     * new journal (a --resume would only remove them as another run's,
+     * with a notice, but a clean folder needs none). */
     int dfd = open(J.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0) {
       fsync(dfd);
