@@ -5,7 +5,7 @@ PREFIX  ?= /usr/local
 JOBS    ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build demo test install clean fuzz bench bench-tasks bench-collectives golden-update tsan soak-resume
+.PHONY: all deps configure build demo test install clean fuzz bench bench-tasks bench-collectives golden-update tsan soak-resume soak-journal
 
 all: build
 
@@ -31,6 +31,13 @@ install: build
 
 golden-update: build
 	UPDATE_GOLDEN=1 python3 tests/run_golden.py --sflowc $(BUILD)/bin/sflowc
+
+# Damaged journals, long form: 3 killed runs per program, 60 random
+# truncations and 60 random byte flips of each (tests/runtime/
+# journal_damage_test.py; SOAK_SEED=N repeats a campaign).
+soak-journal: build
+	python3 tests/runtime/journal_damage_test.py --sflowc $(BUILD)/bin/sflowc \
+	  --snapshots 3 --trials 60 $(if $(SOAK_SEED),--seed $(SOAK_SEED))
 
 fuzz: deps
 	@bash scripts/fuzz.sh $(FUZZ_SECONDS)

@@ -547,7 +547,27 @@ int64_t sf__journal_route_any(int64_t seq, sf_actor **members, int64_t n, int64_
 double sf__journal_value(double live); /* now()/rand on main: replayed or recorded */
 void sf__journal_begin(const sf_program *prog, sf_value *args);
 void sf__journal_end(bool success);
-void sf__journal_flush(void);    /* synchronous, before a checkpoint */
+/* Where the journal stood when a checkpoint was written: the checkpoint
+ * depends on every record before that point (docs/runtime.md, "Durable
+ * resume"). */
+typedef struct sf__jpos {
+  uint64_t run;     /* the journal's run id, from its header (0: no journal) */
+  uint64_t bytes;   /* its length then, header included (0: nothing yet) */
+  uint64_t records; /* records before that point */
+  uint32_t chain;   /* CRC-32C chained over the header and each record's frame */
+} sf__jpos;
+/* Synchronous, before a checkpoint: writes and syncs the journal and says
+ * where it ends.  False if the journal has failed (the records the
+ * checkpoint would hold are lost): then no checkpoint file is written. */
+bool sf__journal_flush(sf__jpos *pos);
+/* --resume: whether the loaded journal holds what pos depends on. */
+enum { SF__JPOS_COVERED, SF__JPOS_OTHER_RUN, SF__JPOS_BEYOND, SF__JPOS_DIFFERS };
+int sf__journal_covers(const sf__jpos *pos);
+uint64_t sf__journal_records(void); /* records the loaded journal holds */
+/* --resume, before anything runs: every checkpoint checked against the
+ * loaded journal.  False, with why[], when an actor has checkpoints but
+ * the journal covers none of them (the journal lost synced records). */
+bool sf__checkpoint_vet(const char *journal, char *why, size_t n);
 int sf__mkdirs(const char *path); /* mkdir -p; 0 on success */
 bool sf__checkpoint_restore(sf_actor *a);
 void sf__checkpoint_maybe(sf_actor *a, bool after_all);

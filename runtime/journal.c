@@ -24,16 +24,23 @@
  *  - Records are appended to an in-memory buffer and written by a flusher
  *    thread every 20 ms (or sooner when a megabyte is waiting), so a
  *    million tasks cost a memcpy each, not a system call each.  A
- *    checkpoint first flushes and fdatasyncs the journal, so no checkpoint
- *    is ever ahead of the journal.
+ *    checkpoint first flushes and fdatasyncs the journal and records where
+ *    it then ended (sf__jpos: length, record count, and a CRC chained over
+ *    the header and every record's frame), so no checkpoint is ever ahead
+ *    of the journal, and --resume can tell a journal that lost synced
+ *    records from one a crash cut short.
  *  - A record holds exactly the lines its own call printed: each thread
  *    has a stack of sinks, one per journaled call running on it, and a
  *    line goes to the top one only.  The file holds the records in the
  *    order they were appended across threads (tickets, merged by the
  *    flusher), so what a kill leaves is always a causally closed prefix.
- *  - Every record is framed as length + CRC-32C + payload.  On load, the
- *    first torn or corrupt record ends the journal: it and everything
- *    after it are cut off the file before new records are appended.
+ *  - Every record is framed as length + CRC-32C + payload, and the header
+ *    has its own CRC.  On load, a bad record with no valid record after it
+ *    is a torn end (a crash mid-write): it is cut off the file before new
+ *    records are appended, unless a checkpoint depends on it.  A bad
+ *    record followed by valid ones is damage, and a journal shorter than
+ *    what every checkpoint of an actor depends on has lost synced records:
+ *    both are refused, never resumed from (sf__checkpoint_vet).
  *  - The journal lives in --checkpoint-dir (default `.sflow/<program>/`
  *    under the working directory), is created at the first record (a run
  *    that calls nothing writes nothing), is locked with flock so two runs
@@ -56,7 +63,12 @@
 
 #include "internal.h"
 
-#define MAGIC "SFJ2"
+#define MAGIC "SFJ3"
+#define OLD_MAGIC "SFJ2" /* before the header had a CRC and a run id */
+/* magic 4 | u64 run id | u32 CRC-32C of the flags | u32 CRC-32C of the
+ * 16 bytes before it */
+#define HEADER_LEN 20
+#define MIN_PAYLOAD 8 /* kind and seven one-byte varints */
 #define FLUSH_NS 20000000LL
 #define FLUSH_BYTES (1u << 20)
 
@@ -69,6 +81,8 @@ typedef struct rec {
   uint32_t name_len;
   const unsigned char *value, *out;
   uint64_t value_len, out_len;
+  uint64_t end;   /* file offset just past the record */
+  uint32_t chain; /* the journal's chain up to and including it */
 } rec;
 
 static struct {
@@ -80,8 +94,17 @@ static struct {
   pthread_t main_thread;
   const sf_program *prog;
   uint32_t args_crc;
+  uint64_t run_id; /* in the header: binds checkpoints to this journal */
   char dir[PATH_MAX];
   int fd, lock_fd;
+
+  /* What the file holds, under J.lock: where a checkpoint stands. */
+  uint64_t written, nwritten;
+  uint32_t chain;
+
+  /* the loaded journal's header (replay) */
+  bool have_header;
+  uint32_t header_chain;
 
   /* loaded records (replay) */
   unsigned char *data;
@@ -214,9 +237,34 @@ static bool lock_dir(void) {
   return true;
 }
 
+static void header_bytes(unsigned char h[HEADER_LEN]) {
+  memcpy(h, MAGIC, 4);
+  memcpy(h + 4, &J.run_id, 8);
+  memcpy(h + 12, &J.args_crc, 4);
+  uint32_t crc = sf__crc32c(0, h, 16);
+  memcpy(h + 16, &crc, 4);
+}
+
 static void header(sf__buf *b) {
-  sf__buf_put(b, MAGIC, 4);
-  sf__ser_u64(b, J.args_crc);
+  unsigned char h[HEADER_LEN];
+  header_bytes(h);
+  sf__buf_put(b, (const char *)h, HEADER_LEN);
+}
+
+/* A run id no other run shares (in practice): a checkpoint left by
+ * another run is then never taken for one of this journal's. */
+static uint64_t new_run_id(void) {
+  uint64_t v = 0;
+  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    if (read(fd, &v, sizeof v) != (ssize_t)sizeof v)
+      v = 0;
+    close(fd);
+  }
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  v ^= (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^ (uint64_t)getpid() << 40;
+  return v ? v : 1; /* 0 means "no journal" in a checkpoint */
 }
 
 /* Opens the journal for appending (fresh, or after the loaded records). */
@@ -231,6 +279,15 @@ static bool open_locked(void) {
       return false;
     }
     sf__checkpoint_clear();
+    /* The old run's checkpoints are gone for good before this run's
+     * records exist: after a power loss they must not reappear beside the
+     * new journal (a --resume would only remove them as another run's,
+     * with a notice, but a clean folder needs none). */
+    int dfd = open(J.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      fsync(dfd);
+      close(dfd);
+    }
   }
   char p[PATH_MAX];
   path_in(p, sizeof p, "journal");
@@ -293,8 +350,11 @@ static jbuf *mine(void) {
   return my_jbuf;
 }
 
+/* Writes out (the header, or whole records) at the end of the file and
+ * moves J's position past it.  After a failed write nothing more is
+ * written: a torn record may only ever be the last thing in the file. */
 static void write_out(sf__buf *out, bool records) {
-  if (!out->len)
+  if (!out->len || J.failed)
     return;
   if (records && sf__fault("journal-write")) {
     /* Fault test: die with the last record torn. */
@@ -302,10 +362,24 @@ static void write_out(sf__buf *out, bool records) {
     raise(SIGKILL);
   }
   bool ok = sf__write_all(J.fd, out->data, out->len);
-  if (!ok && !J.failed) {
+  if (!ok) {
     J.failed = true;
     sf__notice("writing the journal failed (%s): this run cannot be resumed", strerror(errno));
+    return;
   }
+  if (!records) {
+    J.chain = sf__crc32c(0, out->data, out->len);
+    J.written = out->len;
+    return;
+  }
+  for (size_t at = 0; at + 8 <= out->len;) { /* whole records only: append's frames */
+    uint32_t n;
+    memcpy(&n, out->data + at, 4);
+    J.chain = sf__crc32c(J.chain, out->data + at, 8);
+    J.nwritten++;
+    at += 8 + (size_t)n;
+  }
+  J.written += out->len;
 }
 
 /* The ticket of the next record of j's batch (UINT64_MAX past its end).
@@ -492,14 +566,25 @@ static void append(int32_t kind, int64_t seq, int64_t spawn, int64_t rank, int64
     pthread_cond_signal(&J.cond);
 }
 
-void sf__journal_flush(void) {
-  if (!J.enabled)
-    return;
+bool sf__journal_flush(sf__jpos *pos) {
+  *pos = (sf__jpos){0};
+  if (!J.run_id) /* --journal=false: a checkpoint no --resume can use */
+    return true;
   pthread_mutex_lock(&J.lock);
-  write_pending_locked();
-  if (J.fd >= 0)
-    fdatasync(J.fd);
+  if (J.enabled)
+    write_pending_locked();
+  /* After the sync the file holds at least J.written bytes whatever
+   * happens next, so a checkpoint that says so never claims more than an
+   * honest crash leaves.  (After the run's end the file is synced and
+   * closed, and J's position is final.) */
+  bool ok = !J.failed && (J.fd < 0 || fdatasync(J.fd) == 0);
+  if (!ok && !J.failed) {
+    J.failed = true;
+    sf__notice("syncing the journal failed (%s): this run cannot be resumed", strerror(errno));
+  }
+  *pos = (sf__jpos){J.run_id, J.written, J.nwritten, J.chain};
   pthread_mutex_unlock(&J.lock);
+  return ok;
 }
 
 /* ------------------------------------------------------------ loading */
@@ -562,71 +647,76 @@ static bool parse(sf__reader *r, rec *out) {
   return r->p == r->end && (k == R_TASK || k == R_CALL || k == R_VALUE);
 }
 
-static void load(void) {
-  char p[PATH_MAX];
-  path_in(p, sizeof p, "journal");
-  int fd = open(p, O_RDWR | O_CLOEXEC);
-  if (fd < 0)
-    fatal("--resume: there is no unfinished run to resume in %s (%s)", J.dir, strerror(errno));
-  struct stat st;
-  if (fstat(fd, &st) != 0)
-    fatal("--resume: cannot read %s: %s", p, strerror(errno));
-  size_t len = (size_t)st.st_size;
-  J.data = sf_alloc(len + 1);
-  size_t got = 0;
-  while (got < len) {
-    ssize_t n = read(fd, J.data + got, len - got);
-    if (n <= 0)
-      fatal("--resume: cannot read %s: %s", p, n < 0 ? strerror(errno) : "short read");
-    got += (size_t)n;
+/* The record whose frame starts at data[at, len), checked, into *out; its
+ * end offset and chain are not set. */
+static bool record_at(const unsigned char *data, size_t at, size_t len, rec *out) {
+  if (at + 8 > len)
+    return false;
+  uint32_t frame[2];
+  memcpy(frame, data + at, 8);
+  if (frame[0] < MIN_PAYLOAD || frame[0] > len - at - 8)
+    return false;
+  /* The structure first (a few bytes), then the CRC (the whole payload):
+   * the search for a valid record after a bad one tries every offset. */
+  sf__reader r = {data + at + 8, data + at + 8 + frame[0]};
+  return parse(&r, out) && sf__crc32c(0, data + at + 8, frame[0]) == frame[1];
+}
+
+/* The offset of the first whole, checksummed record that starts after
+ * `from`, or 0.  A crash tears only the end of the journal: after a torn
+ * record there is nothing valid, so one found here means damage.  (A
+ * record's payload could contain the bytes of another journal's record;
+ * only a program that prints or returns journal bytes makes one.) */
+static size_t valid_record_after(size_t from, size_t len) {
+  rec rc;
+  for (size_t at = from + 1; at + 8 + MIN_PAYLOAD <= len; at++)
+    if (record_at(J.data, at, len, &rc))
+      return at;
+  return 0;
+}
+
+static void add_rec(const rec *rc, size_t *cap) {
+  if (J.nrecs == *cap) {
+    *cap = *cap ? 2 * *cap : 1024;
+    rec *g = sf_alloc(*cap * sizeof *g);
+    if (J.nrecs)
+      memcpy(g, J.recs, J.nrecs * sizeof *g);
+    sf_free(J.recs);
+    J.recs = g;
   }
-  J.data_len = len;
-  if (len < 12 && memcmp(J.data, MAGIC, len < 4 ? len : 4) == 0) {
-    /* Killed while writing the header: nothing was recorded yet. */
-    if (ftruncate(fd, 0) != 0)
-      fatal("--resume: cannot repair %s: %s", p, strerror(errno));
-    close(fd);
-    J.need_header = true;
-    J.table_mask = 0;
-    J.values = sf_alloc(sizeof *J.values);
-    return;
+  J.recs[J.nrecs++] = *rc;
+}
+
+/* Checks the header: the magic, its own CRC, then the flags.  Refuses
+ * (fatal) with what is wrong. */
+static void check_header(const char *p) {
+  const unsigned char *h = J.data;
+  if (memcmp(h, MAGIC, 4) != 0) {
+    int same = 0;
+    for (int i = 0; i < 4; i++)
+      same += h[i] == (unsigned char)MAGIC[i];
+    if (same < 3)
+      fatal("--resume: %s is not an sflow journal (it does not start with %s)", p, MAGIC);
+    fatal("--resume: the journal header of %s is damaged (its magic number is wrong); "
+          "refusing to resume",
+          p);
   }
-  if (len < 12 || memcmp(J.data, MAGIC, 4) != 0)
-    fatal("--resume: %s is not an sflow journal", p);
-  uint64_t crc;
-  memcpy(&crc, J.data + 4, 8);
-  if ((uint32_t)crc != J.args_crc)
+  uint32_t crc, args;
+  memcpy(&crc, h + 16, 4);
+  if (sf__crc32c(0, h, 16) != crc)
+    fatal("--resume: the journal header of %s is damaged (its checksum does not match); "
+          "refusing to resume",
+          p);
+  memcpy(&args, h + 12, 4);
+  if (args != J.args_crc)
     fatal("--resume: the flags differ from those of the run in %s; resume with the same flags",
           J.dir);
-  /* Records, up to the first torn or corrupt one. */
-  size_t at = 12, cap = 1024;
-  J.recs = sf_alloc(cap * sizeof *J.recs);
-  while (at + 8 <= len) {
-    uint32_t frame[2];
-    memcpy(frame, J.data + at, 8);
-    if (frame[0] > len - at - 8 || sf__crc32c(0, J.data + at + 8, frame[0]) != frame[1])
-      break;
-    sf__reader r = {J.data + at + 8, J.data + at + 8 + frame[0]};
-    rec rc;
-    if (!parse(&r, &rc))
-      break;
-    if (J.nrecs == cap) {
-      cap *= 2;
-      rec *g = sf_alloc(cap * sizeof *g);
-      memcpy(g, J.recs, J.nrecs * sizeof *g);
-      sf_free(J.recs);
-      J.recs = g;
-    }
-    J.recs[J.nrecs++] = rc;
-    at += 8 + frame[0];
-  }
-  if (at < len) {
-    sf__notice("the journal's last %zu bytes are torn or corrupt and are dropped", len - at);
-    if (ftruncate(fd, (off_t)at) != 0)
-      fatal("--resume: cannot repair %s: %s", p, strerror(errno));
-  }
-  close(fd);
-  /* The index. */
+  memcpy(&J.run_id, h + 4, 8);
+  J.have_header = true;
+  J.header_chain = sf__crc32c(0, h, HEADER_LEN);
+}
+
+static void build_index(void) {
   size_t tsize = 16;
   while (tsize < J.nrecs * 2)
     tsize *= 2;
@@ -648,6 +738,105 @@ static void load(void) {
     J.table[i] = (int32_t)k;
   }
 }
+
+/* Reads the journal and decides, before anything runs and before the file
+ * is touched: a torn end is repaired (cut off) when no checkpoint depends
+ * on it; damage in the header or the middle, or a journal that lost what a
+ * checkpoint depends on, is refused with what is wrong. */
+static void load(void) {
+  char p[PATH_MAX];
+  path_in(p, sizeof p, "journal");
+  int fd = open(p, O_RDWR | O_CLOEXEC);
+  if (fd < 0)
+    fatal("--resume: there is no unfinished run to resume in %s (%s)", J.dir, strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0)
+    fatal("--resume: cannot read %s: %s", p, strerror(errno));
+  size_t len = (size_t)st.st_size;
+  J.data = sf_alloc(len + 1);
+  size_t got = 0;
+  while (got < len) {
+    ssize_t n = read(fd, J.data + got, len - got);
+    if (n <= 0)
+      fatal("--resume: cannot read %s: %s", p, n < 0 ? strerror(errno) : "short read");
+    got += (size_t)n;
+  }
+  J.data_len = len;
+  size_t at = 0, cap = 0;
+  if (len < HEADER_LEN && memcmp(J.data, MAGIC, len < 4 ? len : 4) == 0) {
+    /* Killed before or while writing the header: nothing was recorded,
+     * which the checkpoints must agree with (sf__checkpoint_vet). */
+    J.need_header = true;
+  } else {
+    if (len >= 4 && memcmp(J.data, OLD_MAGIC, 4) == 0)
+      fatal("--resume: %s was written by an older sflow (journal format %s, now %s) and "
+            "cannot be resumed by this one; run without --resume to start over",
+            p, OLD_MAGIC, MAGIC);
+    if (len < HEADER_LEN)
+      fatal("--resume: %s is not an sflow journal (%zu bytes, shorter than a header)", p, len);
+    check_header(p);
+    at = HEADER_LEN;
+    uint32_t chain = J.header_chain;
+    rec rc;
+    while (record_at(J.data, at, len, &rc)) {
+      uint32_t n;
+      memcpy(&n, J.data + at, 4);
+      chain = sf__crc32c(chain, J.data + at, 8);
+      at += 8 + (size_t)n;
+      rc.end = at;
+      rc.chain = chain;
+      add_rec(&rc, &cap);
+    }
+    if (at < len) {
+      size_t next = valid_record_after(at, len);
+      if (next)
+        fatal("--resume: the journal %s is damaged: record %zu (at byte %zu) is corrupt but "
+              "valid records follow it (at byte %zu); a crash only tears the end of a journal, "
+              "so refusing to resume",
+              p, J.nrecs + 1, at, next);
+    }
+  }
+  char why[1024];
+  if (!sf__checkpoint_vet(p, why, sizeof why))
+    fatal("--resume: %s", why);
+  if (at < len) {
+    sf__notice("the journal ends in a torn or corrupt record (its last %zu bytes, written as the "
+               "run was killed); they are dropped",
+               len - at);
+    /* Synced before anything is appended: a power loss must not bring
+     * the torn bytes back between the records and the new ones, where
+     * they would be damage in the middle. */
+    if (ftruncate(fd, (off_t)at) != 0 || fdatasync(fd) != 0)
+      fatal("--resume: cannot repair %s: %s", p, strerror(errno));
+  }
+  close(fd);
+  /* Appending goes on from here, with the chain where the journal now
+   * ends, so the resumed run's checkpoints extend this one's positions. */
+  J.written = at;
+  J.nwritten = J.nrecs;
+  J.chain = J.nrecs ? J.recs[J.nrecs - 1].chain : J.header_chain;
+  if (J.need_header)
+    J.run_id = new_run_id();
+  build_index();
+}
+
+/* --resume: whether the loaded journal holds what a checkpoint written at
+ * pos depends on. */
+int sf__journal_covers(const sf__jpos *pos) {
+  if (!J.have_header) /* empty, or torn inside its header: holds nothing */
+    return pos->bytes ? SF__JPOS_BEYOND : SF__JPOS_OTHER_RUN;
+  if (pos->run != J.run_id)
+    return SF__JPOS_OTHER_RUN;
+  if (pos->bytes == 0)
+    return SF__JPOS_COVERED; /* written before the first record */
+  if (pos->records > J.nrecs)
+    return SF__JPOS_BEYOND;
+  uint64_t end = pos->records ? J.recs[pos->records - 1].end : HEADER_LEN;
+  uint32_t chain = pos->records ? J.recs[pos->records - 1].chain : J.header_chain;
+  return end == pos->bytes && chain == pos->chain ? SF__JPOS_COVERED : SF__JPOS_DIFFERS;
+}
+
+uint64_t sf__journal_records(void) { return J.nrecs; }
 
 /* ------------------------------------------------------ the run's ends */
 
@@ -673,6 +862,8 @@ void sf__journal_begin(const sf_program *prog, sf_value *args) {
   }
   J.args_crc = sf__crc32c(0, b.data, b.len);
   sf__buf_free(&b);
+  if (J.enabled)
+    J.run_id = new_run_id(); /* a resumed run keeps the journal's (load) */
   if (!sf__options.resume)
     return;
   if (!J.enabled)
@@ -712,7 +903,10 @@ void sf__journal_end(bool success) {
     close(J.fd);
     J.fd = -1;
   }
-  bool clean = success && J.opened;
+  /* A resumed run that appended nothing never opened the journal for
+   * writing, yet it finished the run the journal describes: it must go
+   * as after any finished run, or every later --resume replays it. */
+  bool clean = success && (J.opened || J.replay);
   J.enabled = false;
   pthread_mutex_unlock(&J.lock);
   if (clean) {
