@@ -46,8 +46,12 @@
 #include "net.h"
 
 #define MAX_LISTEN 16
-#define AUTH_TIMEOUT_MS 5000
-#define LATE_AUTH_TIMEOUT_MS 1000
+#define AUTH_TIMEOUT_MS 5000 /* a worker's handshake with the head */
+/* Connections to the control plane that have not authenticated yet: at
+ * most this many at once, each dropped when it has not proved the secret
+ * and said hello within PREAUTH_TIMEOUT_MS. */
+#define PREAUTH_MAX 64
+#define PREAUTH_TIMEOUT_MS 5000
 #define DIAL_TIMEOUT_S 10 /* a worker connecting back to the head */
 
 static int64_t now_ms(void) {
@@ -131,6 +135,20 @@ typedef struct node {
   char group_msg[256];
 } node;
 
+/* A connection to the control plane before it has authenticated and
+ * said hello.  The control thread reads greeters without blocking, beside
+ * the nodes, so one that says nothing holds up neither the accept loop
+ * nor anyone else; until the handshake passes its connection reads only
+ * handshake frames (wire.c), so a stranger costs a few hundred bytes
+ * whatever length it claims. */
+typedef struct greeter {
+  sf__conn conn;
+  int64_t deadline;
+  uint8_t nonce[32];  /* the challenge sent */
+  uint32_t node;      /* the node it proved to be, 0 before the auth frame */
+  char who[96];       /* peer address, for messages */
+} greeter;
+
 /* The head's working directory goes to the workers, hex-encoded (no
  * quoting), when it is at most this long. */
 #define CWD_MAX 1024
@@ -149,6 +167,7 @@ static struct {
   int listen_fd[MAX_LISTEN];
   char listen_addr[MAX_LISTEN][64];
   int nlisten;
+  greeter greet[PREAUTH_MAX]; /* conn.fd -1: a free slot */
   uint16_t port;
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -183,7 +202,8 @@ static int listener_for(const char *addr, char *err, size_t errlen) {
     snprintf(err, errlen, "bad local address %s", addr);
     return -1;
   }
-  int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  /* Non-blocking: the control thread accepts until none is waiting. */
+  int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   int rc = fd < 0 ? -1 : bind(fd, ai->ai_addr, ai->ai_addrlen);
@@ -379,73 +399,156 @@ static void mark_lost(node *nd, const char *why) {
 }
 
 /* HELLO after a good handshake: checks the executable hash. */
-static int take_hello(node *nd, sf__conn *c, int timeout_ms, char *err, size_t errlen) {
-  sf__frame f;
-  int r = sf__conn_recv(c, &f, timeout_ms, err, errlen);
-  if (r <= 0) {
-    if (r == 0)
-      snprintf(err, errlen, "closed before hello");
+static int take_hello(node *nd, const sf__frame *f, char *err, size_t errlen) {
+  if (f->type != SF__F_HELLO) {
+    snprintf(err, errlen, "expected hello, got %s", sf__wire_type_name(f->type));
     return -1;
   }
-  if (f.type != SF__F_HELLO) {
-    snprintf(err, errlen, "expected hello, got %s", sf__wire_type_name(f.type));
-    return -1;
-  }
-  if (!sf__ct_equal(f.u.hello.exe_hash, H.exe_hash, SF__HASH_LEN)) {
+  if (!sf__ct_equal(f->u.hello.exe_hash, H.exe_hash, SF__HASH_LEN)) {
     snprintf(err, errlen, "runs a different executable (content hash differs)");
     return -1;
   }
-  nd->pid = f.u.hello.pid;
-  nd->cpus = f.u.hello.cpus;
-  nd->gpus = f.u.hello.gpus;
-  nd->data_port = f.u.hello.data_port;
-  nd->obj_port = f.u.hello.obj_port;
-  snprintf(nd->hostname, sizeof nd->hostname, "%.*s", (int)f.u.hello.host.n,
-           (const char *)f.u.hello.host.p);
-  snprintf(nd->data_addr, sizeof nd->data_addr, "%.*s", (int)f.u.hello.data_addr.n,
-           (const char *)f.u.hello.data_addr.p);
+  nd->pid = f->u.hello.pid;
+  nd->cpus = f->u.hello.cpus;
+  nd->gpus = f->u.hello.gpus;
+  nd->data_port = f->u.hello.data_port;
+  nd->obj_port = f->u.hello.obj_port;
+  snprintf(nd->hostname, sizeof nd->hostname, "%.*s", (int)f->u.hello.host.n,
+           (const char *)f->u.hello.host.p);
+  snprintf(nd->data_addr, sizeof nd->data_addr, "%.*s", (int)f->u.hello.data_addr.n,
+           (const char *)f->u.hello.data_addr.p);
   return 0;
 }
 
-/* A new connection on a listener: authenticate it as one of our nodes. */
-static void accept_one(int lfd, int auth_timeout) {
-  int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-  if (fd < 0)
-    return;
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  char who[96], err[256];
-  peer_str(fd, who, sizeof who);
-  sf__conn c;
-  sf__conn_init(&c, fd);
-  uint32_t id = 0;
-  if (sf__auth_head(&c, H.secret, &id, auth_timeout, err, sizeof err)) {
-    note("sflow: refused control connection from %s: %s", who, err);
-    sf__conn_close(&c);
-    return;
+static void handle_frame(node *nd, const sf__frame *f);
+static void mark_lost(node *nd, const char *why);
+
+/* Frames already buffered on nd's connection (they came with its hello,
+ * or a fill stopped at its batch). */
+static void take_frames(node *nd) {
+  char err[256];
+  sf__frame f;
+  int k;
+  while (nd->conn.fd >= 0 && (k = sf__conn_next(&nd->conn, &f, err, sizeof err)) != 0) {
+    if (k < 0) {
+      mark_lost(nd, err);
+      return;
+    }
+    nd->last_rx = now_ms();
+    handle_frame(nd, &f);
   }
-  if (id < 1 || id > (uint32_t)H.n || H.nodes[id - 1].ready) {
-    note("sflow: refused control connection from %s: node %u %s", who, id,
-         id < 1 || id > (uint32_t)H.n ? "does not exist" : "is already connected");
-    sf__conn_close(&c);
-    return;
+}
+
+__attribute__((format(printf, 2, 3))) static void greet_drop(greeter *g, const char *fmt, ...) {
+  char why[300];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, sizeof why, fmt, ap);
+  va_end(ap);
+  note("sflow: refused control connection from %s: %s", g->who, why);
+  sf__conn_close(&g->conn);
+}
+
+/* New connections on a listener: each becomes a greeter with the
+ * challenge sent.  When PREAUTH_MAX are already waiting, the oldest is
+ * dropped, so a flood of silent connections delays a real worker by at
+ * most its own handshake's round trips, never by their timeout. */
+static void accept_new(int lfd) {
+  for (int burst = 0; burst < PREAUTH_MAX; burst++) {
+    int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0)
+      return;
+    greeter *g = NULL;
+    for (int i = 0; i < PREAUTH_MAX && !g; i++)
+      if (H.greet[i].conn.fd < 0)
+        g = &H.greet[i];
+    if (!g) {
+      g = &H.greet[0];
+      for (int i = 1; i < PREAUTH_MAX; i++)
+        if (H.greet[i].deadline < g->deadline)
+          g = &H.greet[i];
+      greet_drop(g, "%d connections were authenticating at once; dropped the oldest",
+                 PREAUTH_MAX);
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    sf__conn_init(&g->conn, fd);
+    peer_str(fd, g->who, sizeof g->who);
+    g->node = 0;
+    g->deadline = now_ms() + PREAUTH_TIMEOUT_MS;
+    char err[256];
+    /* 40 bytes on a new socket: its buffer is empty, so never a wait. */
+    if (sf__auth_challenge(&g->conn, g->nonce, 0, err, sizeof err))
+      greet_drop(g, "%s", err);
   }
-  node *nd = &H.nodes[id - 1];
-  if (take_hello(nd, &c, auth_timeout, err, sizeof err)) {
-    note("sflow: refused node %u from %s: %s", id, who, err);
-    snprintf(nd->error, sizeof nd->error, "%s: worker %s", nd->label, err);
-    sf__conn_close(&c);
-    return;
-  }
-  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-  nd->conn = c;
+}
+
+/* The greeter proved to be node nd and said hello: nd is ready. */
+static void promote(greeter *g, node *nd) {
+  int id = (int)(nd - H.nodes) + 1;
+  nd->conn = g->conn;
+  sf__conn_init(&g->conn, -1);
   nd->ready = nd->alive = true;
   nd->last_rx = now_ms();
   nd->start_s = (double)(now_ms() - H.t0) / 1000.0;
   if (logging())
-    note("sflow: node %u ready: %s (host %s, pid %u, %u cpus, objects on %s:%u, %s, %.2f s)", id,
+    note("sflow: node %d ready: %s (host %s, pid %u, %u cpus, objects on %s:%u, %s, %.2f s)", id,
          nd->label, nd->hostname, nd->pid, nd->cpus, nd->data_addr, nd->obj_port,
          nd->copied ? "copied" : "cached", nd->start_s);
+  take_frames(nd);
+}
+
+/* What a greeter sent: its auth frame, then its hello. */
+static void greet_read(greeter *g) {
+  int r = sf__conn_fill(&g->conn);
+  char err[256];
+  sf__frame f;
+  int k;
+  while ((k = sf__conn_next(&g->conn, &f, err, sizeof err)) == 1) {
+    if (!g->node) {
+      uint32_t id = 0;
+      if (sf__auth_answer(&g->conn, &f, H.secret, g->nonce, &id, 0, err, sizeof err)) {
+        greet_drop(g, "%s", err);
+        return;
+      }
+      if (id < 1 || id > (uint32_t)H.n || H.nodes[id - 1].ready) {
+        greet_drop(g, "node %u %s", id,
+                   id < 1 || id > (uint32_t)H.n ? "does not exist" : "is already connected");
+        return;
+      }
+      g->node = id;
+      g->deadline = now_ms() + PREAUTH_TIMEOUT_MS;
+      continue;
+    }
+    node *nd = &H.nodes[g->node - 1];
+    if (nd->ready) {
+      greet_drop(g, "node %u is already connected", g->node);
+      return;
+    }
+    if (take_hello(nd, &f, err, sizeof err)) {
+      note("sflow: refused node %u from %s: %s", g->node, g->who, err);
+      snprintf(nd->error, sizeof nd->error, "%s: worker %s", nd->label, err);
+      sf__conn_close(&g->conn);
+      return;
+    }
+    promote(g, nd);
+    return;
+  }
+  if (k < 0)
+    greet_drop(g, "%s", err);
+  else if (r == 0)
+    greet_drop(g, "closed the connection before %s", g->node ? "its hello" : "authenticating");
+  else if (r < 0)
+    greet_drop(g, "receive failed: %s", strerror(errno));
+}
+
+static void greet_expire(int64_t t) {
+  for (int i = 0; i < PREAUTH_MAX; i++) {
+    greeter *g = &H.greet[i];
+    if (g->conn.fd >= 0 && t >= g->deadline)
+      greet_drop(g, "%s within %.0f s", g->node ? "no hello" : "did not authenticate",
+                 PREAUTH_TIMEOUT_MS / 1000.0);
+  }
 }
 
 static void pump_ssh(node *nd) {
@@ -657,17 +760,9 @@ static void handle_frame(node *nd, const sf__frame *f) {
 
 static void read_node(node *nd) {
   int r = sf__conn_fill(&nd->conn);
-  char err[256];
-  sf__frame f;
-  int k;
-  while ((k = sf__conn_next(&nd->conn, &f, err, sizeof err)) == 1) {
-    nd->last_rx = now_ms();
-    handle_frame(nd, &f);
-  }
-  if (k < 0) {
-    mark_lost(nd, err);
-    return;
-  }
+  take_frames(nd);
+  if (nd->conn.fd < 0)
+    return; /* lost: a malformed frame */
   if (r == 0)
     mark_lost(nd, "its control connection closed (process died?)");
   else if (r < 0)
@@ -675,16 +770,23 @@ static void read_node(node *nd) {
 }
 
 /* One round of the control loop; the caller holds H.mu. */
-static void control_round(int timeout_ms, int auth_timeout, int64_t *next_hb) {
-  struct pollfd pf[1 + MAX_LISTEN + 2 * 1024];
-  node *owner[1 + MAX_LISTEN + 2 * 1024];
-  int np = 0;
+static void control_round(int timeout_ms, int64_t *next_hb) {
+  struct pollfd pf[1 + MAX_LISTEN + PREAUTH_MAX + 2 * 1024];
+  node *owner[1 + MAX_LISTEN + PREAUTH_MAX + 2 * 1024];
+  greeter *gowner[PREAUTH_MAX];
+  int np = 0, ng = 0;
   pf[np] = (struct pollfd){H.wake[0], POLLIN, 0};
   owner[np++] = NULL;
   for (int i = 0; i < H.nlisten; i++) {
     pf[np] = (struct pollfd){H.listen_fd[i], POLLIN, 0};
     owner[np++] = NULL;
   }
+  for (int i = 0; i < PREAUTH_MAX; i++)
+    if (H.greet[i].conn.fd >= 0) {
+      gowner[ng++] = &H.greet[i];
+      pf[np] = (struct pollfd){H.greet[i].conn.fd, POLLIN, 0};
+      owner[np++] = NULL;
+    }
   for (int i = 0; i < H.n && np < (int)(sizeof pf / sizeof pf[0]) - 2; i++) {
     node *nd = &H.nodes[i];
     if (nd->conn.fd >= 0) {
@@ -710,10 +812,14 @@ static void control_round(int timeout_ms, int auth_timeout, int64_t *next_hb) {
     while (read(H.wake[0], buf, sizeof buf) > 0) {
     }
   }
+  /* Greeters first: a slot they free can take a new connection below. */
+  for (int i = 0; i < ng; i++)
+    if (pf[1 + H.nlisten + i].revents && gowner[i]->conn.fd == pf[1 + H.nlisten + i].fd)
+      greet_read(gowner[i]);
   for (int i = 1; i <= H.nlisten; i++)
     if (pf[i].revents & POLLIN)
-      accept_one(pf[i].fd, auth_timeout);
-  for (int i = 1 + H.nlisten; i < np; i++) {
+      accept_new(pf[i].fd);
+  for (int i = 1 + H.nlisten + ng; i < np; i++) {
     node *nd = owner[i];
     if (!pf[i].revents)
       continue;
@@ -735,6 +841,7 @@ static void control_round(int timeout_ms, int auth_timeout, int64_t *next_hb) {
   for (int i = 0; i < H.n; i++)
     pump_ssh(&H.nodes[i]);
   int64_t t = now_ms();
+  greet_expire(t);
   for (int i = 0; i < H.n; i++) {
     node *nd = &H.nodes[i];
     if (nd->alive && t - nd->last_rx > SF__HEARTBEAT_TIMEOUT_MS) {
@@ -757,7 +864,7 @@ static void *control_thread(void *arg) {
   int64_t next_hb = 0;
   pthread_mutex_lock(&H.mu);
   while (!H.stopping)
-    control_round(100, LATE_AUTH_TIMEOUT_MS, &next_hb);
+    control_round(100, &next_hb);
   pthread_mutex_unlock(&H.mu);
   return NULL;
 }
@@ -784,6 +891,9 @@ static void teardown(void) {
   for (int i = 0; i < H.nlisten; i++)
     close(H.listen_fd[i]);
   H.nlisten = 0;
+  for (int i = 0; i < PREAUTH_MAX; i++)
+    if (H.greet[i].conn.fd >= 0)
+      sf__conn_close(&H.greet[i].conn);
   memset(H.secret, 0, sizeof H.secret);
 }
 
@@ -949,6 +1059,8 @@ int sf__cluster_start(char *err, size_t errlen) {
     H.nodes[i].host = &H.hosts.hosts[i];
     H.nodes[i].conn.fd = -1;
   }
+  for (int i = 0; i < PREAUTH_MAX; i++)
+    sf__conn_init(&H.greet[i].conn, -1);
   if (resolve_hosts(err, errlen)) {
     free(th);
     return -1;
@@ -974,7 +1086,7 @@ int sf__cluster_start(char *err, size_t errlen) {
     }
     if (ready == H.n || failed || now_ms() > deadline)
       break;
-    control_round(50, AUTH_TIMEOUT_MS, &next_hb);
+    control_round(50, &next_hb);
   }
   int ready = 0;
   for (int i = 0; i < H.n; i++)

@@ -206,6 +206,13 @@ void sf__ssh_close(sf__ssh *s, bool abrupt);
 #define SF__WIRE_VERSION 1
 #define SF__FRAME_HDR 8
 #define SF__FRAME_MAX ((uint32_t)1 << 30) /* payload limit: 1 GiB */
+/* The largest len of a valid frame of each type (0: no such type):
+ * 20 to 72 bytes for the fixed control frames, 378 for hello, 4 KB for
+ * shutdown and group-done, 64 KB for log, 16 MB for print and trace,
+ * 264 KB for group-setup, SF__FRAME_MAX for frames carrying values (task,
+ * actor and object frames).  A header over it is refused before any of
+ * the payload is read or room is made for it. */
+uint32_t sf__wire_max_len(int type);
 
 typedef enum {
   SF__F_CHALLENGE = 1, /* head -> worker: nonce */
@@ -330,6 +337,9 @@ typedef struct sf__conn {
   uint8_t *rx;
   size_t rx_n, rx_cap;
   size_t pending; /* size of the frame sf__conn_recv returned last */
+  size_t scan;    /* rx[0..scan) holds complete frames with valid headers */
+  bool authed;    /* the handshake passed: until then only its frames (at
+                   * most 72 bytes each) are read, one at a time */
 } sf__conn;
 void sf__conn_init(sf__conn *c, int fd);
 void sf__conn_close(sf__conn *c);
@@ -349,6 +359,15 @@ int sf__conn_next(sf__conn *c, sf__frame *f, char *err, size_t errlen);
  * side ever sends the secret.  0 on success. */
 int sf__auth_head(sf__conn *c, const uint8_t secret[SF__SECRET_LEN], uint32_t *node,
                   int timeout_ms, char *err, size_t errlen);
+/* The head's side in two steps, for a caller that cannot wait for the
+ * peer (the control thread): send the challenge (its nonce goes to
+ * nonce), then check the auth frame f when it arrives and answer it.
+ * Both mark c authenticated only on success. */
+int sf__auth_challenge(sf__conn *c, uint8_t nonce[32], int timeout_ms, char *err,
+                       size_t errlen);
+int sf__auth_answer(sf__conn *c, const sf__frame *f, const uint8_t secret[SF__SECRET_LEN],
+                    const uint8_t nonce[32], uint32_t *node, int timeout_ms, char *err,
+                    size_t errlen);
 int sf__auth_worker(sf__conn *c, const uint8_t secret[SF__SECRET_LEN], uint32_t node,
                     int timeout_ms, char *err, size_t errlen);
 

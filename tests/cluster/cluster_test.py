@@ -29,6 +29,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -609,6 +610,112 @@ def case_wrong_secret(c):
         head.kill()
         head.wait()
     c.expect_no_workers(within=6)
+
+
+def memory_kb(pid, field):
+    """VmRSS or VmHWM (peak) of a process, in KiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise Fail(f"no {field} for pid {pid}")
+
+
+def closed_after(s, limit):
+    """Reads s until the peer closes it; (bytes read, seconds it took)."""
+    t0 = time.time()
+    s.settimeout(limit)
+    got = b""
+    try:
+        while True:
+            k = s.recv(4096)
+            if not k:
+                break
+            got += k
+    except socket.timeout:
+        raise Fail(f"still open after {limit} s")
+    except ConnectionResetError:
+        pass
+    return got, time.time() - t0
+
+
+TASK_SUBMIT = 6  # sf__ftype
+
+
+def case_control_plane_preauth(c):
+    """Strangers before they authenticate.  On the head's control port a
+    header claiming a 1 GiB task frame, with bytes streaming after it, is
+    refused from the header (the head's peak memory grows by less than
+    8 MB) at once, though a silent connection came first; the silent one
+    gets the 40-byte challenge and is dropped after 5 s; 100 silent
+    connections at once are bounded (the oldest dropped) and the run ends
+    normally, no node lost.  On a worker's object listener a silent
+    connection is dropped after 5 s too, and does not hold up another."""
+    head = subprocess.Popen(c.args("--cluster-log", "--sflow-selftest", "hold:20"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+    try:
+        line, _ = read_until(head.stderr, r"control plane listening on", 30)
+        addr, port = line.split()[-1].rsplit(":", 1)
+        line, _ = read_until(head.stderr, r"node 1 ready: .*objects on \S+:\d+", 30)
+        oaddr, oport = re.search(r"objects on (\S+):(\d+)", line).groups()
+        node_pids(head, len(c.hosts))
+        hwm0 = memory_kb(head.pid, "VmHWM")
+        silent = socket.create_connection((addr, int(port)))
+        time.sleep(0.2)
+        flood = socket.create_connection((addr, int(port)))
+        fport = flood.getsockname()[1]
+        t0 = time.time()
+        flood.settimeout(10)
+        sent = 0
+        try:
+            flood.sendall(struct.pack("<IBBH", 1 << 30, 1, TASK_SUBMIT, 0))
+            chunk = b"\0" * (1 << 20)
+            while sent < (1 << 30):
+                flood.sendall(chunk)
+                sent += len(chunk)
+        except OSError:
+            pass  # the head closed it
+        flood.close()
+        line, _ = read_until(head.stderr, rf"refused control connection from [\d.]+:{fport}: ", 10)
+        took = time.time() - t0
+        grew = memory_kb(head.pid, "VmHWM") - hwm0
+        check(grew < 8192, f"the head's peak memory grew by {grew / 1024:.1f} MB "
+              f"({sent >> 20} MiB sent)", line)
+        check("a task-submit frame of 1073741824 bytes before authentication" in line,
+              "refused for what it claims", line)
+        check(took < 1.5, f"the refusal took {took:.1f} s (held up by the silent connection?)")
+        got, waited = closed_after(silent, 10)
+        check(len(got) == 40, f"the challenge is 40 bytes, got {len(got)}")
+        check(4.5 <= waited + 0.2 + took <= 7.5, f"silent connection dropped after {waited:.1f} s")
+        read_until(head.stderr, r"refused control connection from [\d.]+:\d+: did not "
+                   r"authenticate within 5 s", 5)
+        many = [socket.create_connection((addr, int(port))) for _ in range(100)]
+        read_until(head.stderr, r"64 connections were authenticating at once; dropped the oldest",
+                   5)
+        # The object listener: a silent connection, then garbage.
+        osilent = socket.create_connection((oaddr, int(oport)))
+        time.sleep(0.2)
+        g = socket.create_connection((oaddr, int(oport)))
+        t1 = time.time()
+        g.sendall(b"garbage")
+        g.close()
+        read_until(head.stderr, r"refused object connection from \S+: no greeting", 5)
+        check(time.time() - t1 < 1.5, "the object listener was held up by a silent connection")
+        got, waited = closed_after(osilent, 40)
+        check(len(got) == 32 and 4 <= waited <= 7.5,
+              f"silent object connection dropped after {waited:.1f} s ({len(got)} bytes)")
+        head.wait(timeout=40)
+        err = drain(head.stderr)
+        check(head.returncode == 0, f"head exit {head.returncode}", err)
+        check(" lost" not in err, "a node was lost", err)
+        for s in many:
+            s.close()
+    finally:
+        if head.poll() is None:
+            head.kill()
+            head.wait()
+    c.expect_no_workers()
 
 
 def case_allreduce_3(c):
@@ -2783,6 +2890,7 @@ CASES = {
     "unreachable_host": (1, case_unreachable_host),
     "bad_user_key": (1, case_bad_user_key),
     "wrong_secret": (2, case_wrong_secret),
+    "control_plane_preauth": (2, case_control_plane_preauth),
     "allreduce_3": (3, case_allreduce_3),
     "allreduce_4": (4, case_allreduce_4),
     "worker_sigkill": (3, case_worker_sigkill),
