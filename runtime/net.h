@@ -11,6 +11,8 @@
  * Files, in the order a run meets them:
  *   hostfile.c  --nodes FILE or host1,host2 -> sf__hostlist
  *   sshconfig.c ~/.ssh/config: each host -> sf__ssh_target (where, who, keys)
+ *   knownhosts.c which known_hosts lines name a host; trusted, unknown,
+ *               changed or revoked (OpenSSH's rules, markers and ports)
  *   hostcheck.c whether a host can run this executable: architecture,
  *               glibc version, CPU features
  *   crypto.c    file hashing and HMAC-SHA256 on sha256.c (no libcrypto), random
@@ -159,6 +161,41 @@ const char *sf__sshcfg_warnings(const sf__sshcfg *c);
 int sf__sshcfg_resolve(const sf__sshcfg *c, const sf__host *h, const sf__ssh_opts *o,
                        sf__ssh_target *t, char *err, size_t errlen);
 void sf__sshcfg_free(sf__sshcfg *c);
+
+/* ----------------------------------------------------- knownhosts.c */
+
+/* What known_hosts says of a key, in order of precedence: a revoked key
+ * is refused even where another line lists it; a listed key is accepted
+ * even where the host has another key of its type. */
+typedef enum {
+  SF__KH_NOTFOUND = 0, /* no line of this key type for the host */
+  SF__KH_MISMATCH,     /* the host has another key of this type: changed */
+  SF__KH_MATCH,
+  SF__KH_REVOKED,      /* on an @revoked line */
+} sf__kh_status;
+
+typedef struct sf__kh_result {
+  sf__kh_status status;
+  char where[SF__SSH_PATH + 16]; /* FILE:LINE of the line that decided it */
+  char types[256];               /* key types listed for the host, "ssh-ed25519,..." */
+} sf__kh_result;
+
+/* The name a host is looked up under: "host" on port 22 (or port -1, a
+ * HostKeyAlias), "[host]:port" otherwise. */
+void sf__kh_name(const char *host, int port, char *out, size_t n);
+/* Checks key (the server's blob; NULL: only collect types) against the
+ * known_hosts text of file fname for name, updating r (start from a
+ * zeroed result; several files add up). */
+void sf__kh_check(const char *text, size_t len, const char *fname, const char *name,
+                  const uint8_t *key, size_t keylen, sf__kh_result *r);
+/* The same for a file; a missing file holds nothing.  0, or -1 with err. */
+int sf__kh_check_file(const char *path, const char *name, const uint8_t *key, size_t keylen,
+                      sf__kh_result *r, char *err, size_t errlen);
+/* The known_hosts line recording key for name ("name type base64\n"). */
+int sf__kh_line(const char *name, const uint8_t *key, size_t keylen, char *out, size_t n);
+void sf__hmac_sha1(const uint8_t *key, size_t klen, const void *msg, size_t n, uint8_t out[20]);
+long sf__base64_decode(const char *in, size_t n, uint8_t *out, size_t cap);
+void sf__base64_encode(const uint8_t *in, size_t n, char *out);
 
 /* Loads libssh2 on first use; false with a message when it is missing. */
 bool sf__ssh_load(char *err, size_t errlen);

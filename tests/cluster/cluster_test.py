@@ -547,6 +547,64 @@ def case_unknown_host_key(c):
     c.expect_no_workers()
 
 
+def case_known_hosts_rules(c):
+    """known_hosts by OpenSSH's rules, with real sshd on non-22 ports: a
+    key on an @revoked line is refused (exit 69, the message names the
+    file:line) though another line lists it, before any credential is
+    offered; a bare `host` entry (port 22) is not accepted for [host]:PORT;
+    an @cert-authority line trusts no plain key; hashed entries
+    (ssh-keygen -H), wildcard patterns and comma-separated lists are."""
+    addr1, port1, key1 = c.hosts[1]
+    with open(key1 + ".pub") as f:
+        kind, blob = f.read().split()[:2]
+    good = [c.known_line(0), c.known_line(1)]
+    label = re.escape(entry(addr1, port1))
+
+    def refused(lines, pattern, what):
+        c.write_known_hosts(lines)
+        r = c.run()
+        check(r.returncode == 69, f"{what}: exit {r.returncode} (want 69)", r.stderr)
+        check(re.search(rf"{label}: {pattern}", r.stderr), f"{what}: message", r.stderr)
+        check(r.stdout == "", f"{what}: the workflow must not run", r.stdout)
+        c.expect_no_workers()
+
+    log_before = len(c.sshd_log(1))
+    refused(good + [f"@revoked * {kind} {blob}\n"],
+            rf"host key is REVOKED \(marked @revoked at {re.escape(c.known_hosts)}:3\); "
+            r"refusing to connect", "revoked")
+    refused([f"@revoked {addr1} {kind} {blob}\n"] + good,
+            rf"host key is REVOKED \(marked @revoked at {re.escape(c.known_hosts)}:1\)",
+            "revoked first")
+    log = c.sshd_log(1)[log_before:]
+    check("Accepted publickey" not in log and "Failed publickey" not in log,
+          "credentials were offered to a host with a revoked key", log)
+    refused([c.known_line(0), f"{addr1} {kind} {blob}\n"], r"unknown host key", "port-22 entry")
+    refused([c.known_line(0), f"@cert-authority * {kind} {blob}\n"], r"unknown host key",
+            "cert-authority")
+    # Accepted: hashed, patterns, lists.
+    for what, lines in (
+            ("pattern", [c.known_line(0), f"[127.0.0.?]:{port1} {kind} {blob}\n"]),
+            ("list", [c.known_line(0), f"[10.9.9.9]:{port1},[{addr1}]:{port1} {kind} {blob}\n"]),
+            ("negation elsewhere", [c.known_line(0),
+                                    f"!*.example,[{addr1}]:{port1} {kind} {blob}\n"])):
+        c.write_known_hosts(lines)
+        r = c.run()
+        check(r.returncode == 0 and r.stdout == "head says 42\n", f"{what}: exit {r.returncode}",
+              r.stderr)
+    c.write_known_hosts(good)
+    subprocess.run(["ssh-keygen", "-H", "-f", c.known_hosts], check=True, capture_output=True)
+    with open(c.known_hosts) as f:
+        hashed = f.read()
+    check(addr1 not in hashed and hashed.startswith("|1|"), "ssh-keygen -H hashed it", hashed)
+    r = c.run()
+    check(r.returncode == 0 and r.stdout == "head says 42\n", f"hashed: exit {r.returncode}",
+          r.stderr)
+    # A negated pattern that matches excludes the host.
+    refused([c.known_line(0), f"[127.0.0.?]:{port1},![{addr1}]:* {kind} {blob}\n"],
+            r"unknown host key", "negated")
+    c.expect_no_workers()
+
+
 def case_unreachable_host(c):
     # A port nobody listens on: refused at once.  A listener that never
     # speaks SSH: bounded by --connect-timeout.
@@ -2887,6 +2945,7 @@ CASES = {
     "deploy_4": (4, case_deploy_4),
     "changed_host_key": (2, case_changed_host_key),
     "unknown_host_key": (2, case_unknown_host_key),
+    "known_hosts_rules": (2, case_known_hosts_rules),
     "unreachable_host": (1, case_unreachable_host),
     "bad_user_key": (1, case_bad_user_key),
     "wrong_secret": (2, case_wrong_secret),
