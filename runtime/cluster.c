@@ -126,6 +126,7 @@ typedef struct node {
   int64_t connect_ms;        /* phase 1: TCP + handshake + authentication */
   int64_t check_ms;          /* phase 2: listener, start of the command, host check */
   char path[1200];           /* the executable's copy on the host */
+  char cmd[4096 + 512];      /* the host check, then the worker (check_host) */
   double start_s;     /* seconds from the run's start to HELLO */
   char error[768];    /* start-up failure */
   char listen_addr[64];
@@ -286,15 +287,27 @@ static void worker_args(node *nd, const char *path, uint16_t port, char *cmd, si
   }
   snprintf(cmd, n,
            "RANK=%d LOCAL_RANK=0 WORLD_SIZE=%d LOCAL_WORLD_SIZE=1 MASTER_ADDR='%s' "
-           "MASTER_PORT=%u%s '%s' --sflow-worker '%d@%s%s%s:%u'%s%s%s%s%s",
+           "MASTER_PORT=%u%s '%s' --sflow-worker '%d@%s%s%s:%u/%s'%s%s%s%s%s",
            id, H.n + 1, nd->listen_addr, H.master_port, objenv, path, id, v6 ? "[" : "",
-           nd->listen_addr, v6 ? "]" : "", port, threads, logging() ? " --cluster-log" : "",
+           nd->listen_addr, v6 ? "]" : "", port, H.exe_hex, threads,
+           logging() ? " --cluster-log" : "",
            sf__options.trace ? " --sflow-trace" : "", /* its events come to our trace */
            /* a hostfile's gpus=N on a host without them is an error there too */
            sf__options.require_gpu ? " --require-gpu" : "", H.cwd_arg);
 }
 
 #define CHECKED "sflow-host-checked"
+
+/* Starts nd->cmd: the host check, which must pass; the command then
+ * waits for "go".  0, or -1 with err. */
+static int start_checked(node *nd, char *err, size_t errlen) {
+  char out[8192];
+  if (sf__ssh_start(nd->ssh, nd->cmd, err, errlen) ||
+      sf__ssh_read_until(nd->ssh, CHECKED, "the host check (is /bin/sh there?)", out, sizeof out,
+                         err, errlen))
+    return -1;
+  return sf__host_check(nd->label, out, err, errlen);
+}
 
 /* Phase 2, one thread per host: listen, then start the worker's command,
  * which first prints what the host has (hostcheck.c) and then waits for a
@@ -323,35 +336,34 @@ static void *check_host(void *arg) {
   }
   /* sf__ssh_deploy's name for the copy. */
   snprintf(nd->path, sizeof nd->path, "%s/sflow-%s", H.ssh.remote_cache, H.exe_hex);
-  char args[4096], cmd[4096 + 256]; /* path + cwd + at most ~330; the probe */
+  char args[4096]; /* path + cwd + at most ~400 */
   worker_args(nd, nd->path, port, args, sizeof args);
   /* `read` takes one line and leaves the secret after it for the worker;
    * end of file (the head gave up on the start) runs nothing. */
-  snprintf(cmd, sizeof cmd,
+  snprintf(nd->cmd, sizeof nd->cmd,
            "exec /bin/sh -c '%s; echo " CHECKED "; read go && [ \"$go\" = go ] && exec \"$@\"' "
            "sflow env %s",
            sf__host_probe_cmd, args);
-  char out[8192];
-  if (sf__ssh_start(nd->ssh, cmd, err, errlen) == 0 &&
-      sf__ssh_read_until(nd->ssh, CHECKED, out, sizeof out, err, errlen) == 0)
-    sf__host_check(nd->label, out, err, errlen);
+  start_checked(nd, err, errlen);
   nd->check_ms = now_ms() - t0;
   return NULL;
 }
 
-/* Phase 3, one thread per host: deploy, then tell the waiting command to
- * exec the worker, with the run's secret on its stdin. */
-static void *launch(void *arg) {
-  node *nd = arg;
-  int id = (int)(nd - H.nodes) + 1;
-  char *err = nd->error;
-  size_t errlen = sizeof nd->error;
-  int64_t t1 = now_ms();
+/* Copies made again because a cached one was damaged, by path: nodes on
+ * one shared file system find the same damaged file, and only the first
+ * to see it copies; the others start what it copied (a node elsewhere
+ * whose own copy is damaged finds it damaged again, and copies then). */
+static pthread_mutex_t recopy_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct recopy {
   char path[1200];
-  if (sf__ssh_deploy(nd->ssh, H.exe_path, H.exe_hex, H.ssh.remote_cache, path, sizeof path,
-                     &nd->copied, err, errlen))
-    return NULL;
-  int64_t t2 = now_ms();
+  int64_t at; /* when the new copy was in place */
+} *recopies;
+static int nrecopies;
+
+/* Sends "go" and the secret; the worker's first line then says whether
+ * the file it runs is this executable.  1 when it is, 0 when the copy is
+ * damaged (why in why), -1 on another failure (err). */
+static int start_worker(node *nd, char *why, size_t wl, char *err, size_t errlen) {
   char go[3 + 2 * SF__SECRET_LEN + 2];
   memcpy(go, "go\n", 3);
   sf__hex(H.secret, SF__SECRET_LEN, go + 3);
@@ -360,7 +372,88 @@ static void *launch(void *arg) {
   int rc = sf__ssh_send(nd->ssh, go, sizeof go - 1, err, errlen);
   memset(go, 0, sizeof go);
   if (rc)
-    return NULL;
+    return -1;
+  char out[512];
+  rc = sf__ssh_read_until(nd->ssh, SF__EXE_OK, "the worker", out, sizeof out, err, errlen);
+  if (rc == 0)
+    return 1;
+  if (strstr(out, SF__EXE_DAMAGED)) {
+    snprintf(why, wl, "its content hash differs");
+    err[0] = '\0'; /* not a failure of the start (yet) */
+    return 0;
+  }
+  /* A cached file that did not even start (a damaged ELF header) is
+   * damaged too; a fresh copy that does not start is another failure. */
+  if (!nd->copied) {
+    size_t ll = strlen(nd->target.label);
+    const char *e = !strncmp(err, nd->target.label, ll) && !strncmp(err + ll, ": ", 2)
+                        ? err + ll + 2 : err; /* without the host: the message has it */
+    snprintf(why, wl, "it did not start: %.200s", e);
+    err[0] = '\0';
+    return 0;
+  }
+  return -1;
+}
+
+/* Phase 3, one thread per host: deploy, then tell the waiting command to
+ * exec the worker, with the run's secret on its stdin.  A cached copy the
+ * worker finds damaged is removed and copied again, once; a copy that is
+ * damaged right after copying is an error. */
+static void *launch(void *arg) {
+  node *nd = arg;
+  int id = (int)(nd - H.nodes) + 1;
+  char *err = nd->error;
+  size_t errlen = sizeof nd->error;
+  int64_t t1 = now_ms(), t2 = t1;
+  char path[1200], why[400];
+  bool recopied = false;
+  for (int attempt = 0;; attempt++) {
+    if (sf__ssh_deploy(nd->ssh, H.exe_path, H.exe_hex, H.ssh.remote_cache, path, sizeof path,
+                       &nd->copied, err, errlen))
+      return NULL;
+    t2 = now_ms();
+    int64_t go_at = now_ms();
+    int r = start_worker(nd, why, sizeof why, err, errlen);
+    if (r > 0)
+      break;
+    if (r < 0)
+      return NULL;
+    if (nd->copied || recopied || attempt > 2) {
+      snprintf(err, errlen,
+               "%s: the copy of this executable at %.200s is damaged right after copying it (%.150s); "
+               "is something on the host changing the file?",
+               nd->label, path, why);
+      return NULL;
+    }
+    pthread_mutex_lock(&recopy_mu);
+    bool theirs = false;
+    for (int i = 0; i < nrecopies; i++)
+      theirs |= !strcmp(recopies[i].path, path) && recopies[i].at > go_at;
+    int rc = 0;
+    if (!theirs) {
+      note("sflow: node %d %s: cached executable %s was damaged (%s); copied again", id,
+           nd->label, path, why);
+      rc = sf__ssh_unlink(nd->ssh, path, err, errlen);
+      if (!rc)
+        rc = sf__ssh_deploy(nd->ssh, H.exe_path, H.exe_hex, H.ssh.remote_cache, path,
+                            sizeof path, &nd->copied, err, errlen);
+      struct recopy *more = rc ? NULL : realloc(recopies, (size_t)(nrecopies + 1) * sizeof *more);
+      if (more) {
+        recopies = more;
+        snprintf(recopies[nrecopies].path, sizeof recopies[nrecopies].path, "%s", path);
+        recopies[nrecopies++].at = now_ms();
+      }
+      recopied = true;
+    } else if (logging()) {
+      note("sflow: node %d %s: cached executable %s was damaged; another node copied it again",
+           id, nd->label, path);
+    }
+    pthread_mutex_unlock(&recopy_mu);
+    if (rc || start_checked(nd, err, errlen))
+      return NULL;
+  }
+  nd->copied |= recopied;
+  sf__ssh_detach(nd->ssh);
   nd->ssh_open = true;
   if (logging())
     note("sflow: node %d %s: %s %s, worker started (ssh %.2f s, check %.2f s, deploy %.2f s, "
@@ -1537,8 +1630,10 @@ static void start_group(worker *w, const sf__frame *f) {
 }
 
 /* "ID@ADDR:PORT" or "ID@[ADDR]:PORT". */
+/* ID@ADDR:PORT[/HASH]: HASH (hex SHA-256) is what the head deployed, which
+ * the worker checks its own executable against before anything else. */
 static int parse_spec(const char *spec, uint32_t *id, char *addr, size_t an, char *port,
-                      size_t pn) {
+                      size_t pn, char *hash, size_t hn) {
   const char *at = strchr(spec, '@');
   if (!at)
     return -1;
@@ -1556,7 +1651,12 @@ static int parse_spec(const char *spec, uint32_t *id, char *addr, size_t an, cha
       return -1;
     snprintf(addr, an, "%.*s", (int)(colon - a), a);
   }
-  snprintf(port, pn, "%s", colon + 1);
+  const char *slash = strchr(colon + 1, '/');
+  snprintf(port, pn, "%.*s", (int)(slash ? (size_t)(slash - colon - 1) : strlen(colon + 1)),
+           colon + 1);
+  snprintf(hash, hn, "%s", slash ? slash + 1 : "");
+  if (*hash && strlen(hash) != 2 * SF__HASH_LEN)
+    return -1;
   return *id ? 0 : -1;
 }
 
@@ -1615,13 +1715,9 @@ static int dial_head(const char *addr, const char *port, char *err, size_t errle
 }
 
 static void worker_hello(worker *w, const char *data_addr, uint16_t data_port,
-                         uint16_t obj_port) {
+                         uint16_t obj_port, const uint8_t hash[SF__HASH_LEN]) {
   char host[256] = "";
   gethostname(host, sizeof host - 1);
-  uint8_t hash[SF__HASH_LEN] = {0};
-  char err[256];
-  if (sf__sha256_file("/proc/self/exe", hash, err, sizeof err))
-    note("sflow worker: %s", err);
   sf__frame f = {.type = SF__F_HELLO};
   f.u.hello.pid = (uint32_t)getpid();
   f.u.hello.cpus = (uint32_t)sysconf(_SC_NPROCESSORS_ONLN);
@@ -1723,10 +1819,29 @@ int sf__worker_main(const char *spec) {
   static worker w;
   w.data_fd = -1;
   pthread_mutex_init(&w.send_mu, NULL);
-  char addr[64], port[16], err[512];
-  if (parse_spec(spec, &w.node, addr, sizeof addr, port, sizeof port)) {
-    note("sflow worker: bad --sflow-worker '%s' (expected ID@ADDR:PORT)", spec);
+  char addr[64], port[16], err[512], want[2 * SF__HASH_LEN + 2];
+  if (parse_spec(spec, &w.node, addr, sizeof addr, port, sizeof port, want, sizeof want)) {
+    note("sflow worker: bad --sflow-worker '%s' (expected ID@ADDR:PORT[/SHA256])", spec);
     return SF__EXIT_USAGE;
+  }
+  /* Before anything else: is this file the executable the head deployed?
+   * A cached copy damaged in place (same name, same size) says so on
+   * stdout, which the head reads before it waits for us, and the head
+   * copies it again. */
+  uint8_t hash[SF__HASH_LEN] = {0};
+  char hex[2 * SF__HASH_LEN + 1] = "";
+  if (sf__sha256_file("/proc/self/exe", hash, err, sizeof err))
+    note("sflow worker %u: %s", w.node, err);
+  else
+    sf__hex(hash, SF__HASH_LEN, hex);
+  if (*want) {
+    char line[2 * SF__HASH_LEN + 32];
+    bool same = !strcmp(want, hex);
+    int k = snprintf(line, sizeof line, "%s %s\n", same ? SF__EXE_OK : SF__EXE_DAMAGED,
+                     *hex ? hex : "unreadable");
+    (void)sf__write_all(1, line, (size_t)k);
+    if (!same)
+      return SF__EXIT_EXE_DAMAGED;
   }
   if (read_secret(w.secret)) {
     note("sflow worker %u: no secret on stdin", w.node);
@@ -1767,7 +1882,7 @@ int sf__worker_main(const char *spec) {
   sf__remote_worker_start();
   if (obj_fd >= 0)
     sf__remote_objects_listen(obj_fd); /* its thread owns obj_fd for the process's life */
-  worker_hello(&w, local, dport, obj_fd >= 0 ? oport : 0);
+  worker_hello(&w, local, dport, obj_fd >= 0 ? oport : 0, hash);
   int rc = worker_loop(&w);
   if (w.group_running) {
     /* A collective still running is bounded by its ring timeout. */

@@ -36,6 +36,14 @@
  * EX_UNAVAILABLE), distinct from 70 (runtime error) and 2 (usage). */
 #define SF__EXIT_NODES 69
 
+/* A worker's first line on stdout: whether its executable is the one the
+ * head deployed ("sflow-exe-ok HASH", or "sflow-exe-damaged HASH" and exit
+ * SF__EXIT_EXE_DAMAGED, EX_DATAERR): a cached copy damaged in place is
+ * copied again. */
+#define SF__EXE_OK "sflow-exe-ok"
+#define SF__EXE_DAMAGED "sflow-exe-damaged"
+#define SF__EXIT_EXE_DAMAGED 65
+
 /* Formats an error into err (errlen bytes) and returns -1 (wire.c). */
 __attribute__((format(printf, 3, 4))) int sf__net_fail(char *err, size_t errlen,
                                                        const char *fmt, ...);
@@ -211,17 +219,22 @@ int sf__ssh_local_addr(sf__ssh *s, struct sockaddr_storage *addr, socklen_t *len
 int sf__ssh_deploy(sf__ssh *s, const char *local_path, const char *hash_hex,
                    const char *remote_dir, char *path, size_t pathlen, bool *copied, char *err,
                    size_t errlen);
-/* Starts cmd on a new channel (the session still blocking). */
+/* Starts cmd on a new channel (the session still blocking), closing the
+ * previous command's channel first. */
 int sf__ssh_start(sf__ssh *s, const char *cmd, char *err, size_t errlen);
-/* Reads the command's stdout into out until a line equal to marker; an
- * error when it ends first (with what it said on stderr) or says more
- * than outlen - 1 bytes. */
-int sf__ssh_read_until(sf__ssh *s, const char *marker, char *out, size_t outlen, char *err,
-                       size_t errlen);
+/* Reads the command's stdout into out until a line that starts with
+ * marker (what: "the host check", for messages); an error when it ends
+ * first (with what it said on stderr) or says more than outlen - 1
+ * bytes.  out keeps what was read. */
+int sf__ssh_read_until(sf__ssh *s, const char *marker, const char *what, char *out,
+                       size_t outlen, char *err, size_t errlen);
 /* Writes stdin_data to the command's stdin, which stays open (the worker
- * takes its end-of-file as "the head is gone"), and makes the session
- * non-blocking for the control thread. */
+ * takes its end-of-file as "the head is gone"). */
 int sf__ssh_send(sf__ssh *s, const void *stdin_data, size_t n, char *err, size_t errlen);
+/* From here on only the control thread touches the session, polling. */
+void sf__ssh_detach(sf__ssh *s);
+/* Removes a file on the host (SFTP); 0, or -1 with err. */
+int sf__ssh_unlink(sf__ssh *s, const char *path, char *err, size_t errlen);
 /* Non-blocking: copies what the remote command wrote to fd, each line
  * prefixed.  Returns 1 while the channel is open, 0 once it closed. */
 int sf__ssh_pump(sf__ssh *s, int fd, const char *prefix);

@@ -596,6 +596,12 @@ int sf__ssh_deploy(sf__ssh *s, const char *local_path, const char *hash_hex,
 /* --------------------------------------------------------------- exec */
 
 int sf__ssh_start(sf__ssh *s, const char *cmd, char *err, size_t errlen) {
+  if (s->chan) {
+    L.libssh2_channel_close(s->chan);
+    L.libssh2_channel_free(s->chan);
+    s->chan = NULL;
+    s->mid_line[0] = s->mid_line[1] = false;
+  }
   s->chan = L.libssh2_channel_open_ex(s->sess, "session", 7, LIBSSH2_CHANNEL_WINDOW_DEFAULT,
                                       LIBSSH2_CHANNEL_PACKET_DEFAULT, NULL, 0);
   if (!s->chan)
@@ -605,20 +611,21 @@ int sf__ssh_start(sf__ssh *s, const char *cmd, char *err, size_t errlen) {
   return 0;
 }
 
-int sf__ssh_read_until(sf__ssh *s, const char *marker, char *out, size_t outlen, char *err,
-                       size_t errlen) {
+int sf__ssh_read_until(sf__ssh *s, const char *marker, const char *what, char *out,
+                       size_t outlen, char *err, size_t errlen) {
   size_t n = 0, mlen = strlen(marker);
   out[0] = '\0';
   for (;;) {
-    /* Done when the marker stands on a line of its own. */
+    /* Done when a line starts with the marker and is complete. */
     for (const char *p = out; (p = strstr(p, marker)); p++)
-      if ((p == out || p[-1] == '\n') && p[mlen] == '\n')
+      if ((p == out || p[-1] == '\n') && strchr(p + mlen, '\n') &&
+          (p[mlen] == '\n' || p[mlen] == ' '))
         return 0;
     if (n + 1 >= outlen)
-      return fail(s, err, errlen, "the host check printed more than %zu bytes", outlen);
+      return fail(s, err, errlen, "%s printed more than %zu bytes", what, outlen);
     ssize_t k = L.libssh2_channel_read_ex(s->chan, 0, out + n, outlen - 1 - n);
     if (k < 0)
-      return fail(s, err, errlen, "reading the host check's output failed: %s", lib_error(s));
+      return fail(s, err, errlen, "reading the output of %s failed: %s", what, lib_error(s));
     if (k == 0) {
       /* What the command said on stderr explains why it ended. */
       char why[256] = "";
@@ -627,8 +634,10 @@ int sf__ssh_read_until(sf__ssh *s, const char *marker, char *out, size_t outlen,
       for (char *q = why; *q; q++)
         if (*q == '\n')
           *q = ' ';
-      return fail(s, err, errlen, "the host check ended early%s%s (is /bin/sh there?)",
-                  why[0] ? ": " : "", why);
+      size_t wl = strlen(why);
+      while (wl && why[wl - 1] == ' ')
+        why[--wl] = '\0';
+      return fail(s, err, errlen, "%s ended early%s%s", what, why[0] ? ": " : "", why);
     }
     n += (size_t)k;
     out[n] = '\0';
@@ -644,9 +653,23 @@ int sf__ssh_send(sf__ssh *s, const void *stdin_data, size_t n, char *err, size_t
     p += k;
     n -= (size_t)k;
   }
-  /* From here on only the control thread touches the session, polling. */
-  L.libssh2_session_set_blocking(s->sess, 0);
   return 0;
+}
+
+void sf__ssh_detach(sf__ssh *s) { L.libssh2_session_set_blocking(s->sess, 0); }
+
+int sf__ssh_unlink(sf__ssh *s, const char *path, char *err, size_t errlen) {
+  LIBSSH2_SFTP *sftp = L.libssh2_sftp_init(s->sess);
+  if (!sftp)
+    return fail(s, err, errlen, "cannot start SFTP: %s", lib_error(s));
+  int rc = 0;
+  uint64_t size;
+  if (L.libssh2_sftp_unlink_ex(sftp, path, (unsigned)strlen(path)) &&
+      remote_file_size(sftp, path, &size))
+    rc = fail(s, err, errlen, "cannot remove %s: %s (SFTP error %lu)", path, lib_error(s),
+              sftp_errno(sftp));
+  L.libssh2_sftp_shutdown(sftp);
+  return rc;
 }
 
 /* Copies buf to fd, starting each line with prefix. */

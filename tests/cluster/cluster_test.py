@@ -505,6 +505,49 @@ def case_deploy_4(c):
     deploy(c, 4)
 
 
+def sha256_of(path):
+    import hashlib
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def case_cache_damaged(c):
+    """A cached executable with the right name and size but a byte changed
+    is found by the worker, which hashes itself before anything else: the
+    head says so, copies it again and the run succeeds (one byte in the
+    section headers: the file still starts and reports its hash; the ELF
+    magic: it does not start at all).  The nodes share the cache folder:
+    one copies, the other starts that copy.  Then the copy is reused."""
+    r = c.run()
+    check(r.returncode == 0 and r.stdout == "head says 42\n", f"first run: exit {r.returncode}",
+          r.stderr)
+    want = sha256_of(c.prog)
+    cached = os.path.join(c.cache, "sflow-" + want)
+    size = os.path.getsize(cached)
+    for offset, why in ((size - 3, r"its content hash differs"),
+                        (0, r"it did not start: .*")):
+        with open(cached, "r+b") as f:
+            f.seek(offset)
+            b = f.read(1)
+            f.seek(offset)
+            f.write(bytes([b[0] ^ 0x55]))
+        check(os.path.getsize(cached) == size and sha256_of(cached) != want, "damaged in place")
+        r = c.run()
+        check(r.returncode == 0 and r.stdout == "head says 42\n",
+              f"damaged at {offset}: exit {r.returncode}", r.stderr)
+        notes = re.findall(rf"sflow: node \d \S+: cached executable {re.escape(cached)} was "
+                           rf"damaged \({why}\); copied again", r.stderr)
+        check(len(notes) == 1, f"damaged at {offset}: one notice", r.stderr)
+        check(sha256_of(cached) == want, "the cache holds this executable again")
+        check(not [f for f in os.listdir(c.cache) if f.endswith(".tmp")], "temporary files left",
+              os.listdir(c.cache))
+        c.expect_no_workers()
+    r = c.run("--cluster-log")
+    check(r.returncode == 0 and "damaged" not in r.stderr, "third run", r.stderr)
+    check(len(re.findall(r"ready: .*cached", r.stderr)) == 2, "copy not reused", r.stderr)
+    c.expect_no_workers()
+
+
 def case_changed_host_key(c):
     other = os.path.join(c.dir, "impostor_key")
     keygen(other)
@@ -2943,6 +2986,7 @@ CASES = {
                                 for i in range(2)})),
     "deploy_2": (2, case_deploy_2),
     "deploy_4": (4, case_deploy_4),
+    "cache_damaged": (2, case_cache_damaged),
     "changed_host_key": (2, case_changed_host_key),
     "unknown_host_key": (2, case_unknown_host_key),
     "known_hosts_rules": (2, case_known_hosts_rules),
