@@ -2534,6 +2534,50 @@ def case_group_allreduce_nodes(c):
     c.expect_no_workers()
 
 
+def case_ring_listener_preauth(c):
+    """A worker's group ring listener while a group of 2 runs collectives
+    across the workers: a silent connection gets the 32-byte nonce and is
+    dropped after 5 s, without holding up a garbage one (refused at once)
+    or the group, whose results equal a single-node run's."""
+    exe = c.compile("grp", GROUP_PROGRAM)
+    args = ("--size", "2", "--n", "40", "--slow", "0.25")
+    want = single_node(exe, *args).splitlines()
+    head = c.start("--head-runs-work=false", "--cluster-log", *args, prog=exe)
+    try:
+        line, _ = read_until(head.stderr, r"node 1 ready: .*pid (\d+).*objects on \S+:\d+", 30)
+        pid = int(re.search(r"pid (\d+)", line).group(1))
+        oaddr, oport = re.search(r"objects on (\S+):(\d+)", line).groups()
+        _, before = read_until(head.stdout, r"running 3", 30)  # the ring is up
+        data = [a for a in listening(pid) if not a.endswith(":" + oport)]
+        check(len(data) == 1, "one data listener besides the object one", listening(pid))
+        daddr, dport = data[0].rsplit(":", 1)
+        silent = socket.create_connection((daddr, int(dport)))
+        time.sleep(0.2)
+        g = socket.create_connection((daddr, int(dport)))
+        t0 = time.time()
+        g.sendall(b"garbage")
+        g.close()
+        read_until(head.stderr, r"\[node 1\] sflow worker 1: refused a ring connection: bad "
+                   r"greeting", 5)
+        took = time.time() - t0
+        check(took < 1.5, f"the refusal took {took:.1f} s (held up by the silent connection?)")
+        got, waited = closed_after(silent, 15)
+        check(len(got) == 32 and 4.3 <= waited + 0.2 + took <= 7.5,
+              f"silent ring connection dropped after {waited:.1f} s ({len(got)} bytes)")
+        read_until(head.stderr, r"refused a ring connection: no greeting within 5 s", 5)
+        head.wait(timeout=60)
+        out = "".join(before) + drain(head.stdout)
+        err = drain(head.stderr)
+        check(head.returncode == 0, f"head exit {head.returncode}", out, err)
+        got = unprefixed(out.splitlines())
+        check(got[:-1] == want[:-1], "results equal the single-node run", out, want, err)
+    finally:
+        if head.poll() is None:
+            head.kill()
+            head.wait()
+    c.expect_no_workers()
+
+
 def case_group_worker_killed(c):
     """A member's worker is SIGKILLed while the group runs collectives: the
     whole group restarts on live workers from the common checkpoint, with a
@@ -3035,6 +3079,7 @@ CASES = {
     "actor_worker_killed": (3, case_actor_worker_killed),
     "actor_restarts_exhausted": (2, case_actor_restarts_exhausted),
     "group_allreduce_nodes": (3, case_group_allreduce_nodes),
+    "ring_listener_preauth": (2, case_ring_listener_preauth),
     "group_worker_killed": (4, case_group_worker_killed),
     "group_resume": (3, case_group_resume),
     "campaign_nodes_resume": (2, case_campaign_nodes_resume),
