@@ -623,7 +623,7 @@ typedef struct sf__options_t {
   bool head_runs_work;        /* --head-runs-work (default true) */
   bool cluster_log;           /* --cluster-log: per-node progress on stderr */
   int64_t connect_timeout;    /* --connect-timeout S (default 10) */
-  const char *worker;         /* hidden --sflow-worker ID@ADDR:PORT[/SHA256] */
+  const char *worker;         /* hidden --sflow-worker ID@ADDR:PORT */
   const char *worker_cwd;     /* hidden --sflow-cwd: the head's folder, in hex */
   bool worker_trace;          /* hidden --sflow-trace: the head traces; ship events */
   const char *selftest;       /* hidden --sflow-selftest SPEC (tests, bench) */
