@@ -867,10 +867,10 @@ static void control_round(int timeout_ms, int64_t *next_hb) {
   struct pollfd pf[1 + MAX_LISTEN + PREAUTH_MAX + 2 * 1024];
   node *owner[1 + MAX_LISTEN + PREAUTH_MAX + 2 * 1024];
   greeter *gowner[PREAUTH_MAX];
-  int np = 0, ng = 0;
+  int np = 0, ng = 0, nl = H.nlisten; /* the layout of pf, whatever changes meanwhile */
   pf[np] = (struct pollfd){H.wake[0], POLLIN, 0};
   owner[np++] = NULL;
-  for (int i = 0; i < H.nlisten; i++) {
+  for (int i = 0; i < nl; i++) {
     pf[np] = (struct pollfd){H.listen_fd[i], POLLIN, 0};
     owner[np++] = NULL;
   }
@@ -907,12 +907,12 @@ static void control_round(int timeout_ms, int64_t *next_hb) {
   }
   /* Greeters first: a slot they free can take a new connection below. */
   for (int i = 0; i < ng; i++)
-    if (pf[1 + H.nlisten + i].revents && gowner[i]->conn.fd == pf[1 + H.nlisten + i].fd)
+    if (pf[1 + nl + i].revents && gowner[i]->conn.fd == pf[1 + nl + i].fd)
       greet_read(gowner[i]);
-  for (int i = 1; i <= H.nlisten; i++)
+  for (int i = 1; i <= nl; i++)
     if (pf[i].revents & POLLIN)
       accept_new(pf[i].fd);
-  for (int i = 1 + H.nlisten + ng; i < np; i++) {
+  for (int i = 1 + nl + ng; i < np; i++) {
     node *nd = owner[i];
     if (!pf[i].revents)
       continue;
