@@ -9,9 +9,13 @@
  * (architecture, glibc, CPU features: hostcheck.c); a listener on the head's address of that SSH
  * connection (only the interfaces the workers reach us by, never
  * INADDR_ANY); SFTP deployment of this executable by content hash; exec in
- * worker mode with a fresh 256-bit secret on the channel's stdin.  Then
- * every worker connects back, passes the HMAC challenge (wire.c), and sends
- * HELLO with the hash of the file it runs, which must equal ours.
+ * worker mode with a fresh 256-bit secret on the channel's stdin.  The
+ * worker first hashes the file it runs and says on stdout whether it is
+ * ours: a damaged cached copy is copied again, once.  Then every worker
+ * connects back, passes the HMAC challenge (wire.c), and sends HELLO with
+ * that hash, which must equal ours.  Connections not yet authenticated are
+ * "greeters", read without blocking beside the nodes, bounded in number,
+ * size (wire.c reads only handshake frames) and time.
  *
  * After start-up one control thread owns every socket and SSH session: it
  * sends heartbeats, declares a node lost when its connection closes or it
@@ -514,7 +518,6 @@ static int take_hello(node *nd, const sf__frame *f, char *err, size_t errlen) {
 }
 
 static void handle_frame(node *nd, const sf__frame *f);
-static void mark_lost(node *nd, const char *why);
 
 /* Frames already buffered on nd's connection (they came with its hello,
  * or a fill stopped at its batch). */

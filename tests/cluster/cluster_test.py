@@ -789,6 +789,8 @@ def case_control_plane_preauth(c):
         got, waited = closed_after(silent, 10)
         check(len(got) == 40, f"the challenge is 40 bytes, got {len(got)}")
         check(4.5 <= waited + 0.2 + took <= 7.5, f"silent connection dropped after {waited:.1f} s")
+        print(f"1 GiB claim: refused in {took:.2f} s after {sent >> 20} MiB sent, head peak "
+              f"memory +{grew} KiB; silent connection dropped after {waited + 0.2 + took:.1f} s")
         read_until(head.stderr, r"refused control connection from [\d.]+:\d+: did not "
                    r"authenticate within 5 s", 5)
         many = [socket.create_connection((addr, int(port))) for _ in range(100)]
