@@ -9,9 +9,13 @@
  * (architecture, glibc, CPU features: hostcheck.c); a listener on the head's address of that SSH
  * connection (only the interfaces the workers reach us by, never
  * INADDR_ANY); SFTP deployment of this executable by content hash; exec in
- * worker mode with a fresh 256-bit secret on the channel's stdin.  Then
- * every worker connects back, passes the HMAC challenge (wire.c), and sends
- * HELLO with the hash of the file it runs, which must equal ours.
+ * worker mode with a fresh 256-bit secret on the channel's stdin.  The
+ * worker first hashes the file it runs and says on stdout whether it is
+ * ours: a damaged cached copy is copied again, once.  Then every worker
+ * connects back, passes the HMAC challenge (wire.c), and sends HELLO with
+ * that hash, which must equal ours.  Connections not yet authenticated are
+ * "greeters", read without blocking beside the nodes, bounded in number,
+ * size (wire.c reads only handshake frames) and time.
  *
  * After start-up one control thread owns every socket and SSH session: it
  * sends heartbeats, declares a node lost when its connection closes or it
@@ -46,8 +50,12 @@
 #include "net.h"
 
 #define MAX_LISTEN 16
-#define AUTH_TIMEOUT_MS 5000
-#define LATE_AUTH_TIMEOUT_MS 1000
+#define AUTH_TIMEOUT_MS 5000 /* a worker's handshake with the head */
+/* Connections to the control plane that have not authenticated yet: at
+ * most this many at once, each dropped when it has not proved the secret
+ * and said hello within PREAUTH_TIMEOUT_MS. */
+#define PREAUTH_MAX 64
+#define PREAUTH_TIMEOUT_MS 5000
 #define DIAL_TIMEOUT_S 10 /* a worker connecting back to the head */
 
 static int64_t now_ms(void) {
@@ -122,6 +130,7 @@ typedef struct node {
   int64_t connect_ms;        /* phase 1: TCP + handshake + authentication */
   int64_t check_ms;          /* phase 2: listener, start of the command, host check */
   char path[1200];           /* the executable's copy on the host */
+  char cmd[4096 + 512];      /* the host check, then the worker (check_host) */
   double start_s;     /* seconds from the run's start to HELLO */
   char error[768];    /* start-up failure */
   char listen_addr[64];
@@ -130,6 +139,20 @@ typedef struct node {
   uint64_t group_ns;
   char group_msg[256];
 } node;
+
+/* A connection to the control plane before it has authenticated and
+ * said hello.  The control thread reads greeters without blocking, beside
+ * the nodes, so one that says nothing holds up neither the accept loop
+ * nor anyone else; until the handshake passes its connection reads only
+ * handshake frames (wire.c), so a stranger costs a few hundred bytes
+ * whatever length it claims. */
+typedef struct greeter {
+  sf__conn conn;
+  int64_t deadline;
+  uint8_t nonce[32];  /* the challenge sent */
+  uint32_t node;      /* the node it proved to be, 0 before the auth frame */
+  char who[96];       /* peer address, for messages */
+} greeter;
 
 /* The head's working directory goes to the workers, hex-encoded (no
  * quoting), when it is at most this long. */
@@ -149,6 +172,7 @@ static struct {
   int listen_fd[MAX_LISTEN];
   char listen_addr[MAX_LISTEN][64];
   int nlisten;
+  greeter greet[PREAUTH_MAX]; /* conn.fd -1: a free slot */
   uint16_t port;
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -183,7 +207,8 @@ static int listener_for(const char *addr, char *err, size_t errlen) {
     snprintf(err, errlen, "bad local address %s", addr);
     return -1;
   }
-  int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  /* Non-blocking: the control thread accepts until none is waiting. */
+  int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   int rc = fd < 0 ? -1 : bind(fd, ai->ai_addr, ai->ai_addrlen);
@@ -266,15 +291,27 @@ static void worker_args(node *nd, const char *path, uint16_t port, char *cmd, si
   }
   snprintf(cmd, n,
            "RANK=%d LOCAL_RANK=0 WORLD_SIZE=%d LOCAL_WORLD_SIZE=1 MASTER_ADDR='%s' "
-           "MASTER_PORT=%u%s '%s' --sflow-worker '%d@%s%s%s:%u'%s%s%s%s%s",
+           "MASTER_PORT=%u%s '%s' --sflow-worker '%d@%s%s%s:%u/%s'%s%s%s%s%s",
            id, H.n + 1, nd->listen_addr, H.master_port, objenv, path, id, v6 ? "[" : "",
-           nd->listen_addr, v6 ? "]" : "", port, threads, logging() ? " --cluster-log" : "",
+           nd->listen_addr, v6 ? "]" : "", port, H.exe_hex, threads,
+           logging() ? " --cluster-log" : "",
            sf__options.trace ? " --sflow-trace" : "", /* its events come to our trace */
            /* a hostfile's gpus=N on a host without them is an error there too */
            sf__options.require_gpu ? " --require-gpu" : "", H.cwd_arg);
 }
 
 #define CHECKED "sflow-host-checked"
+
+/* Starts nd->cmd: the host check, which must pass; the command then
+ * waits for "go".  0, or -1 with err. */
+static int start_checked(node *nd, char *err, size_t errlen) {
+  char out[8192];
+  if (sf__ssh_start(nd->ssh, nd->cmd, err, errlen) ||
+      sf__ssh_read_until(nd->ssh, CHECKED, "the host check (is /bin/sh there?)", out, sizeof out,
+                         err, errlen))
+    return -1;
+  return sf__host_check(nd->label, out, err, errlen);
+}
 
 /* Phase 2, one thread per host: listen, then start the worker's command,
  * which first prints what the host has (hostcheck.c) and then waits for a
@@ -303,35 +340,34 @@ static void *check_host(void *arg) {
   }
   /* sf__ssh_deploy's name for the copy. */
   snprintf(nd->path, sizeof nd->path, "%s/sflow-%s", H.ssh.remote_cache, H.exe_hex);
-  char args[4096], cmd[4096 + 256]; /* path + cwd + at most ~330; the probe */
+  char args[4096]; /* path + cwd + at most ~400 */
   worker_args(nd, nd->path, port, args, sizeof args);
   /* `read` takes one line and leaves the secret after it for the worker;
    * end of file (the head gave up on the start) runs nothing. */
-  snprintf(cmd, sizeof cmd,
+  snprintf(nd->cmd, sizeof nd->cmd,
            "exec /bin/sh -c '%s; echo " CHECKED "; read go && [ \"$go\" = go ] && exec \"$@\"' "
            "sflow env %s",
            sf__host_probe_cmd, args);
-  char out[8192];
-  if (sf__ssh_start(nd->ssh, cmd, err, errlen) == 0 &&
-      sf__ssh_read_until(nd->ssh, CHECKED, out, sizeof out, err, errlen) == 0)
-    sf__host_check(nd->label, out, err, errlen);
+  start_checked(nd, err, errlen);
   nd->check_ms = now_ms() - t0;
   return NULL;
 }
 
-/* Phase 3, one thread per host: deploy, then tell the waiting command to
- * exec the worker, with the run's secret on its stdin. */
-static void *launch(void *arg) {
-  node *nd = arg;
-  int id = (int)(nd - H.nodes) + 1;
-  char *err = nd->error;
-  size_t errlen = sizeof nd->error;
-  int64_t t1 = now_ms();
+/* Copies made again because a cached one was damaged, by path: nodes on
+ * one shared file system find the same damaged file, and only the first
+ * to see it copies; the others start what it copied (a node elsewhere
+ * whose own copy is damaged finds it damaged again, and copies then). */
+static pthread_mutex_t recopy_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct recopy {
   char path[1200];
-  if (sf__ssh_deploy(nd->ssh, H.exe_path, H.exe_hex, H.ssh.remote_cache, path, sizeof path,
-                     &nd->copied, err, errlen))
-    return NULL;
-  int64_t t2 = now_ms();
+  int64_t at; /* when the new copy was in place */
+} *recopies;
+static int nrecopies;
+
+/* Sends "go" and the secret; the worker's first line then says whether
+ * the file it runs is this executable.  1 when it is, 0 when the copy is
+ * damaged (why in why), -1 on another failure (err). */
+static int start_worker(node *nd, char *why, size_t wl, char *err, size_t errlen) {
   char go[3 + 2 * SF__SECRET_LEN + 2];
   memcpy(go, "go\n", 3);
   sf__hex(H.secret, SF__SECRET_LEN, go + 3);
@@ -340,7 +376,88 @@ static void *launch(void *arg) {
   int rc = sf__ssh_send(nd->ssh, go, sizeof go - 1, err, errlen);
   memset(go, 0, sizeof go);
   if (rc)
-    return NULL;
+    return -1;
+  char out[512];
+  rc = sf__ssh_read_until(nd->ssh, SF__EXE_OK, "the worker", out, sizeof out, err, errlen);
+  if (rc == 0)
+    return 1;
+  if (strstr(out, SF__EXE_DAMAGED)) {
+    snprintf(why, wl, "its content hash differs");
+    err[0] = '\0'; /* not a failure of the start (yet) */
+    return 0;
+  }
+  /* A cached file that did not even start (a damaged ELF header) is
+   * damaged too; a fresh copy that does not start is another failure. */
+  if (!nd->copied) {
+    size_t ll = strlen(nd->target.label);
+    const char *e = !strncmp(err, nd->target.label, ll) && !strncmp(err + ll, ": ", 2)
+                        ? err + ll + 2 : err; /* without the host: the message has it */
+    snprintf(why, wl, "it did not start: %.200s", e);
+    err[0] = '\0';
+    return 0;
+  }
+  return -1;
+}
+
+/* Phase 3, one thread per host: deploy, then tell the waiting command to
+ * exec the worker, with the run's secret on its stdin.  A cached copy the
+ * worker finds damaged is removed and copied again, once; a copy that is
+ * damaged right after copying is an error. */
+static void *launch(void *arg) {
+  node *nd = arg;
+  int id = (int)(nd - H.nodes) + 1;
+  char *err = nd->error;
+  size_t errlen = sizeof nd->error;
+  int64_t t1 = now_ms(), t2 = t1;
+  char path[1200], why[400];
+  bool recopied = false;
+  for (int attempt = 0;; attempt++) {
+    if (sf__ssh_deploy(nd->ssh, H.exe_path, H.exe_hex, H.ssh.remote_cache, path, sizeof path,
+                       &nd->copied, err, errlen))
+      return NULL;
+    t2 = now_ms();
+    int64_t go_at = now_ms();
+    int r = start_worker(nd, why, sizeof why, err, errlen);
+    if (r > 0)
+      break;
+    if (r < 0)
+      return NULL;
+    if (nd->copied || recopied || attempt > 2) {
+      snprintf(err, errlen,
+               "%s: the copy of this executable at %.200s is damaged right after copying it (%.150s); "
+               "is something on the host changing the file?",
+               nd->label, path, why);
+      return NULL;
+    }
+    pthread_mutex_lock(&recopy_mu);
+    bool theirs = false;
+    for (int i = 0; i < nrecopies; i++)
+      theirs |= !strcmp(recopies[i].path, path) && recopies[i].at > go_at;
+    int rc = 0;
+    if (!theirs) {
+      note("sflow: node %d %s: cached executable %s was damaged (%s); copied again", id,
+           nd->label, path, why);
+      rc = sf__ssh_unlink(nd->ssh, path, err, errlen);
+      if (!rc)
+        rc = sf__ssh_deploy(nd->ssh, H.exe_path, H.exe_hex, H.ssh.remote_cache, path,
+                            sizeof path, &nd->copied, err, errlen);
+      struct recopy *more = rc ? NULL : realloc(recopies, (size_t)(nrecopies + 1) * sizeof *more);
+      if (more) {
+        recopies = more;
+        snprintf(recopies[nrecopies].path, sizeof recopies[nrecopies].path, "%s", path);
+        recopies[nrecopies++].at = now_ms();
+      }
+      recopied = true;
+    } else if (logging()) {
+      note("sflow: node %d %s: cached executable %s was damaged; another node copied it again",
+           id, nd->label, path);
+    }
+    pthread_mutex_unlock(&recopy_mu);
+    if (rc || start_checked(nd, err, errlen))
+      return NULL;
+  }
+  nd->copied |= recopied;
+  sf__ssh_detach(nd->ssh);
   nd->ssh_open = true;
   if (logging())
     note("sflow: node %d %s: %s %s, worker started (ssh %.2f s, check %.2f s, deploy %.2f s, "
@@ -379,73 +496,155 @@ static void mark_lost(node *nd, const char *why) {
 }
 
 /* HELLO after a good handshake: checks the executable hash. */
-static int take_hello(node *nd, sf__conn *c, int timeout_ms, char *err, size_t errlen) {
-  sf__frame f;
-  int r = sf__conn_recv(c, &f, timeout_ms, err, errlen);
-  if (r <= 0) {
-    if (r == 0)
-      snprintf(err, errlen, "closed before hello");
+static int take_hello(node *nd, const sf__frame *f, char *err, size_t errlen) {
+  if (f->type != SF__F_HELLO) {
+    snprintf(err, errlen, "expected hello, got %s", sf__wire_type_name(f->type));
     return -1;
   }
-  if (f.type != SF__F_HELLO) {
-    snprintf(err, errlen, "expected hello, got %s", sf__wire_type_name(f.type));
-    return -1;
-  }
-  if (!sf__ct_equal(f.u.hello.exe_hash, H.exe_hash, SF__HASH_LEN)) {
+  if (!sf__ct_equal(f->u.hello.exe_hash, H.exe_hash, SF__HASH_LEN)) {
     snprintf(err, errlen, "runs a different executable (content hash differs)");
     return -1;
   }
-  nd->pid = f.u.hello.pid;
-  nd->cpus = f.u.hello.cpus;
-  nd->gpus = f.u.hello.gpus;
-  nd->data_port = f.u.hello.data_port;
-  nd->obj_port = f.u.hello.obj_port;
-  snprintf(nd->hostname, sizeof nd->hostname, "%.*s", (int)f.u.hello.host.n,
-           (const char *)f.u.hello.host.p);
-  snprintf(nd->data_addr, sizeof nd->data_addr, "%.*s", (int)f.u.hello.data_addr.n,
-           (const char *)f.u.hello.data_addr.p);
+  nd->pid = f->u.hello.pid;
+  nd->cpus = f->u.hello.cpus;
+  nd->gpus = f->u.hello.gpus;
+  nd->data_port = f->u.hello.data_port;
+  nd->obj_port = f->u.hello.obj_port;
+  snprintf(nd->hostname, sizeof nd->hostname, "%.*s", (int)f->u.hello.host.n,
+           (const char *)f->u.hello.host.p);
+  snprintf(nd->data_addr, sizeof nd->data_addr, "%.*s", (int)f->u.hello.data_addr.n,
+           (const char *)f->u.hello.data_addr.p);
   return 0;
 }
 
-/* A new connection on a listener: authenticate it as one of our nodes. */
-static void accept_one(int lfd, int auth_timeout) {
-  int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-  if (fd < 0)
-    return;
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  char who[96], err[256];
-  peer_str(fd, who, sizeof who);
-  sf__conn c;
-  sf__conn_init(&c, fd);
-  uint32_t id = 0;
-  if (sf__auth_head(&c, H.secret, &id, auth_timeout, err, sizeof err)) {
-    note("sflow: refused control connection from %s: %s", who, err);
-    sf__conn_close(&c);
-    return;
+static void handle_frame(node *nd, const sf__frame *f);
+
+/* Frames already buffered on nd's connection (they came with its hello,
+ * or a fill stopped at its batch). */
+static void take_frames(node *nd) {
+  char err[256];
+  sf__frame f;
+  int k;
+  while (nd->conn.fd >= 0 && (k = sf__conn_next(&nd->conn, &f, err, sizeof err)) != 0) {
+    if (k < 0) {
+      mark_lost(nd, err);
+      return;
+    }
+    nd->last_rx = now_ms();
+    handle_frame(nd, &f);
   }
-  if (id < 1 || id > (uint32_t)H.n || H.nodes[id - 1].ready) {
-    note("sflow: refused control connection from %s: node %u %s", who, id,
-         id < 1 || id > (uint32_t)H.n ? "does not exist" : "is already connected");
-    sf__conn_close(&c);
-    return;
+}
+
+__attribute__((format(printf, 2, 3))) static void greet_drop(greeter *g, const char *fmt, ...) {
+  char why[300];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, sizeof why, fmt, ap);
+  va_end(ap);
+  note("sflow: refused control connection from %s: %s", g->who, why);
+  sf__conn_close(&g->conn);
+}
+
+/* New connections on a listener: each becomes a greeter with the
+ * challenge sent.  When PREAUTH_MAX are already waiting, the oldest is
+ * dropped, so a flood of silent connections delays a real worker by at
+ * most its own handshake's round trips, never by their timeout. */
+static void accept_new(int lfd) {
+  for (int burst = 0; burst < PREAUTH_MAX; burst++) {
+    int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0)
+      return;
+    greeter *g = NULL;
+    for (int i = 0; i < PREAUTH_MAX && !g; i++)
+      if (H.greet[i].conn.fd < 0)
+        g = &H.greet[i];
+    if (!g) {
+      g = &H.greet[0];
+      for (int i = 1; i < PREAUTH_MAX; i++)
+        if (H.greet[i].deadline < g->deadline)
+          g = &H.greet[i];
+      greet_drop(g, "%d connections were authenticating at once; dropped the oldest",
+                 PREAUTH_MAX);
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    sf__conn_init(&g->conn, fd);
+    peer_str(fd, g->who, sizeof g->who);
+    g->node = 0;
+    g->deadline = now_ms() + PREAUTH_TIMEOUT_MS;
+    char err[256];
+    /* 40 bytes on a new socket: its buffer is empty, so never a wait. */
+    if (sf__auth_challenge(&g->conn, g->nonce, 0, err, sizeof err))
+      greet_drop(g, "%s", err);
   }
-  node *nd = &H.nodes[id - 1];
-  if (take_hello(nd, &c, auth_timeout, err, sizeof err)) {
-    note("sflow: refused node %u from %s: %s", id, who, err);
-    snprintf(nd->error, sizeof nd->error, "%s: worker %s", nd->label, err);
-    sf__conn_close(&c);
-    return;
-  }
-  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-  nd->conn = c;
+}
+
+/* The greeter proved to be node nd and said hello: nd is ready. */
+static void promote(greeter *g, node *nd) {
+  int id = (int)(nd - H.nodes) + 1;
+  nd->conn = g->conn;
+  sf__conn_init(&g->conn, -1);
   nd->ready = nd->alive = true;
   nd->last_rx = now_ms();
   nd->start_s = (double)(now_ms() - H.t0) / 1000.0;
   if (logging())
-    note("sflow: node %u ready: %s (host %s, pid %u, %u cpus, objects on %s:%u, %s, %.2f s)", id,
+    note("sflow: node %d ready: %s (host %s, pid %u, %u cpus, objects on %s:%u, %s, %.2f s)", id,
          nd->label, nd->hostname, nd->pid, nd->cpus, nd->data_addr, nd->obj_port,
          nd->copied ? "copied" : "cached", nd->start_s);
+  take_frames(nd);
+}
+
+/* What a greeter sent: its auth frame, then its hello. */
+static void greet_read(greeter *g) {
+  int r = sf__conn_fill(&g->conn);
+  char err[256];
+  sf__frame f;
+  int k;
+  while ((k = sf__conn_next(&g->conn, &f, err, sizeof err)) == 1) {
+    if (!g->node) {
+      uint32_t id = 0;
+      if (sf__auth_answer(&g->conn, &f, H.secret, g->nonce, &id, 0, err, sizeof err)) {
+        greet_drop(g, "%s", err);
+        return;
+      }
+      if (id < 1 || id > (uint32_t)H.n || H.nodes[id - 1].ready) {
+        greet_drop(g, "node %u %s", id,
+                   id < 1 || id > (uint32_t)H.n ? "does not exist" : "is already connected");
+        return;
+      }
+      g->node = id;
+      g->deadline = now_ms() + PREAUTH_TIMEOUT_MS;
+      continue;
+    }
+    node *nd = &H.nodes[g->node - 1];
+    if (nd->ready) {
+      greet_drop(g, "node %u is already connected", g->node);
+      return;
+    }
+    if (take_hello(nd, &f, err, sizeof err)) {
+      note("sflow: refused node %u from %s: %s", g->node, g->who, err);
+      snprintf(nd->error, sizeof nd->error, "%s: worker %s", nd->label, err);
+      sf__conn_close(&g->conn);
+      return;
+    }
+    promote(g, nd);
+    return;
+  }
+  if (k < 0)
+    greet_drop(g, "%s", err);
+  else if (r == 0)
+    greet_drop(g, "closed the connection before %s", g->node ? "its hello" : "authenticating");
+  else if (r < 0)
+    greet_drop(g, "receive failed: %s", strerror(errno));
+}
+
+static void greet_expire(int64_t t) {
+  for (int i = 0; i < PREAUTH_MAX; i++) {
+    greeter *g = &H.greet[i];
+    if (g->conn.fd >= 0 && t >= g->deadline)
+      greet_drop(g, "%s within %.0f s", g->node ? "no hello" : "did not authenticate",
+                 PREAUTH_TIMEOUT_MS / 1000.0);
+  }
 }
 
 static void pump_ssh(node *nd) {
@@ -657,17 +856,9 @@ static void handle_frame(node *nd, const sf__frame *f) {
 
 static void read_node(node *nd) {
   int r = sf__conn_fill(&nd->conn);
-  char err[256];
-  sf__frame f;
-  int k;
-  while ((k = sf__conn_next(&nd->conn, &f, err, sizeof err)) == 1) {
-    nd->last_rx = now_ms();
-    handle_frame(nd, &f);
-  }
-  if (k < 0) {
-    mark_lost(nd, err);
-    return;
-  }
+  take_frames(nd);
+  if (nd->conn.fd < 0)
+    return; /* lost: a malformed frame */
   if (r == 0)
     mark_lost(nd, "its control connection closed (process died?)");
   else if (r < 0)
@@ -675,16 +866,23 @@ static void read_node(node *nd) {
 }
 
 /* One round of the control loop; the caller holds H.mu. */
-static void control_round(int timeout_ms, int auth_timeout, int64_t *next_hb) {
-  struct pollfd pf[1 + MAX_LISTEN + 2 * 1024];
-  node *owner[1 + MAX_LISTEN + 2 * 1024];
-  int np = 0;
+static void control_round(int timeout_ms, int64_t *next_hb) {
+  struct pollfd pf[1 + MAX_LISTEN + PREAUTH_MAX + 2 * 1024];
+  node *owner[1 + MAX_LISTEN + PREAUTH_MAX + 2 * 1024];
+  greeter *gowner[PREAUTH_MAX];
+  int np = 0, ng = 0, nl = H.nlisten; /* the layout of pf, whatever changes meanwhile */
   pf[np] = (struct pollfd){H.wake[0], POLLIN, 0};
   owner[np++] = NULL;
-  for (int i = 0; i < H.nlisten; i++) {
+  for (int i = 0; i < nl; i++) {
     pf[np] = (struct pollfd){H.listen_fd[i], POLLIN, 0};
     owner[np++] = NULL;
   }
+  for (int i = 0; i < PREAUTH_MAX; i++)
+    if (H.greet[i].conn.fd >= 0) {
+      gowner[ng++] = &H.greet[i];
+      pf[np] = (struct pollfd){H.greet[i].conn.fd, POLLIN, 0};
+      owner[np++] = NULL;
+    }
   for (int i = 0; i < H.n && np < (int)(sizeof pf / sizeof pf[0]) - 2; i++) {
     node *nd = &H.nodes[i];
     if (nd->conn.fd >= 0) {
@@ -710,10 +908,14 @@ static void control_round(int timeout_ms, int auth_timeout, int64_t *next_hb) {
     while (read(H.wake[0], buf, sizeof buf) > 0) {
     }
   }
-  for (int i = 1; i <= H.nlisten; i++)
+  /* Greeters first: a slot they free can take a new connection below. */
+  for (int i = 0; i < ng; i++)
+    if (pf[1 + nl + i].revents && gowner[i]->conn.fd == pf[1 + nl + i].fd)
+      greet_read(gowner[i]);
+  for (int i = 1; i <= nl; i++)
     if (pf[i].revents & POLLIN)
-      accept_one(pf[i].fd, auth_timeout);
-  for (int i = 1 + H.nlisten; i < np; i++) {
+      accept_new(pf[i].fd);
+  for (int i = 1 + nl + ng; i < np; i++) {
     node *nd = owner[i];
     if (!pf[i].revents)
       continue;
@@ -735,6 +937,7 @@ static void control_round(int timeout_ms, int auth_timeout, int64_t *next_hb) {
   for (int i = 0; i < H.n; i++)
     pump_ssh(&H.nodes[i]);
   int64_t t = now_ms();
+  greet_expire(t);
   for (int i = 0; i < H.n; i++) {
     node *nd = &H.nodes[i];
     if (nd->alive && t - nd->last_rx > SF__HEARTBEAT_TIMEOUT_MS) {
@@ -757,7 +960,7 @@ static void *control_thread(void *arg) {
   int64_t next_hb = 0;
   pthread_mutex_lock(&H.mu);
   while (!H.stopping)
-    control_round(100, LATE_AUTH_TIMEOUT_MS, &next_hb);
+    control_round(100, &next_hb);
   pthread_mutex_unlock(&H.mu);
   return NULL;
 }
@@ -784,6 +987,9 @@ static void teardown(void) {
   for (int i = 0; i < H.nlisten; i++)
     close(H.listen_fd[i]);
   H.nlisten = 0;
+  for (int i = 0; i < PREAUTH_MAX; i++)
+    if (H.greet[i].conn.fd >= 0)
+      sf__conn_close(&H.greet[i].conn);
   memset(H.secret, 0, sizeof H.secret);
 }
 
@@ -949,6 +1155,8 @@ int sf__cluster_start(char *err, size_t errlen) {
     H.nodes[i].host = &H.hosts.hosts[i];
     H.nodes[i].conn.fd = -1;
   }
+  for (int i = 0; i < PREAUTH_MAX; i++)
+    sf__conn_init(&H.greet[i].conn, -1);
   if (resolve_hosts(err, errlen)) {
     free(th);
     return -1;
@@ -974,7 +1182,7 @@ int sf__cluster_start(char *err, size_t errlen) {
     }
     if (ready == H.n || failed || now_ms() > deadline)
       break;
-    control_round(50, AUTH_TIMEOUT_MS, &next_hb);
+    control_round(50, &next_hb);
   }
   int ready = 0;
   for (int i = 0; i < H.n; i++)
@@ -1425,8 +1633,10 @@ static void start_group(worker *w, const sf__frame *f) {
 }
 
 /* "ID@ADDR:PORT" or "ID@[ADDR]:PORT". */
+/* ID@ADDR:PORT[/HASH]: HASH (hex SHA-256) is what the head deployed, which
+ * the worker checks its own executable against before anything else. */
 static int parse_spec(const char *spec, uint32_t *id, char *addr, size_t an, char *port,
-                      size_t pn) {
+                      size_t pn, char *hash, size_t hn) {
   const char *at = strchr(spec, '@');
   if (!at)
     return -1;
@@ -1444,7 +1654,12 @@ static int parse_spec(const char *spec, uint32_t *id, char *addr, size_t an, cha
       return -1;
     snprintf(addr, an, "%.*s", (int)(colon - a), a);
   }
-  snprintf(port, pn, "%s", colon + 1);
+  const char *slash = strchr(colon + 1, '/');
+  snprintf(port, pn, "%.*s", (int)(slash ? (size_t)(slash - colon - 1) : strlen(colon + 1)),
+           colon + 1);
+  snprintf(hash, hn, "%s", slash ? slash + 1 : "");
+  if (*hash && strlen(hash) != 2 * SF__HASH_LEN)
+    return -1;
   return *id ? 0 : -1;
 }
 
@@ -1503,13 +1718,9 @@ static int dial_head(const char *addr, const char *port, char *err, size_t errle
 }
 
 static void worker_hello(worker *w, const char *data_addr, uint16_t data_port,
-                         uint16_t obj_port) {
+                         uint16_t obj_port, const uint8_t hash[SF__HASH_LEN]) {
   char host[256] = "";
   gethostname(host, sizeof host - 1);
-  uint8_t hash[SF__HASH_LEN] = {0};
-  char err[256];
-  if (sf__sha256_file("/proc/self/exe", hash, err, sizeof err))
-    note("sflow worker: %s", err);
   sf__frame f = {.type = SF__F_HELLO};
   f.u.hello.pid = (uint32_t)getpid();
   f.u.hello.cpus = (uint32_t)sysconf(_SC_NPROCESSORS_ONLN);
@@ -1611,10 +1822,29 @@ int sf__worker_main(const char *spec) {
   static worker w;
   w.data_fd = -1;
   pthread_mutex_init(&w.send_mu, NULL);
-  char addr[64], port[16], err[512];
-  if (parse_spec(spec, &w.node, addr, sizeof addr, port, sizeof port)) {
-    note("sflow worker: bad --sflow-worker '%s' (expected ID@ADDR:PORT)", spec);
+  char addr[64], port[16], err[512], want[2 * SF__HASH_LEN + 2];
+  if (parse_spec(spec, &w.node, addr, sizeof addr, port, sizeof port, want, sizeof want)) {
+    note("sflow worker: bad --sflow-worker '%s' (expected ID@ADDR:PORT[/SHA256])", spec);
     return SF__EXIT_USAGE;
+  }
+  /* Before anything else: is this file the executable the head deployed?
+   * A cached copy damaged in place (same name, same size) says so on
+   * stdout, which the head reads before it waits for us, and the head
+   * copies it again. */
+  uint8_t hash[SF__HASH_LEN] = {0};
+  char hex[2 * SF__HASH_LEN + 1] = "";
+  if (sf__sha256_file("/proc/self/exe", hash, err, sizeof err))
+    note("sflow worker %u: %s", w.node, err);
+  else
+    sf__hex(hash, SF__HASH_LEN, hex);
+  if (*want) {
+    char line[2 * SF__HASH_LEN + 32];
+    bool same = !strcmp(want, hex);
+    int k = snprintf(line, sizeof line, "%s %s\n", same ? SF__EXE_OK : SF__EXE_DAMAGED,
+                     *hex ? hex : "unreadable");
+    (void)sf__write_all(1, line, (size_t)k);
+    if (!same)
+      return SF__EXIT_EXE_DAMAGED;
   }
   if (read_secret(w.secret)) {
     note("sflow worker %u: no secret on stdin", w.node);
@@ -1655,7 +1885,7 @@ int sf__worker_main(const char *spec) {
   sf__remote_worker_start();
   if (obj_fd >= 0)
     sf__remote_objects_listen(obj_fd); /* its thread owns obj_fd for the process's life */
-  worker_hello(&w, local, dport, obj_fd >= 0 ? oport : 0);
+  worker_hello(&w, local, dport, obj_fd >= 0 ? oport : 0, hash);
   int rc = worker_loop(&w);
   if (w.group_running) {
     /* A collective still running is bounded by its ring timeout. */

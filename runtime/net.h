@@ -11,6 +11,8 @@
  * Files, in the order a run meets them:
  *   hostfile.c  --nodes FILE or host1,host2 -> sf__hostlist
  *   sshconfig.c ~/.ssh/config: each host -> sf__ssh_target (where, who, keys)
+ *   knownhosts.c which known_hosts lines name a host; trusted, unknown,
+ *               changed or revoked (OpenSSH's rules, markers and ports)
  *   hostcheck.c whether a host can run this executable: architecture,
  *               glibc version, CPU features
  *   crypto.c    file hashing and HMAC-SHA256 on sha256.c (no libcrypto), random
@@ -33,6 +35,14 @@
 /* Exit code of a run that could not start or lost its nodes (sysexits'
  * EX_UNAVAILABLE), distinct from 70 (runtime error) and 2 (usage). */
 #define SF__EXIT_NODES 69
+
+/* A worker's first line on stdout: whether its executable is the one the
+ * head deployed ("sflow-exe-ok HASH", or "sflow-exe-damaged HASH" and exit
+ * SF__EXIT_EXE_DAMAGED, EX_DATAERR): a cached copy damaged in place is
+ * copied again. */
+#define SF__EXE_OK "sflow-exe-ok"
+#define SF__EXE_DAMAGED "sflow-exe-damaged"
+#define SF__EXIT_EXE_DAMAGED 65
 
 /* Formats an error into err (errlen bytes) and returns -1 (wire.c). */
 __attribute__((format(printf, 3, 4))) int sf__net_fail(char *err, size_t errlen,
@@ -160,6 +170,41 @@ int sf__sshcfg_resolve(const sf__sshcfg *c, const sf__host *h, const sf__ssh_opt
                        sf__ssh_target *t, char *err, size_t errlen);
 void sf__sshcfg_free(sf__sshcfg *c);
 
+/* ----------------------------------------------------- knownhosts.c */
+
+/* What known_hosts says of a key, in order of precedence: a revoked key
+ * is refused even where another line lists it; a listed key is accepted
+ * even where the host has another key of its type. */
+typedef enum {
+  SF__KH_NOTFOUND = 0, /* no line of this key type for the host */
+  SF__KH_MISMATCH,     /* the host has another key of this type: changed */
+  SF__KH_MATCH,
+  SF__KH_REVOKED,      /* on an @revoked line */
+} sf__kh_status;
+
+typedef struct sf__kh_result {
+  sf__kh_status status;
+  char where[SF__SSH_PATH + 16]; /* FILE:LINE of the line that decided it */
+  char types[256];               /* key types listed for the host, "ssh-ed25519,..." */
+} sf__kh_result;
+
+/* The name a host is looked up under: "host" on port 22 (or port -1, a
+ * HostKeyAlias), "[host]:port" otherwise. */
+void sf__kh_name(const char *host, int port, char *out, size_t n);
+/* Checks key (the server's blob; NULL: only collect types) against the
+ * known_hosts text of file fname for name, updating r (start from a
+ * zeroed result; several files add up). */
+void sf__kh_check(const char *text, size_t len, const char *fname, const char *name,
+                  const uint8_t *key, size_t keylen, sf__kh_result *r);
+/* The same for a file; a missing file holds nothing.  0, or -1 with err. */
+int sf__kh_check_file(const char *path, const char *name, const uint8_t *key, size_t keylen,
+                      sf__kh_result *r, char *err, size_t errlen);
+/* The known_hosts line recording key for name ("name type base64\n"). */
+int sf__kh_line(const char *name, const uint8_t *key, size_t keylen, char *out, size_t n);
+void sf__hmac_sha1(const uint8_t *key, size_t klen, const void *msg, size_t n, uint8_t out[20]);
+long sf__base64_decode(const char *in, size_t n, uint8_t *out, size_t cap);
+void sf__base64_encode(const uint8_t *in, size_t n, char *out);
+
 /* Loads libssh2 on first use; false with a message when it is missing. */
 bool sf__ssh_load(char *err, size_t errlen);
 /* TCP connect (bounded by timeout_s), SSH handshake, host key check against
@@ -174,17 +219,22 @@ int sf__ssh_local_addr(sf__ssh *s, struct sockaddr_storage *addr, socklen_t *len
 int sf__ssh_deploy(sf__ssh *s, const char *local_path, const char *hash_hex,
                    const char *remote_dir, char *path, size_t pathlen, bool *copied, char *err,
                    size_t errlen);
-/* Starts cmd on a new channel (the session still blocking). */
+/* Starts cmd on a new channel (the session still blocking), closing the
+ * previous command's channel first. */
 int sf__ssh_start(sf__ssh *s, const char *cmd, char *err, size_t errlen);
-/* Reads the command's stdout into out until a line equal to marker; an
- * error when it ends first (with what it said on stderr) or says more
- * than outlen - 1 bytes. */
-int sf__ssh_read_until(sf__ssh *s, const char *marker, char *out, size_t outlen, char *err,
-                       size_t errlen);
+/* Reads the command's stdout into out until a line that starts with
+ * marker (what: "the host check", for messages); an error when it ends
+ * first (with what it said on stderr) or says more than outlen - 1
+ * bytes.  out keeps what was read. */
+int sf__ssh_read_until(sf__ssh *s, const char *marker, const char *what, char *out,
+                       size_t outlen, char *err, size_t errlen);
 /* Writes stdin_data to the command's stdin, which stays open (the worker
- * takes its end-of-file as "the head is gone"), and makes the session
- * non-blocking for the control thread. */
+ * takes its end-of-file as "the head is gone"). */
 int sf__ssh_send(sf__ssh *s, const void *stdin_data, size_t n, char *err, size_t errlen);
+/* From here on only the control thread touches the session, polling. */
+void sf__ssh_detach(sf__ssh *s);
+/* Removes a file on the host (SFTP); 0, or -1 with err. */
+int sf__ssh_unlink(sf__ssh *s, const char *path, char *err, size_t errlen);
 /* Non-blocking: copies what the remote command wrote to fd, each line
  * prefixed.  Returns 1 while the channel is open, 0 once it closed. */
 int sf__ssh_pump(sf__ssh *s, int fd, const char *prefix);
@@ -206,6 +256,13 @@ void sf__ssh_close(sf__ssh *s, bool abrupt);
 #define SF__WIRE_VERSION 1
 #define SF__FRAME_HDR 8
 #define SF__FRAME_MAX ((uint32_t)1 << 30) /* payload limit: 1 GiB */
+/* The largest len of a valid frame of each type (0: no such type):
+ * 20 to 72 bytes for the fixed control frames, 378 for hello, 4 KB for
+ * shutdown and group-done, 64 KB for log, 16 MB for print and trace,
+ * 264 KB for group-setup, SF__FRAME_MAX for frames carrying values (task,
+ * actor and object frames).  A header over it is refused before any of
+ * the payload is read or room is made for it. */
+uint32_t sf__wire_max_len(int type);
 
 typedef enum {
   SF__F_CHALLENGE = 1, /* head -> worker: nonce */
@@ -330,6 +387,9 @@ typedef struct sf__conn {
   uint8_t *rx;
   size_t rx_n, rx_cap;
   size_t pending; /* size of the frame sf__conn_recv returned last */
+  size_t scan;    /* rx[0..scan) holds complete frames with valid headers */
+  bool authed;    /* the handshake passed: until then only its frames (at
+                   * most 72 bytes each) are read, one at a time */
 } sf__conn;
 void sf__conn_init(sf__conn *c, int fd);
 void sf__conn_close(sf__conn *c);
@@ -349,6 +409,15 @@ int sf__conn_next(sf__conn *c, sf__frame *f, char *err, size_t errlen);
  * side ever sends the secret.  0 on success. */
 int sf__auth_head(sf__conn *c, const uint8_t secret[SF__SECRET_LEN], uint32_t *node,
                   int timeout_ms, char *err, size_t errlen);
+/* The head's side in two steps, for a caller that cannot wait for the
+ * peer (the control thread): send the challenge (its nonce goes to
+ * nonce), then check the auth frame f when it arrives and answer it.
+ * Both mark c authenticated only on success. */
+int sf__auth_challenge(sf__conn *c, uint8_t nonce[32], int timeout_ms, char *err,
+                       size_t errlen);
+int sf__auth_answer(sf__conn *c, const sf__frame *f, const uint8_t secret[SF__SECRET_LEN],
+                    const uint8_t nonce[32], uint32_t *node, int timeout_ms, char *err,
+                    size_t errlen);
 int sf__auth_worker(sf__conn *c, const uint8_t secret[SF__SECRET_LEN], uint32_t node,
                     int timeout_ms, char *err, size_t errlen);
 

@@ -1501,42 +1501,120 @@ static bool io_full(int fd, void *p, size_t n, bool wr, int64_t deadline) {
   return true;
 }
 
+/* Links being greeted: the acceptor keeps up to GREET_MAX at once, each
+ * with its own deadline, and reads them as bytes arrive, so a peer that
+ * connects and says nothing holds up neither the accept loop nor other
+ * links, and is dropped after GREET_TIMEOUT_MS.  Nothing but the 44-byte
+ * greeting is read before the MAC is checked. */
+#define GREET_MAX 32
+#define GREET_TIMEOUT_MS 5000
+
+typedef struct greeting_conn {
+  int fd; /* -1: a free slot */
+  int64_t deadline;
+  uint8_t nonce[RING_NONCE];
+  uint8_t got[GREETING];
+  size_t n;
+} greeting_conn;
+
+static void greet_refuse(greeting_conn *g, const char *why) {
+  sf__worker_note("refused a ring connection: %s", why);
+  close(g->fd);
+  g->fd = -1;
+}
+
+/* A new link: the nonce goes out at once (32 bytes into an empty socket
+ * buffer never wait); the oldest is dropped when all slots are taken. */
+static void greet_accept(greeting_conn *gs, int lfd) {
+  int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  if (fd < 0)
+    return;
+  greeting_conn *g = NULL;
+  for (int i = 0; i < GREET_MAX && !g; i++)
+    if (gs[i].fd < 0)
+      g = &gs[i];
+  if (!g) {
+    g = &gs[0];
+    for (int i = 1; i < GREET_MAX; i++)
+      if (gs[i].deadline < g->deadline)
+        g = &gs[i];
+    greet_refuse(g, "too many connections greeting at once; dropped the oldest");
+  }
+  *g = (greeting_conn){fd, now_ms() + GREET_TIMEOUT_MS, {0}, {0}, 0};
+  if (sf__random_bytes(g->nonce, sizeof g->nonce) ||
+      send(fd, g->nonce, sizeof g->nonce, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof g->nonce)
+    greet_refuse(g, "cannot send the nonce");
+}
+
+/* Bytes of a greeting; a complete one that proves the secret becomes a
+ * link for the member waiting for it. */
+static void greet_read(greeting_conn *g) {
+  ssize_t k = recv(g->fd, g->got + g->n, sizeof g->got - g->n, MSG_DONTWAIT);
+  if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+    return;
+  if (k <= 0) {
+    greet_refuse(g, "bad greeting (closed before it was complete)");
+    return;
+  }
+  g->n += (size_t)k;
+  if (g->n < sizeof g->got)
+    return;
+  uint64_t ring;
+  uint32_t from;
+  uint8_t want[GREETING];
+  memcpy(&ring, g->got, 8);
+  memcpy(&from, g->got + 8, 4);
+  greeting(g->nonce, ring, from, want);
+  if (!sf__ct_equal(want + 12, g->got + 12, 32)) {
+    greet_refuse(g, "bad greeting");
+    return;
+  }
+  rlink *l = calloc(1, sizeof *l);
+  if (!l) {
+    greet_refuse(g, "out of memory");
+    return;
+  }
+  *l = (rlink){NULL, ring, from, g->fd};
+  g->fd = -1;
+  pthread_mutex_lock(&AC.mu);
+  l->next = AC.list;
+  AC.list = l;
+  pthread_cond_broadcast(&AC.cv);
+  pthread_mutex_unlock(&AC.mu);
+}
+
 static void *acceptor_main(void *arg) {
   (void)arg;
   int lfd = sf__worker_data_fd();
+  static greeting_conn gs[GREET_MAX];
+  for (int i = 0; i < GREET_MAX; i++)
+    gs[i].fd = -1;
   for (;;) {
-    struct pollfd pf = {lfd, POLLIN, 0};
-    if (poll(&pf, 1, 1000) <= 0)
-      continue;
-    int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0)
-      continue;
-    uint8_t nonce[RING_NONCE], got[GREETING], want[GREETING];
-    uint64_t ring = 0;
-    uint32_t from = 0;
-    int64_t deadline = now_ms() + 5000;
-    bool ok = !sf__random_bytes(nonce, sizeof nonce) &&
-              io_full(fd, nonce, sizeof nonce, true, deadline) &&
-              io_full(fd, got, sizeof got, false, deadline);
-    if (ok) {
-      memcpy(&ring, got, 8);
-      memcpy(&from, got + 8, 4);
-      greeting(nonce, ring, from, want);
-      ok = sf__ct_equal(want + 12, got + 12, 32);
+    struct pollfd pf[1 + GREET_MAX];
+    greeting_conn *who[1 + GREET_MAX];
+    int np = 0;
+    pf[np] = (struct pollfd){lfd, POLLIN, 0};
+    who[np++] = NULL;
+    int64_t t = now_ms(), next = t + 1000;
+    for (int i = 0; i < GREET_MAX; i++) {
+      if (gs[i].fd < 0)
+        continue;
+      if (t >= gs[i].deadline) {
+        greet_refuse(&gs[i], "no greeting within 5 s");
+        continue;
+      }
+      if (gs[i].deadline < next)
+        next = gs[i].deadline;
+      pf[np] = (struct pollfd){gs[i].fd, POLLIN, 0};
+      who[np++] = &gs[i];
     }
-    rlink *l = ok ? calloc(1, sizeof *l) : NULL;
-    if (!l) {
-      if (ok || errno != EAGAIN)
-        sf__worker_note("refused a ring connection: %s", ok ? "out of memory" : "bad greeting");
-      close(fd);
+    if (poll(pf, (nfds_t)np, (int)(next - t)) <= 0)
       continue;
-    }
-    *l = (rlink){NULL, ring, from, fd};
-    pthread_mutex_lock(&AC.mu);
-    l->next = AC.list;
-    AC.list = l;
-    pthread_cond_broadcast(&AC.cv);
-    pthread_mutex_unlock(&AC.mu);
+    for (int i = 1; i < np; i++)
+      if (pf[i].revents)
+        greet_read(who[i]);
+    if (pf[0].revents & POLLIN)
+      greet_accept(gs, lfd);
   }
   return NULL;
 }

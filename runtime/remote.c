@@ -2114,13 +2114,18 @@ void sf__remote_worker_object(const sf__frame *f) {
  * sends u64 size (0: not held here) and the bytes.  A greeting that does
  * not prove the secret is refused, with a line on stderr.  At most
  * OBJ_CONNS connections are served at once (each holds a thread): more
- * are closed at once, so strangers cannot exhaust the worker's threads. */
+ * are closed at once, so strangers cannot exhaust the worker's threads.
+ * Before its greeting a connection reads nothing but those 40 bytes, has
+ * OBJ_GREET_TIMEOUT_S to send them, and counts against OBJ_PREAUTH, so
+ * silent strangers hold at most half the slots, briefly. */
 
 #define OBJ_IO_TIMEOUT_S 30
+#define OBJ_GREET_TIMEOUT_S 5
 #define OBJ_NONCE 32
 #define OBJ_CONNS 64
+#define OBJ_PREAUTH (OBJ_CONNS / 2)
 static const char obj_tag[] = "sflow-obj-2";
-static _Atomic int obj_conns;
+static _Atomic int obj_conns, obj_preauth;
 
 static void obj_mac(const uint8_t nonce[OBJ_NONCE], uint64_t id, uint8_t mac[SF__HASH_LEN]) {
   uint8_t msg[sizeof obj_tag - 1 + OBJ_NONCE + 8];
@@ -2130,11 +2135,13 @@ static void obj_mac(const uint8_t nonce[OBJ_NONCE], uint64_t id, uint8_t mac[SF_
   sf__hmac_sha256(sf__worker_secret(), SF__SECRET_LEN, msg, sizeof msg, mac);
 }
 
-static void io_timeouts(int fd) {
-  struct timeval tv = {OBJ_IO_TIMEOUT_S, 0};
+static void io_timeouts_s(int fd, int seconds) {
+  struct timeval tv = {seconds, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 }
+
+static void io_timeouts(int fd) { io_timeouts_s(fd, OBJ_IO_TIMEOUT_S); }
 
 /* Reads exactly n bytes; false on end of stream, error or timeout. */
 static bool read_full(int fd, void *p, size_t n) {
@@ -2169,9 +2176,17 @@ static wobj *obj_use(uint64_t id);
 static void obj_unuse(wobj *o);
 static void obj_delay(void);
 
+/* The end of a connection's greeting, passed or not. */
+static void obj_greeted(bool *pre) {
+  if (*pre)
+    atomic_fetch_sub(&obj_preauth, 1);
+  *pre = false;
+}
+
 static void *obj_conn(void *arg) {
   int fd = (int)(intptr_t)arg;
-  io_timeouts(fd);
+  bool pre = true; /* counted in obj_preauth until the greeting is checked */
+  io_timeouts_s(fd, OBJ_GREET_TIMEOUT_S);
   char who[80] = "?";
   struct sockaddr_storage ss;
   socklen_t sl = sizeof ss;
@@ -2185,23 +2200,29 @@ static void *obj_conn(void *arg) {
   if (sf__random_bytes(nonce, sizeof nonce) ||
       !sf__write_all(fd, (const char *)nonce, sizeof nonce)) {
     close(fd);
+    obj_greeted(&pre);
     atomic_fetch_sub(&obj_conns, 1);
     return NULL;
   }
+  errno = 0;
   if (!read_full(fd, greet, sizeof greet)) {
-    sf__worker_note("refused object connection from %s: no greeting", who);
+    sf__worker_note("refused object connection from %s: no greeting%s", who,
+                    errno == EAGAIN || errno == EWOULDBLOCK ? " within 5 s" : "");
     close(fd);
+    obj_greeted(&pre);
     atomic_fetch_sub(&obj_conns, 1);
     return NULL;
   }
   memcpy(&id, greet, 8);
   obj_mac(nonce, id, mac);
+  obj_greeted(&pre);
   if (!sf__ct_equal(mac, greet + 8, SF__HASH_LEN)) {
     sf__worker_note("refused object connection from %s: wrong HMAC", who);
     close(fd);
     atomic_fetch_sub(&obj_conns, 1);
     return NULL;
   }
+  io_timeouts(fd); /* proved: the bytes may take longer */
   wobj *o = obj_use(id);
   obj_delay();
   uint64_t total = o ? o->n : 0;
@@ -2233,6 +2254,16 @@ static void *obj_accept(void *arg) {
       close(fd);
       continue;
     }
+    if (atomic_fetch_add(&obj_preauth, 1) >= OBJ_PREAUTH) {
+      atomic_fetch_sub(&obj_preauth, 1);
+      atomic_fetch_sub(&obj_conns, 1);
+      static _Atomic int told_pre;
+      if (!atomic_exchange(&told_pre, 1))
+        sf__worker_note("more than %d object connections greeting at once: closing the rest",
+                        OBJ_PREAUTH);
+      close(fd);
+      continue;
+    }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     pthread_t th;
@@ -2240,6 +2271,7 @@ static void *obj_accept(void *arg) {
       pthread_detach(th);
     } else {
       close(fd);
+      atomic_fetch_sub(&obj_preauth, 1);
       atomic_fetch_sub(&obj_conns, 1);
     }
   }

@@ -234,7 +234,9 @@ int sf__ring_listen(const char *addr, uint16_t *port, char *err, size_t errlen) 
   int g = getaddrinfo(addr, "0", &hints, &ai);
   if (g)
     return sf__net_fail(err, errlen, "bad data-plane address %s: %s", addr, gai_strerror(g));
-  int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  /* Non-blocking: whoever accepts polls first, and a connection reset
+   * between the poll and the accept must not block it. */
+  int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 64)) {
     int e = errno;
     if (fd >= 0)
@@ -336,38 +338,120 @@ static int dial_greet(const sf__peer *peers, int peer, uint64_t group, int rank,
   return fd;
 }
 
-/* Accepts one connection with a valid greeting from this group; the
- * sender's rank goes to *from.  Anything else (a stranger, a stale ring)
- * is dropped.  The socket, or -1 when the deadline passes. */
-static int accept_greeted(int listen_fd, uint64_t group, const uint8_t secret[SF__SECRET_LEN],
-                          int64_t deadline, uint32_t *from) {
-  for (;;) {
-    struct pollfd pf = {listen_fd, POLLIN, 0};
-    int left = (int)(deadline - now_ms());
-    if (left <= 0 || poll(&pf, 1, left) <= 0)
-      return -1;
-    int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0)
-      continue;
-    uint8_t got[44], want[32];
-    int64_t greet_deadline = now_ms() + 5000 < deadline ? now_ms() + 5000 : deadline;
-    if (io_all(fd, got, sizeof got, false, greet_deadline)) {
-      close(fd);
-      continue;
+/* Connections accepted but not yet greeted.  They are read as bytes
+ * arrive, side by side, so a stranger that connects and says nothing holds
+ * up no member's link; each has GREET_TIMEOUT_MS to send its 44 bytes,
+ * and nothing more is read before the MAC is checked. */
+#define GREET_MAX 16
+#define GREET_TIMEOUT_MS 5000
+typedef struct greeter {
+  int fd; /* -1: a free slot */
+  int64_t deadline;
+  uint8_t got[44];
+  size_t n;
+} greeter;
+
+static void greeters_close(greeter *gs) {
+  for (int i = 0; i < GREET_MAX; i++)
+    if (gs[i].fd >= 0) {
+      close(gs[i].fd);
+      gs[i].fd = -1;
     }
-    uint64_t g = 0;
-    *from = 0;
-    for (int i = 0; i < 8; i++)
-      g |= (uint64_t)got[i] << (8 * i);
-    for (int i = 0; i < 4; i++)
-      *from |= (uint32_t)got[8 + i] << (8 * i);
-    link_mac(secret, g, *from, want);
-    if (g == group && sf__ct_equal(want, got + 12, 32))
-      return fd;
-    fprintf(stderr, "sflow: refused a ring connection (group %llu, rank %u): %s\n",
-            (unsigned long long)g, *from,
-            sf__ct_equal(want, got + 12, 32) ? "unexpected group" : "wrong HMAC");
-    close(fd);
+}
+
+/* A new connection into a free slot (the oldest is dropped when none is). */
+static void greeter_add(greeter *gs, int listen_fd) {
+  int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  if (fd < 0)
+    return;
+  greeter *g = NULL;
+  for (int i = 0; i < GREET_MAX && !g; i++)
+    if (gs[i].fd < 0)
+      g = &gs[i];
+  if (!g) {
+    g = &gs[0];
+    for (int i = 1; i < GREET_MAX; i++)
+      if (gs[i].deadline < g->deadline)
+        g = &gs[i];
+    close(g->fd);
+  }
+  *g = (greeter){fd, now_ms() + GREET_TIMEOUT_MS, {0}, 0};
+}
+
+/* Reads what greeter g has sent; its socket once a valid greeting from
+ * this group is complete (the sender's rank in *from), else -1. */
+static int greeter_read(greeter *g, uint64_t group, const uint8_t secret[SF__SECRET_LEN],
+                        uint32_t *from) {
+  ssize_t k = recv(g->fd, g->got + g->n, sizeof g->got - g->n, MSG_DONTWAIT);
+  if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+    return -1;
+  if (k <= 0) {
+    close(g->fd);
+    g->fd = -1;
+    return -1;
+  }
+  g->n += (size_t)k;
+  if (g->n < sizeof g->got)
+    return -1;
+  uint64_t grp = 0;
+  uint32_t rank = 0;
+  uint8_t want[32];
+  for (int i = 0; i < 8; i++)
+    grp |= (uint64_t)g->got[i] << (8 * i);
+  for (int i = 0; i < 4; i++)
+    rank |= (uint32_t)g->got[8 + i] << (8 * i);
+  link_mac(secret, grp, rank, want);
+  int fd = g->fd;
+  g->fd = -1;
+  if (grp == group && sf__ct_equal(want, g->got + 12, 32)) {
+    *from = rank;
+    return fd;
+  }
+  fprintf(stderr, "sflow: refused a ring connection (group %llu, rank %u): %s\n",
+          (unsigned long long)grp, rank,
+          sf__ct_equal(want, g->got + 12, 32) ? "unexpected group" : "wrong HMAC");
+  close(fd);
+  return -1;
+}
+
+/* Accepts one connection with a valid greeting from this group; the
+ * sender's rank goes to *from.  Anything else (a stranger, a stale ring,
+ * silence past its time) is dropped.  The socket, or -1 when the deadline
+ * passes. */
+static int accept_greeted(int listen_fd, uint64_t group, const uint8_t secret[SF__SECRET_LEN],
+                          int64_t deadline, uint32_t *from, greeter *gs) {
+  for (;;) {
+    int64_t t = now_ms(), wake = deadline;
+    if (t >= deadline)
+      return -1;
+    struct pollfd pf[1 + GREET_MAX];
+    greeter *who[1 + GREET_MAX];
+    int np = 0;
+    pf[np] = (struct pollfd){listen_fd, POLLIN, 0};
+    who[np++] = NULL;
+    for (int i = 0; i < GREET_MAX; i++) {
+      if (gs[i].fd < 0)
+        continue;
+      if (t >= gs[i].deadline) {
+        close(gs[i].fd);
+        gs[i].fd = -1;
+        continue;
+      }
+      if (gs[i].deadline < wake)
+        wake = gs[i].deadline;
+      pf[np] = (struct pollfd){gs[i].fd, POLLIN, 0};
+      who[np++] = &gs[i];
+    }
+    if (poll(pf, (nfds_t)np, (int)(wake - t)) <= 0)
+      continue;
+    for (int i = 1; i < np; i++)
+      if (pf[i].revents) {
+        int fd = greeter_read(who[i], group, secret, from);
+        if (fd >= 0)
+          return fd;
+      }
+    if (pf[0].revents & POLLIN)
+      greeter_add(gs, listen_fd);
   }
 }
 
@@ -384,6 +468,9 @@ int sf__ring_connect(sf__ring *r, uint64_t group, int rank, int size, const sf__
     return 0;
   int64_t deadline = now_ms() + timeout_ms;
   int next = (rank + 1) % size, prev = (rank + size - 1) % size, waiting = 1;
+  greeter gs[GREET_MAX];
+  for (int i = 0; i < GREET_MAX; i++)
+    gs[i].fd = -1;
   r->next_fd = dial_greet(peers, next, group, rank, secret, deadline, err, errlen);
   if (r->next_fd < 0)
     goto fail;
@@ -402,7 +489,7 @@ int sf__ring_connect(sf__ring *r, uint64_t group, int rank, int size, const sf__
   }
   while (waiting > 0) {
     uint32_t from;
-    int fd = accept_greeted(listen_fd, group, secret, deadline, &from);
+    int fd = accept_greeted(listen_fd, group, secret, deadline, &from, gs);
     if (fd < 0) {
       int missing = prev;
       for (int peer = 0; r->prev_fd >= 0 && peer < rank; peer++)
@@ -428,8 +515,10 @@ int sf__ring_connect(sf__ring *r, uint64_t group, int rank, int size, const sf__
     }
     waiting--;
   }
+  greeters_close(gs);
   return 0;
 fail:
+  greeters_close(gs);
   sf__ring_close(r);
   return -1;
 }

@@ -9,11 +9,14 @@
  *    entry point is looked up once into the table `L`.
  *  - The host key is checked against known_hosts right after the key
  *    exchange and BEFORE any authentication, so credentials never go to an
- *    impostor.  Only an exact match continues; an unknown key is refused
- *    unless --accept-new-host-keys (trust on first use, which still refuses
- *    a changed key).  The preferred host-key algorithms are set to the types
- *    known_hosts holds for the host, so a server that also has a key of
- *    another type is not mistaken for a changed one (libssh2 #42, #526).
+ *    impostor.  Only an exact match continues; a revoked key is refused
+ *    whatever else lists it; an unknown key is refused unless
+ *    --accept-new-host-keys (trust on first use, which still refuses a
+ *    changed key).  The matching is knownhosts.c's (OpenSSH's rules for
+ *    markers, ports, patterns and hashed names), not libssh2's.  The
+ *    preferred host-key algorithms are set to the types known_hosts holds
+ *    for the host, so a server that also has a key of another type is not
+ *    mistaken for a changed one (libssh2 #42, #526).
  *  - Never prompt: keys are tried with no passphrase, the agent if there is
  *    one; a failure is an error naming the host, user and what was tried.
  *  - Where to connect, as whom, with which keys and known_hosts files comes
@@ -53,9 +56,7 @@
   X(libssh2_session_set_timeout) X(libssh2_session_handshake) X(libssh2_session_hostkey)    \
   X(libssh2_session_method_pref) X(libssh2_session_last_error)                              \
   X(libssh2_session_disconnect_ex) X(libssh2_session_free)                                  \
-  X(libssh2_knownhost_init) X(libssh2_knownhost_readfile) X(libssh2_knownhost_checkp)       \
-  X(libssh2_knownhost_addc) X(libssh2_knownhost_writeline) X(libssh2_knownhost_get)         \
-  X(libssh2_knownhost_free) X(libssh2_userauth_list) X(libssh2_userauth_authenticated)      \
+  X(libssh2_userauth_list) X(libssh2_userauth_authenticated)                                \
   X(libssh2_userauth_publickey_fromfile_ex) X(libssh2_agent_init) X(libssh2_agent_connect)  \
   X(libssh2_agent_list_identities) X(libssh2_agent_get_identity) X(libssh2_agent_userauth)  \
   X(libssh2_agent_disconnect) X(libssh2_agent_free) X(libssh2_sftp_init)                    \
@@ -195,56 +196,52 @@ static int tcp_connect(sf__ssh *s, const sf__ssh_target *t, int64_t deadline, ch
 
 /* ----------------------------------------------------------- host key */
 
-static int knownhost_keybit(int hostkey_type) {
-  switch (hostkey_type) {
-  case LIBSSH2_HOSTKEY_TYPE_RSA: return LIBSSH2_KNOWNHOST_KEY_SSHRSA;
-  case LIBSSH2_HOSTKEY_TYPE_DSS: return LIBSSH2_KNOWNHOST_KEY_SSHDSS;
-  case LIBSSH2_HOSTKEY_TYPE_ECDSA_256: return LIBSSH2_KNOWNHOST_KEY_ECDSA_256;
-  case LIBSSH2_HOSTKEY_TYPE_ECDSA_384: return LIBSSH2_KNOWNHOST_KEY_ECDSA_384;
-  case LIBSSH2_HOSTKEY_TYPE_ECDSA_521: return LIBSSH2_KNOWNHOST_KEY_ECDSA_521;
-  case LIBSSH2_HOSTKEY_TYPE_ED25519: return LIBSSH2_KNOWNHOST_KEY_ED25519;
-  default: return 0;
-  }
-}
-
-static const char *method_of_keybit(int bit) {
-  switch (bit) {
-  case LIBSSH2_KNOWNHOST_KEY_ED25519: return "ssh-ed25519";
-  case LIBSSH2_KNOWNHOST_KEY_ECDSA_256: return "ecdsa-sha2-nistp256";
-  case LIBSSH2_KNOWNHOST_KEY_ECDSA_384: return "ecdsa-sha2-nistp384";
-  case LIBSSH2_KNOWNHOST_KEY_ECDSA_521: return "ecdsa-sha2-nistp521";
-  case LIBSSH2_KNOWNHOST_KEY_SSHRSA: return "rsa-sha2-512,rsa-sha2-256,ssh-rsa";
-  case LIBSSH2_KNOWNHOST_KEY_SSHDSS: return "ssh-dss";
-  default: return NULL;
-  }
+/* The host-key algorithms for a key type as known_hosts names it. */
+static const char *method_of_type(const char *type) {
+  if (!strcmp(type, "ssh-rsa"))
+    return "rsa-sha2-512,rsa-sha2-256,ssh-rsa"; /* one key, three signatures */
+  static const char *const known[] = {"ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384",
+                                      "ecdsa-sha2-nistp521", "ssh-dss"};
+  for (size_t i = 0; i < sizeof known / sizeof *known; i++)
+    if (!strcmp(type, known[i]))
+      return known[i];
+  return NULL;
 }
 
 /* The name known_hosts uses, as OpenSSH: the HostKeyAlias alone, else the
  * host after HostName substitution, "host" on port 22 and "[host]:port"
  * otherwise. */
 static void kh_name(const sf__ssh_target *t, char *buf, size_t n) {
-  if (t->key_port < 0 || t->key_port == 22)
-    snprintf(buf, n, "%s", t->key_host);
-  else
-    snprintf(buf, n, "[%s]:%d", t->key_host, t->key_port);
+  sf__kh_name(t->key_host, t->key_port, buf, n);
 }
 
-/* Asks for the host-key algorithms known_hosts has for this host (plain
- * entries; hashed ones cannot be matched by name and keep the default). */
-static void prefer_known_types(sf__ssh *s, LIBSSH2_KNOWNHOSTS *kh, const sf__ssh_target *t) {
-  char name[300], list[256] = "";
+/* Reads every known_hosts file of the host with key (NULL: only the key
+ * types it lists) into r. */
+static int known_hosts(sf__ssh *s, const sf__ssh_target *t, const uint8_t *key, size_t len,
+                       sf__kh_result *r, char *err, size_t errlen) {
+  char name[300], why[SF__SSH_PATH + 128];
   kh_name(t, name, sizeof name);
-  struct libssh2_knownhost *e = NULL, *prev = NULL;
-  while (L.libssh2_knownhost_get(kh, &e, prev) == 0) {
-    prev = e;
-    if (!e->name || strcmp(e->name, name))
-      continue;
-    const char *m = method_of_keybit(e->typemask & LIBSSH2_KNOWNHOST_KEY_MASK);
-    if (m && !strstr(list, m) && strlen(list) + strlen(m) + 2 < sizeof list) {
-      if (*list)
-        strcat(list, ",");
-      strcat(list, m);
-    }
+  *r = (sf__kh_result){0};
+  for (int i = 0; i < t->nknown; i++)
+    if (sf__kh_check_file(t->known[i], name, key, len, r, why, sizeof why))
+      return fail(s, err, errlen, "%s", why);
+  return 0;
+}
+
+/* Asks for the host-key algorithms known_hosts has for this host (hashed
+ * entries too). */
+static void prefer_known_types(sf__ssh *s, const sf__kh_result *r) {
+  char list[512] = "";
+  const char *p = r->types;
+  while (*p) {
+    const char *comma = strchr(p, ',');
+    char one[64];
+    size_t k = comma ? (size_t)(comma - p) : strlen(p);
+    snprintf(one, sizeof one, "%.*s", (int)k, p);
+    const char *m = method_of_type(one);
+    if (m && !strstr(list, m) && strlen(list) + strlen(m) + 2 < sizeof list)
+      snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", *list ? "," : "", m);
+    p = comma ? comma + 1 : p + k;
   }
   if (*list && L.libssh2_session_method_pref(s->sess, LIBSSH2_METHOD_HOSTKEY, list) != 0) {
     /* An algorithm this libssh2 lacks: keep its defaults; the check below
@@ -254,24 +251,15 @@ static void prefer_known_types(sf__ssh *s, LIBSSH2_KNOWNHOSTS *kh, const sf__ssh
 
 /* Appends the host's key to known_hosts (trust on first use).  The file is
  * locked so that parallel connects and other runs do not interleave. */
-static int add_known(sf__ssh *s, LIBSSH2_KNOWNHOSTS *kh, const sf__ssh_target *t,
-                     const char *path, const char *key, size_t len, int bit, char *err,
-                     size_t errlen) {
-  char name[300], line[8192];
+static int add_known(sf__ssh *s, const sf__ssh_target *t, const char *path, const uint8_t *key,
+                     size_t len, char *err, size_t errlen) {
+  char name[300], line[16800];
   kh_name(t, name, sizeof name);
-  struct libssh2_knownhost *e = NULL;
-  if (L.libssh2_knownhost_addc(kh, name, NULL, key, len, NULL, 0,
-                               LIBSSH2_KNOWNHOST_TYPE_PLAIN | LIBSSH2_KNOWNHOST_KEYENC_RAW | bit,
-                               &e) ||
-      !e)
-    return fail(s, err, errlen, "cannot record the host key: %s", lib_error(s));
-  size_t out = 0;
-  if (L.libssh2_knownhost_writeline(kh, e, line, sizeof line, &out,
-                                    LIBSSH2_KNOWNHOST_FILE_OPENSSH))
-    return fail(s, err, errlen, "cannot format the host key: %s", lib_error(s));
+  if (sf__kh_line(name, key, len, line, sizeof line))
+    return fail(s, err, errlen, "cannot record a host key of %zu bytes", len);
   pthread_mutex_lock(&known_hosts_lock);
   int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-  bool ok = fd >= 0 && flock(fd, LOCK_EX) == 0 && sf__write_all(fd, line, out);
+  bool ok = fd >= 0 && flock(fd, LOCK_EX) == 0 && sf__write_all(fd, line, strlen(line));
   int e2 = errno;
   if (fd >= 0)
     close(fd);
@@ -289,38 +277,38 @@ static const char *kh_files(const sf__ssh_target *t, char *buf, size_t n) {
   return t->nknown ? buf : "any known_hosts file: UserKnownHostsFile none";
 }
 
-static int check_host_key(sf__ssh *s, const sf__ssh_target *t, LIBSSH2_KNOWNHOSTS *kh,
-                          char *err, size_t errlen) {
+static int check_host_key(sf__ssh *s, const sf__ssh_target *t, char *err, size_t errlen) {
   char files[SF__SSH_KH_MAX * (SF__SSH_PATH + 2)];
   const char *path = kh_files(t, files, sizeof files);
   size_t len = 0;
   int type = 0;
-  const char *key = L.libssh2_session_hostkey(s->sess, &len, &type);
-  int bit = knownhost_keybit(type);
-  if (!key || !bit)
-    return fail(s, err, errlen, "host key of an unsupported type; refusing to connect");
-  struct libssh2_knownhost *known = NULL;
-  int r = L.libssh2_knownhost_checkp(
-      kh, t->key_host, t->key_port, key, len,
-      LIBSSH2_KNOWNHOST_TYPE_PLAIN | LIBSSH2_KNOWNHOST_KEYENC_RAW | bit, &known);
-  switch (r) {
-  case LIBSSH2_KNOWNHOST_CHECK_MATCH: return 0;
-  case LIBSSH2_KNOWNHOST_CHECK_MISMATCH:
+  const uint8_t *key = (const uint8_t *)L.libssh2_session_hostkey(s->sess, &len, &type);
+  if (!key || !len)
+    return fail(s, err, errlen, "the server sent no host key; refusing to connect");
+  sf__kh_result r;
+  if (known_hosts(s, t, key, len, &r, err, errlen))
+    return -1;
+  switch (r.status) {
+  case SF__KH_MATCH: return 0;
+  case SF__KH_REVOKED:
+    return fail(s, err, errlen,
+                "host key is REVOKED (marked @revoked at %s); refusing to connect", r.where);
+  case SF__KH_MISMATCH:
     return fail(s, err, errlen,
                 "host key has CHANGED (does not match %s); refusing to connect. Someone may be "
                 "impersonating the host; if it was reinstalled, remove its old key with "
                 "ssh-keygen -R",
-                path);
-  case LIBSSH2_KNOWNHOST_CHECK_NOTFOUND:
+                r.where);
+  case SF__KH_NOTFOUND:
     if (!t->accept_new)
       return fail(s, err, errlen,
                   "unknown host key (not in %s); refusing to connect. Add it with ssh-keyscan "
                   "or pass --accept-new-host-keys",
                   path);
     /* UserKnownHostsFile none with accept-new: trusted for this run only. */
-    return t->nknown ? add_known(s, kh, t, t->known[0], key, len, bit, err, errlen) : 0;
-  default: return fail(s, err, errlen, "host key check failed: %s", lib_error(s));
+    return t->nknown ? add_known(s, t, t->known[0], key, len, err, errlen) : 0;
   }
+  return fail(s, err, errlen, "host key check failed");
 }
 
 /* --------------------------------------------------------------- auth */
@@ -347,23 +335,9 @@ static size_t pub_blob(const char *priv, unsigned char *out, size_t cap) {
   char *b64 = ok ? strchr(line, ' ') : NULL;
   if (!b64)
     return 0;
-  size_t n = 0;
-  unsigned acc = 0;
-  int bits = 0;
-  static const char b64chars[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  for (const char *p = b64 + 1; *p && *p != ' ' && *p != '\n' && *p != '='; p++) {
-    const char *at = strchr(b64chars, *p);
-    if (!at || n >= cap)
-      return 0;
-    acc = (acc << 6) | (unsigned)(at - b64chars);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out[n++] = (unsigned char)(acc >> bits);
-    }
-  }
-  return n;
+  b64++;
+  long n = sf__base64_decode(b64, strcspn(b64, " \r\n"), out, cap);
+  return n > 0 ? (size_t)n : 0;
 }
 
 /* IdentitiesOnly: an agent key is used only when it is one of the
@@ -454,18 +428,6 @@ static int authenticate(sf__ssh *s, const sf__ssh_target *t, char *err, size_t e
 
 /* ------------------------------------------------------------ connect */
 
-/* Reads every known_hosts file of the host into kh; a missing one is
- * empty (the first is created when a key is recorded). */
-static int read_known_hosts(sf__ssh *s, LIBSSH2_KNOWNHOSTS *kh, const sf__ssh_target *t,
-                            char *err, size_t errlen) {
-  for (int i = 0; i < t->nknown; i++)
-    if (access(t->known[i], F_OK) == 0 &&
-        L.libssh2_knownhost_readfile(kh, t->known[i], LIBSSH2_KNOWNHOST_FILE_OPENSSH) < 0)
-      return fail(s, err, errlen, "cannot parse known hosts file %s: %s", t->known[i],
-                  lib_error(s));
-  return 0;
-}
-
 int sf__ssh_connect(const sf__ssh_target *t, const sf__ssh_opts *o, sf__ssh **out, char *err,
                     size_t errlen) {
   *out = NULL;
@@ -478,7 +440,6 @@ int sf__ssh_connect(const sf__ssh_target *t, const sf__ssh_opts *o, sf__ssh **ou
   s->timeout_ms = (o->timeout_s > 0 ? o->timeout_s : 10) * 1000;
   snprintf(s->label, sizeof s->label, "%s", t->label);
   int64_t deadline = now_ms() + s->timeout_ms;
-  LIBSSH2_KNOWNHOSTS *kh = NULL;
   s->fd = tcp_connect(s, t, deadline, err, errlen);
   if (s->fd < 0)
     goto fail;
@@ -492,30 +453,22 @@ int sf__ssh_connect(const sf__ssh_target *t, const sf__ssh_opts *o, sf__ssh **ou
    * budget; later operations (copies) get the full timeout each. */
   L.libssh2_session_set_timeout(s->sess, (long)(deadline - now_ms() > 100 ? deadline - now_ms()
                                                                           : 100));
-  kh = L.libssh2_knownhost_init(s->sess);
-  if (!kh) {
-    fail(s, err, errlen, "cannot read known hosts");
+  sf__kh_result kr;
+  if (known_hosts(s, t, NULL, 0, &kr, err, errlen))
     goto fail;
-  }
-  if (read_known_hosts(s, kh, t, err, errlen))
-    goto fail;
-  prefer_known_types(s, kh, t);
+  prefer_known_types(s, &kr);
   if (L.libssh2_session_handshake(s->sess, s->fd)) {
     fail(s, err, errlen, "SSH handshake failed: %s", lib_error(s));
     goto fail;
   }
-  if (check_host_key(s, t, kh, err, errlen))
+  if (check_host_key(s, t, err, errlen))
     goto fail;
-  L.libssh2_knownhost_free(kh);
-  kh = NULL;
   if (authenticate(s, t, err, errlen))
     goto fail;
   L.libssh2_session_set_timeout(s->sess, s->timeout_ms);
   *out = s;
   return 0;
 fail:
-  if (kh)
-    L.libssh2_knownhost_free(kh);
   sf__ssh_close(s, true);
   return -1;
 }
@@ -607,8 +560,9 @@ int sf__ssh_deploy(sf__ssh *s, const char *local_path, const char *hash_hex,
     return fail(s, err, errlen, "cannot start SFTP: %s", lib_error(s));
   /* The file name carries the content hash, and a copy only appears under
    * it by rename once complete, so a name that exists with the right size
-   * is this executable; the worker then proves it by sending the hash of
-   * the file it runs (checked by the head). */
+   * was this executable; the worker then hashes the file it runs before
+   * anything else (cluster.c copies a damaged one again) and sends the
+   * hash in its hello. */
   snprintf(path, pathlen, "%s/sflow-%s", remote_dir, hash_hex);
   int rc = 0;
   uint64_t size = 0;
@@ -645,6 +599,12 @@ int sf__ssh_deploy(sf__ssh *s, const char *local_path, const char *hash_hex,
 /* --------------------------------------------------------------- exec */
 
 int sf__ssh_start(sf__ssh *s, const char *cmd, char *err, size_t errlen) {
+  if (s->chan) {
+    L.libssh2_channel_close(s->chan);
+    L.libssh2_channel_free(s->chan);
+    s->chan = NULL;
+    s->mid_line[0] = s->mid_line[1] = false;
+  }
   s->chan = L.libssh2_channel_open_ex(s->sess, "session", 7, LIBSSH2_CHANNEL_WINDOW_DEFAULT,
                                       LIBSSH2_CHANNEL_PACKET_DEFAULT, NULL, 0);
   if (!s->chan)
@@ -654,20 +614,21 @@ int sf__ssh_start(sf__ssh *s, const char *cmd, char *err, size_t errlen) {
   return 0;
 }
 
-int sf__ssh_read_until(sf__ssh *s, const char *marker, char *out, size_t outlen, char *err,
-                       size_t errlen) {
+int sf__ssh_read_until(sf__ssh *s, const char *marker, const char *what, char *out,
+                       size_t outlen, char *err, size_t errlen) {
   size_t n = 0, mlen = strlen(marker);
   out[0] = '\0';
   for (;;) {
-    /* Done when the marker stands on a line of its own. */
+    /* Done when a line starts with the marker and is complete. */
     for (const char *p = out; (p = strstr(p, marker)); p++)
-      if ((p == out || p[-1] == '\n') && p[mlen] == '\n')
+      if ((p == out || p[-1] == '\n') && strchr(p + mlen, '\n') &&
+          (p[mlen] == '\n' || p[mlen] == ' '))
         return 0;
     if (n + 1 >= outlen)
-      return fail(s, err, errlen, "the host check printed more than %zu bytes", outlen);
+      return fail(s, err, errlen, "%s printed more than %zu bytes", what, outlen);
     ssize_t k = L.libssh2_channel_read_ex(s->chan, 0, out + n, outlen - 1 - n);
     if (k < 0)
-      return fail(s, err, errlen, "reading the host check's output failed: %s", lib_error(s));
+      return fail(s, err, errlen, "reading the output of %s failed: %s", what, lib_error(s));
     if (k == 0) {
       /* What the command said on stderr explains why it ended. */
       char why[256] = "";
@@ -676,8 +637,10 @@ int sf__ssh_read_until(sf__ssh *s, const char *marker, char *out, size_t outlen,
       for (char *q = why; *q; q++)
         if (*q == '\n')
           *q = ' ';
-      return fail(s, err, errlen, "the host check ended early%s%s (is /bin/sh there?)",
-                  why[0] ? ": " : "", why);
+      size_t wl = strlen(why);
+      while (wl && why[wl - 1] == ' ')
+        why[--wl] = '\0';
+      return fail(s, err, errlen, "%s ended early%s%s", what, why[0] ? ": " : "", why);
     }
     n += (size_t)k;
     out[n] = '\0';
@@ -693,9 +656,23 @@ int sf__ssh_send(sf__ssh *s, const void *stdin_data, size_t n, char *err, size_t
     p += k;
     n -= (size_t)k;
   }
-  /* From here on only the control thread touches the session, polling. */
-  L.libssh2_session_set_blocking(s->sess, 0);
   return 0;
+}
+
+void sf__ssh_detach(sf__ssh *s) { L.libssh2_session_set_blocking(s->sess, 0); }
+
+int sf__ssh_unlink(sf__ssh *s, const char *path, char *err, size_t errlen) {
+  LIBSSH2_SFTP *sftp = L.libssh2_sftp_init(s->sess);
+  if (!sftp)
+    return fail(s, err, errlen, "cannot start SFTP: %s", lib_error(s));
+  int rc = 0;
+  uint64_t size;
+  if (L.libssh2_sftp_unlink_ex(sftp, path, (unsigned)strlen(path)) &&
+      remote_file_size(sftp, path, &size))
+    rc = fail(s, err, errlen, "cannot remove %s: %s (SFTP error %lu)", path, lib_error(s),
+              sftp_errno(sftp));
+  L.libssh2_sftp_shutdown(sftp);
+  return rc;
 }
 
 /* Copies buf to fd, starting each line with prefix. */

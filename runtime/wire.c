@@ -10,6 +10,14 @@
  * lengths fit.  Decoded byte fields point into the receive buffer (no copy,
  * no allocation), so a malformed frame can cost nothing but its bytes.
  * tests/fuzz/fuzz_wire.c drives it under ASan and UBSan.
+ *
+ * Every type has a largest length (sf__wire_max_len: a few bytes to a few
+ * KB for control frames, SF__FRAME_MAX for those that carry values), which
+ * the header alone is judged against, so nobody waits for or makes room
+ * for a frame that could never be valid.  A connection reads nothing but
+ * the handshake's frames (at most 72 bytes) until its peer has proved the
+ * run's secret, and never more than the frame it is completing needs: a
+ * stranger costs a few hundred bytes whatever it claims.
  */
 #include <errno.h>
 #include <poll.h>
@@ -50,6 +58,50 @@ static const char *const type_names[SF__F_COUNT] = {
 const char *sf__wire_type_name(int type) {
   return type > 0 && type < SF__F_COUNT ? type_names[type] : "unknown";
 }
+
+/* The limits of variable fields, shared by the decoder and the table. */
+#define HOST_MAX 255          /* hello: host name */
+#define ADDR_MAX 63           /* hello: data-plane address */
+#define TEXT_MAX 4096         /* shutdown reason, group-done message */
+#define LOG_MAX 65536         /* one log line */
+#define PRINT_MAX (1u << 24)  /* print output of one frame */
+#define EVENTS_MAX (1u << 24) /* one trace batch */
+#define PEERS_MAX (SF__GROUP_MAX * 66u) /* u16 port, u8 length, 63 bytes each */
+
+/* len (the bytes after the length field: version, type, flags, payload)
+ * of the largest valid frame of each type. */
+uint32_t sf__wire_max_len(int type) {
+  switch (type) {
+  case SF__F_CHALLENGE: return 4 + 32;
+  case SF__F_AUTH: return 4 + 4 + 32 + 32;
+  case SF__F_AUTH_OK: return 4 + 32;
+  case SF__F_HELLO: return 4 + 12 + 4 + 4 + HOST_MAX + 4 + ADDR_MAX + 32;
+  case SF__F_HEARTBEAT: return 4 + 16;
+  case SF__F_CLOCK: return 4 + 24;
+  case SF__F_ACTOR_STOP: return 4 + 8;
+  case SF__F_SHUTDOWN: return 4 + 4 + 4 + TEXT_MAX;
+  case SF__F_GROUP_SETUP: return 4 + 32 + 4 + PEERS_MAX;
+  case SF__F_GROUP_DONE: return 4 + 29 + 4 + TEXT_MAX;
+  case SF__F_LOG: return 4 + 4 + LOG_MAX;
+  case SF__F_PRINT: return 4 + 4 + PRINT_MAX;
+  case SF__F_TRACE: return 4 + 4 + 4 + EVENTS_MAX;
+  case SF__F_TASK_SUBMIT:
+  case SF__F_TASK_RESULT:
+  case SF__F_ACTOR_CREATE:
+  case SF__F_ACTOR_CALL:
+  case SF__F_ACTOR_RESULT:
+  case SF__F_ACTOR_STATE:
+  case SF__F_OBJECT: return SF__FRAME_MAX;
+  default: return 0;
+  }
+}
+
+/* The frames of the handshake: all a connection reads before its peer
+ * has proved the secret. */
+static bool handshake_type(int type) {
+  return type == SF__F_CHALLENGE || type == SF__F_AUTH || type == SF__F_AUTH_OK;
+}
+#define HANDSHAKE_MAX (4 + 4 + 32 + 32) /* sf__wire_max_len(SF__F_AUTH) */
 
 /* ------------------------------------------------------------ writer */
 
@@ -381,8 +433,8 @@ static void get_payload(rd *r, sf__frame *f) {
     f->u.hello.gpus = get_u32(r, "gpus");
     f->u.hello.data_port = get_u16(r, "data port");
     f->u.hello.obj_port = get_u16(r, "object port");
-    f->u.hello.host = get_bytes(r, 255, "host name");
-    f->u.hello.data_addr = get_bytes(r, 63, "data address");
+    f->u.hello.host = get_bytes(r, HOST_MAX, "host name");
+    f->u.hello.data_addr = get_bytes(r, ADDR_MAX, "data address");
     get_raw(r, f->u.hello.exe_hash, 32, "executable hash");
     break;
   case SF__F_HEARTBEAT:
@@ -470,7 +522,7 @@ static void get_payload(rd *r, sf__frame *f) {
     break;
   case SF__F_SHUTDOWN:
     f->u.shutdown.code = get_u32(r, "exit code");
-    f->u.shutdown.reason = get_bytes(r, 4096, "reason");
+    f->u.shutdown.reason = get_bytes(r, TEXT_MAX, "reason");
     break;
   case SF__F_GROUP_SETUP:
     f->u.group_setup.group = get_u64(r, "group id");
@@ -479,7 +531,7 @@ static void get_payload(rd *r, sf__frame *f) {
     f->u.group_setup.count = get_u64(r, "count");
     f->u.group_setup.dtype = get_u32(r, "dtype");
     f->u.group_setup.iters = get_u32(r, "iterations");
-    f->u.group_setup.peers = get_bytes(r, SF__GROUP_MAX * 66, "peers");
+    f->u.group_setup.peers = get_bytes(r, PEERS_MAX, "peers");
     if (r->ok && (f->u.group_setup.size == 0 || f->u.group_setup.size > SF__GROUP_MAX ||
                   f->u.group_setup.rank >= f->u.group_setup.size ||
                   f->u.group_setup.dtype >= SF__DT_COUNT ||
@@ -495,10 +547,10 @@ static void get_payload(rd *r, sf__frame *f) {
     f->u.group_done.ok = get_u8(r, "status");
     f->u.group_done.elapsed_ns = get_u64(r, "elapsed");
     f->u.group_done.bytes = get_u64(r, "bytes");
-    f->u.group_done.message = get_bytes(r, 4096, "message");
+    f->u.group_done.message = get_bytes(r, TEXT_MAX, "message");
     break;
-  case SF__F_LOG: f->u.log.line = get_bytes(r, 65536, "line"); break;
-  case SF__F_PRINT: f->u.log.line = get_bytes(r, 1u << 24, "output"); break;
+  case SF__F_LOG: f->u.log.line = get_bytes(r, LOG_MAX, "line"); break;
+  case SF__F_PRINT: f->u.log.line = get_bytes(r, PRINT_MAX, "output"); break;
   case SF__F_CLOCK:
     f->u.clock.seq = get_u64(r, "sequence");
     f->u.clock.head_ns = get_u64(r, "head time");
@@ -506,7 +558,7 @@ static void get_payload(rd *r, sf__frame *f) {
     break;
   case SF__F_TRACE:
     f->u.trace.count = get_u32(r, "event count");
-    f->u.trace.events = get_bytes(r, 1u << 24, "events");
+    f->u.trace.events = get_bytes(r, EVENTS_MAX, "events");
     if (r->ok && (f->u.trace.count == 0 || f->u.trace.count > SF__TRACE_BATCH_MAX ||
                   check_trace(f->u.trace.events, f->u.trace.count))) {
       r->ok = false;
@@ -532,6 +584,11 @@ long sf__wire_decode(const uint8_t *buf, size_t n, sf__frame *f, char *err, size
                 SF__WIRE_VERSION);
   if (n >= 6 && (buf[5] == 0 || buf[5] >= SF__F_COUNT))
     return sf__net_fail(err, errlen, "malformed frame: unknown type %u", buf[5]);
+  if (n >= 6 && len > sf__wire_max_len(buf[5]))
+    return sf__net_fail(err, errlen,
+                        "malformed frame: a %s frame of %u bytes exceeds the limit of %u bytes "
+                        "for its type",
+                        sf__wire_type_name(buf[5]), len, sf__wire_max_len(buf[5]));
   if (n >= 8 && (buf[6] | buf[7]))
     return sf__net_fail(err, errlen, "malformed frame: reserved flags 0x%02x%02x set", buf[7], buf[6]);
   if (n - 4 < len)
@@ -550,13 +607,13 @@ long sf__wire_decode(const uint8_t *buf, size_t n, sf__frame *f, char *err, size
 
 /* -------------------------------------------------------- connections */
 
-void sf__conn_init(sf__conn *c, int fd) { *c = (sf__conn){fd, NULL, 0, 0, 0}; }
+void sf__conn_init(sf__conn *c, int fd) { *c = (sf__conn){.fd = fd}; }
 
 void sf__conn_close(sf__conn *c) {
   if (c->fd >= 0)
     close(c->fd);
   free(c->rx);
-  *c = (sf__conn){-1, NULL, 0, 0, 0};
+  *c = (sf__conn){.fd = -1};
 }
 
 static int64_t now_ms(void) {
@@ -605,20 +662,67 @@ int sf__conn_send(sf__conn *c, const sf__frame *f, int timeout_ms, char *err, si
   return 0;
 }
 
+/* How many bytes the frame at p takes (4 + len) once its header is there,
+ * 0 before, -1 when the header is bad for this connection (the decoder or
+ * sf__conn_next says why). */
+static long frame_extent(const sf__conn *c, const uint8_t *p, size_t n) {
+  if (n < SF__FRAME_HDR)
+    return 0;
+  uint32_t len = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                 (uint32_t)p[3] << 24;
+  if (p[4] != SF__WIRE_VERSION || p[5] == 0 || p[5] >= SF__F_COUNT || (p[6] | p[7]) ||
+      len < SF__FRAME_HDR - 4 || len > sf__wire_max_len(p[5]) ||
+      (!c->authed && !handshake_type(p[5])))
+    return -1;
+  return (long)len + 4;
+}
+
+/* Moves c->scan past the complete frames buffered; *want: how far the
+ * buffer must reach to complete the next one (or to hold its header).
+ * -1 when a header is bad. */
+static int scan_frames(sf__conn *c, size_t *want) {
+  for (;;) {
+    long k = c->rx ? frame_extent(c, c->rx + c->scan, c->rx_n - c->scan) : 0;
+    if (k < 0)
+      return -1;
+    if (k == 0 || c->rx_n - c->scan < (size_t)k) {
+      *want = c->scan + (k ? (size_t)k : SF__FRAME_HDR);
+      return 0;
+    }
+    c->scan += (size_t)k;
+  }
+}
+
+/* Complete frames a fill leaves for the caller to take before it reads on. */
+#define FILL_BATCH ((size_t)1 << 20)
+
+/* The buffer grows only toward frames whose headers passed their type's
+ * limit, and before authentication it holds one handshake frame: what is
+ * read is exactly what that frame lacks. */
 int sf__conn_fill(sf__conn *c) {
   for (;;) {
-    if (c->rx_cap - c->rx_n < 65536) {
-      size_t cap = c->rx_cap ? c->rx_cap * 2 : 131072;
+    size_t want;
+    if (scan_frames(c, &want))
+      return 1; /* sf__conn_next says what is wrong */
+    size_t done = c->scan - c->pending; /* complete, not yet taken */
+    if (done && (!c->authed || done >= FILL_BATCH))
+      return 1;
+    size_t end = c->authed ? c->rx_n + 65536 : want;
+    if (end > c->rx_cap) {
+      size_t cap = !c->authed ? 2 * HANDSHAKE_MAX : c->rx_cap ? c->rx_cap * 2 : 131072;
+      while (cap < end)
+        cap *= 2;
       uint8_t *p = realloc(c->rx, cap);
       if (!p)
         return -1;
       c->rx = p;
       c->rx_cap = cap;
     }
-    ssize_t k = recv(c->fd, c->rx + c->rx_n, c->rx_cap - c->rx_n, MSG_DONTWAIT);
+    size_t ask = c->authed ? c->rx_cap - c->rx_n : want - c->rx_n;
+    ssize_t k = recv(c->fd, c->rx + c->rx_n, ask, MSG_DONTWAIT);
     if (k > 0) {
       c->rx_n += (size_t)k;
-      if ((size_t)k < 65536)
+      if ((size_t)k < ask)
         return 1;
       continue;
     }
@@ -634,7 +738,17 @@ int sf__conn_next(sf__conn *c, sf__frame *f, char *err, size_t errlen) {
   if (c->pending) {
     memmove(c->rx, c->rx + c->pending, c->rx_n - c->pending);
     c->rx_n -= c->pending;
+    c->scan = c->scan > c->pending ? c->scan - c->pending : 0;
     c->pending = 0;
+  }
+  if (!c->authed && c->rx_n >= 6 && c->rx[4] == SF__WIRE_VERSION && c->rx[5] &&
+      c->rx[5] < SF__F_COUNT && !handshake_type(c->rx[5])) {
+    uint32_t len = (uint32_t)c->rx[0] | (uint32_t)c->rx[1] << 8 | (uint32_t)c->rx[2] << 16 |
+                   (uint32_t)c->rx[3] << 24;
+    return sf__net_fail(err, errlen,
+                        "a %s frame of %u bytes before authentication (until then only the "
+                        "handshake's frames, at most %d bytes, are read)",
+                        sf__wire_type_name(c->rx[5]), len, HANDSHAKE_MAX);
   }
   long k = sf__wire_decode(c->rx, c->rx_n, f, err, errlen);
   if (k <= 0)
@@ -676,31 +790,46 @@ static void auth_mac(const uint8_t secret[SF__SECRET_LEN], const char *role,
   sf__hmac_sha256(secret, SF__SECRET_LEN, msg, n + 68, out);
 }
 
-int sf__auth_head(sf__conn *c, const uint8_t secret[SF__SECRET_LEN], uint32_t *node,
-                  int timeout_ms, char *err, size_t errlen) {
+int sf__auth_challenge(sf__conn *c, uint8_t nonce[32], int timeout_ms, char *err,
+                       size_t errlen) {
   sf__frame f = {.type = SF__F_CHALLENGE};
   if (sf__random_bytes(f.u.challenge.nonce, 32))
     return sf__net_fail(err, errlen, "no randomness for the challenge");
-  uint8_t nonce_h[32];
-  memcpy(nonce_h, f.u.challenge.nonce, 32);
-  if (sf__conn_send(c, &f, timeout_ms, err, errlen))
+  memcpy(nonce, f.u.challenge.nonce, 32);
+  return sf__conn_send(c, &f, timeout_ms, err, errlen);
+}
+
+int sf__auth_answer(sf__conn *c, const sf__frame *f, const uint8_t secret[SF__SECRET_LEN],
+                    const uint8_t nonce[32], uint32_t *node, int timeout_ms, char *err,
+                    size_t errlen) {
+  if (f->type != SF__F_AUTH)
+    return sf__net_fail(err, errlen, "expected an auth frame, got %s", sf__wire_type_name(f->type));
+  uint8_t want[32], nonce_w[32];
+  memcpy(nonce_w, f->u.auth.nonce, 32);
+  auth_mac(secret, "sflow-auth-1 worker", nonce, nonce_w, f->u.auth.node, want);
+  if (!sf__ct_equal(want, f->u.auth.mac, 32))
+    return sf__net_fail(err, errlen, "wrong HMAC: the peer does not know this run's secret");
+  *node = f->u.auth.node;
+  sf__frame ok = {.type = SF__F_AUTH_OK};
+  auth_mac(secret, "sflow-auth-1 head", nonce_w, nonce, *node, ok.u.auth_ok.mac);
+  if (sf__conn_send(c, &ok, timeout_ms, err, errlen))
     return -1;
+  c->authed = true;
+  return 0;
+}
+
+int sf__auth_head(sf__conn *c, const uint8_t secret[SF__SECRET_LEN], uint32_t *node,
+                  int timeout_ms, char *err, size_t errlen) {
+  uint8_t nonce[32];
+  if (sf__auth_challenge(c, nonce, timeout_ms, err, errlen))
+    return -1;
+  sf__frame f;
   int r = sf__conn_recv(c, &f, timeout_ms, err, errlen);
   if (r == 0)
     return sf__net_fail(err, errlen, "peer closed the connection before authenticating");
   if (r < 0)
     return -1;
-  if (f.type != SF__F_AUTH)
-    return sf__net_fail(err, errlen, "expected an auth frame, got %s", sf__wire_type_name(f.type));
-  uint8_t want[32], nonce_w[32];
-  memcpy(nonce_w, f.u.auth.nonce, 32);
-  auth_mac(secret, "sflow-auth-1 worker", nonce_h, nonce_w, f.u.auth.node, want);
-  if (!sf__ct_equal(want, f.u.auth.mac, 32))
-    return sf__net_fail(err, errlen, "wrong HMAC: the peer does not know this run's secret");
-  *node = f.u.auth.node;
-  sf__frame ok = {.type = SF__F_AUTH_OK};
-  auth_mac(secret, "sflow-auth-1 head", nonce_w, nonce_h, *node, ok.u.auth_ok.mac);
-  return sf__conn_send(c, &ok, timeout_ms, err, errlen);
+  return sf__auth_answer(c, &f, secret, nonce, node, timeout_ms, err, errlen);
 }
 
 int sf__auth_worker(sf__conn *c, const uint8_t secret[SF__SECRET_LEN], uint32_t node,
@@ -733,5 +862,6 @@ int sf__auth_worker(sf__conn *c, const uint8_t secret[SF__SECRET_LEN], uint32_t 
   auth_mac(secret, "sflow-auth-1 head", nonce_w, nonce_h, node, want);
   if (f.type != SF__F_AUTH_OK || !sf__ct_equal(want, f.u.auth_ok.mac, 32))
     return sf__net_fail(err, errlen, "the head did not prove the secret");
+  c->authed = true;
   return 0;
 }

@@ -29,6 +29,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -504,6 +505,49 @@ def case_deploy_4(c):
     deploy(c, 4)
 
 
+def sha256_of(path):
+    import hashlib
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def case_cache_damaged(c):
+    """A cached executable with the right name and size but a byte changed
+    is found by the worker, which hashes itself before anything else: the
+    head says so, copies it again and the run succeeds (one byte in the
+    section headers: the file still starts and reports its hash; the ELF
+    magic: it does not start at all).  The nodes share the cache folder:
+    one copies, the other starts that copy.  Then the copy is reused."""
+    r = c.run()
+    check(r.returncode == 0 and r.stdout == "head says 42\n", f"first run: exit {r.returncode}",
+          r.stderr)
+    want = sha256_of(c.prog)
+    cached = os.path.join(c.cache, "sflow-" + want)
+    size = os.path.getsize(cached)
+    for offset, why in ((size - 3, r"its content hash differs"),
+                        (0, r"it did not start: .*")):
+        with open(cached, "r+b") as f:
+            f.seek(offset)
+            b = f.read(1)
+            f.seek(offset)
+            f.write(bytes([b[0] ^ 0x55]))
+        check(os.path.getsize(cached) == size and sha256_of(cached) != want, "damaged in place")
+        r = c.run()
+        check(r.returncode == 0 and r.stdout == "head says 42\n",
+              f"damaged at {offset}: exit {r.returncode}", r.stderr)
+        notes = re.findall(rf"sflow: node \d \S+: cached executable {re.escape(cached)} was "
+                           rf"damaged \({why}\); copied again", r.stderr)
+        check(len(notes) == 1, f"damaged at {offset}: one notice", r.stderr)
+        check(sha256_of(cached) == want, "the cache holds this executable again")
+        check(not [f for f in os.listdir(c.cache) if f.endswith(".tmp")], "temporary files left",
+              os.listdir(c.cache))
+        c.expect_no_workers()
+    r = c.run("--cluster-log")
+    check(r.returncode == 0 and "damaged" not in r.stderr, "third run", r.stderr)
+    check(len(re.findall(r"ready: .*cached", r.stderr)) == 2, "copy not reused", r.stderr)
+    c.expect_no_workers()
+
+
 def case_changed_host_key(c):
     other = os.path.join(c.dir, "impostor_key")
     keygen(other)
@@ -543,6 +587,64 @@ def case_unknown_host_key(c):
     check(f"[{addr}]:{port} ssh-ed25519" in kh, "key not recorded", kh)
     r = c.run()
     check(r.returncode == 0, "run after TOFU", r.stderr)
+    c.expect_no_workers()
+
+
+def case_known_hosts_rules(c):
+    """known_hosts by OpenSSH's rules, with real sshd on non-22 ports: a
+    key on an @revoked line is refused (exit 69, the message names the
+    file:line) though another line lists it, before any credential is
+    offered; a bare `host` entry (port 22) is not accepted for [host]:PORT;
+    an @cert-authority line trusts no plain key; hashed entries
+    (ssh-keygen -H), wildcard patterns and comma-separated lists are."""
+    addr1, port1, key1 = c.hosts[1]
+    with open(key1 + ".pub") as f:
+        kind, blob = f.read().split()[:2]
+    good = [c.known_line(0), c.known_line(1)]
+    label = re.escape(entry(addr1, port1))
+
+    def refused(lines, pattern, what):
+        c.write_known_hosts(lines)
+        r = c.run()
+        check(r.returncode == 69, f"{what}: exit {r.returncode} (want 69)", r.stderr)
+        check(re.search(rf"{label}: {pattern}", r.stderr), f"{what}: message", r.stderr)
+        check(r.stdout == "", f"{what}: the workflow must not run", r.stdout)
+        c.expect_no_workers()
+
+    log_before = len(c.sshd_log(1))
+    refused(good + [f"@revoked * {kind} {blob}\n"],
+            rf"host key is REVOKED \(marked @revoked at {re.escape(c.known_hosts)}:3\); "
+            r"refusing to connect", "revoked")
+    refused([f"@revoked {addr1} {kind} {blob}\n"] + good,
+            rf"host key is REVOKED \(marked @revoked at {re.escape(c.known_hosts)}:1\)",
+            "revoked first")
+    log = c.sshd_log(1)[log_before:]
+    check("Accepted publickey" not in log and "Failed publickey" not in log,
+          "credentials were offered to a host with a revoked key", log)
+    refused([c.known_line(0), f"{addr1} {kind} {blob}\n"], r"unknown host key", "port-22 entry")
+    refused([c.known_line(0), f"@cert-authority * {kind} {blob}\n"], r"unknown host key",
+            "cert-authority")
+    # Accepted: hashed, patterns, lists.
+    for what, lines in (
+            ("pattern", [c.known_line(0), f"[127.0.0.?]:{port1} {kind} {blob}\n"]),
+            ("list", [c.known_line(0), f"[10.9.9.9]:{port1},[{addr1}]:{port1} {kind} {blob}\n"]),
+            ("negation elsewhere", [c.known_line(0),
+                                    f"!*.example,[{addr1}]:{port1} {kind} {blob}\n"])):
+        c.write_known_hosts(lines)
+        r = c.run()
+        check(r.returncode == 0 and r.stdout == "head says 42\n", f"{what}: exit {r.returncode}",
+              r.stderr)
+    c.write_known_hosts(good)
+    subprocess.run(["ssh-keygen", "-H", "-f", c.known_hosts], check=True, capture_output=True)
+    with open(c.known_hosts) as f:
+        hashed = f.read()
+    check(addr1 not in hashed and hashed.startswith("|1|"), "ssh-keygen -H hashed it", hashed)
+    r = c.run()
+    check(r.returncode == 0 and r.stdout == "head says 42\n", f"hashed: exit {r.returncode}",
+          r.stderr)
+    # A negated pattern that matches excludes the host.
+    refused([c.known_line(0), f"[127.0.0.?]:{port1},![{addr1}]:* {kind} {blob}\n"],
+            r"unknown host key", "negated")
     c.expect_no_workers()
 
 
@@ -609,6 +711,114 @@ def case_wrong_secret(c):
         head.kill()
         head.wait()
     c.expect_no_workers(within=6)
+
+
+def memory_kb(pid, field):
+    """VmRSS or VmHWM (peak) of a process, in KiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise Fail(f"no {field} for pid {pid}")
+
+
+def closed_after(s, limit):
+    """Reads s until the peer closes it; (bytes read, seconds it took)."""
+    t0 = time.time()
+    s.settimeout(limit)
+    got = b""
+    try:
+        while True:
+            k = s.recv(4096)
+            if not k:
+                break
+            got += k
+    except socket.timeout:
+        raise Fail(f"still open after {limit} s")
+    except ConnectionResetError:
+        pass
+    return got, time.time() - t0
+
+
+TASK_SUBMIT = 6  # sf__ftype
+
+
+def case_control_plane_preauth(c):
+    """Strangers before they authenticate.  On the head's control port a
+    header claiming a 1 GiB task frame, with bytes streaming after it, is
+    refused from the header (the head's peak memory grows by less than
+    8 MB) at once, though a silent connection came first; the silent one
+    gets the 40-byte challenge and is dropped after 5 s; 100 silent
+    connections at once are bounded (the oldest dropped) and the run ends
+    normally, no node lost.  On a worker's object listener a silent
+    connection is dropped after 5 s too, and does not hold up another."""
+    head = subprocess.Popen(c.args("--cluster-log", "--sflow-selftest", "hold:20"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+    try:
+        line, _ = read_until(head.stderr, r"control plane listening on", 30)
+        addr, port = line.split()[-1].rsplit(":", 1)
+        line, _ = read_until(head.stderr, r"node 1 ready: .*objects on \S+:\d+", 30)
+        oaddr, oport = re.search(r"objects on (\S+):(\d+)", line).groups()
+        node_pids(head, len(c.hosts))
+        hwm0 = memory_kb(head.pid, "VmHWM")
+        silent = socket.create_connection((addr, int(port)))
+        time.sleep(0.2)
+        flood = socket.create_connection((addr, int(port)))
+        fport = flood.getsockname()[1]
+        t0 = time.time()
+        flood.settimeout(10)
+        sent = 0
+        try:
+            flood.sendall(struct.pack("<IBBH", 1 << 30, 1, TASK_SUBMIT, 0))
+            chunk = b"\0" * (1 << 20)
+            while sent < (1 << 30):
+                flood.sendall(chunk)
+                sent += len(chunk)
+        except OSError:
+            pass  # the head closed it
+        flood.close()
+        line, _ = read_until(head.stderr, rf"refused control connection from [\d.]+:{fport}: ", 10)
+        took = time.time() - t0
+        grew = memory_kb(head.pid, "VmHWM") - hwm0
+        check(grew < 8192, f"the head's peak memory grew by {grew / 1024:.1f} MB "
+              f"({sent >> 20} MiB sent)", line)
+        check("a task-submit frame of 1073741824 bytes before authentication" in line,
+              "refused for what it claims", line)
+        check(took < 1.5, f"the refusal took {took:.1f} s (held up by the silent connection?)")
+        got, waited = closed_after(silent, 10)
+        check(len(got) == 40, f"the challenge is 40 bytes, got {len(got)}")
+        check(4.5 <= waited + 0.2 + took <= 7.5, f"silent connection dropped after {waited:.1f} s")
+        print(f"1 GiB claim: refused in {took:.2f} s after {sent >> 20} MiB sent, head peak "
+              f"memory +{grew} KiB; silent connection dropped after {waited + 0.2 + took:.1f} s")
+        read_until(head.stderr, r"refused control connection from [\d.]+:\d+: did not "
+                   r"authenticate within 5 s", 5)
+        many = [socket.create_connection((addr, int(port))) for _ in range(100)]
+        read_until(head.stderr, r"64 connections were authenticating at once; dropped the oldest",
+                   5)
+        # The object listener: a silent connection, then garbage.
+        osilent = socket.create_connection((oaddr, int(oport)))
+        time.sleep(0.2)
+        g = socket.create_connection((oaddr, int(oport)))
+        t1 = time.time()
+        g.sendall(b"garbage")
+        g.close()
+        read_until(head.stderr, r"refused object connection from \S+: no greeting", 5)
+        check(time.time() - t1 < 1.5, "the object listener was held up by a silent connection")
+        got, waited = closed_after(osilent, 40)
+        check(len(got) == 32 and 4 <= waited <= 7.5,
+              f"silent object connection dropped after {waited:.1f} s ({len(got)} bytes)")
+        head.wait(timeout=40)
+        err = drain(head.stderr)
+        check(head.returncode == 0, f"head exit {head.returncode}", err)
+        check(" lost" not in err, "a node was lost", err)
+        for s in many:
+            s.close()
+    finally:
+        if head.poll() is None:
+            head.kill()
+            head.wait()
+    c.expect_no_workers()
 
 
 def case_allreduce_3(c):
@@ -2326,6 +2536,50 @@ def case_group_allreduce_nodes(c):
     c.expect_no_workers()
 
 
+def case_ring_listener_preauth(c):
+    """A worker's group ring listener while a group of 2 runs collectives
+    across the workers: a silent connection gets the 32-byte nonce and is
+    dropped after 5 s, without holding up a garbage one (refused at once)
+    or the group, whose results equal a single-node run's."""
+    exe = c.compile("grp", GROUP_PROGRAM)
+    args = ("--size", "2", "--n", "40", "--slow", "0.25")
+    want = single_node(exe, *args).splitlines()
+    head = c.start("--head-runs-work=false", "--cluster-log", *args, prog=exe)
+    try:
+        line, _ = read_until(head.stderr, r"node 1 ready: .*pid (\d+).*objects on \S+:\d+", 30)
+        pid = int(re.search(r"pid (\d+)", line).group(1))
+        oaddr, oport = re.search(r"objects on (\S+):(\d+)", line).groups()
+        _, before = read_until(head.stdout, r"running 3", 30)  # the ring is up
+        data = [a for a in listening(pid) if not a.endswith(":" + oport)]
+        check(len(data) == 1, "one data listener besides the object one", listening(pid))
+        daddr, dport = data[0].rsplit(":", 1)
+        silent = socket.create_connection((daddr, int(dport)))
+        time.sleep(0.2)
+        g = socket.create_connection((daddr, int(dport)))
+        t0 = time.time()
+        g.sendall(b"garbage")
+        g.close()
+        read_until(head.stderr, r"\[node 1\] sflow worker 1: refused a ring connection: bad "
+                   r"greeting", 5)
+        took = time.time() - t0
+        check(took < 1.5, f"the refusal took {took:.1f} s (held up by the silent connection?)")
+        got, waited = closed_after(silent, 15)
+        check(len(got) == 32 and 4.3 <= waited + 0.2 + took <= 7.5,
+              f"silent ring connection dropped after {waited:.1f} s ({len(got)} bytes)")
+        read_until(head.stderr, r"refused a ring connection: no greeting within 5 s", 5)
+        head.wait(timeout=60)
+        out = "".join(before) + drain(head.stdout)
+        err = drain(head.stderr)
+        check(head.returncode == 0, f"head exit {head.returncode}", out, err)
+        got = unprefixed(out.splitlines())
+        check(got[:-1] == want[:-1], "results equal the single-node run", out, want, err)
+    finally:
+        if head.poll() is None:
+            head.kill()
+            head.wait()
+    c.expect_no_workers()
+
+
 def case_group_worker_killed(c):
     """A member's worker is SIGKILLed while the group runs collectives: the
     whole group restarts on live workers from the common checkpoint, with a
@@ -2778,11 +3032,14 @@ CASES = {
                                 for i in range(2)})),
     "deploy_2": (2, case_deploy_2),
     "deploy_4": (4, case_deploy_4),
+    "cache_damaged": (2, case_cache_damaged),
     "changed_host_key": (2, case_changed_host_key),
     "unknown_host_key": (2, case_unknown_host_key),
+    "known_hosts_rules": (2, case_known_hosts_rules),
     "unreachable_host": (1, case_unreachable_host),
     "bad_user_key": (1, case_bad_user_key),
     "wrong_secret": (2, case_wrong_secret),
+    "control_plane_preauth": (2, case_control_plane_preauth),
     "allreduce_3": (3, case_allreduce_3),
     "allreduce_4": (4, case_allreduce_4),
     "worker_sigkill": (3, case_worker_sigkill),
@@ -2824,6 +3081,7 @@ CASES = {
     "actor_worker_killed": (3, case_actor_worker_killed),
     "actor_restarts_exhausted": (2, case_actor_restarts_exhausted),
     "group_allreduce_nodes": (3, case_group_allreduce_nodes),
+    "ring_listener_preauth": (2, case_ring_listener_preauth),
     "group_worker_killed": (4, case_group_worker_killed),
     "group_resume": (3, case_group_resume),
     "campaign_nodes_resume": (2, case_campaign_nodes_resume),

@@ -231,11 +231,17 @@ static void test_malformed(void) {
   /* A heartbeat with 15 instead of 16 payload bytes. */
   uint8_t hb[8 + 16] = {19, 0, 0, 0, 1, SF__F_HEARTBEAT, 0, 0};
   expect_bad(hb, 8 + 15, "malformed heartbeat frame: bad or truncated time");
-  /* ... and with one byte too many. */
+  /* ... and with one byte too many: over the type's bound, judged from
+   * the header. */
   hb[0] = 21;
   uint8_t hb2[8 + 17] = {0};
   memcpy(hb2, hb, sizeof hb);
-  expect_bad(hb2, sizeof hb2, "malformed heartbeat frame: 1 trailing bytes");
+  expect_bad(hb2, sizeof hb2,
+             "malformed frame: a heartbeat frame of 21 bytes exceeds the limit of 20 bytes for "
+             "its type");
+  /* A log line followed by a stray byte, within the type's bound. */
+  uint8_t lg[8 + 4 + 2 + 1] = {4 + 4 + 2 + 1, 0, 0, 0, 1, SF__F_LOG, 0, 0, 2, 0, 0, 0, 'h', 'i', 9};
+  expect_bad(lg, sizeof lg, "malformed log frame: 1 trailing bytes");
 }
 
 static void test_inner_lengths(void) {
@@ -504,6 +510,8 @@ typedef struct side {
   uint32_t node;
   int rc;
   char err[256];
+  bool keep;    /* keep the connection open in conn afterwards */
+  sf__conn conn;
 } side;
 
 static void *head_side(void *arg) {
@@ -511,7 +519,20 @@ static void *head_side(void *arg) {
   sf__conn c;
   sf__conn_init(&c, s->fd);
   s->rc = sf__auth_head(&c, s->secret, &s->node, 2000, s->err, sizeof s->err);
-  sf__conn_close(&c);
+  if (s->keep)
+    s->conn = c;
+  else
+    sf__conn_close(&c);
+  return NULL;
+}
+
+static sf__frame sent_frame;
+static sf__conn *sent_conn;
+
+static void *send_main(void *arg) {
+  (void)arg;
+  char e[128];
+  sf__conn_send(sent_conn, &sent_frame, 3000, e, sizeof e);
   return NULL;
 }
 
@@ -519,8 +540,8 @@ static void handshake(const uint8_t *head_secret, const uint8_t *worker_secret, 
                       side *w) {
   int sv[2];
   CU_ASSERT_FATAL(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
-  *h = (side){sv[0], {0}, 0, 0, ""};
-  *w = (side){sv[1], {0}, 7, 0, ""};
+  *h = (side){sv[0], {0}, 0, 0, "", false, {0}};
+  *w = (side){sv[1], {0}, 7, 0, "", false, {0}};
   memcpy(h->secret, head_secret, 32);
   memcpy(w->secret, worker_secret, 32);
   pthread_t t;
@@ -558,7 +579,7 @@ static void test_auth_wrong_secret(void) {
 static void test_auth_garbage(void) {
   int sv[2];
   socketpair(AF_UNIX, SOCK_STREAM, 0, sv);
-  side h = {sv[0], {0}, 0, 0, ""};
+  side h = {sv[0], {0}, 0, 0, "", false, {0}};
   pthread_t t;
   pthread_create(&t, NULL, head_side, &h);
   uint8_t junk[64];
@@ -568,6 +589,150 @@ static void test_auth_garbage(void) {
   CHECK_INT(h.rc, -1);
   CHECK_STR(h.err, "malformed frame: length 4294967295 exceeds the limit of 1073741824 bytes");
   close(sv[1]);
+}
+
+/* ------------------------------------------------- per-type bounds */
+
+/* A header (8 bytes, nothing after it) claiming len for type. */
+static void header(uint8_t h[8], uint32_t len, int type) {
+  for (int i = 0; i < 4; i++)
+    h[i] = (uint8_t)(len >> (8 * i));
+  h[4] = SF__WIRE_VERSION;
+  h[5] = (uint8_t)type;
+  h[6] = h[7] = 0;
+}
+
+/* Every type has a bound on its length, judged from the header alone:
+ * one byte over it is refused before any of the payload is there (a
+ * reader never waits for, or makes room for, more). */
+static void test_type_bounds(void) {
+  static const struct { int type; uint32_t max; } bounds[] = {
+      {SF__F_CHALLENGE, 36},          {SF__F_AUTH, 72},
+      {SF__F_AUTH_OK, 36},            {SF__F_HELLO, 378},
+      {SF__F_HEARTBEAT, 20},          {SF__F_CLOCK, 28},
+      {SF__F_ACTOR_STOP, 12},         {SF__F_SHUTDOWN, 4108},
+      {SF__F_GROUP_DONE, 4133},       {SF__F_LOG, 65544},
+      {SF__F_PRINT, (1u << 24) + 8},  {SF__F_TRACE, (1u << 24) + 12},
+      {SF__F_GROUP_SETUP, 40 + SF__GROUP_MAX * 66},
+  };
+  for (size_t i = 0; i < sizeof bounds / sizeof *bounds; i++) {
+    uint8_t h[8];
+    sf__frame f;
+    header(h, bounds[i].max, bounds[i].type);
+    CHECK_INT(sf__wire_decode(h, sizeof h, &f, err, sizeof err), 0); /* at the bound: wait */
+    header(h, bounds[i].max + 1, bounds[i].type);
+    CHECK_INT(sf__wire_decode(h, sizeof h, &f, err, sizeof err), -1);
+    char want[200];
+    snprintf(want, sizeof want,
+             "malformed frame: a %s frame of %u bytes exceeds the limit of %u bytes for its type",
+             sf__wire_type_name(bounds[i].type), bounds[i].max + 1, bounds[i].max);
+    CHECK_STR(err, want);
+    CHECK_INT(sf__wire_max_len(bounds[i].type), bounds[i].max);
+  }
+  /* Frames that carry values keep the general limit. */
+  static const int data[] = {SF__F_TASK_SUBMIT, SF__F_TASK_RESULT, SF__F_ACTOR_CREATE,
+                             SF__F_ACTOR_CALL, SF__F_ACTOR_RESULT, SF__F_ACTOR_STATE,
+                             SF__F_OBJECT};
+  for (size_t i = 0; i < sizeof data / sizeof *data; i++)
+    CHECK_INT(sf__wire_max_len(data[i]), SF__FRAME_MAX);
+  /* The bounds are exact: the largest frames of a few types decode. */
+  char host[255], reason[4096];
+  memset(host, 'h', sizeof host);
+  memset(reason, 'r', sizeof reason);
+  sf__frame f = {.type = SF__F_HELLO};
+  f.u.hello.host = (sf__bytes){(const uint8_t *)host, 255};
+  f.u.hello.data_addr = (sf__bytes){(const uint8_t *)host, 63};
+  sf__wbuf b = {0};
+  CHECK_INT(sf__wire_encode(&b, &f), 0);
+  CHECK_INT((long)b.n, 4 + 378);
+  sf__frame g;
+  CHECK_INT(decode(&b, &g), (long)b.n);
+  b.n = 0;
+  f = (sf__frame){.type = SF__F_SHUTDOWN};
+  f.u.shutdown.reason = (sf__bytes){(const uint8_t *)reason, 4096};
+  CHECK_INT(sf__wire_encode(&b, &f), 0);
+  CHECK_INT((long)b.n, 4 + 4108);
+  CHECK_INT(decode(&b, &g), (long)b.n);
+  sf__wbuf_free(&b);
+}
+
+/* A peer that has not authenticated claims a 1 GiB task frame and keeps
+ * sending: the reader refuses it from the header, at once, having made
+ * room for no more than a handshake frame. */
+typedef struct flood {
+  int fd;
+  size_t sent;
+} flood;
+
+static void *flood_main(void *arg) {
+  flood *fl = arg;
+  static uint8_t chunk[1 << 16];
+  header(chunk, 1u << 30, SF__F_TASK_SUBMIT);
+  for (int i = 0; i < 256; i++) { /* 16 MiB, or until the reader closes */
+    ssize_t k = send(fl->fd, chunk, sizeof chunk, MSG_NOSIGNAL);
+    if (k <= 0)
+      break;
+    fl->sent += (size_t)k;
+    memset(chunk, 0, 8);
+  }
+  return NULL;
+}
+
+static int64_t ms_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+static void test_preauth_bounded(void) {
+  int sv[2];
+  CU_ASSERT_FATAL(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+  flood fl = {sv[1], 0};
+  pthread_t t;
+  pthread_create(&t, NULL, flood_main, &fl);
+  sf__conn c;
+  sf__conn_init(&c, sv[0]);
+  sf__frame f;
+  int64_t t0 = ms_now();
+  CHECK_INT(sf__conn_recv(&c, &f, 3000, err, sizeof err), -1);
+  CU_ASSERT(ms_now() - t0 < 1000);
+  CHECK_STR(err, "a task-submit frame of 1073741824 bytes before authentication (until then "
+                 "only the handshake's frames, at most 72 bytes, are read)");
+  CU_ASSERT(c.rx_cap <= 256);
+  sf__conn_close(&c); /* the flood's next send fails */
+  pthread_join(t, NULL);
+  close(sv[1]);
+}
+
+/* After the handshake the same connection takes frames of every type. */
+static void test_after_auth_unbounded(void) {
+  int sv[2];
+  CU_ASSERT_FATAL(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+  side h = {sv[0], {0}, 0, 0, "", false, {0}};
+  sf__random_bytes(h.secret, 32);
+  h.keep = true;
+  pthread_t t;
+  pthread_create(&t, NULL, head_side, &h);
+  sf__conn c;
+  sf__conn_init(&c, sv[1]);
+  CHECK_INT(sf__auth_worker(&c, h.secret, 3, 2000, err, sizeof err), 0);
+  pthread_join(t, NULL);
+  CHECK_INT(h.rc, 0);
+  static uint8_t args[1 << 20];
+  memset(args, 7, sizeof args);
+  sf__frame f = {.type = SF__F_TASK_SUBMIT};
+  f.u.task_submit.args = (sf__bytes){args, sizeof args};
+  pthread_t s;
+  sent_frame = f;
+  sent_conn = &c;
+  pthread_create(&s, NULL, send_main, NULL);
+  sf__frame g;
+  CHECK_INT(sf__conn_recv(&h.conn, &g, 3000, err, sizeof err), 1);
+  pthread_join(s, NULL);
+  CHECK_INT(g.type, SF__F_TASK_SUBMIT);
+  CHECK_INT(g.u.task_submit.args.n, sizeof args);
+  sf__conn_close(&h.conn);
+  sf__conn_close(&c);
 }
 
 int main(int argc, char **argv) {
@@ -585,6 +750,9 @@ int main(int argc, char **argv) {
       {"auth_right_secret", test_auth_right_secret},
       {"auth_wrong_secret", test_auth_wrong_secret},
       {"auth_garbage", test_auth_garbage},
+      {"type_bounds", test_type_bounds},
+      {"preauth_bounded", test_preauth_bounded},
+      {"after_auth_unbounded", test_after_auth_unbounded},
       {NULL, NULL},
   };
   return rt_run("wire", tests, argc, argv);
