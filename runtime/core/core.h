@@ -200,6 +200,10 @@ _Noreturn void sf__raise_message(const char *message);
  * the progress line is cleared first); NULL: nothing. */
 extern void (*sf__before_stderr)(void);
 
+/* ------------------------------------------------------------- io.c */
+
+/* Nothing shared: file I/O is all ABI (sflow.h). */
+
 /* ---------------------------------------------------------- serial.c */
 
 /* Values to bytes and back, driven by type descriptors: used by

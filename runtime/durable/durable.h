@@ -49,11 +49,14 @@ bool sf__journal_flush(sf__jpos *pos);
 enum { SF__JPOS_COVERED, SF__JPOS_OTHER_RUN, SF__JPOS_BEYOND, SF__JPOS_DIFFERS };
 int sf__journal_covers(const sf__jpos *pos);
 uint64_t sf__journal_records(void); /* records the loaded journal holds */
+int sf__mkdirs(const char *path); /* mkdir -p; 0 on success */
+
+/* ------------------------------------------------------ checkpoint.c */
+
 /* --resume, before anything runs: every checkpoint checked against the
  * loaded journal.  False, with why[], when an actor has checkpoints but
  * the journal covers none of them (the journal lost synced records). */
 bool sf__checkpoint_vet(const char *journal, char *why, size_t n);
-int sf__mkdirs(const char *path); /* mkdir -p; 0 on success */
 bool sf__checkpoint_restore(sf_actor *a);
 void sf__checkpoint_maybe(sf_actor *a, bool after_all);
 /* Groups restore as a whole, at the newest g.all epoch every member has a
