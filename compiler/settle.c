@@ -3,12 +3,12 @@
  *
  * Arrays that kernels or matmul wrote stay on the device while the code
  * runs only GPU statements; sf_gpu_settle() copies them back before the
- * next statement that may look at array data on the host (runtime/gpu.c
+ * next statement that may look at array data on the host (runtime/gpu/gpu.c
  * explains the protocol).  Generated host code indexes arrays inline, so
  * the runtime cannot see that moment: the compiler must mark it.  A GPU
  * statement is a launch, a matmul into a variable, a group collective
  * (allreduce_*, broadcast, allgather into a variable, barrier:
- * runtime/nccl.c runs them on device arrays), a scalar update, or a loop
+ * runtime/gpu/nccl.c runs them on device arrays), a scalar update, or a loop
  * of those, whose expressions read no array element on the host.
  *
  * Key design choice: this is a pass over the checked AST before codegen,

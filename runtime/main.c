@@ -21,8 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
-#include "net.h"
+#include "cluster.h"
 
 #define EXIT_INTERNAL 101
 
@@ -35,6 +34,12 @@ static void at_exit(void) {
 }
 
 int main(int argc, char **argv) {
+  /* Each layer's hooks in the layers below it, before any thread: the
+   * lower layers never call up (docs/architecture.md, "Hooks"). */
+  sf__sched_install();
+  sf__durable_install();
+  sf__gpu_install();
+  sf__cluster_install();
   const sf_program *prog = &sf_program_desc;
   const char *name = prog->name && *prog->name ? prog->name : "program";
   if (prog->abi_version != SF_ABI_VERSION) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # fuzz.sh — build and run the libFuzzer targets: the sflow front end and
-# the control plane's frame decoder (runtime/wire.c).
+# the control plane's frame decoder (runtime/cluster/wire.c).
 #
 #   scripts/fuzz.sh [SECONDS]   fuzz for SECONDS (default 300) from the seed
 #                               corpus; findings land in build/fuzz/artifacts
@@ -84,18 +84,19 @@ build() {
   fi
 }
 
-# The frame decoder: runtime/wire.c with crypto.c and sha256.c (the
+# The frame decoder: runtime/cluster/wire.c with crypto.c and core/sha256.c (the
 # handshake's HMAC), nothing else of the runtime.
 WIRE_BIN=$OUT/fuzz_wire
 build_wire() {
   mkdir -p "$OUT"
-  local srcs=("$ROOT/runtime/wire.c" "$ROOT/runtime/crypto.c" "$ROOT/runtime/sha256.c"
+  local srcs=("$ROOT/runtime/cluster/wire.c" "$ROOT/runtime/cluster/crypto.c" "$ROOT/runtime/core/sha256.c"
               "$ROOT/tests/fuzz/fuzz_wire.c")
   local f need=0
-  for f in "${srcs[@]}" "$ROOT/runtime/net.h" "$ROOT/runtime/internal.h"; do [[ $f -nt $WIRE_BIN ]] && need=1; done
+  for f in "${srcs[@]}" "$ROOT"/runtime/*/*.h; do [[ $f -nt $WIRE_BIN ]] && need=1; done
   if [[ ! -x $WIRE_BIN ]] || ((need)); then
     "$CC_FUZZ" -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined \
-      -fno-sanitize-recover=undefined -I"$ROOT/runtime" -w "${srcs[@]}" -ldl -o "$WIRE_BIN"
+      -fno-sanitize-recover=undefined -I"$ROOT/runtime" -iquote "$ROOT/runtime/core" -iquote "$ROOT/runtime/sched" -iquote "$ROOT/runtime/durable" \
+      -iquote "$ROOT/runtime/gpu" -iquote "$ROOT/runtime/cluster" -w "${srcs[@]}" -ldl -o "$WIRE_BIN"
   fi
 }
 

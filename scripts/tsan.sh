@@ -27,7 +27,7 @@ for d in tasks actors futures scheduler stress strings; do
   python3 tests/run_golden.py --run --sflowc "$build/bin/sflowc" --dir "tests/run/$d" || status=1
 done
 python3 tests/runtime/observe_test.py --sflowc "$build/bin/sflowc" || status=1
-# 1024 pool threads parking and waking (runtime/sched.c's idle workers).
+# 1024 pool threads parking and waking (runtime/sched/sched.c's idle workers).
 python3 tests/runtime/threads_test.py --sflowc "$build/bin/sflowc" || status=1
 python3 tests/runtime/fault_test.py --sflowc "$build/bin/sflowc" kill-at-30% checkpoint-write-1 \
   journal-write-4 || status=1

@@ -3,14 +3,35 @@
 find_package(Python3 COMPONENTS Interpreter REQUIRED)
 
 # CUnit unit tests: each tests/unit/test_*.c is one executable and one test.
-# Files named test_rt_*.c link the runtime; the others link the front end.
+# Files named test_rt_*.c link the runtime: the layer they test and those
+# below it only (CMakeLists.txt, "runtime"), so that a core test that
+# reached the scheduler, the GPU or the cluster would not link; the others
+# link the front end.  test_rt_flags includes main.c, the top: all of it.
+set(RT_TEST_LAYER_test_rt_strings core)
+set(RT_TEST_LAYER_test_rt_mem core)
+set(RT_TEST_LAYER_test_rt_print core)
+set(RT_TEST_LAYER_test_rt_errors core)
+set(RT_TEST_LAYER_test_rt_builtins core)
+set(RT_TEST_LAYER_test_rt_gpu gpu)
+set(RT_TEST_LAYER_test_rt_nccl gpu)
+set(RT_TEST_LAYER_test_rt_hostfile cluster)
+set(RT_TEST_LAYER_test_rt_sshconfig cluster)
+set(RT_TEST_LAYER_test_rt_knownhosts cluster)
+set(RT_TEST_LAYER_test_rt_wire cluster)
+set(RT_TEST_LAYER_test_rt_ring cluster)
+set(RT_TEST_LAYER_test_rt_remote cluster)
 file(GLOB UNIT_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/unit/test_*.c)
 foreach(src IN LISTS UNIT_TESTS)
   get_filename_component(name ${src} NAME_WE)
   add_executable(${name} ${src})
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   if(name MATCHES "^test_rt_")
-    target_link_libraries(${name} PRIVATE sflowrt ${CUNIT_LIB} Threads::Threads m dl)
+    if(DEFINED RT_TEST_LAYER_${name})
+      target_link_libraries(${name} PRIVATE sflowrt_${RT_TEST_LAYER_${name}} ${CUNIT_LIB}
+                            Threads::Threads m dl)
+    else()
+      target_link_libraries(${name} PRIVATE sflowrt ${CUNIT_LIB} Threads::Threads m dl)
+    endif()
   else()
     target_link_libraries(${name} PRIVATE sflowfront ${CUNIT_LIB})
   endif()

@@ -2,14 +2,14 @@
 """sflow's allreduce against Open MPI's, both timed from a barrier.
 
 run.py compares `--sflow-selftest allreduce` (which times each call
-without a barrier, runtime/cluster.c) with mpi_allreduce.c (a barrier
+without a barrier, runtime/cluster/cluster.c) with mpi_allreduce.c (a barrier
 before each call).  This times both the same way on one host: ring_algos
 (BARRIER=1, 4 members on loopback TCP, the algorithm sflow's thresholds
 pick at each size) against `mpirun -np 4` of mpi_allreduce.c (TCP BTL on
 loopback, mpi_yield_when_idle), in interleaved rounds; it prints each
 side's median, the spread (slowest / fastest round) and the ratio.
 
-    cc -O2 -Iruntime bench/cluster/ring_algos.c BUILD/lib/sflow/libsflowrt.a \\
+    cc -O2 -Iruntime -iquote runtime/core -iquote runtime/sched -iquote runtime/durable -iquote runtime/gpu -iquote runtime/cluster bench/cluster/ring_algos.c BUILD/lib/sflow/libsflowrt.a \\
        -ldl -lpthread -lm -o ring_algos
     mpicc -O2 bench/cluster/mpi_allreduce.c -o mpi_allreduce
     python3 bench/cluster/like_for_like.py ./ring_algos ./mpi_allreduce [ROUNDS]
@@ -21,7 +21,7 @@ import subprocess
 import sys
 
 SIZES = [1 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20]
-RD_MAX, HALVING_MAX = 32 << 10, 4 << 20  # runtime/net.h, for a group of 4
+RD_MAX, HALVING_MAX = 32 << 10, 4 << 20  # runtime/cluster/cluster.h, for a group of 4
 
 
 def column(b):

@@ -1,5 +1,5 @@
 /*
- * ring_algos.c — how long each allreduce algorithm of runtime/ring.c takes
+ * ring_algos.c — how long each allreduce algorithm of runtime/cluster/ring.c takes
  * at each size, to set the thresholds in net.h (SF__RING_RD_MAX,
  * SF__RING_HALVING_MAX).  Forks P processes that connect over loopback TCP
  * with sf__ring_connect (ring and partner links, as the workers do), then
@@ -9,7 +9,7 @@
  * time all members spent per call (which load on a shared machine
  * inflates far less than wall time).
  *
- *   cc -O2 -Iruntime bench/cluster/ring_algos.c BUILD/lib/sflow/libsflowrt.a \
+ *   cc -O2 -Iruntime -iquote runtime/core -iquote runtime/sched -iquote runtime/durable -iquote runtime/gpu -iquote runtime/cluster bench/cluster/ring_algos.c BUILD/lib/sflow/libsflowrt.a \
  *      -ldl -lpthread -lm -o ring_algos
  *   ./ring_algos P ROUNDS ITERS SIZE...      (sizes in bytes of floats)
  *
@@ -25,7 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "net.h"
+#include "cluster.h"
 
 enum { RD, HALVING, RING, NALGO };
 static const char *const names[NALGO] = {"doubling", "halving", "ring"};

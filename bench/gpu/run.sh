@@ -91,7 +91,7 @@ timeout 300 python3 "$here/torch_peer.py" > "$table.torch" 2>&1; rc=$?
 if [ $rc = 0 ]; then grep '^TABLE|' "$table.torch" >> "$table"
 else row "PyTorch peers|not run: $(tail -1 "$table.torch")|-|-"; fi
 
-# 5. NCCL (runtime/nccl.c): two processes as two ranks (exact results, a
+# 5. NCCL (runtime/gpu/nccl.c): two processes as two ranks (exact results, a
 #    dead and a stopped peer caught by the watchdog, allreduce bandwidth
 #    1 KB-256 MB), the torch.distributed peer, and an sflow group in one
 #    process (NCCL on two GPUs, host staging when its members share one).

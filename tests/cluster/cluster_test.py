@@ -830,7 +830,7 @@ def case_allreduce_4(c):
 
 
 def allreduce(c, n):
-    # Counts on both sides of each algorithm switch in runtime/ring.c for
+    # Counts on both sides of each algorithm switch in runtime/cluster/ring.c for
     # 4-byte types (recursive doubling to 32 KB, halving to 4 MB for 4
     # members, the ring above; 3 members: the ring from 64 KB); 8-byte
     # types move them around.

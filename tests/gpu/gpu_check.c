@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gpu_internal.h"
+#include "gpu.h"
 
 const sf_program sf_program_desc = {SF_ABI_VERSION, "gpu_check", "", 0, NULL, NULL, NULL, NULL};
 

@@ -1,5 +1,5 @@
 /*
- * nccl_check.c — runtime/nccl.c on real GPUs, with two processes as two
+ * nccl_check.c — runtime/gpu/nccl.c on real GPUs, with two processes as two
  * ranks, the way a group across nodes uses it: rank 0 makes the unique id
  * and the parent carries its 128 bytes (hex) to rank 1, as the control
  * plane would.  Exits 77 without a GPU (ctest: not run).
@@ -28,7 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "nccl.h"
+#include "gpu.h"
 
 const sf_program sf_program_desc = {SF_ABI_VERSION, "nccl_check", "", 0, NULL, NULL, NULL, NULL};
 extern char **environ;

@@ -1,6 +1,6 @@
 /*
  * nvrtc_check.c — compiles CUDA C files with the runtime's own NVRTC path
- * (runtime/nvrtc.c), for each architecture given, and fails on any error.
+ * (runtime/gpu/nvrtc.c), for each architecture given, and fails on any error.
  * NVRTC needs no GPU, so this runs everywhere CUDA is installed; without
  * NVRTC it exits 77 and ctest reports the test as not run.
  *
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu_internal.h"
+#include "gpu.h"
 
 const sf_program sf_program_desc = {SF_ABI_VERSION, "nvrtc_check", "", 0, NULL, NULL, NULL, NULL};
 

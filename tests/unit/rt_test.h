@@ -16,7 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "core.h"
 
 typedef unit_test rt_test;
 #define rt_run unit_run

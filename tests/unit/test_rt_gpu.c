@@ -10,7 +10,7 @@
 #include <math.h>
 #include <sys/stat.h>
 
-#include "gpu_internal.h"
+#include "gpu.h"
 #include "rt_test.h"
 
 const sf_program sf_program_desc = {SF_ABI_VERSION, "test_rt_gpu", "", 0, NULL, NULL, NULL, NULL};

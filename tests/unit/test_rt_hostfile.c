@@ -4,7 +4,7 @@
  * port=PORT, slots, gpus, comments, blank lines) and every error, each with
  * the exact file:line message a user sees.
  */
-#include "net.h"
+#include "cluster.h"
 #include "rt_test.h"
 
 static sf__hostlist L;

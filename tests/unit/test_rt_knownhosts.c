@@ -8,8 +8,7 @@
  * type is not a change; malformed lines are skipped; HMAC-SHA1 and base64
  * against known vectors; the line recorded on first use reads back.
  */
-#include "internal.h"
-#include "net.h"
+#include "cluster.h"
 #include "rt_test.h"
 
 /* Two ed25519 keys and an ECDSA key made with ssh-keygen for this test. */

@@ -15,7 +15,7 @@
 #include <sys/wait.h>
 #include <time.h>
 
-#include "nccl.h"
+#include "gpu.h"
 #include "rt_test.h"
 
 const sf_program sf_program_desc = {SF_ABI_VERSION, "test_rt_nccl", "", 0, NULL, NULL, NULL, NULL};

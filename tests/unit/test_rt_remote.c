@@ -2,6 +2,7 @@
  * a peer's offset only when it checks out (never a crash on a bad one). */
 #include <stdint.h>
 
+#include "cluster.h"
 #include "rt_test.h"
 
 const sf_program sf_program_desc = {SF_ABI_VERSION, "test_rt_remote", "", 0, NULL, NULL, NULL, NULL};

@@ -19,7 +19,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "net.h"
+#include "cluster.h"
 #include "rt_test.h"
 
 #define MAXN 6

@@ -11,7 +11,7 @@
 #include <pwd.h>
 #include <sys/stat.h>
 
-#include "net.h"
+#include "cluster.h"
 #include "rt_test.h"
 
 static char home[256], err[1024], me[256];

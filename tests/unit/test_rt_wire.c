@@ -9,8 +9,7 @@
 #include <pthread.h>
 #include <sys/socket.h>
 
-#include "internal.h"
-#include "net.h"
+#include "cluster.h"
 #include "rt_test.h"
 
 static char err[256];

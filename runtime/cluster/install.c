@@ -1,0 +1,21 @@
+/*
+ * install.c — the cluster layer's hooks in the scheduler: task.c's placer
+ * (sched.h, sf__place), through which a task call, a spawn and an actor
+ * call reach other nodes without the scheduler calling up into this layer,
+ * and trace.c's (trace_ship.c)
+ * (docs/architecture.md, "Hooks").  Each placer member stays a no-op
+ * outside a --nodes run on the head (remote.c and ractor.c decide).
+ */
+#include "cluster.h"
+
+void sf__cluster_install(void) {
+  sf__place = (sf__placer){
+      .task = sf__remote_task,
+      .spawn = sf__ractor_spawn,
+      .call = sf__ractor_call,
+      .drop = sf__ractor_drop,
+      .demand = sf__remote_demand,
+      .future_gone = sf__remote_future_gone,
+  };
+  sf__trace_ship_install();
+}

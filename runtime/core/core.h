@@ -1,0 +1,325 @@
+/*
+ * core.h — the core layer's internal names (prefix `sf__`): memory, type
+ * descriptors, strings, arrays, printing, errors, serialization, SHA-256,
+ * the builtins' random streams and the command-line flags.  Generated code
+ * never sees this header; it calls only what sflow.h declares.
+ *
+ * Key design choice: the runtime is five layers, one folder and one header
+ * each (docs/architecture.md, "Runtime layers"): core, sched (includes
+ * core.h), durable and gpu (include sched.h), cluster (includes durable.h
+ * and gpu.h).  A file includes its own layer's header and so sees the
+ * layers below, never one above; where a lower layer must reach a higher
+ * one, the lower one owns a hook (a function pointer set once at start-up,
+ * before any thread) that the higher one installs.  This header has a
+ * section per core file, in the order a program meets them.
+ *
+ * Conventions every file follows:
+ *  - A NULL sf_str* means the empty string and a NULL sf_array* means an
+ *    empty array: zero-filled memory (a fresh str[] array, an actor field
+ *    before init) must be a valid value, never a crash.
+ *  - Arguments are borrowed; results documented "owned" carry +1.
+ */
+#ifndef SF_CORE_H
+#define SF_CORE_H
+
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "sflow.h"
+
+#define SF__VERSION "0.1.0"
+
+/* ------------------------------------------------------------ mem.c */
+
+/* Destructors for futures, actors and groups, filled in by the files that
+ * implement them.  A destructor frees the object itself; with no destructor
+ * registered the object's memory is simply freed. */
+typedef void (*sf__dtor_fn)(sf_obj *obj);
+extern sf__dtor_fn sf__obj_dtor[SF_OBJ_GROUP + 1];
+
+/* sf_alloc for count * size bytes, with the multiplication checked. */
+void *sf__alloc_n(size_t count, size_t size);
+/* realloc of an sf_alloc block that never returns NULL (out of memory is a
+ * runtime error). */
+void *sf__realloc(void *p, size_t n);
+
+/* Blocks of up to SF__BLOCK_MAX bytes recycled through per-thread caches
+ * (futures with their task records: a million-task run allocates and frees
+ * a million of them).  sf__block_alloc returns the block and its class,
+ * which sf__block_free needs back; a larger size is plain sf_alloc, class
+ * -1. */
+#define SF__BLOCK_MAX 512
+void *sf__block_alloc(size_t n, int32_t *cls);
+void sf__block_free(void *p, int32_t cls);
+
+/* ------------------------------------------------------------ str.c */
+
+/* Bytes and length of a string, treating NULL as "". */
+const char *sf__str_data(const sf_str *s);
+int64_t sf__str_len(const sf_str *s);
+
+/* Python repr() of a double / float into buf (NUL-terminated, returns the
+ * length).  SF__FLOAT_BUF bytes always suffice. */
+#define SF__FLOAT_BUF 32
+int sf__fmt_f64_repr(double v, char *buf);
+int sf__fmt_f32_repr(float v, char *buf);
+
+/* Strict number parsing shared by casts and command-line flags.  The whole
+ * of [s, s+len) must be the number; no surrounding whitespace. */
+typedef enum { SF__PARSE_OK = 0, SF__PARSE_BAD, SF__PARSE_RANGE } sf__parse_status;
+sf__parse_status sf__parse_i64(const char *s, size_t len, int64_t *out);
+sf__parse_status sf__parse_i32(const char *s, size_t len, int32_t *out);
+sf__parse_status sf__parse_f64(const char *s, size_t len, double *out);
+sf__parse_status sf__parse_f32(const char *s, size_t len, float *out);
+sf__parse_status sf__parse_bool(const char *s, size_t len, bool *out);
+
+/* Writes s as a double-quoted sflow string literal (escapes for \" \\ and
+ * control bytes) into buf of size n, cutting it to at most max_bytes of
+ * content followed by "..." so error messages stay one readable line. */
+void sf__quote(const char *s, size_t len, size_t max_bytes, char *buf, size_t n);
+/* Appends s as a quoted literal, whole, to a print buffer (see print.c). */
+struct sf__buf;
+void sf__buf_put_quoted(struct sf__buf *b, const char *s, size_t len);
+
+/* ---------------------------------------------------------- types.c */
+
+/* True when a value of type t holds references that need retain/release. */
+bool sf__type_has_refs(const sf_type *t);
+/* The interned descriptor of "array of elem" (valid for the whole run).
+ * Descriptors are compared by structure, never by pointer: the compiler
+ * emits its own copies of the same types. */
+const sf_type *sf__array_type(const sf_type *elem);
+
+/* ---------------------------------------------------------- array.c */
+
+/* Index helper: pointer to element i (no bounds check). */
+static inline void *sf__array_at(const sf_array *a, int64_t i) {
+  return (char *)a->data + i * (int64_t)a->elem->size;
+}
+
+/* Which copy of an array is current (sf_array.where): the GPU layer keeps
+ * a device copy beside the host one (gpu.c). */
+enum { SF__WHERE_HOST = 0, SF__WHERE_BOTH = 1, SF__WHERE_DEVICE = 2 };
+/* Hooks the GPU layer installs (sf__gpu_install), the only maker of device
+ * copies: freeing an array's device copy (mem.c, when a->dev is set), and
+ * copying it back when it is the only current one (sf_array_host, before
+ * the host reads the data: serial.c, collectives). */
+extern void (*sf__array_dev_free)(sf_array *a);
+extern void (*sf__array_to_host)(sf_array *a);
+
+/* ---------------------------------------------------------- print.c */
+
+/* Appends the printed form of a value of type t at p to a growing buffer;
+ * `nested` quotes strings (inside arrays and structs). */
+typedef struct sf__buf {
+  char *data;
+  size_t len, cap;
+  char *inline_data; /* the caller's fixed storage (may be NULL), not freed */
+  size_t inline_cap;
+} sf__buf;
+void sf__buf_init(sf__buf *b, char *storage, size_t cap);
+/* Makes room for n more bytes (doubling); the slow path of sf__buf_put. */
+void sf__buf_grow(sf__buf *b, size_t n);
+/* Inline: journal records and serialized values are many small puts, and a
+ * call per put was a tenth of the cost of a journaled empty task. */
+static inline void sf__buf_put(sf__buf *b, const char *s, size_t n) {
+  if (n > b->cap - b->len)
+    sf__buf_grow(b, n);
+  if (n)
+    memcpy(b->data + b->len, s, n);
+  b->len += n;
+}
+void sf__buf_free(sf__buf *b);
+void sf__format_value(sf__buf *b, const sf_type *t, const void *p, bool nested);
+/* write(2) all of buf to fd, retrying on EINTR and partial writes. */
+bool sf__write_all(int fd, const char *buf, size_t n);
+/* When set (a worker of a --nodes run), sf_print_end hands each finished
+ * line (with its newline) here instead of writing fd 1. */
+extern void (*sf__print_hook)(const char *line, size_t n);
+/* Set while a restarted actor replays a call whose result the head already
+ * delivered: its lines were printed the first time (ractor.c). */
+extern _Thread_local bool sf__print_mute;
+/* When set, sf_print_end also appends each line it prints (or hands to
+ * the hook) here: the output of one attempt of a --nodes task (task.c),
+ * which travels with its result so the head can journal it. */
+extern _Thread_local sf__buf *sf__print_keep;
+
+/* The output sink stack (print.c): the journal (durable/) keeps each
+ * journaled call's lines with its record, and a replay mutes them. */
+enum { SF__CAPTURE_OFF = 0, SF__CAPTURE_KEEP, SF__CAPTURE_MUTE };
+/* The sink of one journaled call's print lines, on its runner's stack:
+ * begin pushes it on this thread's stack (OFF pushes nothing: the lines
+ * belong to the enclosing call), end pops it, out gives the lines it
+ * kept (KEEP only) until free. */
+typedef struct sf__capture sf__capture;
+struct sf__capture {
+  int mode;
+  bool pushed;
+  sf__buf buf;
+  sf__capture *prev;
+};
+extern _Thread_local sf__capture *sf__capture_cur; /* sf_print_end appends here */
+/* Whether begin pushes anything: set by the journal (journal.c) when the
+ * run is journaled, before any thread. */
+extern bool sf__capture_on;
+void sf__capture_line(const char *s, size_t n);
+bool sf__capture_muted(void);                      /* a replay prints nothing */
+void sf__capture_begin(sf__capture *c, int mode);
+void sf__capture_end(sf__capture *c);
+const char *sf__capture_out(const sf__capture *c, size_t *n);
+void sf__capture_free(sf__capture *c); /* ends it too */
+/* Every write print.c makes to stdout: sf__write_all, or the progress
+ * line's sf__out_write (installed by sf__sched_install), which keeps the
+ * line out of the way. */
+extern bool (*sf__out_writer)(int fd, const char *buf, size_t n);
+
+/* ---------------------------------------------------------- error.c */
+
+/* How a task attempt catches runtime errors instead of ending the program:
+ * set sf__error_jmp (and optionally sf__error_handler) on the task's thread
+ * before running it.  On an error the runtime formats the full message
+ * ("file:line:col: runtime error: ...") into sf__error_message, calls the
+ * handler if any, then longjmps to *sf__error_jmp with value 1.  With no jmp
+ * set the message goes to stderr and the process exits with code 70. */
+#define SF__ERROR_MAX 1024
+#define SF__EXIT_RUNTIME 70
+#define SF__EXIT_USAGE 2
+typedef void (*sf__error_fn)(const char *message);
+extern _Thread_local sf__error_fn sf__error_handler;
+extern _Thread_local jmp_buf *sf__error_jmp;
+extern _Thread_local char sf__error_message[SF__ERROR_MAX];
+/* Retry count of the task attempt running on this thread (sf_attempt). */
+extern _Thread_local int64_t sf__attempt;
+/* Raises an already formatted message ("file:l:c: runtime error: ..."),
+ * e.g. one caught on another thread. */
+_Noreturn void sf__raise_message(const char *message);
+/* Called before a runtime error is written to stderr (sf__sched_install:
+ * the progress line is cleared first); NULL: nothing. */
+extern void (*sf__before_stderr)(void);
+
+/* ------------------------------------------------------------- io.c */
+
+/* Nothing shared: file I/O is all ABI (sflow.h). */
+
+/* ---------------------------------------------------------- serial.c */
+
+/* Values to bytes and back, driven by type descriptors: used by
+ * checkpoints, the journal and (later) the network. */
+void sf__ser_value(sf__buf *b, const sf_type *t, const void *p);
+/* Reads one value of type t into p (owned); false on malformed input. */
+typedef struct sf__reader {
+  const unsigned char *p, *end;
+} sf__reader;
+bool sf__de_value(sf__reader *r, const sf_type *t, void *p);
+bool sf__de_u64(sf__reader *r, uint64_t *v);
+void sf__ser_u64(sf__buf *b, uint64_t v);
+uint32_t sf__crc32c(uint32_t crc, const void *data, size_t n);
+
+/* --------------------------------------------------------- sha256.c */
+
+/* SHA-256 in one call, or streamed: init, update any number of times,
+ * final.  crypto.c builds HMAC-SHA256 and file hashing on it. */
+typedef struct {
+  uint32_t h[8];
+  uint64_t bytes;   /* hashed so far */
+  uint8_t buf[64];  /* a partial block */
+  size_t used;
+} sf__sha256_ctx;
+void sf__sha256_init(sf__sha256_ctx *c);
+void sf__sha256_update(sf__sha256_ctx *c, const void *data, size_t n);
+void sf__sha256_final(sf__sha256_ctx *c, uint8_t out[32]);
+void sf__sha256(const void *data, size_t n, uint8_t out[32]);
+void sf__sha256_hex(const void *data, size_t n, char out[65]);
+
+/* -------------------------------------------------------- builtins.c */
+
+extern int64_t sf__node_id; /* 0 on the head, k on the k-th --nodes host */
+/* The value tap of now() and the random draws (sf__durable_install): on
+ * main, a live value is recorded, or on --resume replaced by the recorded
+ * one.  NULL: the live value. */
+extern double (*sf__value_tap)(double live);
+
+/* The random stream of the call running on this thread (main, a task
+ * attempt, an actor message): its identity, the count of calls and spawns
+ * it made (the next child's index) and its PCG32 state, made from the key
+ * at the first draw.  Whoever runs a call saves the thread's, sets a fresh
+ * one with the call's key (sf__rng_enter) and restores it after. */
+typedef struct sf__rng {
+  uint64_t key, children;
+  uint64_t state, inc;
+  bool live;
+} sf__rng;
+extern _Thread_local sf__rng sf__rng_cur;
+uint64_t sf__rng_mix(uint64_t key, uint64_t index); /* the key of child `index` of key */
+/* The key of the next task call or spawn the running call makes. */
+static inline uint64_t sf__rng_child(void) {
+  return sf__rng_mix(sf__rng_cur.key, sf__rng_cur.children++);
+}
+static inline sf__rng sf__rng_enter(uint64_t key) {
+  sf__rng saved = sf__rng_cur;
+  sf__rng_cur = (sf__rng){.key = key};
+  return saved;
+}
+/* Worker: a line "sflow worker K: ..." on stderr (it reaches the head's). */
+void sf__worker_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ----------------------------------------------------------- flags.c */
+
+typedef enum {
+  SF__PROGRESS_AUTO = 0,
+  SF__PROGRESS_ALWAYS,
+  SF__PROGRESS_NEVER
+} sf__progress_mode;
+
+/* The runtime's own command-line flags.  String values point into argv,
+ * which lives for the whole run, so nothing here is ever freed. */
+typedef struct sf__options_t {
+  const char *nodes;          /* --nodes FILE, or NULL */
+  const char *trace;          /* --trace FILE, or NULL */
+  const char *checkpoint_dir; /* --checkpoint-dir DIR, or NULL */
+  bool resume;                /* --resume */
+  bool quiet;                 /* --quiet */
+  bool require_gpu;           /* --require-gpu */
+  int32_t progress;           /* sf__progress_mode */
+  int64_t threads;            /* --threads N; 0 = one per CPU */
+  bool journal;               /* --journal (default true): make the run resumable */
+  /* Multi-node runs (cluster.h, docs/cluster.md). */
+  const char *ssh_user;       /* --ssh-user USER, or NULL: the current user */
+  const char *ssh_key;        /* --ssh-key FILE, or NULL: agent, then ~/.ssh/id_* */
+  const char *known_hosts;    /* --known-hosts FILE, or NULL: ~/.ssh/known_hosts */
+  const char *ssh_config;     /* --ssh-config FILE|none, or NULL: ~/.ssh/config, /etc/ssh */
+  const char *remote_cache;   /* --remote-cache DIR, or NULL: .cache/sflow */
+  bool accept_new_host_keys;  /* --accept-new-host-keys (trust on first use) */
+  bool head_runs_work;        /* --head-runs-work (default true) */
+  bool cluster_log;           /* --cluster-log: per-node progress on stderr */
+  int64_t connect_timeout;    /* --connect-timeout S (default 10) */
+  const char *worker;         /* hidden --sflow-worker ID@ADDR:PORT */
+  const char *worker_cwd;     /* hidden --sflow-cwd: the head's folder, in hex */
+  bool worker_trace;          /* hidden --sflow-trace: the head traces; ship events */
+  const char *selftest;       /* hidden --sflow-selftest SPEC (tests, bench) */
+} sf__options_t;
+extern sf__options_t sf__options;
+
+typedef enum {
+  SF__FLAGS_OK = 0,    /* run the program */
+  SF__FLAGS_HELP,      /* --help or -h: print sf__usage, exit 0 */
+  SF__FLAGS_VERSION,   /* --version: print sf__version, exit 0 */
+  SF__FLAGS_ERROR = -1 /* message in err: exit 2 */
+} sf__flags_result;
+
+/* Parses argv[1..argc) into one slot per workflow parameter (out has
+ * prog->nparams slots) and into sf__options.  String slots are owned (+1)
+ * on success and must be given back with sf__flags_release; on any other
+ * result nothing is left allocated. */
+int sf__parse_flags(const sf_program *prog, int argc, char **argv, sf_value *out,
+                    char *err, size_t errlen);
+void sf__flags_release(const sf_program *prog, sf_value *args);
+void sf__usage(const sf_program *prog, FILE *f);
+void sf__version(const sf_program *prog, FILE *f);
+/* Optimal-string-alignment edit distance, shared with "did you mean". */
+size_t sf__edit_distance(const char *a, const char *b);
+
+#endif

@@ -1,0 +1,146 @@
+/*
+ * io.c — the file builtins behind std.io: read_file, write_file,
+ * append_file, file_exists, read_lines.
+ *
+ * Files are read and written whole with plain POSIX calls, retrying on
+ * EINTR and short transfers.  Key design choice: every failure is a runtime
+ * error that names the operation, the path and the system's reason
+ * (`cannot read "x.txt": No such file or directory`), because in a long
+ * training run a wrong path must be obvious from the one line it prints.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core.h"
+
+_Noreturn static void io_fail(const char *what, sf_str *path, int err, const sf_loc *loc) {
+  char q[600];
+  sf__quote(sf__str_data(path), (size_t)sf__str_len(path), 512, q, sizeof q);
+  sf_runtime_error(loc, "cannot %s %s: %s", what, q, strerror(err));
+}
+
+/* The path as a C string; a NUL byte inside it would silently name a
+ * different file, so it is refused. */
+static const char *c_path(const char *what, sf_str *path, const sf_loc *loc) {
+  const char *p = sf__str_data(path);
+  if ((int64_t)strlen(p) != sf__str_len(path) || sf__str_len(path) == 0)
+    io_fail(what, path, sf__str_len(path) ? EINVAL : ENOENT, loc);
+  return p;
+}
+
+/* Reads all of fd into a new string; returns NULL with errno set on error. */
+static sf_str *read_all(int fd) {
+  size_t cap = 4096, len = 0;
+  struct stat st;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0)
+    cap = (size_t)st.st_size + 1; /* +1 so the final read sees EOF at once */
+  char *buf = sf_alloc(cap);
+  for (;;) {
+    if (len == cap) {
+      char *nb = sf__alloc_n(cap, 2);
+      memcpy(nb, buf, len);
+      sf_free(buf);
+      buf = nb;
+      cap *= 2;
+    }
+    ssize_t r = read(fd, buf + len, cap - len);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0) {
+      int e = errno;
+      sf_free(buf);
+      errno = e;
+      return NULL;
+    }
+    if (r == 0)
+      break;
+    len += (size_t)r;
+  }
+  sf_str *s = sf_str_new(buf, (int64_t)len);
+  sf_free(buf);
+  return s;
+}
+
+sf_str *sf_read_file(sf_str *path, const sf_loc *loc) {
+  const char *p = c_path("read", path, loc);
+  int fd;
+  do
+    fd = open(p, O_RDONLY | O_CLOEXEC);
+  while (fd < 0 && errno == EINTR);
+  if (fd < 0)
+    io_fail("read", path, errno, loc);
+  sf_str *s = read_all(fd);
+  int e = errno;
+  close(fd);
+  if (!s)
+    io_fail("read", path, e, loc);
+  return s;
+}
+
+static void write_text(const char *what, sf_str *path, sf_str *text, int flags,
+                       const sf_loc *loc) {
+  const char *p = c_path(what, path, loc);
+  int fd;
+  do
+    fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC | flags, 0666);
+  while (fd < 0 && errno == EINTR);
+  if (fd < 0)
+    io_fail(what, path, errno, loc);
+  bool ok = sf__write_all(fd, sf__str_data(text), (size_t)sf__str_len(text));
+  int e = errno;
+  /* close() reports delayed write errors (NFS, full disk): check it too. */
+  if (close(fd) != 0 && ok) {
+    ok = false;
+    e = errno;
+  }
+  if (!ok)
+    io_fail(what, path, e ? e : EIO, loc);
+}
+
+void sf_write_file(sf_str *path, sf_str *text, const sf_loc *loc) {
+  write_text("write", path, text, O_TRUNC, loc);
+}
+
+void sf_append_file(sf_str *path, sf_str *text, const sf_loc *loc) {
+  write_text("append to", path, text, O_APPEND, loc);
+}
+
+bool sf_file_exists(sf_str *path) {
+  const char *p = sf__str_data(path);
+  if ((int64_t)strlen(p) != sf__str_len(path) || !*p)
+    return false;
+  struct stat st;
+  return stat(p, &st) == 0;
+}
+
+/* Number of lines: a final line without '\n' counts, an empty tail after
+ * the last '\n' does not. */
+static int64_t count_lines(const char *d, int64_t n) {
+  int64_t lines = 0;
+  for (const char *c = d; (c = memchr(c, '\n', (size_t)(d + n - c))); c++)
+    lines++;
+  return lines + (n > 0 && d[n - 1] != '\n');
+}
+
+sf_array *sf_read_lines(sf_str *path, const sf_loc *loc) {
+  sf_str *text = sf_read_file(path, loc);
+  const char *d = sf__str_data(text);
+  int64_t n = sf__str_len(text);
+  sf_array *a = sf_array_new(&sf_type_str, count_lines(d, n), loc);
+  sf_str **out = a->data;
+  const char *c = d, *end = d + n;
+  for (int64_t i = 0; i < a->len; i++) {
+    const char *nl = memchr(c, '\n', (size_t)(end - c));
+    const char *e = nl ? nl : end;
+    int64_t len = e - c;
+    if (len > 0 && c[len - 1] == '\r')
+      len--;
+    out[i] = sf_str_new(c, len);
+    c = e + 1;
+  }
+  sf_release(text);
+  return a;
+}

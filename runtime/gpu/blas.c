@@ -1,0 +1,231 @@
+/*
+ * blas.c — matmul: cuBLAS on a GPU, OpenBLAS on the CPU.
+ *
+ * matmul(a, b, m, k, n) multiplies a row-major m×k matrix by a row-major
+ * k×n one into a new m×n array.  Key design choice: both BLAS libraries
+ * are dlopen'ed at the first matmul, like the CUDA libraries, so a
+ * compiled program links nothing but libc and starts on any machine (a GPU
+ * node without OpenBLAS, a CPU box without CUDA).  When no CBLAS loads,
+ * the CPU path is a plain reference loop, after a one-line notice.
+ *
+ * cuBLAS is column-major; a row-major C = A·B is the column-major
+ * Cᵀ = Bᵀ·Aᵀ, so the call passes B first with no transposes.  TF32 tensor
+ * cores are used for f32 only when SFLOW_ALLOW_TF32=1 asks for them.
+ */
+#include <dlfcn.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu.h"
+
+enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111 };
+typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int, const float *,
+                         int, float, float *, int);
+typedef void (*dgemm_fn)(int, int, int, int, int, int, double, const double *, int,
+                         const double *, int, double, double *, int);
+
+static struct {
+  sgemm_fn sgemm;
+  dgemm_fn dgemm;
+  const char *name;
+} B;
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+
+static void blas_init(void) {
+  static const char *const libs[][2] = {
+      {"libopenblas.so.0", "OpenBLAS"}, {"libopenblas.so", "OpenBLAS"},
+      {"libcblas.so.3", "CBLAS"},       {"libblas.so.3", "BLAS"},
+  };
+  const char *e = getenv("SFLOW_BLAS");
+  for (size_t i = 0; i < sizeof libs / sizeof *libs; i++) {
+    const char *path = e && *e ? e : libs[i][0];
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (h) {
+      B.sgemm = (sgemm_fn)dlsym(h, "cblas_sgemm");
+      B.dgemm = (dgemm_fn)dlsym(h, "cblas_dgemm");
+      if (B.sgemm && B.dgemm) {
+        B.name = e && *e ? e : libs[i][1];
+        return;
+      }
+      dlclose(h);
+    }
+    if (e && *e)
+      break;
+  }
+  B.sgemm = NULL;
+  B.dgemm = NULL;
+  B.name = "reference";
+  if (!sf__options.quiet) {
+    static const char msg[] = "sflow: no CBLAS library found (install libopenblas0); matmul uses a slow reference loop\n";
+    (void)sf__out_write(2, msg, sizeof msg - 1);
+  }
+}
+
+const char *sf__blas_name(void) {
+  pthread_once(&blas_once, blas_init);
+  return B.name;
+}
+
+/* The reference: i-k-j order so the inner loop streams rows of b and c. */
+#define REF_GEMM(T)                                                          \
+  static void ref_##T(const T *a, const T *b, T *c, int64_t m, int64_t k,   \
+                      int64_t n) {                                           \
+    memset(c, 0, (size_t)(m * n) * sizeof(T));                               \
+    for (int64_t i = 0; i < m; i++)                                          \
+      for (int64_t p = 0; p < k; p++) {                                      \
+        T x = a[i * k + p];                                                  \
+        for (int64_t j = 0; j < n; j++)                                      \
+          c[i * n + j] += x * b[p * n + j];                                  \
+      }                                                                      \
+  }
+REF_GEMM(float)
+REF_GEMM(double)
+
+void sf__gemm_cpu(bool f64, const void *a, const void *b, void *c, int64_t m, int64_t k,
+                  int64_t n) {
+  pthread_once(&blas_once, blas_init);
+  if (m == 0 || n == 0)
+    return;
+  if (k == 0) {
+    memset(c, 0, (size_t)(m * n) * (f64 ? 8 : 4));
+    return;
+  }
+  bool fits = m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX;
+  if (f64) {
+    if (B.dgemm && fits)
+      B.dgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_NO_TRANS, (int)m, (int)n, (int)k, 1.0, a,
+              (int)k, b, (int)n, 0.0, c, (int)n);
+    else
+      ref_double(a, b, c, m, k, n);
+  } else {
+    if (B.sgemm && fits)
+      B.sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_NO_TRANS, (int)m, (int)n, (int)k, 1.0f, a,
+              (int)k, b, (int)n, 0.0f, c, (int)n);
+    else
+      ref_float(a, b, c, m, k, n);
+  }
+}
+
+/* ----------------------------------------------------------- cuBLAS */
+
+typedef void *cublasHandle_t;
+enum { CUBLAS_OP_N = 0, CUBLAS_DEFAULT_MATH = 0, CUBLAS_TF32_TENSOR_OP_MATH = 3 };
+static struct {
+  bool ok;
+  char why[128];
+  int (*create)(cublasHandle_t *);
+  int (*mode)(cublasHandle_t, int);
+  pthread_mutex_t mu;
+  cublasHandle_t h[16]; /* per device: a handle belongs to the device it was made on */
+  int (*sgemm)(cublasHandle_t, int, int, int, int, int, const float *, const float *, int,
+               const float *, int, const float *, float *, int);
+  int (*dgemm)(cublasHandle_t, int, int, int, int, int, const double *, const double *, int,
+               const double *, int, const double *, double *, int);
+} CB = {.mu = PTHREAD_MUTEX_INITIALIZER};
+static pthread_once_t cublas_once = PTHREAD_ONCE_INIT;
+
+static void cublas_init(void) {
+  static const char *const names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so",
+                                      "/usr/local/cuda/lib64/libcublas.so.13", NULL};
+  void *h = NULL;
+  for (int i = 0; names[i] && !h; i++)
+    h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    snprintf(CB.why, sizeof CB.why, "libcublas not found");
+    return;
+  }
+  int (*create)(cublasHandle_t *) = (int (*)(cublasHandle_t *))dlsym(h, "cublasCreate_v2");
+  int (*mode)(cublasHandle_t, int) = (int (*)(cublasHandle_t, int))dlsym(h, "cublasSetMathMode");
+  *(void **)&CB.sgemm = dlsym(h, "cublasSgemm_v2");
+  *(void **)&CB.dgemm = dlsym(h, "cublasDgemm_v2");
+  if (!create || !CB.sgemm || !CB.dgemm) {
+    snprintf(CB.why, sizeof CB.why, "cuBLAS could not start");
+    return;
+  }
+  CB.create = create;
+  CB.mode = mode;
+  CB.ok = true;
+}
+
+/* The cuBLAS handle of this thread's device, made at its first use. */
+static cublasHandle_t handle(void) {
+  int32_t k = sf__gpu_current_device();
+  if (k < 0 || k >= 16)
+    return NULL;
+  pthread_mutex_lock(&CB.mu);
+  if (!CB.h[k] && CB.create(&CB.h[k]) == 0 && CB.mode) {
+    const char *tf = getenv("SFLOW_ALLOW_TF32");
+    CB.mode(CB.h[k], tf && *tf && strcmp(tf, "0") ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                  : CUBLAS_DEFAULT_MATH);
+  }
+  cublasHandle_t h = CB.h[k];
+  pthread_mutex_unlock(&CB.mu);
+  return h;
+}
+
+static bool gemm_gpu(bool f64, sf_array *a, sf_array *b, sf_array *c, int64_t m, int64_t k,
+                     int64_t n, const sf_loc *loc) {
+  pthread_once(&cublas_once, cublas_init);
+  cublasHandle_t h = CB.ok ? handle() : NULL;
+  if (!h || m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
+    return false;
+  uint64_t pa = sf__gpu_device_copy(a, loc), pb = sf__gpu_device_copy(b, loc);
+  uint64_t pc = sf__gpu_device_alloc(c, loc);
+  int rc;
+  if (f64) {
+    const double one = 1, zero = 0;
+    rc = CB.dgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)m, (int)k, &one,
+                  (const double *)(uintptr_t)pb, (int)n, (const double *)(uintptr_t)pa, (int)k,
+                  &zero, (double *)(uintptr_t)pc, (int)n);
+  } else {
+    const float one = 1, zero = 0;
+    rc = CB.sgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)m, (int)k, &one,
+                  (const float *)(uintptr_t)pb, (int)n, (const float *)(uintptr_t)pa, (int)k,
+                  &zero, (float *)(uintptr_t)pc, (int)n);
+  }
+  if (rc != 0)
+    sf_runtime_error(loc, "GPU: cuBLAS gemm failed (status %d)", rc);
+  sf__gpu_sync(loc);
+  sf__gpu_touch(a);
+  sf__gpu_touch(b);
+  sf__gpu_device_wrote(c);
+  return true;
+}
+
+/* ------------------------------------------------------------ matmul */
+
+static int64_t dims(int64_t x, int64_t y, const char *what, const sf_loc *loc) {
+  if (x < 0 || y < 0)
+    sf_runtime_error(loc, "matmul: negative dimension in %s (%" PRId64 "×%" PRId64 ")", what, x, y);
+  if (y && x > INT64_MAX / y)
+    sf_runtime_error(loc, "matmul: %s of %" PRId64 "×%" PRId64 " is too large", what, x, y);
+  return x * y;
+}
+
+sf_array *sf_matmul(sf_array *a, sf_array *b, int64_t m, int64_t k, int64_t n, int32_t flags,
+                    const sf_loc *loc) {
+  int64_t la = a ? a->len : 0, lb = b ? b->len : 0;
+  int64_t na = dims(m, k, "a", loc), nb = dims(k, n, "b", loc), nc = dims(m, n, "the result", loc);
+  if (la != na)
+    sf_runtime_error(loc, "matmul: a has %" PRId64 " elements, but %" PRId64 "×%" PRId64 " needs %" PRId64,
+                     la, m, k, na);
+  if (lb != nb)
+    sf_runtime_error(loc, "matmul: b has %" PRId64 " elements, but %" PRId64 "×%" PRId64 " needs %" PRId64,
+                     lb, k, n, nb);
+  const sf_type *et = a ? a->elem : b ? b->elem : &sf_type_f32;
+  bool f64 = et->kind == SF_F64;
+  sf_array *c = sf_array_new(et, nc, loc);
+  if (nc && k && sf__gpu_ready(loc) && gemm_gpu(f64, a, b, c, m, k, n, loc)) {
+    SF__GPU_STAT_ADD(gpu_matmuls, 1);
+    if (!(flags & SF_MATMUL_DEFER))
+      sf_gpu_settle();
+    return c;
+  }
+  sf_array_host(a);
+  sf_array_host(b);
+  sf__gemm_cpu(f64, a ? a->data : NULL, b ? b->data : NULL, c->data, m, k, n);
+  SF__GPU_STAT_ADD(cpu_matmuls, 1);
+  return c;
+}

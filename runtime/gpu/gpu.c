@@ -1,0 +1,572 @@
+/*
+ * gpu.c — the driver API, device arrays, and `launch`.
+ *
+ * libcuda.so.1 is dlopen'ed at the first launch (or matmul); when it is
+ * missing, or has no device, the program says so once on stderr and runs
+ * every kernel through its CPU version, which the compiler emits beside the
+ * CUDA C (--require-gpu turns that into a runtime error).
+ *
+ * Key design choice: device copies are lazy, and the compiler marks where
+ * host code may look.  An array passed to a kernel gets a device copy only
+ * when its host copy is newer; a kernel that writes it leaves the device
+ * copy as the only current one.  Generated code indexes arrays inline, so
+ * the runtime cannot see host reads and writes; instead the compiler calls
+ * sf_gpu_settle() before the first host statement that follows a run of
+ * GPU statements (launches, matmuls into a variable, and loops of them).
+ * Settling copies back what kernels wrote and marks every device copy
+ * stale, because the host may now change the array in place.  A training
+ * loop of launches therefore moves its arrays over PCIe once each way, and
+ * the byte counters in sf__gpu_stats (printed with SFLOW_GPU_STATS=1) let
+ * the tests check exactly that.
+ *
+ * Devices: the process uses device SFLOW_DEVICE (default 0), except for
+ * the members of a group whose actor asks @gpus(g): member r runs on
+ * device SFLOW_DEVICE + floor(r * g), modulo the device count, so that
+ * @gpus(1) spreads a group over the GPUs (one NCCL rank per GPU, nccl.c)
+ * and @gpus(0.5) puts two members on each.  Each device copy remembers its
+ * device (sf_array.gpu); an array used on another device is moved there
+ * through the host.
+ */
+#include <dlfcn.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gpu.h"
+
+#define MAX_DEVICES 16
+
+/* Driver API types and constants (cuda.h, stable ABI). */
+typedef int CUresult;
+typedef int CUdevice;
+typedef void *CUcontext, *CUmodule, *CUfunction;
+typedef uint64_t CUdeviceptr;
+enum { CU_ATTR_CC_MAJOR = 75, CU_ATTR_CC_MINOR = 76 };
+
+sf__gpu_stats_t sf__gpu_stats;
+
+static struct {
+  void *lib;
+  bool ok;
+  char why[256];
+  int32_t ordinal;               /* the default device (SFLOW_DEVICE) */
+  int32_t ndev;
+  char arch[MAX_DEVICES][16];    /* "sm_90" */
+  CUcontext ctx[MAX_DEVICES];    /* primary contexts, retained at first use */
+  pthread_mutex_t mu;
+  CUresult (*init)(unsigned);
+  CUresult (*dev_count)(int *);
+  CUresult (*dev_get)(CUdevice *, int);
+  CUresult (*dev_attr)(int *, int, CUdevice);
+  CUresult (*ctx_retain)(CUcontext *, CUdevice);
+  CUresult (*ctx_set)(CUcontext);
+  CUresult (*alloc)(CUdeviceptr *, size_t);
+  CUresult (*mfree)(CUdeviceptr);
+  CUresult (*htod)(CUdeviceptr, const void *, size_t);
+  CUresult (*dtoh)(void *, CUdeviceptr, size_t);
+  CUresult (*memset8)(CUdeviceptr, unsigned char, size_t);
+  CUresult (*sync)(void);
+  CUresult (*load)(CUmodule *, const void *);
+  CUresult (*getfn)(CUfunction *, CUmodule, const char *);
+  CUresult (*occupancy)(int *, int *, CUfunction, void *, size_t, int);
+  CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                     unsigned, void *, void **, void **);
+  CUresult (*errstr)(CUresult, const char **);
+} D = {.mu = PTHREAD_MUTEX_INITIALIZER};
+static pthread_once_t gpu_once = PTHREAD_ONCE_INIT;
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+_Noreturn void sf__cuda_fail(const char *what, int rc, const sf_loc *loc) {
+  const char *msg = NULL;
+  if (!D.errstr || D.errstr(rc, &msg) != 0 || !msg)
+    msg = "unknown error";
+  sf_runtime_error(loc, "GPU: %s failed: %s (CUDA error %d)", what, msg, rc);
+}
+#define CU(call, what, loc)                   \
+  do {                                        \
+    CUresult rc_ = (call);                    \
+    if (rc_ != 0)                             \
+      sf__cuda_fail(what, rc_, loc);          \
+  } while (0)
+
+void *sf__cuda_sym(const char *name) { return D.lib ? dlsym(D.lib, name) : NULL; }
+
+/* Retains device k's primary context and reads its architecture; under
+ * D.mu once the driver is up. */
+static CUresult open_device(int32_t k) {
+  CUdevice dev;
+  int maj = 0, min = 0;
+  CUresult rc = D.dev_get(&dev, k);
+  if (rc == 0)
+    rc = D.ctx_retain(&D.ctx[k], dev);
+  if (rc != 0)
+    return rc;
+  D.dev_attr(&maj, CU_ATTR_CC_MAJOR, dev);
+  D.dev_attr(&min, CU_ATTR_CC_MINOR, dev);
+  snprintf(D.arch[k], sizeof D.arch[k], "sm_%d%d", maj, min);
+  return 0;
+}
+
+static bool load_driver(void) {
+  const char *e = getenv("SFLOW_NO_GPU");
+  if (e && *e && strcmp(e, "0")) {
+    snprintf(D.why, sizeof D.why, "SFLOW_NO_GPU is set");
+    return false;
+  }
+  D.lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!D.lib) {
+    snprintf(D.why, sizeof D.why, "libcuda.so.1 not found");
+    return false;
+  }
+  struct { void **slot; const char *name; } syms[] = {
+      {(void **)&D.init, "cuInit"}, {(void **)&D.dev_count, "cuDeviceGetCount"},
+      {(void **)&D.dev_get, "cuDeviceGet"}, {(void **)&D.dev_attr, "cuDeviceGetAttribute"},
+      {(void **)&D.ctx_retain, "cuDevicePrimaryCtxRetain"}, {(void **)&D.ctx_set, "cuCtxSetCurrent"},
+      {(void **)&D.alloc, "cuMemAlloc_v2"}, {(void **)&D.mfree, "cuMemFree_v2"},
+      {(void **)&D.htod, "cuMemcpyHtoD_v2"}, {(void **)&D.dtoh, "cuMemcpyDtoH_v2"},
+      {(void **)&D.memset8, "cuMemsetD8_v2"}, {(void **)&D.sync, "cuCtxSynchronize"},
+      {(void **)&D.load, "cuModuleLoadData"}, {(void **)&D.getfn, "cuModuleGetFunction"},
+      {(void **)&D.occupancy, "cuOccupancyMaxPotentialBlockSize"},
+      {(void **)&D.launch, "cuLaunchKernel"}, {(void **)&D.errstr, "cuGetErrorString"},
+  };
+  for (size_t i = 0; i < sizeof syms / sizeof *syms; i++)
+    if (!(*syms[i].slot = dlsym(D.lib, syms[i].name))) {
+      snprintf(D.why, sizeof D.why, "libcuda.so.1 lacks %s", syms[i].name);
+      return false;
+    }
+  int n = 0, maj = 0, min = 0, ord = 0;
+  CUresult rc = D.init(0);
+  if (rc == 0)
+    rc = D.dev_count(&n);
+  if (rc != 0 || n == 0) {
+    snprintf(D.why, sizeof D.why, rc ? "the CUDA driver found no usable device (error %d)" : "no CUDA device", rc);
+    return false;
+  }
+  if ((e = getenv("SFLOW_DEVICE")) && *e)
+    ord = atoi(e);
+  CUdevice dev;
+  if (ord < 0 || ord >= n || D.dev_get(&dev, ord) != 0) {
+    snprintf(D.why, sizeof D.why, "no CUDA device %d (SFLOW_DEVICE)", ord);
+    return false;
+  }
+  D.ordinal = ord;
+  D.ndev = n < MAX_DEVICES ? n : MAX_DEVICES;
+  if ((rc = open_device(ord)) != 0) {
+    snprintf(D.why, sizeof D.why, "cannot create a CUDA context (error %d)", rc);
+    return false;
+  }
+  (void)maj, (void)min;
+  char why[200];
+  if (!sf__nvrtc_load(why, sizeof why)) {
+    snprintf(D.why, sizeof D.why, "a GPU but no NVRTC: %s", why);
+    return false;
+  }
+  return true;
+}
+
+static void array_to_host(sf_array *a);
+static void gpu_init(void) {
+  if (sf__array_to_host != array_to_host) /* a unit test, not main.c: no thread reads it yet */
+    sf__gpu_install();
+  D.ok = load_driver();
+}
+
+/* The device of the work running on this thread (see the top). */
+static _Thread_local int32_t cur_dev = -1;
+
+/* A group member first (its method may run inline on a thread that was
+ * running a task with a GPU of its own), then a task's @gpus device. */
+static int32_t placement(void) {
+  sf_actor *a = sf__current_actor();
+  const sf_actor_desc *d = a ? sf__actor_desc(a) : NULL;
+  if (d && d->gpus > 0 && sf__actor_size(a) > 1)
+    return (int32_t)((D.ordinal + (int64_t)((double)sf__actor_rank(a) * d->gpus + 1e-9)) %
+                     D.ndev);
+  if (sf__current_gpu >= 0 && !a)
+    return sf__current_gpu % D.ndev;
+  return D.ordinal;
+}
+
+static int32_t here(void) { return cur_dev >= 0 ? cur_dev : D.ordinal; }
+
+/* Makes device k's context current (its own, for a moment, around work
+ * on an array of another device). */
+static void set_device(int32_t k) { D.ctx_set(D.ctx[k]); }
+
+int32_t sf__gpu_current_device(void) { return here(); }
+
+/* Overrides task.c's weak default: the devices @gpus can be given. */
+int32_t sf__gpu_devices(void) {
+  pthread_once(&gpu_once, gpu_init);
+  return D.ok ? D.ndev : 0;
+}
+
+void sf__gpu_use_device(int32_t k) {
+  cur_dev = k;
+  set_device(k);
+}
+const char *sf__gpu_unavailable_reason(void) { return D.why; }
+const char *sf__gpu_arch(void) { return D.arch[here()]; }
+
+bool sf__gpu_ready(const sf_loc *loc) {
+  pthread_once(&gpu_once, gpu_init);
+  if (D.ok) {
+    int32_t k = placement();
+    if (!D.ctx[k]) {
+      pthread_mutex_lock(&D.mu);
+      CUresult rc = D.ctx[k] ? 0 : open_device(k);
+      pthread_mutex_unlock(&D.mu);
+      if (rc != 0)
+        sf__cuda_fail("cuDevicePrimaryCtxRetain", rc, loc);
+    }
+    cur_dev = k;
+    set_device(k); /* the primary context, current on this thread */
+    return true;
+  }
+  if (sf__options.require_gpu)
+    sf_runtime_error(loc, "no GPU (%s), and --require-gpu was given", D.why);
+  static int told;
+  if (!__atomic_exchange_n(&told, 1, __ATOMIC_SEQ_CST) && !sf__options.quiet) {
+    char line[400];
+    int k = snprintf(line, sizeof line, "sflow: no GPU (%s); kernels run on the CPU\n", D.why);
+    (void)sf__out_write(2, line, (size_t)k < sizeof line ? (size_t)k : sizeof line - 1);
+  }
+  return false;
+}
+
+void sf__gpu_sync(const sf_loc *loc) { CU(D.sync(), "cuCtxSynchronize", loc); }
+
+/* --------------------------------------------------------- arrays */
+
+static size_t nbytes(const sf_array *a) { return (size_t)a->len * (size_t)a->elem->size; }
+
+/* sf_array.gpu: 1 + the device of a->dev (0: not set, the default). */
+static int32_t array_device(const sf_array *a) { return a->gpu > 0 ? a->gpu - 1 : D.ordinal; }
+int32_t sf__gpu_array_device(const sf_array *a) { return array_device(a); }
+
+static void to_host(sf_array *a);
+
+/* An array whose device copy is on another device than this thread's:
+ * its host copy made current, its old buffer freed. */
+static void leave_device(sf_array *a) {
+  to_host(a);
+  set_device(array_device(a));
+  D.mfree((CUdeviceptr)(uintptr_t)a->dev);
+  set_device(here());
+  a->dev = NULL;
+  a->gpu = 0;
+}
+
+uint64_t sf__gpu_device_alloc(sf_array *a, const sf_loc *loc) {
+  if (!a || a->len == 0)
+    return 0;
+  if (a->dev && array_device(a) != here())
+    leave_device(a);
+  if (!a->dev) {
+    CUdeviceptr p = 0;
+    CU(D.alloc(&p, nbytes(a)), "cuMemAlloc", loc);
+    a->dev = (void *)(uintptr_t)p;
+    a->gpu = here() + 1;
+  }
+  return (uint64_t)(uintptr_t)a->dev;
+}
+
+uint64_t sf__gpu_device_copy(sf_array *a, const sf_loc *loc) {
+  if (!a || a->len == 0)
+    return 0;
+  bool fresh = !a->dev || array_device(a) != here();
+  uint64_t p = sf__gpu_device_alloc(a, loc);
+  if (fresh || a->where == SF__WHERE_HOST) {
+    CU(D.htod(p, a->data, nbytes(a)), "cuMemcpyHtoD", loc);
+    SF__GPU_STAT_ADD(h2d_bytes, nbytes(a));
+    a->where = SF__WHERE_BOTH;
+  }
+  return p;
+}
+
+/* Arrays touched on the device since this thread last settled, each
+ * retained so it outlives the run of GPU statements. */
+static _Thread_local sf_array **pending;
+static _Thread_local size_t npending, cap_pending;
+
+void sf__gpu_touch(sf_array *a) {
+  if (!a || !a->dev)
+    return;
+  for (size_t i = 0; i < npending; i++)
+    if (pending[i] == a)
+      return;
+  if (npending == cap_pending) {
+    cap_pending = cap_pending ? cap_pending * 2 : 16;
+    sf_array **p = realloc(pending, cap_pending * sizeof *p);
+    if (!p)
+      sf_runtime_error(NULL, "out of memory");
+    pending = p;
+  }
+  sf_retain(a);
+  pending[npending++] = a;
+}
+
+void sf__gpu_device_wrote(sf_array *a) {
+  if (!a || !a->dev)
+    return;
+  a->where = SF__WHERE_DEVICE;
+  sf__gpu_touch(a);
+}
+
+static void to_host(sf_array *a) {
+  if (a->where == SF__WHERE_DEVICE) {
+    bool other = array_device(a) != here();
+    if (other)
+      set_device(array_device(a));
+    CUresult rc = D.dtoh(a->data, (CUdeviceptr)(uintptr_t)a->dev, nbytes(a));
+    if (other)
+      set_device(here());
+    if (rc != 0)
+      sf__cuda_fail("cuMemcpyDtoH", rc, NULL);
+    SF__GPU_STAT_ADD(d2h_bytes, nbytes(a));
+  }
+  a->where = SF__WHERE_HOST;
+}
+
+void sf_gpu_settle(void) {
+  if (!npending)
+    return;
+  /* Take the list first: releasing an array may free it. */
+  sf_array **list = pending;
+  size_t n = npending;
+  pending = NULL;
+  npending = cap_pending = 0;
+  for (size_t i = 0; i < n; i++)
+    to_host(list[i]);
+  for (size_t i = 0; i < n; i++)
+    sf_release(list[i]);
+  free(list);
+}
+
+/* sf_array_host (array.c) when a's only current copy is on the device. */
+static void array_to_host(sf_array *a) {
+  set_device(here());
+  to_host(a);
+}
+
+void sf__gpu_install(void) {
+  sf__array_dev_free = sf__gpu_array_free;
+  sf__array_to_host = array_to_host;
+  sf__comm_dev = (sf__comm_device){.run = sf__nccl_group_run, .group_free = sf__nccl_group_free};
+}
+
+void sf__gpu_array_free(sf_array *a) {
+  if (a->dev && D.mfree) {
+    set_device(array_device(a));
+    D.mfree((CUdeviceptr)(uintptr_t)a->dev);
+    set_device(here());
+  }
+  a->dev = NULL;
+  a->gpu = 0;
+}
+
+/* ---------------------------------------------------------- modules */
+
+typedef struct {
+  const char *src; /* the program text's address: kernels' texts are constants */
+  int32_t dev;     /* modules are per context */
+  const char *entry;
+  CUfunction fn;
+  int block;
+} LoadedFn;
+static LoadedFn *loaded;
+static size_t nloaded, cap_loaded;
+
+void *sf__gpu_function(const char *src, const char *entry, int *block, const sf_loc *loc) {
+  pthread_mutex_lock(&D.mu);
+  for (size_t i = 0; i < nloaded; i++)
+    if (loaded[i].src == src && loaded[i].dev == here() && !strcmp(loaded[i].entry, entry)) {
+      *block = loaded[i].block;
+      pthread_mutex_unlock(&D.mu);
+      return loaded[i].fn;
+    }
+  sf__blob img;
+  bool hit;
+  char *log = NULL;
+  double t0 = now_ms();
+  const char *arch = D.arch[here()];
+  if (!sf__kernel_image(src, entry, arch, &img, &hit, &log)) {
+    pthread_mutex_unlock(&D.mu);
+    char msg[SF__ERROR_MAX / 2];
+    snprintf(msg, sizeof msg, "%s", log ? log : "?");
+    free(log);
+    sf_runtime_error(loc, "GPU: NVRTC could not compile kernel '%s' for %s: %s", entry, arch, msg);
+  }
+  double t1 = now_ms();
+  CUmodule mod;
+  CUfunction fn;
+  CUresult rc = D.load(&mod, img.data);
+  sf__blob_free(&img);
+  if (rc == 0)
+    rc = D.getfn(&fn, mod, entry);
+  if (rc != 0) {
+    pthread_mutex_unlock(&D.mu);
+    sf__cuda_fail("loading the kernel module", rc, loc);
+  }
+  int min_grid = 0, bs = 256;
+  if (D.occupancy(&min_grid, &bs, fn, NULL, 0, 0) != 0 || bs <= 0)
+    bs = 256;
+  if (hit) {
+    SF__GPU_STAT_ADD(cache_hits, 1);
+    sf__gpu_stats.load_ms += now_ms() - t0;
+  } else {
+    SF__GPU_STAT_ADD(compiles, 1);
+    sf__gpu_stats.compile_ms += t1 - t0;
+  }
+  if (nloaded == cap_loaded) {
+    cap_loaded = cap_loaded ? cap_loaded * 2 : 16;
+    LoadedFn *p = realloc(loaded, cap_loaded * sizeof *p);
+    if (!p)
+      sf_runtime_error(loc, "out of memory");
+    loaded = p;
+  }
+  loaded[nloaded++] = (LoadedFn){src, here(), entry, fn, bs};
+  *block = bs;
+  pthread_mutex_unlock(&D.mu);
+  return fn;
+}
+
+void sf__gpu_launch(void *f, int block, int64_t n, void **params, const sf_loc *loc) {
+  if (n <= 0)
+    return;
+  int64_t grid = (n + block - 1) / block;
+  if (grid > 0x7fffffff)
+    sf_runtime_error(loc, "launch of %" PRId64 " threads is too large for one grid", n);
+  CU(D.launch((CUfunction)f, (unsigned)grid, 1, 1, (unsigned)block, 1, 1, 0, NULL, params, NULL),
+     "cuLaunchKernel", loc);
+  sf__gpu_sync(loc);
+}
+
+/* ----------------------------------------------------------- launch */
+
+/* Mirrors sf_kerr in cudagen.c's prelude. */
+typedef struct {
+  int32_t code, line, col, pad;
+  int64_t a, b;
+  double x;
+} KErr;
+
+static CUdeviceptr kerr_buf(const sf_loc *loc) {
+  static _Thread_local CUdeviceptr p[MAX_DEVICES];
+  if (!p[here()])
+    CU(D.alloc(&p[here()], sizeof(KErr)), "cuMemAlloc", loc);
+  return p[here()];
+}
+
+_Noreturn static void kernel_error(const sf_kernel_desc *k, const KErr *e) {
+  sf_loc at = {k->file, e->line, e->col};
+  char num[SF__FLOAT_BUF];
+  switch (e->code) {
+  case 1: sf_index_fail(e->a, e->b, &at);
+  case 2: sf_div_zero(&at);
+  default:
+    sf__fmt_f64_repr(e->x, num);
+    sf_runtime_error(&at, "cannot convert %s to %s", num, e->code == 3 ? "i32" : "i64");
+  }
+}
+
+static void launch_gpu(const sf_kernel_desc *k, int64_t n, void *args, const sf_loc *loc) {
+  int block;
+  CUfunction fn = sf__gpu_function(k->cuda, k->entry, &block, loc);
+  const sf_type *at = k->args;
+  int np = at ? at->nfields : 0;
+  /* Two slots per parameter (an array's pointer and length), plus n, err. */
+  void **params = sf__alloc_n((size_t)np * 2 + 2, sizeof *params);
+  uint64_t *ptrs = sf__alloc_n((size_t)np + 1, sizeof *ptrs);
+  int64_t *lens = sf__alloc_n((size_t)np + 1, sizeof *lens);
+  CUdeviceptr err = kerr_buf(loc);
+  CU(D.memset8(err, 0, sizeof(KErr)), "cuMemsetD8", loc);
+  int q = 0;
+  params[q++] = &n;
+  params[q++] = &err;
+  for (int i = 0; i < np; i++) {
+    const sf_field *f = &at->fields[i];
+    char *slot = (char *)args + f->offset;
+    if (f->type->kind == SF_ARRAY) {
+      sf_array *a = *(sf_array **)slot;
+      ptrs[i] = sf__gpu_device_copy(a, loc);
+      lens[i] = a ? a->len : 0;
+      params[q++] = &ptrs[i];
+      params[q++] = &lens[i];
+    } else {
+      params[q++] = slot;
+    }
+  }
+  sf__gpu_launch(fn, block, n, params, loc);
+  for (int i = 0; i < np; i++)
+    if (at->fields[i].type->kind == SF_ARRAY) {
+      sf_array *a = *(sf_array **)((char *)args + at->fields[i].offset);
+      if (i >= 64 || (k->writes >> i & 1))
+        sf__gpu_device_wrote(a);
+      else
+        sf__gpu_touch(a);
+    }
+  sf_free(params);
+  sf_free(ptrs);
+  sf_free(lens);
+  KErr e;
+  CU(D.dtoh(&e, err, sizeof e), "cuMemcpyDtoH", loc);
+  SF__GPU_STAT_ADD(gpu_launches, 1);
+  if (e.code > 0)
+    kernel_error(k, &e);
+}
+
+#define CPU_GRAIN 16384 /* thread ids per chunk, at least */
+
+typedef struct cpu_launch {
+  const sf_kernel_desc *k;
+  void *args;
+} cpu_launch;
+
+static void cpu_range(void *ctx, int64_t lo, int64_t hi) {
+  cpu_launch *c = ctx;
+  c->k->cpu(lo, hi, c->args);
+}
+
+void sf_launch(const sf_kernel_desc *k, int64_t n, void *args, const sf_loc *loc) {
+  if (n < 0)
+    sf_runtime_error(loc, "launch of kernel '%s' with a negative thread count %" PRId64, k->name, n);
+  if (sf__gpu_ready(loc)) {
+    launch_gpu(k, n, args, loc);
+    return;
+  }
+  SF__GPU_STAT_ADD(cpu_launches, 1);
+  /* On the CPU threads: large launches are split over the pool. */
+  if (n >= CPU_GRAIN * 2) {
+    cpu_launch c = {k, args};
+    sf__parallel_for(n, CPU_GRAIN, cpu_range, &c);
+  } else {
+    k->cpu(0, n, args);
+  }
+}
+
+/* SFLOW_GPU_STATS=1: one line of counters on stderr at exit, for tests and
+ * benchmarks. */
+static void print_stats(void) {
+  sf_gpu_settle();
+  const sf__gpu_stats_t *s = &sf__gpu_stats;
+  fprintf(stderr,
+          "sflow-gpu-stats: h2d_bytes=%" PRIu64 " d2h_bytes=%" PRIu64 " gpu_launches=%" PRIu64
+          " cpu_launches=%" PRIu64 " compiles=%" PRIu64 " cache_hits=%" PRIu64
+          " compile_ms=%.3f load_ms=%.3f gpu_matmuls=%" PRIu64 " cpu_matmuls=%" PRIu64 "\n",
+          s->h2d_bytes, s->d2h_bytes, s->gpu_launches, s->cpu_launches, s->compiles,
+          s->cache_hits, s->compile_ms, s->load_ms, s->gpu_matmuls, s->cpu_matmuls);
+}
+
+__attribute__((constructor)) static void stats_hook(void) {
+  const char *e = getenv("SFLOW_GPU_STATS");
+  if (e && *e && strcmp(e, "0"))
+    atexit(print_stats);
+}

@@ -1,0 +1,281 @@
+/*
+ * gpu.h — the GPU layer's internal names (prefix `sf__`): NVRTC and the
+ * kernel cache, the driver API and device arrays, the BLAS back ends, the
+ * library kernels and NCCL.  Above sched.h, below cluster.h
+ * (docs/architecture.md, "Runtime layers"); a section per file.
+ *
+ * Key design choice: no CUDA header is included anywhere in the runtime.
+ * The few driver, NVRTC and cuBLAS types and constants used are declared
+ * here with their documented ABI values, and every library is dlopen'ed,
+ * so libsflowrt.a builds the same with or without a CUDA toolkit and a
+ * compiled program starts on any machine.
+ */
+#ifndef SF_GPU_H
+#define SF_GPU_H
+
+#include "sched.h"
+
+/* ----------------------------------------------------------- nvrtc.c */
+
+typedef struct {
+  void *data;
+  size_t len;
+} sf__blob;
+void sf__blob_free(sf__blob *b);
+
+/* Loads NVRTC once (thread-safe).  False, with the reason in err, when it
+ * cannot be found; SFLOW_NVRTC names the library explicitly. */
+bool sf__nvrtc_load(char *err, size_t n);
+/* major * 1000 + minor * 10, as CUDA_VERSION; 0 when not loaded. */
+int sf__nvrtc_version(void);
+/* Compiles one CUDA C program to a CUBIN for arch ("sm_90").  On failure
+ * returns false and sets *log (malloc'ed: NVRTC's log or the reason). */
+bool sf__nvrtc_compile(const char *src, const char *name, const char *arch, sf__blob *out,
+                       char **log);
+/* The same through the on-disk cache (sf__kernel_cache_dir()): a valid
+ * entry is read back, a missing or corrupt one is compiled and written
+ * atomically (temporary file, then rename), so concurrent processes share
+ * it safely.  *hit says which happened. */
+bool sf__kernel_image(const char *src, const char *name, const char *arch, sf__blob *out,
+                      bool *hit, char **log);
+/* $SFLOW_KERNEL_CACHE, else $XDG_CACHE_HOME/sflow/kernels, else
+ * ~/.cache/sflow/kernels. */
+const char *sf__kernel_cache_dir(void);
+/* The hex cache key of a program for arch (source, target, options and the
+ * NVRTC version). */
+void sf__kernel_cache_key(const char *src, const char *arch, char out[65]);
+
+/* ------------------------------------------------------------- gpu.c */
+
+typedef struct {
+  uint64_t h2d_bytes, d2h_bytes;     /* array data moved over PCIe */
+  uint64_t gpu_launches, cpu_launches;
+  uint64_t compiles, cache_hits;     /* kernels compiled by NVRTC / loaded from the cache */
+  double compile_ms, load_ms;        /* time in NVRTC / reading the cache and loading */
+  uint64_t gpu_matmuls, cpu_matmuls;
+} sf__gpu_stats_t;
+extern sf__gpu_stats_t sf__gpu_stats;
+/* Counters are bumped from several threads (group members launch at once). */
+#define SF__GPU_STAT_ADD(field, v) __atomic_fetch_add(&sf__gpu_stats.field, (v), __ATOMIC_RELAXED)
+
+/* Is a GPU usable?  The first call loads libcuda and picks device 0
+ * ($SFLOW_DEVICE overrides, $SFLOW_NO_GPU=1 forces the CPU); without a GPU
+ * it prints the one-line notice, or with --require-gpu raises a runtime
+ * error at loc. */
+bool sf__gpu_ready(const sf_loc *loc);
+/* Installs the GPU layer's hooks in the layers below (main.c, before any
+ * thread; the first sf__gpu_ready does it when main.c did not): the
+ * array device-free and host-sync hooks (core.h) and the device transport
+ * of collectives (sched.h, sf__comm_dev). */
+void sf__gpu_install(void);
+const char *sf__gpu_arch(void); /* "sm_90", of this thread's device */
+/* The device this thread works on: SFLOW_DEVICE, or a group member's own
+ * (see gpu.c), as set by the last sf__gpu_ready on the thread. */
+int32_t sf__gpu_current_device(void);
+/* Makes device k (one that holds an array already) this thread's device. */
+void sf__gpu_use_device(int32_t k);
+const char *sf__gpu_unavailable_reason(void);
+/* The device copy of a, made current (copied over when the host copy is
+ * newer).  A device pointer as an integer; 0 for an empty array. */
+uint64_t sf__gpu_device_copy(sf_array *a, const sf_loc *loc);
+/* A fresh device buffer for a, without copying (a is about to be written
+ * whole on the device). */
+uint64_t sf__gpu_device_alloc(sf_array *a, const sf_loc *loc);
+/* Marks a's device copy as the only current one, and remembers a until the
+ * next sf_gpu_settle on this thread. */
+void sf__gpu_device_wrote(sf_array *a);
+void sf__gpu_touch(sf_array *a);
+void sf__gpu_array_free(sf_array *a);
+/* The ordinal of the GPU that holds a's device copy (nccl.c: NCCL needs
+ * one GPU per member). */
+int32_t sf__gpu_array_device(const sf_array *a);
+/* Reports a failed driver call: "what: the driver's message". */
+_Noreturn void sf__cuda_fail(const char *what, int rc, const sf_loc *loc);
+void sf__gpu_sync(const sf_loc *loc);
+/* A driver entry point by name (after sf__gpu_ready), for blas.c and the
+ * GPU tests. */
+void *sf__cuda_sym(const char *name);
+/* Loads the module of a CUDA C program through the cache and returns its
+ * function `entry` (a CUfunction) and the block size the occupancy API
+ * suggests. */
+void *sf__gpu_function(const char *src, const char *entry, int *block, const sf_loc *loc);
+/* Launches f over n threads in 1-D blocks with the given parameter
+ * pointers, and waits. */
+void sf__gpu_launch(void *f, int block, int64_t n, void **params, const sf_loc *loc);
+
+/* ------------------------------------------------------------ blas.c */
+
+/* C = A (m×k) · B (k×n), row-major, on the CPU: OpenBLAS (or another
+ * CBLAS) when one loads, else the reference loop. */
+void sf__gemm_cpu(bool f64, const void *a, const void *b, void *c, int64_t m, int64_t k,
+                  int64_t n);
+const char *sf__blas_name(void); /* "OpenBLAS", "reference" */
+
+/* --------------------------------------------------------- kernels.c */
+
+/* The library kernels (the .cu files of kernels/), embedded at build time. */
+typedef struct {
+  const char *name, *file, *text;
+  size_t len;
+} sf__kernel_source;
+extern const sf__kernel_source sf__kernel_sources[];
+const sf__kernel_source *sf__kernel_source_find(const char *name);
+
+/* ------------------------------------------------------------ nccl.c */
+
+/*
+ * nccl.c: collectives on device arrays over NCCL, with a watchdog.
+ *
+ * Key design choice: NCCL has no timeout of its own (a dead peer leaves the
+ * survivors waiting forever in a stream synchronize), so nothing here ever
+ * blocks inside NCCL.  Communicators are non-blocking (config.blocking = 0):
+ * initialisation and every collective return at once, and the caller polls
+ * ncclCommGetAsyncError and the stream under a deadline
+ * ($SFLOW_NCCL_TIMEOUT seconds, default 300) and under the group's own
+ * "a member has failed" flag.  On an error, a timeout or a failed member the
+ * communicator is aborted (ncclCommAbort) and the call reports why.
+ *
+ * Two users:
+ *  - collective.c, for a group whose members are threads of this process
+ *    (sf__nccl_group_run: the unique id is passed in memory);
+ *  - the multi-node transport (ractor.c), for a group whose members are
+ *    processes on different machines: sf__nccl_comm_join, given a carrier
+ *    that moves the id (ractor.c: a broadcast over the group's TCP ring),
+ *    then sf__nccl_run; or by hand with the rank-level calls.  The protocol, for every member of a group of n:
+ *
+ *      sf__nccl_id id;
+ *      if (rank == 0) sf__nccl_new_id(&id, err, sizeof err);
+ *      ...carry the SF__NCCL_ID_BYTES bytes of id.bytes from member 0 to
+ *         every other member over the control plane (opaque bytes)...
+ *      sf__nccl_comm *nc = sf__nccl_comm_init(&id, rank, n, &watch, err, sizeof err);
+ *      sf__nccl_allreduce(nc, dev_ptr, count, elem, false, &watch, err, sizeof err);
+ *      ...
+ *      sf__nccl_comm_free(nc, failed);
+ *
+ *    Every rank must make the same calls in the same order (one stream per
+ *    communicator).  The id is valid for one communicator: a group that
+ *    restarts makes a new one (new id, new sf__nccl_comm_init).  Each
+ *    process must be on its own GPU: NCCL refuses two ranks on one device.
+ */
+#define SF__NCCL_ID_BYTES 128 /* NCCL_UNIQUE_ID_BYTES */
+
+/* Loads libnccl.so.2 once (thread-safe); $SFLOW_NCCL names another file,
+ * and SFLOW_NCCL=off disables NCCL (device collectives then stage through
+ * the host).  False, with the reason in err, when it cannot be used
+ * (missing, or older than 2.14, which lacks non-blocking communicators). */
+bool sf__nccl_load(char *err, size_t n);
+/* The library's version as NCCL codes it (2.28.9 -> 22809); 0 if not loaded. */
+int sf__nccl_version(void);
+/* "2.28.9", or "not loaded". */
+void sf__nccl_version_string(char *out, size_t n);
+/* The watchdog bound of one NCCL operation, in seconds: $SFLOW_NCCL_TIMEOUT
+ * (a positive number), else 300. */
+double sf__nccl_timeout(void);
+
+typedef struct {
+  unsigned char bytes[SF__NCCL_ID_BYTES];
+} sf__nccl_id;
+
+/* What the watchdog polls besides NCCL itself: failed(ctx) returns true,
+ * with the reason in why, once the group can no longer meet (a member
+ * failed elsewhere).  failing(ctx, why), when set, is told before this
+ * rank aborts its communicator, so that the other members stop waiting
+ * first (an abort can wait for theirs).  Either may be NULL.
+ * timeout_s <= 0 means sf__nccl_timeout(). */
+typedef struct sf__nccl_watch {
+  bool (*failed)(void *ctx, char *why, size_t n);
+  void *ctx;
+  double timeout_s;
+  void (*failing)(void *ctx, const char *why);
+} sf__nccl_watch;
+
+typedef struct sf__nccl_comm sf__nccl_comm;
+
+/* Member 0 of a group: a fresh unique id (ncclGetUniqueId). */
+bool sf__nccl_new_id(sf__nccl_id *id, char *err, size_t n);
+/* Rank `rank` of `n`, on the GPU current on this thread (sf__gpu_ready must
+ * have succeeded here): ncclCommInitRankConfig with blocking = 0, polled
+ * until ready under the watchdog.  NULL with the reason in err; no NCCL
+ * state is left behind then. */
+sf__nccl_comm *sf__nccl_comm_init(const sf__nccl_id *id, int rank, int n,
+                                  const sf__nccl_watch *w, char *err, size_t errn);
+/* Ends a communicator: finalize then destroy when it is healthy, abort
+ * when `abort` is set or finalizing does not finish in time.  NULL is fine. */
+void sf__nccl_comm_free(sf__nccl_comm *c, bool abort);
+
+/* ------------------------------------------- groups across processes */
+
+/* The id as a control-plane payload: "NCID", u64 group, u32 generation
+ * (the group's restart count), then the 128 id bytes, integers
+ * little-endian.  unpack refuses another group's or generation's id (a
+ * stale id from before a restart would join a dead communicator). */
+#define SF__NCCL_ID_WIRE (4 + 8 + 4 + SF__NCCL_ID_BYTES)
+void sf__nccl_id_pack(const sf__nccl_id *id, uint64_t group, uint32_t generation,
+                      uint8_t out[SF__NCCL_ID_WIRE]);
+bool sf__nccl_id_unpack(const uint8_t *p, size_t n, uint64_t group, uint32_t generation,
+                        sf__nccl_id *id, char *err, size_t errn);
+
+/* How a member's process moves the packed id: member 0 calls send once
+ * (to be delivered to members 1..n-1, e.g. worker -> head -> workers in
+ * frames); every other member calls recv, which waits at most timeout_s
+ * for it (returning false, with a reason, on timeout or when the group
+ * is known to have failed).  Both return false with a message on error. */
+typedef struct sf__nccl_carrier {
+  bool (*send)(void *ctx, const uint8_t *p, size_t n, char *err, size_t errn);
+  bool (*recv)(void *ctx, uint8_t *p, size_t n, double timeout_s, char *err, size_t errn);
+  void *ctx;
+} sf__nccl_carrier;
+
+/* Member `rank` of a group of n across processes, on the GPU current on
+ * this thread: makes (rank 0) or receives the id through carrier, then
+ * sf__nccl_comm_init under w.  NULL with the reason in err. */
+sf__nccl_comm *sf__nccl_comm_join(int rank, int n, uint64_t group, uint32_t generation,
+                                  const sf__nccl_carrier *carrier, const sf__nccl_watch *w,
+                                  char *err, size_t errn);
+
+/* The collectives, in place on device buffers (device pointers as
+ * integers, as sf__gpu_device_copy returns them), each waited for under
+ * the watchdog.  False, with the cause in err, on an NCCL error, a timeout
+ * or a failed member; the communicator is then aborted and every later call
+ * on it fails at once.  elem is f32, f64, i32 or i64.  mean divides the sum
+ * by n on the device (the same division as the CPU path). */
+bool sf__nccl_allreduce(sf__nccl_comm *c, uint64_t buf, int64_t count, const sf_type *elem,
+                        bool mean, const sf__nccl_watch *w, char *err, size_t errn);
+bool sf__nccl_broadcast(sf__nccl_comm *c, uint64_t buf, int64_t count, const sf_type *elem,
+                        int root, const sf__nccl_watch *w, char *err, size_t errn);
+/* recv holds n * count elements: member k's send lands at k * count. */
+bool sf__nccl_allgather(sf__nccl_comm *c, uint64_t send, uint64_t recv, int64_t count,
+                        const sf_type *elem, const sf__nccl_watch *w, char *err, size_t errn);
+/* The CUDA C of allreduce_mean's division kernels (sf_nccl_div_f32, _f64,
+ * _i32, _i64), for the tests. */
+extern const char sf__nccl_div_src[];
+/* A one-element allreduce on the communicator's stream. */
+bool sf__nccl_barrier(sf__nccl_comm *c, const sf__nccl_watch *w, char *err, size_t errn);
+
+/* --------------------------------- groups of one process (collective.c) */
+
+/* sf__dev_op, the device collective of a group, is in sched.h. */
+
+/* How many members' arrays had their only current copy on the device
+ * (where[k] == SF__WHERE_DEVICE, as each member saw its own array before
+ * the group met). */
+int64_t sf__nccl_count_device(const int32_t *where, int64_t n);
+/* Runs op for member `rank` when every member's array is on the device
+ * and the members are on distinct GPUs; returns false, having done
+ * nothing, when the group must stage through the host instead (members
+ * sharing a GPU, NCCL off, shapes that differ).  Every member reaches the
+ * same answer from the same slots.  Errors are runtime errors at loc
+ * naming the collective, the group and the cause. */
+bool sf__nccl_group_run(sf__comm *c, int64_t rank, sf_array *const *slot, int64_t n,
+                        sf__dev_op *op, const sf_loc *loc);
+/* Runs op on this member's array a (on the device) over nc, a
+ * communicator of n ranks: the shared part of sf__nccl_group_run and the
+ * multi-node transport (ractor.c).  Makes nc's GPU current.  False, with
+ * the cause in err, when NCCL failed (nc is aborted then). */
+bool sf__nccl_run(sf__nccl_comm *nc, sf_array *a, int64_t n, sf__dev_op *op,
+                  const sf__nccl_watch *w, char *err, size_t errn, const sf_loc *loc);
+/* The group's NCCL state, freed with its communicator (collective.c). */
+struct sf__nccl_group;
+void sf__nccl_group_free(struct sf__nccl_group *g);
+
+#endif
