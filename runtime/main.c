@@ -9,14 +9,14 @@
  *
  * Exit codes: 0 success (also --help, --version), 2 usage error (bad flags),
  * 70 runtime error (error.c), 69 a --nodes run that could not start or lost
- * a node (cluster.c), or a machine whose CPU lacks a feature the file was
+ * a node (launch.c), or a machine whose CPU lacks a feature the file was
  * compiled for (hostcheck.c), 101 internal error (a binary built against a
  * different runtime ABI).
  *
  * The same executable is the head or, started by the head over SSH with the
- * hidden --sflow-worker flag, a worker (cluster.c); the head runs
+ * hidden --sflow-worker flag, a worker (worker_main.c); the head runs
  * `workflow main` after all workers are ready (its task calls are placed
- * across the nodes by remote.c), and stops them when it returns.
+ * across the nodes by dispatch.c), and stops them when it returns.
  */
 #include <stdlib.h>
 #include <string.h>

@@ -2,7 +2,7 @@
 """sflow's allreduce against Open MPI's, both timed from a barrier.
 
 run.py compares `--sflow-selftest allreduce` (which times each call
-without a barrier, runtime/cluster/cluster.c) with mpi_allreduce.c (a barrier
+without a barrier, runtime/cluster/worker_main.c) with mpi_allreduce.c (a barrier
 before each call).  This times both the same way on one host: ring_algos
 (BARRIER=1, 4 members on loopback TCP, the algorithm sflow's thresholds
 pick at each size) against `mpirun -np 4` of mpi_allreduce.c (TCP BTL on

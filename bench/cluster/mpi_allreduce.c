@@ -6,7 +6,7 @@
  * the same measure sflow's selftest reports.  Every result is checked.
  *
  * By default a barrier starts each timed call, so the time is the
- * collective's alone.  sflow's selftest (runtime/cluster/cluster.c) has no barrier:
+ * collective's alone.  sflow's selftest (runtime/cluster/worker_main.c) has no barrier:
  * each member fills its buffer, times the call and checks the result, so
  * a member that starts early also times its wait for the others' filling
  * and checking.  MPI_ALLREDUCE_NO_BARRIER=1 times MPI the same way.

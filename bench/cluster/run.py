@@ -21,7 +21,7 @@ tests/cluster, then measures:
 --before compiles the same program with another sflowc (an older build) and
 times its allreduce in the same rounds, for before/after tables.
 Both sides start every timed call from a barrier (sflow's selftest in
-runtime/cluster/cluster.c, group_job, and bench/cluster/mpi_allreduce.c);
+runtime/cluster/worker_main.c, group_job, and bench/cluster/mpi_allreduce.c);
 --mpi-no-barrier drops MPI's, for comparisons with older sflow builds,
 whose selftest had none.
 

@@ -6,7 +6,8 @@
  * Key design choice: every module below is usable on its own and reports
  * through a return code plus an error buffer (`char *err, size_t errlen`),
  * never by exiting, so unit tests drive each one directly and the head can
- * print one clear line per failed host.  Only cluster.c decides exit codes.
+ * print one clear line per failed host.  Only the head's start-up (launch.c)
+ * and the worker's main (worker_main.c) decide exit codes.
  *
  * Files, in the order a run meets them:
  *   hostfile.c  --nodes FILE or host1,host2 -> sf__hostlist
@@ -19,13 +20,24 @@
  *   ssh.c       libssh2 (loaded with dlopen): connect, host key, auth, SFTP
  *               deployment, exec of the worker with the secret on stdin
  *   wire.c      length-prefixed binary frames; the decoder is fuzzed
- *   cluster.c   the head's start/stop, the control-plane thread, heartbeats,
- *               and the worker's main loop
+ *   launch.c    the head's parallel start-up, shutdown and node table
+ *   control.c   the head's control-plane thread: heartbeats, node loss,
+ *               greeters, worker output
+ *   selftest.c  --sflow-selftest and the group bench across workers
+ *   worker_main.c the worker process: connect back, prove, serve the head
  *   ring.c      TCP collectives: allreduce by recursive doubling, halving
  *               and doubling, or the pipelined ring, chosen by size
- *   remote.c    task calls across nodes: dispatch and retries, placement,
- *               the object store, the worker's runner threads
- *   ractor.c    actors and groups on other nodes
+ *   dispatch.c  the head's task calls across nodes: submission, retries,
+ *               future arguments, head runners, node loss (remote_internal.h
+ *               is what the next three share with it)
+ *   placement.c the ledger of slots and GPU shares; where tasks and actors go
+ *   objects.c   the object store of large results: head, worker, and
+ *               worker to worker
+ *   worker_tasks.c the worker's runner threads; descriptor checks
+ *   ractor_head.c  actors and groups on other nodes, the head's handles
+ *               (ractor_internal.h is what the next two share with it)
+ *   ractor_worker.c the actors a worker holds
+ *   group_ring.c a group member's collectives across nodes (TCP ring, NCCL)
  */
 #ifndef SF_CLUSTER_H
 #define SF_CLUSTER_H
@@ -282,7 +294,7 @@ typedef enum {
   SF__F_ACTOR_CREATE,  /* head -> worker: actor id, class, args */
   SF__F_ACTOR_CALL,    /* head -> worker: actor id, sequence, method, args */
   SF__F_OBJECT,        /* either way: object id, offset, total, bytes
-                        * (remote.c: head->worker empty = fetch from offset,
+                        * (objects.c: head->worker empty = fetch from offset,
                         * or release when offset == total) */
   SF__F_SHUTDOWN,      /* head -> worker: exit code, reason */
   SF__F_GROUP_SETUP,   /* head -> worker: ring of a group across nodes */
@@ -497,7 +509,17 @@ int sf__ring_broadcast(sf__ring *r, void *buf, size_t bytes, int root, char *err
 int sf__ring_barrier(sf__ring *r, char *err, size_t errlen);
 void sf__ring_close(sf__ring *r);
 
-/* -------------------------------------------------------- cluster.c */
+/* -------------------- launch.c, control.c, selftest.c, worker_main.c */
+
+/* The head's working directory goes to the workers, hex-encoded (no
+ * quoting), when it is at most this long. */
+#define SF__CWD_MAX 1024
+
+/* A line on stderr (on the head: clear of the progress line; launch.c). */
+__attribute__((format(printf, 1, 2))) void sf__cluster_note(const char *fmt, ...);
+/* Numeric "addr" and port of a socket address (port may be NULL). */
+void sf__addr_str(const struct sockaddr *sa, socklen_t sl, char *host, size_t hn,
+                  uint16_t *port);
 
 /* Per-node view for the scheduler (index 0 is the head). */
 typedef struct sf__node_info {
@@ -515,6 +537,8 @@ typedef void (*sf__node_lost_fn)(int node, const char *why);
 #define SF__HEARTBEAT_MS 500
 #define SF__HEARTBEAT_TIMEOUT_MS 3000
 
+/* ---------------------------------------------------------- launch.c */
+
 /* Head: with --nodes, connects, deploys and starts every worker and waits
  * until all have authenticated.  0 when there is nothing to do or all are
  * ready; else -1 with err (every started worker already stopped). */
@@ -529,6 +553,9 @@ void sf__cluster_on_node_lost(sf__node_lost_fn fn);
  * and the port of its object store's listener on the same address. */
 bool sf__cluster_data_addr(int node, char *addr, size_t n, uint16_t *port);
 bool sf__cluster_obj_addr(int node, char *addr, size_t n, uint16_t *port);
+
+/* --------------------------------------------------------- control.c */
+
 /* Head: the best estimate of worker `node`'s clock minus the head's
  * (trace.c's clock, ns), and the round trip of the heartbeat it came from;
  * false (offset 0) before any answer.  NTP's rule: offset = t1 - (t0+t2)/2
@@ -536,19 +563,16 @@ bool sf__cluster_obj_addr(int node, char *addr, size_t n, uint16_t *port);
  * from the sample with the smallest t2 - t0, so the error is at most half
  * that round trip. */
 bool sf__cluster_clock(int node, int64_t *offset_ns, uint64_t *rtt_ns);
-/* Worker: its data-plane listener (-1: none) and the run's secret. */
-int sf__worker_data_fd(void);
-const uint8_t *sf__worker_secret(void);
 /* Head: queues encoded frames (whole frames, in order) for worker `node`;
  * the control thread writes them without blocking, so callers never wait
  * on a slow peer.  -1 when the node is not a live worker. */
 int sf__cluster_send(int node, const void *bytes, size_t n);
-/* Worker: sends a frame to the head (thread-safe; concurrent senders are
- * combined into one write). */
-void sf__worker_send_frame(const sf__frame *f);
+
+/* -------------------------------------------------------- selftest.c */
+
 /* A group collective across workers (ring over their data listeners):
- * members are node ids >= 1 in ring order.  Used by the scheduler and by
- * --sflow-selftest; count 0 only builds and tears down the ring. */
+ * members are node ids >= 1 in ring order.  Used by --sflow-selftest;
+ * count 0 only builds and tears down the ring. */
 typedef struct sf__group_result {
   bool ok;
   double seconds; /* slowest member, per iteration */
@@ -556,32 +580,67 @@ typedef struct sf__group_result {
 } sf__group_result;
 int sf__cluster_group_bench(const int *members, int n, uint64_t count, sf__dtype t, int iters,
                             sf__group_result *res, char *err, size_t errlen);
-/* Worker: the whole life of a worker process (--sflow-worker SPEC).
- * Returns the process exit code. */
-int sf__worker_main(const char *spec);
 /* --sflow-selftest SPEC on the head instead of workflow main (tests and
  * bench/cluster): "ready", "hold:SECONDS", "allreduce:COUNT:TYPE:ITERS". */
 int sf__cluster_selftest(const char *spec);
 
-/* ------------------------------------------------- remote.c and ractor.c */
+/* ----------------------------------------------------- worker_main.c */
+
+/* Worker: the whole life of a worker process (--sflow-worker SPEC).
+ * Returns the process exit code. */
+int sf__worker_main(const char *spec);
+/* Worker: its data-plane listener (-1: none) and the run's secret. */
+int sf__worker_data_fd(void);
+const uint8_t *sf__worker_secret(void);
+/* Worker: sends a frame to the head (thread-safe; concurrent senders are
+ * combined into one write). */
+void sf__worker_send_frame(const sf__frame *f);
+
+/* -------------------------------------------------------- dispatch.c */
 
 /* Placement across nodes: true when another node takes this task call.
  * args stays owned by the caller (copy what is needed); f is completed
  * later with sf__future_resolve / sf__future_reject; key (the call's
  * identity) goes with every attempt. */
 bool sf__remote_task(const sf_task_desc *d, void *args, sf_future *f, int64_t seq, uint64_t key);
-/* Head, on the control thread (cluster.c, H.mu not held): a task result or
+/* Head, on the control thread (control.c, H.mu not held): a task result or
  * print output from worker `node`. */
 struct sf__frame;
 void sf__remote_on_result(int node, const struct sf__frame *f);
 void sf__remote_on_print(int node, const char *s, size_t n);
-/* Worker: a task-submit frame from the head (validated, queued, run on
- * runner threads; results go back with sf__worker_send_frame). */
-void sf__remote_worker_start(void);
-void sf__remote_worker_submit(const struct sf__frame *f);
-/* Object store (remote.c, "objects"): an object frame, on the head from
- * the worker that holds a large result, on a worker from the head (a
- * fetch request or a release). */
+/* Whether values of type t can travel (no futures, actors or groups). */
+bool sf__remote_portable(const sf_type *t);
+/* Appends to b what the head printed for output s[0..n) of node (with the
+ * "[node K] " prefix when more than one node runs work). */
+void sf__remote_printed_as(int node, const char *s, size_t n, sf__buf *b);
+
+/* ------------------------------------------------------- placement.c */
+
+/* A GPU share placed with an actor or task: share in thousandths of one
+ * GPU (<= 1000) or whole GPUs * 1000, 0 for none; while held, taken on
+ * device dev of its node (a share) or on the devices in mask (whole). */
+typedef struct sf__gpu_hold {
+  int32_t share, dev;
+  uint64_t mask;
+  bool held;
+} sf__gpu_hold;
+/* The share @gpus(gpus) takes in this run, 0 when no node has a GPU (the
+ * work then stays on the head, as in a single-node run). */
+int32_t sf__remote_gpu_share(double gpus);
+/* Placement for actors (ractor_head.c): a live node with `need` free slots,
+ * the most free first, workers before the head on a tie (the head only
+ * when head_ok); its slots are held until sf__remote_unplace.  With a GPU
+ * share (gpu->share), the best fit among nodes where it is free, held
+ * with the slots.  -1: none. */
+int sf__remote_place(int need, sf__gpu_hold *gpu, bool head_ok, const bool *exclude);
+void sf__remote_unplace(int node, int need, sf__gpu_hold *gpu);
+bool sf__remote_active(void); /* a --nodes run on the head */
+const char *sf__remote_lost_why(int node); /* NULL while alive */
+
+/* --------------------------------------------------------- objects.c */
+
+/* An object frame: on the head from the worker that holds a large
+ * result, on a worker from the head (a fetch request or a release). */
 void sf__remote_on_object(int node, const struct sf__frame *f);
 void sf__remote_worker_object(const struct sf__frame *f);
 /* Head: task.c asks for the value of a held future (sf__future_held) when
@@ -590,8 +649,15 @@ void sf__remote_worker_object(const struct sf__frame *f);
 void sf__remote_demand(sf_future *f);
 void sf__remote_future_gone(sf_future *f);
 /* Worker: serves the object store to other workers on listener fd
- * (a thread; remote.c). */
+ * (a thread). */
 void sf__remote_objects_listen(int fd);
+
+/* ---------------------------------------------------- worker_tasks.c */
+
+/* Worker: a task-submit frame from the head (validated, queued, run on
+ * runner threads; results go back with sf__worker_send_frame). */
+void sf__remote_worker_start(void);
+void sf__remote_worker_submit(const struct sf__frame *f);
 /* The task descriptor at offset off from &sf_program_desc, when that lies
  * in this executable and is a descriptor named name[0..nl); else NULL with
  * a message.  A peer's number is never followed further than that. */
@@ -604,42 +670,32 @@ const sf_method_desc *sf__remote_find_method(uint32_t off, const uint8_t *name, 
                                              char *err, size_t errlen);
 const sf_actor_desc *sf__remote_find_class(uint32_t off, const uint8_t *name, uint32_t nl,
                                            char *err, size_t errlen);
-/* Whether values of type t can travel (no futures, actors or groups). */
-bool sf__remote_portable(const sf_type *t);
-/* A GPU share placed with an actor or task: share in thousandths of one
- * GPU (<= 1000) or whole GPUs * 1000, 0 for none; while held, taken on
- * device dev of its node (a share) or on the devices in mask (whole). */
-typedef struct sf__gpu_hold {
-  int32_t share, dev;
-  uint64_t mask;
-  bool held;
-} sf__gpu_hold;
-/* The share @gpus(gpus) takes in this run, 0 when no node has a GPU (the
- * work then stays on the head, as in a single-node run). */
-int32_t sf__remote_gpu_share(double gpus);
-/* Placement for actors (ractor.c): a live node with `need` free slots,
- * the most free first, workers before the head on a tie (the head only
- * when head_ok); its slots are held until sf__remote_unplace.  With a GPU
- * share (gpu->share), the best fit among nodes where it is free, held
- * with the slots.  -1: none. */
-int sf__remote_place(int need, sf__gpu_hold *gpu, bool head_ok, const bool *exclude);
-void sf__remote_unplace(int node, int need, sf__gpu_hold *gpu);
-bool sf__remote_active(void); /* a --nodes run on the head */
-const char *sf__remote_lost_why(int node); /* NULL while alive */
-/* Appends to b what the head printed for output s[0..n) of node (with the
- * "[node K] " prefix when more than one node runs work; remote.c). */
-void sf__remote_printed_as(int node, const char *s, size_t n, sf__buf *b);
-/* Head (ractor.c): places a spawn on workers when it can: one actor
+
+/* ----------------------------------------------------- ractor_head.c */
+
+/* Head: places a spawn on workers when it can: one actor
  * (n 1) or a gang of n members; true when it did (args consumed). */
 bool sf__ractor_spawn(sf_actor **members, int64_t n, void *args);
 /* Head: a call to an actor on a worker; args consumed. */
 void sf__ractor_call(struct sf__ractor *r, const sf_method_desc *md, void *args, bool all,
                      const sf__sink *sink);
 void sf__ractor_drop(struct sf__ractor *r); /* the handle is gone */
+void sf__ractor_node_lost(int node, const char *why);
+void sf__ractor_on_frame(int node, const struct sf__frame *f); /* control thread */
+
+/* --------------------------------------------------- ractor_worker.c */
+
+/* Worker: actor frames from the head. */
+void sf__ractor_worker_frame(const struct sf__frame *f);
+
+/* --------------------------------------------------------- install.c */
+
 /* Installs task.c's placer and trace.c's cluster hooks (install.c; main.c,
  * before any thread). */
 void sf__cluster_install(void);
-/* trace_ship.c: a worker's trace batches, and the head's side. */
+
+/* ------------------------------------------------------ trace_ship.c */
+
 /* Worker: sends the pending events to the head now (before a result, from
  * the control loop, at shutdown); nothing when there are none. */
 void sf__trace_ship(void);
@@ -647,9 +703,5 @@ void sf__trace_ship(void);
 struct sf__frame;
 void sf__trace_remote(int node, const struct sf__frame *f);
 void sf__trace_ship_install(void);
-void sf__ractor_node_lost(int node, const char *why);
-void sf__ractor_on_frame(int node, const struct sf__frame *f); /* control thread */
-/* Worker: actor frames from the head. */
-void sf__ractor_worker_frame(const struct sf__frame *f);
 
 #endif

@@ -40,6 +40,7 @@
  * prefixed here with "[node K] " when more than one node runs work.
  */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,7 +205,8 @@ void sf__remote_dispatch_locked(outbox *ob) {
     int best = -1;
     if (!t->gpu.share)
       best = sf__remote_place_near_locked(t);
-    else if (t->gpu.share < gpu_miss && (best = sf__remote_place_gpu_locked(&t->gpu, true, false, 1)) < 0)
+    else if (t->gpu.share < gpu_miss &&
+             (best = sf__remote_place_gpu_locked(&t->gpu, true, false, 1)) < 0)
       gpu_miss = t->gpu.share;
     if (best < 0 && !t->gpu.share)
       break; /* no free slot anywhere */
@@ -910,8 +912,8 @@ static void printed_as(int node, const char *s, size_t n, sf__buf *b);
  * the attempt printed (journaled with the value, as the head printed it).
  * slot: the task still holds its slot on node (not so once its result
  * became an object). */
-void sf__rtask_finish(int node, rtask *t, int status, const uint8_t *p, size_t n,
-                   const char *out, size_t on, bool slot) {
+void sf__rtask_finish(int node, rtask *t, int status, const uint8_t *p, size_t n, const char *out,
+                      size_t on, bool slot) {
   const sf_type *rt = sf__future_type(t->f);
   int32_t rsize = value_size(rt);
   _Alignas(16) unsigned char rbuf[256];
@@ -1001,8 +1003,8 @@ void sf__remote_on_result(int node, const sf__frame *fr) {
     sf__obj_input_lost(node, t, fr);
   else
     sf__rtask_finish(node, t, fr->u.task_result.status, fr->u.task_result.value.p,
-           fr->u.task_result.value.n, (const char *)fr->u.task_result.output.p,
-           fr->u.task_result.output.n, true);
+                     fr->u.task_result.value.n, (const char *)fr->u.task_result.output.p,
+                     fr->u.task_result.output.n, true);
 }
 
 /* ----------------------------------------------------- remote print */

@@ -16,7 +16,7 @@
  * open, by shell commands (uname -m, getconf GNU_LIBC_VERSION and the
  * flags line of /proc/cpuinfo) that the worker's own channel runs first,
  * before the executable is copied; the same command then waits for the
- * head's go and execs the worker (cluster.c), so the check costs no SSH
+ * head's go and execs the worker (launch.c), so the check costs no SSH
  * session of its own.  Nothing
  * of ours runs on the host, so the check cannot itself execute an
  * instruction the host lacks.  The kernel's /proc/cpuinfo flags are what

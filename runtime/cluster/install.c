@@ -4,7 +4,7 @@
  * call reach other nodes without the scheduler calling up into this layer,
  * and trace.c's (trace_ship.c)
  * (docs/architecture.md, "Hooks").  Each placer member stays a no-op
- * outside a --nodes run on the head (remote.c and ractor.c decide).
+ * outside a --nodes run on the head (dispatch.c and ractor_head.c decide).
  */
 #include "cluster.h"
 

@@ -3,6 +3,11 @@
  * by the worker that computed them, fetched by the head only when main
  * wants them, and by other workers directly from the owner.
  *
+ * Key design choice: a large result never moves until someone wants its
+ * bytes, and the head's task record (dispatch.c) decides how long the
+ * worker keeps it: the object is released when that record goes (or,
+ * while calls still name it, when the last of them is done).
+ *
  * A worker keeps a result whose serialized form is over the threshold
  * (SFLOW_OBJECT_THRESHOLD bytes, default 1 MiB) in its object store and
  * answers with status 2: u64 object id (the task id) and u64 size.  The
@@ -673,8 +678,8 @@ void sf__remote_objects_listen(int fd) {
 
 /* The bytes of object id (size bytes) from the worker at addr:port into a
  * new buffer; NULL with why[] when that fails. */
-uint8_t *sf__obj_fetch(const char *addr, uint16_t port, uint64_t id, uint64_t size,
-                          char *why, size_t wl) {
+uint8_t *sf__obj_fetch(const char *addr, uint16_t port, uint64_t id, uint64_t size, char *why,
+                       size_t wl) {
   char ps[8];
   snprintf(ps, sizeof ps, "%u", port);
   struct addrinfo hints = {.ai_flags = AI_NUMERICHOST, .ai_socktype = SOCK_STREAM};
@@ -718,4 +723,3 @@ uint8_t *sf__obj_fetch(const char *addr, uint16_t port, uint64_t id, uint64_t si
     close(fd);
   return buf;
 }
-

@@ -21,15 +21,15 @@
  * in the backlog and the calls behind it still go.  Actors hold a share
  * for their lifetime (sf__remote_place with an sf__gpu_hold).
  *
- *
- * Actors and groups are placed by ractor.c, on the same slots: an actor
- * holds its slots for its lifetime (sf__remote_place), and the task
- * dispatcher counts them as taken.
+ * Key design choice: tasks and actors draw on one ledger.  Actors and
+ * groups are placed by ractor_head.c on the same slots: an actor holds its
+ * slots for its lifetime (sf__remote_place), and the task dispatcher
+ * counts them as taken.
  */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "remote_internal.h"
 
@@ -225,7 +225,7 @@ void sf__remote_unplace(int node, int need, sf__gpu_hold *gpu) {
 /* ------------------------------------------------------------- GPUs */
 
 /* Learns each node's GPUs at the first @gpus call: the hostfile's gpus=N,
- * else what the worker detected and reported in its hello (cluster.c);
+ * else what the worker detected and reported in its hello (control.c);
  * the head's own, when it runs work, from its GPU layer, which is started
  * only now so that CPU-only programs never load it.  Returns whether some
  * node has one. */
@@ -273,6 +273,7 @@ int32_t sf__remote_share_of(double gpus) {
 }
 
 int32_t sf__remote_gpu_share(double gpus) {
-  return gpus > 0 && sf__remote_activate() && sf__remote_gpus_learn() ? sf__remote_share_of(gpus) : 0;
+  return gpus > 0 && sf__remote_activate() && sf__remote_gpus_learn() ? sf__remote_share_of(gpus)
+                                                                      : 0;
 }
 

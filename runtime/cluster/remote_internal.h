@@ -107,7 +107,7 @@ typedef struct sf__remote_ledger {
   int state;             /* 0 unknown, 1 active, -1 inactive */
   int n;                 /* nodes, head included */
   int *slots, *inflight;
-  int *held;             /* slots held by actors placed there (ractor.c) */
+  int *held;             /* slots held by actors placed there (ractor_head.c) */
   int gpu_state;         /* 0 not learned yet, 1 some node has a GPU, -1 none */
   int *gpus;             /* devices per node (at most MAX_NODE_GPUS) */
   int32_t (*gpu_used)[MAX_NODE_GPUS]; /* per node and device: thousandths taken */

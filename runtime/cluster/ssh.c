@@ -560,7 +560,7 @@ int sf__ssh_deploy(sf__ssh *s, const char *local_path, const char *hash_hex,
   /* The file name carries the content hash, and a copy only appears under
    * it by rename once complete, so a name that exists with the right size
    * was this executable; the worker then hashes the file it runs before
-   * anything else (cluster.c copies a damaged one again) and sends the
+   * anything else (launch.c copies a damaged one again) and sends the
    * hash in its hello. */
   snprintf(path, pathlen, "%s/sflow-%s", remote_dir, hash_hex);
   int rc = 0;

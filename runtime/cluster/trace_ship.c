@@ -2,7 +2,7 @@
  * trace_ship.c — the cluster's part of `--trace` (trace.c keeps the
  * events and writes the file): a worker's events travel to the head in
  * trace frames (wire.c), and the head names the nodes and puts their
- * events on its own clock with the offsets cluster.c estimates.
+ * events on its own clock with the offsets control.c estimates.
  *
  * Key design choice: a worker does not keep its events.  It encodes each
  * one into a small pending batch that leaves for the head just before the

@@ -452,7 +452,7 @@ static void get_payload(rd *r, sf__frame *f) {
     f->u.task_result.task = get_u64(r, "task id");
     f->u.task_result.status = get_u8(r, "status");
     f->u.task_result.value = get_bytes(r, ARGS_MAX, "value");
-    /* Status 2 (objects, remote.c): the value is u64 object id + u64 size;
+    /* Status 2 (objects.c): the value is u64 object id + u64 size;
      * status 3 (an input object could not be fetched): u64 object id and
      * the reason as text. */
     if (r->ok && (f->u.task_result.status > 3 ||

@@ -10,14 +10,14 @@
  * hook), which prefixes it with "[node K] " when more than one node runs
  * work.
  *
- * Identity of a task across processes of the same executable: the
- * descriptor's offset from &sf_program_desc (load addresses differ under
- * PIE, offsets do not), plus its name.  A worker checks that the offset
- * lies inside its own executable image, is aligned, and points at a
- * descriptor whose name, thunk and types also lie inside the image and
- * whose name equals the one sent; anything else is answered with an error
- * result, never followed blindly.
- * The same checks guard actor and method descriptors (ractor.c).
+ * Key design choice: nothing a peer sends is followed blindly.  A task's
+ * identity across processes of the same executable is its descriptor's
+ * offset from &sf_program_desc (load addresses differ under PIE, offsets
+ * do not), plus its name.  A worker checks that the offset lies inside
+ * its own executable image, is aligned, and points at a descriptor whose
+ * name, thunk and types also lie inside the image and whose name equals
+ * the one sent; anything else is answered with an error result.  The same
+ * checks guard actor and method descriptors (ractor_worker.c).
  */
 #define _GNU_SOURCE
 #include <link.h>

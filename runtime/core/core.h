@@ -140,7 +140,7 @@ bool sf__write_all(int fd, const char *buf, size_t n);
  * line (with its newline) here instead of writing fd 1. */
 extern void (*sf__print_hook)(const char *line, size_t n);
 /* Set while a restarted actor replays a call whose result the head already
- * delivered: its lines were printed the first time (ractor.c). */
+ * delivered: its lines were printed the first time (ractor_head.c). */
 extern _Thread_local bool sf__print_mute;
 /* When set, sf_print_end also appends each line it prints (or hands to
  * the hook) here: the output of one attempt of a --nodes task (task.c),

@@ -262,7 +262,7 @@ void sf_print_end(void) {
     }
   } else {
     (void)sf__out_writer(1, b->data, b->len);
-    if (sf__print_keep) /* a --nodes task run on the head (remote.c journals it) */
+    if (sf__print_keep) /* a --nodes task run on the head (dispatch.c journals it) */
       sf__buf_put(sf__print_keep, b->data, b->len);
   }
   sf__buf_free(b);

@@ -4,7 +4,7 @@
  * dies and the actor restarts elsewhere).
  *
  * On a worker of a --nodes run the state is not written there: it is
- * shipped to the head (sf__checkpoint_ship, set by ractor.c), which keeps
+ * shipped to the head (sf__checkpoint_ship, set by ractor_worker.c), which keeps
  * the newest for restarts and writes it here (sf__checkpoint_write_state),
  * so --resume finds the same files as after a single-node run.
  *

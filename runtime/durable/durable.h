@@ -64,7 +64,7 @@ void sf__checkpoint_maybe(sf_actor *a, bool after_all);
 void sf__checkpoint_plan_group(const sf_actor_desc *d, int64_t id, int64_t n);
 int64_t sf__checkpoint_group_epoch(const sf_actor_desc *d, int64_t id);
 void sf__checkpoint_clear(void);
-/* Worker (ractor.c): when set, checkpoints go to this hook instead of a
+/* Worker (ractor_worker.c): when set, checkpoints go to this hook instead of a
  * file; [p, p+n) is the serialized state, valid during the call. */
 extern void (*sf__checkpoint_ship)(sf_actor *a, int64_t calls, int64_t epochs, const void *p,
                                    size_t n);

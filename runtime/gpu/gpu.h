@@ -138,9 +138,9 @@ const sf__kernel_source *sf__kernel_source_find(const char *name);
  * Two users:
  *  - collective.c, for a group whose members are threads of this process
  *    (sf__nccl_group_run: the unique id is passed in memory);
- *  - the multi-node transport (ractor.c), for a group whose members are
+ *  - the multi-node transport (group_ring.c), for a group whose members are
  *    processes on different machines: sf__nccl_comm_join, given a carrier
- *    that moves the id (ractor.c: a broadcast over the group's TCP ring),
+ *    that moves the id (group_ring.c: a broadcast over the group's TCP ring),
  *    then sf__nccl_run; or by hand with the rank-level calls.  The protocol, for every member of a group of n:
  *
  *      sf__nccl_id id;
@@ -270,7 +270,7 @@ bool sf__nccl_group_run(sf__comm *c, int64_t rank, sf_array *const *slot, int64_
                         sf__dev_op *op, const sf_loc *loc);
 /* Runs op on this member's array a (on the device) over nc, a
  * communicator of n ranks: the shared part of sf__nccl_group_run and the
- * multi-node transport (ractor.c).  Makes nc's GPU current.  False, with
+ * multi-node transport (group_ring.c).  Makes nc's GPU current.  False, with
  * the cause in err, when NCCL failed (nc is aborted then). */
 bool sf__nccl_run(sf__nccl_comm *nc, sf_array *a, int64_t n, sf__dev_op *op,
                   const sf__nccl_watch *w, char *err, size_t errn, const sf_loc *loc);

@@ -27,7 +27,7 @@
  *    aborted: the waiters fail with an error naming the member instead of
  *    hanging, and every later collective of the group fails at once.
  *  - This file is the shared-memory transport; the TCP ring between nodes
- *    (ractor.c, over ring.c) and NCCL for device arrays implement the same
+ *    (group_ring.c, over ring.c) and NCCL for device arrays implement the same
  *    operations, installed with sf__comm_new_ops.
  *  - Device arrays (nccl.c): after the first barrier every member sees what
  *    every other member brought, so all choose the same path: NCCL when

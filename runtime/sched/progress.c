@@ -330,13 +330,13 @@ void sf__run_end(void) {
              sf__plural(restored, "actor", "actors"));
   int64_t objs = atomic_load(&sf__stats.objects_fetched);
   int64_t bytes = atomic_load(&sf__stats.object_bytes);
-  if (objs) /* remote.c: large results fetched from the workers that made them */
+  if (objs) /* objects.c: large results fetched from the workers that made them */
     snprintf(extra + strlen(extra), sizeof extra - strlen(extra),
              ", %lld %s (%lld %s) fetched", (long long)objs, sf__plural(objs, "object", "objects"),
              (long long)bytes, sf__plural(bytes, "byte", "bytes"));
   int64_t moved = atomic_load(&sf__stats.objects_moved);
   bytes = atomic_load(&sf__stats.moved_bytes);
-  if (moved) /* remote.c: task inputs fetched by one worker from another */
+  if (moved) /* objects.c: task inputs fetched by one worker from another */
     snprintf(extra + strlen(extra), sizeof extra - strlen(extra),
              ", %lld %s (%lld %s) moved worker to worker", (long long)moved,
              sf__plural(moved, "object", "objects"), (long long)bytes,

@@ -72,14 +72,14 @@ extern _Thread_local int32_t sf__current_gpu; /* device of the running call, -1 
 int32_t sf__gpu_devices(void);                 /* weak: 0 unless the GPU layer says */
 void sf__task_timed_out(void *task, int32_t attempt);
 bool sf__future_ready(sf_future *f);
-/* For the multi-node layer (remote.c): run a task here without journal or
- * placement (a worker serving the head); the type of a future's value;
- * complete a future from elsewhere (value moved in); wait for a result
- * without raising (false: message in err). */
+/* For the multi-node layer (dispatch.c, worker_tasks.c): run a task here
+ * without journal or placement (a worker serving the head); the type of a
+ * future's value; complete a future from elsewhere (value moved in); wait
+ * for a result without raising (false: message in err). */
 sf_future *sf__task_submit_local(const sf_task_desc *d, void *args, uint64_t key);
 const sf_type *sf__future_type(sf_future *f);
 void sf__future_resolve(sf_future *f, void *value);
-/* The same, journaling out[0..n) as the call's output (remote.c: what a
+/* The same, journaling out[0..n) as the call's output (dispatch.c: what a
  * --nodes task printed, as the head printed it). */
 void sf__future_resolve_out(sf_future *f, void *value, const char *out, size_t n);
 void sf__future_reject(sf_future *f, const char *message);
@@ -88,7 +88,7 @@ bool sf__future_wait_result(sf_future *f, void *out, char *err, size_t errlen);
  * @retry budget left), for a worker or a retry moved off a lost node; key
  * is the call's identity as the head gave it (builtins.c, random streams). */
 /* out: if not NULL, the lines the successful attempt printed are appended
- * there before the future completes (remote.c journals them). */
+ * there before the future completes (dispatch.c journals them). */
 sf_future *sf__task_submit_attempt(const sf_task_desc *d, void *args, int32_t first,
                                    sf__buf *out, uint64_t key);
 
@@ -99,7 +99,7 @@ typedef struct sf__comm sf__comm;
 /* Head: f's value is held by a worker (true when it is wanted already). */
 bool sf__future_held(sf_future *f);
 /* A new reference to f unless its count already reached 0 (its destructor
- * runs or is about to): remote.c's weak pointers to held futures. */
+ * runs or is about to): objects.c's weak pointers to held futures. */
 bool sf__future_try_retain(sf_future *f);
 /* Told once when a future completes (done) or is freed still pending
  * (!done); fn owns w from then on.  sf__future_notify is false when f is
@@ -114,7 +114,7 @@ bool sf__future_notify(sf_future *f, sf__fwaiter *w);
 sf_future *sf__future_failed(const sf_type *t, const char *message);
 
 /* Where the result of a call to an actor on another node goes: task.c
- * makes it, ractor.c completes it with sf__actor_complete. */
+ * makes it, ractor_head.c completes it with sf__actor_complete. */
 typedef struct sf__sink {
   sf_future *f;     /* h.m(): the call's future (a reference), or NULL */
   void *gather;     /* g.all: the call's gather, member idx */
@@ -283,8 +283,8 @@ void sf__counters_sum(sf__counters *total);
 
 typedef struct sf__stats_t {
   _Atomic int64_t tasks_failed, retries;
-  _Atomic int64_t objects_fetched, object_bytes; /* remote.c: large results */
-  _Atomic int64_t objects_moved, moved_bytes;     /* remote.c: worker to worker */
+  _Atomic int64_t objects_fetched, object_bytes; /* objects.c: large results */
+  _Atomic int64_t objects_moved, moved_bytes;     /* objects.c: worker to worker */
   _Atomic int64_t actors;
   _Atomic int64_t waiting; /* threads blocked in await */
   _Atomic int64_t replayed, checkpoints, restored;
@@ -325,7 +325,7 @@ bool sf__trace_open(char *err, size_t errlen);
 void sf__trace_discard(void); /* the run did not start: no trace, no temporary file */
 void sf__trace_write(void); /* at exit: the JSON file */
 /* The trace clock in ns (CLOCK_MONOTONIC; shifted on a worker by
- * SFLOW_TEST_CLOCK_SKEW_MS): heartbeat answers carry it (cluster.c). */
+ * SFLOW_TEST_CLOCK_SKEW_MS): heartbeat answers carry it (worker_main.c). */
 uint64_t sf__trace_clock_ns(void);
 /* Worker of a traced run (--sflow-trace): record, and ship batches. */
 void sf__trace_worker_begin(void);

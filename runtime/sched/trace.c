@@ -24,7 +24,7 @@
  *    them here with sf__trace_remote_event.  This file calls nothing
  *    above the scheduler (docs/architecture.md, "Hooks").
  *  - Worker timestamps are on the worker's clock; the head converts them
- *    to its own with the offset cluster.c estimates from heartbeats
+ *    to its own with the offset control.c estimates from heartbeats
  *    (NTP-style, the sample with the smallest round trip), at write time,
  *    so every event of a node uses the same, best, offset.
  *  - On the head, each task sent to a worker is an async span ("b"/"e",
@@ -561,7 +561,7 @@ void sf__trace_write(void) {
         "\"args\":{\"sort_index\":0}}", f);
   put_nodes(f);
   /* Each node's clock offset, read before taking the lock: the control
-   * thread adds events under cluster.c's lock, so the two locks are only
+   * thread adds events under control.c's lock, so the two locks are only
    * ever taken in that order. */
   int nodes = nodes_of_run();
   int64_t *offs = calloc((size_t)nodes, sizeof *offs);

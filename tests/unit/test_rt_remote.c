@@ -1,4 +1,4 @@
-/* remote.c: a worker names tasks by descriptor offset and name, and follows
+/* worker_tasks.c: a worker names tasks by descriptor offset and name, and follows
  * a peer's offset only when it checks out (never a crash on a bad one). */
 #include <stdint.h>
 
@@ -38,7 +38,7 @@ static void test_find_task(void) {
   CU_ASSERT_PTR_NULL(sf__remote_find_task(off_of(&sf_program_desc), name, 4, err, sizeof err));
 }
 
-/* Actors (ractor.c): the class and its methods are named the same way. */
+/* Actors (ractor_worker.c): the class and its methods are named the same way. */
 static void mthunk(void *state, void *args, void *res) { (void)state, (void)args, (void)res; }
 static const sf_type NOARGS = {.kind = SF_STRUCT, .size = 0, .align = 1, .name = "init"};
 static const sf_method_desc INIT = {.name = "Acc.init", .thunk = mthunk, .args = &NOARGS};

@@ -102,7 +102,7 @@ static void test_roundtrip_all_types(void) {
 static void expect_bad(const uint8_t *p, size_t n, const char *want);
 
 /* A clock answer keeps its three times (the head's offset estimate reads
- * them, cluster.c). */
+ * them, control.c). */
 static void test_clock(void) {
   sf__frame f = {.type = SF__F_CLOCK}, g;
   f.u.clock.seq = 9;
@@ -284,7 +284,7 @@ static void test_inner_lengths(void) {
   sf__wire_encode(&b, &f);
   expect_bad(b.p, b.n, "malformed task-result frame: bad or truncated status");
   b.n = 0;
-  /* Status 2 (an object reference, remote.c) carries exactly 16 bytes. */
+  /* Status 2 (an object reference, objects.c) carries exactly 16 bytes. */
   static const uint8_t ref[16] = {1};
   f.u.task_result.status = 2;
   f.u.task_result.value = (sf__bytes){ref, 15};
@@ -313,7 +313,7 @@ static void test_inner_lengths(void) {
   CHECK_INT(g.u.task_result.status, 3);
   CHECK_INT(g.u.task_result.value.n, 12);
   b.n = 0;
-  /* A value's output (what the attempt printed, remote.c) travels with it;
+  /* A value's output (what the attempt printed, dispatch.c) travels with it;
    * a failure carries none. */
   static const uint8_t said[] = "one\ntwo\n";
   f.u.task_result.status = 0;
@@ -348,7 +348,7 @@ static void test_inner_lengths(void) {
   sf__wire_encode(&b, &f);
   expect_bad(b.p, b.n, "malformed actor-result frame: bad or truncated sequence");
   b.n = 0;
-  /* A call's output travels with its value (ractor.c journals it), never
+  /* A call's output travels with its value (ractor_head.c journals it), never
    * with a failure. */
   static const char printed[] = "x 1\n";
   f.u.actor_result.seq = 4;

@@ -1,0 +1,581 @@
+/*
+ * group_ring.c — a group member's collectives across the nodes of a
+ * --nodes run, for the actors of ractor_worker.c.
+ *
+ * They are collective.c's sf__comm_ops over a TCP ring (ring.c's
+ * allreduce, broadcast and barrier; NCCL for device arrays, its unique id
+ * carried over the ring); members on one worker use it over loopback.  Links come up at the member's first
+ * collective: it dials its successor's data listener, which opens with a
+ * fresh nonce, and greets it with HMAC(secret, "sflow-actor-ring-2" |
+ * nonce | ring id | rank) (no replay of a seen greeting); the acceptor
+ * thread checks greetings and hands each link to the member waiting for
+ * it, so rings of several groups, several members of one worker, and a
+ * restarted group (under a new ring id) share one listener without taking
+ * each other's links.  A waiting member counts its pool thread out
+ * (sf__sched_block_begin), so members on one worker always get threads.  A
+ * collective that fails (a lost neighbour: an error within the ring
+ * timeout, never a hang) fails the call, and every later collective of
+ * that member fails at once: the group is restarted by the head, or the
+ * program sees the error.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "ractor_internal.h"
+
+#define RING_TIMEOUT_MS 10000
+
+struct wring {
+  pthread_mutex_t mu;
+  uint64_t id;
+  int rank, size;
+  sf__peer *peers;
+  bool up;
+  _Atomic bool stopped;
+  char broken[300];       /* why collectives fail now, or "" */
+  sf__ring ring;
+  sf__nccl_comm *nc;      /* device collectives, made at the first one */
+};
+
+typedef struct rlink {
+  struct rlink *next;
+  uint64_t ring;
+  uint32_t from;
+  int fd;
+} rlink;
+
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  rlink *list;
+  bool running;
+} AC = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+#define GREETING 44 /* u64 ring, u32 rank, 32-byte MAC */
+#define RING_NONCE 32
+
+/* The greeting on a link: the acceptor opens with a fresh nonce, which
+ * the MAC covers, so a greeting seen on the wire cannot be replayed to
+ * take a member's place. */
+static void greeting(const uint8_t nonce[RING_NONCE], uint64_t ring, uint32_t rank,
+                     uint8_t out[GREETING]) {
+  uint8_t msg[18 + RING_NONCE + 12];
+  memcpy(msg, "sflow-actor-ring-2", 18);
+  memcpy(msg + 18, nonce, RING_NONCE);
+  memcpy(msg + 18 + RING_NONCE, &ring, 8);
+  memcpy(msg + 26 + RING_NONCE, &rank, 4);
+  memcpy(out, &ring, 8);
+  memcpy(out + 8, &rank, 4);
+  sf__hmac_sha256(sf__worker_secret(), SF__SECRET_LEN, msg, sizeof msg, out + 12);
+}
+
+static bool io_full(int fd, void *p, size_t n, bool wr, int64_t deadline) {
+  size_t off = 0;
+  while (off < n) {
+    int left = (int)(deadline - now_ms());
+    struct pollfd pf = {fd, wr ? POLLOUT : POLLIN, 0};
+    if (left <= 0 || poll(&pf, 1, left) <= 0)
+      return false;
+    ssize_t k = wr ? send(fd, (uint8_t *)p + off, n - off, MSG_NOSIGNAL | MSG_DONTWAIT)
+                   : recv(fd, (uint8_t *)p + off, n - off, MSG_DONTWAIT);
+    if (k > 0)
+      off += (size_t)k;
+    else if (k == 0 || (errno != EAGAIN && errno != EINTR && errno != EWOULDBLOCK))
+      return false;
+  }
+  return true;
+}
+
+/* Links being greeted: the acceptor keeps up to GREET_MAX at once, each
+ * with its own deadline, and reads them as bytes arrive, so a peer that
+ * connects and says nothing holds up neither the accept loop nor other
+ * links, and is dropped after GREET_TIMEOUT_MS.  Nothing but the 44-byte
+ * greeting is read before the MAC is checked. */
+#define GREET_MAX 32
+#define GREET_TIMEOUT_MS 5000
+
+typedef struct greeting_conn {
+  int fd; /* -1: a free slot */
+  int64_t deadline;
+  uint8_t nonce[RING_NONCE];
+  uint8_t got[GREETING];
+  size_t n;
+} greeting_conn;
+
+static void greet_refuse(greeting_conn *g, const char *why) {
+  sf__worker_note("refused a ring connection: %s", why);
+  close(g->fd);
+  g->fd = -1;
+}
+
+/* A new link: the nonce goes out at once (32 bytes into an empty socket
+ * buffer never wait); the oldest is dropped when all slots are taken. */
+static void greet_accept(greeting_conn *gs, int lfd) {
+  int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  if (fd < 0)
+    return;
+  greeting_conn *g = NULL;
+  for (int i = 0; i < GREET_MAX && !g; i++)
+    if (gs[i].fd < 0)
+      g = &gs[i];
+  if (!g) {
+    g = &gs[0];
+    for (int i = 1; i < GREET_MAX; i++)
+      if (gs[i].deadline < g->deadline)
+        g = &gs[i];
+    greet_refuse(g, "too many connections greeting at once; dropped the oldest");
+  }
+  *g = (greeting_conn){fd, now_ms() + GREET_TIMEOUT_MS, {0}, {0}, 0};
+  if (sf__random_bytes(g->nonce, sizeof g->nonce) ||
+      send(fd, g->nonce, sizeof g->nonce, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof g->nonce)
+    greet_refuse(g, "cannot send the nonce");
+}
+
+/* Bytes of a greeting; a complete one that proves the secret becomes a
+ * link for the member waiting for it. */
+static void greet_read(greeting_conn *g) {
+  ssize_t k = recv(g->fd, g->got + g->n, sizeof g->got - g->n, MSG_DONTWAIT);
+  if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+    return;
+  if (k <= 0) {
+    greet_refuse(g, "bad greeting (closed before it was complete)");
+    return;
+  }
+  g->n += (size_t)k;
+  if (g->n < sizeof g->got)
+    return;
+  uint64_t ring;
+  uint32_t from;
+  uint8_t want[GREETING];
+  memcpy(&ring, g->got, 8);
+  memcpy(&from, g->got + 8, 4);
+  greeting(g->nonce, ring, from, want);
+  if (!sf__ct_equal(want + 12, g->got + 12, 32)) {
+    greet_refuse(g, "bad greeting");
+    return;
+  }
+  rlink *l = calloc(1, sizeof *l);
+  if (!l) {
+    greet_refuse(g, "out of memory");
+    return;
+  }
+  *l = (rlink){NULL, ring, from, g->fd};
+  g->fd = -1;
+  pthread_mutex_lock(&AC.mu);
+  l->next = AC.list;
+  AC.list = l;
+  pthread_cond_broadcast(&AC.cv);
+  pthread_mutex_unlock(&AC.mu);
+}
+
+static void *acceptor_main(void *arg) {
+  (void)arg;
+  int lfd = sf__worker_data_fd();
+  static greeting_conn gs[GREET_MAX];
+  for (int i = 0; i < GREET_MAX; i++)
+    gs[i].fd = -1;
+  for (;;) {
+    struct pollfd pf[1 + GREET_MAX];
+    greeting_conn *who[1 + GREET_MAX];
+    int np = 0;
+    pf[np] = (struct pollfd){lfd, POLLIN, 0};
+    who[np++] = NULL;
+    int64_t t = now_ms(), next = t + 1000;
+    for (int i = 0; i < GREET_MAX; i++) {
+      if (gs[i].fd < 0)
+        continue;
+      if (t >= gs[i].deadline) {
+        greet_refuse(&gs[i], "no greeting within 5 s");
+        continue;
+      }
+      if (gs[i].deadline < next)
+        next = gs[i].deadline;
+      pf[np] = (struct pollfd){gs[i].fd, POLLIN, 0};
+      who[np++] = &gs[i];
+    }
+    if (poll(pf, (nfds_t)np, (int)(next - t)) <= 0)
+      continue;
+    for (int i = 1; i < np; i++)
+      if (pf[i].revents)
+        greet_read(who[i]);
+    if (pf[0].revents & POLLIN)
+      greet_accept(gs, lfd);
+  }
+  return NULL;
+}
+
+/* Connects the member to its neighbours (once); false with why. */
+static bool ring_up(wring *w, char *err, size_t n) {
+  if (w->up)
+    return true;
+  if (w->broken[0])
+    return snprintf(err, n, "%s", w->broken), false;
+  int64_t deadline = now_ms() + RING_TIMEOUT_MS;
+  int next = (w->rank + 1) % w->size, prev = (w->rank + w->size - 1) % w->size;
+  uint8_t nonce[RING_NONCE], hello[GREETING];
+  int out = sf__ring_dial(&w->peers[next], deadline, err, n);
+  bool greeted = out >= 0 && io_full(out, nonce, sizeof nonce, false, deadline);
+  if (greeted)
+    greeting(nonce, w->id, (uint32_t)w->rank, hello);
+  if (out >= 0 && (!greeted || !io_full(out, hello, sizeof hello, true, deadline))) {
+    close(out);
+    out = sf__net_fail(err, n, "cannot greet ring peer %s:%u", w->peers[next].addr,
+                       w->peers[next].port);
+  }
+  int in = -1;
+  pthread_mutex_lock(&AC.mu);
+  while (out >= 0 && in < 0) {
+    for (rlink **p = &AC.list; *p; p = &(*p)->next)
+      if ((*p)->ring == w->id && (*p)->from == (uint32_t)prev) {
+        rlink *l = *p;
+        *p = l->next;
+        in = l->fd;
+        free(l);
+        break;
+      }
+    if (in >= 0)
+      break;
+    if (atomic_load(&w->stopped) || now_ms() >= deadline) {
+      snprintf(err, n, "group member %d did not connect within %d ms (every member must make "
+               "the same collective calls: call the method through g.all)", prev,
+               RING_TIMEOUT_MS);
+      break;
+    }
+    sf__cond_wait_ns(&AC.cv, &AC.mu, 100 * 1000000);
+  }
+  pthread_mutex_unlock(&AC.mu);
+  if (in < 0) {
+    if (out >= 0)
+      close(out);
+    snprintf(w->broken, sizeof w->broken, "%s", err);
+    return false;
+  }
+  pthread_mutex_lock(&w->mu);
+  sf__ring_init(&w->ring, w->rank, w->size, in, out);
+  w->ring.timeout_ms = RING_TIMEOUT_MS;
+  w->up = true;
+  bool stopped = atomic_load(&w->stopped);
+  pthread_mutex_unlock(&w->mu);
+  if (stopped) /* stopped while connecting: fail like a cut link */
+    sf__group_ring_stop(w);
+  return true;
+}
+
+void sf__group_ring_stop(wring *w) {
+  atomic_store(&w->stopped, true);
+  pthread_mutex_lock(&w->mu);
+  if (w->up) { /* wakes a member polling its links; the fds stay valid */
+    shutdown(w->ring.prev_fd, SHUT_RDWR);
+    shutdown(w->ring.next_fd, SHUT_RDWR);
+  }
+  pthread_mutex_unlock(&w->mu);
+  pthread_mutex_lock(&AC.mu);
+  pthread_cond_broadcast(&AC.cv);
+  pthread_mutex_unlock(&AC.mu);
+}
+
+bool sf__group_ring_broken(wring *w) { return w && w->broken[0]; }
+
+static void ring_free(void *p) {
+  wring *w = p;
+  sf__nccl_comm_free(w->nc, w->broken[0] || atomic_load(&w->stopped));
+  if (w->up)
+    sf__ring_close(&w->ring);
+  free(w->peers);
+  pthread_mutex_destroy(&w->mu);
+  free(w);
+}
+
+/* ring.c's operations with the pool thread counted out while it waits on
+ * the network, as in a shared-memory collective: members placed on one
+ * worker need threads to arrive at all. */
+static int r_allreduce(wring *w, void *buf, size_t n, sf__dtype t, sf__redop op, char *err,
+                       size_t el) {
+  sf__sched_block_begin();
+  int rc = sf__ring_allreduce(&w->ring, buf, n, t, op, err, el);
+  sf__sched_block_end();
+  return rc;
+}
+
+static int r_broadcast(wring *w, void *buf, size_t bytes, int root, char *err, size_t el) {
+  sf__sched_block_begin();
+  int rc = sf__ring_broadcast(&w->ring, buf, bytes, root, err, el);
+  sf__sched_block_end();
+  return rc;
+}
+
+static int r_barrier(wring *w, char *err, size_t el) {
+  sf__sched_block_begin();
+  int rc = sf__ring_barrier(&w->ring, err, el);
+  sf__sched_block_end();
+  return rc;
+}
+
+static wring *ring_for(sf__comm *c, const char *what, const sf_loc *loc) {
+  wring *w = sf__comm_impl(c);
+  char err[300];
+  sf__sched_block_begin();
+  bool up = ring_up(w, err, sizeof err);
+  sf__sched_block_end();
+  if (!up)
+    sf_runtime_error(loc, "%s: %s", what, err);
+  return w;
+}
+
+static void ring_fail(wring *w, const char *what, const char *err, const sf_loc *loc) {
+  snprintf(w->broken, sizeof w->broken, "an earlier collective failed: %s", err);
+  sf_runtime_error(loc, "%s: %s", what, err);
+}
+
+static bool dtype_of(const sf_type *t, sf__dtype *out) {
+  switch (t ? t->kind : -1) {
+  case SF_F32: *out = SF__DT_F32; return true;
+  case SF_F64: *out = SF__DT_F64; return true;
+  case SF_I32: *out = SF__DT_I32; return true;
+  case SF_I64: *out = SF__DT_I64; return true;
+  default: return false;
+  }
+}
+
+/* Whether this member's array could take part in a device collective:
+ * its only current copy is on a GPU, its elements can travel as NCCL
+ * types, and NCCL loads here (else, with a notice once, the group stages
+ * through the host: slower, same results). */
+static bool device_ready(sf_array *a, bool reduce) {
+  if (!a || !a->len || a->where != SF__WHERE_DEVICE || !a->dev)
+    return false;
+  sf__dtype dt;
+  if (reduce ? !dtype_of(a->elem, &dt) : sf__type_has_refs(a->elem))
+    return false;
+  const char *e = getenv("SFLOW_NCCL");
+  if (e && (!strcmp(e, "off") || !strcmp(e, "0")))
+    return false;
+  char why[256];
+  if (sf__nccl_load(why, sizeof why))
+    return true;
+  static _Atomic int told;
+  if (!atomic_exchange(&told, 1))
+    sf__notice("node %lld: %s; device collectives of groups here stage through the host",
+               (long long)sf__node_id, why);
+  return false;
+}
+
+/* Every member must pass arrays of one element type and (same_len) one
+ * length: a small allreduce with max of (len, -len, kind, -kind) tells.
+ * The same round tells whether the group can run the collective on the
+ * device (returned): every member's array device_ready, one length, and
+ * every member on a GPU of its own (member r contributes 1 + its node and
+ * device at slot 5 + r; NCCL refuses two ranks on one GPU). */
+static bool agree(wring *w, sf_array *a, bool same_len, bool reduce, const char *what,
+                  const sf_loc *loc) {
+  int64_t len = a ? a->len : 0, kind = a ? a->elem->kind : -1;
+  bool dev = device_ready(a, reduce);
+  size_t nv = 5 + (size_t)w->size;
+  int64_t fixed[5 + 16], *v = nv <= 21 ? fixed : calloc(nv, sizeof *v);
+  if (!v)
+    sf_runtime_error(loc, "%s: out of memory", what);
+  memset(v, 0, nv * sizeof *v);
+  v[0] = len;
+  v[1] = -len;
+  v[2] = kind;
+  v[3] = -kind;
+  v[4] = dev ? -1 : 0; /* max: -1 only when every member is ready */
+  if (dev)
+    v[5 + w->rank] = 1 + sf__node_id * 4096 + sf__gpu_array_device(a);
+  char err[300];
+  if (r_allreduce(w, v, nv, SF__DT_I64, SF__OP_MAX, err, sizeof err)) {
+    if (v != fixed)
+      free(v);
+    ring_fail(w, what, err, loc);
+  }
+  bool same = v[0] == -v[1], on = v[4] == -1 && same;
+  for (int i = 0; on && i < w->size; i++)
+    for (int j = 0; on && j < i; j++)
+      on = v[5 + i] != v[5 + j];
+  int64_t k0 = v[2], k1 = v[3];
+  if (v != fixed)
+    free(v);
+  if ((same_len && !same) || k0 != -k1)
+    sf_runtime_error(loc, "%s: members pass arrays of different %s", what,
+                     k0 != -k1 ? "element types" : "lengths");
+  return on;
+}
+
+/* ---- device collectives across nodes: NCCL, its unique id carried from
+ * member 0 to the others over the group's ring (links the run secret
+ * authenticates, as the control connections are), one communicator per
+ * ring, that is per incarnation of the group: a restarted group has a new
+ * ring id and so a new communicator. */
+
+static bool id_send(void *ctx, const uint8_t *p, size_t n, char *err, size_t errn) {
+  return r_broadcast(ctx, (void *)p, n, 0, err, errn) == 0;
+}
+
+static bool id_recv(void *ctx, uint8_t *p, size_t n, double timeout_s, char *err, size_t errn) {
+  (void)timeout_s; /* the ring's own timeout bounds the wait */
+  return r_broadcast(ctx, p, n, 0, err, errn) == 0;
+}
+
+static bool ring_stopped(void *ctx, char *why, size_t n) {
+  wring *w = ctx;
+  if (!atomic_load(&w->stopped))
+    return false;
+  snprintf(why, n, "the group is being restarted (a member's node was lost)");
+  return true;
+}
+
+/* Runs op on the device for member w->rank; raises on failure, naming
+ * the collective and the cause, and marks the ring broken. */
+static void device_collective(wring *w, sf_array *a, sf__dev_op *op, const sf_loc *loc) {
+  char err[SF__ERROR_MAX / 2];
+  sf__nccl_watch watch = {ring_stopped, w, 0, NULL};
+  if (!sf__gpu_ready(loc))
+    sf_runtime_error(loc, "%s: the array is on a GPU but the GPU is not usable", op->what);
+  sf__gpu_use_device(sf__gpu_array_device(a));
+  sf__sched_block_begin();
+  if (!w->nc) {
+    sf__nccl_carrier car = {id_send, id_recv, w};
+    w->nc = sf__nccl_comm_join(w->rank, w->size, w->id, 0, &car, &watch, err, sizeof err);
+  }
+  bool ok = w->nc && sf__nccl_run(w->nc, a, w->size, op, &watch, err, sizeof err, loc);
+  sf__sched_block_end();
+  if (!ok) {
+    char what[64];
+    snprintf(what, sizeof what, "%s on the device (NCCL)", op->what);
+    ring_fail(w, what, err, loc);
+  }
+}
+
+static void ring_allreduce(sf__comm *c, int64_t rank, sf_array *a, bool mean, const char *what,
+                           const sf_loc *loc) {
+  (void)rank;
+  wring *w = ring_for(c, what, loc);
+  if (agree(w, a, true, true, what, loc)) {
+    sf__dev_op op = {.kind = SF__DEV_ALLREDUCE, .what = what, .mean = mean};
+    device_collective(w, a, &op, loc);
+    return;
+  }
+  sf_array_host(a);
+  sf__dtype dt;
+  if (!a || !a->len || !dtype_of(a->elem, &dt))
+    return;
+  char err[300];
+  if (r_allreduce(w, a->data, (size_t)a->len, dt, SF__OP_SUM, err, sizeof err))
+    ring_fail(w, what, err, loc);
+  if (!mean)
+    return;
+  int64_t n = a->len, by = w->size;
+  switch (dt) {
+  case SF__DT_F32: for (int64_t i = 0; i < n; i++) ((float *)a->data)[i] /= (float)by; break;
+  case SF__DT_F64: for (int64_t i = 0; i < n; i++) ((double *)a->data)[i] /= (double)by; break;
+  case SF__DT_I32: for (int64_t i = 0; i < n; i++) ((int32_t *)a->data)[i] /= (int32_t)by; break;
+  default: for (int64_t i = 0; i < n; i++) ((int64_t *)a->data)[i] /= by; break;
+  }
+}
+
+static void plain_only(sf_array *a, const char *what, const sf_loc *loc) {
+  if (a && sf__type_has_refs(a->elem))
+    sf_runtime_error(loc, "%s: arrays of %s cannot travel between nodes", what, a->elem->name);
+}
+
+static void ring_broadcast(sf__comm *c, int64_t rank, sf_array *a, int64_t root,
+                           const sf_loc *loc) {
+  (void)rank;
+  wring *w = ring_for(c, "broadcast", loc);
+  if (agree(w, a, true, false, "broadcast", loc)) {
+    sf__dev_op op = {.kind = SF__DEV_BROADCAST, .what = "broadcast", .root = root};
+    device_collective(w, a, &op, loc);
+    return;
+  }
+  sf_array_host(a);
+  plain_only(a, "broadcast", loc);
+  char err[300];
+  if (a && a->len &&
+      r_broadcast(w, a->data, (size_t)a->len * (size_t)a->elem->size, (int)root,
+                         err, sizeof err))
+    ring_fail(w, "broadcast", err, loc);
+}
+
+static sf_array *ring_allgather(sf__comm *c, int64_t rank, sf_array *a, const sf_loc *loc) {
+  wring *w = ring_for(c, "allgather", loc);
+  if (agree(w, a, false, false, "allgather", loc)) { /* one length: NCCL's allgather */
+    sf__dev_op op = {.kind = SF__DEV_ALLGATHER, .what = "allgather"};
+    device_collective(w, a, &op, loc);
+    return op.out;
+  }
+  sf_array_host(a);
+  plain_only(a, "allgather", loc);
+  const sf_type *elem = a ? a->elem : &sf_type_f32;
+  int64_t *lens = calloc((size_t)w->size, sizeof *lens);
+  if (!lens)
+    sf_runtime_error(loc, "allgather: out of memory");
+  lens[rank] = a ? a->len : 0;
+  char err[300];
+  if (r_allreduce(w, lens, (size_t)w->size, SF__DT_I64, SF__OP_SUM, err,
+                         sizeof err)) {
+    free(lens);
+    ring_fail(w, "allgather", err, loc);
+  }
+  int64_t total = 0;
+  for (int k = 0; k < w->size; k++)
+    total += lens[k];
+  sf_array *out = sf_array_new(elem, total, loc);
+  size_t es = (size_t)elem->size;
+  int64_t at = 0;
+  for (int k = 0; k < w->size; k++) {
+    if (k == rank && lens[k])
+      memcpy((char *)out->data + at * (int64_t)es, a->data, (size_t)lens[k] * es);
+    if (lens[k] && r_broadcast(w, (char *)out->data + at * (int64_t)es,
+                                      (size_t)lens[k] * es, k, err, sizeof err)) {
+      free(lens);
+      sf_release(out);
+      ring_fail(w, "allgather", err, loc);
+    }
+    at += lens[k];
+  }
+  free(lens);
+  return out;
+}
+
+static void ring_barrier(sf__comm *c, int64_t rank, const sf_loc *loc) {
+  (void)rank;
+  wring *w = ring_for(c, "barrier", loc);
+  char err[300];
+  if (r_barrier(w, err, sizeof err))
+    ring_fail(w, "barrier", err, loc);
+}
+
+static const sf__comm_ops ring_ops = {"tcp ring", ring_allreduce, ring_broadcast, ring_allgather,
+                                      ring_barrier};
+
+sf__comm *sf__group_ring_comm(int64_t rank, int64_t size, uint64_t ring, const sf__peer *peers) {
+  wring *w = calloc(1, sizeof *w);
+  if (!w || !(w->peers = calloc((size_t)size, sizeof *peers))) {
+    free(w);
+    return NULL;
+  }
+  memcpy(w->peers, peers, (size_t)size * sizeof *peers);
+  pthread_mutex_init(&w->mu, NULL);
+  w->id = ring;
+  w->rank = (int)rank;
+  w->size = (int)size;
+  if (sf__worker_data_fd() < 0)
+    snprintf(w->broken, sizeof w->broken, "node %lld has no data-plane listener",
+             (long long)sf__node_id);
+  pthread_mutex_lock(&AC.mu);
+  if (!AC.running && sf__worker_data_fd() >= 0) {
+    pthread_t th;
+    if (!pthread_create(&th, NULL, acceptor_main, NULL)) {
+      pthread_detach(th);
+      AC.running = true;
+    }
+  }
+  pthread_mutex_unlock(&AC.mu);
+  return sf__comm_new_ops(size, &ring_ops, w, ring_free);
+}
