@@ -311,7 +311,7 @@ static void *launch(void *arg) {
     pthread_mutex_lock(&recopy_mu);
     bool theirs = false;
     for (int i = 0; i < nrecopies; i++)
-      theirs |= !strcmp(recopies[i].path, path) && recopies[i].at > go_at;
+      theirs |= !strcmp(recopies[i].path, path) && recopies[i].at >= go_at; /* ms: a tie is theirs */
     int rc = 0;
     if (!theirs) {
       sf__cluster_note("sflow: node %d %s: cached executable %s was damaged (%s); copied again", id,
