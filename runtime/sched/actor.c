@@ -171,98 +171,156 @@ static void drain(sf__job *j);
 static void gather_put(gather *g, sf_actor *a, const sf_method_desc *md, int64_t idx, void *res,
                        const char *why, int64_t journal_seq, const char *out, size_t on);
 
-/* Runs one message on a: init or a method, catching its errors. */
-static void run_msg(sf_actor *a, msg *m) {
-  const sf_method_desc *md = m->kind == MSG_INIT ? a->desc->init : m->m;
-  int32_t size = m->kind == MSG_INIT ? 0 : type_size(md->result);
+/* One message's run, as its steps below hand it on. */
+typedef struct run {
+  const sf_method_desc *md; /* init or the called method (NULL: no init) */
+  int mode;                 /* SF__REPLAY_*: how the journal treats the call */
+  const char *why;          /* NULL, or why the message failed */
+  void *res;                /* the result slot: small, or on the heap */
+  sf__capture cap;          /* a journaled call's lines, until its record */
   _Alignas(16) unsigned char small[256];
-  void *res = size <= (int32_t)sizeof small ? small : sf_alloc((size_t)size);
-  memset(res, 0, (size_t)size);
-  const char *why = NULL;
-  int mode = m->kind == MSG_CALL ? journal_call_mode(a, m->seq) : SF__REPLAY_LIVE;
+} run;
+
+/* Begin call hooks: the result slot, and how the journal treats the call
+ * (live, or on --resume answered from it: skipped when the restored
+ * state holds it already, else re-run muted). */
+static void run_begin(sf_actor *a, msg *m, run *r) {
+  r->md = m->kind == MSG_INIT ? a->desc->init : m->m;
+  int32_t size = m->kind == MSG_INIT ? 0 : type_size(r->md->result);
+  r->res = size <= (int32_t)sizeof r->small ? r->small : sf_alloc((size_t)size);
+  memset(r->res, 0, (size_t)size);
+  r->why = NULL;
+  r->mode = m->kind == MSG_CALL ? journal_call_mode(a, m->seq) : SF__REPLAY_LIVE;
   /* What a journaled call prints is recorded with its result, so the sink
-   * lives until the record is appended below (popped as soon as the
+   * lives until the record is appended (run_end; popped as soon as the
    * method returns: nothing printed after that on this thread is the
    * call's). */
-  sf__capture cap = {.mode = SF__CAPTURE_OFF};
-  if (m->kind == MSG_INIT && (a->preset || checkpoint_restore(a))) {
-    /* The state came from a checkpoint: init does not run again. */
-  } else if (a->broken) {
-    why = a->broken;
-  } else if (atomic_load_explicit(&a->stopped, memory_order_relaxed)) {
-    why = "the actor was stopped (its group restarts elsewhere)";
-  } else if (mode == SF__REPLAY_SKIP) {
-    /* The state (from a checkpoint) already includes this call. */
-  } else if (md) {
-    sf_actor *saved = sf__running_actor;
-    sf__running_actor = a;
-    sf__capture_begin(&cap, mode == SF__REPLAY_RERUN ? SF__CAPTURE_MUTE
-                            : m->seq >= 0          ? SF__CAPTURE_KEEP
-                                                   : SF__CAPTURE_OFF);
-    double t0 = sf__trace_now();
-    bool was_muted = sf__print_mute;
-    sf__buf *was_kept = sf__print_keep;
-    /* Message j of the actor (init 0, its calls 1, 2, ... counted by the
-     * state, so a restored or restarted actor goes on where it was). */
-    uint64_t msg_no = m->kind == MSG_INIT ? 0 : (uint64_t)a->calls + 1;
-    sf__rng was_rng = sf__rng_enter(sf__rng_mix(a->key, msg_no));
-    sf__print_mute = was_muted || m->mute;
-    if (m->keep)
-      sf__print_keep = m->keep;
-    if (!sf__guarded(NULL, md->thunk, a->state, m->args, res))
-      why = sf__caught();
-    sf__print_mute = was_muted;
-    sf__print_keep = was_kept;
-    sf__rng_cur = was_rng;
-    sf__capture_end(&cap);
-    sf__running_actor = saved;
-    sf__trace_event(md->name, m->kind == MSG_INIT ? "init" : "call", t0, 0, why);
-    if (why && a->comm) /* members waiting for this one must not hang */
-      sf__comm_abort(a->comm, a->rank, why);
+  r->cap = (sf__capture){.mode = SF__CAPTURE_OFF};
+}
+
+/* Whether the method runs; why not, when that fails the message.  An init
+ * whose state came from a checkpoint (restored here, or shipped with a
+ * restart) does not run again, nor does a call the state already holds. */
+static bool run_admitted(sf_actor *a, msg *m, run *r) {
+  if (m->kind == MSG_INIT && (a->preset || checkpoint_restore(a)))
+    return false;
+  if (a->broken) {
+    r->why = a->broken;
+    return false;
   }
-  if (mode != SF__REPLAY_LIVE && !why) /* the journal holds the answer */
-    journal_call_result(a, m->seq, md, res);
-  if (m->kind == MSG_INIT) {
-    if (why && !a->broken) {
-      char buf[SF__ERROR_MAX + 64];
-      snprintf(buf, sizeof buf, "actor '%s' failed in init: %s", a->desc->name, why);
-      a->broken = strdup(buf);
-    }
-    sf_value_release(md ? md->args : NULL, m->args);
-  } else {
-    if (mode != SF__REPLAY_SKIP) { /* a skipped call is already counted */
-      a->calls++;
-      a->epochs += m->all;
-    }
-    size_t on;
-    const char *out = sf__capture_out(&cap, &on);
-    if (m->f) {
-      if (why) {
-        sf__future_fail(m->f, "call of '%s' failed: %s", md->name, why);
-      } else {
-        if (mode == SF__REPLAY_LIVE && m->seq >= 0)
-          journal_call_done(a, m->seq, md, res, out, on);
-        sf__future_set(m->f, res);
-      }
-    } else if (m->g) {
-      gather_put(m->g, a, md, m->idx, res, why, mode == SF__REPLAY_LIVE ? m->seq : -1, out, on);
-    } else if (!why) {
-      sf_value_release(md->result, res);
-    }
-    sf_value_release(md->args, m->args);
-    SF__COUNT(calls_done);
-    if (!why && mode != SF__REPLAY_SKIP)
-      checkpoint_maybe(a, m->all);
+  if (atomic_load_explicit(&a->stopped, memory_order_relaxed)) {
+    r->why = "the actor was stopped (its group restarts elsewhere)";
+    return false;
   }
-  sf__capture_free(&cap);
-  if (res != small)
-    sf_free(res);
+  return r->mode != SF__REPLAY_SKIP && r->md;
+}
+
+/* Runs the method with this thread set up as the call's: the running
+ * actor, the call's output sink (kept for the journal, or muted on a
+ * replay), print muting and keeping for a worker's call, and the call's
+ * random stream; all restored after.  Then its trace event, and a failed
+ * member aborts its group's collectives. */
+static void run_method(sf_actor *a, msg *m, run *r) {
+  sf_actor *saved = sf__running_actor;
+  sf__running_actor = a;
+  sf__capture_begin(&r->cap, r->mode == SF__REPLAY_RERUN ? SF__CAPTURE_MUTE
+                             : m->seq >= 0               ? SF__CAPTURE_KEEP
+                                                         : SF__CAPTURE_OFF);
+  double t0 = sf__trace_now();
+  bool was_muted = sf__print_mute;
+  sf__buf *was_kept = sf__print_keep;
+  /* Message j of the actor (init 0, its calls 1, 2, ... counted by the
+   * state, so a restored or restarted actor goes on where it was). */
+  uint64_t msg_no = m->kind == MSG_INIT ? 0 : (uint64_t)a->calls + 1;
+  sf__rng was_rng = sf__rng_enter(sf__rng_mix(a->key, msg_no));
+  sf__print_mute = was_muted || m->mute;
+  if (m->keep)
+    sf__print_keep = m->keep;
+  if (!sf__guarded(NULL, r->md->thunk, a->state, m->args, r->res))
+    r->why = sf__caught();
+  sf__print_mute = was_muted;
+  sf__print_keep = was_kept;
+  sf__rng_cur = was_rng;
+  sf__capture_end(&r->cap);
+  sf__running_actor = saved;
+  sf__trace_event(r->md->name, m->kind == MSG_INIT ? "init" : "call", t0, 0, r->why);
+  if (r->why && a->comm) /* members waiting for this one must not hang */
+    sf__comm_abort(a->comm, a->rank, r->why);
+}
+
+/* An init's end: a failure breaks the actor for every later call. */
+static void init_end(sf_actor *a, msg *m, run *r) {
+  if (r->why && !a->broken) {
+    char buf[SF__ERROR_MAX + 64];
+    snprintf(buf, sizeof buf, "actor '%s' failed in init: %s", a->desc->name, r->why);
+    a->broken = strdup(buf);
+  }
+  sf_value_release(r->md ? r->md->args : NULL, m->args);
+}
+
+/* A call's end: counted, its result to its future (journaled first when
+ * it ran live) or its gather's slot, or dropped; a checkpoint may follow. */
+static void call_end(sf_actor *a, msg *m, run *r) {
+  const sf_method_desc *md = r->md;
+  if (r->mode != SF__REPLAY_SKIP) { /* a skipped call is already counted */
+    a->calls++;
+    a->epochs += m->all;
+  }
+  size_t on;
+  const char *out = sf__capture_out(&r->cap, &on);
+  if (m->f) {
+    if (r->why) {
+      sf__future_fail(m->f, "call of '%s' failed: %s", md->name, r->why);
+    } else {
+      if (r->mode == SF__REPLAY_LIVE && m->seq >= 0)
+        journal_call_done(a, m->seq, md, r->res, out, on);
+      sf__future_set(m->f, r->res);
+    }
+  } else if (m->g) {
+    gather_put(m->g, a, md, m->idx, r->res, r->why, r->mode == SF__REPLAY_LIVE ? m->seq : -1,
+               out, on);
+  } else if (!r->why) {
+    sf_value_release(md->result, r->res);
+  }
+  sf_value_release(md->args, m->args);
+  SF__COUNT(calls_done);
+  if (!r->why && r->mode != SF__REPLAY_SKIP)
+    checkpoint_maybe(a, m->all);
+}
+
+/* End call hooks: a replayed call takes its answer (and prints its
+ * lines) from the journal, then the init's or the call's end. */
+static void run_end(sf_actor *a, msg *m, run *r) {
+  if (r->mode != SF__REPLAY_LIVE && !r->why) /* the journal holds the answer */
+    journal_call_result(a, m->seq, r->md, r->res);
+  if (m->kind == MSG_INIT)
+    init_end(a, m, r);
+  else
+    call_end(a, m, r);
+}
+
+/* The message is done with: its sink, its result slot, its place in the
+ * actor's load, and the message itself. */
+static void run_free(sf_actor *a, msg *m, run *r) {
+  sf__capture_free(&r->cap);
+  if (r->res != r->small)
+    sf_free(r->res);
   atomic_fetch_sub_explicit(a->pending, 1, memory_order_relaxed);
   sf_future *f = m->f;
   if (m->heap)
     sf_free(m);
   if (f)
     sf_release(f); /* the message's reference; may free m with it */
+}
+
+/* Runs one message on a: init or a method, catching its errors. */
+static void run_msg(sf_actor *a, msg *m) {
+  run r;
+  run_begin(a, m, &r);
+  if (run_admitted(a, m, &r))
+    run_method(a, m, &r);
+  run_end(a, m, &r);
+  run_free(a, m, &r);
 }
 
 /* journal: a call's result with out[0..on), the lines it printed (its
