@@ -43,7 +43,8 @@ static void resources_init(void) {
   R.ready = true;
 }
 
-sf__demand sf__demand_of(double cpus, double gpus, const char *name, const sf_loc *loc) {
+/* sf__demand_of for a call that asks for a GPU or more than one CPU. */
+sf__demand sf__demand_ask(double cpus, double gpus, const char *name, const sf_loc *loc) {
   sf__demand d = {0, 0};
   if (gpus > 0) {
     pthread_mutex_lock(&R.lock);
@@ -74,10 +75,9 @@ sf__demand sf__demand_of(double cpus, double gpus, const char *name, const sf_lo
   return d;
 }
 
-bool sf__resources_take(sf__demand d, int32_t *dev) {
+/* sf__resources_take of a non-empty demand. */
+bool sf__resources_take_some(sf__demand d, int32_t *dev) {
   *dev = -1;
-  if (d.cpus == 0 && d.gpu == 0)
-    return true;
   bool ok = true;
   pthread_mutex_lock(&R.lock);
   if (R.cpus_used + d.cpus > (R.ncpus > 1 ? R.ncpus - 1 : 0) && d.cpus > 0)
@@ -117,9 +117,8 @@ bool sf__resources_take(sf__demand d, int32_t *dev) {
   return ok;
 }
 
-void sf__resources_give(sf__demand d, int32_t dev) {
-  if (d.cpus == 0 && d.gpu == 0)
-    return;
+/* sf__resources_give of a non-empty demand. */
+void sf__resources_give_some(sf__demand d, int32_t dev) {
   pthread_mutex_lock(&R.lock);
   R.cpus_used -= d.cpus;
   if (d.gpu > 0 && d.gpu <= SHARE_UNIT && dev >= 0)

@@ -103,13 +103,30 @@ typedef struct sf__demand {
   int32_t gpu;    /* thousandths of one GPU (<= 1000), or whole GPUs * 1000 */
 } sf__demand;
 
+/* Most calls ask for nothing: the three calls below test that inline and
+ * reach resources.c (its lock) only for a call that asks for something. */
+sf__demand sf__demand_ask(double cpus, double gpus, const char *name, const sf_loc *loc);
+bool sf__resources_take_some(sf__demand d, int32_t *dev);
+void sf__resources_give_some(sf__demand d, int32_t dev);
+
 /* The demand of @cpus(cpus) @gpus(gpus) on this machine; the notice (or
  * --require-gpu's error, at loc) when it asks for a GPU there is none of. */
-sf__demand sf__demand_of(double cpus, double gpus, const char *name, const sf_loc *loc);
+static inline sf__demand sf__demand_of(double cpus, double gpus, const char *name,
+                                       const sf_loc *loc) {
+  if (!(gpus > 0) && !(cpus > 1))
+    return (sf__demand){0, 0};
+  return sf__demand_ask(cpus, gpus, name, loc);
+}
 /* Takes the resources of d if they are free now; sets *dev to the GPU. */
-bool sf__resources_take(sf__demand d, int32_t *dev);
+static inline bool sf__resources_take(sf__demand d, int32_t *dev) {
+  *dev = -1;
+  return (d.cpus == 0 && d.gpu == 0) || sf__resources_take_some(d, dev);
+}
 /* Gives them back; every job that waited for resources is queued again. */
-void sf__resources_give(sf__demand d, int32_t dev);
+static inline void sf__resources_give(sf__demand d, int32_t dev) {
+  if (d.cpus != 0 || d.gpu != 0)
+    sf__resources_give_some(d, dev);
+}
 /* Keeps j until some resources are given back. */
 void sf__resources_wait(sf__job *j);
 
