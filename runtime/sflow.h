@@ -186,12 +186,12 @@ void sf_append_file(sf_str *path, sf_str *text, const sf_loc *loc);
 bool sf_file_exists(sf_str *path);
 sf_array *sf_read_lines(sf_str *path, const sf_loc *loc); /* str[] */
 
-/* ------------------------------------- tasks, actors, futures (task.c) */
+/* ---------- tasks, actors, futures (runtime/sched/task.c, actor.c, future.c) */
 
 /* Generated code never sees the layout of these objects; it talks to the
- * scheduler only through the descriptors and calls below, so the simple
- * synchronous implementation in task.c can become a thread-pool scheduler
- * (and later a distributed one) without changing what the compiler emits.
+ * scheduler only through the descriptors and calls below, so the scheduler
+ * (runtime/sched/) grew from a synchronous implementation into a thread
+ * pool, and a distributed one, without changing what the compiler emits.
  *
  * Argument blocks: the caller fills a struct laid out as described by
  * `args` (one field per parameter, in order) with OWNED values and hands

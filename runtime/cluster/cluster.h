@@ -643,7 +643,7 @@ const char *sf__remote_lost_why(int node); /* NULL while alive */
  * result, on a worker from the head (a fetch request or a release). */
 void sf__remote_on_object(int node, const struct sf__frame *f);
 void sf__remote_worker_object(const struct sf__frame *f);
-/* Head: task.c asks for the value of a held future (sf__future_held) when
+/* Head: future.c asks for the value of a held future (sf__future_held) when
  * it is first wanted, and tells when a held future's last reference goes
  * (nothing here can want the value any more: the worker may drop it). */
 void sf__remote_demand(sf_future *f);

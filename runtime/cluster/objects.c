@@ -12,7 +12,7 @@
  * (SFLOW_OBJECT_THRESHOLD bytes, default 1 MiB) in its object store and
  * answers with status 2: u64 object id (the task id) and u64 size.  The
  * head frees the task's slot at once and leaves the future pending; when
- * the value is first wanted (task.c: an await, or a task parked on it) it
+ * the value is first wanted (future.c: an await, or a task parked on it) it
  * asks the owner for the bytes (an empty object frame at offset 0),
  * receives them in order in object
  * frames of OBJ_CHUNK bytes, materializes the value exactly as the inline
@@ -342,7 +342,7 @@ void sf__remote_on_object(int node, const sf__frame *fr) {
   sf__rtask_finish(node, t, 0, t->obj, t->obj_total, t->out, t->out_n, false);
 }
 
-/* The last reference to held future f went (task.c, its destructor): no
+/* The last reference to held future f went (future.c, its destructor): no
  * call here can want the value any more, and no call waiting or running
  * names it (they hold references to f), so its owner drops it. */
 void sf__remote_future_gone(sf_future *f) {

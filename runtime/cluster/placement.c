@@ -14,7 +14,7 @@
  * its worker detected and sent in its hello; the head's from its own GPU
  * layer when it runs work), learned at the first @gpus call.  An @gpus
  * task also needs a free share there, counted in thousandths per device
- * as task.c counts locally and fitted the same way (a share on the
+ * as resources.c counts locally and fitted the same way (a share on the
  * fullest device where it fits, whole devices for more than one), on the
  * node left with the least (best fit).  The share is given back when the
  * attempt ends there, however it ends.  A GPU task that fits nowhere stays
@@ -260,7 +260,7 @@ bool sf__remote_gpus_learn(void) {
   return st > 0;
 }
 
-/* t's share in thousandths, clamped like task.c's demand_of to what the
+/* t's share in thousandths, clamped like resources.c's demand to what the
  * largest node has. */
 int32_t sf__remote_share_of(double gpus) {
   int most = 0;

@@ -3,7 +3,7 @@
  * run: placed on workers, called through frames, and restarted from their
  * checkpoints when a node is lost.
  *
- * Head.  sf_actor_spawn and sf_group_spawn (task.c) offer every spawn made
+ * Head.  sf_actor_spawn and sf_group_spawn (actor.c) offer every spawn made
  * by workflow main here.  When the class's state and init arguments can
  * travel (serial.c; no futures or actors inside), the actor is placed
  * on the live node with the most free
@@ -110,7 +110,7 @@ struct sf__ractor {
   sf_actor *a;             /* the head's handle; valid while calls are pending */
   const sf_actor_desc *d;
   int64_t id, rank, size;
-  uint64_t key;            /* random streams: the actor's identity (task.c) */
+  uint64_t key;            /* random streams: the actor's identity (actor.c) */
   uint64_t wid;            /* wire id of the running incarnation */
   int node, need;
   sf__gpu_hold gpu;        /* @gpus: held with the slots, for its lifetime */
@@ -282,7 +282,7 @@ static bool offset_ok(const void *p) {
 
 /* --resume: each member's handle here is restored from its newest
  * checkpoint (a group's members from the newest epoch they all have, as
- * task.c does for local actors), and the state is serialized into
+ * actor.c does for local actors), and the state is serialized into
  * out[i] for the create frame (out[i].p NULL: from init).  The handle's
  * call counts then tell the journal which of main's calls the state
  * already holds (sf__ractor_call). */

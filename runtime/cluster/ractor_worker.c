@@ -3,7 +3,7 @@
  * head (ractor_head.c).
  *
  * Actor frames arrive on the control loop: actor-create builds a local
- * actor with task.c's machinery (init, or the shipped state and call
+ * actor with actor.c's machinery (init, or the shipped state and call
  * counts), actor-call posts the call to its mailbox (so calls run one at a
  * time, in order), and one reply thread per actor sends each result in
  * order as its future completes.  Checkpoints are shipped instead of

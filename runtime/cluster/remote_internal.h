@@ -87,7 +87,7 @@ typedef struct rtask {
 } rtask;
 
 #define NBUCKETS 4096
-#define SHARE_UNIT 1000 /* as task.c: shares of a GPU in thousandths */
+#define SHARE_UNIT 1000 /* as resources.c: shares of a GPU in thousandths */
 #define MAX_NODE_GPUS 64
 /* A worker holds up to PIPELINE x slots tasks: `slots` running and the
  * next ones already there when they finish (no round trip between them). */

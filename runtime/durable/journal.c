@@ -961,7 +961,7 @@ void sf__journal_call_result(sf_actor *a, int64_t seq, const sf_method_desc *m, 
 }
 
 /* An actor call's result with what it printed: its own captured lines, or
- * a remote actor's as the head printed them (ractor.c). */
+ * a remote actor's as the head printed them (ractor_head.c). */
 void sf__journal_call_done(sf_actor *a, int64_t seq, const sf_method_desc *m, void *res,
                            const char *out, size_t n) {
   if (!J.enabled || J.failed || sf__actor_id(a) < 0)

@@ -202,7 +202,7 @@ static void set_device(int32_t k) { D.ctx_set(D.ctx[k]); }
 
 int32_t sf__gpu_current_device(void) { return here(); }
 
-/* Overrides task.c's weak default: the devices @gpus can be given. */
+/* Overrides resources.c's weak default: the devices @gpus can be given. */
 int32_t sf__gpu_devices(void) {
   pthread_once(&gpu_once, gpu_init);
   return D.ok ? D.ndev : 0;

@@ -679,7 +679,7 @@ void sf__sched_wait(_Atomic uint32_t *word, uint32_t done_mask, uint32_t waiters
   }
 }
 
-/* Depth of tasks run inline by awaits on this thread (task.c). */
+/* Depth of tasks run inline by awaits on this thread (future.c, task.c). */
 _Thread_local int sf__inline_depth;
 
 /* --------------------------------------------------------- parallel for */

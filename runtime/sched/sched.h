@@ -1,9 +1,12 @@
 /*
  * sched.h — the local scheduling layer's internal names (prefix `sf__`):
- * the work-stealing pool (sched.c), futures, tasks and actors (task.c),
- * collectives (collective.c), progress, counters and timeouts
- * (progress.c) and traces (trace.c).  Above core.h, below durable.h,
- * gpu.h and cluster.h (docs/architecture.md, "Runtime layers").
+ * the work-stealing pool (sched.c), futures (future.c), @cpus and @gpus
+ * (resources.c), tasks and the hooks the layers above install (task.c),
+ * actors and groups (actor.c), collectives (collective.c), progress,
+ * counters and timeouts (progress.c) and traces (trace.c).  What the
+ * four call files share only among themselves is in task_internal.h.
+ * Above core.h, below durable.h, gpu.h and cluster.h
+ * (docs/architecture.md, "Runtime layers").
  *
  * Key design choice: the scheduler knows nothing of the journal, the GPU
  * or other nodes.  It calls them through hooks it owns and they install
@@ -66,36 +69,15 @@ static inline void sf__cpu_relax(void) {
 /* pthread_cond_timedwait for at most ns nanoseconds (ns < 1 s) from now. */
 void sf__cond_wait_ns(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ns);
 
-/* ----------------------------------------------------------- task.c */
+/* --------------------------------------------------------- future.c */
 
-extern _Thread_local int32_t sf__current_gpu; /* device of the running call, -1 */
-int32_t sf__gpu_devices(void);                 /* weak: 0 unless the GPU layer says */
-void sf__task_timed_out(void *task, int32_t attempt);
 bool sf__future_ready(sf_future *f);
-/* For the multi-node layer (dispatch.c, worker_tasks.c): run a task here
- * without journal or placement (a worker serving the head); the type of a
- * future's value; complete a future from elsewhere (value moved in); wait
- * for a result without raising (false: message in err). */
-sf_future *sf__task_submit_local(const sf_task_desc *d, void *args, uint64_t key);
+/* For the multi-node layer (dispatch.c, worker_tasks.c): the type of a future's value;
+ * fail a future from elsewhere; wait for a result without raising
+ * (false: message in err). */
 const sf_type *sf__future_type(sf_future *f);
-void sf__future_resolve(sf_future *f, void *value);
-/* The same, journaling out[0..n) as the call's output (dispatch.c: what a
- * --nodes task printed, as the head printed it). */
-void sf__future_resolve_out(sf_future *f, void *value, const char *out, size_t n);
 void sf__future_reject(sf_future *f, const char *message);
 bool sf__future_wait_result(sf_future *f, void *out, char *err, size_t errlen);
-/* sf__task_submit_local starting at attempt `first` (sf__attempt, and the
- * @retry budget left), for a worker or a retry moved off a lost node; key
- * is the call's identity as the head gave it (builtins.c, random streams). */
-/* out: if not NULL, the lines the successful attempt printed are appended
- * there before the future completes (dispatch.c journals them). */
-sf_future *sf__task_submit_attempt(const sf_task_desc *d, void *args, int32_t first,
-                                   sf__buf *out, uint64_t key);
-
-
-/* ------------------------------------------- task.c, for the cluster layer */
-
-typedef struct sf__comm sf__comm;
 /* Head: f's value is held by a worker (true when it is wanted already). */
 bool sf__future_held(sf_future *f);
 /* A new reference to f unless its count already reached 0 (its destructor
@@ -113,48 +95,29 @@ bool sf__future_notify(sf_future *f, sf__fwaiter *w);
  * sent here, which fails as it would where it was made). */
 sf_future *sf__future_failed(const sf_type *t, const char *message);
 
-/* Where the result of a call to an actor on another node goes: task.c
- * makes it, ractor_head.c completes it with sf__actor_complete. */
-typedef struct sf__sink {
-  sf_future *f;     /* h.m(): the call's future (a reference), or NULL */
-  void *gather;     /* g.all: the call's gather, member idx */
-  int64_t idx, seq; /* seq: journal sequence number, or -1 */
-  int64_t calls;    /* the actor's call count after this call (the journal's
-                       index: --resume skips what a checkpoint holds) */
-} sf__sink;
-/* res (moved in) is the value when why is NULL. */
-void sf__actor_complete(sf_actor *a, const sf_method_desc *md, const sf__sink *s, void *res,
-                        const char *why);
-/* The same, journaling out[0..on) as what the call printed (on the head,
- * as the head printed it). */
-void sf__actor_complete_out(sf_actor *a, const sf_method_desc *md, const sf__sink *s, void *res,
-                            const char *why, const char *out, size_t on);
-struct sf__ractor;
-void sf__actor_set_remote(sf_actor *a, struct sf__ractor *r);
-/* Worker side of task.c: an actor with a given identity, from init args
- * or (state non-NULL, moved in) a checkpointed state. */
-sf_actor *sf__actor_spawn_at(const sf_actor_desc *d, int64_t id, int64_t rank, int64_t size,
-                             sf__comm *comm, void *init_args, void *state, int64_t calls,
-                             int64_t epochs, uint64_t key);
-/* keep (or NULL) collects what the call prints, for its result frame. */
-sf_future *sf__actor_post(sf_actor *a, const sf_method_desc *md, void *args, bool all,
-                          bool mute, sf__buf *keep);
-/* Worker: the head moved this actor elsewhere; its queued calls fail. */
-void sf__actor_stop(sf_actor *a);
-sf_actor *sf__current_actor(void);
-int64_t sf__actor_rank(sf_actor *a);
-int64_t sf__actor_size(sf_actor *a);
-const sf_actor_desc *sf__actor_desc(sf_actor *a);
-void *sf__actor_state(sf_actor *a);
-int64_t sf__actor_id(sf_actor *a);
-uint64_t sf__actor_key(sf_actor *a); /* its random streams' identity (builtins.c) */
-int64_t sf__actor_calls(sf_actor *a);
-void sf__actor_set_calls(sf_actor *a, int64_t n); /* after a restore */
-int64_t sf__actor_restored(sf_actor *a);
-int64_t sf__actor_epochs(sf_actor *a);
-void sf__actor_set_epochs(sf_actor *a, int64_t e);
-int64_t sf__actor_restore_epoch(sf_actor *a);
-void sf__actor_set_restore_epoch(sf_actor *a, int64_t e);
+/* ------------------------------------------------------ resources.c */
+
+extern _Thread_local int32_t sf__current_gpu; /* device of the running call, -1 */
+int32_t sf__gpu_devices(void);                 /* weak: 0 unless the GPU layer says */
+
+/* ----------------------------------------------------------- task.c */
+
+void sf__task_timed_out(void *task, int32_t attempt);
+/* For the multi-node layer (dispatch.c, worker_tasks.c): run a task here without journal or
+ * placement (a worker serving the head); complete a future from elsewhere
+ * (value moved in). */
+sf_future *sf__task_submit_local(const sf_task_desc *d, void *args, uint64_t key);
+void sf__future_resolve(sf_future *f, void *value);
+/* The same, journaling out[0..n) as the call's output (dispatch.c: what a
+ * --nodes task printed, as the head printed it). */
+void sf__future_resolve_out(sf_future *f, void *value, const char *out, size_t n);
+/* sf__task_submit_local starting at attempt `first` (sf__attempt, and the
+ * @retry budget left), for a worker or a retry moved off a lost node; key
+ * is the call's identity as the head gave it (builtins.c, random streams). */
+/* out: if not NULL, the lines the successful attempt printed are appended
+ * there before the future completes (dispatch.c journals them). */
+sf_future *sf__task_submit_attempt(const sf_task_desc *d, void *args, int32_t first,
+                                   sf__buf *out, uint64_t key);
 
 /* Hooks task.c owns and the layers above install before any thread
  * (docs/architecture.md, "Hooks").  NULL members: the layer is absent
@@ -189,16 +152,63 @@ extern sf__durable_hooks sf__durable;
  * future whose value a worker holds (sf__remote_demand,
  * sf__remote_future_gone). */
 struct sf__ractor;
+struct sf__sink; /* actor.c */
 typedef struct sf__placer {
   bool (*task)(const sf_task_desc *d, void *args, sf_future *f, int64_t seq, uint64_t key);
   bool (*spawn)(sf_actor **members, int64_t n, void *args);
   void (*call)(struct sf__ractor *r, const sf_method_desc *md, void *args, bool all,
-               const sf__sink *sink);
+               const struct sf__sink *sink);
   void (*drop)(struct sf__ractor *r);
   void (*demand)(sf_future *f);
   void (*future_gone)(sf_future *f);
 } sf__placer;
 extern sf__placer sf__place;
+
+/* ---------------------------------------------------------- actor.c */
+
+typedef struct sf__comm sf__comm;
+/* Where the result of a call to an actor on another node goes: actor.c
+ * makes it, ractor_head.c completes it with sf__actor_complete. */
+typedef struct sf__sink {
+  sf_future *f;     /* h.m(): the call's future (a reference), or NULL */
+  void *gather;     /* g.all: the call's gather, member idx */
+  int64_t idx, seq; /* seq: journal sequence number, or -1 */
+  int64_t calls;    /* the actor's call count after this call (the journal's
+                       index: --resume skips what a checkpoint holds) */
+} sf__sink;
+/* res (moved in) is the value when why is NULL. */
+void sf__actor_complete(sf_actor *a, const sf_method_desc *md, const sf__sink *s, void *res,
+                        const char *why);
+/* The same, journaling out[0..on) as what the call printed (on the head,
+ * as the head printed it). */
+void sf__actor_complete_out(sf_actor *a, const sf_method_desc *md, const sf__sink *s, void *res,
+                            const char *why, const char *out, size_t on);
+struct sf__ractor;
+void sf__actor_set_remote(sf_actor *a, struct sf__ractor *r);
+/* Worker side of actor.c: an actor with a given identity, from init args
+ * or (state non-NULL, moved in) a checkpointed state. */
+sf_actor *sf__actor_spawn_at(const sf_actor_desc *d, int64_t id, int64_t rank, int64_t size,
+                             sf__comm *comm, void *init_args, void *state, int64_t calls,
+                             int64_t epochs, uint64_t key);
+/* keep (or NULL) collects what the call prints, for its result frame. */
+sf_future *sf__actor_post(sf_actor *a, const sf_method_desc *md, void *args, bool all,
+                          bool mute, sf__buf *keep);
+/* Worker: the head moved this actor elsewhere; its queued calls fail. */
+void sf__actor_stop(sf_actor *a);
+sf_actor *sf__current_actor(void);
+int64_t sf__actor_rank(sf_actor *a);
+int64_t sf__actor_size(sf_actor *a);
+const sf_actor_desc *sf__actor_desc(sf_actor *a);
+void *sf__actor_state(sf_actor *a);
+int64_t sf__actor_id(sf_actor *a);
+uint64_t sf__actor_key(sf_actor *a); /* its random streams' identity (builtins.c) */
+int64_t sf__actor_calls(sf_actor *a);
+void sf__actor_set_calls(sf_actor *a, int64_t n); /* after a restore */
+int64_t sf__actor_restored(sf_actor *a);
+int64_t sf__actor_epochs(sf_actor *a);
+void sf__actor_set_epochs(sf_actor *a, int64_t e);
+int64_t sf__actor_restore_epoch(sf_actor *a);
+void sf__actor_set_restore_epoch(sf_actor *a, int64_t e);
 
 /* ----------------------------------------------------- collective.c */
 
@@ -325,7 +335,7 @@ bool sf__trace_open(char *err, size_t errlen);
 void sf__trace_discard(void); /* the run did not start: no trace, no temporary file */
 void sf__trace_write(void); /* at exit: the JSON file */
 /* The trace clock in ns (CLOCK_MONOTONIC; shifted on a worker by
- * SFLOW_TEST_CLOCK_SKEW_MS): heartbeat answers carry it (worker_main.c). */
+ * SFLOW_TEST_CLOCK_SKEW_MS): heartbeat answers carry it (control.c). */
 uint64_t sf__trace_clock_ns(void);
 /* Worker of a traced run (--sflow-trace): record, and ship batches. */
 void sf__trace_worker_begin(void);

@@ -82,7 +82,7 @@ static void future_dtor(sf_obj *o) {
 }
 
 static void test_dtor_hooks(void) {
-  sf__dtor_fn runtime_hook = sf__obj_dtor[SF_OBJ_FUTURE]; /* task.c's */
+  sf__dtor_fn runtime_hook = sf__obj_dtor[SF_OBJ_FUTURE]; /* future.c's */
   sf__obj_dtor[SF_OBJ_FUTURE] = NULL;
   sf_obj *fut = sf_alloc(sizeof *fut);
   *fut = (sf_obj){1, SF_OBJ_FUTURE, 0};
