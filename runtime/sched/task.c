@@ -188,7 +188,7 @@ static void run_task(task_rec *t) {
    * call's, even when it runs inline inside that call. */
   sf__capture cap;
   sf__capture_begin(&cap, t->seq >= 0 || t->out ? SF__CAPTURE_KEEP : SF__CAPTURE_OFF);
-  /* A --nodes attempt (remote.c): its lines are kept per attempt, and only
+  /* A --nodes attempt (dispatch.c): its lines are kept per attempt, and only
    * the successful one's reach t->out (an abandoned attempt never writes
    * there: its caller may be gone). */
   sf__buf *saved_keep = sf__print_keep;
@@ -394,7 +394,7 @@ static sf_future *task_submit(const sf_task_desc *d, void *args, int64_t seq, sf
   f->hdr.rc = 3; /* not yet shared: a plain store */
   SF__COUNT(tasks);
   if (may_go_remote && place_task(d, t->args, f, seq, key)) {
-    /* Another node runs it; remote.c copied what it needs and completes
+    /* Another node runs it; dispatch.c copied what it needs and completes
      * f.  The local record is finished without running. */
     atomic_store(&t->claimed, 1);
     atomic_store(&t->owner, -1);
@@ -448,7 +448,7 @@ sf_future *sf__task_submit_local(const sf_task_desc *d, void *args, uint64_t key
   return task_submit(d, args, -1, need, false, key, NULL);
 }
 
-/* remote.c (multi-node): the same, starting at attempt `first`. */
+/* dispatch.c, worker_tasks.c (multi-node): the same, starting at attempt `first`. */
 sf_future *sf__task_submit_attempt(const sf_task_desc *d, void *args, int32_t first,
                                    sf__buf *out, uint64_t key) {
   submit_first_attempt = first;

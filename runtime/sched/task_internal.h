@@ -38,7 +38,7 @@ static inline int64_t journal_next(void) {
 /* ---------------------------------------------------------- future.c */
 
 enum { FUT_PENDING = 0, FUT_DONE = 1, FUT_FAILED = 2, FUT_STATUS = 3, FUT_WAITERS = 4, FUT_LOCK = 8,
-       FUT_WANTED = 16, FUT_HELD = 32 /* remote.c objects: see future_want */ };
+       FUT_WANTED = 16, FUT_HELD = 32 /* objects.c: see future_want */ };
 
 struct task_rec;
 
@@ -50,7 +50,7 @@ struct sf_future {
   char *error;         /* the message of a failed future (heap) */
   struct task_rec *task; /* the task making the value, if any */
   struct task_rec *parked; /* tasks waiting for this value to start (FUT_LOCK) */
-  sf__fwaiter *notify;     /* remote.c: told when the value exists (FUT_LOCK) */
+  sf__fwaiter *notify;     /* objects.c: told when the value exists (FUT_LOCK) */
   _Alignas(16) unsigned char value[];
 };
 
