@@ -75,8 +75,11 @@ sf__demand sf__demand_ask(double cpus, double gpus, const char *name, const sf_l
   return d;
 }
 
-/* sf__resources_take of a non-empty demand. */
-bool sf__resources_take_some(sf__demand d, int32_t *dev) {
+/* sf__resources_take of a non-empty demand.  The check and the entry in
+ * the waiting list are one hold of the lock: with two, a give-back between
+ * them emptied the list before j was on it, and j waited for ever
+ * (run/scheduler/resources.sflow hung about once in 200 runs). */
+bool sf__resources_take_some(sf__demand d, int32_t *dev, sf__job *j, void *keep) {
   *dev = -1;
   bool ok = true;
   pthread_mutex_lock(&R.lock);
@@ -112,6 +115,14 @@ bool sf__resources_take_some(sf__demand d, int32_t *dev) {
           need--;
         }
     }
+  } else {
+    sf_retain(keep); /* the waiting entry's reference */
+    j->next = NULL;
+    if (R.waiting_tail)
+      R.waiting_tail->next = j;
+    else
+      R.waiting = j;
+    R.waiting_tail = j;
   }
   pthread_mutex_unlock(&R.lock);
   return ok;
@@ -138,15 +149,4 @@ void sf__resources_give_some(sf__demand d, int32_t dev) {
     sf__sched_push_shared(w);
     w = next;
   }
-}
-
-void sf__resources_wait(sf__job *j) {
-  pthread_mutex_lock(&R.lock);
-  j->next = NULL;
-  if (R.waiting_tail)
-    R.waiting_tail->next = j;
-  else
-    R.waiting = j;
-  R.waiting_tail = j;
-  pthread_mutex_unlock(&R.lock);
 }

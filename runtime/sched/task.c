@@ -172,11 +172,10 @@ static void task_args_done(task_rec *t) {
 static void run_task(task_rec *t) {
   const sf_task_desc *d = t->d;
   int32_t dev;
-  if (!sf__resources_take(t->need, &dev)) {
-    sf_retain(t->f); /* the waiting entry's reference */
-    sf__resources_wait(&t->again);
+  /* When they are not free, t->again waits for a give-back, holding a
+   * reference to t->f. */
+  if (!sf__resources_take(t->need, &dev, &t->again, t->f))
     return;
-  }
   int32_t size = type_size(d->result);
   _Alignas(16) unsigned char small[256];
   void *res = size <= (int32_t)sizeof small ? small : sf_alloc((size_t)size);

@@ -106,7 +106,7 @@ typedef struct sf__demand {
 /* Most calls ask for nothing: the three calls below test that inline and
  * reach resources.c (its lock) only for a call that asks for something. */
 sf__demand sf__demand_ask(double cpus, double gpus, const char *name, const sf_loc *loc);
-bool sf__resources_take_some(sf__demand d, int32_t *dev);
+bool sf__resources_take_some(sf__demand d, int32_t *dev, sf__job *j, void *keep);
 void sf__resources_give_some(sf__demand d, int32_t dev);
 
 /* The demand of @cpus(cpus) @gpus(gpus) on this machine; the notice (or
@@ -117,18 +117,18 @@ static inline sf__demand sf__demand_of(double cpus, double gpus, const char *nam
     return (sf__demand){0, 0};
   return sf__demand_ask(cpus, gpus, name, loc);
 }
-/* Takes the resources of d if they are free now; sets *dev to the GPU. */
-static inline bool sf__resources_take(sf__demand d, int32_t *dev) {
+/* Takes the resources of d if they are free now (sets *dev to the GPU);
+ * otherwise, in the same hold of the lock, puts j on the waiting list with
+ * a reference to keep, to be queued again at the next give-back. */
+static inline bool sf__resources_take(sf__demand d, int32_t *dev, sf__job *j, void *keep) {
   *dev = -1;
-  return (d.cpus == 0 && d.gpu == 0) || sf__resources_take_some(d, dev);
+  return (d.cpus == 0 && d.gpu == 0) || sf__resources_take_some(d, dev, j, keep);
 }
 /* Gives them back; every job that waited for resources is queued again. */
 static inline void sf__resources_give(sf__demand d, int32_t dev) {
   if (d.cpus != 0 || d.gpu != 0)
     sf__resources_give_some(d, dev);
 }
-/* Keeps j until some resources are given back. */
-void sf__resources_wait(sf__job *j);
 
 /* ------------------------------------------------------------ task.c */
 

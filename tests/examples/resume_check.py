@@ -106,9 +106,9 @@ def main():
                            if f not in ("journal", "lock"))
             # The journal is written in group commits every 20 ms: a kill
             # that lands before the first one leaves a journal of no records
-            # (its 12-byte header at most), and the resume then has nothing
+            # (its 20-byte header at most), and the resume then has nothing
             # to answer from.  Wherever a record was written, it must be used.
-            journaled = os.path.getsize(os.path.join(tmp, ck, "journal")) - 12
+            journaled = os.path.getsize(os.path.join(tmp, ck, "journal")) - 20
             rc, got, err = run_full(cmd(ck, "--resume"))
             m = re.search(r"(\d+) answered from the journal", err)
             print("%s: killed at %s line(s); checkpoint files %s; resumed: %s" %

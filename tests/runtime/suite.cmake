@@ -56,3 +56,8 @@ add_test(NAME runtime/resume_campaign
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/campaign_test.py
           --sflowc $<TARGET_FILE:sflowc> --kills 20)
 set_tests_properties(runtime/resume_campaign PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
+# Calls waiting for @cpus slots are never lost (a race once hung ~5% of runs).
+add_test(NAME runtime/resources_race
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/resources_race_test.py
+          --sflowc $<TARGET_FILE:sflowc>)
+set_tests_properties(runtime/resources_race PROPERTIES TIMEOUT 600)
