@@ -50,7 +50,7 @@ const char sf__host_probe_cmd[] =
 
 static int need_major, need_minor; /* newest GLIBC_x.y; 0.0: unknown */
 
-#define SELF "this machine" /* sf__host_check's label for sf__host_check_self */
+#define SELF "this machine" /* cpu_check's label for sf__host_check_self */
 
 /* "2.34" or "2.3.4" -> (2, 34) / (2, 3); false when not a version. */
 static bool parse_version(const char *s, int *major, int *minor) {
@@ -177,6 +177,8 @@ static bool has_word(const char *list, const char *word) {
   return false;
 }
 
+static int cpu_check(const char *label, const char *out, char *err, size_t errlen);
+
 int sf__host_check(const char *label, const char *out, char *err, size_t errlen) {
   const char *prog = sf_program_desc.name && *sf_program_desc.name ? sf_program_desc.name
                                                                      : "this program";
@@ -208,6 +210,14 @@ int sf__host_check(const char *label, const char *out, char *err, size_t errlen)
       return -1;
     }
   }
+  return cpu_check(label, out, err, errlen);
+}
+
+/* The CPU half of sf__host_check: out holds a "flags" (or aarch64
+ * "Features") line of /proc/cpuinfo. */
+static int cpu_check(const char *label, const char *out, char *err, size_t errlen) {
+  const char *prog = sf_program_desc.name && *sf_program_desc.name ? sf_program_desc.name
+                                                                     : "this program";
   const char *needs = sf_program_desc.target_needs;
   if (!needs || !*needs)
     return 0;
@@ -262,32 +272,28 @@ int sf__host_check_self(char *err, size_t errlen) {
   const char *needs = sf_program_desc.target_needs;
   if (!needs || !*needs)
     return 0;
-  /* The probe's output as the head would read it from a host: only the
-   * first "flags" line of /proc/cpuinfo, so this reads a few KB however
-   * many CPUs the machine has. */
+  /* Up to the first "flags" line of /proc/cpuinfo, so this reads a few KB
+   * however many CPUs the machine has. */
   char out[16384];
-  int n = snprintf(out, sizeof out, "arch=%s\nlibc=\n", THIS_ARCH ? THIS_ARCH : "");
   int fd = open("/proc/cpuinfo", O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     return 0; /* no /proc: nothing to check against; run as before */
-  size_t got = (size_t)n;
+  size_t got = 0;
   while (got < sizeof out - 1) {
     ssize_t r = read(fd, out + got, sizeof out - 1 - got);
     if (r <= 0)
       break;
     got += (size_t)r;
     out[got] = '\0';
-    const char *f = strstr(out + n, "\nflags");
+    const char *f = strstr(out, "\nflags");
     if (!f)
-      f = strstr(out + n, "\nFeatures");
+      f = strstr(out, "\nFeatures");
     if (f && strchr(f + 1, '\n'))
       break;
   }
   close(fd);
   out[got] = '\0';
-  int saved_major = need_major;
-  need_major = 0; /* the dynamic loader already checked this machine's glibc */
-  int rc = sf__host_check(SELF, out, err, errlen);
-  need_major = saved_major;
-  return rc;
+  /* Only the CPU: this is the architecture the file was built for, and the
+   * dynamic loader already checked this machine's glibc. */
+  return cpu_check(SELF, out, err, errlen);
 }
