@@ -46,7 +46,8 @@ static const int keyword_tokens[] = {
     TOK_TRUE,   TOK_FALSE,
 };
 
-const char *const sflow_type_names[] = {"bool", "i32", "i64", "f32", "f64", "str", "future", "group"};
+const char *const sflow_type_names[] = {"bool", "i32", "i64", "f32", "f64", "str", "future", "group",
+                                        "map"};
 const int sflow_ntype_names = sizeof sflow_type_names / sizeof *sflow_type_names;
 
 const char *const sflow_builtin_names[] = {
@@ -82,6 +83,7 @@ const char *tok_spelling(int kind) {
   case TOK_DIV_ASSIGN: return "'/='";
   case TOK_ARROW: return "'->'";
   case TOK_DOTDOT: return "'..'";
+  case TOK_MAP: return "'map'";
   }
   for (int i = 0; i < sflow_nkeywords; i++)
     if (keyword_tokens[i] == kind)
@@ -476,6 +478,26 @@ static bool struct_brace(Token *raw, int n, int i) {
   return k < n && raw[k].kind == ':';
 }
 
+/* Is raw[i] the `map` of a map type, `map<K, ...`?  Only when `<` follows
+ * it at once and a name follows that: `map` is not a keyword (std.data has
+ * a function data.map), and `map < x` stays a comparison. */
+static bool map_type_start(Token *raw, int n, int i) {
+  Token *t = &raw[i];
+  return t->kind == TOK_IDENT && !strcmp(t->text, "map") && i + 2 < n && raw[i + 1].kind == '<' &&
+         raw[i + 1].loc.off == t->loc.off + 3 && raw[i + 2].kind == TOK_IDENT;
+}
+
+/* Does raw[i] open a generic type's argument list (`map<`, `future<`,
+ * `group<`)?  Its closing `>` ends a line like a name does, so an actor
+ * field `var m: map<str, i64>` ends at the newline. */
+static bool generic_open(Token *raw, int i) {
+  if (i == 0 || raw[i].kind != '<')
+    return false;
+  Token *p = &raw[i - 1];
+  return p->kind == TOK_MAP ||
+         (p->kind == TOK_IDENT && (!strcmp(p->text, "future") || !strcmp(p->text, "group")));
+}
+
 typedef struct {
   int kind; /* '(' '[' '{' or TOK_LBRACE_STRUCT */
   int index; /* in the output array */
@@ -491,6 +513,8 @@ Token *lex_source(int file, int *ntok) {
   int n = L.n;
 
   Token *out = arena_alloc(sizeof(Token) * (size_t)(n + 2));
+  bool *closes_type = arena_alloc((size_t)n + 2); /* out[k] is a generic's last '>' */
+  int angles = 0; /* generic type arguments open */
   int m = 0;
   Open stack[SFLOW_MAX_NESTING + 1];
   int depth = 0;
@@ -502,7 +526,7 @@ Token *lex_source(int file, int *ntok) {
       while (next < n && raw[next].kind == TOK_NEWLINE)
         next++;
       bool cont = next < n && continues_line(raw[next].kind);
-      if (!inside && !cont && m > 0 && ends_statement(out[m - 1].kind)) {
+      if (!inside && !cont && m > 0 && (ends_statement(out[m - 1].kind) || closes_type[m - 1])) {
         t.loc.len = 1;
         out[m++] = t;
       }
@@ -514,6 +538,18 @@ Token *lex_source(int file, int *ntok) {
     }
     if (t.kind == '{' && struct_brace(raw, n, i))
       t.kind = TOK_LBRACE_STRUCT;
+    if (map_type_start(raw, n, i))
+      raw[i].kind = t.kind = TOK_MAP;
+    if (generic_open(raw, i))
+      angles++;
+    else if (angles > 0 && (t.kind == '>' || t.kind == TOK_SHR)) {
+      angles -= t.kind == '>' ? 1 : 2;
+      if (angles <= 0)
+        closes_type[m] = true;
+      if (angles < 0)
+        angles = 0;
+    } else if (t.kind == ';' || t.kind == '{' || t.kind == '}' || t.kind == '=')
+      angles = 0;
     if (t.kind == '(' || t.kind == '[' || t.kind == '{' || t.kind == TOK_LBRACE_STRUCT) {
       if (depth == SFLOW_MAX_NESTING) {
         diag_error(t.loc, "brackets nested too deeply (more than %d levels)", SFLOW_MAX_NESTING);
@@ -537,7 +573,7 @@ Token *lex_source(int file, int *ntok) {
   }
   /* A final terminator lets the last item end without a newline. */
   Loc end = {file, L.line, L.col, (int)L.off, 0};
-  if (m > 0 && ends_statement(out[m - 1].kind))
+  if (m > 0 && (ends_statement(out[m - 1].kind) || closes_type[m - 1]))
     out[m++] = (Token){.kind = TOK_NEWLINE, .loc = end};
   out[m] = (Token){.kind = 0, .loc = end};
   free(raw);

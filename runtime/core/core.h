@@ -110,6 +110,32 @@ enum { SF__WHERE_HOST = 0, SF__WHERE_BOTH = 1, SF__WHERE_DEVICE = 2 };
 extern void (*sf__array_dev_free)(sf_array *a);
 extern void (*sf__array_to_host)(sf_array *a);
 
+/* ------------------------------------------------------------ map.c */
+
+/* The table behind sf_map (map.c has the layout's rationale).  Entries are
+ * {u64 hash, 8-byte key, value}, `stride` bytes each, in insertion order;
+ * a removed one has hash 0.  index[] holds entry numbers, -1 empty, -2
+ * removed, and has mask + 1 slots (a power of two, at least 2 * cap). */
+struct sf_map {
+  sf_obj hdr;
+  int64_t len;          /* live entries */
+  const sf_type *type;  /* SF_MAP: key fields[0].type, value elem */
+  int64_t used, cap;    /* entries written (live and removed), room */
+  char *entries;
+  int32_t *index;
+  uint64_t mask;
+  int32_t stride;
+};
+/* Walks the live entries in order: *pos starts at 0; gives each key's and
+ * value's bytes until it returns false. */
+bool sf__map_next(const sf_map *m, int64_t *pos, const void **key, void **val);
+void sf__map_destroy(sf_map *m); /* the last reference went */
+/* The function-value table of the running program (sf_program.fn_names),
+ * set by main before anything runs: printing names a function value, and
+ * a value read back from bytes is checked against nfns. */
+extern int64_t sf__nfns;
+extern const char *const *sf__fn_names;
+
 /* ---------------------------------------------------------- print.c */
 
 /* Appends the printed form of a value of type t at p to a growing buffer;

@@ -30,6 +30,7 @@ bool sf__type_has_refs(const sf_type *t) {
   case SF_FUTURE:
   case SF_ACTOR:
   case SF_GROUP:
+  case SF_MAP:
     return true;
   case SF_STRUCT:
     for (int32_t i = 0; i < t->nfields; i++)
@@ -52,6 +53,8 @@ static bool same_type(const sf_type *a, const sf_type *b) {
   case SF_ARRAY:
   case SF_FUTURE:
     return same_type(a->elem, b->elem);
+  case SF_MAP:
+    return same_type(a->elem, b->elem) && same_type(a->fields[0].type, b->fields[0].type);
   case SF_STRUCT:
   case SF_ACTOR:
   case SF_GROUP:
