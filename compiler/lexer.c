@@ -8,7 +8,10 @@
  *   - elsewhere a newline becomes a terminator when the line ends with a
  *     token that can end a statement (a name, a literal, `)`, `]`, `}`,
  *     return/break/continue), unless the next line starts with `else`,
- *     `{` or `.`, which continue the construct.
+ *     `{` or `.`, which continue the construct;
+ *   - at statement level, a name right after a `)` on the same line starts
+ *     a new statement, so lists of calls read as the design sketch writes
+ *     them (`s.strip() s.lower()`): no expression puts a name after `)`.
  * It also pairs brackets so that the parser can point at the opener of an
  * unclosed construct, recognises struct-literal braces (`Name {` followed
  * by `field:`), and stops at SFLOW_MAX_NESTING levels of brackets so no
@@ -520,6 +523,18 @@ Token *lex_source(int file, int *ntok) {
   int depth = 0;
   for (int i = 0; i < n; i++) {
     Token t = raw[i];
+    if (map_type_start(raw, n, i))
+      raw[i].kind = t.kind = TOK_MAP;
+    if (generic_open(raw, i))
+      angles++;
+    else if (angles > 0 && (t.kind == '>' || t.kind == TOK_SHR)) {
+      angles -= t.kind == '>' ? 1 : 2;
+      if (angles <= 0)
+        closes_type[m] = true;
+      if (angles < 0)
+        angles = 0;
+    } else if (t.kind == ';' || t.kind == '{' || t.kind == '}' || t.kind == '=')
+      angles = 0;
     if (t.kind == TOK_NEWLINE) {
       bool inside = depth > 0 && stack[depth - 1].kind != '{';
       int next = i + 1;
@@ -536,20 +551,11 @@ Token *lex_source(int file, int *ntok) {
       i = next - 1;
       continue;
     }
+    if (t.kind == TOK_IDENT && m > 0 && out[m - 1].kind == ')' &&
+        !(depth > 0 && stack[depth - 1].kind != '{'))
+      out[m++] = (Token){.kind = TOK_NEWLINE, .loc = {t.loc.file, t.loc.line, t.loc.col, t.loc.off, 1}};
     if (t.kind == '{' && struct_brace(raw, n, i))
       t.kind = TOK_LBRACE_STRUCT;
-    if (map_type_start(raw, n, i))
-      raw[i].kind = t.kind = TOK_MAP;
-    if (generic_open(raw, i))
-      angles++;
-    else if (angles > 0 && (t.kind == '>' || t.kind == TOK_SHR)) {
-      angles -= t.kind == '>' ? 1 : 2;
-      if (angles <= 0)
-        closes_type[m] = true;
-      if (angles < 0)
-        angles = 0;
-    } else if (t.kind == ';' || t.kind == '{' || t.kind == '}' || t.kind == '=')
-      angles = 0;
     if (t.kind == '(' || t.kind == '[' || t.kind == '{' || t.kind == TOK_LBRACE_STRUCT) {
       if (depth == SFLOW_MAX_NESTING) {
         diag_error(t.loc, "brackets nested too deeply (more than %d levels)", SFLOW_MAX_NESTING);

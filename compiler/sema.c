@@ -1389,6 +1389,11 @@ static Type *check_call(Node *call) {
       check_expr(c, NULL);
       return call_fn_value(call, v->ty);
     }
+    if (v && is_err(v->ty)) { /* its declaration was reported */
+      for (Node *a = call->args; a; a = a->next)
+        check_expr(a, NULL);
+      return T_ERR;
+    }
     if (v) {
       diag_error(c->loc, "'%s' is a variable of type %s, not a function", name, ty_str(v->ty));
       return T_ERR;
