@@ -115,6 +115,12 @@ static void texpr_str(Buf *b, TypeExpr *t) {
     buf_puts(b, t->name);
     break;
   case TE_ARRAY:
+    if (t->arg && t->arg->kind == TE_FN) { /* (fn(i64) -> i64)[], as written */
+      buf_putc(b, '(');
+      texpr_str(b, t->arg);
+      buf_puts(b, ")[]");
+      break;
+    }
     texpr_str(b, t->arg);
     buf_puts(b, "[]");
     break;

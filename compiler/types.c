@@ -175,7 +175,10 @@ const char *ty_str(Type *t) {
   case TY_STR: return "str";
   case TY_UNTYPED_INT: return "integer literal";
   case TY_UNTYPED_FLOAT: return "float literal";
-  case TY_ARRAY: return arena_printf("%s[]", ty_str(t->elem));
+  case TY_ARRAY:
+    if (t->elem->kind == TY_FN) /* as it is written: fn(i64) -> i64[] returns an array */
+      return arena_printf("(%s)[]", ty_str(t->elem));
+    return arena_printf("%s[]", ty_str(t->elem));
   case TY_FUTURE: return arena_printf("future<%s>", ty_str(t->elem));
   case TY_STRUCT:
   case TY_ACTOR: return t->decl->name;
