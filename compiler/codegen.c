@@ -1415,7 +1415,9 @@ static Val direct_call(DInfo *di, LLVMValueRef state, Node **argv, int argc, Typ
 static void declare_extern(Decl *d) {
   DInfo *di = info(d);
   Type *ret = d->ret_type ? d->ret_type : ty_prim(TY_VOID);
-  bool sret = ret->kind == TY_STRUCT;
+  /* A generic one's T goes as a struct does: the value's address and its
+   * descriptor; a T result is written through the first two. */
+  bool sret = ret->kind == TY_STRUCT || ret->kind == TY_TPARAM;
   int n = 0;
   for (Decl *p = d->params; p; p = p->next)
     n++;
@@ -1427,7 +1429,7 @@ static void declare_extern(Decl *d) {
     ps[k++] = G.P;
   }
   for (Decl *p = d->params; p; p = p->next) {
-    if (p->type->kind == TY_STRUCT) {
+    if (p->type->kind == TY_STRUCT || p->type->kind == TY_TPARAM) {
       ps[k++] = G.P;
       ps[k++] = G.P;
     } else {
@@ -1455,18 +1457,20 @@ static Val extern_call(Node *n) {
   Val *vals = arena_alloc(sizeof(Val) * (size_t)(n->argc + 1));
   int k = 0;
   LLVMValueRef out = NULL;
-  if (ret->kind == TY_STRUCT) {
-    out = entry_alloca(lt_val(ret), "extern.out");
-    store(LLVMConstNull(lt_val(ret)), out);
+  bool generic_ret = d->ret_type && d->ret_type->kind == TY_TPARAM;
+  if (ret->kind == TY_STRUCT || generic_ret) {
+    out = entry_alloca(lt_mem(ret), "extern.out");
+    store(LLVMConstNull(lt_mem(ret)), out);
     args[k++] = as_P(out);
     args[k++] = desc_arg(ret);
   }
-  for (int i = 0; i < n->argc; i++) {
+  Decl *p = d->params;
+  for (int i = 0; i < n->argc; i++, p = p ? p->next : NULL) {
     Type *t = n->argv[i]->ty;
     vals[i] = expr(n->argv[i]);
-    if (t->kind == TY_STRUCT) {
-      LLVMValueRef tmp = entry_alloca(lt_val(t), "extern.arg");
-      store(vals[i].v, tmp);
+    if (t->kind == TY_STRUCT || (p && p->type->kind == TY_TPARAM)) {
+      LLVMValueRef tmp = entry_alloca(lt_mem(t), "extern.arg");
+      store_mem(t, vals[i].v, tmp);
       args[k++] = as_P(tmp);
       args[k++] = desc_arg(t);
     } else {
@@ -1478,7 +1482,7 @@ static Val extern_call(Node *n) {
   for (int i = 0; i < n->argc; i++)
     drop(n->argv[i]->ty, vals[i]);
   if (out)
-    return mkval(load(lt_val(ret), out), true);
+    return mkval(load_mem(ret, out), true);
   return mkval(ret->kind == TY_VOID ? NULL : r, true);
 }
 

@@ -87,6 +87,7 @@ const char *tok_spelling(int kind) {
   case TOK_ARROW: return "'->'";
   case TOK_DOTDOT: return "'..'";
   case TOK_MAP: return "'map'";
+  case TOK_TARGS: return "'<'";
   }
   for (int i = 0; i < sflow_nkeywords; i++)
     if (keyword_tokens[i] == kind)
@@ -501,6 +502,31 @@ static bool generic_open(Token *raw, int i) {
          (p->kind == TOK_IDENT && (!strcmp(p->text, "future") || !strcmp(p->text, "group")));
 }
 
+/* Is raw[i] ('<') the start of a call's type argument, `f<Batch>(` or
+ * `data.load<map<str, i64>>(`?  Right after a name with no space, then
+ * only what a type is written with, up to the matching '>' and a '('. */
+static bool type_args_start(Token *raw, int n, int i) {
+  if (i == 0 || raw[i].kind != '<' || raw[i - 1].kind != TOK_IDENT ||
+      raw[i].loc.off != raw[i - 1].loc.off + raw[i - 1].loc.len)
+    return false;
+  int depth = 1;
+  for (int j = i + 1; j < n; j++) {
+    switch (raw[j].kind) {
+    case TOK_IDENT: case TOK_MAP: case '.': case '[': case ']': case ',':
+      continue;
+    case '<': depth++; continue;
+    case '>': depth--; break;
+    case TOK_SHR: depth -= 2; break;
+    default: return false;
+    }
+    if (depth < 0)
+      return false;
+    if (depth == 0)
+      return j + 1 < n && raw[j + 1].kind == '(';
+  }
+  return false;
+}
+
 typedef struct {
   int kind; /* '(' '[' '{' or TOK_LBRACE_STRUCT */
   int index; /* in the output array */
@@ -525,6 +551,8 @@ Token *lex_source(int file, int *ntok) {
     Token t = raw[i];
     if (map_type_start(raw, n, i))
       raw[i].kind = t.kind = TOK_MAP;
+    if (type_args_start(raw, n, i))
+      t.kind = TOK_TARGS;
     if (generic_open(raw, i))
       angles++;
     else if (angles > 0 && (t.kind == '>' || t.kind == TOK_SHR)) {

@@ -93,6 +93,7 @@ typedef struct {
   int loops;
   bool in_kernel;
   Type *ret;       /* expected return type */
+  const char *tparam; /* resolving a generic @extern's signature: its T */
   Module **seen;   /* every module loaded or loading (find_loaded) */
   int nseen, capseen;
 } Sema;
@@ -288,6 +289,9 @@ static Type *resolve_texpr(TypeExpr *t) {
     Type *e = resolve_texpr(t->arg);
     if (is_err(e))
       return T_ERR;
+    if (e->kind == TY_TPARAM)
+      return err_at(t->loc, "the type parameter %s stands for a whole parameter or result type, "
+                            "not a part of one", S.tparam);
     if (e->kind == TY_VOID)
       return err_at(t->loc, "arrays of void are not allowed");
     return ty_array(e);
@@ -312,6 +316,8 @@ static Type *resolve_texpr(TypeExpr *t) {
   case TE_NAME:
     break;
   }
+  if (S.tparam && !t->module && !strcmp(t->name, S.tparam))
+    return ty_prim(TY_TPARAM);
   Module *m = S.mod;
   if (t->module) {
     m = module_by_alias(S.mod, t->module);
@@ -1160,8 +1166,53 @@ static bool overload_fits(Node *call, Decl *f) {
   return true;
 }
 
+/* A call of a generic @extern function: T is written (f<Batch>(...)) or
+ * taken from the argument of the first parameter of type T; the call
+ * records it (call->targ) for codegen, which passes its descriptor. */
+static Type *call_generic(Node *call, Decl *f, const char *what) {
+  if (!bind_args(call, f->params, what, true))
+    return T_ERR;
+  Type *T = NULL;
+  if (call->texpr) {
+    T = resolve_texpr(call->texpr);
+    if (is_err(T))
+      return T_ERR;
+  } else {
+    int j = 0;
+    for (Decl *p = f->params; p && !T; p = p->next, j++)
+      if (p->type->kind == TY_TPARAM && call->argv[j] != p->value) {
+        if (is_err(check_expr(call->argv[j], NULL)))
+          return T_ERR;
+        settle_default(call->argv[j]);
+        T = call->argv[j]->ty;
+      }
+    if (!T)
+      return err_at(call->loc, "what %s stands for in this call of '%s' is not known; write it, as in %s<Batch>(...)",
+                    f->tparam, f->name, f->name);
+  }
+  if (T->kind == TY_VOID || T->kind == TY_MODULE || T->kind == TY_TPARAM)
+    return err_at(call->texpr ? call->texpr->loc : call->loc, "%s of '%s' cannot be %s", f->tparam,
+                  f->name, ty_str(T));
+  int j = 0;
+  for (Decl *p = f->params; p; p = p->next, j++) {
+    Node *a = call->argv[j];
+    if (a == p->value)
+      continue;
+    expect_type(a, p->type->kind == TY_TPARAM ? T : p->type,
+                arena_printf("argument '%s' of %s", p->name, what));
+  }
+  call->targ = T;
+  call->decl = f;
+  Type *r = f->ret_type ? f->ret_type : T_VOID;
+  return r->kind == TY_TPARAM ? T : r;
+}
+
 static Type *call_function(Node *call, Decl *f) {
   const char *what = arena_printf("%s '%s'", decl_what(f), f->name);
+  if (f->kind == D_FN && f->tparam)
+    return call_generic(call, f, what);
+  if (call->texpr)
+    return err_at(call->texpr->loc, "%s takes no type argument", what);
   if (f->kind == D_FN && f->overload) {
     /* Check arguments once without a context, then pick the overload. */
     for (Node *a = call->args; a; a = a->next)
@@ -1241,6 +1292,9 @@ static Type *resolve_map_texpr(TypeExpr *t) {
     return err_at(t->arg->loc, "a map key must be str, i64, i32 or bool, found %s", ty_str(k));
   if (v->kind == TY_VOID)
     return err_at(t->arg2->loc, "a map value cannot have type void");
+  if (v->kind == TY_TPARAM)
+    return err_at(t->arg2->loc, "the type parameter %s stands for a whole parameter or result type, "
+                                "not a part of one", S.tparam);
   return ty_map(k, v);
 }
 
@@ -1283,6 +1337,10 @@ static Type *fn_value_type(Decl *d) {
 static Type *fn_value(Node *e, Decl *d, Type *want) {
   if (S.in_kernel)
     return err_at(e->loc, "a kernel cannot use function values");
+  if (d->is_extern)
+    return err_at(e->kind == N_FIELD ? e->name_loc : e->loc,
+                  "@extern function '%s' cannot be used as a value; pass a function that calls it",
+                  d->name);
   if (d->kind == D_FN && d->overload) {
     Decl *pick = NULL;
     for (Decl *g = d; g && want; g = g->overload)
@@ -1393,6 +1451,10 @@ static Type *call_map_method(Node *call, Node *recv, Type *mt, const char *name)
 
 static Type *check_call(Node *call) {
   Node *c = call->callee;
+  /* f<T>(...) names a generic function: anything else is refused by
+   * call_function, or here when the callee is not a named function. */
+  if (call->texpr && c->kind != N_NAME && !(c->kind == N_FIELD && c->lhs->kind == N_NAME))
+    return err_at(call->texpr->loc, "only a generic function takes a type argument");
   if (c->kind == N_NAME) {
     const char *name = c->name;
     Var *v = lookup_var(name);
@@ -2299,8 +2361,10 @@ static void resolve_params(Decl *fn) {
 static void resolve_signature(Decl *d) {
   switch (d->kind) {
   case D_FN: case D_TASK: case D_KERNEL: case D_WORKFLOW: case D_METHOD: case D_INIT:
+    S.tparam = d->tparam; /* fn name<T>(...): T names the type parameter */
     resolve_params(d);
     d->ret_type = d->ret ? resolve_texpr(d->ret) : T_VOID;
+    S.tparam = NULL;
     break;
   default:
     break;
@@ -2445,6 +2509,8 @@ static bool extern_type_ok(Type *t) {
   switch (t->kind) {
   case TY_BOOL: case TY_I32: case TY_I64: case TY_F32: case TY_F64: case TY_STR:
   case TY_ARRAY: case TY_STRUCT: case TY_ERROR:
+  case TY_MAP:    /* sf_map * */
+  case TY_TPARAM: /* const void *, const sf_type * (a result: void *out, const sf_type *) */
     return true;
   default:
     return false;
@@ -2452,6 +2518,10 @@ static bool extern_type_ok(Type *t) {
 }
 
 static void check_extern(Decl *fn) {
+  if (fn->tparam && !fn->is_extern) {
+    diag_error(fn->tparam_loc, "only @extern functions of the standard library take a type parameter");
+    return;
+  }
   if (!fn->is_extern) {
     diag_error(fn->name_loc, "function '%s' has no body", fn->name);
     diag_note(fn->name_loc, "only @extern functions of the standard library are declared without one");

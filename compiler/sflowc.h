@@ -156,6 +156,7 @@ typedef enum {
   TY_GROUP,         /* decl: D_ACTOR */
   TY_MAP,           /* key, elem (the value) */
   TY_FN,            /* params[nparams], elem (the result, TY_VOID for none) */
+  TY_TPARAM,        /* the type parameter T of a generic @extern function */
   TY_MODULE,        /* a name bound by import; only valid before '.' */
 } TypeKind;
 
@@ -308,6 +309,7 @@ struct Node {
   Node **argv;       /* N_CALL after sema: argc entries in parameter order */
   int argc;
   int field_index;   /* N_FIELD on a struct; N_FIELD_INIT */
+  Type *targ;        /* N_CALL of a generic @extern: what T stands for (texpr: as written) */
   bool is_const;     /* expression is a compile-time constant */
 
   /* filled by settle.c: where sf_gpu_settle() goes */
@@ -374,6 +376,8 @@ struct Decl {
   Decl *overload;     /* D_FN: the next function of the same name in the module */
   bool is_std;        /* declared in a std module */
   bool is_extern;     /* D_FN: @extern, no body; calls C sf_std_<module>_<name> */
+  const char *tparam; /* D_FN: the type parameter of `fn name<T>(...)`, or NULL */
+  Loc tparam_loc;
   void *llvm;    /* codegen: LLVMValueRef of the function */
   void *llvm2;   /* codegen: a second function (e.g. the task's thunk) */
 };

@@ -197,6 +197,7 @@ const char *ty_str(Type *t) {
     return s;
   }
   case TY_MODULE: return "module";
+  case TY_TPARAM: return "T";
   }
   return "?";
 }

@@ -129,6 +129,7 @@ static void yyerror(Loc *loc, ParseCtx *ctx, const char *msg) {
 %token TOK_ADD_ASSIGN "'+='" TOK_SUB_ASSIGN "'-='" TOK_MUL_ASSIGN "'*='" TOK_DIV_ASSIGN "'/='"
 %token TOK_ARROW "'->'" TOK_DOTDOT "'..'" TOK_LBRACE_STRUCT "'{' of a struct literal"
 %token TOK_MAP "'map'"
+%token TOK_TARGS "'<' of a type argument"
 
 %type <node> expr unary postfix primary stmt simple_stmt block if_stmt else_opt arg
 %type <node> field_init
@@ -136,7 +137,7 @@ static void yyerror(Loc *loc, ParseCtx *ctx, const char *msg) {
 %type <decl> item item_core param member member_core field_decl fn_like
 %type <decls> items params params_opt members member_seq field_decls
 %type <texpr> type ret_opt type_ann_opt generic_open map_head map_open map_type fn_type
-%type <texpr> type_list type_list_opt
+%type <texpr> type_list type_list_opt targs
 %type <annot> annot annots annots_opt
 %type <tok> dotted
 
@@ -223,13 +224,17 @@ item_core
   ;
 
 /* fn_like: ('fn' | 'task' | 'kernel' | 'workflow') name '(' params ')' ['->' type] block
- *        | 'fn' name '(' params ')' ['->' type]      (an @extern declaration) */
+ *        | 'fn' name ['<' name '>'] '(' params ')' ['->' type]   (an @extern declaration) */
 fn_like
   : TOK_FN TOK_IDENT '(' params_opt ')' ret_opt block
       { $$ = decl_new(D_FN, @$); $$->name = $2.text; $$->name_loc = @2; $$->params = $4.head; $$->ret = $6; $$->body = $7; }
   | TOK_FN TOK_IDENT '(' params_opt ')' ret_opt
       /* no body: only an @extern function of a std module (sema checks) */
       { $$ = decl_new(D_FN, @$); $$->name = $2.text; $$->name_loc = @2; $$->params = $4.head; $$->ret = $6; }
+  | TOK_FN TOK_IDENT TOK_TARGS TOK_IDENT '>' '(' params_opt ')' ret_opt
+      /* a generic @extern function: one type parameter (sema checks) */
+      { $$ = decl_new(D_FN, @$); $$->name = $2.text; $$->name_loc = @2; $$->tparam = $4.text; $$->tparam_loc = @4;
+        $$->params = $7.head; $$->ret = $9; }
   | TOK_TASK TOK_IDENT '(' params_opt ')' ret_opt block
       { $$ = decl_new(D_TASK, @$); $$->name = $2.text; $$->name_loc = @2; $$->params = $4.head; $$->ret = $6; $$->body = $7; }
   | TOK_KERNEL TOK_IDENT '(' params_opt ')' ret_opt block
@@ -294,6 +299,13 @@ map_head
 
 map_open
   : map_head type         { $$ = $1; $$->arg2 = $2; $$->loc = loc_span($1->loc, @2); }
+  ;
+
+/* targs: '<' type '>' after a generic function's name, at a call */
+targs
+  : TOK_TARGS type '>'    { $$ = $2; }
+  | TOK_TARGS generic_open TOK_SHR { $$ = $2; $$->loc = loc_span($2->loc, @3); }
+  | TOK_TARGS map_open TOK_SHR { $$ = $2; $$->loc = loc_span($2->loc, @3); }
   ;
 
 /* fn_type: 'fn' '(' [type {',' type}] ')' ['->' type] */
@@ -495,6 +507,10 @@ postfix
   | postfix '(' args_opt ')'
       { $$ = mk(N_CALL, @$); $$->callee = $1; $$->args = $3.head; $$->name_loc = @2; }
   | postfix '[' expr ']'  { $$ = mk(N_INDEX, @$); $$->lhs = $1; $$->rhs = $3; $$->name_loc = @2; }
+  | postfix targs '(' args_opt ')'
+      { /* f<T>(args): the lexer marks the '<' (TOK_TARGS) only where a type
+         * and '>(' follow it */
+        $$ = mk(N_CALL, @$); $$->callee = $1; $$->texpr = $2; $$->args = $4.head; $$->name_loc = @3; }
   | postfix '.' TOK_IDENT { $$ = mk(N_FIELD, @$); $$->lhs = $1; $$->name = $3.text; $$->name_loc = @3; }
   | postfix TOK_LBRACE_STRUCT field_inits '}'
       { /* Name { f: e } or module.Name { f: e }: the lexer only marks a brace

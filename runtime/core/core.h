@@ -239,6 +239,11 @@ extern void (*sf__before_stderr)(void);
  * of each sflow type: docs/language.md, "Standard-library externs"): */
 void sf_std_io_stat(void *out, const sf_type *out_type, sf_str *path, const sf_loc *loc);
 sf_array *sf_std_io_list_dir(sf_str *path, const sf_loc *loc);
+/* The generic ones: io.save<T>(path, value) and io.load<T>(path) -> T,
+ * any value in the serializer's form (serial.c) behind a header naming
+ * its type ("sflow value 1\nmap<str, i64>\n"). */
+void sf_std_io_save(sf_str *path, const void *value, const sf_type *T, const sf_loc *loc);
+void sf_std_io_load(void *out, const sf_type *T, sf_str *path, const sf_loc *loc);
 
 /* ---------------------------------------------------------- serial.c */
 

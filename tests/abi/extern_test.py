@@ -24,19 +24,37 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCALARS = {"bool": "bool", "i32": "int32_t", "i64": "int64_t", "f32": "float", "f64": "double",
            "str": "sf_str *"}
-EXTERN = re.compile(r"@extern\s+fn\s+(\w+)\s*\(([^)]*)\)\s*(?:->\s*([\w.\[\]]+))?")
+EXTERN = re.compile(r"@extern\s+fn\s+(\w+)\s*(?:<\s*(\w+)\s*>)?\s*\(([^)]*)\)\s*"
+                    r"(?:->\s*([\w.\[\]]+(?:<[^>]*>+)?(?:\[\])*))?")
 STRUCT = re.compile(r"^struct\s+(\w+)", re.M)
 
 
-def c_type(t, structs, where):
+def c_type(t, structs, where, tparam=None):
     t = t.strip()
+    if t == tparam:
+        return "struct"  # a generic one's T travels as a struct does
     if t.endswith("[]"):
         return "sf_array *"
+    if t.startswith("map<"):
+        return "sf_map *"
     if t in SCALARS:
         return SCALARS[t]
     if t in structs:
         return "struct"
     sys.exit("extern_test: %s: type '%s' has no C form this test knows" % (where, t))
+
+
+def split_params(params):
+    """The parameters at top-level commas (map<K, V> has one inside)."""
+    out, depth, cur = [], 0, ""
+    for ch in params:
+        depth += (ch == "<") - (ch == ">")
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return [x.strip() for x in out + [cur] if x.strip()]
 
 
 def strip_comments(text):
@@ -50,19 +68,19 @@ def prototypes():
         text = strip_comments(open(path, encoding="utf-8").read())
         structs = set(STRUCT.findall(text))
         for m in EXTERN.finditer(text):
-            name, params, ret = m.group(1), m.group(2), m.group(3)
+            name, tparam, params, ret = m.group(1), m.group(2), m.group(3), m.group(4)
             where = "stdlib/%s.sflow: %s" % (module, name)
             cs = []
             rc = "void"
             if ret:
-                r = c_type(ret, structs, where)
+                r = c_type(ret, structs, where, tparam)
                 if r == "struct":
                     cs += ["void *", "const sf_type *"]
                 else:
                     rc = r
-            for p in filter(None, (x.strip() for x in params.split(","))):
+            for p in split_params(params):
                 pt = p.split(":", 1)[1].split("=", 1)[0]
-                c = c_type(pt, structs, where)
+                c = c_type(pt, structs, where, tparam)
                 cs += ["const void *", "const sf_type *"] if c == "struct" else [c]
             cs.append("const sf_loc *")
             out.append((where, "sf_std_%s_%s" % (module, name), rc, cs))
