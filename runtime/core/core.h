@@ -92,6 +92,9 @@ bool sf__type_has_refs(const sf_type *t);
  * Descriptors are compared by structure, never by pointer: the compiler
  * emits its own copies of the same types. */
 const sf_type *sf__array_type(const sf_type *elem);
+/* The interned descriptor of map<key, val> (key: str, i64, i32 or bool),
+ * for runtime code that builds a map to return (sf_map_new needs one). */
+const sf_type *sf__map_type(const sf_type *key, const sf_type *val);
 /* The address of field `name` of the struct of type t at base, checked to
  * be of kind `kind` (an sf_kind; for SF_ARRAY, any element type).  For the
  * C side of @extern functions, which fill struct results by field name

@@ -107,6 +107,41 @@ const sf_type *sf__array_type(const sf_type *elem) {
   return &it->type;
 }
 
+/* Map descriptors made at run time (a std C function returning a map it
+ * builds), interned in a list of their own like the array ones. */
+typedef struct map_interned {
+  sf_type type;
+  sf_field key;
+  struct map_interned *next;
+  char name[];
+} map_interned;
+
+static map_interned *map_list;
+
+const sf_type *sf__map_type(const sf_type *key, const sf_type *val) {
+  const char *kn = key->name ? key->name : "?", *vn = val->name ? val->name : "?";
+  size_t n = strlen(kn) + strlen(vn) + 8;
+  map_interned *fresh = sf_alloc(sizeof *fresh + n); /* before the lock, as above */
+  snprintf(fresh->name, n, "map<%s, %s>", kn, vn);
+  fresh->key = (sf_field){.name = "key", .offset = 0, .type = key};
+  fresh->type = (sf_type){.kind = SF_MAP, .size = (int32_t)sizeof(void *),
+                          .align = (int32_t)sizeof(void *), .nfields = 1, .elem = val,
+                          .fields = &fresh->key, .name = fresh->name};
+  pthread_mutex_lock(&intern_lock);
+  map_interned *it = map_list;
+  while (it && !same_type(&it->type, &fresh->type))
+    it = it->next;
+  if (!it) {
+    it = fresh;
+    it->next = map_list;
+    map_list = it;
+    fresh = NULL;
+  }
+  pthread_mutex_unlock(&intern_lock);
+  sf_free(fresh);
+  return &it->type;
+}
+
 void *sf__field(const sf_type *t, void *base, const char *name, int kind, const sf_loc *loc) {
   if (t && t->kind == SF_STRUCT)
     for (int32_t i = 0; i < t->nfields; i++)
