@@ -2520,7 +2520,7 @@ static bool extern_type_ok(Type *t) {
 static void check_extern(Decl *fn) {
   if (fn->tparam && !fn->is_extern) {
     diag_error(fn->tparam_loc, "only @extern functions of the standard library take a type parameter");
-    return;
+    return; /* the body is not checked: T means nothing in it */
   }
   if (!fn->is_extern) {
     diag_error(fn->name_loc, "function '%s' has no body", fn->name);
@@ -2714,7 +2714,7 @@ static void check_module(Module *m) {
   for (Decl *d = m->decls; d; d = d->next) {
     switch (d->kind) {
     case D_FN:
-      if (d->is_extern || !d->body)
+      if (d->is_extern || !d->body || d->tparam)
         check_extern(d);
       else
         check_body(d, NULL);
