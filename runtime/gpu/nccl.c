@@ -707,7 +707,9 @@ static bool device_ok(nstate *g, int64_t rank, sf__coll_buf *b, const sf_loc *lo
 }
 
 /* The watchdog's view of the group: the host transport's "can no longer
- * meet", and telling it before this member aborts its communicator. */
+ * meet", and telling it that this member failed before it aborts its
+ * communicator (shared memory wakes the members waiting for it; the ring's
+ * peers are bounded by its timeout). */
 typedef struct {
   nstate *g;
   int64_t rank;
@@ -720,7 +722,7 @@ static bool host_failed(void *ctx, char *why, size_t n) {
 
 static void host_abort(void *ctx, const char *why) {
   member *m = ctx;
-  m->g->host->abort(m->g->hs, m->rank, why);
+  m->g->host->member_failed(m->g->hs, m->rank, why);
 }
 
 /* "group of actor 'Trainer' (member 1 of 2)" */
