@@ -166,6 +166,7 @@ static struct {
   int nfnvals, capfnvals;
   LLVMValueRef fntab;
   LLVMValueRef fn_names; /* the names, for sf_program.fn_names */
+  LLVMValueRef fn_tasks; /* their task descriptors (NULL: a function), for sf_program.fn_tasks */
 } G;
 
 static Val expr(Node *n);
@@ -1421,8 +1422,8 @@ static void declare_extern(Decl *d) {
   int n = 0;
   for (Decl *p = d->params; p; p = p->next)
     n++;
-  LLVMTypeRef *ps = arena_alloc(sizeof(LLVMTypeRef) * (size_t)(2 * n + 3));
-  bool *zext = arena_alloc(sizeof(bool) * (size_t)(2 * n + 3));
+  LLVMTypeRef *ps = arena_alloc(sizeof(LLVMTypeRef) * (size_t)(2 * n + 5));
+  bool *zext = arena_alloc(sizeof(bool) * (size_t)(2 * n + 5));
   int k = 0;
   if (sret) {
     ps[k++] = G.P;
@@ -1437,6 +1438,11 @@ static void declare_extern(Decl *d) {
       ps[k++] = lt_val(p->type);
     }
   }
+  /* A generic one also gets what each type parameter stands for. */
+  if (d->tparam)
+    ps[k++] = G.P;
+  if (d->tparam2)
+    ps[k++] = G.P;
   ps[k++] = G.P;
   di->fn = get_fn(extern_c_name(d), sret ? G.vd : lt_val(ret), ps, k, false);
   di->fnty = LLVMGlobalGetValueType(di->fn);
@@ -1453,7 +1459,7 @@ static void declare_extern(Decl *d) {
 static Val extern_call(Node *n) {
   Decl *d = n->decl;
   Type *ret = n->ty;
-  LLVMValueRef *args = arena_alloc(sizeof(LLVMValueRef) * (size_t)(2 * n->argc + 3));
+  LLVMValueRef *args = arena_alloc(sizeof(LLVMValueRef) * (size_t)(2 * n->argc + 5));
   Val *vals = arena_alloc(sizeof(Val) * (size_t)(n->argc + 1));
   int k = 0;
   LLVMValueRef out = NULL;
@@ -1477,6 +1483,10 @@ static Val extern_call(Node *n) {
       args[k++] = vals[i].v;
     }
   }
+  if (d->tparam)
+    args[k++] = desc_arg(n->targ);
+  if (d->tparam2)
+    args[k++] = desc_arg(n->targ2);
   args[k++] = loc_const(n->loc);
   LLVMValueRef r = call(info(d)->fn, args, k);
   for (int i = 0; i < n->argc; i++)
@@ -1896,13 +1906,16 @@ static void gen_fn_table(void) {
   int n = G.nfnvals + 1;
   LLVMValueRef *fns = arena_alloc(sizeof(LLVMValueRef) * (size_t)n);
   LLVMValueRef *names = arena_alloc(sizeof(LLVMValueRef) * (size_t)n);
-  fns[0] = names[0] = LLVMConstNull(G.P);
+  LLVMValueRef *tasks = arena_alloc(sizeof(LLVMValueRef) * (size_t)n);
+  fns[0] = names[0] = tasks[0] = LLVMConstNull(G.P);
   for (int i = 1; i < n; i++) {
     Decl *d = G.fnvals[i - 1];
     LLVMValueRef f = d->kind == D_TASK ? task_value_fn(d) : info(d)->fn;
     fns[i] = LLVMConstPointerCast(f, G.P);
     names[i] = LLVMConstPointerCast(cstr(fn_value_name(d)), G.P);
+    tasks[i] = d->kind == D_TASK ? LLVMConstPointerCast(info(d)->desc, G.P) : LLVMConstNull(G.P);
   }
+  G.fn_tasks = const_global(LLVMConstArray(G.P, tasks, (unsigned)n), "sflow.fn_tasks");
   LLVMValueRef tab = const_global(LLVMConstArray(G.P, fns, (unsigned)n), "sflow.fns");
   G.fn_names = const_global(LLVMConstArray(G.P, names, (unsigned)n), "sflow.fn_names");
   if (G.fntab) {
@@ -2704,8 +2717,9 @@ static void gen_program_desc(Decl *wf) {
                        ci32(n), parr ? LLVMConstPointerCast(parr, G.P) : LLVMConstNull(G.P),
                        LLVMConstPointerCast(mainfn, G.P), cstr(G.target.cpu),
                        cstr(G.target.needs), ci64(G.nfnvals + 1),
-                       LLVMConstPointerCast(G.fn_names, G.P)};
-  LLVMValueRef init = LLVMConstStructInContext(G.ctx, pd, 10, 0);
+                       LLVMConstPointerCast(G.fn_names, G.P),
+                       LLVMConstPointerCast(G.fn_tasks, G.P)};
+  LLVMValueRef init = LLVMConstStructInContext(G.ctx, pd, 11, 0);
   LLVMValueRef g = LLVMAddGlobal(G.mod, LLVMTypeOf(init), "sf_program_desc");
   LLVMSetInitializer(g, init);
   LLVMSetGlobalConstant(g, 1);

@@ -151,7 +151,8 @@ SF_AT(sf_param, def_text, 24); SF_SIZE(sf_param, 32); SF_SIZE(sf_value, 8);
 SF_AT(sf_program, name, 8); SF_AT(sf_program, source, 16); SF_AT(sf_program, nparams, 24);
 SF_AT(sf_program, params, 32); SF_AT(sf_program, main_fn, 40); SF_AT(sf_program, target_cpu, 48);
 SF_AT(sf_program, target_needs, 56); SF_AT(sf_program, nfns, 64);
-SF_AT(sf_program, fn_names, 72); SF_SIZE(sf_program, 80);
+SF_AT(sf_program, fn_names, 72); SF_AT(sf_program, fn_tasks, 80);
+SF_SIZE(sf_program, 88);
 #undef SF_AT
 #undef SF_SIZE
 

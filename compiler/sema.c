@@ -94,6 +94,7 @@ typedef struct {
   bool in_kernel;
   Type *ret;       /* expected return type */
   const char *tparam; /* resolving a generic @extern's signature: its T */
+  const char *tparam2; /* ... and its R, or NULL */
   Module **seen;   /* every module loaded or loading (find_loaded) */
   int nseen, capseen;
 } Sema;
@@ -289,9 +290,6 @@ static Type *resolve_texpr(TypeExpr *t) {
     Type *e = resolve_texpr(t->arg);
     if (is_err(e))
       return T_ERR;
-    if (e->kind == TY_TPARAM)
-      return err_at(t->loc, "the type parameter %s stands for a whole parameter or result type, "
-                            "not a part of one", S.tparam);
     if (e->kind == TY_VOID)
       return err_at(t->loc, "arrays of void are not allowed");
     return ty_array(e);
@@ -317,7 +315,9 @@ static Type *resolve_texpr(TypeExpr *t) {
     break;
   }
   if (S.tparam && !t->module && !strcmp(t->name, S.tparam))
-    return ty_prim(TY_TPARAM);
+    return ty_tparam(0);
+  if (S.tparam2 && !t->module && !strcmp(t->name, S.tparam2))
+    return ty_tparam(1);
   Module *m = S.mod;
   if (t->module) {
     m = module_by_alias(S.mod, t->module);
@@ -1166,45 +1166,114 @@ static bool overload_fits(Node *call, Decl *f) {
   return true;
 }
 
-/* A call of a generic @extern function: T is written (f<Batch>(...)) or
- * taken from the argument of the first parameter of type T; the call
- * records it (call->targ) for codegen, which passes its descriptor. */
+/* Does t mention a type parameter of a generic @extern? */
+static bool has_tparam(Type *t) {
+  if (!t)
+    return false;
+  switch (t->kind) {
+  case TY_TPARAM: return true;
+  case TY_ARRAY: case TY_FUTURE: return has_tparam(t->elem);
+  case TY_MAP: return has_tparam(t->key) || has_tparam(t->elem);
+  case TY_FN:
+    for (int i = 0; i < t->nparams; i++)
+      if (has_tparam(t->params[i]))
+        return true;
+    return has_tparam(t->elem);
+  default: return false;
+  }
+}
+
+/* Matches a parameter's type pattern against an argument's type, binding
+ * T and R (bind[0], bind[1]) where they are still unbound; false when the
+ * shapes differ (the argument check that follows says how). */
+static bool match_tparams(Type *pat, Type *t, Type **bind) {
+  if (!pat || !t)
+    return false;
+  if (pat->kind == TY_TPARAM) {
+    Type **b = &bind[pat->nparams ? 1 : 0];
+    if (!*b && !ty_is_untyped(t))
+      *b = t;
+    return true;
+  }
+  if (pat->kind != t->kind)
+    return false;
+  switch (pat->kind) {
+  case TY_ARRAY: case TY_FUTURE: return match_tparams(pat->elem, t->elem, bind);
+  case TY_MAP: return match_tparams(pat->key, t->key, bind) && match_tparams(pat->elem, t->elem, bind);
+  case TY_FN:
+    if (pat->nparams != t->nparams)
+      return false;
+    for (int i = 0; i < pat->nparams; i++)
+      if (!match_tparams(pat->params[i], t->params[i], bind))
+        return false;
+    return match_tparams(pat->elem, t->elem, bind);
+  default: return true;
+  }
+}
+
+/* The pattern with T and R replaced by what they stand for. */
+static Type *subst_tparams(Type *t, Type **bind) {
+  if (!has_tparam(t))
+    return t;
+  switch (t->kind) {
+  case TY_TPARAM: return bind[t->nparams ? 1 : 0];
+  case TY_ARRAY: return ty_array(subst_tparams(t->elem, bind));
+  case TY_FUTURE: return ty_future(subst_tparams(t->elem, bind));
+  case TY_MAP: return ty_map(subst_tparams(t->key, bind), subst_tparams(t->elem, bind));
+  case TY_FN: {
+    Type **ps = arena_alloc(sizeof(Type *) * (size_t)(t->nparams + 1));
+    for (int i = 0; i < t->nparams; i++)
+      ps[i] = subst_tparams(t->params[i], bind);
+    return ty_fn(ps, t->nparams, subst_tparams(t->elem, bind));
+  }
+  default: return t;
+  }
+}
+
+/* A call of a generic @extern function: T is written (f<Batch>(...)) or,
+ * like R, taken from the arguments, matching each parameter's type against
+ * its argument's (`fn(T) -> future<R>` against a task's value type binds
+ * both).  The call records them (call->targ, targ2) for codegen, which
+ * passes their descriptors. */
 static Type *call_generic(Node *call, Decl *f, const char *what) {
   if (!bind_args(call, f->params, what, true))
     return T_ERR;
-  Type *T = NULL;
+  Type *bind[2] = {NULL, NULL};
   if (call->texpr) {
-    T = resolve_texpr(call->texpr);
-    if (is_err(T))
+    bind[0] = resolve_texpr(call->texpr);
+    if (is_err(bind[0]))
       return T_ERR;
-  } else {
-    int j = 0;
-    for (Decl *p = f->params; p && !T; p = p->next, j++)
-      if (p->type->kind == TY_TPARAM && call->argv[j] != p->value) {
-        if (is_err(check_expr(call->argv[j], NULL)))
-          return T_ERR;
-        settle_default(call->argv[j]);
-        T = call->argv[j]->ty;
-      }
-    if (!T)
-      return err_at(call->loc, "what %s stands for in this call of '%s' is not known; write it, as in %s<Batch>(...)",
-                    f->tparam, f->name, f->name);
   }
-  if (T->kind == TY_VOID || T->kind == TY_MODULE || T->kind == TY_TPARAM)
-    return err_at(call->texpr ? call->texpr->loc : call->loc, "%s of '%s' cannot be %s", f->tparam,
-                  f->name, ty_str(T));
   int j = 0;
+  for (Decl *p = f->params; p; p = p->next, j++)
+    if (has_tparam(p->type) && call->argv[j] != p->value && (!bind[0] || (f->tparam2 && !bind[1]))) {
+      Type *t = check_expr(call->argv[j], NULL);
+      if (is_err(t))
+        return T_ERR;
+      if (p->type->kind == TY_TPARAM)
+        settle_default(call->argv[j]);
+      match_tparams(p->type, call->argv[j]->ty, bind);
+    }
+  const char *names[2] = {f->tparam, f->tparam2};
+  for (int i = 0; i < (f->tparam2 ? 2 : 1); i++) {
+    if (!bind[i])
+      return err_at(call->loc, "what %s stands for in this call of '%s' is not known; write it, as in %s<Batch>(...)",
+                    names[i], f->name, f->name);
+    if (bind[i]->kind == TY_VOID || bind[i]->kind == TY_MODULE || bind[i]->kind == TY_TPARAM)
+      return err_at(call->texpr && !i ? call->texpr->loc : call->loc, "%s of '%s' cannot be %s", names[i],
+                    f->name, ty_str(bind[i]));
+  }
+  j = 0;
   for (Decl *p = f->params; p; p = p->next, j++) {
     Node *a = call->argv[j];
     if (a == p->value)
       continue;
-    expect_type(a, p->type->kind == TY_TPARAM ? T : p->type,
-                arena_printf("argument '%s' of %s", p->name, what));
+    expect_type(a, subst_tparams(p->type, bind), arena_printf("argument '%s' of %s", p->name, what));
   }
-  call->targ = T;
+  call->targ = bind[0];
+  call->targ2 = bind[1];
   call->decl = f;
-  Type *r = f->ret_type ? f->ret_type : T_VOID;
-  return r->kind == TY_TPARAM ? T : r;
+  return subst_tparams(f->ret_type ? f->ret_type : T_VOID, bind);
 }
 
 static Type *call_function(Node *call, Decl *f) {
@@ -1292,9 +1361,6 @@ static Type *resolve_map_texpr(TypeExpr *t) {
     return err_at(t->arg->loc, "a map key must be str, i64, i32 or bool, found %s", ty_str(k));
   if (v->kind == TY_VOID)
     return err_at(t->arg2->loc, "a map value cannot have type void");
-  if (v->kind == TY_TPARAM)
-    return err_at(t->arg2->loc, "the type parameter %s stands for a whole parameter or result type, "
-                                "not a part of one", S.tparam);
   return ty_map(k, v);
 }
 
@@ -2361,10 +2427,11 @@ static void resolve_params(Decl *fn) {
 static void resolve_signature(Decl *d) {
   switch (d->kind) {
   case D_FN: case D_TASK: case D_KERNEL: case D_WORKFLOW: case D_METHOD: case D_INIT:
-    S.tparam = d->tparam; /* fn name<T>(...): T names the type parameter */
+    S.tparam = d->tparam; /* fn name<T, R>(...): T and R name the type parameters */
+    S.tparam2 = d->tparam2;
     resolve_params(d);
     d->ret_type = d->ret ? resolve_texpr(d->ret) : T_VOID;
-    S.tparam = NULL;
+    S.tparam = S.tparam2 = NULL;
     break;
   default:
     break;
@@ -2511,6 +2578,7 @@ static bool extern_type_ok(Type *t) {
   case TY_ARRAY: case TY_STRUCT: case TY_ERROR:
   case TY_MAP:    /* sf_map * */
   case TY_TPARAM: /* const void *, const sf_type * (a result: void *out, const sf_type *) */
+  case TY_FN:     /* int64_t: an index into sf_program.fn_names */
     return true;
   default:
     return false;

@@ -180,6 +180,8 @@ Type *ty_struct(Decl *d);
 Type *ty_actor(Decl *d);
 Type *ty_group(Decl *d);
 Type *ty_map(Type *key, Type *val);
+/* The type parameters of a generic @extern: 0 (T, first) or 1 (second). */
+Type *ty_tparam(int i);
 Type *ty_fn(Type **params, int nparams, Type *ret); /* params copied */
 bool ty_is_map_key(Type *t); /* str i64 i32 bool */
 bool ty_is_int(Type *t);     /* i32, i64, untyped int */
@@ -310,6 +312,7 @@ struct Node {
   int argc;
   int field_index;   /* N_FIELD on a struct; N_FIELD_INIT */
   Type *targ;        /* N_CALL of a generic @extern: what T stands for (texpr: as written) */
+  Type *targ2;       /* ... and what its second type parameter R stands for */
   bool is_const;     /* expression is a compile-time constant */
 
   /* filled by settle.c: where sf_gpu_settle() goes */
@@ -378,6 +381,8 @@ struct Decl {
   bool is_extern;     /* D_FN: @extern, no body; calls C sf_std_<module>_<name> */
   const char *tparam; /* D_FN: the type parameter of `fn name<T>(...)`, or NULL */
   Loc tparam_loc;
+  const char *tparam2; /* D_FN: the second, R of `fn name<T, R>(...)`, or NULL */
+  Loc tparam2_loc;
   void *llvm;    /* codegen: LLVMValueRef of the function */
   void *llvm2;   /* codegen: a second function (e.g. the task's thunk) */
 };

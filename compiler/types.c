@@ -76,6 +76,10 @@ void types_reset(void) {
     prims[k].llvm = NULL;
 }
 
+static Type tparam2 = {.kind = TY_TPARAM, .nparams = 1};
+
+Type *ty_tparam(int i) { return i ? &tparam2 : ty_prim(TY_TPARAM); }
+
 Type *ty_array(Type *elem) { return intern(TY_ARRAY, elem, NULL); }
 Type *ty_future(Type *elem) { return intern(TY_FUTURE, elem, NULL); }
 Type *ty_struct(Decl *d) { return intern(TY_STRUCT, NULL, d); }
@@ -197,7 +201,7 @@ const char *ty_str(Type *t) {
     return s;
   }
   case TY_MODULE: return "module";
-  case TY_TPARAM: return "T";
+  case TY_TPARAM: return t->nparams ? "R" : "T";
   }
   return "?";
 }

@@ -235,6 +235,10 @@ fn_like
       /* a generic @extern function: one type parameter (sema checks) */
       { $$ = decl_new(D_FN, @$); $$->name = $2.text; $$->name_loc = @2; $$->tparam = $4.text; $$->tparam_loc = @4;
         $$->params = $7.head; $$->ret = $9; }
+  | TOK_FN TOK_IDENT TOK_TARGS TOK_IDENT ',' TOK_IDENT '>' '(' params_opt ')' ret_opt
+      /* a generic @extern function of two type parameters (sema checks) */
+      { $$ = decl_new(D_FN, @$); $$->name = $2.text; $$->name_loc = @2; $$->tparam = $4.text; $$->tparam_loc = @4;
+        $$->tparam2 = $6.text; $$->tparam2_loc = @6; $$->params = $9.head; $$->ret = $11; }
   | TOK_FN TOK_IDENT TOK_TARGS TOK_IDENT '>' '(' params_opt ')' ret_opt block
       /* a user's generic function: refused by sema with a message */
       { $$ = decl_new(D_FN, @$); $$->name = $2.text; $$->name_loc = @2; $$->tparam = $4.text; $$->tparam_loc = @4;

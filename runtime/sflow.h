@@ -368,6 +368,9 @@ typedef struct sf_program {
    * back from bytes. */
   int64_t nfns;
   const char *const *fn_names;
+  /* Of each function value, the descriptor of the task it names, or NULL
+   * for a function: std.data's map calls a task value from C. */
+  const sf_task_desc *const *fn_tasks;
 } sf_program;
 
 /* Emitted by the compiler in every executable; read by the runtime's main. */

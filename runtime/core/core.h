@@ -145,6 +145,8 @@ void sf__map_destroy(sf_map *m); /* the last reference went */
  * a value read back from bytes is checked against nfns. */
 extern int64_t sf__nfns;
 extern const char *const *sf__fn_names;
+/* sf_program.fn_tasks: the task a function value names, or NULL. */
+extern const sf_task_desc *const *sf__fn_tasks;
 
 /* ---------------------------------------------------------- print.c */
 
@@ -245,8 +247,8 @@ sf_array *sf_std_io_list_dir(sf_str *path, const sf_loc *loc);
 /* The generic ones: io.save<T>(path, value) and io.load<T>(path) -> T,
  * any value in the serializer's form (serial.c) behind a header naming
  * its type ("sflow value 1\nmap<str, i64>\n"). */
-void sf_std_io_save(sf_str *path, const void *value, const sf_type *T, const sf_loc *loc);
-void sf_std_io_load(void *out, const sf_type *T, sf_str *path, const sf_loc *loc);
+void sf_std_io_save(sf_str *path, const void *value, const sf_type *T, const sf_type *T_again, const sf_loc *loc);
+void sf_std_io_load(void *out, const sf_type *T, sf_str *path, const sf_type *T_again, const sf_loc *loc);
 
 /* ---------------------------------------------------------- serial.c */
 

@@ -210,7 +210,7 @@ sf_array *sf_std_io_list_dir(sf_str *path, const sf_loc *loc) {
 
 #define VALUE_MAGIC "sflow value 1\n"
 
-void sf_std_io_save(sf_str *path, const void *value, const sf_type *T, const sf_loc *loc) {
+void sf_std_io_save(sf_str *path, const void *value, const sf_type *T, const sf_type *T_again, const sf_loc *loc) {
   sf__buf b;
   sf__buf_init(&b, NULL, 0);
   const char *name = T->name ? T->name : "?";
@@ -227,7 +227,7 @@ void sf_std_io_save(sf_str *path, const void *value, const sf_type *T, const sf_
 /* The value read back must be of the type it was saved as: the header's
  * name is compared first (so a wrong T is named, not misread), then the
  * bytes must be exactly one value of T. */
-void sf_std_io_load(void *out, const sf_type *T, sf_str *path, const sf_loc *loc) {
+void sf_std_io_load(void *out, const sf_type *T, sf_str *path, const sf_type *T_again, const sf_loc *loc) {
   sf_str *s = sf_read_file(path, loc);
   const char *p = sf__str_data(s), *end = p + sf__str_len(s);
   const char *name = T->name ? T->name : "?";
