@@ -73,19 +73,6 @@ const char *sf__parse_float(const char *p, const char *end, float *out);
  * does not start with one or it overflows (*overflow set). */
 const char *sf__parse_int64(const char *p, const char *end, int64_t *out, bool *overflow);
 
-/* ----------------------------------------------------------- fields */
-
-/* Sets the field `name` of the struct at out (described by t) to the
- * value at v (size bytes of the field's type, moved in: the struct now
- * owns its references).  The stdlib struct and the C must agree on names
- * and kinds; a mismatch is a runtime error naming both (a bug of the
- * standard library, not of the user's program). */
-void sf__data_set_field(void *out, const sf_type *t, const char *name, int32_t kind,
-                        const void *v, const sf_loc *loc);
-/* The field `name` of a struct type, or a runtime error. */
-const sf_field *sf__data_field(const sf_type *t, const char *name, int32_t kind,
-                               const sf_loc *loc);
-
 /* ----------------------------------------------------------- csv.c */
 
 /* Column kinds of a table. */

@@ -1,7 +1,6 @@
 /*
  * fileview.c — what the data formats share: whole files as read-only
- * views, atomic writes, positions as line and column, UTF-8 validation,
- * and filling a stdlib struct's fields by name.
+ * views, atomic writes, positions as line and column, UTF-8 validation.
  *
  * Key design choice: a regular file is mapped (MAP_PRIVATE, read-only), so
  * a 1 GB CSV costs no copy and no allocation before parsing starts; the
@@ -220,23 +219,4 @@ size_t sf__utf8_valid_prefix(const char *str, size_t n) {
     i += need + 1;
   }
   return n;
-}
-
-const sf_field *sf__data_field(const sf_type *t, const char *name, int32_t kind,
-                               const sf_loc *loc) {
-  if (t && t->kind == SF_STRUCT)
-    for (int32_t i = 0; i < t->nfields; i++)
-      if (strcmp(t->fields[i].name, name) == 0) {
-        if (t->fields[i].type->kind != kind)
-          break;
-        return &t->fields[i];
-      }
-  sf_runtime_error(loc, "internal error: std.data expects a field %s of kind %d in %s", name,
-                   kind, t && t->name ? t->name : "?");
-}
-
-void sf__data_set_field(void *out, const sf_type *t, const char *name, int32_t kind,
-                        const void *v, const sf_loc *loc) {
-  const sf_field *f = sf__data_field(t, name, kind, loc);
-  memcpy((char *)out + f->offset, v, (size_t)f->type->size);
 }
