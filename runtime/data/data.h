@@ -141,16 +141,21 @@ sf_str *sf_std_data_to_json(const void *value, const sf_type *t, const sf_loc *l
 void sf_std_data_from_json(void *out, const sf_type *t, sf_str *text, sf_str *name,
                            const sf_loc *loc);
 /* The dynamic JSON value (stdlib's `Json`: kind, flag, number, text,
- * items, keys; see docs/data.md) from text / to text. */
+ * items, keys; see docs/data.md) from text, from a file, to text, to a
+ * file. */
 void sf_std_data_json_parse(void *out, const sf_type *json_type, sf_str *text, sf_str *name,
                             const sf_loc *loc);
+void sf_std_data_json_read(void *out, const sf_type *json_type, sf_str *path,
+                           const sf_loc *loc);
 sf_str *sf_std_data_json_dump(const void *json, const sf_type *json_type, const sf_loc *loc);
-/* JSON Lines: one dynamic value per non-blank line (Json[]), errors
- * naming the file's line; writing one value per line. */
-sf_array *sf_std_data_jsonl_read(const sf_type *json_type, sf_str *path, const sf_loc *loc);
+void sf_std_data_json_write(sf_str *path, const void *json, const sf_type *json_type,
+                            const sf_loc *loc);
+/* JSON Lines: one dynamic value per non-blank line, returned as a Json of
+ * kind "array" (errors name the file's line); written one value per line
+ * (Json[]). */
+void sf_std_data_jsonl_read(void *out, const sf_type *json_type, sf_str *path,
+                            const sf_loc *loc);
 void sf_std_data_jsonl_write(sf_str *path, sf_array *values, const sf_loc *loc);
-/* Typed JSON Lines: each line decoded into an element of type elem. */
-sf_array *sf_std_data_jsonl_read_as(const sf_type *elem, sf_str *path, const sf_loc *loc);
 /* Internal: parse text (len bytes, NUL after) into a value of type t at
  * out, or false with a message in err.  `dynamic` selects the Json
  * mapping instead of the typed one.  Used by the functions above and by
@@ -182,6 +187,18 @@ bool sf__npy_parse_header(const char *buf, size_t len, const char *name, sf__npy
  * where T is f32, f64, i32 or i64 and must be the file's dtype (a u8 file
  * reads into i32 or i64). */
 void sf_std_data_npy_read(void *out, const sf_type *out_type, sf_str *path, const sf_loc *loc);
+/* The stdlib's externs (one per element type: externs are not
+ * overloaded): read_npy_T fills NpyT { shape: i64[], data: T[] };
+ * write_npy_T writes T[] data (u8: i32[] values 0..255). */
+void sf_std_data_read_npy_f32(void *out, const sf_type *t, sf_str *path, const sf_loc *loc);
+void sf_std_data_read_npy_f64(void *out, const sf_type *t, sf_str *path, const sf_loc *loc);
+void sf_std_data_read_npy_i32(void *out, const sf_type *t, sf_str *path, const sf_loc *loc);
+void sf_std_data_read_npy_i64(void *out, const sf_type *t, sf_str *path, const sf_loc *loc);
+void sf_std_data_write_npy_f32(sf_str *path, sf_array *data, sf_array *shape, const sf_loc *loc);
+void sf_std_data_write_npy_f64(sf_str *path, sf_array *data, sf_array *shape, const sf_loc *loc);
+void sf_std_data_write_npy_i32(sf_str *path, sf_array *data, sf_array *shape, const sf_loc *loc);
+void sf_std_data_write_npy_i64(sf_str *path, sf_array *data, sf_array *shape, const sf_loc *loc);
+void sf_std_data_write_npy_u8(sf_str *path, sf_array *data, sf_array *shape, const sf_loc *loc);
 /* The file's dtype as std.data names it ("f32", "f64", "i32", "i64", "u8"). */
 sf_str *sf_std_data_npy_dtype(sf_str *path, const sf_loc *loc);
 /* Writes data (f32, f64, i32 or i64 elements) with shape as a v1 .npy
@@ -207,7 +224,7 @@ sf_array *sf_std_data_permutation(int64_t n, int64_t seed, int64_t epoch, const 
  * permutation cut into batches of batch_size (the last one shorter unless
  * drop_last), each cut into `workers` near-equal parts (the first
  * size % workers one longer), part `rank` taken. */
-sf_array *sf_std_data_batches(int64_t n, int64_t batch_size, int64_t seed, int64_t epoch,
+sf_array *sf_std_data_batch_indices(int64_t n, int64_t batch_size, int64_t seed, int64_t epoch,
                               int64_t rank, int64_t workers, bool drop_last, const sf_loc *loc);
 
 #endif
