@@ -57,7 +57,7 @@ sf_array *sf_std_data_permutation(int64_t n, int64_t seed, int64_t epoch, const 
   return a;
 }
 
-sf_array *sf_std_data_batch_indices(int64_t n, int64_t batch_size, int64_t seed, int64_t epoch,
+sf_array *sf_std_data_batches(int64_t n, int64_t batch_size, int64_t seed, int64_t epoch,
                               int64_t rank, int64_t workers, bool drop_last, const sf_loc *loc) {
   if (batch_size <= 0)
     sf_runtime_error(loc, "batches: batch_size must be positive, got %" PRId64, batch_size);

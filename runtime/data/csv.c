@@ -617,18 +617,23 @@ static void parse_into(void *out, const sf_type *tt, const char *buf, size_t len
   to_table(&c, out, tt, loc);
 }
 
-void sf_std_data_csv_read(void *out, const sf_type *out_type, sf_str *path, sf_str *sep,
-                          bool header, sf_array *types, const sf_loc *loc) {
+void sf_std_data_read_csv(void *out, const sf_type *out_type, sf_str *path, sf_str *sep,
+                          bool header, const sf_loc *loc) {
+  sf_std_data_read_csv_as(out, out_type, path, NULL, sep, header, loc);
+}
+
+void sf_std_data_read_csv_as(void *out, const sf_type *out_type, sf_str *path, sf_array *types,
+                             sf_str *sep, bool header, const sf_loc *loc) {
   sf__view v;
   sf__view_open_or_fail(&v, path, loc);
   /* The name in messages must outlive the view's close. */
   parse_into(out, out_type, v.data, v.len, sf__str_data(path), sep, header, types, &v, loc);
 }
 
-void sf_std_data_csv_parse(void *out, const sf_type *out_type, sf_str *text, sf_str *name,
-                           sf_str *sep, bool header, sf_array *types, const sf_loc *loc) {
+void sf_std_data_parse_csv(void *out, const sf_type *out_type, sf_str *text, sf_str *name,
+                           sf_str *sep, bool header, const sf_loc *loc) {
   parse_into(out, out_type, sf__str_data(text), (size_t)sf__str_len(text), sf__str_data(name),
-             sep, header, types, NULL, loc);
+             sep, header, NULL, NULL, loc);
 }
 
 /* ---------------------------------------------------------- writer */
@@ -650,7 +655,7 @@ static void put_text(sf__buf *b, const char *s, size_t n, char sep, bool lone) {
   sf__buf_put(b, "\"", 1);
 }
 
-sf_str *sf_std_data_csv_format(const void *table, const sf_type *tt, sf_str *sep,
+sf_str *sf_std_data_format_csv(const void *table, const sf_type *tt, sf_str *sep,
                                const sf_loc *loc) {
   char sp = sep_of(sep, loc);
   void *t = (void *)table;
@@ -726,9 +731,9 @@ sf_str *sf_std_data_csv_format(const void *table, const sf_type *tt, sf_str *sep
   return s;
 }
 
-void sf_std_data_csv_write(sf_str *path, const void *table, const sf_type *table_type,
+void sf_std_data_write_csv(sf_str *path, const void *table, const sf_type *table_type,
                            sf_str *sep, const sf_loc *loc) {
-  sf_str *s = sf_std_data_csv_format(table, table_type, sep, loc);
+  sf_str *s = sf_std_data_format_csv(table, table_type, sep, loc);
   const char *p = sf__data_path(path, "write", loc);
   bool ok = sf__write_file_atomic(p, sf__str_data(s), (size_t)sf__str_len(s));
   int e = errno;

@@ -110,18 +110,20 @@ const char *sf__col_kind_name(int32_t kind);
  *   struct Column { name: str, kind: str, floats: f64[], floats32: f32[],
  *                   ints: i64[], texts: str[] }
  *   struct Table { rows: i64, columns: Column[] }
- * types: one of "auto", "i64", "f64", "f32", "str" per column, or empty
- * to infer them all. */
-void sf_std_data_csv_read(void *out, const sf_type *out_type, sf_str *path, sf_str *sep,
-                          bool header, sf_array *types, const sf_loc *loc);
-/* The same over text in memory, named `name` in messages. */
-void sf_std_data_csv_parse(void *out, const sf_type *out_type, sf_str *text, sf_str *name,
-                           sf_str *sep, bool header, sf_array *types, const sf_loc *loc);
+ * read_csv infers every column's type; read_csv_as takes one of "auto",
+ * "i64", "f64", "f32", "str" per column; parse_csv reads text in memory,
+ * named `name` in messages. */
+void sf_std_data_read_csv(void *out, const sf_type *out_type, sf_str *path, sf_str *sep,
+                          bool header, const sf_loc *loc);
+void sf_std_data_read_csv_as(void *out, const sf_type *out_type, sf_str *path, sf_array *types,
+                             sf_str *sep, bool header, const sf_loc *loc);
+void sf_std_data_parse_csv(void *out, const sf_type *out_type, sf_str *text, sf_str *name,
+                           sf_str *sep, bool header, const sf_loc *loc);
 /* A Table as CSV text: a header row, fields quoted only when needed (RFC
  * 4180), floats in the shortest form that reads back to the same value. */
-sf_str *sf_std_data_csv_format(const void *table, const sf_type *table_type, sf_str *sep,
+sf_str *sf_std_data_format_csv(const void *table, const sf_type *table_type, sf_str *sep,
                                const sf_loc *loc);
-void sf_std_data_csv_write(sf_str *path, const void *table, const sf_type *table_type,
+void sf_std_data_write_csv(sf_str *path, const void *table, const sf_type *table_type,
                            sf_str *sep, const sf_loc *loc);
 
 /* ---------------------------------------------------------- json.c */
@@ -143,19 +145,19 @@ void sf_std_data_from_json(void *out, const sf_type *t, sf_str *text, sf_str *na
 /* The dynamic JSON value (stdlib's `Json`: kind, flag, number, text,
  * items, keys; see docs/data.md) from text, from a file, to text, to a
  * file. */
-void sf_std_data_json_parse(void *out, const sf_type *json_type, sf_str *text, sf_str *name,
+void sf_std_data_parse_json(void *out, const sf_type *json_type, sf_str *text, sf_str *name,
                             const sf_loc *loc);
-void sf_std_data_json_read(void *out, const sf_type *json_type, sf_str *path,
+void sf_std_data_read_json(void *out, const sf_type *json_type, sf_str *path,
                            const sf_loc *loc);
-sf_str *sf_std_data_json_dump(const void *json, const sf_type *json_type, const sf_loc *loc);
-void sf_std_data_json_write(sf_str *path, const void *json, const sf_type *json_type,
+sf_str *sf_std_data_dump_json(const void *json, const sf_type *json_type, const sf_loc *loc);
+void sf_std_data_write_json(sf_str *path, const void *json, const sf_type *json_type,
                             const sf_loc *loc);
 /* JSON Lines: one dynamic value per non-blank line, returned as a Json of
  * kind "array" (errors name the file's line); written one value per line
  * (Json[]). */
 void sf_std_data_jsonl_read(void *out, const sf_type *json_type, sf_str *path,
                             const sf_loc *loc);
-void sf_std_data_jsonl_write(sf_str *path, sf_array *values, const sf_loc *loc);
+void sf_std_data_write_jsonl(sf_str *path, sf_array *values, const sf_loc *loc);
 /* Internal: parse text (len bytes, NUL after) into a value of type t at
  * out, or false with a message in err.  `dynamic` selects the Json
  * mapping instead of the typed one.  Used by the functions above and by
@@ -224,7 +226,7 @@ sf_array *sf_std_data_permutation(int64_t n, int64_t seed, int64_t epoch, const 
  * permutation cut into batches of batch_size (the last one shorter unless
  * drop_last), each cut into `workers` near-equal parts (the first
  * size % workers one longer), part `rank` taken. */
-sf_array *sf_std_data_batch_indices(int64_t n, int64_t batch_size, int64_t seed, int64_t epoch,
+sf_array *sf_std_data_batches(int64_t n, int64_t batch_size, int64_t seed, int64_t epoch,
                               int64_t rank, int64_t workers, bool drop_last, const sf_loc *loc);
 
 #endif

@@ -337,7 +337,7 @@ void sf_std_data_from_json(void *out, const sf_type *t, sf_str *text, sf_str *na
     sf_runtime_error(loc, "%s", err);
 }
 
-void sf_std_data_json_parse(void *out, const sf_type *json_type, sf_str *text, sf_str *name,
+void sf_std_data_parse_json(void *out, const sf_type *json_type, sf_str *text, sf_str *name,
                             const sf_loc *loc) {
   char err[SF__ERROR_MAX - 128];
   json_fields(&(dec){0}, json_type, loc); /* a mismatch is reported at loc */
@@ -346,7 +346,7 @@ void sf_std_data_json_parse(void *out, const sf_type *json_type, sf_str *text, s
     sf_runtime_error(loc, "%s", err);
 }
 
-void sf_std_data_json_read(void *out, const sf_type *json_type, sf_str *path,
+void sf_std_data_read_json(void *out, const sf_type *json_type, sf_str *path,
                            const sf_loc *loc) {
   sf__view v;
   sf__view_open_or_fail(&v, path, loc);
@@ -612,11 +612,11 @@ sf_str *sf_std_data_to_json(const void *value, const sf_type *t, const sf_loc *l
   return encode(value, t, false, loc);
 }
 
-sf_str *sf_std_data_json_dump(const void *json, const sf_type *json_type, const sf_loc *loc) {
+sf_str *sf_std_data_dump_json(const void *json, const sf_type *json_type, const sf_loc *loc) {
   return encode(json, json_type, true, loc);
 }
 
-void sf_std_data_json_write(sf_str *path, const void *json, const sf_type *json_type,
+void sf_std_data_write_json(sf_str *path, const void *json, const sf_type *json_type,
                             const sf_loc *loc) {
   sf_str *s = encode(json, json_type, true, loc);
   const char *p = sf__data_path(path, "write", loc);
@@ -627,7 +627,7 @@ void sf_std_data_json_write(sf_str *path, const void *json, const sf_type *json_
     sf_runtime_error(loc, "cannot write %s: %s", p, strerror(e));
 }
 
-void sf_std_data_jsonl_write(sf_str *path, sf_array *values, const sf_loc *loc) {
+void sf_std_data_write_jsonl(sf_str *path, sf_array *values, const sf_loc *loc) {
   /* One buffer for all lines: an error while encoding frees it. */
   enc e = {.path = "$", .plen = 1, .dynamic = true, .loc = loc};
   sf__buf_init(&e.b, NULL, 0);

@@ -26,6 +26,7 @@ SCALARS = {"bool": "bool", "i32": "int32_t", "i64": "int64_t", "f32": "float", "
            "str": "sf_str *"}
 EXTERN = re.compile(r"@extern\s+fn\s+(\w+)\s*\(([^)]*)\)\s*(?:->\s*([\w.\[\]]+))?")
 STRUCT = re.compile(r"^struct\s+(\w+)", re.M)
+PARAM = re.compile(r"\w+\s*:\s*([\w.\[\]]+)(?:\s*=\s*(?:\"(?:[^\"\\\\]|\\\\.)*\"|[^,]+))?")
 
 
 def c_type(t, structs, where):
@@ -60,8 +61,9 @@ def prototypes():
                     cs += ["void *", "const sf_type *"]
                 else:
                     rc = r
-            for p in filter(None, (x.strip() for x in params.split(","))):
-                pt = p.split(":", 1)[1].split("=", 1)[0]
+            # Parameters one by one: a default may be a string holding a
+            # comma (sep: str = ","), so the list is not split on commas.
+            for pt in PARAM.findall(params):
                 c = c_type(pt, structs, where)
                 cs += ["const void *", "const sf_type *"] if c == "struct" else [c]
             cs.append("const sf_loc *")
