@@ -147,8 +147,9 @@ static bool dec_typed(dec *d, const cJSON *j, const sf_type *t, void *out) {
         return derr(d, "%.17g is out of range for i32", v);
       *(int32_t *)out = (int32_t)v;
     } else {
-      if (fabs(v) > 9007199254740992.0)
-        return derr(d, "%.17g is beyond 2^53, which JSON numbers (read as f64) do not hold "
+      /* 2^53 + 1 reads as 2^53: only below it is a JSON integer exact. */
+      if (fabs(v) >= 9007199254740992.0)
+        return derr(d, "%.17g is 2^53 or more, which JSON numbers (read as f64) do not hold "
                     "exactly; store it as a string", v);
       *(int64_t *)out = (int64_t)v;
     }

@@ -1,11 +1,12 @@
 /*
  * test_rt_data.c — the data layer (runtime/data/): the number parser
  * against strtod, CSV (quoting, line ends, inference, every error message),
- * .npy headers, the shuffled batches' invariants, UTF-8 validation.
- *
- * The JSON half, which needs libcjson at run time, is in test_rt_json.c.
+ * JSON into typed values through hand-built descriptors (the path in each
+ * error), .npy headers, the shuffled batches' invariants, UTF-8
+ * validation.  JSON loads libcjson.so.1 with dlopen, as programs do.
  */
 #include <math.h>
+#include <stddef.h>
 
 #include "rt_test.h"
 
@@ -240,6 +241,165 @@ static void test_utf8(void) {
   CHECK_INT(sf__utf8_valid_prefix("\x80", 1), 0);
 }
 
+/* ---------------------------------------------------------------- JSON */
+
+/* struct Item { price: f64, qty: i32 }  struct Order { name: str,
+ * items: Item[], ok: bool, big: i64 } */
+typedef struct item { double price; int32_t qty; } item;
+typedef struct order { sf_str *name; sf_array *items; bool ok; int64_t big; } order;
+static const sf_field item_fields[] = {{"price", offsetof(item, price), &sf_type_f64},
+                                       {"qty", offsetof(item, qty), &sf_type_i32}};
+static const sf_type item_type = {SF_STRUCT, sizeof(item), 8, 2, NULL, item_fields, "Item"};
+static const sf_type items_type = {SF_ARRAY, 8, 8, 0, &item_type, NULL, "Item[]"};
+static const sf_field order_fields[] = {{"name", offsetof(order, name), &sf_type_str},
+                                        {"items", offsetof(order, items), &items_type},
+                                        {"ok", offsetof(order, ok), &sf_type_bool},
+                                        {"big", offsetof(order, big), &sf_type_i64}};
+static const sf_type order_type = {SF_STRUCT, sizeof(order), 8, 4, NULL, order_fields, "Order"};
+
+static void test_json_typed(void) {
+  char errbuf[256];
+  if (!sf__cjson_load(errbuf, sizeof errbuf)) {
+    fprintf(stderr, "\n  %s\n", errbuf);
+    CU_FAIL("libcjson.so.1 does not load");
+    return;
+  }
+  sf_str *text = sf_str_new("{\"name\": \"o\\u00e9\", \"extra\": [1], \"items\": [{\"price\": 1.5, "
+                            "\"qty\": 2}, {\"qty\": 3, \"price\": 0.1}], \"ok\": true, \"big\": "
+                            "-9007199254740991}", -1 + (int64_t)sizeof "{\"name\": \"o\\u00e9\", \"extra\": [1], \"items\": [{\"price\": 1.5, \"qty\": 2}, {\"qty\": 3, \"price\": 0.1}], \"ok\": true, \"big\": -9007199254740991}");
+  sf_str *name = sf_str_new("o.json", 6);
+  order o = {0};
+  sf_std_data_from_json(&o, &order_type, text, name, &LOC);
+  CHECK_STR(sf__str_data(o.name), "o\xc3\xa9");
+  CHECK_INT(o.items->len, 2);
+  CU_ASSERT(((item *)o.items->data)[1].price == 0.1);
+  CHECK_INT(((item *)o.items->data)[1].qty, 3);
+  CU_ASSERT(o.ok);
+  CHECK_INT(o.big, -9007199254740991LL);
+  /* Back to text: fields in declaration order, shortest floats. */
+  sf_str *back = sf_std_data_to_json(&o, &order_type, &LOC);
+  CHECK_STR(sf__str_data(back), "{\"name\": \"o\xc3\xa9\", \"items\": [{\"price\": 1.5, \"qty\": 2}, "
+            "{\"price\": 0.1, \"qty\": 3}], \"ok\": true, \"big\": -9007199254740991}");
+  sf_release(back);
+  sf_value_release(&order_type, &o);
+  sf_release(text);
+  static const struct { const char *in, *want; } bad[] = {
+      {"{\"name\": \"a\", \"items\": [{\"price\": 1, \"qty\": 2}, {\"price\": \"9\", \"qty\": 1}], "
+       "\"ok\": true, \"big\": 1}",
+       "t.sflow:3:7: runtime error: o.json: $.items[1].price: expected f64, found a string"},
+      {"{\"name\": \"a\", \"items\": [{\"price\": 1}], \"ok\": true, \"big\": 1}",
+       "t.sflow:3:7: runtime error: o.json: $.items[0]: missing field \"qty\" (of Item)"},
+      {"{\"name\": \"a\", \"items\": [{\"price\": 1, \"qty\": 2.5}], \"ok\": true, \"big\": 1}",
+       "t.sflow:3:7: runtime error: o.json: $.items[0].qty: expected an integer, found 2.5"},
+      {"{\"name\": \"a\", \"items\": [], \"ok\": true, \"big\": 9007199254740993}",
+       "t.sflow:3:7: runtime error: o.json: $.big: 9007199254740992 is 2^53 or more, which JSON "
+       "numbers (read as f64) do not hold exactly; store it as a string"},
+      {"[1]", "t.sflow:3:7: runtime error: o.json: $: expected an object (Order), found an array"},
+      {"{\"name\": 1,\n \"x\": }", "t.sflow:3:7: runtime error: o.json:2:7: invalid JSON at \"}\""},
+      {"{\"name\": \"a\"} x", "t.sflow:3:7: runtime error: o.json:1:15: invalid JSON at \"x\""},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    sf_str *t = sf_str_new(bad[i].in, (int64_t)strlen(bad[i].in));
+    order z = {0};
+    EXPECT_ERROR(sf_std_data_from_json(&z, &order_type, t, name, &LOC), bad[i].want);
+    CU_ASSERT(z.name == NULL && z.items == NULL); /* nothing left behind */
+    sf_release(t);
+  }
+  double nan_v = NAN;
+  EXPECT_ERROR(sf_std_data_to_json(&nan_v, &sf_type_f64, &LOC),
+               "t.sflow:3:7: runtime error: to_json: $: NaN has no JSON form");
+  sf_release(name);
+}
+
+/* ---------------------------------------------------------------- npy */
+
+static void npy_error(const char *bytes, size_t n, const char *want) {
+  sf__npy h;
+  char err[512] = "";
+  CU_ASSERT(!sf__npy_parse_header(bytes, n, "a.npy", &h, err, sizeof err));
+  CHECK_STR(err, want);
+}
+
+/* A version 1.0 file of this header and no data into buf; its length. */
+static size_t v1(const char *hdr, char *buf) {
+  size_t hl = strlen(hdr);
+  memcpy(buf, "\x93NUMPY\x01\x00", 8);
+  buf[8] = (char)hl;
+  buf[9] = (char)(hl >> 8);
+  memcpy(buf + 10, hdr, hl);
+  return 10 + hl;
+}
+
+static void test_npy_header(void) {
+  sf__npy h;
+  char err[512];
+  char v2[256];
+  const char *hd = "{'descr': '<i8', 'fortran_order': False, 'shape': (2, 0, 3), }";
+  size_t hl = 128 - 12;
+  memcpy(v2, "\x93NUMPY\x02\x00", 8);
+  v2[8] = (char)hl; v2[9] = v2[10] = v2[11] = 0;
+  memset(v2 + 12, ' ', hl);
+  memcpy(v2 + 12, hd, strlen(hd));
+  v2[127] = '\n';
+  if (!sf__npy_parse_header(v2, 128, "a.npy", &h, err, sizeof err))
+    fprintf(stderr, "\n  %s\n", err);
+  CU_ASSERT_FATAL(sf__npy_parse_header(v2, 128, "a.npy", &h, err, sizeof err));
+  CHECK_INT(h.kind, SF_I64);
+  CHECK_INT(h.ndim, 3);
+  CHECK_INT(h.count, 0);
+  CHECK_INT(h.data_off, 128);
+  npy_error("\x93NUMPY\x01\x00\xff\xff{}", 12, "a.npy: byte 8: the header length 65535 runs past "
+            "the end of the file (12 bytes)");
+  npy_error("\x93NUMPY\x04\x00\x00\x00", 10, "a.npy: byte 6: unsupported .npy format version "
+            "4.0 (1.0, 2.0 and 3.0 are read)");
+  char buf[256];
+  size_t n = v1("{'descr': '<f8', 'fortran_order': False, 'shape': (99999999999, 99999999999), }",
+                buf);
+  npy_error(buf, n, "a.npy: byte 74: the shape's element count overflows");
+  n = v1("{'descr': '<f8', 'shape': ()}", buf);
+  npy_error(buf, n, "a.npy: byte 10: malformed .npy header: it lacks 'fortran_order'");
+  n = v1("{'descr': '<f8', 'fortran_order': False, 'shape': (4,), }", buf);
+  npy_error(buf, n, "a.npy: byte 67: truncated .npy file: the shape needs 32 bytes of data, the "
+            "file has 0");
+}
+
+/* ------------------------------------------------------------- batches */
+
+static void test_batches(void) {
+  /* Every index once per epoch, in another order per epoch; rank parts
+   * tile each global batch for every worker count. */
+  sf_array *p0 = sf_std_data_permutation(1000, 5, 0, &LOC);
+  sf_array *p1 = sf_std_data_permutation(1000, 5, 1, &LOC);
+  char seen[1000] = {0};
+  int64_t same = 0;
+  for (int i = 0; i < 1000; i++) {
+    seen[((int64_t *)p0->data)[i]]++;
+    same += ((int64_t *)p0->data)[i] == ((int64_t *)p1->data)[i];
+  }
+  for (int i = 0; i < 1000; i++)
+    CHECK_INT(seen[i], 1);
+  CU_ASSERT(same < 20);
+  for (int64_t w = 1; w <= 8; w++) {
+    int64_t pos = 0;
+    sf_array *parts[8];
+    for (int64_t r = 0; r < w; r++)
+      parts[r] = sf_std_data_batches(1000, 64, 5, 0, r, w, false, &LOC);
+    for (int64_t b = 0; b < parts[0]->len; b++)
+      for (int64_t r = 0; r < w; r++) {
+        sf_array *part = ((sf_array **)parts[r]->data)[b];
+        for (int64_t i = 0; i < part->len; i++)
+          CU_ASSERT(((int64_t *)part->data)[i] == ((int64_t *)p0->data)[pos++]);
+      }
+    CHECK_INT(pos, 1000);
+    for (int64_t r = 0; r < w; r++)
+      sf_release(parts[r]);
+  }
+  sf_release(p0);
+  sf_release(p1);
+  EXPECT_ERROR(sf_std_data_batches(10, 0, 1, 0, 0, 1, false, &LOC),
+               "t.sflow:3:7: runtime error: batches: batch_size must be positive, got 0");
+}
+
 int main(int argc, char **argv) {
   static const rt_test tests[] = {
       {"parse_double_edges", test_parse_double_edges},
@@ -249,6 +409,9 @@ int main(int argc, char **argv) {
       {"csv_inference", test_csv_inference},
       {"csv_errors", test_csv_errors},
       {"utf8", test_utf8},
+      {"json_typed", test_json_typed},
+      {"npy_header", test_npy_header},
+      {"batches", test_batches},
       {NULL, NULL},
   };
   return rt_run("rt_data", tests, argc, argv);
