@@ -47,8 +47,15 @@ def c_type(t, structs, where, tparams=()):
 
 def split_params(params):
     """The parameters at top-level commas (map<K, V> has one inside)."""
-    out, depth, cur = [], 0, ""
+    out, depth, cur, quoted, escaped = [], 0, "", False, False
     for ch in params:
+        # A default may be a string holding a comma (sep: str = ",").
+        if quoted:
+            quoted = escaped or ch != '"'
+            escaped = not escaped and ch == "\\"
+            cur += ch
+            continue
+        quoted = ch == '"'
         depth += (ch in "<(") - (ch in ">)")
         if ch == "," and depth == 0:
             out.append(cur)

@@ -67,3 +67,8 @@ set_tests_properties(runtime/resources_race PROPERTIES TIMEOUT 600)
 add_test(NAME runtime/maps_resume
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/maps_resume_test.py
           --sflowc $<TARGET_FILE:sflowc>)
+# std.data's formats against Python's csv, json and numpy, both directions
+# (numpy from scripts/install-pydeps.sh's build/pydeps).
+add_test(NAME runtime/data_interop
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/data_interop_test.py
+          --sflowc $<TARGET_FILE:sflowc>)
