@@ -487,6 +487,9 @@ static bool struct_brace(Token *raw, int n, int i) {
  * a function data.map), and `map < x` stays a comparison. */
 static bool map_type_start(Token *raw, int n, int i) {
   Token *t = &raw[i];
+  /* `fn map<T, R>(` declares std.data's generic map: a name. */
+  if (i > 0 && raw[i - 1].kind == TOK_FN)
+    return false;
   return t->kind == TOK_IDENT && !strcmp(t->text, "map") && i + 2 < n && raw[i + 1].kind == '<' &&
          raw[i + 1].loc.off == t->loc.off + 3 && raw[i + 2].kind == TOK_IDENT;
 }

@@ -1252,7 +1252,14 @@ static Type *call_generic(Node *call, Decl *f, const char *what) {
         return T_ERR;
       if (p->type->kind == TY_TPARAM)
         settle_default(call->argv[j]);
-      match_tparams(p->type, call->argv[j]->ty, bind);
+      if (!match_tparams(p->type, call->argv[j]->ty, bind)) {
+        err_at(call->argv[j]->loc, "argument '%s' of %s must be %s, found %s", p->name, what,
+               ty_str(p->type), ty_str(call->argv[j]->ty));
+        if (p->type->kind == TY_FN && p->type->elem && p->type->elem->kind == TY_FUTURE)
+          diag_note(call->argv[j]->loc, "a task used as a value has type fn(...) -> future<...>; "
+                                        "a function's result is not a future");
+        return T_ERR;
+      }
     }
   const char *names[2] = {f->tparam, f->tparam2};
   for (int i = 0; i < (f->tparam2 ? 2 : 1); i++) {

@@ -136,12 +136,13 @@ void sf_std_data_write_csv(sf_str *path, const void *table, const sf_type *table
 /* Any value as JSON text: numbers, bool, str, arrays, structs as objects
  * with their field names in declaration order.  NaN and infinities have no
  * JSON form: a runtime error naming the path ($.loss). */
-sf_str *sf_std_data_to_json(const void *value, const sf_type *t, const sf_loc *loc);
+sf_str *sf_std_data_to_json(const void *value, const sf_type *t, const sf_type *t_again,
+                            const sf_loc *loc);
 /* JSON text into a value of type t at out (zero-filled, written owned).
  * Bad JSON: "NAME:line:col: ..."; a missing field or a wrong type: its
  * path ("NAME: $.items[3].price: expected f64, found a string"). */
 void sf_std_data_from_json(void *out, const sf_type *t, sf_str *text, sf_str *name,
-                           const sf_loc *loc);
+                           const sf_type *t_again, const sf_loc *loc);
 /* The dynamic JSON value (stdlib's `Json`: kind, flag, number, text,
  * items, keys; see docs/data.md) from text, from a file, to text, to a
  * file. */

@@ -331,7 +331,8 @@ bool sf__json_decode(const char *text, size_t len, const char *name, const sf_ty
 }
 
 void sf_std_data_from_json(void *out, const sf_type *t, sf_str *text, sf_str *name,
-                           const sf_loc *loc) {
+                           const sf_type *t_again, const sf_loc *loc) {
+  (void)t_again; /* a generic extern's T, which t already is */
   char err[SF__ERROR_MAX - 128];
   if (!sf__json_decode(sf__str_data(text), (size_t)sf__str_len(text), sf__str_data(name), t,
                        false, out, err, sizeof err))
@@ -609,7 +610,9 @@ static sf_str *encode(const void *value, const sf_type *t, bool dynamic, const s
   return s;
 }
 
-sf_str *sf_std_data_to_json(const void *value, const sf_type *t, const sf_loc *loc) {
+sf_str *sf_std_data_to_json(const void *value, const sf_type *t, const sf_type *t_again,
+                            const sf_loc *loc) {
+  (void)t_again; /* a generic extern's T, which t already is */
   return encode(value, t, false, loc);
 }
 

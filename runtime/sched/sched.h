@@ -401,5 +401,13 @@ void sf__trace_remote_event(int node, const sf__trace_text *name, const sf__trac
 void sf__trace_dispatch(const char *name, double t0, int node, uint64_t id, int32_t attempt,
                         const char *error);
 
+/* -------------------------------------------------------- taskmap.c */
+
+/* std.data's `map<T, R>(f: fn(T) -> future<R>, xs: T[], in_flight, ordered)
+ * -> R[]` (an @extern): the task f names over every element, at most
+ * in_flight calls at once; results in element order, or (ordered false)
+ * in the order the calls finished. */
+sf_array *sf_std_data_map(int64_t f, sf_array *xs, int64_t in_flight, bool ordered,
+                          const sf_type *T, const sf_type *R, const sf_loc *loc);
 
 #endif

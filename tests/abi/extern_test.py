@@ -56,7 +56,7 @@ def split_params(params):
             cur += ch
             continue
         quoted = ch == '"'
-        depth += (ch in "<(") - (ch in ">)")
+        depth += (ch in "<(") - (ch == ")" or (ch == ">" and not cur.endswith("-")))
         if ch == "," and depth == 0:
             out.append(cur)
             cur = ""

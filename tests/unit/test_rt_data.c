@@ -12,7 +12,7 @@
 
 #include "data.h"
 
-const sf_program sf_program_desc = {SF_ABI_VERSION, "test_rt_data", "", 0, NULL, NULL, NULL, NULL};
+const sf_program sf_program_desc = {SF_ABI_VERSION, "test_rt_data", "", 0, NULL, NULL, NULL, NULL, 0, NULL, NULL};
 
 static const sf_loc LOC = {"t.sflow", 3, 7};
 
@@ -269,7 +269,7 @@ static void test_json_typed(void) {
                             "-9007199254740991}", -1 + (int64_t)sizeof "{\"name\": \"o\\u00e9\", \"extra\": [1], \"items\": [{\"price\": 1.5, \"qty\": 2}, {\"qty\": 3, \"price\": 0.1}], \"ok\": true, \"big\": -9007199254740991}");
   sf_str *name = sf_str_new("o.json", 6);
   order o = {0};
-  sf_std_data_from_json(&o, &order_type, text, name, &LOC);
+  sf_std_data_from_json(&o, &order_type, text, name, &order_type, &LOC);
   CHECK_STR(sf__str_data(o.name), "o\xc3\xa9");
   CHECK_INT(o.items->len, 2);
   CU_ASSERT(((item *)o.items->data)[1].price == 0.1);
@@ -277,7 +277,7 @@ static void test_json_typed(void) {
   CU_ASSERT(o.ok);
   CHECK_INT(o.big, -9007199254740991LL);
   /* Back to text: fields in declaration order, shortest floats. */
-  sf_str *back = sf_std_data_to_json(&o, &order_type, &LOC);
+  sf_str *back = sf_std_data_to_json(&o, &order_type, &order_type, &LOC);
   CHECK_STR(sf__str_data(back), "{\"name\": \"o\xc3\xa9\", \"items\": [{\"price\": 1.5, \"qty\": 2}, "
             "{\"price\": 0.1, \"qty\": 3}], \"ok\": true, \"big\": -9007199254740991}");
   sf_release(back);
@@ -301,12 +301,12 @@ static void test_json_typed(void) {
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     sf_str *t = sf_str_new(bad[i].in, (int64_t)strlen(bad[i].in));
     order z = {0};
-    EXPECT_ERROR(sf_std_data_from_json(&z, &order_type, t, name, &LOC), bad[i].want);
+    EXPECT_ERROR(sf_std_data_from_json(&z, &order_type, t, name, &order_type, &LOC), bad[i].want);
     CU_ASSERT(z.name == NULL && z.items == NULL); /* nothing left behind */
     sf_release(t);
   }
   double nan_v = NAN;
-  EXPECT_ERROR(sf_std_data_to_json(&nan_v, &sf_type_f64, &LOC),
+  EXPECT_ERROR(sf_std_data_to_json(&nan_v, &sf_type_f64, &sf_type_f64, &LOC),
                "t.sflow:3:7: runtime error: to_json: $: NaN has no JSON form");
   sf_release(name);
 }
