@@ -26,7 +26,8 @@
  *   selftest.c  --sflow-selftest and the group bench across workers
  *   worker_main.c the worker process: connect back, prove, serve the head
  *   ring.c      TCP collectives: allreduce by recursive doubling, halving
- *               and doubling, or the pipelined ring, chosen by size
+ *               and doubling, or the pipelined ring, chosen by size; the
+ *               greeters that match data-plane connections to members
  *   dispatch.c  the head's task calls across nodes: submission, retries,
  *               future arguments, head runners, node loss (remote_internal.h
  *               is what the next three share with it)
@@ -494,6 +495,54 @@ int sf__ring_dial(const sf__peer *p, int64_t deadline, char *err, size_t errlen)
 int sf__ring_connect(sf__ring *r, uint64_t group, int rank, int size, const sf__peer *peers,
                      int listen_fd, const uint8_t secret[SF__SECRET_LEN], int timeout_ms,
                      char *err, size_t errlen);
+
+/* Greeters: the connections a data-plane listener has accepted but not yet
+ * matched to a member.  Each must send one greeting of SF__GREETING_LEN
+ * bytes (u64 ring or group id and u32 rank, little-endian, then a 32-byte
+ * HMAC the owner checks) within timeout_ms.  They are read side by side as
+ * bytes arrive, so a stranger that connects and says nothing holds up no
+ * member's link, and nothing past the greeting is read before the check.
+ * Used by sf__ring_connect (the self-test's ring) and by group_ring.c's
+ * acceptor thread (actor groups over --nodes); each owns its greeting's
+ * MAC, its refusal messages and which member a link is for. */
+#define SF__GREETING_LEN 44
+#define SF__GREET_NONCE 32
+#define SF__GREET_TIMEOUT_MS 5000
+#define SF__GREET_SLOTS_MAX 32
+typedef struct sf__greeter {
+  int fd; /* -1: a free slot */
+  int64_t deadline;
+  uint8_t nonce[SF__GREET_NONCE]; /* sent on accept when the owner asks */
+  uint8_t got[SF__GREETING_LEN];
+  size_t n;
+} sf__greeter;
+typedef struct sf__greeters {
+  int slots;      /* connections greeted at once; the oldest goes for a new one */
+  int timeout_ms; /* each connection's time to send its greeting */
+  bool nonce;     /* open each connection with a fresh nonce for the MAC */
+  /* Whether g's complete greeting (id and rank decoded) proves the secret;
+   * a refusal says why itself, as the owner reports. */
+  bool (*check)(void *ctx, const sf__greeter *g, uint64_t id, uint32_t rank);
+  /* A connection dropped before its greeting was checked (timeout, closed,
+   * crowded out, no nonce sent), with why; NULL: dropped silently. */
+  void (*drop)(void *ctx, const char *why);
+  void *ctx;
+  sf__greeter g[SF__GREET_SLOTS_MAX];
+} sf__greeters;
+/* Empty greeters with up to `slots` (at most SF__GREET_SLOTS_MAX)
+ * connections at once, each given SF__GREET_TIMEOUT_MS (s->timeout_ms may
+ * be changed after). */
+void sf__greeters_init(sf__greeters *s, int slots, bool nonce,
+                       bool (*check)(void *ctx, const sf__greeter *g, uint64_t id,
+                                     uint32_t rank),
+                       void (*drop)(void *ctx, const char *why), void *ctx);
+/* Accepts connections on listen_fd and reads their greetings until one
+ * passes check: its socket (non-blocking), its id and rank in *id and
+ * *rank; -1 once deadline (CLOCK_MONOTONIC ms) passes.  Connections still
+ * greeting stay in s for the next call. */
+int sf__greet_accept(sf__greeters *s, int listen_fd, int64_t deadline, uint64_t *id,
+                     uint32_t *rank);
+void sf__greeters_close(sf__greeters *s);
 /* Builds a ring over already-connected sockets (tests, local transports);
  * sf__ring_link adds the link to one partner off the ring.  Without all
  * partner links allreduce uses the ring algorithm at every size. */

@@ -60,12 +60,13 @@ static struct {
   bool running;
 } AC = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
-#define GREETING 44 /* u64 ring, u32 rank, 32-byte MAC */
-#define RING_NONCE 32
+#define GREETING SF__GREETING_LEN /* u64 ring, u32 rank, 32-byte MAC */
+#define RING_NONCE SF__GREET_NONCE
 
 /* The greeting on a link: the acceptor opens with a fresh nonce, which
  * the MAC covers, so a greeting seen on the wire cannot be replayed to
- * take a member's place. */
+ * take a member's place.  The ring id and rank go little-endian, as
+ * sf__greet_accept reads them. */
 static void greeting(const uint8_t nonce[RING_NONCE], uint64_t ring, uint32_t rank,
                      uint8_t out[GREETING]) {
   uint8_t msg[18 + RING_NONCE + 12];
@@ -73,8 +74,10 @@ static void greeting(const uint8_t nonce[RING_NONCE], uint64_t ring, uint32_t ra
   memcpy(msg + 18, nonce, RING_NONCE);
   memcpy(msg + 18 + RING_NONCE, &ring, 8);
   memcpy(msg + 26 + RING_NONCE, &rank, 4);
-  memcpy(out, &ring, 8);
-  memcpy(out + 8, &rank, 4);
+  for (int i = 0; i < 8; i++)
+    out[i] = (uint8_t)(ring >> (8 * i));
+  for (int i = 0; i < 4; i++)
+    out[8 + i] = (uint8_t)(rank >> (8 * i));
   sf__hmac_sha256(sf__worker_secret(), SF__SECRET_LEN, msg, sizeof msg, out + 12);
 }
 
@@ -95,120 +98,48 @@ static bool io_full(int fd, void *p, size_t n, bool wr, int64_t deadline) {
   return true;
 }
 
-/* Links being greeted: the acceptor keeps up to GREET_MAX at once, each
- * with its own deadline, and reads them as bytes arrive, so a peer that
- * connects and says nothing holds up neither the accept loop nor other
- * links, and is dropped after GREET_TIMEOUT_MS.  Nothing but the 44-byte
- * greeting is read before the MAC is checked. */
-#define GREET_MAX 32
-#define GREET_TIMEOUT_MS 5000
-
-typedef struct greeting_conn {
-  int fd; /* -1: a free slot */
-  int64_t deadline;
-  uint8_t nonce[RING_NONCE];
-  uint8_t got[GREETING];
-  size_t n;
-} greeting_conn;
-
-static void greet_refuse(greeting_conn *g, const char *why) {
+/* The acceptor's greeters (sf__greeters, ring.c): up to 32 links greeted
+ * at once, each opened with a fresh nonce and dropped after 5 s without a
+ * greeting; every refusal is a note in the worker's output. */
+static void greet_refuse(void *ctx, const char *why) {
+  (void)ctx;
   sf__worker_note("refused a ring connection: %s", why);
-  close(g->fd);
-  g->fd = -1;
 }
 
-/* A new link: the nonce goes out at once (32 bytes into an empty socket
- * buffer never wait); the oldest is dropped when all slots are taken. */
-static void greet_accept(greeting_conn *gs, int lfd) {
-  int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-  if (fd < 0)
-    return;
-  greeting_conn *g = NULL;
-  for (int i = 0; i < GREET_MAX && !g; i++)
-    if (gs[i].fd < 0)
-      g = &gs[i];
-  if (!g) {
-    g = &gs[0];
-    for (int i = 1; i < GREET_MAX; i++)
-      if (gs[i].deadline < g->deadline)
-        g = &gs[i];
-    greet_refuse(g, "too many connections greeting at once; dropped the oldest");
-  }
-  *g = (greeting_conn){fd, now_ms() + GREET_TIMEOUT_MS, {0}, {0}, 0};
-  if (sf__random_bytes(g->nonce, sizeof g->nonce) ||
-      send(fd, g->nonce, sizeof g->nonce, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof g->nonce)
-    greet_refuse(g, "cannot send the nonce");
-}
-
-/* Bytes of a greeting; a complete one that proves the secret becomes a
- * link for the member waiting for it. */
-static void greet_read(greeting_conn *g) {
-  ssize_t k = recv(g->fd, g->got + g->n, sizeof g->got - g->n, MSG_DONTWAIT);
-  if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-    return;
-  if (k <= 0) {
-    greet_refuse(g, "bad greeting (closed before it was complete)");
-    return;
-  }
-  g->n += (size_t)k;
-  if (g->n < sizeof g->got)
-    return;
-  uint64_t ring;
-  uint32_t from;
+static bool greet_check(void *ctx, const sf__greeter *g, uint64_t ring, uint32_t from) {
   uint8_t want[GREETING];
-  memcpy(&ring, g->got, 8);
-  memcpy(&from, g->got + 8, 4);
   greeting(g->nonce, ring, from, want);
-  if (!sf__ct_equal(want + 12, g->got + 12, 32)) {
-    greet_refuse(g, "bad greeting");
-    return;
-  }
-  rlink *l = calloc(1, sizeof *l);
-  if (!l) {
-    greet_refuse(g, "out of memory");
-    return;
-  }
-  *l = (rlink){NULL, ring, from, g->fd};
-  g->fd = -1;
-  pthread_mutex_lock(&AC.mu);
-  l->next = AC.list;
-  AC.list = l;
-  pthread_cond_broadcast(&AC.cv);
-  pthread_mutex_unlock(&AC.mu);
+  if (sf__ct_equal(want + 12, g->got + 12, 32))
+    return true;
+  greet_refuse(ctx, "bad greeting");
+  return false;
 }
 
+/* Each link that proves the secret goes on the list for the member
+ * waiting for it (ring_up), whichever ring it is for. */
 static void *acceptor_main(void *arg) {
   (void)arg;
   int lfd = sf__worker_data_fd();
-  static greeting_conn gs[GREET_MAX];
-  for (int i = 0; i < GREET_MAX; i++)
-    gs[i].fd = -1;
+  static sf__greeters gs;
+  sf__greeters_init(&gs, SF__GREET_SLOTS_MAX, true, greet_check, greet_refuse, NULL);
   for (;;) {
-    struct pollfd pf[1 + GREET_MAX];
-    greeting_conn *who[1 + GREET_MAX];
-    int np = 0;
-    pf[np] = (struct pollfd){lfd, POLLIN, 0};
-    who[np++] = NULL;
-    int64_t t = now_ms(), next = t + 1000;
-    for (int i = 0; i < GREET_MAX; i++) {
-      if (gs[i].fd < 0)
-        continue;
-      if (t >= gs[i].deadline) {
-        greet_refuse(&gs[i], "no greeting within 5 s");
-        continue;
-      }
-      if (gs[i].deadline < next)
-        next = gs[i].deadline;
-      pf[np] = (struct pollfd){gs[i].fd, POLLIN, 0};
-      who[np++] = &gs[i];
-    }
-    if (poll(pf, (nfds_t)np, (int)(next - t)) <= 0)
+    uint64_t ring;
+    uint32_t from;
+    int fd = sf__greet_accept(&gs, lfd, now_ms() + 1000, &ring, &from);
+    if (fd < 0)
       continue;
-    for (int i = 1; i < np; i++)
-      if (pf[i].revents)
-        greet_read(who[i]);
-    if (pf[0].revents & POLLIN)
-      greet_accept(gs, lfd);
+    rlink *l = calloc(1, sizeof *l);
+    if (!l) {
+      greet_refuse(NULL, "out of memory");
+      close(fd);
+      continue;
+    }
+    *l = (rlink){NULL, ring, from, fd};
+    pthread_mutex_lock(&AC.mu);
+    l->next = AC.list;
+    AC.list = l;
+    pthread_cond_broadcast(&AC.cv);
+    pthread_mutex_unlock(&AC.mu);
   }
   return NULL;
 }

@@ -41,6 +41,11 @@
  *    poll, 85 us spinning with sched_yield, milliseconds spinning hard).
  *  - Bounded: no progress for timeout_ms (a dead or stopped peer) is an
  *    error naming the neighbour, never a hang.
+ *  - One accept loop: the greeters (sf__greet_accept) read the greetings
+ *    of connections on a data-plane listener side by side, each within
+ *    its own deadline; sf__ring_connect and group_ring.c's acceptor thread
+ *    both take their links through it, each with its own MAC check and
+ *    refusal messages.
  */
 #define _GNU_SOURCE /* accept4, pipe2 */
 #include <arpa/inet.h>
@@ -338,121 +343,154 @@ static int dial_greet(const sf__peer *peers, int peer, uint64_t group, int rank,
   return fd;
 }
 
-/* Connections accepted but not yet greeted.  They are read as bytes
- * arrive, side by side, so a stranger that connects and says nothing holds
- * up no member's link; each has GREET_TIMEOUT_MS to send its 44 bytes,
- * and nothing more is read before the MAC is checked. */
-#define GREET_MAX 16
-#define GREET_TIMEOUT_MS 5000
-typedef struct greeter {
-  int fd; /* -1: a free slot */
-  int64_t deadline;
-  uint8_t got[44];
-  size_t n;
-} greeter;
+/* ---------------------------------------------------------- greeters */
 
-static void greeters_close(greeter *gs) {
-  for (int i = 0; i < GREET_MAX; i++)
-    if (gs[i].fd >= 0) {
-      close(gs[i].fd);
-      gs[i].fd = -1;
+void sf__greeters_init(sf__greeters *s, int slots, bool nonce,
+                       bool (*check)(void *ctx, const sf__greeter *g, uint64_t id,
+                                     uint32_t rank),
+                       void (*drop)(void *ctx, const char *why), void *ctx) {
+  memset(s, 0, sizeof *s);
+  s->slots = slots < 1 ? 1 : slots > SF__GREET_SLOTS_MAX ? SF__GREET_SLOTS_MAX : slots;
+  s->timeout_ms = SF__GREET_TIMEOUT_MS;
+  s->nonce = nonce;
+  s->check = check;
+  s->drop = drop;
+  s->ctx = ctx;
+  for (int i = 0; i < SF__GREET_SLOTS_MAX; i++)
+    s->g[i].fd = -1;
+}
+
+void sf__greeters_close(sf__greeters *s) {
+  for (int i = 0; i < s->slots; i++)
+    if (s->g[i].fd >= 0) {
+      close(s->g[i].fd);
+      s->g[i].fd = -1;
     }
 }
 
-/* A new connection into a free slot (the oldest is dropped when none is). */
-static void greeter_add(greeter *gs, int listen_fd) {
+/* Closes g's connection, saying why through the owner's drop hook. */
+static void greeter_drop(sf__greeters *s, sf__greeter *g, const char *why) {
+  if (s->drop)
+    s->drop(s->ctx, why);
+  close(g->fd);
+  g->fd = -1;
+}
+
+/* A new connection into a free slot (the oldest is dropped when none is);
+ * a nonce goes out at once where the protocol has one (32 bytes into an
+ * empty socket buffer never wait). */
+static void greeter_add(sf__greeters *s, int listen_fd) {
   int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
   if (fd < 0)
     return;
-  greeter *g = NULL;
-  for (int i = 0; i < GREET_MAX && !g; i++)
-    if (gs[i].fd < 0)
-      g = &gs[i];
+  sf__greeter *g = NULL;
+  for (int i = 0; i < s->slots && !g; i++)
+    if (s->g[i].fd < 0)
+      g = &s->g[i];
   if (!g) {
-    g = &gs[0];
-    for (int i = 1; i < GREET_MAX; i++)
-      if (gs[i].deadline < g->deadline)
-        g = &gs[i];
-    close(g->fd);
+    g = &s->g[0];
+    for (int i = 1; i < s->slots; i++)
+      if (s->g[i].deadline < g->deadline)
+        g = &s->g[i];
+    greeter_drop(s, g, "too many connections greeting at once; dropped the oldest");
   }
-  *g = (greeter){fd, now_ms() + GREET_TIMEOUT_MS, {0}, 0};
+  *g = (sf__greeter){.fd = fd, .deadline = now_ms() + s->timeout_ms};
+  if (s->nonce && (sf__random_bytes(g->nonce, sizeof g->nonce) ||
+                   send(fd, g->nonce, sizeof g->nonce, MSG_NOSIGNAL | MSG_DONTWAIT) !=
+                       (ssize_t)sizeof g->nonce))
+    greeter_drop(s, g, "cannot send the nonce");
 }
 
-/* Reads what greeter g has sent; its socket once a valid greeting from
- * this group is complete (the sender's rank in *from), else -1. */
-static int greeter_read(greeter *g, uint64_t group, const uint8_t secret[SF__SECRET_LEN],
-                        uint32_t *from) {
+/* Reads what g has sent; its socket once a complete greeting passes the
+ * owner's check (id and rank in *id, *rank), else -1.  Nothing beyond
+ * the greeting is read before the check. */
+static int greeter_read(sf__greeters *s, sf__greeter *g, uint64_t *id, uint32_t *rank) {
   ssize_t k = recv(g->fd, g->got + g->n, sizeof g->got - g->n, MSG_DONTWAIT);
   if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
     return -1;
   if (k <= 0) {
-    close(g->fd);
-    g->fd = -1;
+    greeter_drop(s, g, "bad greeting (closed before it was complete)");
     return -1;
   }
   g->n += (size_t)k;
   if (g->n < sizeof g->got)
     return -1;
   uint64_t grp = 0;
-  uint32_t rank = 0;
-  uint8_t want[32];
+  uint32_t from = 0;
   for (int i = 0; i < 8; i++)
     grp |= (uint64_t)g->got[i] << (8 * i);
   for (int i = 0; i < 4; i++)
-    rank |= (uint32_t)g->got[8 + i] << (8 * i);
-  link_mac(secret, grp, rank, want);
+    from |= (uint32_t)g->got[8 + i] << (8 * i);
   int fd = g->fd;
   g->fd = -1;
-  if (grp == group && sf__ct_equal(want, g->got + 12, 32)) {
-    *from = rank;
+  if (s->check(s->ctx, g, grp, from)) {
+    *id = grp;
+    *rank = from;
     return fd;
   }
-  fprintf(stderr, "sflow: refused a ring connection (group %llu, rank %u): %s\n",
-          (unsigned long long)grp, rank,
-          sf__ct_equal(want, g->got + 12, 32) ? "unexpected group" : "wrong HMAC");
   close(fd);
   return -1;
 }
 
-/* Accepts one connection with a valid greeting from this group; the
- * sender's rank goes to *from.  Anything else (a stranger, a stale ring,
- * silence past its time) is dropped.  The socket, or -1 when the deadline
- * passes. */
-static int accept_greeted(int listen_fd, uint64_t group, const uint8_t secret[SF__SECRET_LEN],
-                          int64_t deadline, uint32_t *from, greeter *gs) {
+int sf__greet_accept(sf__greeters *s, int listen_fd, int64_t deadline, uint64_t *id,
+                     uint32_t *rank) {
+  char why[64];
   for (;;) {
     int64_t t = now_ms(), wake = deadline;
     if (t >= deadline)
       return -1;
-    struct pollfd pf[1 + GREET_MAX];
-    greeter *who[1 + GREET_MAX];
+    struct pollfd pf[1 + SF__GREET_SLOTS_MAX];
+    sf__greeter *who[1 + SF__GREET_SLOTS_MAX];
     int np = 0;
     pf[np] = (struct pollfd){listen_fd, POLLIN, 0};
     who[np++] = NULL;
-    for (int i = 0; i < GREET_MAX; i++) {
-      if (gs[i].fd < 0)
+    for (int i = 0; i < s->slots; i++) {
+      sf__greeter *g = &s->g[i];
+      if (g->fd < 0)
         continue;
-      if (t >= gs[i].deadline) {
-        close(gs[i].fd);
-        gs[i].fd = -1;
+      if (t >= g->deadline) {
+        snprintf(why, sizeof why, "no greeting within %d s", (s->timeout_ms + 999) / 1000);
+        greeter_drop(s, g, why);
         continue;
       }
-      if (gs[i].deadline < wake)
-        wake = gs[i].deadline;
-      pf[np] = (struct pollfd){gs[i].fd, POLLIN, 0};
-      who[np++] = &gs[i];
+      if (g->deadline < wake)
+        wake = g->deadline;
+      pf[np] = (struct pollfd){g->fd, POLLIN, 0};
+      who[np++] = g;
     }
     if (poll(pf, (nfds_t)np, (int)(wake - t)) <= 0)
       continue;
     for (int i = 1; i < np; i++)
-      if (pf[i].revents) {
-        int fd = greeter_read(who[i], group, secret, from);
+      if (pf[i].revents && who[i]->fd >= 0) {
+        int fd = greeter_read(s, who[i], id, rank);
         if (fd >= 0)
           return fd;
       }
     if (pf[0].revents & POLLIN)
-      greeter_add(gs, listen_fd);
+      greeter_add(s, listen_fd);
   }
+}
+
+/* ------------------------------------------------------- ring links */
+
+/* The state the self-test ring's greeting check needs. */
+typedef struct {
+  uint64_t group;
+  const uint8_t *secret;
+} ring_greet;
+
+/* A greeting of this group proving the secret; a refusal is said on
+ * stderr (a stale ring or a stranger). */
+static bool ring_check(void *ctx, const sf__greeter *g, uint64_t grp, uint32_t rank) {
+  const ring_greet *rg = ctx;
+  uint8_t want[32];
+  link_mac(rg->secret, grp, rank, want);
+  bool mac = sf__ct_equal(want, g->got + 12, 32);
+  if (grp == rg->group && mac)
+    return true;
+  fprintf(stderr, "sflow: refused a ring connection (group %llu, rank %u): %s\n",
+          (unsigned long long)grp, rank, mac ? "unexpected group" : "wrong HMAC");
+  return false;
 }
 
 /* Every member first dials (its successor, then its partners above it)
@@ -468,9 +506,11 @@ int sf__ring_connect(sf__ring *r, uint64_t group, int rank, int size, const sf__
     return 0;
   int64_t deadline = now_ms() + timeout_ms;
   int next = (rank + 1) % size, prev = (rank + size - 1) % size, waiting = 1;
-  greeter gs[GREET_MAX];
-  for (int i = 0; i < GREET_MAX; i++)
-    gs[i].fd = -1;
+  /* Connections accepted but not yet greeted are read side by side, so a
+   * stranger that connects and says nothing holds up no member's link. */
+  ring_greet rg = {group, secret};
+  sf__greeters gs;
+  sf__greeters_init(&gs, 16, false, ring_check, NULL, &rg);
   r->next_fd = dial_greet(peers, next, group, rank, secret, deadline, err, errlen);
   if (r->next_fd < 0)
     goto fail;
@@ -488,8 +528,9 @@ int sf__ring_connect(sf__ring *r, uint64_t group, int rank, int size, const sf__
     sf__ring_link(r, peer, fd);
   }
   while (waiting > 0) {
+    uint64_t grp;
     uint32_t from;
-    int fd = accept_greeted(listen_fd, group, secret, deadline, &from, gs);
+    int fd = sf__greet_accept(&gs, listen_fd, deadline, &grp, &from);
     if (fd < 0) {
       int missing = prev;
       for (int peer = 0; r->prev_fd >= 0 && peer < rank; peer++)
@@ -515,10 +556,10 @@ int sf__ring_connect(sf__ring *r, uint64_t group, int rank, int size, const sf__
     }
     waiting--;
   }
-  greeters_close(gs);
+  sf__greeters_close(&gs);
   return 0;
 fail:
-  greeters_close(gs);
+  sf__greeters_close(&gs);
   sf__ring_close(r);
   return -1;
 }

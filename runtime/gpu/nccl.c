@@ -698,11 +698,16 @@ static bool device_ok(nstate *g, int64_t rank, sf__coll_buf *b, const sf_loc *lo
   if (!v.device || nccl_off())
     return false;
   char why[256];
-  if (!sf__nccl_load(why, sizeof why))
+  if (!sf__nccl_load(why, sizeof why)) {
+    /* Members of one process may still be reading this one's buffer (on
+     * its stack) from the meeting; every member raises here alike. */
+    if (g->host->shared_memory)
+      g->host->barrier(g->hs, rank, b->what, loc);
     sf_runtime_error(loc, "%s: the group's arrays are on %" PRId64 " GPUs, which needs NCCL, "
                      "but %s (install NCCL 2.14 or later, name the library with SFLOW_NCCL, "
                      "or set SFLOW_NCCL=off to stage device collectives through the host)",
                      b->what, g->n, why);
+  }
   return true;
 }
 

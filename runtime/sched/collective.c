@@ -33,6 +33,10 @@
  *    memory here, the TCP ring of group_ring.c on a worker), with the
  *    device transport (NCCL, nccl.c) stacked on it when the GPU layer
  *    registered one.  Every collective is one indirect call from there.
+ *  - The members' slots point at sf__coll_bufs on their own stacks, so
+ *    no member leaves a call while another may still read its slot: the
+ *    errors found by comparing the slots (lengths, element types) pass
+ *    one more barrier before they are raised (leave).
  *  - Device arrays: the first barrier (shm_meet) shows every member what
  *    every other brought, so all choose alike; when some member's only
  *    current copy was on the device, each copies its own to the host and
@@ -42,6 +46,7 @@
 #include <inttypes.h>
 #include <sched.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -349,23 +354,42 @@ static void barrier(shm *c, int64_t rank, const char *what, const sf_loc *loc) {
     sf_runtime_error(loc, "%s: %s", what, why);
 }
 
+/* Raises msg once no member can still be reading this member's slot:
+ * after a barrier that the other members pass on the same path (each
+ * raises the same error, or, in allgather, returns after its own last
+ * barrier). */
+_Noreturn static void leave(shm *c, int64_t rank, const char *what, const char *msg,
+                            const sf_loc *loc) {
+  barrier(c, rank, what, loc);
+  sf_runtime_error(loc, "%s", msg);
+}
+
 static bool numeric(const sf_type *t) {
   return t && (t->kind == SF_F32 || t->kind == SF_F64 || t->kind == SF_I32 || t->kind == SF_I64);
 }
 
 /* After the first barrier: every member checks every buffer the same
  * way, so all of them raise the same error, or none does.  A member that
- * brought no array counts as an empty one of any type. */
-static void check_same(shm *c, const char *what, bool need_numeric, const sf_loc *loc) {
+ * brought no array counts as an empty one of any type.  The slots point
+ * at the members' own stack frames (sf__coll_buf), so a member must not
+ * raise while another may still be reading its slot: an error passes one
+ * more barrier first (leave), which every member reaches since every
+ * member finds the same error. */
+static void check_same(shm *c, int64_t rank, const char *what, bool need_numeric,
+                       const sf_loc *loc) {
   int64_t n0 = c->slot[0]->count;
-  for (int64_t k = 0; k < c->n; k++) {
+  char msg[SF__ERROR_MAX / 2];
+  msg[0] = 0;
+  for (int64_t k = 0; k < c->n && !msg[0]; k++) {
     const sf__coll_buf *o = c->slot[k];
     if (need_numeric && o->a && !numeric(o->elem))
-      sf_runtime_error(loc, "%s: arrays of %s cannot be reduced", what, o->elem->name);
-    if (o->count != n0)
-      sf_runtime_error(loc, "%s: member %" PRId64 " has %" PRId64 " elements but member 0 has %"
-                       PRId64, what, k, o->count, n0);
+      snprintf(msg, sizeof msg, "%s: arrays of %s cannot be reduced", what, o->elem->name);
+    else if (o->count != n0)
+      snprintf(msg, sizeof msg, "%s: member %" PRId64 " has %" PRId64 " elements but member 0 "
+               "has %" PRId64, what, k, o->count, n0);
   }
+  if (msg[0])
+    leave(c, rank, what, msg, loc);
 }
 
 static void add_into(const sf_type *t, void *acc, const void *x, int64_t n) {
@@ -479,7 +503,7 @@ static void shm_allreduce(void *s, int64_t rank, sf__coll_buf *b, bool mean, con
   shm *c = s;
   const char *what = b->what;
   shm_begin(c, rank, b, loc);
-  check_same(c, what, true, loc);
+  check_same(c, rank, what, true, loc);
   const sf__coll_buf *first = c->slot[0];
   int64_t len = first->count;
   const sf_type *t = first->elem;
@@ -508,7 +532,7 @@ static void shm_broadcast(void *s, int64_t rank, sf__coll_buf *b, int64_t root,
                           const sf_loc *loc) {
   shm *c = s;
   shm_begin(c, rank, b, loc);
-  check_same(c, b->what, false, loc);
+  check_same(c, rank, b->what, false, loc);
   const sf__coll_buf *src = c->slot[root];
   if (rank != root && b->count) {
     if (sf__type_has_refs(b->elem))
@@ -521,17 +545,29 @@ static void shm_broadcast(void *s, int64_t rank, sf__coll_buf *b, int64_t root,
   barrier(c, rank, b->what, loc);
 }
 
-/* Concatenation of the buffers parts[0..n) as a new array of elem. */
-static sf_array *concat(sf__coll_buf *const *parts, int64_t n, const sf_type *elem, int64_t rank,
-                        const sf_loc *loc) {
-  int64_t total = 0;
+/* Whether every member that brought an array brought one of elem's
+ * kind (this member's); else the error in msg.  Members may judge
+ * differently (one that brought none has no kind to differ). */
+static bool same_kind(sf__coll_buf *const *parts, int64_t n, const sf_type *elem, int64_t rank,
+                      char *msg, size_t len) {
   for (int64_t k = 0; k < n; k++) {
     const sf__coll_buf *o = parts[k];
-    if (o->a && o->elem->kind != elem->kind)
-      sf_runtime_error(loc, "allgather: member %" PRId64 " sends %s but member %" PRId64
-                       " sends %s", k, o->elem->name, rank, elem->name);
-    total += o->count;
+    if (o->a && o->elem->kind != elem->kind) {
+      snprintf(msg, len, "allgather: member %" PRId64 " sends %s but member %" PRId64
+               " sends %s", k, o->elem->name, rank, elem->name);
+      return false;
+    }
   }
+  return true;
+}
+
+/* Concatenation of the buffers parts[0..n) (all of elem's kind) as a
+ * new array of elem. */
+static sf_array *concat(sf__coll_buf *const *parts, int64_t n, const sf_type *elem,
+                        const sf_loc *loc) {
+  int64_t total = 0;
+  for (int64_t k = 0; k < n; k++)
+    total += parts[k]->count;
   sf_array *out = sf_array_new(elem, total, loc);
   int64_t pos = 0;
   for (int64_t k = 0; k < n; k++) {
@@ -547,10 +583,15 @@ static sf_array *concat(sf__coll_buf *const *parts, int64_t n, const sf_type *el
   return out;
 }
 
+/* One barrier after the reading, on the error path too (leave): a member
+ * that judges the kinds differ leaves with the others. */
 static sf_array *shm_allgather(void *s, int64_t rank, sf__coll_buf *b, const sf_loc *loc) {
   shm *c = s;
   shm_begin(c, rank, b, loc);
-  sf_array *out = concat(c->slot, c->n, b->elem, rank, loc);
+  char msg[SF__ERROR_MAX / 2];
+  if (!same_kind(c->slot, c->n, b->elem, rank, msg, sizeof msg))
+    leave(c, rank, b->what, msg, loc);
+  sf_array *out = concat(c->slot, c->n, b->elem, loc);
   barrier(c, rank, b->what, loc);
   return out;
 }
@@ -612,7 +653,7 @@ sf_array *sf_allgather(sf_array *a, const sf_loc *loc) {
     return c->t->allgather(c->ts, rank, &b, loc);
   sf_array_host(a); /* a kernel may just have written it (nccl.c) */
   sf__coll_buf *one = &b;
-  return concat(&one, 1, b.elem, rank, loc); /* a copy */
+  return concat(&one, 1, b.elem, loc); /* a copy */
 }
 
 void sf_barrier(const sf_loc *loc) {

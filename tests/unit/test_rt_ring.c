@@ -11,13 +11,21 @@
  * sends bounded by receives: checked with socket buffers of a few KB, so
  * that sends stall and steps interleave, with elements cut across
  * receives, and with a member that dies in the middle of the stream;
- * broadcast forwards bytes as they arrive, checked the same way.
+ * broadcast forwards bytes as they arrive, checked the same way.  The
+ * greeters both TCP rings accept links through (sf__greet_accept): a
+ * valid greeting after a stranger that closes early, one with a wrong
+ * MAC and one that stays silent; silence dropped after its time, the
+ * oldest dropped when every slot is taken, -1 at the deadline; a ring
+ * set up past strangers on a listener, and one whose member never comes.
  */
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <math.h>
 #include <pthread.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cluster.h"
 #include "rt_test.h"
@@ -602,6 +610,207 @@ static void test_tcp_ring_with_hmac(void) {
     tcp_allreduce(n);
 }
 
+/* ---------------------------------------------------------- greeters */
+
+static const uint8_t greet_key[32] = {7};
+
+/* The test's greeting: HMAC(key, nonce | id | rank) after id and rank. */
+static void test_greeting(const uint8_t nonce[SF__GREET_NONCE], uint64_t id, uint32_t rank,
+                          uint8_t out[SF__GREETING_LEN]) {
+  uint8_t msg[SF__GREET_NONCE + 12];
+  memcpy(msg, nonce, SF__GREET_NONCE);
+  for (int i = 0; i < 8; i++)
+    msg[SF__GREET_NONCE + i] = out[i] = (uint8_t)(id >> (8 * i));
+  for (int i = 0; i < 4; i++)
+    msg[SF__GREET_NONCE + 8 + i] = out[8 + i] = (uint8_t)(rank >> (8 * i));
+  sf__hmac_sha256(greet_key, sizeof greet_key, msg, sizeof msg, out + 12);
+}
+
+typedef struct {
+  char drops[8][96];
+  int ndrops, refused;
+} greet_log;
+
+static bool greet_check(void *ctx, const sf__greeter *g, uint64_t id, uint32_t rank) {
+  greet_log *l = ctx;
+  uint8_t want[SF__GREETING_LEN];
+  test_greeting(g->nonce, id, rank, want);
+  if (!memcmp(want + 12, g->got + 12, 32))
+    return true;
+  l->refused++;
+  return false;
+}
+
+static void greet_drop(void *ctx, const char *why) {
+  greet_log *l = ctx;
+  if (l->ndrops < 8)
+    snprintf(l->drops[l->ndrops++], sizeof l->drops[0], "%s", why);
+}
+
+static bool dropped(const greet_log *l, const char *why) {
+  for (int i = 0; i < l->ndrops; i++)
+    if (!strcmp(l->drops[i], why))
+      return true;
+  return false;
+}
+
+static int dial_local(uint16_t port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  struct timeval tv = {5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  CU_ASSERT_FATAL(connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+  return fd;
+}
+
+/* A client that reads the nonce and sends a greeting (MAC spoiled when
+ * bad); the socket stays open. */
+static int greet_as(uint16_t port, uint64_t id, uint32_t rank, bool bad) {
+  int fd = dial_local(port);
+  uint8_t nonce[SF__GREET_NONCE], hello[SF__GREETING_LEN];
+  CU_ASSERT_FATAL(recv(fd, nonce, sizeof nonce, MSG_WAITALL) == (ssize_t)sizeof nonce);
+  test_greeting(nonce, id, rank, hello);
+  if (bad)
+    hello[20] ^= 1;
+  CU_ASSERT_FATAL(send(fd, hello, sizeof hello, MSG_NOSIGNAL) == (ssize_t)sizeof hello);
+  return fd;
+}
+
+typedef struct {
+  uint16_t port;
+  int bad_fd, good_fd;
+} greet_client;
+
+static void *greet_clients(void *arg) {
+  greet_client *c = arg;
+  c->bad_fd = greet_as(c->port, 7, 3, true);
+  c->good_fd = greet_as(c->port, 7, 3, false);
+  return NULL;
+}
+
+static int64_t mono_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+static void test_greeters(void) {
+  char err[256];
+  uint16_t port;
+  int lfd = sf__ring_listen("127.0.0.1", &port, err, sizeof err);
+  CU_ASSERT_FATAL(lfd >= 0);
+  greet_log log = {.ndrops = 0};
+  sf__greeters gs;
+  sf__greeters_init(&gs, 4, true, greet_check, greet_drop, &log);
+  gs.timeout_ms = 1000;
+  /* A stranger that stays silent, one that sends a little and closes,
+   * then (from a thread: each waits for its nonce) a wrong MAC and a
+   * valid greeting. */
+  int silent = dial_local(port);
+  int early = dial_local(port);
+  CU_ASSERT(send(early, "garbage", 7, MSG_NOSIGNAL) == 7);
+  close(early);
+  greet_client c = {port, -1, -1};
+  pthread_t th;
+  pthread_create(&th, NULL, greet_clients, &c);
+  uint64_t id = 0;
+  uint32_t rank = 0;
+  int64_t t0 = mono_ms();
+  int fd = sf__greet_accept(&gs, lfd, t0 + 5000, &id, &rank);
+  pthread_join(th, NULL);
+  CU_ASSERT(fd >= 0);
+  CU_ASSERT(id == 7 && rank == 3);
+  CU_ASSERT(mono_ms() - t0 < 900); /* not held up by the silent stranger */
+  CHECK_INT(log.refused, 1);
+  CU_ASSERT(dropped(&log, "bad greeting (closed before it was complete)"));
+  /* Nothing more comes: the silent one goes after its second, and the
+   * call ends at its deadline. */
+  t0 = mono_ms();
+  CHECK_INT(sf__greet_accept(&gs, lfd, t0 + 1500, &id, &rank), -1);
+  int64_t took = mono_ms() - t0;
+  CU_ASSERT(took >= 1490 && took < 3000);
+  CU_ASSERT(dropped(&log, "no greeting within 1 s"));
+  uint8_t nb[SF__GREET_NONCE + 1];
+  CHECK_INT((int)recv(silent, nb, SF__GREET_NONCE, MSG_WAITALL), SF__GREET_NONCE); /* nonce */
+  CHECK_INT((int)recv(silent, nb, 1, 0), 0); /* then closed */
+  /* Every slot taken: a new connection crowds out the oldest. */
+  sf__greeters_close(&gs);
+  sf__greeters_init(&gs, 1, false, greet_check, greet_drop, &log);
+  int a1 = dial_local(port), a2 = dial_local(port);
+  CHECK_INT(sf__greet_accept(&gs, lfd, mono_ms() + 300, &id, &rank), -1);
+  CU_ASSERT(dropped(&log, "too many connections greeting at once; dropped the oldest"));
+  sf__greeters_close(&gs);
+  for (int f = 0; f < 5; f++) {
+    int x[] = {fd, c.bad_fd, c.good_fd, silent, a1};
+    close(x[f]);
+  }
+  close(a2);
+  close(lfd);
+}
+
+/* sf__ring_connect through its greeters: strangers on a member's listener
+ * (silent, garbage then closed, 44 bytes with a wrong MAC) cost the ring
+ * nothing, and a member that never connects is an error naming it at the
+ * timeout. */
+static void test_tcp_ring_strangers(void) {
+  tcp_member tm[2];
+  sf__peer peers[2];
+  char lerr[256];
+  memset(tm, 0, sizeof tm);
+  for (int i = 0; i < 2; i++) {
+    uint16_t port;
+    tm[i].listen_fd = sf__ring_listen("127.0.0.1", &port, lerr, sizeof lerr);
+    CU_ASSERT_FATAL(tm[i].listen_fd >= 0);
+    snprintf(peers[i].addr, sizeof peers[i].addr, "127.0.0.1");
+    peers[i].port = port;
+    tm[i].rank = i;
+    tm[i].n = 2;
+    tm[i].peers = peers;
+    tm[i].m.buf = calloc(tcp_counts[TCP_COUNTS - 1], 8);
+    tm[i].m.t = SF__DT_F64;
+  }
+  int silent = dial_local(peers[1].port), early = dial_local(peers[1].port);
+  int forged = dial_local(peers[1].port);
+  uint8_t junk[SF__GREETING_LEN] = {99}; /* group 99, rank 0, no MAC */
+  CU_ASSERT(send(early, "garbage", 7, MSG_NOSIGNAL) == 7);
+  close(early);
+  CU_ASSERT(send(forged, junk, sizeof junk, MSG_NOSIGNAL) == (ssize_t)sizeof junk);
+  int64_t t0 = mono_ms();
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++)
+    pthread_create(&t[i], NULL, tcp_run, &tm[i]);
+  for (int i = 0; i < 2; i++)
+    pthread_join(t[i], NULL);
+  for (int i = 0; i < 2; i++) {
+    if (tm[i].m.rc)
+      fprintf(stderr, "\n  member %d: %s\n", i, tm[i].m.err);
+    CHECK_INT(tm[i].m.rc, 0);
+    for (size_t c = 0; c < TCP_COUNTS; c++)
+      CHECK_INT(tm[i].wrong[c], 0);
+    sf__ring_close(&tm[i].m.ring);
+  }
+  CU_ASSERT(mono_ms() - t0 < 4000); /* not held up by the silent one (5 s) */
+  uint8_t b;
+  CHECK_INT((int)recv(forged, &b, 1, 0), 0); /* refused: closed */
+  close(silent);
+  close(forged);
+  /* Member 1 never comes: member 0 dials it (its backlog answers) and
+   * waits for it to connect back. */
+  uint8_t secret[32] = {0};
+  sf__ring r;
+  char err[256] = "";
+  t0 = mono_ms();
+  CHECK_INT(sf__ring_connect(&r, 5, 0, 2, peers, tm[0].listen_fd, secret, 400, err, sizeof err),
+            -1);
+  CHECK_STR(err, "ring member 1 did not connect within 400 ms");
+  CU_ASSERT(mono_ms() - t0 >= 390);
+  for (int i = 0; i < 2; i++) {
+    close(tm[i].listen_fd);
+    free(tm[i].m.buf);
+  }
+}
+
 int main(int argc, char **argv) {
   static const rt_test tests[] = {
       {"allreduce_sizes", test_allreduce_sizes},
@@ -620,6 +829,8 @@ int main(int argc, char **argv) {
       {"ring_stream_rounding_identical", test_ring_stream_rounding_identical},
       {"ring_stream_peer_dies", test_ring_stream_peer_dies},
       {"tcp_ring_with_hmac", test_tcp_ring_with_hmac},
+      {"greeters", test_greeters},
+      {"tcp_ring_strangers", test_tcp_ring_strangers},
       {NULL, NULL},
   };
   return rt_run("ring", tests, argc, argv);
