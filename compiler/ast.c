@@ -41,6 +41,17 @@ Annot *annot_new(Loc loc, const char *name, Node *args) {
   return a;
 }
 
+const char *extern_c_name(Decl *fn) {
+  const char *mod = fn->module ? fn->module->name : "";
+  if (!strncmp(mod, "std.", 4))
+    mod += 4;
+  char *s = arena_printf("sf_std_%s_%s", mod, fn->name);
+  for (char *c = s; *c; c++)
+    if (*c == '.')
+      *c = '_';
+  return s;
+}
+
 Loc loc_span(Loc a, Loc b) {
   if (a.file != b.file || b.off + b.len < a.off)
     return a;

@@ -1373,11 +1373,90 @@ static Val direct_call(DInfo *di, LLVMValueRef state, Node **argv, int argc, Typ
   return mkval(ret->kind == TY_VOID ? NULL : r, true);
 }
 
+/* @extern functions (docs/language.md, "Standard-library externs"): a
+ * std module's declaration of the C function sf_std_<module>_<name>.  The
+ * C form of each sflow type is fixed: scalars as themselves (bool
+ * zero-extended, as C passes it), str and arrays as borrowed object
+ * pointers, a struct as the address of its bytes followed by its
+ * descriptor, then the call site.  A struct result is written by the callee
+ * into zeroed memory whose address and descriptor come first. */
+static void declare_extern(Decl *d) {
+  DInfo *di = info(d);
+  Type *ret = d->ret_type ? d->ret_type : ty_prim(TY_VOID);
+  bool sret = ret->kind == TY_STRUCT;
+  int n = 0;
+  for (Decl *p = d->params; p; p = p->next)
+    n++;
+  LLVMTypeRef *ps = arena_alloc(sizeof(LLVMTypeRef) * (size_t)(2 * n + 3));
+  bool *zext = arena_alloc(sizeof(bool) * (size_t)(2 * n + 3));
+  int k = 0;
+  if (sret) {
+    ps[k++] = G.P;
+    ps[k++] = G.P;
+  }
+  for (Decl *p = d->params; p; p = p->next) {
+    if (p->type->kind == TY_STRUCT) {
+      ps[k++] = G.P;
+      ps[k++] = G.P;
+    } else {
+      zext[k] = p->type->kind == TY_BOOL;
+      ps[k++] = lt_val(p->type);
+    }
+  }
+  ps[k++] = G.P;
+  di->fn = get_fn(extern_c_name(d), sret ? G.vd : lt_val(ret), ps, k, false);
+  di->fnty = LLVMGlobalGetValueType(di->fn);
+  d->llvm = di->fn;
+  for (int i = 0; i < k; i++)
+    if (zext[i])
+      add_attr(di->fn, (unsigned)i + 1, "zeroext");
+  if (ret->kind == TY_BOOL)
+    add_attr(di->fn, LLVMAttributeReturnIndex, "zeroext");
+  if (ret->kind == TY_ARRAY)
+    mark_array_attrs(di->fn, LLVMAttributeReturnIndex);
+}
+
+static Val extern_call(Node *n) {
+  Decl *d = n->decl;
+  Type *ret = n->ty;
+  LLVMValueRef *args = arena_alloc(sizeof(LLVMValueRef) * (size_t)(2 * n->argc + 3));
+  Val *vals = arena_alloc(sizeof(Val) * (size_t)(n->argc + 1));
+  int k = 0;
+  LLVMValueRef out = NULL;
+  if (ret->kind == TY_STRUCT) {
+    out = entry_alloca(lt_val(ret), "extern.out");
+    store(LLVMConstNull(lt_val(ret)), out);
+    args[k++] = as_P(out);
+    args[k++] = desc_arg(ret);
+  }
+  for (int i = 0; i < n->argc; i++) {
+    Type *t = n->argv[i]->ty;
+    vals[i] = expr(n->argv[i]);
+    if (t->kind == TY_STRUCT) {
+      LLVMValueRef tmp = entry_alloca(lt_val(t), "extern.arg");
+      store(vals[i].v, tmp);
+      args[k++] = as_P(tmp);
+      args[k++] = desc_arg(t);
+    } else {
+      args[k++] = vals[i].v;
+    }
+  }
+  args[k++] = loc_const(n->loc);
+  LLVMValueRef r = call(info(d)->fn, args, k);
+  for (int i = 0; i < n->argc; i++)
+    drop(n->argv[i]->ty, vals[i]);
+  if (out)
+    return mkval(load(lt_val(ret), out), true);
+  return mkval(ret->kind == TY_VOID ? NULL : r, true);
+}
+
 static Val call_expr(Node *n) {
   LLVMValueRef L;
   switch (n->callkind) {
   case CALL_BUILTIN: return builtin(n);
   case CALL_FN:
+    if (n->decl->is_extern)
+      return extern_call(n);
     if (n->decl == G.redirect_of) {
       DInfo t = *info(n->decl);
       t.fn = G.redirect_fn;
@@ -2377,6 +2456,10 @@ static void declare_all(Program *p) {
     for (Decl *d = m->decls; d; d = d->next)
       switch (d->kind) {
       case D_FN: {
+        if (d->is_extern) {
+          declare_extern(d);
+          break;
+        }
         bool shared;
         int ncopies = unroll_copies(d, G.opts->opt_level, &shared);
         if (ncopies)
@@ -2471,6 +2554,8 @@ static void gen_all(Program *p) {
     for (Decl *d = m->decls; d; d = d->next)
       switch (d->kind) {
       case D_FN:
+        if (d->is_extern)
+          break;
         if (info(d)->copies) {
           gen_unrolled(d);
           break;

@@ -591,6 +591,7 @@ static const AnnotInfo annot_table[] = {
     {"checkpoint", BIT(D_ACTOR), "actors"},
     {"replicas", BIT(D_ACTOR), "actors"},
     {"timeout", BIT(D_TASK) | BIT(D_METHOD), "tasks and actor methods"},
+    {"extern", BIT(D_FN), "functions of the standard library"},
 };
 
 /* The numeric value of a constant annotation argument, or NAN. */
@@ -657,6 +658,16 @@ static void check_annot(Decl *d, Annot *a) {
       diag_note(b->loc, "first given here");
       return;
     }
+  if (!strcmp(a->name, "extern")) {
+    if (a->args)
+      diag_error(a->loc, "@extern takes no arguments");
+    else if (!d->is_std)
+      diag_error(a->loc, "@extern is only for the standard library's modules (it binds a "
+                         "declaration to a C function of the runtime)");
+    else
+      d->is_extern = true;
+    return;
+  }
   int nargs = list_len(a->args);
   double v = 0;
   if (!strcmp(a->name, "checkpoint")) {
@@ -2204,6 +2215,46 @@ static void check_body(Decl *fn, Decl *actor) {
   S.in_kernel = false;
 }
 
+/* @extern functions: a std module's declaration of a C function of the
+ * runtime (sf_std_<module>_<name>, see docs/language.md "Standard-library
+ * externs").  Only types whose C form is fixed may cross: numbers, bool,
+ * str, arrays (sf_array *) and structs (by address, with their descriptor,
+ * which the C side reads fields from by name). */
+static bool extern_type_ok(Type *t) {
+  switch (t->kind) {
+  case TY_BOOL: case TY_I32: case TY_I64: case TY_F32: case TY_F64: case TY_STR:
+  case TY_ARRAY: case TY_STRUCT: case TY_ERROR:
+    return true;
+  default:
+    return false;
+  }
+}
+
+static void check_extern(Decl *fn) {
+  if (!fn->is_extern) {
+    diag_error(fn->name_loc, "function '%s' has no body", fn->name);
+    diag_note(fn->name_loc, "only @extern functions of the standard library are declared without one");
+    return;
+  }
+  if (fn->body) {
+    diag_error(fn->name_loc, "@extern function '%s' must not have a body (its body is the C "
+                             "function %s)", fn->name, extern_c_name(fn));
+    return;
+  }
+  Decl *first = symtab_get(fn->module->symtab, fn->name);
+  if (first != fn || fn->overload)
+    diag_error(fn->name_loc, "@extern function '%s' cannot be overloaded (each C function has "
+                             "one name)", fn->name);
+  check_defaults(fn);
+  for (Decl *p = fn->params; p; p = p->next)
+    if (p->type && !extern_type_ok(p->type))
+      diag_error(p->name_loc, "parameter '%s' of @extern function '%s' has type %s, which "
+                 "cannot be passed to C", p->name, fn->name, ty_str(p->type));
+  if (fn->ret_type && fn->ret_type->kind != TY_VOID && !extern_type_ok(fn->ret_type))
+    diag_error(fn->name_loc, "@extern function '%s' returns %s, which C cannot return",
+               fn->name, ty_str(fn->ret_type));
+}
+
 /* The runtime flag that a workflow parameter's flag (--NAME, the name as
  * written: flags.c matches it byte for byte) would collide with, or NULL.
  * A name that differs only in '_' for '-' ("checkpoint_dir") does not
@@ -2371,7 +2422,13 @@ static void check_module(Module *m) {
   /* Pass 2: bodies. */
   for (Decl *d = m->decls; d; d = d->next) {
     switch (d->kind) {
-    case D_FN: case D_TASK: case D_KERNEL:
+    case D_FN:
+      if (d->is_extern || !d->body)
+        check_extern(d);
+      else
+        check_body(d, NULL);
+      break;
+    case D_TASK: case D_KERNEL:
       check_body(d, NULL);
       break;
     case D_WORKFLOW:

@@ -355,6 +355,7 @@ struct Decl {
   bool checked;
   Decl *overload;     /* D_FN: the next function of the same name in the module */
   bool is_std;        /* declared in a std module */
+  bool is_extern;     /* D_FN: @extern, no body; calls C sf_std_<module>_<name> */
   void *llvm;    /* codegen: LLVMValueRef of the function */
   void *llvm2;   /* codegen: a second function (e.g. the task's thunk) */
 };
@@ -397,6 +398,9 @@ Decl *decl_new(DeclKind k, Loc loc);
 TypeExpr *texpr_new(TypeExprKind k, Loc loc);
 Annot *annot_new(Loc loc, const char *name, Node *args);
 Loc loc_span(Loc a, Loc b); /* from a's start to b's end (same file) */
+/* The C function an @extern function of a std module binds to:
+ * sf_std_<module>_<name> ("std.data", "csv_read" -> sf_std_data_csv_read). */
+const char *extern_c_name(Decl *fn);
 int list_len(Node *n);
 /* Does the statement or expression list at n assign to the variable v
  * (after sema)?  Codegen gives such a parameter its own reference;

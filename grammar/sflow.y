@@ -215,10 +215,14 @@ item_core
         $$->fields = fields.head; $$->methods = methods.head; }
   ;
 
-/* fn_like: ('fn' | 'task' | 'kernel' | 'workflow') name '(' params ')' ['->' type] block */
+/* fn_like: ('fn' | 'task' | 'kernel' | 'workflow') name '(' params ')' ['->' type] block
+ *        | 'fn' name '(' params ')' ['->' type]      (an @extern declaration) */
 fn_like
   : TOK_FN TOK_IDENT '(' params_opt ')' ret_opt block
       { $$ = decl_new(D_FN, @$); $$->name = $2.text; $$->name_loc = @2; $$->params = $4.head; $$->ret = $6; $$->body = $7; }
+  | TOK_FN TOK_IDENT '(' params_opt ')' ret_opt
+      /* no body: only an @extern function of a std module (sema checks) */
+      { $$ = decl_new(D_FN, @$); $$->name = $2.text; $$->name_loc = @2; $$->params = $4.head; $$->ret = $6; }
   | TOK_TASK TOK_IDENT '(' params_opt ')' ret_opt block
       { $$ = decl_new(D_TASK, @$); $$->name = $2.text; $$->name_loc = @2; $$->params = $4.head; $$->ret = $6; $$->body = $7; }
   | TOK_KERNEL TOK_IDENT '(' params_opt ')' ret_opt block

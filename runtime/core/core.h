@@ -92,6 +92,13 @@ bool sf__type_has_refs(const sf_type *t);
  * Descriptors are compared by structure, never by pointer: the compiler
  * emits its own copies of the same types. */
 const sf_type *sf__array_type(const sf_type *elem);
+/* The address of field `name` of the struct of type t at base, checked to
+ * be of kind `kind` (an sf_kind; for SF_ARRAY, any element type).  For the
+ * C side of @extern functions, which fill struct results by field name
+ * from the descriptor they are given instead of mirroring the sflow struct
+ * in C: a field missing or of another kind is a mismatch between a std
+ * module and the runtime, reported at loc as such. */
+void *sf__field(const sf_type *t, void *base, const char *name, int kind, const sf_loc *loc);
 
 /* ---------------------------------------------------------- array.c */
 
@@ -202,7 +209,10 @@ extern void (*sf__before_stderr)(void);
 
 /* ------------------------------------------------------------- io.c */
 
-/* Nothing shared: file I/O is all ABI (sflow.h). */
+/* The builtins are ABI (sflow.h).  std.io's @extern functions (the C form
+ * of each sflow type: docs/language.md, "Standard-library externs"): */
+void sf_std_io_stat(void *out, const sf_type *out_type, sf_str *path, const sf_loc *loc);
+sf_array *sf_std_io_list_dir(sf_str *path, const sf_loc *loc);
 
 /* ---------------------------------------------------------- serial.c */
 

@@ -1,6 +1,7 @@
 /*
  * io.c — the file builtins behind std.io: read_file, write_file,
- * append_file, file_exists, read_lines.
+ * append_file, file_exists, read_lines; and its @extern functions stat and
+ * list_dir.
  *
  * Files are read and written whole with plain POSIX calls, retrying on
  * EINTR and short transfers.  Key design choice: every failure is a runtime
@@ -9,7 +10,9 @@
  * training run a wrong path must be obvious from the one line it prints.
  */
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -142,5 +145,63 @@ sf_array *sf_read_lines(sf_str *path, const sf_loc *loc) {
     c = e + 1;
   }
   sf_release(text);
+  return a;
+}
+
+/* io.stat(path) -> FileInfo { size: i64, is_dir: bool, modified: f64 }. */
+void sf_std_io_stat(void *out, const sf_type *out_type, sf_str *path, const sf_loc *loc) {
+  const char *p = c_path("stat", path, loc);
+  struct stat st;
+  if (stat(p, &st) != 0)
+    io_fail("stat", path, errno, loc);
+  *(int64_t *)sf__field(out_type, out, "size", SF_I64, loc) = (int64_t)st.st_size;
+  *(bool *)sf__field(out_type, out, "is_dir", SF_BOOL, loc) = S_ISDIR(st.st_mode);
+  *(double *)sf__field(out_type, out, "modified", SF_F64, loc) =
+      (double)st.st_mtim.tv_sec + (double)st.st_mtim.tv_nsec * 1e-9;
+}
+
+static int name_cmp(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* io.list_dir(path) -> str[]: the entries' names, sorted bytewise, without
+ * "." and "..", so a program that walks a data folder sees the same order
+ * on every node whatever the file system returns. */
+sf_array *sf_std_io_list_dir(sf_str *path, const sf_loc *loc) {
+  const char *p = c_path("list", path, loc);
+  DIR *d = opendir(p);
+  if (!d)
+    io_fail("list", path, errno, loc);
+  size_t n = 0, cap = 16;
+  char **names = sf__alloc_n(cap, sizeof *names);
+  struct dirent *e;
+  errno = 0;
+  while ((e = readdir(d))) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+      continue;
+    if (n == cap) {
+      names = sf__realloc(names, 2 * cap * sizeof *names);
+      cap *= 2;
+    }
+    size_t len = strlen(e->d_name);
+    names[n] = sf_alloc(len + 1);
+    memcpy(names[n++], e->d_name, len + 1);
+  }
+  int err = errno;
+  closedir(d);
+  if (err) {
+    for (size_t i = 0; i < n; i++)
+      sf_free(names[i]);
+    sf_free(names);
+    io_fail("list", path, err, loc);
+  }
+  qsort(names, n, sizeof *names, name_cmp);
+  sf_array *a = sf_array_new(&sf_type_str, (int64_t)n, loc);
+  sf_str **items = a->data;
+  for (size_t i = 0; i < n; i++) {
+    items[i] = sf_str_new(names[i], (int64_t)strlen(names[i]));
+    sf_free(names[i]);
+  }
+  sf_free(names);
   return a;
 }

@@ -103,3 +103,16 @@ const sf_type *sf__array_type(const sf_type *elem) {
   sf_free(fresh);
   return &it->type;
 }
+
+void *sf__field(const sf_type *t, void *base, const char *name, int kind, const sf_loc *loc) {
+  if (t && t->kind == SF_STRUCT)
+    for (int32_t i = 0; i < t->nfields; i++)
+      if (!strcmp(t->fields[i].name, name)) {
+        if (t->fields[i].type->kind != kind)
+          break;
+        return (char *)base + t->fields[i].offset;
+      }
+  sf_runtime_error(loc, "internal error: the standard library's struct %s has no field '%s' "
+                   "of the kind the runtime fills (the std module and the runtime disagree)",
+                   t && t->name ? t->name : "?", name);
+}

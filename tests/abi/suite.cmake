@@ -4,3 +4,8 @@
 add_test(NAME abi/runtime_entry_points
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/abi/rtabi_test.py
           --cc ${CMAKE_C_COMPILER})
+# Every std @extern function (stdlib/*.sflow) against the prototype its C
+# side declares in a runtime layer header (tests/abi/extern_test.py).
+add_test(NAME abi/std_externs
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/abi/extern_test.py
+          --cc ${CMAKE_C_COMPILER})
