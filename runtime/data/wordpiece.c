@@ -231,7 +231,7 @@ static void normalize_char(scratch *s, int32_t flags, uint32_t cp) {
   if (flags & SF__TOK_STRIP)
     nd = uc_nfd(cp, f, d);
   for (int i = 0; i < nd; i++) {
-    uint8_t g = i || nd > 1 ? sf__uc_flags(d[i]) : f;
+    uint8_t g = d[i] == cp ? f : sf__uc_flags(d[i]); /* singletons decompose too */
     if ((flags & SF__TOK_STRIP) && (g & SF__UC_MN))
       continue;
     if ((flags & SF__TOK_LOWER) && (g & SF__UC_LOWER)) {
