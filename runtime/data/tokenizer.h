@@ -57,7 +57,8 @@ sf_str *sf_std_tokenizer_decode(const void *tok, const sf_type *tok_type, sf_arr
 
 /* The normalizer and pre-tokenizer alone, for the fuzz target
  * (tests/fuzz/fuzz_tokenizer.c): the words of text as each would reach
- * the WordPiece model, each followed by a NUL byte, into out (at most cap
+ * the WordPiece model, each followed by the byte 0xFF (which UTF-8 never
+ * uses, while a word may hold NUL when clean_text is off), into out (at most cap
  * bytes, a word that does not fit is cut).  Returns the bytes written, or
  * -1 - offset at the first byte of invalid UTF-8.  flags: SF__TOK_* . */
 enum { SF__TOK_CLEAN = 1, SF__TOK_CHINESE = 2, SF__TOK_STRIP = 4, SF__TOK_LOWER = 8 };

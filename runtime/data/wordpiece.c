@@ -332,7 +332,7 @@ int64_t sf__tok_pretokenize(const char *text, int64_t len, int32_t flags, char *
       l = cap - n - 1;
     memcpy(out + n, s->text + s->words[k].off, (size_t)l);
     n += l;
-    out[n++] = '\0';
+    out[n++] = (char)0xFF;
   }
   return n;
 }
@@ -602,28 +602,33 @@ static const sf_field *field_named(const sf_type *t, const char *name, const sf_
                    t->name ? t->name : "?", name, __FILE__, __LINE__);
 }
 
-static int32_t off_of(const sf_type *t, const char *name, const sf_loc *loc) {
-  return field_named(t, name, loc)->offset;
+/* The offset of a field, checked to be of the kind the C side reads. */
+static int32_t off_of(const sf_type *t, const char *name, int kind, const sf_loc *loc) {
+  const sf_field *f = field_named(t, name, loc);
+  if (f->type->kind != kind)
+    sf_runtime_error(loc, "internal error: std.tokenizer: field '%s' of %s is not of the kind "
+                     "the runtime reads (%s:%d)", name, t->name ? t->name : "?", __FILE__, __LINE__);
+  return f->offset;
 }
 
 static const tok_layout *layout_of(const sf_type *t, const sf_loc *loc) {
   static _Thread_local tok_layout l;
   if (l.type == t)
     return &l;
-  l.vocab = off_of(t, "vocab", loc);
-  l.unk_id = off_of(t, "unk_id", loc);
-  l.cls_id = off_of(t, "cls_id", loc);
-  l.sep_id = off_of(t, "sep_id", loc);
-  l.pad_id = off_of(t, "pad_id", loc);
-  l.prefix = off_of(t, "prefix", loc);
-  l.max_word_chars = off_of(t, "max_word_chars", loc);
-  l.clean_text = off_of(t, "clean_text", loc);
-  l.chinese_chars = off_of(t, "chinese_chars", loc);
-  l.strip_accents = off_of(t, "strip_accents", loc);
-  l.lowercase = off_of(t, "lowercase", loc);
-  l.special = off_of(t, "special", loc);
-  l.special_ids = off_of(t, "special_ids", loc);
-  l.path = off_of(t, "path", loc);
+  l.vocab = off_of(t, "vocab", SF_ARRAY, loc);
+  l.unk_id = off_of(t, "unk_id", SF_I64, loc);
+  l.cls_id = off_of(t, "cls_id", SF_I64, loc);
+  l.sep_id = off_of(t, "sep_id", SF_I64, loc);
+  l.pad_id = off_of(t, "pad_id", SF_I64, loc);
+  l.prefix = off_of(t, "prefix", SF_STR, loc);
+  l.max_word_chars = off_of(t, "max_word_chars", SF_I64, loc);
+  l.clean_text = off_of(t, "clean_text", SF_BOOL, loc);
+  l.chinese_chars = off_of(t, "chinese_chars", SF_BOOL, loc);
+  l.strip_accents = off_of(t, "strip_accents", SF_BOOL, loc);
+  l.lowercase = off_of(t, "lowercase", SF_BOOL, loc);
+  l.special = off_of(t, "special", SF_ARRAY, loc);
+  l.special_ids = off_of(t, "special_ids", SF_ARRAY, loc);
+  l.path = off_of(t, "path", SF_STR, loc);
   l.type = t;
   return &l;
 }
@@ -1131,6 +1136,7 @@ static void line_col(const char *text, size_t off, int *line, int *col) {
 
 void sf_std_tokenizer_load(void *out, const sf_type *out_type, sf_str *path,
                            const sf_loc *loc) {
+  layout_of(out_type, loc); /* the fields are of the kinds written below */
   loader L = {sf__str_data(path), loc, NULL, NULL};
   L.text = sf_read_file(path, loc);
   const char *text = sf__str_data(L.text), *end = NULL;
