@@ -4,7 +4,7 @@ character tables of the BERT normalizer and pre-tokenizer (std.tokenizer).
 
     python3 scripts/gen_unicode_tables.py [--out runtime/data/unicode_tables.c]
 
-Run it with a Python that can import `tokenizers` (build/peers/tokenizer/
+Run it with a Python that can import `tokenizers` (build/peers/tokenizer/venv/
 bin/python after bench/tokenizer/setup.sh) to fold in the places where the
 Hugging Face crates disagree with this Python's unicodedata; without it the
 tables are unicodedata's alone and the generator says so.
