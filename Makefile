@@ -5,7 +5,7 @@ PREFIX  ?= /usr/local
 JOBS    ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build demo test install clean fuzz bench bench-tasks bench-collectives bench-tokenizer golden-update tsan soak-resume soak-journal
+.PHONY: all deps configure build demo test install clean fuzz bench bench-tasks bench-collectives bench-data bench-tokenizer golden-update tsan soak-resume soak-journal
 
 all: build
 
@@ -67,6 +67,12 @@ bench-tasks: build
 # (bench/collectives/run.py; docs/performance.md).
 bench-collectives: build
 	@python3 bench/collectives/run.py --sflowc $(BUILD)/bin/sflowc
+
+# Reading a numeric CSV (1e6 rows x 8 f64 columns) into typed columns:
+# std.data beside pandas.read_csv (C engine) and pyarrow.csv, one table
+# (bench/data/run.sh; installs pandas and pyarrow into build/pydeps).
+bench-data: build
+	@bash bench/data/run.sh $(BUILD)
 
 # std.tokenizer beside the Python tokenizers package on 13.7 MB of Debian
 # fortunes, single-threaded (bench/tokenizer/run.py; installs its peers into

@@ -115,13 +115,36 @@ static void texpr_str(Buf *b, TypeExpr *t) {
     buf_puts(b, t->name);
     break;
   case TE_ARRAY:
+    if (t->arg && t->arg->kind == TE_FN) { /* (fn(i64) -> i64)[], as written */
+      buf_putc(b, '(');
+      texpr_str(b, t->arg);
+      buf_puts(b, ")[]");
+      break;
+    }
     texpr_str(b, t->arg);
     buf_puts(b, "[]");
     break;
   case TE_GENERIC:
     buf_printf(b, "%s<", t->name);
     texpr_str(b, t->arg);
+    if (t->arg2) {
+      buf_puts(b, ", ");
+      texpr_str(b, t->arg2);
+    }
     buf_puts(b, ">");
+    break;
+  case TE_FN:
+    buf_puts(b, "fn(");
+    for (TypeExpr *p = t->arg; p; p = p->next) {
+      texpr_str(b, p);
+      if (p->next)
+        buf_puts(b, ", ");
+    }
+    buf_puts(b, ")");
+    if (t->ret) {
+      buf_puts(b, " -> ");
+      texpr_str(b, t->ret);
+    }
     break;
   }
 }
@@ -272,6 +295,11 @@ static void dump_node(Buf *b, Node *n, int d) {
       buf_puts(b, "count\n");
       dump_node(b, n->rhs, d + 2);
     }
+    return;
+  case N_MAP_NEW:
+    head(b, n, d, "MapNew ");
+    texpr_str(b, n->texpr);
+    tail(b, n);
     return;
   case N_LAUNCH:
     head(b, n, d, "Launch ");

@@ -100,6 +100,7 @@ typedef struct {
   void **copies;
   int ncopies;
   bool shared;
+  LLVMValueRef value_fn; /* tasks used as values: the function that calls the task */
 } DInfo;
 
 /* The function being generated. */
@@ -158,6 +159,14 @@ static struct {
   UnrollChain *chains;
   int nchains;
   LLVMValueRef rtfn[RT__COUNT]; /* runtime entry points declared so far */
+  /* Function values: the functions and tasks used as values, in the order
+   * of their indices (1-based: 0 is no function), and the table codegen
+   * calls through, a placeholder until gen_fn_table builds it. */
+  Decl **fnvals;
+  int nfnvals, capfnvals;
+  LLVMValueRef fntab;
+  LLVMValueRef fn_names; /* the names, for sf_program.fn_names */
+  LLVMValueRef fn_tasks; /* their task descriptors (NULL: a function), for sf_program.fn_tasks */
 } G;
 
 static Val expr(Node *n);
@@ -459,7 +468,9 @@ static LLVMTypeRef lt_val(Type *t) {
   case TY_ARRAY:
   case TY_FUTURE:
   case TY_ACTOR:
-  case TY_GROUP: return G.P;
+  case TY_GROUP:
+  case TY_MAP: return G.P;
+  case TY_FN: return G.i64; /* an index into the function table (fn_value_call) */
   case TY_STRUCT:
     if (!t->llvm)
       t->llvm = struct_of_fields(t->decl->mangled ? t->decl->mangled : t->decl->name,
@@ -568,6 +579,17 @@ static void fields_of(Decl *fields, int *n, const char ***names, Type ***types) 
   *n = k;
 }
 
+/* SF_MAP: the value in elem, the key as the one field (runtime/sflow.h). */
+static void map_desc(LLVMValueRef g, Type *t, const char *name) {
+  LLVMValueRef f[] = {cstr("key"), ci32(0), LLVMConstPointerCast(type_desc(t->key), G.P)};
+  LLVMValueRef init = LLVMConstArray(G.field_ty, (LLVMValueRef[]){LLVMConstNamedStruct(G.field_ty, f, 3)}, 1);
+  LLVMValueRef arr = LLVMAddGlobal(G.mod, LLVMTypeOf(init), ".fields");
+  LLVMSetInitializer(arr, init);
+  LLVMSetLinkage(arr, LLVMPrivateLinkage);
+  LLVMSetGlobalConstant(arr, 1);
+  set_desc(g, SF_MAP, 8, 8, 1, type_desc(t->elem), arr, name);
+}
+
 /* The runtime descriptor of t (NULL for void). */
 static LLVMValueRef type_desc(Type *t) {
   if (t->kind == TY_VOID)
@@ -594,6 +616,8 @@ static LLVMValueRef type_desc(Type *t) {
   case TY_FUTURE: set_desc(e->g, SF_FUTURE, 8, 8, 0, type_desc(t->elem), NULL, name); break;
   case TY_ACTOR: set_desc(e->g, SF_ACTOR, 8, 8, 0, NULL, NULL, name); break;
   case TY_GROUP: set_desc(e->g, SF_GROUP, 8, 8, 0, NULL, NULL, name); break;
+  case TY_MAP: map_desc(e->g, t, name); break;
+  case TY_FN: set_desc(e->g, SF_FN, 8, 8, 0, NULL, NULL, name); break;
   case TY_STRUCT: {
     int n;
     const char **names;
@@ -778,6 +802,7 @@ static LLVMValueRef zero_value(Type *t, Loc l) {
   switch (t->kind) {
   case TY_STR: return RT0(sf_str_empty);
   case TY_ARRAY: return RT(sf_array_new, desc_arg(t->elem), ci64(0), loc_const(l));
+  case TY_MAP: return RT(sf_map_new, desc_arg(t));
   case TY_STRUCT: {
     LLVMValueRef v = LLVMGetUndef(lt_val(t));
     unsigned i = 0;
@@ -849,6 +874,8 @@ typedef struct {
   Type *basety;
 } LVal;
 
+static LVal map_lvalue(Node *n, bool put);
+
 static LLVMValueRef var_addr(Var *v) {
   if (v->kind == V_FIELD) {
     if (!G.fn->state)
@@ -877,6 +904,8 @@ static LVal lvalue(Node *n) {
     return b;
   }
   case N_INDEX: {
+    if (n->lhs->ty->kind == TY_MAP)
+      return map_lvalue(n, false);
     Val a = expr(n->lhs);
     LLVMValueRef p = index_addr(a.v, n->ty, n->rhs, n->loc);
     return (LVal){p, a, n->lhs->ty};
@@ -1172,6 +1201,10 @@ static Val builtin(Node *n) {
       LLVMValueRef r = RT(sf_str_len, a.v);
       drop(av[0]->ty, a);
       return mkval(r, false);
+    } else if (av[0]->ty->kind == TY_MAP) {
+      LLVMValueRef r = RT(sf_map_len, a.v);
+      drop(av[0]->ty, a);
+      return mkval(r, false);
     } else if (av[0]->ty->kind == TY_GROUP) {
       LLVMValueRef r = RT(sf_group_len, a.v);
       drop(av[0]->ty, a);
@@ -1383,19 +1416,21 @@ static Val direct_call(DInfo *di, LLVMValueRef state, Node **argv, int argc, Typ
 static void declare_extern(Decl *d) {
   DInfo *di = info(d);
   Type *ret = d->ret_type ? d->ret_type : ty_prim(TY_VOID);
-  bool sret = ret->kind == TY_STRUCT;
+  /* A generic one's T goes as a struct does: the value's address and its
+   * descriptor; a T result is written through the first two. */
+  bool sret = ret->kind == TY_STRUCT || ret->kind == TY_TPARAM;
   int n = 0;
   for (Decl *p = d->params; p; p = p->next)
     n++;
-  LLVMTypeRef *ps = arena_alloc(sizeof(LLVMTypeRef) * (size_t)(2 * n + 3));
-  bool *zext = arena_alloc(sizeof(bool) * (size_t)(2 * n + 3));
+  LLVMTypeRef *ps = arena_alloc(sizeof(LLVMTypeRef) * (size_t)(2 * n + 5));
+  bool *zext = arena_alloc(sizeof(bool) * (size_t)(2 * n + 5));
   int k = 0;
   if (sret) {
     ps[k++] = G.P;
     ps[k++] = G.P;
   }
   for (Decl *p = d->params; p; p = p->next) {
-    if (p->type->kind == TY_STRUCT) {
+    if (p->type->kind == TY_STRUCT || p->type->kind == TY_TPARAM) {
       ps[k++] = G.P;
       ps[k++] = G.P;
     } else {
@@ -1403,6 +1438,11 @@ static void declare_extern(Decl *d) {
       ps[k++] = lt_val(p->type);
     }
   }
+  /* A generic one also gets what each type parameter stands for. */
+  if (d->tparam)
+    ps[k++] = G.P;
+  if (d->tparam2)
+    ps[k++] = G.P;
   ps[k++] = G.P;
   di->fn = get_fn(extern_c_name(d), sret ? G.vd : lt_val(ret), ps, k, false);
   di->fnty = LLVMGlobalGetValueType(di->fn);
@@ -1419,41 +1459,52 @@ static void declare_extern(Decl *d) {
 static Val extern_call(Node *n) {
   Decl *d = n->decl;
   Type *ret = n->ty;
-  LLVMValueRef *args = arena_alloc(sizeof(LLVMValueRef) * (size_t)(2 * n->argc + 3));
+  LLVMValueRef *args = arena_alloc(sizeof(LLVMValueRef) * (size_t)(2 * n->argc + 5));
   Val *vals = arena_alloc(sizeof(Val) * (size_t)(n->argc + 1));
   int k = 0;
   LLVMValueRef out = NULL;
-  if (ret->kind == TY_STRUCT) {
-    out = entry_alloca(lt_val(ret), "extern.out");
-    store(LLVMConstNull(lt_val(ret)), out);
+  bool generic_ret = d->ret_type && d->ret_type->kind == TY_TPARAM;
+  if (ret->kind == TY_STRUCT || generic_ret) {
+    out = entry_alloca(lt_mem(ret), "extern.out");
+    store(LLVMConstNull(lt_mem(ret)), out);
     args[k++] = as_P(out);
     args[k++] = desc_arg(ret);
   }
-  for (int i = 0; i < n->argc; i++) {
+  Decl *p = d->params;
+  for (int i = 0; i < n->argc; i++, p = p ? p->next : NULL) {
     Type *t = n->argv[i]->ty;
     vals[i] = expr(n->argv[i]);
-    if (t->kind == TY_STRUCT) {
-      LLVMValueRef tmp = entry_alloca(lt_val(t), "extern.arg");
-      store(vals[i].v, tmp);
+    if (t->kind == TY_STRUCT || (p && p->type->kind == TY_TPARAM)) {
+      LLVMValueRef tmp = entry_alloca(lt_mem(t), "extern.arg");
+      store_mem(t, vals[i].v, tmp);
       args[k++] = as_P(tmp);
       args[k++] = desc_arg(t);
     } else {
       args[k++] = vals[i].v;
     }
   }
+  if (d->tparam)
+    args[k++] = desc_arg(n->targ);
+  if (d->tparam2)
+    args[k++] = desc_arg(n->targ2);
   args[k++] = loc_const(n->loc);
   LLVMValueRef r = call(info(d)->fn, args, k);
   for (int i = 0; i < n->argc; i++)
     drop(n->argv[i]->ty, vals[i]);
   if (out)
-    return mkval(load(lt_val(ret), out), true);
+    return mkval(load_mem(ret, out), true);
   return mkval(ret->kind == TY_VOID ? NULL : r, true);
 }
+
+static Val map_call(Node *n);
+static Val fn_value_call(Node *n);
 
 static Val call_expr(Node *n) {
   LLVMValueRef L;
   switch (n->callkind) {
   case CALL_BUILTIN: return builtin(n);
+  case CALL_MAP: return map_call(n);
+  case CALL_FN_VALUE: return fn_value_call(n);
   case CALL_FN:
     if (n->decl->is_extern)
       return extern_call(n);
@@ -1664,6 +1715,216 @@ static Val comprehension(Node *n) {
   return mkval(c.dst, true);
 }
 
+/* ------------------------------------------------------------ maps */
+
+/* Map calls take keys and defaults by address (runtime/sflow.h): the
+ * value's bytes in a slot of the entry block. */
+static LLVMValueRef in_slot(Type *t, LLVMValueRef v, const char *name) {
+  LLVMValueRef s = entry_alloca(lt_mem(t), name);
+  store_mem(t, v, s);
+  return as_P(s);
+}
+
+/* m[k] as a place: sf_map_at (a missing key is an error) or, for the
+ * target of `m[k] = v`, sf_map_put (a missing key gets a zero slot).  The
+ * slot is valid until the map next grows, so it is used at once. */
+static LVal map_lvalue(Node *n, bool put) {
+  Val m = expr(n->lhs);
+  Val k = expr(n->rhs);
+  LLVMValueRef key = in_slot(n->rhs->ty, k.v, "map.key"), L = loc_const(n->loc);
+  LLVMValueRef slot = put ? RT(sf_map_put, m.v, key, L) : RT(sf_map_at, m.v, key, L);
+  drop(n->rhs->ty, k);
+  return (LVal){slot, m, n->lhs->ty};
+}
+
+/* The value of m[k]: borrowed from the map, unless the map itself was a
+ * temporary. */
+static Val map_index(Node *n) {
+  LVal lv = map_lvalue(n, false);
+  LLVMValueRef v = load_mem(n->ty, lv.ptr);
+  if (lv.base.owned && ty_has_refs(n->ty)) {
+    retain_value(n->ty, v);
+    lvalue_done(lv);
+    return mkval(v, true);
+  }
+  lvalue_done(lv);
+  return mkval(v, false);
+}
+
+/* m[k] = v: the value first (it may read m), then the slot. */
+static void map_put_stmt(Node *n) {
+  Type *t = n->lhs->ty;
+  Val r = expr(n->rhs);
+  LLVMValueRef nv = own(t, r);
+  LVal lv = map_lvalue(n->lhs, true);
+  if (ty_has_refs(t)) {
+    LLVMValueRef old = load_mem(t, lv.ptr);
+    store_mem(t, nv, lv.ptr);
+    release_value(t, old);
+  } else {
+    store_mem(t, nv, lv.ptr);
+  }
+  lvalue_done(lv);
+}
+
+/* m.get(k, d), m.has(k), m.remove(k), m.keys(), m.values(). */
+static Val map_call(Node *n) {
+  Type *mt = n->recv->ty;
+  Val m = expr(n->recv);
+  Val out = {0}, k = {0};
+  LLVMValueRef key = NULL;
+  if (n->argc >= 1) {
+    k = expr(n->argv[0]);
+    key = in_slot(mt->key, k.v, "map.key");
+  }
+  switch ((MapOp)n->ival) {
+  case MAP_GET: {
+    Val d = expr(n->argv[1]);
+    LLVMValueRef p = RT(sf_map_get, m.v, key, in_slot(mt->elem, d.v, "map.default"));
+    LLVMValueRef v = load_mem(mt->elem, p);
+    retain_value(mt->elem, v); /* the default may be a temporary released below */
+    drop(mt->elem, d);
+    out = mkval(v, ty_has_refs(mt->elem));
+    break;
+  }
+  case MAP_HAS: out = mkval(RT(sf_map_has, m.v, key), false); break;
+  case MAP_REMOVE: out = mkval(RT(sf_map_remove, m.v, key), false); break;
+  case MAP_KEYS: out = mkval(RT(sf_map_keys, m.v, loc_const(n->loc)), true); break;
+  case MAP_VALUES: out = mkval(RT(sf_map_values, m.v, loc_const(n->loc)), true); break;
+  }
+  if (n->argc >= 1)
+    drop(mt->key, k);
+  drop(mt, m);
+  return out;
+}
+
+/* ------------------------------------------------- function values */
+
+/* The index of d in the function-value table, 1-based (0 is no
+ * function); the table is built by gen_fn_table once all are known. */
+static int64_t fn_index(Decl *d) {
+  for (int i = 0; i < G.nfnvals; i++)
+    if (G.fnvals[i] == d)
+      return i + 1;
+  if (G.nfnvals == G.capfnvals) {
+    G.capfnvals = G.capfnvals ? 2 * G.capfnvals : 16;
+    G.fnvals = realloc(G.fnvals, sizeof(Decl *) * (size_t)G.capfnvals);
+    if (!G.fnvals)
+      ice("out of memory");
+  }
+  G.fnvals[G.nfnvals++] = d;
+  return G.nfnvals;
+}
+
+/* The LLVM type of the functions a value of type ft calls: a function's
+ * own type (declare_fn), or a task's value function (task_value_fn). */
+static LLVMTypeRef fn_llvm_type(Type *ft) {
+  LLVMTypeRef *ps = arena_alloc(sizeof(LLVMTypeRef) * (size_t)(ft->nparams + 1));
+  for (int i = 0; i < ft->nparams; i++)
+    ps[i] = lt_val(ft->params[i]);
+  return LLVMFunctionType(lt_val(ft->elem), ps, (unsigned)ft->nparams, 0);
+}
+
+/* f(x): the table entry at f's index, called with borrowed arguments like
+ * a direct call. */
+static Val fn_value_call(Node *n) {
+  Type *ft = n->callee->ty;
+  Val f = expr(n->callee);
+  LLVMBasicBlockRef ok = cold_if(LLVMBuildICmp(G.b, LLVMIntEQ, f.v, ci64(0), ""));
+  RT(sf_fn_unset, loc_const(n->loc));
+  cold_end(ok);
+  if (!G.fntab)
+    G.fntab = LLVMAddGlobal(G.mod, LLVMArrayType(G.P, 0), "sflow.fns.pending");
+  LLVMValueRef idx = f.v;
+  LLVMValueRef slot = LLVMBuildGEP2(G.b, G.P, ptr_as(G.fntab, G.P), &idx, 1, "");
+  LLVMTypeRef fty = fn_llvm_type(ft);
+  LLVMValueRef fp = LLVMBuildPointerCast(G.b, load(G.P, slot), ptr_to(fty), "");
+  LLVMValueRef *args = arena_alloc(sizeof(LLVMValueRef) * (size_t)(n->argc + 1));
+  Val *vals = arena_alloc(sizeof(Val) * (size_t)(n->argc + 1));
+  for (int i = 0; i < n->argc; i++) {
+    vals[i] = expr(n->argv[i]);
+    args[i] = vals[i].v;
+  }
+  LLVMValueRef r = LLVMBuildCall2(G.b, fty, fp, args, (unsigned)n->argc, "");
+  for (int i = 0; i < n->argc; i++)
+    drop(n->argv[i]->ty, vals[i]);
+  return mkval(ft->elem->kind == TY_VOID ? NULL : r, true);
+}
+
+/* A task used as a value is called through a function of the task's
+ * parameters that makes the call and returns its future: the argument
+ * block takes its own references to the borrowed arguments. */
+static const char *sym(Decl *d, const char *suffix);
+
+static LLVMValueRef task_value_fn(Decl *d) {
+  DInfo *di = info(d);
+  if (di->value_fn)
+    return di->value_fn;
+  LLVMTypeRef *ps = arena_alloc(sizeof(LLVMTypeRef) * (size_t)(d->nparams + 1));
+  int k = 0;
+  for (Decl *p = d->params; p; p = p->next)
+    ps[k++] = lt_val(p->type);
+  di->value_fn = LLVMAddFunction(G.mod, sym(d, ".value"), LLVMFunctionType(G.P, ps, (unsigned)k, 0));
+  LLVMSetLinkage(di->value_fn, LLVMInternalLinkage);
+  Fn f;
+  memset(&f, 0, sizeof f);
+  f.fn = di->value_fn;
+  f.ret = ty_future(d->ret_type);
+  f.base = G.nowned;
+  G.fn = &f;
+  f.entry = LLVMAppendBasicBlockInContext(G.ctx, f.fn, "entry");
+  LLVMPositionBuilderAtEnd(G.b, f.entry);
+  LLVMSetCurrentDebugLocation2(G.b, NULL);
+  LLVMValueRef blk = LLVMConstNull(G.P);
+  if (k) {
+    LLVMValueRef a = entry_alloca(di->args_ty, "args");
+    k = 0;
+    for (Decl *p = d->params; p; p = p->next, k++) {
+      LLVMValueRef v = LLVMGetParam(f.fn, (unsigned)k);
+      retain_value(p->type, v);
+      store_mem(p->type, v, struct_gep(di->args_ty, a, (unsigned)k));
+    }
+    blk = as_P(a);
+  }
+  LLVMBuildRet(G.b, RT(sf_task_call, LLVMConstPointerCast(di->desc, G.P), blk, loc_const(d->loc)));
+  G.fn = NULL;
+  return di->value_fn;
+}
+
+static LLVMValueRef const_global(LLVMValueRef init, const char *name);
+
+/* "sq", "util.score": a function value's printed name. */
+static const char *fn_value_name(Decl *d) {
+  if (d->module && d->module->name && *d->module->name)
+    return arena_printf("%s.%s", d->module->name, d->name);
+  return d->name;
+}
+
+/* After every body: the table of function values (entry 0 empty) that
+ * calls go through, and their names for the runtime (sf_program). */
+static void gen_fn_table(void) {
+  int n = G.nfnvals + 1;
+  LLVMValueRef *fns = arena_alloc(sizeof(LLVMValueRef) * (size_t)n);
+  LLVMValueRef *names = arena_alloc(sizeof(LLVMValueRef) * (size_t)n);
+  LLVMValueRef *tasks = arena_alloc(sizeof(LLVMValueRef) * (size_t)n);
+  fns[0] = names[0] = tasks[0] = LLVMConstNull(G.P);
+  for (int i = 1; i < n; i++) {
+    Decl *d = G.fnvals[i - 1];
+    LLVMValueRef f = d->kind == D_TASK ? task_value_fn(d) : info(d)->fn;
+    fns[i] = LLVMConstPointerCast(f, G.P);
+    names[i] = LLVMConstPointerCast(cstr(fn_value_name(d)), G.P);
+    tasks[i] = d->kind == D_TASK ? LLVMConstPointerCast(info(d)->desc, G.P) : LLVMConstNull(G.P);
+  }
+  G.fn_tasks = const_global(LLVMConstArray(G.P, tasks, (unsigned)n), "sflow.fn_tasks");
+  LLVMValueRef tab = const_global(LLVMConstArray(G.P, fns, (unsigned)n), "sflow.fns");
+  G.fn_names = const_global(LLVMConstArray(G.P, names, (unsigned)n), "sflow.fn_names");
+  if (G.fntab) {
+    LLVMReplaceAllUsesWith(G.fntab, LLVMConstPointerCast(tab, LLVMTypeOf(G.fntab)));
+    LLVMDeleteGlobal(G.fntab);
+    G.fntab = NULL;
+  }
+}
+
 /* ---------------------------------------------------- expressions */
 
 /* Fields are evaluated in the order they are written, then placed. */
@@ -1707,6 +1968,8 @@ static bool owned_field_read(Node *n) {
 static Val field_expr(Node *n) {
   if (n->decl && n->decl->kind == D_CONST)
     return const_value(n->decl);
+  if (n->decl && (n->decl->kind == D_FN || n->decl->kind == D_TASK))
+    return mkval(ci64(fn_index(n->decl)), false); /* module.f as a value */
   if (addressable(n)) {
     LVal lv = lvalue(n);
     LLVMValueRef v = load_mem(n->ty, lv.ptr);
@@ -1732,6 +1995,8 @@ static Val field_expr(Node *n) {
 }
 
 static Val index_expr(Node *n) {
+  if (n->lhs->ty->kind == TY_MAP)
+    return map_index(n);
   Val a = expr(n->lhs);
   LLVMValueRef p = index_addr(a.v, n->ty, n->rhs, n->loc);
   LLVMValueRef v = load_elem(n->ty, p);
@@ -1763,6 +2028,8 @@ static Val expr(Node *n) {
       return mkval(load_mem(t, var_addr(n->var)), false);
     if (n->decl && n->decl->kind == D_CONST)
       return const_value(n->decl);
+    if (n->decl && (n->decl->kind == D_FN || n->decl->kind == D_TASK))
+      return mkval(ci64(fn_index(n->decl)), false);
     ice("codegen: name '%s' has no value", n->name);
   case N_BINARY: return binary(n);
   case N_UNARY: return unary(n);
@@ -1775,6 +2042,7 @@ static Val expr(Node *n) {
   case N_AWAIT: return await_expr(n);
   case N_SPAWN: return spawn_expr(n);
   case N_LAUNCH: launch_expr(n); return mkval(NULL, false);
+  case N_MAP_NEW: return mkval(RT(sf_map_new, desc_arg(t)), true);
   default: ice("codegen: expression node %d", n->kind);
   }
 }
@@ -1846,6 +2114,10 @@ static void append_stmt(Node *n, Node *operand) {
 
 static void assign_stmt(Node *n) {
   Type *t = n->lhs->ty;
+  if (n->op == '=' && n->lhs->kind == N_INDEX && n->lhs->lhs->ty->kind == TY_MAP) {
+    map_put_stmt(n);
+    return;
+  }
   Node *operand = n->op == '+' && t->kind == TY_STR && var_path(n->lhs) ? n->rhs : append_operand(n);
   if (operand) {
     append_stmt(n, operand);
@@ -2444,8 +2716,10 @@ static void gen_program_desc(Decl *wf) {
   LLVMValueRef pd[] = {ci32(SF_ABI_VERSION), cstr(stem(main_src->path)), cstr(main_src->path),
                        ci32(n), parr ? LLVMConstPointerCast(parr, G.P) : LLVMConstNull(G.P),
                        LLVMConstPointerCast(mainfn, G.P), cstr(G.target.cpu),
-                       cstr(G.target.needs)};
-  LLVMValueRef init = LLVMConstStructInContext(G.ctx, pd, 8, 0);
+                       cstr(G.target.needs), ci64(G.nfnvals + 1),
+                       LLVMConstPointerCast(G.fn_names, G.P),
+                       LLVMConstPointerCast(G.fn_tasks, G.P)};
+  LLVMValueRef init = LLVMConstStructInContext(G.ctx, pd, 11, 0);
   LLVMValueRef g = LLVMAddGlobal(G.mod, LLVMTypeOf(init), "sf_program_desc");
   LLVMSetInitializer(g, init);
   LLVMSetGlobalConstant(g, 1);
@@ -2624,6 +2898,7 @@ static void finish(void) {
   LLVMDisposeTargetMachine(G.tm);
   LLVMContextDispose(G.ctx);
   free(G.owned);
+  free(G.fnvals);
   free(G.file_names);
   free(G.difiles);
   memset(&G, 0, sizeof G);
@@ -2674,6 +2949,7 @@ int codegen_program(Program *p, const CodegenOptions *opts) {
   settle_program(p);
   declare_all(p);
   gen_all(p);
+  gen_fn_table();
   if (p->workflow)
     gen_program_desc(p->workflow);
   if (G.dib)

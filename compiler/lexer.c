@@ -8,7 +8,10 @@
  *   - elsewhere a newline becomes a terminator when the line ends with a
  *     token that can end a statement (a name, a literal, `)`, `]`, `}`,
  *     return/break/continue), unless the next line starts with `else`,
- *     `{` or `.`, which continue the construct.
+ *     `{` or `.`, which continue the construct;
+ *   - at statement level, a name right after a `)` on the same line starts
+ *     a new statement, so lists of calls read as the design sketch writes
+ *     them (`s.strip() s.lower()`): no expression puts a name after `)`.
  * It also pairs brackets so that the parser can point at the opener of an
  * unclosed construct, recognises struct-literal braces (`Name {` followed
  * by `field:`), and stops at SFLOW_MAX_NESTING levels of brackets so no
@@ -46,7 +49,8 @@ static const int keyword_tokens[] = {
     TOK_TRUE,   TOK_FALSE,
 };
 
-const char *const sflow_type_names[] = {"bool", "i32", "i64", "f32", "f64", "str", "future", "group"};
+const char *const sflow_type_names[] = {"bool", "i32", "i64", "f32", "f64", "str", "future", "group",
+                                        "map"};
 const int sflow_ntype_names = sizeof sflow_type_names / sizeof *sflow_type_names;
 
 const char *const sflow_builtin_names[] = {
@@ -82,6 +86,8 @@ const char *tok_spelling(int kind) {
   case TOK_DIV_ASSIGN: return "'/='";
   case TOK_ARROW: return "'->'";
   case TOK_DOTDOT: return "'..'";
+  case TOK_MAP: return "'map'";
+  case TOK_TARGS: return "'<'";
   }
   for (int i = 0; i < sflow_nkeywords; i++)
     if (keyword_tokens[i] == kind)
@@ -476,6 +482,51 @@ static bool struct_brace(Token *raw, int n, int i) {
   return k < n && raw[k].kind == ':';
 }
 
+/* Is raw[i] the `map` of a map type, `map<K, ...`?  Only when `<` follows
+ * it at once and a name follows that: `map` is not a keyword (std.data has
+ * a function data.map), and `map < x` stays a comparison. */
+static bool map_type_start(Token *raw, int n, int i) {
+  Token *t = &raw[i];
+  return t->kind == TOK_IDENT && !strcmp(t->text, "map") && i + 2 < n && raw[i + 1].kind == '<' &&
+         raw[i + 1].loc.off == t->loc.off + 3 && raw[i + 2].kind == TOK_IDENT;
+}
+
+/* Does raw[i] open a generic type's argument list (`map<`, `future<`,
+ * `group<`)?  Its closing `>` ends a line like a name does, so an actor
+ * field `var m: map<str, i64>` ends at the newline. */
+static bool generic_open(Token *raw, int i) {
+  if (i == 0 || raw[i].kind != '<')
+    return false;
+  Token *p = &raw[i - 1];
+  return p->kind == TOK_MAP ||
+         (p->kind == TOK_IDENT && (!strcmp(p->text, "future") || !strcmp(p->text, "group")));
+}
+
+/* Is raw[i] ('<') the start of a call's type argument, `f<Batch>(` or
+ * `data.load<map<str, i64>>(`?  Right after a name with no space, then
+ * only what a type is written with, up to the matching '>' and a '('. */
+static bool type_args_start(Token *raw, int n, int i) {
+  if (i == 0 || raw[i].kind != '<' || raw[i - 1].kind != TOK_IDENT ||
+      raw[i].loc.off != raw[i - 1].loc.off + raw[i - 1].loc.len)
+    return false;
+  int depth = 1;
+  for (int j = i + 1; j < n; j++) {
+    switch (raw[j].kind) {
+    case TOK_IDENT: case TOK_MAP: case '.': case '[': case ']': case ',':
+      continue;
+    case '<': depth++; continue;
+    case '>': depth--; break;
+    case TOK_SHR: depth -= 2; break;
+    default: return false;
+    }
+    if (depth < 0)
+      return false;
+    if (depth == 0)
+      return j + 1 < n && raw[j + 1].kind == '(';
+  }
+  return false;
+}
+
 typedef struct {
   int kind; /* '(' '[' '{' or TOK_LBRACE_STRUCT */
   int index; /* in the output array */
@@ -491,18 +542,34 @@ Token *lex_source(int file, int *ntok) {
   int n = L.n;
 
   Token *out = arena_alloc(sizeof(Token) * (size_t)(n + 2));
+  bool *closes_type = arena_alloc((size_t)n + 2); /* out[k] is a generic's last '>' */
+  int angles = 0; /* generic type arguments open */
   int m = 0;
   Open stack[SFLOW_MAX_NESTING + 1];
   int depth = 0;
   for (int i = 0; i < n; i++) {
     Token t = raw[i];
+    if (map_type_start(raw, n, i))
+      raw[i].kind = t.kind = TOK_MAP;
+    if (type_args_start(raw, n, i))
+      t.kind = TOK_TARGS;
+    if (generic_open(raw, i))
+      angles++;
+    else if (angles > 0 && (t.kind == '>' || t.kind == TOK_SHR)) {
+      angles -= t.kind == '>' ? 1 : 2;
+      if (angles <= 0)
+        closes_type[m] = true;
+      if (angles < 0)
+        angles = 0;
+    } else if (t.kind == ';' || t.kind == '{' || t.kind == '}' || t.kind == '=')
+      angles = 0;
     if (t.kind == TOK_NEWLINE) {
       bool inside = depth > 0 && stack[depth - 1].kind != '{';
       int next = i + 1;
       while (next < n && raw[next].kind == TOK_NEWLINE)
         next++;
       bool cont = next < n && continues_line(raw[next].kind);
-      if (!inside && !cont && m > 0 && ends_statement(out[m - 1].kind)) {
+      if (!inside && !cont && m > 0 && (ends_statement(out[m - 1].kind) || closes_type[m - 1])) {
         t.loc.len = 1;
         out[m++] = t;
       }
@@ -512,6 +579,9 @@ Token *lex_source(int file, int *ntok) {
       i = next - 1;
       continue;
     }
+    if (t.kind == TOK_IDENT && m > 0 && out[m - 1].kind == ')' &&
+        !(depth > 0 && stack[depth - 1].kind != '{'))
+      out[m++] = (Token){.kind = TOK_NEWLINE, .loc = {t.loc.file, t.loc.line, t.loc.col, t.loc.off, 1}};
     if (t.kind == '{' && struct_brace(raw, n, i))
       t.kind = TOK_LBRACE_STRUCT;
     if (t.kind == '(' || t.kind == '[' || t.kind == '{' || t.kind == TOK_LBRACE_STRUCT) {
@@ -537,7 +607,7 @@ Token *lex_source(int file, int *ntok) {
   }
   /* A final terminator lets the last item end without a newline. */
   Loc end = {file, L.line, L.col, (int)L.off, 0};
-  if (m > 0 && ends_statement(out[m - 1].kind))
+  if (m > 0 && (ends_statement(out[m - 1].kind) || closes_type[m - 1]))
     out[m++] = (Token){.kind = TOK_NEWLINE, .loc = end};
   out[m] = (Token){.kind = 0, .loc = end};
   free(raw);

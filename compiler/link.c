@@ -9,8 +9,7 @@
  * tree have the same layout) and -lm -lpthread -ldl.  The driver knows the
  * platform's start files, libc and linker flags, which sflowc would
  * otherwise have to track per distribution; the runtime needs nothing
- * else, since it dlopens CUDA, NVRTC, BLAS and libssh2, except cJSON for
- * std.tokenizer, linked --as-needed so only programs using it depend on it.
+ * else, since it dlopens CUDA, NVRTC, BLAS and libssh2.
  */
 #include "sflowc.h"
 
@@ -100,12 +99,8 @@ static int link_exe(LLVMModuleRef mod, LLVMTargetMachineRef tm, const char *out)
   int rc = emit_obj(mod, tm, obj);
   if (!rc) {
     const char *cc = getenv("CC");
-    /* cJSON (std.tokenizer reads tokenizer.json with it) as needed only:
-     * a program that never loads a tokenizer pulls no object that calls
-     * it out of libsflowrt.a and so does not depend on libcjson.so. */
     char *argv[] = {(char *)(cc && *cc ? cc : "cc"), "-o", (char *)out, obj, rtlib, "-lm",
-                    "-lpthread", "-ldl", "-Wl,--as-needed", "-lcjson", "-Wl,--no-as-needed",
-                    NULL};
+                    "-lpthread", "-ldl", NULL};
     int st = run_cmd(argv);
     if (st != 0) {
       fprintf(stderr, "sflowc: error: linking '%s' failed (%s exited with %d)\n", out, argv[0], st);

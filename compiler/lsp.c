@@ -394,10 +394,21 @@ static bool covers(Loc l, int file, int off) {
 
 static void visit_node(Hit *h, Node *n);
 
+/* Names anywhere in a type: the element of an array, the arguments of
+ * future<T> and map<K, V>, the parameters and result of fn(...) -> T. */
 static void visit_texpr(Hit *h, TypeExpr *t) {
-  for (; t; t = t->arg)
-    if (t->kind == TE_NAME && covers(t->loc, h->file, h->off))
-      h->texpr = t;
+  if (!t)
+    return;
+  if (t->kind == TE_NAME && covers(t->loc, h->file, h->off))
+    h->texpr = t;
+  if (t->kind == TE_FN) {
+    for (TypeExpr *p = t->arg; p; p = p->next)
+      visit_texpr(h, p);
+    visit_texpr(h, t->ret);
+    return;
+  }
+  visit_texpr(h, t->arg);
+  visit_texpr(h, t->arg2);
 }
 
 static void visit_list(Hit *h, Node *n) {
@@ -420,8 +431,8 @@ static void visit_node(Hit *h, Node *n) {
   default:
     break;
   }
-  if (n->kind == N_LET)
-    visit_texpr(h, n->texpr);
+  if (n->kind == N_LET || n->kind == N_MAP_NEW || n->kind == N_CALL)
+    visit_texpr(h, n->texpr); /* let x: T, map<K, V>(), f<T>(...) */
   visit_node(h, n->lhs);
   visit_node(h, n->rhs);
   visit_node(h, n->cond);

@@ -57,6 +57,17 @@ enum { RTA_NONE = 0, RTA_ARRAY = 1, RTA_NORETURN = 2 };
   X(sf_array_new, "pplp", RTA_ARRAY)        \
   X(sf_array_split, "pplp", RTA_ARRAY)      \
   X(sf_index_fail, "vllp", RTA_NORETURN)    \
+  /* maps, function values */               \
+  X(sf_map_new, "pp", RTA_NONE)             \
+  X(sf_map_len, "lp", RTA_NONE)             \
+  X(sf_map_at, "pppp", RTA_NONE)            \
+  X(sf_map_put, "pppp", RTA_NONE)           \
+  X(sf_map_get, "pppp", RTA_NONE)           \
+  X(sf_map_has, "bpp", RTA_NONE)            \
+  X(sf_map_remove, "bpp", RTA_NONE)         \
+  X(sf_map_keys, "ppp", RTA_ARRAY)          \
+  X(sf_map_values, "ppp", RTA_ARRAY)        \
+  X(sf_fn_unset, "vp", RTA_NORETURN)        \
   /* printing */                            \
   X(sf_print_begin, "v", RTA_NONE)          \
   X(sf_print_bool, "vb", RTA_NONE)          \
@@ -139,7 +150,9 @@ SF_AT(sf_param, kind, 8); SF_AT(sf_param, has_default, 12); SF_AT(sf_param, def,
 SF_AT(sf_param, def_text, 24); SF_SIZE(sf_param, 32); SF_SIZE(sf_value, 8);
 SF_AT(sf_program, name, 8); SF_AT(sf_program, source, 16); SF_AT(sf_program, nparams, 24);
 SF_AT(sf_program, params, 32); SF_AT(sf_program, main_fn, 40); SF_AT(sf_program, target_cpu, 48);
-SF_AT(sf_program, target_needs, 56); SF_SIZE(sf_program, 64);
+SF_AT(sf_program, target_needs, 56); SF_AT(sf_program, nfns, 64);
+SF_AT(sf_program, fn_names, 72); SF_AT(sf_program, fn_tasks, 80);
+SF_SIZE(sf_program, 88);
 #undef SF_AT
 #undef SF_SIZE
 

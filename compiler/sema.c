@@ -93,6 +93,8 @@ typedef struct {
   int loops;
   bool in_kernel;
   Type *ret;       /* expected return type */
+  const char *tparam; /* resolving a generic @extern's signature: its T */
+  const char *tparam2; /* ... and its R, or NULL */
   Module **seen;   /* every module loaded or loading (find_loaded) */
   int nseen, capseen;
 } Sema;
@@ -275,10 +277,15 @@ static Module *module_by_alias(Module *from, const char *alias);
 
 static Decl *lookup_item(Module *m, const char *name) { return symtab_get(m->symtab, name); }
 
+static Type *resolve_map_texpr(TypeExpr *t);
+static Type *resolve_fn_texpr(TypeExpr *t);
+
 static Type *resolve_texpr(TypeExpr *t) {
   if (!t)
     return T_ERR;
   switch (t->kind) {
+  case TE_FN:
+    return resolve_fn_texpr(t);
   case TE_ARRAY: {
     Type *e = resolve_texpr(t->arg);
     if (is_err(e))
@@ -288,6 +295,8 @@ static Type *resolve_texpr(TypeExpr *t) {
     return ty_array(e);
   }
   case TE_GENERIC: {
+    if (!strcmp(t->name, "map"))
+      return resolve_map_texpr(t);
     if (!strcmp(t->name, "future")) {
       Type *e = resolve_texpr(t->arg);
       return is_err(e) ? T_ERR : ty_future(e);
@@ -300,11 +309,15 @@ static Type *resolve_texpr(TypeExpr *t) {
         return err_at(t->arg->loc, "group<...> needs an actor type, found '%s'", ty_str(e));
       return ty_group(e->decl);
     }
-    return err_at(t->loc, "unknown generic type '%s' (only future<T> and group<A> exist)", t->name);
+    return err_at(t->loc, "unknown generic type '%s' (only future<T>, group<A> and map<K, V> exist)", t->name);
   }
   case TE_NAME:
     break;
   }
+  if (S.tparam && !t->module && !strcmp(t->name, S.tparam))
+    return ty_tparam(0);
+  if (S.tparam2 && !t->module && !strcmp(t->name, S.tparam2))
+    return ty_tparam(1);
   Module *m = S.mod;
   if (t->module) {
     m = module_by_alias(S.mod, t->module);
@@ -320,6 +333,8 @@ static Type *resolve_texpr(TypeExpr *t) {
     if (!strcmp(t->name, "future") || !strcmp(t->name, "group"))
       return err_at(t->loc, "'%s' needs a type argument, as in %s<i64>", t->name,
                     !strcmp(t->name, "future") ? "future" : "group");
+    if (!strcmp(t->name, "map"))
+      return err_at(t->loc, "'map' needs a key and a value type, as in map<str, i64>");
   }
   Decl *d = lookup_item(m, t->name);
   if (d && d->kind == D_STRUCT)
@@ -897,8 +912,9 @@ static Type *check_builtin(Node *call, Builtin b, const char *name) {
     if (!builtin_arity(call, name, 1, argc))
       return T_ERR;
     t = check_expr(argv[0], NULL);
-    if (!is_err(t) && t->kind != TY_ARRAY && t->kind != TY_STR && t->kind != TY_GROUP)
-      return err_at(argv[0]->loc, "'len' needs an array or a string, found %s", ty_str(t));
+    if (!is_err(t) && t->kind != TY_ARRAY && t->kind != TY_STR && t->kind != TY_GROUP &&
+        t->kind != TY_MAP)
+      return err_at(argv[0]->loc, "'len' needs an array, a string or a map, found %s", ty_str(t));
     set_argv(call, argv, 1);
     return T_I64;
   case B_SQRT: case B_EXP: case B_LOG: case B_TANH: case B_FLOOR:
@@ -1150,8 +1166,122 @@ static bool overload_fits(Node *call, Decl *f) {
   return true;
 }
 
+/* Does t mention a type parameter of a generic @extern? */
+static bool has_tparam(Type *t) {
+  if (!t)
+    return false;
+  switch (t->kind) {
+  case TY_TPARAM: return true;
+  case TY_ARRAY: case TY_FUTURE: return has_tparam(t->elem);
+  case TY_MAP: return has_tparam(t->key) || has_tparam(t->elem);
+  case TY_FN:
+    for (int i = 0; i < t->nparams; i++)
+      if (has_tparam(t->params[i]))
+        return true;
+    return has_tparam(t->elem);
+  default: return false;
+  }
+}
+
+/* Matches a parameter's type pattern against an argument's type, binding
+ * T and R (bind[0], bind[1]) where they are still unbound; false when the
+ * shapes differ (the argument check that follows says how). */
+static bool match_tparams(Type *pat, Type *t, Type **bind) {
+  if (!pat || !t)
+    return false;
+  if (pat->kind == TY_TPARAM) {
+    Type **b = &bind[pat->nparams ? 1 : 0];
+    if (!*b && !ty_is_untyped(t))
+      *b = t;
+    return true;
+  }
+  if (pat->kind != t->kind)
+    return false;
+  switch (pat->kind) {
+  case TY_ARRAY: case TY_FUTURE: return match_tparams(pat->elem, t->elem, bind);
+  case TY_MAP: return match_tparams(pat->key, t->key, bind) && match_tparams(pat->elem, t->elem, bind);
+  case TY_FN:
+    if (pat->nparams != t->nparams)
+      return false;
+    for (int i = 0; i < pat->nparams; i++)
+      if (!match_tparams(pat->params[i], t->params[i], bind))
+        return false;
+    return match_tparams(pat->elem, t->elem, bind);
+  default: return true;
+  }
+}
+
+/* The pattern with T and R replaced by what they stand for. */
+static Type *subst_tparams(Type *t, Type **bind) {
+  if (!has_tparam(t))
+    return t;
+  switch (t->kind) {
+  case TY_TPARAM: return bind[t->nparams ? 1 : 0];
+  case TY_ARRAY: return ty_array(subst_tparams(t->elem, bind));
+  case TY_FUTURE: return ty_future(subst_tparams(t->elem, bind));
+  case TY_MAP: return ty_map(subst_tparams(t->key, bind), subst_tparams(t->elem, bind));
+  case TY_FN: {
+    Type **ps = arena_alloc(sizeof(Type *) * (size_t)(t->nparams + 1));
+    for (int i = 0; i < t->nparams; i++)
+      ps[i] = subst_tparams(t->params[i], bind);
+    return ty_fn(ps, t->nparams, subst_tparams(t->elem, bind));
+  }
+  default: return t;
+  }
+}
+
+/* A call of a generic @extern function: T is written (f<Batch>(...)) or,
+ * like R, taken from the arguments, matching each parameter's type against
+ * its argument's (`fn(T) -> future<R>` against a task's value type binds
+ * both).  The call records them (call->targ, targ2) for codegen, which
+ * passes their descriptors. */
+static Type *call_generic(Node *call, Decl *f, const char *what) {
+  if (!bind_args(call, f->params, what, true))
+    return T_ERR;
+  Type *bind[2] = {NULL, NULL};
+  if (call->texpr) {
+    bind[0] = resolve_texpr(call->texpr);
+    if (is_err(bind[0]))
+      return T_ERR;
+  }
+  int j = 0;
+  for (Decl *p = f->params; p; p = p->next, j++)
+    if (has_tparam(p->type) && call->argv[j] != p->value && (!bind[0] || (f->tparam2 && !bind[1]))) {
+      Type *t = check_expr(call->argv[j], NULL);
+      if (is_err(t))
+        return T_ERR;
+      if (p->type->kind == TY_TPARAM)
+        settle_default(call->argv[j]);
+      match_tparams(p->type, call->argv[j]->ty, bind);
+    }
+  const char *names[2] = {f->tparam, f->tparam2};
+  for (int i = 0; i < (f->tparam2 ? 2 : 1); i++) {
+    if (!bind[i])
+      return err_at(call->loc, "what %s stands for in this call of '%s' is not known; write it, as in %s<Batch>(...)",
+                    names[i], f->name, f->name);
+    if (bind[i]->kind == TY_VOID || bind[i]->kind == TY_MODULE || bind[i]->kind == TY_TPARAM)
+      return err_at(call->texpr && !i ? call->texpr->loc : call->loc, "%s of '%s' cannot be %s", names[i],
+                    f->name, ty_str(bind[i]));
+  }
+  j = 0;
+  for (Decl *p = f->params; p; p = p->next, j++) {
+    Node *a = call->argv[j];
+    if (a == p->value)
+      continue;
+    expect_type(a, subst_tparams(p->type, bind), arena_printf("argument '%s' of %s", p->name, what));
+  }
+  call->targ = bind[0];
+  call->targ2 = bind[1];
+  call->decl = f;
+  return subst_tparams(f->ret_type ? f->ret_type : T_VOID, bind);
+}
+
 static Type *call_function(Node *call, Decl *f) {
   const char *what = arena_printf("%s '%s'", decl_what(f), f->name);
+  if (f->kind == D_FN && f->tparam)
+    return call_generic(call, f, what);
+  if (call->texpr)
+    return err_at(call->texpr->loc, "%s takes no type argument", what);
   if (f->kind == D_FN && f->overload) {
     /* Check arguments once without a context, then pick the overload. */
     for (Node *a = call->args; a; a = a->next)
@@ -1221,11 +1351,188 @@ static Type *call_method(Node *call, Node *recv, Decl *actor, const char *name, 
   return ty_future(kind == CALL_GROUP_ALL && r->kind != TY_VOID ? ty_array(r) : r);
 }
 
+/* ------------------------------------------------ maps and function values */
+
+static Type *resolve_map_texpr(TypeExpr *t) {
+  Type *k = resolve_texpr(t->arg), *v = resolve_texpr(t->arg2);
+  if (is_err(k) || is_err(v))
+    return T_ERR;
+  if (!ty_is_map_key(k))
+    return err_at(t->arg->loc, "a map key must be str, i64, i32 or bool, found %s", ty_str(k));
+  if (v->kind == TY_VOID)
+    return err_at(t->arg2->loc, "a map value cannot have type void");
+  return ty_map(k, v);
+}
+
+static Type *resolve_fn_texpr(TypeExpr *t) {
+  int n = 0;
+  for (TypeExpr *p = t->arg; p; p = p->next)
+    n++;
+  Type **ps = arena_alloc(sizeof(Type *) * (size_t)(n + 1));
+  bool bad = false;
+  n = 0;
+  for (TypeExpr *p = t->arg; p; p = p->next) {
+    Type *pt = resolve_texpr(p);
+    if (!is_err(pt) && pt->kind == TY_VOID)
+      pt = err_at(p->loc, "a parameter cannot have type void");
+    bad |= is_err(pt);
+    ps[n++] = pt;
+  }
+  Type *r = t->ret ? resolve_texpr(t->ret) : T_VOID;
+  return bad || is_err(r) ? T_ERR : ty_fn(ps, n, r);
+}
+
+/* The type of the function or task d used as a value: a task's result is
+ * the future its call returns. */
+static Type *fn_value_type(Decl *d) {
+  Type **ps = arena_alloc(sizeof(Type *) * (size_t)(d->nparams + 1));
+  int n = 0;
+  for (Decl *p = d->params; p; p = p->next) {
+    if (!p->type || is_err(p->type))
+      return T_ERR;
+    ps[n++] = p->type;
+  }
+  Type *r = d->ret_type ? d->ret_type : T_VOID;
+  if (is_err(r))
+    return T_ERR;
+  return ty_fn(ps, n, d->kind == D_TASK ? ty_future(r) : r);
+}
+
+/* A named function or task used as a value (e: its N_NAME or mod.name
+ * N_FIELD).  An overloaded name needs the expected type to pick one. */
+static Type *fn_value(Node *e, Decl *d, Type *want) {
+  if (S.in_kernel)
+    return err_at(e->loc, "a kernel cannot use function values");
+  if (d->is_extern)
+    return err_at(e->kind == N_FIELD ? e->name_loc : e->loc,
+                  "@extern function '%s' cannot be used as a value; pass a function that calls it",
+                  d->name);
+  if (d->kind == D_FN && d->overload) {
+    Decl *pick = NULL;
+    for (Decl *g = d; g && want; g = g->overload)
+      if (fn_value_type(g) == want)
+        pick = g;
+    if (!pick) {
+      diag_error(e->loc, "'%s' has several versions; which one is meant must follow from where it goes "
+                         "(a parameter or a variable of a fn(...) type)", d->name);
+      for (Decl *g = d; g; g = g->overload)
+        diag_note(g->name_loc, "candidate: %s", ty_str(fn_value_type(g)));
+      return T_ERR;
+    }
+    d = pick;
+  }
+  e->decl = d;
+  return fn_value_type(d);
+}
+
+/* A method or kernel named where a value goes. */
+static Type *not_a_value(Node *e, Decl *d) {
+  Loc at = e->kind == N_FIELD ? e->name_loc : e->loc;
+  if (d->kind == D_KERNEL)
+    return err_at(at, "kernel '%s' is not a value: kernels are started with launch, as in 'launch %s[n](...)'",
+                  d->name, d->name);
+  diag_error(at, "method '%s' of actor '%s' is not a value: only functions and tasks can be passed",
+             d->name, d->parent ? d->parent->name : "?");
+  diag_note(at, "call it (as in '%s(...)'), or pass a function that calls it", d->name);
+  return T_ERR;
+}
+
+/* f(x) where f is a function value: positional arguments of its types. */
+static Type *call_fn_value(Node *call, Type *ft) {
+  if (kernel_forbid(call->loc, "a call of a function value"))
+    return T_ERR;
+  int n = list_len(call->args);
+  Node **argv = arena_alloc(sizeof(Node *) * (size_t)(n + 1));
+  int i = 0;
+  for (Node *a = call->args; a; a = a->next)
+    argv[i++] = a;
+  for (i = 0; i < n; i++)
+    if (argv[i]->argname) {
+      diag_error(argv[i]->name_loc, "a function value takes its arguments by position, not by name");
+      return T_ERR;
+    }
+  if (n != ft->nparams) {
+    diag_error(call->loc, "the function value of type %s takes %d argument%s, found %d", ty_str(ft),
+               ft->nparams, ft->nparams == 1 ? "" : "s", n);
+    for (i = 0; i < n; i++)
+      check_expr(argv[i], NULL);
+    return T_ERR;
+  }
+  for (i = 0; i < n; i++)
+    expect_type(argv[i], ft->params[i], arena_printf("argument %d of %s", i + 1, ty_str(ft)));
+  set_argv(call, argv, n);
+  call->callkind = CALL_FN_VALUE;
+  return ft->elem;
+}
+
+/* m.get(k, d), m.has(k), m.remove(k), m.keys(), m.values(). */
+static Type *call_map_method(Node *call, Node *recv, Type *mt, const char *name) {
+  static const struct {
+    const char *name;
+    MapOp op;
+    int nargs;
+  } ms[] = {{"get", MAP_GET, 2}, {"has", MAP_HAS, 1}, {"remove", MAP_REMOVE, 1},
+            {"keys", MAP_KEYS, 0}, {"values", MAP_VALUES, 0}};
+  int k = -1;
+  const char *names[5];
+  for (int i = 0; i < 5; i++) {
+    names[i] = ms[i].name;
+    if (!strcmp(ms[i].name, name))
+      k = i;
+  }
+  if (k < 0) {
+    const char *s = suggest(name, names, 5);
+    if (s)
+      return err_at(call->callee->name_loc, "%s has no method '%s'; did you mean '%s'?", ty_str(mt), name, s);
+    return err_at(call->callee->name_loc, "%s has no method '%s' (it has get, has, remove, keys and values)",
+                  ty_str(mt), name);
+  }
+  if (kernel_forbid(call->loc, "a map"))
+    return T_ERR;
+  int n = list_len(call->args);
+  Node **argv = arena_alloc(sizeof(Node *) * 3);
+  int i = 0;
+  for (Node *a = call->args; a && i < 2; a = a->next)
+    argv[i++] = a;
+  if (n != ms[k].nargs || (n && (argv[0]->argname || (n > 1 && argv[1]->argname)))) {
+    static const char *const want[] = {"a key and a default value", "a key", "a key", "no arguments",
+                                       "no arguments"};
+    return err_at(call->loc, "'%s' of a map takes %s", name, want[k]);
+  }
+  if (n >= 1)
+    expect_type(argv[0], mt->key, arena_printf("the key of '%s'", name));
+  if (n >= 2)
+    expect_type(argv[1], mt->elem, "the default of 'get'");
+  set_argv(call, argv, n);
+  call->callkind = CALL_MAP;
+  call->ival = ms[k].op;
+  call->recv = recv;
+  switch (ms[k].op) {
+  case MAP_GET: return mt->elem;
+  case MAP_HAS: case MAP_REMOVE: return T_BOOL;
+  case MAP_KEYS: return ty_array(mt->key);
+  default: return ty_array(mt->elem);
+  }
+}
+
 static Type *check_call(Node *call) {
   Node *c = call->callee;
+  /* f<T>(...) names a generic function: anything else is refused by
+   * call_function, or here when the callee is not a named function. */
+  if (call->texpr && c->kind != N_NAME && !(c->kind == N_FIELD && c->lhs->kind == N_NAME))
+    return err_at(call->texpr->loc, "only a generic function takes a type argument");
   if (c->kind == N_NAME) {
     const char *name = c->name;
     Var *v = lookup_var(name);
+    if (v && !is_err(v->ty) && v->ty->kind == TY_FN) {
+      check_expr(c, NULL);
+      return call_fn_value(call, v->ty);
+    }
+    if (v && is_err(v->ty)) { /* its declaration was reported */
+      for (Node *a = call->args; a; a = a->next)
+        check_expr(a, NULL);
+      return T_ERR;
+    }
     if (v) {
       diag_error(c->loc, "'%s' is a variable of type %s, not a function", name, ty_str(v->ty));
       return T_ERR;
@@ -1347,9 +1654,25 @@ static Type *check_call(Node *call) {
     }
     if (rt->kind == TY_MODULE)
       return T_ERR;
+    if (rt->kind == TY_MAP)
+      return call_map_method(call, recv, rt, c->name);
+    if (rt->kind == TY_STRUCT) {
+      Type *ft = check_expr(c, NULL); /* s.f(x): a field holding a function */
+      if (is_err(ft))
+        return T_ERR;
+      if (ft->kind == TY_FN)
+        return call_fn_value(call, ft);
+      return err_at(c->name_loc, "field '%s' of %s has type %s, not a function", c->name, ty_str(rt),
+                    ty_str(ft));
+    }
     return err_at(c->name_loc, "type %s has no method '%s'", ty_str(rt), c->name);
   }
-  diag_error(c->loc, "this expression cannot be called");
+  Type *ct = check_expr(c, NULL);
+  if (is_err(ct))
+    return T_ERR;
+  if (ct->kind == TY_FN)
+    return call_fn_value(call, ct);
+  diag_error(c->loc, "this expression cannot be called: its type is %s, not a function", ty_str(ct));
   return T_ERR;
 }
 
@@ -1430,7 +1753,10 @@ static Type *check_binary(Node *e) {
   return t;
 }
 
-static Type *check_name(Node *e) {
+static Type *fn_value(Node *e, Decl *d, Type *want);
+static Type *not_a_value(Node *e, Decl *d);
+
+static Type *check_name(Node *e, Type *want) {
   Var *v = lookup_var(e->name);
   if (v) {
     e->var = v;
@@ -1439,10 +1765,17 @@ static Type *check_name(Node *e) {
       return err_at(e->loc, "actor field '%s' cannot be used in a kernel", e->name);
     return v->ty;
   }
+  if (S.actor && find_method(S.actor, e->name))
+    return not_a_value(e, find_method(S.actor, e->name));
   Decl *d = lookup_item(S.mod, e->name);
   if (d) {
     e->decl = d;
     switch (d->kind) {
+    case D_FN:
+    case D_TASK:
+      return fn_value(e, d, want);
+    case D_KERNEL:
+      return not_a_value(e, d);
     case D_CONST:
       if (!d->type)
         return err_at(e->loc, "constant '%s' is used before its value is known", e->name);
@@ -1461,7 +1794,7 @@ static Type *check_name(Node *e) {
   return T_ERR;
 }
 
-static Type *check_field(Node *e) {
+static Type *check_field(Node *e, Type *want) {
   Node *recv = e->lhs;
   if (recv->kind == N_NAME && !lookup_var(recv->name)) {
     Module *m = module_by_alias(S.mod, recv->name);
@@ -1473,6 +1806,8 @@ static Type *check_field(Node *e) {
         e->decl = d;
         return d->type ? d->type : T_ERR;
       }
+      if (d->kind == D_FN || d->kind == D_TASK)
+        return fn_value(e, d, want);
       return err_at(e->name_loc, "'%s.%s' is not a value", recv->name, e->name);
     }
   }
@@ -1500,6 +1835,8 @@ static Type *check_field(Node *e) {
   }
   if (t->kind == TY_GROUP && (!strcmp(e->name, "all") || !strcmp(e->name, "any")))
     return err_at(e->loc, "'%s' on a group must be followed by a method call, as in g.%s.m()", e->name, e->name);
+  if (t->kind == TY_ACTOR && find_method(t->decl, e->name))
+    return not_a_value(e, find_method(t->decl, e->name));
   if (t->kind == TY_ACTOR)
     return err_at(e->name_loc, "actor fields are private: '%s' can only be read by the actor's methods", e->name);
   return err_at(e->name_loc, "type %s has no field '%s'", ty_str(t), e->name);
@@ -1507,6 +1844,10 @@ static Type *check_field(Node *e) {
 
 static Type *check_index(Node *e) {
   Type *t = check_expr(e->lhs, NULL);
+  if (!is_err(t) && t->kind == TY_MAP) {
+    expect_type(e->rhs, t->key, arena_printf("a key of %s", ty_str(t)));
+    return t->elem;
+  }
   expect_type(e->rhs, T_I64, "an array index");
   if (is_err(t))
     return T_ERR;
@@ -1727,7 +2068,7 @@ static Type *check_expr_inner(Node *e, Type *want) {
       return T_ERR;
     return T_STR;
   case N_NAME:
-    return check_name(e);
+    return check_name(e, want);
   case N_BINARY:
     return check_binary(e);
   case N_UNARY: {
@@ -1750,7 +2091,11 @@ static Type *check_expr_inner(Node *e, Type *want) {
   case N_INDEX:
     return check_index(e);
   case N_FIELD:
-    return check_field(e);
+    return check_field(e, want);
+  case N_MAP_NEW:
+    if (kernel_forbid(e->loc, "a map"))
+      return T_ERR;
+    return resolve_texpr(e->texpr);
   case N_ARRAY_LIT:
     return check_array_lit(e, want);
   case N_COMPREH:
@@ -1830,6 +2175,10 @@ static Type *check_for_source(Node *src, const char *var, Loc at) {
     diag_error(src->loc, "a kernel can only loop over a range 'a..b'");
     return T_ERR;
   }
+  if (t->kind == TY_MAP) {
+    diag_error(src->loc, "cannot loop over a map directly; loop over its keys() or values()");
+    return T_ERR;
+  }
   if (t->kind != TY_ARRAY) {
     if (t->kind == TY_FUTURE && t->elem->kind == TY_ARRAY)
       diag_error(src->loc, "cannot loop over %s; await it first", ty_str(t));
@@ -1861,8 +2210,8 @@ static bool check_assignable(Node *e) {
       diag_error(e->loc, "cannot assign to %s '%s'", decl_what(e->decl), e->name);
     return false;
   case N_INDEX:
-    if (e->lhs->ty && e->lhs->ty->kind == TY_ARRAY) {
-      return true; /* arrays are shared objects: elements are mutable */
+    if (e->lhs->ty && (e->lhs->ty->kind == TY_ARRAY || e->lhs->ty->kind == TY_MAP)) {
+      return true; /* arrays and maps are shared objects: elements are mutable */
     }
     return false;
   case N_FIELD:
@@ -2078,8 +2427,11 @@ static void resolve_params(Decl *fn) {
 static void resolve_signature(Decl *d) {
   switch (d->kind) {
   case D_FN: case D_TASK: case D_KERNEL: case D_WORKFLOW: case D_METHOD: case D_INIT:
+    S.tparam = d->tparam; /* fn name<T, R>(...): T and R name the type parameters */
+    S.tparam2 = d->tparam2;
     resolve_params(d);
     d->ret_type = d->ret ? resolve_texpr(d->ret) : T_VOID;
+    S.tparam = S.tparam2 = NULL;
     break;
   default:
     break;
@@ -2224,6 +2576,9 @@ static bool extern_type_ok(Type *t) {
   switch (t->kind) {
   case TY_BOOL: case TY_I32: case TY_I64: case TY_F32: case TY_F64: case TY_STR:
   case TY_ARRAY: case TY_STRUCT: case TY_ERROR:
+  case TY_MAP:    /* sf_map * */
+  case TY_TPARAM: /* const void *, const sf_type * (a result: void *out, const sf_type *) */
+  case TY_FN:     /* int64_t: an index into sf_program.fn_names */
     return true;
   default:
     return false;
@@ -2231,6 +2586,10 @@ static bool extern_type_ok(Type *t) {
 }
 
 static void check_extern(Decl *fn) {
+  if (fn->tparam && !fn->is_extern) {
+    diag_error(fn->tparam_loc, "only @extern functions of the standard library take a type parameter");
+    return; /* the body is not checked: T means nothing in it */
+  }
   if (!fn->is_extern) {
     diag_error(fn->name_loc, "function '%s' has no body", fn->name);
     diag_note(fn->name_loc, "only @extern functions of the standard library are declared without one");
@@ -2423,7 +2782,7 @@ static void check_module(Module *m) {
   for (Decl *d = m->decls; d; d = d->next) {
     switch (d->kind) {
     case D_FN:
-      if (d->is_extern || !d->body)
+      if (d->is_extern || !d->body || d->tparam)
         check_extern(d);
       else
         check_body(d, NULL);

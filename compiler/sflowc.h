@@ -154,6 +154,9 @@ typedef enum {
   TY_FUTURE,        /* elem */
   TY_ACTOR,         /* decl: D_ACTOR */
   TY_GROUP,         /* decl: D_ACTOR */
+  TY_MAP,           /* key, elem (the value) */
+  TY_FN,            /* params[nparams], elem (the result, TY_VOID for none) */
+  TY_TPARAM,        /* the type parameter T of a generic @extern function */
   TY_MODULE,        /* a name bound by import; only valid before '.' */
 } TypeKind;
 
@@ -161,6 +164,9 @@ struct Type {
   TypeKind kind;
   Type *elem;
   Decl *decl;
+  Type *key;     /* TY_MAP */
+  Type **params; /* TY_FN */
+  int nparams;
   void *llvm; /* codegen's cached LLVMTypeRef */
 };
 
@@ -173,26 +179,35 @@ Type *ty_future(Type *elem);
 Type *ty_struct(Decl *d);
 Type *ty_actor(Decl *d);
 Type *ty_group(Decl *d);
+Type *ty_map(Type *key, Type *val);
+/* The type parameters of a generic @extern: 0 (T, first) or 1 (second). */
+Type *ty_tparam(int i);
+Type *ty_fn(Type **params, int nparams, Type *ret); /* params copied */
+bool ty_is_map_key(Type *t); /* str i64 i32 bool */
 bool ty_is_int(Type *t);     /* i32, i64, untyped int */
 bool ty_is_float(Type *t);   /* f32, f64, untyped float */
 bool ty_is_numeric(Type *t);
 bool ty_is_untyped(Type *t);
-bool ty_is_ref(Type *t);      /* str, arrays, futures, actors, groups */
+bool ty_is_ref(Type *t);      /* str, arrays, futures, actors, groups, maps */
 bool ty_has_refs(Type *t);    /* a ref, or a struct with a ref inside */
 bool ty_is_gpu_elem(Type *t); /* f32 f64 i32 i64 */
-/* "i64", "f32[]", "future<i64>", "group<Counter>", "Batch" (arena). */
+/* "i64", "f32[]", "future<i64>", "group<Counter>", "Batch",
+ * "map<str, i64>", "fn(f64) -> f64" (arena). */
 const char *ty_str(Type *t);
 
 /* ----------------------------------------------------------------- AST */
 
 /* Type syntax, as written. */
-typedef enum { TE_NAME, TE_ARRAY, TE_GENERIC } TypeExprKind;
+typedef enum { TE_NAME, TE_ARRAY, TE_GENERIC, TE_FN } TypeExprKind;
 struct TypeExpr {
   TypeExprKind kind;
   Loc loc;
-  const char *name; /* TE_NAME: "i64", "Batch"; TE_GENERIC: "future", "group" */
-  TypeExpr *arg;    /* TE_ARRAY: element; TE_GENERIC: the argument */
+  const char *name; /* TE_NAME: "i64", "Batch"; TE_GENERIC: "future", "group", "map" */
+  TypeExpr *arg;    /* TE_ARRAY: element; TE_GENERIC: the argument; TE_FN: first parameter */
   const char *module; /* TE_NAME qualified as mod.Name, else NULL */
+  TypeExpr *arg2;   /* TE_GENERIC map<K, V>: V */
+  TypeExpr *next;   /* TE_FN: the next parameter type */
+  TypeExpr *ret;    /* TE_FN: the result type, or NULL */
 };
 
 typedef enum {
@@ -215,6 +230,7 @@ typedef enum {
   N_AWAIT,     /* await lhs */
   N_SPAWN,     /* spawn callee(args) [* count]: lhs = N_CALL, rhs = count */
   N_LAUNCH,    /* launch name[rhs](args) */
+  N_MAP_NEW,   /* map<K, V>(): texpr */
   /* statements */
   N_LET,       /* let/var name [: texpr] = lhs; ival 1 for var */
   N_ASSIGN,    /* lhs op= rhs; op is '=' or the binary operator of '+=' '-=' '*=' '/=' */
@@ -257,7 +273,12 @@ typedef enum {
   CALL_GROUP_ONE, /* g[i].m() */
   CALL_SELF_METHOD, /* m() inside an actor calling its own method, synchronously */
   CALL_STRUCT_CTOR, /* not used: struct literals have their own node */
+  CALL_MAP,       /* m.get/has/remove/keys/values: recv = the map, ival = MapOp */
+  CALL_FN_VALUE,  /* f(x) of a function value: callee is the value's expression */
 } CallKind;
+
+/* The methods of map<K, V> (N_CALL.ival of CALL_MAP). */
+typedef enum { MAP_GET, MAP_HAS, MAP_REMOVE, MAP_KEYS, MAP_VALUES } MapOp;
 
 struct Node {
   NodeKind kind;
@@ -290,6 +311,8 @@ struct Node {
   Node **argv;       /* N_CALL after sema: argc entries in parameter order */
   int argc;
   int field_index;   /* N_FIELD on a struct; N_FIELD_INIT */
+  Type *targ;        /* N_CALL of a generic @extern: what T stands for (texpr: as written) */
+  Type *targ2;       /* ... and what its second type parameter R stands for */
   bool is_const;     /* expression is a compile-time constant */
 
   /* filled by settle.c: where sf_gpu_settle() goes */
@@ -356,6 +379,10 @@ struct Decl {
   Decl *overload;     /* D_FN: the next function of the same name in the module */
   bool is_std;        /* declared in a std module */
   bool is_extern;     /* D_FN: @extern, no body; calls C sf_std_<module>_<name> */
+  const char *tparam; /* D_FN: the type parameter of `fn name<T>(...)`, or NULL */
+  Loc tparam_loc;
+  const char *tparam2; /* D_FN: the second, R of `fn name<T, R>(...)`, or NULL */
+  Loc tparam2_loc;
   void *llvm;    /* codegen: LLVMValueRef of the function */
   void *llvm2;   /* codegen: a second function (e.g. the task's thunk) */
 };

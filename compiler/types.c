@@ -57,20 +57,78 @@ static Type *intern(TypeKind k, Type *elem, Decl *decl) {
   return t;
 }
 
+/* Maps and function types have more than one component, so they are
+ * interned in a list of their own (a program names few of them). */
+typedef struct Multi Multi;
+struct Multi {
+  Type *t;
+  Multi *next;
+};
+static Multi *multis;
+
 /* The arena is freed between compilations (language server), so the
  * intern table must be forgotten with it. */
 void types_reset(void) {
+  multis = NULL;
   itab = NULL;
   icap = icount = 0;
   for (int k = 0; k <= TY_MODULE; k++)
     prims[k].llvm = NULL;
 }
 
+static Type tparam2 = {.kind = TY_TPARAM, .nparams = 1};
+
+Type *ty_tparam(int i) { return i ? &tparam2 : ty_prim(TY_TPARAM); }
+
 Type *ty_array(Type *elem) { return intern(TY_ARRAY, elem, NULL); }
 Type *ty_future(Type *elem) { return intern(TY_FUTURE, elem, NULL); }
 Type *ty_struct(Decl *d) { return intern(TY_STRUCT, NULL, d); }
 Type *ty_actor(Decl *d) { return intern(TY_ACTOR, NULL, d); }
 Type *ty_group(Decl *d) { return intern(TY_GROUP, NULL, d); }
+
+static Type *multi_add(Type *t) {
+  Multi *m = arena_alloc(sizeof *m);
+  m->t = t;
+  m->next = multis;
+  multis = m;
+  return t;
+}
+
+Type *ty_map(Type *key, Type *val) {
+  for (Multi *m = multis; m; m = m->next)
+    if (m->t->kind == TY_MAP && m->t->key == key && m->t->elem == val)
+      return m->t;
+  Type *t = arena_alloc(sizeof(Type));
+  t->kind = TY_MAP;
+  t->key = key;
+  t->elem = val;
+  return multi_add(t);
+}
+
+Type *ty_fn(Type **params, int nparams, Type *ret) {
+  for (Multi *m = multis; m; m = m->next) {
+    Type *t = m->t;
+    if (t->kind != TY_FN || t->elem != ret || t->nparams != nparams)
+      continue;
+    int i = 0;
+    while (i < nparams && t->params[i] == params[i])
+      i++;
+    if (i == nparams)
+      return t;
+  }
+  Type *t = arena_alloc(sizeof(Type));
+  t->kind = TY_FN;
+  t->elem = ret;
+  t->nparams = nparams;
+  t->params = arena_alloc(sizeof(Type *) * (size_t)(nparams + 1));
+  for (int i = 0; i < nparams; i++)
+    t->params[i] = params[i];
+  return multi_add(t);
+}
+
+bool ty_is_map_key(Type *t) {
+  return t->kind == TY_STR || t->kind == TY_I64 || t->kind == TY_I32 || t->kind == TY_BOOL;
+}
 
 bool ty_is_int(Type *t) {
   return t->kind == TY_I32 || t->kind == TY_I64 || t->kind == TY_UNTYPED_INT;
@@ -86,7 +144,7 @@ bool ty_is_untyped(Type *t) { return t->kind == TY_UNTYPED_INT || t->kind == TY_
 
 bool ty_is_ref(Type *t) {
   switch (t->kind) {
-  case TY_STR: case TY_ARRAY: case TY_FUTURE: case TY_ACTOR: case TY_GROUP:
+  case TY_STR: case TY_ARRAY: case TY_FUTURE: case TY_ACTOR: case TY_GROUP: case TY_MAP:
     return true;
   default:
     return false;
@@ -121,12 +179,29 @@ const char *ty_str(Type *t) {
   case TY_STR: return "str";
   case TY_UNTYPED_INT: return "integer literal";
   case TY_UNTYPED_FLOAT: return "float literal";
-  case TY_ARRAY: return arena_printf("%s[]", ty_str(t->elem));
+  case TY_ARRAY:
+    if (t->elem->kind == TY_FN) /* as it is written: fn(i64) -> i64[] returns an array */
+      return arena_printf("(%s)[]", ty_str(t->elem));
+    return arena_printf("%s[]", ty_str(t->elem));
   case TY_FUTURE: return arena_printf("future<%s>", ty_str(t->elem));
   case TY_STRUCT:
   case TY_ACTOR: return t->decl->name;
   case TY_GROUP: return arena_printf("group<%s>", t->decl->name);
+  case TY_MAP: return arena_printf("map<%s, %s>", ty_str(t->key), ty_str(t->elem));
+  case TY_FN: {
+    Buf b = {0};
+    buf_puts(&b, "fn(");
+    for (int i = 0; i < t->nparams; i++)
+      buf_printf(&b, "%s%s", i ? ", " : "", ty_str(t->params[i]));
+    buf_puts(&b, ")");
+    if (t->elem && t->elem->kind != TY_VOID)
+      buf_printf(&b, " -> %s", ty_str(t->elem));
+    const char *s = arena_strdup(b.data);
+    buf_free(&b);
+    return s;
+  }
   case TY_MODULE: return "module";
+  case TY_TPARAM: return t->nparams ? "R" : "T";
   }
   return "?";
 }

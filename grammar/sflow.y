@@ -128,16 +128,24 @@ static void yyerror(Loc *loc, ParseCtx *ctx, const char *msg) {
 %token TOK_GE "'>='" TOK_SHL "'<<'" TOK_SHR "'>>'"
 %token TOK_ADD_ASSIGN "'+='" TOK_SUB_ASSIGN "'-='" TOK_MUL_ASSIGN "'*='" TOK_DIV_ASSIGN "'/='"
 %token TOK_ARROW "'->'" TOK_DOTDOT "'..'" TOK_LBRACE_STRUCT "'{' of a struct literal"
+%token TOK_MAP "'map'"
+%token TOK_TARGS "'<' of a type argument"
 
 %type <node> expr unary postfix primary stmt simple_stmt block if_stmt else_opt arg
 %type <node> field_init
 %type <nodes> stmt_lines stmt_seq args args_opt elems field_inits
 %type <decl> item item_core param member member_core field_decl fn_like
 %type <decls> items params params_opt members member_seq field_decls
-%type <texpr> type ret_opt type_ann_opt generic_open
+%type <texpr> type ret_opt type_ann_opt generic_open map_head map_open map_type fn_type
+%type <texpr> type_list type_list_opt targs
 %type <annot> annot annots annots_opt
 %type <tok> dotted
 
+/* `fn(i64) -> i64[]` is a function returning an array: the '[' binds to
+ * the result type (an array of such functions is written
+ * `(fn(i64) -> i64)[]`). */
+%precedence TYPE_ARROW
+%precedence '['
 %nonassoc TOK_DOTDOT
 %left TOK_OROR
 %left TOK_ANDAND
@@ -216,13 +224,25 @@ item_core
   ;
 
 /* fn_like: ('fn' | 'task' | 'kernel' | 'workflow') name '(' params ')' ['->' type] block
- *        | 'fn' name '(' params ')' ['->' type]      (an @extern declaration) */
+ *        | 'fn' name ['<' name '>'] '(' params ')' ['->' type]   (an @extern declaration) */
 fn_like
   : TOK_FN TOK_IDENT '(' params_opt ')' ret_opt block
       { $$ = decl_new(D_FN, @$); $$->name = $2.text; $$->name_loc = @2; $$->params = $4.head; $$->ret = $6; $$->body = $7; }
   | TOK_FN TOK_IDENT '(' params_opt ')' ret_opt
       /* no body: only an @extern function of a std module (sema checks) */
       { $$ = decl_new(D_FN, @$); $$->name = $2.text; $$->name_loc = @2; $$->params = $4.head; $$->ret = $6; }
+  | TOK_FN TOK_IDENT TOK_TARGS TOK_IDENT '>' '(' params_opt ')' ret_opt
+      /* a generic @extern function: one type parameter (sema checks) */
+      { $$ = decl_new(D_FN, @$); $$->name = $2.text; $$->name_loc = @2; $$->tparam = $4.text; $$->tparam_loc = @4;
+        $$->params = $7.head; $$->ret = $9; }
+  | TOK_FN TOK_IDENT TOK_TARGS TOK_IDENT ',' TOK_IDENT '>' '(' params_opt ')' ret_opt
+      /* a generic @extern function of two type parameters (sema checks) */
+      { $$ = decl_new(D_FN, @$); $$->name = $2.text; $$->name_loc = @2; $$->tparam = $4.text; $$->tparam_loc = @4;
+        $$->tparam2 = $6.text; $$->tparam2_loc = @6; $$->params = $9.head; $$->ret = $11; }
+  | TOK_FN TOK_IDENT TOK_TARGS TOK_IDENT '>' '(' params_opt ')' ret_opt block
+      /* a user's generic function: refused by sema with a message */
+      { $$ = decl_new(D_FN, @$); $$->name = $2.text; $$->name_loc = @2; $$->tparam = $4.text; $$->tparam_loc = @4;
+        $$->params = $7.head; $$->ret = $9; $$->body = $10; }
   | TOK_TASK TOK_IDENT '(' params_opt ')' ret_opt block
       { $$ = decl_new(D_TASK, @$); $$->name = $2.text; $$->name_loc = @2; $$->params = $4.head; $$->ret = $6; $$->body = $7; }
   | TOK_KERNEL TOK_IDENT '(' params_opt ')' ret_opt block
@@ -238,7 +258,7 @@ dotted
 
 ret_opt
   : %empty                { $$ = NULL; }
-  | TOK_ARROW type        { $$ = $2; }
+  | TOK_ARROW type %prec TYPE_ARROW { $$ = $2; }
   ;
 
 type_ann_opt
@@ -246,7 +266,7 @@ type_ann_opt
   | ':' type              { $$ = $2; }
   ;
 
-/* type: name | mod.name | type '[' ']' | name '<' type '>' */
+/* type: name | mod.name | type '[' ']' | name '<' type '>' | map_type | fn_type */
 type
   : TOK_IDENT             { $$ = texpr_new(TE_NAME, @1); $$->name = $1.text; }
   | TOK_IDENT '.' TOK_IDENT { $$ = texpr_new(TE_NAME, @$); $$->module = $1.text; $$->name = $3.text; }
@@ -255,10 +275,62 @@ type
   | TOK_IDENT '<' generic_open TOK_SHR
       { TypeExpr *inner = $3; inner->loc = loc_span(inner->loc, @4);
         $$ = texpr_new(TE_GENERIC, @$); $$->name = $1.text; $$->arg = inner; }
+  | map_type
+  | TOK_IDENT '<' map_open TOK_SHR
+      { TypeExpr *inner = $3; inner->loc = loc_span(inner->loc, @4);
+        $$ = texpr_new(TE_GENERIC, @$); $$->name = $1.text; $$->arg = inner; }
+  | fn_type
+  | '(' fn_type ')'       { $$ = $2; $$->loc = @$; }
   ;
 
 generic_open
   : TOK_IDENT '<' type    { $$ = texpr_new(TE_GENERIC, @$); $$->name = $1.text; $$->arg = $3; }
+  ;
+
+/* map_type: 'map' '<' type ',' type '>' — the lexer makes `map` a TOK_MAP
+ * only when `<` follows it at once and a name after that, so `map` stays
+ * an ordinary name everywhere else (std.data's data.map).  The `>>` forms
+ * close a nested generic and the map together. */
+map_type
+  : map_open '>'          { $$ = $1; $$->loc = loc_span($1->loc, @2); }
+  | map_head generic_open TOK_SHR
+      { TypeExpr *inner = $2; inner->loc = loc_span(inner->loc, @3);
+        $$ = $1; $$->arg2 = inner; $$->loc = loc_span($1->loc, @3); }
+  | map_head map_open TOK_SHR
+      { TypeExpr *inner = $2; inner->loc = loc_span(inner->loc, @3);
+        $$ = $1; $$->arg2 = inner; $$->loc = loc_span($1->loc, @3); }
+  ;
+
+map_head
+  : TOK_MAP '<' type ','  { $$ = texpr_new(TE_GENERIC, @$); $$->name = "map"; $$->arg = $3; }
+  ;
+
+map_open
+  : map_head type         { $$ = $1; $$->arg2 = $2; $$->loc = loc_span($1->loc, @2); }
+  ;
+
+/* targs: '<' type '>' after a generic function's name, at a call */
+targs
+  : TOK_TARGS type '>'    { $$ = $2; }
+  | TOK_TARGS generic_open TOK_SHR { $$ = $2; $$->loc = loc_span($2->loc, @3); }
+  | TOK_TARGS map_open TOK_SHR { $$ = $2; $$->loc = loc_span($2->loc, @3); }
+  ;
+
+/* fn_type: 'fn' '(' [type {',' type}] ')' ['->' type] */
+fn_type
+  : TOK_FN '(' type_list_opt ')' ret_opt
+      { $$ = texpr_new(TE_FN, @$); $$->arg = $3; $$->ret = $5; }
+  ;
+
+type_list_opt
+  : %empty                { $$ = NULL; }
+  | type_list             { $$ = $1; }
+  | type_list ','         { $$ = $1; }
+  ;
+
+type_list
+  : type                  { $$ = $1; }
+  | type_list ',' type    { $$ = $1; TypeExpr *p = $1; while (p->next) p = p->next; p->next = $3; }
   ;
 
 params_opt
@@ -443,6 +515,10 @@ postfix
   | postfix '(' args_opt ')'
       { $$ = mk(N_CALL, @$); $$->callee = $1; $$->args = $3.head; $$->name_loc = @2; }
   | postfix '[' expr ']'  { $$ = mk(N_INDEX, @$); $$->lhs = $1; $$->rhs = $3; $$->name_loc = @2; }
+  | postfix targs '(' args_opt ')'
+      { /* f<T>(args): the lexer marks the '<' (TOK_TARGS) only where a type
+         * and '>(' follow it */
+        $$ = mk(N_CALL, @$); $$->callee = $1; $$->texpr = $2; $$->args = $4.head; $$->name_loc = @3; }
   | postfix '.' TOK_IDENT { $$ = mk(N_FIELD, @$); $$->lhs = $1; $$->name = $3.text; $$->name_loc = @3; }
   | postfix TOK_LBRACE_STRUCT field_inits '}'
       { /* Name { f: e } or module.Name { f: e }: the lexer only marks a brace
@@ -466,6 +542,7 @@ primary
   | '[' ']'               { $$ = mk(N_ARRAY_LIT, @$); }
   | '[' expr TOK_FOR TOK_IDENT TOK_IN expr ']'
       { $$ = mk(N_COMPREH, @$); $$->lhs = $2; $$->name = $4.text; $$->name_loc = @4; $$->rhs = $6; }
+  | map_type '(' ')'      { $$ = mk(N_MAP_NEW, @$); $$->texpr = $1; }
   | TOK_LAUNCH TOK_IDENT '[' expr ']' '(' args_opt ')'
       { $$ = mk(N_LAUNCH, @$); $$->name = $2.text; $$->name_loc = @2; $$->rhs = $4; $$->args = $7.head; }
   ;
@@ -520,7 +597,7 @@ static bool starts_expr(yysymbol_kind_t k) {
   switch (k) {
   case YYSYMBOL_TOK_IDENT: case YYSYMBOL_TOK_INT: case YYSYMBOL_TOK_FLOAT: case YYSYMBOL_TOK_STRING:
   case YYSYMBOL_TOK_TRUE: case YYSYMBOL_TOK_FALSE: case YYSYMBOL_TOK_AWAIT: case YYSYMBOL_TOK_SPAWN:
-  case YYSYMBOL_TOK_LAUNCH:
+  case YYSYMBOL_TOK_LAUNCH: case YYSYMBOL_TOK_MAP:
     return true;
   default:
     return false;

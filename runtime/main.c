@@ -47,6 +47,9 @@ int main(int argc, char **argv) {
             name, (int)prog->abi_version, SF_ABI_VERSION);
     return EXIT_INTERNAL;
   }
+  sf__nfns = prog->nfns;
+  sf__fn_names = prog->fn_names;
+  sf__fn_tasks = prog->fn_tasks;
   sf_value *args = sf__alloc_n((size_t)prog->nparams + 1, sizeof *args);
   char err[4096];
   int r = sf__parse_flags(prog, argc, argv, args, err, sizeof err);

@@ -41,6 +41,8 @@ typedef enum {
   SF_FUTURE, /* sf_future* ; elem */
   SF_ACTOR,  /* sf_actor* */
   SF_GROUP,  /* sf_group* */
+  SF_MAP,    /* sf_map* ; key in fields[0].type (nfields 1), value in elem */
+  SF_FN,     /* int64: index into sf_program.fn_names (0: no function) */
 } sf_kind;
 
 typedef struct sf_type sf_type;
@@ -55,9 +57,9 @@ struct sf_type {
   int32_t size;         /* bytes of one value as stored in an array/struct */
   int32_t align;
   int32_t nfields;      /* SF_STRUCT */
-  const sf_type *elem;  /* SF_ARRAY, SF_FUTURE */
-  const sf_field *fields;
-  const char *name;     /* "i64", "Batch", "f32[]" */
+  const sf_type *elem;  /* SF_ARRAY, SF_FUTURE, SF_MAP (the value) */
+  const sf_field *fields; /* SF_STRUCT; SF_MAP: one, {"key", 0, K} */
+  const char *name;     /* "i64", "Batch", "f32[]", "map<str, i64>" */
 };
 
 /* Descriptors of the primitive types, defined by the runtime. */
@@ -73,7 +75,7 @@ typedef struct sf_loc {
 
 /* ------------------------------------------------------------- objects */
 
-enum { SF_OBJ_STR = 1, SF_OBJ_ARRAY, SF_OBJ_FUTURE, SF_OBJ_ACTOR, SF_OBJ_GROUP };
+enum { SF_OBJ_STR = 1, SF_OBJ_ARRAY, SF_OBJ_FUTURE, SF_OBJ_ACTOR, SF_OBJ_GROUP, SF_OBJ_MAP };
 
 typedef struct sf_obj {
   int64_t rc;  /* atomic; < 0 means immortal */
@@ -147,6 +149,37 @@ sf_array *sf_array_split(sf_array *a, int64_t k, const sf_loc *loc);
 _Noreturn void sf_index_fail(int64_t index, int64_t len, const sf_loc *loc);
 /* Ensure the host copy is current (GPU layer); a no-op on CPU-only runs. */
 void sf_array_host(sf_array *a);
+
+/* ---------------------------------------------------------------- maps */
+
+/* map<K, V> (runtime/core/map.c): a hash table in insertion order.  K is
+ * str, i64, i32 or bool.  Keys and default values are passed as pointers
+ * to their value's bytes (an sf_str *, an int64_t ...); the map retains
+ * what it keeps.  A value slot returned by at/put/get points into the map
+ * and stays valid until the next insertion: the caller loads or stores the
+ * value's bytes there (retaining and releasing as for a struct field).
+ * Standard-library C code builds maps with the same calls. */
+typedef struct sf_map sf_map;
+sf_map *sf_map_new(const sf_type *map_type); /* empty, owned */
+int64_t sf_map_len(sf_map *m);
+/* m[k]: the value's slot; a missing key is a runtime error at loc that
+ * names the key. */
+void *sf_map_at(sf_map *m, const void *key, const sf_loc *loc);
+/* m[k] = v: the value's slot, a new zero-filled one when k is missing. */
+void *sf_map_put(sf_map *m, const void *key, const sf_loc *loc);
+/* m.get(k, d): the value's slot, or dflt when k is missing. */
+const void *sf_map_get(sf_map *m, const void *key, const void *dflt);
+bool sf_map_has(sf_map *m, const void *key);
+bool sf_map_remove(sf_map *m, const void *key); /* false: k was missing */
+/* m.keys(), m.values(): new arrays in insertion order (owned). */
+sf_array *sf_map_keys(sf_map *m, const sf_loc *loc);
+sf_array *sf_map_values(sf_map *m, const sf_loc *loc);
+
+/* ------------------------------------------------------- function values */
+
+/* Calling a function value that holds no function (index 0: a field or a
+ * slot never assigned): a runtime error. */
+_Noreturn void sf_fn_unset(const sf_loc *loc);
 
 /* ------------------------------------------------------------ printing */
 
@@ -328,6 +361,16 @@ typedef struct sf_program {
    * before a --nodes run deploys (runtime/hostcheck.c). */
   const char *target_cpu;
   const char *target_needs;
+  /* The functions and tasks the program uses as values: a function value
+   * is an index into this table (0 is "no function"), so it means the
+   * same in every process of a --nodes run and in a journal.  The names
+   * ("sq", "util.score") are for printing and for checking a value read
+   * back from bytes. */
+  int64_t nfns;
+  const char *const *fn_names;
+  /* Of each function value, the descriptor of the task it names, or NULL
+   * for a function: std.data's map calls a task value from C. */
+  const sf_task_desc *const *fn_tasks;
 } sf_program;
 
 /* Emitted by the compiler in every executable; read by the runtime's main. */

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # fuzz.sh — build and run the libFuzzer targets: the sflow front end, the
-# control plane's frame decoder (runtime/cluster/wire.c) and std.tokenizer's
-# normalizer, pre-tokenizer and WordPiece matcher (runtime/data/wordpiece.c).
+# control plane's frame decoder (runtime/cluster/wire.c), std.data's CSV,
+# JSON and .npy parsers (runtime/data/, tests/fuzz/fuzz_data.c) and
+# std.tokenizer's normalizer, pre-tokenizer and WordPiece matcher
+# (runtime/data/wordpiece.c, tests/fuzz/fuzz_tokenizer.c).
 #
 #   scripts/fuzz.sh [SECONDS]   fuzz for SECONDS (default 300) from the seed
 #                               corpus; findings land in build/fuzz/artifacts
 #                               (FUZZ_TARGET=wire fuzzes the frame decoder,
+#                               FUZZ_TARGET=csv|json|npy std.data's parsers,
 #                               FUZZ_TARGET=tokenizer the tokenizer)
-#   scripts/fuzz.sh --build     only build build/fuzz/fuzz_frontend, fuzz_wire
-#                               and fuzz_tokenizer
+#   scripts/fuzz.sh --build     only build the targets
 #   scripts/fuzz.sh --check     run every seed and regression of the targets
 #                               once (ctest)
 #   scripts/fuzz.sh --available exit 0 when clang's fuzzer runtime exists
@@ -103,20 +105,43 @@ build_wire() {
   fi
 }
 
-# The tokenizer: runtime/data/wordpiece.c and its tables over the core layer
-# (strings, arrays, errors), with cJSON for the loader it links but never
-# calls.
+# std.data's parsers: runtime/data/*.c over the core layer (what they stand
+# on), one binary per format from tests/fuzz/fuzz_data.c.  JSON needs
+# libcjson.so.1 at run time (dlopen), as programs do.
+DATA_FORMATS=(csv json npy)
+build_data() {
+  mkdir -p "$OUT"
+  local srcs=("$ROOT"/runtime/core/*.c "$ROOT"/runtime/data/*.c "$ROOT/tests/fuzz/fuzz_data.c")
+  local fmt f need
+  for fmt in "${DATA_FORMATS[@]}"; do
+    need=0
+    for f in "${srcs[@]}" "$ROOT"/runtime/core/*.h "$ROOT"/runtime/data/*.h "$ROOT/runtime/sflow.h"; do
+      [[ $f -nt $OUT/fuzz_$fmt ]] && need=1
+    done
+    if [[ ! -x $OUT/fuzz_$fmt ]] || ((need)); then
+      echo "fuzz.sh: building fuzz_$fmt" >&2
+      "$CC_FUZZ" -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined \
+        -fno-sanitize-recover=undefined -DFUZZ_${fmt^^} -I"$ROOT/runtime" -iquote "$ROOT/runtime/core" \
+        -iquote "$ROOT/runtime/data" -w "${srcs[@]}" -lm -ldl -lpthread -o "$OUT/fuzz_$fmt"
+    fi
+  done
+}
+
+# The tokenizer: runtime/data/ over the core layer (strings, arrays,
+# errors), driven by tests/fuzz/fuzz_tokenizer.c.
 TOK_BIN=$OUT/fuzz_tokenizer
 build_tokenizer() {
   mkdir -p "$OUT"
-  local srcs=("$ROOT"/runtime/data/wordpiece.c "$ROOT"/runtime/data/unicode_tables.c
-              "$ROOT"/runtime/core/*.c "$ROOT/tests/fuzz/fuzz_tokenizer.c")
+  local srcs=("$ROOT"/runtime/core/*.c "$ROOT"/runtime/data/*.c "$ROOT/tests/fuzz/fuzz_tokenizer.c")
   local f need=0
-  for f in "${srcs[@]}" "$ROOT"/runtime/*/*.h "$ROOT"/runtime/sflow.h; do [[ $f -nt $TOK_BIN ]] && need=1; done
+  for f in "${srcs[@]}" "$ROOT"/runtime/core/*.h "$ROOT"/runtime/data/*.h "$ROOT"/runtime/sflow.h; do
+    [[ $f -nt $TOK_BIN ]] && need=1
+  done
   if [[ ! -x $TOK_BIN ]] || ((need)); then
+    echo "fuzz.sh: building fuzz_tokenizer" >&2
     "$CC_FUZZ" -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined \
       -fno-sanitize-recover=undefined -I"$ROOT/runtime" -iquote "$ROOT/runtime/core" \
-      -iquote "$ROOT/runtime/data" -w "${srcs[@]}" -lcjson -ldl -lm -lpthread -o "$TOK_BIN"
+      -iquote "$ROOT/runtime/data" -w "${srcs[@]}" -lm -ldl -lpthread -o "$TOK_BIN"
   fi
 }
 
@@ -132,7 +157,7 @@ seed_dirs() {
 
 case $MODE in
   --available) available; exit $? ;;
-  --build) build; build_wire; build_tokenizer; exit 0 ;;
+  --build) build; build_wire; build_data; build_tokenizer; exit 0 ;;
   --check)
     available || { echo "fuzz.sh: clang's libFuzzer runtime is missing; skipping" >&2; exit 77; }
     build
@@ -140,6 +165,10 @@ case $MODE in
     build_tokenizer
     # -runs=0 executes each input of the given directories once, then stops.
     "$WIRE_BIN" -runs=0 -rss_limit_mb=2560 -timeout=25 "$ROOT/tests/fuzz/wire_seeds"
+    build_data
+    for fmt in "${DATA_FORMATS[@]}"; do
+      "$OUT/fuzz_$fmt" -runs=0 -rss_limit_mb=2560 -timeout=25 "$ROOT/tests/fuzz/data_seeds/$fmt"
+    done
     "$TOK_BIN" -runs=0 -rss_limit_mb=2560 -timeout=25 "$ROOT/tests/fuzz/tokenizer_seeds"
     exec "$BIN" -runs=0 -rss_limit_mb=2560 -timeout=25 $(seed_dirs)
     ;;
@@ -164,6 +193,18 @@ if [[ ${FUZZ_TARGET:-frontend} == tokenizer ]]; then
     -rss_limit_mb=2560 -timeout=25 -max_len=4096 -print_final_stats=1 \
     -artifact_prefix="$OUT/artifacts/tokenizer-"
 fi
+
+case ${FUZZ_TARGET:-frontend} in
+  csv | json | npy)
+    available || { echo "fuzz.sh: clang with -fsanitize=fuzzer is required" >&2; exit 1; }
+    build_data
+    mkdir -p "$OUT/${FUZZ_TARGET}_corpus" "$OUT/artifacts"
+    echo "fuzz.sh: fuzzing the $FUZZ_TARGET parser for ${MODE}s; findings in $OUT/artifacts" >&2
+    exec "$OUT/fuzz_$FUZZ_TARGET" "$OUT/${FUZZ_TARGET}_corpus" "$ROOT/tests/fuzz/data_seeds/$FUZZ_TARGET" \
+      -max_total_time="$MODE" -rss_limit_mb=2560 -timeout=25 -max_len=8192 -print_final_stats=1 \
+      -artifact_prefix="$OUT/artifacts/$FUZZ_TARGET-"
+    ;;
+esac
 
 SECONDS_TO_RUN=$MODE
 available || { echo "fuzz.sh: clang with -fsanitize=fuzzer is required" >&2; exit 1; }

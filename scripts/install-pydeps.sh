@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the Python packages that sflow's tests need (today: the TextMate
-# engine behind tests/editors/tmgrammar_test.py) into one virtual environment,
+# Installs the Python packages that sflow's tests need (the TextMate engine
+# behind tests/editors/tmgrammar_test.py, numpy for
+# tests/runtime/data_interop_test.py) into one virtual environment,
 # so that no test downloads anything and the system Python stays untouched.
 #
 # The environment lives at build/pydeps, or at $SFLOW_PYDEPS when that is set;
@@ -15,12 +16,13 @@ pins=(
   babi==1.8.0            # babi.highlight: TextMate engine after vscode-textmate
   onigurumacffi==1.5.0   # the Oniguruma regex engine that VS Code also uses
   babi-grammars==0.0.74 identify==2.6.20 cffi==2.1.1 pycparser==3.12
+  numpy==2.4.6           # .npy files std.data must agree with (the same pin as the benches')
 )
 stamp="$venv/sflow-pydeps.txt"
 want="${pins[*]}"
 
 if [ -x "$venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] &&
-   "$venv/bin/python" -c 'import babi.highlight' 2>/dev/null; then
+   "$venv/bin/python" -c 'import babi.highlight, numpy' 2>/dev/null; then
   exit 0
 fi
 

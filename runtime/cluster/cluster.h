@@ -671,6 +671,19 @@ const sf_method_desc *sf__remote_find_method(uint32_t off, const uint8_t *name, 
 const sf_actor_desc *sf__remote_find_class(uint32_t off, const uint8_t *name, uint32_t nl,
                                            char *err, size_t errlen);
 
+/* ----------------------------------------------------- group_ring.c */
+
+/* The TCP-ring transport of group collectives (sched.h,
+ * sf__coll_transport), registered by sf__cluster_install as
+ * sf__coll_transports[SF__COLL_RING].  Its init's arg: member rank of the
+ * group on ring id ring, peers[k] member k's data listener. */
+typedef struct sf__ring_group_arg {
+  int64_t rank;
+  uint64_t ring;
+  const sf__peer *peers;
+} sf__ring_group_arg;
+extern const sf__coll_transport sf__coll_ring;
+
 /* ----------------------------------------------------- ractor_head.c */
 
 /* Head: places a spawn on workers when it can: one actor

@@ -58,9 +58,12 @@ bool sf__remote_portable(const sf_type *t) {
     return true;
   switch (t->kind) {
   case SF_VOID: case SF_BOOL: case SF_I32: case SF_I64: case SF_F32: case SF_F64: case SF_STR:
+  case SF_FN: /* an index into the executable's own table (core/fnval.c) */
     return true;
   case SF_ARRAY:
     return sf__remote_portable(t->elem);
+  case SF_MAP:
+    return sf__remote_portable(t->fields[0].type) && sf__remote_portable(t->elem);
   case SF_STRUCT:
     for (int32_t i = 0; i < t->nfields; i++)
       if (!sf__remote_portable(t->fields[i].type))

@@ -2,9 +2,13 @@
  * group_ring.c — a group member's collectives across the nodes of a
  * --nodes run, for the actors of ractor_worker.c.
  *
- * They are collective.c's sf__comm_ops over a TCP ring (ring.c's
- * allreduce, broadcast and barrier; NCCL for device arrays, its unique id
- * carried over the ring); members on one worker use it over loopback.  Links come up at the member's first
+ * This is the collective interface's TCP-ring transport (sched.h,
+ * sf__coll_transport; registered by sf__cluster_install): ring.c's
+ * allreduce, broadcast and barrier between the members' processes;
+ * members on one worker use it over loopback.  NCCL for device arrays is
+ * the device transport that sf__comm_new stacks on it (nccl.c): it meets
+ * the members through ring_meet and carries its unique id in a broadcast
+ * over the ring.  Links come up at the member's first
  * collective: it dials its successor's data listener, which opens with a
  * fresh nonce, and greets it with HMAC(secret, "sflow-actor-ring-2" |
  * nonce | ring id | rank) (no replay of a seen greeting); the acceptor
@@ -40,7 +44,6 @@ struct wring {
   _Atomic bool stopped;
   char broken[300];       /* why collectives fail now, or "" */
   sf__ring ring;
-  sf__nccl_comm *nc;      /* device collectives, made at the first one */
 };
 
 typedef struct rlink {
@@ -284,7 +287,6 @@ bool sf__group_ring_broken(wring *w) { return w && w->broken[0]; }
 
 static void ring_free(void *p) {
   wring *w = p;
-  sf__nccl_comm_free(w->nc, w->broken[0] || atomic_load(&w->stopped));
   if (w->up)
     sf__ring_close(&w->ring);
   free(w->peers);
@@ -317,8 +319,8 @@ static int r_barrier(wring *w, char *err, size_t el) {
   return rc;
 }
 
-static wring *ring_for(sf__comm *c, const char *what, const sf_loc *loc) {
-  wring *w = sf__comm_impl(c);
+static wring *ring_for(void *s, const char *what, const sf_loc *loc) {
+  wring *w = s;
   char err[300];
   sf__sched_block_begin();
   bool up = ring_up(w, err, sizeof err);
@@ -343,39 +345,15 @@ static bool dtype_of(const sf_type *t, sf__dtype *out) {
   }
 }
 
-/* Whether this member's array could take part in a device collective:
- * its only current copy is on a GPU, its elements can travel as NCCL
- * types, and NCCL loads here (else, with a notice once, the group stages
- * through the host: slower, same results). */
-static bool device_ready(sf_array *a, bool reduce) {
-  if (!a || !a->len || a->where != SF__WHERE_DEVICE || !a->dev)
-    return false;
-  sf__dtype dt;
-  if (reduce ? !dtype_of(a->elem, &dt) : sf__type_has_refs(a->elem))
-    return false;
-  const char *e = getenv("SFLOW_NCCL");
-  if (e && (!strcmp(e, "off") || !strcmp(e, "0")))
-    return false;
-  char why[256];
-  if (sf__nccl_load(why, sizeof why))
-    return true;
-  static _Atomic int told;
-  if (!atomic_exchange(&told, 1))
-    sf__notice("node %lld: %s; device collectives of groups here stage through the host",
-               (long long)sf__node_id, why);
-  return false;
-}
-
-/* Every member must pass arrays of one element type and (same_len) one
- * length: a small allreduce with max of (len, -len, kind, -kind) tells.
- * The same round tells whether the group can run the collective on the
- * device (returned): every member's array device_ready, one length, and
- * every member on a GPU of its own (member r contributes 1 + its node and
- * device at slot 5 + r; NCCL refuses two ranks on one GPU). */
-static bool agree(wring *w, sf_array *a, bool same_len, bool reduce, const char *what,
-                  const sf_loc *loc) {
-  int64_t len = a ? a->len : 0, kind = a ? a->elem->kind : -1;
-  bool dev = device_ready(a, reduce);
+/* The members meet: every member must pass arrays of one element type
+ * and (b->same_len) one length: a small allreduce with max of (len, -len,
+ * kind, -kind) tells.  The same round fills the view for a device
+ * transport stacked here: every member offered its array (b->gpu >= 0),
+ * one length, and every member on a GPU of its own (member r contributes
+ * 1 + its GPU at slot 5 + r; NCCL refuses two ranks on one GPU). */
+static void agree(wring *w, sf__coll_buf *b, sf__coll_view *view, const sf_loc *loc) {
+  const char *what = b->what;
+  int64_t len = b->count, kind = b->a ? b->elem->kind : -1;
   size_t nv = 5 + (size_t)w->size;
   int64_t fixed[5 + 16], *v = nv <= 21 ? fixed : calloc(nv, sizeof *v);
   if (!v)
@@ -385,9 +363,9 @@ static bool agree(wring *w, sf_array *a, bool same_len, bool reduce, const char 
   v[1] = -len;
   v[2] = kind;
   v[3] = -kind;
-  v[4] = dev ? -1 : 0; /* max: -1 only when every member is ready */
-  if (dev)
-    v[5 + w->rank] = 1 + sf__node_id * 4096 + sf__gpu_array_device(a);
+  v[4] = b->gpu >= 0 ? -1 : 0; /* max: -1 only when every member offered */
+  if (b->gpu >= 0)
+    v[5 + w->rank] = 1 + b->gpu;
   char err[300];
   if (r_allreduce(w, v, nv, SF__DT_I64, SF__OP_MAX, err, sizeof err)) {
     if (v != fixed)
@@ -401,124 +379,78 @@ static bool agree(wring *w, sf_array *a, bool same_len, bool reduce, const char 
   int64_t k0 = v[2], k1 = v[3];
   if (v != fixed)
     free(v);
-  if ((same_len && !same) || k0 != -k1)
+  if ((b->same_len && !same) || k0 != -k1)
     sf_runtime_error(loc, "%s: members pass arrays of different %s", what,
                      k0 != -k1 ? "element types" : "lengths");
-  return on;
+  b->met = true;
+  view->device = on;
+  view->shares[0] = view->shares[1] = -1;
 }
 
-/* ---- device collectives across nodes: NCCL, its unique id carried from
- * member 0 to the others over the group's ring (links the run secret
- * authenticates, as the control connections are), one communicator per
- * ring, that is per incarnation of the group: a restarted group has a new
- * ring id and so a new communicator. */
-
-static bool id_send(void *ctx, const uint8_t *p, size_t n, char *err, size_t errn) {
-  return r_broadcast(ctx, (void *)p, n, 0, err, errn) == 0;
-}
-
-static bool id_recv(void *ctx, uint8_t *p, size_t n, double timeout_s, char *err, size_t errn) {
-  (void)timeout_s; /* the ring's own timeout bounds the wait */
-  return r_broadcast(ctx, p, n, 0, err, errn) == 0;
-}
-
-static bool ring_stopped(void *ctx, char *why, size_t n) {
-  wring *w = ctx;
-  if (!atomic_load(&w->stopped))
-    return false;
-  snprintf(why, n, "the group is being restarted (a member's node was lost)");
-  return true;
-}
-
-/* Runs op on the device for member w->rank; raises on failure, naming
- * the collective and the cause, and marks the ring broken. */
-static void device_collective(wring *w, sf_array *a, sf__dev_op *op, const sf_loc *loc) {
-  char err[SF__ERROR_MAX / 2];
-  sf__nccl_watch watch = {ring_stopped, w, 0, NULL};
-  if (!sf__gpu_ready(loc))
-    sf_runtime_error(loc, "%s: the array is on a GPU but the GPU is not usable", op->what);
-  sf__gpu_use_device(sf__gpu_array_device(a));
-  sf__sched_block_begin();
-  if (!w->nc) {
-    sf__nccl_carrier car = {id_send, id_recv, w};
-    w->nc = sf__nccl_comm_join(w->rank, w->size, w->id, 0, &car, &watch, err, sizeof err);
-  }
-  bool ok = w->nc && sf__nccl_run(w->nc, a, w->size, op, &watch, err, sizeof err, loc);
-  sf__sched_block_end();
-  if (!ok) {
-    char what[64];
-    snprintf(what, sizeof what, "%s on the device (NCCL)", op->what);
-    ring_fail(w, what, err, loc);
-  }
-}
-
-static void ring_allreduce(sf__comm *c, int64_t rank, sf_array *a, bool mean, const char *what,
-                           const sf_loc *loc) {
+static void ring_meet(void *s, int64_t rank, sf__coll_buf *b, sf__coll_view *v,
+                      const sf_loc *loc) {
   (void)rank;
-  wring *w = ring_for(c, what, loc);
-  if (agree(w, a, true, true, what, loc)) {
-    sf__dev_op op = {.kind = SF__DEV_ALLREDUCE, .what = what, .mean = mean};
-    device_collective(w, a, &op, loc);
-    return;
-  }
-  sf_array_host(a);
+  agree(ring_for(s, b->what, loc), b, v, loc);
+}
+
+/* The members meet unless a device transport met them for this call. */
+static wring *ring_begin(void *s, sf__coll_buf *b, const sf_loc *loc) {
+  wring *w = ring_for(s, b->what, loc);
+  sf__coll_view v;
+  if (!b->met)
+    agree(w, b, &v, loc);
+  sf_array_host(b->a);
+  return w;
+}
+
+static void ring_allreduce(void *s, int64_t rank, sf__coll_buf *b, bool mean, const sf_loc *loc) {
+  (void)rank;
+  b->reduce = b->same_len = true;
+  wring *w = ring_begin(s, b, loc);
   sf__dtype dt;
-  if (!a || !a->len || !dtype_of(a->elem, &dt))
+  if (!b->a || !b->count || !dtype_of(b->elem, &dt))
     return;
   char err[300];
-  if (r_allreduce(w, a->data, (size_t)a->len, dt, SF__OP_SUM, err, sizeof err))
-    ring_fail(w, what, err, loc);
+  if (r_allreduce(w, b->data, (size_t)b->count, dt, SF__OP_SUM, err, sizeof err))
+    ring_fail(w, b->what, err, loc);
   if (!mean)
     return;
-  int64_t n = a->len, by = w->size;
+  int64_t n = b->count, by = w->size;
   switch (dt) {
-  case SF__DT_F32: for (int64_t i = 0; i < n; i++) ((float *)a->data)[i] /= (float)by; break;
-  case SF__DT_F64: for (int64_t i = 0; i < n; i++) ((double *)a->data)[i] /= (double)by; break;
-  case SF__DT_I32: for (int64_t i = 0; i < n; i++) ((int32_t *)a->data)[i] /= (int32_t)by; break;
-  default: for (int64_t i = 0; i < n; i++) ((int64_t *)a->data)[i] /= by; break;
+  case SF__DT_F32: for (int64_t i = 0; i < n; i++) ((float *)b->data)[i] /= (float)by; break;
+  case SF__DT_F64: for (int64_t i = 0; i < n; i++) ((double *)b->data)[i] /= (double)by; break;
+  case SF__DT_I32: for (int64_t i = 0; i < n; i++) ((int32_t *)b->data)[i] /= (int32_t)by; break;
+  default: for (int64_t i = 0; i < n; i++) ((int64_t *)b->data)[i] /= by; break;
   }
 }
 
-static void plain_only(sf_array *a, const char *what, const sf_loc *loc) {
-  if (a && sf__type_has_refs(a->elem))
-    sf_runtime_error(loc, "%s: arrays of %s cannot travel between nodes", what, a->elem->name);
+static void plain_only(const sf__coll_buf *b, const sf_loc *loc) {
+  if (b->a && sf__type_has_refs(b->elem))
+    sf_runtime_error(loc, "%s: arrays of %s cannot travel between nodes", b->what, b->elem->name);
 }
 
-static void ring_broadcast(sf__comm *c, int64_t rank, sf_array *a, int64_t root,
+static void ring_broadcast(void *s, int64_t rank, sf__coll_buf *b, int64_t root,
                            const sf_loc *loc) {
   (void)rank;
-  wring *w = ring_for(c, "broadcast", loc);
-  if (agree(w, a, true, false, "broadcast", loc)) {
-    sf__dev_op op = {.kind = SF__DEV_BROADCAST, .what = "broadcast", .root = root};
-    device_collective(w, a, &op, loc);
-    return;
-  }
-  sf_array_host(a);
-  plain_only(a, "broadcast", loc);
+  b->same_len = true;
+  wring *w = ring_begin(s, b, loc);
+  plain_only(b, loc);
   char err[300];
-  if (a && a->len &&
-      r_broadcast(w, a->data, (size_t)a->len * (size_t)a->elem->size, (int)root,
-                         err, sizeof err))
-    ring_fail(w, "broadcast", err, loc);
+  if (b->count && r_broadcast(w, b->data, (size_t)b->count * (size_t)b->elem->size, (int)root,
+                              err, sizeof err))
+    ring_fail(w, b->what, err, loc);
 }
 
-static sf_array *ring_allgather(sf__comm *c, int64_t rank, sf_array *a, const sf_loc *loc) {
-  wring *w = ring_for(c, "allgather", loc);
-  if (agree(w, a, false, false, "allgather", loc)) { /* one length: NCCL's allgather */
-    sf__dev_op op = {.kind = SF__DEV_ALLGATHER, .what = "allgather"};
-    device_collective(w, a, &op, loc);
-    return op.out;
-  }
-  sf_array_host(a);
-  plain_only(a, "allgather", loc);
-  const sf_type *elem = a ? a->elem : &sf_type_f32;
+static sf_array *ring_allgather(void *s, int64_t rank, sf__coll_buf *b, const sf_loc *loc) {
+  wring *w = ring_begin(s, b, loc);
+  plain_only(b, loc);
+  const sf_type *elem = b->elem;
   int64_t *lens = calloc((size_t)w->size, sizeof *lens);
   if (!lens)
     sf_runtime_error(loc, "allgather: out of memory");
-  lens[rank] = a ? a->len : 0;
+  lens[rank] = b->count;
   char err[300];
-  if (r_allreduce(w, lens, (size_t)w->size, SF__DT_I64, SF__OP_SUM, err,
-                         sizeof err)) {
+  if (r_allreduce(w, lens, (size_t)w->size, SF__DT_I64, SF__OP_SUM, err, sizeof err)) {
     free(lens);
     ring_fail(w, "allgather", err, loc);
   }
@@ -527,44 +459,68 @@ static sf_array *ring_allgather(sf__comm *c, int64_t rank, sf_array *a, const sf
     total += lens[k];
   sf_array *out = sf_array_new(elem, total, loc);
   size_t es = (size_t)elem->size;
-  int64_t at = 0;
+  int64_t pos = 0;
   for (int k = 0; k < w->size; k++) {
     if (k == rank && lens[k])
-      memcpy((char *)out->data + at * (int64_t)es, a->data, (size_t)lens[k] * es);
-    if (lens[k] && r_broadcast(w, (char *)out->data + at * (int64_t)es,
-                                      (size_t)lens[k] * es, k, err, sizeof err)) {
+      memcpy((char *)out->data + pos * (int64_t)es, b->data, (size_t)lens[k] * es);
+    if (lens[k] && r_broadcast(w, (char *)out->data + pos * (int64_t)es, (size_t)lens[k] * es, k,
+                               err, sizeof err)) {
       free(lens);
       sf_release(out);
       ring_fail(w, "allgather", err, loc);
     }
-    at += lens[k];
+    pos += lens[k];
   }
   free(lens);
   return out;
 }
 
-static void ring_barrier(sf__comm *c, int64_t rank, const sf_loc *loc) {
+static void ring_barrier(void *s, int64_t rank, const char *what, const sf_loc *loc) {
   (void)rank;
-  wring *w = ring_for(c, "barrier", loc);
+  wring *w = ring_for(s, what, loc);
   char err[300];
   if (r_barrier(w, err, sizeof err))
-    ring_fail(w, "barrier", err, loc);
+    ring_fail(w, what, err, loc);
 }
 
-static const sf__comm_ops ring_ops = {"tcp ring", ring_allreduce, ring_broadcast, ring_allgather,
-                                      ring_barrier};
+/* A collective of this member failed elsewhere (the device transport):
+ * every later one fails at once, and the head hears the ring is broken. */
+static void ring_abort(void *s, int64_t rank, const char *why) {
+  (void)rank;
+  wring *w = s;
+  snprintf(w->broken, sizeof w->broken, "%s", why);
+}
 
-sf__comm *sf__group_ring_comm(int64_t rank, int64_t size, uint64_t ring, const sf__peer *peers) {
+/* A member's method failed: nothing here.  Its peers, on other nodes,
+ * are bounded by the ring's timeout, and a failed call is not a broken
+ * ring (the head restarts a group only for that). */
+static void ring_member_failed(void *s, int64_t rank, const char *why) {
+  (void)s, (void)rank, (void)why;
+}
+
+static bool ring_failed(void *s, char *why, size_t n) {
+  wring *w = s;
+  if (atomic_load(&w->stopped))
+    snprintf(why, n, "the group is being restarted (a member's node was lost)");
+  else if (w->broken[0])
+    snprintf(why, n, "%s", w->broken);
+  else
+    return false;
+  return true;
+}
+
+static void *ring_init(int64_t n, const void *arg) {
+  const sf__ring_group_arg *g = arg;
   wring *w = calloc(1, sizeof *w);
-  if (!w || !(w->peers = calloc((size_t)size, sizeof *peers))) {
+  if (!w || !(w->peers = calloc((size_t)n, sizeof *g->peers))) {
     free(w);
     return NULL;
   }
-  memcpy(w->peers, peers, (size_t)size * sizeof *peers);
+  memcpy(w->peers, g->peers, (size_t)n * sizeof *g->peers);
   pthread_mutex_init(&w->mu, NULL);
-  w->id = ring;
-  w->rank = (int)rank;
-  w->size = (int)size;
+  w->id = g->ring;
+  w->rank = (int)g->rank;
+  w->size = (int)n;
   if (sf__worker_data_fd() < 0)
     snprintf(w->broken, sizeof w->broken, "node %lld has no data-plane listener",
              (long long)sf__node_id);
@@ -577,5 +533,16 @@ sf__comm *sf__group_ring_comm(int64_t rank, int64_t size, uint64_t ring, const s
     }
   }
   pthread_mutex_unlock(&AC.mu);
-  return sf__comm_new_ops(size, &ring_ops, w, ring_free);
+  return w;
+}
+
+const sf__coll_transport sf__coll_ring = {
+    .name = "tcp ring", .init = ring_init, .allreduce = ring_allreduce,
+    .broadcast = ring_broadcast, .allgather = ring_allgather, .barrier = ring_barrier,
+    .meet = ring_meet, .abort = ring_abort, .member_failed = ring_member_failed,
+    .failed = ring_failed, .destroy = ring_free};
+
+sf__comm *sf__group_ring_comm(int64_t rank, int64_t size, uint64_t ring, const sf__peer *peers) {
+  sf__ring_group_arg arg = {rank, ring, peers};
+  return sf__comm_new(size, SF__COLL_RING, &arg, ring);
 }

@@ -2,8 +2,8 @@
  * install.c — the cluster layer's hooks in the scheduler: task.c's placer
  * (sched.h, sf__place), through which a task call, a spawn and an actor
  * call reach other nodes without the scheduler calling up into this layer,
- * and trace.c's (trace_ship.c)
- * (docs/architecture.md, "Hooks").  Each placer member stays a no-op
+ * trace.c's (trace_ship.c), and the TCP-ring transport of collectives
+ * (group_ring.c) in collective.c's registry (docs/architecture.md, "Hooks").  Each placer member stays a no-op
  * outside a --nodes run on the head (dispatch.c and ractor_head.c decide).
  */
 #include "cluster.h"
@@ -18,4 +18,5 @@ void sf__cluster_install(void) {
       .future_gone = sf__remote_future_gone,
   };
   sf__trace_ship_install();
+  sf__coll_transports[SF__COLL_RING] = &sf__coll_ring;
 }

@@ -42,8 +42,8 @@
  *
  * Groups.  Members run their collectives over a TCP ring (ring.c) built
  * from the workers' data listeners, also between members on one worker
- * (correct first: loopback, not shared memory), behind
- * collective.c's sf__comm_ops (group_ring.c).  Checkpoints of
+ * (correct first: loopback, not shared memory): the TCP-ring transport
+ * of collective.c's interface (group_ring.c).  Checkpoints of
  * members are taken at g.all epochs; the head keeps the last few per
  * member, and a group whose member's node is lost restarts as a whole:
  * every member (also those on live nodes, which are stopped) is created

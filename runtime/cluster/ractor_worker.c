@@ -328,7 +328,7 @@ static void w_create(const sf__frame *f) {
   w->sent = calls;
   if (d) {
     sf__comm *comm = size > 1 ? sf__group_ring_comm(rank, size, ring, pl) : NULL;
-    w->ring = comm ? sf__comm_impl(comm) : NULL;
+    w->ring = comm ? sf__comm_host(comm) : NULL;
     sf__checkpoint_ship = ship; /* before the actor can run a call */
     w->a = sf__actor_spawn_at(d, (int64_t)id, rank, size, comm, from ? NULL : val,
                               from ? val : NULL, (int64_t)calls, (int64_t)epochs, key);

@@ -4,10 +4,10 @@
  * the builtins' random streams and the command-line flags.  Generated code
  * never sees this header; it calls only what sflow.h declares.
  *
- * Key design choice: the runtime is five layers, one folder and one header
+ * Key design choice: the runtime is six layers, one folder and one header
  * each (docs/architecture.md, "Runtime layers"): core, sched (includes
  * core.h), durable and gpu (include sched.h), cluster (includes durable.h
- * and gpu.h).  A file includes its own layer's header and so sees the
+ * and gpu.h), and data (std.data's formats; includes core.h only).  A file includes its own layer's header and so sees the
  * layers below, never one above; where a lower layer must reach a higher
  * one, the lower one owns a hook (a function pointer set once at start-up,
  * before any thread) that the higher one installs.  This header has a
@@ -92,6 +92,9 @@ bool sf__type_has_refs(const sf_type *t);
  * Descriptors are compared by structure, never by pointer: the compiler
  * emits its own copies of the same types. */
 const sf_type *sf__array_type(const sf_type *elem);
+/* The interned descriptor of map<key, val> (key: str, i64, i32 or bool),
+ * for runtime code that builds a map to return (sf_map_new needs one). */
+const sf_type *sf__map_type(const sf_type *key, const sf_type *val);
 /* The address of field `name` of the struct of type t at base, checked to
  * be of kind `kind` (an sf_kind; for SF_ARRAY, any element type).  For the
  * C side of @extern functions, which fill struct results by field name
@@ -116,6 +119,34 @@ enum { SF__WHERE_HOST = 0, SF__WHERE_BOTH = 1, SF__WHERE_DEVICE = 2 };
  * the host reads the data: serial.c, collectives). */
 extern void (*sf__array_dev_free)(sf_array *a);
 extern void (*sf__array_to_host)(sf_array *a);
+
+/* ------------------------------------------------------------ map.c */
+
+/* The table behind sf_map (map.c has the layout's rationale).  Entries are
+ * {u64 hash, 8-byte key, value}, `stride` bytes each, in insertion order;
+ * a removed one has hash 0.  index[] holds entry numbers, -1 empty, -2
+ * removed, and has mask + 1 slots (a power of two, at least 2 * cap). */
+struct sf_map {
+  sf_obj hdr;
+  int64_t len;          /* live entries */
+  const sf_type *type;  /* SF_MAP: key fields[0].type, value elem */
+  int64_t used, cap;    /* entries written (live and removed), room */
+  char *entries;
+  int32_t *index;
+  uint64_t mask;
+  int32_t stride;
+};
+/* Walks the live entries in order: *pos starts at 0; gives each key's and
+ * value's bytes until it returns false. */
+bool sf__map_next(const sf_map *m, int64_t *pos, const void **key, void **val);
+void sf__map_destroy(sf_map *m); /* the last reference went */
+/* The function-value table of the running program (sf_program.fn_names),
+ * set by main before anything runs: printing names a function value, and
+ * a value read back from bytes is checked against nfns. */
+extern int64_t sf__nfns;
+extern const char *const *sf__fn_names;
+/* sf_program.fn_tasks: the task a function value names, or NULL. */
+extern const sf_task_desc *const *sf__fn_tasks;
 
 /* ---------------------------------------------------------- print.c */
 
@@ -213,6 +244,11 @@ extern void (*sf__before_stderr)(void);
  * of each sflow type: docs/language.md, "Standard-library externs"): */
 void sf_std_io_stat(void *out, const sf_type *out_type, sf_str *path, const sf_loc *loc);
 sf_array *sf_std_io_list_dir(sf_str *path, const sf_loc *loc);
+/* The generic ones: io.save<T>(path, value) and io.load<T>(path) -> T,
+ * any value in the serializer's form (serial.c) behind a header naming
+ * its type ("sflow value 1\nmap<str, i64>\n"). */
+void sf_std_io_save(sf_str *path, const void *value, const sf_type *T, const sf_type *T_again, const sf_loc *loc);
+void sf_std_io_load(void *out, const sf_type *T, sf_str *path, const sf_type *T_again, const sf_loc *loc);
 
 /* ---------------------------------------------------------- serial.c */
 

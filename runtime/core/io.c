@@ -1,7 +1,7 @@
 /*
  * io.c — the file builtins behind std.io: read_file, write_file,
- * append_file, file_exists, read_lines; and its @extern functions stat and
- * list_dir.
+ * append_file, file_exists, read_lines; and its @extern functions stat,
+ * list_dir and the generic save<T> and load<T>.
  *
  * Files are read and written whole with plain POSIX calls, retrying on
  * EINTR and short transfers.  Key design choice: every failure is a runtime
@@ -204,4 +204,55 @@ sf_array *sf_std_io_list_dir(sf_str *path, const sf_loc *loc) {
   }
   sf_free(names);
   return a;
+}
+
+/* ------------------------------------------------------- save and load */
+
+#define VALUE_MAGIC "sflow value 1\n"
+
+void sf_std_io_save(sf_str *path, const void *value, const sf_type *T, const sf_type *T_again, const sf_loc *loc) {
+  sf__buf b;
+  sf__buf_init(&b, NULL, 0);
+  const char *name = T->name ? T->name : "?";
+  sf__buf_put(&b, VALUE_MAGIC, strlen(VALUE_MAGIC));
+  sf__buf_put(&b, name, strlen(name));
+  sf__buf_put(&b, "\n", 1);
+  sf__ser_value(&b, T, value);
+  sf_str *bytes = sf_str_new(b.data, (int64_t)b.len);
+  sf__buf_free(&b);
+  sf_write_file(path, bytes, loc);
+  sf_release(bytes);
+}
+
+/* The value read back must be of the type it was saved as: the header's
+ * name is compared first (so a wrong T is named, not misread), then the
+ * bytes must be exactly one value of T. */
+void sf_std_io_load(void *out, const sf_type *T, sf_str *path, const sf_type *T_again, const sf_loc *loc) {
+  sf_str *s = sf_read_file(path, loc);
+  const char *p = sf__str_data(s), *end = p + sf__str_len(s);
+  const char *name = T->name ? T->name : "?";
+  size_t ml = strlen(VALUE_MAGIC), nl = strlen(name);
+  char q[600];
+  sf__quote(sf__str_data(path), (size_t)sf__str_len(path), 512, q, sizeof q);
+  if ((size_t)(end - p) < ml || memcmp(p, VALUE_MAGIC, ml) != 0) {
+    sf_release(s);
+    sf_runtime_error(loc, "cannot load %s: not a file written by io.save", q);
+  }
+  p += ml;
+  const char *eol = memchr(p, '\n', (size_t)(end - p));
+  if (!eol || (size_t)(eol - p) != nl || memcmp(p, name, nl) != 0) {
+    char was[200];
+    int wl = eol ? (int)(eol - p < 190 ? eol - p : 190) : 0;
+    snprintf(was, sizeof was, "%.*s", wl, p);
+    sf_release(s);
+    sf_runtime_error(loc, "cannot load %s as %s: it holds a %s", q, name, eol ? was : "damaged header");
+  }
+  sf__reader r = {(const unsigned char *)eol + 1, (const unsigned char *)end};
+  bool ok = sf__de_value(&r, T, out) && r.p == r.end;
+  sf_release(s);
+  if (!ok) {
+    sf_value_release(T, out);
+    memset(out, 0, (size_t)T->size);
+    sf_runtime_error(loc, "cannot load %s: the file is damaged (not one %s)", q, name);
+  }
 }

@@ -191,6 +191,9 @@ static void obj_destroy(sf_obj *o) {
   case SF_OBJ_ARRAY:
     array_destroy((sf_array *)o);
     return;
+  case SF_OBJ_MAP:
+    sf__map_destroy((sf_map *)o);
+    return;
   case SF_OBJ_FUTURE:
   case SF_OBJ_ACTOR:
   case SF_OBJ_GROUP:
@@ -224,6 +227,7 @@ static void each_ref(const sf_type *t, void *p, void (*fn)(void *)) {
   case SF_FUTURE:
   case SF_ACTOR:
   case SF_GROUP:
+  case SF_MAP:
     fn(*(void **)p);
     return;
   case SF_STRUCT:

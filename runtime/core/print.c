@@ -81,6 +81,33 @@ static void format_array(sf__buf *b, const sf_array *a) {
   sf__buf_put(b, "]", 1);
 }
 
+/* {"the": 2, "a": 1}: Python's dict, in insertion order. */
+static void format_map(sf__buf *b, const sf_type *t, const sf_map *m) {
+  sf__buf_put(b, "{", 1);
+  int64_t pos = 0;
+  const void *k;
+  void *v;
+  for (bool first = true; sf__map_next(m, &pos, &k, &v); first = false) {
+    if (!first)
+      sf__buf_put(b, ", ", 2);
+    sf__format_value(b, t->fields[0].type, k, true);
+    sf__buf_put(b, ": ", 2);
+    sf__format_value(b, t->elem, v, true);
+  }
+  sf__buf_put(b, "}", 1);
+}
+
+/* `<fn sq>`: the name from the program's table of function values. */
+static void format_fn(sf__buf *b, int64_t ix) {
+  if (ix <= 0 || ix >= sf__nfns || !sf__fn_names) {
+    put_c(b, "<fn unset>");
+    return;
+  }
+  put_c(b, "<fn ");
+  put_c(b, sf__fn_names[ix]);
+  sf__buf_put(b, ">", 1);
+}
+
 static void format_struct(sf__buf *b, const sf_type *t, const char *p) {
   put_c(b, t->name ? t->name : "struct");
   sf__buf_put(b, "{", 1);
@@ -143,6 +170,8 @@ void sf__format_value(sf__buf *b, const sf_type *t, const void *p, bool nested) 
   }
   case SF_ARRAY: format_array(b, *(sf_array *const *)p); return;
   case SF_STRUCT: format_struct(b, t, p); return;
+  case SF_MAP: format_map(b, t, *(sf_map *const *)p); return;
+  case SF_FN: format_fn(b, *(const int64_t *)p); return;
   case SF_FUTURE: put_c(b, "<future>"); return;
   case SF_ACTOR: format_handle(b, "actor", t->name); return;
   case SF_GROUP: format_handle(b, "group", t->name); return;

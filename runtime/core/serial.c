@@ -11,7 +11,9 @@
  *
  * Format (little-endian, as every supported host): bool 1 byte, i32/f32 4,
  * i64/f64 8; str = u64 length + bytes; array = u64 length + elements
- * (numeric: raw); struct = its fields in order.  Futures, actor handles and
+ * (numeric: raw); struct = its fields in order; map = u64 count + (key,
+ * value) pairs in insertion order; a function value = its i64 index into
+ * the executable's table (the same in every process running it).  Futures, actor handles and
  * groups have no value outside the process: they are written as a marker
  * and read back as empty (documented; a checkpointed actor that holds
  * handles gets them back unset).
@@ -71,10 +73,48 @@ void sf__ser_value(sf__buf *b, const sf_type *t, const void *p) {
     for (int32_t i = 0; i < t->nfields; i++)
       sf__ser_value(b, t->fields[i].type, (const char *)p + t->fields[i].offset);
     return;
+  case SF_MAP: {
+    const sf_map *m = *(sf_map *const *)p;
+    sf__ser_u64(b, (uint64_t)sf_map_len((sf_map *)m));
+    int64_t pos = 0;
+    const void *k;
+    void *v;
+    while (sf__map_next(m, &pos, &k, &v)) {
+      sf__ser_value(b, t->fields[0].type, k);
+      sf__ser_value(b, t->elem, v);
+    }
+    return;
+  }
+  case SF_FN:
+    sf__buf_put(b, p, 8);
+    return;
   default: /* future, actor, group: a marker */
     sf__buf_put(b, "\0", 1);
     return;
   }
+}
+
+/* A map: the pairs are inserted in the order written, so the order comes
+ * back.  Each pair takes at least two bytes, which bounds the count before
+ * anything is allocated; a key written twice is malformed. */
+static bool de_map(sf__reader *r, const sf_type *t, void *p) {
+  uint64_t n;
+  if (!sf__de_u64(r, &n) || n > (uint64_t)(r->end - r->p) / 2)
+    return false;
+  sf_map *m = sf_map_new(t);
+  *(sf_map **)p = m;
+  const sf_type *kt = t->fields[0].type;
+  for (uint64_t i = 0; i < n; i++) {
+    uint64_t key = 0; /* an sf_str * or the integer */
+    if (!sf__de_value(r, kt, &key))
+      return false;
+    int64_t before = sf_map_len(m);
+    void *slot = sf_map_put(m, &key, NULL);
+    sf_value_release(kt, &key); /* the map retained its own */
+    if (sf_map_len(m) == before || !sf__de_value(r, t->elem, slot))
+      return false;
+  }
+  return true;
 }
 
 /* Reads into p, which holds zeroes; on failure whatever was read is
@@ -130,6 +170,19 @@ bool sf__de_value(sf__reader *r, const sf_type *t, void *p) {
       if (!sf__de_value(r, t->fields[i].type, (char *)p + t->fields[i].offset))
         return false;
     return true;
+  case SF_MAP:
+    return de_map(r, t, p);
+  case SF_FN: {
+    int64_t ix;
+    if (r->end - r->p < 8)
+      return false;
+    memcpy(&ix, r->p, 8);
+    r->p += 8;
+    if (ix < 0 || (ix > 0 && ix >= sf__nfns))
+      return false;
+    *(int64_t *)p = ix;
+    return true;
+  }
   default:
     if (r->p >= r->end || *r->p != 0)
       return false;

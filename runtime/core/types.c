@@ -30,6 +30,7 @@ bool sf__type_has_refs(const sf_type *t) {
   case SF_FUTURE:
   case SF_ACTOR:
   case SF_GROUP:
+  case SF_MAP:
     return true;
   case SF_STRUCT:
     for (int32_t i = 0; i < t->nfields; i++)
@@ -52,6 +53,8 @@ static bool same_type(const sf_type *a, const sf_type *b) {
   case SF_ARRAY:
   case SF_FUTURE:
     return same_type(a->elem, b->elem);
+  case SF_MAP:
+    return same_type(a->elem, b->elem) && same_type(a->fields[0].type, b->fields[0].type);
   case SF_STRUCT:
   case SF_ACTOR:
   case SF_GROUP:
@@ -97,6 +100,41 @@ const sf_type *sf__array_type(const sf_type *elem) {
     it = fresh;
     it->next = intern_list;
     intern_list = it;
+    fresh = NULL;
+  }
+  pthread_mutex_unlock(&intern_lock);
+  sf_free(fresh);
+  return &it->type;
+}
+
+/* Map descriptors made at run time (a std C function returning a map it
+ * builds), interned in a list of their own like the array ones. */
+typedef struct map_interned {
+  sf_type type;
+  sf_field key;
+  struct map_interned *next;
+  char name[];
+} map_interned;
+
+static map_interned *map_list;
+
+const sf_type *sf__map_type(const sf_type *key, const sf_type *val) {
+  const char *kn = key->name ? key->name : "?", *vn = val->name ? val->name : "?";
+  size_t n = strlen(kn) + strlen(vn) + 8;
+  map_interned *fresh = sf_alloc(sizeof *fresh + n); /* before the lock, as above */
+  snprintf(fresh->name, n, "map<%s, %s>", kn, vn);
+  fresh->key = (sf_field){.name = "key", .offset = 0, .type = key};
+  fresh->type = (sf_type){.kind = SF_MAP, .size = (int32_t)sizeof(void *),
+                          .align = (int32_t)sizeof(void *), .nfields = 1, .elem = val,
+                          .fields = &fresh->key, .name = fresh->name};
+  pthread_mutex_lock(&intern_lock);
+  map_interned *it = map_list;
+  while (it && !same_type(&it->type, &fresh->type))
+    it = it->next;
+  if (!it) {
+    it = fresh;
+    it->next = map_list;
+    map_list = it;
     fresh = NULL;
   }
   pthread_mutex_unlock(&intern_lock);

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data.h"
 #include "tokenizer.h"
 
 /* ---------------------------------------------------------- scratch */
@@ -947,6 +948,44 @@ sf_str *sf_std_tokenizer_decode(const void *tok, const sf_type *tok_type, sf_arr
 
 /* ------------------------------------------------------------- load */
 
+/* cJSON is the data layer's, loaded with dlopen (json.c), so only its
+ * parser and destructor are called; the tree is walked here through the
+ * struct's public fields. */
+static bool j_is(const cJSON *j, int type) { return j && (j->type & 0xFF) == type; }
+static bool j_string(const cJSON *j) { return j_is(j, cJSON_String); }
+static bool j_number(const cJSON *j) { return j_is(j, cJSON_Number); }
+static bool j_object(const cJSON *j) { return j_is(j, cJSON_Object); }
+static bool j_array(const cJSON *j) { return j_is(j, cJSON_Array); }
+static bool j_null(const cJSON *j) { return j_is(j, cJSON_NULL); }
+static bool j_bool(const cJSON *j) { return j_is(j, cJSON_True) || j_is(j, cJSON_False); }
+
+/* The member of object o named k (the first, as cJSON's own lookup), or NULL. */
+static const cJSON *j_get(const cJSON *o, const char *k) {
+  if (!j_object(o) && !j_array(o))
+    return NULL;
+  for (const cJSON *c = o->child; c; c = c->next)
+    if (c->string && !strcmp(c->string, k))
+      return c;
+  return NULL;
+}
+
+static int j_size(const cJSON *a) {
+  int n = 0;
+  if (a && (j_array(a) || j_object(a)))
+    for (const cJSON *c = a->child; c; c = c->next)
+      n++;
+  return n;
+}
+
+static const cJSON *j_at(const cJSON *a, int i) {
+  if (!a || !(j_array(a) || j_object(a)))
+    return NULL;
+  const cJSON *c = a->child;
+  while (c && i-- > 0)
+    c = c->next;
+  return c;
+}
+
 typedef struct {
   const char *path;
   const sf_loc *loc;
@@ -960,7 +999,7 @@ _Noreturn static void load_fail(loader *L, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  cJSON_Delete(L->root);
+  sf__cjson_delete(L->root);
   sf_release(L->text);
   char path[256];
   snprintf(path, sizeof path, "%s", L->path);
@@ -968,7 +1007,7 @@ _Noreturn static void load_fail(loader *L, const char *fmt, ...) {
 }
 
 static cJSON *member(loader *L, const cJSON *obj, const char *where, const char *name) {
-  const cJSON *m = cJSON_GetObjectItemCaseSensitive(obj, name);
+  const cJSON *m = j_get(obj, name);
   if (!m)
     load_fail(L, "%s has no \"%s\"", where, name);
   return (cJSON *)m;
@@ -977,23 +1016,23 @@ static cJSON *member(loader *L, const cJSON *obj, const char *where, const char 
 static const char *string_member(loader *L, const cJSON *obj, const char *where,
                                  const char *name) {
   const cJSON *m = member(L, obj, where, name);
-  if (!cJSON_IsString(m))
+  if (!j_string(m))
     load_fail(L, "%s.%s is not a string", where, name);
   return m->valuestring;
 }
 
 static bool bool_member(loader *L, const cJSON *obj, const char *where, const char *name,
                         bool dflt) {
-  const cJSON *m = cJSON_GetObjectItemCaseSensitive(obj, name);
-  if (!m || cJSON_IsNull(m))
+  const cJSON *m = j_get(obj, name);
+  if (!m || j_null(m))
     return dflt;
-  if (!cJSON_IsBool(m))
+  if (!j_bool(m))
     load_fail(L, "%s.%s is not true or false", where, name);
-  return cJSON_IsTrue(m);
+  return j_is(m, cJSON_True);
 }
 
 static int64_t whole_number(loader *L, const cJSON *m, const char *what) {
-  if (!cJSON_IsNumber(m) || m->valuedouble != (double)(int64_t)m->valuedouble ||
+  if (!j_number(m) || m->valuedouble != (double)(int64_t)m->valuedouble ||
       m->valuedouble < 0 || m->valuedouble > 2147483647.0)
     load_fail(L, "%s is not a whole number from 0", what);
   return (int64_t)m->valuedouble;
@@ -1006,7 +1045,7 @@ static void set_field(void *out, const sf_type *t, const char *name, const void 
 
 /* The id of a token the model names (unk_token, a special token). */
 static int64_t token_id(loader *L, const cJSON *vocab, const char *tok, const char *what) {
-  const cJSON *m = cJSON_GetObjectItemCaseSensitive(vocab, tok);
+  const cJSON *m = j_get(vocab, tok);
   if (!m)
     load_fail(L, "%s \"%s\" is not in model.vocab", what, tok);
   return whole_number(L, m, what);
@@ -1014,9 +1053,9 @@ static int64_t token_id(loader *L, const cJSON *vocab, const char *tok, const ch
 
 /* The normalizer: BertNormalizer or none. */
 static void load_normalizer(loader *L, void *out, const sf_type *t) {
-  const cJSON *n = cJSON_GetObjectItemCaseSensitive(L->root, "normalizer");
+  const cJSON *n = j_get(L->root, "normalizer");
   bool clean = false, chinese = false, strip = false, lower = false;
-  if (n && !cJSON_IsNull(n)) {
+  if (n && !j_null(n)) {
     const char *type = string_member(L, n, "normalizer", "type");
     if (strcmp(type, "BertNormalizer"))
       load_fail(L, "normalizer.type is \"%s\"; std.tokenizer reads BertNormalizer only", type);
@@ -1037,39 +1076,39 @@ static void load_normalizer(loader *L, void *out, const sf_type *t) {
  * or BertProcessing.  Returns the two token texts. */
 static void load_post(loader *L, const char **cls, const char **sep) {
   const cJSON *p = member(L, L->root, "the file", "post_processor");
-  if (cJSON_IsNull(p))
+  if (j_null(p))
     load_fail(L, "post_processor is null; std.tokenizer needs [CLS] A [SEP]");
   const char *type = string_member(L, p, "post_processor", "type");
   if (!strcmp(type, "BertProcessing")) {
     const cJSON *c = member(L, p, "post_processor", "cls"), *s = member(L, p, "post_processor", "sep");
-    if (!cJSON_IsString(cJSON_GetArrayItem(c, 0)) || !cJSON_IsString(cJSON_GetArrayItem(s, 0)))
+    if (!j_string(j_at(c, 0)) || !j_string(j_at(s, 0)))
       load_fail(L, "post_processor.cls and .sep must be [token, id]");
-    *cls = cJSON_GetArrayItem(c, 0)->valuestring;
-    *sep = cJSON_GetArrayItem(s, 0)->valuestring;
+    *cls = j_at(c, 0)->valuestring;
+    *sep = j_at(s, 0)->valuestring;
     return;
   }
   if (strcmp(type, "TemplateProcessing"))
     load_fail(L, "post_processor.type is \"%s\"; std.tokenizer reads TemplateProcessing and "
               "BertProcessing", type);
   const cJSON *single = member(L, p, "post_processor", "single");
-  const cJSON *pair = cJSON_GetObjectItemCaseSensitive(p, "pair");
+  const cJSON *pair = j_get(p, "pair");
   /* single: [Special cls 0, Sequence A 0, Special sep 0] */
   const char *names[5] = {0};
   int types[5] = {0};
   const cJSON *parts[2] = {single, pair};
   int want[2] = {3, 5};
   for (int w = 0; w < 2; w++) {
-    if (!parts[w] || cJSON_IsNull(parts[w]))
+    if (!parts[w] || j_null(parts[w]))
       continue;
-    if (!cJSON_IsArray(parts[w]) || cJSON_GetArraySize(parts[w]) != want[w])
+    if (!j_array(parts[w]) || j_size(parts[w]) != want[w])
       goto shape;
     for (int i = 0; i < want[w]; i++) {
-      const cJSON *it = cJSON_GetArrayItem(parts[w], i);
+      const cJSON *it = j_at(parts[w], i);
       bool is_seq = i == 1 || i == 3;
-      const cJSON *o = cJSON_GetObjectItemCaseSensitive(it, is_seq ? "Sequence" : "SpecialToken");
-      const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "id");
-      const cJSON *ty = cJSON_GetObjectItemCaseSensitive(o, "type_id");
-      if (!cJSON_IsString(id) || !cJSON_IsNumber(ty))
+      const cJSON *o = j_get(it, is_seq ? "Sequence" : "SpecialToken");
+      const cJSON *id = j_get(o, "id");
+      const cJSON *ty = j_get(o, "type_id");
+      if (!j_string(id) || !j_number(ty))
         goto shape;
       if (is_seq && strcmp(id->valuestring, i == 1 ? "A" : "B"))
         goto shape;
@@ -1098,14 +1137,14 @@ shape:
 /* added_tokens: those matched in the raw text before normalization. */
 static void load_added(loader *L, void *out, int64_t nvocab,
                        const sf_field *fs, const sf_field *fsi) {
-  const cJSON *a = cJSON_GetObjectItemCaseSensitive(L->root, "added_tokens");
-  int n = a && cJSON_IsArray(a) ? cJSON_GetArraySize(a) : 0;
+  const cJSON *a = j_get(L->root, "added_tokens");
+  int n = a && j_array(a) ? j_size(a) : 0;
   sf_array *texts = sf_array_new(fs->type->elem, n, L->loc);
   sf_array *ids = sf_array_new(fsi->type->elem, n, L->loc);
   AT(out, fs->offset, sf_array *) = texts; /* owned by out from here */
   AT(out, fsi->offset, sf_array *) = ids;
   for (int i = 0; i < n; i++) {
-    const cJSON *it = cJSON_GetArrayItem(a, i);
+    const cJSON *it = j_at(a, i);
     char where[48];
     snprintf(where, sizeof where, "added_tokens[%d]", i);
     const char *content = string_member(L, it, where, "content");
@@ -1141,27 +1180,30 @@ void sf_std_tokenizer_load(void *out, const sf_type *out_type, sf_str *path,
   L.text = sf_read_file(path, loc);
   const char *text = sf__str_data(L.text), *end = NULL;
   size_t len = (size_t)sf__str_len(L.text);
-  L.root = cJSON_ParseWithLengthOpts(text, len, &end, false);
+  char err[256];
+  if (!sf__cjson_load(err, sizeof err))
+    load_fail(&L, "%s", err);
+  L.root = sf__cjson_parse(text, len, &end);
   if (!L.root) {
     int line, col;
     line_col(text, end && end >= text && end <= text + len ? (size_t)(end - text) : len, &line,
              &col);
     load_fail(&L, "%d:%d: malformed JSON", line, col);
   }
-  if (!cJSON_IsObject(L.root))
+  if (!j_object(L.root))
     load_fail(&L, "the top level is not a JSON object");
   const cJSON *model = member(&L, L.root, "the file", "model");
   const char *mtype = string_member(&L, model, "model", "type");
   if (strcmp(mtype, "WordPiece"))
     load_fail(&L, "model.type is \"%s\"; std.tokenizer reads WordPiece models only", mtype);
-  const cJSON *pre = cJSON_GetObjectItemCaseSensitive(L.root, "pre_tokenizer");
-  if (!pre || !cJSON_IsObject(pre) ||
+  const cJSON *pre = j_get(L.root, "pre_tokenizer");
+  if (!pre || !j_object(pre) ||
       strcmp(string_member(&L, pre, "pre_tokenizer", "type"), "BertPreTokenizer"))
     load_fail(&L, "pre_tokenizer is not BertPreTokenizer, the only one std.tokenizer reads");
   const cJSON *vocab = member(&L, model, "model", "vocab");
-  if (!cJSON_IsObject(vocab))
+  if (!j_object(vocab))
     load_fail(&L, "model.vocab is not an object of token: id");
-  int64_t n = cJSON_GetArraySize(vocab);
+  int64_t n = j_size(vocab);
   if (n == 0)
     load_fail(&L, "model.vocab is empty");
   const sf_field *fv = field_named(out_type, "vocab", loc);
@@ -1180,9 +1222,9 @@ void sf_std_tokenizer_load(void *out, const sf_type *out_type, sf_str *path,
     slots[id] = sf_str_new(it->string, (int64_t)strlen(it->string));
   }
   int64_t unk = token_id(&L, vocab, string_member(&L, model, "model", "unk_token"), "model.unk_token");
-  const cJSON *pm = cJSON_GetObjectItemCaseSensitive(model, "continuing_subword_prefix");
-  const char *prefix = pm && cJSON_IsString(pm) ? pm->valuestring : "##";
-  const cJSON *mc = cJSON_GetObjectItemCaseSensitive(model, "max_input_chars_per_word");
+  const cJSON *pm = j_get(model, "continuing_subword_prefix");
+  const char *prefix = pm && j_string(pm) ? pm->valuestring : "##";
+  const cJSON *mc = j_get(model, "max_input_chars_per_word");
   int64_t max_chars = mc ? whole_number(&L, mc, "model.max_input_chars_per_word") : 100;
   const char *cls, *sep;
   load_post(&L, &cls, &sep);
@@ -1190,11 +1232,11 @@ void sf_std_tokenizer_load(void *out, const sf_type *out_type, sf_str *path,
   int64_t sep_id = token_id(&L, vocab, sep, "the post-processor's separator");
   /* The padding token: the file's padding.pad_token, else [PAD], else 0. */
   int64_t pad_id = 0;
-  const cJSON *pad = cJSON_GetObjectItemCaseSensitive(L.root, "padding");
-  const cJSON *pt = pad ? cJSON_GetObjectItemCaseSensitive(pad, "pad_id") : NULL;
-  if (pt && cJSON_IsNumber(pt))
+  const cJSON *pad = j_get(L.root, "padding");
+  const cJSON *pt = pad ? j_get(pad, "pad_id") : NULL;
+  if (pt && j_number(pt))
     pad_id = whole_number(&L, pt, "padding.pad_id");
-  else if (cJSON_GetObjectItemCaseSensitive(vocab, "[PAD]"))
+  else if (j_get(vocab, "[PAD]"))
     pad_id = token_id(&L, vocab, "[PAD]", "[PAD]");
   if (pad_id >= n)
     load_fail(&L, "padding.pad_id %lld is past the vocabulary", (long long)pad_id);
@@ -1210,6 +1252,6 @@ void sf_std_tokenizer_load(void *out, const sf_type *out_type, sf_str *path,
   set_field(out, out_type, "prefix", &ps, sizeof ps, loc);
   sf_retain(path);
   set_field(out, out_type, "path", &path, sizeof path, loc);
-  cJSON_Delete(L.root);
+  sf__cjson_delete(L.root);
   sf_release(L.text);
 }

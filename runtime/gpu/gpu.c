@@ -359,7 +359,7 @@ static void array_to_host(sf_array *a) {
 void sf__gpu_install(void) {
   sf__array_dev_free = sf__gpu_array_free;
   sf__array_to_host = array_to_host;
-  sf__comm_dev = (sf__comm_device){.run = sf__nccl_group_run, .group_free = sf__nccl_group_free};
+  sf__coll_transports[SF__COLL_NCCL] = &sf__coll_nccl;
 }
 
 void sf__gpu_array_free(sf_array *a) {

@@ -65,8 +65,8 @@ extern sf__gpu_stats_t sf__gpu_stats;
 bool sf__gpu_ready(const sf_loc *loc);
 /* Installs the GPU layer's hooks in the layers below (main.c, before any
  * thread; the first sf__gpu_ready does it when main.c did not): the
- * array device-free and host-sync hooks (core.h) and the device transport
- * of collectives (sched.h, sf__comm_dev). */
+ * array device-free and host-sync hooks (core.h) and the NCCL transport
+ * of collectives (sched.h, sf__coll_transports). */
 void sf__gpu_install(void);
 const char *sf__gpu_arch(void); /* "sm_90", of this thread's device */
 /* The device this thread works on: SFLOW_DEVICE, or a group member's own
@@ -136,12 +136,15 @@ const sf__kernel_source *sf__kernel_source_find(const char *name);
  * communicator is aborted (ncclCommAbort) and the call reports why.
  *
  * Two users:
- *  - collective.c, for a group whose members are threads of this process
- *    (sf__nccl_group_run: the unique id is passed in memory);
- *  - the multi-node transport (group_ring.c), for a group whose members are
- *    processes on different machines: sf__nccl_comm_join, given a carrier
- *    that moves the id (group_ring.c: a broadcast over the group's TCP ring),
- *    then sf__nccl_run; or by hand with the rank-level calls.  The protocol, for every member of a group of n:
+ *  - the NCCL transport of the collective interface (below), for a group
+ *    whose members are threads of this process or processes on different
+ *    machines: the unique id goes from member 0 to the others through the
+ *    group's host transport (a broadcast in shared memory or over the TCP
+ *    ring), then sf__nccl_comm_init and sf__nccl_run;
+ *  - a process that carries the id itself (sf__nccl_comm_join with a
+ *    carrier), or the rank-level calls by hand.
+ *
+ *    The protocol, for every member of a group of n:
  *
  *      sf__nccl_id id;
  *      if (rank == 0) sf__nccl_new_id(&id, err, sizeof err);
@@ -252,30 +255,29 @@ extern const char sf__nccl_div_src[];
 /* A one-element allreduce on the communicator's stream. */
 bool sf__nccl_barrier(sf__nccl_comm *c, const sf__nccl_watch *w, char *err, size_t errn);
 
-/* --------------------------------- groups of one process (collective.c) */
+/* ------------------------------------------------ the NCCL transport */
 
-/* sf__dev_op, the device collective of a group, is in sched.h. */
+/* One device collective of a group, described for sf__nccl_run. */
+enum { SF__DEV_ALLREDUCE, SF__DEV_BROADCAST, SF__DEV_ALLGATHER };
+typedef struct sf__dev_op {
+  int kind;
+  const char *what;   /* "allreduce_sum", ... for messages */
+  bool mean;
+  int64_t root;       /* broadcast */
+  sf_array *out;      /* allgather: the result, owned, set by the call */
+} sf__dev_op;
 
-/* How many members' arrays had their only current copy on the device
- * (where[k] == SF__WHERE_DEVICE, as each member saw its own array before
- * the group met). */
-int64_t sf__nccl_count_device(const int32_t *where, int64_t n);
-/* Runs op for member `rank` when every member's array is on the device
- * and the members are on distinct GPUs; returns false, having done
- * nothing, when the group must stage through the host instead (members
- * sharing a GPU, NCCL off, shapes that differ).  Every member reaches the
- * same answer from the same slots.  Errors are runtime errors at loc
- * naming the collective, the group and the cause. */
-bool sf__nccl_group_run(sf__comm *c, int64_t rank, sf_array *const *slot, int64_t n,
-                        sf__dev_op *op, const sf_loc *loc);
+/* The collective interface's device transport (sched.h,
+ * sf__coll_transport), registered as sf__coll_transports[SF__COLL_NCCL]
+ * by sf__gpu_install and stacked by sf__comm_new on every group's host
+ * transport (shared memory, the TCP ring).  A call runs on the device when
+ * every member's array is there, of one shape, on a GPU of its own, and
+ * NCCL loads; otherwise the host transport runs it.  Errors are runtime
+ * errors naming the collective, the group and the cause. */
+extern const sf__coll_transport sf__coll_nccl;
 /* Runs op on this member's array a (on the device) over nc, a
- * communicator of n ranks: the shared part of sf__nccl_group_run and the
- * multi-node transport (group_ring.c).  Makes nc's GPU current.  False, with
+ * communicator of n ranks (the NCCL transport's step on the device).  Makes nc's GPU current.  False, with
  * the cause in err, when NCCL failed (nc is aborted then). */
 bool sf__nccl_run(sf__nccl_comm *nc, sf_array *a, int64_t n, sf__dev_op *op,
                   const sf__nccl_watch *w, char *err, size_t errn, const sf_loc *loc);
-/* The group's NCCL state, freed with its communicator (collective.c). */
-struct sf__nccl_group;
-void sf__nccl_group_free(struct sf__nccl_group *g);
-
 #endif

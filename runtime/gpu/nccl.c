@@ -17,11 +17,11 @@
  * are still inside NCCL) and becomes an error naming the collective, the
  * group and the cause.
  *
- * A group of this process gets one communicator per sf__comm, that is per
- * spawn or restart of the group: member 0 makes the unique id and hands it
- * to the others in memory.  NCCL needs one GPU per rank, so members that
- * share a GPU (fractional @gpus) stage through the host instead, through
- * the shared-memory transport (collective.c): see sf__nccl_group_run.
+ * This file is also the collective interface's NCCL transport (sched.h,
+ * sf__coll_transport; registered by sf__gpu_install), stacked on a group's
+ * host transport: see "the NCCL transport" below.  NCCL needs one GPU per
+ * rank, so members that share a GPU (fractional @gpus) stage through the
+ * host instead.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -597,71 +597,132 @@ bool sf__nccl_barrier(sf__nccl_comm *c, const sf__nccl_watch *w, char *err, size
                 "ncclAllReduce (barrier)", w, err, n);
 }
 
-/* ------------------------------------------- groups of this process */
+/* ------------------------------------------------ the NCCL transport */
 
-struct sf__nccl_group {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
+/* The collective interface's device transport (sched.h), stacked on the
+ * group's host transport: shared memory for a group of this process, the
+ * TCP ring for a member on a worker.  It meets the members through the
+ * host transport, so every member decides alike: on the device when every
+ * member's array is there, of one shape, on a GPU of its own (NCCL needs
+ * one GPU per rank); otherwise the host transport runs the call, which
+ * copies device arrays to the host first.  The unique id goes from member
+ * 0 to the others through the host transport's broadcast; one communicator
+ * per member and incarnation of the group (a restarted group is a new
+ * sf__comm, so a new id). */
+typedef struct nstate {
+  const sf__coll_transport *host;
+  void *hs;
+  uint64_t id;            /* the group's incarnation: in the packed id */
   int64_t n;
-  int state;              /* 0: no id yet, 1: id ready, 2: failed */
-  sf__nccl_id id;
-  char why[SF__ERROR_MAX / 2];
-  sf__nccl_comm **comm;   /* per member, made on the member's thread */
-};
+  sf__nccl_comm **comm;   /* per member, made on the member's thread at its
+                             first device collective (shared memory: every
+                             member's; the ring: this member's alone) */
+  _Atomic bool failed;    /* a device collective failed: abort, not finalize */
+} nstate;
 
-int64_t sf__nccl_count_device(const int32_t *where, int64_t n) {
-  int64_t k = 0;
-  for (int64_t i = 0; i < n; i++)
-    k += where[i] == SF__WHERE_DEVICE;
-  return k;
-}
-
-static struct sf__nccl_group *group_of(sf__comm *c, int64_t n) {
-  _Atomic(struct sf__nccl_group *) *slot = sf__comm_nccl(c);
-  struct sf__nccl_group *g = atomic_load(slot);
-  if (g)
-    return g;
-  struct sf__nccl_group *mine = sf_alloc(sizeof *mine);
-  memset(mine, 0, sizeof *mine);
-  pthread_mutex_init(&mine->mu, NULL);
-  pthread_cond_init(&mine->cv, NULL);
-  mine->n = n;
-  mine->comm = sf__alloc_n((size_t)n, sizeof *mine->comm);
-  memset(mine->comm, 0, (size_t)n * sizeof *mine->comm);
-  if (atomic_compare_exchange_strong(slot, &g, mine))
-    return mine;
-  sf__nccl_group_free(mine); /* another member was first */
+static void *nccl_init(int64_t n, const void *arg) {
+  const sf__coll_stack *st = arg;
+  nstate *g = calloc(1, sizeof *g);
+  if (!g || !(g->comm = calloc((size_t)n, sizeof *g->comm))) {
+    free(g);
+    return NULL;
+  }
+  g->host = st->host;
+  g->hs = st->hs;
+  g->id = st->id;
+  g->n = n;
   return g;
 }
 
-void sf__nccl_group_free(struct sf__nccl_group *g) {
-  if (!g)
-    return;
-  /* Finalize every member's communicator first, then destroy: finalizing
-   * one rank may wait for the others. */
+/* Finalize every member's communicator first, then destroy: finalizing
+ * one rank may wait for the others. */
+static void nccl_destroy(void *s) {
+  nstate *g = s;
+  char why[8];
+  bool abort = atomic_load(&g->failed) || g->host->failed(g->hs, why, sizeof why);
   for (int64_t k = 0; k < g->n; k++)
-    finalize_start(g->comm[k], g->state == 2);
+    finalize_start(g->comm[k], abort);
   for (int64_t k = 0; k < g->n; k++)
     finalize_end(g->comm[k]);
-  pthread_mutex_destroy(&g->mu);
-  pthread_cond_destroy(&g->cv);
-  sf_free(g->comm);
-  sf_free(g);
+  free(g->comm);
+  free(g);
 }
 
-/* The watchdog's view of an in-process group: sf__comm's abort flag. */
+static bool nccl_off(void) {
+  const char *e = getenv("SFLOW_NCCL");
+  return e && (!strcmp(e, "off") || !strcmp(e, "0"));
+}
+
+/* The GPU this member offers its array on, or -1: its only current copy
+ * is on a device and its elements travel as NCCL types (numbers, for a
+ * reduction).  A member of a group across processes also needs NCCL here
+ * (else, with a notice once, the group stages through the host); in one
+ * process every member sees the same library, and device_ok raises. */
+static int64_t offer(const nstate *g, const sf__coll_buf *b) {
+  sf_array *a = b->a;
+  if (!a || a->where != SF__WHERE_DEVICE || !a->dev || g->n > 64)
+    return -1;
+  int64_t one = 1;
+  int dt = dtype(a->elem, &one);
+  if (dt < 0 || (b->reduce && dt == NCCL_UINT8))
+    return -1;
+  if (!g->host->shared_memory) {
+    char why[256];
+    if (!a->len || nccl_off())
+      return -1;
+    if (!sf__nccl_load(why, sizeof why)) {
+      static _Atomic int told;
+      if (!atomic_exchange(&told, 1))
+        sf__notice("node %lld: %s; device collectives of groups here stage through the host",
+                   (long long)sf__node_id, why);
+      return -1;
+    }
+  }
+  return sf__node_id * 4096 + sf__gpu_array_device(a);
+}
+
+/* The members meet: true when the group runs this call on the device.
+ * Raises when NCCL is needed in this process but cannot load. */
+static bool device_ok(nstate *g, int64_t rank, sf__coll_buf *b, const sf_loc *loc) {
+  b->gpu = offer(g, b);
+  sf__coll_view v;
+  g->host->meet(g->hs, rank, b, &v, loc);
+  if (v.shares[0] >= 0) {
+    static _Atomic int told;
+    if (!atomic_exchange(&told, 1))
+      sf__notice("members %" PRId64 " and %" PRId64 " of a group share GPU %d: their "
+                 "device collectives go through the host (NCCL needs one GPU per member)",
+                 v.shares[0], v.shares[1], (int)(b->gpu % 4096));
+    return false;
+  }
+  if (!v.device || nccl_off())
+    return false;
+  char why[256];
+  if (!sf__nccl_load(why, sizeof why))
+    sf_runtime_error(loc, "%s: the group's arrays are on %" PRId64 " GPUs, which needs NCCL, "
+                     "but %s (install NCCL 2.14 or later, name the library with SFLOW_NCCL, "
+                     "or set SFLOW_NCCL=off to stage device collectives through the host)",
+                     b->what, g->n, why);
+  return true;
+}
+
+/* The watchdog's view of the group: the host transport's "can no longer
+ * meet", and telling it that this member failed before it aborts its
+ * communicator (shared memory wakes the members waiting for it; the ring's
+ * peers are bounded by its timeout). */
 typedef struct {
-  sf__comm *c;
+  nstate *g;
   int64_t rank;
 } member;
 
-static bool comm_failed(void *ctx, char *why, size_t n) {
-  return sf__comm_failed(((member *)ctx)->c, why, n);
+static bool host_failed(void *ctx, char *why, size_t n) {
+  member *m = ctx;
+  return m->g->host->failed(m->g->hs, why, n);
 }
 
-static void comm_failing(void *ctx, const char *why) {
+static void host_abort(void *ctx, const char *why) {
   member *m = ctx;
-  sf__comm_abort(m->c, m->rank, why);
+  m->g->host->member_failed(m->g->hs, m->rank, why);
 }
 
 /* "group of actor 'Trainer' (member 1 of 2)" */
@@ -672,112 +733,130 @@ static void group_name(int64_t rank, int64_t n, char *out, size_t len) {
            d ? d->name : "?", rank, n);
 }
 
-_Noreturn static void group_error(struct sf__nccl_group *g, int64_t rank, const sf__dev_op *op,
+_Noreturn static void group_error(nstate *g, int64_t rank, const sf__dev_op *op,
                                   const char *cause, const sf_loc *loc) {
-  char name[160];
-  group_name(rank, g ? g->n : 0, name, sizeof name);
-  if (g) {
-    pthread_mutex_lock(&g->mu);
-    if (g->state != 2)
-      snprintf(g->why, sizeof g->why, "%s", cause);
-    g->state = 2;
-    pthread_cond_broadcast(&g->cv);
-    pthread_mutex_unlock(&g->mu);
-  }
+  char name[160], what[SF__ERROR_MAX / 2 + 64];
+  group_name(rank, g->n, name, sizeof name);
+  atomic_store(&g->failed, true);
+  snprintf(what, sizeof what, "an earlier collective failed: %s", cause);
+  g->host->abort(g->hs, rank, what); /* every later collective fails at once */
   sf_runtime_error(loc, "%s on the device (NCCL), %s: %s", op->what, name, cause);
 }
 
-/* Member 0 makes the id; the others wait for it under the watchdog. */
-static bool share_id(struct sf__nccl_group *g, sf__comm *c, int64_t rank, sf__nccl_id *id,
-                     char *err, size_t n) {
-  pthread_mutex_lock(&g->mu);
-  if (rank == 0 && g->state == 0) {
-    g->state = sf__nccl_new_id(&g->id, g->why, sizeof g->why) ? 1 : 2;
-    pthread_cond_broadcast(&g->cv);
-  }
-  double limit = sf__nccl_timeout(), t0 = now_s();
-  sf__sched_block_begin();
-  while (g->state == 0 && now_s() - t0 < limit && !sf__comm_failed(c, err, n)) {
-    sf__cond_wait_ns(&g->cv, &g->mu, 10000000);
-  }
-  sf__sched_block_end();
-  bool ok = g->state == 1;
-  if (ok)
-    *id = g->id;
-  else if (g->state == 2)
-    snprintf(err, n, "%s", g->why);
-  else if (!sf__comm_failed(c, err, n))
-    snprintf(err, n, "member 0 made no NCCL id within %g s (SFLOW_NCCL_TIMEOUT)", limit);
-  pthread_mutex_unlock(&g->mu);
-  return ok;
-}
+/* The id, packed, from member 0 to the others over the host transport.
+ * Member 0 broadcasts zeros when it could not make one, so that the
+ * others fail with its reason's place instead of waiting. */
+static const sf_type wire_type = {.kind = SF_BOOL, .size = 1, .align = 1, .name = "byte"};
 
-/* May the group run op on the device?  Every input is the same for every
- * member (the arrays' shapes and devices, process-wide settings), so all
- * members decide alike.  Raises when NCCL is needed but cannot load. */
-static bool device_ok(sf_array *const *slot, int64_t n, const sf__dev_op *op,
-                      const sf_loc *loc) {
-  const sf_type *t = slot[0]->elem;
-  for (int64_t k = 0; k < n; k++) {
-    if (slot[k]->elem->kind != t->kind || slot[k]->len != slot[0]->len || !slot[k]->dev)
-      return false; /* the host path reports the mismatch */
-    int64_t one = 1;
-    if (dtype(slot[k]->elem, &one) < 0)
-      return false;
-  }
-  if (op->kind == SF__DEV_ALLREDUCE && dtype(t, &(int64_t){1}) == NCCL_UINT8)
-    return false;
-  int32_t dev[64];
-  if (n > 64)
-    return false;
-  for (int64_t k = 0; k < n; k++) {
-    dev[k] = sf__gpu_array_device(slot[k]);
-    for (int64_t j = 0; j < k; j++)
-      if (dev[j] == dev[k]) {
-        static _Atomic int told;
-        if (!atomic_exchange(&told, 1))
-          sf__notice("members %" PRId64 " and %" PRId64 " of a group share GPU %d: their "
-                     "device collectives go through the host (NCCL needs one GPU per member)",
-                     j, k, (int)dev[k]);
-        return false;
-      }
-  }
+static bool share_id(nstate *g, int64_t rank, const char *what, sf__nccl_id *id, char *err,
+                     size_t n, const sf_loc *loc) {
+  uint8_t wire[SF__NCCL_ID_WIRE] = {0};
+  bool made = rank != 0 || sf__nccl_new_id(id, err, n);
+  if (rank == 0 && made)
+    sf__nccl_id_pack(id, g->id, 0, wire);
+  sf__coll_buf b = {.data = wire, .elem = &wire_type, .count = sizeof wire, .what = what,
+                    .gpu = -1};
+  g->host->broadcast(g->hs, rank, &b, 0, loc);
+  if (rank == 0 || !made)
+    return made;
   char why[256];
-  const char *e = getenv("SFLOW_NCCL");
-  if (e && (!strcmp(e, "off") || !strcmp(e, "0")))
+  if (!sf__nccl_id_unpack(wire, sizeof wire, g->id, 0, id, why, sizeof why)) {
+    snprintf(err, n, "member 0 made no NCCL id (%s)", why);
     return false;
-  if (!sf__nccl_load(why, sizeof why))
-    sf_runtime_error(loc, "%s: the group's arrays are on %" PRId64 " GPUs, which needs NCCL, "
-                     "but %s (install NCCL 2.14 or later, name the library with SFLOW_NCCL, "
-                     "or set SFLOW_NCCL=off to stage device collectives through the host)",
-                     op->what, n, why);
+  }
   return true;
 }
 
-bool sf__nccl_group_run(sf__comm *c, int64_t rank, sf_array *const *slot, int64_t n,
-                        sf__dev_op *op, const sf_loc *loc) {
-  if (!device_ok(slot, n, op, loc))
-    return false;
-  struct sf__nccl_group *g = group_of(c, n);
-  member me = {c, rank};
-  sf__nccl_watch w = {comm_failed, &me, 0, comm_failing};
+/* Runs op on the device for member rank; raises on failure, naming the
+ * collective, the group and the cause. */
+static void run_on_device(nstate *g, int64_t rank, sf_array *a, sf__dev_op *op,
+                          const sf_loc *loc) {
+  member me = {g, rank};
+  sf__nccl_watch w = {host_failed, &me, 0, host_abort};
   char err[SF__ERROR_MAX / 2];
-  sf_array *a = slot[rank];
+  if (!sf__gpu_ready(loc)) /* unreachable: an array on the device means a GPU */
+    sf_runtime_error(loc, "%s: the array is on a GPU but the GPU is not usable", op->what);
   /* The member's context, current on this thread: its array's device. */
-  if (!sf__gpu_ready(loc))
-    return false; /* unreachable: an array on the device means a GPU */
   sf__gpu_use_device(sf__gpu_array_device(a));
   if (!g->comm[rank]) {
     sf__nccl_id id;
-    if (!share_id(g, c, rank, &id, err, sizeof err))
+    /* Members of one process may still be reading each other's buffers
+     * from the meeting; the id's broadcast brings new ones. */
+    if (g->host->shared_memory)
+      g->host->barrier(g->hs, rank, op->what, loc);
+    if (!share_id(g, rank, op->what, &id, err, sizeof err, loc))
       group_error(g, rank, op, err, loc);
-    if (!(g->comm[rank] = sf__nccl_comm_init(&id, (int)rank, (int)n, &w, err, sizeof err)))
+    if (!(g->comm[rank] = sf__nccl_comm_init(&id, (int)rank, (int)g->n, &w, err, sizeof err)))
       group_error(g, rank, op, err, loc);
   }
-  if (!sf__nccl_run(g->comm[rank], a, n, op, &w, err, sizeof err, loc))
+  if (!sf__nccl_run(g->comm[rank], a, g->n, op, &w, err, sizeof err, loc))
     group_error(g, rank, op, err, loc);
-  return true;
+  /* Members of one process read each other's buffers when they meet: a
+   * root may finish before the last member has read them. */
+  if (g->host->shared_memory)
+    g->host->barrier(g->hs, rank, op->what, loc);
 }
+
+static void nccl_allreduce(void *s, int64_t rank, sf__coll_buf *b, bool mean, const sf_loc *loc) {
+  nstate *g = s;
+  b->reduce = b->same_len = true;
+  if (!device_ok(g, rank, b, loc)) {
+    g->host->allreduce(g->hs, rank, b, mean, loc);
+    return;
+  }
+  sf__dev_op op = {.kind = SF__DEV_ALLREDUCE, .what = b->what, .mean = mean};
+  run_on_device(g, rank, b->a, &op, loc);
+}
+
+static void nccl_broadcast(void *s, int64_t rank, sf__coll_buf *b, int64_t root,
+                           const sf_loc *loc) {
+  nstate *g = s;
+  b->same_len = true;
+  if (!device_ok(g, rank, b, loc)) {
+    g->host->broadcast(g->hs, rank, b, root, loc);
+    return;
+  }
+  sf__dev_op op = {.kind = SF__DEV_BROADCAST, .what = b->what, .root = root};
+  run_on_device(g, rank, b->a, &op, loc);
+}
+
+/* NCCL's allgather takes one length from every member: device_ok's view
+ * requires it. */
+static sf_array *nccl_allgather(void *s, int64_t rank, sf__coll_buf *b, const sf_loc *loc) {
+  nstate *g = s;
+  if (!device_ok(g, rank, b, loc))
+    return g->host->allgather(g->hs, rank, b, loc);
+  sf__dev_op op = {.kind = SF__DEV_ALLGATHER, .what = b->what};
+  run_on_device(g, rank, b->a, &op, loc);
+  return op.out;
+}
+
+/* A barrier moves no array: the host transport's. */
+static void nccl_barrier(void *s, int64_t rank, const char *what, const sf_loc *loc) {
+  nstate *g = s;
+  g->host->barrier(g->hs, rank, what, loc);
+}
+
+static void nccl_abort(void *s, int64_t rank, const char *why) {
+  nstate *g = s;
+  g->host->abort(g->hs, rank, why);
+}
+
+static void nccl_member_failed(void *s, int64_t rank, const char *why) {
+  nstate *g = s;
+  g->host->member_failed(g->hs, rank, why);
+}
+
+static bool nccl_failed(void *s, char *why, size_t n) {
+  nstate *g = s;
+  return g->host->failed(g->hs, why, n);
+}
+
+const sf__coll_transport sf__coll_nccl = {
+    .name = "nccl", .init = nccl_init, .allreduce = nccl_allreduce,
+    .broadcast = nccl_broadcast, .allgather = nccl_allgather, .barrier = nccl_barrier,
+    .abort = nccl_abort, .member_failed = nccl_member_failed, .failed = nccl_failed,
+    .destroy = nccl_destroy};
 
 bool sf__nccl_run(sf__nccl_comm *nc, sf_array *a, int64_t n, sf__dev_op *op,
                   const sf__nccl_watch *w, char *err, size_t errn, const sf_loc *loc) {

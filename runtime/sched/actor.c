@@ -502,7 +502,7 @@ sf_group *sf_group_spawn(const sf_actor_desc *d, int64_t n, void *args, const sf
   sf_group *g = sf_alloc(sizeof *g);
   *g = (sf_group){.hdr = {1, SF_OBJ_GROUP, 0}, .desc = d, .n = n};
   g->members = sf__alloc_n((size_t)(n ? n : 1), sizeof *g->members);
-  sf__comm *comm = n > 0 ? sf__comm_new(n) : NULL;
+  sf__comm *comm = n > 0 ? sf__comm_new(n, SF__COLL_SHM, NULL, 0) : NULL;
   int64_t id = spawn_id();
   uint64_t key = sf__rng_child(); /* the group's; member i's is mix(key, i) */
   for (int64_t i = 0; i < n; i++)

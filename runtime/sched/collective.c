@@ -26,14 +26,17 @@
  *  - If a member fails while others wait, the group's communicator is
  *    aborted: the waiters fail with an error naming the member instead of
  *    hanging, and every later collective of the group fails at once.
- *  - This file is the shared-memory transport; the TCP ring between nodes
- *    (group_ring.c, over ring.c) and NCCL for device arrays implement the same
- *    operations, installed with sf__comm_new_ops.
- *  - Device arrays (nccl.c): after the first barrier every member sees what
- *    every other member brought, so all choose the same path: NCCL when
- *    every array is on the device and the members are on distinct GPUs,
- *    otherwise the device arrays are copied to the host and the group
- *    meets once more before the shared-memory path (see device_path).
+ *  - This file is the collective interface (sched.h, sf__coll_transport):
+ *    the entry points generated code calls, the group object, the registry
+ *    of transports, and the first transport, shared memory.  A group picks
+ *    its transport when it forms (sf__comm_new): its host transport (shared
+ *    memory here, the TCP ring of group_ring.c on a worker), with the
+ *    device transport (NCCL, nccl.c) stacked on it when the GPU layer
+ *    registered one.  Every collective is one indirect call from there.
+ *  - Device arrays: the first barrier (shm_meet) shows every member what
+ *    every other brought, so all choose alike; when some member's only
+ *    current copy was on the device, each copies its own to the host and
+ *    the group meets once more before reading each other's arrays.
  */
 #define _GNU_SOURCE /* sched_getcpu */
 #include <inttypes.h>
@@ -45,9 +48,9 @@
 
 #include "sched.h"
 
-struct sf__comm {
-  const sf__comm_ops *ops; /* the transport */
-  _Atomic int64_t rc;
+/* The state of the shared-memory transport: one per group, shared by
+ * the members' threads. */
+typedef struct shm {
   int64_t n;
   pthread_mutex_t lock;
   int64_t arrived;
@@ -56,14 +59,22 @@ struct sf__comm {
   _Atomic int32_t sleepers;  /* members asleep on word (a wake only when > 0) */
   _Atomic int32_t *cpu;      /* per member: the CPU it last arrived on */
   char *aborted; /* why the group can no longer meet, or NULL */
-  sf_array **slot;
-  _Atomic int64_t *pending; /* per member: calls queued or running */
+  sf__coll_buf **slot;      /* per member: what it brought to this round */
+  _Atomic int64_t *pending; /* per member: calls queued or running (sf__comm's) */
   bool *here;               /* per member: waiting in this round */
-  void *impl;               /* another transport's state (sf__comm_new_ops) */
-  void (*impl_free)(void *);
-  /* nccl.c: device collectives */
   int32_t *where; /* per member: its array's sf_array.where, before the barrier */
-  _Atomic(struct sf__nccl_group *) nccl;
+} shm;
+
+/* A group: the transport it picked when it formed, and what actor.c
+ * counts per member. */
+struct sf__comm {
+  _Atomic int64_t rc;
+  int64_t n;
+  _Atomic int64_t *pending;
+  const sf__coll_transport *t; /* every collective goes here */
+  void *ts;
+  const sf__coll_transport *host; /* t, or the one t is stacked on */
+  void *hs;
 };
 
 /* How long a member waits in a collective for members that have no call
@@ -72,45 +83,99 @@ struct sf__comm {
 #define STUCK_SECONDS 3
 #define CHECK_NS 1000000000LL /* how often a sleeping member looks for stuck ones */
 
-sf__comm *sf__comm_new(int64_t n) {
-  sf__comm *c = sf_alloc(sizeof *c);
+const sf__coll_transport *sf__coll_transports[SF__COLL_KINDS] = {[SF__COLL_SHM] = &sf__coll_shm};
+
+static void *shm_init(int64_t n, const void *arg) {
+  shm *c = sf_alloc(sizeof *c);
   memset(c, 0, sizeof *c);
-  atomic_init(&c->rc, 1);
-  c->ops = &sf__comm_shm;
   c->n = n;
+  c->pending = (_Atomic int64_t *)arg;
   pthread_mutex_init(&c->lock, NULL);
   atomic_init(&c->word, 0);
   atomic_init(&c->sleepers, 0);
   c->slot = sf__alloc_n((size_t)n, sizeof *c->slot);
   memset(c->slot, 0, (size_t)n * sizeof *c->slot);
-  c->pending = sf__alloc_n((size_t)n, sizeof *c->pending);
-  for (int64_t i = 0; i < n; i++)
-    atomic_init(&c->pending[i], 0);
   c->here = sf__alloc_n((size_t)n, sizeof *c->here);
   memset(c->here, 0, (size_t)n * sizeof *c->here);
   c->where = sf__alloc_n((size_t)n, sizeof *c->where);
   memset(c->where, 0, (size_t)n * sizeof *c->where);
   c->cpu = sf__alloc_n((size_t)n, sizeof *c->cpu);
   memset((void *)c->cpu, 0xff, (size_t)n * sizeof *c->cpu); /* -1: not seen yet */
-  atomic_init(&c->nccl, NULL);
+  return c;
+}
+
+static void shm_destroy(void *s) {
+  shm *c = s;
+  pthread_mutex_destroy(&c->lock);
+  free(c->aborted);
+  sf_free(c->slot);
+  sf_free(c->here);
+  sf_free(c->where);
+  sf_free((void *)c->cpu);
+  sf_free(c);
+}
+
+sf__comm *sf__comm_new(int64_t n, int kind, const void *arg, uint64_t id) {
+  const sf__coll_transport *host = kind >= 0 && kind < SF__COLL_KINDS ? sf__coll_transports[kind]
+                                                                      : NULL;
+  if (!host)
+    return NULL;
+  sf__comm *c = sf_alloc(sizeof *c);
+  memset(c, 0, sizeof *c);
+  atomic_init(&c->rc, 1);
+  c->n = n;
+  c->pending = sf__alloc_n((size_t)n, sizeof *c->pending);
+  for (int64_t i = 0; i < n; i++)
+    atomic_init(&c->pending[i], 0);
+  c->host = c->t = host;
+  c->hs = c->ts = host->init(n, kind == SF__COLL_SHM ? (const void *)c->pending : arg);
+  if (!c->hs) {
+    sf_free((void *)c->pending);
+    sf_free(c);
+    return NULL;
+  }
+  /* A lone member never reaches a transport (the entry points). */
+  const sf__coll_transport *dev = sf__coll_transports[SF__COLL_NCCL];
+  sf__coll_stack st = {host, c->hs, id};
+  void *ds = dev && n > 1 ? dev->init(n, &st) : NULL;
+  if (ds) {
+    c->t = dev;
+    c->ts = ds;
+  }
   return c;
 }
 
 _Atomic int64_t *sf__comm_pending(sf__comm *c, int64_t rank) { return &c->pending[rank]; }
 
-sf__comm *sf__comm_new_ops(int64_t n, const sf__comm_ops *ops, void *impl,
-                           void (*impl_free)(void *)) {
-  sf__comm *c = sf__comm_new(n);
-  c->ops = ops;
-  c->impl = impl;
-  c->impl_free = impl_free;
+void *sf__comm_host(sf__comm *c) { return c->hs; }
+
+const char *sf__comm_transport(sf__comm *c) { return c->t->name; }
+
+sf__comm *sf__comm_retain(sf__comm *c) {
+  if (c)
+    atomic_fetch_add(&c->rc, 1);
   return c;
 }
 
-void *sf__comm_impl(sf__comm *c) { return c->impl; }
+void sf__comm_release(sf__comm *c) {
+  if (!c || atomic_fetch_sub(&c->rc, 1) != 1)
+    return;
+  /* The stacked transport first: NCCL's communicators end before the
+   * host transport's links close. */
+  c->t->destroy(c->ts);
+  if (c->host != c->t)
+    c->host->destroy(c->hs);
+  sf_free((void *)c->pending);
+  sf_free(c);
+}
+
+void sf__comm_abort(sf__comm *c, int64_t rank, const char *why) {
+  if (c)
+    c->t->member_failed(c->ts, rank, why);
+}
 
 /* Members that are not in this round and have nothing to run: "0, 2". */
-static bool idle_missing(sf__comm *c, char *out, size_t n) {
+static bool idle_missing(shm *c, char *out, size_t n) {
   size_t o = 0;
   bool any = false;
   out[0] = '\0';
@@ -126,58 +191,43 @@ static bool idle_missing(sf__comm *c, char *out, size_t n) {
   return any;
 }
 
-sf__comm *sf__comm_retain(sf__comm *c) {
-  if (c)
-    atomic_fetch_add(&c->rc, 1);
-  return c;
-}
-
-void sf__comm_release(sf__comm *c) {
-  if (!c || atomic_fetch_sub(&c->rc, 1) != 1)
-    return;
-  pthread_mutex_destroy(&c->lock);
-  free(c->aborted);
-  if (c->impl_free)
-    c->impl_free(c->impl);
-  sf_free(c->slot);
-  sf_free((void *)c->pending);
-  sf_free(c->here);
-  if (sf__comm_dev.group_free)
-    sf__comm_dev.group_free(atomic_load(&c->nccl));
-  sf_free(c->where);
-  sf_free((void *)c->cpu);
-  sf_free(c);
-}
-
 /* Wakes every member asleep in the barrier: its round ended, or the group
  * aborted.  The store to word and the load of sleepers are sequentially
  * consistent, as are a sleeper's increment of sleepers and its load of
  * word: either the waker sees the sleeper, or the sleeper sees the new
  * word (and the new round) and does not sleep. */
-static void wake_members(sf__comm *c) {
+static void wake_members(shm *c) {
   atomic_fetch_add(&c->word, 1);
   if (atomic_load(&c->sleepers) > 0)
     sf__futex_wake(&c->word, INT32_MAX);
 }
 
-void sf__comm_abort(sf__comm *c, int64_t rank, const char *why) {
-  if (!c)
-    return;
+/* The group can no longer meet: the waiters fail with why. */
+static void shm_abort_with(shm *c, const char *why) {
   pthread_mutex_lock(&c->lock);
   bool first = !c->aborted;
-  if (first) {
-    char buf[SF__ERROR_MAX + 64];
-    snprintf(buf, sizeof buf, "member %" PRId64 " of the group failed: %s", rank, why);
-    c->aborted = strdup(buf);
-  }
+  if (first)
+    c->aborted = strdup(why);
   pthread_mutex_unlock(&c->lock);
   if (first)
     wake_members(c);
 }
 
-_Atomic(struct sf__nccl_group *) *sf__comm_nccl(sf__comm *c) { return &c->nccl; }
+static void shm_abort(void *s, int64_t rank, const char *why) {
+  (void)rank;
+  shm_abort_with(s, why);
+}
 
-bool sf__comm_failed(sf__comm *c, char *why, size_t n) {
+/* A member that failed can no longer arrive: the group fails too, with
+ * the member named. */
+static void shm_member_failed(void *s, int64_t rank, const char *why) {
+  char buf[SF__ERROR_MAX + 64];
+  snprintf(buf, sizeof buf, "member %" PRId64 " of the group failed: %s", rank, why);
+  shm_abort_with(s, buf);
+}
+
+static bool shm_failed(void *s, char *why, size_t n) {
+  shm *c = s;
   pthread_mutex_lock(&c->lock);
   bool failed = c->aborted != NULL;
   if (failed)
@@ -193,7 +243,7 @@ static sf__comm *mine(int64_t *rank) {
   return a ? sf__actor_comm(a) : NULL;
 }
 
-static bool round_over(sf__comm *c, int64_t gen) {
+static bool round_over(shm *c, int64_t gen) {
   return atomic_load_explicit(&c->gen, memory_order_acquire) != gen;
 }
 
@@ -202,7 +252,7 @@ static bool round_over(sf__comm *c, int64_t gen) {
  * another member last ran on this CPU (it cannot arrive while we hold the
  * core; members that wake each other through the futex tend to end up on
  * one CPU) and on an oversubscribed machine (sf__spin_ns is 0). */
-static bool spin_for_round(sf__comm *c, int64_t rank, int32_t cpu, int64_t gen) {
+static bool spin_for_round(shm *c, int64_t rank, int32_t cpu, int64_t gen) {
   int64_t budget = sf__spin_ns();
   if (budget <= 0 || cpu < 0)
     return false;
@@ -222,7 +272,7 @@ static bool spin_for_round(sf__comm *c, int64_t rank, int32_t cpu, int64_t gen) 
 /* With c->lock held, once per CHECK_NS of sleeping: after STUCK_SECONDS
  * checks in a row that found members with nothing to run, the group fails
  * instead of hanging. */
-static void check_stuck(sf__comm *c, int64_t rank, int *stuck) {
+static void check_stuck(shm *c, int64_t rank, int *stuck) {
   char who[256];
   *stuck = idle_missing(c, who, sizeof who) ? *stuck + 1 : 0;
   if (*stuck < STUCK_SECONDS || c->aborted)
@@ -236,7 +286,7 @@ static void check_stuck(sf__comm *c, int64_t rank, int *stuck) {
 
 /* Sleeps until round gen is over (true) or the group aborted (false, the
  * reason in why). */
-static bool sleep_for_round(sf__comm *c, int64_t rank, int64_t gen, char *why, size_t n) {
+static bool sleep_for_round(shm *c, int64_t rank, int64_t gen, char *why, size_t n) {
   int stuck = 0;
   int64_t next_check = sf__mono_ns() + CHECK_NS;
   for (;;) {
@@ -268,7 +318,7 @@ static bool sleep_for_round(sf__comm *c, int64_t rank, int64_t gen, char *why, s
   }
 }
 
-static void barrier(sf__comm *c, int64_t rank, const char *what, const sf_loc *loc) {
+static void barrier(shm *c, int64_t rank, const char *what, const sf_loc *loc) {
   char why[SF__ERROR_MAX + 64];
   pthread_mutex_lock(&c->lock);
   if (c->aborted) {
@@ -303,21 +353,19 @@ static bool numeric(const sf_type *t) {
   return t && (t->kind == SF_F32 || t->kind == SF_F64 || t->kind == SF_I32 || t->kind == SF_I64);
 }
 
-/* After the first barrier: every member checks every array the same way,
- * so all of them raise the same error, or none does. */
-static void check_same(sf__comm *c, int64_t rank, const char *what, bool need_numeric,
-                       const sf_loc *loc) {
-  sf_array *me = c->slot[rank];
+/* After the first barrier: every member checks every buffer the same
+ * way, so all of them raise the same error, or none does.  A member that
+ * brought no array counts as an empty one of any type. */
+static void check_same(shm *c, const char *what, bool need_numeric, const sf_loc *loc) {
+  int64_t n0 = c->slot[0]->count;
   for (int64_t k = 0; k < c->n; k++) {
-    sf_array *o = c->slot[k];
-    int64_t n0 = c->slot[0] ? c->slot[0]->len : 0, nk = o ? o->len : 0;
-    if (need_numeric && o && !numeric(o->elem))
+    const sf__coll_buf *o = c->slot[k];
+    if (need_numeric && o->a && !numeric(o->elem))
       sf_runtime_error(loc, "%s: arrays of %s cannot be reduced", what, o->elem->name);
-    if (nk != n0)
+    if (o->count != n0)
       sf_runtime_error(loc, "%s: member %" PRId64 " has %" PRId64 " elements but member 0 has %"
-                       PRId64, what, k, nk, n0);
+                       PRId64, what, k, o->count, n0);
   }
-  (void)me;
 }
 
 static void add_into(const sf_type *t, void *acc, const void *x, int64_t n) {
@@ -344,37 +392,60 @@ static void divide(const sf_type *t, void *acc, int64_t n, int64_t by) {
   }
 }
 
-/* ------------------------------------------------ device arrays (nccl.c) */
-
-sf__comm_device sf__comm_dev;
-
-/* Before the first barrier: what the member brings, and where it is. */
-static void publish(sf__comm *c, int64_t rank, sf_array *a) {
-  c->slot[rank] = a;
-  c->where[rank] = a ? a->where : SF__WHERE_HOST;
-}
-
-/* After the first barrier.  True when nccl.c ran the whole of op on the
- * device; otherwise every member's array is current on the host when it
- * returns.  The inputs (c->where, the arrays' shapes) are the same for
- * every member, so every member takes the same branch. */
-static bool device_path(sf__comm *c, int64_t rank, sf__dev_op *op, const sf_loc *loc) {
-  int64_t on = 0;
-  for (int64_t k = 0; k < c->n; k++)
-    on += c->where[k] == SF__WHERE_DEVICE;
-  if (on == 0)
-    return false;
-  if (on == c->n && sf__comm_dev.run && sf__comm_dev.run(c, rank, c->slot, c->n, op, loc)) {
-    /* A root may finish before the last member has read the slots. */
-    barrier(c, rank, op->what, loc);
-    return true;
-  }
-  sf_array_host(c->slot[rank]); /* staged through the host: each its own */
-  barrier(c, rank, op->what, loc);
-  return false;
-}
 
 /* --------------------------------------------- shared-memory transport */
+
+/* Element i of a member's buffer. */
+static void *at(const sf__coll_buf *b, int64_t i) {
+  return (char *)b->data + i * (int64_t)b->elem->size;
+}
+
+/* Before the first barrier: what the member brings, and where it is. */
+static void publish(shm *c, int64_t rank, sf__coll_buf *b) {
+  c->slot[rank] = b;
+  c->where[rank] = b->a ? b->a->where : SF__WHERE_HOST;
+}
+
+/* The members meet with their buffers (the first barrier of a call) for
+ * a device transport stacked here.  Every member computes the view from
+ * the same slots, so every member sees the same. */
+static void shm_meet(void *s, int64_t rank, sf__coll_buf *b, sf__coll_view *v, const sf_loc *loc) {
+  shm *c = s;
+  publish(c, rank, b);
+  barrier(c, rank, b->what, loc);
+  b->met = true;
+  v->device = true;
+  v->shares[0] = v->shares[1] = -1;
+  const sf__coll_buf *b0 = c->slot[0];
+  for (int64_t k = 0; k < c->n && v->device; k++) {
+    const sf__coll_buf *o = c->slot[k];
+    v->device = o->gpu >= 0 && o->count == b0->count && o->elem->kind == b0->elem->kind;
+  }
+  for (int64_t k = 0; k < c->n && v->device; k++)
+    for (int64_t j = 0; j < k && v->device; j++)
+      if (c->slot[j]->gpu == c->slot[k]->gpu) {
+        v->device = false;
+        v->shares[0] = j;
+        v->shares[1] = k;
+      }
+}
+
+/* The first meeting of a host call (unless meet was it), then: when any
+ * member's only current copy was on the device, each copies its own to
+ * the host and the group meets once more before anyone reads another's. */
+static void shm_begin(shm *c, int64_t rank, sf__coll_buf *b, const sf_loc *loc) {
+  if (!b->met) {
+    publish(c, rank, b);
+    barrier(c, rank, b->what, loc);
+  }
+  bool staged = false;
+  for (int64_t k = 0; k < c->n && !staged; k++)
+    staged = c->where[k] == SF__WHERE_DEVICE;
+  if (!staged)
+    return;
+  sf_array_host(b->a);
+  barrier(c, rank, b->what, loc);
+}
 
 /* A small array: every member computes the whole result into its own
  * buffer, then (after a barrier: no one reads the arrays any more) writes
@@ -383,19 +454,19 @@ static bool device_path(sf__comm *c, int64_t rank, sf__dev_op *op, const sf_loc 
  * sliced path (its slice owner's value first, then the others in rank
  * order), so every member gets the same bits as there. */
 #define SMALL_REDUCE 4096 /* bytes */
-static void small_allreduce(sf__comm *c, int64_t rank, const sf_type *t, int64_t len, bool mean,
+static void small_allreduce(shm *c, int64_t rank, const sf_type *t, int64_t len, bool mean,
                             const char *what, const sf_loc *loc) {
   _Alignas(16) char acc[SMALL_REDUCE];
-  size_t esz = t ? (size_t)t->size : 0;
+  size_t esz = (size_t)t->size;
   for (int64_t r = 0; r < c->n; r++) {
     int64_t lo = len * r / c->n, hi = len * (r + 1) / c->n;
     if (hi <= lo)
       continue;
     char *dst = acc + lo * (int64_t)esz;
-    memcpy(dst, (char *)c->slot[r]->data + lo * (int64_t)esz, (size_t)(hi - lo) * esz);
+    memcpy(dst, at(c->slot[r], lo), (size_t)(hi - lo) * esz);
     for (int64_t k = 0; k < c->n; k++)
       if (k != r)
-        add_into(t, dst, (char *)c->slot[k]->data + lo * (int64_t)esz, hi - lo);
+        add_into(t, dst, at(c->slot[k], lo), hi - lo);
     if (mean)
       divide(t, dst, hi - lo, c->n);
   }
@@ -404,114 +475,117 @@ static void small_allreduce(sf__comm *c, int64_t rank, const sf_type *t, int64_t
     memcpy(c->slot[rank]->data, acc, (size_t)len * esz);
 }
 
-static void shm_allreduce(sf__comm *c, int64_t rank, sf_array *a, bool mean, const char *what,
-                          const sf_loc *loc) {
-  publish(c, rank, a);
-  barrier(c, rank, what, loc);
-  sf__dev_op op = {.kind = SF__DEV_ALLREDUCE, .what = what, .mean = mean};
-  if (device_path(c, rank, &op, loc))
-    return;
-  check_same(c, rank, what, true, loc);
-  sf_array *first = c->slot[0];
-  int64_t len = first ? first->len : 0;
-  const sf_type *t = first ? first->elem : NULL;
+static void shm_allreduce(void *s, int64_t rank, sf__coll_buf *b, bool mean, const sf_loc *loc) {
+  shm *c = s;
+  const char *what = b->what;
+  shm_begin(c, rank, b, loc);
+  check_same(c, what, true, loc);
+  const sf__coll_buf *first = c->slot[0];
+  int64_t len = first->count;
+  const sf_type *t = first->elem;
   int64_t lo = len * rank / c->n, hi = len * (rank + 1) / c->n;
-  size_t esz = t ? (size_t)t->size : 0;
+  size_t esz = (size_t)t->size;
   if ((size_t)len * esz <= SMALL_REDUCE) {
     small_allreduce(c, rank, t, len, mean, what, loc);
     return;
   }
   /* Member r sums slice r of every array into its own array, in place... */
-  char *mine_data = hi > lo ? (char *)c->slot[rank]->data + lo * (int64_t)esz : NULL;
+  char *mine_data = hi > lo ? at(b, lo) : NULL;
   for (int64_t k = 0; k < c->n && hi > lo; k++)
     if (k != rank)
-      add_into(t, mine_data, (char *)c->slot[k]->data + lo * (int64_t)esz, hi - lo);
+      add_into(t, mine_data, at(c->slot[k], lo), hi - lo);
   if (mean && hi > lo)
     divide(t, mine_data, hi - lo, c->n);
   barrier(c, rank, what, loc); /* every slice is summed before anyone copies */
   /* ...then copies its finished slice into every other member's array. */
   for (int64_t k = 0; k < c->n && hi > lo; k++)
     if (k != rank)
-      memcpy((char *)c->slot[k]->data + lo * (int64_t)esz, mine_data, (size_t)(hi - lo) * esz);
+      memcpy(at(c->slot[k], lo), mine_data, (size_t)(hi - lo) * esz);
   barrier(c, rank, what, loc); /* every slice is written before anyone returns */
 }
 
-static void shm_broadcast(sf__comm *c, int64_t rank, sf_array *a, int64_t root,
+static void shm_broadcast(void *s, int64_t rank, sf__coll_buf *b, int64_t root,
                           const sf_loc *loc) {
-  publish(c, rank, a);
-  barrier(c, rank, "broadcast", loc);
-  sf__dev_op op = {.kind = SF__DEV_BROADCAST, .what = "broadcast", .root = root};
-  if (device_path(c, rank, &op, loc))
-    return;
-  check_same(c, rank, "broadcast", false, loc);
-  sf_array *src = c->slot[root];
-  if (rank != root && a && a->len) {
-    if (sf__type_has_refs(a->elem))
-      for (int64_t i = 0; i < a->len; i++) {
-        sf_value_retain(a->elem, sf__array_at(src, i));
-        sf_value_release(a->elem, sf__array_at(a, i));
+  shm *c = s;
+  shm_begin(c, rank, b, loc);
+  check_same(c, b->what, false, loc);
+  const sf__coll_buf *src = c->slot[root];
+  if (rank != root && b->count) {
+    if (sf__type_has_refs(b->elem))
+      for (int64_t i = 0; i < b->count; i++) {
+        sf_value_retain(b->elem, at(src, i));
+        sf_value_release(b->elem, at(b, i));
       }
-    memcpy(a->data, src->data, (size_t)a->len * (size_t)a->elem->size);
+    memcpy(b->data, src->data, (size_t)b->count * (size_t)b->elem->size);
   }
-  barrier(c, rank, "broadcast", loc);
+  barrier(c, rank, b->what, loc);
 }
 
-/* Concatenation of the arrays parts[0..n) (NULL: empty) as a new array. */
-static sf_array *concat(sf_array **parts, int64_t n, const sf_type *elem, int64_t rank,
+/* Concatenation of the buffers parts[0..n) as a new array of elem. */
+static sf_array *concat(sf__coll_buf *const *parts, int64_t n, const sf_type *elem, int64_t rank,
                         const sf_loc *loc) {
   int64_t total = 0;
   for (int64_t k = 0; k < n; k++) {
-    sf_array *o = parts[k];
-    if (o && o->elem->kind != elem->kind)
+    const sf__coll_buf *o = parts[k];
+    if (o->a && o->elem->kind != elem->kind)
       sf_runtime_error(loc, "allgather: member %" PRId64 " sends %s but member %" PRId64
                        " sends %s", k, o->elem->name, rank, elem->name);
-    total += o ? o->len : 0;
+    total += o->count;
   }
   sf_array *out = sf_array_new(elem, total, loc);
-  int64_t at = 0;
+  int64_t pos = 0;
   for (int64_t k = 0; k < n; k++) {
-    sf_array *o = parts[k];
-    int64_t m = o ? o->len : 0;
+    const sf__coll_buf *o = parts[k];
+    int64_t m = o->count;
     if (m)
-      memcpy(sf__array_at(out, at), o->data, (size_t)m * (size_t)elem->size);
+      memcpy(sf__array_at(out, pos), o->data, (size_t)m * (size_t)elem->size);
     if (sf__type_has_refs(elem))
       for (int64_t i = 0; i < m; i++)
-        sf_value_retain(elem, sf__array_at(out, at + i));
-    at += m;
+        sf_value_retain(elem, sf__array_at(out, pos + i));
+    pos += m;
   }
   return out;
 }
 
-static sf_array *shm_allgather(sf__comm *c, int64_t rank, sf_array *a, const sf_loc *loc) {
-  publish(c, rank, a);
-  barrier(c, rank, "allgather", loc);
-  sf__dev_op op = {.kind = SF__DEV_ALLGATHER, .what = "allgather"};
-  if (device_path(c, rank, &op, loc))
-    return op.out;
-  sf_array *out = concat(c->slot, c->n, a ? a->elem : &sf_type_f32, rank, loc);
-  barrier(c, rank, "allgather", loc);
+static sf_array *shm_allgather(void *s, int64_t rank, sf__coll_buf *b, const sf_loc *loc) {
+  shm *c = s;
+  shm_begin(c, rank, b, loc);
+  sf_array *out = concat(c->slot, c->n, b->elem, rank, loc);
+  barrier(c, rank, b->what, loc);
   return out;
 }
 
-static void shm_barrier(sf__comm *c, int64_t rank, const sf_loc *loc) {
-  barrier(c, rank, "barrier", loc);
+static void shm_barrier(void *s, int64_t rank, const char *what, const sf_loc *loc) {
+  barrier(s, rank, what, loc);
 }
 
-const sf__comm_ops sf__comm_shm = {"shared memory", shm_allreduce, shm_broadcast, shm_allgather,
-                                   shm_barrier};
+const sf__coll_transport sf__coll_shm = {
+    .name = "shared memory", .shared_memory = true, .init = shm_init,
+    .allreduce = shm_allreduce, .broadcast = shm_broadcast, .allgather = shm_allgather,
+    .barrier = shm_barrier, .meet = shm_meet, .abort = shm_abort,
+    .member_failed = shm_member_failed, .failed = shm_failed, .destroy = shm_destroy};
 
 /* -------------------------------------------------------- entry points */
 
-/* Checks common to every transport run here, once; the transport sees
- * groups of two or more only. */
+/* Checks common to every transport run here, once; the transport the
+ * group picked sees groups of two or more only. */
+
+/* The member's part of a call: its whole array (NULL: none, as an empty
+ * array of elem). */
+static sf__coll_buf buf_of(sf_array *a, const sf_type *elem, const char *what) {
+  return (sf__coll_buf){.a = a, .data = a ? a->data : NULL, .elem = a ? a->elem : elem,
+                        .count = a ? a->len : 0, .what = what, .gpu = -1};
+}
 
 static void allreduce(sf_array *a, bool mean, const char *what, const sf_loc *loc) {
   int64_t rank;
   sf__comm *c = mine(&rank);
   if (a && !numeric(a->elem))
     sf_runtime_error(loc, "%s: arrays of %s cannot be reduced", what, a->elem->name);
-  if (c && c->n > 1)
-    c->ops->allreduce(c, rank, a, mean, what, loc);
+  if (!c || c->n <= 1)
+    return;
+  sf__coll_buf b = buf_of(a, &sf_type_f32, what);
+  c->t->allreduce(c->ts, rank, &b, mean, loc);
 }
 
 void sf_allreduce_sum(sf_array *a, const sf_loc *loc) { allreduce(a, false, "allreduce_sum", loc); }
@@ -524,22 +598,26 @@ void sf_broadcast(sf_array *a, int64_t root, const sf_loc *loc) {
   if (root < 0 || root >= n)
     sf_runtime_error(loc, "broadcast: root %" PRId64 " is not a member of a group of %" PRId64,
                      root, n);
-  if (n > 1)
-    c->ops->broadcast(c, rank, a, root, loc);
+  if (n <= 1)
+    return;
+  sf__coll_buf b = buf_of(a, &sf_type_f32, "broadcast");
+  c->t->broadcast(c->ts, rank, &b, root, loc);
 }
 
 sf_array *sf_allgather(sf_array *a, const sf_loc *loc) {
   int64_t rank;
   sf__comm *c = mine(&rank);
+  sf__coll_buf b = buf_of(a, &sf_type_f32, "allgather");
   if (c && c->n > 1)
-    return c->ops->allgather(c, rank, a, loc);
+    return c->t->allgather(c->ts, rank, &b, loc);
   sf_array_host(a); /* a kernel may just have written it (nccl.c) */
-  return concat(&a, 1, a ? a->elem : &sf_type_f32, rank, loc); /* a copy */
+  sf__coll_buf *one = &b;
+  return concat(&one, 1, b.elem, rank, loc); /* a copy */
 }
 
 void sf_barrier(const sf_loc *loc) {
   int64_t rank;
   sf__comm *c = mine(&rank);
   if (c && c->n > 1)
-    c->ops->barrier(c, rank, loc);
+    c->t->barrier(c->ts, rank, "barrier", loc);
 }

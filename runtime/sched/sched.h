@@ -212,61 +212,98 @@ void sf__actor_set_restore_epoch(sf_actor *a, int64_t e);
 
 /* ----------------------------------------------------- collective.c */
 
-/* The collectives of one group.  Key design choice: one interface, whose
- * first implementation is shared memory between the members' threads; the
- * TCP ring (multi-node) and NCCL (device arrays) implement the same ops.
- * A collective may be handed an array whose only current copy is on the
- * device (a kernel just wrote it: collectives do not end a run of GPU
- * statements), so a host transport calls sf_array_host(a) before reading
- * it, or hands device arrays to the device transport (sf__comm_dev). */
-typedef struct sf__comm sf__comm;
-typedef struct sf__comm_ops {
+/* The collectives of one group, behind one interface (docs/architecture.md,
+ * "Collectives").  Key design choice: a group picks its transport once,
+ * when it forms, and every collective goes through that transport's
+ * vtable.  Three transports register in sf__coll_transports: shared memory
+ * between the members' threads (this file), the TCP ring between nodes
+ * (group_ring.c, installed by sf__cluster_install) and NCCL (nccl.c,
+ * installed by sf__gpu_install).  NCCL stacks on the group's host
+ * transport: it meets the members through it (meet), runs a collective on
+ * the device when every member's array is there, on GPUs of their own,
+ * and otherwise hands the call to the host transport. */
+
+/* One member's part of a collective: count elements of elem at data
+ * (host memory), from the member's array a (NULL: it brought none; a
+ * device transport reads a->dev).  A host transport calls sf_array_host(a)
+ * before it reads data: a kernel may just have written the array. */
+typedef struct sf__coll_buf {
+  sf_array *a;
+  void *data;
+  const sf_type *elem;
+  int64_t count;
+  const char *what; /* "allreduce_sum", ... for messages */
+  /* meet: set by the device transport before the members meet */
+  bool reduce;      /* the call reduces (its elements must be numbers) */
+  bool same_len;    /* every member must bring one length */
+  int64_t gpu;      /* >= 0: this member's array can go on the device, on
+                       GPU gpu (unique across the group's nodes); -1: not */
+  /* set by meet: the members met for this call, the host transport's
+   * own call skips its first meeting */
+  bool met;
+} sf__coll_buf;
+
+/* What meet tells every member alike. */
+typedef struct sf__coll_view {
+  bool device;       /* every member offered its array (gpu >= 0), one length and
+                        element type, every one on a GPU of its own */
+  int64_t shares[2]; /* two members that offered on one GPU, or -1 (shared memory) */
+} sf__coll_view;
+
+/* A transport's state is per group (shared memory: one for all members)
+ * or per member (the ring: one per process); every op gets the caller's
+ * rank.  The ops raise a runtime error at loc on failure, naming `what`. */
+typedef struct sf__coll_transport {
   const char *name;
-  void (*allreduce)(sf__comm *c, int64_t rank, sf_array *a, bool mean, const char *what,
-                    const sf_loc *loc);
-  void (*broadcast)(sf__comm *c, int64_t rank, sf_array *a, int64_t root, const sf_loc *loc);
-  sf_array *(*allgather)(sf__comm *c, int64_t rank, sf_array *a, const sf_loc *loc); /* owned */
-  void (*barrier)(sf__comm *c, int64_t rank, const sf_loc *loc);
-} sf__comm_ops;
-extern const sf__comm_ops sf__comm_shm; /* members on one machine */
-/* One device collective of a group, described for the device transport. */
-enum { SF__DEV_ALLREDUCE, SF__DEV_BROADCAST, SF__DEV_ALLGATHER };
-typedef struct sf__dev_op {
-  int kind;
-  const char *what;   /* "allreduce_sum", ... for messages */
-  bool mean;
-  int64_t root;       /* broadcast */
-  sf_array *out;      /* allgather: the result, owned, set by the call */
-} sf__dev_op;
-/* The device transport of a group of one process (NCCL, installed by
- * sf__gpu_install; NULL members: none, device arrays stage through the
- * host).  run does op for member rank when every member's array is on
- * the device, false having done nothing when the group must stage
- * through the host instead; group_free frees the group's state (made by
- * its first run) with the communicator. */
-struct sf__nccl_group;
-typedef struct sf__comm_device {
-  bool (*run)(sf__comm *c, int64_t rank, sf_array *const *slot, int64_t n, sf__dev_op *op,
-              const sf_loc *loc);
-  void (*group_free)(struct sf__nccl_group *g);
-} sf__comm_device;
-extern sf__comm_device sf__comm_dev;
-sf__comm *sf__comm_new(int64_t n);
+  bool shared_memory; /* members read each other's buffers: a device collective
+                         ends with a barrier before a buffer is reused */
+  /* State for a group of n (arg: the transport's own parameters); NULL when
+   * it cannot be made. */
+  void *(*init)(int64_t n, const void *arg);
+  void (*allreduce)(void *s, int64_t rank, sf__coll_buf *b, bool mean, const sf_loc *loc);
+  void (*broadcast)(void *s, int64_t rank, sf__coll_buf *b, int64_t root, const sf_loc *loc);
+  sf_array *(*allgather)(void *s, int64_t rank, sf__coll_buf *b, const sf_loc *loc); /* owned */
+  void (*barrier)(void *s, int64_t rank, const char *what, const sf_loc *loc);
+  /* The members meet with their buffers (a device transport asks; NULL in
+   * a device transport): checks one element type (and length) and fills v. */
+  void (*meet)(void *s, int64_t rank, sf__coll_buf *b, sf__coll_view *v, const sf_loc *loc);
+  /* The group can no longer meet: waiting and later collectives fail with
+   * why (a collective of member rank failed). */
+  void (*abort)(void *s, int64_t rank, const char *why);
+  /* A member's method failed outside any collective: members waiting for
+   * it must not hang (the ring: its peers' ring timeout bounds them). */
+  void (*member_failed)(void *s, int64_t rank, const char *why);
+  /* True, with the reason, once the group can no longer meet. */
+  bool (*failed)(void *s, char *why, size_t n);
+  void (*destroy)(void *s);
+} sf__coll_transport;
+
+/* The registry, a hook of this layer (NULL: the layer that owns the
+ * transport is absent).  init's arg: SHM NULL; RING group_ring.c's
+ * sf__ring_group_arg; NCCL an sf__coll_stack. */
+enum { SF__COLL_SHM, SF__COLL_RING, SF__COLL_NCCL, SF__COLL_KINDS };
+extern const sf__coll_transport *sf__coll_transports[SF__COLL_KINDS];
+extern const sf__coll_transport sf__coll_shm;
+/* What a device transport is stacked on; id names the group's incarnation
+ * (the ring id: a restarted group gets a new one; 0 in one process). */
+typedef struct sf__coll_stack {
+  const sf__coll_transport *host;
+  void *hs;
+  uint64_t id;
+} sf__coll_stack;
+
+typedef struct sf__comm sf__comm;
+/* A group of n over the host transport `kind` (SHM, RING), with the device
+ * transport stacked on it when one is registered; NULL when the transport
+ * is not registered or cannot start. */
+sf__comm *sf__comm_new(int64_t n, int kind, const void *arg, uint64_t id);
 sf__comm *sf__comm_retain(sf__comm *c);
 void sf__comm_release(sf__comm *c);
+/* Member rank's method failed: members waiting for it must not hang. */
 void sf__comm_abort(sf__comm *c, int64_t rank, const char *why);
 _Atomic int64_t *sf__comm_pending(sf__comm *c, int64_t rank); /* member's call count */
-/* A communicator over another transport: ops get c and reach their own
- * state with sf__comm_impl; impl_free(impl) runs with the last release. */
-sf__comm *sf__comm_new_ops(int64_t n, const sf__comm_ops *ops, void *impl,
-                           void (*impl_free)(void *));
-void *sf__comm_impl(sf__comm *c);
-/* For nccl.c: the group's NCCL state (made by its first device
- * collective, freed with c), and whether the group can no longer meet
- * (true, with the reason in why). */
-struct sf__nccl_group;
-_Atomic(struct sf__nccl_group *) *sf__comm_nccl(sf__comm *c);
-bool sf__comm_failed(sf__comm *c, char *why, size_t n);
+void *sf__comm_host(sf__comm *c); /* the host transport's state (group_ring.c's) */
+const char *sf__comm_transport(sf__comm *c); /* "nccl over shared memory", ... */
 struct sf_actor;
 sf__comm *sf__actor_comm(sf_actor *a);
 

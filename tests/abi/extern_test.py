@@ -24,19 +24,67 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCALARS = {"bool": "bool", "i32": "int32_t", "i64": "int64_t", "f32": "float", "f64": "double",
            "str": "sf_str *"}
-EXTERN = re.compile(r"@extern\s+fn\s+(\w+)\s*\(([^)]*)\)\s*(?:->\s*([\w.\[\]]+))?")
+EXTERN = re.compile(r"@extern\s+fn\s+(\w+)\s*")
 STRUCT = re.compile(r"^struct\s+(\w+)", re.M)
 
 
-def c_type(t, structs, where):
+def c_type(t, structs, where, tparams=()):
     t = t.strip()
+    if t in tparams:
+        return "struct"  # a generic one's T travels as a struct does
+    if t.startswith("fn(") or t.startswith("(fn("):
+        return "int64_t"  # a function value: an index into sf_program.fn_names
     if t.endswith("[]"):
         return "sf_array *"
+    if t.startswith("map<"):
+        return "sf_map *"
     if t in SCALARS:
         return SCALARS[t]
     if t in structs:
         return "struct"
     sys.exit("extern_test: %s: type '%s' has no C form this test knows" % (where, t))
+
+
+def split_params(params):
+    """The parameters at top-level commas (map<K, V> has one inside)."""
+    out, depth, cur, quoted, escaped = [], 0, "", False, False
+    for ch in params:
+        # A default may be a string holding a comma (sep: str = ",").
+        if quoted:
+            quoted = escaped or ch != '"'
+            escaped = not escaped and ch == "\\"
+            cur += ch
+            continue
+        quoted = ch == '"'
+        depth += (ch in "<(") - (ch in ">)")
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return [x.strip() for x in out + [cur] if x.strip()]
+
+
+def parse_decl(text, m):
+    """NAME, its type parameters, its parameter text and its result type
+    (or None) of the @extern declaration that m's match starts."""
+    name, i = m.group(1), m.end()
+    tparams = ()
+    if text[i] == "<":
+        j = text.index(">", i)
+        tparams = tuple(x.strip() for x in text[i + 1:j].split(","))
+        i = j + 1
+    i = text.index("(", i)
+    depth, j = 0, i
+    while True:
+        depth += (text[j] == "(") - (text[j] == ")")
+        if depth == 0:
+            break
+        j += 1
+    params = text[i + 1:j]
+    rest = text[j + 1:].split("\n", 1)[0].strip()
+    ret = rest[2:].strip() if rest.startswith("->") else None
+    return name, tparams, params, ret
 
 
 def strip_comments(text):
@@ -50,20 +98,21 @@ def prototypes():
         text = strip_comments(open(path, encoding="utf-8").read())
         structs = set(STRUCT.findall(text))
         for m in EXTERN.finditer(text):
-            name, params, ret = m.group(1), m.group(2), m.group(3)
+            name, tparams, params, ret = parse_decl(text, m)
             where = "stdlib/%s.sflow: %s" % (module, name)
             cs = []
             rc = "void"
             if ret:
-                r = c_type(ret, structs, where)
+                r = c_type(ret, structs, where, tparams)
                 if r == "struct":
                     cs += ["void *", "const sf_type *"]
                 else:
                     rc = r
-            for p in filter(None, (x.strip() for x in params.split(","))):
+            for p in split_params(params):
                 pt = p.split(":", 1)[1].split("=", 1)[0]
-                c = c_type(pt, structs, where)
+                c = c_type(pt, structs, where, tparams)
                 cs += ["const void *", "const sf_type *"] if c == "struct" else [c]
+            cs += ["const sf_type *"] * len(tparams)  # what each type parameter stands for
             cs.append("const sf_loc *")
             out.append((where, "sf_std_%s_%s" % (module, name), rc, cs))
     return out

@@ -2276,6 +2276,72 @@ def single_node(exe, *args):
     return r.stdout
 
 
+MAPS_PROGRAM = """fn weight(w: str) -> i64 { return len(w) }
+fn one(w: str) -> i64 { return 1 }
+
+task count(words: str[], f: fn(str) -> i64) -> map<str, i64> {
+  var m = map<str, i64>()
+  for w in words { m[w] = m.get(w, 0) + f(w) }
+  return m
+}
+
+task merge(a: map<str, i64>, b: map<str, i64>) -> map<str, i64> {
+  var out = map<str, i64>()
+  for k in a.keys() { out[k] = a[k] }
+  for k in b.keys() { out[k] = out.get(k, 0) + b[k] }
+  return out
+}
+
+task pick(i: i64) -> fn(str) -> i64 {
+  if i % 2 == 0 { return weight }
+  return one
+}
+
+actor Tally {
+  var seen = map<str, map<str, i64>>()
+  fn add(name: str, m: map<str, i64>) -> i64 { seen[name] = m; return len(seen) }
+  fn all() -> map<str, map<str, i64>> { return seen }
+  fn where() -> i64 { return node_id() }
+}
+
+workflow main() {
+  let words = ["the", "a", "river", "the", "station", "a", "the"]
+  let t = spawn Tally()
+  print("node", await t.where())
+  var total = map<str, i64>()
+  for i in 0..8 {
+    let f = await pick(i)
+    let m = await count([words[(i + j) % 7] for j in 0..(i % 4 + 2)], f)
+    total = await merge(total, m)
+    print(i, f, m, await t.add("batch" + str(i), m))
+  }
+  print(total)
+  print(await t.all())
+}
+"""
+
+
+def case_maps_fn_values_nodes(c):
+    """Maps (nested too) and function values cross nodes: tasks on the
+    workers take and return them, an actor placed on a worker keeps a map
+    of maps; the output equals a single-node run's (a function value is an
+    index into the executable's table, the same on every node)."""
+    exe = c.compile("maps", MAPS_PROGRAM)
+    local = subprocess.run([exe], capture_output=True, text=True, timeout=60)
+    check(local.returncode == 0, "single-node run", local.stdout, local.stderr)
+    want = [l for l in local.stdout.splitlines() if not l.startswith("node ")]
+    check(any("<fn weight>" in l for l in want) and any('{"batch0": {' in l for l in want),
+          "the single-node run prints function values and nested maps", local.stdout)
+    r = c.run("--head-runs-work=false", prog=exe, timeout=120)
+    check(r.returncode == 0, f"exit {r.returncode}", r.stdout, r.stderr)
+    lines = r.stdout.splitlines()
+    where = [int(l.split()[-1]) for l in lines if l.startswith("node ") or "] node " in l]
+    check(len(where) == 1 and where[0] > 0, "actor placed on a worker", r.stdout)
+    check(unprefixed([l for l in lines if not (l.startswith("node ") or "] node " in l)]) == want,
+          "output equals the single-node run", r.stdout, "\n".join(want))
+    c.expect_no_workers()
+
+
 def case_actors_remote(c):
     """An actor spawned by main runs on a worker: node_id() there is not 0,
     its print lines arrive prefixed by that node, results are exact and the
@@ -3071,6 +3137,7 @@ CASES = {
     "tasks_future_arg_failed": (2, case_tasks_future_arg_failed),
     "tasks_object_mixed": (3, case_tasks_object_mixed),
     "actors_remote": (2, case_actors_remote),
+    "maps_fn_values_nodes": (2, case_maps_fn_values_nodes),
     "trace_nodes": (2, case_trace_nodes),
     "rand_nodes": (2, case_rand_nodes),
     "actors_gpus": (2, case_actors_gpus),

@@ -91,6 +91,8 @@ task score(v: f64) -> f64 { return v * 2.0 }
 workflow main() {
   let s = "😀"; let p = Point { x: 3.0, y: 4.0 }
   print(s, norm(p))
+  var byname = map<str, Point>()
+  let f: fn(Point) -> f64 = norm
 }
 '''
 
@@ -151,6 +153,19 @@ def main():
     check(hv and "let p: Point" in hv["contents"]["value"], "hover shows the type, got %r" % hv)
     hv = c.request("textDocument/hover", {"textDocument": {"uri": URI}, "position": {"line": 13, "character": 12}})
     check(hv and "fn norm(p: Point) -> f64" in hv["contents"]["value"], "hover on a call, got %r" % hv)
+
+    # map<str, Point>() and fn(Point) -> f64: a struct named inside a map or a
+    # fn type goes to its definition; hover gives the map and fn types.
+    loc = c.request("textDocument/definition", {"textDocument": {"uri": URI}, "position": {"line": 14, "character": 25}})
+    check(loc and loc["range"]["start"] == {"line": 0, "character": 7},
+          "definition of Point inside map<str, Point>(), got %r" % loc)
+    loc = c.request("textDocument/definition", {"textDocument": {"uri": URI}, "position": {"line": 15, "character": 13}})
+    check(loc and loc["range"]["start"] == {"line": 0, "character": 7},
+          "definition of Point inside fn(Point) -> f64, got %r" % loc)
+    hv = c.request("textDocument/hover", {"textDocument": {"uri": URI}, "position": {"line": 14, "character": 7}})
+    check(hv and "var byname: map<str, Point>" in hv["contents"]["value"], "hover on a map, got %r" % hv)
+    hv = c.request("textDocument/hover", {"textDocument": {"uri": URI}, "position": {"line": 15, "character": 6}})
+    check(hv and "let f: fn(Point) -> f64" in hv["contents"]["value"], "hover on a fn value, got %r" % hv)
 
     # Malformed input must not end the server.
     c.send_raw(b"Content-Length: 5\r\n\r\n{bad}")

@@ -61,6 +61,17 @@ add_test(NAME runtime/resources_race
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/resources_race_test.py
           --sflowc $<TARGET_FILE:sflowc>)
 set_tests_properties(runtime/resources_race PROPERTIES TIMEOUT 600)
+# Maps and function values through the journal and a @checkpoint actor:
+# runs killed after 2, 7, 13 and 20 lines resume to the uninterrupted
+# output, the actor restored from its checkpoint.
+add_test(NAME runtime/maps_resume
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/maps_resume_test.py
+          --sflowc $<TARGET_FILE:sflowc>)
+# std.data's formats against Python's csv, json and numpy, both directions
+# (numpy from scripts/install-pydeps.sh's build/pydeps).
+add_test(NAME runtime/data_interop
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/data_interop_test.py
+          --sflowc $<TARGET_FILE:sflowc>)
 # std.tokenizer against the Python tokenizers package, id for id, on 13.7
 # MB of Debian fortunes and every code point; skipped (77) until
 # bench/tokenizer/setup.sh has made build/peers/tokenizer (network, once).

@@ -18,7 +18,7 @@
 #include "gpu.h"
 #include "rt_test.h"
 
-const sf_program sf_program_desc = {SF_ABI_VERSION, "test_rt_nccl", "", 0, NULL, NULL, NULL, NULL};
+const sf_program sf_program_desc = {SF_ABI_VERSION, "test_rt_nccl", "", 0, NULL, NULL, NULL, NULL, 0, NULL, NULL};
 
 static char fake_path[4096];
 
@@ -146,8 +146,6 @@ static void test_timeout_knob(void) {
   setenv("SFLOW_NCCL_TIMEOUT", "soon", 1);
   CU_ASSERT(sf__nccl_timeout() == 300.0);
   unsetenv("SFLOW_NCCL_TIMEOUT");
-  int32_t where[] = {SF__WHERE_DEVICE, SF__WHERE_HOST, SF__WHERE_BOTH, SF__WHERE_DEVICE};
-  CHECK_INT(sf__nccl_count_device(where, 4), 2);
 }
 
 /* ------------------------------------------------ against the fake */
@@ -375,6 +373,73 @@ static void test_join(void) {
   unsetenv("FAKE_NCCL_INIT");
 }
 
+/* ------------------------------------ the transport of the interface */
+
+/* Two members of one process through NCCL stacked on shared memory, with
+ * host arrays: NCCL meets them through the host transport and hands the
+ * call down, with no second meeting (a missing or extra barrier would
+ * hang or mix two calls' buffers). */
+static void *stacked;
+static sf_array *part[2];
+
+static void *member_main(void *p) {
+  int64_t r = (int64_t)(intptr_t)p;
+  for (int round = 0; round < 50; round++) {
+    for (int64_t i = 0; i < part[r]->len; i++)
+      ((float *)part[r]->data)[i] = (float)(r + 1) * (float)(i + round);
+    sf__coll_buf b = {.a = part[r], .data = part[r]->data, .elem = part[r]->elem,
+                      .count = part[r]->len, .what = "allreduce_sum", .gpu = -1};
+    sf__coll_nccl.allreduce(stacked, r, &b, false, NULL);
+    sf__coll_nccl.barrier(stacked, r, "barrier", NULL);
+  }
+  return NULL;
+}
+
+static void test_transport(void) {
+  /* Shared memory is there without any install; NCCL and the ring only
+   * once their layers register them. */
+  CU_ASSERT(sf__coll_transports[SF__COLL_SHM] == &sf__coll_shm);
+  CU_ASSERT(sf__coll_transports[SF__COLL_RING] == NULL);
+  CU_ASSERT(sf__comm_new(2, SF__COLL_RING, NULL, 0) == NULL);
+  sf__coll_transports[SF__COLL_NCCL] = NULL;
+  sf__comm *c = sf__comm_new(2, SF__COLL_SHM, NULL, 0);
+  CHECK_STR(sf__comm_transport(c), "shared memory");
+  sf__comm_release(c);
+  sf__gpu_install();
+  CU_ASSERT(sf__coll_transports[SF__COLL_NCCL] == &sf__coll_nccl);
+  c = sf__comm_new(2, SF__COLL_SHM, NULL, 0);
+  CHECK_STR(sf__comm_transport(c), "nccl");
+  sf__comm_release(c);
+  c = sf__comm_new(1, SF__COLL_SHM, NULL, 0); /* a lone member meets no one */
+  CHECK_STR(sf__comm_transport(c), "shared memory");
+  sf__comm_release(c);
+
+  for (int n = 10; n <= 5000; n += 4990) { /* the small path and the sliced one */
+    _Atomic int64_t pending[2] = {0, 0};
+    void *hs = sf__coll_shm.init(2, (const void *)pending);
+    sf__coll_stack st = {&sf__coll_shm, hs, 0};
+    stacked = sf__coll_nccl.init(2, &st);
+    part[0] = sf_array_new(&sf_type_f32, n, NULL);
+    part[1] = sf_array_new(&sf_type_f32, n, NULL);
+    pthread_t t[2];
+    for (intptr_t r = 0; r < 2; r++)
+      pthread_create(&t[r], NULL, member_main, (void *)r);
+    for (int r = 0; r < 2; r++)
+      pthread_join(t[r], NULL);
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++)
+      for (int r = 0; r < 2; r++)
+        bad += ((float *)part[r]->data)[i] != 3.0f * (float)(i + 49);
+    if (bad)
+      printf("\n  n %d: %d elements differ from 3 * (i + 49)\n", n, bad);
+    CHECK_INT(bad, 0);
+    sf__coll_nccl.destroy(stacked);
+    sf__coll_shm.destroy(hs);
+    sf_release(part[0]);
+    sf_release(part[1]);
+  }
+}
+
 /* Children fork from this process: the cases that load a library in the
  * parent (watchdog, join) come last. */
 static const rt_test tests[] = {
@@ -383,6 +448,7 @@ static const rt_test tests[] = {
     {"real_init_without_gpu", test_real_init_without_gpu},
     {"missing_library", test_missing_library},
     {"timeout_knob", test_timeout_knob},
+    {"transport", test_transport},
     {"watchdog", test_watchdog},
     {"id_wire", test_id_wire},
     {"join", test_join},

@@ -26,7 +26,7 @@ syn keyword sflowStructure   actor struct nextgroup=sflowTypeName skipwhite
 syn keyword sflowStorage     const let var
 syn keyword sflowInclude     import
 syn keyword sflowBoolean     true false
-syn keyword sflowType        bool i32 i64 f32 f64 str future group
+syn keyword sflowType        bool i32 i64 f32 f64 str future group map
 syn keyword sflowBuiltin     print len sqrt exp log tanh abs min max pow floor now
 syn keyword sflowBuiltin     rand_seed rand_f32 fmt fail attempt node_id hostname
 syn keyword sflowBuiltin     thread_id group_rank group_size allreduce_sum allreduce_mean
