@@ -5,7 +5,7 @@ PREFIX  ?= /usr/local
 JOBS    ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build demo test install clean fuzz bench bench-tasks bench-collectives bench-data golden-update tsan soak-resume soak-journal
+.PHONY: all deps configure build demo test install clean fuzz bench bench-tasks bench-collectives bench-data bench-tokenizer golden-update tsan soak-resume soak-journal
 
 all: build
 
@@ -73,6 +73,12 @@ bench-collectives: build
 # (bench/data/run.sh; installs pandas and pyarrow into build/pydeps).
 bench-data: build
 	@bash bench/data/run.sh $(BUILD)
+
+# std.tokenizer beside the Python tokenizers package on 13.7 MB of Debian
+# fortunes, single-threaded (bench/tokenizer/run.py; installs its peers into
+# build/peers/tokenizer on first use, which also un-skips runtime/tokenizer_ids).
+bench-tokenizer: build
+	@python3 bench/tokenizer/run.py --build $(BUILD)
 
 clean:
 	rm -rf $(BUILD)

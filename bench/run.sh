@@ -11,6 +11,8 @@ if [ -x bench/frontend.sh ] || [ -f bench/frontend.sh ]; then
 fi
 echo "== string building: s += \"ab\" in sflow vs Python and a C realloc loop"
 python3 bench/strings/run.py --sflowc "$build/bin/sflowc"
+echo "== tokenizing Debian fortunes: std.tokenizer vs the Python tokenizers package"
+python3 bench/tokenizer/run.py --build "$build" || echo "bench/tokenizer: failed (its peers need the network once)"
 echo "== tasks, actors, futures, allreduce: sflow vs OpenMP, C and Ray"
 bash bench/tasks/run.sh "$build"
 echo "== a small allreduce, idle and under CPU contention: sflow vs a pthread_barrier peer"

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # fuzz.sh — build and run the libFuzzer targets: the sflow front end, the
-# control plane's frame decoder (runtime/cluster/wire.c) and std.data's
-# CSV, JSON and .npy parsers (runtime/data/, tests/fuzz/fuzz_data.c).
+# control plane's frame decoder (runtime/cluster/wire.c), std.data's CSV,
+# JSON and .npy parsers (runtime/data/, tests/fuzz/fuzz_data.c) and
+# std.tokenizer's normalizer, pre-tokenizer and WordPiece matcher
+# (runtime/data/wordpiece.c, tests/fuzz/fuzz_tokenizer.c).
 #
 #   scripts/fuzz.sh [SECONDS]   fuzz for SECONDS (default 300) from the seed
 #                               corpus; findings land in build/fuzz/artifacts
 #                               (FUZZ_TARGET=wire fuzzes the frame decoder,
-#                               FUZZ_TARGET=csv|json|npy std.data's parsers)
-#   scripts/fuzz.sh --build     only build build/fuzz/fuzz_frontend and fuzz_wire
-#   scripts/fuzz.sh --check     run every seed and regression of both targets
+#                               FUZZ_TARGET=csv|json|npy std.data's parsers,
+#                               FUZZ_TARGET=tokenizer the tokenizer)
+#   scripts/fuzz.sh --build     only build the targets
+#   scripts/fuzz.sh --check     run every seed and regression of the targets
 #                               once (ctest)
 #   scripts/fuzz.sh --available exit 0 when clang's fuzzer runtime exists
 #
@@ -124,6 +127,24 @@ build_data() {
   done
 }
 
+# The tokenizer: runtime/data/ over the core layer (strings, arrays,
+# errors), driven by tests/fuzz/fuzz_tokenizer.c.
+TOK_BIN=$OUT/fuzz_tokenizer
+build_tokenizer() {
+  mkdir -p "$OUT"
+  local srcs=("$ROOT"/runtime/core/*.c "$ROOT"/runtime/data/*.c "$ROOT/tests/fuzz/fuzz_tokenizer.c")
+  local f need=0
+  for f in "${srcs[@]}" "$ROOT"/runtime/core/*.h "$ROOT"/runtime/data/*.h "$ROOT"/runtime/sflow.h; do
+    [[ $f -nt $TOK_BIN ]] && need=1
+  done
+  if [[ ! -x $TOK_BIN ]] || ((need)); then
+    echo "fuzz.sh: building fuzz_tokenizer" >&2
+    "$CC_FUZZ" -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined \
+      -fno-sanitize-recover=undefined -I"$ROOT/runtime" -iquote "$ROOT/runtime/core" \
+      -iquote "$ROOT/runtime/data" -w "${srcs[@]}" -lm -ldl -lpthread -o "$TOK_BIN"
+  fi
+}
+
 # Seeds: every .sflow in the tree, the regressions, and the bench program.
 seed_dirs() {
   mkdir -p "$OUT/seeds"
@@ -136,17 +157,19 @@ seed_dirs() {
 
 case $MODE in
   --available) available; exit $? ;;
-  --build) build; build_wire; build_data; exit 0 ;;
+  --build) build; build_wire; build_data; build_tokenizer; exit 0 ;;
   --check)
     available || { echo "fuzz.sh: clang's libFuzzer runtime is missing; skipping" >&2; exit 77; }
     build
     build_wire
+    build_tokenizer
     # -runs=0 executes each input of the given directories once, then stops.
     "$WIRE_BIN" -runs=0 -rss_limit_mb=2560 -timeout=25 "$ROOT/tests/fuzz/wire_seeds"
     build_data
     for fmt in "${DATA_FORMATS[@]}"; do
       "$OUT/fuzz_$fmt" -runs=0 -rss_limit_mb=2560 -timeout=25 "$ROOT/tests/fuzz/data_seeds/$fmt"
     done
+    "$TOK_BIN" -runs=0 -rss_limit_mb=2560 -timeout=25 "$ROOT/tests/fuzz/tokenizer_seeds"
     exec "$BIN" -runs=0 -rss_limit_mb=2560 -timeout=25 $(seed_dirs)
     ;;
 esac
@@ -159,6 +182,16 @@ if [[ ${FUZZ_TARGET:-frontend} == wire ]]; then
   exec "$WIRE_BIN" "$OUT/wire_corpus" "$ROOT/tests/fuzz/wire_seeds" -max_total_time="$MODE" \
     -rss_limit_mb=2560 -timeout=25 -max_len=4096 -print_final_stats=1 \
     -artifact_prefix="$OUT/artifacts/wire-"
+fi
+
+if [[ ${FUZZ_TARGET:-frontend} == tokenizer ]]; then
+  available || { echo "fuzz.sh: clang with -fsanitize=fuzzer is required" >&2; exit 1; }
+  build_tokenizer
+  mkdir -p "$OUT/tokenizer_corpus" "$OUT/artifacts"
+  echo "fuzz.sh: fuzzing the tokenizer for ${MODE}s; findings in $OUT/artifacts" >&2
+  exec "$TOK_BIN" "$OUT/tokenizer_corpus" "$ROOT/tests/fuzz/tokenizer_seeds" -max_total_time="$MODE" \
+    -rss_limit_mb=2560 -timeout=25 -max_len=4096 -print_final_stats=1 \
+    -artifact_prefix="$OUT/artifacts/tokenizer-"
 fi
 
 case ${FUZZ_TARGET:-frontend} in

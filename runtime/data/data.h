@@ -167,6 +167,13 @@ bool sf__json_decode(const char *text, size_t len, const char *name, const sf_ty
                      bool dynamic, void *out, char *err, size_t errlen);
 /* Whether cJSON could be loaded (false: err says why). */
 bool sf__cjson_load(char *err, size_t errlen);
+/* The loaded cJSON's ParseWithLengthOpts (not NUL-terminated; *end: where
+ * parsing stopped, the error's place on failure) and Delete, for the
+ * layer's other readers of JSON (wordpiece.c reads tokenizer.json); only
+ * after sf__cjson_load returned true. */
+struct cJSON;
+struct cJSON *sf__cjson_parse(const char *text, size_t len, const char **end);
+void sf__cjson_delete(struct cJSON *j);
 
 /* ----------------------------------------------------------- npy.c */
 

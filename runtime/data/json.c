@@ -59,6 +59,15 @@ bool sf__cjson_load(char *err, size_t errlen) {
   return false;
 }
 
+cJSON *sf__cjson_parse(const char *text, size_t len, const char **end) {
+  return cj.parse(text, len, end, false);
+}
+
+void sf__cjson_delete(cJSON *j) {
+  if (j)
+    cj.del(j);
+}
+
 /* ------------------------------------------------------------ decoding */
 
 typedef struct dec {

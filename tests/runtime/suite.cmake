@@ -78,3 +78,10 @@ add_test(NAME runtime/collective_errors_race
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/collective_errors_race_test.py
           --sflowc $<TARGET_FILE:sflowc>)
 set_tests_properties(runtime/collective_errors_race PROPERTIES TIMEOUT 600)
+# std.tokenizer against the Python tokenizers package, id for id, on 13.7
+# MB of Debian fortunes and every code point; skipped (77) until
+# bench/tokenizer/setup.sh has made build/peers/tokenizer (network, once).
+add_test(NAME runtime/tokenizer_ids
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/tokenizer_test.py
+          --sflowc $<TARGET_FILE:sflowc> --peers ${CMAKE_BINARY_DIR}/peers/tokenizer)
+set_tests_properties(runtime/tokenizer_ids PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
