@@ -8,7 +8,10 @@
  *   - elsewhere a newline becomes a terminator when the line ends with a
  *     token that can end a statement (a name, a literal, `)`, `]`, `}`,
  *     return/break/continue), unless the next line starts with `else`,
- *     `{` or `.`, which continue the construct.
+ *     `{` or `.`, which continue the construct;
+ *   - at statement level, a name right after a `)` on the same line starts
+ *     a new statement, so lists of calls read as the design sketch writes
+ *     them (`s.strip() s.lower()`): no expression puts a name after `)`.
  * It also pairs brackets so that the parser can point at the opener of an
  * unclosed construct, recognises struct-literal braces (`Name {` followed
  * by `field:`), and stops at SFLOW_MAX_NESTING levels of brackets so no
@@ -56,6 +59,9 @@ const char *const sflow_builtin_names[] = {
     "hostname",  "thread_id",  "group_rank",    "group_size",     "allreduce_sum",
     "allreduce_mean", "broadcast", "allgather", "barrier",        "zeros_f32", "zeros_f64",
     "zeros_i32", "zeros_i64",  "matmul",
+    /* the data core */
+    "sin",       "cos",        "tan",           "atan2",          "ceil",      "round",
+    "rand_int",  "randn_f32",  "sort",          "argsort",        "join",      "PI",
 };
 const int sflow_nbuiltin_names = sizeof sflow_builtin_names / sizeof *sflow_builtin_names;
 
@@ -512,6 +518,9 @@ Token *lex_source(int file, int *ntok) {
       i = next - 1;
       continue;
     }
+    if (t.kind == TOK_IDENT && m > 0 && out[m - 1].kind == ')' &&
+        !(depth > 0 && stack[depth - 1].kind != '{'))
+      out[m++] = (Token){.kind = TOK_NEWLINE, .loc = {t.loc.file, t.loc.line, t.loc.col, t.loc.off, 1}};
     if (t.kind == '{' && struct_brace(raw, n, i))
       t.kind = TOK_LBRACE_STRUCT;
     if (t.kind == '(' || t.kind == '[' || t.kind == '{' || t.kind == TOK_LBRACE_STRUCT) {
