@@ -1688,6 +1688,9 @@ static void comp_body(void *ctx, LLVMValueRef i) {
   LLVMValueRef x;
   if (c->src) {
     Type *et = c->n->rhs->ty->elem;
+    /* The result has the source's length at the start: a source that the
+     * element expression shrinks (xs.pop()) is an index error here. */
+    check_index(i, arr_len(c->src), c->n->rhs->loc);
     x = load_elem(et, elem_ptr(c->src, et, i));
     retain_value(et, x);
   } else {
@@ -2024,7 +2027,12 @@ static void for_array(Node *n) {
   LLVMBuildBr(G.b, cond);
   LLVMPositionBuilderAtEnd(G.b, cond);
   LLVMValueRef i = load(G.i64, ctr);
-  LLVMBuildCondBr(G.b, LLVMBuildICmp(G.b, LLVMIntSLT, i, len, ""), body, end);
+  /* The elements the array had at the start, fewer if the body pops some
+   * (xs.pop() moved them out).  With no call in the body LICM hoists the
+   * second length load, so numeric loops pay nothing for it. */
+  LLVMValueRef more = LLVMBuildAnd(G.b, LLVMBuildICmp(G.b, LLVMIntSLT, i, len, ""),
+                                   LLVMBuildICmp(G.b, LLVMIntSLT, i, arr_len(arr), ""), "");
+  LLVMBuildCondBr(G.b, more, body, end);
   LLVMPositionBuilderAtEnd(G.b, body);
   int mark = G.nowned;
   LLVMValueRef x = load_elem(et, elem_ptr(arr, et, i));
