@@ -91,6 +91,7 @@ task score(v: f64) -> f64 { return v * 2.0 }
 workflow main() {
   let s = "😀"; let p = Point { x: 3.0, y: 4.0 }
   print(s, norm(p))
+  let ws = "a b".split(); print(sort(ws))
 }
 '''
 
@@ -151,6 +152,11 @@ def main():
     check(hv and "let p: Point" in hv["contents"]["value"], "hover shows the type, got %r" % hv)
     hv = c.request("textDocument/hover", {"textDocument": {"uri": URI}, "position": {"line": 13, "character": 12}})
     check(hv and "fn norm(p: Point) -> f64" in hv["contents"]["value"], "hover on a call, got %r" % hv)
+    # The data core's methods and builtins (line 14: `  let ws = "a b".split(); print(sort(ws))`).
+    hv = c.request("textDocument/hover", {"textDocument": {"uri": URI}, "position": {"line": 14, "character": 20}})
+    check(hv and "str.split() -> str[]" in hv["contents"]["value"], "hover on a str method, got %r" % hv)
+    hv = c.request("textDocument/hover", {"textDocument": {"uri": URI}, "position": {"line": 14, "character": 34}})
+    check(hv and "builtin sort(xs: str[]) -> str[]" in hv["contents"]["value"], "hover on sort, got %r" % hv)
 
     # Malformed input must not end the server.
     c.send_raw(b"Content-Length: 5\r\n\r\n{bad}")
