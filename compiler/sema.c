@@ -1381,7 +1381,11 @@ static const char *op_name(int op) {
  * math and random builtins, sort/argsort/join, the methods of str and
  * arrays, slices a[i..j], string indexing s[i], array concatenation and
  * the constant PI.  Each hook in the general checks above and below is one
- * call into this section, so the rest of sema does not know the details. */
+ * call into this section, so the rest of sema does not know the details.
+ * The hooks are DATA_HOOK (noinline): inlined, their locals would grow the
+ * frame of check_expr, which recurses once per level of a 2000-deep
+ * expression (SEMA_MAX_EXPR_DEPTH) and must stay as small as it was. */
+#define DATA_HOOK __attribute__((noinline)) static
 
 
 /* An element type sort/argsort can order: numbers and strings. */
@@ -1395,7 +1399,7 @@ static Type *sortable_arg(Node *a, const char *fname) {
   return t;
 }
 
-static Type *check_data_builtin(Node *call, Builtin b, const char *name, Node **argv, int argc) {
+DATA_HOOK Type *check_data_builtin(Node *call, Builtin b, const char *name, Node **argv, int argc) {
   Type *t;
   switch (b) {
   case B_SIN: case B_COS: case B_TAN: case B_CEIL: case B_ROUND:
@@ -1481,7 +1485,7 @@ static Type *no_data_method(Node *call, Type *rt, const DataMethod *ms, int n, c
 
 /* recv.name(args) where recv is a str or an array (not a.split(k), which
  * check_call handles).  Returns NULL when rt has no such methods at all. */
-static Type *check_data_method(Node *call, Node *recv, Type *rt, const char *name) {
+DATA_HOOK Type *check_data_method(Node *call, Node *recv, Type *rt, const char *name) {
   const DataMethod *ms = rt->kind == TY_STR ? str_methods : rt->kind == TY_ARRAY ? array_methods : NULL;
   int n = rt->kind == TY_STR ? (int)(sizeof str_methods / sizeof *str_methods)
                              : (int)(sizeof array_methods / sizeof *array_methods);
@@ -1555,7 +1559,7 @@ static void slice_bound(Node *b) {
 /* a[i..j] (a copy of elements i to j-1, or bytes i to j-1 of a str) and
  * s[i] (the character at byte i, as a str).  Returns NULL when e is a
  * plain array index for check_index. */
-static Type *check_data_index(Node *e, Type *t) {
+DATA_HOOK Type *check_data_index(Node *e, Type *t) {
   bool slice = e->rhs->kind == N_RANGE;
   if (!slice && (is_err(t) || t->kind != TY_STR))
     return NULL;
@@ -1576,7 +1580,7 @@ static Type *check_data_index(Node *e, Type *t) {
 }
 
 /* A slice or a string character is a new value, not a place. */
-static bool data_index_assignable(Node *e) {
+DATA_HOOK bool data_index_assignable(Node *e) {
   if (e->rhs->kind == N_RANGE)
     diag_error(e->loc, "cannot assign to a slice: it is a copy (assign its elements through the array)");
   else
@@ -1585,7 +1589,7 @@ static bool data_index_assignable(Node *e) {
 }
 
 /* a + b on arrays: both of one array type, a new array. */
-static Type *check_array_binary(Node *e, Type *ta, Type *tb) {
+DATA_HOOK Type *check_array_binary(Node *e, Type *ta, Type *tb) {
   if (e->op != '+')
     return err_at(e->loc, "operator %s cannot be applied to %s and %s", op_name(e->op), ty_str(ta), ty_str(tb));
   if (kernel_forbid(e->loc, "an array concatenation"))
@@ -1597,7 +1601,7 @@ static Type *check_array_binary(Node *e, Type *ta, Type *tb) {
 
 /* PI: an untyped float constant, as if written as a literal, so it adapts
  * to f32 and f64 and works in kernels.  A user's own PI shadows it. */
-static Type *check_data_name(Node *e) {
+DATA_HOOK Type *check_data_name(Node *e) {
   if (strcmp(e->name, "PI") != 0)
     return NULL;
   e->kind = N_FLOAT;
