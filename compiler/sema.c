@@ -1387,7 +1387,6 @@ static const char *op_name(int op) {
  * expression (SEMA_MAX_EXPR_DEPTH) and must stay as small as it was. */
 #define DATA_HOOK __attribute__((noinline)) static
 
-
 /* An element type sort/argsort can order: numbers and strings. */
 static Type *sortable_arg(Node *a, const char *fname) {
   Type *t = check_expr(a, NULL);
