@@ -170,6 +170,7 @@ static struct {
 } G;
 
 static Val expr(Node *n);
+static Val array_concat(Node *n); /* the data core */
 static void mark_array_attrs(LLVMValueRef fn, unsigned idx);
 static void stmt(Node *n);
 static void block(Node *n);
@@ -1032,6 +1033,8 @@ static Val binary(Node *n) {
   if (n->op == TOK_ANDAND || n->op == TOK_OROR)
     return short_circuit(n);
   Type *t = n->lhs->ty;
+  if (t->kind == TY_ARRAY)
+    return array_concat(n);
   Val l = expr(n->lhs), r = expr(n->rhs);
   if (t->kind == TY_STR) {
     LLVMValueRef v = str_op(n->op, l.v, r.v);
@@ -1177,6 +1180,142 @@ static Val cast(Builtin bi, Node *arg, Loc loc) {
     return mkval(LLVMBuildICmp(G.b, LLVMIntNE, v, LLVMConstNull(LLVMTypeOf(v)), ""), false);
   default: ice("codegen: cast %d", bi);
   }
+}
+
+/* ----------------------------------------------------- the data core */
+
+/* Math, random numbers, sort/argsort/join and the methods of str and
+ * arrays (sema.c's "data core" section).  Every runtime call borrows its
+ * arguments, so operands are dropped after the call; results the runtime
+ * makes are owned. */
+
+/* A pointer-taking call's receiver and arguments, evaluated in order. */
+typedef struct {
+  Val v[3];
+  Type *t[3];
+  int n;
+} Operands;
+
+static Operands operands(Node *n) {
+  Operands o = {.n = 0};
+  if (n->recv) {
+    o.t[o.n] = n->recv->ty;
+    o.v[o.n++] = expr(n->recv);
+  }
+  for (int i = 0; i < n->argc && o.n < 3; i++) {
+    o.t[o.n] = n->argv[i]->ty;
+    o.v[o.n++] = expr(n->argv[i]);
+  }
+  return o;
+}
+
+static void drop_operands(Operands *o) {
+  for (int i = 0; i < o->n; i++)
+    drop(o->t[i], o->v[i]);
+}
+
+/* xs.push(v): the value, owned, goes through a slot the runtime copies. */
+static Val push_call(Node *n) {
+  Type *et = n->recv->ty->elem;
+  Val a = expr(n->recv);
+  Val v = expr(n->argv[0]);
+  LLVMValueRef slot = entry_alloca(lt_mem(et), "push.v");
+  store_mem(et, own(et, v), slot);
+  RT(sf_array_push, a.v, as_P(slot), loc_const(n->loc));
+  drop(n->recv->ty, a);
+  return mkval(NULL, false);
+}
+
+/* xs.pop(): the runtime moves the last element out into a slot, so the
+ * value read from it is owned. */
+static Val pop_call(Node *n) {
+  Type *et = n->ty;
+  Val a = expr(n->recv);
+  LLVMValueRef slot = entry_alloca(lt_mem(et), "pop.v");
+  RT(sf_array_pop, a.v, as_P(slot), loc_const(n->loc));
+  drop(n->recv->ty, a);
+  return mkval(load_mem(et, slot), ty_has_refs(et));
+}
+
+static Val data_builtin(Node *n) {
+  Type *t = n->ty;
+  LLVMValueRef L = loc_const(n->loc), r;
+  switch (n->builtin) {
+  case B_SIN: case B_COS: case B_TAN: case B_CEIL: case B_ROUND: {
+    LLVMValueRef x = as_float(n->argv[0]->ty, t, expr(n->argv[0]).v);
+    switch (n->builtin) {
+    case B_SIN: return mkval(intrinsic1("sin", t, x), false);
+    case B_COS: return mkval(intrinsic1("cos", t, x), false);
+    case B_CEIL: return mkval(intrinsic1("ceil", t, x), false);
+    case B_ROUND: return mkval(intrinsic1("roundeven", t, x), false); /* half to even */
+    default: return mkval(libm1("tan", t, x), false); /* no llvm.tan before LLVM 19 */
+    }
+  }
+  case B_ATAN2: {
+    LLVMValueRef y = as_float(n->argv[0]->ty, t, expr(n->argv[0]).v);
+    LLVMValueRef x = as_float(n->argv[1]->ty, t, expr(n->argv[1]).v);
+    LLVMTypeRef ft = lt_val(t), ps[] = {ft, ft};
+    LLVMValueRef args[] = {y, x};
+    return mkval(call(get_fn(t->kind == TY_F32 ? "atan2f" : "atan2", ft, ps, 2, false), args, 2),
+                 false);
+  }
+  case B_RAND_INT: {
+    LLVMValueRef lo = expr(n->argv[0]).v, hi = expr(n->argv[1]).v;
+    return mkval(RT(sf_rand_int, lo, hi, L), false);
+  }
+  case B_RANDN_F32: return mkval(RT0(sf_randn_f32), false);
+  case B_PUSH: return push_call(n);
+  case B_POP: return pop_call(n);
+  default: break;
+  }
+  Operands o = operands(n);
+  LLVMValueRef *v = (LLVMValueRef[]){o.v[0].v, o.n > 1 ? o.v[1].v : NULL, o.n > 2 ? o.v[2].v : NULL};
+  bool owned = true;
+  switch (n->builtin) {
+  case B_SORT: r = RT(sf_array_sort, desc_arg(t->elem), v[0], L); break;
+  case B_ARGSORT: r = RT(sf_array_argsort, desc_arg(n->argv[0]->ty->elem), v[0], L); break;
+  case B_JOIN: r = RT(sf_str_join, v[0], v[1]); break;
+  case B_STR_SPLIT: r = RT(sf_str_split, v[0], v[1], L); break;
+  case B_STR_SPLIT_WS: r = RT(sf_str_split_ws, v[0]); break;
+  case B_STR_FIND: r = RT(sf_str_find, v[0], v[1]); owned = false; break;
+  case B_STR_STRIP: r = RT(sf_str_strip, v[0]); break;
+  case B_STR_LOWER: r = RT(sf_str_lower, v[0]); break;
+  case B_STR_UPPER: r = RT(sf_str_upper, v[0]); break;
+  case B_STR_REPLACE: r = RT(sf_str_replace, v[0], v[1], v[2], L); break;
+  case B_STR_STARTS_WITH: r = RT(sf_str_starts_with, v[0], v[1]); owned = false; break;
+  case B_STR_ENDS_WITH: r = RT(sf_str_ends_with, v[0], v[1]); owned = false; break;
+  default: ice("codegen: data builtin %d", n->builtin);
+  }
+  drop_operands(&o);
+  return mkval(r, owned);
+}
+
+/* a[i..j] on arrays and strings, and s[i]: new values from the runtime,
+ * which checks the bounds (and UTF-8 boundaries) and names them. */
+static Val data_index_expr(Node *n) {
+  Type *t = n->lhs->ty;
+  Val a = expr(n->lhs);
+  LLVMValueRef L = loc_const(n->loc), r;
+  if (n->rhs->kind == N_RANGE) {
+    LLVMValueRef lo = to_i64(n->rhs->lhs->ty, expr(n->rhs->lhs).v);
+    LLVMValueRef hi = to_i64(n->rhs->rhs->ty, expr(n->rhs->rhs).v);
+    r = t->kind == TY_STR ? RT(sf_str_slice, a.v, lo, hi, L)
+                          : RT(sf_array_slice, desc_arg(t->elem), a.v, lo, hi, L);
+  } else {
+    r = RT(sf_str_at, a.v, to_i64(n->rhs->ty, expr(n->rhs).v), L);
+  }
+  drop(t, a);
+  return mkval(r, true);
+}
+
+/* a + b on arrays: a new array holding both. */
+static Val array_concat(Node *n) {
+  Type *t = n->ty;
+  Val a = expr(n->lhs), b = expr(n->rhs);
+  LLVMValueRef r = RT(sf_array_concat, desc_arg(t->elem), a.v, b.v, loc_const(n->loc));
+  drop(t, a);
+  drop(t, b);
+  return mkval(r, true);
 }
 
 static Val builtin(Node *n) {
@@ -1364,7 +1503,10 @@ static Val builtin(Node *n) {
     drop(av[1]->ty, v[1]);
     return mkval(r, true);
   }
-  default: ice("codegen: builtin %d", n->builtin);
+  default:
+    if (builtin_is_data(n->builtin))
+      return data_builtin(n);
+    ice("codegen: builtin %d", n->builtin);
   }
 }
 
@@ -1676,6 +1818,9 @@ static void comp_body(void *ctx, LLVMValueRef i) {
   LLVMValueRef x;
   if (c->src) {
     Type *et = c->n->rhs->ty->elem;
+    /* The result has the source's length at the start: a source that the
+     * element expression shrinks (xs.pop()) is an index error here. */
+    check_index(i, arr_len(c->src), c->n->rhs->loc);
     x = load_elem(et, elem_ptr(c->src, et, i));
     retain_value(et, x);
   } else {
@@ -1997,6 +2142,8 @@ static Val field_expr(Node *n) {
 static Val index_expr(Node *n) {
   if (n->lhs->ty->kind == TY_MAP)
     return map_index(n);
+  if (n->rhs->kind == N_RANGE || n->lhs->ty->kind == TY_STR)
+    return data_index_expr(n);
   Val a = expr(n->lhs);
   LLVMValueRef p = index_addr(a.v, n->ty, n->rhs, n->loc);
   LLVMValueRef v = load_elem(n->ty, p);
@@ -2231,7 +2378,12 @@ static void for_array(Node *n) {
   LLVMBuildBr(G.b, cond);
   LLVMPositionBuilderAtEnd(G.b, cond);
   LLVMValueRef i = load(G.i64, ctr);
-  LLVMBuildCondBr(G.b, LLVMBuildICmp(G.b, LLVMIntSLT, i, len, ""), body, end);
+  /* The elements the array had at the start, fewer if the body pops some
+   * (xs.pop() moved them out).  With no call in the body LICM hoists the
+   * second length load, so numeric loops pay nothing for it. */
+  LLVMValueRef more = LLVMBuildAnd(G.b, LLVMBuildICmp(G.b, LLVMIntSLT, i, len, ""),
+                                   LLVMBuildICmp(G.b, LLVMIntSLT, i, arr_len(arr), ""), "");
+  LLVMBuildCondBr(G.b, more, body, end);
   LLVMPositionBuilderAtEnd(G.b, body);
   int mark = G.nowned;
   LLVMValueRef x = load_elem(et, elem_ptr(arr, et, i));
@@ -2861,10 +3013,10 @@ static void init_types(void) {
   G.f64 = LLVMDoubleTypeInContext(G.ctx);
   G.vd = LLVMVoidTypeInContext(G.ctx);
   G.P = ptr_to(G.i8);
-  /* sf_array: {rc, tag, flags, len, elem, data, dev, where, gpu} */
+  /* sf_array: {rc, tag, flags, len, elem, data, dev, where, gpu, cap} */
   G.arr_ty = LLVMStructCreateNamed(G.ctx, "sf_array");
-  LLVMTypeRef at[] = {G.i64, G.i32, G.i32, G.i64, G.P, G.P, G.P, G.i32, G.i32};
-  LLVMStructSetBody(G.arr_ty, at, 9, 0);
+  LLVMTypeRef at[] = {G.i64, G.i32, G.i32, G.i64, G.P, G.P, G.P, G.i32, G.i32, G.i64};
+  LLVMStructSetBody(G.arr_ty, at, 10, 0);
   G.loc_ty = LLVMStructCreateNamed(G.ctx, "sf_loc");
   LLVMTypeRef lt[] = {G.P, G.i32, G.i32};
   LLVMStructSetBody(G.loc_ty, lt, 3, 0);

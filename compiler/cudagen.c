@@ -381,6 +381,18 @@ static void call(Node *n) {
   case B_LOG: math1("log", n, av[0]); return;
   case B_TANH: math1("tanh", n, av[0]); return;
   case B_FLOOR: math1("floor", n, av[0]); return;
+  case B_SIN: math1("sin", n, av[0]); return;
+  case B_COS: math1("cos", n, av[0]); return;
+  case B_TAN: math1("tan", n, av[0]); return;
+  case B_CEIL: math1("ceil", n, av[0]); return;
+  case B_ROUND: math1("rint", n, av[0]); return; /* half to even, as llvm.roundeven */
+  case B_ATAN2:
+    outf("%s(", t->kind == TY_F32 ? "atan2f" : "atan2");
+    float_arg(av[0], t);
+    out(", ");
+    float_arg(av[1], t);
+    out(")");
+    return;
   case B_POW:
     outf("%s(", t->kind == TY_F32 ? "powf" : "pow");
     float_arg(av[0], t);

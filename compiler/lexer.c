@@ -60,6 +60,9 @@ const char *const sflow_builtin_names[] = {
     "hostname",  "thread_id",  "group_rank",    "group_size",     "allreduce_sum",
     "allreduce_mean", "broadcast", "allgather", "barrier",        "zeros_f32", "zeros_f64",
     "zeros_i32", "zeros_i64",  "matmul",
+    /* the data core */
+    "sin",       "cos",        "tan",           "atan2",          "ceil",      "round",
+    "rand_int",  "randn_f32",  "sort",          "argsort",        "join",      "PI",
 };
 const int sflow_nbuiltin_names = sizeof sflow_builtin_names / sizeof *sflow_builtin_names;
 

@@ -477,6 +477,38 @@ static Hit find_at(Analysis *a, int off) {
   return h;
 }
 
+/* Hover text of the data core's builtins and str/array methods: the
+ * signature as docs/language.md gives it, since they have no declaration
+ * to show.  NULL for the other builtins (their hover is the result type). */
+static const char *data_core_doc(Node *call) {
+  Type *r = call->recv ? call->recv->ty : NULL;
+  const char *elem = r && r->kind == TY_ARRAY ? ty_str(r->elem) : "T";
+  switch (call->builtin) {
+  case B_SIN: case B_COS: case B_TAN: case B_CEIL: case B_ROUND:
+    return arena_printf("builtin %s(x: %s) -> %s%s", call->callee->name, ty_str(call->ty),
+                        ty_str(call->ty), call->builtin == B_ROUND ? " (half to even)" : "");
+  case B_ATAN2: return arena_printf("builtin atan2(y: %s, x: %s) -> %s", ty_str(call->ty), ty_str(call->ty), ty_str(call->ty));
+  case B_RAND_INT: return "builtin rand_int(lo: i64, hi: i64) -> i64 (in [lo, hi))";
+  case B_RANDN_F32: return "builtin randn_f32() -> f32 (standard normal)";
+  case B_SORT: return arena_printf("builtin sort(xs: %s) -> %s (a new ascending array; NaN last)",
+                                   ty_str(call->ty), ty_str(call->ty));
+  case B_ARGSORT: return "builtin argsort(xs: T[]) -> i64[] (stable)";
+  case B_JOIN: return "builtin join(sep: str, parts: str[]) -> str";
+  case B_STR_SPLIT: return "str.split(sep: str) -> str[]";
+  case B_STR_SPLIT_WS: return "str.split() -> str[] (on runs of whitespace)";
+  case B_STR_FIND: return "str.find(t: str) -> i64 (byte offset, or -1)";
+  case B_STR_STRIP: return "str.strip() -> str";
+  case B_STR_LOWER: return "str.lower() -> str (ASCII letters)";
+  case B_STR_UPPER: return "str.upper() -> str (ASCII letters)";
+  case B_STR_REPLACE: return "str.replace(from: str, to: str) -> str";
+  case B_STR_STARTS_WITH: return "str.starts_with(t: str) -> bool";
+  case B_STR_ENDS_WITH: return "str.ends_with(t: str) -> bool";
+  case B_PUSH: return arena_printf("%s[].push(v: %s)", elem, elem);
+  case B_POP: return arena_printf("%s[].pop() -> %s (removes the last)", elem, elem);
+  default: return NULL;
+  }
+}
+
 /* The declaration a hit refers to, and where it was declared. */
 static bool target_of(Hit *h, Loc *where, const char **what, Type **ty) {
   *ty = NULL;
@@ -488,7 +520,8 @@ static bool target_of(Hit *h, Loc *where, const char **what, Type **ty) {
       return true;
     }
     if (n->kind == N_CALL && n->callkind == CALL_BUILTIN) {
-      *what = arena_printf("builtin -> %s", ty_str(n->ty));
+      const char *doc = data_core_doc(n);
+      *what = doc ? doc : arena_printf("builtin -> %s", ty_str(n->ty));
       where->file = -1;
       return true;
     }

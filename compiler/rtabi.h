@@ -42,6 +42,18 @@ enum { RTA_NONE = 0, RTA_ARRAY = 1, RTA_NORETURN = 2 };
   X(sf_str_eq, "bpp", RTA_NONE)             \
   X(sf_str_len, "lp", RTA_NONE)             \
   X(sf_str_from_bool, "pb", RTA_NONE)       \
+  X(sf_str_split, "pppp", RTA_ARRAY)        \
+  X(sf_str_split_ws, "pp", RTA_ARRAY)       \
+  X(sf_str_slice, "ppllp", RTA_NONE)        \
+  X(sf_str_at, "pplp", RTA_NONE)            \
+  X(sf_str_find, "lpp", RTA_NONE)           \
+  X(sf_str_strip, "pp", RTA_NONE)           \
+  X(sf_str_lower, "pp", RTA_NONE)           \
+  X(sf_str_upper, "pp", RTA_NONE)           \
+  X(sf_str_replace, "ppppp", RTA_NONE)      \
+  X(sf_str_starts_with, "bpp", RTA_NONE)    \
+  X(sf_str_ends_with, "bpp", RTA_NONE)      \
+  X(sf_str_join, "ppp", RTA_NONE)           \
   X(sf_str_from_i64, "pl", RTA_NONE)        \
   X(sf_str_from_f64, "pd", RTA_NONE)        \
   X(sf_str_from_f32, "pf", RTA_NONE)        \
@@ -56,6 +68,12 @@ enum { RTA_NONE = 0, RTA_ARRAY = 1, RTA_NORETURN = 2 };
   /* arrays */                              \
   X(sf_array_new, "pplp", RTA_ARRAY)        \
   X(sf_array_split, "pplp", RTA_ARRAY)      \
+  X(sf_array_push, "vppp", RTA_NONE)        \
+  X(sf_array_pop, "vppp", RTA_NONE)         \
+  X(sf_array_concat, "ppppp", RTA_ARRAY)    \
+  X(sf_array_slice, "pppllp", RTA_ARRAY)    \
+  X(sf_array_sort, "pppp", RTA_ARRAY)       \
+  X(sf_array_argsort, "pppp", RTA_ARRAY)    \
   X(sf_index_fail, "vllp", RTA_NORETURN)    \
   /* maps, function values */               \
   X(sf_map_new, "pp", RTA_NONE)             \
@@ -85,6 +103,8 @@ enum { RTA_NONE = 0, RTA_ARRAY = 1, RTA_NORETURN = 2 };
   X(sf_now, "d", RTA_NONE)                  \
   X(sf_rand_seed, "vl", RTA_NONE)           \
   X(sf_rand_f32, "f", RTA_NONE)             \
+  X(sf_rand_int, "lllp", RTA_NONE)          \
+  X(sf_randn_f32, "f", RTA_NONE)            \
   X(sf_node_id, "l", RTA_NONE)              \
   X(sf_hostname, "p", RTA_NONE)             \
   X(sf_read_file, "ppp", RTA_NONE)          \
@@ -128,7 +148,7 @@ SF_AT(sf_obj, rc, 0); SF_AT(sf_obj, tag, 8); SF_AT(sf_obj, flags, 12); SF_SIZE(s
 SF_AT(sf_str, len, 16); SF_AT(sf_str, data, 24);
 SF_AT(sf_array, len, 16); SF_AT(sf_array, elem, 24); SF_AT(sf_array, data, 32);
 SF_AT(sf_array, dev, 40); SF_AT(sf_array, where, 48); SF_AT(sf_array, gpu, 52);
-SF_SIZE(sf_array, 56);
+SF_AT(sf_array, cap, 56); SF_SIZE(sf_array, 64);
 SF_AT(sf_loc, line, 8); SF_AT(sf_loc, col, 12); SF_SIZE(sf_loc, 16);
 SF_AT(sf_type, kind, 0); SF_AT(sf_type, size, 4); SF_AT(sf_type, align, 8);
 SF_AT(sf_type, nfields, 12); SF_AT(sf_type, elem, 16); SF_AT(sf_type, fields, 24);

@@ -783,6 +783,10 @@ static const struct {
     {"__read_file", B_RT_READ_FILE}, {"__write_file", B_RT_WRITE_FILE},
     {"__append_file", B_RT_APPEND_FILE}, {"__file_exists", B_RT_FILE_EXISTS},
     {"__read_lines", B_RT_READ_LINES},
+    /* the data core */
+    {"sin", B_SIN}, {"cos", B_COS}, {"tan", B_TAN}, {"atan2", B_ATAN2}, {"ceil", B_CEIL},
+    {"round", B_ROUND}, {"rand_int", B_RAND_INT}, {"randn_f32", B_RANDN_F32}, {"sort", B_SORT},
+    {"argsort", B_ARGSORT}, {"join", B_JOIN},
 };
 
 static Builtin builtin_of(const char *name) {
@@ -797,6 +801,7 @@ static bool kernel_builtin_ok(Builtin b) {
   case B_LEN: case B_SQRT: case B_EXP: case B_LOG: case B_TANH: case B_ABS: case B_MIN:
   case B_MAX: case B_POW: case B_FLOOR: case B_THREAD_ID: case B_CAST_I32: case B_CAST_I64:
   case B_CAST_F32: case B_CAST_F64:
+  case B_SIN: case B_COS: case B_TAN: case B_ATAN2: case B_CEIL: case B_ROUND:
     return true;
   default:
     return false;
@@ -870,6 +875,9 @@ static bool in_actor_method(Node *call, const char *name) {
   return false;
 }
 
+static Type *check_data_builtin(Node *call, Builtin b, const char *name, Node **argv, int argc);
+static Type *check_data_method(Node *call, Node *recv, Type *rt, const char *name);
+
 static Type *check_builtin(Node *call, Builtin b, const char *name) {
   Node *argv[8];
   int argc = 0;
@@ -906,6 +914,8 @@ static Type *check_builtin(Node *call, Builtin b, const char *name) {
   }
   if (argc > 8)
     argc = 9; /* reported as wrong arity below */
+  if (builtin_is_data(b))
+    return check_data_builtin(call, b, name, argv, argc);
   Type *t;
   switch (b) {
   case B_LEN:
@@ -1663,6 +1673,9 @@ static Type *check_call(Node *call) {
       return T_ERR;
     if (rt->kind == TY_MAP)
       return call_map_method(call, recv, rt, c->name);
+    Type *dm = check_data_method(call, recv, rt, c->name);
+    if (dm)
+      return dm;
     if (rt->kind == TY_STRUCT) {
       Type *ft = check_expr(c, NULL); /* s.f(x): a field holding a function */
       if (is_err(ft))
@@ -1703,6 +1716,240 @@ static const char *op_name(int op) {
   return arena_printf("'%c'", op);
 }
 
+/* ----------------------------------------------------------- data core */
+
+/* The data-language additions of the design sketch (docs/language.md):
+ * math and random builtins, sort/argsort/join, the methods of str and
+ * arrays, slices a[i..j], string indexing s[i], array concatenation and
+ * the constant PI.  Each hook in the general checks above and below is one
+ * call into this section, so the rest of sema does not know the details.
+ * The hooks are DATA_HOOK (noinline): inlined, their locals would grow the
+ * frame of check_expr, which recurses once per level of a 2000-deep
+ * expression (SEMA_MAX_EXPR_DEPTH) and must stay as small as it was. */
+#define DATA_HOOK __attribute__((noinline)) static
+
+/* An element type sort/argsort can order: numbers and strings. */
+static Type *sortable_arg(Node *a, const char *fname) {
+  Type *t = check_expr(a, NULL);
+  if (is_err(t))
+    return T_ERR;
+  if (t->kind != TY_ARRAY || !(ty_is_gpu_elem(t->elem) || t->elem->kind == TY_STR))
+    return err_at(a->loc, "'%s' needs an array of numbers or strings (i32[], i64[], f32[], f64[] or str[]), found %s",
+                  fname, ty_str(t));
+  return t;
+}
+
+DATA_HOOK Type *check_data_builtin(Node *call, Builtin b, const char *name, Node **argv, int argc) {
+  Type *t;
+  switch (b) {
+  case B_SIN: case B_COS: case B_TAN: case B_CEIL: case B_ROUND:
+    if (!builtin_arity(call, name, 1, argc))
+      return T_ERR;
+    set_argv(call, argv, 1);
+    return float_arg(argv[0], name);
+  case B_ATAN2:
+    if (!builtin_arity(call, name, 2, argc))
+      return T_ERR;
+    set_argv(call, argv, 2);
+    t = unify_numeric(argv[0], argv[1], "'atan2'", call->loc);
+    if (is_err(t))
+      return T_ERR;
+    if (ty_is_untyped(t)) {
+      settle(argv[0], T_F64);
+      settle(argv[1], T_F64);
+      return T_F64;
+    }
+    if (!ty_is_float(t))
+      return err_at(call->loc, "'atan2' needs floats (f32 or f64), found %s", ty_str(t));
+    return t;
+  case B_RAND_INT:
+    if (!builtin_arity(call, name, 2, argc))
+      return T_ERR;
+    set_argv(call, argv, 2);
+    expect_type(argv[0], T_I64, "the low bound of 'rand_int'");
+    expect_type(argv[1], T_I64, "the high bound of 'rand_int'");
+    return T_I64;
+  case B_RANDN_F32:
+    if (!builtin_arity(call, name, 0, argc))
+      return T_ERR;
+    set_argv(call, argv, 0);
+    return T_F32;
+  case B_SORT: case B_ARGSORT:
+    if (!builtin_arity(call, name, 1, argc))
+      return T_ERR;
+    set_argv(call, argv, 1);
+    t = sortable_arg(argv[0], name);
+    if (is_err(t))
+      return T_ERR;
+    return b == B_SORT ? t : ty_array(T_I64);
+  case B_JOIN:
+    if (!builtin_arity(call, name, 2, argc))
+      return T_ERR;
+    set_argv(call, argv, 2);
+    expect_type(argv[0], T_STR, "the separator of 'join'");
+    expect_type(argv[1], ty_array(T_STR), "the parts of 'join'");
+    return T_STR;
+  default:
+    ice("data builtin %s not handled", name);
+  }
+}
+
+/* The methods, by receiver type: what a call checks and what it yields. */
+typedef struct {
+  const char *name;
+  Builtin b;
+  int nargs; /* -1: 0 or 1 (split) */
+} DataMethod;
+
+static const DataMethod str_methods[] = {
+    {"split", B_STR_SPLIT, -1},     {"find", B_STR_FIND, 1},
+    {"strip", B_STR_STRIP, 0},      {"lower", B_STR_LOWER, 0},
+    {"upper", B_STR_UPPER, 0},      {"replace", B_STR_REPLACE, 2},
+    {"starts_with", B_STR_STARTS_WITH, 1}, {"ends_with", B_STR_ENDS_WITH, 1},
+};
+static const DataMethod array_methods[] = {
+    {"push", B_PUSH, 1}, {"pop", B_POP, 0}, {"split", B_SPLIT, 1},
+};
+
+static Type *no_data_method(Node *call, Type *rt, const DataMethod *ms, int n, const char *name) {
+  const char *names[16];
+  for (int i = 0; i < n; i++)
+    names[i] = ms[i].name;
+  const char *s = suggest(name, names, n);
+  for (Node *a = call->args; a; a = a->next)
+    check_expr(a, NULL);
+  if (s)
+    return err_at(call->callee->name_loc, "type %s has no method '%s'; did you mean '%s'?", ty_str(rt), name, s);
+  return err_at(call->callee->name_loc, "type %s has no method '%s'", ty_str(rt), name);
+}
+
+/* recv.name(args) where recv is a str or an array (not a.split(k), which
+ * check_call handles).  Returns NULL when rt has no such methods at all. */
+DATA_HOOK Type *check_data_method(Node *call, Node *recv, Type *rt, const char *name) {
+  const DataMethod *ms = rt->kind == TY_STR ? str_methods : rt->kind == TY_ARRAY ? array_methods : NULL;
+  int n = rt->kind == TY_STR ? (int)(sizeof str_methods / sizeof *str_methods)
+                             : (int)(sizeof array_methods / sizeof *array_methods);
+  if (!ms)
+    return NULL;
+  const DataMethod *m = NULL;
+  for (int i = 0; i < n; i++)
+    if (!strcmp(ms[i].name, name))
+      m = &ms[i];
+  if (!m)
+    return no_data_method(call, rt, ms, n, name);
+  if (kernel_forbid(call->loc, arena_printf("'%s'", name)))
+    return T_ERR;
+  Node *argv[2];
+  int argc = 0;
+  for (Node *a = call->args; a; a = a->next, argc++) {
+    if (a->argname)
+      return err_at(a->name_loc, "'%s' takes no named arguments", name);
+    if (argc < 2)
+      argv[argc] = a;
+  }
+  if (m->nargs >= 0 ? argc != m->nargs : argc > 1) {
+    diag_error(call->loc, "'%s' takes %s, found %d", name,
+               m->nargs < 0 ? "0 or 1 arguments (a separator)"
+               : m->nargs == 0 ? "no arguments" : m->nargs == 1 ? "1 argument" : "2 arguments", argc);
+    return T_ERR;
+  }
+  call->callkind = CALL_BUILTIN;
+  call->builtin = m->b == B_STR_SPLIT && argc == 0 ? B_STR_SPLIT_WS : m->b;
+  call->recv = recv;
+  set_argv(call, argv, argc);
+  switch (m->b) {
+  case B_STR_SPLIT:
+    if (argc)
+      expect_type(argv[0], T_STR, "the separator of 'split'");
+    return ty_array(T_STR);
+  case B_STR_FIND:
+    expect_type(argv[0], T_STR, "the argument of 'find'");
+    return T_I64;
+  case B_STR_STRIP: case B_STR_LOWER: case B_STR_UPPER:
+    return T_STR;
+  case B_STR_REPLACE:
+    expect_type(argv[0], T_STR, "the text 'replace' looks for");
+    expect_type(argv[1], T_STR, "the replacement of 'replace'");
+    return T_STR;
+  case B_STR_STARTS_WITH: case B_STR_ENDS_WITH:
+    expect_type(argv[0], T_STR, arena_printf("the argument of '%s'", name));
+    return T_BOOL;
+  case B_PUSH:
+    expect_type(argv[0], rt->elem, arena_printf("the value pushed onto %s", ty_str(rt)));
+    return T_VOID;
+  case B_POP:
+    return rt->elem;
+  default: /* B_SPLIT: a.split(k), chunks */
+    expect_type(argv[0], T_I64, "the chunk count of 'split'");
+    return ty_array(rt);
+  }
+}
+
+/* A bound of a slice a[i..j]: any integer type; literals become i64. */
+static void slice_bound(Node *b) {
+  Type *t = check_expr(b, T_I64);
+  if (is_err(t))
+    return;
+  if (ty_is_untyped(t) && t->kind == TY_UNTYPED_INT)
+    settle(b, T_I64);
+  else if (!ty_is_int(t) || ty_is_untyped(t))
+    diag_error(b->loc, "mismatched types: a slice bound needs an integer, found %s", ty_str(t));
+}
+
+/* a[i..j] (a copy of elements i to j-1, or bytes i to j-1 of a str) and
+ * s[i] (the character at byte i, as a str).  Returns NULL when e is a
+ * plain array index for check_index. */
+DATA_HOOK Type *check_data_index(Node *e, Type *t) {
+  bool slice = e->rhs->kind == N_RANGE;
+  if (!slice && (is_err(t) || t->kind != TY_STR))
+    return NULL;
+  if (kernel_forbid(e->loc, slice ? "a slice" : "a string"))
+    return T_ERR;
+  if (slice) {
+    slice_bound(e->rhs->lhs);
+    slice_bound(e->rhs->rhs);
+    e->rhs->ty = T_I64;
+  } else {
+    expect_type(e->rhs, T_I64, "a string index");
+  }
+  if (is_err(t))
+    return T_ERR;
+  if (t->kind == TY_STR || t->kind == TY_ARRAY)
+    return t;
+  return err_at(e->lhs->loc, "cannot slice a value of type %s (only arrays and strings have slices)", ty_str(t));
+}
+
+/* A slice or a string character is a new value, not a place. */
+DATA_HOOK bool data_index_assignable(Node *e) {
+  if (e->rhs->kind == N_RANGE)
+    diag_error(e->loc, "cannot assign to a slice: it is a copy (assign its elements through the array)");
+  else
+    diag_error(e->loc, "cannot assign to a character of a string: strings are immutable (build a new one)");
+  return false;
+}
+
+/* a + b on arrays: both of one array type, a new array. */
+DATA_HOOK Type *check_array_binary(Node *e, Type *ta, Type *tb) {
+  if (e->op != '+')
+    return err_at(e->loc, "operator %s cannot be applied to %s and %s", op_name(e->op), ty_str(ta), ty_str(tb));
+  if (kernel_forbid(e->loc, "an array concatenation"))
+    return T_ERR;
+  if (ta != tb)
+    return err_at(e->loc, "mismatched types: '+' concatenates arrays of one type, found %s and %s", ty_str(ta), ty_str(tb));
+  return ta;
+}
+
+/* PI: an untyped float constant, as if written as a literal, so it adapts
+ * to f32 and f64 and works in kernels.  A user's own PI shadows it. */
+DATA_HOOK Type *check_data_name(Node *e) {
+  if (strcmp(e->name, "PI") != 0)
+    return NULL;
+  e->kind = N_FLOAT;
+  e->fval = 3.14159265358979323846;
+  e->is_const = true;
+  return T_UFLOAT;
+}
+
 static Type *check_binary(Node *e) {
   int op = e->op;
   if (op == TOK_ANDAND || op == TOK_OROR) {
@@ -1710,9 +1957,12 @@ static Type *check_binary(Node *e) {
     expect_type(e->rhs, T_BOOL, arena_printf("the right side of %s", op_name(op)));
     return T_BOOL;
   }
-  Type *ta = check_expr(e->lhs, NULL), *tb = check_expr(e->rhs, NULL);
+  Type *ta = check_expr(e->lhs, NULL);
+  Type *tb = check_expr(e->rhs, !is_err(ta) && ta->kind == TY_ARRAY ? ta : NULL);
   if (is_err(ta) || is_err(tb))
     return T_ERR;
+  if (ta->kind == TY_ARRAY || tb->kind == TY_ARRAY)
+    return check_array_binary(e, ta, tb);
   if (ta->kind == TY_STR || tb->kind == TY_STR) {
     if (kernel_forbid(e->loc, "a string"))
       return T_ERR;
@@ -1795,6 +2045,9 @@ static Type *check_name(Node *e, Type *want) {
       return err_at(e->loc, "'%s' is %s, not a value", e->name, a_what(d));
     }
   }
+  Type *dt = check_data_name(e);
+  if (dt)
+    return dt;
   if (builtin_of(e->name) != B_NONE)
     return err_at(e->loc, "builtin '%s' must be called, as in %s(...)", e->name, e->name);
   undefined_name(e->loc, e->name, "name");
@@ -1855,6 +2108,9 @@ static Type *check_index(Node *e) {
     expect_type(e->rhs, t->key, arena_printf("a key of %s", ty_str(t)));
     return t->elem;
   }
+  Type *dt = check_data_index(e, t);
+  if (dt)
+    return dt;
   expect_type(e->rhs, T_I64, "an array index");
   if (is_err(t))
     return T_ERR;
@@ -2217,6 +2473,8 @@ static bool check_assignable(Node *e) {
       diag_error(e->loc, "cannot assign to %s '%s'", decl_what(e->decl), e->name);
     return false;
   case N_INDEX:
+    if (e->rhs->kind == N_RANGE || (e->lhs->ty && e->lhs->ty->kind == TY_STR))
+      return data_index_assignable(e);
     if (e->lhs->ty && (e->lhs->ty->kind == TY_ARRAY || e->lhs->ty->kind == TY_MAP)) {
       return true; /* arrays and maps are shared objects: elements are mutable */
     }

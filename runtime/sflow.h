@@ -24,7 +24,7 @@
 extern "C" {
 #endif
 
-#define SF_ABI_VERSION 2
+#define SF_ABI_VERSION 3
 
 /* ---------------------------------------------------------------- types */
 
@@ -97,6 +97,9 @@ typedef struct sf_array {
   void *dev;           /* reserved for the GPU layer */
   int32_t where;       /* reserved for the GPU layer: which copy is current */
   int32_t gpu;         /* reserved for the GPU layer: 1 + the device of dev */
+  int64_t cap;         /* (ABI 3) elements data has room for, >= len: push
+                        * doubles it, so growing by push is amortised O(1);
+                        * never serialized (only len elements travel) */
 } sf_array;
 
 /* A reference to any object, or NULL.  Inline-able by the compiler. */
@@ -125,6 +128,20 @@ int32_t sf_str_cmp(sf_str *a, sf_str *b); /* <0, 0, >0, bytewise */
 bool sf_str_eq(sf_str *a, sf_str *b);
 int64_t sf_str_len(sf_str *s);
 sf_str *sf_str_from_bool(bool v);
+/* The string methods (str.c, text.c).  Offsets are bytes; an offset inside
+ * a UTF-8 sequence or outside [0, len] is a runtime error at loc. */
+sf_array *sf_str_split(sf_str *s, sf_str *sep, const sf_loc *loc); /* str[] */
+sf_array *sf_str_split_ws(sf_str *s);            /* on runs of whitespace */
+sf_str *sf_str_slice(sf_str *s, int64_t from, int64_t to, const sf_loc *loc);
+sf_str *sf_str_at(sf_str *s, int64_t i, const sf_loc *loc); /* s[i]: one char */
+int64_t sf_str_find(sf_str *s, sf_str *t);       /* byte offset, or -1 */
+sf_str *sf_str_strip(sf_str *s);
+sf_str *sf_str_lower(sf_str *s);                 /* ASCII letters only */
+sf_str *sf_str_upper(sf_str *s);
+sf_str *sf_str_replace(sf_str *s, sf_str *from, sf_str *to, const sf_loc *loc);
+bool sf_str_starts_with(sf_str *s, sf_str *t);
+bool sf_str_ends_with(sf_str *s, sf_str *t);
+sf_str *sf_str_join(sf_str *sep, sf_array *xs);  /* join(sep, xs: str[]) */
 sf_str *sf_str_from_i64(int64_t v);
 sf_str *sf_str_from_f64(double v); /* shortest round trip, Python style */
 sf_str *sf_str_from_f32(float v);  /* shortest that reads back as the f32 */
@@ -145,6 +162,21 @@ int32_t sf_f64_to_i32(double v, const sf_loc *loc);
 sf_array *sf_array_new(const sf_type *elem, int64_t len, const sf_loc *loc);
 /* a.split(k): k nearly equal chunks (first len%k one longer), copies. */
 sf_array *sf_array_split(sf_array *a, int64_t k, const sf_loc *loc);
+/* xs.push(v): moves the elem->size bytes at value (an owned value) in
+ * after the last element, doubling the room when full.  xs.pop(): moves
+ * the last element out into out (owned by the caller); empty is a runtime
+ * error.  Both work on the array object, so every holder sees the change. */
+void sf_array_push(sf_array *a, void *value, const sf_loc *loc);
+void sf_array_pop(sf_array *a, void *out, const sf_loc *loc);
+/* xs + ys, xs[from..to] (half-open; out of range is a runtime error):
+ * new arrays (owned) of elements elem, references retained. */
+sf_array *sf_array_concat(const sf_type *elem, sf_array *a, sf_array *b, const sf_loc *loc);
+sf_array *sf_array_slice(const sf_type *elem, sf_array *a, int64_t from, int64_t to,
+                         const sf_loc *loc);
+/* sort(xs): a new ascending array; argsort(xs): the i64[] of indices that
+ * sorts xs, stable (sort.c).  Numbers and strings; NaN sorts last. */
+sf_array *sf_array_sort(const sf_type *elem, sf_array *a, const sf_loc *loc);
+sf_array *sf_array_argsort(const sf_type *elem, sf_array *a, const sf_loc *loc);
 /* Out-of-bounds index: never returns. */
 _Noreturn void sf_index_fail(int64_t index, int64_t len, const sf_loc *loc);
 /* Ensure the host copy is current (GPU layer); a no-op on CPU-only runs. */
@@ -209,6 +241,8 @@ int64_t sf_attempt(void);
 double sf_now(void);
 void sf_rand_seed(int64_t seed);
 float sf_rand_f32(void);
+int64_t sf_rand_int(int64_t lo, int64_t hi, const sf_loc *loc); /* in [lo, hi) */
+float sf_randn_f32(void); /* standard normal */
 int64_t sf_node_id(void);
 sf_str *sf_hostname(void);
 

@@ -13,6 +13,7 @@ pkgs=(
   libssh2-1-dev openssh-server openssh-client  # multi-node runs and their tests
   libopenblas-dev libcjson-dev zlib1g-dev valgrind gdb
   iproute2 procps                    # ip netns, ip link, ss: namespace cluster tests
+  fortunes-min                       # a real text data set for examples/fortunes.sflow
 )
 
 missing=()

@@ -16,7 +16,14 @@
  * and the message's number (init 0, then its calls 1, 2, ... in the order
  * they run).  Only the key travels with a call; the stream is made from it
  * at the call's first draw (docs/runtime.md, "Random numbers").
+ *
+ * rand_int and randn_f32 draw raw 32-bit words from the same stream, each
+ * through the journal's tap (exact: a u32 fits a double), so a resumed
+ * main replays them bit for bit; rand_int is unbiased (Lemire's
+ * multiply-and-reject) and randn_f32 is Box-Muller over two draws.
  */
+#include <inttypes.h>
+#include <math.h>
 #include <limits.h>
 #include <string.h>
 #include <time.h>
@@ -99,6 +106,48 @@ float sf_rand_f32(void) {
    * the result is in [0, 1), never rounded up to 1.0. */
   float v = (float)(pcg32_next(r) >> 8) * 0x1p-24f;
   return (float)tapped(v); /* main's draws are journaled */
+}
+
+static uint32_t draw32(void) {
+  sf__rng *r = &sf__rng_cur;
+  if (!r->live)
+    rng_start(r);
+  return (uint32_t)tapped((double)pcg32_next(r));
+}
+
+static uint64_t draw64(void) {
+  uint64_t hi = draw32();
+  return hi << 32 | draw32();
+}
+
+/* Uniform in [0, n) for n >= 1: Lemire, "Fast Random Integer Generation
+ * in an Interval" (2019), 64-bit form; rejects fewer than n/2^64 draws. */
+static uint64_t below(uint64_t n) {
+  unsigned __int128 m = (unsigned __int128)draw64() * n;
+  uint64_t low = (uint64_t)m;
+  if (low < n) {
+    uint64_t t = -n % n;
+    while (low < t) {
+      m = (unsigned __int128)draw64() * n;
+      low = (uint64_t)m;
+    }
+  }
+  return (uint64_t)(m >> 64);
+}
+
+int64_t sf_rand_int(int64_t lo, int64_t hi, const sf_loc *loc) {
+  if (lo >= hi)
+    sf_runtime_error(loc, "rand_int(%" PRId64 ", %" PRId64 "): the range is empty (hi is "
+                     "exclusive, so hi must be greater than lo)", lo, hi);
+  uint64_t n = (uint64_t)hi - (uint64_t)lo; /* exact, even for the full i64 range */
+  return (int64_t)((uint64_t)lo + below(n));
+}
+
+float sf_randn_f32(void) {
+  /* u1 in (0, 1] so log(u1) is finite; 24-bit draws as rand_f32. */
+  double u1 = ((double)(draw32() >> 8) + 1.0) * 0x1p-24;
+  double u2 = (double)(draw32() >> 8) * 0x1p-24;
+  return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2) /* 2 pi */);
 }
 
 /* ------------------------------------------------------- node, host */

@@ -60,6 +60,9 @@ void sf__block_free(void *p, int32_t cls);
 /* Bytes and length of a string, treating NULL as "". */
 const char *sf__str_data(const sf_str *s);
 int64_t sf__str_len(const sf_str *s);
+/* A new string of len bytes (owned) for the caller to fill; the NUL after
+ * them is set.  len 0 gives a fresh empty string, not the shared one. */
+sf_str *sf__str_alloc(int64_t len);
 
 /* Python repr() of a double / float into buf (NUL-terminated, returns the
  * length).  SF__FLOAT_BUF bytes always suffice. */

@@ -49,6 +49,8 @@ static sf_str *str_alloc(int64_t len) {
   return s;
 }
 
+sf_str *sf__str_alloc(int64_t len) { return str_alloc(len); }
+
 /* ------------------------------------------------------------ appends */
 
 /* Strings made by an append hold 2^flags bytes of data (NUL included);
@@ -485,45 +487,37 @@ _Noreturn static void cast_fail(sf_str *s, const char *type, sf__parse_status st
                    st == SF__PARSE_RANGE ? ": out of range" : "");
 }
 
-int64_t sf_str_to_i64(sf_str *s, const sf_loc *loc) {
-  int64_t v = 0;
-  sf__parse_status st = sf__parse_i64(sf__str_data(s), (size_t)sf__str_len(s), &v);
-  if (st != SF__PARSE_OK)
-    cast_fail(s, "i64", st, loc);
-  return v;
+/* Casts from str ignore surrounding whitespace (ASCII: " 3.5\n" is 3.5),
+ * so fields cut from a line convert as they are; the command-line flags
+ * parse strictly through sf__parse_* directly. */
+static bool is_ws(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
+static const char *trimmed(sf_str *s, size_t *len) {
+  const char *p = sf__str_data(s);
+  size_t n = (size_t)sf__str_len(s);
+  while (n && is_ws(p[0]))
+    p++, n--;
+  while (n && is_ws(p[n - 1]))
+    n--;
+  *len = n;
+  return p;
 }
 
-int32_t sf_str_to_i32(sf_str *s, const sf_loc *loc) {
-  int32_t v = 0;
-  sf__parse_status st = sf__parse_i32(sf__str_data(s), (size_t)sf__str_len(s), &v);
-  if (st != SF__PARSE_OK)
-    cast_fail(s, "i32", st, loc);
-  return v;
-}
-
-double sf_str_to_f64(sf_str *s, const sf_loc *loc) {
-  double v = 0;
-  sf__parse_status st = sf__parse_f64(sf__str_data(s), (size_t)sf__str_len(s), &v);
-  if (st != SF__PARSE_OK)
-    cast_fail(s, "f64", st, loc);
-  return v;
-}
-
-float sf_str_to_f32(sf_str *s, const sf_loc *loc) {
-  float v = 0;
-  sf__parse_status st = sf__parse_f32(sf__str_data(s), (size_t)sf__str_len(s), &v);
-  if (st != SF__PARSE_OK)
-    cast_fail(s, "f32", st, loc);
-  return v;
-}
-
-bool sf_str_to_bool(sf_str *s, const sf_loc *loc) {
-  bool v = false;
-  sf__parse_status st = sf__parse_bool(sf__str_data(s), (size_t)sf__str_len(s), &v);
-  if (st != SF__PARSE_OK)
-    cast_fail(s, "bool", st, loc);
-  return v;
-}
+#define STR_CAST(name, T, parse, tname)                      \
+  T name(sf_str *s, const sf_loc *loc) {                     \
+    T v = 0;                                                 \
+    size_t n;                                                \
+    const char *p = trimmed(s, &n);                          \
+    sf__parse_status st = parse(p, n, &v);                   \
+    if (st != SF__PARSE_OK)                                  \
+      cast_fail(s, tname, st, loc);                          \
+    return v;                                                \
+  }
+STR_CAST(sf_str_to_i64, int64_t, sf__parse_i64, "i64")
+STR_CAST(sf_str_to_i32, int32_t, sf__parse_i32, "i32")
+STR_CAST(sf_str_to_f64, double, sf__parse_f64, "f64")
+STR_CAST(sf_str_to_f32, float, sf__parse_f32, "f32")
+STR_CAST(sf_str_to_bool, bool, sf__parse_bool, "bool")
 
 _Noreturn static void float_cast_fail(double v, const char *type, const sf_loc *loc) {
   char buf[SF__FLOAT_BUF];

@@ -1620,6 +1620,53 @@ def case_tasks_sum_3(c):
     c.expect_no_workers()
 
 
+GROWN_PROGRAM = """struct Row { name: str, xs: f64[] }
+// Arrays grown by push (spare room behind len) as task arguments and
+// results, and as an actor's state, across nodes.
+task grow(rows: Row[], words: str[], k: i64) -> Row[] {
+  var out = rows[0..len(rows)]
+  var xs: f64[] = []
+  for i in 0..k { xs.push(f64(i) / 4.0) }
+  out.push(Row { name: join("-", words) + str(k), xs: xs })
+  return out
+}
+actor Log {
+  var lines: str[] = []
+  fn add(s: str) -> i64 { lines.push(s); return len(lines) }
+  fn all() -> str[] { return lines }
+}
+workflow main(n: i64 = 8) {
+  var rows: Row[] = []
+  var words: str[] = []
+  let log = spawn Log()
+  for i in 0..n {
+    words.push("w" + str(i))
+    rows.push(Row { name: "r" + str(i), xs: [f64(i)] })
+    let got = await grow(rows, words, i + 3)
+    let last = got.pop()
+    print(i, len(got), last.name, last.xs, node_id() == 0)
+    await log.add(last.name)
+  }
+  let lines = await log.all()
+  print(len(lines), lines[len(lines) - 1], sort(lines)[0])
+}
+"""
+
+
+def case_tasks_grown_arrays(c):
+    """Arrays grown by push, whose data blocks have room past their length,
+    travel as task arguments and results and as a remote actor's state
+    exactly as a single-node run passes them (only len elements go on the
+    wire)."""
+    exe = c.compile("grown", GROWN_PROGRAM)
+    local = single_node(exe)
+    r = c.run("--head-runs-work=false", prog=exe, timeout=120)
+    check(r.returncode == 0, f"exit {r.returncode}", r.stdout, r.stderr)
+    check(r.stdout == local, "output differs from the single-node run", r.stdout, local)
+    check("7 8 w0-w1-w2-w3-w4-w5-w6-w710 [0.0, 0.25," in local, "grown values", local)
+    c.expect_no_workers()
+
+
 def case_tasks_print(c):
     """Remote print output reaches the head's stdout, prefixed by node; the
     head's own lines are not; every node ran some of the work."""
@@ -3121,6 +3168,7 @@ CASES = {
     "colon_slots_schedule": (1, case_colon_slots_schedule,
                              lambda sflowc, n: Cluster(sflowc, n, port=free_port("127.0.0.2"))),
     "tasks_sum_3": (2, case_tasks_sum_3),
+    "tasks_grown_arrays": (2, case_tasks_grown_arrays),
     "tasks_gpus": (2, case_tasks_gpus),
     "tasks_gpus_node_lost": (2, case_tasks_gpus_node_lost),
     "tasks_print": (2, case_tasks_print),

@@ -3,13 +3,15 @@
 
 grammar/keywords.txt is the one list of sflow's reserved words: keywords one
 per line, then the type names after `# types`, then the builtin functions after
-`# builtins`.  The compiler's lexer is checked against the same file elsewhere.
+`# builtins`, then predeclared constants after `# constants`.  The compiler's
+lexer is checked against the same file elsewhere.
 
 TextMate (grammar/vscode/syntaxes/sflow.tmLanguage.json): every word alternation
 in a pattern, `\\b(?:a|b)\\b` or `\\b(a|b)`, is classified by the scope it gets (the
 capture's scope for a capturing group, else the rule's name):
 keyword.*, storage.type.* (not annotations) and constant.language.* are
-keywords; support.type.* are types; support.function.builtin.* are builtins.
+keywords; support.type.* are types; support.function.builtin.* are builtins;
+support.constant.builtin.* are constants.
 
 Vim (grammar/vim/syntax/sflow.vim): every `syn keyword` line is classified by
 its group.
@@ -27,7 +29,7 @@ import re
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SECTIONS = ("keywords", "types", "builtins")
+SECTIONS = ("keywords", "types", "builtins", "constants")
 
 # Vim syntax groups by the section of keywords.txt they draw from.
 VIM_GROUPS = {
@@ -35,7 +37,7 @@ VIM_GROUPS = {
     "sflowStatement": "keywords", "sflowKeyword": "keywords",
     "sflowStructure": "keywords", "sflowStorage": "keywords",
     "sflowInclude": "keywords", "sflowBoolean": "keywords",
-    "sflowType": "types", "sflowBuiltin": "builtins",
+    "sflowType": "types", "sflowBuiltin": "builtins", "sflowConstant": "constants",
     "sflowTodo": None,  # TODO/FIXME inside comments, not language words
 }
 VIM_OPTIONS = {"contained", "skipwhite", "skipnl", "skipempty", "transparent",
@@ -77,6 +79,8 @@ def classify_scope(scope):
         return "types"
     if scope.startswith("support.function.builtin."):
         return "builtins"
+    if scope.startswith("support.constant.builtin."):
+        return "constants"
     return "?"
 
 

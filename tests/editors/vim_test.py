@@ -102,6 +102,9 @@ CHECKS = [
     (22, "print", 1, "sflowBuiltin", "Function"),
     (22, "true", 1, "sflowBoolean", "Boolean"),
     (22, "false", 1, "sflowBoolean", "Boolean"),
+    (23, "round", 1, "sflowBuiltin", "Function"),
+    (23, "PI", 1, "sflowConstant", "Constant"),
+    (23, "sort", 1, "sflowBuiltin", "Function"),
 ]
 
 # Buffer settings the ftplugin must make.

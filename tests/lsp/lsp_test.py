@@ -93,6 +93,7 @@ workflow main() {
   print(s, norm(p))
   var byname = map<str, Point>()
   let f: fn(Point) -> f64 = norm
+  let ws = "a b".split(); print(sort(ws))
 }
 '''
 
@@ -153,6 +154,11 @@ def main():
     check(hv and "let p: Point" in hv["contents"]["value"], "hover shows the type, got %r" % hv)
     hv = c.request("textDocument/hover", {"textDocument": {"uri": URI}, "position": {"line": 13, "character": 12}})
     check(hv and "fn norm(p: Point) -> f64" in hv["contents"]["value"], "hover on a call, got %r" % hv)
+    # The data core's methods and builtins (line 14: `  let ws = "a b".split(); print(sort(ws))`).
+    hv = c.request("textDocument/hover", {"textDocument": {"uri": URI}, "position": {"line": 14, "character": 20}})
+    check(hv and "str.split() -> str[]" in hv["contents"]["value"], "hover on a str method, got %r" % hv)
+    hv = c.request("textDocument/hover", {"textDocument": {"uri": URI}, "position": {"line": 14, "character": 34}})
+    check(hv and "builtin sort(xs: str[]) -> str[]" in hv["contents"]["value"], "hover on sort, got %r" % hv)
 
     # map<str, Point>() and fn(Point) -> f64: a struct named inside a map or a
     # fn type goes to its definition; hover gives the map and fn types.

@@ -169,6 +169,9 @@ static void test_str_to_int(void) {
   CHECK_INT(to_i64("1_000_000"), 1000000);
   CHECK_INT(to_i64("9223372036854775807"), INT64_MAX);
   CHECK_INT(to_i64("-9223372036854775808"), INT64_MIN);
+  /* Casts ignore surrounding ASCII whitespace (fields cut from a line). */
+  CHECK_INT(to_i64(" 7 "), 7);
+  CHECK_INT(to_i64("\t-3\r\n"), -3);
   sf_str *s = S("-2147483648");
   CHECK_INT(sf_str_to_i32(s, &LOC), INT32_MIN);
   sf_release(s);
@@ -183,7 +186,7 @@ static void expect_i64_error(const char *text, const char *want) {
 static void test_str_to_int_errors(void) {
   const char *p = "t.sflow:3:7: runtime error: ";
   char want[256];
-  static const char *bad[] = {"abc", "", " 1", "1 ", "1_", "_1", "1__0", "0x", "--1",
+  static const char *bad[] = {"abc", "", " ", "1 2", "1_", "_1", "1__0", "0x", "--1",
                               "1.0", "12a", "0x1g", "+"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     snprintf(want, sizeof want, "%scannot convert \"%s\" to i64", p, bad[i]);
@@ -228,7 +231,10 @@ static void test_str_to_float(void) {
   s = S("7");
   CU_ASSERT(sf_str_to_f64(s, &LOC) == 7.0);
   sf_release(s);
-  static const char *bad[] = {"", " 1.5", "1.5 ", "1.5x", "abc", "1,5"};
+  s = S(" 3.5 \n");
+  CU_ASSERT(sf_str_to_f64(s, &LOC) == 3.5);
+  sf_release(s);
+  static const char *bad[] = {"", "  ", "1. 5", "1.5x", "abc", "1,5"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char want[128];
     snprintf(want, sizeof want, "t.sflow:3:7: runtime error: cannot convert \"%s\" to f64", bad[i]);

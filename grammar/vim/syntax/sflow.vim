@@ -31,7 +31,9 @@ syn keyword sflowBuiltin     print len sqrt exp log tanh abs min max pow floor n
 syn keyword sflowBuiltin     rand_seed rand_f32 fmt fail attempt node_id hostname
 syn keyword sflowBuiltin     thread_id group_rank group_size allreduce_sum allreduce_mean
 syn keyword sflowBuiltin     broadcast allgather barrier zeros_f32 zeros_f64 zeros_i32
-syn keyword sflowBuiltin     zeros_i64 matmul
+syn keyword sflowBuiltin     zeros_i64 matmul sin cos tan atan2 ceil round rand_int
+syn keyword sflowBuiltin     randn_f32 sort argsort join
+syn keyword sflowConstant    PI
 
 syn match sflowFunction "\h\w*" contained
 syn match sflowTypeName "\h\w*" contained
@@ -75,6 +77,7 @@ hi def link sflowBoolean     Boolean
 hi def link sflowType        Type
 hi def link sflowTypeName    Typedef
 hi def link sflowBuiltin     Function
+hi def link sflowConstant    Constant
 hi def link sflowFunction    Function
 hi def link sflowAnnotation  PreProc
 hi def link sflowOperator    Operator

@@ -1,0 +1,239 @@
+/*
+ * text.c — the string methods: split, slices, find, strip, lower/upper,
+ * replace, starts_with/ends_with, join.
+ *
+ * Key design choice: offsets are bytes, as in Go and Rust, so s[a..b] and
+ * s.find(t) are O(1) and O(n) and agree with len(s); a slice may only cut
+ * between UTF-8 sequences (an offset at a continuation byte is a runtime
+ * error naming it), so no slice of valid text is ever invalid text.  Case
+ * mapping and whitespace are ASCII only, which is what CSV headers, log
+ * lines and identifiers need; full Unicode case folding belongs with the
+ * tokenizer's normalisation, not in every `lower()`.
+ *
+ * Every result is owned (+1).  A method whose result equals its receiver
+ * (strip of a stripped string, a whole-string slice) hands back the same
+ * object retained: strings never change, so sharing is invisible.
+ */
+#define _GNU_SOURCE /* memmem */
+#include <inttypes.h>
+#include <string.h>
+
+#include "core.h"
+
+/* The string itself, as an owned result. */
+static sf_str *same(sf_str *s) {
+  if (!s)
+    return sf_str_empty();
+  sf_retain(s);
+  return s;
+}
+
+static bool is_space(unsigned char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
+}
+
+/* A UTF-8 continuation byte (10xxxxxx) never starts a character. */
+static bool is_cont(unsigned char c) { return (c & 0xC0) == 0x80; }
+
+/* ------------------------------------------------------------- split */
+
+/* An owned str[] of n empty slots. */
+static sf_array *str_array(int64_t n) { return sf_array_new(&sf_type_str, n, NULL); }
+
+static void put(sf_array *a, int64_t i, const char *p, int64_t n) {
+  ((sf_str **)a->data)[i] = sf_str_new(p, n);
+}
+
+/* Python's str.split(sep): n separators give n + 1 parts, empty ones
+ * included ("a,,b" -> "a", "", "b"; "" -> [""]). */
+sf_array *sf_str_split(sf_str *s, sf_str *sep, const sf_loc *loc) {
+  const char *p = sf__str_data(s), *q = sf__str_data(sep);
+  int64_t n = sf__str_len(s), m = sf__str_len(sep);
+  if (m == 0)
+    sf_runtime_error(loc, "split: the separator is empty");
+  int64_t parts = 1;
+  for (const char *at = p; (at = memmem(at, (size_t)(p + n - at), q, (size_t)m)); at += m)
+    parts++;
+  sf_array *out = str_array(parts);
+  const char *from = p;
+  for (int64_t i = 0; i < parts - 1; i++) {
+    const char *at = memmem(from, (size_t)(p + n - from), q, (size_t)m);
+    put(out, i, from, at - from);
+    from = at + m;
+  }
+  put(out, parts - 1, from, p + n - from);
+  return out;
+}
+
+/* Python's str.split(): runs of whitespace separate, and there are no
+ * empty parts ("  a  b " -> "a", "b"; "   " -> []). */
+sf_array *sf_str_split_ws(sf_str *s) {
+  const unsigned char *p = (const unsigned char *)sf__str_data(s);
+  int64_t n = sf__str_len(s), parts = 0;
+  for (int64_t i = 0; i < n;) {
+    while (i < n && is_space(p[i]))
+      i++;
+    if (i < n)
+      parts++;
+    while (i < n && !is_space(p[i]))
+      i++;
+  }
+  sf_array *out = str_array(parts);
+  int64_t k = 0;
+  for (int64_t i = 0; i < n;) {
+    while (i < n && is_space(p[i]))
+      i++;
+    int64_t from = i;
+    while (i < n && !is_space(p[i]))
+      i++;
+    if (i > from)
+      put(out, k++, (const char *)p + from, i - from);
+  }
+  return out;
+}
+
+/* ------------------------------------------------------------ slices */
+
+sf_str *sf_str_slice(sf_str *s, int64_t from, int64_t to, const sf_loc *loc) {
+  const unsigned char *p = (const unsigned char *)sf__str_data(s);
+  int64_t n = sf__str_len(s);
+  if (from < 0 || to > n || from > to)
+    sf_runtime_error(loc, "string slice [%" PRId64 "..%" PRId64 "] out of range for length %" PRId64,
+                     from, to, n);
+  /* An offset is a boundary at either end or before a leading byte. */
+  if (from < n && is_cont(p[from]))
+    sf_runtime_error(loc, "string slice [%" PRId64 "..%" PRId64 "]: offset %" PRId64
+                     " is inside a UTF-8 sequence", from, to, from);
+  if (to < n && is_cont(p[to]))
+    sf_runtime_error(loc, "string slice [%" PRId64 "..%" PRId64 "]: offset %" PRId64
+                     " is inside a UTF-8 sequence", from, to, to);
+  if (from == 0 && to == n)
+    return same(s);
+  return sf_str_new((const char *)p + from, to - from);
+}
+
+/* The length of the character whose leading byte is c: 1 for ASCII and
+ * for a byte that leads nothing valid (so invalid text still advances). */
+static int64_t char_len(unsigned char c) {
+  return c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 && c < 0xE0 ? 2 : 1;
+}
+
+sf_str *sf_str_at(sf_str *s, int64_t i, const sf_loc *loc) {
+  const unsigned char *p = (const unsigned char *)sf__str_data(s);
+  int64_t n = sf__str_len(s);
+  if (i < 0 || i >= n)
+    sf_runtime_error(loc, "string index %" PRId64 " out of range for length %" PRId64, i, n);
+  if (is_cont(p[i]))
+    sf_runtime_error(loc, "string index %" PRId64 " is inside a UTF-8 sequence", i);
+  int64_t k = char_len(p[i]);
+  if (k > n - i)
+    k = n - i;
+  return sf_str_new((const char *)p + i, k);
+}
+
+/* -------------------------------------------------------- searching */
+
+int64_t sf_str_find(sf_str *s, sf_str *t) {
+  const char *p = sf__str_data(s);
+  int64_t n = sf__str_len(s), m = sf__str_len(t);
+  if (m == 0)
+    return 0;
+  const char *at = memmem(p, (size_t)n, sf__str_data(t), (size_t)m);
+  return at ? at - p : -1;
+}
+
+bool sf_str_starts_with(sf_str *s, sf_str *t) {
+  int64_t n = sf__str_len(s), m = sf__str_len(t);
+  return m <= n && memcmp(sf__str_data(s), sf__str_data(t), (size_t)m) == 0;
+}
+
+bool sf_str_ends_with(sf_str *s, sf_str *t) {
+  int64_t n = sf__str_len(s), m = sf__str_len(t);
+  return m <= n && memcmp(sf__str_data(s) + n - m, sf__str_data(t), (size_t)m) == 0;
+}
+
+/* ------------------------------------------------------ transforms */
+
+sf_str *sf_str_strip(sf_str *s) {
+  const unsigned char *p = (const unsigned char *)sf__str_data(s);
+  int64_t lo = 0, hi = sf__str_len(s);
+  while (lo < hi && is_space(p[lo]))
+    lo++;
+  while (hi > lo && is_space(p[hi - 1]))
+    hi--;
+  if (lo == 0 && hi == sf__str_len(s))
+    return same(s);
+  return sf_str_new((const char *)p + lo, hi - lo);
+}
+
+static sf_str *map_case(sf_str *s, char from_lo, char from_hi, int delta) {
+  const char *p = sf__str_data(s);
+  int64_t n = sf__str_len(s), i = 0;
+  while (i < n && !(p[i] >= from_lo && p[i] <= from_hi))
+    i++;
+  if (i >= n)
+    return same(s);
+  sf_str *r = sf__str_alloc(n);
+  memcpy(r->data, p, (size_t)n);
+  for (; i < n; i++)
+    if (r->data[i] >= from_lo && r->data[i] <= from_hi)
+      r->data[i] = (char)(r->data[i] + delta);
+  return r;
+}
+
+sf_str *sf_str_lower(sf_str *s) { return map_case(s, 'A', 'Z', 'a' - 'A'); }
+sf_str *sf_str_upper(sf_str *s) { return map_case(s, 'a', 'z', 'A' - 'a'); }
+
+/* Every occurrence, left to right, never overlapping (Python's replace). */
+sf_str *sf_str_replace(sf_str *s, sf_str *from, sf_str *to, const sf_loc *loc) {
+  const char *p = sf__str_data(s), *f = sf__str_data(from), *t = sf__str_data(to);
+  int64_t n = sf__str_len(s), m = sf__str_len(from), k = sf__str_len(to);
+  if (m == 0)
+    sf_runtime_error(loc, "replace: the text to replace is empty");
+  int64_t count = 0;
+  for (const char *at = p; (at = memmem(at, (size_t)(p + n - at), f, (size_t)m)); at += m)
+    count++;
+  if (count == 0)
+    return same(s);
+  if (k > m && count > (INT64_MAX / 2 - n) / (k - m))
+    sf_runtime_error(loc, "replace: the result is too large");
+  sf_str *r = sf__str_alloc(n + count * (k - m));
+  char *w = r->data;
+  const char *from_p = p;
+  for (int64_t i = 0; i < count; i++) {
+    const char *at = memmem(from_p, (size_t)(p + n - from_p), f, (size_t)m);
+    memcpy(w, from_p, (size_t)(at - from_p));
+    w += at - from_p;
+    memcpy(w, t, (size_t)k);
+    w += k;
+    from_p = at + m;
+  }
+  memcpy(w, from_p, (size_t)(p + n - from_p));
+  return r;
+}
+
+sf_str *sf_str_join(sf_str *sep, sf_array *xs) {
+  int64_t n = xs ? xs->len : 0, m = sf__str_len(sep);
+  if (n == 0)
+    return sf_str_empty();
+  sf_str **v = xs->data;
+  if (n == 1)
+    return same(v[0]);
+  int64_t total = m * (n - 1);
+  for (int64_t i = 0; i < n; i++) {
+    if (sf__str_len(v[i]) > INT64_MAX / 2 - total)
+      sf_runtime_error(NULL, "join: the result is too large");
+    total += sf__str_len(v[i]);
+  }
+  sf_str *r = sf__str_alloc(total);
+  char *w = r->data;
+  for (int64_t i = 0; i < n; i++) {
+    if (i) {
+      memcpy(w, sf__str_data(sep), (size_t)m);
+      w += m;
+    }
+    memcpy(w, sf__str_data(v[i]), (size_t)sf__str_len(v[i]));
+    w += sf__str_len(v[i]);
+  }
+  return r;
+}
