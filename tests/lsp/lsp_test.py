@@ -154,10 +154,10 @@ def main():
     check(hv and "let p: Point" in hv["contents"]["value"], "hover shows the type, got %r" % hv)
     hv = c.request("textDocument/hover", {"textDocument": {"uri": URI}, "position": {"line": 13, "character": 12}})
     check(hv and "fn norm(p: Point) -> f64" in hv["contents"]["value"], "hover on a call, got %r" % hv)
-    # The data core's methods and builtins (line 14: `  let ws = "a b".split(); print(sort(ws))`).
-    hv = c.request("textDocument/hover", {"textDocument": {"uri": URI}, "position": {"line": 14, "character": 20}})
+    # The data core's methods and builtins (line 16: `  let ws = "a b".split(); print(sort(ws))`).
+    hv = c.request("textDocument/hover", {"textDocument": {"uri": URI}, "position": {"line": 16, "character": 20}})
     check(hv and "str.split() -> str[]" in hv["contents"]["value"], "hover on a str method, got %r" % hv)
-    hv = c.request("textDocument/hover", {"textDocument": {"uri": URI}, "position": {"line": 14, "character": 34}})
+    hv = c.request("textDocument/hover", {"textDocument": {"uri": URI}, "position": {"line": 16, "character": 34}})
     check(hv and "builtin sort(xs: str[]) -> str[]" in hv["contents"]["value"], "hover on sort, got %r" % hv)
 
     # map<str, Point>() and fn(Point) -> f64: a struct named inside a map or a
