@@ -2403,6 +2403,55 @@ static void for_array(Node *n) {
   scope_end(outer);
 }
 
+/* `for w in s.split(sep)` / `for w in s.split()`: the parts one at a time
+ * (sf_str_split_next), never the whole array; the same words in the same
+ * order as iterating the array would give.  The string is evaluated once
+ * and held for the loop. */
+static bool is_split_call(Node *e) {
+  return e->kind == N_CALL && e->callkind == CALL_BUILTIN &&
+         (e->builtin == B_STR_SPLIT || e->builtin == B_STR_SPLIT_WS);
+}
+
+static void for_split(Node *n) {
+  Var *v = n->var;
+  Node *c = n->rhs;
+  int outer = G.nowned;
+  Operands o = operands(c);
+  Type *st = ty_prim(TY_STR);
+  LLVMValueRef sslot = entry_alloca(G.P, "for.text");
+  store(own(st, o.v[0]), sslot);
+  push_owned(sslot, st);
+  LLVMValueRef sep = LLVMConstNull(G.P);
+  if (c->builtin == B_STR_SPLIT) {
+    LLVMValueRef pslot = entry_alloca(G.P, "for.sep");
+    store(own(st, o.v[1]), pslot);
+    push_owned(pslot, st);
+    sep = load(G.P, pslot);
+  }
+  LLVMValueRef pos = entry_alloca(G.i64, "for.pos");
+  store(ci64(0), pos);
+  v->llvm = entry_alloca(lt_mem(v->ty), v->name);
+  di_declare(v, v->llvm, 0);
+  LLVMBasicBlockRef cond = new_block("for.cond"), body = new_block("for.body"),
+                    end = new_block("for.end");
+  LLVMBuildBr(G.b, cond);
+  LLVMPositionBuilderAtEnd(G.b, cond);
+  LLVMValueRef w = RT(sf_str_split_next, load(G.P, sslot), sep, pos, loc_const(c->loc));
+  LLVMBuildCondBr(G.b, LLVMBuildIsNotNull(G.b, w, ""), body, end);
+  LLVMPositionBuilderAtEnd(G.b, body);
+  int mark = G.nowned;
+  store_mem(v->ty, w, v->llvm);
+  Loop lp = {end, cond, mark, G.fn->loop};
+  G.fn->loop = &lp;
+  push_owned(v->llvm, v->ty);
+  block(n->body);
+  scope_end(mark);
+  G.fn->loop = lp.up;
+  LLVMBuildBr(G.b, cond);
+  LLVMPositionBuilderAtEnd(G.b, end);
+  scope_end(outer);
+}
+
 static void return_stmt(Node *n) {
   LLVMValueRef rv = NULL;
   if (n->lhs) {
@@ -2438,6 +2487,8 @@ static void stmt(Node *n) {
   case N_FOR:
     if (n->rhs->kind == N_RANGE)
       for_range(n);
+    else if (is_split_call(n->rhs))
+      for_split(n);
     else
       for_array(n);
     break;

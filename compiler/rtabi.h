@@ -44,6 +44,7 @@ enum { RTA_NONE = 0, RTA_ARRAY = 1, RTA_NORETURN = 2 };
   X(sf_str_from_bool, "pb", RTA_NONE)       \
   X(sf_str_split, "pppp", RTA_ARRAY)        \
   X(sf_str_split_ws, "pp", RTA_ARRAY)       \
+  X(sf_str_split_next, "ppppp", RTA_NONE)   \
   X(sf_str_slice, "ppllp", RTA_NONE)        \
   X(sf_str_at, "pplp", RTA_NONE)            \
   X(sf_str_find, "lpp", RTA_NONE)           \

@@ -132,6 +132,9 @@ sf_str *sf_str_from_bool(bool v);
  * a UTF-8 sequence or outside [0, len] is a runtime error at loc. */
 sf_array *sf_str_split(sf_str *s, sf_str *sep, const sf_loc *loc); /* str[] */
 sf_array *sf_str_split_ws(sf_str *s);            /* on runs of whitespace */
+/* for w in s.split(sep) / s.split() (sep NULL), one part at a time: the
+ * part at *pos (owned), advancing *pos; NULL after the last. */
+sf_str *sf_str_split_next(sf_str *s, sf_str *sep, int64_t *pos, const sf_loc *loc);
 sf_str *sf_str_slice(sf_str *s, int64_t from, int64_t to, const sf_loc *loc);
 sf_str *sf_str_at(sf_str *s, int64_t i, const sf_loc *loc); /* s[i]: one char */
 int64_t sf_str_find(sf_str *s, sf_str *t);       /* byte offset, or -1 */

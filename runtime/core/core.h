@@ -58,8 +58,12 @@ void sf__block_free(void *p, int32_t cls);
 /* ------------------------------------------------------------ str.c */
 
 /* Bytes and length of a string, treating NULL as "". */
-const char *sf__str_data(const sf_str *s);
-int64_t sf__str_len(const sf_str *s);
+static inline const char *sf__str_data(const sf_str *s) { return s ? s->data : ""; }
+static inline int64_t sf__str_len(const sf_str *s) { return s ? s->len : 0; }
+/* hdr.flags of a string in a block of the per-thread caches: the bit, or'd
+ * with the block's class.  Frees a string either way. */
+#define SF__STR_BLOCK 0x100
+void sf__str_free(sf_str *s);
 /* A new string of len bytes (owned) for the caller to fill; the NUL after
  * them is set.  len 0 gives a fresh empty string, not the shared one. */
 sf_str *sf__str_alloc(int64_t len);

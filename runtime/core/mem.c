@@ -204,7 +204,7 @@ static void obj_destroy(sf_obj *o) {
     sf_free(o);
     return;
   default: /* SF_OBJ_STR: the bytes are inline */
-    sf_free(o);
+    sf__str_free((sf_str *)o);
     return;
   }
 }

@@ -34,16 +34,21 @@
 
 static sf_str empty_str = {{-1, SF_OBJ_STR, 0}, 0, ""};
 
-const char *sf__str_data(const sf_str *s) { return s ? s->data : ""; }
-int64_t sf__str_len(const sf_str *s) { return s ? s->len : 0; }
 
 sf_str *sf_str_empty(void) { return &empty_str; }
 
+/* A short string comes from the per-thread block caches (mem.c), not
+ * malloc: splitting a text makes millions of words, and malloc and free
+ * were a third of a word count's time.  Its hdr.flags says so
+ * (SF__STR_BLOCK | the block class), for sf__str_free and for the append
+ * path, which must not realloc such a block. */
 static sf_str *str_alloc(int64_t len) {
   if (len < 0 || (uint64_t)len > SIZE_MAX - sizeof(sf_str) - 1)
     sf_runtime_error(NULL, "out of memory");
-  sf_str *s = sf_alloc(sizeof(sf_str) + (size_t)len + 1);
-  s->hdr = (sf_obj){1, SF_OBJ_STR, 0};
+  size_t n = sizeof(sf_str) + (size_t)len + 1;
+  int32_t cls = -1;
+  sf_str *s = n <= SF__BLOCK_MAX ? sf__block_alloc(n, &cls) : sf_alloc(n);
+  s->hdr = (sf_obj){1, SF_OBJ_STR, cls >= 0 ? SF__STR_BLOCK | cls : 0};
   s->len = len;
   s->data[len] = '\0';
   return s;
@@ -59,7 +64,15 @@ sf_str *sf__str_alloc(int64_t len) { return str_alloc(len); }
 #define STR_MIN_ROOM_LOG2 5 /* 32 bytes: a few short appends before a realloc */
 
 static size_t str_room(const sf_str *s) {
-  return s->hdr.flags ? (size_t)1 << s->hdr.flags : (size_t)s->len + 1;
+  int32_t f = s->hdr.flags;
+  return f && !(f & SF__STR_BLOCK) ? (size_t)1 << f : (size_t)s->len + 1;
+}
+
+void sf__str_free(sf_str *s) {
+  if (s->hdr.flags & SF__STR_BLOCK)
+    sf__block_free(s, s->hdr.flags & ~SF__STR_BLOCK);
+  else
+    sf_free(s);
 }
 
 /* log2 of the smallest power of two >= need (need > 0). */
@@ -105,7 +118,15 @@ sf_str *sf_str_append(sf_str *a, sf_str *b) {
   if (need > str_room(a)) {
     int32_t k = room_log2(need);
     bool self = b == a; /* s += s: the source moves with the realloc */
-    a = sf__realloc(a, sizeof(sf_str) + ((size_t)1 << k));
+    if (a->hdr.flags & SF__STR_BLOCK) {
+      /* A cached block cannot be realloc'd: move to a malloc'd one. */
+      sf_str *g = sf_alloc(sizeof(sf_str) + ((size_t)1 << k));
+      memcpy(g, a, sizeof(sf_str) + (size_t)la);
+      sf__str_free(a);
+      a = g;
+    } else {
+      a = sf__realloc(a, sizeof(sf_str) + ((size_t)1 << k));
+    }
     a->hdr.flags = k;
     if (self)
       b = a;

@@ -92,6 +92,40 @@ sf_array *sf_str_split_ws(sf_str *s) {
   return out;
 }
 
+/* `for w in s.split(sep)` and `for w in s.split()` without the array: the
+ * part that starts at *pos, advancing *pos past it and its separator, or
+ * NULL (and *pos = -1) after the last.  *pos starts at 0.  The parts are
+ * exactly split's and split_ws's; each is made when the loop reaches it
+ * and freed when the loop moves on, so splitting a 60 MB text into words
+ * holds one word at a time, from the hot end of the block cache. */
+sf_str *sf_str_split_next(sf_str *s, sf_str *sep, int64_t *pos, const sf_loc *loc) {
+  const char *p = sf__str_data(s);
+  int64_t n = sf__str_len(s), i = *pos;
+  if (i < 0)
+    return NULL;
+  if (sep) {
+    const char *q = sf__str_data(sep);
+    int64_t m = sf__str_len(sep);
+    if (m == 0)
+      sf_runtime_error(loc, "split: the separator is empty");
+    const char *at = memmem(p + i, (size_t)(n - i), q, (size_t)m);
+    int64_t end = at ? at - p : n;
+    *pos = at ? end + m : -1;
+    return sf_str_new(p + i, end - i);
+  }
+  while (i < n && is_space((unsigned char)p[i]))
+    i++;
+  if (i == n) {
+    *pos = -1;
+    return NULL;
+  }
+  int64_t from = i;
+  while (i < n && !is_space((unsigned char)p[i]))
+    i++;
+  *pos = i;
+  return sf_str_new(p + from, i - from);
+}
+
 /* ------------------------------------------------------------ slices */
 
 sf_str *sf_str_slice(sf_str *s, int64_t from, int64_t to, const sf_loc *loc) {
