@@ -5,7 +5,7 @@ PREFIX  ?= /usr/local
 JOBS    ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build demo test install clean fuzz bench bench-tasks bench-collectives bench-data bench-tokenizer golden-update tsan soak-resume soak-journal
+.PHONY: all deps configure build demo test install clean fuzz bench bench-tasks bench-collectives bench-data bench-tokenizer bench-wordcount golden-update tsan soak-resume soak-journal
 
 all: build
 
@@ -79,6 +79,11 @@ bench-data: build
 # build/peers/tokenizer on first use, which also un-skips runtime/tokenizer_ids).
 bench-tokenizer: build
 	@python3 bench/tokenizer/run.py --build $(BUILD)
+
+# Word count (s.split() into a map<str, i64>) beside the same loop in
+# Python, collections.Counter and a C hash table (bench/wordcount/run.py).
+bench-wordcount: build
+	@python3 bench/wordcount/run.py --sflowc $(BUILD)/bin/sflowc
 
 clean:
 	rm -rf $(BUILD)
