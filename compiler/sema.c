@@ -878,6 +878,23 @@ static bool in_actor_method(Node *call, const char *name) {
 static Type *check_data_builtin(Node *call, Builtin b, const char *name, Node **argv, int argc);
 static Type *check_data_method(Node *call, Node *recv, Type *rt, const char *name);
 
+
+/* Two floats of one type (pow, atan2): untyped literals become f64. */
+static Type *float_pair(Node *call, Node **argv, const char *name) {
+  const char *q = arena_printf("'%s'", name);
+  Type *t = unify_numeric(argv[0], argv[1], q, call->loc);
+  if (is_err(t))
+    return T_ERR;
+  if (ty_is_untyped(t)) {
+    settle(argv[0], T_F64);
+    settle(argv[1], T_F64);
+    return T_F64;
+  }
+  if (!ty_is_float(t))
+    return err_at(call->loc, "%s needs floats (f32 or f64), found %s", q, ty_str(t));
+  return t;
+}
+
 static Type *check_builtin(Node *call, Builtin b, const char *name) {
   Node *argv[8];
   int argc = 0;
@@ -936,17 +953,7 @@ static Type *check_builtin(Node *call, Builtin b, const char *name) {
     if (!builtin_arity(call, name, 2, argc))
       return T_ERR;
     set_argv(call, argv, 2);
-    t = unify_numeric(argv[0], argv[1], "'pow'", call->loc);
-    if (is_err(t))
-      return T_ERR;
-    if (ty_is_untyped(t)) {
-      settle(argv[0], T_F64);
-      settle(argv[1], T_F64);
-      return T_F64;
-    }
-    if (!ty_is_float(t))
-      return err_at(call->loc, "'pow' needs floats (f32 or f64), found %s", ty_str(t));
-    return t;
+    return float_pair(call, argv, "pow");
   case B_ABS:
     if (!builtin_arity(call, name, 1, argc))
       return T_ERR;
@@ -1751,17 +1758,7 @@ DATA_HOOK Type *check_data_builtin(Node *call, Builtin b, const char *name, Node
     if (!builtin_arity(call, name, 2, argc))
       return T_ERR;
     set_argv(call, argv, 2);
-    t = unify_numeric(argv[0], argv[1], "'atan2'", call->loc);
-    if (is_err(t))
-      return T_ERR;
-    if (ty_is_untyped(t)) {
-      settle(argv[0], T_F64);
-      settle(argv[1], T_F64);
-      return T_F64;
-    }
-    if (!ty_is_float(t))
-      return err_at(call->loc, "'atan2' needs floats (f32 or f64), found %s", ty_str(t));
-    return t;
+    return float_pair(call, argv, "atan2");
   case B_RAND_INT:
     if (!builtin_arity(call, name, 2, argc))
       return T_ERR;
