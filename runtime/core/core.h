@@ -247,6 +247,9 @@ extern void (*sf__before_stderr)(void);
 
 /* ------------------------------------------------------------- io.c */
 
+/* All of fd (to EOF, retrying EINTR) in a new NUL-terminated buffer of
+ * *len bytes (sf_free it); NULL with errno set on a read error. */
+char *sf__read_fd(int fd, size_t *len);
 /* The builtins are ABI (sflow.h).  std.io's @extern functions (the C form
  * of each sflow type: docs/language.md, "Standard-library externs"): */
 void sf_std_io_stat(void *out, const sf_type *out_type, sf_str *path, const sf_loc *loc);

@@ -34,20 +34,16 @@ static const char *c_path(const char *what, sf_str *path, const sf_loc *loc) {
   return p;
 }
 
-/* Reads all of fd into a new string; returns NULL with errno set on error. */
-static sf_str *read_all(int fd) {
+char *sf__read_fd(int fd, size_t *out_len) {
   size_t cap = 4096, len = 0;
   struct stat st;
   if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0)
     cap = (size_t)st.st_size + 1; /* +1 so the final read sees EOF at once */
-  char *buf = sf_alloc(cap);
+  char *buf = sf_alloc(cap + 1);
   for (;;) {
     if (len == cap) {
-      char *nb = sf__alloc_n(cap, 2);
-      memcpy(nb, buf, len);
-      sf_free(buf);
-      buf = nb;
       cap *= 2;
+      buf = sf__realloc(buf, cap + 1);
     }
     ssize_t r = read(fd, buf + len, cap - len);
     if (r < 0 && errno == EINTR)
@@ -62,6 +58,17 @@ static sf_str *read_all(int fd) {
       break;
     len += (size_t)r;
   }
+  buf[len] = '\0';
+  *out_len = len;
+  return buf;
+}
+
+/* Reads all of fd into a new string; returns NULL with errno set on error. */
+static sf_str *read_all(int fd) {
+  size_t len;
+  char *buf = sf__read_fd(fd, &len);
+  if (!buf)
+    return NULL;
   sf_str *s = sf_str_new(buf, (int64_t)len);
   sf_free(buf);
   return s;

@@ -20,27 +20,10 @@
 #include "data.h"
 
 static bool read_fd(int fd, sf__view *v) {
-  size_t cap = 1 << 16, len = 0;
-  char *buf = sf_alloc(cap + 1);
-  for (;;) {
-    if (len == cap) {
-      cap *= 2;
-      buf = sf__realloc(buf, cap + 1);
-    }
-    ssize_t r = read(fd, buf + len, cap - len);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r < 0) {
-      int e = errno;
-      sf_free(buf);
-      errno = e;
-      return false;
-    }
-    if (r == 0)
-      break;
-    len += (size_t)r;
-  }
-  buf[len] = 0;
+  size_t len;
+  char *buf = sf__read_fd(fd, &len);
+  if (!buf)
+    return false;
   v->data = buf;
   v->len = len;
   v->map_len = 0;
