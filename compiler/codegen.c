@@ -470,7 +470,8 @@ static LLVMTypeRef lt_val(Type *t) {
   case TY_FUTURE:
   case TY_ACTOR:
   case TY_GROUP:
-  case TY_MAP: return G.P;
+  case TY_MAP:
+  case TY_TENSOR: return G.P;
   case TY_FN: return G.i64; /* an index into the function table (fn_value_call) */
   case TY_STRUCT:
     if (!t->llvm)
@@ -619,6 +620,7 @@ static LLVMValueRef type_desc(Type *t) {
   case TY_GROUP: set_desc(e->g, SF_GROUP, 8, 8, 0, NULL, NULL, name); break;
   case TY_MAP: map_desc(e->g, t, name); break;
   case TY_FN: set_desc(e->g, SF_FN, 8, 8, 0, NULL, NULL, name); break;
+  case TY_TENSOR: set_desc(e->g, SF_TENSOR, 8, 8, 0, NULL, NULL, name); break;
   case TY_STRUCT: {
     int n;
     const char **names;
@@ -1029,9 +1031,53 @@ static Val short_circuit(Node *n) {
   return mkval(phi, false);
 }
 
+/* ------------------------------------------------------- tensors */
+
+/* The tensor operators (sema.c "tensors"): each is one call of the nn
+ * layer's ABI (sflow.h, "tensors"), which borrows its operands and returns
+ * a new tensor (owned).  A scalar operand is an f32, passed with which
+ * side it was written on, since - and / do not commute. */
+static int32_t tensor_op(int op) {
+  switch (op) {
+  case '+': return SF_TOP_ADD;
+  case '-': return SF_TOP_SUB;
+  case '*': return SF_TOP_MUL;
+  case '/': return SF_TOP_DIV;
+  case '@': return SF_TOP_MATMUL;
+  }
+  ice("codegen: tensor operator %d", op);
+}
+
+/* l op r, of types lt and rty (one of them a tensor), both evaluated. */
+static LLVMValueRef tensor_apply(int op, Type *lt, LLVMValueRef l, Type *rty, LLVMValueRef r, Loc loc) {
+  LLVMValueRef top = ci32(tensor_op(op)), L = loc_const(loc);
+  if (lt->kind == TY_TENSOR && rty->kind == TY_TENSOR)
+    return RT(sf_tensor_binop, top, l, r, L);
+  bool scalar_left = lt->kind != TY_TENSOR;
+  return RT(sf_tensor_scalar, top, scalar_left ? r : l, scalar_left ? l : r,
+            LLVMConstInt(G.i1, scalar_left, 0), L);
+}
+
+static Val tensor_binary(Node *n) {
+  Val l = expr(n->lhs), r = expr(n->rhs);
+  LLVMValueRef v = tensor_apply(n->op, n->lhs->ty, l.v, n->rhs->ty, r.v, n->loc);
+  drop(n->lhs->ty, l);
+  drop(n->rhs->ty, r);
+  return mkval(v, true);
+}
+
+static Val tensor_neg(Node *n) {
+  Val a = expr(n->lhs);
+  LLVMValueRef v = RT(sf_tensor_neg, a.v, loc_const(n->loc));
+  drop(n->lhs->ty, a);
+  return mkval(v, true);
+}
+
 static Val binary(Node *n) {
   if (n->op == TOK_ANDAND || n->op == TOK_OROR)
     return short_circuit(n);
+  if (n->ty->kind == TY_TENSOR)
+    return tensor_binary(n);
   Type *t = n->lhs->ty;
   if (t->kind == TY_ARRAY)
     return array_concat(n);
@@ -1055,6 +1101,8 @@ static Val binary(Node *n) {
 }
 
 static Val unary(Node *n) {
+  if (n->ty->kind == TY_TENSOR)
+    return tensor_neg(n);
   Val v = expr(n->lhs);
   if (n->op == '!')
     return mkval(LLVMBuildNot(G.b, v.v, ""), false);
@@ -2281,6 +2329,12 @@ static void assign_stmt(Node *n) {
     } else {
       lv_store(n->lhs, lv, nv);
     }
+  } else if (t->kind == TY_TENSOR) {
+    /* t op= x is t = t op x: a new tensor replaces the old one. */
+    LLVMValueRef old = lv_load(n->lhs, lv);
+    lv_store(n->lhs, lv, tensor_apply(n->op, t, old, n->rhs->ty, r.v, n->loc));
+    release_value(t, old);
+    drop(n->rhs->ty, r);
   } else if (t->kind == TY_STR) {
     /* An array element: a new string, never the old one grown (var_path). */
     LLVMValueRef old = lv_load(n->lhs, lv);

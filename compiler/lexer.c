@@ -50,7 +50,7 @@ static const int keyword_tokens[] = {
 };
 
 const char *const sflow_type_names[] = {"bool", "i32", "i64", "f32", "f64", "str", "future", "group",
-                                        "map"};
+                                        "map", "tensor"};
 const int sflow_ntype_names = sizeof sflow_type_names / sizeof *sflow_type_names;
 
 const char *const sflow_builtin_names[] = {

@@ -87,6 +87,10 @@ enum { RTA_NONE = 0, RTA_ARRAY = 1, RTA_NORETURN = 2 };
   X(sf_map_keys, "ppp", RTA_ARRAY)          \
   X(sf_map_values, "ppp", RTA_ARRAY)        \
   X(sf_fn_unset, "vp", RTA_NORETURN)        \
+  /* tensors (the nn layer) */              \
+  X(sf_tensor_binop, "pippp", RTA_NONE)     \
+  X(sf_tensor_scalar, "pipfbp", RTA_NONE)   \
+  X(sf_tensor_neg, "ppp", RTA_NONE)         \
   /* printing */                            \
   X(sf_print_begin, "v", RTA_NONE)          \
   X(sf_print_bool, "vb", RTA_NONE)          \

@@ -102,7 +102,7 @@ typedef struct {
 static Sema S;
 
 static Type *T_ERR, *T_VOID, *T_BOOL, *T_I32, *T_I64, *T_F32, *T_F64, *T_STR;
-static Type *T_UINT, *T_UFLOAT, *T_MODULE;
+static Type *T_UINT, *T_UFLOAT, *T_MODULE, *T_TENSOR;
 
 static void scope_push(void) {
   Scope *s = arena_alloc(sizeof(Scope));
@@ -326,7 +326,7 @@ static Type *resolve_texpr(TypeExpr *t) {
   } else {
     static const struct { const char *n; TypeKind k; } prims[] = {
         {"bool", TY_BOOL}, {"i32", TY_I32}, {"i64", TY_I64}, {"f32", TY_F32},
-        {"f64", TY_F64}, {"str", TY_STR}, {"void", TY_VOID}};
+        {"f64", TY_F64}, {"str", TY_STR}, {"void", TY_VOID}, {"tensor", TY_TENSOR}};
     for (size_t i = 0; i < sizeof prims / sizeof *prims; i++)
       if (!strcmp(t->name, prims[i].n))
         return ty_prim(prims[i].k);
@@ -607,6 +607,7 @@ static const AnnotInfo annot_table[] = {
     {"replicas", BIT(D_ACTOR), "actors"},
     {"timeout", BIT(D_TASK) | BIT(D_METHOD), "tasks and actor methods"},
     {"extern", BIT(D_FN), "functions of the standard library"},
+    {"global", BIT(D_FN), "functions of the standard library"},
 };
 
 /* The numeric value of a constant annotation argument, or NAN. */
@@ -681,6 +682,17 @@ static void check_annot(Decl *d, Annot *a) {
                          "declaration to a C function of the runtime)");
     else
       d->is_extern = true;
+    return;
+  }
+  if (!strcmp(a->name, "global")) {
+    /* Seen by lookup_global in the importers (sema's "tensors" section). */
+    if (a->args)
+      diag_error(a->loc, "@global takes no arguments");
+    else if (!d->is_std)
+      diag_error(a->loc, "@global is only for the standard library's modules (it makes a "
+                         "function visible unqualified wherever its module is imported)");
+    else
+      d->is_global = true;
     return;
   }
   int nargs = list_len(a->args);
@@ -877,6 +889,8 @@ static bool in_actor_method(Node *call, const char *name) {
 
 static Type *check_data_builtin(Node *call, Builtin b, const char *name, Node **argv, int argc);
 static Type *check_data_method(Node *call, Node *recv, Type *rt, const char *name);
+static Type *check_global_call(Node *call, const char *name);
+static Type *check_tensor_method(Node *call, Node *recv, const char *name);
 
 
 /* Two floats of one type (pow, atan2): untyped literals become f64. */
@@ -1571,9 +1585,9 @@ static Type *check_call(Node *call) {
     }
     Decl *d = lookup_item(S.mod, name);
     if (!d) {
-      Builtin b = builtin_of(name);
-      if (b != B_NONE && (strncmp(name, "__", 2) != 0 || std_internal_ok()))
-        return check_builtin(call, b, name);
+      Type *gt = check_global_call(call, name); /* builtins, then @global functions */
+      if (gt)
+        return gt;
       undefined_name(c->loc, name, "function");
       for (Node *a = call->args; a; a = a->next)
         check_expr(a, NULL);
@@ -1680,6 +1694,8 @@ static Type *check_call(Node *call) {
       return T_ERR;
     if (rt->kind == TY_MAP)
       return call_map_method(call, recv, rt, c->name);
+    if (rt->kind == TY_TENSOR)
+      return check_tensor_method(call, recv, c->name);
     Type *dm = check_data_method(call, recv, rt, c->name);
     if (dm)
       return dm;
@@ -1947,6 +1963,197 @@ DATA_HOOK Type *check_data_name(Node *e) {
   return T_UFLOAT;
 }
 
+/* ------------------------------------------------------------- tensors */
+
+/* The tensor type of std.nn (docs/language.md, "Tensors"): the operators
+ * + - * / between tensors and with an f32 on either side, unary minus and
+ * `@` (matmul); @global functions, which a std module's importers see
+ * unqualified; and tensor methods, x.name(args) being std.nn's
+ * name(x, args) (UFCS).  As with the data core, each hook in the general
+ * checks is one call into this section, noinline so that check_expr's
+ * frame stays small. */
+#define TENSOR_HOOK __attribute__((noinline)) static
+
+static bool is_tensor(Type *t) { return t && t->kind == TY_TENSOR; }
+
+static bool has_annot(Decl *d, const char *name) {
+  for (Annot *a = d->annots; a; a = a->next)
+    if (!strcmp(a->name, name))
+      return true;
+  return false;
+}
+
+/* std.nn as the current module sees it: itself, or its import of it. */
+static Module *nn_module(void) {
+  if (!strcmp(S.mod->name, "std.nn"))
+    return S.mod;
+  for (Decl *d = S.mod->decls; d; d = d->next)
+    if (d->kind == D_IMPORT && !strcmp(d->path, "std.nn") && d->llvm2)
+      return (Module *)d->llvm2;
+  return NULL;
+}
+
+/* The @global function `name` of a std module the current one imports
+ * (the first import that has one), or NULL.  The annotation is read from
+ * the declaration itself, so the answer does not depend on whether that
+ * module's annotations were checked yet. */
+static Decl *lookup_global(const char *name) {
+  for (Decl *d = S.mod->decls; d; d = d->next) {
+    if (d->kind != D_IMPORT || !d->llvm2 || strncmp(d->path, "std.", 4) != 0)
+      continue;
+    Decl *f = lookup_item((Module *)d->llvm2, name);
+    for (Decl *g = f; g && g->kind == D_FN; g = g->overload)
+      if (has_annot(g, "global"))
+        return f; /* the head of the overloads: call_function picks one */
+  }
+  return NULL;
+}
+
+/* The call of a @global function by its bare name. */
+static Type *call_global(Node *call, Decl *g) {
+  if (kernel_forbid(call->loc, "a function call"))
+    return T_ERR;
+  call->callee->decl = g;
+  call->callkind = CALL_FN;
+  return call_function(call, g);
+}
+
+/* A bare call name no module item has: a builtin, unless a @global
+ * namesake exists and the first argument is a tensor (tanh(t) is
+ * std.nn's tanh); else a @global function.  NULL when neither exists. */
+TENSOR_HOOK Type *check_global_call(Node *call, const char *name) {
+  Builtin b = builtin_of(name);
+  if (b != B_NONE && !strncmp(name, "__", 2) && !std_internal_ok())
+    b = B_NONE;
+  Decl *g = lookup_global(name);
+  if (g && b != B_NONE) {
+    Node *a = call->args;
+    Type *t = a && !a->argname ? check_expr(a, NULL) : NULL;
+    return is_tensor(t) ? call_global(call, g) : check_builtin(call, b, name);
+  }
+  if (b != B_NONE)
+    return check_builtin(call, b, name);
+  if (g)
+    return call_global(call, g);
+  if (!strcmp(name, "tensor")) {
+    for (Node *a = call->args; a; a = a->next)
+      check_expr(a, NULL);
+    return err_at(call->callee->loc, "'tensor(...)' makes a tensor with std.nn: add 'import std.nn'");
+  }
+  return NULL;
+}
+
+/* A bare name used as a value: a @global function of an imported module. */
+TENSOR_HOOK Type *check_global_name(Node *e, Type *want) {
+  Decl *g = lookup_global(e->name);
+  if (!g)
+    return NULL;
+  e->decl = g;
+  return fn_value(e, g, want);
+}
+
+/* x.name(args) on a tensor x: std.nn's name(x, args...).  The receiver is
+ * bound as the first argument; call->args is given back unchanged so the
+ * AST dump and the language server see the call as written. */
+TENSOR_HOOK Type *check_tensor_method(Node *call, Node *recv, const char *name) {
+  Node *c = call->callee;
+  Module *nn = nn_module();
+  if (!nn) {
+    for (Node *a = call->args; a; a = a->next)
+      check_expr(a, NULL);
+    return err_at(c->name_loc, "tensor methods come from std.nn: add 'import std.nn' to call '%s'", name);
+  }
+  Decl *f = lookup_item(nn, name);
+  bool method = false;
+  for (Decl *g = f; g && g->kind == D_FN; g = g->overload)
+    method |= g->params && is_tensor(g->params->type);
+  if (!method) {
+    const char *names[256];
+    int n = 0;
+    SymTab *t = nn->symtab;
+    for (int i = 0; t && i < t->cap && n < 256; i++) {
+      Decl *d = t->slots[i].decl;
+      if (t->slots[i].name && d->kind == D_FN && d->params && is_tensor(d->params->type))
+        names[n++] = t->slots[i].name;
+    }
+    const char *s = suggest(name, names, n);
+    for (Node *a = call->args; a; a = a->next)
+      check_expr(a, NULL);
+    if (s)
+      return err_at(c->name_loc, "type tensor has no method '%s'; did you mean '%s'?", name, s);
+    return err_at(c->name_loc, "type tensor has no method '%s' (std.nn has no function '%s' "
+                  "taking a tensor first)", name, name);
+  }
+  if (kernel_forbid(call->loc, "a tensor method"))
+    return T_ERR;
+  Node *args = call->args;
+  recv->next = args;
+  call->args = recv;
+  call->callkind = CALL_FN;
+  call->recv = recv;
+  c->decl = f;
+  Type *r = call_function(call, f);
+  call->args = args;
+  recv->next = NULL;
+  return r;
+}
+
+/* The scalar side of a tensor operator: an f32, or a literal (which
+ * becomes one). */
+static bool tensor_scalar_ok(Node *e, Type *t) {
+  if (t->kind == TY_F32)
+    return true;
+  if (!ty_is_untyped(t))
+    return false;
+  settle(e, T_F32);
+  return true;
+}
+
+/* a op b where a or b is a tensor: + - * / between tensors or with an f32
+ * on either side, @ between tensors.  Tensors have no order and, being
+ * references to mutable storage, no value equality: == is refused rather
+ * than comparing addresses. */
+TENSOR_HOOK Type *check_tensor_binary(Node *e, Type *ta, Type *tb) {
+  int op = e->op;
+  if (kernel_forbid(e->loc, "a tensor"))
+    return T_ERR;
+  if (op == TOK_EQ || op == TOK_NE)
+    return err_at(e->loc, "tensors cannot be compared with %s; compare the numbers taken out "
+                  "of them (item(), data())", op_name(op));
+  if (op == '@') {
+    if (is_tensor(ta) && is_tensor(tb))
+      return ta;
+    return err_at(e->loc, "operator '@' needs tensors, found %s and %s", ty_str(ta), ty_str(tb));
+  }
+  if (op != '+' && op != '-' && op != '*' && op != '/')
+    return err_at(e->loc, "operator %s cannot be applied to tensors", op_name(op));
+  if (is_tensor(ta) && is_tensor(tb))
+    return ta;
+  Node *s = is_tensor(ta) ? e->rhs : e->lhs;
+  Type *st = is_tensor(ta) ? tb : ta;
+  if (tensor_scalar_ok(s, st))
+    return T_TENSOR;
+  return err_at(e->loc, "operator %s needs a tensor or an f32 beside a tensor, found %s%s", op_name(op),
+                ty_str(st), ty_is_numeric(st) ? "; convert it with f32(x)" : "");
+}
+
+/* -t (the '!' of a tensor was refused before: it needs bool) */
+TENSOR_HOOK Type *check_tensor_unary(Node *e) {
+  if (kernel_forbid(e->loc, "a tensor"))
+    return T_ERR;
+  return T_TENSOR;
+}
+
+/* t op= x on a tensor variable or field: t = t op x, a new tensor. */
+TENSOR_HOOK void check_tensor_assign(Node *s) {
+  Type *t = check_expr(s->rhs, NULL);
+  if (is_err(t))
+    return;
+  if (!is_tensor(t) && !tensor_scalar_ok(s->rhs, t))
+    diag_error(s->rhs->loc, "mismatched types: '%c=' on a tensor needs a tensor or an f32, found %s%s",
+               s->op, ty_str(t), ty_is_numeric(t) ? "; convert it with f32(x)" : "");
+}
+
 static Type *check_binary(Node *e) {
   int op = e->op;
   if (op == TOK_ANDAND || op == TOK_OROR) {
@@ -1958,6 +2165,8 @@ static Type *check_binary(Node *e) {
   Type *tb = check_expr(e->rhs, !is_err(ta) && ta->kind == TY_ARRAY ? ta : NULL);
   if (is_err(ta) || is_err(tb))
     return T_ERR;
+  if (ta->kind == TY_TENSOR || tb->kind == TY_TENSOR || op == '@')
+    return check_tensor_binary(e, ta, tb);
   if (ta->kind == TY_ARRAY || tb->kind == TY_ARRAY)
     return check_array_binary(e, ta, tb);
   if (ta->kind == TY_STR || tb->kind == TY_STR) {
@@ -2045,6 +2254,9 @@ static Type *check_name(Node *e, Type *want) {
   Type *dt = check_data_name(e);
   if (dt)
     return dt;
+  Type *gt = check_global_name(e, want);
+  if (gt)
+    return gt;
   if (builtin_of(e->name) != B_NONE)
     return err_at(e->loc, "builtin '%s' must be called, as in %s(...)", e->name, e->name);
   undefined_name(e->loc, e->name, "name");
@@ -2342,6 +2554,8 @@ static Type *check_expr_inner(Node *e, Type *want) {
         return err_at(e->loc, "operator '!' needs bool, found %s", ty_str(t));
       return T_BOOL;
     }
+    if (t->kind == TY_TENSOR)
+      return check_tensor_unary(e);
     if (!ty_is_numeric(t))
       return err_at(e->loc, "unary '-' needs a number, found %s", ty_str(t));
     return t;
@@ -2514,6 +2728,10 @@ static void check_assign(Node *s) {
   }
   if (s->op == '+' && t->kind == TY_STR) {
     expect_type(s->rhs, T_STR, "'+=' on a string");
+    return;
+  }
+  if (t->kind == TY_TENSOR) {
+    check_tensor_assign(s);
     return;
   }
   if (!ty_is_numeric(t)) {
@@ -2832,8 +3050,9 @@ static void check_body(Decl *fn, Decl *actor) {
 /* @extern functions: a std module's declaration of a C function of the
  * runtime (sf_std_<module>_<name>, see docs/language.md "Standard-library
  * externs").  Only types whose C form is fixed may cross: numbers, bool,
- * str, arrays (sf_array *) and structs (by address, with their descriptor,
- * which the C side reads fields from by name). */
+ * str, arrays (sf_array *), tensors (sf_tensor *) and structs (by
+ * address, with their descriptor, which the C side reads fields from by
+ * name). */
 static bool extern_type_ok(Type *t) {
   switch (t->kind) {
   case TY_BOOL: case TY_I32: case TY_I64: case TY_F32: case TY_F64: case TY_STR:
@@ -2841,6 +3060,7 @@ static bool extern_type_ok(Type *t) {
   case TY_MAP:    /* sf_map * */
   case TY_TPARAM: /* const void *, const sf_type * (a result: void *out, const sf_type *) */
   case TY_FN:     /* int64_t: an index into sf_program.fn_names */
+  case TY_TENSOR: /* sf_tensor *: borrowed as a parameter, owned (+1) as a result */
     return true;
   default:
     return false;
@@ -3081,6 +3301,7 @@ bool sema_program(Program *p) {
   T_UINT = ty_prim(TY_UNTYPED_INT);
   T_UFLOAT = ty_prim(TY_UNTYPED_FLOAT);
   T_MODULE = ty_prim(TY_MODULE);
+  T_TENSOR = ty_prim(TY_TENSOR);
   memset(&S, 0, sizeof S);
   S.prog = p;
   p->modules = NULL;

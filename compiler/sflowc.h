@@ -156,6 +156,7 @@ typedef enum {
   TY_GROUP,         /* decl: D_ACTOR */
   TY_MAP,           /* key, elem (the value) */
   TY_FN,            /* params[nparams], elem (the result, TY_VOID for none) */
+  TY_TENSOR,        /* an n-d f32 array of std.nn: a reference (sf_tensor *) */
   TY_TPARAM,        /* the type parameter T of a generic @extern function */
   TY_MODULE,        /* a name bound by import; only valid before '.' */
 } TypeKind;
@@ -188,7 +189,7 @@ bool ty_is_int(Type *t);     /* i32, i64, untyped int */
 bool ty_is_float(Type *t);   /* f32, f64, untyped float */
 bool ty_is_numeric(Type *t);
 bool ty_is_untyped(Type *t);
-bool ty_is_ref(Type *t);      /* str, arrays, futures, actors, groups, maps */
+bool ty_is_ref(Type *t);      /* str, arrays, futures, actors, groups, maps, tensors */
 bool ty_has_refs(Type *t);    /* a ref, or a struct with a ref inside */
 bool ty_is_gpu_elem(Type *t); /* f32 f64 i32 i64 */
 /* "i64", "f32[]", "future<i64>", "group<Counter>", "Batch",
@@ -388,6 +389,7 @@ struct Decl {
   Decl *overload;     /* D_FN: the next function of the same name in the module */
   bool is_std;        /* declared in a std module */
   bool is_extern;     /* D_FN: @extern, no body; calls C sf_std_<module>_<name> */
+  bool is_global;     /* D_FN of a std module: @global, also visible unqualified where imported */
   const char *tparam; /* D_FN: the type parameter of `fn name<T>(...)`, or NULL */
   Loc tparam_loc;
   const char *tparam2; /* D_FN: the second, R of `fn name<T, R>(...)`, or NULL */

@@ -145,6 +145,7 @@ bool ty_is_untyped(Type *t) { return t->kind == TY_UNTYPED_INT || t->kind == TY_
 bool ty_is_ref(Type *t) {
   switch (t->kind) {
   case TY_STR: case TY_ARRAY: case TY_FUTURE: case TY_ACTOR: case TY_GROUP: case TY_MAP:
+  case TY_TENSOR:
     return true;
   default:
     return false;
@@ -200,6 +201,7 @@ const char *ty_str(Type *t) {
     buf_free(&b);
     return s;
   }
+  case TY_TENSOR: return "tensor";
   case TY_MODULE: return "module";
   case TY_TPARAM: return t->nparams ? "R" : "T";
   }

@@ -156,7 +156,7 @@ static void yyerror(Loc *loc, ParseCtx *ctx, const char *msg) {
 %left '<' TOK_LE '>' TOK_GE
 %left TOK_SHL TOK_SHR
 %left '+' '-'
-%left '*' '/' '%'
+%left '*' '/' '%' '@'
 
 %start program
 
@@ -497,6 +497,7 @@ expr
         else $$ = binary('*', $1, $3, @$); }
   | expr '/' expr         { $$ = binary('/', $1, $3, @$); }
   | expr '%' expr         { $$ = binary('%', $1, $3, @$); }
+  | expr '@' expr         { $$ = binary('@', $1, $3, @$); } /* matmul of tensors */
   | expr TOK_DOTDOT expr  { $$ = mk(N_RANGE, @$); $$->lhs = $1; $$->rhs = $3; }
   ;
 

@@ -24,7 +24,7 @@
 extern "C" {
 #endif
 
-#define SF_ABI_VERSION 3
+#define SF_ABI_VERSION 4
 
 /* ---------------------------------------------------------------- types */
 
@@ -43,6 +43,7 @@ typedef enum {
   SF_GROUP,  /* sf_group* */
   SF_MAP,    /* sf_map* ; key in fields[0].type (nfields 1), value in elem */
   SF_FN,     /* int64: index into sf_program.fn_names (0: no function) */
+  SF_TENSOR, /* (ABI 4) sf_tensor* ; NULL: a tensor field never assigned */
 } sf_kind;
 
 typedef struct sf_type sf_type;
@@ -75,7 +76,10 @@ typedef struct sf_loc {
 
 /* ------------------------------------------------------------- objects */
 
-enum { SF_OBJ_STR = 1, SF_OBJ_ARRAY, SF_OBJ_FUTURE, SF_OBJ_ACTOR, SF_OBJ_GROUP, SF_OBJ_MAP };
+enum {
+  SF_OBJ_STR = 1, SF_OBJ_ARRAY, SF_OBJ_FUTURE, SF_OBJ_ACTOR, SF_OBJ_GROUP, SF_OBJ_MAP,
+  SF_OBJ_TENSOR, /* (ABI 4) runtime/nn/ */
+};
 
 typedef struct sf_obj {
   int64_t rc;  /* atomic; < 0 means immortal */
@@ -215,6 +219,30 @@ sf_array *sf_map_values(sf_map *m, const sf_loc *loc);
 /* Calling a function value that holds no function (index 0: a field or a
  * slot never assigned): a runtime error. */
 _Noreturn void sf_fn_unset(const sf_loc *loc);
+
+/* ------------------------------------------------------------- tensors */
+
+/* The tensor type of std.nn (ABI 4): an n-dimensional f32 array, row-major
+ * with strided views, on the host or a GPU, implemented in runtime/nn/.
+ * Generated code never sees its layout: it holds sf_tensor * references
+ * (retained and released as any object, tag SF_OBJ_TENSOR) and calls only
+ * these entry points for the operators; everything else a program does
+ * with a tensor goes through std.nn's @extern functions (sf_std_nn_<name>).
+ * Arguments are borrowed, results owned (+1).  A NULL tensor is the zero
+ * value of a tensor field never assigned (an actor's `var w: tensor`);
+ * every entry point that takes a tensor reports it at loc as a runtime
+ * error instead of dereferencing it.  Shape errors name both shapes:
+ * "matmul: shapes [2, 3] and [4, 4] do not fit (3 != 4)". */
+typedef struct sf_tensor sf_tensor;
+/* The operator of sf_tensor_binop / sf_tensor_scalar. */
+enum { SF_TOP_ADD = 1, SF_TOP_SUB, SF_TOP_MUL, SF_TOP_DIV, SF_TOP_MATMUL };
+/* a + b, a - b, a * b, a / b with NumPy broadcasting; a @ b as torch.matmul
+ * (1-D . 1-D a dot product, 2-D, batched over leading dimensions). */
+sf_tensor *sf_tensor_binop(int32_t op, sf_tensor *a, sf_tensor *b, const sf_loc *loc);
+/* a op s (scalar_left false) or s op a (true), s an f32. */
+sf_tensor *sf_tensor_scalar(int32_t op, sf_tensor *a, float s, bool scalar_left,
+                            const sf_loc *loc);
+sf_tensor *sf_tensor_neg(sf_tensor *a, const sf_loc *loc); /* -a */
 
 /* ------------------------------------------------------------ printing */
 

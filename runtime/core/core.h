@@ -34,11 +34,12 @@
 
 /* ------------------------------------------------------------ mem.c */
 
-/* Destructors for futures, actors and groups, filled in by the files that
- * implement them.  A destructor frees the object itself; with no destructor
- * registered the object's memory is simply freed. */
+/* Destructors for futures, actors, groups and tensors, filled in by the
+ * files that implement them (tensors: the nn layer, runtime/nn/).  A
+ * destructor frees the object itself; with no destructor registered the
+ * object's memory is simply freed. */
 typedef void (*sf__dtor_fn)(sf_obj *obj);
-extern sf__dtor_fn sf__obj_dtor[SF_OBJ_GROUP + 1];
+extern sf__dtor_fn sf__obj_dtor[SF_OBJ_TENSOR + 1];
 
 /* sf_alloc for count * size bytes, with the multiplication checked. */
 void *sf__alloc_n(size_t count, size_t size);
@@ -273,6 +274,19 @@ bool sf__de_value(sf__reader *r, const sf_type *t, void *p);
 bool sf__de_u64(sf__reader *r, uint64_t *v);
 void sf__ser_u64(sf__buf *b, uint64_t v);
 uint32_t sf__crc32c(uint32_t crc, const void *data, size_t n);
+
+/* Tensors (SF_TENSOR) belong to the nn layer above, which installs these
+ * hooks in sf__nn_install() before any thread; core only calls them, so a
+ * tensor crosses tasks, checkpoints, the journal and --nodes like any
+ * value.  Core writes one byte before each tensor, 0 for NULL (a field
+ * never assigned) and 1 for a tensor, so the hooks never see NULL: ser
+ * appends the tensor's bytes (shape and f32 data), de reads them back into
+ * a new owned tensor (false on malformed input), format appends its
+ * printed form (print.c: `tensor([[1.0, 2.0], [3.0, 4.0]])`).  With the
+ * hooks unset no tensor can exist, so reading one back fails. */
+extern void (*sf__tensor_ser)(sf__buf *b, const void *tensor);
+extern bool (*sf__tensor_de)(sf__reader *r, void **out);
+extern void (*sf__tensor_format)(sf__buf *b, const void *tensor);
 
 /* --------------------------------------------------------- sha256.c */
 

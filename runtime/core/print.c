@@ -97,6 +97,8 @@ static void format_map(sf__buf *b, const sf_type *t, const sf_map *m) {
   sf__buf_put(b, "}", 1);
 }
 
+void (*sf__tensor_format)(sf__buf *b, const void *tensor);
+
 /* `<fn sq>`: the name from the program's table of function values. */
 static void format_fn(sf__buf *b, int64_t ix) {
   if (ix <= 0 || ix >= sf__nfns || !sf__fn_names) {
@@ -172,6 +174,14 @@ void sf__format_value(sf__buf *b, const sf_type *t, const void *p, bool nested) 
   case SF_STRUCT: format_struct(b, t, p); return;
   case SF_MAP: format_map(b, t, *(sf_map *const *)p); return;
   case SF_FN: format_fn(b, *(const int64_t *)p); return;
+  case SF_TENSOR: {
+    const void *x = *(void *const *)p;
+    if (x && sf__tensor_format) /* set by the nn layer, which alone makes tensors */
+      sf__tensor_format(b, x);
+    else
+      put_c(b, "<tensor unset>");
+    return;
+  }
   case SF_FUTURE: put_c(b, "<future>"); return;
   case SF_ACTOR: format_handle(b, "actor", t->name); return;
   case SF_GROUP: format_handle(b, "group", t->name); return;
