@@ -105,6 +105,9 @@ CHECKS = [
     (23, "round", 1, "sflowBuiltin", "Function"),
     (23, "PI", 1, "sflowConstant", "Constant"),
     (23, "sort", 1, "sflowBuiltin", "Function"),
+    (24, "tensor", 1, "sflowType", "Type"),
+    (24, "@", 1, "sflowOperator", "Operator"),
+    (5, "@retry", 1, "sflowAnnotation", "PreProc"),
 ]
 
 # Buffer settings the ftplugin must make.

@@ -26,7 +26,7 @@ syn keyword sflowStructure   actor struct nextgroup=sflowTypeName skipwhite
 syn keyword sflowStorage     const let var
 syn keyword sflowInclude     import
 syn keyword sflowBoolean     true false
-syn keyword sflowType        bool i32 i64 f32 f64 str future group map
+syn keyword sflowType        bool i32 i64 f32 f64 str future group map tensor
 syn keyword sflowBuiltin     print len sqrt exp log tanh abs min max pow floor now
 syn keyword sflowBuiltin     rand_seed rand_f32 fmt fail attempt node_id hostname
 syn keyword sflowBuiltin     thread_id group_rank group_size allreduce_sum allreduce_mean
@@ -45,6 +45,8 @@ syn match sflowAnnotation "@\h\w*"
 " wins, so '//' and '/*' start comments rather than a '/' operator.
 syn match sflowOperator "[-+*/%=!<>&|^]"
 syn match sflowOperator "->\|\.\.\|&&\|||\|<<\|>>\|[-+*/=!<>]="
+" `a @ b` (matmul of tensors): an @ that no name follows.
+syn match sflowOperator "@\h\@!"
 
 " Numbers: 42, 0x2A, 1_000_000; floats 1.0, 3e-4, .5, 1e+20.  Floats are
 " defined after integers so that '1' in '1.0' is not an integer.
