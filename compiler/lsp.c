@@ -509,6 +509,23 @@ static const char *data_core_doc(Node *call) {
   }
 }
 
+/* A tensor method call x.sum(1) as it is written: `tensor.sum(axis: i64)
+ * -> tensor`, naming the std.nn function it calls (sema binds x as its
+ * first parameter). */
+static const char *tensor_method_doc(Decl *d) {
+  Buf b = {0};
+  buf_printf(&b, "tensor.%s(", d->name);
+  for (Decl *p = d->params ? d->params->next : NULL; p; p = p->next)
+    buf_printf(&b, "%s%s: %s", p == d->params->next ? "" : ", ", p->name, ty_str(p->type));
+  buf_putc(&b, ')');
+  if (d->ret_type && d->ret_type->kind != TY_VOID)
+    buf_printf(&b, " -> %s", ty_str(d->ret_type));
+  buf_printf(&b, " (std.nn's %s)", d->name);
+  char *s = arena_strdup(b.data);
+  buf_free(&b);
+  return s;
+}
+
 /* The declaration a hit refers to, and where it was declared. */
 static bool target_of(Hit *h, Loc *where, const char **what, Type **ty) {
   *ty = NULL;
@@ -516,7 +533,10 @@ static bool target_of(Hit *h, Loc *where, const char **what, Type **ty) {
     Node *n = h->node;
     if (n->kind == N_CALL && n->decl) {
       *where = n->decl->name_loc;
-      *what = signature(n->decl);
+      bool method = n->recv && n->recv->ty && n->recv->ty->kind == TY_TENSOR;
+      *what = method ? tensor_method_doc(n->decl) : signature(n->decl);
+      if (!method && n->decl->is_std && n->callee->kind == N_NAME)
+        *what = arena_printf("%s (%s, @global)", *what, n->decl->module->name);
       return true;
     }
     if (n->kind == N_CALL && n->callkind == CALL_BUILTIN) {
@@ -553,7 +573,9 @@ static bool target_of(Hit *h, Loc *where, const char **what, Type **ty) {
       *what = arena_printf("%s %s", d->kind == D_STRUCT ? "struct" : "actor", d->name);
       return true;
     }
-    *what = h->texpr->name;
+    *what = !h->texpr->module && !strcmp(h->texpr->name, "tensor")
+                ? "tensor: an n-dimensional f32 array of std.nn, a reference"
+                : h->texpr->name;
     where->file = -1;
     return true;
   }

@@ -95,6 +95,7 @@ workflow main() {
   let f: fn(Point) -> f64 = norm
   let ws = "a b".split(); print(sort(ws))
 }
+fn mm(a: tensor, b: tensor) -> tensor { return a @ b + 0.5 }
 '''
 
 
@@ -172,6 +173,12 @@ def main():
     check(hv and "var byname: map<str, Point>" in hv["contents"]["value"], "hover on a map, got %r" % hv)
     hv = c.request("textDocument/hover", {"textDocument": {"uri": URI}, "position": {"line": 15, "character": 6}})
     check(hv and "let f: fn(Point) -> f64" in hv["contents"]["value"], "hover on a fn value, got %r" % hv)
+
+    # The tensor type (line 18: `fn mm(a: tensor, b: tensor) -> tensor { return a @ b + 0.5 }`).
+    hv = c.request("textDocument/hover", {"textDocument": {"uri": URI}, "position": {"line": 18, "character": 10}})
+    check(hv and "tensor: an n-dimensional f32 array" in hv["contents"]["value"], "hover on tensor, got %r" % hv)
+    hv = c.request("textDocument/hover", {"textDocument": {"uri": URI}, "position": {"line": 18, "character": 48}})
+    check(hv and "let a: tensor" in hv["contents"]["value"], "hover on a tensor parameter, got %r" % hv)
 
     # Malformed input must not end the server.
     c.send_raw(b"Content-Length: 5\r\n\r\n{bad}")
