@@ -1,7 +1,8 @@
 /*
  * test_rt_mem.c — reference counts, descriptor-driven release of nested
  * values, destructor hooks, and arrays (creation, split, index errors,
- * growth by push and pop, and that a grown array serializes as a fresh one).
+ * growth by push and pop, and that a grown array serializes as a fresh one),
+ * and how core treats tensors through the nn layer's hooks.
  * Leaks are checked by running this test under valgrind.
  */
 #include <pthread.h>
@@ -251,12 +252,105 @@ static void test_push_pop_serialize(void) {
   sf_release(empty);
 }
 
+/* Tensors (SF_TENSOR) through the hooks the nn layer installs: a stand-in
+ * tensor object here, holding one float, with its own hooks. */
+typedef struct fake_tensor {
+  sf_obj hdr;
+  float v;
+} fake_tensor;
+
+static int tensor_frees;
+static void fake_dtor(sf_obj *o) {
+  tensor_frees++;
+  sf_free(o);
+}
+static void fake_ser(sf__buf *b, const void *t) {
+  sf__buf_put(b, (const char *)&((const fake_tensor *)t)->v, 4);
+}
+static bool fake_de(sf__reader *r, void **out) {
+  if (r->end - r->p < 4)
+    return false;
+  fake_tensor *t = sf_alloc(sizeof *t);
+  *t = (fake_tensor){{1, SF_OBJ_TENSOR, 0}, 0};
+  memcpy(&t->v, r->p, 4);
+  r->p += 4;
+  *out = t;
+  return true;
+}
+static void fake_format(sf__buf *b, const void *t) {
+  char num[32];
+  int n = snprintf(num, sizeof num, "tensor(%g)", (double)((const fake_tensor *)t)->v);
+  sf__buf_put(b, num, (size_t)n);
+}
+
+typedef struct layer {
+  void *w, *b; /* tensors */
+} layer;
+
+static void test_tensor_hooks(void) {
+  static const sf_type tt = {.kind = SF_TENSOR, .size = 8, .align = 8, .name = "tensor"};
+  const sf_field f[] = {{"w", offsetof(layer, w), &tt}, {"b", offsetof(layer, b), &tt}};
+  const sf_type lt = {.kind = SF_STRUCT, .size = sizeof(layer), .align = 8, .nfields = 2,
+                      .fields = f, .name = "Layer"};
+  CU_ASSERT(sf__type_has_refs(&lt));
+  /* With no hooks no tensor can exist: an unset one still travels as a
+   * zero byte, and a present one cannot be read back. */
+  layer unset = {NULL, NULL};
+  sf__buf u = ser(&lt, &unset);
+  CU_ASSERT(u.len == 2 && u.data[0] == 0 && u.data[1] == 0);
+  layer back = {0};
+  sf__reader r = {(const unsigned char *)u.data, (const unsigned char *)u.data + u.len};
+  CU_ASSERT(sf__de_value(&r, &lt, &back) && !back.w && !back.b && r.p == r.end);
+  const unsigned char one[] = {1, 0, 0, 128, 63};
+  sf__reader r1 = {one, one + sizeof one};
+  CU_ASSERT(!sf__de_value(&r1, &tt, &back.w));
+  sf__buf_free(&u);
+
+  sf__obj_dtor[SF_OBJ_TENSOR] = fake_dtor;
+  sf__tensor_ser = fake_ser;
+  sf__tensor_de = fake_de;
+  sf__tensor_format = fake_format;
+  fake_tensor *w = sf_alloc(sizeof *w);
+  *w = (fake_tensor){{1, SF_OBJ_TENSOR, 0}, 1.5f};
+  layer l = {w, NULL};
+  sf_value_retain(&lt, &l);
+  CHECK_INT(w->hdr.rc, 2);
+  sf__buf a = ser(&lt, &l);
+  CU_ASSERT(a.len == 1 + 4 + 1 && a.data[0] == 1 && a.data[5] == 0);
+  layer got = {0};
+  sf__reader ra = {(const unsigned char *)a.data, (const unsigned char *)a.data + a.len};
+  CU_ASSERT(sf__de_value(&ra, &lt, &got) && got.w && !got.b);
+  CU_ASSERT(got.w && ((fake_tensor *)got.w)->v == 1.5f);
+  const unsigned char two[] = {2};
+  sf__reader r2 = {two, two + 1};
+  void *bad = NULL;
+  CU_ASSERT(!sf__de_value(&r2, &tt, &bad) && !bad);
+  sf__buf p;
+  sf__buf_init(&p, NULL, 0);
+  sf__format_value(&p, &lt, &l, false);
+  sf__buf_put(&p, "", 1);
+  CHECK_STR(p.data, "Layer{w: tensor(1.5), b: <tensor unset>}");
+  sf__buf_free(&p);
+  sf__buf_free(&a);
+  sf_value_release(&lt, &got);
+  CHECK_INT(tensor_frees, 1);
+  sf_value_release(&lt, &l);
+  CHECK_INT(w->hdr.rc, 1);
+  sf_value_release(&lt, &l);
+  CHECK_INT(tensor_frees, 2);
+  sf__obj_dtor[SF_OBJ_TENSOR] = NULL;
+  sf__tensor_ser = NULL;
+  sf__tensor_de = NULL;
+  sf__tensor_format = NULL;
+}
+
 int main(int argc, char **argv) {
   static const rt_test tests[] = {
       {"refcount", test_refcount},
       {"nested_release", test_nested_release},
       {"struct_values", test_struct_values},
       {"dtor_hooks", test_dtor_hooks},
+      {"tensor_hooks", test_tensor_hooks},
       {"atomic_counts", test_atomic_counts},
       {"array_new", test_array_new},
       {"split", test_split},
