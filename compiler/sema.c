@@ -1983,13 +1983,37 @@ static bool has_annot(Decl *d, const char *name) {
   return false;
 }
 
+/* The std modules the current module imports, in import order: found
+ * once per module (every builtin call asks, and a module may have 100k
+ * items). */
+static struct {
+  Module *of;
+  Module **mods;
+  int n;
+} std_imports;
+
+static void find_std_imports(void) {
+  if (std_imports.of == S.mod)
+    return;
+  int n = 0;
+  for (Decl *d = S.mod->decls; d; d = d->next)
+    n += d->kind == D_IMPORT && d->llvm2 && !strncmp(d->path, "std.", 4);
+  std_imports.of = S.mod;
+  std_imports.mods = arena_alloc(sizeof(Module *) * (size_t)(n + 1));
+  std_imports.n = 0;
+  for (Decl *d = S.mod->decls; d; d = d->next)
+    if (d->kind == D_IMPORT && d->llvm2 && !strncmp(d->path, "std.", 4))
+      std_imports.mods[std_imports.n++] = (Module *)d->llvm2;
+}
+
 /* std.nn as the current module sees it: itself, or its import of it. */
 static Module *nn_module(void) {
   if (!strcmp(S.mod->name, "std.nn"))
     return S.mod;
-  for (Decl *d = S.mod->decls; d; d = d->next)
-    if (d->kind == D_IMPORT && !strcmp(d->path, "std.nn") && d->llvm2)
-      return (Module *)d->llvm2;
+  find_std_imports();
+  for (int i = 0; i < std_imports.n; i++)
+    if (!strcmp(std_imports.mods[i]->name, "std.nn"))
+      return std_imports.mods[i];
   return NULL;
 }
 
@@ -1998,10 +2022,9 @@ static Module *nn_module(void) {
  * the declaration itself, so the answer does not depend on whether that
  * module's annotations were checked yet. */
 static Decl *lookup_global(const char *name) {
-  for (Decl *d = S.mod->decls; d; d = d->next) {
-    if (d->kind != D_IMPORT || !d->llvm2 || strncmp(d->path, "std.", 4) != 0)
-      continue;
-    Decl *f = lookup_item((Module *)d->llvm2, name);
+  find_std_imports();
+  for (int i = 0; i < std_imports.n; i++) {
+    Decl *f = lookup_item(std_imports.mods[i], name);
     for (Decl *g = f; g && g->kind == D_FN; g = g->overload)
       if (has_annot(g, "global"))
         return f; /* the head of the overloads: call_function picks one */
@@ -3303,6 +3326,7 @@ bool sema_program(Program *p) {
   T_MODULE = ty_prim(TY_MODULE);
   T_TENSOR = ty_prim(TY_TENSOR);
   memset(&S, 0, sizeof S);
+  memset(&std_imports, 0, sizeof std_imports); /* the arena it pointed into is gone */
   S.prog = p;
   p->modules = NULL;
   p->workflow = NULL;
