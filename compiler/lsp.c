@@ -535,7 +535,7 @@ static bool target_of(Hit *h, Loc *where, const char **what, Type **ty) {
       *where = n->decl->name_loc;
       bool method = n->recv && n->recv->ty && n->recv->ty->kind == TY_TENSOR;
       *what = method ? tensor_method_doc(n->decl) : signature(n->decl);
-      if (!method && n->decl->is_std && n->callee->kind == N_NAME)
+      if (!method && n->decl->is_global && n->callee->kind == N_NAME)
         *what = arena_printf("%s (%s, @global)", *what, n->decl->module->name);
       return true;
     }
