@@ -24,7 +24,7 @@
 extern "C" {
 #endif
 
-#define SF_ABI_VERSION 3
+#define SF_ABI_VERSION 4
 
 /* ---------------------------------------------------------------- types */
 
@@ -43,6 +43,7 @@ typedef enum {
   SF_GROUP,  /* sf_group* */
   SF_MAP,    /* sf_map* ; key in fields[0].type (nfields 1), value in elem */
   SF_FN,     /* int64: index into sf_program.fn_names (0: no function) */
+  SF_TENSOR, /* sf_tensor* (ABI 4; runtime/nn/) */
 } sf_kind;
 
 typedef struct sf_type sf_type;
@@ -75,7 +76,8 @@ typedef struct sf_loc {
 
 /* ------------------------------------------------------------- objects */
 
-enum { SF_OBJ_STR = 1, SF_OBJ_ARRAY, SF_OBJ_FUTURE, SF_OBJ_ACTOR, SF_OBJ_GROUP, SF_OBJ_MAP };
+enum { SF_OBJ_STR = 1, SF_OBJ_ARRAY, SF_OBJ_FUTURE, SF_OBJ_ACTOR, SF_OBJ_GROUP, SF_OBJ_MAP,
+       SF_OBJ_TENSOR };
 
 typedef struct sf_obj {
   int64_t rc;  /* atomic; < 0 means immortal */
@@ -209,6 +211,19 @@ bool sf_map_remove(sf_map *m, const void *key); /* false: k was missing */
 /* m.keys(), m.values(): new arrays in insertion order (owned). */
 sf_array *sf_map_keys(sf_map *m, const sf_loc *loc);
 sf_array *sf_map_values(sf_map *m, const sf_loc *loc);
+
+/* ------------------------------------------------------------- tensors */
+
+/* The tensor operators (ABI 4; runtime/nn/, docs/nn.md).  sf_tensor is
+ * opaque to generated code: only these calls touch it.  Every result is
+ * owned (+1), arguments are borrowed; a shape mismatch is a runtime error
+ * at loc naming both shapes. */
+typedef struct sf_tensor sf_tensor;
+enum { SF_TOP_ADD = 1, SF_TOP_SUB, SF_TOP_MUL, SF_TOP_DIV, SF_TOP_MATMUL };
+sf_tensor *sf_tensor_binop(int32_t op, sf_tensor *a, sf_tensor *b, const sf_loc *loc);
+/* a op s (scalar_left false) or s op a (true). */
+sf_tensor *sf_tensor_scalar(int32_t op, sf_tensor *a, float s, bool scalar_left, const sf_loc *loc);
+sf_tensor *sf_tensor_neg(sf_tensor *a, const sf_loc *loc);
 
 /* ------------------------------------------------------- function values */
 

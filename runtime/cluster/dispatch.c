@@ -59,6 +59,7 @@ bool sf__remote_portable(const sf_type *t) {
   switch (t->kind) {
   case SF_VOID: case SF_BOOL: case SF_I32: case SF_I64: case SF_F32: case SF_F64: case SF_STR:
   case SF_FN: /* an index into the executable's own table (core/fnval.c) */
+  case SF_TENSOR: /* issue 16: shape and f32 data (the nn layer's serial hook) */
     return true;
   case SF_ARRAY:
     return sf__remote_portable(t->elem);

@@ -34,11 +34,12 @@
 
 /* ------------------------------------------------------------ mem.c */
 
-/* Destructors for futures, actors and groups, filled in by the files that
- * implement them.  A destructor frees the object itself; with no destructor
+/* Destructors for futures, actors, groups and tensors, filled in by the
+ * files (and, for tensors, the nn layer: sf__nn_install) that implement
+ * them.  A destructor frees the object itself; with no destructor
  * registered the object's memory is simply freed. */
 typedef void (*sf__dtor_fn)(sf_obj *obj);
-extern sf__dtor_fn sf__obj_dtor[SF_OBJ_GROUP + 1];
+extern sf__dtor_fn sf__obj_dtor[SF_OBJ_TENSOR + 1];
 
 /* sf_alloc for count * size bytes, with the multiplication checked. */
 void *sf__alloc_n(size_t count, size_t size);
@@ -273,6 +274,16 @@ bool sf__de_value(sf__reader *r, const sf_type *t, void *p);
 bool sf__de_u64(sf__reader *r, uint64_t *v);
 void sf__ser_u64(sf__buf *b, uint64_t v);
 uint32_t sf__crc32c(uint32_t crc, const void *data, size_t n);
+
+/* Tensors (SF_TENSOR, issue 16) belong to the nn layer above; core moves,
+ * reads back and prints them through these hooks, which sf__nn_install
+ * sets (runtime/nn/tensor.c).  ser writes a tensor (shape and f32 data,
+ * NULL allowed); de reads one into *out (owned), false on malformed input;
+ * format appends the printed form.  With no nn layer (a core unit test)
+ * they are NULL: a tensor cannot be read back, and prints as <tensor>. */
+extern void (*sf__tensor_ser)(sf__buf *b, const void *tensor);          /* serial.c, SF_TENSOR */
+extern bool (*sf__tensor_de)(sf__reader *r, void **out);               /* NULL hook -> false */
+extern void (*sf__tensor_format)(sf__buf *b, const void *tensor);      /* print.c */
 
 /* --------------------------------------------------------- sha256.c */
 

@@ -1,7 +1,7 @@
 /*
  * mem.c — allocation and reference counting of runtime objects.
  *
- * Every string, array, future, actor and group starts with an sf_obj header
+ * Every string, array, future, actor, group and tensor starts with an sf_obj header
  * whose count is changed with atomic builtins, because tasks on different
  * threads share arrays and strings freely.  A negative count marks an
  * immortal object (string literals the compiler emits as constants): those
@@ -14,7 +14,7 @@
 
 #include "core.h"
 
-sf__dtor_fn sf__obj_dtor[SF_OBJ_GROUP + 1];
+sf__dtor_fn sf__obj_dtor[SF_OBJ_TENSOR + 1];
 
 void *sf_alloc(size_t n) {
   /* malloc(0) may return NULL; asking for one byte keeps "never NULL". */
@@ -197,6 +197,7 @@ static void obj_destroy(sf_obj *o) {
   case SF_OBJ_FUTURE:
   case SF_OBJ_ACTOR:
   case SF_OBJ_GROUP:
+  case SF_OBJ_TENSOR: /* issue 16: the nn layer's dtor (sf__nn_install) */
     if (sf__obj_dtor[o->tag]) {
       sf__obj_dtor[o->tag](o);
       return;
@@ -228,6 +229,7 @@ static void each_ref(const sf_type *t, void *p, void (*fn)(void *)) {
   case SF_ACTOR:
   case SF_GROUP:
   case SF_MAP:
+  case SF_TENSOR: /* issue 16 */
     fn(*(void **)p);
     return;
   case SF_STRUCT:

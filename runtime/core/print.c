@@ -71,6 +71,8 @@ bool sf__write_all(int fd, const char *buf, size_t n) {
 
 /* ------------------------------------------------------------- values */
 
+void (*sf__tensor_format)(sf__buf *b, const void *tensor);
+
 static void format_array(sf__buf *b, const sf_array *a) {
   sf__buf_put(b, "[", 1);
   for (int64_t i = 0; a && i < a->len; i++) {
@@ -172,6 +174,12 @@ void sf__format_value(sf__buf *b, const sf_type *t, const void *p, bool nested) 
   case SF_STRUCT: format_struct(b, t, p); return;
   case SF_MAP: format_map(b, t, *(sf_map *const *)p); return;
   case SF_FN: format_fn(b, *(const int64_t *)p); return;
+  case SF_TENSOR: /* issue 16: tensor([[1.0, 2.0], [3.0, 4.0]]), by the nn layer */
+    if (sf__tensor_format)
+      sf__tensor_format(b, *(const void *const *)p);
+    else
+      put_c(b, "<tensor>");
+    return;
   case SF_FUTURE: put_c(b, "<future>"); return;
   case SF_ACTOR: format_handle(b, "actor", t->name); return;
   case SF_GROUP: format_handle(b, "group", t->name); return;

@@ -13,7 +13,9 @@
  * i64/f64 8; str = u64 length + bytes; array = u64 length + elements
  * (numeric: raw); struct = its fields in order; map = u64 count + (key,
  * value) pairs in insertion order; a function value = its i64 index into
- * the executable's table (the same in every process running it).  Futures, actor handles and
+ * the executable's table (the same in every process running it); a tensor
+ * = what the nn layer's hook writes (runtime/nn/tensor.c: its shape and
+ * f32 data).  Futures, actor handles and
  * groups have no value outside the process: they are written as a marker
  * and read back as empty (documented; a checkpointed actor that holds
  * handles gets them back unset).
@@ -24,6 +26,9 @@
 #include <string.h>
 
 #include "core.h"
+
+void (*sf__tensor_ser)(sf__buf *b, const void *tensor);
+bool (*sf__tensor_de)(sf__reader *r, void **out);
 
 void sf__ser_u64(sf__buf *b, uint64_t v) { sf__buf_put(b, (const char *)&v, 8); }
 
@@ -87,6 +92,12 @@ void sf__ser_value(sf__buf *b, const sf_type *t, const void *p) {
   }
   case SF_FN:
     sf__buf_put(b, p, 8);
+    return;
+  case SF_TENSOR: /* issue 16: shape and f32 data, written by the nn layer */
+    if (sf__tensor_ser)
+      sf__tensor_ser(b, *(const void *const *)p);
+    else
+      sf__buf_put(b, "\0", 1);
     return;
   default: /* future, actor, group: a marker */
     sf__buf_put(b, "\0", 1);
@@ -183,6 +194,8 @@ bool sf__de_value(sf__reader *r, const sf_type *t, void *p) {
     *(int64_t *)p = ix;
     return true;
   }
+  case SF_TENSOR: /* issue 16 */
+    return sf__tensor_de ? sf__tensor_de(r, (void **)p) : false;
   default:
     if (r->p >= r->end || *r->p != 0)
       return false;

@@ -31,6 +31,7 @@ bool sf__type_has_refs(const sf_type *t) {
   case SF_ACTOR:
   case SF_GROUP:
   case SF_MAP:
+  case SF_TENSOR: /* issue 16 */
     return true;
   case SF_STRUCT:
     for (int32_t i = 0; i < t->nfields; i++)
