@@ -171,10 +171,10 @@ static void softmax_rows(const float *x, float *y, int64_t outer, int64_t n, int
           yr[i * inner] = e;
         s += e;
       }
-      if (log) {
-        float lse = m + (float)logf((float)s);
+      if (log) { /* (x - max) - log s: x - (max + log s) would round at max's scale */
+        float ls = logf((float)s);
         for (int64_t i = 0; i < n; i++)
-          yr[i * inner] = xr[i * inner] - lse;
+          yr[i * inner] = (xr[i * inner] - m) - ls;
       } else {
         float inv = (float)(1.0 / s);
         for (int64_t i = 0; i < n; i++)
