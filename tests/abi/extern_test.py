@@ -23,7 +23,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCALARS = {"bool": "bool", "i32": "int32_t", "i64": "int64_t", "f32": "float", "f64": "double",
-           "str": "sf_str *"}
+           "str": "sf_str *", "tensor": "sf_tensor *"}
 EXTERN = re.compile(r"@extern\s+fn\s+(\w+)\s*")
 STRUCT = re.compile(r"^struct\s+(\w+)", re.M)
 

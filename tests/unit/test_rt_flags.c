@@ -299,7 +299,7 @@ static void test_main_exit_codes(void) {
   free(out), free(errout);
 
   CHECK_INT(RUN_MAIN(&out, &errout, "--version"), 0);
-  CHECK_STR(out, "train (sflow " SF__VERSION ", runtime ABI 3)\n");
+  CHECK_STR(out, "train (sflow " SF__VERSION ", runtime ABI 4)\n");
   free(out), free(errout);
   CHECK_INT(main_calls, 0); /* only the children ran the workflow */
 }
