@@ -252,12 +252,14 @@ static bool tensor_de(sf__reader *r, void **out) {
     return false;
   int64_t shape[SF__TMAX];
   uint64_t n = 1;
+  /* A dimension may exceed the bytes left when another is 0 ([0, 10^6]
+   * has no values), so only the product is bounded by them. */
   for (uint64_t i = 0; i < nd; i++) {
     uint64_t d;
-    if (!sf__de_u64(r, &d) || d > (uint64_t)(r->end - r->p))
+    if (!sf__de_u64(r, &d) || d > (uint64_t)INT64_MAX / 8)
       return false;
     shape[i] = (int64_t)d;
-    if (d && n > (uint64_t)(r->end - r->p) / d)
+    if (n && d > (uint64_t)(r->end - r->p) / n)
       return false;
     n *= d;
   }

@@ -857,6 +857,16 @@ static void test_print_and_serialize(void) {
   }
   CHECK_INT(sf__tensor_live, live);
   sf__buf_free(&b);
+  /* An empty tensor whose other dimension is larger than the bytes. */
+  sf_tensor *e = mk(2, SHAPE(0, 1000000), NULL), *eb = NULL;
+  sf__ser_value(&b, &sf__type_tensor, &e);
+  sf__reader re = {(const unsigned char *)b.data, (const unsigned char *)b.data + b.len};
+  CU_ASSERT(sf__de_value(&re, &sf__type_tensor, &eb) && eb && eb->numel == 0);
+  if (eb)
+    check_shape(eb, 2, SHAPE(0, 1000000));
+  sf_release(e);
+  sf_release(eb);
+  sf__buf_free(&b);
   sf_value_release(&linear_type, &back);
   sf_tensor *all[] = {a, z, big, at};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++)
