@@ -84,7 +84,7 @@ static sf_tensor *own_grad(sf_tensor *g) {
       !g->node)
     return g;
   sf_tensor *c = sf__t_like(g);
-  sf__t_copy_into(c, g);
+  sf__t_assign(c, g);
   sf_release(g);
   return c;
 }

@@ -375,6 +375,27 @@ sf_tensor *sf__t_reduce_to(sf_tensor *g, int32_t ndim, const int64_t *shape) {
   return out;
 }
 
+static void row_copy(const walk *w, int64_t n, float *const *p, const int64_t *inner) {
+  float *o = p[0];
+  const float *s = p[1];
+  int64_t so = inner[0], ss = inner[1];
+  if (so == 1 && ss == 1)
+    memcpy(o, s, (size_t)n * sizeof(float));
+  else
+    for (int64_t i = 0; i < n; i++)
+      o[i * so] = s[i * ss];
+}
+
+void sf__t_assign(sf_tensor *dst, const sf_tensor *src) {
+  walk w = {.nd = dst->ndim, .nops = 2, .row = row_copy};
+  memcpy(w.shape, dst->shape, sizeof w.shape);
+  memcpy(w.st[0], dst->strides, sizeof w.st[0]);
+  memcpy(w.st[1], src->strides, sizeof w.st[1]);
+  w.p[0] = sf__t_data(dst);
+  w.p[1] = sf__t_data(src);
+  walk_run(&w, dst->numel, true);
+}
+
 void sf__t_add_into(sf_tensor *dst, const sf_tensor *src) {
   walk w = {.nd = dst->ndim, .nops = 2, .row = row_acc};
   memcpy(w.shape, dst->shape, sizeof w.shape);

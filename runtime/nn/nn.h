@@ -154,6 +154,9 @@ bool sf__broadcast_shape(int32_t na, const int64_t *sa, int32_t nb, const int64_
 /* g summed over the dimensions broadcasting added or stretched, to the
  * given shape (owned; g itself, retained, when nothing was). */
 sf_tensor *sf__t_reduce_to(sf_tensor *g, int32_t ndim, const int64_t *shape);
+/* dst = src, of one shape, any strides (the strided walk: contiguous
+ * copies of transposed views). */
+void sf__t_assign(sf_tensor *dst, const sf_tensor *src);
 /* dst += src (same shape; dst contiguous). */
 void sf__t_add_into(sf_tensor *dst, const sf_tensor *src);
 

@@ -204,7 +204,7 @@ sf_tensor *sf__t_contig(sf_tensor *t) {
     return t;
   }
   sf_tensor *c = sf__t_like(t);
-  sf__t_copy_into(c, t);
+  sf__t_assign(c, t);
   return c;
 }
 
