@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "cluster.h"
+#include "nn.h"
 
 #define EXIT_INTERNAL 101
 
@@ -47,6 +48,7 @@ int main(int argc, char **argv) {
   sf__durable_install();
   sf__gpu_install();
   sf__cluster_install();
+  sf__nn_install();
   const sf_program *prog = &sf_program_desc;
   const char *name = prog->name && *prog->name ? prog->name : "program";
   if (prog->abi_version != SF_ABI_VERSION) {

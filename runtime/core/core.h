@@ -4,10 +4,11 @@
  * the builtins' random streams and the command-line flags.  Generated code
  * never sees this header; it calls only what sflow.h declares.
  *
- * Key design choice: the runtime is six layers, one folder and one header
+ * Key design choice: the runtime is seven layers, one folder and one header
  * each (docs/architecture.md, "Runtime layers"): core, sched (includes
  * core.h), durable and gpu (include sched.h), cluster (includes durable.h
- * and gpu.h), and data (std.data's formats; includes core.h only).  A file includes its own layer's header and so sees the
+ * and gpu.h), data (std.data's formats; includes core.h only) and nn
+ * (tensors; includes gpu.h and data.h).  A file includes its own layer's header and so sees the
  * layers below, never one above; where a lower layer must reach a higher
  * one, the lower one owns a hook (a function pointer set once at start-up,
  * before any thread) that the higher one installs.  This header has a

@@ -1,7 +1,7 @@
 /*
  * mem.c — allocation and reference counting of runtime objects.
  *
- * Every string, array, future, actor and group starts with an sf_obj header
+ * Every string, array, future, actor, group and tensor starts with an sf_obj header
  * whose count is changed with atomic builtins, because tasks on different
  * threads share arrays and strings freely.  A negative count marks an
  * immortal object (string literals the compiler emits as constants): those

@@ -71,6 +71,8 @@ bool sf__write_all(int fd, const char *buf, size_t n) {
 
 /* ------------------------------------------------------------- values */
 
+void (*sf__tensor_format)(sf__buf *b, const void *tensor);
+
 static void format_array(sf__buf *b, const sf_array *a) {
   sf__buf_put(b, "[", 1);
   for (int64_t i = 0; a && i < a->len; i++) {

@@ -108,6 +108,45 @@ void sf__gemm_cpu(bool f64, const void *a, const void *b, void *c, int64_t m, in
   }
 }
 
+/* The general single-precision form for the nn layer (runtime/nn/):
+ * C = alpha op(A) op(B) + beta C, row-major, op a transpose when ta/tb
+ * is set, with leading dimensions, so a transposed view (Linear's
+ * weightᵀ, the backward pass's Aᵀ·G) multiplies without a copy.  beta 0
+ * overwrites C (NaNs there do not survive, as BLAS specifies). */
+enum { CBLAS_TRANS = 112 };
+static void ref_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                      const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                      float *c, int64_t ldc) {
+  for (int64_t i = 0; i < m; i++) {
+    float *ci = c + i * ldc;
+    for (int64_t j = 0; j < n; j++)
+      ci[j] = beta == 0.0f ? 0.0f : beta * ci[j];
+    for (int64_t p = 0; p < k; p++) {
+      float x = alpha * (ta ? a[p * lda + i] : a[i * lda + p]);
+      if (tb)
+        for (int64_t j = 0; j < n; j++)
+          ci[j] += x * b[j * ldb + p];
+      else
+        for (int64_t j = 0; j < n; j++)
+          ci[j] += x * b[p * ldb + j];
+    }
+  }
+}
+
+void sf__sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+               int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+  pthread_once(&blas_once, blas_init);
+  if (m == 0 || n == 0)
+    return;
+  bool fits = m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX && lda <= INT32_MAX &&
+              ldb <= INT32_MAX && ldc <= INT32_MAX;
+  if (B.sgemm && fits && k > 0)
+    B.sgemm(CBLAS_ROW_MAJOR, ta ? CBLAS_TRANS : CBLAS_NO_TRANS, tb ? CBLAS_TRANS : CBLAS_NO_TRANS,
+            (int)m, (int)n, (int)k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+  else
+    ref_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 /* ----------------------------------------------------------- cuBLAS */
 
 typedef void *cublasHandle_t;

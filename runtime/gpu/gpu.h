@@ -110,6 +110,11 @@ void sf__gpu_launch(void *f, int block, int64_t n, void **params, const sf_loc *
 void sf__gemm_cpu(bool f64, const void *a, const void *b, void *c, int64_t m, int64_t k,
                   int64_t n);
 const char *sf__blas_name(void); /* "OpenBLAS", "reference" */
+/* C = alpha op(A)·op(B) + beta C, f32, row-major with leading dimensions
+ * (op: transposed when ta/tb): the nn layer's matmuls, forward and
+ * backward, through the same library or the reference loop. */
+void sf__sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+               int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 
 /* --------------------------------------------------------- kernels.c */
 

@@ -1,0 +1,194 @@
+/*
+ * autograd.c — the tape: recording an op's node, accumulating gradients,
+ * and backward.
+ *
+ * Key design choice (micrograd's, with PyTorch's lifetimes): each op that
+ * has an input requiring a gradient records a node owned by its result,
+ * holding the inputs it needs.  Nodes carry a sequence number from one
+ * counter, so an input's node is always older than its consumer's: the
+ * tape of a loss is the set of nodes it reaches, and newest-first is a
+ * reverse topological order.  backward collects that set, runs each
+ * node's rule once with the gradient its output received, and then
+ * releases the whole set (inputs, saved values, gradients), so a training
+ * loop's memory is flat however many steps run; a result that nobody
+ * holds frees its nodes too, so a forward pass without backward leaks
+ * nothing either.  The no_grad switch is per thread (a task call or an
+ * actor method runs on one thread).
+ *
+ * Backward rules never record (no_grad is set while they run): a
+ * gradient of a gradient is out of scope, as in PyTorch without
+ * create_graph.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn.h"
+
+_Thread_local bool sf__no_grad;
+static uint64_t seq_counter; /* atomic */
+static uint64_t walk_counter; /* atomic */
+
+sf__node *sf__record(const char *op, sf_tensor *out, sf__backward_fn bw, sf_tensor *a,
+                     sf_tensor *b) {
+  if (sf__no_grad || !((a && a->req) || (b && b->req)))
+    return NULL;
+  sf__node *n = sf_alloc(sizeof *n);
+  memset(n, 0, sizeof *n);
+  n->rc = 1;
+  n->seq = __atomic_add_fetch(&seq_counter, 1, __ATOMIC_RELAXED);
+  n->op = op;
+  n->backward = bw;
+  n->in[0] = a;
+  n->in[1] = b;
+  n->nin = b ? 2 : 1;
+  sf_retain(a);
+  sf_retain(b);
+  n->ndim = out->ndim;
+  memcpy(n->shape, out->shape, sizeof n->shape);
+  out->node = n;
+  out->req = true;
+  __atomic_fetch_add(&sf__node_live, 1, __ATOMIC_RELAXED);
+  return n;
+}
+
+/* Drops what the node holds: after backward, or when it is freed. */
+static void node_release_edges(sf__node *n) {
+  for (int32_t i = 0; i < 2; i++) {
+    sf_release(n->in[i]);
+    n->in[i] = NULL;
+  }
+  sf_release(n->saved);
+  sf_release(n->targets);
+  sf_release(n->grad);
+  n->saved = NULL;
+  n->targets = NULL;
+  n->grad = NULL;
+  free(n->idx);
+  n->idx = NULL;
+  n->released = true;
+}
+
+void sf__node_unref(sf__node *n) {
+  if (n && __atomic_sub_fetch(&n->rc, 1, __ATOMIC_ACQ_REL) == 0) {
+    node_release_edges(n);
+    __atomic_fetch_sub(&sf__node_live, 1, __ATOMIC_RELAXED);
+    sf_free(n);
+  }
+}
+
+/* A gradient buffer the accumulation may add into: owned by nobody else. */
+static sf_tensor *own_grad(sf_tensor *g) {
+  if (__atomic_load_n(&g->hdr.rc, __ATOMIC_RELAXED) == 1 &&
+      __atomic_load_n(&g->st->rc, __ATOMIC_RELAXED) == 1 && g->offset == 0 && sf__t_is_contig(g) &&
+      !g->node)
+    return g;
+  sf_tensor *c = sf__t_like(g);
+  sf__t_assign(c, g);
+  sf_release(g);
+  return c;
+}
+
+void sf__grad_add(sf_tensor *x, sf_tensor *g) {
+  if (!x || !x->req) {
+    sf_release(g);
+    return;
+  }
+  sf_tensor **slot = x->node ? &x->node->grad : &x->grad;
+  if (!*slot) {
+    *slot = own_grad(g);
+    return;
+  }
+  sf__t_add_into(*slot, g);
+  sf_release(g);
+}
+
+static int newest_first(const void *a, const void *b) {
+  uint64_t x = (*(sf__node *const *)a)->seq, y = (*(sf__node *const *)b)->seq;
+  return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The nodes loss reaches, each retained once, in *out (sf_alloc'ed). */
+static int64_t collect(sf__node *root, sf__node ***out, const sf_loc *loc) {
+  uint64_t walk = __atomic_add_fetch(&walk_counter, 1, __ATOMIC_RELAXED);
+  int64_t n = 0, cap = 64, sp = 0, scap = 64;
+  sf__node **nodes = sf_alloc((size_t)cap * sizeof *nodes);
+  sf__node **stack = sf_alloc((size_t)scap * sizeof *stack);
+  stack[sp++] = root;
+  root->mark = walk;
+  while (sp) {
+    sf__node *x = stack[--sp];
+    if (x->released) {
+      sf_free(nodes);
+      sf_free(stack);
+      sf_runtime_error(loc, "backward: the graph through a %s result was already released by "
+                       "an earlier backward (backward frees the tape; compute the loss again)",
+                       x->op);
+    }
+    if (n == cap)
+      nodes = sf__realloc(nodes, (size_t)(cap *= 2) * sizeof *nodes);
+    nodes[n++] = x;
+    for (int32_t i = 0; i < 2; i++) {
+      sf_tensor *in = x->in[i];
+      if (!in || !in->node || in->node->mark == walk)
+        continue;
+      in->node->mark = walk;
+      if (sp == scap)
+        stack = sf__realloc(stack, (size_t)(scap *= 2) * sizeof *stack);
+      stack[sp++] = in->node;
+    }
+  }
+  sf_free(stack);
+  for (int64_t i = 0; i < n; i++)
+    __atomic_fetch_add(&nodes[i]->rc, 1, __ATOMIC_RELAXED);
+  *out = nodes;
+  return n;
+}
+
+void sf__backward(sf_tensor *loss, const sf_loc *loc) {
+  char sb[SF__SHAPE_BUF];
+  sf__t_arg(loss, "backward", loc);
+  if (loss->numel != 1)
+    sf_runtime_error(loc, "backward: the loss must have one element, but its shape is %s "
+                     "(reduce it first, e.g. with mean or sum)", SF__SHP(loss, sb));
+  if (!loss->req)
+    sf_runtime_error(loc, "backward: the loss (shape %s) has no path to a param: it was made "
+                     "from no param, or under no_grad(true)", SF__SHP(loss, sb));
+  if (!loss->node) { /* the loss is a param itself */
+    sf__grad_add(loss, sf__t_full(loss->ndim, loss->shape, 1.0f));
+    return;
+  }
+  sf__node **nodes;
+  int64_t n = collect(loss->node, &nodes, loc);
+  qsort(nodes, (size_t)n, sizeof *nodes, newest_first);
+  bool saved = sf__no_grad;
+  sf__no_grad = true;
+  sf_release(loss->node->grad);
+  loss->node->grad = sf__t_full(loss->ndim, loss->shape, 1.0f);
+  for (int64_t i = 0; i < n; i++) {
+    sf__node *x = nodes[i];
+    sf_tensor *g = x->grad;
+    x->grad = NULL;
+    if (g)
+      x->backward(x, g); /* g is borrowed by the rule */
+    sf_release(g);
+  }
+  sf__no_grad = saved;
+  /* Every node is still held by the walk, so releasing one's inputs frees
+   * at most their headers: no deep recursion, and no node freed under us. */
+  for (int64_t i = 0; i < n; i++)
+    node_release_edges(nodes[i]);
+  for (int64_t i = 0; i < n; i++)
+    sf__node_unref(nodes[i]);
+  sf_free(nodes);
+}
+
+sf_tensor *sf__t_grad(sf_tensor *t) {
+  if (t->req && !t->node) {
+    if (!t->grad)
+      t->grad = sf__t_zeros(t->ndim, t->shape, NULL);
+    sf_retain(t->grad);
+    return t->grad;
+  }
+  return sf__t_zeros(t->ndim, t->shape, NULL);
+}

@@ -1,0 +1,526 @@
+/*
+ * elementwise.c — broadcasting + - * /, tensor op scalar, negation, and
+ * the activations (relu, gelu, sigmoid, tanh, exp, log), each forward
+ * with its backward rule beside it.
+ *
+ * Key design choice: one strided walk serves every elementwise op.  The
+ * operands' strides are broadcast to the result's shape (a stride of 0
+ * repeats a value), dimensions that are contiguous in every operand are
+ * merged, and the walk hands the innermost run to a loop specialised for
+ * unit and zero strides, which the compiler vectorises; so `x + b` with a
+ * bias row is one pass of long rows and a contiguous `a * b` is one flat
+ * loop.  Results of a million values or more are split over the pool
+ * (sf__parallel_for), each thread taking a range of the flat index.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "nn.h"
+
+#define PAR_MIN (1 << 16) /* values below which threads cost more than they save */
+#define PAR_GRAIN (1 << 15)
+
+/* ------------------------------------------------------------- walks */
+
+/* Up to three operands over one index space (shape); operand 0 is what
+ * the op writes. */
+typedef struct walk {
+  int32_t nd, nops;
+  int64_t shape[SF__TMAX];
+  int64_t st[3][SF__TMAX];
+  float *p[3];
+  int32_t op;   /* for the row function */
+  float s;      /* a scalar operand */
+  void (*row)(const struct walk *w, int64_t n, float *const *p, const int64_t *inner);
+} walk;
+
+/* Drops dimensions of size 1 and merges each dimension into the next one
+ * when every operand steps through both as one. */
+static void walk_coalesce(walk *w) {
+  int32_t nd = 0;
+  for (int32_t i = 0; i < w->nd; i++) {
+    if (w->shape[i] == 1)
+      continue;
+    if (nd > 0) {
+      bool merge = true;
+      for (int32_t k = 0; k < w->nops; k++)
+        merge &= w->st[k][nd - 1] == w->st[k][i] * w->shape[i];
+      if (merge) {
+        w->shape[nd - 1] *= w->shape[i];
+        for (int32_t k = 0; k < w->nops; k++)
+          w->st[k][nd - 1] = w->st[k][i];
+        continue;
+      }
+    }
+    w->shape[nd] = w->shape[i];
+    for (int32_t k = 0; k < w->nops; k++)
+      w->st[k][nd] = w->st[k][i];
+    nd++;
+  }
+  if (nd == 0) { /* one value */
+    w->shape[0] = 1;
+    for (int32_t k = 0; k < w->nops; k++)
+      w->st[k][0] = 0;
+    nd = 1;
+  }
+  w->nd = nd;
+}
+
+/* Runs the row function over flat positions [lo, hi) of the index space. */
+static void walk_range(const walk *w, int64_t lo, int64_t hi) {
+  int32_t nd = w->nd, last = nd - 1;
+  int64_t idx[SF__TMAX];
+  int64_t r = lo;
+  for (int32_t i = last; i >= 0; i--) {
+    idx[i] = r % w->shape[i];
+    r /= w->shape[i];
+  }
+  int64_t inner[3];
+  for (int32_t k = 0; k < w->nops; k++)
+    inner[k] = w->st[k][last];
+  int64_t pos = lo;
+  while (pos < hi) {
+    float *p[3];
+    for (int32_t k = 0; k < w->nops; k++) {
+      int64_t off = 0;
+      for (int32_t i = 0; i < nd; i++)
+        off += idx[i] * w->st[k][i];
+      p[k] = w->p[k] + off;
+    }
+    int64_t n = w->shape[last] - idx[last];
+    if (n > hi - pos)
+      n = hi - pos;
+    w->row(w, n, p, inner);
+    pos += n;
+    idx[last] += n;
+    for (int32_t i = last; i > 0 && idx[i] == w->shape[i]; i--) {
+      idx[i] = 0;
+      idx[i - 1]++;
+    }
+  }
+}
+
+static void walk_chunk(void *ctx, int64_t lo, int64_t hi) { walk_range(ctx, lo, hi); }
+
+static void walk_run(walk *w, int64_t total, bool parallel) {
+  walk_coalesce(w);
+  if (total <= 0)
+    return;
+  if (parallel && total >= PAR_MIN)
+    sf__parallel_for(total, PAR_GRAIN, walk_chunk, w);
+  else
+    walk_range(w, 0, total);
+}
+
+/* Strides of t broadcast to an nd-dimensional shape (right-aligned). */
+static void bcast_strides(const sf_tensor *t, int32_t nd, const int64_t *shape, int64_t *st) {
+  int32_t lead = nd - t->ndim;
+  for (int32_t i = 0; i < nd; i++) {
+    int32_t j = i - lead;
+    st[i] = j < 0 || t->shape[j] == 1 ? 0 : t->strides[j];
+    (void)shape;
+  }
+}
+
+bool sf__broadcast_shape(int32_t na, const int64_t *sa, int32_t nb, const int64_t *sb,
+                         int32_t *nd, int64_t *out) {
+  int32_t n = na > nb ? na : nb;
+  for (int32_t i = 0; i < n; i++) {
+    int32_t ia = i - (n - na), ib = i - (n - nb);
+    int64_t x = ia < 0 ? 1 : sa[ia], y = ib < 0 ? 1 : sb[ib];
+    if (x != y && x != 1 && y != 1)
+      return false;
+    out[i] = x == 1 ? y : x;
+  }
+  *nd = n;
+  return true;
+}
+
+/* ----------------------------------------------------- binary rows */
+
+/* One row of o = a op b, specialised on the strides (1 or 0) so each
+ * case is a plain loop the compiler vectorises. */
+#define ROW_CASES(EXPR)                                                       \
+  if (sa == 1 && sb == 1)                                                    \
+    for (int64_t i = 0; i < n; i++) { float x = a[i], y = b[i]; o[i] = EXPR; } \
+  else if (sa == 1 && sb == 0) {                                             \
+    float y = b[0];                                                          \
+    for (int64_t i = 0; i < n; i++) { float x = a[i]; o[i] = EXPR; }         \
+  } else if (sa == 0 && sb == 1) {                                           \
+    float x = a[0];                                                          \
+    for (int64_t i = 0; i < n; i++) { float y = b[i]; o[i] = EXPR; }         \
+  } else                                                                     \
+    for (int64_t i = 0; i < n; i++) { float x = a[i * sa], y = b[i * sb]; o[i * so] = EXPR; }
+
+static void row_binary(const walk *w, int64_t n, float *const *p, const int64_t *inner) {
+  float *o = p[0];
+  const float *a = p[1], *b = p[2];
+  /* The output is contiguous: its inner stride is 1, or 0 for a single
+   * value (n == 1), so the unit-stride cases may index o by i. */
+  int64_t so = inner[0], sa = inner[1], sb = inner[2];
+  switch (w->op) {
+  case SF_TOP_ADD: ROW_CASES(x + y) break;
+  case SF_TOP_SUB: ROW_CASES(x - y) break;
+  case SF_TOP_MUL: ROW_CASES(x * y) break;
+  default: ROW_CASES(x / y) break;
+  }
+}
+
+/* out = a op b, out contiguous of the broadcast shape. */
+static void binary_into(int32_t op, sf_tensor *out, const sf_tensor *a, const sf_tensor *b) {
+  walk w = {.nd = out->ndim, .nops = 3, .op = op, .row = row_binary};
+  memcpy(w.shape, out->shape, sizeof w.shape);
+  memcpy(w.st[0], out->strides, sizeof w.st[0]);
+  bcast_strides(a, out->ndim, out->shape, w.st[1]);
+  bcast_strides(b, out->ndim, out->shape, w.st[2]);
+  w.p[0] = sf__t_data(out);
+  w.p[1] = sf__t_data(a);
+  w.p[2] = sf__t_data(b);
+  walk_run(&w, out->numel, true);
+}
+
+static const char *op_name(int32_t op) {
+  switch (op) {
+  case SF_TOP_ADD: return "add";
+  case SF_TOP_SUB: return "sub";
+  case SF_TOP_MUL: return "mul";
+  case SF_TOP_DIV: return "div";
+  default: return "matmul";
+  }
+}
+
+/* d(a op b): each input's share, summed back to its own shape. */
+static void bw_binary(sf__node *n, sf_tensor *g) {
+  sf_tensor *a = n->in[0], *b = n->in[1];
+  int32_t op = (int32_t)n->i0;
+  sf_tensor *ga = NULL, *gb = NULL;
+  switch (op) {
+  case SF_TOP_ADD:
+    ga = a->req ? (sf_retain(g), g) : NULL;
+    gb = b->req ? (sf_retain(g), g) : NULL;
+    break;
+  case SF_TOP_SUB:
+    ga = a->req ? (sf_retain(g), g) : NULL;
+    gb = b->req ? sf__t_neg(g, NULL) : NULL;
+    break;
+  case SF_TOP_MUL:
+    ga = a->req ? sf__t_binary(SF_TOP_MUL, g, b, NULL) : NULL;
+    gb = b->req ? sf__t_binary(SF_TOP_MUL, g, a, NULL) : NULL;
+    break;
+  default: { /* a / b: g / b, and -g a / b^2 = -(g / b) (a / b) */
+    sf_tensor *gdb = sf__t_binary(SF_TOP_DIV, g, b, NULL);
+    if (b->req) {
+      sf_tensor *q = sf__t_binary(SF_TOP_DIV, a, b, NULL);
+      sf_tensor *m = sf__t_binary(SF_TOP_MUL, gdb, q, NULL);
+      gb = sf__t_neg(m, NULL);
+      sf_release(q);
+      sf_release(m);
+    }
+    if (a->req)
+      ga = gdb;
+    else
+      sf_release(gdb);
+    break;
+  }
+  }
+  if (ga) {
+    sf__grad_add(a, sf__t_reduce_to(ga, a->ndim, a->shape));
+    sf_release(ga);
+  }
+  if (gb) {
+    sf__grad_add(b, sf__t_reduce_to(gb, b->ndim, b->shape));
+    sf_release(gb);
+  }
+}
+
+sf_tensor *sf__t_binary(int32_t op, sf_tensor *a, sf_tensor *b, const sf_loc *loc) {
+  const char *name = op_name(op);
+  sf__t_arg(a, name, loc);
+  sf__t_arg(b, name, loc);
+  int32_t nd;
+  int64_t shape[SF__TMAX];
+  if (!sf__broadcast_shape(a->ndim, a->shape, b->ndim, b->shape, &nd, shape)) {
+    char sa[SF__SHAPE_BUF], sb[SF__SHAPE_BUF];
+    sf_runtime_error(loc, "%s: shapes %s and %s do not broadcast", name, SF__SHP(a, sa),
+                     SF__SHP(b, sb));
+  }
+  sf_tensor *out = sf__t_empty(nd, shape, loc);
+  binary_into(op, out, a, b);
+  sf__node *n = sf__record(name, out, bw_binary, a, b);
+  if (n)
+    n->i0 = op;
+  return out;
+}
+
+/* ------------------------------------------------------ with a scalar */
+
+static void row_scalar(const walk *w, int64_t n, float *const *p, const int64_t *inner) {
+  float *o = p[0];
+  const float *a = p[1];
+  int64_t sa = inner[1];
+  float s = w->s;
+  bool left = w->op < 0;
+  switch (left ? -w->op : w->op) {
+  case SF_TOP_ADD:
+    for (int64_t i = 0; i < n; i++) o[i] = a[i * sa] + s;
+    break;
+  case SF_TOP_SUB:
+    if (left) for (int64_t i = 0; i < n; i++) o[i] = s - a[i * sa];
+    else for (int64_t i = 0; i < n; i++) o[i] = a[i * sa] - s;
+    break;
+  case SF_TOP_MUL:
+    for (int64_t i = 0; i < n; i++) o[i] = a[i * sa] * s;
+    break;
+  default:
+    if (left) for (int64_t i = 0; i < n; i++) o[i] = s / a[i * sa];
+    else for (int64_t i = 0; i < n; i++) o[i] = a[i * sa] / s;
+    break;
+  }
+}
+
+static sf_tensor *scalar_raw(int32_t op, const sf_tensor *a, float s, bool left) {
+  sf_tensor *out = sf__t_like(a);
+  walk w = {.nd = a->ndim, .nops = 2, .op = left ? -op : op, .s = s, .row = row_scalar};
+  memcpy(w.shape, a->shape, sizeof w.shape);
+  memcpy(w.st[0], out->strides, sizeof w.st[0]);
+  memcpy(w.st[1], a->strides, sizeof w.st[1]);
+  w.p[0] = sf__t_data(out);
+  w.p[1] = sf__t_data(a);
+  walk_run(&w, out->numel, true);
+  return out;
+}
+
+static void bw_scalar(sf__node *n, sf_tensor *g) {
+  sf_tensor *a = n->in[0];
+  bool left = n->i1 != 0;
+  float s = n->f0;
+  sf_tensor *ga;
+  switch ((int32_t)n->i0) {
+  case SF_TOP_ADD: ga = (sf_retain(g), g); break;
+  case SF_TOP_SUB: ga = left ? scalar_raw(SF_TOP_MUL, g, -1.0f, false) : (sf_retain(g), g); break;
+  case SF_TOP_MUL: ga = scalar_raw(SF_TOP_MUL, g, s, false); break;
+  default:
+    if (!left)
+      ga = scalar_raw(SF_TOP_DIV, g, s, false);
+    else { /* d(s / a) = -s / a^2 */
+      sf_tensor *a2 = sf__t_binary(SF_TOP_MUL, a, a, NULL);
+      sf_tensor *q = sf__t_binary(SF_TOP_DIV, g, a2, NULL);
+      ga = scalar_raw(SF_TOP_MUL, q, -s, false);
+      sf_release(a2);
+      sf_release(q);
+    }
+    break;
+  }
+  sf__grad_add(a, ga);
+}
+
+sf_tensor *sf__t_scalar(int32_t op, sf_tensor *a, float s, bool left, const sf_loc *loc) {
+  sf__t_arg(a, op_name(op), loc);
+  if (op < SF_TOP_ADD || op > SF_TOP_DIV)
+    sf_runtime_error(loc, "internal error: tensor-scalar op %d", (int)op);
+  sf_tensor *out = scalar_raw(op, a, s, left);
+  sf__node *n = sf__record(op_name(op), out, bw_scalar, a, NULL);
+  if (n) {
+    n->i0 = op;
+    n->i1 = left;
+    n->f0 = s;
+  }
+  return out;
+}
+
+static void bw_neg(sf__node *n, sf_tensor *g) { sf__grad_add(n->in[0], scalar_raw(SF_TOP_MUL, g, -1.0f, false)); }
+
+sf_tensor *sf__t_neg(sf_tensor *a, const sf_loc *loc) {
+  sf__t_arg(a, "neg", loc);
+  sf_tensor *out = scalar_raw(SF_TOP_MUL, a, -1.0f, false);
+  sf__record("neg", out, bw_neg, a, NULL);
+  return out;
+}
+
+/* ------------------------------------------------ gradient plumbing */
+
+static void row_acc(const walk *w, int64_t n, float *const *p, const int64_t *inner) {
+  float *o = p[0];
+  const float *g = p[1];
+  int64_t so = inner[0], sg = inner[1];
+  if (so == 0) { /* summing along the row */
+    float acc = 0;
+    for (int64_t i = 0; i < n; i++)
+      acc += g[i * sg];
+    o[0] += acc;
+  } else if (so == 1 && sg == 1)
+    for (int64_t i = 0; i < n; i++)
+      o[i] += g[i];
+  else
+    for (int64_t i = 0; i < n; i++)
+      o[i * so] += g[i * sg];
+}
+
+sf_tensor *sf__t_reduce_to(sf_tensor *g, int32_t ndim, const int64_t *shape) {
+  bool same = g->ndim == ndim;
+  for (int32_t i = 0; same && i < ndim; i++)
+    same = g->shape[i] == shape[i];
+  if (same) {
+    sf_retain(g);
+    return g;
+  }
+  sf_tensor *out = sf__t_zeros(ndim, shape, NULL);
+  walk w = {.nd = g->ndim, .nops = 2, .row = row_acc};
+  memcpy(w.shape, g->shape, sizeof w.shape);
+  bcast_strides(out, g->ndim, g->shape, w.st[0]);
+  memcpy(w.st[1], g->strides, sizeof w.st[1]);
+  w.p[0] = sf__t_data(out);
+  w.p[1] = sf__t_data(g);
+  walk_run(&w, g->numel, false); /* several positions add into one value */
+  return out;
+}
+
+static void row_copy(const walk *w, int64_t n, float *const *p, const int64_t *inner) {
+  float *o = p[0];
+  const float *s = p[1];
+  int64_t so = inner[0], ss = inner[1];
+  if (so == 1 && ss == 1)
+    memcpy(o, s, (size_t)n * sizeof(float));
+  else
+    for (int64_t i = 0; i < n; i++)
+      o[i * so] = s[i * ss];
+}
+
+void sf__t_assign(sf_tensor *dst, const sf_tensor *src) {
+  walk w = {.nd = dst->ndim, .nops = 2, .row = row_copy};
+  memcpy(w.shape, dst->shape, sizeof w.shape);
+  memcpy(w.st[0], dst->strides, sizeof w.st[0]);
+  memcpy(w.st[1], src->strides, sizeof w.st[1]);
+  w.p[0] = sf__t_data(dst);
+  w.p[1] = sf__t_data(src);
+  walk_run(&w, dst->numel, true);
+}
+
+void sf__t_add_into(sf_tensor *dst, const sf_tensor *src) {
+  walk w = {.nd = dst->ndim, .nops = 2, .row = row_acc};
+  memcpy(w.shape, dst->shape, sizeof w.shape);
+  memcpy(w.st[0], dst->strides, sizeof w.st[0]);
+  memcpy(w.st[1], src->strides, sizeof w.st[1]);
+  w.p[0] = sf__t_data(dst);
+  w.p[1] = sf__t_data(src);
+  walk_run(&w, dst->numel, true);
+}
+
+/* ------------------------------------------------------- activations */
+
+typedef struct {
+  int32_t kind;
+  const float *x;
+  float *y;
+} unary_job;
+
+#define SQRT1_2 0.70710678118654752440f
+#define INV_SQRT_2PI 0.39894228040143267794f
+
+static void unary_chunk(void *ctx, int64_t lo, int64_t hi) {
+  const unary_job *j = ctx;
+  const float *x = j->x;
+  float *y = j->y;
+  switch (j->kind) {
+  case SF__U_RELU:
+    for (int64_t i = lo; i < hi; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    break;
+  case SF__U_GELU: /* the erf form (BERT, PyTorch's default) */
+    for (int64_t i = lo; i < hi; i++) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * SQRT1_2));
+    break;
+  case SF__U_SIGMOID:
+    for (int64_t i = lo; i < hi; i++) y[i] = 1.0f / (1.0f + expf(-x[i]));
+    break;
+  case SF__U_TANH:
+    for (int64_t i = lo; i < hi; i++) y[i] = tanhf(x[i]);
+    break;
+  case SF__U_EXP:
+    for (int64_t i = lo; i < hi; i++) y[i] = expf(x[i]);
+    break;
+  default:
+    for (int64_t i = lo; i < hi; i++) y[i] = logf(x[i]);
+    break;
+  }
+}
+
+/* The gradient of each activation from g and the input x or output y,
+ * contiguous and of one shape. */
+typedef struct {
+  int32_t kind;
+  const float *g, *x, *y;
+  float *dx;
+} unary_bw_job;
+
+static void unary_bw_chunk(void *ctx, int64_t lo, int64_t hi) {
+  const unary_bw_job *j = ctx;
+  const float *g = j->g, *x = j->x, *y = j->y;
+  float *d = j->dx;
+  switch (j->kind) {
+  case SF__U_RELU:
+    for (int64_t i = lo; i < hi; i++) d[i] = x[i] > 0.0f ? g[i] : 0.0f;
+    break;
+  case SF__U_GELU: /* Φ(x) + x φ(x) */
+    for (int64_t i = lo; i < hi; i++) {
+      float cdf = 0.5f * (1.0f + erff(x[i] * SQRT1_2));
+      float pdf = INV_SQRT_2PI * expf(-0.5f * x[i] * x[i]);
+      d[i] = g[i] * (cdf + x[i] * pdf);
+    }
+    break;
+  case SF__U_SIGMOID:
+    for (int64_t i = lo; i < hi; i++) d[i] = g[i] * y[i] * (1.0f - y[i]);
+    break;
+  case SF__U_TANH:
+    for (int64_t i = lo; i < hi; i++) d[i] = g[i] * (1.0f - y[i] * y[i]);
+    break;
+  case SF__U_EXP:
+    for (int64_t i = lo; i < hi; i++) d[i] = g[i] * y[i];
+    break;
+  default:
+    for (int64_t i = lo; i < hi; i++) d[i] = g[i] / x[i];
+    break;
+  }
+}
+
+static void run_chunks(int64_t n, void (*fn)(void *, int64_t, int64_t), void *ctx) {
+  if (n >= PAR_MIN)
+    sf__parallel_for(n, PAR_GRAIN, fn, ctx);
+  else
+    fn(ctx, 0, n);
+}
+
+static const char *unary_name(int32_t kind) {
+  static const char *const names[] = {"relu", "gelu", "sigmoid", "tanh", "exp", "log"};
+  return kind >= 0 && kind <= SF__U_LOG ? names[kind] : "unary";
+}
+
+/* Rules that need the input keep it as in[0]; those that need the output
+ * keep a header over its values (saved), which holds no node. */
+static bool uses_output(int32_t kind) {
+  return kind == SF__U_SIGMOID || kind == SF__U_TANH || kind == SF__U_EXP;
+}
+
+static void bw_unary(sf__node *n, sf_tensor *g) {
+  sf_tensor *x = sf__t_contig(n->in[0]);
+  sf_tensor *dx = sf__t_like(x);
+  unary_bw_job j = {.kind = (int32_t)n->i0, .g = sf__t_data(g), .x = sf__t_data(x),
+                    .y = n->saved ? sf__t_data(n->saved) : NULL, .dx = sf__t_data(dx)};
+  run_chunks(dx->numel, unary_bw_chunk, &j);
+  sf_release(x);
+  sf__grad_add(n->in[0], dx);
+}
+
+sf_tensor *sf__t_unary(int32_t kind, sf_tensor *a, const sf_loc *loc) {
+  sf__t_arg(a, unary_name(kind), loc);
+  sf_tensor *x = sf__t_contig(a);
+  sf_tensor *out = sf__t_like(x);
+  unary_job j = {.kind = kind, .x = sf__t_data(x), .y = sf__t_data(out)};
+  run_chunks(out->numel, unary_chunk, &j);
+  sf_release(x);
+  sf__node *n = sf__record(unary_name(kind), out, bw_unary, a, NULL);
+  if (n) {
+    n->i0 = kind;
+    if (uses_output(kind))
+      n->saved = sf__t_view(out, out->ndim, out->shape, out->strides, out->offset);
+  }
+  return out;
+}

@@ -1,0 +1,290 @@
+/*
+ * matmul.c — `@` as torch.matmul, and the views reshape and transpose,
+ * each forward with its backward rule beside it.
+ *
+ * Key design choice: every product is one call of the gpu layer's sgemm
+ * (runtime/gpu/blas.c: OpenBLAS when it loads, which threads itself, else
+ * the reference loop), and a strided operand goes to it as it is when its
+ * last two dimensions are row-major or column-major (a transposed view:
+ * Linear's weightᵀ, the backward pass's Aᵀ), so no copy is made for them.
+ * The torch.matmul cases reduce to one core op: a 1-D operand is reshaped
+ * to a matrix and back, and a stack of matrices times one matrix folds
+ * the stack into the rows ((B, T, C) @ (C, D) is one (B·T, C) @ (C, D)
+ * product, and so is its weight gradient); those reshapes are recorded
+ * ops, so the backward of every case is the core op's.
+ */
+#include <inttypes.h>
+#include <string.h>
+
+#include "nn.h"
+
+/* ------------------------------------------------------------- views */
+
+/* transpose's rule: the gradient transposed back (made contiguous, as
+ * every gradient the tape holds is). */
+static void bw_transpose(sf__node *n, sf_tensor *g) {
+  sf_tensor *t = sf__t_transpose(g, n->i0, n->i1, NULL);
+  sf_tensor *c = sf__t_contig(t);
+  sf_release(t);
+  sf__grad_add(n->in[0], c);
+}
+
+/* reshape's rule: g has the result's shape and is contiguous, so a view
+ * of it with the input's shape is the input's gradient. */
+static void bw_reshape(sf__node *n, sf_tensor *g) {
+  sf_tensor *x = n->in[0];
+  int64_t st[SF__TMAX], s = 1;
+  for (int32_t i = x->ndim - 1; i >= 0; i--) {
+    st[i] = s;
+    s *= x->shape[i];
+  }
+  sf__grad_add(x, sf__t_view(g, x->ndim, x->shape, st, g->offset));
+}
+
+sf_tensor *sf__t_reshape(sf_tensor *t, int32_t ndim, const int64_t *shape, const sf_loc *loc) {
+  sf__t_arg(t, "reshape", loc);
+  char sa[SF__SHAPE_BUF], sb[SF__SHAPE_BUF];
+  int64_t dims[SF__TMAX], known = 1;
+  int32_t free_dim = -1;
+  if (ndim > SF__TMAX)
+    sf_runtime_error(loc, "reshape: a tensor has at most %d dimensions, not %d", SF__TMAX,
+                     (int)ndim);
+  for (int32_t i = 0; i < ndim; i++) {
+    dims[i] = shape[i];
+    if (shape[i] == -1) {
+      if (free_dim >= 0)
+        sf_runtime_error(loc, "reshape: only one dimension of %s may be -1",
+                         sf__shape_str(ndim, shape, sb));
+      free_dim = i;
+    } else if (shape[i] < 0)
+      sf_runtime_error(loc, "reshape: shape %s has a negative dimension",
+                       sf__shape_str(ndim, shape, sb));
+    else
+      known *= shape[i];
+  }
+  if (free_dim >= 0) {
+    if (known == 0 || t->numel % known)
+      sf_runtime_error(loc, "reshape: a tensor of shape %s cannot be viewed as %s", SF__SHP(t, sa),
+                       sf__shape_str(ndim, shape, sb));
+    dims[free_dim] = t->numel / known;
+    known = t->numel;
+  }
+  if (known != t->numel)
+    sf_runtime_error(loc, "reshape: a tensor of shape %s (%" PRId64 " values) cannot be viewed "
+                     "as %s", SF__SHP(t, sa), t->numel, sf__shape_str(ndim, shape, sb));
+  sf_tensor *c = sf__t_contig(t);
+  int64_t st[SF__TMAX], s = 1;
+  for (int32_t i = ndim - 1; i >= 0; i--) {
+    st[i] = s;
+    s *= dims[i];
+  }
+  sf_tensor *out = sf__t_view(c, ndim, dims, st, c->offset);
+  sf_release(c);
+  sf__record("reshape", out, bw_reshape, t, NULL);
+  return out;
+}
+
+sf_tensor *sf__t_transpose(sf_tensor *t, int64_t d0, int64_t d1, const sf_loc *loc) {
+  sf__t_arg(t, "transpose", loc);
+  int32_t a = sf__t_axis("transpose", t, d0, loc), b = sf__t_axis("transpose", t, d1, loc);
+  int64_t shape[SF__TMAX], st[SF__TMAX];
+  memcpy(shape, t->shape, sizeof shape);
+  memcpy(st, t->strides, sizeof st);
+  shape[a] = t->shape[b];
+  shape[b] = t->shape[a];
+  st[a] = t->strides[b];
+  st[b] = t->strides[a];
+  sf_tensor *out = sf__t_view(t, t->ndim, shape, st, t->offset);
+  sf__node *n = sf__record("transpose", out, bw_transpose, t, NULL);
+  if (n) {
+    n->i0 = a;
+    n->i1 = b;
+  }
+  return out;
+}
+
+/* ------------------------------------------------------------ matmul */
+
+/* How a (rows, cols) matrix with strides (rs, cs) goes to sgemm: as it
+ * is (row-major, leading dimension rs) or transposed (column-major,
+ * leading dimension cs); false when it is neither and needs a copy. */
+static bool mat_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, bool *trans,
+                       int64_t *ld) {
+  int64_t r1 = rows > 1 ? rows : 1, c1 = cols > 1 ? cols : 1;
+  if ((cols == 1 || cs == 1) && (rows == 1 || rs >= c1)) {
+    *trans = false;
+    *ld = rows == 1 ? c1 : rs;
+    return true;
+  }
+  if ((rows == 1 || rs == 1) && (cols == 1 || cs >= r1)) {
+    *trans = true;
+    *ld = cols == 1 ? r1 : cs;
+    return true;
+  }
+  return false;
+}
+
+/* An operand of the core product: the tensor (a copy when its matrices
+ * are neither layout), and how sgemm reads each of its matrices. */
+typedef struct {
+  sf_tensor *t;
+  bool trans;
+  int64_t ld;
+} operand;
+
+static operand operand_of(sf_tensor *x) {
+  int32_t nd = x->ndim;
+  operand o = {.t = x};
+  sf_retain(x);
+  if (!mat_layout(x->shape[nd - 2], x->shape[nd - 1], x->strides[nd - 2], x->strides[nd - 1],
+                  &o.trans, &o.ld)) {
+    sf_release(x);
+    o.t = sf__t_contig(x);
+    o.trans = false;
+    o.ld = x->shape[nd - 1] > 1 ? x->shape[nd - 1] : 1;
+  }
+  return o;
+}
+
+/* c (batch..., m, n), contiguous = a (..., m, k) · b (..., k, n), both at
+ * least 2-D, their batch dimensions broadcast to c's. */
+static void bmm_into(sf_tensor *c, sf_tensor *a, sf_tensor *b) {
+  int32_t nd = c->ndim, nb = nd - 2;
+  int64_t m = c->shape[nd - 2], n = c->shape[nd - 1], k = a->shape[a->ndim - 1];
+  operand oa = operand_of(a), ob = operand_of(b);
+  int64_t sa[SF__TMAX] = {0}, sb[SF__TMAX] = {0};
+  for (int32_t i = 0; i < nb; i++) {
+    int32_t ia = i - (nb - (a->ndim - 2)), ib = i - (nb - (b->ndim - 2));
+    sa[i] = ia < 0 || oa.t->shape[ia] == 1 ? 0 : oa.t->strides[ia];
+    sb[i] = ib < 0 || ob.t->shape[ib] == 1 ? 0 : ob.t->strides[ib];
+  }
+  int64_t batches = 1;
+  for (int32_t i = 0; i < nb; i++)
+    batches *= c->shape[i];
+  int64_t idx[SF__TMAX] = {0};
+  float *cd = sf__t_data(c);
+  const float *ad = sf__t_data(oa.t), *bd = sf__t_data(ob.t);
+  for (int64_t p = 0; p < batches; p++) {
+    int64_t offa = 0, offb = 0;
+    for (int32_t i = 0; i < nb; i++) {
+      offa += idx[i] * sa[i];
+      offb += idx[i] * sb[i];
+    }
+    if (k == 0)
+      memset(cd + p * m * n, 0, (size_t)(m * n) * sizeof(float));
+    else
+      sf__sgemm(oa.trans, ob.trans, m, n, k, 1.0f, ad + offa, oa.ld, bd + offb, ob.ld, 0.0f,
+                cd + p * m * n, n > 1 ? n : 1);
+    for (int32_t i = nb - 1; i >= 0 && ++idx[i] == c->shape[i]; i--)
+      idx[i] = 0;
+  }
+  sf_release(oa.t);
+  sf_release(ob.t);
+}
+
+/* The batch shape of a · b and the result's shape, or false. */
+static bool bmm_shape(const sf_tensor *a, const sf_tensor *b, int32_t *nd, int64_t *shape) {
+  if (!sf__broadcast_shape(a->ndim - 2, a->shape, b->ndim - 2, b->shape, nd, shape))
+    return false;
+  shape[*nd] = a->shape[a->ndim - 2];
+  shape[*nd + 1] = b->shape[b->ndim - 1];
+  *nd += 2;
+  return true;
+}
+
+static sf_tensor *bmm_raw(sf_tensor *a, sf_tensor *b) {
+  int32_t nd;
+  int64_t shape[SF__TMAX];
+  bmm_shape(a, b, &nd, shape);
+  sf_tensor *c = sf__t_empty(nd, shape, NULL);
+  bmm_into(c, a, b);
+  return c;
+}
+
+static sf_tensor *last2_t(sf_tensor *x) {
+  return sf__t_transpose(x, x->ndim - 2, x->ndim - 1, NULL);
+}
+
+/* dA = G · Bᵀ, dB = Aᵀ · G, each summed over the batch dimensions its
+ * operand was broadcast along. */
+static void bw_matmul(sf__node *n, sf_tensor *g) {
+  sf_tensor *a = n->in[0], *b = n->in[1];
+  if (a->req) {
+    sf_tensor *bt = last2_t(b);
+    sf_tensor *ga = bmm_raw(g, bt);
+    sf__grad_add(a, sf__t_reduce_to(ga, a->ndim, a->shape));
+    sf_release(ga);
+    sf_release(bt);
+  }
+  if (b->req) {
+    sf_tensor *at = last2_t(a);
+    sf_tensor *gb = bmm_raw(at, g);
+    sf__grad_add(b, sf__t_reduce_to(gb, b->ndim, b->shape));
+    sf_release(gb);
+    sf_release(at);
+  }
+}
+
+static _Noreturn void no_fit(const sf_tensor *a, const sf_tensor *b, int64_t ka, int64_t kb,
+                             const sf_loc *loc) {
+  char sa[SF__SHAPE_BUF], sb[SF__SHAPE_BUF];
+  sf_runtime_error(loc, "matmul: shapes %s and %s do not fit (%" PRId64 " != %" PRId64 ")",
+                   SF__SHP(a, sa), SF__SHP(b, sb), ka, kb);
+}
+
+sf_tensor *sf__t_matmul(sf_tensor *a, sf_tensor *b, const sf_loc *loc) {
+  sf__t_arg(a, "matmul", loc);
+  sf__t_arg(b, "matmul", loc);
+  char sa[SF__SHAPE_BUF], sb[SF__SHAPE_BUF];
+  if (a->ndim == 0 || b->ndim == 0)
+    sf_runtime_error(loc, "matmul: both operands need at least one dimension (shapes %s and %s)",
+                     SF__SHP(a, sa), SF__SHP(b, sb));
+  int64_t ka = a->shape[a->ndim - 1], kb = b->shape[b->ndim == 1 ? 0 : b->ndim - 2];
+  if (ka != kb)
+    no_fit(a, b, ka, kb, loc);
+  if (a->ndim == 1 || b->ndim == 1) { /* a row or a column, then drop it again */
+    int64_t s2[SF__TMAX];
+    sf_tensor *a2 = a, *b2 = b;
+    if (a->ndim == 1)
+      a2 = sf__t_reshape(a, 2, (int64_t[]){1, ka}, loc);
+    if (b->ndim == 1)
+      b2 = sf__t_reshape(b, 2, (int64_t[]){kb, 1}, loc);
+    sf_tensor *c2 = sf__t_matmul(a2, b2, loc);
+    int32_t nd = 0;
+    for (int32_t i = 0; i < c2->ndim; i++) {
+      if ((a->ndim == 1 && i == c2->ndim - 2) || (b->ndim == 1 && i == c2->ndim - 1))
+        continue;
+      s2[nd++] = c2->shape[i];
+    }
+    sf_tensor *c = sf__t_reshape(c2, nd, s2, loc);
+    if (a2 != a)
+      sf_release(a2);
+    if (b2 != b)
+      sf_release(b2);
+    sf_release(c2);
+    return c;
+  }
+  if (a->ndim > 2 && b->ndim == 2) { /* fold the stack into the rows */
+    int64_t s2[SF__TMAX];
+    int64_t rows = 1;
+    for (int32_t i = 0; i < a->ndim - 1; i++)
+      rows *= a->shape[i];
+    sf_tensor *a2 = sf__t_reshape(a, 2, (int64_t[]){rows, ka}, loc);
+    sf_tensor *c2 = sf__t_matmul(a2, b, loc);
+    memcpy(s2, a->shape, sizeof s2);
+    s2[a->ndim - 1] = b->shape[1];
+    sf_tensor *c = sf__t_reshape(c2, a->ndim, s2, loc);
+    sf_release(a2);
+    sf_release(c2);
+    return c;
+  }
+  int32_t nd;
+  int64_t shape[SF__TMAX];
+  if (!bmm_shape(a, b, &nd, shape))
+    sf_runtime_error(loc, "matmul: shapes %s and %s do not broadcast (batch dimensions)",
+                     SF__SHP(a, sa), SF__SHP(b, sb));
+  sf_tensor *c = sf__t_empty(nd, shape, loc);
+  bmm_into(c, a, b);
+  sf__record("matmul", c, bw_matmul, a, b);
+  return c;
+}

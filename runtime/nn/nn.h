@@ -1,0 +1,266 @@
+/*
+ * nn.h — the nn layer: tensors, their CPU ops, automatic differentiation
+ * and std.nn's C side (docs/nn.md).  The tensor object and its hooks
+ * (tensor.c), broadcasting elementwise ops and activations (elementwise.c),
+ * reductions, softmax and the losses (reduce.c), matmul over the gpu
+ * layer's BLAS (matmul.c), the tape and backward (autograd.c), the
+ * optimizers (optim.c), params/grads and safetensors (safetensors.c), and
+ * the `sf_std_nn_*` externs of stdlib/nn.sflow (std.c).
+ *
+ * Key design choice: a tensor is a small header (shape, strides, offset)
+ * over a reference-counted storage of f32, so reshape and transpose are
+ * views; every op makes a new tensor and, when an input requires a
+ * gradient, records one node (its backward rule and what it needs) that
+ * the result owns.  The recorded nodes are the tape: their sequence
+ * numbers order them, backward walks the ones the loss reaches newest
+ * first and then releases them, and a result nobody holds frees its nodes
+ * with it, so memory stays flat whether or not backward runs.
+ *
+ * Stands on gpu (BLAS, the pool through sched) and data (cJSON and whole
+ * file views for safetensors); nothing below calls it: core reaches
+ * tensors only through the hooks sf__nn_install sets (core.h).
+ */
+#ifndef SF_NN_H
+#define SF_NN_H
+
+#include "data.h"
+#include "gpu.h"
+
+/* ------------------------------------------------------------ tensor.c */
+
+#define SF__TMAX 8 /* dimensions of a tensor, as the contract fixes (0..8) */
+
+/* The f32 values one or more tensors view.  The device fields are room
+ * for the GPU slice of issue 16 (a device copy beside the host one, as
+ * sf_array has); nothing sets them yet. */
+typedef struct sf__storage {
+  int64_t rc;    /* atomic */
+  int64_t len;   /* floats */
+  float *data;   /* host copy, 64-byte aligned */
+  void *dev;     /* reserved: the device copy */
+  int32_t where; /* reserved: which copy is current (SF__WHERE_*) */
+  int32_t gpu;   /* reserved: 1 + the device of dev */
+} sf__storage;
+
+struct sf__node;
+struct sf_tensor {
+  sf_obj hdr;                /* tag SF_OBJ_TENSOR */
+  int32_t ndim;              /* 0..SF__TMAX */
+  bool req;                  /* requires grad: a param, or made from one */
+  int64_t numel;             /* product of shape */
+  int64_t offset;            /* first element, in floats into st->data */
+  int64_t shape[SF__TMAX];
+  int64_t strides[SF__TMAX]; /* in floats */
+  sf__storage *st;
+  sf_tensor *grad;           /* a param's accumulated gradient (owned), or NULL */
+  struct sf__node *node;     /* the op that made it (owned), NULL for a leaf */
+};
+
+/* The descriptor of `tensor` for arrays the runtime makes (params(m)). */
+extern const sf_type sf__type_tensor;
+/* Live tensors and tape nodes (atomic counters, for tests of memory). */
+extern int64_t sf__tensor_live, sf__node_live;
+
+/* A new contiguous tensor of the shape, zero-filled or not (owned).  A
+ * negative dimension or more than SF__TMAX is a runtime error at loc,
+ * named after `what`. */
+sf_tensor *sf__t_zeros(int32_t ndim, const int64_t *shape, const sf_loc *loc);
+sf_tensor *sf__t_empty(int32_t ndim, const int64_t *shape, const sf_loc *loc);
+sf_tensor *sf__t_like(const sf_tensor *t); /* empty, t's shape */
+sf_tensor *sf__t_full(int32_t ndim, const int64_t *shape, float v);
+/* From an i64[] shape (an sflow value), checked. */
+void sf__t_shape_from(sf_array *shape, const char *what, int32_t *ndim, int64_t *dims,
+                      const sf_loc *loc);
+/* A new header over t's storage with the given shape, strides and offset
+ * (owned; no node, no grad). */
+sf_tensor *sf__t_view(const sf_tensor *t, int32_t ndim, const int64_t *shape,
+                      const int64_t *strides, int64_t offset);
+/* t's values row-major in a contiguous tensor: t itself (retained) when it
+ * already is one, else a copy.  Never records. */
+sf_tensor *sf__t_contig(sf_tensor *t);
+bool sf__t_is_contig(const sf_tensor *t);
+static inline float *sf__t_data(const sf_tensor *t) { return t->st->data + t->offset; }
+/* "[2, 3]" into buf (SF__SHAPE_BUF bytes always suffice). */
+#define SF__SHAPE_BUF 200
+const char *sf__shape_str(int32_t ndim, const int64_t *shape, char *buf);
+#define SF__SHP(t, buf) sf__shape_str((t)->ndim, (t)->shape, (buf))
+/* The axis argument of an op: negative counts from the end; out of range
+ * is a runtime error naming op and the shape. */
+int32_t sf__t_axis(const char *op, const sf_tensor *t, int64_t axis, const sf_loc *loc);
+/* Copies src's values into dst (same numel; any strides on both). */
+void sf__t_copy_into(sf_tensor *dst, const sf_tensor *src);
+/* The hooks core reaches tensors through (core.h), the tensor dtor, and
+ * nothing else; main.c calls it before any thread. */
+void sf__nn_install(void);
+/* A NULL tensor argument (a field never set) is a runtime error at loc. */
+sf_tensor *sf__t_arg(sf_tensor *t, const char *op, const sf_loc *loc);
+
+/* --------------------------------------------------------- autograd.c */
+
+/* One recorded op: its backward rule, its inputs (retained: the edges of
+ * the graph), what the rule needs besides them, and the gradient that
+ * reaches its output.  Owned by the tensor it made (and, during backward,
+ * by the walk). */
+typedef struct sf__node sf__node;
+typedef void (*sf__backward_fn)(sf__node *n, sf_tensor *g); /* g: (out shape), contiguous */
+struct sf__node {
+  int64_t rc;              /* atomic */
+  uint64_t seq;            /* creation order: every input's node is older */
+  const char *op;          /* "matmul", for messages */
+  sf__backward_fn backward;
+  int32_t nin;
+  sf_tensor *in[2];
+  sf_tensor *saved;        /* the output's values when the rule needs them
+                            * (a header without node: no cycle) */
+  sf_array *targets;       /* cross_entropy's i64[] */
+  int64_t *idx;            /* max: the argmax of each output element (owned) */
+  int64_t i0, i1;          /* op parameters (axis, ignore_index, ...) */
+  float f0;                /* op parameter (a scalar, label smoothing) */
+  int32_t ndim;            /* the output's shape */
+  int64_t shape[SF__TMAX];
+  sf_tensor *grad;         /* d loss / d output, while backward runs */
+  uint64_t mark;           /* the backward walk that reached it last */
+  bool released;           /* backward ran through it: edges dropped */
+};
+
+/* The per-thread no_grad switch (true: ops record nothing). */
+extern _Thread_local bool sf__no_grad;
+/* Records op for out when an input requires grad (and not no_grad): the
+ * node, owned by out, with a and b (b may be NULL) retained; NULL when
+ * nothing is recorded.  The caller fills the node's parameters. */
+sf__node *sf__record(const char *op, sf_tensor *out, sf__backward_fn bw, sf_tensor *a,
+                     sf_tensor *b);
+/* Adds g (x's shape, consumed) to x's gradient: its node's while backward
+ * runs, or a param's accumulated one. */
+void sf__grad_add(sf_tensor *x, sf_tensor *g);
+void sf__node_unref(sf__node *n);
+/* backward(loss): loss has one element and a path to a param. */
+void sf__backward(sf_tensor *loss, const sf_loc *loc);
+/* The gradient of a param (created as zeros and kept when none yet; a
+ * tensor that is no param gets fresh zeros). Owned. */
+sf_tensor *sf__t_grad(sf_tensor *t);
+
+/* ------------------------------------------------------ elementwise.c */
+
+/* a op b with NumPy broadcasting, op SF_TOP_ADD..SF_TOP_DIV. */
+sf_tensor *sf__t_binary(int32_t op, sf_tensor *a, sf_tensor *b, const sf_loc *loc);
+sf_tensor *sf__t_scalar(int32_t op, sf_tensor *a, float s, bool left, const sf_loc *loc);
+sf_tensor *sf__t_neg(sf_tensor *a, const sf_loc *loc);
+enum { SF__U_RELU, SF__U_GELU, SF__U_SIGMOID, SF__U_TANH, SF__U_EXP, SF__U_LOG };
+sf_tensor *sf__t_unary(int32_t kind, sf_tensor *a, const sf_loc *loc);
+/* The broadcast shape of a and b, or false. */
+bool sf__broadcast_shape(int32_t na, const int64_t *sa, int32_t nb, const int64_t *sb,
+                         int32_t *nd, int64_t *out);
+/* g summed over the dimensions broadcasting added or stretched, to the
+ * given shape (owned; g itself, retained, when nothing was). */
+sf_tensor *sf__t_reduce_to(sf_tensor *g, int32_t ndim, const int64_t *shape);
+/* dst = src, of one shape, any strides (the strided walk: contiguous
+ * copies of transposed views). */
+void sf__t_assign(sf_tensor *dst, const sf_tensor *src);
+/* dst += src (same shape; dst contiguous). */
+void sf__t_add_into(sf_tensor *dst, const sf_tensor *src);
+
+/* ----------------------------------------------------------- reduce.c */
+
+#define SF__ALL_AXES INT64_MIN
+enum { SF__R_SUM, SF__R_MEAN, SF__R_MAX };
+/* Over an axis (dropped from the shape) or over everything (a 0-d
+ * tensor) with axis SF__ALL_AXES. */
+sf_tensor *sf__t_reduce(int32_t kind, sf_tensor *a, int64_t axis, const sf_loc *loc);
+sf_array *sf__t_argmax(sf_tensor *a, int64_t axis, const sf_loc *loc); /* i64[] */
+sf_tensor *sf__t_softmax(sf_tensor *a, int64_t axis, bool log, const sf_loc *loc);
+/* logits (N, C), targets i64[N]: the mean over rows whose target is not
+ * ignore_index of -sum_c q_c log softmax(logits)_c, q the one-hot target
+ * smoothed by label_smoothing (PyTorch's F.cross_entropy). */
+sf_tensor *sf__t_cross_entropy(sf_tensor *logits, sf_array *targets, int64_t ignore_index,
+                               float label_smoothing, const sf_loc *loc);
+sf_tensor *sf__t_mse(sf_tensor *a, sf_tensor *b, const sf_loc *loc);
+
+/* ----------------------------------------------------------- matmul.c */
+
+/* torch.matmul: 1-D·1-D a dot product, 2-D, batched over leading
+ * dimensions with broadcasting. */
+sf_tensor *sf__t_matmul(sf_tensor *a, sf_tensor *b, const sf_loc *loc);
+/* Views: reshape (a copy first when t is not contiguous; one -1 allowed)
+ * and transpose of two dimensions (strided, no copy). */
+sf_tensor *sf__t_reshape(sf_tensor *t, int32_t ndim, const int64_t *shape, const sf_loc *loc);
+sf_tensor *sf__t_transpose(sf_tensor *t, int64_t d0, int64_t d1, const sf_loc *loc);
+
+/* ------------------------------------------------------------ optim.c */
+
+/* One optimizer step over params ps (in place on their storage), state
+ * tensors beside them; PyTorch's formulas (docs/nn.md, "Optimizers"). */
+void sf__sgd_step(sf_array *ps, sf_array *bufs, double lr, double momentum, double wd,
+                  const sf_loc *loc);
+void sf__adamw_step(sf_array *ps, sf_array *m, sf_array *v, sf_array *steps, double lr,
+                    double beta1, double beta2, double eps, double wd, const sf_loc *loc);
+
+/* ------------------------------------------------------ safetensors.c */
+
+/* Every tensor reachable from the value of type T at m, in field order,
+ * with its field path ("fc1.weight", "layers.0.bias"): fn(ctx, path, t).
+ * Structs, arrays of them and tensor fields; not maps. */
+typedef void (*sf__tensor_visit)(void *ctx, const char *path, sf_tensor *t);
+void sf__walk_tensors(const void *m, const sf_type *T, sf__tensor_visit fn, void *ctx);
+/* IEEE half and bfloat16 to f32. */
+float sf__f16_to_f32(uint16_t h);
+float sf__bf16_to_f32(uint16_t h);
+
+/* ----------------------------------------------------------- std.nn */
+
+/* The C side of stdlib/nn.sflow's @extern functions (docs/language.md,
+ * "Standard-library externs": tensors borrowed, owned results). */
+sf_tensor *sf_std_nn_tensor(sf_array *data, sf_array *shape, const sf_loc *loc);
+sf_tensor *sf_std_nn_zeros(sf_array *shape, const sf_loc *loc);
+sf_tensor *sf_std_nn_ones(sf_array *shape, const sf_loc *loc);
+sf_tensor *sf_std_nn_randn(sf_array *shape, int64_t seed, const sf_loc *loc);
+sf_tensor *sf_std_nn_uniform(sf_array *shape, float lo, float hi, int64_t seed,
+                             const sf_loc *loc);
+sf_tensor *sf_std_nn_param(sf_tensor *t, const sf_loc *loc);
+void sf_std_nn_backward(sf_tensor *loss, const sf_loc *loc);
+sf_tensor *sf_std_nn_grad(sf_tensor *t, const sf_loc *loc);
+sf_tensor *sf_std_nn_relu(sf_tensor *t, const sf_loc *loc);
+sf_tensor *sf_std_nn_gelu(sf_tensor *t, const sf_loc *loc);
+sf_tensor *sf_std_nn_sigmoid(sf_tensor *t, const sf_loc *loc);
+sf_tensor *sf_std_nn_tanh(sf_tensor *t, const sf_loc *loc);
+sf_tensor *sf_std_nn_exp(sf_tensor *t, const sf_loc *loc);
+sf_tensor *sf_std_nn_log(sf_tensor *t, const sf_loc *loc);
+sf_tensor *sf_std_nn_softmax(sf_tensor *t, int64_t axis, const sf_loc *loc);
+sf_tensor *sf_std_nn_log_softmax(sf_tensor *t, int64_t axis, const sf_loc *loc);
+sf_array *sf_std_nn_params(const void *m, const sf_type *T, const sf_type *T_again,
+                           const sf_loc *loc);
+sf_array *sf_std_nn_grads(const void *m, const sf_type *T, const sf_type *T_again,
+                          const sf_loc *loc);
+void sf_std_nn_no_grad(bool on, const sf_loc *loc);
+sf_array *sf_std_nn_shape(sf_tensor *t, const sf_loc *loc);
+float sf_std_nn_item(sf_tensor *t, const sf_loc *loc);
+sf_tensor *sf_std_nn_sum_all(sf_tensor *t, const sf_loc *loc);
+sf_tensor *sf_std_nn_sum_axis(sf_tensor *t, int64_t axis, const sf_loc *loc);
+sf_tensor *sf_std_nn_mean_all(sf_tensor *t, const sf_loc *loc);
+sf_tensor *sf_std_nn_mean_axis(sf_tensor *t, int64_t axis, const sf_loc *loc);
+sf_tensor *sf_std_nn_max(sf_tensor *t, int64_t axis, const sf_loc *loc);
+sf_array *sf_std_nn_argmax(sf_tensor *t, int64_t axis, const sf_loc *loc);
+sf_tensor *sf_std_nn_reshape(sf_tensor *t, sf_array *shape, const sf_loc *loc);
+sf_tensor *sf_std_nn_transpose(sf_tensor *t, int64_t d0, int64_t d1, const sf_loc *loc);
+sf_array *sf_std_nn_data(sf_tensor *t, const sf_loc *loc);
+int64_t sf_std_nn_size(sf_tensor *t, int64_t d, const sf_loc *loc);
+int64_t sf_std_nn_ndim(sf_tensor *t, const sf_loc *loc);
+sf_tensor *sf_std_nn_cross_entropy(sf_tensor *logits, sf_array *targets, int64_t ignore_index,
+                                   float label_smoothing, const sf_loc *loc);
+sf_tensor *sf_std_nn_mse(sf_tensor *a, sf_tensor *b, const sf_loc *loc);
+/* nn.linear(in, out, seed): struct Linear { weight: tensor, bias: tensor }
+ * with PyTorch's default init, both U(-1/sqrt(in), 1/sqrt(in)), weight
+ * (out, in) drawn first. */
+void sf_std_nn_linear(void *out, const sf_type *out_type, int64_t in, int64_t outf, int64_t seed,
+                      const sf_loc *loc);
+void sf_std_nn_sgd_step(sf_array *ps, sf_array *bufs, double lr, double momentum, double wd,
+                        const sf_loc *loc);
+void sf_std_nn_adamw_step(sf_array *ps, sf_array *m, sf_array *v, sf_array *steps, double lr,
+                          double beta1, double beta2, double eps, double wd, const sf_loc *loc);
+void sf_std_nn_zero_grad(sf_array *ps, const sf_loc *loc);
+void sf_std_nn_save(const void *m, const sf_type *T, sf_str *path, const sf_type *T_again,
+                    const sf_loc *loc);
+void sf_std_nn_load(const void *m, const sf_type *T, sf_str *path, bool strict,
+                    const sf_type *T_again, const sf_loc *loc);
+
+#endif

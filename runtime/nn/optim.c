@@ -1,0 +1,88 @@
+/*
+ * optim.c — the optimizers' steps (SGD with momentum, AdamW) and
+ * zero_grad, in place on the params' storage.
+ *
+ * Key design choice: PyTorch's formulas operation for operation (its
+ * single-tensor "for-loop" implementations), so a step here and a step in
+ * PyTorch from the same state agree to rounding: SGD's weight decay is
+ * added to the gradient and its momentum buffer starts as the first
+ * gradient (b = μ b + g from zeros gives the same); AdamW decays the
+ * weight first (p *= 1 - lr wd, decoupled), keeps m by lerp and v by
+ * β2 v + (1 - β2) g², and divides by sqrt(v) / sqrt(1 - β2^t) + eps with
+ * step size lr / (1 - β1^t).  Scalars are f64 like Python's floats; the
+ * values f32.  The state lives in tensors (and the step count in an i64[])
+ * that the sflow structs hold, so an actor checkpoints them with the model.
+ */
+#include <inttypes.h>
+#include <math.h>
+
+#include "nn.h"
+
+static sf_tensor *elem(sf_array *a, int64_t i) { return ((sf_tensor **)a->data)[i]; }
+
+static void check_state(const char *opt, sf_array *ps, sf_array *st, const char *what,
+                        const sf_loc *loc) {
+  int64_t np = ps ? ps->len : 0, ns = st ? st->len : 0;
+  if (np != ns)
+    sf_runtime_error(loc, "%s.step: %" PRId64 " params but %" PRId64 " %s tensors (the "
+                     "optimizer was made for other params)", opt, np, ns, what);
+  for (int64_t i = 0; i < np; i++) {
+    sf_tensor *p = sf__t_arg(elem(ps, i), opt, loc), *s = sf__t_arg(elem(st, i), opt, loc);
+    if (p->numel != s->numel || !sf__t_is_contig(p) || !sf__t_is_contig(s)) {
+      char a[SF__SHAPE_BUF], b[SF__SHAPE_BUF];
+      sf_runtime_error(loc, "%s.step: param %" PRId64 " of shape %s has %s state of shape %s "
+                       "(both must be contiguous and of one size)", opt, i, SF__SHP(p, a), what,
+                       SF__SHP(s, b));
+    }
+  }
+}
+
+void sf__sgd_step(sf_array *ps, sf_array *bufs, double lr, double momentum, double wd,
+                  const sf_loc *loc) {
+  check_state("sgd", ps, bufs, "momentum", loc);
+  for (int64_t i = 0; ps && i < ps->len; i++) {
+    sf_tensor *p = elem(ps, i);
+    if (!p->grad)
+      continue; /* no gradient reached it: torch skips it too */
+    float *w = sf__t_data(p), *buf = sf__t_data(elem(bufs, i));
+    const float *g = sf__t_data(p->grad);
+    float flr = (float)lr, fwd = (float)wd, mom = (float)momentum;
+    for (int64_t j = 0; j < p->numel; j++) {
+      float d = g[j];
+      if (wd != 0)
+        d += fwd * w[j];
+      if (momentum != 0) {
+        buf[j] = mom * buf[j] + d;
+        d = buf[j];
+      }
+      w[j] -= flr * d;
+    }
+  }
+}
+
+void sf__adamw_step(sf_array *ps, sf_array *m, sf_array *v, sf_array *steps, double lr,
+                    double beta1, double beta2, double eps, double wd, const sf_loc *loc) {
+  check_state("adamw", ps, m, "first-moment", loc);
+  check_state("adamw", ps, v, "second-moment", loc);
+  if (!steps || steps->len != 1)
+    sf_runtime_error(loc, "adamw.step: the step count must be an i64[] of one element");
+  int64_t t = ++((int64_t *)steps->data)[0];
+  double bc1 = 1.0 - pow(beta1, (double)t), bc2 = 1.0 - pow(beta2, (double)t);
+  float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
+  float decay = (float)(1.0 - lr * wd), w1 = (float)(1.0 - beta1), b2 = (float)beta2,
+        w2 = (float)(1.0 - beta2), feps = (float)eps;
+  for (int64_t i = 0; ps && i < ps->len; i++) {
+    sf_tensor *p = elem(ps, i);
+    if (!p->grad)
+      continue;
+    float *w = sf__t_data(p), *mm = sf__t_data(elem(m, i)), *vv = sf__t_data(elem(v, i));
+    const float *g = sf__t_data(p->grad);
+    for (int64_t j = 0; j < p->numel; j++) {
+      w[j] *= decay;
+      mm[j] += w1 * (g[j] - mm[j]);
+      vv[j] = b2 * vv[j] + w2 * g[j] * g[j];
+      float denom = sqrtf(vv[j]) / bc2_sqrt + feps;
+      w[j] -= step_size * (mm[j] / denom);
+    }
+  }
+}

@@ -1,0 +1,316 @@
+/*
+ * tensor.c — the tensor object: a header of shape, strides and offset over
+ * a reference-counted f32 storage; creation, views, contiguous copies, and
+ * the hooks through which core frees, serializes, reads back and prints
+ * tensors (sf__nn_install).
+ *
+ * Key design choice: views share the storage, never the header, so the
+ * header can carry what belongs to one tensor (its gradient, the node that
+ * made it) while reshape and transpose cost no copy.  Storage is 64-byte
+ * aligned so the elementwise loops vectorise on whole cache lines.
+ *
+ * Serialized form (serial.c's SF_TENSOR): u64 ndim (UINT64_MAX for an
+ * unset tensor), ndim u64 dimensions, then the values as raw f32 in
+ * row-major order.  Only values travel: a tensor read back is a fresh
+ * leaf with no gradient and no graph.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn.h"
+
+const sf_type sf__type_tensor = {.kind = SF_TENSOR, .size = 8, .align = 8, .name = "tensor"};
+int64_t sf__tensor_live, sf__node_live;
+
+/* ----------------------------------------------------------- storage */
+
+static sf__storage *storage_new(int64_t len, bool zero) {
+  sf__storage *s = sf_alloc(sizeof *s);
+  size_t bytes = ((size_t)(len > 0 ? len : 1) * sizeof(float) + 63) & ~(size_t)63;
+  s->data = aligned_alloc(64, bytes);
+  if (!s->data)
+    sf_runtime_error(NULL, "out of memory (a tensor of %" PRId64 " values)", len);
+  if (zero)
+    memset(s->data, 0, bytes);
+  s->rc = 1;
+  s->len = len;
+  s->dev = NULL;
+  s->where = SF__WHERE_HOST;
+  s->gpu = 0;
+  return s;
+}
+
+static void storage_release(sf__storage *s) {
+  if (s && __atomic_sub_fetch(&s->rc, 1, __ATOMIC_ACQ_REL) == 0) {
+    free(s->data);
+    sf_free(s);
+  }
+}
+
+/* ------------------------------------------------------------ shapes */
+
+const char *sf__shape_str(int32_t ndim, const int64_t *shape, char *buf) {
+  size_t n = 0;
+  buf[n++] = '[';
+  for (int32_t i = 0; i < ndim; i++)
+    n += (size_t)snprintf(buf + n, SF__SHAPE_BUF - n, "%s%" PRId64, i ? ", " : "", shape[i]);
+  buf[n++] = ']';
+  buf[n] = '\0';
+  return buf;
+}
+
+static int64_t checked_numel(int32_t ndim, const int64_t *shape, const sf_loc *loc) {
+  char sb[SF__SHAPE_BUF];
+  if (ndim < 0 || ndim > SF__TMAX)
+    sf_runtime_error(loc, "a tensor has at most %d dimensions, not %d", SF__TMAX, (int)ndim);
+  int64_t n = 1;
+  for (int32_t i = 0; i < ndim; i++) {
+    if (shape[i] < 0)
+      sf_runtime_error(loc, "tensor shape %s has a negative dimension",
+                       sf__shape_str(ndim, shape, sb));
+    if (shape[i] && n > INT64_MAX / 4 / shape[i])
+      sf_runtime_error(loc, "tensor shape %s is too large", sf__shape_str(ndim, shape, sb));
+    n *= shape[i];
+  }
+  return n;
+}
+
+static void contig_strides(int32_t ndim, const int64_t *shape, int64_t *strides) {
+  int64_t s = 1;
+  for (int32_t i = ndim - 1; i >= 0; i--) {
+    strides[i] = s;
+    s *= shape[i];
+  }
+}
+
+int32_t sf__t_axis(const char *op, const sf_tensor *t, int64_t axis, const sf_loc *loc) {
+  int64_t a = axis < 0 ? axis + t->ndim : axis;
+  if (a < 0 || a >= t->ndim) {
+    char sb[SF__SHAPE_BUF];
+    sf_runtime_error(loc, "%s: axis %" PRId64 " is out of range for a tensor of shape %s", op,
+                     axis, SF__SHP(t, sb));
+  }
+  return (int32_t)a;
+}
+
+void sf__t_shape_from(sf_array *shape, const char *what, int32_t *ndim, int64_t *dims,
+                      const sf_loc *loc) {
+  int64_t n = shape ? shape->len : 0;
+  if (n > SF__TMAX)
+    sf_runtime_error(loc, "%s: a tensor has at most %d dimensions, not %" PRId64, what, SF__TMAX,
+                     n);
+  for (int64_t i = 0; i < n; i++)
+    dims[i] = ((int64_t *)shape->data)[i];
+  *ndim = (int32_t)n;
+}
+
+/* ----------------------------------------------------------- tensors */
+
+static sf_tensor *header_new(int32_t ndim, const int64_t *shape) {
+  sf_tensor *t = sf_alloc(sizeof *t);
+  memset(t, 0, sizeof *t);
+  t->hdr.rc = 1;
+  t->hdr.tag = SF_OBJ_TENSOR;
+  t->ndim = ndim;
+  t->numel = 1;
+  for (int32_t i = 0; i < ndim; i++) {
+    t->shape[i] = shape[i];
+    t->numel *= shape[i];
+  }
+  __atomic_fetch_add(&sf__tensor_live, 1, __ATOMIC_RELAXED);
+  return t;
+}
+
+static sf_tensor *tensor_new(int32_t ndim, const int64_t *shape, bool zero, const sf_loc *loc) {
+  int64_t n = checked_numel(ndim, shape, loc);
+  sf_tensor *t = header_new(ndim, shape);
+  contig_strides(ndim, shape, t->strides);
+  t->st = storage_new(n, zero);
+  return t;
+}
+
+sf_tensor *sf__t_zeros(int32_t ndim, const int64_t *shape, const sf_loc *loc) {
+  return tensor_new(ndim, shape, true, loc);
+}
+
+sf_tensor *sf__t_empty(int32_t ndim, const int64_t *shape, const sf_loc *loc) {
+  return tensor_new(ndim, shape, false, loc);
+}
+
+sf_tensor *sf__t_like(const sf_tensor *t) { return tensor_new(t->ndim, t->shape, false, NULL); }
+
+sf_tensor *sf__t_full(int32_t ndim, const int64_t *shape, float v) {
+  sf_tensor *t = tensor_new(ndim, shape, false, NULL);
+  float *d = t->st->data;
+  for (int64_t i = 0; i < t->numel; i++)
+    d[i] = v;
+  return t;
+}
+
+sf_tensor *sf__t_view(const sf_tensor *t, int32_t ndim, const int64_t *shape,
+                      const int64_t *strides, int64_t offset) {
+  sf_tensor *v = header_new(ndim, shape);
+  memcpy(v->strides, strides, sizeof(int64_t) * (size_t)ndim);
+  v->offset = offset;
+  v->st = t->st;
+  __atomic_fetch_add(&t->st->rc, 1, __ATOMIC_RELAXED);
+  return v;
+}
+
+bool sf__t_is_contig(const sf_tensor *t) {
+  int64_t s = 1;
+  for (int32_t i = t->ndim - 1; i >= 0; i--) {
+    if (t->shape[i] != 1 && t->strides[i] != s)
+      return false;
+    s *= t->shape[i];
+  }
+  return true;
+}
+
+/* Visits src row by row (the last dimension) in row-major order. */
+void sf__t_copy_into(sf_tensor *dst, const sf_tensor *src) {
+  if (sf__t_is_contig(dst) && sf__t_is_contig(src)) {
+    memcpy(sf__t_data(dst), sf__t_data(src), (size_t)src->numel * sizeof(float));
+    return;
+  }
+  /* A general walk over src's index space; dst is addressed through its
+   * own strides at the same row-major position. */
+  int32_t nd = src->ndim;
+  int64_t idx[SF__TMAX] = {0};
+  const float *s = sf__t_data(src);
+  float *d = sf__t_data(dst);
+  /* dst may have another shape of the same numel (a reshape's copy):
+   * walk dst's index space alongside. */
+  int64_t jdx[SF__TMAX] = {0};
+  for (int64_t k = 0; k < src->numel; k++) {
+    int64_t so = 0, doff = 0;
+    for (int32_t i = 0; i < nd; i++)
+      so += idx[i] * src->strides[i];
+    for (int32_t i = 0; i < dst->ndim; i++)
+      doff += jdx[i] * dst->strides[i];
+    d[doff] = s[so];
+    for (int32_t i = nd - 1; i >= 0 && ++idx[i] == src->shape[i]; i--)
+      idx[i] = 0;
+    for (int32_t i = dst->ndim - 1; i >= 0 && ++jdx[i] == dst->shape[i]; i--)
+      jdx[i] = 0;
+  }
+}
+
+sf_tensor *sf__t_contig(sf_tensor *t) {
+  if (sf__t_is_contig(t)) {
+    sf_retain(t);
+    return t;
+  }
+  sf_tensor *c = sf__t_like(t);
+  sf__t_assign(c, t);
+  return c;
+}
+
+sf_tensor *sf__t_arg(sf_tensor *t, const char *op, const sf_loc *loc) {
+  if (!t)
+    sf_runtime_error(loc, "%s: the tensor is unset (a field or variable never assigned)", op);
+  return t;
+}
+
+static void tensor_dtor(sf_obj *o) {
+  sf_tensor *t = (sf_tensor *)o;
+  storage_release(t->st);
+  sf_release(t->grad);
+  if (t->node)
+    sf__node_unref(t->node);
+  __atomic_fetch_sub(&sf__tensor_live, 1, __ATOMIC_RELAXED);
+  sf_free(t);
+}
+
+/* --------------------------------------------------------- the hooks */
+
+static void tensor_ser(sf__buf *b, const void *p) {
+  sf_tensor *t = (sf_tensor *)p;
+  if (!t) {
+    sf__ser_u64(b, UINT64_MAX);
+    return;
+  }
+  sf__ser_u64(b, (uint64_t)t->ndim);
+  for (int32_t i = 0; i < t->ndim; i++)
+    sf__ser_u64(b, (uint64_t)t->shape[i]);
+  sf_tensor *c = sf__t_contig(t);
+  sf__buf_put(b, (const char *)sf__t_data(c), (size_t)c->numel * sizeof(float));
+  sf_release(c);
+}
+
+/* Checks every size against the bytes left before allocating. */
+static bool tensor_de(sf__reader *r, void **out) {
+  uint64_t nd;
+  *out = NULL;
+  if (!sf__de_u64(r, &nd))
+    return false;
+  if (nd == UINT64_MAX)
+    return true;
+  if (nd > SF__TMAX)
+    return false;
+  int64_t shape[SF__TMAX];
+  uint64_t n = 1;
+  /* A dimension may exceed the bytes left when another is 0 ([0, 10^6]
+   * has no values), so only the product is bounded by them. */
+  for (uint64_t i = 0; i < nd; i++) {
+    uint64_t d;
+    if (!sf__de_u64(r, &d) || d > (uint64_t)INT64_MAX / 8)
+      return false;
+    shape[i] = (int64_t)d;
+    if (n && d > (uint64_t)(r->end - r->p) / n)
+      return false;
+    n *= d;
+  }
+  if (n > (uint64_t)(r->end - r->p) / sizeof(float))
+    return false;
+  sf_tensor *t = sf__t_empty((int32_t)nd, shape, NULL);
+  memcpy(t->st->data, r->p, n * sizeof(float));
+  r->p += n * sizeof(float);
+  *out = t;
+  return true;
+}
+
+/* NumPy's summary: past 1000 values, the first and last 3 of each axis. */
+#define SUMMARY_AT 1000
+#define EDGE 3
+
+static void format_axis(sf__buf *b, const sf_tensor *t, int32_t ax, int64_t off, bool summary) {
+  if (ax == t->ndim) {
+    char num[SF__FLOAT_BUF];
+    int n = sf__fmt_f32_repr(t->st->data[off], num);
+    sf__buf_put(b, num, (size_t)n);
+    return;
+  }
+  sf__buf_put(b, "[", 1);
+  int64_t len = t->shape[ax];
+  for (int64_t i = 0; i < len; i++) {
+    if (i > 0)
+      sf__buf_put(b, ", ", 2);
+    if (summary && len > 2 * EDGE && i == EDGE) {
+      sf__buf_put(b, "..., ", 5);
+      i = len - EDGE;
+    }
+    format_axis(b, t, ax + 1, off + i * t->strides[ax], summary);
+  }
+  sf__buf_put(b, "]", 1);
+}
+
+static void tensor_format(sf__buf *b, const void *p) {
+  const sf_tensor *t = p;
+  if (!t) {
+    sf__buf_put(b, "tensor(unset)", 13);
+    return;
+  }
+  sf__buf_put(b, "tensor(", 7);
+  format_axis(b, t, 0, t->offset, t->numel > SUMMARY_AT);
+  sf__buf_put(b, ")", 1);
+}
+
+void sf__nn_install(void) {
+  sf__obj_dtor[SF_OBJ_TENSOR] = tensor_dtor;
+  sf__tensor_ser = tensor_ser;
+  sf__tensor_de = tensor_de;
+  sf__tensor_format = tensor_format;
+}

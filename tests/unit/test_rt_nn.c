@@ -1,0 +1,1071 @@
+/*
+ * test_rt_nn.c — the nn layer (runtime/nn/): every op's forward on small
+ * cases checked by hand, every op's backward against central finite
+ * differences, broadcasting, the error messages (shapes named), the tape
+ * released after backward (live tensors and nodes counted over 10k
+ * steps), printing and serialization through core's hooks, safetensors
+ * (a round trip, the bytes of the format, a hand-made F16/BF16 file, the
+ * strict errors) and SGD/AdamW steps against PyTorch's formulas worked by
+ * hand.
+ *
+ * Gradient checks: the loss is sum(op(inputs) * W) for fixed random W, so
+ * every output element's gradient counts; the forward runs in f32 (the
+ * layer has no other path), the differences (L(x+h) - L(x-h)) / 2h are
+ * taken in f64 with h = 1e-2, and analytic and numeric gradients must
+ * agree within 5e-3 absolute plus 5e-3 relative.  Each check prints its
+ * largest difference.
+ */
+#include <math.h>
+#include <stddef.h>
+
+#include "rt_test.h"
+
+#include "nn.h"
+
+const sf_program sf_program_desc = {SF_ABI_VERSION, "test_rt_nn", "", 0, NULL, NULL, NULL, NULL, 0, NULL, NULL};
+
+static const sf_loc LOC = {"t.sflow", 3, 7};
+
+#define SHAPE(...) ((int64_t[]){__VA_ARGS__})
+#define NDIM(...) ((int32_t)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)))
+
+/* ------------------------------------------------------------ helpers */
+
+static sf_tensor *mk(int32_t nd, const int64_t *shape, const float *v) {
+  sf_tensor *t = sf__t_empty(nd, shape, &LOC);
+  if (v)
+    memcpy(sf__t_data(t), v, (size_t)t->numel * sizeof(float));
+  return t;
+}
+
+static uint64_t rng = 88172645463325252ULL;
+static float frand(float lo, float hi) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return lo + (hi - lo) * (float)((rng >> 11) * 0x1p-53);
+}
+
+/* A random tensor, a param when asked; values kept away from 0 by `gap`
+ * (relu's and log's kinks). */
+static sf_tensor *rnd(int32_t nd, const int64_t *shape, float lo, float hi, bool param) {
+  sf_tensor *t = mk(nd, shape, NULL);
+  for (int64_t i = 0; i < t->numel; i++)
+    sf__t_data(t)[i] = frand(lo, hi);
+  t->req = param;
+  return t;
+}
+
+static void check_vals(const char *what, sf_tensor *t, const float *want, int64_t n, float tol) {
+  bool ok = t->numel == n;
+  sf_tensor *c = sf__t_contig(t);
+  for (int64_t i = 0; ok && i < n; i++)
+    if (!(fabsf(sf__t_data(c)[i] - want[i]) <= tol)) {
+      fprintf(stderr, "\n  %s[%ld]: got %.9g want %.9g\n", what, (long)i, sf__t_data(c)[i],
+              want[i]);
+      ok = false;
+    }
+  if (t->numel != n)
+    fprintf(stderr, "\n  %s: %ld values, want %ld\n", what, (long)t->numel, (long)n);
+  sf_release(c);
+  CU_ASSERT(ok);
+}
+
+static void check_shape(sf_tensor *t, int32_t nd, const int64_t *shape) {
+  char a[SF__SHAPE_BUF], b[SF__SHAPE_BUF];
+  CHECK_STR(SF__SHP(t, a), sf__shape_str(nd, shape, b));
+}
+
+/* ----------------------------------------------------- finite differences */
+
+typedef sf_tensor *(*fwd_fn)(sf_tensor **in, void *ctx);
+
+static sf_tensor *weighted_loss(fwd_fn f, sf_tensor **in, void *ctx, sf_tensor *w) {
+  sf_tensor *y = f(in, ctx);
+  sf_tensor *yw = sf__t_binary(SF_TOP_MUL, y, w, &LOC);
+  sf_tensor *l = sf__t_reduce(SF__R_SUM, yw, SF__ALL_AXES, &LOC);
+  sf_release(y);
+  sf_release(yw);
+  return l;
+}
+
+static void gradcheck(const char *name, fwd_fn f, void *ctx, int nin, sf_tensor **in) {
+  sf_tensor *y0 = f(in, ctx);
+  sf_tensor *w = rnd(y0->ndim, y0->shape, -1.0f, 1.0f, false);
+  sf_release(y0);
+  for (int i = 0; i < nin; i++) {
+    sf_release(in[i]->grad);
+    in[i]->grad = NULL;
+  }
+  sf_tensor *loss = weighted_loss(f, in, ctx, w);
+  sf__backward(loss, &LOC);
+  sf_release(loss);
+  double worst = 0;
+  bool ok = true;
+  const double h = 1e-2;
+  sf__no_grad = true;
+  for (int i = 0; i < nin; i++) {
+    if (!in[i]->req)
+      continue;
+    float *x = sf__t_data(in[i]);
+    for (int64_t j = 0; j < in[i]->numel; j++) {
+      float keep = x[j];
+      x[j] = (float)(keep + h);
+      sf_tensor *lp = weighted_loss(f, in, ctx, w);
+      x[j] = (float)(keep - h);
+      sf_tensor *lm = weighted_loss(f, in, ctx, w);
+      x[j] = keep;
+      double num = ((double)sf__t_data(lp)[0] - (double)sf__t_data(lm)[0]) / (2 * h);
+      double ana = in[i]->grad ? sf__t_data(in[i]->grad)[j] : 0.0;
+      double d = fabs(num - ana);
+      worst = d > worst ? d : worst;
+      if (d > 5e-3 + 5e-3 * fabs(num)) {
+        if (ok)
+          fprintf(stderr, "\n  %s: input %d [%ld]: analytic %.6g numeric %.6g\n", name, i,
+                  (long)j, ana, num);
+        ok = false;
+      }
+      sf_release(lp);
+      sf_release(lm);
+    }
+  }
+  sf__no_grad = false;
+  printf("\n    gradcheck %-28s max |analytic - numeric| = %.2e ", name, worst);
+  sf_release(w);
+  CU_ASSERT(ok);
+}
+
+/* ------------------------------------------------------- forward cases */
+
+static void test_broadcast_forward(void) {
+  sf_tensor *a = mk(2, SHAPE(2, 3), (float[]){1, 2, 3, 4, 5, 6});
+  sf_tensor *b = mk(1, SHAPE(3), (float[]){10, 20, 30});
+  sf_tensor *c = sf__t_binary(SF_TOP_ADD, a, b, &LOC);
+  check_shape(c, 2, SHAPE(2, 3));
+  check_vals("a+b", c, (float[]){11, 22, 33, 14, 25, 36}, 6, 0);
+  sf_tensor *col = mk(2, SHAPE(2, 1), (float[]){2, 3});
+  sf_tensor *row = mk(2, SHAPE(1, 3), (float[]){1, 2, 4});
+  sf_tensor *p = sf__t_binary(SF_TOP_MUL, col, row, &LOC); /* an outer product */
+  check_vals("col*row", p, (float[]){2, 4, 8, 3, 6, 12}, 6, 0);
+  sf_tensor *d = sf__t_binary(SF_TOP_DIV, a, col, &LOC);
+  check_vals("a/col", d, (float[]){0.5f, 1, 1.5f, 4.0f / 3, 5.0f / 3, 2}, 6, 1e-6f);
+  sf_tensor *s = sf__t_binary(SF_TOP_SUB, b, a, &LOC);
+  check_vals("b-a", s, (float[]){9, 18, 27, 6, 15, 24}, 6, 0);
+  /* A transposed (strided) operand. */
+  sf_tensor *at = sf__t_transpose(a, 0, 1, &LOC);
+  sf_tensor *e = sf__t_binary(SF_TOP_ADD, at, at, &LOC);
+  check_vals("aT+aT", e, (float[]){2, 8, 4, 10, 6, 12}, 6, 0);
+  /* With scalars on either side, and negation. */
+  sf_tensor *s1 = sf__t_scalar(SF_TOP_SUB, a, 1.0f, true, &LOC);
+  check_vals("1-a", s1, (float[]){0, -1, -2, -3, -4, -5}, 6, 0);
+  sf_tensor *s2 = sf__t_scalar(SF_TOP_DIV, a, 2.0f, false, &LOC);
+  check_vals("a/2", s2, (float[]){0.5f, 1, 1.5f, 2, 2.5f, 3}, 6, 0);
+  sf_tensor *s3 = sf__t_scalar(SF_TOP_DIV, a, 6.0f, true, &LOC);
+  check_vals("6/a", s3, (float[]){6, 3, 2, 1.5f, 1.2f, 1}, 6, 1e-6f);
+  sf_tensor *n = sf__t_neg(b, &LOC);
+  check_vals("-b", n, (float[]){-10, -20, -30}, 3, 0);
+  /* A large one goes over the pool: same values. */
+  sf_tensor *big = rnd(2, SHAPE(512, 300), -1, 1, false);
+  sf_tensor *bias = rnd(1, SHAPE(300), -1, 1, false);
+  sf_tensor *sum = sf__t_binary(SF_TOP_ADD, big, bias, &LOC);
+  bool same = true;
+  for (int64_t i = 0; i < big->numel; i++)
+    same &= sf__t_data(sum)[i] == sf__t_data(big)[i] + sf__t_data(bias)[i % 300];
+  CU_ASSERT(same);
+  sf_tensor *all[] = {a, b, c, col, row, p, d, s, at, e, s1, s2, s3, n, big, bias, sum};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+    sf_release(all[i]);
+}
+
+static void test_matmul_forward(void) {
+  sf_tensor *a = mk(2, SHAPE(2, 3), (float[]){1, 2, 3, 4, 5, 6});
+  sf_tensor *b = mk(2, SHAPE(3, 2), (float[]){7, 8, 9, 10, 11, 12});
+  sf_tensor *c = sf__t_matmul(a, b, &LOC);
+  check_shape(c, 2, SHAPE(2, 2));
+  check_vals("a@b", c, (float[]){58, 64, 139, 154}, 4, 0);
+  sf_tensor *v = mk(1, SHAPE(3), (float[]){1, 0, -1});
+  sf_tensor *dot = sf__t_matmul(v, v, &LOC);
+  check_shape(dot, 0, NULL);
+  check_vals("v@v", dot, (float[]){2}, 1, 0);
+  sf_tensor *av = sf__t_matmul(a, v, &LOC);
+  check_shape(av, 1, SHAPE(2));
+  check_vals("a@v", av, (float[]){-2, -2}, 2, 0);
+  sf_tensor *w = mk(1, SHAPE(2), (float[]){1, 1});
+  sf_tensor *wa = sf__t_matmul(w, a, &LOC);
+  check_vals("w@a", wa, (float[]){5, 7, 9}, 3, 0);
+  /* A transposed view goes to sgemm without a copy: aᵀ·a. */
+  sf_tensor *at = sf__t_transpose(a, 0, 1, &LOC);
+  sf_tensor *ata = sf__t_matmul(at, a, &LOC);
+  check_vals("aT@a", ata, (float[]){17, 22, 27, 22, 29, 36, 27, 36, 45}, 9, 0);
+  /* Batched with broadcasting: (2, 1, 2, 3) @ (3, 3, 2) -> (2, 3, 2, 2). */
+  sf_tensor *x = rnd(4, SHAPE(2, 1, 2, 3), -1, 1, false);
+  sf_tensor *y = rnd(3, SHAPE(3, 3, 2), -1, 1, false);
+  sf_tensor *z = sf__t_matmul(x, y, &LOC);
+  check_shape(z, 4, SHAPE(2, 3, 2, 2));
+  float *xd = sf__t_data(x), *yd = sf__t_data(y), *zd = sf__t_data(z);
+  bool ok = true;
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 3; j++)
+      for (int r = 0; r < 2; r++)
+        for (int q = 0; q < 2; q++) {
+          double s = 0;
+          for (int k = 0; k < 3; k++)
+            s += xd[i * 6 + r * 3 + k] * yd[j * 6 + k * 2 + q];
+          ok &= fabs(zd[((i * 3 + j) * 2 + r) * 2 + q] - s) < 1e-5;
+        }
+  CU_ASSERT(ok);
+  /* A stack times a matrix folds into one product: (2, 2, 3) @ (3, 2). */
+  sf_tensor *st = sf__t_reshape(a, 3, SHAPE(2, 1, 3), &LOC);
+  sf_tensor *sb = sf__t_matmul(st, b, &LOC);
+  check_shape(sb, 3, SHAPE(2, 1, 2));
+  check_vals("stack@b", sb, (float[]){58, 64, 139, 154}, 4, 0);
+  sf_tensor *all[] = {a, b, c, v, dot, av, w, wa, at, ata, x, y, z, st, sb};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+    sf_release(all[i]);
+}
+
+static void test_reduce_forward(void) {
+  sf_tensor *a = mk(2, SHAPE(2, 3), (float[]){1, 5, 3, 4, 2, 6});
+  sf_tensor *s0 = sf__t_reduce(SF__R_SUM, a, 0, &LOC);
+  check_vals("sum0", s0, (float[]){5, 7, 9}, 3, 0);
+  sf_tensor *s1 = sf__t_reduce(SF__R_SUM, a, -1, &LOC);
+  check_vals("sum-1", s1, (float[]){9, 12}, 2, 0);
+  sf_tensor *sa = sf__t_reduce(SF__R_SUM, a, SF__ALL_AXES, &LOC);
+  check_shape(sa, 0, NULL);
+  check_vals("sum", sa, (float[]){21}, 1, 0);
+  sf_tensor *m1 = sf__t_reduce(SF__R_MEAN, a, 1, &LOC);
+  check_vals("mean1", m1, (float[]){3, 4}, 2, 0);
+  sf_tensor *ma = sf__t_reduce(SF__R_MEAN, a, SF__ALL_AXES, &LOC);
+  check_vals("mean", ma, (float[]){3.5f}, 1, 0);
+  sf_tensor *x0 = sf__t_reduce(SF__R_MAX, a, 0, &LOC);
+  check_vals("max0", x0, (float[]){4, 5, 6}, 3, 0);
+  sf_tensor *x1 = sf__t_reduce(SF__R_MAX, a, 1, &LOC);
+  check_vals("max1", x1, (float[]){5, 6}, 2, 0);
+  sf_array *am = sf__t_argmax(a, 1, &LOC);
+  CHECK_INT(am->len, 2);
+  CHECK_INT(((int64_t *)am->data)[0], 1);
+  CHECK_INT(((int64_t *)am->data)[1], 2);
+  sf_array *am0 = sf__t_argmax(a, 0, &LOC);
+  CHECK_INT(((int64_t *)am0->data)[0], 1);
+  CHECK_INT(((int64_t *)am0->data)[1], 0);
+  CHECK_INT(((int64_t *)am0->data)[2], 1);
+  sf_tensor *all[] = {a, s0, s1, sa, m1, ma, x0, x1};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+    sf_release(all[i]);
+  sf_release(am);
+  sf_release(am0);
+}
+
+static void test_activations_forward(void) {
+  sf_tensor *x = mk(1, SHAPE(4), (float[]){-1, 0, 0.5f, 1});
+  struct {
+    int32_t kind;
+    float want[4];
+  } cases[] = {
+      {SF__U_RELU, {0, 0, 0.5f, 1}},
+      {SF__U_GELU, {-0.158655254f, 0, 0.345731384f, 0.841344746f}},
+      {SF__U_SIGMOID, {0.268941421f, 0.5f, 0.622459331f, 0.731058579f}},
+      {SF__U_TANH, {-0.761594156f, 0, 0.462117157f, 0.761594156f}},
+      {SF__U_EXP, {0.367879441f, 1, 1.648721271f, 2.718281828f}},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    sf_tensor *y = sf__t_unary(cases[i].kind, x, &LOC);
+    check_vals("activation", y, cases[i].want, 4, 1e-6f);
+    sf_release(y);
+  }
+  sf_tensor *p = mk(1, SHAPE(3), (float[]){1, 2.718281828f, 0.5f});
+  sf_tensor *l = sf__t_unary(SF__U_LOG, p, &LOC);
+  check_vals("log", l, (float[]){0, 1, -0.693147181f}, 3, 1e-6f);
+  sf_tensor *r = mk(2, SHAPE(2, 3), (float[]){1, 2, 3, 1000, 1000, 1000});
+  sf_tensor *sm = sf__t_softmax(r, 1, false, &LOC);
+  check_vals("softmax", sm, (float[]){0.0900305732f, 0.244728471f, 0.665240956f, 1.0f / 3,
+                                      1.0f / 3, 1.0f / 3}, 6, 1e-6f);
+  sf_tensor *ls = sf__t_softmax(r, 1, true, &LOC); /* no overflow at 1000 */
+  check_vals("log_softmax", ls, (float[]){-2.40760596f, -1.40760596f, -0.40760596f,
+                                          -1.09861229f, -1.09861229f, -1.09861229f}, 6, 1e-5f);
+  sf_tensor *s0 = sf__t_softmax(r, 0, false, &LOC);
+  check_vals("softmax0", s0, (float[]){0, 0, 0, 1, 1, 1}, 6, 1e-6f);
+  sf_tensor *all[] = {x, p, l, r, sm, ls, s0};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+    sf_release(all[i]);
+}
+
+static sf_array *i64s(int64_t n, const int64_t *v) {
+  sf_array *a = sf_array_new(&sf_type_i64, n, &LOC);
+  memcpy(a->data, v, (size_t)n * 8);
+  return a;
+}
+
+static void test_losses_forward(void) {
+  sf_tensor *x = mk(2, SHAPE(2, 3), (float[]){1, 2, 3, 1, 1, 1});
+  sf_array *t = i64s(2, (int64_t[]){2, 0});
+  /* row 0: logsumexp 3.40760596 - 3; row 1: log 3. */
+  sf_tensor *ce = sf__t_cross_entropy(x, t, -100, 0.0f, &LOC);
+  check_shape(ce, 0, NULL);
+  check_vals("ce", ce, (float[]){0.753109133f}, 1, 1e-6f);
+  /* Smoothing 0.1: row 0 0.9 * 0.40760596 + 0.1 * (3.40760596 - 2). */
+  sf_tensor *cs = sf__t_cross_entropy(x, t, -100, 0.1f, &LOC);
+  check_vals("ce smoothed", cs, (float[]){0.803109133f}, 1, 1e-6f);
+  /* Row 1 ignored: the mean is over row 0 alone. */
+  sf_tensor *ci = sf__t_cross_entropy(x, t, 0, 0.0f, &LOC);
+  check_vals("ce ignore", ci, (float[]){0.40760596f}, 1, 1e-6f);
+  sf_tensor *y = mk(2, SHAPE(2, 3), (float[]){0, 2, 3, 1, 3, -1});
+  sf_tensor *ms = sf__t_mse(x, y, &LOC);
+  check_vals("mse", ms, (float[]){(1 + 0 + 0 + 0 + 4 + 4) / 6.0f}, 1, 1e-6f);
+  sf_tensor *all[] = {x, ce, cs, ci, y, ms};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+    sf_release(all[i]);
+  sf_release(t);
+}
+
+static void test_views(void) {
+  sf_tensor *a = mk(2, SHAPE(2, 3), (float[]){1, 2, 3, 4, 5, 6});
+  sf_tensor *r = sf__t_reshape(a, 2, SHAPE(3, -1), &LOC);
+  check_shape(r, 2, SHAPE(3, 2));
+  CU_ASSERT(r->st == a->st); /* a view */
+  sf_tensor *t = sf__t_transpose(a, 0, 1, &LOC);
+  check_shape(t, 2, SHAPE(3, 2));
+  CU_ASSERT(t->st == a->st && !sf__t_is_contig(t));
+  check_vals("transpose", t, (float[]){1, 4, 2, 5, 3, 6}, 6, 0);
+  sf_tensor *rt = sf__t_reshape(t, 1, SHAPE(6), &LOC); /* strided: copied */
+  CU_ASSERT(rt->st != a->st);
+  check_vals("reshape(transpose)", rt, (float[]){1, 4, 2, 5, 3, 6}, 6, 0);
+  sf_array *d = sf_std_nn_data(t, &LOC);
+  CU_ASSERT(d->len == 6 && ((float *)d->data)[1] == 4);
+  CHECK_INT(sf_std_nn_size(a, -1, &LOC), 3);
+  CHECK_INT(sf_std_nn_ndim(a, &LOC), 2);
+  sf_array *sh = sf_std_nn_shape(t, &LOC);
+  CU_ASSERT(sh->len == 2 && ((int64_t *)sh->data)[0] == 3);
+  sf_tensor *all[] = {a, r, t, rt};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+    sf_release(all[i]);
+  sf_release(d);
+  sf_release(sh);
+}
+
+/* ------------------------------------------------------ backward cases */
+
+static sf_tensor *f_binary(sf_tensor **in, void *ctx) {
+  return sf__t_binary(*(int32_t *)ctx, in[0], in[1], &LOC);
+}
+typedef struct {
+  int32_t op;
+  bool left;
+  float s;
+} scalar_ctx;
+static sf_tensor *f_scalar(sf_tensor **in, void *ctx) {
+  scalar_ctx *c = ctx;
+  return sf__t_scalar(c->op, in[0], c->s, c->left, &LOC);
+}
+static sf_tensor *f_neg(sf_tensor **in, void *ctx) { return sf__t_neg(in[0], &LOC); }
+static sf_tensor *f_matmul(sf_tensor **in, void *ctx) { return sf__t_matmul(in[0], in[1], &LOC); }
+/* Linear: x @ wᵀ + b, the transposed weight passed to sgemm as it is. */
+static sf_tensor *f_linear(sf_tensor **in, void *ctx) {
+  sf_tensor *wt = sf__t_transpose(in[1], 0, 1, &LOC);
+  sf_tensor *h = sf__t_matmul(in[0], wt, &LOC);
+  sf_tensor *y = sf__t_binary(SF_TOP_ADD, h, in[2], &LOC);
+  sf_release(wt);
+  sf_release(h);
+  return y;
+}
+static sf_tensor *f_unary(sf_tensor **in, void *ctx) {
+  return sf__t_unary(*(int32_t *)ctx, in[0], &LOC);
+}
+typedef struct {
+  int32_t kind;
+  int64_t axis;
+} axis_ctx;
+static sf_tensor *f_reduce(sf_tensor **in, void *ctx) {
+  axis_ctx *c = ctx;
+  return sf__t_reduce(c->kind, in[0], c->axis, &LOC);
+}
+static sf_tensor *f_softmax(sf_tensor **in, void *ctx) {
+  axis_ctx *c = ctx;
+  return sf__t_softmax(in[0], c->axis, c->kind != 0, &LOC);
+}
+typedef struct {
+  sf_array *targets;
+  int64_t ignore;
+  float smooth;
+} ce_ctx;
+static sf_tensor *f_ce(sf_tensor **in, void *ctx) {
+  ce_ctx *c = ctx;
+  return sf__t_cross_entropy(in[0], c->targets, c->ignore, c->smooth, &LOC);
+}
+static sf_tensor *f_mse(sf_tensor **in, void *ctx) { return sf__t_mse(in[0], in[1], &LOC); }
+static sf_tensor *f_views(sf_tensor **in, void *ctx) {
+  sf_tensor *t = sf__t_transpose(in[0], 0, 2, &LOC);          /* (4, 3, 2) */
+  sf_tensor *r = sf__t_reshape(t, 2, SHAPE(6, -1), &LOC);      /* copied: (6, 4) */
+  sf_tensor *y = sf__t_binary(SF_TOP_MUL, r, r, &LOC);
+  sf_release(t);
+  sf_release(r);
+  return y;
+}
+
+static void release_all(sf_tensor **in, int n) {
+  for (int i = 0; i < n; i++)
+    sf_release(in[i]);
+}
+
+static void test_grad_binary(void) {
+  static const char *names[] = {"", "add", "sub", "mul", "div"};
+  /* Same shape, a row broadcast, and both sides stretched. */
+  for (int32_t op = SF_TOP_ADD; op <= SF_TOP_DIV; op++) {
+    sf_tensor *in[2] = {rnd(2, SHAPE(2, 3), 0.5f, 2, true), rnd(2, SHAPE(2, 3), 0.5f, 2, true)};
+    char label[64];
+    snprintf(label, sizeof label, "%s", names[op]);
+    gradcheck(label, f_binary, &op, 2, in);
+    release_all(in, 2);
+    sf_tensor *bc[2] = {rnd(3, SHAPE(2, 1, 3), 0.5f, 2, true), rnd(2, SHAPE(4, 1), 0.5f, 2, true)};
+    snprintf(label, sizeof label, "%s broadcast", names[op]);
+    gradcheck(label, f_binary, &op, 2, bc);
+    release_all(bc, 2);
+  }
+}
+
+static void test_grad_scalar(void) {
+  for (int32_t op = SF_TOP_ADD; op <= SF_TOP_DIV; op++)
+    for (int left = 0; left < 2; left++) {
+      scalar_ctx c = {op, left, 1.7f};
+      sf_tensor *in[1] = {rnd(2, SHAPE(3, 2), 0.5f, 2, true)};
+      char label[64];
+      snprintf(label, sizeof label, "scalar op %d%s", (int)op, left ? " (left)" : "");
+      gradcheck(label, f_scalar, &c, 1, in);
+      release_all(in, 1);
+    }
+  sf_tensor *in[1] = {rnd(1, SHAPE(5), -1, 1, true)};
+  gradcheck("neg", f_neg, NULL, 1, in);
+  release_all(in, 1);
+}
+
+static void test_grad_matmul(void) {
+  struct {
+    const char *name;
+    int32_t na, nb;
+    int64_t sa[4], sb[4];
+  } cases[] = {
+      {"matmul 2-D", 2, 2, {3, 4}, {4, 2}},
+      {"matmul dot", 1, 1, {4}, {4}},
+      {"matmul vec@mat", 1, 2, {3}, {3, 2}},
+      {"matmul mat@vec", 2, 1, {2, 3}, {3}},
+      {"matmul batched", 3, 3, {2, 2, 3}, {2, 3, 2}},
+      {"matmul broadcast", 4, 3, {2, 1, 2, 3}, {3, 3, 2}},
+      {"matmul stack@mat", 3, 2, {2, 3, 4}, {4, 2}},
+      {"matmul mat@stack", 2, 3, {2, 3}, {2, 3, 2}},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    sf_tensor *in[2] = {rnd(cases[i].na, cases[i].sa, -1, 1, true),
+                        rnd(cases[i].nb, cases[i].sb, -1, 1, true)};
+    gradcheck(cases[i].name, f_matmul, NULL, 2, in);
+    release_all(in, 2);
+  }
+  sf_tensor *in[3] = {rnd(3, SHAPE(2, 3, 4), -1, 1, true), rnd(2, SHAPE(5, 4), -1, 1, true),
+                      rnd(1, SHAPE(5), -1, 1, true)};
+  gradcheck("linear x@wT+b", f_linear, NULL, 3, in);
+  release_all(in, 3);
+}
+
+static void test_grad_unary(void) {
+  static const char *names[] = {"relu", "gelu", "sigmoid", "tanh", "exp", "log"};
+  for (int32_t k = SF__U_RELU; k <= SF__U_LOG; k++) {
+    sf_tensor *in[1] = {rnd(2, SHAPE(3, 4), 0.1f, 2, true)};
+    if (k != SF__U_LOG) /* both signs, away from relu's kink */
+      for (int64_t j = 0; j < in[0]->numel; j += 2)
+        sf__t_data(in[0])[j] = -sf__t_data(in[0])[j];
+    gradcheck(names[k], f_unary, &k, 1, in);
+    release_all(in, 1);
+  }
+}
+
+static void test_grad_reduce(void) {
+  static const char *names[] = {"sum", "mean", "max"};
+  for (int32_t k = SF__R_SUM; k <= SF__R_MAX; k++) {
+    int64_t axes[] = {0, 1, -1, SF__ALL_AXES};
+    for (size_t a = 0; a < 4; a++) {
+      axis_ctx c = {k, axes[a]};
+      sf_tensor *in[1] = {rnd(3, SHAPE(3, 4, 2), -2, 2, true)};
+      char label[64];
+      snprintf(label, sizeof label, "%s axis %s", names[k],
+               axes[a] == SF__ALL_AXES ? "all" : axes[a] == 0 ? "0" : axes[a] == 1 ? "1" : "-1");
+      gradcheck(label, f_reduce, &c, 1, in);
+      release_all(in, 1);
+    }
+  }
+  for (int log = 0; log < 2; log++)
+    for (int64_t axis = 0; axis < 2; axis++) {
+      axis_ctx c = {log, axis};
+      sf_tensor *in[1] = {rnd(2, SHAPE(3, 4), -2, 2, true)};
+      char label[64];
+      snprintf(label, sizeof label, "%s axis %d", log ? "log_softmax" : "softmax", (int)axis);
+      gradcheck(label, f_softmax, &c, 1, in);
+      release_all(in, 1);
+    }
+}
+
+static void test_grad_losses(void) {
+  sf_array *t = i64s(4, (int64_t[]){2, 0, 4, 1});
+  ce_ctx cases[] = {{t, -100, 0.0f}, {t, -100, 0.2f}, {t, 4, 0.1f}};
+  const char *names[] = {"cross_entropy", "cross_entropy smoothed", "cross_entropy ignore"};
+  for (size_t i = 0; i < 3; i++) {
+    sf_tensor *in[1] = {rnd(2, SHAPE(4, 5), -2, 2, true)};
+    gradcheck(names[i], f_ce, &cases[i], 1, in);
+    release_all(in, 1);
+  }
+  sf_release(t);
+  sf_tensor *in[2] = {rnd(2, SHAPE(3, 2), -1, 1, true), rnd(2, SHAPE(3, 2), -1, 1, true)};
+  gradcheck("mse", f_mse, NULL, 2, in);
+  release_all(in, 2);
+  sf_tensor *v[1] = {rnd(3, SHAPE(2, 3, 4), -1, 1, true)};
+  gradcheck("transpose+reshape", f_views, NULL, 1, v);
+  release_all(v, 1);
+}
+
+/* A gradient reaching one param by two paths adds up, and accumulates
+ * over backward calls until zero_grad. */
+static void test_grad_accumulates(void) {
+  sf_tensor *w = mk(1, SHAPE(2), (float[]){1, 2});
+  w->req = true;
+  for (int step = 1; step <= 2; step++) {
+    sf_tensor *a = sf__t_binary(SF_TOP_MUL, w, w, &LOC); /* w² */
+    sf_tensor *b = sf__t_binary(SF_TOP_ADD, a, w, &LOC); /* + w */
+    sf_tensor *l = sf__t_reduce(SF__R_SUM, b, SF__ALL_AXES, &LOC);
+    sf__backward(l, &LOC);
+    /* d/dw (w² + w) = 2w + 1 = [3, 5], per step */
+    check_vals("accumulated", w->grad, (float[]){3.0f * step, 5.0f * step}, 2, 0);
+    sf_release(a);
+    sf_release(b);
+    sf_release(l);
+  }
+  sf_array *ps = sf_array_new(&sf__type_tensor, 1, &LOC);
+  ((sf_tensor **)ps->data)[0] = w;
+  sf_retain(w);
+  sf_std_nn_zero_grad(ps, &LOC);
+  CU_ASSERT(w->grad == NULL);
+  sf_tensor *g = sf_std_nn_grad(w, &LOC); /* zeros, and kept */
+  check_vals("after zero_grad", g, (float[]){0, 0}, 2, 0);
+  CU_ASSERT(w->grad == g);
+  sf_release(g);
+  sf_release(ps);
+  sf_release(w);
+}
+
+/* --------------------------------------------------------------- errors */
+
+static void test_errors(void) {
+  sf_tensor *a = mk(2, SHAPE(2, 3), NULL), *b = mk(2, SHAPE(4, 4), NULL), *c = mk(1, SHAPE(4), NULL);
+  EXPECT_ERROR(sf_tensor_binop(SF_TOP_MATMUL, a, b, &LOC),
+               "t.sflow:3:7: runtime error: matmul: shapes [2, 3] and [4, 4] do not fit (3 != 4)");
+  EXPECT_ERROR(sf_tensor_binop(SF_TOP_ADD, a, c, &LOC),
+               "t.sflow:3:7: runtime error: add: shapes [2, 3] and [4] do not broadcast");
+  sf_tensor *x = mk(3, SHAPE(2, 2, 3), NULL), *y = mk(3, SHAPE(3, 3, 2), NULL);
+  EXPECT_ERROR(sf_tensor_binop(SF_TOP_MATMUL, x, y, &LOC),
+               "t.sflow:3:7: runtime error: matmul: shapes [2, 2, 3] and [3, 3, 2] do not "
+               "broadcast (batch dimensions)");
+  EXPECT_ERROR(sf__t_reduce(SF__R_SUM, a, 2, &LOC),
+               "t.sflow:3:7: runtime error: sum: axis 2 is out of range for a tensor of shape [2, 3]");
+  EXPECT_ERROR(sf__t_reshape(a, 2, SHAPE(4, 2), &LOC),
+               "t.sflow:3:7: runtime error: reshape: a tensor of shape [2, 3] (6 values) cannot "
+               "be viewed as [4, 2]");
+  EXPECT_ERROR(sf_std_nn_item(a, &LOC),
+               "t.sflow:3:7: runtime error: item: the tensor has 6 elements (shape [2, 3]); "
+               "item() needs exactly one");
+  sf_array *d = sf_array_new(&sf_type_f32, 5, &LOC), *sh = i64s(2, (int64_t[]){2, 3});
+  EXPECT_ERROR(sf_std_nn_tensor(d, sh, &LOC),
+               "t.sflow:3:7: runtime error: tensor: 5 values do not fill shape [2, 3] (6 elements)");
+  sf_array *t3 = i64s(3, (int64_t[]){0, 1, 7});
+  sf_tensor *lg = mk(2, SHAPE(3, 5), NULL);
+  EXPECT_ERROR(sf__t_cross_entropy(lg, t3, -100, 0, &LOC),
+               "t.sflow:3:7: runtime error: cross_entropy: target 7 (row 2) is out of range for "
+               "5 classes");
+  EXPECT_ERROR(sf__t_cross_entropy(a, t3, -100, 0, &LOC),
+               "t.sflow:3:7: runtime error: cross_entropy: 3 targets for 2 rows (logits shape [2, 3])");
+  /* backward without a path to a param, of a non-scalar, and twice. */
+  sf_tensor *s = sf__t_reduce(SF__R_SUM, a, SF__ALL_AXES, &LOC);
+  EXPECT_ERROR(sf__backward(s, &LOC),
+               "t.sflow:3:7: runtime error: backward: the loss (shape []) has no path to a "
+               "param: it was made from no param, or under no_grad(true)");
+  a->req = true;
+  sf_tensor *m = sf__t_binary(SF_TOP_MUL, a, a, &LOC);
+  EXPECT_ERROR(sf__backward(m, &LOC),
+               "t.sflow:3:7: runtime error: backward: the loss must have one element, but its "
+               "shape is [2, 3] (reduce it first, e.g. with mean or sum)");
+  sf_tensor *l = sf__t_reduce(SF__R_MEAN, m, SF__ALL_AXES, &LOC);
+  sf__backward(l, &LOC);
+  EXPECT_ERROR(sf__backward(l, &LOC),
+               "t.sflow:3:7: runtime error: backward: the graph through a mean result was "
+               "already released by an earlier backward (backward frees the tape; compute the "
+               "loss again)");
+  /* no_grad: nothing is recorded. */
+  sf__no_grad = true;
+  sf_tensor *q = sf__t_binary(SF_TOP_MUL, a, a, &LOC);
+  sf__no_grad = false;
+  CU_ASSERT(!q->req && !q->node);
+  EXPECT_ERROR(sf_tensor_neg(NULL, &LOC),
+               "t.sflow:3:7: runtime error: neg: the tensor is unset (a field or variable never "
+               "assigned)");
+  sf_tensor *all[] = {a, b, c, x, y, lg, s, m, l, q};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+    sf_release(all[i]);
+  sf_release(d);
+  sf_release(sh);
+  sf_release(t3);
+}
+
+/* ------------------------------------------------------------- memory */
+
+/* 10k training steps of a tiny model: after each the live tensors and
+ * nodes are what they were after the first, so the tape and every
+ * intermediate gradient went with backward.  Then 1k forward passes
+ * without backward: nothing accumulates either. */
+static void test_tape_released(void) {
+  sf_tensor *w = rnd(2, SHAPE(4, 3), -1, 1, true), *b = rnd(1, SHAPE(3), -1, 1, true);
+  sf_tensor *x = rnd(2, SHAPE(5, 4), -1, 1, false);
+  sf_array *y = i64s(5, (int64_t[]){0, 1, 2, 1, 0});
+  sf_array *ps = sf_array_new(&sf__type_tensor, 2, &LOC);
+  ((sf_tensor **)ps->data)[0] = w;
+  ((sf_tensor **)ps->data)[1] = b;
+  sf_retain(w);
+  sf_retain(b);
+  sf_array *m = sf_array_new(&sf__type_tensor, 2, &LOC), *v = sf_array_new(&sf__type_tensor, 2, &LOC);
+  for (int i = 0; i < 2; i++) {
+    sf_tensor *p = ((sf_tensor **)ps->data)[i];
+    ((sf_tensor **)m->data)[i] = sf__t_zeros(p->ndim, p->shape, &LOC);
+    ((sf_tensor **)v->data)[i] = sf__t_zeros(p->ndim, p->shape, &LOC);
+  }
+  sf_array *steps = i64s(1, (int64_t[]){0});
+  int64_t live_tensors = 0, live_nodes = 0;
+  float first = 0, last = 0;
+  for (int step = 0; step < 10000; step++) {
+    sf_tensor *h = sf__t_matmul(x, w, &LOC);
+    sf_tensor *hb = sf__t_binary(SF_TOP_ADD, h, b, &LOC);
+    sf_tensor *a = sf__t_unary(SF__U_TANH, hb, &LOC);
+    sf_tensor *loss = sf__t_cross_entropy(a, y, -100, 0.0f, &LOC);
+    sf__backward(loss, &LOC);
+    sf__adamw_step(ps, m, v, steps, 0.01, 0.9, 0.999, 1e-8, 0.01, &LOC);
+    sf_std_nn_zero_grad(ps, &LOC);
+    last = sf__t_data(loss)[0];
+    if (step == 0)
+      first = last;
+    sf_release(h);
+    sf_release(hb);
+    sf_release(a);
+    sf_release(loss);
+    if (step == 0) {
+      live_tensors = sf__tensor_live;
+      live_nodes = sf__node_live;
+    } else if (sf__tensor_live != live_tensors || sf__node_live != live_nodes) {
+      fprintf(stderr, "\n  step %d: %ld tensors %ld nodes live, after step 0 %ld %ld\n", step,
+              (long)sf__tensor_live, (long)sf__node_live, (long)live_tensors, (long)live_nodes);
+      CU_FAIL("memory grew");
+      break;
+    }
+  }
+  CHECK_INT(sf__node_live, 0);
+  CU_ASSERT(last < first); /* it trained */
+  printf("\n    10k steps: loss %.4f -> %.4f, %ld tensors and %ld nodes live throughout ", first,
+         last, (long)live_tensors, (long)sf__node_live);
+  for (int i = 0; i < 1000; i++) {
+    sf_tensor *h = sf__t_matmul(x, w, &LOC);
+    sf_tensor *s = sf__t_reduce(SF__R_SUM, h, SF__ALL_AXES, &LOC);
+    sf_release(h);
+    sf_release(s);
+  }
+  CHECK_INT(sf__tensor_live, live_tensors);
+  CHECK_INT(sf__node_live, 0);
+  sf_release(w);
+  sf_release(b);
+  sf_release(x);
+  sf_release(y);
+  sf_release(ps);
+  sf_release(m);
+  sf_release(v);
+  sf_release(steps);
+}
+
+/* --------------------------------------------------- optimizers by hand */
+
+static sf_array *one_param(sf_tensor *p) {
+  sf_array *a = sf_array_new(&sf__type_tensor, 1, &LOC);
+  ((sf_tensor **)a->data)[0] = p;
+  sf_retain(p);
+  return a;
+}
+
+static void test_sgd(void) {
+  /* lr 0.1, momentum 0.9, weight_decay 0.1, g = 0.5 each step:
+   * d = 0.5 + 0.1 * 1 = 0.6, buf 0.6, p = 1 - 0.06 = 0.94;
+   * d = 0.5 + 0.094 = 0.594, buf 0.54 + 0.594 = 1.134, p = 0.94 - 0.1134 = 0.8266. */
+  sf_tensor *p = mk(1, SHAPE(1), (float[]){1.0f});
+  p->req = true;
+  sf_array *ps = one_param(p), *bufs = sf_array_new(&sf__type_tensor, 1, &LOC);
+  ((sf_tensor **)bufs->data)[0] = sf__t_zeros(1, SHAPE(1), &LOC);
+  float want[] = {0.94f, 0.8266f};
+  for (int s = 0; s < 2; s++) {
+    p->grad = mk(1, SHAPE(1), (float[]){0.5f});
+    sf__sgd_step(ps, bufs, 0.1, 0.9, 0.1, &LOC);
+    check_vals("sgd", p, &want[s], 1, 1e-6f);
+    sf_release(p->grad);
+    p->grad = NULL;
+  }
+  /* Plain SGD: p -= lr g. */
+  p->grad = mk(1, SHAPE(1), (float[]){2.0f});
+  sf__sgd_step(ps, bufs, 0.5, 0, 0, &LOC);
+  check_vals("sgd plain", p, (float[]){0.8266f - 1.0f}, 1, 1e-6f);
+  sf_release(ps);
+  sf_release(bufs);
+  sf_release(p);
+}
+
+static void test_adamw(void) {
+  /* p = [1, -2], g = [0.5, 0.25], lr 0.1, betas (0.9, 0.999), eps 1e-8, wd 0.01.
+   * Step 1: p *= 0.999; m = 0.1 g; v = 0.001 g²; step size 0.1 / 0.1 = 1;
+   *   denom = sqrt(v) / sqrt(0.001) = |g|; p -= m / |g| = 0.1 -> [0.899, -2.098].
+   * Step 2: p *= 0.999 -> [0.898101, -2.095902]; m = [0.095, 0.0475];
+   *   v = [0.00049975, 0.0001249375]; bias corrections 0.19 and 0.001999;
+   *   v / 0.001999 = [0.25, 0.0625]; 0.1 / 0.19 * m / sqrt(.) = 0.1 -> [0.798101, -2.195902]. */
+  sf_tensor *p = mk(1, SHAPE(2), (float[]){1.0f, -2.0f});
+  p->req = true;
+  sf_array *ps = one_param(p), *m = sf_array_new(&sf__type_tensor, 1, &LOC),
+           *v = sf_array_new(&sf__type_tensor, 1, &LOC), *steps = i64s(1, (int64_t[]){0});
+  ((sf_tensor **)m->data)[0] = sf__t_zeros(1, SHAPE(2), &LOC);
+  ((sf_tensor **)v->data)[0] = sf__t_zeros(1, SHAPE(2), &LOC);
+  float want[2][2] = {{0.899f, -2.098f}, {0.798101f, -2.195902f}};
+  for (int s = 0; s < 2; s++) {
+    p->grad = mk(1, SHAPE(2), (float[]){0.5f, 0.25f});
+    sf__adamw_step(ps, m, v, steps, 0.1, 0.9, 0.999, 1e-8, 0.01, &LOC);
+    check_vals("adamw", p, want[s], 2, 2e-6f);
+    sf_release(p->grad);
+    p->grad = NULL;
+  }
+  CHECK_INT(((int64_t *)steps->data)[0], 2);
+  check_vals("adamw m", ((sf_tensor **)m->data)[0], (float[]){0.095f, 0.0475f}, 2, 1e-7f);
+  check_vals("adamw v", ((sf_tensor **)v->data)[0], (float[]){0.00049975f, 0.0001249375f}, 2,
+             1e-9f);
+  /* A param no gradient reached is left alone. */
+  sf__adamw_step(ps, m, v, steps, 0.1, 0.9, 0.999, 1e-8, 0.01, &LOC);
+  check_vals("adamw no grad", p, want[1], 2, 2e-6f);
+  sf_array *short_state = sf_array_new(&sf__type_tensor, 0, &LOC);
+  EXPECT_ERROR(sf__adamw_step(ps, short_state, v, steps, 0.1, 0.9, 0.999, 1e-8, 0.01, &LOC),
+               "t.sflow:3:7: runtime error: adamw.step: 1 params but 0 first-moment tensors "
+               "(the optimizer was made for other params)");
+  sf_release(short_state);
+  sf_release(ps);
+  sf_release(m);
+  sf_release(v);
+  sf_release(steps);
+  sf_release(p);
+}
+
+/* ------------------------------------------- structs, print, serialize */
+
+typedef struct {
+  sf_tensor *weight, *bias;
+} linear_c;
+static const sf_field linear_fields[] = {{"weight", 0, &sf__type_tensor},
+                                         {"bias", 8, &sf__type_tensor}};
+static const sf_type linear_type = {SF_STRUCT, 16, 8, 2, NULL, linear_fields, "Linear"};
+static const sf_type linear_arr = {SF_ARRAY, 8, 8, 0, &linear_type, NULL, "Linear[]"};
+typedef struct {
+  linear_c fc1;
+  int64_t steps;
+  sf_array *blocks; /* Linear[] */
+  linear_c fc2;
+} model_c;
+static const sf_field model_fields[] = {{"fc1", 0, &linear_type},
+                                        {"steps", 16, &sf_type_i64},
+                                        {"blocks", 24, &linear_arr},
+                                        {"fc2", 32, &linear_type}};
+static const sf_type model_type = {SF_STRUCT, 48, 8, 4, NULL, model_fields, "Model"};
+
+static void model_init(model_c *m, int64_t seed) {
+  memset(m, 0, sizeof *m);
+  sf_std_nn_linear(&m->fc1, &linear_type, 3, 4, seed, &LOC);
+  sf_std_nn_linear(&m->fc2, &linear_type, 4, 2, seed + 1, &LOC);
+  m->blocks = sf_array_new(&linear_type, 1, &LOC);
+  sf_std_nn_linear(m->blocks->data, &linear_type, 2, 2, seed + 2, &LOC);
+}
+
+static void test_linear_and_params(void) {
+  model_c m, m2;
+  model_init(&m, 1);
+  model_init(&m2, 1);
+  check_shape(m.fc1.weight, 2, SHAPE(4, 3));
+  check_shape(m.fc1.bias, 1, SHAPE(4));
+  CU_ASSERT(m.fc1.weight->req && m.fc1.bias->req);
+  bool in_bound = true, same = true;
+  for (int64_t i = 0; i < 12; i++) {
+    float x = sf__t_data(m.fc1.weight)[i];
+    in_bound &= fabsf(x) <= 1.0f / sqrtf(3.0f);
+    same &= x == sf__t_data(m2.fc1.weight)[i];
+  }
+  CU_ASSERT(in_bound && same); /* U(-1/sqrt(in), 1/sqrt(in)), the same for one seed */
+  CU_ASSERT(sf__t_data(m.fc1.weight)[0] != sf__t_data(m.fc2.weight)[0]);
+  sf_array *ps = sf_std_nn_params(&m, &model_type, &model_type, &LOC);
+  CHECK_INT(ps->len, 6);
+  sf_tensor **p = ps->data;
+  CU_ASSERT(p[0] == m.fc1.weight && p[1] == m.fc1.bias && p[4] == m.fc2.weight &&
+            p[2] == ((linear_c *)m.blocks->data)->weight);
+  sf_array *gs = sf_std_nn_grads(&m, &model_type, &model_type, &LOC);
+  CHECK_INT(gs->len, 6);
+  CU_ASSERT(((sf_tensor **)gs->data)[0] == m.fc1.weight->grad); /* made and kept */
+  sf_release(ps);
+  sf_release(gs);
+  sf_value_release(&model_type, &m);
+  sf_value_release(&model_type, &m2);
+}
+
+static void test_print_and_serialize(void) {
+  sf_tensor *a = mk(2, SHAPE(2, 2), (float[]){1, 2, 3, 4.5f});
+  sf__buf b;
+  sf__buf_init(&b, NULL, 0);
+  sf__format_value(&b, &sf__type_tensor, &a, false);
+  sf__buf_put(&b, "", 1);
+  CHECK_STR(b.data, "tensor([[1.0, 2.0], [3.0, 4.5]])");
+  sf__buf_free(&b);
+  sf_tensor *z = mk(0, NULL, (float[]){3});
+  sf__format_value(&b, &sf__type_tensor, &z, false);
+  sf__buf_put(&b, "", 1);
+  CHECK_STR(b.data, "tensor(3.0)");
+  sf__buf_free(&b);
+  sf_tensor *big = mk(1, SHAPE(2000), NULL);
+  for (int i = 0; i < 2000; i++)
+    sf__t_data(big)[i] = (float)i;
+  sf__format_value(&b, &sf__type_tensor, &big, false);
+  sf__buf_put(&b, "", 1);
+  CHECK_STR(b.data, "tensor([0.0, 1.0, 2.0, ..., 1997.0, 1998.0, 1999.0])");
+  sf__buf_free(&b);
+  sf_tensor *at = sf__t_transpose(a, 0, 1, &LOC);
+  sf__format_value(&b, &sf__type_tensor, &at, false);
+  sf__buf_put(&b, "", 1);
+  CHECK_STR(b.data, "tensor([[1.0, 3.0], [2.0, 4.5]])");
+  sf__buf_free(&b);
+  /* A struct with a transposed view and an unset tensor, through core's
+   * serializer: the values come back contiguous, the unset one unset. */
+  linear_c l = {at, NULL}, back = {0};
+  sf__ser_value(&b, &linear_type, &l);
+  sf__reader r = {(const unsigned char *)b.data, (const unsigned char *)b.data + b.len};
+  CU_ASSERT(sf__de_value(&r, &linear_type, &back));
+  CU_ASSERT(r.p == r.end && back.bias == NULL && back.weight && !back.weight->req);
+  check_vals("read back", back.weight, (float[]){1, 3, 2, 4.5f}, 4, 0);
+  /* Cut short anywhere: refused, nothing leaked. */
+  int64_t live = sf__tensor_live;
+  for (size_t cut = 0; cut < b.len; cut++) {
+    linear_c bad = {0};
+    sf__reader rc = {(const unsigned char *)b.data, (const unsigned char *)b.data + cut};
+    CU_ASSERT(!sf__de_value(&rc, &linear_type, &bad));
+    sf_value_release(&linear_type, &bad);
+  }
+  CHECK_INT(sf__tensor_live, live);
+  sf__buf_free(&b);
+  /* An empty tensor whose other dimension is larger than the bytes. */
+  sf_tensor *e = mk(2, SHAPE(0, 1000000), NULL), *eb = NULL;
+  sf__ser_value(&b, &sf__type_tensor, &e);
+  sf__reader re = {(const unsigned char *)b.data, (const unsigned char *)b.data + b.len};
+  CU_ASSERT(sf__de_value(&re, &sf__type_tensor, &eb) && eb && eb->numel == 0);
+  if (eb)
+    check_shape(eb, 2, SHAPE(0, 1000000));
+  sf_release(e);
+  sf_release(eb);
+  sf__buf_free(&b);
+  sf_value_release(&linear_type, &back);
+  sf_tensor *all[] = {a, z, big, at};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+    sf_release(all[i]);
+}
+
+/* -------------------------------------------------------- safetensors */
+
+static char *read_all(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return NULL;
+  fseek(f, 0, SEEK_END);
+  *n = (size_t)ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *buf = malloc(*n + 1);
+  if (fread(buf, 1, *n, f) != *n)
+    *n = 0;
+  buf[*n] = 0;
+  fclose(f);
+  return buf;
+}
+
+static void write_all(const char *path, const void *data, size_t n) {
+  FILE *f = fopen(path, "wb");
+  fwrite(data, 1, n, f);
+  fclose(f);
+}
+
+static void test_safetensors_round_trip(void) {
+  char path[] = "/tmp/sflow_nn_XXXXXX";
+  int fd = mkstemp(path);
+  close(fd);
+  sf_str *ps = sf_str_new(path, (int64_t)strlen(path));
+  model_c m, m2;
+  model_init(&m, 5);
+  model_init(&m2, 9);
+  sf_std_nn_save(&m, &model_type, ps, &model_type, &LOC);
+  size_t n = 0;
+  char *bytes = read_all(path, &n);
+  uint64_t hl = 0;
+  memcpy(&hl, bytes, 8);
+  CU_ASSERT((8 + hl) % 8 == 0);
+  char *header = strndup(bytes + 8, hl);
+  const char *start = "{\"__metadata__\":{\"format\":\"pt\"},\"fc1.weight\":{\"dtype\":"
+                      "\"F32\",\"shape\":[4,3],\"data_offsets\":[0,48]},\"fc1.bias\":";
+  CU_ASSERT(strncmp(header, start, strlen(start)) == 0);
+  CU_ASSERT(strstr(header, "\"blocks.0.weight\":{\"dtype\":\"F32\",\"shape\":[2,2]") != NULL);
+  CU_ASSERT(strstr(header, "\"fc2.bias\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":"
+                           "[120,128]}") != NULL);
+  /* 12 + 4 + 4 + 2 + 8 + 2 floats of data after the header. */
+  CHECK_INT(n, 8 + hl + 4 * (12 + 4 + 4 + 2 + 8 + 2));
+  CU_ASSERT(memcmp(bytes + 8 + hl, sf__t_data(m.fc1.weight), 48) == 0);
+  free(header);
+  free(bytes);
+  sf_std_nn_load(&m2, &model_type, ps, true, &model_type, &LOC);
+  sf_array *a = sf_std_nn_params(&m, &model_type, &model_type, &LOC);
+  sf_array *b = sf_std_nn_params(&m2, &model_type, &model_type, &LOC);
+  bool same = a->len == b->len;
+  for (int64_t i = 0; same && i < a->len; i++) {
+    sf_tensor *x = ((sf_tensor **)a->data)[i], *y = ((sf_tensor **)b->data)[i];
+    same = x->numel == y->numel && x != y &&
+           memcmp(sf__t_data(x), sf__t_data(y), (size_t)x->numel * 4) == 0;
+  }
+  CU_ASSERT(same); /* bitwise */
+  sf_release(a);
+  sf_release(b);
+  /* Into a struct that lacks a name of the file: an error when strict;
+   * a struct with a name the file lacks, or another shape, always. */
+  linear_c l = {0};
+  sf_std_nn_linear(&l, &linear_type, 3, 4, 1, &LOC);
+  char want[1024];
+  snprintf(want, sizeof want, "t.sflow:3:7: runtime error: nn.load: %s has no tensor \"weight\" "
+           "(the struct's weight, shape [4, 3])", path);
+  EXPECT_ERROR(sf_std_nn_load(&l, &linear_type, ps, false, &linear_type, &LOC), want);
+  typedef struct {
+    linear_c fc1;
+  } half_c;
+  static const sf_field half_fields[] = {{"fc1", 0, &linear_type}};
+  static const sf_type half_type = {SF_STRUCT, 16, 8, 1, NULL, half_fields, "Half"};
+  half_c h = {l};
+  snprintf(want, sizeof want, "t.sflow:3:7: runtime error: nn.load: %s has a tensor "
+           "\"blocks.0.weight\" that the struct lacks (strict = false ignores it)", path);
+  EXPECT_ERROR(sf_std_nn_load(&h, &half_type, ps, true, &half_type, &LOC), want);
+  sf_std_nn_load(&h, &half_type, ps, false, &half_type, &LOC);
+  CU_ASSERT(memcmp(sf__t_data(h.fc1.bias), sf__t_data(m.fc1.bias), 16) == 0);
+  linear_c wrong = {0};
+  sf_std_nn_linear(&wrong, &linear_type, 4, 3, 1, &LOC);
+  half_c hw = {wrong};
+  float before = sf__t_data(wrong.bias)[0];
+  snprintf(want, sizeof want, "t.sflow:3:7: runtime error: nn.load: %s: \"fc1.weight\" has shape "
+           "[4, 3] in the file, but the struct's is [3, 4]", path);
+  EXPECT_ERROR(sf_std_nn_load(&hw, &half_type, ps, false, &half_type, &LOC), want);
+  CU_ASSERT(sf__t_data(wrong.bias)[0] == before); /* nothing copied */
+  sf_value_release(&linear_type, &l);
+  sf_value_release(&linear_type, &wrong);
+  sf_value_release(&model_type, &m);
+  sf_value_release(&model_type, &m2);
+  sf_release(ps);
+  unlink(path);
+}
+
+/* A file written by hand as another writer would: F16 and BF16 values,
+ * an I64 buffer the struct does not have, metadata, no padding. */
+static void test_safetensors_halves(void) {
+  const char *hdr = "{\"weight\":{\"dtype\":\"F16\",\"shape\":[2,2],\"data_offsets\":[0,8]},"
+                    "\"__metadata__\":{\"format\":\"pt\",\"note\":\"x\"},"
+                    "\"bias\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[8,12]},"
+                    "\"position_ids\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[12,20]}}";
+  uint64_t hl = strlen(hdr);
+  /* F16: 1.0, -2.5, 65504 (the largest), 2^-24 (the smallest subnormal);
+   * BF16: 1.0, 3.140625. */
+  uint16_t halves[6] = {0x3C00, 0xC100, 0x7BFF, 0x0001, 0x3F80, 0x4049};
+  int64_t pos = 7;
+  size_t n = 8 + hl + 12 + 8;
+  char *file = calloc(1, n);
+  memcpy(file, &hl, 8);
+  memcpy(file + 8, hdr, hl);
+  memcpy(file + 8 + hl, halves, 12);
+  memcpy(file + 8 + hl + 12, &pos, 8);
+  char path[] = "/tmp/sflow_nn_XXXXXX";
+  close(mkstemp(path));
+  write_all(path, file, n);
+  sf_str *ps = sf_str_new(path, (int64_t)strlen(path));
+  linear_c l = {mk(2, SHAPE(2, 2), NULL), mk(1, SHAPE(2), NULL)};
+  char want[1024];
+  snprintf(want, sizeof want, "t.sflow:3:7: runtime error: nn.load: %s has a tensor "
+           "\"position_ids\" that the struct lacks (strict = false ignores it)", path);
+  EXPECT_ERROR(sf_std_nn_load(&l, &linear_type, ps, true, &linear_type, &LOC), want);
+  sf_std_nn_load(&l, &linear_type, ps, false, &linear_type, &LOC);
+  check_vals("f16", l.weight, (float[]){1.0f, -2.5f, 65504.0f, 0x1p-24f}, 4, 0);
+  check_vals("bf16", l.bias, (float[]){1.0f, 3.140625f}, 2, 0);
+  /* Offsets past the data, and a file too short for its header. */
+  memcpy(file + 8 + strlen("{\"weight\":{\"dtype\":\"F16\",\"shape\":[2,2],\"data_offsets\":[0,"),
+         "9", 1);
+  write_all(path, file, n);
+  snprintf(want, sizeof want, "t.sflow:3:7: runtime error: nn.load: %s: the data of \"weight\" "
+           "(offsets 0..9) does not fit F16 [2, 2] within the 20 data bytes", path);
+  EXPECT_ERROR(sf_std_nn_load(&l, &linear_type, ps, false, &linear_type, &LOC), want);
+  write_all(path, file, 20);
+  snprintf(want, sizeof want, "t.sflow:3:7: runtime error: nn.load: %s is not a safetensors "
+           "file (header length %lu for a file of 20 bytes)", path, (unsigned long)hl);
+  EXPECT_ERROR(sf_std_nn_load(&l, &linear_type, ps, false, &linear_type, &LOC), want);
+  CU_ASSERT(sf__f16_to_f32(0x7C00) == INFINITY && isnan(sf__f16_to_f32(0x7E00)));
+  CU_ASSERT(sf__f16_to_f32(0x8000) == 0.0f && signbit(sf__f16_to_f32(0x8000)));
+  CU_ASSERT(sf__f16_to_f32(0x0200) == 0x1p-15f && sf__f16_to_f32(0x0400) == 0x1p-14f);
+  free(file);
+  sf_value_release(&linear_type, &l);
+  sf_release(ps);
+  unlink(path);
+}
+
+static void test_randn(void) {
+  sf_array *sh = i64s(1, (int64_t[]){10000});
+  sf_tensor *a = sf_std_nn_randn(sh, 7, &LOC), *b = sf_std_nn_randn(sh, 7, &LOC),
+            *c = sf_std_nn_randn(sh, 8, &LOC);
+  CU_ASSERT(memcmp(sf__t_data(a), sf__t_data(b), 40000) == 0);
+  CU_ASSERT(memcmp(sf__t_data(a), sf__t_data(c), 40000) != 0);
+  double s = 0, s2 = 0;
+  for (int i = 0; i < 10000; i++) {
+    s += sf__t_data(a)[i];
+    s2 += sf__t_data(a)[i] * sf__t_data(a)[i];
+  }
+  double mean = s / 10000, var = s2 / 10000 - mean * mean;
+  CU_ASSERT(fabs(mean) < 0.05 && fabs(var - 1) < 0.05);
+  sf_tensor *u1 = sf_std_nn_randn(sh, -1, &LOC), *u2 = sf_std_nn_randn(sh, -1, &LOC);
+  CU_ASSERT(memcmp(sf__t_data(u1), sf__t_data(u2), 40000) != 0); /* the call's stream moves */
+  sf_release(sh);
+  sf_tensor *all[] = {a, b, c, u1, u2};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+    sf_release(all[i]);
+}
+
+int main(int argc, char **argv) {
+  sf__nn_install();
+  static const rt_test tests[] = {
+      {"broadcast_forward", test_broadcast_forward},
+      {"matmul_forward", test_matmul_forward},
+      {"reduce_forward", test_reduce_forward},
+      {"activations_forward", test_activations_forward},
+      {"losses_forward", test_losses_forward},
+      {"views", test_views},
+      {"grad_binary", test_grad_binary},
+      {"grad_scalar", test_grad_scalar},
+      {"grad_matmul", test_grad_matmul},
+      {"grad_unary", test_grad_unary},
+      {"grad_reduce", test_grad_reduce},
+      {"grad_losses", test_grad_losses},
+      {"grad_accumulates", test_grad_accumulates},
+      {"errors", test_errors},
+      {"tape_released", test_tape_released},
+      {"sgd", test_sgd},
+      {"adamw", test_adamw},
+      {"linear_and_params", test_linear_and_params},
+      {"print_and_serialize", test_print_and_serialize},
+      {"safetensors_round_trip", test_safetensors_round_trip},
+      {"safetensors_halves", test_safetensors_halves},
+      {"randn", test_randn},
+      {NULL, NULL},
+  };
+  return rt_run("nn", tests, argc, argv);
+}
