@@ -324,6 +324,11 @@ typedef struct sf__rng {
   bool live;
 } sf__rng;
 extern _Thread_local sf__rng sf__rng_cur;
+/* std.nn's no_grad switch (ops record no autograd tape while it is on).
+ * Core holds it, like the random stream, so the scheduler can start every
+ * task call and actor method with it off and restore the caller's after:
+ * one task that leaves it on must not silence the next on that thread. */
+extern _Thread_local bool sf__no_grad;
 uint64_t sf__rng_mix(uint64_t key, uint64_t index); /* the key of child `index` of key */
 /* The key of the next task call or spawn the running call makes. */
 static inline uint64_t sf__rng_child(void) {

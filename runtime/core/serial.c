@@ -45,7 +45,53 @@ static bool is_raw(const sf_type *t) {
          t->kind == SF_F64;
 }
 
+/* Tensors keep their sharing within one value: an optimizer's params are
+ * the model's own tensors, so an actor holding both must get both back as
+ * one set of objects from a checkpoint, not as two copies (its steps would
+ * then update tensors the model no longer holds).  Each top-level
+ * sf__ser_value / sf__de_value call numbers the tensors in the order met;
+ * a tensor met again is written as marker 2 and its number.  Other
+ * objects are written by value each time they are met, as before. */
+static _Thread_local struct {
+  int depth;
+  int64_t n, cap;
+  void **objs;
+} shared;
+
+static int64_t shared_find(const void *x) {
+  for (int64_t i = 0; i < shared.n; i++)
+    if (shared.objs[i] == x)
+      return i;
+  return -1;
+}
+
+static void shared_add(void *x) {
+  if (shared.n == shared.cap) {
+    shared.cap = shared.cap ? shared.cap * 2 : 16;
+    shared.objs = sf__realloc(shared.objs, (size_t)shared.cap * sizeof *shared.objs);
+  }
+  shared.objs[shared.n++] = x;
+}
+
+static void ser_rec(sf__buf *b, const sf_type *t, const void *p);
+static bool de_rec(sf__reader *r, const sf_type *t, void *p);
+
 void sf__ser_value(sf__buf *b, const sf_type *t, const void *p) {
+  if (shared.depth++ == 0)
+    shared.n = 0;
+  ser_rec(b, t, p);
+  shared.depth--;
+}
+
+bool sf__de_value(sf__reader *r, const sf_type *t, void *p) {
+  if (shared.depth++ == 0)
+    shared.n = 0;
+  bool ok = de_rec(r, t, p);
+  shared.depth--;
+  return ok;
+}
+
+static void ser_rec(sf__buf *b, const sf_type *t, const void *p) {
   switch (t->kind) {
   case SF_VOID:
     return;
@@ -71,12 +117,12 @@ void sf__ser_value(sf__buf *b, const sf_type *t, const void *p) {
       sf__buf_put(b, a->data, n * (uint64_t)t->elem->size);
     else
       for (uint64_t i = 0; i < n; i++)
-        sf__ser_value(b, t->elem, sf__array_at(a, (int64_t)i));
+        ser_rec(b, t->elem, sf__array_at(a, (int64_t)i));
     return;
   }
   case SF_STRUCT:
     for (int32_t i = 0; i < t->nfields; i++)
-      sf__ser_value(b, t->fields[i].type, (const char *)p + t->fields[i].offset);
+      ser_rec(b, t->fields[i].type, (const char *)p + t->fields[i].offset);
     return;
   case SF_MAP: {
     const sf_map *m = *(sf_map *const *)p;
@@ -85,8 +131,8 @@ void sf__ser_value(sf__buf *b, const sf_type *t, const void *p) {
     const void *k;
     void *v;
     while (sf__map_next(m, &pos, &k, &v)) {
-      sf__ser_value(b, t->fields[0].type, k);
-      sf__ser_value(b, t->elem, v);
+      ser_rec(b, t->fields[0].type, k);
+      ser_rec(b, t->elem, v);
     }
     return;
   }
@@ -95,9 +141,19 @@ void sf__ser_value(sf__buf *b, const sf_type *t, const void *p) {
     return;
   case SF_TENSOR: {
     const void *x = *(void *const *)p;
-    sf__buf_put(b, x ? "\1" : "\0", 1);
-    if (x) /* a tensor exists only once the nn layer installed its hooks */
-      sf__tensor_ser(b, x);
+    if (!x) {
+      sf__buf_put(b, "\0", 1);
+      return;
+    }
+    int64_t seen = shared_find(x);
+    if (seen >= 0) { /* the same tensor again: a back-reference */
+      sf__buf_put(b, "\2", 1);
+      sf__ser_u64(b, (uint64_t)seen);
+      return;
+    }
+    shared_add((void *)x);
+    sf__buf_put(b, "\1", 1);
+    sf__tensor_ser(b, x); /* a tensor exists only once the nn layer installed its hooks */
     return;
   }
   default: /* future, actor, group: a marker */
@@ -118,12 +174,12 @@ static bool de_map(sf__reader *r, const sf_type *t, void *p) {
   const sf_type *kt = t->fields[0].type;
   for (uint64_t i = 0; i < n; i++) {
     uint64_t key = 0; /* an sf_str * or the integer */
-    if (!sf__de_value(r, kt, &key))
+    if (!de_rec(r, kt, &key))
       return false;
     int64_t before = sf_map_len(m);
     void *slot = sf_map_put(m, &key, NULL);
     sf_value_release(kt, &key); /* the map retained its own */
-    if (sf_map_len(m) == before || !sf__de_value(r, t->elem, slot))
+    if (sf_map_len(m) == before || !de_rec(r, t->elem, slot))
       return false;
   }
   return true;
@@ -131,7 +187,7 @@ static bool de_map(sf__reader *r, const sf_type *t, void *p) {
 
 /* Reads into p, which holds zeroes; on failure whatever was read is
  * released again by the caller's sf_value_release on the whole value. */
-bool sf__de_value(sf__reader *r, const sf_type *t, void *p) {
+static bool de_rec(sf__reader *r, const sf_type *t, void *p) {
   switch (t->kind) {
   case SF_VOID:
     return true;
@@ -173,13 +229,13 @@ bool sf__de_value(sf__reader *r, const sf_type *t, void *p) {
       return true;
     }
     for (uint64_t i = 0; i < n; i++)
-      if (!sf__de_value(r, t->elem, sf__array_at(a, (int64_t)i)))
+      if (!de_rec(r, t->elem, sf__array_at(a, (int64_t)i)))
         return false;
     return true;
   }
   case SF_STRUCT:
     for (int32_t i = 0; i < t->nfields; i++)
-      if (!sf__de_value(r, t->fields[i].type, (char *)p + t->fields[i].offset))
+      if (!de_rec(r, t->fields[i].type, (char *)p + t->fields[i].offset))
         return false;
     return true;
   case SF_MAP:
@@ -195,12 +251,25 @@ bool sf__de_value(sf__reader *r, const sf_type *t, void *p) {
     *(int64_t *)p = ix;
     return true;
   }
-  case SF_TENSOR:
-    if (r->p >= r->end || *r->p > 1)
+  case SF_TENSOR: {
+    if (r->p >= r->end || *r->p > 2)
       return false;
-    if (*r->p++ == 0)
+    unsigned char mark = *r->p++;
+    if (mark == 0)
       return true; /* p holds NULL already */
-    return sf__tensor_de && sf__tensor_de(r, (void **)p);
+    if (mark == 2) {
+      uint64_t ix;
+      if (!sf__de_u64(r, &ix) || ix >= (uint64_t)shared.n)
+        return false;
+      sf_retain(shared.objs[ix]);
+      *(void **)p = shared.objs[ix];
+      return true;
+    }
+    if (!sf__tensor_de || !sf__tensor_de(r, (void **)p))
+      return false;
+    shared_add(*(void **)p);
+    return true;
+  }
   default:
     if (r->p >= r->end || *r->p != 0)
       return false;

@@ -25,7 +25,6 @@
 
 #include "nn.h"
 
-_Thread_local bool sf__no_grad;
 static uint64_t seq_counter; /* atomic */
 static uint64_t walk_counter; /* atomic */
 

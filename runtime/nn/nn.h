@@ -123,8 +123,7 @@ struct sf__node {
   bool released;           /* backward ran through it: edges dropped */
 };
 
-/* The per-thread no_grad switch (true: ops record nothing). */
-extern _Thread_local bool sf__no_grad;
+/* sf__no_grad lives in core (core.h), so the scheduler resets it per call. */
 /* Records op for out when an input requires grad (and not no_grad): the
  * node, owned by out, with a and b (b may be NULL) retained; NULL when
  * nothing is recorded.  The caller fills the node's parameters. */

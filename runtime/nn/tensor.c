@@ -235,6 +235,10 @@ static void tensor_ser(sf__buf *b, const void *p) {
   sf__ser_u64(b, (uint64_t)t->ndim);
   for (int32_t i = 0; i < t->ndim; i++)
     sf__ser_u64(b, (uint64_t)t->shape[i]);
+  /* Whether it is a param (a leaf that requires grad): a model restored
+   * from a checkpoint must go on training.  Its gradient is not kept: it
+   * is rebuilt by the next backward, as after zero_grad. */
+  sf__ser_u64(b, t->req && !t->node ? 1 : 0);
   sf_tensor *c = sf__t_contig(t);
   sf__buf_put(b, (const char *)sf__t_data(c), (size_t)c->numel * sizeof(float));
   sf_release(c);
@@ -263,9 +267,13 @@ static bool tensor_de(sf__reader *r, void **out) {
       return false;
     n *= d;
   }
+  uint64_t flags;
+  if (!sf__de_u64(r, &flags) || flags > 1)
+    return false;
   if (n > (uint64_t)(r->end - r->p) / sizeof(float))
     return false;
   sf_tensor *t = sf__t_empty((int32_t)nd, shape, NULL);
+  t->req = flags == 1;
   memcpy(t->st->data, r->p, n * sizeof(float));
   r->p += n * sizeof(float);
   *out = t;

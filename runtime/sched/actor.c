@@ -233,6 +233,8 @@ static void run_method(sf_actor *a, msg *m, run *r) {
    * state, so a restored or restarted actor goes on where it was). */
   uint64_t msg_no = m->kind == MSG_INIT ? 0 : (uint64_t)a->calls + 1;
   sf__rng was_rng = sf__rng_enter(sf__rng_mix(a->key, msg_no));
+  bool was_no_grad = sf__no_grad; /* std.nn's switch: every call starts recording */
+  sf__no_grad = false;
   sf__print_mute = was_muted || m->mute;
   if (m->keep)
     sf__print_keep = m->keep;
@@ -241,6 +243,7 @@ static void run_method(sf_actor *a, msg *m, run *r) {
   sf__print_mute = was_muted;
   sf__print_keep = was_kept;
   sf__rng_cur = was_rng;
+  sf__no_grad = was_no_grad;
   sf__capture_end(&r->cap);
   sf__running_actor = saved;
   sf__trace_event(r->md->name, m->kind == MSG_INIT ? "init" : "call", t0, 0, r->why);

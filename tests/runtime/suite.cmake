@@ -85,3 +85,10 @@ add_test(NAME runtime/tokenizer_ids
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/tokenizer_test.py
           --sflowc $<TARGET_FILE:sflowc> --peers ${CMAKE_BINARY_DIR}/peers/tokenizer)
 set_tests_properties(runtime/tokenizer_ids PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
+# A training run (a @checkpoint actor holding an MLP and its AdamW state)
+# SIGKILLed at 4 points and --resume'd ends with bitwise the weights of an
+# uninterrupted run: tensors keep their params flag and their sharing (the
+# optimizer's params are the model's) through checkpoints.
+add_test(NAME runtime/nn_resume
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/nn_resume_test.py
+          --sflowc $<TARGET_FILE:sflowc>)
