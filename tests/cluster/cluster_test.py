@@ -2389,6 +2389,66 @@ def case_maps_fn_values_nodes(c):
     c.expect_no_workers()
 
 
+NN_PROGRAM = """import std.nn
+
+struct Mlp { fc1: nn.Linear, fc2: nn.Linear }
+fn forward(m: Mlp, x: tensor) -> tensor { return nn.forward(m.fc2, relu(nn.forward(m.fc1, x))) }
+
+// One data-parallel shard's gradients: a task on a worker.
+task shard_grads(m: Mlp, x: tensor, y: i64[]) -> tensor[] {
+  nn.zero_grad(params(m))
+  backward(nn.cross_entropy(forward(m, x), y))
+  return grads(m)
+}
+
+actor Trainer {
+  var m: Mlp
+  var opt: nn.AdamW
+  init() {
+    m = Mlp { fc1: nn.linear(6, 5, seed = 1), fc2: nn.linear(5, 3, seed = 2) }
+    opt = nn.adamw(params(m), lr = 0.05)
+  }
+  fn step(k: i64) -> f32 {
+    nn.zero_grad(params(m))
+    let loss = nn.cross_entropy(forward(m, randn([8, 6], seed = k)), [(i + k) % 3 for i in 0..8])
+    backward(loss)
+    nn.step(opt)
+    return loss.item()
+  }
+  fn where() -> i64 { return node_id() }
+}
+
+workflow main() {
+  let m = Mlp { fc1: nn.linear(6, 5, seed = 1), fc2: nn.linear(5, 3, seed = 2) }
+  let gs = [shard_grads(m, randn([4, 6], seed = s), [s % 3, 1, 2, 0]) for s in 0..4]
+  for g in gs { let v = await g; print(len(v), v[0].shape(), v[0].data()[0]) }
+  let t = spawn Trainer()
+  print("node", await t.where())
+  for k in 0..5 { print("loss", await t.step(k)) }
+}
+"""
+
+
+def case_tensors_nodes(c):
+    """Tensors cross nodes: tasks on the workers take a model struct of
+    tensors and return its gradients, and an actor on a worker trains a
+    model with AdamW; the output equals a single-node run's, bit for bit
+    (shortest round-trip floats)."""
+    exe = c.compile("nnprog", NN_PROGRAM)
+    local = subprocess.run([exe], capture_output=True, text=True, timeout=60)
+    check(local.returncode == 0, "single-node run", local.stdout, local.stderr)
+    want = [l for l in local.stdout.splitlines() if not l.startswith("node ")]
+    check(sum(l.startswith("loss ") for l in want) == 5, "the single-node run trains", local.stdout)
+    r = c.run("--head-runs-work=false", prog=exe, timeout=120)
+    check(r.returncode == 0, f"exit {r.returncode}", r.stdout, r.stderr)
+    lines = r.stdout.splitlines()
+    where = [int(l.split()[-1]) for l in lines if l.startswith("node ") or "] node " in l]
+    check(len(where) == 1 and where[0] > 0, "actor placed on a worker", r.stdout)
+    check(unprefixed([l for l in lines if not (l.startswith("node ") or "] node " in l)]) == want,
+          "output equals the single-node run", r.stdout, "\n".join(want))
+    c.expect_no_workers()
+
+
 def case_actors_remote(c):
     """An actor spawned by main runs on a worker: node_id() there is not 0,
     its print lines arrive prefixed by that node, results are exact and the
@@ -3186,6 +3246,7 @@ CASES = {
     "tasks_object_mixed": (3, case_tasks_object_mixed),
     "actors_remote": (2, case_actors_remote),
     "maps_fn_values_nodes": (2, case_maps_fn_values_nodes),
+    "tensors_nodes": (2, case_tensors_nodes),
     "trace_nodes": (2, case_trace_nodes),
     "rand_nodes": (2, case_rand_nodes),
     "actors_gpus": (2, case_actors_gpus),
