@@ -6,6 +6,7 @@ small JSON files in tests/nn/fixtures/ so that the tests need no PyTorch.
     build/peers/torch/venv/bin/python scripts/gen_nn_fixtures.py [--out DIR]
     build/peers/torch/venv/bin/python scripts/gen_nn_fixtures.py --check
     build/peers/torch/venv/bin/python scripts/gen_nn_fixtures.py --runner FIXTURE
+    build/peers/torch/venv/bin/python scripts/gen_nn_fixtures.py --read-safetensors FILE
 
 Each fixture file holds one op (or one procedure: an optimizer trajectory, an
 MLP training step, a safetensors file) and a list of cases.  A case names its
@@ -25,6 +26,8 @@ count or summation order, and come out byte-identical on every run
 `--runner FIXTURE` is the other side: torch in float32, fed from the
 fixture's own inputs, printing its answers as check_fixtures.py reads them;
 that they pass shows the tolerances suit an f32 implementation.
+`--read-safetensors FILE` prints a file (one sflow's nn.save wrote, say) as
+the safetensors package reads it, in tests/nn/check_safetensors.py's JSON.
 """
 import argparse
 import filecmp
@@ -524,10 +527,15 @@ def main():
     ap.add_argument("--out", default=DEFAULT_OUT, help="folder of the fixtures (default tests/nn/fixtures)")
     ap.add_argument("--check", action="store_true", help="regenerate into a temporary folder; fail on any byte changed")
     ap.add_argument("--runner", metavar="FIXTURE", help="print torch-f32 answers for FIXTURE (check_fixtures.py runner)")
+    ap.add_argument("--read-safetensors", metavar="FILE",
+                    help="print FILE as the safetensors package reads it (the JSON of tests/nn/check_safetensors.py)")
     a = ap.parse_args()
     torch.set_num_threads(1)
     if a.runner:
         runner(a.runner)
+        return
+    if a.read_safetensors:
+        print(enc(read_safetensors(a.read_safetensors)))
         return
     if not a.check:
         generate(a.out)

@@ -6,7 +6,9 @@ fails the case it is in (and only that case) in every file, naming the
 place; a move inside the tolerance passes; a flipped sign of zero fails the
 exact safetensors fixture; a missing case, a missing key, a wrong shape, a
 NaN, an integer off by one, a runner that crashes or prints non-JSON all
-fail with a message saying so.
+fail with a message saying so.  tests/nn/check_safetensors.py (Python
+alone) reads the fixture's safetensors file exactly as the safetensors
+package did, and refuses each breach of the format with its rule.
 
     python3 tests/nn/check_fixtures_test.py [--torch build/peers/torch]
 
@@ -131,6 +133,61 @@ def test_damage():
         expect(f"{name}: fails, saying {msg!r}", rc == 1 and msg in out, out)
 
 
+def craft(path, header, data, pad=True):
+    """A safetensors file from a header object and data bytes."""
+    text = json.dumps(header, separators=(",", ":")).encode()
+    if pad:
+        text += b" " * (-(8 + len(text)) % 8)
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text + data)
+
+
+def test_safetensors_reader():
+    st = os.path.join(HERE, "fixtures", "safetensors.json")
+    reader = os.path.join(HERE, "check_safetensors.py")
+    rc, out = check(f"{shlex.quote(sys.executable)} {shlex.quote(reader)} --runner", [st])
+    expect("check_safetensors.py (Python alone) reads hf_small.safetensors exactly as the safetensors package",
+           rc == 0 and "1 passed, 0 failed" in out, out)
+    good = os.path.join(HERE, "fixtures", "hf_small.safetensors")
+    p = subprocess.run([sys.executable, reader, good, "--expect", st], capture_output=True, text=True)
+    expect("... and --expect the fixture passes", p.returncode == 0, p.stdout + p.stderr)
+    blob = open(good, "rb").read()
+    n = int.from_bytes(blob[:8], "little")
+    header = json.loads(blob[8:8 + n])
+    f32 = {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        bad = []
+        def add(name, msg, **kw):
+            bad.append((name, os.path.join(tmp, name.replace(" ", "_") + ".safetensors"), msg, kw))
+        add("truncated to 4 bytes", "shorter than the 8-byte header length", raw=blob[:4])
+        add("a header past the end", "runs past the end", raw=(10**6).to_bytes(8, "little") + blob[8:])
+        add("the data not 8-byte aligned", "8-byte aligned", header={"a": f32}, data=b"\0" * 8, pad=False)
+        add("a header that is not JSON", "not UTF-8 JSON", raw=(8).to_bytes(8, "little") + b"{nope!! " + b"\0" * 8)
+        add("an unknown dtype", "unknown dtype 'F8'", header={"a": dict(f32, dtype="F8")}, data=b"\0" * 8)
+        add("offsets of the wrong size", "hold 4 bytes; F32 [2] needs 8",
+            header={"a": dict(f32, data_offsets=[0, 4])}, data=b"\0" * 4)
+        add("a gap between tensors", "starts at 12, but the tensors before it end at 8 (a gap)",
+            header={"a": f32, "b": dict(f32, data_offsets=[12, 20])}, data=b"\0" * 20)
+        add("overlapping tensors", "(an overlap)",
+            header={"a": f32, "b": dict(f32, data_offsets=[4, 12])}, data=b"\0" * 12)
+        add("data left over", "cover 8 bytes of data, the file holds 16", header={"a": f32}, data=b"\0" * 16)
+        add("metadata that is not strings", "__metadata__ must be an object of strings",
+            header={"__metadata__": {"n": 1}, "a": f32}, data=b"\0" * 8)
+        changed = bytearray(blob)
+        changed[8 + n] ^= 0x01  # the first byte of the first tensor
+        add("one bit of data changed", "1 difference(s)", raw=bytes(changed), expect=True)
+        for name, path, msg, kw in bad:
+            if "raw" in kw:
+                open(path, "wb").write(kw["raw"])
+            else:
+                craft(path, kw["header"], kw["data"], kw.get("pad", True))
+            cmd = [sys.executable, reader, path] + (["--expect", st] if kw.get("expect") else [])
+            p = subprocess.run(cmd, capture_output=True, text=True)
+            out = p.stdout + p.stderr
+            expect(f"safetensors {name}: exit 1, saying {msg!r}", p.returncode == 1 and msg in out, out)
+
+
 def test_torch(peers):
     py = os.path.join(peers, "venv", "bin", "python")
     if not os.access(py, os.X_OK):
@@ -159,6 +216,7 @@ def main():
     test_perturb_each_file()
     test_within_tolerance()
     test_damage()
+    test_safetensors_reader()
     if a.torch:
         test_torch(a.torch)
     line = f"{results['passed']} passed, {results['failed']} failed"
