@@ -128,15 +128,18 @@ def main():
     base = rss_mb()
     for _ in range(a.warmup):
         step()
-    times = []
+    times, c0, w0 = [], time.process_time(), time.perf_counter()
     for _ in range(steps):
         t0 = time.perf_counter()
         step()
         times.append((time.perf_counter() - t0) * 1e3)
+    # CPU time over wall time near the thread count means the threads ran;
+    # well under it, the machine was busy and the figure is too slow.
+    busy = (time.process_time() - c0) / (time.perf_counter() - w0)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"RESULT {name} torch {a.threads} {statistics.median(times):.2f} {peak:.1f} {base:.1f}")
     print(f"INFO {name} torch {torch.__version__} threads {torch.get_num_threads()} steps {steps} "
-          f"min {min(times):.2f} max {max(times):.2f} ms; {what}")
+          f"min {min(times):.2f} max {max(times):.2f} ms, cpu/wall {busy:.2f}; {what}")
 
 
 if __name__ == "__main__":
