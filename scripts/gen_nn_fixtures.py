@@ -2,7 +2,7 @@
 """gen_nn_fixtures.py — PyTorch's answers for every std.nn op, committed as
 small JSON files in tests/nn/fixtures/ so that the tests need no PyTorch.
 
-    bash bench/nn/setup.sh                         # build/peers/torch, once
+    python3 scripts/gen_nn_fixtures.py [--out DIR]   # any Python: see below
     build/peers/torch/venv/bin/python scripts/gen_nn_fixtures.py [--out DIR]
     build/peers/torch/venv/bin/python scripts/gen_nn_fixtures.py --check
     build/peers/torch/venv/bin/python scripts/gen_nn_fixtures.py --runner FIXTURE
@@ -26,6 +26,8 @@ count or summation order, and come out byte-identical on every run
 `--runner FIXTURE` is the other side: torch in float32, fed from the
 fixture's own inputs, printing its answers as check_fixtures.py reads them;
 that they pass shows the tolerances suit an f32 implementation.
+Run by a Python without torch, the script runs bench/nn/setup.sh (PyTorch
+into build/peers/torch; network once) and runs itself again in that venv.
 `--read-safetensors FILE` prints a file (one sflow's nn.save wrote, say) as
 the safetensors package reads it, in tests/nn/check_safetensors.py's JSON.
 """
@@ -34,15 +36,26 @@ import filecmp
 import json
 import math
 import os
+import subprocess
 import sys
 import tempfile
 
-import numpy as np
-import safetensors
-import torch
-import torch.nn.functional as F
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PEER_PY = os.path.join(ROOT, "build", "peers", "torch", "venv", "bin", "python")
+
+try:
+    import numpy as np
+    import safetensors
+    import torch
+    import torch.nn.functional as F
+except ImportError:
+    # Run by a Python without torch: set up the peer (bench/nn/setup.sh,
+    # network once) and run again in its venv.
+    if os.environ.get("SFLOW_NN_PEER_EXEC"):
+        raise
+    subprocess.run(["bash", os.path.join(ROOT, "bench", "nn", "setup.sh")], check=True)
+    os.environ["SFLOW_NN_PEER_EXEC"] = "1"
+    os.execv(PEER_PY, [PEER_PY, os.path.abspath(__file__), *sys.argv[1:]])
 DEFAULT_OUT = os.path.join(ROOT, "tests", "nn", "fixtures")
 
 # Tolerance of a comparison: |got - want| <= atol + rtol * |want|.  An f32
