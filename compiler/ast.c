@@ -268,8 +268,8 @@ static void dump_node(Buf *b, Node *n, int d) {
     return;
   case N_STRUCT_LIT:
     head(b, n, d, "StructLit ");
-    if (n->argname)
-      buf_printf(b, "%s.", n->argname);
+    if (n->qual)
+      buf_printf(b, "%s.", n->qual);
     buf_puts(b, n->name);
     tail(b, n);
     for (Node *a = n->args; a; a = a->next)

@@ -2414,10 +2414,10 @@ static Type *check_comprehension(Node *e, Type *want) {
 
 static Type *check_struct_lit(Node *e) {
   Module *m = S.mod;
-  if (e->argname) {
-    m = module_by_alias(S.mod, e->argname);
+  if (e->qual) {
+    m = module_by_alias(S.mod, e->qual);
     if (!m)
-      return err_at(e->loc, "unknown module '%s'", e->argname);
+      return err_at(e->loc, "unknown module '%s'", e->qual);
   }
   Decl *d = lookup_item(m, e->name);
   if (!d || d->kind != D_STRUCT) {

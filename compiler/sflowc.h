@@ -303,6 +303,7 @@ struct Node {
   TypeExpr *texpr;   /* N_LET with a written type */
   const char *name;  /* N_NAME, N_FIELD, N_LET, N_FOR, N_COMPREH, N_STRUCT_LIT, N_LAUNCH */
   const char *argname; /* a named argument: f(lr = 0.1) */
+  const char *qual;    /* N_STRUCT_LIT: the module of mod.Name { ... }, else NULL */
   Loc name_loc;      /* location of name where it differs from loc */
   int op;            /* N_BINARY, N_UNARY, N_ASSIGN */
   int64_t ival;

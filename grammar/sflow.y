@@ -527,7 +527,7 @@ postfix
         $$ = mk(N_STRUCT_LIT, @$); $$->args = $3.head;
         if ($1->kind == N_NAME) { $$->name = $1->name; $$->name_loc = $1->loc; }
         else if ($1->kind == N_FIELD && $1->lhs->kind == N_NAME) {
-          $$->name = $1->name; $$->argname = $1->lhs->name; $$->name_loc = $1->name_loc; }
+          $$->name = $1->name; $$->qual = $1->lhs->name; $$->name_loc = $1->name_loc; }
         else { diag_error(@1, "expected a struct name before '{'"); $$->name = "?"; } }
   ;
 

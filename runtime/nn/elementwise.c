@@ -416,6 +416,7 @@ typedef struct {
 
 #define SQRT1_2 0.70710678118654752440f
 #define INV_SQRT_2PI 0.39894228040143267794f
+#define GELU_K 0.79788456080286535588f /* sqrt(2 / pi) */
 
 static void unary_chunk(void *ctx, int64_t lo, int64_t hi) {
   const unary_job *j = ctx;
@@ -427,6 +428,10 @@ static void unary_chunk(void *ctx, int64_t lo, int64_t hi) {
     break;
   case SF__U_GELU: /* the erf form (BERT, PyTorch's default) */
     for (int64_t i = lo; i < hi; i++) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * SQRT1_2));
+    break;
+  case SF__U_GELU_TANH: /* the tanh form (GPT-2, torch's approximate="tanh") */
+    for (int64_t i = lo; i < hi; i++)
+      y[i] = 0.5f * x[i] * (1.0f + tanhf(GELU_K * (x[i] + 0.044715f * x[i] * x[i] * x[i])));
     break;
   case SF__U_SIGMOID:
     for (int64_t i = lo; i < hi; i++) y[i] = 1.0f / (1.0f + expf(-x[i]));
@@ -466,6 +471,14 @@ static void unary_bw_chunk(void *ctx, int64_t lo, int64_t hi) {
       d[i] = g[i] * (cdf + x[i] * pdf);
     }
     break;
+  case SF__U_GELU_TANH: /* d/dx of 0.5 x (1 + tanh(u)), u = k (x + 0.044715 x^3) */
+    for (int64_t i = lo; i < hi; i++) {
+      float x2 = x[i] * x[i];
+      float t = tanhf(GELU_K * (x[i] + 0.044715f * x2 * x[i]));
+      float du = GELU_K * (1.0f + 3.0f * 0.044715f * x2);
+      d[i] = g[i] * (0.5f * (1.0f + t) + 0.5f * x[i] * (1.0f - t * t) * du);
+    }
+    break;
   case SF__U_SIGMOID:
     for (int64_t i = lo; i < hi; i++) d[i] = g[i] * y[i] * (1.0f - y[i]);
     break;
@@ -489,8 +502,8 @@ static void run_chunks(int64_t n, void (*fn)(void *, int64_t, int64_t), void *ct
 }
 
 static const char *unary_name(int32_t kind) {
-  static const char *const names[] = {"relu", "gelu", "sigmoid", "tanh", "exp", "log"};
-  return kind >= 0 && kind <= SF__U_LOG ? names[kind] : "unary";
+  static const char *const names[] = {"relu", "gelu", "sigmoid", "tanh", "exp", "log", "gelu_tanh"};
+  return kind >= 0 && kind <= SF__U_GELU_TANH ? names[kind] : "unary";
 }
 
 /* Rules that need the input keep it as in[0]; those that need the output

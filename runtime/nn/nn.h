@@ -145,7 +145,7 @@ sf_tensor *sf__t_grad(sf_tensor *t);
 sf_tensor *sf__t_binary(int32_t op, sf_tensor *a, sf_tensor *b, const sf_loc *loc);
 sf_tensor *sf__t_scalar(int32_t op, sf_tensor *a, float s, bool left, const sf_loc *loc);
 sf_tensor *sf__t_neg(sf_tensor *a, const sf_loc *loc);
-enum { SF__U_RELU, SF__U_GELU, SF__U_SIGMOID, SF__U_TANH, SF__U_EXP, SF__U_LOG };
+enum { SF__U_RELU, SF__U_GELU, SF__U_SIGMOID, SF__U_TANH, SF__U_EXP, SF__U_LOG, SF__U_GELU_TANH };
 sf_tensor *sf__t_unary(int32_t kind, sf_tensor *a, const sf_loc *loc);
 /* The broadcast shape of a and b, or false. */
 bool sf__broadcast_shape(int32_t na, const int64_t *sa, int32_t nb, const int64_t *sb,
@@ -220,6 +220,8 @@ void sf_std_nn_backward(sf_tensor *loss, const sf_loc *loc);
 sf_tensor *sf_std_nn_grad(sf_tensor *t, const sf_loc *loc);
 sf_tensor *sf_std_nn_relu(sf_tensor *t, const sf_loc *loc);
 sf_tensor *sf_std_nn_gelu(sf_tensor *t, const sf_loc *loc);
+sf_tensor *sf_std_nn_gelu_tanh(sf_tensor *t, const sf_loc *loc);
+sf_tensor *sf_std_nn_max_all(sf_tensor *t, const sf_loc *loc);
 sf_tensor *sf_std_nn_sigmoid(sf_tensor *t, const sf_loc *loc);
 sf_tensor *sf_std_nn_tanh(sf_tensor *t, const sf_loc *loc);
 sf_tensor *sf_std_nn_exp(sf_tensor *t, const sf_loc *loc);
@@ -237,7 +239,7 @@ sf_tensor *sf_std_nn_sum_all(sf_tensor *t, const sf_loc *loc);
 sf_tensor *sf_std_nn_sum_axis(sf_tensor *t, int64_t axis, const sf_loc *loc);
 sf_tensor *sf_std_nn_mean_all(sf_tensor *t, const sf_loc *loc);
 sf_tensor *sf_std_nn_mean_axis(sf_tensor *t, int64_t axis, const sf_loc *loc);
-sf_tensor *sf_std_nn_max(sf_tensor *t, int64_t axis, const sf_loc *loc);
+sf_tensor *sf_std_nn_max_axis(sf_tensor *t, int64_t axis, const sf_loc *loc);
 sf_array *sf_std_nn_argmax(sf_tensor *t, int64_t axis, const sf_loc *loc);
 sf_tensor *sf_std_nn_reshape(sf_tensor *t, sf_array *shape, const sf_loc *loc);
 sf_tensor *sf_std_nn_transpose(sf_tensor *t, int64_t d0, int64_t d1, const sf_loc *loc);

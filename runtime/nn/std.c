@@ -166,6 +166,9 @@ void sf_std_nn_zero_grad(sf_array *ps, const sf_loc *loc) {
 
 sf_tensor *sf_std_nn_relu(sf_tensor *t, const sf_loc *loc) { return sf__t_unary(SF__U_RELU, t, loc); }
 sf_tensor *sf_std_nn_gelu(sf_tensor *t, const sf_loc *loc) { return sf__t_unary(SF__U_GELU, t, loc); }
+sf_tensor *sf_std_nn_gelu_tanh(sf_tensor *t, const sf_loc *loc) {
+  return sf__t_unary(SF__U_GELU_TANH, t, loc);
+}
 sf_tensor *sf_std_nn_sigmoid(sf_tensor *t, const sf_loc *loc) { return sf__t_unary(SF__U_SIGMOID, t, loc); }
 sf_tensor *sf_std_nn_tanh(sf_tensor *t, const sf_loc *loc) { return sf__t_unary(SF__U_TANH, t, loc); }
 sf_tensor *sf_std_nn_exp(sf_tensor *t, const sf_loc *loc) { return sf__t_unary(SF__U_EXP, t, loc); }
@@ -189,7 +192,10 @@ sf_tensor *sf_std_nn_mean_all(sf_tensor *t, const sf_loc *loc) {
 sf_tensor *sf_std_nn_mean_axis(sf_tensor *t, int64_t axis, const sf_loc *loc) {
   return sf__t_reduce(SF__R_MEAN, t, axis, loc);
 }
-sf_tensor *sf_std_nn_max(sf_tensor *t, int64_t axis, const sf_loc *loc) {
+sf_tensor *sf_std_nn_max_all(sf_tensor *t, const sf_loc *loc) {
+  return sf__t_reduce(SF__R_MAX, t, SF__ALL_AXES, loc);
+}
+sf_tensor *sf_std_nn_max_axis(sf_tensor *t, int64_t axis, const sf_loc *loc) {
   return sf__t_reduce(SF__R_MAX, t, axis, loc);
 }
 sf_array *sf_std_nn_argmax(sf_tensor *t, int64_t axis, const sf_loc *loc) {
