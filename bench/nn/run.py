@@ -84,7 +84,7 @@ def main():
                 got.update(run([py, os.path.join(HERE, "peer.py"), *args, "--threads", str(n)], env,
                                f"peer.py {' '.join(args)} --threads {n}", a.repeat))
                 if exe:
-                    got.update(run([exe, "--threads", str(n)], os.environ, f"{key}.sflow --threads {n}", a.repeat))
+                    got.update(run([exe, "--threads", str(n), "--bench_threads", str(n)], os.environ, f"{key}.sflow --threads {n}", a.repeat))
     load = open("/proc/loadavg").read().split()[:3]
     print(f"\nINFO load average {' '.join(load)} on {os.cpu_count()} CPUs at the end"
           + (f"; fastest of {a.repeat} runs each" if a.repeat > 1 else ""))

@@ -47,6 +47,12 @@ static void blas_init(void) {
       B.dgemm = (dgemm_fn)dlsym(h, "cblas_dgemm");
       if (B.sgemm && B.dgemm) {
         B.name = e && *e ? e : libs[i][1];
+        /* OpenBLAS starts one thread per core of its own; --threads bounds
+         * the whole program, products included (an explicit
+         * OPENBLAS_NUM_THREADS still wins). */
+        void (*set_threads)(int) = (void (*)(int))dlsym(h, "openblas_set_num_threads");
+        if (set_threads && !getenv("OPENBLAS_NUM_THREADS"))
+          set_threads((int)sf__pool_size());
         return;
       }
       dlclose(h);

@@ -288,3 +288,55 @@ sf_tensor *sf__t_matmul(sf_tensor *a, sf_tensor *b, const sf_loc *loc) {
   sf__record("matmul", c, bw_matmul, a, b);
   return c;
 }
+
+/* ------------------------------------------------- x @ W^T (Linear) */
+
+/* nn.forward of a Linear: x (..., in) times the weight (out, in) as stored,
+ * transposed inside the product (sgemm's transB) rather than through a
+ * transpose view.  The gradients then come out in the tensors' own layout:
+ * dx = g W and dW = g^T x, both contiguous, where x @ transpose(W) gave dW
+ * as a transposed view that accumulating had to copy element by element
+ * (a quarter of an MLP step). */
+static void bw_matmul_nt(sf__node *n, sf_tensor *g) {
+  sf_tensor *x = n->in[0], *w = n->in[1];
+  int64_t out = w->shape[0], in = w->shape[1], rows = g->numel / out;
+  sf_tensor *gc = sf__t_contig(g);
+  if (x->req) {
+    sf_tensor *gx = sf__t_empty(x->ndim, x->shape, NULL);
+    sf__sgemm(false, false, rows, in, out, 1.0f, sf__t_data(gc), out, sf__t_data(w), in, 0.0f,
+              sf__t_data(gx), in);
+    sf__grad_add(x, gx);
+  }
+  if (w->req) {
+    sf_tensor *xc = sf__t_contig(x);
+    sf_tensor *gw = sf__t_empty(2, w->shape, NULL);
+    sf__sgemm(true, false, out, in, rows, 1.0f, sf__t_data(gc), out, sf__t_data(xc), in, 0.0f,
+              sf__t_data(gw), in);
+    sf_release(xc);
+    sf__grad_add(w, gw);
+  }
+  sf_release(gc);
+}
+
+sf_tensor *sf__t_matmul_nt(sf_tensor *x, sf_tensor *w, const sf_loc *loc) {
+  sf__t_arg(x, "linear", loc);
+  sf__t_arg(w, "linear", loc);
+  char sx[SF__SHAPE_BUF], sw[SF__SHAPE_BUF];
+  if (w->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1])
+    sf_runtime_error(loc, "linear: input of shape %s does not fit a weight of shape %s "
+                     "(the weight is (out, in), the input (..., in))", SF__SHP(x, sx), SF__SHP(w, sw));
+  int64_t out = w->shape[0], in = w->shape[1];
+  int64_t rows = in ? x->numel / in : 0;
+  int64_t shape[SF__TMAX];
+  memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+  shape[x->ndim - 1] = out;
+  sf_tensor *xc = sf__t_contig(x), *wc = sf__t_contig(w);
+  sf_tensor *y = sf__t_empty(x->ndim, shape, loc);
+  if (rows && out)
+    sf__sgemm(false, true, rows, out, in, 1.0f, sf__t_data(xc), in, sf__t_data(wc), in, 0.0f,
+              sf__t_data(y), out);
+  sf__record("linear", y, bw_matmul_nt, x, w);
+  sf_release(xc);
+  sf_release(wc);
+  return y;
+}

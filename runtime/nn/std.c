@@ -166,6 +166,9 @@ void sf_std_nn_zero_grad(sf_array *ps, const sf_loc *loc) {
 
 sf_tensor *sf_std_nn_relu(sf_tensor *t, const sf_loc *loc) { return sf__t_unary(SF__U_RELU, t, loc); }
 sf_tensor *sf_std_nn_gelu(sf_tensor *t, const sf_loc *loc) { return sf__t_unary(SF__U_GELU, t, loc); }
+sf_tensor *sf_std_nn_matmul_nt(sf_tensor *x, sf_tensor *w, const sf_loc *loc) {
+  return sf__t_matmul_nt(x, w, loc);
+}
 sf_tensor *sf_std_nn_gelu_tanh(sf_tensor *t, const sf_loc *loc) {
   return sf__t_unary(SF__U_GELU_TANH, t, loc);
 }

@@ -11,3 +11,20 @@ add_test(NAME nn/fixtures_torch
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/nn/check_fixtures_test.py
           --torch-only --torch ${CMAKE_BINARY_DIR}/peers/torch)
 set_tests_properties(nn/fixtures_torch PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+# std.nn's own answers against the PyTorch fixtures: tests/nn/sflow_runner.py
+# writes one sflow program per fixture (the case's inputs as params, its
+# sflow expression, backward of (output * upstream).sum()), and
+# check_fixtures.py compares output and every gradient within the fixture's
+# tolerance: every op, SGD with momentum and AdamW trajectories.
+file(GLOB NN_OP_FIXTURES ${CMAKE_SOURCE_DIR}/tests/nn/fixtures/*.json)
+list(FILTER NN_OP_FIXTURES EXCLUDE REGEX "(safetensors|mlp_step)\\.json$")
+add_test(NAME nn/fixtures_sflow
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/nn/check_fixtures.py
+          --runner "${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/nn/sflow_runner.py --sflowc $<TARGET_FILE:sflowc> {fixture}"
+          ${NN_OP_FIXTURES})
+set_tests_properties(nn/fixtures_sflow PROPERTIES TIMEOUT 300)
+# A file nn.save writes (the Hugging Face fixture loaded and saved again)
+# read by Python alone, held to the format, every name, shape and value exact.
+add_test(NAME nn/save_interop
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/nn/save_interop_test.py
+          --sflowc $<TARGET_FILE:sflowc>)
