@@ -93,16 +93,57 @@ def opt_case(i, c, kind):
     return "\n".join(lines)
 
 
+MLP_PRELUDE = """struct Mlp { fc1: nn.Linear, fc2: nn.Linear }
+fn forward(m: Mlp, x: tensor) -> tensor { return nn.forward(m.fc2, relu(nn.forward(m.fc1, x))) }
+"""
+
+NAMES = ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
+
+
+def mlp_case(i, c):
+    """The fixture's Mlp stepped by SGD with momentum: per step the loss,
+    the gradients and the parameters by field path, and the loss after."""
+    inp = c["inputs"]
+    lines = ["fn case_%d() {" % i,
+             "  let x = %s" % tensor_lit(inp["x"]),
+             "  let targets: i64[] = %s" % json.dumps(inp["targets"]["data"]),
+             "  let m = Mlp { fc1: nn.Linear { weight: param(%s), bias: param(%s) }, "
+             "fc2: nn.Linear { weight: param(%s), bias: param(%s) } }"
+             % tuple(tensor_lit(inp[n]) for n in NAMES),
+             "  var opt = nn.sgd(params(m), lr = %r, momentum = %r)" % (c["attrs"]["lr"], c["attrs"]["momentum"]),
+             '  var steps = ""']
+    for k in range(c["attrs"]["steps"]):
+        lines += ["  nn.zero_grad(params(m))",
+                  "  let loss_%d = nn.cross_entropy(forward(m, x), targets)" % k,
+                  "  backward(loss_%d)" % k,
+                  "  let g_%d = grads(m)" % k,
+                  "  let gs_%d = [jt(g) for g in g_%d]" % (k, k),
+                  "  nn.step(opt)",
+                  "  let ps_%d = [jt(p) for p in params(m)]" % k,
+                  "  let after_%d = nn.cross_entropy(forward(m, x), targets)" % k]
+        grads = " + \", \" + ".join('"\\"%s\\": " + gs_%d[%d]' % (n, k, j) for j, n in enumerate(NAMES))
+        ps = " + \", \" + ".join('"\\"%s\\": " + ps_%d[%d]' % (n, k, j) for j, n in enumerate(NAMES))
+        sep = '", "' if k else '""'
+        lines.append('  steps = steps + %s + "{\\"loss\\": " + jt(loss_%d) + ", \\"grads\\": {" + %s + '
+                     '"}, \\"params\\": {" + %s + "}, \\"loss_after\\": " + jt(after_%d) + "}"'
+                     % (sep, k, grads, ps, k))
+    lines.append('  print("{\\"case\\": " + js(%s) + ", \\"steps\\": [" + steps + "]}")' % json.dumps(c["name"]))
+    lines.append("}")
+    return "\n".join(lines)
+
+
 def program(doc):
     op = doc["op"]
     cases = []
     for i, c in enumerate(doc["cases"]):
-        if op in ("sgd", "adamw"):
+        if op == "mlp_step":
+            cases.append(mlp_case(i, c))
+        elif op in ("sgd", "adamw"):
             cases.append(opt_case(i, c, op))
         else:
             cases.append(op_case(i, c))
     main = "workflow main() {\n" + "\n".join("  case_%d()" % i for i in range(len(doc["cases"]))) + "\n}\n"
-    return HEADER + "\n" + "\n\n".join(cases) + "\n\n" + main
+    return HEADER + (MLP_PRELUDE if op == "mlp_step" else "") + "\n" + "\n\n".join(cases) + "\n\n" + main
 
 
 def main():
