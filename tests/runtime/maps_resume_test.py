@@ -11,29 +11,12 @@ bytes), not from init.
 
 Usage: maps_resume_test.py --sflowc PATH
 """
+
 import argparse
 import os
-import signal
-import subprocess
 import sys
-import tempfile
 
-
-def run(exe, ckdir, extra=(), kill_after_lines=None):
-    """Runs the program; with kill_after_lines, SIGKILLs it once that many
-    lines are out.  Returns (rc, stdout, stderr)."""
-    cmd = [exe, "--checkpoint-dir", ckdir] + list(extra)
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    out = b""
-    if kill_after_lines is not None:
-        for _ in range(kill_after_lines):
-            line = p.stdout.readline()
-            if not line:
-                break
-            out += line
-        p.send_signal(signal.SIGKILL)
-    rest, err = p.communicate(timeout=120)
-    return p.returncode, (out + rest).decode(), err.decode()
+import kill_resume
 
 
 def main():
@@ -41,37 +24,7 @@ def main():
     ap.add_argument("--sflowc", required=True)
     a = ap.parse_args()
     here = os.path.dirname(os.path.abspath(__file__))
-    failures = 0
-    with tempfile.TemporaryDirectory(prefix="sflow-maps-") as tmp:
-        exe = os.path.join(tmp, "maps")
-        subprocess.run([a.sflowc, os.path.join(here, "maps.sflow"), "-o", exe], check=True)
-        rc, ref, err = run(exe, os.path.join(tmp, "ref"), ["--journal=false"])
-        if rc != 0 or not ref.endswith("done\n"):
-            print("FAIL reference run exited %d\n%s" % (rc, err))
-            return 1
-        for k in (2, 7, 13, 20):
-            ck = os.path.join(tmp, "kill-%d" % k)
-            rc, part, _ = run(exe, ck, kill_after_lines=k)
-            if rc == 0:
-                print("FAIL kill-after-%d: the run finished before it was killed" % k)
-                failures += 1
-                continue
-            rc, out, err = run(exe, ck, ["--resume"])
-            if rc != 0 or out != ref:
-                import difflib
-                diff = "".join(difflib.unified_diff(ref.splitlines(True), out.splitlines(True),
-                                                    "uninterrupted", "resumed", n=1))
-                print("FAIL kill-after-%d: resume exited %d\n%s%s" % (k, rc, diff[:3000], err))
-                failures += 1
-                continue
-            if k >= 7 and " 1 actor restored" not in err:
-                print("FAIL kill-after-%d: the actor was not restored from a checkpoint:\n%s"
-                      % (k, err))
-                failures += 1
-                continue
-            print("PASS kill-after-%d (%d of %d lines before the kill)"
-                  % (k, part.count("\n"), ref.count("\n")))
-    return 1 if failures else 0
+    return kill_resume.check(a.sflowc, os.path.join(here, "maps.sflow"), (2, 7, 13, 20), restored_from=7)
 
 
 if __name__ == "__main__":
