@@ -274,6 +274,12 @@ typedef struct sf__reader {
 bool sf__de_value(sf__reader *r, const sf_type *t, void *p);
 bool sf__de_u64(sf__reader *r, uint64_t *v);
 void sf__ser_u64(sf__buf *b, uint64_t v);
+/* Gives the value at p (of type t) its own copy of every tensor in it,
+ * keeping the sharing inside it (serialized and read back): a task call or
+ * an actor message on this node then gets what it would get on another,
+ * so two concurrent calls never accumulate gradients into one param.  A
+ * no-op for values without tensors. */
+void sf__value_detach(const sf_type *t, void *p);
 uint32_t sf__crc32c(uint32_t crc, const void *data, size_t n);
 
 /* Tensors (SF_TENSOR) belong to the nn layer above, which installs these

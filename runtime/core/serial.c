@@ -76,6 +76,36 @@ static void shared_add(void *x) {
 static void ser_rec(sf__buf *b, const sf_type *t, const void *p);
 static bool de_rec(sf__reader *r, const sf_type *t, void *p);
 
+static bool has_tensor(const sf_type *t, int depth) {
+  if (!t || depth > 32)
+    return false;
+  switch (t->kind) {
+  case SF_TENSOR: return true;
+  case SF_ARRAY: return has_tensor(t->elem, depth + 1);
+  case SF_MAP: return has_tensor(t->elem, depth + 1);
+  case SF_STRUCT:
+    for (int32_t i = 0; i < t->nfields; i++)
+      if (has_tensor(t->fields[i].type, depth + 1))
+        return true;
+    return false;
+  default: return false;
+  }
+}
+
+void sf__value_detach(const sf_type *t, void *p) {
+  if (!has_tensor(t, 0) || !sf__tensor_ser)
+    return;
+  sf__buf b;
+  sf__buf_init(&b, NULL, 0);
+  sf__ser_value(&b, t, p);
+  sf_value_release(t, p);
+  memset(p, 0, (size_t)t->size);
+  sf__reader r = {(const unsigned char *)b.data, (const unsigned char *)b.data + b.len};
+  if (!sf__de_value(&r, t, p))
+    sf_runtime_error(NULL, "internal error: a value with tensors did not read back");
+  sf__buf_free(&b);
+}
+
 void sf__ser_value(sf__buf *b, const sf_type *t, const void *p) {
   if (shared.depth++ == 0)
     shared.n = 0;

@@ -553,6 +553,7 @@ static sf_future *call_one(sf_actor *a, const sf_method_desc *md, void *args, in
     sf__place.call(a->remote, md, args, false, &sk);
     return f;
   }
+  sf__value_detach(md->args, args); /* tensors: the actor's own, as on another node */
   msg *m = call_msg(md, args, seq, loc);
   sf_future *f = m->f;
   post(a, m);
@@ -602,6 +603,7 @@ sf_future *sf_group_call_all(sf_group *g, const sf_method_desc *m, void *args,
       sf_free(mm);
       continue;
     }
+    sf__value_detach(m->args, mm->args); /* each member its own tensors */
     mm->kind = MSG_CALL;
     mm->m = m;
     mm->g = ga;

@@ -319,6 +319,7 @@ sf_future *sf_task_call(const sf_task_desc *d, void *args, const sf_loc *loc) {
     }
   }
   sf__demand need = sf__demand_of(d->cpus, d->gpus, d->name, loc);
+  sf__value_detach(d->args, args); /* tensors: the call's own, as on another node */
   return task_submit(d, args, seq, need, true, key, loc);
 }
 
