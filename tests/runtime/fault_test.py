@@ -46,6 +46,31 @@ def run(exe, ckdir, extra=(), env=None, kill_after=None):
     return p.returncode, out.decode(), err.decode()
 
 
+def acc_checkpoints(ckdir):
+    d = os.path.join(ckdir, "ckpt")
+    try:
+        return sorted((f for f in os.listdir(d) if f.startswith("Acc-")),
+                      key=lambda f: int(f.rsplit(".", 1)[1]))
+    except FileNotFoundError:
+        return []
+
+
+def run_until_checkpoints(exe, ckdir, want):
+    """Runs the program and SIGKILLs it once `want` checkpoints of Acc are on
+    disk (polled), so the kill point does not depend on how busy the
+    machine is, as a kill after a share of the reference's wall time did
+    (under load no checkpoint had been written yet).  Raises Fail when the
+    run ends first."""
+    cmd = [exe] + ARGS + ["--checkpoint-dir", ckdir]
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while p.poll() is None and len(acc_checkpoints(ckdir)) < want:
+        time.sleep(0.002)
+    if p.poll() is not None:
+        raise Fail("the run ended before %d checkpoints of Acc were written" % want)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+
+
 def finish(exe, ckdir, ref, what):
     rc, out, err = run(exe, ckdir, ["--resume"])
     if rc != 0:
@@ -144,10 +169,9 @@ def main():
         if not names or name in names:
             ck = os.path.join(tmp, name)
             try:
-                run(exe, ck, kill_after=wall * 0.6)
+                run_until_checkpoints(exe, ck, 2)
                 d = os.path.join(ck, "ckpt")
-                files = sorted((f for f in os.listdir(d) if f.startswith("Acc-")),
-                               key=lambda f: int(f.rsplit(".", 1)[1]))
+                files = acc_checkpoints(ck)
                 if not files:
                     raise Fail("%s: no checkpoint of Acc was written" % name)
                 with open(os.path.join(d, files[-1]), "r+b") as f:
@@ -172,7 +196,7 @@ def main():
                 if rc != 0 or out != ref or "running the program from the start" not in err:
                     raise Fail("%s: resume with nothing to resume: %d %s" % (name, rc, err))
                 ck = os.path.join(tmp, name)
-                run(exe, ck, kill_after=wall * 0.4)
+                run_until_checkpoints(exe, ck, 1)
                 cmd = [exe, "--n", "7", "--checkpoint-dir", ck, "--resume"]
                 p = subprocess.run(cmd, capture_output=True)
                 if p.returncode != 2 or b"flags differ" not in p.stderr:
