@@ -1366,6 +1366,12 @@ static Val array_concat(Node *n) {
   return mkval(r, true);
 }
 
+/* A collective over tensors (a tensor or a tensor[]): the nn layer's
+ * entry points, in place (docs/nn.md, "Collectives over tensors"). */
+static bool is_tensor_coll(Type *t) {
+  return t->kind == TY_TENSOR || (t->kind == TY_ARRAY && t->elem->kind == TY_TENSOR);
+}
+
 static Val builtin(Node *n) {
   Node **av = n->argv;
   LLVMValueRef L;
@@ -1472,7 +1478,13 @@ static Val builtin(Node *n) {
   case B_ALLREDUCE_SUM:
   case B_ALLREDUCE_MEAN:
     a = expr(av[0]);
-    if (n->builtin == B_ALLREDUCE_SUM)
+    if (is_tensor_coll(av[0]->ty)) {
+      LLVMValueRef mean = LLVMConstInt(G.i1, n->builtin == B_ALLREDUCE_MEAN, 0);
+      if (av[0]->ty->kind == TY_TENSOR)
+        RT(sf_allreduce_tensor, a.v, mean, loc_const(n->loc));
+      else
+        RT(sf_allreduce_tensors, a.v, mean, loc_const(n->loc));
+    } else if (n->builtin == B_ALLREDUCE_SUM)
       RT(sf_allreduce_sum, a.v, loc_const(n->loc));
     else
       RT(sf_allreduce_mean, a.v, loc_const(n->loc));
@@ -1481,7 +1493,12 @@ static Val builtin(Node *n) {
   case B_BROADCAST:
     a = expr(av[0]);
     b = expr(av[1]);
-    RT(sf_broadcast, a.v, to_i64(av[1]->ty, b.v), loc_const(n->loc));
+    if (av[0]->ty->kind == TY_TENSOR)
+      RT(sf_broadcast_tensor, a.v, to_i64(av[1]->ty, b.v), loc_const(n->loc));
+    else if (is_tensor_coll(av[0]->ty))
+      RT(sf_broadcast_tensors, a.v, to_i64(av[1]->ty, b.v), loc_const(n->loc));
+    else
+      RT(sf_broadcast, a.v, to_i64(av[1]->ty, b.v), loc_const(n->loc));
     drop(av[0]->ty, a);
     return mkval(NULL, false);
   case B_ALLGATHER: {

@@ -91,6 +91,10 @@ enum { RTA_NONE = 0, RTA_ARRAY = 1, RTA_NORETURN = 2 };
   X(sf_tensor_binop, "pippp", RTA_NONE)     \
   X(sf_tensor_scalar, "pipfbp", RTA_NONE)   \
   X(sf_tensor_neg, "ppp", RTA_NONE)         \
+  X(sf_allreduce_tensor, "vpbp", RTA_NONE)  \
+  X(sf_allreduce_tensors, "vpbp", RTA_NONE) \
+  X(sf_broadcast_tensor, "vplp", RTA_NONE)  \
+  X(sf_broadcast_tensors, "vplp", RTA_NONE) \
   /* printing */                            \
   X(sf_print_begin, "v", RTA_NONE)          \
   X(sf_print_bool, "vb", RTA_NONE)          \

@@ -880,6 +880,15 @@ static Type *array_arg(Node *a, const char *fname, bool numeric) {
   return t;
 }
 
+/* Whether a collective's argument is a tensor or a tensor[], which the
+ * collectives reduce or broadcast in place (check_expr keeps the type,
+ * so array_arg's check of another argument after this costs nothing). */
+static bool tensor_coll_arg(Node *a) {
+  Type *t = check_expr(a, NULL);
+  return !is_err(t) && (t->kind == TY_TENSOR ||
+                        (t->kind == TY_ARRAY && t->elem->kind == TY_TENSOR));
+}
+
 static bool in_actor_method(Node *call, const char *name) {
   if (S.actor)
     return true;
@@ -1052,6 +1061,8 @@ static Type *check_builtin(Node *call, Builtin b, const char *name) {
     if (!builtin_arity(call, name, 1, argc) || !in_actor_method(call, name))
       return T_ERR;
     set_argv(call, argv, 1);
+    if (b != B_ALLGATHER && tensor_coll_arg(argv[0]))
+      return T_VOID; /* in place on the tensors (docs/nn.md) */
     t = array_arg(argv[0], name, true);
     if (b == B_ALLREDUCE_MEAN && !is_err(t) && !ty_is_float(t->elem))
       return err_at(argv[0]->loc, "'allreduce_mean' needs a float array (f32[] or f64[]), found %s", ty_str(t));
@@ -1060,7 +1071,8 @@ static Type *check_builtin(Node *call, Builtin b, const char *name) {
     if (!builtin_arity(call, name, 2, argc) || !in_actor_method(call, name))
       return T_ERR;
     set_argv(call, argv, 2);
-    array_arg(argv[0], name, true);
+    if (!tensor_coll_arg(argv[0]))
+      array_arg(argv[0], name, true);
     expect_type(argv[1], T_I64, "the root of 'broadcast'");
     return T_VOID;
   case B_MATMUL: {

@@ -243,6 +243,14 @@ sf_tensor *sf_tensor_binop(int32_t op, sf_tensor *a, sf_tensor *b, const sf_loc 
 sf_tensor *sf_tensor_scalar(int32_t op, sf_tensor *a, float s, bool scalar_left,
                             const sf_loc *loc);
 sf_tensor *sf_tensor_neg(sf_tensor *a, const sf_loc *loc); /* -a */
+/* allreduce_sum / allreduce_mean (mean true) and broadcast over a tensor
+ * or a tensor[], in an actor method of a group: in place on the tensors'
+ * storage, the tensor[] packed into buckets of SFLOW_BUCKET_MB (docs/nn.md,
+ * "Collectives over tensors"). */
+void sf_allreduce_tensor(sf_tensor *t, bool mean, const sf_loc *loc);
+void sf_allreduce_tensors(sf_array *ts, bool mean, const sf_loc *loc);
+void sf_broadcast_tensor(sf_tensor *t, int64_t root, const sf_loc *loc);
+void sf_broadcast_tensors(sf_array *ts, int64_t root, const sf_loc *loc);
 
 /* ------------------------------------------------------------ printing */
 

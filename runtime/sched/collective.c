@@ -618,6 +618,14 @@ static sf__coll_buf buf_of(sf_array *a, const sf_type *elem, const char *what) {
                         .count = a ? a->len : 0, .what = what, .gpu = -1};
 }
 
+/* A transport call that returned, as a "collective" slice inside the
+ * member's method on the trace: how many calls a step makes (a tensor[]
+ * goes in buckets, docs/nn.md) and how long each waited. */
+static void traced(const char *what, double t0) {
+  if (sf__trace_on)
+    sf__trace_event(what, "collective", t0, 0, NULL);
+}
+
 static void allreduce(sf_array *a, bool mean, const char *what, const sf_loc *loc) {
   int64_t rank;
   sf__comm *c = mine(&rank);
@@ -626,7 +634,9 @@ static void allreduce(sf_array *a, bool mean, const char *what, const sf_loc *lo
   if (!c || c->n <= 1)
     return;
   sf__coll_buf b = buf_of(a, &sf_type_f32, what);
+  double t0 = sf__trace_now();
   c->t->allreduce(c->ts, rank, &b, mean, loc);
+  traced(what, t0);
 }
 
 void sf_allreduce_sum(sf_array *a, const sf_loc *loc) { allreduce(a, false, "allreduce_sum", loc); }
@@ -642,7 +652,9 @@ void sf_broadcast(sf_array *a, int64_t root, const sf_loc *loc) {
   if (n <= 1)
     return;
   sf__coll_buf b = buf_of(a, &sf_type_f32, "broadcast");
+  double t0 = sf__trace_now();
   c->t->broadcast(c->ts, rank, &b, root, loc);
+  traced("broadcast", t0);
 }
 
 sf_array *sf_allgather(sf_array *a, const sf_loc *loc) {

@@ -92,3 +92,8 @@ set_tests_properties(runtime/tokenizer_ids PROPERTIES SKIP_RETURN_CODE 77 TIMEOU
 add_test(NAME runtime/nn_resume
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/nn_resume_test.py
           --sflowc $<TARGET_FILE:sflowc>)
+# Collectives over a tensor[] go in buckets (SFLOW_BUCKET_MB): transport
+# calls counted on the --trace for three caps, values checked for each.
+add_test(NAME runtime/nn_buckets
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/nn_buckets_test.py
+          --sflowc $<TARGET_FILE:sflowc>)

@@ -1,0 +1,173 @@
+/*
+ * collective.c — allreduce_sum, allreduce_mean and broadcast over a
+ * tensor or a tensor[] (`allreduce_mean(grads(m))`), inside the methods
+ * of a group's actors (docs/nn.md, "Collectives over tensors").
+ *
+ * Key design choices:
+ *  - In place: each tensor's values are replaced by the group's sum, mean
+ *    or the root's values, where they live.  grads(m) gives the params'
+ *    live gradient tensors (sf__t_grad), so `allreduce_mean(grads(m))`
+ *    then `nn.step(opt)` steps every replica with the averaged gradient,
+ *    the data-parallel step; nothing has to be copied back.
+ *  - Bucketed as PyTorch DDP: the tensors are packed in order into f32
+ *    buckets of up to SFLOW_BUCKET_MB megabytes (25 by default, DDP's
+ *    bucket_cap_mb), a tensor never split (one larger than the cap is a
+ *    bucket of its own); each bucket is one call of the group's
+ *    collective (sched's sf_allreduce_* on a plain f32[]), then unpacked.
+ *    A model of a hundred small tensors costs one or two transport calls,
+ *    not a hundred barriers or ring rounds.  Packing also makes aliasing
+ *    harmless: a tensor listed twice (tied weights) is read before any is
+ *    written.
+ *  - The scheduler's collectives are the whole transport: this layer
+ *    stands on sched (through gpu), so it calls the group's entry points
+ *    on ordinary arrays and every transport (shared memory, the TCP ring,
+ *    NCCL stacked on either) serves tensors with no hook and no new
+ *    transport op.  Tensors live on the host today (the storage's device
+ *    fields are unused), so the buckets are host arrays; with device
+ *    storage, a bucket of device tensors becomes a device array and NCCL
+ *    runs it on the GPU.
+ *  - Every member must bring tensors of the same sizes in the same order
+ *    (replicas' grads do): the transports check each bucket's length
+ *    across members and fail every member with both lengths.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn.h"
+
+/* The bucket cap in floats: SFLOW_BUCKET_MB (a positive number of
+ * megabytes, 10^6 bytes as DDP counts), 25 when unset or malformed. */
+static int64_t bucket_floats(void) {
+  static _Atomic int64_t cached;
+  int64_t n = atomic_load_explicit(&cached, memory_order_relaxed);
+  if (n)
+    return n;
+  double mb = 25.0;
+  const char *e = getenv("SFLOW_BUCKET_MB");
+  if (e && *e) {
+    char *end;
+    double v = strtod(e, &end);
+    if (!*end && v > 0 && isfinite(v))
+      mb = v;
+  }
+  n = (int64_t)(mb * 1e6 / sizeof(float));
+  if (n < 1)
+    n = 1;
+  atomic_store_explicit(&cached, n, memory_order_relaxed);
+  return n;
+}
+
+/* Which collective a call over tensors is. */
+enum { T_SUM, T_MEAN, T_BCAST };
+
+static const char *op_name(int op) {
+  return op == T_SUM ? "allreduce_sum" : op == T_MEAN ? "allreduce_mean" : "broadcast";
+}
+
+/* ts[i], checked: an unset tensor (a field never assigned) is an error. */
+static sf_tensor *nth(sf_tensor *const *ts, int64_t i, int op, const sf_loc *loc) {
+  return sf__t_arg(ts[i], op_name(op), loc);
+}
+
+static void pack(float *dst, sf_tensor *t) {
+  if (sf__t_is_contig(t)) {
+    memcpy(dst, sf__t_data(t), (size_t)t->numel * sizeof(float));
+    return;
+  }
+  sf_tensor *c = sf__t_contig(t);
+  memcpy(dst, sf__t_data(c), (size_t)t->numel * sizeof(float));
+  sf_release(c);
+}
+
+static void unpack(sf_tensor *t, const float *src) {
+  if (sf__t_is_contig(t)) {
+    memcpy(sf__t_data(t), src, (size_t)t->numel * sizeof(float));
+    return;
+  }
+  sf_tensor *c = sf__t_like(t); /* a strided view: its own layout, through a copy */
+  memcpy(sf__t_data(c), src, (size_t)t->numel * sizeof(float));
+  sf__t_copy_into(t, c);
+  sf_release(c);
+}
+
+/* The bucket's one call of the group's collective. */
+static void run_bucket(sf_array *b, int op, int64_t root, const sf_loc *loc) {
+  if (op == T_BCAST)
+    sf_broadcast(b, root, loc);
+  else if (op == T_MEAN)
+    sf_allreduce_mean(b, loc);
+  else
+    sf_allreduce_sum(b, loc);
+}
+
+/* The tensors ts[0..n) in buckets, in order.  A group of one changes
+ * nothing (after the checks sched's entry points make: broadcast's root). */
+static void tensors_collective(sf_tensor *const *ts, int64_t n, int op, int64_t root,
+                               const sf_loc *loc) {
+  int64_t cap = bucket_floats(), total = 0, biggest = 0;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t m = nth(ts, i, op, loc)->numel;
+    total += m;
+    if (m > biggest)
+      biggest = m;
+  }
+  if (sf_group_size() <= 1) {
+    if (op == T_BCAST)
+      sf_broadcast(NULL, root, loc); /* the root's range check */
+    return;
+  }
+  int64_t room = total < cap ? total : cap;
+  if (biggest > room)
+    room = biggest;
+  sf_array *b = sf_array_new(&sf_type_f32, room, loc);
+  float *buf = b->data;
+  for (int64_t i = 0; i < n || (n == 0 && i == 0);) {
+    /* [i, j): the tensors of this bucket; at least one, so a tensor over
+     * the cap goes alone.  No tensors at all is one empty call, so the
+     * members still meet (and a member bringing some fails with both). */
+    int64_t j = i, len = 0;
+    while (j < n && (j == i || len + ts[j]->numel <= cap))
+      len += ts[j++]->numel;
+    int64_t off = 0;
+    for (int64_t k = i; k < j; off += ts[k++]->numel)
+      pack(buf + off, ts[k]);
+    b->len = len;
+    run_bucket(b, op, root, loc);
+    off = 0;
+    for (int64_t k = i; k < j; off += ts[k++]->numel)
+      unpack(ts[k], buf + off);
+    if (j == i)
+      break;
+    i = j;
+  }
+  b->len = room;
+  sf_release(b);
+}
+
+static void one(sf_tensor *t, int op, int64_t root, const sf_loc *loc) {
+  sf_tensor *ts[1] = {sf__t_arg(t, op_name(op), loc)};
+  tensors_collective(ts, 1, op, root, loc);
+}
+
+static void many(sf_array *a, int op, int64_t root, const sf_loc *loc) {
+  tensors_collective(a ? (sf_tensor *const *)a->data : NULL, a ? a->len : 0, op, root, loc);
+}
+
+void sf_allreduce_tensor(sf_tensor *t, bool mean, const sf_loc *loc) {
+  one(t, mean ? T_MEAN : T_SUM, 0, loc);
+}
+
+void sf_allreduce_tensors(sf_array *ts, bool mean, const sf_loc *loc) {
+  many(ts, mean ? T_MEAN : T_SUM, 0, loc);
+}
+
+void sf_broadcast_tensor(sf_tensor *t, int64_t root, const sf_loc *loc) {
+  one(t, T_BCAST, root, loc);
+}
+
+void sf_broadcast_tensors(sf_array *ts, int64_t root, const sf_loc *loc) {
+  many(ts, T_BCAST, root, loc);
+}
