@@ -2677,6 +2677,84 @@ def case_actor_restarts_exhausted(c):
     c.expect_no_workers(within=6)
 
 
+# Data-parallel training across workers: a group of replicas reduces its
+# gradients with allreduce_mean(grads(m)) (in place, in buckets) and steps;
+# main checks the replicas stay bitwise equal and equal, to rounding (the
+# ring sums in its own order), one model stepped on the summed gradient.
+NN_DDP_PROGRAM = """import std.nn
+struct Mlp { fc1: nn.Linear, fc2: nn.Linear }
+fn forward(m: Mlp, x: tensor) -> tensor { return nn.forward(m.fc2, relu(nn.forward(m.fc1, x))) }
+fn model() -> Mlp { return Mlp { fc1: nn.linear(8, 64, seed = 1), fc2: nn.linear(64, 3, seed = 2) } }
+fn shard_loss(m: Mlp, k: i64, r: i64) -> tensor {
+  let y = [(i * 7 + k + r) % 3 for i in 0..12]
+  return nn.cross_entropy(forward(m, randn([12, 8], seed = 100 * k + r)), y)
+}
+fn flat(m: Mlp) -> f32[] {
+  var out: f32[] = []
+  for p in params(m) { out = out + p.data() }
+  return out
+}
+actor Replica {
+  var m: Mlp
+  var opt: nn.SGD
+  init() {
+    m = model()
+    opt = nn.sgd(params(m), 0.1)
+  }
+  fn step(k: i64) -> f32[] {
+    nn.zero_grad(params(m))
+    backward(shard_loss(m, k, group_rank()))
+    allreduce_mean(grads(m))
+    nn.step(opt)
+    return flat(m)
+  }
+  fn where() -> i64 { return node_id() }
+}
+workflow main(size: i64 = 3) {
+  let g = spawn Replica() * size
+  let ref = model()
+  let opt = nn.sgd(params(ref), 0.1 / f64(size))
+  var same = true
+  var close = true
+  for k in 0..5 {
+    let ws = await g.all.step(k)
+    nn.zero_grad(params(ref))
+    for r in 0..size { backward(shard_loss(ref, k, r)) }
+    nn.step(opt)
+    let w = flat(ref)
+    for i in 0..len(w) {
+      for r in 1..size { same = same && ws[r][i] == ws[0][i] }
+      close = close && abs(ws[0][i] - w[i]) <= 1e-6
+    }
+  }
+  print("replicas equal", same, "reference", close)
+  let nodes = await g.all.where()
+  var distinct = true
+  for k in 0..len(nodes) {
+    for j in 0..k { if nodes[j] == nodes[k] { distinct = false } }
+    if nodes[k] == 0 { distinct = false }
+  }
+  print("members on distinct workers", distinct)
+}
+"""
+
+
+def case_nn_allreduce_nodes(c):
+    """A group of 3 replicas, one per worker, trains data-parallel with
+    allreduce_mean(grads(m)) over the TCP ring: the replicas' weights stay
+    bitwise equal and equal a single-process reference to 1e-6."""
+    exe = c.compile("ddp", NN_DDP_PROGRAM)
+    want = single_node(exe).splitlines()
+    check(want == ["replicas equal true reference true", "members on distinct workers false"],
+          "single-node run", want)
+    r = c.run("--head-runs-work=false", prog=exe, timeout=120)
+    check(r.returncode == 0, f"exit {r.returncode}", r.stdout, r.stderr)
+    got = unprefixed(r.stdout.splitlines())
+    check(got == ["replicas equal true reference true", "members on distinct workers true"],
+          "replicas equal across workers", r.stdout, r.stderr)
+    c.expect_no_workers()
+
+
 def case_group_allreduce_nodes(c):
     """A group of 3 on 3 workers (one member each) runs allreduce_sum in a
     loop, barrier, broadcast and allgather through the TCP ring: exact
@@ -3257,6 +3335,7 @@ CASES = {
     "actor_worker_killed": (3, case_actor_worker_killed),
     "actor_restarts_exhausted": (2, case_actor_restarts_exhausted),
     "group_allreduce_nodes": (3, case_group_allreduce_nodes),
+    "nn_allreduce_nodes": (3, case_nn_allreduce_nodes),
     "ring_listener_preauth": (2, case_ring_listener_preauth),
     "group_worker_killed": (4, case_group_worker_killed),
     "group_resume": (3, case_group_resume),
