@@ -114,7 +114,7 @@ def schedule_case(i, c):
     """The case's sflow expression of `step` for steps 0..steps-1."""
     lines = ["fn case_%d() {" % i, "  var lrs: f64[] = []",
              "  for step in 0..%d { lrs.push(%s) }" % (c["attrs"]["steps"], c["sflow"]),
-             '  print("{\\"case\\": " + js(%s) + ", \\"lrs\\": " + data.to_json(lrs) + "}")' % json.dumps(c["name"]),
+             '  print("{\\"case\\": " + js(%s) + ", \\"lrs\\": {\\"shape\\": [" + str(len(lrs)) + "], \\"data\\": " + data.to_json(lrs) + "}}")' % json.dumps(c["name"]),
              "}"]
     return "\n".join(lines)
 
