@@ -258,12 +258,69 @@ def op_cases():
                          "bias": vals([2], seed + 2, -1, 1)}, seed,
                         "weight is (out, in) as PyTorch's: x @ weight^T + bias"))
     ops.append(("linear", lin))
+    ops.extend(layer_cases())
+    return ops
+
+
+def mha(q, k, v, mask, heads):
+    """std.nn's attention in torch: heads split from D, scaled_dot_product_attention
+    with the (B, S) 0/1 mask as a boolean key-padding mask, heads merged."""
+    b, t, d = q.shape
+    split = lambda x: x.reshape(x.shape[0], x.shape[1], heads, d // heads).transpose(1, 2)
+    keep = mask.bool().reshape(b, 1, 1, k.shape[1])
+    o = F.scaled_dot_product_attention(split(q), split(k), split(v), attn_mask=keep)
+    return o.transpose(1, 2).reshape(b, t, d)
+
+
+def op_env():
+    return {"torch": torch, "F": F, "mha": mha}
+
+
+def layer_cases():
+    """Embedding, LayerNorm, dropout (only where it is deterministic: p = 0
+    and training = false; its statistics are test_rt_nn's) and attention."""
+    ops = []
+    emb = "nn.forward(nn.Embedding { weight: weight }, ids%s)"
+    ops.append(("embedding", [
+        case("ids_2d", emb % ", [2, 3]", "F.embedding(ids, weight)",
+             {"ids": T([2, 3], [1, 4, 1, 0, 3, 1], "i64"), "weight": vals([5, 3], 3000)}, 3000,
+             "id 1 three times: its gradient row is the sum of three upstream rows"),
+        case("ids_1d", emb % "", "F.embedding(ids, weight)",
+             {"ids": ints([2, 0, 2, 5]), "weight": vals([6, 4], 3010)}, 3010)]))
+    lnorm = "nn.forward(nn.LayerNorm { weight: weight, bias: bias, eps: %s }, x)"
+    ln = []
+    for k, (name, xs, eps) in enumerate((("2d", [3, 5], "1e-5"), ("3d", [2, 3, 4], "1e-5"),
+                                         ("eps_0.1", [2, 6], "0.1"))):
+        seed = 3100 + 10 * k
+        d = xs[-1]
+        ln.append(case(name, lnorm % eps, f"F.layer_norm(x, [{d}], weight, bias, {eps})",
+                       {"x": vals(xs, seed), "weight": vals([d], seed + 1, 0.5, 1.5),
+                        "bias": vals([d], seed + 2, -1, 1)}, seed,
+                       "biased variance over the last dimension, as torch"))
+    ops.append(("layer_norm", ln))
+    ops.append(("dropout", [
+        case("p_0", "nn.dropout(x, 0.0, 3)", "F.dropout(x, 0.0)", {"x": vals([3, 4], 3200)}, 3200,
+             "p = 0 is the identity; random masks are checked by their statistics in test_rt_nn"),
+        case("eval", "nn.dropout(x, 0.5, 3, training = false)", "F.dropout(x, 0.5, training=False)",
+             {"x": vals([3, 4], 3201)}, 3201)]))
+    att = []
+    for k, (name, b, t, s, d, heads, mask, note) in enumerate((
+            ("self_no_padding", 2, 3, 3, 4, 2, [1] * 6, None),
+            ("self_padded", 2, 4, 4, 6, 2, [1, 1, 1, 0, 1, 1, 0, 0], "padded keys get no weight"),
+            ("cross_3_heads", 2, 2, 3, 6, 3, [1, 0, 1, 1, 1, 1], "T != S: queries over other keys"),
+            ("one_head_all_padded_row", 2, 3, 3, 4, 1, [0, 0, 0, 1, 1, 0],
+             "batch 0 is all padding: torch gives zeros there (and zero gradients)"))):
+        seed = 3300 + 10 * k
+        att.append(case(name, f"nn.attention(q, k, v, mask, {heads})", f"mha(q, k, v, mask, {heads})",
+                        {"q": vals([b, t, d], seed, -1, 1), "k": vals([b, s, d], seed + 1, -1, 1),
+                         "v": vals([b, s, d], seed + 2, -1, 1), "mask": T([b, s], mask, "i64")}, seed, note))
+    ops.append(("attention", att))
     return ops
 
 
 def run_case(c, dtype):
     """Forward and backward of one op case in `dtype`; the answers as Ts."""
-    env = {"torch": torch, "F": F}
+    env = op_env()
     leaves = {}
     for k, t in c["inputs"].items():
         v = t.torch(dtype)
@@ -282,7 +339,7 @@ def run_case(c, dtype):
 
 def fill_op(c):
     """The upstream gradient and the float64 reference answers of a case."""
-    env = {"torch": torch, "F": F}
+    env = op_env()
     env.update({k: t.torch(torch.float64) for k, t in c["inputs"].items()})
     out = eval(c["torch"], env)
     if out.dtype.is_floating_point:
@@ -336,6 +393,71 @@ def run_optimizer(op, c, dtype):
             row["exp_avg"], row["exp_avg_sq"] = T.of(st["exp_avg"]), T.of(st["exp_avg_sq"])
         steps.append(row)
     return {"steps": steps}
+
+
+def clip_cases():
+    out = []
+    for k, (name, mx) in enumerate((("clips", 1.0), ("below_max", 100.0))):
+        seed = 2400 + 10 * k
+        out.append({"name": name, "sflow": f"nn.clip_grad_norm([p0, p1], {mx})",
+                    "torch": f"torch.nn.utils.clip_grad_norm_([p0, p1], {mx})",
+                    "inputs": {"p": [vals([2, 3], seed), vals([4], seed + 1)],
+                               "g": [vals([2, 3], seed + 2), vals([4], seed + 3)]},
+                    "attrs": {"max_norm": mx},
+                    "note": "grad(p[i]) = g[i]; norm is the global L2 norm before clipping, grads after"})
+    return out
+
+
+def run_clip(c, dtype):
+    ps = [p.torch(dtype).requires_grad_(True) for p in c["inputs"]["p"]]
+    for p, g in zip(ps, c["inputs"]["g"]):
+        p.grad = g.torch(dtype)
+    norm = torch.nn.utils.clip_grad_norm_(ps, c["attrs"]["max_norm"])
+    return {"norm": T.of(norm), "grads": [T.of(p.grad) for p in ps]}
+
+
+def hf_linear(warmup, total):
+    return lambda s: s / max(1, warmup) if s < warmup else max(0.0, (total - s) / max(1, total - warmup))
+
+
+def hf_cosine(warmup, total):
+    def f(s):
+        if s < warmup:
+            return s / max(1, warmup)
+        progress = (s - warmup) / max(1, total - warmup)
+        return max(0.0, 0.5 * (1.0 + math.cos(math.pi * 0.5 * 2.0 * progress)))
+    return f
+
+
+def schedule_cases():
+    return [{"name": n, "sflow": f"0.1 * nn.{fn}(step, {w}, {t})", "torch": te,
+             "attrs": {"lr": 0.1, "warmup": w, "total": t, "steps": steps}, "note": note}
+            for n, fn, w, t, steps, te, note in (
+                ("warmup_linear", "warmup_linear", 3, 10, 12, "LambdaLR(SGD(lr=0.1), hf_linear(3, 10))",
+                 "Hugging Face's get_linear_schedule_with_warmup; past total the rate stays 0"),
+                ("warmup_cosine", "warmup_cosine", 3, 10, 12, "LambdaLR(SGD(lr=0.1), hf_cosine(3, 10))",
+                 "Hugging Face's get_cosine_schedule_with_warmup (half a cosine)"),
+                ("cosine_annealing", "warmup_cosine", 0, 8, 9, "CosineAnnealingLR(SGD(lr=0.1), T_max=8)",
+                 "with warmup 0 the cosine is torch's own CosineAnnealingLR to eta_min 0"))]
+
+
+def run_schedule(c, dtype):
+    """The optimizer's lr before each of `steps` steps (scheduler.step() after each)."""
+    a = c["attrs"]
+    p = torch.zeros(1, dtype=dtype, requires_grad=True)
+    opt = torch.optim.SGD([p], lr=a["lr"])
+    if c["name"] == "cosine_annealing":
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=a["total"])
+    else:
+        f = (hf_linear if c["name"] == "warmup_linear" else hf_cosine)(a["warmup"], a["total"])
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, f)
+    lrs = []
+    for _ in range(a["steps"]):
+        lrs.append(float(opt.param_groups[0]["lr"]))
+        p.grad = torch.zeros_like(p)
+        opt.step()
+        sched.step()
+    return {"lrs": T([len(lrs)], lrs)}
 
 
 MLP_NAMES = ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias")
@@ -491,6 +613,10 @@ def generate(out):
         for c in cases:
             c["expect"] = run_optimizer(op, c, torch.float64)
         write_fixture(out, op, cases, TOL_TRAIN)
+    for op, cases, run in (("clip_grad_norm", clip_cases(), run_clip), ("lr_schedule", schedule_cases(), run_schedule)):
+        for c in cases:
+            c["expect"] = run(c, torch.float64)
+        write_fixture(out, op, cases, TOL_OP)
     cases = mlp_cases()
     for c in cases:
         c["expect"] = run_mlp(c, torch.float64)
@@ -521,13 +647,17 @@ def runner(path):
     doc = json.load(open(path))
     op = doc["op"]
     for c in doc["cases"]:
-        c["inputs"] = parse_t(c["inputs"])
+        c["inputs"] = parse_t(c.get("inputs", {}))
         if "upstream" in c:
             c["upstream"] = parse_t(c["upstream"])
         if op in ("sgd", "adamw"):
             r = run_optimizer(op, c, torch.float32)
         elif op == "mlp_step":
             r = run_mlp(c, torch.float32)
+        elif op == "clip_grad_norm":
+            r = run_clip(c, torch.float32)
+        elif op == "lr_schedule":
+            r = run_schedule(c, torch.float32)
         elif op == "safetensors":
             r = read_safetensors(os.path.join(os.path.dirname(path), c["inputs"]["path"]))
         else:

@@ -30,7 +30,12 @@ static uint64_t walk_counter; /* atomic */
 
 sf__node *sf__record(const char *op, sf_tensor *out, sf__backward_fn bw, sf_tensor *a,
                      sf_tensor *b) {
-  if (sf__no_grad || !((a && a->req) || (b && b->req)))
+  return sf__record3(op, out, bw, a, b, NULL);
+}
+
+sf__node *sf__record3(const char *op, sf_tensor *out, sf__backward_fn bw, sf_tensor *a,
+                      sf_tensor *b, sf_tensor *c) {
+  if (sf__no_grad || !((a && a->req) || (b && b->req) || (c && c->req)))
     return NULL;
   sf__node *n = sf_alloc(sizeof *n);
   memset(n, 0, sizeof *n);
@@ -40,9 +45,11 @@ sf__node *sf__record(const char *op, sf_tensor *out, sf__backward_fn bw, sf_tens
   n->backward = bw;
   n->in[0] = a;
   n->in[1] = b;
-  n->nin = b ? 2 : 1;
+  n->in[2] = c;
+  n->nin = c ? 3 : b ? 2 : 1;
   sf_retain(a);
   sf_retain(b);
+  sf_retain(c);
   n->ndim = out->ndim;
   memcpy(n->shape, out->shape, sizeof n->shape);
   out->node = n;
@@ -53,7 +60,7 @@ sf__node *sf__record(const char *op, sf_tensor *out, sf__backward_fn bw, sf_tens
 
 /* Drops what the node holds: after backward, or when it is freed. */
 static void node_release_edges(sf__node *n) {
-  for (int32_t i = 0; i < 2; i++) {
+  for (int32_t i = 0; i < SF__NIN; i++) {
     sf_release(n->in[i]);
     n->in[i] = NULL;
   }
@@ -127,7 +134,7 @@ static int64_t collect(sf__node *root, sf__node ***out, const sf_loc *loc) {
     if (n == cap)
       nodes = sf__realloc(nodes, (size_t)(cap *= 2) * sizeof *nodes);
     nodes[n++] = x;
-    for (int32_t i = 0; i < 2; i++) {
+    for (int32_t i = 0; i < SF__NIN; i++) {
       sf_tensor *in = x->in[i];
       if (!in || !in->node || in->node->mark == walk)
         continue;

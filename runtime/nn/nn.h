@@ -4,7 +4,8 @@
  * (tensor.c), broadcasting elementwise ops and activations (elementwise.c),
  * reductions, softmax and the losses (reduce.c), matmul over the gpu
  * layer's BLAS (matmul.c), the tape and backward (autograd.c), the
- * optimizers (optim.c), params/grads and safetensors (safetensors.c), and
+ * optimizers (optim.c), params/grads and safetensors (safetensors.c), the
+ * encoder layers and gradient clipping (layers.c), and
  * the `sf_std_nn_*` externs of stdlib/nn.sflow (std.c).
  *
  * Key design choice: a tensor is a small header (shape, strides, offset)
@@ -102,6 +103,7 @@ sf_tensor *sf__t_arg(sf_tensor *t, const char *op, const sf_loc *loc);
  * reaches its output.  Owned by the tensor it made (and, during backward,
  * by the walk). */
 typedef struct sf__node sf__node;
+#define SF__NIN 3 /* inputs a node may hold */
 typedef void (*sf__backward_fn)(sf__node *n, sf_tensor *g); /* g: (out shape), contiguous */
 struct sf__node {
   int64_t rc;              /* atomic */
@@ -109,7 +111,7 @@ struct sf__node {
   const char *op;          /* "matmul", for messages */
   sf__backward_fn backward;
   int32_t nin;
-  sf_tensor *in[2];
+  sf_tensor *in[SF__NIN];  /* in[2]: a third input (layer norm's bias) */
   sf_tensor *saved;        /* the output's values when the rule needs them
                             * (a header without node: no cycle) */
   sf_array *targets;       /* cross_entropy's i64[] */
@@ -129,6 +131,9 @@ struct sf__node {
  * nothing is recorded.  The caller fills the node's parameters. */
 sf__node *sf__record(const char *op, sf_tensor *out, sf__backward_fn bw, sf_tensor *a,
                      sf_tensor *b);
+/* The same for three inputs (b and c may be NULL). */
+sf__node *sf__record3(const char *op, sf_tensor *out, sf__backward_fn bw, sf_tensor *a,
+                      sf_tensor *b, sf_tensor *c);
 /* Adds g (x's shape, consumed) to x's gradient: its node's while backward
  * runs, or a param's accumulated one. */
 void sf__grad_add(sf_tensor *x, sf_tensor *g);
@@ -266,5 +271,32 @@ void sf_std_nn_save(const void *m, const sf_type *T, sf_str *path, const sf_type
                     const sf_loc *loc);
 void sf_std_nn_load(const void *m, const sf_type *T, sf_str *path, bool strict,
                     const sf_type *T_again, const sf_loc *loc);
+
+/* ----------------------------------------------------------- layers.c */
+
+/* weight (num, dim) gathered at ids (len = the product of shape): (shape..., dim). */
+sf_tensor *sf__t_embedding(sf_tensor *weight, sf_array *ids, sf_array *shape, const sf_loc *loc);
+/* x (..., d) normalised over its last dimension, times weight (d) plus bias (d). */
+sf_tensor *sf__t_layer_norm(sf_tensor *x, sf_tensor *weight, sf_tensor *bias, double eps,
+                            const sf_loc *loc);
+/* Zeros with probability p, the rest scaled by 1/(1-p); x itself when
+ * !training or p == 0.  seed as randn's. */
+sf_tensor *sf__t_dropout(sf_tensor *x, double p, int64_t seed, bool training, const sf_loc *loc);
+/* q (B, T, D), k and v (B, S, D), mask i64[B*S] (0 = padding; empty for
+ * none): softmax(q kᵀ / sqrt(D/heads)) v per head, (B, T, D). */
+sf_tensor *sf__t_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
+                           int64_t heads, const sf_loc *loc);
+/* Scales the params' gradients so their global L2 norm is at most
+ * max_norm (torch's clip_grad_norm_); the norm before clipping. */
+double sf__clip_grad_norm(sf_array *ps, double max_norm, const sf_loc *loc);
+sf_tensor *sf_std_nn_embedding_lookup(sf_tensor *weight, sf_array *ids, sf_array *shape,
+                                      const sf_loc *loc);
+sf_tensor *sf_std_nn_layer_norm_apply(sf_tensor *x, sf_tensor *weight, sf_tensor *bias,
+                                      double eps, const sf_loc *loc);
+sf_tensor *sf_std_nn_dropout(sf_tensor *x, double p, int64_t seed, bool training,
+                             const sf_loc *loc);
+sf_tensor *sf_std_nn_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
+                               int64_t heads, const sf_loc *loc);
+double sf_std_nn_clip_grad_norm(sf_array *ps, double max_norm, const sf_loc *loc);
 
 #endif

@@ -11,7 +11,8 @@ compiles and runs it, and passes its output through: one JSON line per case
 fixtures (sgd, adamw) step a param by the fixture's gradients and answer
 with the param and the optimizer state after each step; mlp_step answers
 with the loss, the gradients and the parameters of a Linear-relu-Linear
-model after each SGD-with-momentum step.  Values are printed through
+model after each SGD-with-momentum step; clip_grad_norm with the norm and
+the clipped gradients; lr_schedule with the rate of each step.  Values are printed through
 std.data's to_json (f32 as their shortest round-trip text), which the
 checker reads as float64 within the fixture's tolerance.
 """
@@ -93,6 +94,31 @@ def opt_case(i, c, kind):
     return "\n".join(lines)
 
 
+def clip_case(i, c):
+    """grad(p[j]) = g[j] by one backward; the norm clip_grad_norm returns
+    and the gradients after it."""
+    ps, gs = c["inputs"]["p"], c["inputs"]["g"]
+    lines = ["fn case_%d() {" % i]
+    lines += ["  let p%d = param(%s)" % (j, tensor_lit(p)) for j, p in enumerate(ps)]
+    lines.append("  backward(%s)" % " + ".join("(p%d * %s).sum()" % (j, tensor_lit(g)) for j, g in enumerate(gs)))
+    lines.append("  let norm = nn.clip_grad_norm([%s], %r)" % (", ".join("p%d" % j for j in range(len(ps))),
+                                                            c["attrs"]["max_norm"]))
+    grads = ' + ", " + '.join("jt(grad(p%d))" % j for j in range(len(ps)))
+    lines.append('  print("{\\"case\\": " + js(%s) + ", \\"norm\\": {\\"shape\\": [], \\"data\\": " + '
+                 'data.to_json([norm]) + "}, \\"grads\\": [" + %s + "]}")' % (json.dumps(c["name"]), grads))
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def schedule_case(i, c):
+    """The case's sflow expression of `step` for steps 0..steps-1."""
+    lines = ["fn case_%d() {" % i, "  var lrs: f64[] = []",
+             "  for step in 0..%d { lrs.push(%s) }" % (c["attrs"]["steps"], c["sflow"]),
+             '  print("{\\"case\\": " + js(%s) + ", \\"lrs\\": {\\"shape\\": [" + str(len(lrs)) + "], \\"data\\": " + data.to_json(lrs) + "}}")' % json.dumps(c["name"]),
+             "}"]
+    return "\n".join(lines)
+
+
 MLP_PRELUDE = """struct Mlp { fc1: nn.Linear, fc2: nn.Linear }
 fn forward(m: Mlp, x: tensor) -> tensor { return nn.forward(m.fc2, relu(nn.forward(m.fc1, x))) }
 """
@@ -140,6 +166,10 @@ def program(doc):
             cases.append(mlp_case(i, c))
         elif op in ("sgd", "adamw"):
             cases.append(opt_case(i, c, op))
+        elif op == "clip_grad_norm":
+            cases.append(clip_case(i, c))
+        elif op == "lr_schedule":
+            cases.append(schedule_case(i, c))
         else:
             cases.append(op_case(i, c))
     main = "workflow main() {\n" + "\n".join("  case_%d()" % i for i in range(len(doc["cases"]))) + "\n}\n"

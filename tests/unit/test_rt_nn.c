@@ -5,8 +5,9 @@
  * released after backward (live tensors and nodes counted over 10k
  * steps), printing and serialization through core's hooks, safetensors
  * (a round trip, the bytes of the format, a hand-made F16/BF16 file, the
- * strict errors) and SGD/AdamW steps against PyTorch's formulas worked by
- * hand.
+ * strict errors), SGD/AdamW steps against PyTorch's formulas worked by
+ * hand, and the encoder layers (Embedding, LayerNorm, dropout, attention,
+ * gradient clipping).
  *
  * Gradient checks: the loss is sum(op(inputs) * W) for fixed random W, so
  * every output element's gradient counts; the forward runs in f32 (the
@@ -1040,6 +1041,145 @@ static void test_randn(void) {
     sf_release(all[i]);
 }
 
+/* ------------------------------------------------------------- layers */
+
+typedef struct {
+  sf_array *ids, *shape, *mask;
+  int64_t heads;
+  double p;
+} layer_ctx;
+static sf_tensor *f_embedding(sf_tensor **in, void *ctx) {
+  layer_ctx *c = ctx;
+  return sf__t_embedding(in[0], c->ids, c->shape, &LOC);
+}
+static sf_tensor *f_layer_norm(sf_tensor **in, void *ctx) {
+  return sf__t_layer_norm(in[0], in[1], in[2], 1e-5, &LOC);
+}
+static sf_tensor *f_dropout(sf_tensor **in, void *ctx) {
+  return sf__t_dropout(in[0], ((layer_ctx *)ctx)->p, 11, true, &LOC);
+}
+static sf_tensor *f_attention(sf_tensor **in, void *ctx) {
+  layer_ctx *c = ctx;
+  return sf__t_attention(in[0], in[1], in[2], c->mask, c->heads, &LOC);
+}
+
+/* Every layer's backward against finite differences: Embedding with a
+ * repeated id (the scatter adds), LayerNorm's three inputs, dropout's
+ * fixed mask, attention self and cross, with padding and a fully padded
+ * batch row. */
+static void test_grad_layers(void) {
+  layer_ctx e = {.ids = i64s(6, (int64_t[]){1, 4, 1, 0, 3, 1}), .shape = i64s(2, (int64_t[]){2, 3})};
+  sf_tensor *w[1] = {rnd(2, SHAPE(5, 3), -1, 1, true)};
+  gradcheck("embedding (repeated ids)", f_embedding, &e, 1, w);
+  release_all(w, 1);
+  sf_tensor *ln[3] = {rnd(3, SHAPE(2, 3, 5), -2, 2, true), rnd(1, SHAPE(5), 0.5f, 1.5f, true),
+                      rnd(1, SHAPE(5), -1, 1, true)};
+  gradcheck("layer_norm", f_layer_norm, NULL, 3, ln);
+  release_all(ln, 3);
+  layer_ctx d = {.p = 0.4};
+  sf_tensor *x[1] = {rnd(2, SHAPE(4, 5), -1, 1, true)};
+  gradcheck("dropout p=0.4", f_dropout, &d, 1, x);
+  release_all(x, 1);
+  layer_ctx a = {.mask = i64s(8, (int64_t[]){1, 1, 1, 0, 1, 0, 0, 1}), .heads = 2};
+  sf_tensor *q[3] = {rnd(3, SHAPE(2, 4, 6), -1, 1, true), rnd(3, SHAPE(2, 4, 6), -1, 1, true),
+                     rnd(3, SHAPE(2, 4, 6), -1, 1, true)};
+  gradcheck("attention 2 heads, padded", f_attention, &a, 3, q);
+  release_all(q, 3);
+  layer_ctx c = {.mask = i64s(6, (int64_t[]){0, 0, 0, 1, 1, 0}), .heads = 3};
+  sf_tensor *qc[3] = {rnd(3, SHAPE(2, 2, 6), -1, 1, true), rnd(3, SHAPE(2, 3, 6), -1, 1, true),
+                      rnd(3, SHAPE(2, 3, 6), -1, 1, true)};
+  gradcheck("attention cross, all-pad row", f_attention, &c, 3, qc);
+  release_all(qc, 3);
+  sf_array *arrs[] = {e.ids, e.shape, a.mask, c.mask};
+  for (size_t i = 0; i < 4; i++)
+    sf_release(arrs[i]);
+}
+
+/* Forward values by hand, dropout's statistics and seeds, clipping, and
+ * every layer's errors. */
+static void test_layers_forward(void) {
+  sf_tensor *w = mk(2, SHAPE(3, 2), (float[]){0, 1, 10, 11, 20, 21});
+  sf_array *ids = i64s(4, (int64_t[]){2, 0, 2, 1}), *sh = i64s(2, (int64_t[]){2, 2});
+  sf_tensor *e = sf__t_embedding(w, ids, sh, &LOC);
+  check_shape(e, 3, SHAPE(2, 2, 2));
+  check_vals("embedding", e, (float[]){20, 21, 0, 1, 20, 21, 10, 11}, 8, 0);
+  sf_array *bad = i64s(2, (int64_t[]){1, 3}), *sh2 = i64s(1, (int64_t[]){2});
+  EXPECT_ERROR(sf__t_embedding(w, bad, sh2, &LOC),
+               "t.sflow:3:7: runtime error: embedding: id 3 (position 1) is out of range for 3 "
+               "embeddings (weight shape [3, 2])");
+  EXPECT_ERROR(sf__t_embedding(w, ids, sh2, &LOC),
+               "t.sflow:3:7: runtime error: embedding: 4 ids do not fill shape [2]");
+  /* LayerNorm of [1, 2, 3, 4]: mean 2.5, biased variance 1.25. */
+  sf_tensor *x = mk(2, SHAPE(1, 4), (float[]){1, 2, 3, 4});
+  sf_tensor *g = mk(1, SHAPE(4), (float[]){1, 2, 1, 1}), *b = mk(1, SHAPE(4), (float[]){0, 0, 0, 1});
+  sf_tensor *y = sf__t_layer_norm(x, g, b, 1e-5, &LOC);
+  float r = (float)(1 / sqrt(1.25 + 1e-5));
+  check_vals("layer_norm", y, (float[]){-1.5f * r, -1.0f * r, 0.5f * r, 1.5f * r + 1}, 4, 1e-6f);
+  EXPECT_ERROR(sf__t_layer_norm(x, b, sf__t_empty(1, SHAPE(3), &LOC), 1e-5, &LOC),
+               "t.sflow:3:7: runtime error: layer_norm: weight [4] and bias [3] must both be "
+               "[4], the last dimension of the input [1, 4]");
+  /* Dropout: the same mask for a seed, another for another seed, about
+   * p zeroed, the rest scaled by 1/(1-p); identity when off. */
+  sf_tensor *ones = sf__t_full(1, SHAPE(100000), 1.0f);
+  sf_tensor *d1 = sf__t_dropout(ones, 0.25, 5, true, &LOC), *d2 = sf__t_dropout(ones, 0.25, 5, true, &LOC);
+  sf_tensor *d3 = sf__t_dropout(ones, 0.25, 6, true, &LOC);
+  CU_ASSERT(memcmp(sf__t_data(d1), sf__t_data(d2), 400000) == 0);
+  CU_ASSERT(memcmp(sf__t_data(d1), sf__t_data(d3), 400000) != 0);
+  int64_t zeros = 0, other = 0;
+  for (int64_t i = 0; i < 100000; i++) {
+    float v = sf__t_data(d1)[i];
+    zeros += v == 0.0f;
+    other += v != 0.0f && v != (float)(1 / 0.75);
+  }
+  printf("\n    dropout p=0.25: %.4f of 100000 zeroed ", zeros / 1e5);
+  CU_ASSERT(fabs(zeros / 1e5 - 0.25) < 0.01 && other == 0);
+  sf_tensor *id0 = sf__t_dropout(ones, 0.0, 5, true, &LOC), *id1 = sf__t_dropout(ones, 0.5, 5, false, &LOC);
+  CU_ASSERT(id0 == ones && id1 == ones);
+  EXPECT_ERROR(sf__t_dropout(ones, 1.5, 5, true, &LOC),
+               "t.sflow:3:7: runtime error: dropout: p must be in [0, 1], not 1.5");
+  /* Attention: one head, one query over two keys of which the second is
+   * padding: the output is the first value exactly. */
+  sf_tensor *q = mk(3, SHAPE(1, 1, 2), (float[]){1, 0});
+  sf_tensor *k = mk(3, SHAPE(1, 2, 2), (float[]){1, 0, 5, 5});
+  sf_tensor *v = mk(3, SHAPE(1, 2, 2), (float[]){3, 4, 100, 100});
+  sf_array *m = i64s(2, (int64_t[]){1, 0}), *none = i64s(0, NULL), *m3 = i64s(3, (int64_t[]){1, 1, 1});
+  sf_tensor *o = sf__t_attention(q, k, v, m, 1, &LOC);
+  check_vals("attention padded", o, (float[]){3, 4}, 2, 1e-6f);
+  /* Unmasked: softmax([1, 5] / sqrt 2) weights. */
+  sf_tensor *o2 = sf__t_attention(q, k, v, none, 1, &LOC);
+  double p1 = 1 / (1 + exp(4 / sqrt(2.0)));
+  check_vals("attention", o2, (float[]){(float)(3 * p1 + 100 * (1 - p1)), (float)(4 * p1 + 100 * (1 - p1))}, 2, 1e-4f);
+  EXPECT_ERROR(sf__t_attention(q, k, v, m, 3, &LOC),
+               "t.sflow:3:7: runtime error: attention: 3 heads do not divide the width 2 of q [1, 1, 2]");
+  EXPECT_ERROR(sf__t_attention(q, k, v, m3, 1, &LOC),
+               "t.sflow:3:7: runtime error: attention: the mask has 3 entries, but keys [1, 2, 2] "
+               "need 2 (B * S, one per key; [] for none)");
+  EXPECT_ERROR(sf__t_attention(q, k, x, m, 1, &LOC),
+               "t.sflow:3:7: runtime error: attention: q [1, 1, 2], k [1, 2, 2] and v [1, 4] must "
+               "be (B, T, D), (B, S, D) and (B, S, D)");
+  /* Clipping: gradients 3 and 4 (norm 5) to norm 1; a large max_norm
+   * leaves them alone. */
+  sf_tensor *p0 = mk(1, SHAPE(1), (float[]){0}), *p1t = mk(1, SHAPE(1), (float[]){0});
+  p0->req = p1t->req = true;
+  p0->grad = mk(1, SHAPE(1), (float[]){3});
+  p1t->grad = mk(1, SHAPE(1), (float[]){4});
+  sf_array *ps = sf_array_new(&sf__type_tensor, 2, &LOC);
+  ((sf_tensor **)ps->data)[0] = p0;
+  ((sf_tensor **)ps->data)[1] = p1t;
+  CU_ASSERT(fabs(sf__clip_grad_norm(ps, 10.0, &LOC) - 5.0) < 1e-12);
+  CU_ASSERT(sf__t_data(p0->grad)[0] == 3.0f);
+  CU_ASSERT(fabs(sf__clip_grad_norm(ps, 1.0, &LOC) - 5.0) < 1e-12);
+  check_vals("clipped", p0->grad, (float[]){0.6f}, 1, 1e-6f);
+  check_vals("clipped", p1t->grad, (float[]){0.8f}, 1, 1e-6f);
+  sf_release(ps); /* releases p0 and p1t */
+  sf_tensor *all[] = {w, e, x, g, b, y, ones, d1, d2, d3, id0, id1, q, k, v, o, o2};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+    sf_release(all[i]);
+  sf_array *arrs[] = {ids, sh, bad, sh2, m, none, m3};
+  for (size_t i = 0; i < sizeof arrs / sizeof *arrs; i++)
+    sf_release(arrs[i]);
+}
+
 int main(int argc, char **argv) {
   sf__nn_install();
   static const rt_test tests[] = {
@@ -1065,6 +1205,8 @@ int main(int argc, char **argv) {
       {"safetensors_round_trip", test_safetensors_round_trip},
       {"safetensors_halves", test_safetensors_halves},
       {"randn", test_randn},
+      {"layers_forward", test_layers_forward},
+      {"grad_layers", test_grad_layers},
       {NULL, NULL},
   };
   return rt_run("nn", tests, argc, argv);

@@ -1,0 +1,361 @@
+/*
+ * layers.c — what a transformer encoder needs beyond the elementwise,
+ * reduction and product ops: Embedding (a gather of rows, a scatter-add
+ * back), LayerNorm (fused forward and backward over the last dimension),
+ * seeded dropout, multi-head scaled dot-product attention with a key
+ * padding mask, and global-norm gradient clipping; each forward with its
+ * backward rule beside it (docs/nn.md, "Layers").
+ *
+ * Key design choice: the ops whose backward is cheap to fuse and easy to
+ * get wrong when composed (layer norm's three-term input gradient, the
+ * masked softmax's rows with no key left) are single nodes here; attention
+ * itself is composed from the existing reshape, transpose and batched `@`
+ * around that one fused masked softmax, so its gradient is the product
+ * rules the fixtures already hold to PyTorch's, and a faster fused kernel
+ * can later replace the composition without changing its semantics.
+ * Statistics (mean, variance, the clipping norm) are accumulated in f64.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
+#include "nn.h"
+
+static int64_t prod(int32_t nd, const int64_t *shape) {
+  int64_t n = 1;
+  for (int32_t i = 0; i < nd; i++)
+    n *= shape[i];
+  return n;
+}
+
+/* ---------------------------------------------------------- embedding */
+
+/* dW: the upstream rows added into the rows the ids picked. */
+static void bw_embedding(sf__node *n, sf_tensor *g) {
+  sf_tensor *w = n->in[0];
+  int64_t dim = w->shape[1], count = n->targets->len;
+  const int64_t *ids = n->targets->data;
+  sf_tensor *dw = sf__t_zeros(2, w->shape, NULL);
+  const float *gd = sf__t_data(g);
+  float *d = sf__t_data(dw);
+  for (int64_t i = 0; i < count; i++)
+    for (int64_t j = 0; j < dim; j++)
+      d[ids[i] * dim + j] += gd[i * dim + j];
+  sf__grad_add(w, dw);
+}
+
+sf_tensor *sf__t_embedding(sf_tensor *weight, sf_array *ids, sf_array *shape, const sf_loc *loc) {
+  char sb[SF__SHAPE_BUF];
+  sf__t_arg(weight, "embedding", loc);
+  if (weight->ndim != 2)
+    sf_runtime_error(loc, "embedding: the weight must be (num_embeddings, embedding_dim), not "
+                     "shape %s", SF__SHP(weight, sb));
+  int32_t nd;
+  int64_t dims[SF__TMAX];
+  sf__t_shape_from(shape, "embedding", &nd, dims, loc);
+  int64_t count = ids ? ids->len : 0, num = weight->shape[0], dim = weight->shape[1];
+  if (nd == SF__TMAX)
+    sf_runtime_error(loc, "embedding: ids of shape %s leave no room for the embedding "
+                     "dimension (at most %d dimensions)", sf__shape_str(nd, dims, sb), SF__TMAX);
+  if (prod(nd, dims) != count)
+    sf_runtime_error(loc, "embedding: %" PRId64 " ids do not fill shape %s", count,
+                     sf__shape_str(nd, dims, sb));
+  const int64_t *id = count ? ids->data : NULL;
+  for (int64_t i = 0; i < count; i++)
+    if (id[i] < 0 || id[i] >= num)
+      sf_runtime_error(loc, "embedding: id %" PRId64 " (position %" PRId64 ") is out of range "
+                       "for %" PRId64 " embeddings (weight shape %s)", id[i], i, num,
+                       SF__SHP(weight, sb));
+  dims[nd++] = dim;
+  sf_tensor *w = sf__t_contig(weight), *out = sf__t_empty(nd, dims, loc);
+  const float *wd = sf__t_data(w);
+  float *o = sf__t_data(out);
+  for (int64_t i = 0; i < count; i++)
+    memcpy(o + i * dim, wd + id[i] * dim, (size_t)dim * sizeof(float));
+  sf_release(w);
+  sf__node *n = sf__record("embedding", out, bw_embedding, weight, NULL);
+  if (n) {
+    n->targets = ids;
+    sf_retain(ids);
+  }
+  return out;
+}
+
+/* ---------------------------------------------------------- layer norm */
+
+/* Per row of x (rows, d): y = (x - mean) rstd w + b, with the row's mean
+ * and rstd = 1/sqrt(var + eps) (biased variance, as torch) into stats
+ * (rows, 2). */
+static void layer_norm_rows(const float *x, const float *w, const float *b, float *y, float *stats,
+                            int64_t rows, int64_t d, double eps) {
+  for (int64_t r = 0; r < rows; r++) {
+    const float *xr = x + r * d;
+    double s = 0, ss = 0;
+    for (int64_t j = 0; j < d; j++)
+      s += xr[j];
+    double mean = d ? s / (double)d : 0;
+    for (int64_t j = 0; j < d; j++)
+      ss += (xr[j] - mean) * (xr[j] - mean);
+    double rstd = 1.0 / sqrt((d ? ss / (double)d : 0) + eps);
+    stats[2 * r] = (float)mean;
+    stats[2 * r + 1] = (float)rstd;
+    for (int64_t j = 0; j < d; j++)
+      y[r * d + j] = (float)((xr[j] - mean) * rstd) * w[j] + b[j];
+  }
+}
+
+/* With x̂ = (x - mean) rstd and ĝ = g w: dx = rstd (ĝ - mean(ĝ) - x̂
+ * mean(ĝ x̂)), dw = Σ_rows g x̂, db = Σ_rows g. */
+static void bw_layer_norm(sf__node *n, sf_tensor *g) {
+  sf_tensor *x = sf__t_contig(n->in[0]), *w = sf__t_contig(n->in[1]);
+  int64_t d = x->shape[x->ndim - 1], rows = d ? x->numel / d : 0;
+  sf_tensor *dx = sf__t_like(x), *dw = sf__t_zeros(1, &d, NULL), *db = sf__t_zeros(1, &d, NULL);
+  const float *xd = sf__t_data(x), *wd = sf__t_data(w), *gd = sf__t_data(g);
+  const float *st = sf__t_data(n->saved);
+  float *dxd = sf__t_data(dx), *dwd = sf__t_data(dw), *dbd = sf__t_data(db);
+  for (int64_t r = 0; r < rows; r++) {
+    const float *xr = xd + r * d, *gr = gd + r * d;
+    double mean = st[2 * r], rstd = st[2 * r + 1], sg = 0, sgx = 0;
+    for (int64_t j = 0; j < d; j++) {
+      double xh = (xr[j] - mean) * rstd, gh = (double)gr[j] * wd[j];
+      sg += gh;
+      sgx += gh * xh;
+      dwd[j] += (float)(gr[j] * xh);
+      dbd[j] += gr[j];
+    }
+    sg /= (double)d;
+    sgx /= (double)d;
+    for (int64_t j = 0; j < d; j++) {
+      double xh = (xr[j] - mean) * rstd, gh = (double)gr[j] * wd[j];
+      dxd[r * d + j] = (float)(rstd * (gh - sg - xh * sgx));
+    }
+  }
+  sf_release(x);
+  sf_release(w);
+  sf__grad_add(n->in[0], dx);
+  sf__grad_add(n->in[1], dw);
+  sf__grad_add(n->in[2], db);
+}
+
+sf_tensor *sf__t_layer_norm(sf_tensor *x, sf_tensor *weight, sf_tensor *bias, double eps,
+                            const sf_loc *loc) {
+  char sx[SF__SHAPE_BUF], sw[SF__SHAPE_BUF], sb[SF__SHAPE_BUF];
+  sf__t_arg(x, "layer_norm", loc);
+  sf__t_arg(weight, "layer_norm", loc);
+  sf__t_arg(bias, "layer_norm", loc);
+  if (x->ndim == 0)
+    sf_runtime_error(loc, "layer_norm: the input must have a last dimension to normalise, not "
+                     "shape []");
+  int64_t d = x->shape[x->ndim - 1];
+  if (weight->ndim != 1 || weight->shape[0] != d || bias->ndim != 1 || bias->shape[0] != d)
+    sf_runtime_error(loc, "layer_norm: weight %s and bias %s must both be [%" PRId64
+                     "], the last dimension of the input %s", SF__SHP(weight, sw),
+                     SF__SHP(bias, sb), d, SF__SHP(x, sx));
+  if (!(eps > 0))
+    sf_runtime_error(loc, "layer_norm: eps must be positive, not %g", eps);
+  sf_tensor *xc = sf__t_contig(x), *wc = sf__t_contig(weight), *bc = sf__t_contig(bias);
+  int64_t rows = d ? x->numel / d : 0, ss[2] = {rows, 2};
+  sf_tensor *out = sf__t_like(xc), *stats = sf__t_empty(2, ss, loc);
+  layer_norm_rows(sf__t_data(xc), sf__t_data(wc), sf__t_data(bc), sf__t_data(out),
+                  sf__t_data(stats), rows, d, eps);
+  sf_release(xc);
+  sf_release(wc);
+  sf_release(bc);
+  sf__node *n = sf__record3("layer_norm", out, bw_layer_norm, x, weight, bias);
+  if (n)
+    n->saved = stats;
+  else
+    sf_release(stats);
+  return out;
+}
+
+/* ------------------------------------------------------------ dropout */
+
+static void bw_dropout(sf__node *n, sf_tensor *g) {
+  sf_tensor *dx = sf__t_binary(SF_TOP_MUL, g, n->saved, NULL);
+  sf__grad_add(n->in[0], dx);
+}
+
+sf_tensor *sf__t_dropout(sf_tensor *x, double p, int64_t seed, bool training, const sf_loc *loc) {
+  sf__t_arg(x, "dropout", loc);
+  if (!(p >= 0.0 && p <= 1.0))
+    sf_runtime_error(loc, "dropout: p must be in [0, 1], not %g", p);
+  if (!training || p == 0.0) { /* the identity: x itself, its graph kept (as torch) */
+    sf_retain(x);
+    return x;
+  }
+  /* The mask from a uniform draw of x's shape: kept where u >= p, so a
+   * seed gives the same mask on every run, and each kept value is scaled
+   * by 1/(1 - p) as torch does, so the expectation is unchanged. */
+  sf_array *shape = sf_array_new(&sf_type_i64, x->ndim, loc);
+  memcpy(shape->data, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+  sf_tensor *mask = sf_std_nn_uniform(shape, 0.0f, 1.0f, seed, loc);
+  sf_release(shape);
+  float keep = p < 1.0 ? (float)(1.0 / (1.0 - p)) : 0.0f, *m = sf__t_data(mask);
+  for (int64_t i = 0; i < mask->numel; i++)
+    m[i] = p < 1.0 && (double)m[i] >= p ? keep : 0.0f;
+  bool saved = sf__no_grad;
+  sf__no_grad = true; /* the product is this op's node, not mul's */
+  sf_tensor *out = sf__t_binary(SF_TOP_MUL, x, mask, loc);
+  sf__no_grad = saved;
+  sf__node *n = sf__record("dropout", out, bw_dropout, x, NULL);
+  if (n)
+    n->saved = mask;
+  else
+    sf_release(mask);
+  return out;
+}
+
+/* ---------------------------------------------------------- attention */
+
+/* Softmax over the last axis of scores (B, H, T, S) times scale, keys
+ * whose mask entry (B, S) is 0 left out (probability 0); a row with no
+ * key left is all zeros, as torch's scaled_dot_product_attention gives
+ * for a fully padded row. */
+static void masked_softmax_rows(const float *x, float *y, const int64_t *mask, int64_t rows,
+                                int64_t per_batch, int64_t s, float scale) {
+  for (int64_t r = 0; r < rows; r++) {
+    const float *xr = x + r * s;
+    float *yr = y + r * s;
+    const int64_t *mr = mask ? mask + (r / per_batch) * s : NULL;
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < s; j++)
+      if (!mr || mr[j])
+        mx = xr[j] * scale > mx ? xr[j] * scale : mx;
+    double sum = 0;
+    for (int64_t j = 0; j < s; j++) {
+      yr[j] = (!mr || mr[j]) ? expf(xr[j] * scale - mx) : 0.0f;
+      sum += yr[j];
+    }
+    float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
+    for (int64_t j = 0; j < s; j++)
+      yr[j] *= inv;
+  }
+}
+
+/* dx = scale y (g - Σ g y) per row; masked keys have y = 0 and get 0. */
+static void bw_masked_softmax(sf__node *n, sf_tensor *g) {
+  sf_tensor *y = n->saved;
+  int64_t s = y->shape[y->ndim - 1], rows = s ? y->numel / s : 0;
+  sf_tensor *dx = sf__t_like(y);
+  const float *yd = sf__t_data(y), *gd = sf__t_data(g);
+  float *d = sf__t_data(dx);
+  for (int64_t r = 0; r < rows; r++) {
+    double dot = 0;
+    for (int64_t j = 0; j < s; j++)
+      dot += (double)gd[r * s + j] * yd[r * s + j];
+    for (int64_t j = 0; j < s; j++)
+      d[r * s + j] = n->f0 * yd[r * s + j] * (gd[r * s + j] - (float)dot);
+  }
+  sf__grad_add(n->in[0], dx);
+}
+
+static sf_tensor *masked_softmax(sf_tensor *scores, sf_array *mask, float scale,
+                                 const sf_loc *loc) {
+  sf_tensor *x = sf__t_contig(scores), *out = sf__t_like(x);
+  int64_t s = x->shape[3], per_batch = x->shape[1] * x->shape[2];
+  masked_softmax_rows(sf__t_data(x), sf__t_data(out), mask ? mask->data : NULL,
+                      s ? x->numel / s : 0, per_batch, s, scale);
+  sf_release(x);
+  sf__node *n = sf__record("attention", out, bw_masked_softmax, scores, NULL);
+  if (n) {
+    n->f0 = scale;
+    n->saved = sf__t_view(out, out->ndim, out->shape, out->strides, out->offset);
+  }
+  return out;
+}
+
+/* (B, L, D) -> (B, H, L, D/H): a reshape view and a strided transpose. */
+static sf_tensor *split_heads(sf_tensor *t, int64_t heads, const sf_loc *loc) {
+  int64_t shape[4] = {t->shape[0], t->shape[1], heads, t->shape[2] / heads};
+  sf_tensor *r = sf__t_reshape(t, 4, shape, loc), *h = sf__t_transpose(r, 1, 2, loc);
+  sf_release(r);
+  return h;
+}
+
+static void check_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
+                            int64_t heads, const sf_loc *loc) {
+  char sq[SF__SHAPE_BUF], sk[SF__SHAPE_BUF], sv[SF__SHAPE_BUF];
+  bool ok = q->ndim == 3 && k->ndim == 3 && v->ndim == 3 && k->shape[0] == q->shape[0] &&
+            v->shape[0] == q->shape[0] && k->shape[2] == q->shape[2] &&
+            v->shape[2] == q->shape[2] && v->shape[1] == k->shape[1];
+  if (!ok)
+    sf_runtime_error(loc, "attention: q %s, k %s and v %s must be (B, T, D), (B, S, D) and "
+                     "(B, S, D)", SF__SHP(q, sq), SF__SHP(k, sk), SF__SHP(v, sv));
+  if (heads <= 0 || q->shape[2] % heads)
+    sf_runtime_error(loc, "attention: %" PRId64 " heads do not divide the width %" PRId64
+                     " of q %s", heads, q->shape[2], SF__SHP(q, sq));
+  int64_t want = k->shape[0] * k->shape[1], len = mask ? mask->len : 0;
+  if (len && len != want)
+    sf_runtime_error(loc, "attention: the mask has %" PRId64 " entries, but keys %s need %"
+                     PRId64 " (B * S, one per key; [] for none)", len, SF__SHP(k, sk), want);
+}
+
+sf_tensor *sf__t_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
+                           int64_t heads, const sf_loc *loc) {
+  sf__t_arg(q, "attention", loc);
+  sf__t_arg(k, "attention", loc);
+  sf__t_arg(v, "attention", loc);
+  check_attention(q, k, v, mask, heads, loc);
+  if (mask && !mask->len)
+    mask = NULL;
+  float scale = (float)(1.0 / sqrt((double)(q->shape[2] / heads)));
+  sf_tensor *qh = split_heads(q, heads, loc), *kh = split_heads(k, heads, loc);
+  sf_tensor *vh = split_heads(v, heads, loc), *kt = sf__t_transpose(kh, 2, 3, loc);
+  sf_tensor *scores = sf__t_matmul(qh, kt, loc);              /* (B, H, T, S) */
+  sf_tensor *p = masked_softmax(scores, mask, scale, loc);
+  sf_tensor *o = sf__t_matmul(p, vh, loc);                    /* (B, H, T, D/H) */
+  sf_tensor *ot = sf__t_transpose(o, 1, 2, loc);              /* (B, T, H, D/H) */
+  sf_tensor *out = sf__t_reshape(ot, 3, q->shape, loc);       /* (B, T, D) */
+  sf_tensor *tmp[] = {qh, kh, vh, kt, scores, p, o, ot};
+  for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
+    sf_release(tmp[i]);
+  return out;
+}
+
+/* --------------------------------------------------------- clipping */
+
+double sf__clip_grad_norm(sf_array *ps, double max_norm, const sf_loc *loc) {
+  if (!(max_norm >= 0))
+    sf_runtime_error(loc, "clip_grad_norm: max_norm must be >= 0, not %g", max_norm);
+  double ss = 0;
+  int64_t n = ps ? ps->len : 0;
+  sf_tensor **p = n ? ps->data : NULL;
+  for (int64_t i = 0; i < n; i++)
+    if (p[i] && p[i]->grad) {
+      const float *g = sf__t_data(p[i]->grad);
+      for (int64_t j = 0; j < p[i]->grad->numel; j++)
+        ss += (double)g[j] * g[j];
+    }
+  double norm = sqrt(ss), coef = max_norm / (norm + 1e-6);
+  if (coef < 1.0) /* torch multiplies by min(coef, 1): 1 changes nothing */
+    for (int64_t i = 0; i < n; i++)
+      if (p[i] && p[i]->grad) {
+        float *g = sf__t_data(p[i]->grad);
+        for (int64_t j = 0; j < p[i]->grad->numel; j++)
+          g[j] = (float)(g[j] * coef);
+      }
+  return norm;
+}
+
+/* ---------------------------------------------------------- std.nn */
+
+sf_tensor *sf_std_nn_embedding_lookup(sf_tensor *weight, sf_array *ids, sf_array *shape,
+                                      const sf_loc *loc) {
+  return sf__t_embedding(weight, ids, shape, loc);
+}
+sf_tensor *sf_std_nn_layer_norm_apply(sf_tensor *x, sf_tensor *weight, sf_tensor *bias,
+                                      double eps, const sf_loc *loc) {
+  return sf__t_layer_norm(x, weight, bias, eps, loc);
+}
+sf_tensor *sf_std_nn_dropout(sf_tensor *x, double p, int64_t seed, bool training,
+                             const sf_loc *loc) {
+  return sf__t_dropout(x, p, seed, training, loc);
+}
+sf_tensor *sf_std_nn_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
+                               int64_t heads, const sf_loc *loc) {
+  return sf__t_attention(q, k, v, mask, heads, loc);
+}
+double sf_std_nn_clip_grad_norm(sf_array *ps, double max_norm, const sf_loc *loc) {
+  return sf__clip_grad_norm(ps, max_norm, loc);
+}
