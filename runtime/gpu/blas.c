@@ -2,7 +2,8 @@
  * blas.c — matmul: cuBLAS on a GPU, OpenBLAS on the CPU.
  *
  * matmul(a, b, m, k, n) multiplies a row-major m×k matrix by a row-major
- * k×n one into a new m×n array.  Key design choice: both BLAS libraries
+ * k×n one into a new m×n array.  On the CPU the library is OpenBLAS, or
+ * MKL when SFLOW_BLAS=mkl asks for it (blas_init).  Key design choice: both BLAS libraries
  * are dlopen'ed at the first matmul, like the CUDA libraries, so a
  * compiled program links nothing but libc and starts on any machine (a GPU
  * node without OpenBLAS, a CPU box without CUDA).  When no CBLAS loads,
@@ -15,6 +16,7 @@
 #include <dlfcn.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,26 +35,44 @@ static struct {
 } B;
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 
+/* Tells a loaded BLAS how many threads it may use: --threads bounds the
+ * whole program, products included (an explicit OPENBLAS_NUM_THREADS or
+ * MKL_NUM_THREADS still wins).  OpenBLAS and MKL otherwise start one
+ * thread per core of their own. */
+static void blas_threads(void *h) {
+  void (*set)(int) = (void (*)(int))dlsym(h, "openblas_set_num_threads");
+  if (set && !getenv("OPENBLAS_NUM_THREADS"))
+    set((int)sf__pool_size());
+  set = (void (*)(int))dlsym(h, "MKL_Set_Num_Threads");
+  if (set && !getenv("MKL_NUM_THREADS"))
+    set((int)sf__pool_size());
+}
+
+/* The libraries tried, in order: OpenBLAS by default (Debian main), then
+ * Intel's MKL (libmkl_rt, Debian non-free) only where no OpenBLAS is
+ * installed, then any reference CBLAS.  SFLOW_BLAS names one library to
+ * load instead (a path or a soname); SFLOW_BLAS=mkl is short for MKL's
+ * libmkl_rt, which is faster per FLOP on Intel CPUs (docs/performance.md). */
 static void blas_init(void) {
   static const char *const libs[][2] = {
       {"libopenblas.so.0", "OpenBLAS"}, {"libopenblas.so", "OpenBLAS"},
+      {"libmkl_rt.so.2", "MKL"},        {"libmkl_rt.so", "MKL"},
       {"libcblas.so.3", "CBLAS"},       {"libblas.so.3", "BLAS"},
   };
   const char *e = getenv("SFLOW_BLAS");
+  if (e && strcmp(e, "mkl") == 0)
+    e = "libmkl_rt.so.2";
   for (size_t i = 0; i < sizeof libs / sizeof *libs; i++) {
     const char *path = e && *e ? e : libs[i][0];
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h && e && strcmp(e, "libmkl_rt.so.2") == 0)
+      h = dlopen("libmkl_rt.so", RTLD_NOW | RTLD_LOCAL);
     if (h) {
       B.sgemm = (sgemm_fn)dlsym(h, "cblas_sgemm");
       B.dgemm = (dgemm_fn)dlsym(h, "cblas_dgemm");
       if (B.sgemm && B.dgemm) {
-        B.name = e && *e ? e : libs[i][1];
-        /* OpenBLAS starts one thread per core of its own; --threads bounds
-         * the whole program, products included (an explicit
-         * OPENBLAS_NUM_THREADS still wins). */
-        void (*set_threads)(int) = (void (*)(int))dlsym(h, "openblas_set_num_threads");
-        if (set_threads && !getenv("OPENBLAS_NUM_THREADS"))
-          set_threads((int)sf__pool_size());
+        B.name = e && *e ? (strstr(e, "mkl") ? "MKL" : e) : libs[i][1];
+        blas_threads(h);
         return;
       }
       dlclose(h);
@@ -65,7 +85,14 @@ static void blas_init(void) {
   B.name = "reference";
   if (!sf__options.quiet) {
     static const char msg[] = "sflow: no CBLAS library found (install libopenblas0); matmul uses a slow reference loop\n";
-    (void)sf__out_write(2, msg, sizeof msg - 1);
+    char named[512];
+    int len = e && *e ? snprintf(named, sizeof named, "sflow: SFLOW_BLAS=%s does not load as a "
+                                 "CBLAS library; matmul uses a slow reference loop\n", getenv("SFLOW_BLAS"))
+                      : 0;
+    if (len > 0 && (size_t)len < sizeof named)
+      (void)sf__out_write(2, named, (size_t)len);
+    else
+      (void)sf__out_write(2, msg, sizeof msg - 1);
   }
 }
 

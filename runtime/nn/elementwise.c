@@ -9,16 +9,17 @@
  * merged, and the walk hands the innermost run to a loop specialised for
  * unit and zero strides, which the compiler vectorises; so `x + b` with a
  * bias row is one pass of long rows and a contiguous `a * b` is one flat
- * loop.  Results of a million values or more are split over the pool
- * (sf__parallel_for), each thread taking a range of the flat index.
+ * loop.  Results of 128K values or more are split over the pool
+ * (sf__t_run_chunks in simd.h), each thread taking a range of the flat
+ * index.  relu and its backward, the MLP's hot pair, are explicit
+ * vectors (simd.h): branch-free, where the scalar compare mispredicted.
  */
 #include <math.h>
 #include <string.h>
 
 #include "nn.h"
+#include "simd.h"
 
-#define PAR_MIN (1 << 16) /* values below which threads cost more than they save */
-#define PAR_GRAIN (1 << 15)
 
 /* ------------------------------------------------------------- walks */
 
@@ -106,8 +107,8 @@ static void walk_run(walk *w, int64_t total, bool parallel) {
   walk_coalesce(w);
   if (total <= 0)
     return;
-  if (parallel && total >= PAR_MIN)
-    sf__parallel_for(total, PAR_GRAIN, walk_chunk, w);
+  if (parallel)
+    sf__t_run_chunks(total, walk_chunk, w);
   else
     walk_range(w, 0, total);
 }
@@ -418,14 +419,33 @@ typedef struct {
 #define INV_SQRT_2PI 0.39894228040143267794f
 #define GELU_K 0.79788456080286535588f /* sqrt(2 / pi) */
 
+/* y = max(x, 0) as the scalar rule writes it (NaN and -0 give +0). */
+static void relu_range(const float *restrict x, float *restrict y, int64_t lo, int64_t hi) {
+  int64_t i = lo;
+  sf__f4 zero = sf__splat4(0.0f);
+  for (; i + SF__V <= hi; i += SF__V) {
+    sf__f4 v = sf__ld4(x + i);
+    sf__st4(y + i, sf__select4(v > zero, v));
+  }
+  for (; i < hi; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+/* d = g where x > 0, else +0. */
+static void relu_bw_range(const float *restrict g, const float *restrict x, float *restrict d,
+                          int64_t lo, int64_t hi) {
+  int64_t i = lo;
+  sf__f4 zero = sf__splat4(0.0f);
+  for (; i + SF__V <= hi; i += SF__V)
+    sf__st4(d + i, sf__select4(sf__ld4(x + i) > zero, sf__ld4(g + i)));
+  for (; i < hi; i++) d[i] = x[i] > 0.0f ? g[i] : 0.0f;
+}
+
 static void unary_chunk(void *ctx, int64_t lo, int64_t hi) {
   const unary_job *j = ctx;
   const float *x = j->x;
   float *y = j->y;
   switch (j->kind) {
-  case SF__U_RELU:
-    for (int64_t i = lo; i < hi; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
-    break;
+  case SF__U_RELU: relu_range(x, y, lo, hi); break;
   case SF__U_GELU: /* the erf form (BERT, PyTorch's default) */
     for (int64_t i = lo; i < hi; i++) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * SQRT1_2));
     break;
@@ -461,9 +481,7 @@ static void unary_bw_chunk(void *ctx, int64_t lo, int64_t hi) {
   const float *g = j->g, *x = j->x, *y = j->y;
   float *d = j->dx;
   switch (j->kind) {
-  case SF__U_RELU:
-    for (int64_t i = lo; i < hi; i++) d[i] = x[i] > 0.0f ? g[i] : 0.0f;
-    break;
+  case SF__U_RELU: relu_bw_range(g, x, d, lo, hi); break;
   case SF__U_GELU: /* Φ(x) + x φ(x) */
     for (int64_t i = lo; i < hi; i++) {
       float cdf = 0.5f * (1.0f + erff(x[i] * SQRT1_2));
@@ -494,13 +512,6 @@ static void unary_bw_chunk(void *ctx, int64_t lo, int64_t hi) {
   }
 }
 
-static void run_chunks(int64_t n, void (*fn)(void *, int64_t, int64_t), void *ctx) {
-  if (n >= PAR_MIN)
-    sf__parallel_for(n, PAR_GRAIN, fn, ctx);
-  else
-    fn(ctx, 0, n);
-}
-
 static const char *unary_name(int32_t kind) {
   static const char *const names[] = {"relu", "gelu", "sigmoid", "tanh", "exp", "log", "gelu_tanh"};
   return kind >= 0 && kind <= SF__U_GELU_TANH ? names[kind] : "unary";
@@ -517,7 +528,7 @@ static void bw_unary(sf__node *n, sf_tensor *g) {
   sf_tensor *dx = sf__t_like(x);
   unary_bw_job j = {.kind = (int32_t)n->i0, .g = sf__t_data(g), .x = sf__t_data(x),
                     .y = n->saved ? sf__t_data(n->saved) : NULL, .dx = sf__t_data(dx)};
-  run_chunks(dx->numel, unary_bw_chunk, &j);
+  sf__t_run_chunks(dx->numel, unary_bw_chunk, &j);
   sf_release(x);
   sf__grad_add(n->in[0], dx);
 }
@@ -527,7 +538,7 @@ sf_tensor *sf__t_unary(int32_t kind, sf_tensor *a, const sf_loc *loc) {
   sf_tensor *x = sf__t_contig(a);
   sf_tensor *out = sf__t_like(x);
   unary_job j = {.kind = kind, .x = sf__t_data(x), .y = sf__t_data(out)};
-  run_chunks(out->numel, unary_chunk, &j);
+  sf__t_run_chunks(out->numel, unary_chunk, &j);
   sf_release(x);
   sf__node *n = sf__record(unary_name(kind), out, bw_unary, a, NULL);
   if (n) {

@@ -16,6 +16,7 @@
  */
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,10 +27,75 @@ int64_t sf__tensor_live, sf__node_live;
 
 /* ----------------------------------------------------------- storage */
 
+/* Recently freed large buffers, kept for the next tensor of the same byte
+ * size.  A training step frees and makes the same activations and
+ * gradients (1-4 MB each in the MLP benchmark) every step; glibc hands
+ * such blocks back to the kernel when they end the heap (its trim
+ * threshold is 128 KB) and the next step faults every page in again,
+ * zeroed by the kernel: 6% of the step, more than the SGD update.  The
+ * cache is small and bounded (CACHE_SLOTS buffers, CACHE_BYTES in all),
+ * so memory stays flat, and shared by all threads behind one mutex: a
+ * step makes a few dozen large tensors, and a buffer is often freed on
+ * another thread than the one that made it (a task's result). */
+#define CACHE_MIN (64 << 10)   /* smaller blocks stay in malloc's own bins */
+#define CACHE_SLOTS 16
+#define CACHE_BYTES (16 << 20)
+static struct {
+  pthread_mutex_t mu;
+  int32_t n;
+  size_t bytes;
+  struct { void *p; size_t bytes; } slot[CACHE_SLOTS];
+} C = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void *buffer_alloc(size_t bytes) {
+  if (bytes >= CACHE_MIN) {
+    void *p = NULL;
+    pthread_mutex_lock(&C.mu);
+    for (int32_t i = C.n - 1; i >= 0; i--) /* the most recent first: warm in cache */
+      if (C.slot[i].bytes == bytes) {
+        p = C.slot[i].p;
+        C.bytes -= bytes;
+        C.slot[i] = C.slot[--C.n];
+        break;
+      }
+    pthread_mutex_unlock(&C.mu);
+    if (p)
+      return p;
+  }
+  return aligned_alloc(64, bytes);
+}
+
+static void buffer_free(void *p, size_t bytes) {
+  if (bytes >= CACHE_MIN && bytes <= CACHE_BYTES) {
+    void *evict = NULL;
+    pthread_mutex_lock(&C.mu);
+    /* The oldest goes when the cache is full: shapes no longer in use
+     * age out, and the next step's buffers take their place. */
+    while (C.n > 0 && (C.n == CACHE_SLOTS || C.bytes + bytes > CACHE_BYTES)) {
+      free(evict);
+      evict = C.slot[0].p;
+      C.bytes -= C.slot[0].bytes;
+      memmove(C.slot, C.slot + 1, (size_t)--C.n * sizeof C.slot[0]);
+    }
+    C.slot[C.n].p = p;
+    C.slot[C.n].bytes = bytes;
+    C.n++;
+    C.bytes += bytes;
+    pthread_mutex_unlock(&C.mu);
+    free(evict);
+    return;
+  }
+  free(p);
+}
+
+static size_t storage_bytes(int64_t len) {
+  return ((size_t)(len > 0 ? len : 1) * sizeof(float) + 63) & ~(size_t)63;
+}
+
 static sf__storage *storage_new(int64_t len, bool zero) {
   sf__storage *s = sf_alloc(sizeof *s);
-  size_t bytes = ((size_t)(len > 0 ? len : 1) * sizeof(float) + 63) & ~(size_t)63;
-  s->data = aligned_alloc(64, bytes);
+  size_t bytes = storage_bytes(len);
+  s->data = buffer_alloc(bytes);
   if (!s->data)
     sf_runtime_error(NULL, "out of memory (a tensor of %" PRId64 " values)", len);
   if (zero)
@@ -44,7 +110,7 @@ static sf__storage *storage_new(int64_t len, bool zero) {
 
 static void storage_release(sf__storage *s) {
   if (s && __atomic_sub_fetch(&s->rc, 1, __ATOMIC_ACQ_REL) == 0) {
-    free(s->data);
+    buffer_free(s->data, storage_bytes(s->len));
     sf_free(s);
   }
 }

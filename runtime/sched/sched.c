@@ -740,7 +740,11 @@ static void pfor_job(sf__job *j) {
 void sf__parallel_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t lo, int64_t hi),
                       void *ctx) {
   sf__sched_start();
-  int64_t workers = P.target + 1;
+  /* --threads N means N threads compute: the caller (main, or a task on
+   * a worker) and N - 1 helpers.  Counting the caller on top of the pool
+   * ran "one thread" loops on two, against the BLAS (told the pool size)
+   * and against a peer held to one thread. */
+  int64_t workers = P.target > 1 ? P.target : 1;
   int64_t nchunks = n / (grain > 0 ? grain : 1);
   if (nchunks > 4 * workers)
     nchunks = 4 * workers; /* a few chunks per thread balance uneven ones */
