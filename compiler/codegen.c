@@ -1066,6 +1066,21 @@ static Val tensor_binary(Node *n) {
   return mkval(v, true);
 }
 
+/* t[i] and t[a..b]: views from the runtime, which checks the bounds. */
+static Val tensor_index(Node *n) {
+  Val a = expr(n->lhs);
+  LLVMValueRef L = loc_const(n->loc), r;
+  if (n->rhs->kind == N_RANGE) {
+    LLVMValueRef lo = to_i64(n->rhs->lhs->ty, expr(n->rhs->lhs).v);
+    LLVMValueRef hi = to_i64(n->rhs->rhs->ty, expr(n->rhs->rhs).v);
+    r = RT(sf_tensor_slice, a.v, lo, hi, L);
+  } else {
+    r = RT(sf_tensor_index, a.v, to_i64(n->rhs->ty, expr(n->rhs).v), L);
+  }
+  drop(n->lhs->ty, a);
+  return mkval(r, true);
+}
+
 static Val tensor_neg(Node *n) {
   Val a = expr(n->lhs);
   LLVMValueRef v = RT(sf_tensor_neg, a.v, loc_const(n->loc));
@@ -2207,6 +2222,8 @@ static Val field_expr(Node *n) {
 static Val index_expr(Node *n) {
   if (n->lhs->ty->kind == TY_MAP)
     return map_index(n);
+  if (n->lhs->ty->kind == TY_TENSOR)
+    return tensor_index(n);
   if (n->rhs->kind == N_RANGE || n->lhs->ty->kind == TY_STR)
     return data_index_expr(n);
   Val a = expr(n->lhs);

@@ -91,6 +91,8 @@ enum { RTA_NONE = 0, RTA_ARRAY = 1, RTA_NORETURN = 2 };
   X(sf_tensor_binop, "pippp", RTA_NONE)     \
   X(sf_tensor_scalar, "pipfbp", RTA_NONE)   \
   X(sf_tensor_neg, "ppp", RTA_NONE)         \
+  X(sf_tensor_index, "pplp", RTA_NONE)      \
+  X(sf_tensor_slice, "ppllp", RTA_NONE)     \
   X(sf_allreduce_tensor, "vpbp", RTA_NONE)  \
   X(sf_allreduce_tensors, "vpbp", RTA_NONE) \
   X(sf_broadcast_tensor, "vplp", RTA_NONE)  \

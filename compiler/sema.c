@@ -1988,6 +1988,29 @@ DATA_HOOK Type *check_data_name(Node *e) {
 
 static bool is_tensor(Type *t) { return t && t->kind == TY_TENSOR; }
 
+/* t[i] (row i; negative from the end) and t[a..b] (rows a to b-1): both
+ * tensors, views the runtime checks against the length. */
+TENSOR_HOOK Type *check_tensor_index(Node *e) {
+  if (kernel_forbid(e->loc, "a tensor index"))
+    return T_ERR;
+  if (e->rhs->kind == N_RANGE) {
+    slice_bound(e->rhs->lhs);
+    slice_bound(e->rhs->rhs);
+    e->rhs->ty = T_I64;
+  } else if (!expect_type(e->rhs, T_I64, "a tensor index")) {
+    return T_ERR;
+  }
+  return T_TENSOR;
+}
+
+/* A row of a tensor is no place: tensors are values, as strings are. */
+TENSOR_HOOK bool tensor_index_assignable(Node *e) {
+  diag_error(e->loc, "cannot assign to %s of a tensor: tensors are values; build a new one "
+             "instead (nn.stack or nn.cat of rows, or nn.tensor(data, shape) from an array)",
+             e->rhs->kind == N_RANGE ? "a slice" : "a row");
+  return false;
+}
+
 static bool has_annot(Decl *d, const char *name) {
   for (Annot *a = d->annots; a; a = a->next)
     if (!strcmp(a->name, name))
@@ -2352,6 +2375,8 @@ static Type *check_index(Node *e) {
     expect_type(e->rhs, t->key, arena_printf("a key of %s", ty_str(t)));
     return t->elem;
   }
+  if (is_tensor(t))
+    return check_tensor_index(e);
   Type *dt = check_data_index(e, t);
   if (dt)
     return dt;
@@ -2719,6 +2744,8 @@ static bool check_assignable(Node *e) {
       diag_error(e->loc, "cannot assign to %s '%s'", decl_what(e->decl), e->name);
     return false;
   case N_INDEX:
+    if (is_tensor(e->lhs->ty))
+      return tensor_index_assignable(e);
     if (e->rhs->kind == N_RANGE || (e->lhs->ty && e->lhs->ty->kind == TY_STR))
       return data_index_assignable(e);
     if (e->lhs->ty && (e->lhs->ty->kind == TY_ARRAY || e->lhs->ty->kind == TY_MAP)) {

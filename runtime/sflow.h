@@ -243,6 +243,13 @@ sf_tensor *sf_tensor_binop(int32_t op, sf_tensor *a, sf_tensor *b, const sf_loc 
 sf_tensor *sf_tensor_scalar(int32_t op, sf_tensor *a, float s, bool scalar_left,
                             const sf_loc *loc);
 sf_tensor *sf_tensor_neg(sf_tensor *a, const sf_loc *loc); /* -a */
+/* t[i]: row i, a view of shape t.shape()[1..] (a 1-D tensor's row is a
+ * 0-d tensor); a negative i counts from the end.  t[from..to]: rows from
+ * to to-1, a view (half-open, as array slices; no negative bounds).  Out
+ * of range is a runtime error at loc naming the index and the length
+ * (runtime/nn/index.c). */
+sf_tensor *sf_tensor_index(sf_tensor *t, int64_t i, const sf_loc *loc);
+sf_tensor *sf_tensor_slice(sf_tensor *t, int64_t from, int64_t to, const sf_loc *loc);
 /* allreduce_sum / allreduce_mean (mean true) and broadcast over a tensor
  * or a tensor[], in an actor method of a group: in place on the tensors'
  * storage, the tensor[] packed into buckets of SFLOW_BUCKET_MB (docs/nn.md,

@@ -58,12 +58,41 @@ sf__node *sf__record3(const char *op, sf_tensor *out, sf__backward_fn bw, sf_ten
   return n;
 }
 
+sf__node *sf__record_n(const char *op, sf_tensor *out, sf__backward_fn bw, sf_tensor **ins,
+                       int32_t nin) {
+  int32_t k = 0;
+  while (k < nin && !ins[k]->req)
+    k++;
+  /* Recorded through one input that requires a gradient, so the node's
+   * fields are filled as every other's (NULL under no_grad or when none
+   * does); the inputs then move to more[]. */
+  sf__node *n = k < nin ? sf__record3(op, out, bw, ins[k], NULL, NULL) : NULL;
+  if (!n)
+    return NULL;
+  sf_release(n->in[0]);
+  n->in[0] = NULL;
+  n->nin = 0;
+  n->more = sf_alloc((size_t)nin * sizeof *n->more);
+  for (int32_t i = 0; i < nin; i++) {
+    n->more[i] = ins[i];
+    sf_retain(ins[i]);
+  }
+  n->nmore = nin;
+  return n;
+}
+
 /* Drops what the node holds: after backward, or when it is freed. */
 static void node_release_edges(sf__node *n) {
   for (int32_t i = 0; i < SF__NIN; i++) {
     sf_release(n->in[i]);
     n->in[i] = NULL;
   }
+  for (int32_t i = 0; i < n->nmore; i++)
+    sf_release(n->more[i]);
+  if (n->more)
+    sf_free(n->more);
+  n->more = NULL;
+  n->nmore = 0;
   sf_release(n->saved);
   sf_release(n->targets);
   sf_release(n->grad);
@@ -134,8 +163,8 @@ static int64_t collect(sf__node *root, sf__node ***out, const sf_loc *loc) {
     if (n == cap)
       nodes = sf__realloc(nodes, (size_t)(cap *= 2) * sizeof *nodes);
     nodes[n++] = x;
-    for (int32_t i = 0; i < SF__NIN; i++) {
-      sf_tensor *in = x->in[i];
+    for (int32_t i = 0; i < SF__NIN + x->nmore; i++) {
+      sf_tensor *in = i < SF__NIN ? x->in[i] : x->more[i - SF__NIN];
       if (!in || !in->node || in->node->mark == walk)
         continue;
       in->node->mark = walk;

@@ -121,6 +121,8 @@ struct sf__node {
   int32_t ndim;            /* the output's shape */
   int64_t shape[SF__TMAX];
   sf_tensor *grad;         /* d loss / d output, while backward runs */
+  sf_tensor **more;        /* inputs past in[] (cat and stack of n tensors; owned) */
+  int32_t nmore;
   uint64_t mark;           /* the backward walk that reached it last */
   bool released;           /* backward ran through it: edges dropped */
 };
@@ -134,6 +136,10 @@ sf__node *sf__record(const char *op, sf_tensor *out, sf__backward_fn bw, sf_tens
 /* The same for three inputs (b and c may be NULL). */
 sf__node *sf__record3(const char *op, sf_tensor *out, sf__backward_fn bw, sf_tensor *a,
                       sf_tensor *b, sf_tensor *c);
+/* The same for any number of inputs, all held in node->more (in[] left
+ * empty): ops over a tensor[] (cat, stack). */
+sf__node *sf__record_n(const char *op, sf_tensor *out, sf__backward_fn bw, sf_tensor **ins,
+                       int32_t nin);
 /* Adds g (x's shape, consumed) to x's gradient: its node's while backward
  * runs, or a param's accumulated one. */
 void sf__grad_add(sf_tensor *x, sf_tensor *g);
@@ -209,6 +215,20 @@ void sf__walk_tensors(const void *m, const sf_type *T, sf__tensor_visit fn, void
 /* IEEE half and bfloat16 to f32. */
 float sf__f16_to_f32(uint16_t h);
 float sf__bf16_to_f32(uint16_t h);
+
+/* ------------------------------------------------------------ index.c */
+
+/* t[i] (row i, a view of shape t.shape[1..]; negative i counts from the
+ * end) and t[a..b] (rows a to b-1, a view); out of range is a runtime
+ * error at loc naming the index and the length.  Both record. */
+sf_tensor *sf__t_row(sf_tensor *t, int64_t i, const sf_loc *loc);
+sf_tensor *sf__t_rows(sf_tensor *t, int64_t from, int64_t to, const sf_loc *loc);
+/* torch.stack(ts) along a new first axis and torch.cat(ts, axis): one
+ * contiguous copy, one node over every input. */
+sf_tensor *sf__t_stack(sf_array *ts, const sf_loc *loc);
+sf_tensor *sf__t_cat(sf_array *ts, int64_t axis, const sf_loc *loc);
+sf_tensor *sf_std_nn_stack(sf_array *ts, const sf_loc *loc);
+sf_tensor *sf_std_nn_cat(sf_array *ts, int64_t axis, const sf_loc *loc);
 
 /* ----------------------------------------------------------- std.nn */
 
