@@ -1180,6 +1180,110 @@ static void test_layers_forward(void) {
     sf_release(arrs[i]);
 }
 
+/* ------------------------------------------------------ rows, stack, cat */
+
+static sf_array *tensors(int n, sf_tensor **ts) {
+  sf_array *a = sf_array_new(&sf__type_tensor, n, &LOC);
+  for (int i = 0; i < n; i++) {
+    sf_retain(ts[i]);
+    ((sf_tensor **)a->data)[i] = ts[i];
+  }
+  return a;
+}
+
+/* (x * x)[-2] and the rows 1..3 of xᵀ: the gradient only in the rows taken. */
+static sf_tensor *f_rows(sf_tensor **in, void *ctx) {
+  (void)ctx;
+  sf_tensor *sq = sf__t_binary(SF_TOP_MUL, in[0], in[0], &LOC);
+  sf_tensor *r = sf__t_row(sq, -2, &LOC);
+  sf_tensor *t = sf__t_transpose(in[0], 0, 1, &LOC);
+  sf_tensor *s = sf__t_rows(t, 1, 3, &LOC); /* (2, 4) */
+  sf_tensor *s0 = sf__t_row(s, 1, &LOC);    /* (4) */
+  sf_tensor *out = sf__t_binary(SF_TOP_MUL, r, s0, &LOC);
+  sf_tensor *all[] = {sq, r, t, s, s0};
+  for (size_t i = 0; i < 5; i++)
+    sf_release(all[i]);
+  return out;
+}
+
+/* stack([a[1], b * b, a[0]]) and cat([a, b, a], axis 0 or 1). */
+static sf_tensor *f_stack(sf_tensor **in, void *ctx) {
+  (void)ctx;
+  sf_tensor *a1 = sf__t_row(in[0], 1, &LOC), *a0 = sf__t_row(in[0], 0, &LOC);
+  sf_tensor *bb = sf__t_binary(SF_TOP_MUL, in[1], in[1], &LOC);
+  sf_array *ts = tensors(3, (sf_tensor *[]){a1, bb, a0});
+  sf_tensor *out = sf__t_stack(ts, &LOC);
+  sf_release(ts);
+  sf_release(a1);
+  sf_release(a0);
+  sf_release(bb);
+  return out;
+}
+
+static sf_tensor *f_cat(sf_tensor **in, void *ctx) {
+  sf_tensor *bb = sf__t_binary(SF_TOP_MUL, in[1], in[1], &LOC);
+  sf_array *ts = tensors(3, (sf_tensor *[]){in[0], bb, in[0]});
+  sf_tensor *out = sf__t_cat(ts, *(int64_t *)ctx, &LOC);
+  sf_release(ts);
+  sf_release(bb);
+  return out;
+}
+
+/* Row views, stack and cat: forward values, finite-difference gradients
+ * (through strided views and repeated inputs), and their errors. */
+static void test_index_stack_cat(void) {
+  sf_tensor *x = mk(2, SHAPE(3, 2), (float[]){1, 2, 3, 4, 5, 6});
+  sf_tensor *r = sf__t_row(x, -1, &LOC), *s = sf__t_rows(x, 1, 3, &LOC);
+  check_shape(r, 1, SHAPE(2));
+  check_vals("x[-1]", r, (float[]){5, 6}, 2, 0);
+  check_shape(s, 2, SHAPE(2, 2));
+  check_vals("x[1..3]", s, (float[]){3, 4, 5, 6}, 4, 0);
+  CU_ASSERT(r->st == x->st && s->st == x->st); /* views, no copy */
+  sf_tensor *e = sf__t_rows(x, 2, 2, &LOC);
+  check_shape(e, 2, SHAPE(0, 2));
+  sf_tensor *z = sf__t_row(r, 0, &LOC);
+  check_shape(z, 0, NULL);
+  check_vals("x[-1][0]", z, (float[]){5}, 1, 0);
+  EXPECT_ERROR(sf__t_row(x, 3, &LOC), "t.sflow:3:7: runtime error: tensor index 3 out of bounds "
+                                       "for length 3 (shape [3, 2])");
+  EXPECT_ERROR(sf__t_row(x, -4, &LOC), "t.sflow:3:7: runtime error: tensor index -4 out of "
+                                        "bounds for length 3 (shape [3, 2])");
+  EXPECT_ERROR(sf__t_rows(x, 2, 1, &LOC), "t.sflow:3:7: runtime error: tensor slice [2..1] out "
+                                           "of range for length 3 (shape [3, 2])");
+  EXPECT_ERROR(sf__t_row(z, 0, &LOC), "t.sflow:3:7: runtime error: tensor index: a 0-d tensor "
+                                       "has no rows to index (use item() for its value)");
+  sf_array *none = sf_array_new(&sf__type_tensor, 0, &LOC);
+  EXPECT_ERROR(sf__t_stack(none, &LOC),
+               "t.sflow:3:7: runtime error: stack: needs at least one tensor, got an empty array");
+  sf_array *bad = tensors(2, (sf_tensor *[]){x, r});
+  EXPECT_ERROR(sf__t_cat(bad, 0, &LOC),
+               "t.sflow:3:7: runtime error: cat: tensor 1 has shape [2], but tensor 0 has [3, 2] "
+               "(cat needs the same shape except along axis 0)");
+  EXPECT_ERROR(sf__t_cat(bad, 2, &LOC), "t.sflow:3:7: runtime error: cat: axis 2 is out of range for a tensor of shape [3, 2]");
+  sf_array *two = tensors(2, (sf_tensor *[]){x, s});
+  sf_tensor *c = sf__t_cat(two, 0, &LOC);
+  check_vals("cat", c, (float[]){1, 2, 3, 4, 5, 6, 3, 4, 5, 6}, 10, 0);
+  sf_tensor *xs[1] = {rnd(2, SHAPE(4, 4), -1, 1, true)};
+  gradcheck("rows of x*x and of x^T", f_rows, NULL, 1, xs);
+  release_all(xs, 1);
+  sf_tensor *ab[2] = {rnd(2, SHAPE(2, 3), -1, 1, true), rnd(1, SHAPE(3), -1, 1, true)};
+  gradcheck("stack of rows", f_stack, NULL, 2, ab);
+  release_all(ab, 2);
+  int64_t ax0 = 0, ax1 = -1;
+  sf_tensor *cd[2] = {rnd(2, SHAPE(2, 2), -1, 1, true), rnd(2, SHAPE(2, 3), -1, 1, true)};
+  gradcheck("cat axis -1, repeated input", f_cat, &ax1, 2, cd);
+  release_all(cd, 2);
+  sf_tensor *ce[2] = {rnd(2, SHAPE(2, 3), -1, 1, true), rnd(2, SHAPE(1, 3), -1, 1, false)};
+  gradcheck("cat axis 0, one constant", f_cat, &ax0, 2, ce);
+  release_all(ce, 2);
+  sf_tensor *all[] = {x, r, s, e, z, c};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+    sf_release(all[i]);
+  sf_release(none);
+  sf_release(bad);
+  sf_release(two);
+}
+
 int main(int argc, char **argv) {
   sf__nn_install();
   static const rt_test tests[] = {
@@ -1207,6 +1311,7 @@ int main(int argc, char **argv) {
       {"randn", test_randn},
       {"layers_forward", test_layers_forward},
       {"grad_layers", test_grad_layers},
+      {"index_stack_cat", test_index_stack_cat},
       {NULL, NULL},
   };
   return rt_run("nn", tests, argc, argv);
