@@ -14,12 +14,30 @@
  * rules the fixtures already hold to PyTorch's, and a faster fused kernel
  * can later replace the composition without changing its semantics.
  * Statistics (mean, variance, the clipping norm) are accumulated in f64.
+ * Row loops (layer norm, the masked softmax, both directions) are split
+ * over the pool by rows above simd.h's threshold; layer norm's dw and db
+ * are summed in a fixed number of row blocks, so no value depends on the
+ * thread count.
  */
 #include <inttypes.h>
 #include <math.h>
 #include <string.h>
 
 #include "nn.h"
+#include "simd.h"
+
+/* fn over the rows [0, rows) of a (rows, width) block, split over the pool
+ * when the block is large enough to pay (simd.h's thresholds, counted in
+ * values), in chunks of about SF__PAR_GRAIN values.  Each row's result
+ * depends on that row alone, so the split changes no value. */
+static void over_rows(int64_t rows, int64_t width, void (*fn)(void *, int64_t, int64_t), void *ctx) {
+  if (rows * width >= SF__PAR_MIN) {
+    int64_t grain = SF__PAR_GRAIN / (width ? width : 1);
+    sf__parallel_for(rows, grain > 0 ? grain : 1, fn, ctx);
+  } else if (rows > 0) {
+    fn(ctx, 0, rows);
+  }
+}
 
 static int64_t prod(int32_t nd, const int64_t *shape) {
   int64_t n = 1;
@@ -86,9 +104,20 @@ sf_tensor *sf__t_embedding(sf_tensor *weight, sf_array *ids, sf_array *shape, co
 /* Per row of x (rows, d): y = (x - mean) rstd w + b, with the row's mean
  * and rstd = 1/sqrt(var + eps) (biased variance, as torch) into stats
  * (rows, 2). */
-static void layer_norm_rows(const float *x, const float *w, const float *b, float *y, float *stats,
-                            int64_t rows, int64_t d, double eps) {
-  for (int64_t r = 0; r < rows; r++) {
+typedef struct {
+  const float *x, *w, *b, *g, *st;
+  float *y, *stats, *part; /* part: (blocks, 2, d) partial dw, db of the backward */
+  int64_t rows, d, blocks;
+  double eps;
+} ln_ctx;
+
+static void layer_norm_chunk(void *vc, int64_t lo, int64_t hi) {
+  ln_ctx *c = vc;
+  const float *x = c->x, *w = c->w, *b = c->b;
+  float *y = c->y, *stats = c->stats;
+  int64_t d = c->d;
+  double eps = c->eps;
+  for (int64_t r = lo; r < hi; r++) {
     const float *xr = x + r * d;
     double s = 0, ss = 0;
     for (int64_t j = 0; j < d; j++)
@@ -104,32 +133,71 @@ static void layer_norm_rows(const float *x, const float *w, const float *b, floa
   }
 }
 
+/* Rows lo..hi of the input gradient dx = rstd (ĝ - mean(ĝ) - x̂ mean(ĝ x̂)). */
+static void bw_layer_norm_dx(void *vc, int64_t lo, int64_t hi) {
+  ln_ctx *c = vc;
+  int64_t d = c->d;
+  for (int64_t r = lo; r < hi; r++) {
+    const float *xr = c->x + r * d, *gr = c->g + r * d;
+    double mean = c->st[2 * r], rstd = c->st[2 * r + 1], sg = 0, sgx = 0;
+    for (int64_t j = 0; j < d; j++) {
+      double xh = (xr[j] - mean) * rstd, gh = (double)gr[j] * c->w[j];
+      sg += gh;
+      sgx += gh * xh;
+    }
+    sg /= (double)d;
+    sgx /= (double)d;
+    for (int64_t j = 0; j < d; j++) {
+      double xh = (xr[j] - mean) * rstd, gh = (double)gr[j] * c->w[j];
+      c->y[r * d + j] = (float)(rstd * (gh - sg - xh * sgx));
+    }
+  }
+}
+
+/* Blocks lo..hi of the rows' partial dw = Σ g x̂ and db = Σ g, each block a
+ * fixed range of rows: the block count depends on the shape alone, so the
+ * sums are the same for every thread count (bitwise, as resume needs). */
+static void bw_layer_norm_dwdb(void *vc, int64_t lo, int64_t hi) {
+  ln_ctx *c = vc;
+  int64_t d = c->d, per = (c->rows + c->blocks - 1) / c->blocks;
+  for (int64_t blk = lo; blk < hi; blk++) {
+    float *pw = c->part + blk * 2 * d, *pb = pw + d;
+    int64_t r1 = (blk + 1) * per < c->rows ? (blk + 1) * per : c->rows;
+    for (int64_t r = blk * per; r < r1; r++) {
+      const float *xr = c->x + r * d, *gr = c->g + r * d;
+      float mean = c->st[2 * r], rstd = c->st[2 * r + 1];
+      for (int64_t j = 0; j < d; j++) {
+        pw[j] += gr[j] * ((xr[j] - mean) * rstd);
+        pb[j] += gr[j];
+      }
+    }
+  }
+}
+
 /* With x̂ = (x - mean) rstd and ĝ = g w: dx = rstd (ĝ - mean(ĝ) - x̂
  * mean(ĝ x̂)), dw = Σ_rows g x̂, db = Σ_rows g. */
 static void bw_layer_norm(sf__node *n, sf_tensor *g) {
   sf_tensor *x = sf__t_contig(n->in[0]), *w = sf__t_contig(n->in[1]);
   int64_t d = x->shape[x->ndim - 1], rows = d ? x->numel / d : 0;
   sf_tensor *dx = sf__t_like(x), *dw = sf__t_zeros(1, &d, NULL), *db = sf__t_zeros(1, &d, NULL);
-  const float *xd = sf__t_data(x), *wd = sf__t_data(w), *gd = sf__t_data(g);
-  const float *st = sf__t_data(n->saved);
-  float *dxd = sf__t_data(dx), *dwd = sf__t_data(dw), *dbd = sf__t_data(db);
-  for (int64_t r = 0; r < rows; r++) {
-    const float *xr = xd + r * d, *gr = gd + r * d;
-    double mean = st[2 * r], rstd = st[2 * r + 1], sg = 0, sgx = 0;
+  ln_ctx c = {.x = sf__t_data(x), .w = sf__t_data(w), .g = sf__t_data(g),
+              .st = sf__t_data(n->saved), .y = sf__t_data(dx), .rows = rows, .d = d};
+  over_rows(rows, d, bw_layer_norm_dx, &c);
+  c.blocks = rows < 16 ? (rows ? rows : 1) : 16;
+  int64_t ps[2] = {c.blocks, 2 * d};
+  sf_tensor *part = sf__t_zeros(2, ps, NULL);
+  c.part = sf__t_data(part);
+  if (rows * d >= SF__PAR_MIN)
+    sf__parallel_for(c.blocks, 1, bw_layer_norm_dwdb, &c);
+  else
+    bw_layer_norm_dwdb(&c, 0, c.blocks);
+  float *dwd = sf__t_data(dw), *dbd = sf__t_data(db);
+  for (int64_t blk = 0; blk < c.blocks; blk++)
     for (int64_t j = 0; j < d; j++) {
-      double xh = (xr[j] - mean) * rstd, gh = (double)gr[j] * wd[j];
-      sg += gh;
-      sgx += gh * xh;
-      dwd[j] += (float)(gr[j] * xh);
-      dbd[j] += gr[j];
+      dwd[j] += c.part[blk * 2 * d + j];
+      dbd[j] += c.part[blk * 2 * d + d + j];
     }
-    sg /= (double)d;
-    sgx /= (double)d;
-    for (int64_t j = 0; j < d; j++) {
-      double xh = (xr[j] - mean) * rstd, gh = (double)gr[j] * wd[j];
-      dxd[r * d + j] = (float)(rstd * (gh - sg - xh * sgx));
-    }
-  }
+  sf_release(part);
   sf_release(x);
   sf_release(w);
   sf__grad_add(n->in[0], dx);
@@ -156,8 +224,9 @@ sf_tensor *sf__t_layer_norm(sf_tensor *x, sf_tensor *weight, sf_tensor *bias, do
   sf_tensor *xc = sf__t_contig(x), *wc = sf__t_contig(weight), *bc = sf__t_contig(bias);
   int64_t rows = d ? x->numel / d : 0, ss[2] = {rows, 2};
   sf_tensor *out = sf__t_like(xc), *stats = sf__t_empty(2, ss, loc);
-  layer_norm_rows(sf__t_data(xc), sf__t_data(wc), sf__t_data(bc), sf__t_data(out),
-                  sf__t_data(stats), rows, d, eps);
+  ln_ctx c = {.x = sf__t_data(xc), .w = sf__t_data(wc), .b = sf__t_data(bc),
+              .y = sf__t_data(out), .stats = sf__t_data(stats), .rows = rows, .d = d, .eps = eps};
+  over_rows(rows, d, layer_norm_chunk, &c);
   sf_release(xc);
   sf_release(wc);
   sf_release(bc);
@@ -212,50 +281,75 @@ sf_tensor *sf__t_dropout(sf_tensor *x, double p, int64_t seed, bool training, co
  * whose mask entry (B, S) is 0 left out (probability 0); a row with no
  * key left is all zeros, as torch's scaled_dot_product_attention gives
  * for a fully padded row. */
-static void masked_softmax_rows(const float *x, float *y, const int64_t *mask, int64_t rows,
-                                int64_t per_batch, int64_t s, float scale) {
-  for (int64_t r = 0; r < rows; r++) {
-    const float *xr = x + r * s;
-    float *yr = y + r * s;
-    const int64_t *mr = mask ? mask + (r / per_batch) * s : NULL;
+typedef struct {
+  const float *x, *g;
+  float *y;
+  const int64_t *mask;
+  int64_t per_batch, s;
+  float scale;
+} sm_ctx;
+
+static void masked_softmax_chunk(void *vc, int64_t lo, int64_t hi) {
+  sm_ctx *c = vc;
+  int64_t s = c->s;
+  float scale = c->scale;
+  for (int64_t r = lo; r < hi; r++) {
+    const float *xr = c->x + r * s;
+    float *yr = c->y + r * s;
+    const int64_t *mr = c->mask ? c->mask + (r / c->per_batch) * s : NULL;
     float mx = -INFINITY;
+    /* The scaled row first, masked keys at -inf: one branch-free pass
+     * each for the maximum, the exponentials and the normalisation. */
     for (int64_t j = 0; j < s; j++)
-      if (!mr || mr[j])
-        mx = xr[j] * scale > mx ? xr[j] * scale : mx;
-    double sum = 0;
+      yr[j] = (!mr || mr[j]) ? xr[j] * scale : -INFINITY;
+    for (int64_t j = 0; j < s; j++)
+      mx = yr[j] > mx ? yr[j] : mx;
+    if (mx == -INFINITY) { /* no key left: zeros, as torch */
+      memset(yr, 0, (size_t)s * sizeof(float));
+      continue;
+    }
+    float sum = 0;
     for (int64_t j = 0; j < s; j++) {
-      yr[j] = (!mr || mr[j]) ? expf(xr[j] * scale - mx) : 0.0f;
+      yr[j] = expf(yr[j] - mx); /* exp(-inf) = 0 for a masked key */
       sum += yr[j];
     }
-    float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
+    float inv = 1.0f / sum;
     for (int64_t j = 0; j < s; j++)
       yr[j] *= inv;
   }
 }
 
 /* dx = scale y (g - Σ g y) per row; masked keys have y = 0 and get 0. */
+static void bw_masked_softmax_chunk(void *vc, int64_t lo, int64_t hi) {
+  sm_ctx *c = vc;
+  int64_t s = c->s;
+  for (int64_t r = lo; r < hi; r++) {
+    const float *yr = c->x + r * s, *gr = c->g + r * s;
+    float *d = c->y + r * s, dot = 0;
+    for (int64_t j = 0; j < s; j++)
+      dot += gr[j] * yr[j];
+    for (int64_t j = 0; j < s; j++)
+      d[j] = c->scale * yr[j] * (gr[j] - dot);
+  }
+}
+
 static void bw_masked_softmax(sf__node *n, sf_tensor *g) {
   sf_tensor *y = n->saved;
   int64_t s = y->shape[y->ndim - 1], rows = s ? y->numel / s : 0;
   sf_tensor *dx = sf__t_like(y);
-  const float *yd = sf__t_data(y), *gd = sf__t_data(g);
-  float *d = sf__t_data(dx);
-  for (int64_t r = 0; r < rows; r++) {
-    double dot = 0;
-    for (int64_t j = 0; j < s; j++)
-      dot += (double)gd[r * s + j] * yd[r * s + j];
-    for (int64_t j = 0; j < s; j++)
-      d[r * s + j] = n->f0 * yd[r * s + j] * (gd[r * s + j] - (float)dot);
-  }
+  sm_ctx c = {.x = sf__t_data(y), .g = sf__t_data(g), .y = sf__t_data(dx), .s = s,
+              .scale = (float)n->f0};
+  over_rows(rows, s, bw_masked_softmax_chunk, &c);
   sf__grad_add(n->in[0], dx);
 }
 
 static sf_tensor *masked_softmax(sf_tensor *scores, sf_array *mask, float scale,
                                  const sf_loc *loc) {
   sf_tensor *x = sf__t_contig(scores), *out = sf__t_like(x);
-  int64_t s = x->shape[3], per_batch = x->shape[1] * x->shape[2];
-  masked_softmax_rows(sf__t_data(x), sf__t_data(out), mask ? mask->data : NULL,
-                      s ? x->numel / s : 0, per_batch, s, scale);
+  int64_t s = x->shape[3];
+  sm_ctx c = {.x = sf__t_data(x), .y = sf__t_data(out), .mask = mask ? mask->data : NULL,
+              .per_batch = x->shape[1] * x->shape[2], .s = s, .scale = scale};
+  over_rows(s ? x->numel / s : 0, s, masked_softmax_chunk, &c);
   sf_release(x);
   sf__node *n = sf__record("attention", out, bw_masked_softmax, scores, NULL);
   if (n) {
