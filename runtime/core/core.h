@@ -280,6 +280,9 @@ void sf__ser_u64(sf__buf *b, uint64_t v);
  * so two concurrent calls never accumulate gradients into one param.  A
  * no-op for values without tensors. */
 void sf__value_detach(const sf_type *t, void *p);
+/* Set by the nn layer when it makes its first tensor: until then no value
+ * can hold one, and sf__value_detach, on every task call, returns at once. */
+extern bool sf__tensor_made;
 uint32_t sf__crc32c(uint32_t crc, const void *data, size_t n);
 
 /* Tensors (SF_TENSOR) belong to the nn layer above, which installs these

@@ -92,8 +92,10 @@ static bool has_tensor(const sf_type *t, int depth) {
   }
 }
 
+bool sf__tensor_made;
+
 void sf__value_detach(const sf_type *t, void *p) {
-  if (!has_tensor(t, 0) || !sf__tensor_ser)
+  if (!__atomic_load_n(&sf__tensor_made, __ATOMIC_RELAXED) || !has_tensor(t, 0) || !sf__tensor_ser)
     return;
   sf__buf b;
   sf__buf_init(&b, NULL, 0);

@@ -46,10 +46,5 @@ void sf_std_data_write_bytes(sf_str *path, sf_array *bytes, const sf_loc *loc) {
     }
     buf[i] = (char)v;
   }
-  const char *p = sf__data_path(path, "write", loc);
-  bool ok = sf__write_file_atomic(p, buf, (size_t)n);
-  int e = errno;
-  sf_free(buf);
-  if (!ok)
-    sf_runtime_error(loc, "cannot write %s: %s", p, strerror(e));
+  sf__write_or_fail(path, buf, (size_t)n, sf_free, buf, loc);
 }

@@ -734,10 +734,5 @@ sf_str *sf_std_data_format_csv(const void *table, const sf_type *tt, sf_str *sep
 void sf_std_data_write_csv(sf_str *path, const void *table, const sf_type *table_type,
                            sf_str *sep, const sf_loc *loc) {
   sf_str *s = sf_std_data_format_csv(table, table_type, sep, loc);
-  const char *p = sf__data_path(path, "write", loc);
-  bool ok = sf__write_file_atomic(p, sf__str_data(s), (size_t)sf__str_len(s));
-  int e = errno;
-  sf_release(s);
-  if (!ok)
-    sf_runtime_error(loc, "cannot write %s: %s", p, strerror(e));
+  sf__write_or_fail(path, sf__str_data(s), (size_t)sf__str_len(s), sf_release, s, loc);
 }

@@ -48,7 +48,11 @@ void sf__view_open_or_fail(sf__view *v, sf_str *path, const sf_loc *loc);
  * renamed into place, so a reader never sees half a file; false with
  * errno set. */
 bool sf__write_file_atomic(const char *path, const char *data, size_t n);
-void sf__write_or_fail(sf_str *path, const char *data, size_t n, const sf_loc *loc);
+/* sf__write_file_atomic to an sflow path, then done(arg) (NULL: nothing;
+ * the buffer's owner frees it there, also when the write failed), then a
+ * runtime error "cannot write PATH: reason" if it did. */
+void sf__write_or_fail(sf_str *path, const char *data, size_t n, void (*done)(void *), void *arg,
+                       const sf_loc *loc);
 /* The 1-based line and column (in bytes) of offset off of buf. */
 void sf__line_col(const char *buf, size_t off, int64_t *line, int64_t *col);
 /* The length of the valid UTF-8 prefix of [s, s+n) (n when all valid;

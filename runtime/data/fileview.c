@@ -137,10 +137,15 @@ bool sf__write_file_atomic(const char *path, const char *data, size_t n) {
   return ok;
 }
 
-void sf__write_or_fail(sf_str *path, const char *data, size_t n, const sf_loc *loc) {
+void sf__write_or_fail(sf_str *path, const char *data, size_t n, void (*done)(void *), void *arg,
+                       const sf_loc *loc) {
   const char *p = sf__data_path(path, "write", loc);
-  if (!sf__write_file_atomic(p, data, n))
-    sf_runtime_error(loc, "cannot write %s: %s", p, strerror(errno));
+  bool ok = sf__write_file_atomic(p, data, n);
+  int e = errno;
+  if (done) /* before the error, which does not return */
+    done(arg);
+  if (!ok)
+    sf_runtime_error(loc, "cannot write %s: %s", p, strerror(e));
 }
 
 void sf__line_col(const char *buf, size_t off, int64_t *line, int64_t *col) {

@@ -632,12 +632,7 @@ sf_str *sf_std_data_dump_json(const void *json, const sf_type *json_type, const 
 void sf_std_data_write_json(sf_str *path, const void *json, const sf_type *json_type,
                             const sf_loc *loc) {
   sf_str *s = encode(json, json_type, true, loc);
-  const char *p = sf__data_path(path, "write", loc);
-  bool ok = sf__write_file_atomic(p, sf__str_data(s), (size_t)sf__str_len(s));
-  int e = errno;
-  sf_release(s);
-  if (!ok)
-    sf_runtime_error(loc, "cannot write %s: %s", p, strerror(e));
+  sf__write_or_fail(path, sf__str_data(s), (size_t)sf__str_len(s), sf_release, s, loc);
 }
 
 void sf_std_data_write_jsonl(sf_str *path, sf_array *values, const sf_loc *loc) {
@@ -651,10 +646,6 @@ void sf_std_data_write_jsonl(sf_str *path, sf_array *values, const sf_loc *loc) 
     epop(&e, old);
     sf__buf_put(&e.b, "\n", 1);
   }
-  const char *p = sf__data_path(path, "write", loc);
-  bool ok = sf__write_file_atomic(p, e.b.data ? e.b.data : "", e.b.len);
-  int err = errno;
-  sf__buf_free(&e.b);
-  if (!ok)
-    sf_runtime_error(loc, "cannot write %s: %s", p, strerror(err));
+  sf__write_or_fail(path, e.b.data ? e.b.data : "", e.b.len, (void (*)(void *))sf__buf_free, &e.b,
+                    loc);
 }

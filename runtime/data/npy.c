@@ -353,12 +353,7 @@ void sf_std_data_npy_write(sf_str *path, sf_array *data, sf_array *shape, bool a
   } else if (n) {
     memcpy(out + total, data->data, (size_t)n * isz);
   }
-  const char *p = sf__data_path(path, "write", loc);
-  bool ok = sf__write_file_atomic(p, out, bytes);
-  int e = errno;
-  sf_free(out);
-  if (!ok)
-    sf_runtime_error(loc, "cannot write %s: %s", p, strerror(e));
+  sf__write_or_fail(path, out, bytes, sf_free, out, loc);
 }
 
 /* The stdlib's externs, one per element type (externs are not

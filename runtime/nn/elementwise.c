@@ -387,8 +387,10 @@ static void row_copy(const walk *w, int64_t n, float *const *p, const int64_t *i
       o[i * so] = s[i * ss];
 }
 
-void sf__t_assign(sf_tensor *dst, const sf_tensor *src) {
-  walk w = {.nd = dst->ndim, .nops = 2, .row = row_copy};
+/* row applied over dst and src, both of dst's shape, any strides. */
+static void walk_into(sf_tensor *dst, const sf_tensor *src,
+                      void (*row)(const walk *, int64_t, float *const *, const int64_t *)) {
+  walk w = {.nd = dst->ndim, .nops = 2, .row = row};
   memcpy(w.shape, dst->shape, sizeof w.shape);
   memcpy(w.st[0], dst->strides, sizeof w.st[0]);
   memcpy(w.st[1], src->strides, sizeof w.st[1]);
@@ -397,15 +399,9 @@ void sf__t_assign(sf_tensor *dst, const sf_tensor *src) {
   walk_run(&w, dst->numel, true);
 }
 
-void sf__t_add_into(sf_tensor *dst, const sf_tensor *src) {
-  walk w = {.nd = dst->ndim, .nops = 2, .row = row_acc};
-  memcpy(w.shape, dst->shape, sizeof w.shape);
-  memcpy(w.st[0], dst->strides, sizeof w.st[0]);
-  memcpy(w.st[1], src->strides, sizeof w.st[1]);
-  w.p[0] = sf__t_data(dst);
-  w.p[1] = sf__t_data(src);
-  walk_run(&w, dst->numel, true);
-}
+void sf__t_assign(sf_tensor *dst, const sf_tensor *src) { walk_into(dst, src, row_copy); }
+
+void sf__t_add_into(sf_tensor *dst, const sf_tensor *src) { walk_into(dst, src, row_acc); }
 
 /* ------------------------------------------------------- activations */
 

@@ -219,8 +219,7 @@ void sf_std_nn_save(const void *m, const sf_type *T, sf_str *path, const sf_type
     s.head.data[i] = (char)(n >> (8 * i) & 0xff);
   sf__buf_put(&s.head, s.data.data, s.data.len);
   sf__buf_free(&s.data);
-  sf__write_or_fail(path, s.head.data, s.head.len, loc);
-  sf__buf_free(&s.head);
+  sf__write_or_fail(path, s.head.data, s.head.len, (void (*)(void *))sf__buf_free, &s.head, loc);
 }
 
 /* -------------------------------------------------------------- load */

@@ -191,6 +191,8 @@ static sf_tensor *header_new(int32_t ndim, const int64_t *shape) {
     t->numel *= shape[i];
   }
   __atomic_fetch_add(&sf__tensor_live, 1, __ATOMIC_RELAXED);
+  if (!__atomic_load_n(&sf__tensor_made, __ATOMIC_RELAXED))
+    __atomic_store_n(&sf__tensor_made, true, __ATOMIC_RELAXED);
   return t;
 }
 
