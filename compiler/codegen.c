@@ -1480,6 +1480,12 @@ static Val builtin(Node *n) {
   case B_ATTEMPT: return mkval(RT0(sf_attempt), false);
   case B_NODE_ID: return mkval(RT0(sf_node_id), false);
   case B_HOSTNAME: return mkval(RT0(sf_hostname), true);
+  case B_FAILURE: {
+    a = expr(av[0]);
+    LLVMValueRef r = RT(sf_future_error, a.v, loc_const(n->loc));
+    drop(av[0]->ty, a);
+    return mkval(r, true);
+  }
   case B_THREAD_ID:
     if (!G.fn->tid)
       return mkval(ci64(0), false);

@@ -63,6 +63,8 @@ const char *const sflow_builtin_names[] = {
     /* the data core */
     "sin",       "cos",        "tan",           "atan2",          "ceil",      "round",
     "rand_int",  "randn_f32",  "sort",          "argsort",        "join",      "PI",
+    /* std.tune */
+    "failure",
 };
 const int sflow_nbuiltin_names = sizeof sflow_builtin_names / sizeof *sflow_builtin_names;
 

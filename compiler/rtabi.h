@@ -125,6 +125,7 @@ enum { RTA_NONE = 0, RTA_ARRAY = 1, RTA_NORETURN = 2 };
   X(sf_read_lines, "ppp", RTA_ARRAY)        \
   /* tasks, actors, futures, collectives */ \
   X(sf_future_get, "vppp", RTA_NONE)        \
+  X(sf_future_error, "ppp", RTA_NONE)       \
   X(sf_future_get_all, "pppp", RTA_ARRAY)   \
   X(sf_task_call, "pppp", RTA_NONE)         \
   X(sf_actor_spawn, "pppp", RTA_NONE)       \

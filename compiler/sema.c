@@ -798,7 +798,7 @@ static const struct {
     /* the data core */
     {"sin", B_SIN}, {"cos", B_COS}, {"tan", B_TAN}, {"atan2", B_ATAN2}, {"ceil", B_CEIL},
     {"round", B_ROUND}, {"rand_int", B_RAND_INT}, {"randn_f32", B_RANDN_F32}, {"sort", B_SORT},
-    {"argsort", B_ARGSORT}, {"join", B_JOIN},
+    {"argsort", B_ARGSORT}, {"join", B_JOIN}, {"failure", B_FAILURE},
 };
 
 static Builtin builtin_of(const char *name) {
@@ -1010,6 +1010,16 @@ static Type *check_builtin(Node *call, Builtin b, const char *name) {
       return T_ERR;
     return b == B_NOW ? T_F64 : b == B_RAND_F32 ? T_F32 : b == B_HOSTNAME ? T_STR
          : b == B_BARRIER ? T_VOID : T_I64;
+  case B_FAILURE:
+    /* failure(f): waits for f and gives its error, "" when it succeeded,
+     * without raising: std.tune reports a failed trial and goes on. */
+    if (!builtin_arity(call, name, 1, argc))
+      return T_ERR;
+    set_argv(call, argv, 1);
+    t = check_expr(argv[0], NULL);
+    if (!is_err(t) && t->kind != TY_FUTURE)
+      return err_at(argv[0]->loc, "'failure' needs a future, found %s", ty_str(t));
+    return T_STR;
   case B_RAND_SEED:
     if (!builtin_arity(call, name, 1, argc))
       return T_ERR;

@@ -256,6 +256,7 @@ typedef enum {
   B_CAST_BOOL, B_CAST_I32, B_CAST_I64, B_CAST_F32, B_CAST_F64, B_CAST_STR,
   B_SPLIT,   /* a.split(k) */
   B_MATMUL,
+  B_FAILURE, /* failure(f): std.tune's await that does not raise */
   /* the data core (sema.c and codegen.c "data core" sections): math,
    * random numbers, sort/argsort/join, and the methods of str and arrays
    * (N_CALL.recv is the receiver); keep B_SIN first and B_POP last */

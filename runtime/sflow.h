@@ -349,6 +349,9 @@ sf_future *sf_future_done(const sf_type *t, void *value);
  * runtime error at loc naming the task. */
 void sf_future_get(sf_future *f, void *out, const sf_loc *loc);
 /* await on future<T>[]: the values in order, as a new T[] (owned). */
+/* failure(f): waits for f; its error message when it failed, else "".
+ * Owned; never raises. */
+sf_str *sf_future_error(sf_future *f, const sf_loc *loc);
 sf_array *sf_future_get_all(sf_array *futures, const sf_type *t, const sf_loc *loc);
 
 /* Calling a task: args is moved in (see above).  Returns an owned future. */

@@ -185,6 +185,16 @@ void sf_future_get(sf_future *f, void *out, const sf_loc *loc) {
   sf_value_retain(f->type, out);
 }
 
+sf_str *sf_future_error(sf_future *f, const sf_loc *loc) {
+  if (!f)
+    sf_runtime_error(loc, "failure() of a future that was never set");
+  sf__future_wait(f);
+  if ((atomic_load_explicit(&f->state, memory_order_acquire) & FUT_STATUS) != FUT_FAILED)
+    return sf_str_new("", 0);
+  const char *e = f->error ? f->error : "failed";
+  return sf_str_new(e, (int64_t)strlen(e));
+}
+
 sf_array *sf_future_get_all(sf_array *futures, const sf_type *t, const sf_loc *loc) {
   int64_t n = futures ? futures->len : 0;
   sf_future **fs = n ? futures->data : NULL;

@@ -32,7 +32,7 @@ syn keyword sflowBuiltin     rand_seed rand_f32 fmt fail attempt node_id hostnam
 syn keyword sflowBuiltin     thread_id group_rank group_size allreduce_sum allreduce_mean
 syn keyword sflowBuiltin     broadcast allgather barrier zeros_f32 zeros_f64 zeros_i32
 syn keyword sflowBuiltin     zeros_i64 matmul sin cos tan atan2 ceil round rand_int
-syn keyword sflowBuiltin     randn_f32 sort argsort join
+syn keyword sflowBuiltin     randn_f32 sort argsort join failure
 syn keyword sflowConstant    PI
 
 syn match sflowFunction "\h\w*" contained

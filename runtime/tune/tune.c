@@ -1,0 +1,72 @@
+/*
+ * tune.c — std.tune's externs: the searcher's hash, the live table's
+ * pacing and output, and the result files.
+ *
+ * u01 is the one design choice here: instead of a random stream that a
+ * resumed sweep would have to restore, a trial's parameter j is drawn from
+ * a hash of (seed, trial, j).  The searcher's whole state is then the
+ * number of trials it has made, which the journal's replay rebuilds, and
+ * trial 37's learning rate does not depend on how many parameters trials
+ * 0..36 drew.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tune.h"
+
+/* splitmix64's finalizer (docs/runtime.md, "Random numbers"). */
+static uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+double sf_std_tune_u01(int64_t seed, int64_t trial, int64_t slot, const sf_loc *loc) {
+  (void)loc;
+  uint64_t k = mix64((uint64_t)seed + 0x9e3779b97f4a7c15ull);
+  k = mix64(k + 0x9e3779b97f4a7c15ull * ((uint64_t)trial + 1));
+  k = mix64(k + 0x9e3779b97f4a7c15ull * ((uint64_t)slot + 2));
+  return (double)(k >> 11) * 0x1p-53; /* 53 bits: every double in [0, 1) a multiple of 2^-53 */
+}
+
+static double mono(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Only main's thread drives a sweep, so the pacing needs no lock. */
+static double last_shown = -1e30;
+
+bool sf_std_tune_table_due(bool last, const sf_loc *loc) {
+  (void)loc;
+  if (sf__options.quiet)
+    return false;
+  double now = mono();
+  if (last) {
+    last_shown = now;
+    return true;
+  }
+  static double interval = -1;
+  if (interval < 0) {
+    const char *e = getenv("SFLOW_TUNE_TABLE_INTERVAL");
+    interval = e && *e ? atof(e) : isatty(2) ? 0.5 : 2.0;
+  }
+  if (now - last_shown < interval)
+    return false;
+  last_shown = now;
+  return true;
+}
+
+void sf_std_tune_show(sf_str *text, const sf_loc *loc) {
+  (void)loc;
+  if (!sf__options.quiet && text->len)
+    (void)sf__out_write(2, text->data, (size_t)text->len);
+}
+
+void sf_std_tune_io_write(sf_str *path, sf_str *text, const sf_loc *loc) {
+  sf__write_or_fail(path, text->data, (size_t)text->len, NULL, NULL, loc);
+}

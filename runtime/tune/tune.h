@@ -1,0 +1,22 @@
+/*
+ * tune.h — the C side of stdlib/tune.sflow (std.tune, docs/tune.md).
+ *
+ * The searcher and the schedulers are sflow code; what lives here is what
+ * sflow cannot say or should not pay for per call: a stateless hash that
+ * makes every random hyperparameter a function of (seed, trial, slot), so
+ * a sweep is the same on every run and after --resume with no searcher
+ * state to save; the live table's rate limit and its write to stderr
+ * around the progress line; and the result files, replaced whole.
+ */
+#ifndef SF_TUNE_H
+#define SF_TUNE_H
+
+#include "sched.h"
+#include "data.h"
+
+double sf_std_tune_u01(int64_t seed, int64_t trial, int64_t slot, const sf_loc *loc);
+bool sf_std_tune_table_due(bool last, const sf_loc *loc);
+void sf_std_tune_show(sf_str *text, const sf_loc *loc);
+void sf_std_tune_io_write(sf_str *path, sf_str *text, const sf_loc *loc);
+
+#endif
