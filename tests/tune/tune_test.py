@@ -1,0 +1,443 @@
+#!/usr/bin/env python3
+"""std.tune checked from outside, against this file's own implementation.
+
+curves.sflow sweeps a trainable whose loss at iteration i is
+floor + scale / i (floor, scale from the config) and prints every
+configuration, every scheduler decision in order and the final table.
+This test re-derives all of it independently:
+
+  * the configurations: the hash of docs/tune.md ("Search") and Ray's
+    sampling rules, value for value (bit for bit);
+  * the order of results: a simulation of the driver (max_concurrent
+    iterations in flight, awaited oldest first), so the sequence cannot
+    depend on timing;
+  * each decision: Ray Tune's AsyncHyperBandScheduler (_Bracket.on_result,
+    on_trial_result's max_t stop, on_trial_complete after every stop),
+    reimplemented here with numpy's nanpercentile as the cutoff; the
+    median stopping rule and FIFO likewise;
+  * the same output with --threads 1 and 4 (the same configurations on
+    every run), and other configurations for another seed;
+  * a trial whose task fails is retried per its @retry and reported failed,
+    the sweep going on; one failing once succeeds on its retry;
+  * bad spaces are runtime errors naming the parameter;
+  * kill-and-resume: SIGKILL at several points (twice in a row too) and
+    --resume prints exactly the uninterrupted run's output, with finished
+    iterations answered from the journal, not run again.
+
+Usage: tune_test.py --sflowc PATH [--only NAME]
+"""
+
+import argparse
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+try:
+    import numpy as np
+except ImportError:
+    venv = os.environ.get("SFLOW_PYDEPS") or os.path.join(ROOT, "build", "pydeps")
+    py = os.path.join(venv, "bin", "python")
+    if os.path.exists(py) and os.environ.get("SFLOW_PYDEPS_REEXEC") != "1":
+        os.environ["SFLOW_PYDEPS_REEXEC"] = "1"
+        os.execv(py, [py, os.path.abspath(__file__)] + sys.argv[1:])
+    sys.exit("tune_test: numpy is not installed (looked in %s); run "
+             "scripts/install-pydeps.sh" % venv)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+M64 = (1 << 64) - 1
+GOLD = 0x9e3779b97f4a7c15
+FAILURES = []
+
+
+def fail(msg):
+    FAILURES.append(msg)
+    print("FAIL " + msg)
+
+
+# ------------------------------------------------------------ the searcher
+
+def mix64(z):
+    z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & M64
+    z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & M64
+    return z ^ (z >> 31)
+
+
+def u01(seed, trial, slot):
+    k = mix64((seed + GOLD) & M64)
+    k = mix64((k + GOLD * (trial + 1)) & M64)
+    k = mix64((k + GOLD * (slot + 2)) & M64)
+    return (k >> 11) * 2.0 ** -53
+
+
+def curves_config(seed, t, spin, log, ties=False):
+    """curves.sflow's space: floor uniform(0, 1), width choice, opt.scale
+    loguniform(0.1, 10), spin_ms and log one-point grids; with ties, floor
+    and opt.scale choices of 3 and 2 values."""
+    if ties:
+        return {"floor": [0.1, 0.2, 0.3][int(math.floor(u01(seed, t, 0) * 3))],
+                "width": [16.0, 32.0, 64.0][int(math.floor(u01(seed, t, 1) * 3))],
+                "opt.scale": [1.0, 2.0][int(math.floor(u01(seed, t, 2) * 2))],
+                "spin_ms": spin, "log": log}
+    return {
+        "floor": 0.0 + u01(seed, t, 0) * (1.0 - 0.0),
+        "width": [16.0, 32.0, 64.0][int(math.floor(u01(seed, t, 1) * 3))],
+        "opt.scale": math.exp(math.log(0.1) + u01(seed, t, 2) * (math.log(10.0) - math.log(0.1))),
+        "spin_ms": spin,
+        "log": log,
+    }
+
+
+# ------------------------------------------------------------ the schedulers
+
+class Bracket:
+    """Ray Tune's async_hyperband._Bracket, stop_last_trials=True."""
+
+    def __init__(self, min_t, max_t, rf, s):
+        self.rf = rf
+        n = int(math.log(max_t / min_t) / math.log(rf) - s + 1)
+        self.rungs = [(min_t * rf ** (k + s), {}) for k in reversed(range(n))]
+
+    def cutoff(self, recorded):
+        if not recorded:
+            return None
+        return np.nanpercentile(list(recorded.values()), (1 - 1 / self.rf) * 100)
+
+    def on_result(self, trial, cur_iter, cur_rew):
+        action = "continue"
+        for milestone, recorded in self.rungs:
+            if cur_iter < milestone or trial in recorded:
+                continue
+            cutoff = self.cutoff(recorded)
+            if cutoff is not None and cur_rew < cutoff:
+                action = "stop"
+            recorded[trial] = cur_rew
+            break
+        return action
+
+
+class Asha:
+    def __init__(self, o, ntrials):
+        self.o = o
+        self.brackets = [Bracket(o["grace"], o["max_t"], o["rf"], s) for s in range(o["brackets"])]
+        sizes = [len(b.rungs) for b in self.brackets]
+        w = [math.exp(n - max(sizes)) for n in sizes]
+        self.of = {}
+        for t in range(ntrials):
+            if len(w) == 1:
+                self.of[t] = 0
+                continue
+            u, acc, self.of[t] = u01(o["seed"], t, -1) * sum(w), 0.0, len(w) - 1
+            for s, x in enumerate(w):
+                acc += x
+                if u < acc:
+                    self.of[t] = s
+                    break
+
+    def decide(self, t, it, metric, hist):
+        rew = -metric if self.o["mode"] == "min" else metric
+        b = self.brackets[self.of[t]]
+        if it >= self.o["max_t"]:
+            b.on_result(t, it, rew)  # on_trial_complete
+            return "terminate"
+        action = b.on_result(t, it, rew)
+        if action == "stop":
+            b.on_result(t, it, rew)  # on_trial_complete: a no-op, as in Ray
+        return action
+
+
+class Median:
+    """docs/tune.md's median stopping rule, by iterations."""
+
+    def __init__(self, o):
+        self.o = o
+
+    def decide(self, t, it, metric, hist):
+        if it >= self.o["max_t"]:
+            return "terminate"
+        if it < self.o["grace"]:
+            return "continue"
+        sign = -1.0 if self.o["mode"] == "min" else 1.0
+        means = [sum(sign * x for x in h[:it]) / it for u, h in hist.items() if u != t and len(h) >= it]
+        if len(means) < 3:
+            return "continue"
+        best = max(sign * x for x in hist[t])
+        return "stop" if best < float(np.percentile(means, 50)) else "continue"
+
+
+class Fifo:
+    def __init__(self, o):
+        self.o = o
+
+    def decide(self, t, it, metric, hist):
+        return "terminate" if it >= self.o["max_t"] else "continue"
+
+
+def expected(o, cfgs):
+    """The decisions the sweep must print, by simulating the driver."""
+    n = len(cfgs)
+    sched = {"asha": lambda: Asha(o, n), "median": lambda: Median(o), "fifo": lambda: Fifo(o)}[o["scheduler"]]()
+    hist = {t: [] for t in range(n)}
+    fly, nxt, out = [], 0, []
+    while fly or nxt < n:
+        while len(fly) < o["concurrent"] and nxt < n:
+            fly.append(nxt)
+            nxt += 1
+        t = fly.pop(0)
+        it = len(hist[t]) + 1
+        c = cfgs[t]
+        metric = c["floor"] + c["opt.scale"] / float(it)
+        hist[t].append(metric)
+        action = sched.decide(t, it, metric, hist)
+        out.append((t, it, metric, action))
+        if action == "continue":
+            fly.append(t)
+    return out, hist
+
+
+# ------------------------------------------------------------ running
+
+def compile_(sflowc, src, exe):
+    r = subprocess.run([sflowc, src, "-o", exe], capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit("tune_test: cannot compile %s:\n%s" % (src, r.stderr))
+
+
+def run(exe, args, cwd, timeout=300):
+    r = subprocess.run([exe] + args, capture_output=True, text=True, cwd=cwd, timeout=timeout)
+    return r.returncode, r.stdout, r.stderr
+
+
+def parse(out):
+    cfgs, decs, trials, best = {}, [], {}, None
+    for line in out.splitlines():
+        w = line.split(" ", 3)
+        if w[0] == "config":
+            cfgs[int(w[1])] = (int(w[2]), json.loads(w[3]))
+        elif w[0] == "decision":
+            t, it, m, a = line.split()[1:]
+            decs.append((int(t), int(it), float(m), a))
+        elif w[0] == "trial":
+            x = line.split()
+            trials[int(x[1])] = (x[2], int(x[3]), float(x[4]))
+        elif w[0] == "best":
+            best = line
+    return cfgs, decs, trials, best
+
+
+def check_sweep(exe, tmp, name, o, extra=()):
+    args = ["--journal=false", "--scheduler", o["scheduler"], "--samples", str(o["samples"]),
+            "--max_t", str(o["max_t"]), "--concurrent", str(o["concurrent"]), "--seed", str(o["seed"]),
+            "--rf", str(o["rf"]), "--grace", str(o["grace"]), "--brackets", str(o["brackets"]),
+            "--mode", o["mode"]] + (["--ties"] if o.get("ties") else []) + list(extra)
+    rc, out, err = run(exe, args, tmp)
+    if rc != 0:
+        fail("%s: exit %d\n%s" % (name, rc, err))
+        return None
+    cfgs, decs, trials, best = parse(out)
+    want_cfgs = [curves_config(o["seed"], t, 0.0, 0.0, o.get("ties")) for t in range(o["samples"])]
+    for t, c in enumerate(want_cfgs):
+        got = cfgs.get(t, (None, None))[1]
+        if got != c:
+            fail("%s: trial %d config %s, expected %s" % (name, t, got, c))
+            return None
+    want, hist = expected(o, want_cfgs)
+    if o["scheduler"] == "asha":
+        a = Asha(o, o["samples"])
+        for t in range(o["samples"]):
+            if cfgs[t][0] != a.of[t]:
+                fail("%s: trial %d in bracket %d, expected %d" % (name, t, cfgs[t][0], a.of[t]))
+    for i, (g, w) in enumerate(zip(decs, want)):
+        if g != w:
+            fail("%s: decision %d is %s, expected %s (trial, iteration, metric, action)" % (name, i, g, w))
+            return None
+    if len(decs) != len(want):
+        fail("%s: %d decisions, expected %d" % (name, len(decs), len(want)))
+        return None
+    for t, h in hist.items():
+        final = {"stop": "stopped", "terminate": "terminated"}[[d for d in want if d[0] == t][-1][3]]
+        best_t = min(h) if o["mode"] == "min" else max(h)
+        if trials.get(t) != (final, len(h), best_t):
+            fail("%s: trial %d is %s, expected %s" % (name, t, trials.get(t), (final, len(h), best_t)))
+    stops = sum(1 for d in want if d[3] == "stop")
+    print("ok %s: %d configs, %d decisions (%d stops) as the reference" % (name, len(want_cfgs), len(want), stops))
+    return out
+
+
+BASE = dict(scheduler="asha", samples=40, max_t=30, concurrent=4, seed=7, rf=4.0, grace=1, brackets=1, mode="min")
+
+
+def test_decisions(sflowc, tmp):
+    exe = os.path.join(tmp, "curves")
+    compile_(sflowc, os.path.join(HERE, "curves.sflow"), exe)
+    out = check_sweep(exe, tmp, "asha-defaults", BASE)
+    check_sweep(exe, tmp, "asha-rf3-grace2-3brackets-max", dict(BASE, rf=3.0, grace=2, brackets=3, max_t=27,
+                                                               mode="max", concurrent=3, samples=30))
+    check_sweep(exe, tmp, "asha-rf2-concurrent1", dict(BASE, rf=2.0, concurrent=1, max_t=16, samples=20))
+    check_sweep(exe, tmp, "asha-ties", dict(BASE, ties=True, samples=30, rf=2.0, max_t=8))
+    check_sweep(exe, tmp, "median", dict(BASE, scheduler="median", grace=3, max_t=12, samples=20))
+    check_sweep(exe, tmp, "fifo", dict(BASE, scheduler="fifo", max_t=5, samples=8))
+    # The same configurations and decisions on every run, whatever the pool.
+    for threads in ("1", "4"):
+        rc, o2, _ = run(exe, ["--journal=false", "--threads", threads, "--seed", "7"], tmp)
+        if o2 != out:
+            fail("--threads %s printed another sweep than the first run" % threads)
+    rc, o3, _ = run(exe, ["--journal=false", "--seed", "8"], tmp)
+    if parse(o3)[0] == parse(out)[0]:
+        fail("--seed 8 gave the configurations of --seed 7")
+    print("ok the same sweep with --threads 1 and 4; another for another seed")
+
+
+FAILING = r'''
+import std.tune
+// Trial 2 always fails; trial 3 fails on the first attempt of its second
+// iteration only.
+@retry(2)
+task step(cfg: map<str, f64>, st: tune.State) -> tune.State {
+  if st.trial == 2 { fail("diverged at iteration " + str(st.iter)) }
+  if st.trial == 3 && st.iter == 1 && attempt() == 0 { fail("flaky") }
+  return tune.report(st, cfg["x"] / f64(st.iter + 1))
+}
+workflow main() {
+  let r = tune.run(step, [tune.uniform("x", 1.0, 2.0)], tune.options(scheduler = "fifo", num_samples = 5, max_t = 3))
+  for t in r.trials { print(t.id, t.state, t.iters, t.error) }
+  print("best", r.best_trial)
+}
+'''
+
+
+def test_failures(sflowc, tmp):
+    src = os.path.join(tmp, "failing.sflow")
+    with open(src, "w") as f:
+        f.write(FAILING)
+    exe = os.path.join(tmp, "failing")
+    compile_(sflowc, src, exe)
+    rc, out, err = run(exe, ["--journal=false"], tmp)
+    lines = out.splitlines()
+    want2 = "2 failed 0 task 'step' failed after 3 attempts:"
+    ok = (rc == 0 and len(lines) == 6 and lines[2].startswith(want2) and "diverged at iteration 0" in lines[2]
+          and all(lines[i].startswith("%d terminated 3 " % i) for i in (0, 1, 3, 4)))
+    if not ok or "retries" not in err:
+        fail("a failing trial: exit %d\n%s\n%s" % (rc, out, err))
+    else:
+        print("ok a failing trial is retried per @retry (3 attempts), reported failed; a flaky one recovers")
+
+
+BAD = [
+    ('tune.uniform("lr", 0.1, 0.01)', r'tune: parameter "lr": low 0.1 is above high 0.01'),
+    ('tune.loguniform("lr", 0.0, 1.0)', r'tune: parameter "lr": log-uniform needs bounds above 0, got low 0.0'),
+    ('tune.loguniform("lr", -1.0, 1.0)', r'tune: parameter "lr": log-uniform needs bounds above 0, got low -1.0'),
+    ('tune.choice("act", xs)', r'tune: parameter "act": choice of no values'),
+    ('tune.grid("bs", xs)', r'tune: parameter "bs": grid of no values'),
+    ('tune.randint("width", 8, 8)', r'tune: parameter "width": low 8 must be below high 8 (high is excluded)'),
+    ('tune.quniform("drop", 0.0, 1.0, 0.0)', r'tune: parameter "drop": quantum q must be above 0, got 0.0'),
+]
+
+
+def test_bad_spaces(sflowc, tmp):
+    for i, (p, msg) in enumerate(BAD):
+        src = os.path.join(tmp, "bad%d.sflow" % i)
+        with open(src, "w") as f:
+            f.write("import std.tune\n"
+                    "task step(cfg: map<str, f64>, st: tune.State) -> tune.State { return tune.report(st, 1.0) }\n"
+                    "workflow main() {\n  let xs: f64[] = []\n"
+                    "  let r = tune.run(step, [tune.uniform(\"ok\", 0.0, 1.0), %s], tune.options())\n"
+                    "  print(len(r.trials))\n}\n" % p)
+        exe = os.path.join(tmp, "bad%d" % i)
+        compile_(sflowc, src, exe)
+        rc, out, err = run(exe, ["--journal=false"], tmp)
+        if rc != 70 or msg not in err or out:
+            fail("bad space %s: exit %d, stderr %r (wanted %r)" % (p, rc, err, msg))
+    print("ok %d bad spaces are runtime errors naming the parameter" % len(BAD))
+
+
+# ------------------------------------------------------------ kill and resume
+
+def count_lines(path):
+    try:
+        with open(path) as f:
+            return sum(1 for _ in f)
+    except FileNotFoundError:
+        return 0
+
+
+def run_killed(exe, args, cwd, after_execs):
+    """Starts the sweep and SIGKILLs it once exec.log has that many lines."""
+    p = subprocess.Popen([exe] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd)
+    t0 = time.time()
+    while count_lines(os.path.join(cwd, "exec.log")) < after_execs and p.poll() is None:
+        if time.time() - t0 > 120:
+            break
+        time.sleep(0.002)
+    p.send_signal(signal.SIGKILL)
+    p.communicate()
+    return p.returncode
+
+
+def test_kill_resume(sflowc, tmp):
+    exe = os.path.join(tmp, "curves")
+    if not os.path.exists(exe):
+        compile_(sflowc, os.path.join(HERE, "curves.sflow"), exe)
+    args = ["--samples", "16", "--max_t", "12", "--rf", "2", "--concurrent", "4", "--spin_ms", "20", "--log",
+            "--checkpoint-dir", "ck"]
+    ref_dir = os.path.join(tmp, "ref")
+    os.makedirs(ref_dir)
+    rc, ref, err = run(exe, args + ["--journal=false"], ref_dir)
+    ref_execs = count_lines(os.path.join(ref_dir, "exec.log"))
+    if rc != 0 or not ref.endswith("done\n"):
+        fail("kill-resume reference exited %d\n%s" % (rc, err))
+        return
+    for kills in ([3], [12], [30], [8, 25], [ref_execs - 5]):
+        d = os.path.join(tmp, "kill-" + "-".join(map(str, kills)))
+        os.makedirs(d)
+        first = True
+        for k in kills:
+            rc = run_killed(exe, args + ([] if first else ["--resume"]), d, k)
+            first = False
+            if rc != -signal.SIGKILL:
+                fail("kill at %s: the run ended (exit %d) before it was killed" % (kills, rc))
+        before = count_lines(os.path.join(d, "exec.log"))
+        rc, out, err = run(exe, args + ["--resume"], d)
+        total = count_lines(os.path.join(d, "exec.log"))
+        if rc != 0 or out != ref:
+            fail("kill at %s: resume exited %d, output differs from the uninterrupted run\n%s" % (kills, rc, err[-2000:]))
+            continue
+        # Finished iterations come from the journal: the resumed run runs
+        # only what the kills lost (the iterations in flight, at most
+        # max_concurrent per kill, and those of the last 20 ms of records:
+        # about as many again with 20 ms iterations).
+        rerun = total - ref_execs
+        answered = "answered from the journal" in err or kills[-1] < 8
+        if not answered or rerun > 10 * len(kills) + 4:
+            fail("kill at %s: %d iterations ran again (%d before the resume, %d after, %d uninterrupted)\n%s"
+                 % (kills, rerun, before, total - before, ref_execs, err[-1500:]))
+            continue
+        print("ok kill after %s iterations: resumed to the same output; %d of %d iterations ran again"
+              % (kills, rerun, ref_execs))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sflowc", required=True)
+    ap.add_argument("--only", default="")
+    a = ap.parse_args()
+    tests = [("decisions", test_decisions), ("failures", test_failures), ("bad_spaces", test_bad_spaces),
+             ("kill_resume", test_kill_resume)]
+    with tempfile.TemporaryDirectory(prefix="sflow-tune-") as tmp:
+        for name, fn in tests:
+            if not a.only or a.only == name:
+                fn(os.path.abspath(a.sflowc), tmp)
+    if FAILURES:
+        print("%d failures" % len(FAILURES))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
