@@ -2,7 +2,7 @@
 """run.py — std.tune's benchmarks (issue 18) beside Ray Tune 2.60.0 and a
 plain loop, in one run:
 
-    python3 bench/tune/run.py [--build build] [--only overhead|asha] [--repeat R]
+    python3 bench/tune/run.py [--build build] [--only overhead|asha] [--repeat R] [--no-peer]
 
 overhead: 1,000 trials of a trivial objective and 100 trials of a 10 ms
 one (busy-spinning), one iteration each, FIFO, one trial at a time:
@@ -111,9 +111,10 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--samples", type=int, default=32)
     ap.add_argument("--epochs", type=int, default=27)
+    ap.add_argument("--no-peer", action="store_true", help="sflow's figures only")
     a = ap.parse_args()
     peer = os.environ.get("PEER_PYTHON")
-    if not peer and a.only != "asha":
+    if not peer and a.only != "asha" and not a.no_peer:
         if subprocess.run(["bash", os.path.join(ROOT, "bench/tune/setup.sh")]).returncode == 0:
             peer = os.path.join(ROOT, "build/peers/ray/venv/bin/python")
         else:
