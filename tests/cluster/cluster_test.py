@@ -2599,6 +2599,23 @@ def case_rand_nodes(c):
     c.expect_no_workers()
 
 
+def case_tune_nodes(c):
+    """A std.tune sweep (ASHA over tests/tune/curves.sflow) with --nodes
+    prints the configurations, decisions and table of a single-node run:
+    its iterations are task calls placed like any other, and the driver's
+    decisions depend only on their results (docs/tune.md)."""
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tune",
+                           "curves.sflow")) as f:
+        exe = c.compile("curves", f.read())
+    args = ("--samples", "12", "--max_t", "8", "--rf", "2")
+    want = single_node(exe, *args)
+    check(want.endswith("done\n"), "single-node run", want)
+    r = c.run(*args, "--head-runs-work=false", prog=exe, timeout=120)
+    check(r.returncode == 0, f"exit {r.returncode}", r.stdout, r.stderr)
+    check(r.stdout == want, "--nodes output differs from the single-node run", r.stdout, want)
+    c.expect_no_workers()
+
+
 def kill_when_running(c, exe, marker, *extra, hostfile=None):
     """Starts exe on the cluster, SIGKILLs the worker that prints marker,
     and returns (exit code, stdout, stderr, killed node).  The call that
@@ -3327,6 +3344,7 @@ CASES = {
     "tensors_nodes": (2, case_tensors_nodes),
     "trace_nodes": (2, case_trace_nodes),
     "rand_nodes": (2, case_rand_nodes),
+    "tune_nodes": (2, case_tune_nodes),
     "actors_gpus": (2, case_actors_gpus),
     "actors_gpus_group": (2, case_actors_gpus_group),
     "actors_print_resume": (2, case_actors_print_resume),
