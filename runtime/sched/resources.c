@@ -69,7 +69,7 @@ sf__demand sf__demand_ask(double cpus, double gpus, const char *name, const sf_l
     pthread_mutex_lock(&R.lock);
     resources_init();
     int32_t c = (int32_t)(cpus + 0.999);
-    d.cpus = (c > R.ncpus ? R.ncpus : c) - 1;
+    d.cpus = c > R.ncpus ? R.ncpus : c;
     pthread_mutex_unlock(&R.lock);
   }
   return d;
@@ -83,7 +83,11 @@ bool sf__resources_take_some(sf__demand d, int32_t *dev, sf__job *j, void *keep)
   *dev = -1;
   bool ok = true;
   pthread_mutex_lock(&R.lock);
-  if (R.cpus_used + d.cpus > (R.ncpus > 1 ? R.ncpus - 1 : 0) && d.cpus > 0)
+  /* A call holds all of its n slots, the one its own thread is included:
+   * counting n - 1 against a capacity of ncpus - 1 let k calls take
+   * k * n slots of a pool of k * (n - 1) + 1 (three @cpus(2) calls at once
+   * on --threads 4). */
+  if (R.cpus_used + d.cpus > R.ncpus && d.cpus > 0)
     ok = false;
   int32_t best = -1;
   if (ok && d.gpu > 0) {

@@ -138,8 +138,12 @@ static void run_task_again(sf__job *j) {
 
 bool sf__task_claim_inline(task_rec *t) {
   /* Not a task with a deadline: an abandoned attempt would hold the
-   * waiter hostage until it returned. */
-  if (t->d->timeout > 0 || atomic_load_explicit(&t->claimed, memory_order_relaxed) ||
+   * waiter hostage until it returned.  Nor one that reserves @cpus or
+   * @gpus: run here it would hold none of them, so a waiter (main awaiting
+   * the first of several such calls) ran one more than the pool has room
+   * for; it waits for the pool to place it instead. */
+  if (t->d->timeout > 0 || t->need.cpus != 0 || t->need.gpu != 0 ||
+      atomic_load_explicit(&t->claimed, memory_order_relaxed) ||
       atomic_exchange_explicit(&t->claimed, 1, memory_order_acq_rel))
     return false;
   sf__inline_depth++;

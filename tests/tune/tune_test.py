@@ -20,6 +20,8 @@ This test re-derives all of it independently:
   * a trial whose task fails is retried per its @retry and reported failed,
     the sweep going on; one failing once succeeds on its retry;
   * bad spaces are runtime errors naming the parameter;
+  * trials take their task's @cpus: no more run at once than the pool
+    holds, nor than max_concurrent;
   * kill-and-resume: SIGKILL at several points (twice in a row too) and
     --resume prints exactly the uninterrupted run's output, and runs
     exactly the iterations it does not answer from the journal.
@@ -358,6 +360,55 @@ def test_bad_spaces(sflowc, tmp):
     print("ok %d bad spaces are runtime errors naming the parameter" % len(BAD))
 
 
+PLACED = r'''
+import std.tune
+// Each trial spins 60 ms and says when it ran: @cpus(2) on a pool of 4
+// lets two run at once, max_concurrent bounds them further.
+@cpus(2)
+task step(cfg: map<str, f64>, st: tune.State) -> tune.State {
+  var s = tune.report(st, cfg["x"])
+  s.values["start"] = now()
+  while now() - s.values["start"] < 0.06 { }
+  s.values["end"] = now()
+  return s
+}
+workflow main(concurrent: i64 = 4) {
+  let r = tune.run(step, [tune.uniform("x", 0.0, 1.0)],
+                   tune.options(scheduler = "fifo", num_samples = 8, max_t = 1, max_concurrent = concurrent))
+  for t in r.trials { print(t.ckpt.values["start"], t.ckpt.values["end"]) }
+}
+'''
+
+
+def overlap(out):
+    """The most trials running at one instant."""
+    ev = []
+    for line in out.splitlines():
+        a, b = map(float, line.split())
+        ev += [(a, 1), (b, -1)]
+    cur = most = 0
+    for _, d in sorted(ev, key=lambda e: (e[0], e[1])):
+        cur += d
+        most = max(most, cur)
+    return most
+
+
+def test_resources(sflowc, tmp):
+    src = os.path.join(tmp, "placed.sflow")
+    with open(src, "w") as f:
+        f.write(PLACED)
+    exe = os.path.join(tmp, "placed")
+    compile_(sflowc, src, exe)
+    for conc, want in (("4", 2), ("1", 1)):
+        rc, out, err = run(exe, ["--journal=false", "--threads", "4", "--concurrent", conc], tmp)
+        got = overlap(out) if rc == 0 else None
+        if got != want:
+            fail("@cpus(2) on 4 threads, max_concurrent %s: %s trials at once, expected %d\n%s%s"
+                 % (conc, got, want, out, err))
+            return
+    print("ok trials placed with their @cpus: 2 at once on 4 threads; 1 with max_concurrent 1")
+
+
 # ------------------------------------------------------------ kill and resume
 
 def count_lines(path):
@@ -430,6 +481,7 @@ def main():
     ap.add_argument("--only", default="")
     a = ap.parse_args()
     tests = [("decisions", test_decisions), ("failures", test_failures), ("bad_spaces", test_bad_spaces),
+             ("resources", test_resources),
              ("kill_resume", test_kill_resume)]
     with tempfile.TemporaryDirectory(prefix="sflow-tune-") as tmp:
         for name, fn in tests:
