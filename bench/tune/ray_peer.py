@@ -7,7 +7,8 @@ over the same objective.  Prints RESULT lines as overhead.sflow does:
 
     python ray_peer.py --trials 1000 --ms 0 --concurrent 1
 
-The clock covers Tuner.fit() only (ray.init before it is not counted: that
+Ray's defaults, or with --reuse-actors (its setting for many short
+trials).  The clock covers Tuner.fit() only (ray.init before it is not counted: that
 is Ray's start-up, not the sweep's).  The objective spins for ms
 milliseconds (a busy loop, as overhead.sflow's), then returns (x - 0.5)^2.
 """
@@ -29,6 +30,8 @@ def main():
     ap.add_argument("--ms", type=float, default=0.0)
     ap.add_argument("--concurrent", type=int, default=1)
     ap.add_argument("--bench", default="tune")
+    ap.add_argument("--reuse-actors", action="store_true",
+                    help="TuneConfig(reuse_actors=True): one worker actor for every trial")
     a = ap.parse_args()
 
     import random
@@ -55,13 +58,14 @@ def main():
             objective,
             param_space={"x": tune.uniform(0.0, 1.0), "ms": a.ms},
             tune_config=tune.TuneConfig(num_samples=a.trials, max_concurrent_trials=a.concurrent,
-                                        metric="score", mode="min"),
+                                        metric="score", mode="min", reuse_actors=a.reuse_actors),
             run_config=tune.RunConfig(storage_path=tmp, verbose=0))
         t0 = time.perf_counter()
         res = tuner.fit()
         dt = time.perf_counter() - t0
         assert len(res) == a.trials, len(res)
-    print("RESULT %s ray_tune %d %.6f" % (a.bench, a.trials, dt), flush=True)
+    print("RESULT %s %s %d %.6f" % (a.bench, "ray_tune_reuse" if a.reuse_actors else "ray_tune", a.trials, dt),
+          flush=True)
     ray.shutdown()
 
 
