@@ -20,6 +20,7 @@ This test re-derives all of it independently:
   * a trial whose task fails is retried per its @retry and reported failed,
     the sweep going on; one failing once succeeds on its retry;
   * bad spaces are runtime errors naming the parameter;
+  * the best checkpoint is the state of the best iteration;
   * trials take their task's @cpus: no more run at once than the pool
     holds, nor than max_concurrent;
   * kill-and-resume: SIGKILL at several points (twice in a row too) and
@@ -360,6 +361,36 @@ def test_bad_spaces(sflowc, tmp):
     print("ok %d bad spaces are runtime errors naming the parameter" % len(BAD))
 
 
+BEST = r'''
+import std.tune
+// The best iteration is the second (loss 1.0); the state it returned must
+// come back as the best checkpoint, values included, though the later
+// iterations set the same key.
+task step(cfg: map<str, f64>, st: tune.State) -> tune.State {
+  var s = tune.report(st, [3.0, 1.0, 2.0, 4.0][st.iter])
+  s.values["at"] = f64(st.iter + 1)
+  return s
+}
+workflow main() {
+  let r = tune.run(step, [tune.uniform("x", 0.0, 1.0)], tune.options(scheduler = "fifo", num_samples = 1, max_t = 4))
+  print(r.best_iter, r.best_state.iter, r.best_state.metric, r.best_state.values["at"])
+}
+'''
+
+
+def test_best_checkpoint(sflowc, tmp):
+    src = os.path.join(tmp, "best.sflow")
+    with open(src, "w") as f:
+        f.write(BEST)
+    exe = os.path.join(tmp, "best")
+    compile_(sflowc, src, exe)
+    rc, out, err = run(exe, ["--journal=false", "--quiet"], tmp)
+    if rc != 0 or out != "2 2 1.0 2.0\n":
+        fail("best checkpoint: exit %d, printed %r, expected '2 2 1.0 2.0'\n%s" % (rc, out, err))
+    else:
+        print("ok the best checkpoint is the best iteration's state, values included")
+
+
 PLACED = r'''
 import std.tune
 // Each trial spins 60 ms and says when it ran: @cpus(2) on a pool of 4
@@ -481,7 +512,7 @@ def main():
     ap.add_argument("--only", default="")
     a = ap.parse_args()
     tests = [("decisions", test_decisions), ("failures", test_failures), ("bad_spaces", test_bad_spaces),
-             ("resources", test_resources),
+             ("resources", test_resources), ("best_checkpoint", test_best_checkpoint),
              ("kill_resume", test_kill_resume)]
     with tempfile.TemporaryDirectory(prefix="sflow-tune-") as tmp:
         for name, fn in tests:
