@@ -11,6 +11,8 @@ This test re-derives all of it independently:
   * the order of results: a simulation of the driver (max_concurrent
     iterations in flight, awaited oldest first), so the sequence cannot
     depend on timing;
+  * PBT's exploits and the configs they explore (Ray's
+    PopulationBasedTraining by iterations), simulated the same way;
   * each decision: Ray Tune's AsyncHyperBandScheduler (_Bracket.on_result,
     on_trial_result's max_t stop, on_trial_complete after every stop),
     reimplemented here with numpy's nanpercentile as the cutoff; the
@@ -183,6 +185,80 @@ class Fifo:
         return "terminate" if it >= self.o["max_t"] else "continue"
 
 
+# curves.sflow's space in order: (name, kind, lo, hi, values).
+SPACE = [("floor", "uniform", 0.0, 1.0, None), ("width", "choice", 0, 0, [16.0, 32.0, 64.0]),
+         ("opt.scale", "loguniform", 0.1, 10.0, None), ("spin_ms", "grid", 0, 0, None), ("log", "grid", 0, 0, None)]
+
+
+def sample(kind, lo, hi, values, u):
+    if kind == "uniform":
+        return lo + u * (hi - lo)
+    if kind == "loguniform":
+        return math.exp(math.log(lo) + u * (math.log(hi) - math.log(lo)))
+    return values[int(math.floor(u * len(values)))]
+
+
+def pbt_explore(o, cfg, t, it):
+    """Ray's pbt._explore with resample_probability 0.25, factors 1.2/0.8,
+    list values moved to a neighbour; the draws of docs/tune.md."""
+    out = dict(cfg)
+    for j, (name, kind, lo, hi, values) in enumerate(SPACE):
+        if kind == "grid":
+            continue
+        slot = 2000000 + it * 4096 + j * 3
+        if u01(o["seed"], t, slot) < 0.25:
+            out[name] = sample(kind, lo, hi, values, u01(o["seed"], t, slot + 2))
+        elif kind == "choice":
+            i = values.index(cfg[name]) + (1 if u01(o["seed"], t, slot + 1) < 0.5 else -1)
+            out[name] = values[min(max(i, 0), len(values) - 1)]
+        else:
+            out[name] = cfg[name] * (1.2 if u01(o["seed"], t, slot + 1) < 0.5 else 0.8)
+    return out
+
+
+def expected_pbt(o, cfgs):
+    """PBT by iterations (Ray's PopulationBasedTraining: _quantiles over the
+    running trials' latest rewards, exploit a top trial's checkpoint and
+    config, explore), simulated with the driver's order of results."""
+    n = len(cfgs)
+    cfg = [dict(c) for c in cfgs]
+    iters, last, lastp, state = [0] * n, [None] * n, [0] * n, ["pending"] * n
+    hist = {t: [] for t in range(n)}
+    sign = -1.0 if o["mode"] == "min" else 1.0
+    fly, nxt, out = [], 0, []
+    while fly or nxt < n:
+        while len(fly) < o["concurrent"] and nxt < n:
+            fly.append(nxt)
+            state[nxt] = "running"
+            nxt += 1
+        t = fly.pop(0)
+        it = iters[t] + 1
+        metric = cfg[t]["floor"] + cfg[t]["opt.scale"] / float(it)
+        iters[t], last[t] = it, metric
+        hist[t].append(metric)
+        action = "continue"
+        if it >= o["max_t"]:
+            action = "terminate"
+        elif it - lastp[t] >= o["interval"]:
+            lastp[t] = it
+            live = sorted((u for u in range(n) if hist[u] and state[u] == "running"), key=lambda u: sign * last[u])
+            if len(live) > 1:
+                k = int(math.ceil(len(live) * 0.25))
+                if k > len(live) / 2:
+                    k = len(live) // 2
+                if t in live[:k]:
+                    donor = live[len(live) - k + int(math.floor(u01(o["seed"], t, 1000000 + it) * k))]
+                    action = "exploit %d" % donor
+                    cfg[t] = pbt_explore(o, cfg[donor], t, it)
+                    iters[t] = iters[donor]
+        out.append((t, it, metric, action))
+        if action == "terminate":
+            state[t] = "terminated"
+        else:
+            fly.append(t)
+    return out, hist, cfg
+
+
 def expected(o, cfgs):
     """The decisions the sweep must print, by simulating the driver."""
     n = len(cfgs)
@@ -225,7 +301,7 @@ def parse(out):
         if w[0] == "config":
             cfgs[int(w[1])] = (int(w[2]), json.loads(w[3]))
         elif w[0] == "decision":
-            t, it, m, a = line.split()[1:]
+            t, it, m, a = line.split(" ", 4)[1:]
             decs.append((int(t), int(it), float(m), a))
         elif w[0] == "trial":
             x = line.split()
@@ -239,19 +315,23 @@ def check_sweep(exe, tmp, name, o, extra=()):
     args = ["--journal=false", "--scheduler", o["scheduler"], "--samples", str(o["samples"]),
             "--max_t", str(o["max_t"]), "--concurrent", str(o["concurrent"]), "--seed", str(o["seed"]),
             "--rf", str(o["rf"]), "--grace", str(o["grace"]), "--brackets", str(o["brackets"]),
-            "--mode", o["mode"]] + (["--ties"] if o.get("ties") else []) + list(extra)
+            "--mode", o["mode"], "--interval", str(o.get("interval", 4))] + (["--ties"] if o.get("ties") else []) + list(extra)
     rc, out, err = run(exe, args, tmp)
     if rc != 0:
         fail("%s: exit %d\n%s" % (name, rc, err))
         return None
     cfgs, decs, trials, best = parse(out)
     want_cfgs = [curves_config(o["seed"], t, 0.0, 0.0, o.get("ties")) for t in range(o["samples"])]
-    for t, c in enumerate(want_cfgs):
+    if o["scheduler"] == "pbt":
+        want, hist, final_cfgs = expected_pbt(o, want_cfgs)
+    else:
+        want, hist = expected(o, want_cfgs)
+        final_cfgs = want_cfgs
+    for t, c in enumerate(final_cfgs):
         got = cfgs.get(t, (None, None))[1]
         if got != c:
             fail("%s: trial %d config %s, expected %s" % (name, t, got, c))
             return None
-    want, hist = expected(o, want_cfgs)
     if o["scheduler"] == "asha":
         a = Asha(o, o["samples"])
         for t in range(o["samples"]):
@@ -266,11 +346,20 @@ def check_sweep(exe, tmp, name, o, extra=()):
         return None
     for t, h in hist.items():
         final = {"stop": "stopped", "terminate": "terminated"}[[d for d in want if d[0] == t][-1][3]]
+        if o["scheduler"] == "pbt":
+            # A trial's iterations jump to its donor's when it exploits.
+            n_it = [d for d in want if d[0] == t][-1][1]
+            best_t = min(h) if o["mode"] == "min" else max(h)
+            if trials.get(t) != (final, n_it, best_t):
+                fail("%s: trial %d is %s, expected %s" % (name, t, trials.get(t), (final, n_it, best_t)))
+            continue
         best_t = min(h) if o["mode"] == "min" else max(h)
         if trials.get(t) != (final, len(h), best_t):
             fail("%s: trial %d is %s, expected %s" % (name, t, trials.get(t), (final, len(h), best_t)))
     stops = sum(1 for d in want if d[3] == "stop")
-    print("ok %s: %d configs, %d decisions (%d stops) as the reference" % (name, len(want_cfgs), len(want), stops))
+    exploits = sum(1 for d in want if d[3].startswith("exploit"))
+    print("ok %s: %d configs, %d decisions (%d stops, %d exploits) as the reference"
+          % (name, len(want_cfgs), len(want), stops, exploits))
     return out
 
 
@@ -286,6 +375,9 @@ def test_decisions(sflowc, tmp):
     check_sweep(exe, tmp, "asha-rf2-concurrent1", dict(BASE, rf=2.0, concurrent=1, max_t=16, samples=20))
     check_sweep(exe, tmp, "asha-ties", dict(BASE, ties=True, samples=30, rf=2.0, max_t=8))
     check_sweep(exe, tmp, "median", dict(BASE, scheduler="median", grace=3, max_t=12, samples=20))
+    check_sweep(exe, tmp, "pbt", dict(BASE, scheduler="pbt", samples=16, max_t=20, interval=4))
+    check_sweep(exe, tmp, "pbt-max-interval3", dict(BASE, scheduler="pbt", samples=12, max_t=15, interval=3,
+                                                    mode="max", concurrent=6))
     check_sweep(exe, tmp, "fifo", dict(BASE, scheduler="fifo", max_t=5, samples=8))
     # The same configurations and decisions on every run, whatever the pool.
     for threads in ("1", "4"):
@@ -469,22 +561,32 @@ def test_kill_resume(sflowc, tmp):
         compile_(sflowc, os.path.join(HERE, "curves.sflow"), exe)
     args = ["--samples", "16", "--max_t", "12", "--rf", "2", "--concurrent", "4", "--spin_ms", "20", "--log",
             "--checkpoint-dir", "ck"]
-    ref_dir = os.path.join(tmp, "ref")
+    kill_points = ([3], [12], [30], [8, 25], lambda n: [n - 5])
+    kill_and_resume(exe, tmp, "asha", args, kill_points)
+    pbt = ["--scheduler", "pbt", "--samples", "8", "--max_t", "10", "--interval", "3", "--concurrent", "4",
+           "--spin_ms", "20", "--log", "--checkpoint-dir", "ck"]
+    kill_and_resume(exe, tmp, "pbt", pbt, ([20], [45]))
+
+
+def kill_and_resume(exe, tmp, name, args, kill_points):
+    ref_dir = os.path.join(tmp, name + "-ref")
     os.makedirs(ref_dir)
     rc, ref, err = run(exe, args + ["--journal=false"], ref_dir)
     ref_execs = count_lines(os.path.join(ref_dir, "exec.log"))
     if rc != 0 or not ref.endswith("done\n"):
-        fail("kill-resume reference exited %d\n%s" % (rc, err))
+        fail("kill-resume %s reference exited %d\n%s" % (name, rc, err))
         return
-    for kills in ([3], [12], [30], [8, 25], [ref_execs - 5]):
-        d = os.path.join(tmp, "kill-" + "-".join(map(str, kills)))
+    for kills in kill_points:
+        if callable(kills):
+            kills = kills(ref_execs)
+        d = os.path.join(tmp, name + "-kill-" + "-".join(map(str, kills)))
         os.makedirs(d)
         first = True
         for k in kills:
             rc = run_killed(exe, args + ([] if first else ["--resume"]), d, k)
             first = False
             if rc != -signal.SIGKILL:
-                fail("kill at %s: the run ended (exit %d) before it was killed" % (kills, rc))
+                fail(name + " kill at %s: the run ended (exit %d) before it was killed" % (kills, rc))
         before = count_lines(os.path.join(d, "exec.log"))
         rc, out, err = run(exe, args + ["--resume"], d)
         total = count_lines(os.path.join(d, "exec.log"))
@@ -502,7 +604,7 @@ def test_kill_resume(sflowc, tmp):
             fail("kill at %s: the resume ran %d iterations, answered %d from the journal, of %d\n%s"
                  % (kills, total - before, replayed, ref_execs, err[-1500:]))
             continue
-        print("ok kill after %s iterations: resumed to the same output; %d answered from the journal, "
+        print("ok " + name + " kill after %s iterations: resumed to the same output; %d answered from the journal, "
               "%d of %d ran again" % (kills, replayed, rerun, ref_execs))
 
 
