@@ -17,6 +17,8 @@ echo "== word count: split and map<str, i64> in sflow vs Python (dict, Counter) 
 python3 bench/wordcount/run.py --sflowc "$build/bin/sflowc"
 echo "== tasks, actors, futures, allreduce: sflow vs OpenMP, C and Ray"
 bash bench/tasks/run.sh "$build"
+echo "== std.tune: sweep overhead vs Ray Tune and a plain loop; ASHA vs FIFO on examples/tune"
+python3 bench/tune/run.py || echo "bench/tune: failed"
 echo "== a small allreduce, idle and under CPU contention: sflow vs a pthread_barrier peer"
 python3 bench/collectives/run.py --sflowc "$build/bin/sflowc"
 

@@ -423,6 +423,19 @@ def test_failures(sflowc, tmp):
         fail("a failing trial: exit %d\n%s\n%s" % (rc, out, err))
     else:
         print("ok a failing trial is retried per @retry (3 attempts), reported failed; a flaky one recovers")
+    # The live table: a final one on stderr (trial, state, iter, metric,
+    # best, config), none with --quiet.
+    table = [l for l in err.splitlines() if l.startswith("tune: 5 trials (")]
+    rows = [l.split() for l in err.splitlines() if l[:1].isdigit()]
+    want_rows = [["2", "failed", "0", "-", "-"], ["4", "terminated", "3"]]
+    if not table or table[-1] != "tune: 5 trials (4 terminated, 1 failed)" or \
+            not any(r[:5] == want_rows[0] for r in rows) or not any(r[:3] == want_rows[1] for r in rows):
+        fail("the final table on stderr:\n%s" % err)
+    rc, out, err = run(exe, ["--journal=false", "--quiet"], tmp)
+    if "tune:" in err:
+        fail("--quiet still shows the table:\n%s" % err)
+    else:
+        print("ok the live table on stderr (states, iterations, metrics, configs); none with --quiet")
 
 
 BAD = [
