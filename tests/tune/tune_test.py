@@ -379,6 +379,24 @@ def test_decisions(sflowc, tmp):
     check_sweep(exe, tmp, "pbt-max-interval3", dict(BASE, scheduler="pbt", samples=12, max_t=15, interval=3,
                                                     mode="max", concurrent=6))
     check_sweep(exe, tmp, "fifo", dict(BASE, scheduler="fifo", max_t=5, samples=8))
+    # The CSV holds every result in order with its decision; the JSON the
+    # best trial and every trial's metrics.
+    csv_path = os.path.join(tmp, "sweep.csv")
+    rc, o1, err = run(exe, ["--journal=false", "--seed", "7", "--out", csv_path], tmp)
+    import csv as csvmod
+    with open(csv_path) as f:
+        rows = list(csvmod.DictReader(f))
+    with open(csv_path + ".json") as f:
+        summary = json.load(f)
+    decs = parse(o1)[1]
+    best = parse(o1)[3].split()
+    got = [(int(r["trial"]), int(r["iter"]), float(r["metric"]), r["action"]) for r in rows]
+    if got != decs or summary["best_trial"] != int(best[1]) or summary["best_metric"] != float(best[3]) or \
+            len(summary["trials"]) != 40 or [len(t["metrics"]) for t in summary["trials"]] != \
+            [parse(o1)[2][t][1] for t in range(40)]:
+        fail("the CSV or JSON of a sweep does not match its decisions")
+    else:
+        print("ok the CSV holds every result and decision in order, the JSON the best trial and all metrics")
     # The same configurations and decisions on every run, whatever the pool.
     for threads in ("1", "4"):
         rc, o2, _ = run(exe, ["--journal=false", "--threads", threads, "--seed", "7"], tmp)
