@@ -26,7 +26,8 @@ This test re-derives all of it independently:
   * trials take their task's @cpus: no more run at once than the pool
     holds, nor than max_concurrent;
   * kill-and-resume: SIGKILL at several points (twice in a row too) and
-    --resume prints exactly the uninterrupted run's output, and runs
+    --resume (an ASHA sweep, a PBT one, one with a failed trial) prints
+    exactly the uninterrupted run's output, and runs
     exactly the iterations it does not answer from the journal.
 
 Usage: tune_test.py --sflowc PATH [--only NAME]
@@ -601,6 +602,28 @@ def run_killed(exe, args, cwd, after_execs):
     return p.returncode
 
 
+FAILRES = r'''
+import std.io
+import std.tune
+// An ASHA sweep in which trial 2's second iteration always fails (twice,
+// per its @retry): killed and resumed, it must end as it does uninterrupted.
+@retry(1)
+task step(cfg: map<str, f64>, st: tune.State) -> tune.State {
+  io.append_text("exec.log", str(st.trial) + " " + str(st.iter) + "\n")
+  let t0 = now()
+  while now() - t0 < 0.02 { }
+  if st.trial == 2 && st.iter == 1 { fail("diverged") }
+  return tune.report(st, cfg["x"] / f64(st.iter + 1))
+}
+workflow main() {
+  let r = tune.run(step, [tune.uniform("x", 1.0, 2.0)],
+                   tune.options(num_samples = 12, max_t = 6, reduction_factor = 2.0, max_concurrent = 3))
+  for t in r.trials { print(t.id, t.state, t.iters, t.best, t.error) }
+  print("done")
+}
+'''
+
+
 def test_kill_resume(sflowc, tmp):
     exe = os.path.join(tmp, "curves")
     if not os.path.exists(exe):
@@ -612,6 +635,12 @@ def test_kill_resume(sflowc, tmp):
     pbt = ["--scheduler", "pbt", "--samples", "8", "--max_t", "10", "--interval", "3", "--concurrent", "4",
            "--spin_ms", "20", "--log", "--checkpoint-dir", "ck"]
     kill_and_resume(exe, tmp, "pbt", pbt, ([20], [45]))
+    src = os.path.join(tmp, "failres.sflow")
+    with open(src, "w") as f:
+        f.write(FAILRES)
+    fexe = os.path.join(tmp, "failres")
+    compile_(sflowc, src, fexe)
+    kill_and_resume(fexe, tmp, "failed-trial", ["--checkpoint-dir", "ck"], ([6], [15]))
 
 
 def kill_and_resume(exe, tmp, name, args, kill_points):
