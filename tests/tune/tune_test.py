@@ -357,6 +357,13 @@ def check_sweep(exe, tmp, name, o, extra=()):
         best_t = min(h) if o["mode"] == "min" else max(h)
         if trials.get(t) != (final, len(h), best_t):
             fail("%s: trial %d is %s, expected %s" % (name, t, trials.get(t), (final, len(h), best_t)))
+    # The best result: the first trial, at its first iteration, with the
+    # best metric; its checkpoint is that iteration's state.
+    sign = 1.0 if o["mode"] == "min" else -1.0
+    bt, bi, bm = min(((t, it, m) for t, it, m, a in want), key=lambda d: (sign * d[2], d[0], d[1]))
+    b = best.split()
+    if (int(b[1]), int(b[2]), float(b[3])) != (bt, bi, bm) or int(b[-2]) != bi:
+        fail("%s: best line %r, expected trial %d iteration %d metric %r" % (name, best, bt, bi, bm))
     stops = sum(1 for d in want if d[3] == "stop")
     exploits = sum(1 for d in want if d[3].startswith("exploit"))
     print("ok %s: %d configs, %d decisions (%d stops, %d exploits) as the reference"
