@@ -1,0 +1,8 @@
+# std.rl (docs/rl.md).  The references are committed (scripts/gen_rl_reference.py
+# wrote them with Gymnasium 1.2.2 and PyTorch 2.15.0), so no test needs either.
+#
+# CartPole-v1 stepped beside Gymnasium's trajectories from the same start
+# states and actions: every observation, reward and flag.
+add_test(NAME rl/cartpole_dynamics
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/rl/cartpole_dynamics_test.py
+          --sflowc $<TARGET_FILE:sflowc>)
