@@ -6,3 +6,10 @@
 add_test(NAME rl/cartpole_dynamics
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/rl/cartpole_dynamics_test.py
           --sflowc $<TARGET_FILE:sflowc>)
+# examples/cartpole.sflow solves CartPole-v1 within 200k steps from seed 1,
+# prints the same curve on a second run, and SIGKILLed runs --resume to the
+# same output with the learner and both runners restored from checkpoints.
+add_test(NAME rl/cartpole_solve_resume
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/rl/cartpole_test.py
+          --sflowc $<TARGET_FILE:sflowc>)
+set_tests_properties(rl/cartpole_solve_resume PROPERTIES TIMEOUT 300)
