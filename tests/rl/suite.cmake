@@ -13,3 +13,9 @@ add_test(NAME rl/cartpole_solve_resume
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/rl/cartpole_test.py
           --sflowc $<TARGET_FILE:sflowc>)
 set_tests_properties(rl/cartpole_solve_resume PROPERTIES TIMEOUT 300)
+# PPO's loss (clipped surrogate, clipped value loss, entropy, normalised
+# advantages) and every gradient on a fixed batch, against CleanRL's in
+# PyTorch.
+add_test(NAME rl/ppo_loss
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/rl/ppo_loss_test.py
+          --sflowc $<TARGET_FILE:sflowc>)
