@@ -123,9 +123,11 @@ def ppo(a):
             next_done = np.logical_or(term, trunc)
             rewards[t] = torch.tensor(reward).view(-1)
             next_obs, next_done = torch.Tensor(next_obs), torch.Tensor(next_done)
-            if "episode" in infos:
-                for k in np.nonzero(infos["_episode"])[0]:
-                    recent.append(float(infos["episode"]["r"][k]))
+            # SAME_STEP autoreset puts the ended episodes' info under final_info.
+            fin = infos.get("final_info", {})
+            if "episode" in fin:
+                for k in np.nonzero(fin["_episode"])[0]:
+                    recent.append(float(fin["episode"]["r"][k]))
         with torch.no_grad():
             next_value = agent.get_value(next_obs).reshape(1, -1)
             advantages = torch.zeros_like(rewards)
@@ -164,7 +166,7 @@ def ppo(a):
                 nn.utils.clip_grad_norm_(agent.parameters(), max_norm)
                 opt.step()
         recent = recent[-20:]
-        if len(recent) == 20 and np.mean(recent) >= 400:
+        if len(recent) == 20 and np.mean(recent) >= a.eval_from:
             score = evaluate(1000000 + it)
             if score >= 475:
                 solved = True
@@ -183,6 +185,7 @@ def main():
     p = sub.add_parser("ppo")
     p.add_argument("--total-steps", type=int, default=500000)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--eval-from", type=float, default=400.0)
     p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
     a = ap.parse_args()
     envsteps(a) if a.cmd == "envsteps" else ppo(a)
