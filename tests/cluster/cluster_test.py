@@ -2450,8 +2450,8 @@ def case_tensors_nodes(c):
 
 
 def case_rl_runners_nodes(c):
-    """std.rl over --nodes unchanged (3 workers): examples/cartpole.sflow's runner group
-    and learner placed on the workers (the head runs no work) train 40
+    """std.rl over --nodes unchanged: examples/cartpole.sflow's runner group
+    and learner placed on the 3 workers (the head runs no work) train 40
     PPO iterations and evaluate, printing exactly the single-node run's
     curve and evaluations (rollouts, weights and batches cross nodes as
     values; the random streams do not depend on the node)."""
