@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """gen_rl_reference.py — the committed references std.rl's tests compare with.
 
-    /work/peers/torch/venv/bin/python scripts/gen_rl_reference.py [--only dynamics|ppo]
+    build/peers/torch/venv/bin/python scripts/gen_rl_reference.py [--only dynamics|ppo] [--out DIR]
 
 Needs gymnasium==1.2.2 (dynamics) and torch==2.15.0 (ppo), as bench/rl/setup.sh
 installs them.  Writes:
@@ -18,8 +18,8 @@ installs them.  Writes:
   tests/rl/ppo_loss_reference.json — CleanRL ppo.py's loss on a fixed batch:
       see ppo_reference() below.
 
-The files are small and deterministic: running the script twice gives the
-same bytes.
+The files are deterministic: running the script twice gives the same bytes
+(ctest rl/references_regen checks the committed ones against a fresh run).
 """
 import argparse
 import json
@@ -79,13 +79,17 @@ def write(name, obj):
     with open(path, "w") as f:
         json.dump(obj, f, indent=None, separators=(",", ":"))
         f.write("\n")
-    print("wrote", os.path.relpath(path, ROOT))
+    print("wrote", path)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", choices=["dynamics", "ppo"])
+    ap.add_argument("--out", help="folder to write to (default tests/rl)")
     a = ap.parse_args()
+    global OUT
+    if a.out:
+        OUT = os.path.abspath(a.out)
     if a.only in (None, "dynamics"):
         dynamics()
     if a.only in (None, "ppo"):
