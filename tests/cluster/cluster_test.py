@@ -2449,6 +2449,26 @@ def case_tensors_nodes(c):
     c.expect_no_workers()
 
 
+def case_rl_runners_nodes(c):
+    """std.rl over --nodes unchanged: examples/cartpole.sflow's runner group
+    and learner placed on the 3 workers (the head runs no work) train 40
+    PPO iterations and evaluate, printing exactly the single-node run's
+    curve and evaluations (rollouts, weights and batches cross nodes as
+    values; the random streams do not depend on the node)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "examples", "cartpole.sflow")) as f:
+        exe = c.compile("cartpole", f.read())
+    flags = ["--total_steps", "20480", "--timing=false", "--eval_from", "60"]
+    want = single_node(exe, *flags)
+    check(want.count("iteration ") >= 8 and "evaluation at" in want,
+          "the single-node run trains and evaluates", want)
+    r = c.run("--head-runs-work=false", *flags, prog=exe, timeout=180)
+    check(r.returncode == 0, f"exit {r.returncode}", r.stdout, r.stderr)
+    check(unprefixed(r.stdout.splitlines()) == want.splitlines(),
+          "output equals the single-node run", r.stdout, want)
+    c.expect_no_workers()
+
+
 def case_actors_remote(c):
     """An actor spawned by main runs on a worker: node_id() there is not 0,
     its print lines arrive prefixed by that node, results are exact and the
@@ -3342,6 +3362,7 @@ CASES = {
     "actors_remote": (2, case_actors_remote),
     "maps_fn_values_nodes": (2, case_maps_fn_values_nodes),
     "tensors_nodes": (2, case_tensors_nodes),
+    "rl_runners_nodes": (3, case_rl_runners_nodes),
     "trace_nodes": (2, case_trace_nodes),
     "rand_nodes": (2, case_rand_nodes),
     "tune_nodes": (2, case_tune_nodes),
