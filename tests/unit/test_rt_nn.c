@@ -1331,6 +1331,36 @@ static void test_dropout_rows(void) {
     sf_release(arrs[i]);
 }
 
+static sf_tensor *f_linear_fused(sf_tensor **in, void *ctx) {
+  (void)ctx;
+  return sf__t_linear(in[0], in[1], in[2], &LOC);
+}
+
+/* The bias-in-the-product Linear: finite differences for x, w and b (x 3-D,
+ * so the bias gradient sums over two axes), the values of the composed
+ * x wᵀ + b, and a bias of another shape going the composed way. */
+static void test_linear_fused(void) {
+  sf_tensor *in[3] = {rnd(3, SHAPE(2, 3, 4), -1, 1, true), rnd(2, SHAPE(5, 4), -1, 1, true),
+                      rnd(1, SHAPE(5), -1, 1, true)};
+  gradcheck("linear (bias in the product)", f_linear_fused, NULL, 3, in);
+  sf__no_grad = true;
+  sf_tensor *y = sf__t_linear(in[0], in[1], in[2], &LOC);
+  sf_tensor *h = sf__t_matmul_nt(in[0], in[1], &LOC), *want = sf__t_binary(SF_TOP_ADD, h, in[2], &LOC);
+  check_shape(y, 3, SHAPE(2, 3, 5));
+  check_vals("linear fused", y, sf__t_data(want), 30, 1e-6f);
+  sf_tensor *b2 = rnd(2, SHAPE(3, 5), -1, 1, false);
+  sf_tensor *y2 = sf__t_linear(in[0], in[1], b2, &LOC), *want2 = sf__t_binary(SF_TOP_ADD, h, b2, &LOC);
+  check_vals("linear, (3, 5) bias", y2, sf__t_data(want2), 30, 0);
+  sf__no_grad = false;
+  EXPECT_ERROR(sf__t_linear(in[2], in[1], in[2], &LOC),
+               "t.sflow:3:7: runtime error: linear: input of shape [5] does not fit a weight of "
+               "shape [5, 4] (the weight is (out, in), the input (..., in))");
+  sf_tensor *rel[] = {y, h, want, b2, y2, want2};
+  for (size_t i = 0; i < sizeof rel / sizeof *rel; i++)
+    sf_release(rel[i]);
+  release_all(in, 3);
+}
+
 /* ------------------------------------------------------ rows, stack, cat */
 
 static sf_array *tensors(int n, sf_tensor **ts) {
@@ -1464,6 +1494,7 @@ int main(int argc, char **argv) {
       {"grad_layers", test_grad_layers},
       {"index_stack_cat", test_index_stack_cat},
       {"dropout_rows", test_dropout_rows},
+      {"linear_fused", test_linear_fused},
       {NULL, NULL},
   };
   return rt_run("nn", tests, argc, argv);
