@@ -19,11 +19,14 @@ the model is loaded.  The sflow side is the compiled example run with
 --threads T --shards S (S = T: one task per core, each loading the model;
 its clock includes that load), so the comparison is conservative for
 sflow.  Prints each side's RESULT line, the fastest of --repeat processes,
-one table of sentences/s and sflow's speed as a multiple of torch's, and
-the smallest cosine between the two sides' vectors.
+one table of sentences/s and sflow's speed as a multiple of torch's, the CPU
+seconds of each (torch: process_time over its timed loop; sflow: the whole
+process, start-up and model loads included — steadier than wall time on a
+loaded machine), and the smallest cosine between the two sides' vectors.
 """
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -61,7 +64,7 @@ def peer(args):
     with open(args.input, encoding="utf-8") as f:
         texts = [l.rstrip("\n") for l in f if l.strip()]
     emb = np.zeros((len(texts), model.config.hidden_size), dtype=np.float32)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     with torch.inference_mode():
         for lo in range(0, len(texts), args.batch):
@@ -72,9 +75,10 @@ def peer(args):
             m = b["attention_mask"].unsqueeze(-1).to(h.dtype)
             e = torch.nn.functional.normalize((h * m).sum(1) / torch.clamp(m.sum(1), min=1e-9), p=2, dim=1)
             emb[idx] = e.numpy()
-    dt = time.perf_counter() - t0
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
     np.save(args.output, emb)
     print("RESULT embed sentences=%d seconds=%.3f sentences_per_s=%.1f" % (len(texts), dt, len(texts) / dt))
+    print("CPU %.3f" % cpu)
 
 
 def result(text):
@@ -86,15 +90,25 @@ def result(text):
 
 
 def fastest(cmd, env, what, repeat):
+    """(seconds, sentences/s, CPU seconds) of the fastest of repeat runs.
+    CPU seconds: the peer's own process_time over its timed loop, or, for
+    sflow, the whole process's user + system time (wait4; start-up and the
+    model loads included), steadier than wall time on a loaded machine."""
     best = None
     for _ in range(repeat):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         p = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        if p.returncode != 0:
-            sys.exit("bench-embed: %s failed (%d):\n%s" % (what, p.returncode, p.stderr[-2000:]))
-        r = result(p.stdout)
-        print("  %-18s %s" % (what, [l for l in p.stdout.splitlines() if l.startswith("RESULT")][0]), flush=True)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        out, err, code = p.stdout, p.stderr, p.returncode
+        if code != 0:
+            sys.exit("bench-embed: %s failed (%d):\n%s" % (what, code, err[-2000:]))
+        r = result(out)
+        cpu = [float(l.split()[1]) for l in out.splitlines() if l.startswith("CPU ")]
+        cpu = cpu[0] if cpu else (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        print("  %-18s %s  cpu %.2f s" % (what, [l for l in out.splitlines() if l.startswith("RESULT")][0], cpu),
+              flush=True)
         if best is None or r[0] < best[0]:
-            best = r
+            best = (r[0], r[1], cpu)
     return best
 
 
@@ -150,10 +164,10 @@ def main():
                     "torch threads=%d" % t, args.repeat)
         rows.append((t, s, p, min_cosine(so, to, args.python)))
     print()
-    print("| threads | sflow sentences/s | torch sentences/s | sflow speed | min cosine |")
-    print("| --- | --- | --- | --- | --- |")
+    print("| threads | sflow sentences/s | torch sentences/s | sflow speed | sflow CPU s | torch CPU s | min cosine |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for t, s, p, c in rows:
-        print("| %d | %.1f | %.1f | %.2fx | %s |" % (t, s[1], p[1], s[1] / p[1], c))
+        print("| %d | %.1f | %.1f | %.2fx | %.2f | %.2f | %s |" % (t, s[1], p[1], s[1] / p[1], s[2], p[2], c))
 
 
 if __name__ == "__main__":
