@@ -2,8 +2,10 @@
  * layers.c — what a transformer encoder needs beyond the elementwise,
  * reduction and product ops: Embedding (a gather of rows, a scatter-add
  * back), LayerNorm (fused forward and backward over the last dimension),
- * seeded dropout, multi-head scaled dot-product attention with a key
- * padding mask, and global-norm gradient clipping; each forward with its
+ * seeded dropout (a mask for the whole tensor, or one per sample from the
+ * sample's index), multi-head scaled dot-product attention with a key
+ * padding mask (and dropout on its probabilities), and global-norm
+ * gradient clipping; each forward with its
  * backward rule beside it (docs/nn.md, "Layers").
  *
  * Key design choice: the ops whose backward is cheap to fuse and easy to

@@ -1,6 +1,8 @@
 /*
  * simd.h — four-float vectors for the nn layer's hot loops (relu and its
- * backward, the optimizers' steps), through GCC/Clang vector extensions.
+ * backward, the optimizers' steps), through GCC/Clang vector extensions,
+ * and vector exp and normal CDF for GELU and the attention softmax (four
+ * lanes, and eight for CPUs with AVX2: see SF__VMATH below).
  *
  * Key design choice: explicit vectors rather than hoping the loops
  * vectorise.  The runtime builds at -O2 for the x86-64 baseline, where
