@@ -5,12 +5,15 @@ PREFIX  ?= /usr/local
 JOBS    ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build demo test install clean fuzz bench bench-tasks bench-collectives bench-data bench-tokenizer bench-wordcount golden-update tsan soak-resume soak-journal
+.PHONY: all deps configure build demo test install clean fuzz bench bench-embed bench-tasks bench-collectives bench-data bench-tokenizer bench-wordcount golden-update tsan soak-resume soak-journal
 
 all: build
 
+# System packages and the tests' Python environment, then the pretrained
+# model the ML examples read (scripts/install-models.sh: once, then a stamp).
 deps:
 	@bash scripts/install-deps.sh
+	@SFLOW_MODELS="$${SFLOW_MODELS:-$(abspath $(BUILD))/models}" bash scripts/install-models.sh
 
 $(BUILD)/CMakeCache.txt: | deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) >/dev/null
@@ -77,6 +80,12 @@ bench-data: build
 # std.tokenizer beside the Python tokenizers package on 13.7 MB of Debian
 # fortunes, single-threaded (bench/tokenizer/run.py; installs its peers into
 # build/peers/tokenizer on first use, which also un-skips runtime/tokenizer_ids).
+# examples/embed.sflow's sentence embeddings beside PyTorch (transformers)
+# on the same 512 Debian fortunes and threads (bench/nn/embed.py; its peer
+# Python is bench/train/setup.sh's build/peers/train, or PEER_PYTHON=...).
+bench-embed: build
+	@python3 bench/nn/embed.py --build $(BUILD) $(if $(PEER_PYTHON),--python $(PEER_PYTHON))
+
 bench-tokenizer: build
 	@python3 bench/tokenizer/run.py --build $(BUILD)
 

@@ -2,8 +2,10 @@
  * layers.c — what a transformer encoder needs beyond the elementwise,
  * reduction and product ops: Embedding (a gather of rows, a scatter-add
  * back), LayerNorm (fused forward and backward over the last dimension),
- * seeded dropout, multi-head scaled dot-product attention with a key
- * padding mask, and global-norm gradient clipping; each forward with its
+ * seeded dropout (a mask for the whole tensor, or one per sample from the
+ * sample's index), multi-head scaled dot-product attention with a key
+ * padding mask (and dropout on its probabilities), and global-norm
+ * gradient clipping; each forward with its
  * backward rule beside it (docs/nn.md, "Layers").
  *
  * Key design choice: the ops whose backward is cheap to fuse and easy to
@@ -21,6 +23,7 @@
  */
 #include <inttypes.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "nn.h"
@@ -245,6 +248,8 @@ static void bw_dropout(sf__node *n, sf_tensor *g) {
   sf__grad_add(n->in[0], dx);
 }
 
+static sf_tensor *apply_mask(sf_tensor *x, sf_tensor *mask, double p, const sf_loc *loc);
+
 sf_tensor *sf__t_dropout(sf_tensor *x, double p, int64_t seed, bool training, const sf_loc *loc) {
   sf__t_arg(x, "dropout", loc);
   if (!(p >= 0.0 && p <= 1.0))
@@ -260,6 +265,12 @@ sf_tensor *sf__t_dropout(sf_tensor *x, double p, int64_t seed, bool training, co
   memcpy(shape->data, x->shape, sizeof(int64_t) * (size_t)x->ndim);
   sf_tensor *mask = sf_std_nn_uniform(shape, 0.0f, 1.0f, seed, loc);
   sf_release(shape);
+  return apply_mask(x, mask, p, loc);
+}
+
+/* x times the mask made from mask's uniform draws: kept where u >= p,
+ * scaled by 1/(1 - p); one dropout node holding the mask. */
+static sf_tensor *apply_mask(sf_tensor *x, sf_tensor *mask, double p, const sf_loc *loc) {
   float keep = p < 1.0 ? (float)(1.0 / (1.0 - p)) : 0.0f, *m = sf__t_data(mask);
   for (int64_t i = 0; i < mask->numel; i++)
     m[i] = p < 1.0 && (double)m[i] >= p ? keep : 0.0f;
@@ -275,6 +286,47 @@ sf_tensor *sf__t_dropout(sf_tensor *x, double p, int64_t seed, bool training, co
   return out;
 }
 
+/* Per-sample masks.  Row r's key is a mix of the seed, index[r] and the
+ * stream (a model numbers its dropout sites as streams), so the values
+ * drawn for a row are the same whether it sits in a batch of 1 or of 64,
+ * first or last: what data-parallel training needs for 1, 2 and 4 workers
+ * to compute one loss curve. */
+static void check_rows(const char *op, sf_tensor *x, double p, int64_t seed, sf_array *index,
+                       const sf_loc *loc) {
+  char sx[SF__SHAPE_BUF];
+  if (!(p >= 0.0 && p <= 1.0))
+    sf_runtime_error(loc, "%s: p must be in [0, 1], not %g", op, p);
+  if (seed < 0)
+    sf_runtime_error(loc, "%s: seed must be >= 0, not %" PRId64, op, seed);
+  int64_t n = index ? index->len : 0;
+  if (x->ndim < 1 || n != x->shape[0])
+    sf_runtime_error(loc, "%s: index has %" PRId64 " entries, but the tensor %s needs one per "
+                     "row of its first axis", op, n, SF__SHP(x, sx));
+}
+
+static sf_tensor *row_mask(sf_tensor *x, int64_t seed, sf_array *index, int64_t stream) {
+  sf_tensor *mask = sf__t_like(x);
+  int64_t rows = x->shape[0], per = rows ? x->numel / rows : 0;
+  const int64_t *ix = index->data;
+  uint64_t base = sf__rng_mix((uint64_t)seed, 0x6472); /* "dr" */
+  for (int64_t r = 0; r < rows; r++) {
+    uint64_t key = sf__rng_mix(sf__rng_mix(base, (uint64_t)ix[r]), (uint64_t)stream);
+    sf__uniform_key(sf__t_data(mask) + r * per, per, key);
+  }
+  return mask;
+}
+
+sf_tensor *sf__t_dropout_rows(sf_tensor *x, double p, int64_t seed, sf_array *index,
+                              int64_t stream, bool training, const sf_loc *loc) {
+  sf__t_arg(x, "dropout_rows", loc);
+  check_rows("dropout_rows", x, p, seed, index, loc);
+  if (!training || p == 0.0) {
+    sf_retain(x);
+    return x;
+  }
+  return apply_mask(x, row_mask(x, seed, index, stream), p, loc);
+}
+
 /* ---------------------------------------------------------- attention */
 
 /* Softmax over the last axis of scores (B, H, T, S) times scale, keys
@@ -285,37 +337,99 @@ typedef struct {
   const float *x, *g;
   float *y;
   const int64_t *mask;
+  const int64_t *prefix; /* per batch row: its keys are 0..prefix-1 (right padding), or -1 */
   int64_t per_batch, s;
   float scale;
 } sm_ctx;
 
+/* The keys of a batch row, when they are a prefix (the usual right
+ * padding): their count; else -1. */
+static int64_t key_prefix(const int64_t *m, int64_t s) {
+  int64_t n = 0;
+  while (n < s && m[n])
+    n++;
+  for (int64_t j = n; j < s; j++)
+    if (m[j])
+      return -1;
+  return n;
+}
+
+#ifdef SF__AVX2
+/* y[j] = exp(y[j] - mx) eight at a time while 8 are left, the sums added
+ * into acc four by four in softmax_row's order (so the row's bits do not
+ * depend on the CPU); returns where it stopped. */
+static SF__AVX2 int64_t exp_rows8(float *yr, int64_t n, float mx, sf__f4 *acc) {
+  int64_t j = 0;
+  sf__f4 a = *acc;
+  for (; j + 8 <= n; j += 8) {
+    sf__f8 v;
+    memcpy(&v, yr + j, sizeof v);
+    v = sf__exp8(v - mx);
+    memcpy(yr + j, &v, sizeof v);
+    a += sf__ld4(yr + j);
+    a += sf__ld4(yr + j + 4);
+  }
+  *acc = a;
+  return j;
+}
+#endif
+
+/* y[0..n) = softmax(x[0..n) * scale), keys with m[j] == 0 (m may be
+ * NULL) at probability 0, four lanes at a time (simd.h's exp; the tail
+ * padded with -inf, which is 0 after exp); a row with no key left is
+ * zeros.  The sums go lane by lane, then across, in a fixed order. */
+static void softmax_row(const float *xr, float *yr, const int64_t *m, int64_t n, float scale) {
+  float mx = -INFINITY;
+  for (int64_t j = 0; j < n; j++) {
+    yr[j] = (!m || m[j]) ? xr[j] * scale : -INFINITY;
+    mx = yr[j] > mx ? yr[j] : mx;
+  }
+  if (mx == -INFINITY) { /* no key left: zeros, as torch */
+    memset(yr, 0, (size_t)n * sizeof(float));
+    return;
+  }
+  sf__f4 vmx = sf__splat4(mx), acc = sf__splat4(0.0f);
+  int64_t j = 0;
+#ifdef SF__AVX2
+  if (sf__have_avx2())
+    j = exp_rows8(yr, n, mx, &acc);
+#endif
+  for (; j + SF__V <= n; j += SF__V) {
+    sf__f4 e = sf__exp4(sf__ld4(yr + j) - vmx);
+    sf__st4(yr + j, e);
+    acc += e;
+  }
+  if (j < n) {
+    float t[SF__V] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    memcpy(t, yr + j, sizeof(float) * (size_t)(n - j));
+    sf__f4 e = sf__exp4(sf__ld4(t) - vmx);
+    sf__st4(t, e);
+    memcpy(yr + j, t, sizeof(float) * (size_t)(n - j));
+    acc += e;
+  }
+  float inv = 1.0f / ((acc[0] + acc[1]) + (acc[2] + acc[3]));
+  sf__f4 vinv = sf__splat4(inv);
+  for (j = 0; j + SF__V <= n; j += SF__V)
+    sf__st4(yr + j, sf__ld4(yr + j) * vinv);
+  for (; j < n; j++)
+    yr[j] *= inv;
+}
+
 static void masked_softmax_chunk(void *vc, int64_t lo, int64_t hi) {
   sm_ctx *c = vc;
   int64_t s = c->s;
-  float scale = c->scale;
   for (int64_t r = lo; r < hi; r++) {
     const float *xr = c->x + r * s;
     float *yr = c->y + r * s;
-    const int64_t *mr = c->mask ? c->mask + (r / c->per_batch) * s : NULL;
-    float mx = -INFINITY;
-    /* The scaled row first, masked keys at -inf: one branch-free pass
-     * each for the maximum, the exponentials and the normalisation. */
-    for (int64_t j = 0; j < s; j++)
-      yr[j] = (!mr || mr[j]) ? xr[j] * scale : -INFINITY;
-    for (int64_t j = 0; j < s; j++)
-      mx = yr[j] > mx ? yr[j] : mx;
-    if (mx == -INFINITY) { /* no key left: zeros, as torch */
-      memset(yr, 0, (size_t)s * sizeof(float));
-      continue;
+    int64_t b = r / c->per_batch;
+    const int64_t *mr = c->mask ? c->mask + b * s : NULL;
+    int64_t n = c->prefix ? c->prefix[b] : -1;
+    if (n >= 0) { /* right padding: only the keys there are, the rest zeros */
+      softmax_row(xr, yr, NULL, n, c->scale);
+      memset(yr + n, 0, (size_t)(s - n) * sizeof(float));
+    } else {
+      softmax_row(xr, yr, mr, s, c->scale);
     }
-    float sum = 0;
-    for (int64_t j = 0; j < s; j++) {
-      yr[j] = expf(yr[j] - mx); /* exp(-inf) = 0 for a masked key */
-      sum += yr[j];
-    }
-    float inv = 1.0f / sum;
-    for (int64_t j = 0; j < s; j++)
-      yr[j] *= inv;
   }
 }
 
@@ -346,10 +460,17 @@ static void bw_masked_softmax(sf__node *n, sf_tensor *g) {
 static sf_tensor *masked_softmax(sf_tensor *scores, sf_array *mask, float scale,
                                  const sf_loc *loc) {
   sf_tensor *x = sf__t_contig(scores), *out = sf__t_like(x);
-  int64_t s = x->shape[3];
+  int64_t s = x->shape[3], batch = x->shape[0];
+  int64_t *prefix = NULL;
+  if (mask) {
+    prefix = sf__alloc_n((size_t)(batch ? batch : 1), sizeof *prefix);
+    for (int64_t b = 0; b < batch; b++)
+      prefix[b] = key_prefix((const int64_t *)mask->data + b * s, s);
+  }
   sm_ctx c = {.x = sf__t_data(x), .y = sf__t_data(out), .mask = mask ? mask->data : NULL,
-              .per_batch = x->shape[1] * x->shape[2], .s = s, .scale = scale};
+              .prefix = prefix, .per_batch = x->shape[1] * x->shape[2], .s = s, .scale = scale};
   over_rows(s ? x->numel / s : 0, s, masked_softmax_chunk, &c);
+  free(prefix);
   sf_release(x);
   sf__node *n = sf__record("attention", out, bw_masked_softmax, scores, NULL);
   if (n) {
@@ -385,8 +506,12 @@ static void check_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *
                      PRId64 " (B * S, one per key; [] for none)", len, SF__SHP(k, sk), want);
 }
 
-sf_tensor *sf__t_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
-                           int64_t heads, const sf_loc *loc) {
+/* The composition; with drop > 0 the probabilities go through
+ * dropout_rows first (batch row b's masks from (seed, index[b], stream)),
+ * as Hugging Face's BertSelfAttention drops attention_probs. */
+static sf_tensor *attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
+                            int64_t heads, double drop, int64_t seed, sf_array *index,
+                            int64_t stream, const sf_loc *loc) {
   sf__t_arg(q, "attention", loc);
   sf__t_arg(k, "attention", loc);
   sf__t_arg(v, "attention", loc);
@@ -398,6 +523,11 @@ sf_tensor *sf__t_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *m
   sf_tensor *vh = split_heads(v, heads, loc), *kt = sf__t_transpose(kh, 2, 3, loc);
   sf_tensor *scores = sf__t_matmul(qh, kt, loc);              /* (B, H, T, S) */
   sf_tensor *p = masked_softmax(scores, mask, scale, loc);
+  if (drop > 0.0) {
+    sf_tensor *pd = apply_mask(p, row_mask(p, seed, index, stream), drop, loc);
+    sf_release(p);
+    p = pd;
+  }
   sf_tensor *o = sf__t_matmul(p, vh, loc);                    /* (B, H, T, D/H) */
   sf_tensor *ot = sf__t_transpose(o, 1, 2, loc);              /* (B, T, H, D/H) */
   sf_tensor *out = sf__t_reshape(ot, 3, q->shape, loc);       /* (B, T, D) */
@@ -405,6 +535,19 @@ sf_tensor *sf__t_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *m
   for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
     sf_release(tmp[i]);
   return out;
+}
+
+sf_tensor *sf__t_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
+                           int64_t heads, const sf_loc *loc) {
+  return attention(q, k, v, mask, heads, 0.0, 0, NULL, 0, loc);
+}
+
+sf_tensor *sf__t_attention_dropout(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
+                                   int64_t heads, double p, int64_t seed, sf_array *index,
+                                   int64_t stream, bool training, const sf_loc *loc) {
+  sf__t_arg(q, "attention_dropout", loc);
+  check_rows("attention_dropout", q, p, seed, index, loc);
+  return attention(q, k, v, mask, heads, training ? p : 0.0, seed, index, stream, loc);
 }
 
 /* --------------------------------------------------------- clipping */
@@ -449,6 +592,15 @@ sf_tensor *sf_std_nn_dropout(sf_tensor *x, double p, int64_t seed, bool training
 sf_tensor *sf_std_nn_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
                                int64_t heads, const sf_loc *loc) {
   return sf__t_attention(q, k, v, mask, heads, loc);
+}
+sf_tensor *sf_std_nn_dropout_rows(sf_tensor *x, double p, int64_t seed, sf_array *index,
+                                  int64_t stream, bool training, const sf_loc *loc) {
+  return sf__t_dropout_rows(x, p, seed, index, stream, training, loc);
+}
+sf_tensor *sf_std_nn_attention_dropout(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
+                                       int64_t heads, double p, int64_t seed, sf_array *index,
+                                       int64_t stream, bool training, const sf_loc *loc) {
+  return sf__t_attention_dropout(q, k, v, mask, heads, p, seed, index, stream, training, loc);
 }
 double sf_std_nn_clip_grad_norm(sf_array *ps, double max_norm, const sf_loc *loc) {
   return sf__clip_grad_norm(ps, max_norm, loc);
