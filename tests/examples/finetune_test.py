@@ -3,7 +3,7 @@
 resumed, and bad input (issue 17).
 
 The small recipe (3 fortune categories, 32 train and 24 eval samples, 2
-epochs of 2 optimizer steps, 16 tokens, batch 16) fine-tunes the pretrained
+epochs of 2 optimizer steps, 32 tokens, batch 16) fine-tunes the pretrained
 all-MiniLM-L6-v2 that scripts/install-models.sh installs:
 
   - 1, 2 and 4 workers: every step's loss agrees to 1e-5 and its gradient
@@ -43,7 +43,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FORTUNES = "/usr/share/games/fortunes"
 RECIPE = ["--categories", "computers,politics,science", "--samples", "32", "--eval-samples", "24",
-          "--epochs", "2", "--seq-len", "16", "--batch", "16", "--lr", "2e-4", "--log-every", "1"]
+          "--epochs", "2", "--seq-len", "32", "--batch", "16", "--lr", "2e-4", "--log-every", "1"]
 failures = []
 
 

@@ -21,7 +21,7 @@ add_test(NAME examples/embed
 set_tests_properties(examples/embed PROPERTIES TIMEOUT 600)
 
 # examples/finetune.sflow on a small recipe (3 fortune categories, 32
-# samples, 2 epochs, 16 tokens): 1, 2 and 4 workers take the same steps
+# samples, 2 epochs, 32 tokens): 1, 2 and 4 workers take the same steps
 # (losses within 1e-5, the same accuracies), a second run is bitwise the
 # first, a head SIGKILLed mid-epoch and --resume'd saves bitwise the
 # uninterrupted weights, and bad input (missing model folder, another
