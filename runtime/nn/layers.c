@@ -2,8 +2,10 @@
  * layers.c — what a transformer encoder needs beyond the elementwise,
  * reduction and product ops: Embedding (a gather of rows, a scatter-add
  * back), LayerNorm (fused forward and backward over the last dimension),
- * seeded dropout, multi-head scaled dot-product attention with a key
- * padding mask, and global-norm gradient clipping; each forward with its
+ * seeded dropout (a mask for the whole tensor, or one per sample from the
+ * sample's index), multi-head scaled dot-product attention with a key
+ * padding mask (and dropout on its probabilities), and global-norm
+ * gradient clipping; each forward with its
  * backward rule beside it (docs/nn.md, "Layers").
  *
  * Key design choice: the ops whose backward is cheap to fuse and easy to
@@ -352,6 +354,26 @@ static int64_t key_prefix(const int64_t *m, int64_t s) {
   return n;
 }
 
+#ifdef SF__AVX2
+/* y[j] = exp(y[j] - mx) eight at a time while 8 are left, the sums added
+ * into acc four by four in softmax_row's order (so the row's bits do not
+ * depend on the CPU); returns where it stopped. */
+static SF__AVX2 int64_t exp_rows8(float *yr, int64_t n, float mx, sf__f4 *acc) {
+  int64_t j = 0;
+  sf__f4 a = *acc;
+  for (; j + 8 <= n; j += 8) {
+    sf__f8 v;
+    memcpy(&v, yr + j, sizeof v);
+    v = sf__exp8(v - mx);
+    memcpy(yr + j, &v, sizeof v);
+    a += sf__ld4(yr + j);
+    a += sf__ld4(yr + j + 4);
+  }
+  *acc = a;
+  return j;
+}
+#endif
+
 /* y[0..n) = softmax(x[0..n) * scale), keys with m[j] == 0 (m may be
  * NULL) at probability 0, four lanes at a time (simd.h's exp; the tail
  * padded with -inf, which is 0 after exp); a row with no key left is
@@ -368,6 +390,10 @@ static void softmax_row(const float *xr, float *yr, const int64_t *m, int64_t n,
   }
   sf__f4 vmx = sf__splat4(mx), acc = sf__splat4(0.0f);
   int64_t j = 0;
+#ifdef SF__AVX2
+  if (sf__have_avx2())
+    j = exp_rows8(yr, n, mx, &acc);
+#endif
   for (; j + SF__V <= n; j += SF__V) {
     sf__f4 e = sf__exp4(sf__ld4(yr + j) - vmx);
     sf__st4(yr + j, e);

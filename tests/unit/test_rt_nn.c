@@ -1205,6 +1205,24 @@ static sf_tensor *row_of(sf_tensor *x, int64_t r) {
   return t;
 }
 
+#ifdef SF__AVX2
+/* Whether exp8 and phi8 of x[0..8) differ in any bit from exp4 and phi4. */
+static SF__AVX2 int avx2_differs(const float *x) {
+  sf__f8 v;
+  memcpy(&v, x, sizeof v);
+  sf__f8 e = sf__exp8(-0.5f * v * v), p = sf__phi8(v);
+  float e8[8], p8[8];
+  memcpy(e8, &e, sizeof e8);
+  memcpy(p8, &p, sizeof p8);
+  for (int h = 0; h < 2; h++) {
+    sf__f4 v4 = sf__ld4(x + 4 * h), e4 = sf__exp4(-0.5f * v4 * v4), p4 = sf__phi4(v4);
+    if (memcmp(&e4, e8 + 4 * h, sizeof e4) || memcmp(&p4, p8 + 4 * h, sizeof p4))
+      return 1;
+  }
+  return 0;
+}
+#endif
+
 /* dropout_rows and attention_dropout: finite differences; a row's mask is
  * the same alone as in a batch (what makes 1, 2 and 4 workers agree) and
  * follows (seed, index, stream); errors.  Then simd.h's exp and normal CDF
@@ -1291,6 +1309,29 @@ static void test_dropout_rows(void) {
   printf("\n    simd exp: max %.2f ulp; normal CDF: max relative error %.2e ", worst_ulp, worst_rel);
   CU_ASSERT(worst_ulp <= 2.0);
   CU_ASSERT(worst_rel <= 5e-6);
+  /* The eight-lane versions (AVX2) give the four-lane bits, and so does the
+   * GELU op whichever it dispatches to. */
+  int64_t nsweep = 4000, diff8 = 0;
+  sf_tensor *sx = mk(1, SHAPE(4003), NULL);
+  for (int64_t i = 0; i < 4003; i++)
+    sf__t_data(sx)[i] = -12.0f + 0.005f * (float)i;
+#ifdef SF__AVX2
+  if (sf__have_avx2())
+    for (int64_t i = 0; i < nsweep; i += 8)
+      diff8 += avx2_differs(sf__t_data(sx) + i);
+#endif
+  CU_ASSERT(diff8 == 0);
+  sf_tensor *sg = sf__t_unary(SF__U_GELU, sx, &LOC);
+  int64_t diffg = 0;
+  for (int64_t i = 0; i + 4 <= 4003; i += 4) {
+    sf__f4 v = sf__ld4(sf__t_data(sx) + i), y4 = v * sf__phi4(v);
+    diffg += memcmp(&y4, sf__t_data(sg) + i, sizeof y4) != 0;
+  }
+  printf("\n    avx2 %s: %ld of %ld blocks differ from 4 lanes; gelu op: %ld ",
+         sf__have_avx2() ? "present" : "absent", (long)diff8, (long)(nsweep / 8), (long)diffg);
+  CU_ASSERT(diffg == 0);
+  sf_release(sx);
+  sf_release(sg);
   /* gelu through the vector path, tails included (7 values). */
   sf_tensor *gx = mk(1, SHAPE(7), (float[]){-5, -1, -0.1f, 0, 0.5f, 2, 10});
   sf_tensor *gy = sf__t_unary(SF__U_GELU, gx, &LOC);
@@ -1329,6 +1370,36 @@ static void test_dropout_rows(void) {
   sf_array *arrs[] = {d.index, a.index, a.mask, pre, sc, none};
   for (size_t i = 0; i < sizeof arrs / sizeof *arrs; i++)
     sf_release(arrs[i]);
+}
+
+static sf_tensor *f_linear_fused(sf_tensor **in, void *ctx) {
+  (void)ctx;
+  return sf__t_linear(in[0], in[1], in[2], &LOC);
+}
+
+/* The bias-in-the-product Linear: finite differences for x, w and b (x 3-D,
+ * so the bias gradient sums over two axes), the values of the composed
+ * x wᵀ + b, and a bias of another shape going the composed way. */
+static void test_linear_fused(void) {
+  sf_tensor *in[3] = {rnd(3, SHAPE(2, 3, 4), -1, 1, true), rnd(2, SHAPE(5, 4), -1, 1, true),
+                      rnd(1, SHAPE(5), -1, 1, true)};
+  gradcheck("linear (bias in the product)", f_linear_fused, NULL, 3, in);
+  sf__no_grad = true;
+  sf_tensor *y = sf__t_linear(in[0], in[1], in[2], &LOC);
+  sf_tensor *h = sf__t_matmul_nt(in[0], in[1], &LOC), *want = sf__t_binary(SF_TOP_ADD, h, in[2], &LOC);
+  check_shape(y, 3, SHAPE(2, 3, 5));
+  check_vals("linear fused", y, sf__t_data(want), 30, 1e-6f);
+  sf_tensor *b2 = rnd(2, SHAPE(3, 5), -1, 1, false);
+  sf_tensor *y2 = sf__t_linear(in[0], in[1], b2, &LOC), *want2 = sf__t_binary(SF_TOP_ADD, h, b2, &LOC);
+  check_vals("linear, (3, 5) bias", y2, sf__t_data(want2), 30, 0);
+  sf__no_grad = false;
+  EXPECT_ERROR(sf__t_linear(in[2], in[1], in[2], &LOC),
+               "t.sflow:3:7: runtime error: linear: input of shape [5] does not fit a weight of "
+               "shape [5, 4] (the weight is (out, in), the input (..., in))");
+  sf_tensor *rel[] = {y, h, want, b2, y2, want2};
+  for (size_t i = 0; i < sizeof rel / sizeof *rel; i++)
+    sf_release(rel[i]);
+  release_all(in, 3);
 }
 
 /* ------------------------------------------------------ rows, stack, cat */
@@ -1464,6 +1535,7 @@ int main(int argc, char **argv) {
       {"grad_layers", test_grad_layers},
       {"index_stack_cat", test_index_stack_cat},
       {"dropout_rows", test_dropout_rows},
+      {"linear_fused", test_linear_fused},
       {NULL, NULL},
   };
   return rt_run("nn", tests, argc, argv);
