@@ -236,12 +236,21 @@ void sf__head_pump_ssh(node *nd) {
 
 /* Writes what nd->out holds without blocking: 0 when all is written or
  * the socket is full, -1 on an error (message in err). */
+/* At most FLUSH_MAX bytes per call: a restarted group's members are sent
+ * their checkpoints (hundreds of MB each for a fine-tuned BERT), and a
+ * receiver that keeps up kept the loop in one flush while the other nodes
+ * got no heartbeat.  What is left goes when poll says the socket can take
+ * it. */
+#define FLUSH_MAX ((size_t)8 << 20)
+
 static int flush_out(node *nd, char *err, size_t errlen) {
-  while (nd->conn.fd >= 0 && nd->out_off < nd->out.n) {
+  size_t sent = 0;
+  while (nd->conn.fd >= 0 && nd->out_off < nd->out.n && sent < FLUSH_MAX) {
     ssize_t k = send(nd->conn.fd, nd->out.p + nd->out_off, nd->out.n - nd->out_off,
                      MSG_NOSIGNAL | MSG_DONTWAIT);
     if (k > 0) {
       nd->out_off += (size_t)k;
+      sent += (size_t)k;
       continue;
     }
     if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
@@ -426,7 +435,12 @@ static void handle_frame(node *nd, const sf__frame *f) {
 }
 
 static void read_node(node *nd) {
+  /* Bytes of a frame still arriving are a sign of life too: a worker
+   * sending a large checkpoint has its heartbeat answers queued behind it. */
+  size_t before = nd->conn.rx_n;
   int r = sf__conn_fill(&nd->conn);
+  if (nd->conn.rx_n > before)
+    nd->last_rx = now_ms();
   take_frames(nd);
   if (nd->conn.fd < 0)
     return; /* lost: a malformed frame */

@@ -695,11 +695,17 @@ static int scan_frames(sf__conn *c, size_t *want) {
 
 /* Complete frames a fill leaves for the caller to take before it reads on. */
 #define FILL_BATCH ((size_t)1 << 20)
+/* Bytes one fill reads at most: a checkpoint frame of hundreds of MB (a
+ * fine-tuned BERT's state) arriving as fast as it is read kept the head's
+ * control loop inside one fill, sending no heartbeat, for seconds, so the
+ * workers gave the head up.  Level-triggered poll brings the caller back. */
+#define FILL_MAX ((size_t)8 << 20)
 
 /* The buffer grows only toward frames whose headers passed their type's
  * limit, and before authentication it holds one handshake frame: what is
  * read is exactly what that frame lacks. */
 int sf__conn_fill(sf__conn *c) {
+  size_t got = 0;
   for (;;) {
     size_t want;
     if (scan_frames(c, &want))
@@ -722,7 +728,8 @@ int sf__conn_fill(sf__conn *c) {
     ssize_t k = recv(c->fd, c->rx + c->rx_n, ask, MSG_DONTWAIT);
     if (k > 0) {
       c->rx_n += (size_t)k;
-      if ((size_t)k < ask)
+      got += (size_t)k;
+      if ((size_t)k < ask || got >= FILL_MAX)
         return 1;
       continue;
     }

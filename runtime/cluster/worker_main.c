@@ -311,7 +311,11 @@ static int worker_loop(worker *w) {
       }
     }
     if (pf[0].revents) {
+      /* A frame still arriving counts as the head's sign of life. */
+      size_t before = w->conn.rx_n;
       int r = sf__conn_fill(&w->conn);
+      if (w->conn.rx_n > before)
+        last_rx = now_ms();
       sf__frame f;
       int k;
       while ((k = sf__conn_next(&w->conn, &f, err, sizeof err)) == 1) {

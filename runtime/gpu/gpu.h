@@ -110,6 +110,10 @@ void sf__gpu_launch(void *f, int block, int64_t n, void **params, const sf_loc *
 void sf__gemm_cpu(bool f64, const void *a, const void *b, void *c, int64_t m, int64_t k,
                   int64_t n);
 const char *sf__blas_name(void); /* "OpenBLAS", "reference" */
+/* Gives each of callers concurrent callers pool / callers BLAS threads
+ * (at least 1); an OPENBLAS_NUM_THREADS or MKL_NUM_THREADS the user set
+ * still wins. */
+void sf__blas_share(int64_t callers);
 /* C = alpha op(A)·op(B) + beta C, f32, row-major with leading dimensions
  * (op: transposed when ta/tb): the nn layer's matmuls, forward and
  * backward, through the same library or the reference loop. */

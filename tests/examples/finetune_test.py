@@ -1,0 +1,257 @@
+#!/usr/bin/env python3
+"""examples/finetune.sflow: 1, 2 and 4 workers, run after run, a killed head
+resumed, and bad input (issue 17).
+
+The small recipe (3 fortune categories, 32 train and 24 eval samples, 2
+epochs of 2 optimizer steps, 32 tokens, batch 16) fine-tunes the pretrained
+all-MiniLM-L6-v2 that scripts/install-models.sh installs:
+
+  - 1, 2 and 4 workers: every step's loss agrees to 1e-5 and its gradient
+    norm to 1e-4 (relative) with the 1-worker run (the largest differences
+    are printed), the learning rates and sample counts are equal, the loss
+    moves, and each epoch's eval accuracy is the same;
+  - run after run: a second 2-worker run writes bitwise the same weights and
+    the same metrics (every column but the timings), and prints the same
+    lines once the times are masked;
+  - SIGKILL of the head in the middle of epoch 2 (after its step-3 line,
+    epoch 1's checkpoint written), then --resume: the resumed run exits 0,
+    restores both members from their checkpoints, prints the uninterrupted
+    run's lines, and saves bitwise the uninterrupted run's weights and
+    metrics;
+  - bad input, each a message naming it and a non-zero exit: a missing
+    model folder, a safetensors file of another model, an empty category
+    file, a missing category, --seq-len over max_position_embeddings.
+
+Checkpoints (280 MB per member) go to /dev/shm when it has room, so the
+test costs CPU, not disk syncs.  The model is found at
+$SFLOW_MODELS/all-minilm-l6-v2 or <build>/models/all-minilm-l6-v2.
+
+Usage: finetune_test.py --sflowc PATH [--models DIR]
+"""
+import argparse
+import csv
+import json
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FORTUNES = "/usr/share/games/fortunes"
+RECIPE = ["--categories", "computers,politics,science", "--samples", "32", "--eval-samples", "24",
+          "--epochs", "2", "--seq-len", "32", "--batch", "16", "--lr", "2e-4", "--log-every", "1"]
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what, flush=True)
+    if not ok:
+        failures.append(what)
+
+
+def scratch():
+    """A folder for checkpoints: tmpfs when it has room for several runs'."""
+    try:
+        st = os.statvfs("/dev/shm")
+        if st.f_bavail * st.f_frsize > 8 << 30:
+            return tempfile.mkdtemp(prefix="sflow-finetune-ck-", dir="/dev/shm")
+    except OSError:
+        pass
+    return tempfile.mkdtemp(prefix="sflow-finetune-ck-")
+
+
+def metrics(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def masked(out):
+    """The output with every time and rate replaced by T."""
+    out = re.sub(r"\d+\.\d+ samples/s", "T samples/s", out)
+    out = re.sub(r"(train|eval|after) \d+\.\d+ s", r"\1 T s", out)
+    out = re.sub(r"saved (\d+) tensors to \S+", r"saved \1 tensors to OUT", out)
+    return re.sub(r"(train_s|eval_s|samples_per_s)=\d+\.\d+", r"\1=T", out)
+
+
+def same_columns(a, b):
+    keys = ("step", "epoch", "loss", "lr", "grad_norm", "samples")
+    return [[r[k] for k in keys] for r in a] == [[r[k] for k in keys] for r in b]
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+class Runner:
+    def __init__(self, exe, model, ck, tmp):
+        self.exe, self.model, self.ck, self.tmp = exe, model, ck, tmp
+
+    def args(self, workers, name, *extra):
+        return [self.exe, "--model", self.model, "--data", FORTUNES, "--workers", str(workers),
+                "--metrics", os.path.join(self.tmp, name + ".csv"),
+                "--out", os.path.join(self.tmp, name + ".safetensors"),
+                "--checkpoint-dir", os.path.join(self.ck, name)] + RECIPE + list(extra)
+
+    def run(self, workers, name, *extra):
+        p = subprocess.run(self.args(workers, name, *extra), capture_output=True, text=True,
+                           timeout=600, stdin=subprocess.DEVNULL)
+        if p.returncode != 0:
+            print(p.stdout + p.stderr)
+        return p
+
+    def killed(self, workers, name, marker):
+        """Runs until a line starts with marker, SIGKILLs the head, and
+        returns what it printed."""
+        p = subprocess.Popen(self.args(workers, name), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+        out = ""
+        for line in p.stdout:
+            out += line
+            if line.startswith(marker):
+                break
+        p.send_signal(signal.SIGKILL)
+        rest, err = p.communicate(timeout=60)
+        return p.returncode, out + rest, err
+
+
+def case_workers(r):
+    """1, 2 and 4 workers: the same loss curve and accuracy."""
+    runs = {}
+    for w in (1, 2, 4):
+        p = r.run(w, "w%d" % w, "--journal=false")
+        check(p.returncode == 0, "%d workers: exit %d" % (w, p.returncode))
+        if p.returncode != 0:
+            return None
+        runs[w] = (p.stdout, metrics(os.path.join(r.tmp, "w%d.csv" % w)))
+        print(p.stdout.strip().splitlines()[-1])
+    base = runs[1][1]
+    check(len(base) == 4, "4 optimizer steps (%d)" % len(base))
+    losses = [float(x["loss"]) for x in base]
+    check(max(losses) - min(losses) > 1e-3, "the loss moves: %s" % losses)
+    acc = {w: re.findall(r"accuracy (\d\.\d+)", runs[w][0]) for w in runs}
+    for w in (2, 4):
+        m = runs[w][1]
+        dl = max(abs(float(a["loss"]) - float(b["loss"])) for a, b in zip(base, m))
+        dg = max(abs(float(a["grad_norm"]) / float(b["grad_norm"]) - 1) for a, b in zip(base, m))
+        check(len(m) == len(base) and dl < 1e-5,
+              "%d workers: step losses within 1e-5 of 1 worker's (max difference %.3g)" % (w, dl))
+        check(dg < 1e-4, "%d workers: gradient norms within 1e-4 (max relative difference %.3g)"
+              % (w, dg))
+        check([(a["lr"], a["samples"]) for a in base] == [(b["lr"], b["samples"]) for b in m],
+              "%d workers: the same learning rates and samples per step" % w)
+        check(acc[w] == acc[1] and len(acc[1]) == 2,
+              "%d workers: eval accuracy per epoch %s = %s" % (w, acc[w], acc[1]))
+    return runs[2]
+
+
+def case_repeat_and_resume(r, ref):
+    """A second run equals the first; a killed and resumed run too."""
+    out_ref, m_ref = ref
+    w_ref = read(os.path.join(r.tmp, "w2.safetensors"))
+    p = r.run(2, "again")
+    check(p.returncode == 0, "second 2-worker run: exit %d" % p.returncode)
+    check(read(os.path.join(r.tmp, "again.safetensors")) == w_ref,
+          "run after run: the weights are bitwise equal")
+    check(same_columns(metrics(os.path.join(r.tmp, "again.csv")), m_ref),
+          "run after run: the metrics are equal (timings aside)")
+    check(masked(p.stdout) == masked(out_ref), "run after run: the same lines, times masked")
+
+    rc, part, err = r.killed(2, "kill", "step 3 ")
+    check(rc == -signal.SIGKILL, "the head was killed in epoch 2 (exit %s)" % rc)
+    check("epoch 1/2" in part and "epoch 2/2" not in part,
+          "the kill landed in epoch 2, after epoch 1's end")
+    p = r.run(2, "kill", "--resume")
+    check(p.returncode == 0, "--resume: exit %d" % p.returncode)
+    check(re.search(r"\b2 actors restored", p.stderr) is not None,
+          "--resume restored both members from their checkpoints: " +
+          " ".join(l for l in p.stderr.splitlines() if "restored" in l or "notice" in l))
+    check(read(os.path.join(r.tmp, "kill.safetensors")) == w_ref,
+          "--resume: the final weights are bitwise the uninterrupted run's")
+    check(same_columns(metrics(os.path.join(r.tmp, "kill.csv")), m_ref),
+          "--resume: the metrics file equals the uninterrupted run's (timings aside)")
+    check(masked(p.stdout) == masked(out_ref), "--resume: the uninterrupted run's lines")
+
+
+def case_bad_input(r, model):
+    bad = os.path.join(r.tmp, "bad-model")
+    os.makedirs(bad)
+    for f in ("config.json", "tokenizer.json"):
+        shutil.copy(os.path.join(model, f), bad)
+    head = json.dumps({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+    head += b" " * (-len(head) % 8)
+    with open(os.path.join(bad, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(head)) + head + struct.pack("<f", 1.0))
+    cats = os.path.join(r.tmp, "cats")
+    os.makedirs(cats)
+    shutil.copy(os.path.join(FORTUNES, "science"), cats)
+    with open(os.path.join(cats, "empty"), "w") as f:
+        f.write("%\n\n%\n")
+    small = ["--samples", "8", "--eval-samples", "4", "--epochs", "1", "--seq-len", "16",
+             "--journal=false"]
+    cases = [
+        ("a missing model folder", ["--model", os.path.join(r.tmp, "nowhere")],
+         r"the model folder \S*nowhere does not exist"),
+        ("a safetensors file of another model", ["--model", bad],
+         r"model\.safetensors has no tensor \"embeddings\.word_embeddings\.weight\""),
+        ("an empty category", ["--data", cats, "--categories", "science,empty"],
+         r"category \"empty\" \(\S*empty\) has no entries"),
+        ("a missing category", ["--categories", "science,nosuch"],
+         r"category \"nosuch\": no file \S*nosuch"),
+        ("--seq-len over the model's maximum", ["--seq-len", "600"],
+         r"--seq-len 600 is over the model's maximum of 512 positions"),
+    ]
+    for what, flags, want in cases:
+        argv = [r.exe, "--model", model, "--data", FORTUNES, "--workers", "2",
+                "--checkpoint-dir", os.path.join(r.ck, "bad")] + small + flags
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=120,
+                           stdin=subprocess.DEVNULL)
+        msg = [l for l in p.stderr.splitlines() if "error" in l]
+        check(p.returncode != 0 and re.search(want, p.stderr) is not None,
+              "%s: exit %d, %s" % (what, p.returncode, msg[0] if msg else p.stderr.strip()))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sflowc", required=True)
+    ap.add_argument("--models", default=None, help="default: $SFLOW_MODELS or <build>/models")
+    ap.add_argument("--only", choices=("workers", "resume", "bad"), default=None)
+    args = ap.parse_args()
+    build = os.path.dirname(os.path.dirname(os.path.abspath(args.sflowc)))
+    models = args.models or os.environ.get("SFLOW_MODELS") or os.path.join(build, "models")
+    model = os.path.join(models, "all-minilm-l6-v2")
+    if not os.path.isfile(os.path.join(model, "model.safetensors")):
+        sys.exit("finetune_test: no model at %s; run `bash scripts/install-models.sh` "
+                 "(make deps does) or set SFLOW_MODELS" % model)
+    if not os.path.isfile(os.path.join(FORTUNES, "computers")):
+        sys.exit("finetune_test: no %s/computers; scripts/install-deps.sh installs the Debian "
+                 "package fortunes" % FORTUNES)
+    tmp = tempfile.mkdtemp(prefix="sflow-finetune-test-")
+    ck = scratch()
+    try:
+        exe = os.path.join(tmp, "finetune")
+        subprocess.run([args.sflowc, os.path.join(ROOT, "examples", "finetune.sflow"), "-o", exe],
+                       check=True)
+        r = Runner(exe, model, ck, tmp)
+        if args.only in (None, "bad"):
+            case_bad_input(r, model)
+        if args.only in (None, "workers", "resume"):
+            ref = case_workers(r)
+            if ref and args.only != "workers":
+                case_repeat_and_resume(r, ref)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(ck, ignore_errors=True)
+    if failures:
+        print("%d check(s) failed" % len(failures))
+        return 1
+    print("all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
