@@ -14,6 +14,8 @@ pkgs=(
   libopenblas-dev libcjson-dev zlib1g-dev valgrind gdb
   iproute2 procps                    # ip netns, ip link, ss: namespace cluster tests
   fortunes-min                       # a real text data set for examples/fortunes.sflow
+  libmicrohttpd-dev                  # std.serve's HTTP server (header; libmicrohttpd12 dlopen'ed)
+  wrk                                # bench/serve's load generator
 )
 
 missing=()
