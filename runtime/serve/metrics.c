@@ -89,6 +89,10 @@ static void endpoint_lines(sf__buf *b, sf__endpoint *e, int part) {
     put(b, "sflow_serve_weight{route=\"%s\",version=\"%s\"} %lld\n", path, v,
         (long long)atomic_load(&e->weight));
     break;
+  case 4:
+    put(b, "sflow_serve_retries_total{route=\"%s\",version=\"%s\"} %llu\n", path, v,
+        (unsigned long long)e->retries);
+    break;
   }
   pthread_mutex_unlock(&e->mu);
 }
@@ -123,6 +127,9 @@ void sf__metrics_text(sf__server *s, sf__buf *b) {
   put(b, "# HELP sflow_serve_weight A version's weight in its route's traffic.\n"
          "# TYPE sflow_serve_weight gauge\n");
   each_endpoint(s, b, 3);
+  put(b, "# HELP sflow_serve_retries_total Requests sent to another replica after theirs failed.\n"
+         "# TYPE sflow_serve_retries_total counter\n");
+  each_endpoint(s, b, 4);
   pthread_mutex_lock(&s->mu);
   int64_t fl = s->in_flight;
   pthread_mutex_unlock(&s->mu);

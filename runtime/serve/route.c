@@ -10,6 +10,7 @@
  * most wait_ms for company however the replica's loop is timed.
  */
 #include <errno.h>
+#include <setjmp.h>
 #include <time.h>
 
 #include "serve.h"
@@ -331,7 +332,132 @@ static bool same_type(const sf_type *a, const sf_type *b) {
                     !strcmp(a->name, b->name));
 }
 
-sf_array *sf__endpoint_next(sf__endpoint *e, int64_t r, const sf_type *T, const sf_loc *loc) {
+/* ------------------------------------------------ replicas that die */
+
+/* Between a replica's next and its reply its thread's runtime errors go
+ * through on_replica_error first: an error that unwinds the replica's
+ * loop (its jump target is the one the loop was called under, not a
+ * nested task's) takes the replica out and sends what it held to the
+ * others.  Thread-local, armed by next, disarmed by reply or the next
+ * next, and by the handler itself. */
+static _Thread_local struct {
+  bool armed;
+  sf__endpoint *e;
+  int64_t r;
+  jmp_buf *jmp;
+  sf__error_fn prev;
+} tl;
+
+static void on_replica_error(const char *msg);
+
+static void arm(sf__endpoint *e, int64_t r) {
+  if (!tl.armed) {
+    tl.prev = sf__error_handler;
+    sf__error_handler = on_replica_error;
+    tl.armed = true;
+  }
+  tl.e = e;
+  tl.r = r;
+  tl.jmp = sf__error_jmp;
+}
+
+static void disarm(void) {
+  if (tl.armed) {
+    sf__error_handler = tl.prev;
+    tl.armed = false;
+  }
+}
+
+/* A request back to the route: another replica, or 503 when none can. */
+static void retry(sf__endpoint *e, sf__sreq *q, const char *msg) {
+  if (++q->tries > 3) {
+    char m[700];
+    snprintf(m, sizeof m, "%d replicas failed on this request; the last: %s", q->tries, msg);
+    sf_value_release(e->T, q->value);
+    sf_free(q->value);
+    q->value = NULL;
+    answer_error(q, 500, m);
+    return;
+  }
+  q->next = NULL;
+  if (sf__route_dispatch(e->route, q)) {
+    sf_value_release(e->T, q->value);
+    sf_free(q->value);
+    q->value = NULL;
+    answer_error(q, 503, "the replica holding this request failed and no other can take it");
+  }
+}
+
+static void replica_died(sf__endpoint *e, int64_t r, const char *msg) {
+  pthread_mutex_lock(&e->mu);
+  sf__replica *p = e->reps[r];
+  p->removed = p->dead = true;
+  sf__sreq *held = p->batch, *queued = p->head;
+  uint64_t n = (uint64_t)(p->batch_len + p->qlen);
+  p->batch = p->head = p->tail = NULL;
+  p->batch_len = p->qlen = 0;
+  if (e->ndead < 64)
+    e->dead[e->ndead++] = r;
+  e->retries += n;
+  pthread_mutex_unlock(&e->mu);
+  for (sf__sreq *q = held, *next; q; q = next) {
+    next = q->next;
+    q->value = q->copy; /* the batch's array held the original */
+    q->copy = NULL;
+    retry(e, q, msg);
+  }
+  for (sf__sreq *q = queued, *next; q; q = next) {
+    next = q->next;
+    retry(e, q, msg);
+  }
+}
+
+static void on_replica_error(const char *msg) {
+  if (sf__error_jmp != tl.jmp) /* a nested task's error: caught below the loop */
+    return;
+  sf__error_fn prev = tl.prev;
+  sf__endpoint *e = tl.e;
+  int64_t r = tl.r;
+  disarm();
+  replica_died(e, r, msg);
+  if (prev)
+    prev(msg);
+}
+
+/* The retained copies of a batch, dropped once it is answered. */
+static void drop_copies(sf__endpoint *e, sf__sreq *q) {
+  for (; q; q = q->next)
+    if (q->copy) {
+      sf_value_release(e->T, q->copy);
+      sf_free(q->copy);
+      q->copy = NULL;
+    }
+}
+
+sf_array *sf__endpoint_dead(sf__endpoint *e, const sf_loc *loc) {
+  pthread_mutex_lock(&e->mu);
+  int64_t n = e->ndead;
+  sf_array *a = sf_array_new(&sf_type_i64, n, loc);
+  memcpy(a->data, e->dead, sizeof(int64_t) * (size_t)n);
+  e->ndead = 0;
+  pthread_mutex_unlock(&e->mu);
+  return a;
+}
+
+int64_t sf__endpoint_live(sf__endpoint *e) {
+  pthread_mutex_lock(&e->mu);
+  int64_t n = 0;
+  for (int64_t i = 0; i < e->nreps; i++)
+    n += !e->reps[i]->removed;
+  pthread_mutex_unlock(&e->mu);
+  return n;
+}
+
+/* ------------------------------------------------------- next, reply */
+
+sf_array *sf__endpoint_next(sf__endpoint *e, int64_t r, const sf_type *T, double timeout_ms,
+                            const sf_loc *loc) {
+  disarm();
   if (!same_type(T, e->T))
     sf_runtime_error(loc, "serve.next: the route %s (%s) takes %s, not %s", e->route->path,
                      e->version, e->T->name, T->name);
@@ -342,13 +468,15 @@ sf_array *sf__endpoint_next(sf__endpoint *e, int64_t r, const sf_type *T, const 
     p->batch = NULL;
     p->batch_len = 0;
     pthread_mutex_unlock(&e->mu);
+    drop_copies(e, left);
     fail_list(e, left, "the replica asked for its next batch without answering this one");
     pthread_mutex_lock(&e->mu);
   }
   bool blocked = false;
+  int64_t give_up = timeout_ms > 0 ? sf__mono_ns() + (int64_t)(timeout_ms * 1e6) : INT64_MAX;
   for (;;) {
     bool closed = e->srv->state == SF__CLOSED || p->removed;
-    if (p->qlen == 0 && closed)
+    if (p->qlen == 0 && (closed || sf__mono_ns() >= give_up))
       break;
     int64_t now = sf__mono_ns();
     bool full = p->qlen >= e->max_batch;
@@ -359,8 +487,11 @@ sf_array *sf__endpoint_next(sf__endpoint *e, int64_t r, const sf_type *T, const 
       sf__sched_block_begin();
       blocked = true;
     }
-    if (p->qlen == 0) {
+    if (p->qlen == 0 && give_up == INT64_MAX) {
       pthread_cond_wait(&p->cv, &e->mu);
+    } else if (p->qlen == 0) {
+      struct timespec ts = {.tv_sec = give_up / 1000000000, .tv_nsec = give_up % 1000000000};
+      pthread_cond_timedwait(&p->cv, &e->mu, &ts);
     } else {
       int64_t at = p->head->arrived_ns + e->wait_ns;
       struct timespec ts = {.tv_sec = at / 1000000000, .tv_nsec = at % 1000000000};
@@ -396,13 +527,18 @@ sf_array *sf__endpoint_next(sf__endpoint *e, int64_t r, const sf_type *T, const 
   int64_t i = 0;
   for (sf__sreq *q = first; i < n; q = q->next, i++) {
     memcpy(sf__array_at(a, i), q->value, (size_t)T->size);
-    sf_free(q->value);
+    /* The copy that a retry elsewhere would need if this replica died. */
+    q->copy = q->value;
+    sf_value_retain(T, q->copy);
     q->value = NULL;
   }
+  if (n)
+    arm(e, r);
   return a;
 }
 
 void sf__endpoint_reply(sf__endpoint *e, int64_t r, sf_array *answers, const sf_loc *loc) {
+  disarm();
   pthread_mutex_lock(&e->mu);
   sf__replica *p = replica(e, r, "reply", loc);
   sf__sreq *q = p->batch;
@@ -410,6 +546,7 @@ void sf__endpoint_reply(sf__endpoint *e, int64_t r, sf_array *answers, const sf_
   p->batch = NULL;
   p->batch_len = 0;
   pthread_mutex_unlock(&e->mu);
+  drop_copies(e, q);
   int64_t got = answers ? answers->len : 0;
   if (got != n) {
     char msg[200];

@@ -63,6 +63,8 @@ extern const double sf__batch_le[SF__BATCH_BUCKETS];
 typedef struct sf__sreq {
   struct sf__sreq *next; /* in a replica's queue, then its batch */
   void *value;           /* the decoded request, T's bytes; moved into next's array */
+  void *copy;            /* while in a batch: a retained copy, to retry it elsewhere */
+  int tries;             /* replicas that died holding it */
   int64_t arrived_ns;
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -78,6 +80,7 @@ typedef struct sf__replica {
   sf__sreq *batch; /* taken by next, not yet replied */
   int64_t batch_len;
   bool removed;
+  bool dead; /* its loop failed holding a batch (route.c, on_replica_error) */
   pthread_cond_t cv; /* next waits here */
 } sf__replica;
 
@@ -100,6 +103,9 @@ typedef struct sf__endpoint {
   /* batch sizes, under mu */
   uint64_t batch_hist[SF__BATCH_BUCKETS + 1];
   uint64_t batch_count, batch_sum;
+  uint64_t retries;       /* requests sent to another replica after a death */
+  int64_t dead[64];       /* replicas that died, not yet reported by serve.dead */
+  int64_t ndead;
 } sf__endpoint;
 
 /* The status codes counted per route, in this order. */
@@ -155,7 +161,13 @@ sf__endpoint *sf__endpoint_new(sf__server *s, const char *path, const char *vers
                                const sf_type *T, int64_t max_batch, double wait_ms,
                                int64_t queue, int64_t weight, const sf_loc *loc);
 int64_t sf__endpoint_add_replica(sf__endpoint *e);
-sf_array *sf__endpoint_next(sf__endpoint *e, int64_t r, const sf_type *T, const sf_loc *loc);
+/* Replica r's next batch; [] when stopped or removed with an empty queue,
+ * or when timeout_ms > 0 passed with nothing queued. */
+sf_array *sf__endpoint_next(sf__endpoint *e, int64_t r, const sf_type *T, double timeout_ms,
+                            const sf_loc *loc);
+/* The replicas that died since the last call (an i64[]). */
+sf_array *sf__endpoint_dead(sf__endpoint *e, const sf_loc *loc);
+int64_t sf__endpoint_live(sf__endpoint *e);
 void sf__endpoint_reply(sf__endpoint *e, int64_t r, sf_array *answers, const sf_loc *loc);
 void sf__endpoint_remove(sf__endpoint *e, int64_t r, const sf_loc *loc);
 int64_t sf__endpoint_queued(sf__endpoint *e);
@@ -189,7 +201,10 @@ void sf_std_serve_route(void *out, const sf_type *out_type, const void *s, const
                         sf_str *version, int64_t weight, const sf_type *T, const sf_loc *loc);
 int64_t sf_std_serve_add_replica(const void *ep, const sf_type *ep_type, const sf_loc *loc);
 sf_array *sf_std_serve_next(const void *ep, const sf_type *ep_type, int64_t replica,
-                            const sf_type *T, const sf_loc *loc);
+                            double timeout_ms, const sf_type *T, const sf_loc *loc);
+sf_array *sf_std_serve_dead(const void *ep, const sf_type *ep_type, const sf_loc *loc);
+int64_t sf_std_serve_replicas(const void *ep, const sf_type *ep_type, const sf_loc *loc);
+bool sf_std_serve_stopped(const void *s, const sf_type *s_type, const sf_loc *loc);
 void sf_std_serve_reply(const void *ep, const sf_type *ep_type, int64_t replica,
                         sf_array *answers, const sf_type *T, const sf_loc *loc);
 void sf_std_serve_remove_replica(const void *ep, const sf_type *ep_type, int64_t replica,

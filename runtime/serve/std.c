@@ -44,8 +44,24 @@ int64_t sf_std_serve_add_replica(const void *ep, const sf_type *ep_type, const s
 }
 
 sf_array *sf_std_serve_next(const void *ep, const sf_type *ep_type, int64_t replica,
-                            const sf_type *T, const sf_loc *loc) {
-  return sf__endpoint_next(endpoint(ep, ep_type, loc), replica, T, loc);
+                            double timeout_ms, const sf_type *T, const sf_loc *loc) {
+  return sf__endpoint_next(endpoint(ep, ep_type, loc), replica, T, timeout_ms, loc);
+}
+
+sf_array *sf_std_serve_dead(const void *ep, const sf_type *ep_type, const sf_loc *loc) {
+  return sf__endpoint_dead(endpoint(ep, ep_type, loc), loc);
+}
+
+int64_t sf_std_serve_replicas(const void *ep, const sf_type *ep_type, const sf_loc *loc) {
+  return sf__endpoint_live(endpoint(ep, ep_type, loc));
+}
+
+bool sf_std_serve_stopped(const void *s, const sf_type *s_type, const sf_loc *loc) {
+  sf__server *v = server(s, s_type, loc);
+  pthread_mutex_lock(&v->mu);
+  bool closed = v->state == SF__CLOSED;
+  pthread_mutex_unlock(&v->mu);
+  return closed;
 }
 
 void sf_std_serve_reply(const void *ep, const sf_type *ep_type, int64_t replica,

@@ -18,9 +18,10 @@ http.client cannot send) checks:
                Allow; 413 over --max_body (declared and chunked); bytes that
                are not HTTP; a 100 KiB header; and the server still
                answers right afterwards
-  slow_client  a client sending its request a byte every 50 ms for 2 s
-               holds up no one: other requests meanwhile answer in
-               under 0.5 s, and the slow one gets its answer at the end
+  slow_client  a client sending its request in 40 pieces 50 ms apart (2 s)
+               holds up no one: at least 10 other requests answer
+               meanwhile, median under 0.1 s, none over 1.5 s; the slow one
+               gets its answer at the end
   token        --token: 401 without or with a wrong bearer token (and on
                /metrics), 200 with it; /healthz open
   queue_full   one replica, a queue of 2, batches held 1 s: of 6
@@ -366,13 +367,13 @@ def case_slow_client(exe, tmp):
         slow = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
         step = max(1, len(req) // 40)
         done = threading.Event()
-        worst = [0.0]
+        times = []
 
         def others():
             while not done.is_set():
                 t0 = time.time()
                 s, b = srv.predict(px)
-                worst[0] = max(worst[0], time.time() - t0)
+                times.append(time.time() - t0)
                 check_answer(srv.w, px, s, b, "beside the slow client")
         t = threading.Thread(target=others)
         t.start()
@@ -392,7 +393,12 @@ def case_slow_client(exe, tmp):
         slow.close()
         check(got.startswith(b"HTTP/1.1 200"), "the slow client's answer: %r" % got[:80])
         check_answer(srv.w, px, 200, got.split(b"\r\n\r\n", 1)[1].decode(), "the slow client")
-        check(worst[0] < 0.5, "a request beside the slow client took %.3f s" % worst[0])
+        # The slow client takes 2 s; the others go on meanwhile.  (The
+        # bounds allow for a loaded machine: 2 cores shared with builds.)
+        times.sort()
+        check(len(times) >= 10, "only %d requests were answered beside the slow client" % len(times))
+        check(times[len(times) // 2] < 0.1 and times[-1] < 1.5,
+              "beside the slow client: median %.3f s, worst %.3f s" % (times[len(times) // 2], times[-1]))
     finally:
         srv.kill()
 
@@ -471,7 +477,7 @@ def case_metrics(exe, tmp):
             check(buckets[-1].labels["le"] == "+Inf" and vals[-1] == cnt,
                   "%s: +Inf bucket %s, _count %s" % (route, vals[-1], cnt))
         reps = {s.labels["route"]: s.value for s in fams["sflow_serve_replicas"].samples}
-        check(reps == {"/predict": 2, "/noop": 2}, "replicas %s" % reps)
+        check(reps == {"/predict": 2, "/noop": 2, "/admin": 1}, "replicas %s" % reps)
         qs = [s for s in fams["sflow_serve_queue_length"].samples if s.labels["route"] == "/predict"]
         check(sorted(s.labels["replica"] for s in qs) == ["0", "1"], "queue lengths %s" % qs)
     finally:
