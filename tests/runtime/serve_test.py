@@ -34,6 +34,18 @@ http.client cannot send) checks:
   shutdown     SIGTERM while 12 requests wait in a 600 ms batch: all 12
                answered right, new connections refused, exit 0 with
                "served 12 requests"
+  canary       v1 and v2 behind /predict at weights 90/10 under 6 clients:
+               v2 answers 3-20%; POST /admin moves all traffic to v2 at
+               run time; no request fails, every answer right
+  rollout      POST /admin rollout to a model with the last bias + 1 while
+               6 clients run: each answer is right by the old or the new
+               model, none fails, afterwards all come from the new one;
+               replicas 2 on slots 0-3 (one at a time replaced)
+  killed_replica  a request that fails replica 0's loop: it is answered
+               right by replica 1 (retries counted), the dead replica is
+               replaced (replicas back to 2), 4 clients see no failure
+  autoscale    --replicas 1 --max_replicas 3 under 32 clients: a second
+               replica within 10 s, back to 1 within 20 s after the load
 
 prometheus_client and numpy come from scripts/install-pydeps.sh's
 virtual environment (build/pydeps or $SFLOW_PYDEPS); the test re-executes
@@ -519,6 +531,190 @@ def case_shutdown(exe, tmp):
         srv.kill()
 
 
+def write_safetensors(path, tensors):
+    """tensors: (name, float32 array) in order, as nn.save lays them out."""
+    header, data = {"__metadata__": {"format": "pt"}}, b""
+    for name, a in tensors:
+        raw = np.ascontiguousarray(a, dtype="<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-(8 + len(h)) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + data)
+
+
+class Load:
+    """Clients sending /predict in a loop until stopped; every answer must
+    be 200 and right by one of the models in `models` (name -> weights)."""
+    def __init__(self, srv, models, clients=6):
+        self.srv, self.models, self.stop_ev = srv, dict(models), threading.Event()
+        self.answers, self.failures, self.lock = [], [], threading.Lock()
+        self.rows = digit_rows(200)
+        self.ts = [threading.Thread(target=self.run, args=(k,)) for k in range(clients)]
+        for t in self.ts:
+            t.start()
+
+    def run(self, k):
+        c = self.srv.conn()
+        i = k
+        while not self.stop_ev.is_set():
+            px = self.rows[i % len(self.rows)]
+            i += 7
+            try:
+                st, b = self.srv.predict(px, c)
+            except Exception as e:  # noqa: BLE001 - a failed request is the finding
+                with self.lock:
+                    self.failures.append("request: %r" % e)
+                c.close()
+                c = self.srv.conn()
+                continue
+            which = None
+            for name, w in self.models.items():
+                try:
+                    check_answer(w, px, st, b, name)
+                    which = name
+                    break
+                except Fail as e:
+                    last = str(e)
+            with self.lock:
+                if which is None:
+                    self.failures.append(last)
+                else:
+                    self.answers.append((time.time(), which, json.loads(b)["version"]))
+        c.close()
+
+    def finish(self):
+        self.stop_ev.set()
+        for t in self.ts:
+            t.join(30)
+        check(not self.failures, "%d failed requests, the first: %s" % (len(self.failures),
+              self.failures[0] if self.failures else ""))
+        check(len(self.answers) > 50, "only %d answers under load" % len(self.answers))
+        return self.answers
+
+
+def admin(srv, **cmd):
+    body = {"action": "", "version": "v1", "weight": 0, "weights": ""}
+    body.update(cmd)
+    s, b, _ = srv.request("POST", "/admin", json.dumps(body), timeout=60)
+    check(s == 200, "/admin %s: %d %s" % (cmd, s, b))
+    got = json.loads(b)
+    check(got["ok"], "/admin %s: %s" % (cmd, got["message"]))
+    return got
+
+
+def case_canary(exe, tmp):
+    srv = Server(exe, tmp, "--canary_weight", "10")
+    try:
+        load = Load(srv, {"model": srv.w})
+        time.sleep(1.5)
+        t_change = time.time()
+        admin(srv, action="weight", version="v2", weight=100)
+        admin(srv, action="weight", version="v1", weight=0)
+        t_done = time.time()
+        time.sleep(1.0)
+        answers = load.finish()
+        before = [v for t, _, v in answers if t < t_change]
+        after = [v for t, _, v in answers if t > t_done + 0.05]
+        share = before.count("v2") / max(1, len(before))
+        check(len(before) >= 100, "only %d answers before the change" % len(before))
+        check(0.03 <= share <= 0.2, "v2 answered %.1f%% of %d requests at weight 10 of 100" %
+              (100 * share, len(before)))
+        check(after and all(v == "v2" for v in after), "after v1's weight went to 0: %d of %d from v1" %
+              (after.count("v1"), len(after)))
+        fams, _ = metrics(srv)
+        ws = {s.labels["version"]: s.value for s in fams["sflow_serve_weight"].samples
+              if s.labels["route"] == "/predict"}
+        check(ws == {"v1": 0, "v2": 100}, "weights in /metrics: %s" % ws)
+    finally:
+        srv.kill()
+
+
+def case_rollout(exe, tmp):
+    srv = Server(exe, tmp)
+    try:
+        new = dict(srv.w)
+        new["fc2.bias"] = srv.w["fc2.bias"] + np.float32(1.0)
+        path = os.path.join(tmp, "new.safetensors")
+        write_safetensors(path, [(n, new[n]) for n in ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias")])
+        load = Load(srv, {"old": srv.w, "new": new})
+        time.sleep(1.0)
+        admin(srv, action="rollout", version="v1", weights=path)
+        t_done = time.time()
+        time.sleep(1.0)
+        answers = load.finish()
+        after = [m for t, m, _ in answers if t > t_done + 0.05]
+        check(after and all(m == "new" for m in after), "after the rollout %d of %d answers from the old model" %
+              (after.count("old"), len(after)))
+        check(any(m == "old" for _, m, _ in answers), "no answer from the old model")
+        fams, _ = metrics(srv)
+        reps = {s.labels["route"]: s.value for s in fams["sflow_serve_replicas"].samples}
+        check(reps["/predict"] == 2, "replicas after the rollout: %s" % reps)
+        qs = sorted(s.labels["replica"] for s in fams["sflow_serve_queue_length"].samples
+                    if s.labels["route"] == "/predict")
+        check(qs == ["0", "1", "2", "3"], "replica slots after the rollout: %s" % qs)
+    finally:
+        srv.kill()
+
+
+def case_killed_replica(exe, tmp):
+    srv = Server(exe, tmp)
+    try:
+        load = Load(srv, {"model": srv.w}, clients=4)
+        time.sleep(0.5)
+        base = digit_rows(1)[0]
+        kill = [-1, 0] + base[2:]  # fails replica 0; replica 1 answers it as data
+        killed = False
+        for _ in range(200):
+            s, b = srv.predict(kill)
+            check_answer(srv.w, kill, s, b, "the request that kills replica 0")
+            fams, _ = metrics(srv)
+            tries = sum(x.value for x in fams["sflow_serve_retries"].samples
+                        if x.name.endswith("_total") and x.labels["route"] == "/predict")
+            if tries >= 1:
+                killed = True
+                break
+        check(killed, "replica 0 never took the request that kills it")
+        deadline = time.time() + 10
+        while True:
+            fams, _ = metrics(srv)
+            reps = {x.labels["route"]: x.value for x in fams["sflow_serve_replicas"].samples}
+            if reps["/predict"] == 2:
+                break
+            check(time.time() < deadline, "the dead replica was not replaced: %s" % reps)
+            time.sleep(0.1)
+        time.sleep(0.5)
+        load.finish()
+        srv.alive()
+    finally:
+        srv.kill()
+
+
+def case_autoscale(exe, tmp):
+    srv = Server(exe, tmp, "--replicas", "1", "--max_replicas", "3", "--max_batch", "2",
+                 "--wait_ms", "20", "--target_queue", "2")
+    try:
+        def replicas():
+            fams, _ = metrics(srv)
+            return {x.labels["route"]: x.value for x in fams["sflow_serve_replicas"].samples}["/predict"]
+        check(replicas() == 1, "replicas before the load: %s" % replicas())
+        load = Load(srv, {"model": srv.w}, clients=32)
+        peak, deadline = 1, time.time() + 10
+        while time.time() < deadline and peak < 3:
+            peak = max(peak, replicas())
+            time.sleep(0.1)
+        load.finish()
+        check(peak >= 2, "32 clients on one replica, queue target 2: never more than %s replica" % peak)
+        deadline = time.time() + 20
+        while replicas() > 1:
+            check(time.time() < deadline, "replicas %s 20 s after the load ended" % replicas())
+            time.sleep(0.2)
+        srv.alive()
+    finally:
+        srv.kill()
+
+
 CASES = {
     "answers": case_answers,
     "batching": case_batching,
@@ -528,6 +724,10 @@ CASES = {
     "queue_full": case_queue_full,
     "metrics": case_metrics,
     "shutdown": case_shutdown,
+    "canary": case_canary,
+    "rollout": case_rollout,
+    "killed_replica": case_killed_replica,
+    "autoscale": case_autoscale,
 }
 
 
@@ -555,6 +755,9 @@ def main():
             except Fail as e:
                 failed += 1
                 print("FAIL %s: %s" % (n, e))
+            except Exception as e:  # noqa: BLE001 - a case that errs fails, the others still run
+                failed += 1
+                print("FAIL %s: %s: %s" % (n, type(e).__name__, e))
             sys.stdout.flush()
     sys.exit(1 if failed else 0)
 
