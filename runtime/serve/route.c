@@ -52,6 +52,13 @@ static void cond_init_mono(pthread_cond_t *cv) {
   pthread_condattr_destroy(&a);
 }
 
+/* Descriptors compare by structure (the compiler emits its own copies);
+ * a struct's name and size settle it for a request type. */
+static bool same_type(const sf_type *a, const sf_type *b) {
+  return a == b || (a->size == b->size && a->kind == b->kind && a->name && b->name &&
+                    !strcmp(a->name, b->name));
+}
+
 sf__route *sf__route_find(sf__server *s, const char *path) {
   int64_t n = atomic_load(&s->nroutes);
   for (int64_t i = 0; i < n; i++)
@@ -106,6 +113,11 @@ sf__endpoint *sf__endpoint_new(sf__server *s, const char *path, const char *vers
     pthread_mutex_init(&r->mu, NULL);
     s->routes[s->nroutes] = r;
     atomic_fetch_add(&s->nroutes, 1);
+  }
+  if (r->neps && !same_type(T, r->eps[0]->T)) {
+    pthread_mutex_unlock(&s->mu);
+    sf_runtime_error(loc, "serve.route: %s takes %s (version %s), so every version must; not %s", path,
+                     r->eps[0]->T->name, r->eps[0]->version, T->name);
   }
   for (int64_t i = 0; i < r->neps; i++)
     if (!strcmp(r->eps[i]->version, version)) {
@@ -327,10 +339,6 @@ static void fail_list(sf__endpoint *e, sf__sreq *q, const char *msg) {
   }
 }
 
-static bool same_type(const sf_type *a, const sf_type *b) {
-  return a == b || (a->size == b->size && a->kind == b->kind && a->name && b->name &&
-                    !strcmp(a->name, b->name));
-}
 
 /* ------------------------------------------------ replicas that die */
 
