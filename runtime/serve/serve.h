@@ -137,7 +137,7 @@ typedef struct sf__server {
   int64_t max_body;
   pthread_mutex_t mu; /* state, in_flight, routes being added */
   pthread_cond_t cv;  /* in_flight reached 0, or state changed */
-  int state;
+  _Atomic int state; /* written under mu; read anywhere */
   int64_t in_flight;
   bool stopped; /* the daemon stopped (wait's work) */
   sf__route *routes[64];
