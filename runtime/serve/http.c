@@ -135,27 +135,50 @@ static enum MHD_Result serve_route(sf__server *s, sf__route *rt, struct MHD_Conn
     sf_free(value);
     return respond_error(s, rt, c, 400, err, NULL, NULL, false, t0);
   }
-  sf__sreq q = {.value = value, .arrived_ns = sf__mono_ns()};
-  pthread_mutex_init(&q.mu, NULL);
-  pthread_cond_init(&q.cv, NULL);
-  int busy = sf__route_dispatch(rt, &q);
+  sf__sreq *q = sf_alloc(sizeof *q);
+  memset(q, 0, sizeof *q);
+  q->value = value;
+  q->arrived_ns = sf__mono_ns();
+  atomic_store(&q->refs, 2); /* this thread, and the queue until the answer */
+  pthread_mutex_init(&q->mu, NULL);
+  sf__cond_init_mono(&q->cv);
+  int busy = sf__route_dispatch(rt, q);
   if (busy) {
     sf_value_release(T, value);
     sf_free(value);
-    pthread_cond_destroy(&q.cv);
-    pthread_mutex_destroy(&q.mu);
+    pthread_cond_destroy(&q->cv);
+    pthread_mutex_destroy(&q->mu);
+    sf_free(q);
     return respond_error(s, rt, c, busy, "every queue of the replicas chosen is full; retry later",
                          "Retry-After", "1", false, t0);
   }
-  pthread_mutex_lock(&q.mu);
-  while (!q.done)
-    pthread_cond_wait(&q.cv, &q.mu);
-  pthread_mutex_unlock(&q.mu);
-  pthread_cond_destroy(&q.cv);
-  pthread_mutex_destroy(&q.mu);
-  enum MHD_Result ok = respond(c, q.status, q.body, q.body_len, "application/json", NULL, NULL, false);
-  sf_free(q.body);
-  sf__route_count(s, rt, q.status, (double)(sf__mono_ns() - t0) * 1e-9);
+  int64_t until = s->request_timeout_ns > 0 ? q->arrived_ns + s->request_timeout_ns : INT64_MAX;
+  pthread_mutex_lock(&q->mu);
+  while (!q->done) {
+    if (until == INT64_MAX) {
+      pthread_cond_wait(&q->cv, &q->mu);
+    } else if (sf__mono_ns() >= until) {
+      q->abandoned = true; /* a late answer is dropped (sf__sreq_answer) */
+      break;
+    } else {
+      struct timespec ts = {.tv_sec = until / 1000000000, .tv_nsec = until % 1000000000};
+      pthread_cond_timedwait(&q->cv, &q->mu, &ts);
+    }
+  }
+  int status = q->done ? q->status : 504;
+  char *body = q->body;
+  size_t len = q->body_len;
+  q->body = NULL;
+  pthread_mutex_unlock(&q->mu);
+  sf__sreq_drop(q);
+  if (!body) {
+    char msg[120];
+    snprintf(msg, sizeof msg, "no answer within %g s (request_timeout_s)", (double)s->request_timeout_ns * 1e-9);
+    body = sf__error_body(msg, &len);
+  }
+  enum MHD_Result ok = respond(c, status, body, len, "application/json", NULL, NULL, false);
+  sf_free(body);
+  sf__route_count(s, rt, status, (double)(sf__mono_ns() - t0) * 1e-9);
   return ok;
 }
 
@@ -297,7 +320,8 @@ static int listen_on(const char *host, int64_t port, int *bound, char *err, size
 }
 
 sf__server *sf__server_start(const char *host, int64_t port, const char *token, int64_t max_body,
-                             int64_t max_conn, int64_t timeout_s, const sf_loc *loc) {
+                             int64_t max_conn, int64_t timeout_s, double request_timeout_s,
+                             const sf_loc *loc) {
   char err[400];
   if (!sf__mhd_load(err, sizeof err))
     sf_runtime_error(loc, "serve.start: %s", err);
@@ -306,6 +330,8 @@ sf__server *sf__server_start(const char *host, int64_t port, const char *token, 
   if (max_body < 0 || max_conn < 1 || max_conn > 100000 || timeout_s < 1 || timeout_s > 86400)
     sf_runtime_error(loc, "serve.start: max_body >= 0, max_connections in 1..100000 and timeout_s "
                      "in 1..86400 are needed");
+  if (!(request_timeout_s >= 0 && request_timeout_s <= 86400))
+    sf_runtime_error(loc, "serve.start: request_timeout_s %g is not in 0..86400", request_timeout_s);
   if (strlen(token) >= sizeof(((sf__server *)0)->token))
     sf_runtime_error(loc, "serve.start: the token is longer than 255 bytes");
   if (strlen(host) >= sizeof(((sf__server *)0)->host))
@@ -324,6 +350,7 @@ sf__server *sf__server_start(const char *host, int64_t port, const char *token, 
   snprintf(s->token, sizeof s->token, "%s", token);
   s->token_len = strlen(token);
   s->max_body = max_body;
+  s->request_timeout_ns = (int64_t)(request_timeout_s * 1e9);
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
   pthread_mutex_init(&s->other.mu, NULL);

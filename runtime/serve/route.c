@@ -18,7 +18,7 @@
 const double sf__lat_le[SF__LAT_BUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                             0.1,    0.25,  0.5,    1.0,   2.5,  5.0,  10.0};
 const double sf__batch_le[SF__BATCH_BUCKETS] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
-const int sf__codes[SF__NCODES] = {200, 400, 401, 404, 405, 413, 500, 503, 0};
+const int sf__codes[SF__NCODES] = {200, 400, 401, 404, 405, 413, 500, 503, 504, 0};
 
 static pthread_mutex_t eps_mu = PTHREAD_MUTEX_INITIALIZER;
 static sf__endpoint *eps[256];
@@ -44,7 +44,7 @@ static uint64_t rnd(void) {
   return x * 2685821657736338717ull;
 }
 
-static void cond_init_mono(pthread_cond_t *cv) {
+void sf__cond_init_mono(pthread_cond_t *cv) {
   pthread_condattr_t a;
   pthread_condattr_init(&a);
   pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
@@ -157,7 +157,7 @@ sf__endpoint *sf__endpoint_new(sf__server *s, const char *path, const char *vers
 int64_t sf__endpoint_add_replica(sf__endpoint *e) {
   sf__replica *p = sf_alloc(sizeof *p);
   memset(p, 0, sizeof *p);
-  cond_init_mono(&p->cv);
+  sf__cond_init_mono(&p->cv);
   pthread_mutex_lock(&e->mu);
   if (e->nreps == e->reps_cap) {
     int64_t cap = e->reps_cap ? 2 * e->reps_cap : 8;
@@ -309,14 +309,28 @@ char *sf__error_body(const char *msg, size_t *len) {
   return b.data;
 }
 
+void sf__sreq_drop(sf__sreq *q) {
+  if (atomic_fetch_sub(&q->refs, 1) != 1)
+    return;
+  pthread_cond_destroy(&q->cv);
+  pthread_mutex_destroy(&q->mu);
+  sf_free(q->body);
+  sf_free(q);
+}
+
 void sf__sreq_answer(sf__sreq *q, int status, char *body, size_t len) {
   pthread_mutex_lock(&q->mu);
-  q->status = status;
-  q->body = body;
-  q->body_len = len;
-  q->done = true;
-  pthread_cond_signal(&q->cv);
+  if (q->abandoned) {
+    sf_free(body); /* the client was answered 504 */
+  } else {
+    q->status = status;
+    q->body = body;
+    q->body_len = len;
+    q->done = true;
+    pthread_cond_signal(&q->cv);
+  }
   pthread_mutex_unlock(&q->mu);
+  sf__sreq_drop(q);
 }
 
 static void answer_error(sf__sreq *q, int status, const char *msg) {

@@ -62,6 +62,11 @@ extern const double sf__batch_le[SF__BATCH_BUCKETS];
  * and done. */
 typedef struct sf__sreq {
   struct sf__sreq *next; /* in a replica's queue, then its batch */
+  /* Two holders: the connection's thread, and the queue and batch until
+   * the answer; the last to let go frees it (sf__sreq_drop), so a
+   * connection that gave up waiting (504) leaves it to a late answer. */
+  _Atomic int refs;
+  bool abandoned;
   void *value;           /* the decoded request, T's bytes; moved into next's array */
   void *copy;            /* while in a batch: a retained copy, to retry it elsewhere */
   int tries;             /* replicas that died holding it */
@@ -109,7 +114,7 @@ typedef struct sf__endpoint {
 } sf__endpoint;
 
 /* The status codes counted per route, in this order. */
-#define SF__NCODES 9
+#define SF__NCODES 10
 extern const int sf__codes[SF__NCODES];
 
 /* A path and its versions; counters of its answers. */
@@ -135,6 +140,7 @@ typedef struct sf__server {
   char token[256];
   size_t token_len;
   int64_t max_body;
+  int64_t request_timeout_ns; /* <= 0: none */
   pthread_mutex_t mu; /* state, in_flight, routes being added */
   pthread_cond_t cv;  /* in_flight reached 0, or state changed */
   _Atomic int state; /* written under mu; read anywhere */
@@ -171,15 +177,21 @@ int64_t sf__endpoint_live(sf__endpoint *e);
 void sf__endpoint_reply(sf__endpoint *e, int64_t r, sf_array *answers, const sf_loc *loc);
 void sf__endpoint_remove(sf__endpoint *e, int64_t r, const sf_loc *loc);
 int64_t sf__endpoint_queued(sf__endpoint *e);
-/* Answers a request (wakes its connection's thread); takes body. */
+/* Answers a request (wakes its connection's thread, or drops the answer
+ * when the connection gave up); takes body; lets go of the queue's hold. */
 void sf__sreq_answer(sf__sreq *q, int status, char *body, size_t len);
+/* Lets go of one hold; the last frees the request. */
+void sf__sreq_drop(sf__sreq *q);
+/* A condition variable on CLOCK_MONOTONIC (sf__mono_ns deadlines). */
+void sf__cond_init_mono(pthread_cond_t *cv);
 /* An sf_alloc'ed {"error": msg} body. */
 char *sf__error_body(const char *msg, size_t *len);
 
 /* ---------------------------------------------------------- http.c */
 
 sf__server *sf__server_start(const char *host, int64_t port, const char *token, int64_t max_body,
-                             int64_t max_conn, int64_t timeout_s, const sf_loc *loc);
+                             int64_t max_conn, int64_t timeout_s, double request_timeout_s,
+                             const sf_loc *loc);
 sf__server *sf__server_get(int64_t id, const sf_loc *loc);
 void sf__server_stop(sf__server *s);   /* starts the graceful stop */
 void sf__server_wait(sf__server *s);   /* until the stop has finished */
@@ -195,7 +207,7 @@ void sf__metrics_text(sf__server *s, sf__buf *b);
  * "Standard-library externs"): Server and Endpoint are structs of one id. */
 void sf_std_serve_start(void *out, const sf_type *out_type, int64_t port, sf_str *host,
                         sf_str *token, int64_t max_body, int64_t max_connections,
-                        int64_t timeout_s, const sf_loc *loc);
+                        int64_t timeout_s, double request_timeout_s, const sf_loc *loc);
 void sf_std_serve_route(void *out, const sf_type *out_type, const void *s, const sf_type *s_type,
                         sf_str *path, int64_t max_batch, double wait_ms, int64_t queue,
                         sf_str *version, int64_t weight, const sf_type *T, const sf_loc *loc);

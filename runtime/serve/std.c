@@ -24,9 +24,9 @@ static sf__endpoint *endpoint(const void *e, const sf_type *t, const sf_loc *loc
 
 void sf_std_serve_start(void *out, const sf_type *out_type, int64_t port, sf_str *host,
                         sf_str *token, int64_t max_body, int64_t max_connections,
-                        int64_t timeout_s, const sf_loc *loc) {
+                        int64_t timeout_s, double request_timeout_s, const sf_loc *loc) {
   sf__server *s = sf__server_start(sf__str_data(host), port, sf__str_data(token), max_body,
-                                   max_connections, timeout_s, loc);
+                                   max_connections, timeout_s, request_timeout_s, loc);
   *(int64_t *)sf__field(out_type, out, "id", SF_I64, loc) = s->id;
 }
 

@@ -46,6 +46,9 @@ http.client cannot send) checks:
                replaced (replicas back to 2), 4 clients see no failure
   autoscale    --replicas 1 --max_replicas 3 under 32 clients: a second
                replica within 10 s, back to 1 within 20 s after the load
+  stuck_replica  a request its replica holds for 3 s, --request_timeout_s 1:
+               504 after about 1 s naming the limit; the late answer is
+               dropped and the server answers right afterwards
 
 prometheus_client and numpy come from scripts/install-pydeps.sh's
 virtual environment (build/pydeps or $SFLOW_PYDEPS); the test re-executes
@@ -715,6 +718,26 @@ def case_autoscale(exe, tmp):
         srv.kill()
 
 
+def case_stuck_replica(exe, tmp):
+    srv = Server(exe, tmp, "--replicas", "1", "--request_timeout_s", "1")
+    try:
+        base = digit_rows(1)[0]
+        t0 = time.time()
+        s, b, _ = srv.request("POST", "/predict", json.dumps({"pixels": [-2, 0] + base[2:]}))
+        took = time.time() - t0
+        check(s == 504 and "request_timeout_s" in b, "a request its replica holds 3 s: %d %s" % (s, b))
+        check(0.9 <= took < 2.8, "the 504 came after %.2f s, request_timeout_s is 1" % took)
+        time.sleep(2.5)  # the replica finishes; its late answer has no one to go to
+        s, b = srv.predict(base)
+        check_answer(srv.w, base, s, b, "after the stuck request")
+        fams, _ = metrics(srv)
+        codes = {x.labels["code"]: x.value for x in fams["sflow_serve_requests"].samples
+                 if x.name.endswith("_total") and x.labels["route"] == "/predict"}
+        check(codes.get("504") == 1, "request counters %s" % codes)
+    finally:
+        srv.kill()
+
+
 CASES = {
     "answers": case_answers,
     "batching": case_batching,
@@ -728,6 +751,7 @@ CASES = {
     "rollout": case_rollout,
     "killed_replica": case_killed_replica,
     "autoscale": case_autoscale,
+    "stuck_replica": case_stuck_replica,
 }
 
 

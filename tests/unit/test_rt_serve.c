@@ -36,6 +36,7 @@ static sf__sreq *req(int64_t v) {
   q->value = sf_alloc(sizeof(int64_t));
   *(int64_t *)q->value = v;
   q->arrived_ns = sf__mono_ns();
+  atomic_store(&q->refs, 2); /* the test's hold, and the queue's */
   pthread_mutex_init(&q->mu, NULL);
   pthread_cond_init(&q->cv, NULL);
   return q;
