@@ -42,8 +42,9 @@ http.client cannot send) checks:
                model, none fails, afterwards all come from the new one;
                replicas 2 on slots 0-3 (one at a time replaced)
   killed_replica  a request that fails replica 0's loop: it is answered
-               right by replica 1 (retries counted), the dead replica is
-               replaced (replicas back to 2), 4 clients see no failure
+               right by replica 1 (retries counted); a rolling update at
+               once; the dead replica replaced (replicas back to 2), 4
+               clients see no failure
   autoscale    --replicas 1 --max_replicas 3 under 32 clients: a second
                replica within 10 s, back to 1 within 20 s after the load
   stuck_replica  a request its replica holds for 3 s, --request_timeout_s 1:
@@ -679,6 +680,8 @@ def case_killed_replica(exe, tmp):
                 killed = True
                 break
         check(killed, "replica 0 never took the request that kills it")
+        # At once a rolling update, which must not wait on the dead one.
+        admin(srv, action="rollout", version="v1", weights=srv.weights)
         deadline = time.time() + 10
         while True:
             fams, _ = metrics(srv)
