@@ -5,7 +5,7 @@ PREFIX  ?= /usr/local
 JOBS    ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build demo test install clean fuzz bench bench-embed bench-tasks bench-collectives bench-data bench-tokenizer bench-wordcount golden-update tsan soak-resume soak-journal
+.PHONY: all deps configure build demo test install clean fuzz bench bench-embed bench-tasks bench-collectives bench-data bench-tokenizer bench-wordcount bench-serve golden-update tsan soak-resume soak-journal
 
 all: build
 
@@ -93,6 +93,14 @@ bench-tokenizer: build
 # Python, collections.Counter and a C hash table (bench/wordcount/run.py).
 bench-wordcount: build
 	@python3 bench/wordcount/run.py --sflowc $(BUILD)/bin/sflowc
+
+# std.serve beside Ray Serve 2.60.0: requests/s and p50/p99 under wrk on
+# loopback, a no-op and the digits MLP, batching on and off
+# (bench/serve/run.py; installs Ray Serve and torch into build/peers/torch
+# on first use; docs/performance.md).
+bench-serve: build
+	@bash bench/serve/setup.sh
+	@python3 bench/serve/run.py --sflowc $(BUILD)/bin/sflowc --python build/peers/torch/venv/bin/python
 
 clean:
 	rm -rf $(BUILD)

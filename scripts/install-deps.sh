@@ -15,6 +15,8 @@ pkgs=(
   iproute2 procps                    # ip netns, ip link, ss: namespace cluster tests
   fortunes-min                       # a real text data set for examples/fortunes.sflow
   fortunes                           # labelled text (one category per file) for examples/finetune.sflow
+  libmicrohttpd-dev                  # std.serve's HTTP server (header; libmicrohttpd12 dlopen'ed)
+  wrk                                # bench/serve's load generator
 )
 
 missing=()

@@ -2,7 +2,7 @@
 # Runs the task runtime's tests under ThreadSanitizer: builds sflowc and a
 # TSan-instrumented runtime into build-tsan/, then compiles and runs the
 # run tests of tasks, actors, futures, the scheduler, the stress suite and
-# strings, plus the fault, observation and many-threads tests, linking
+# strings, plus the fault, observation, many-threads and serve tests, linking
 # every program with -fsanitize=thread.  Any data race report fails the run (halt_on_error).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,4 +31,8 @@ python3 tests/runtime/observe_test.py --sflowc "$build/bin/sflowc" || status=1
 python3 tests/runtime/threads_test.py --sflowc "$build/bin/sflowc" || status=1
 python3 tests/runtime/fault_test.py --sflowc "$build/bin/sflowc" kill-at-30% checkpoint-write-1 \
   journal-write-4 || status=1
+# std.serve: connection threads, replica loops and the supervisor sharing
+# queues, a replica dying mid-batch, a rolling update, SIGTERM in flight.
+python3 tests/runtime/serve_test.py --sflowc "$build/bin/sflowc" answers shutdown killed_replica \
+  rollout canary || status=1
 exit $status

@@ -170,6 +170,12 @@ void sf_std_data_write_jsonl(sf_str *path, sf_array *values, const sf_loc *loc);
 bool sf__json_decode(const char *text, size_t len, const char *name, const sf_type *t,
                      bool dynamic, void *out, char *err, size_t errlen);
 /* Whether cJSON could be loaded (false: err says why). */
+/* A value of type t as JSON text (to_json's), in a buffer the caller
+ * frees with sf_free, its length in *len (a NUL follows it); NULL with the
+ * message in err when the value has no JSON form (a NaN, invalid UTF-8),
+ * instead of a runtime error, for callers that must go on (std.serve). */
+char *sf__json_encode(const void *value, const sf_type *t, size_t *len, char *err,
+                      size_t errlen);
 bool sf__cjson_load(char *err, size_t errlen);
 /* The loaded cJSON's ParseWithLengthOpts (not NUL-terminated; *end: where
  * parsing stopped, the error's place on failure) and Delete, for the

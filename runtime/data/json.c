@@ -23,6 +23,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
+#include <setjmp.h>
 #include <stdarg.h>
 
 #include "data.h"
@@ -433,12 +434,22 @@ typedef struct enc {
   size_t plen;
   bool dynamic;
   const sf_loc *loc;
+  /* Set by sf__json_encode: an error returns there with the message in
+   * err instead of raising (the serve layer answers 500 for one value of a
+   * batch and goes on with the others). */
+  jmp_buf *jb;
+  char *err;
+  size_t errlen;
 } enc;
 
 _Noreturn static void eerr(enc *e, const char *what) {
   char msg[700];
   snprintf(msg, sizeof msg, "to_json: %s: %s", e->path, what);
   sf__buf_free(&e->b);
+  if (e->jb) {
+    snprintf(e->err, e->errlen, "%s", msg);
+    longjmp(*e->jb, 1);
+  }
   sf_runtime_error(e->loc, "%s", msg);
 }
 
@@ -617,6 +628,30 @@ static sf_str *encode(const void *value, const sf_type *t, bool dynamic, const s
   sf_str *s = sf_str_new(e.b.data ? e.b.data : "", (int64_t)e.b.len);
   sf__buf_free(&e.b);
   return s;
+}
+
+char *sf__json_encode(const void *value, const sf_type *t, size_t *len, char *err,
+                      size_t errlen) {
+  jmp_buf jb;
+  /* volatile: read after a longjmp back here. */
+  enc *volatile ep = sf_alloc(sizeof(enc));
+  memset(ep, 0, sizeof *ep);
+  ep->path[0] = '$';
+  ep->plen = 1;
+  ep->jb = &jb;
+  ep->err = err;
+  ep->errlen = errlen;
+  sf__buf_init(&ep->b, NULL, 0);
+  if (setjmp(jb)) {
+    sf_free(ep); /* eerr freed the buffer */
+    return NULL;
+  }
+  enc_typed(ep, t, value);
+  sf__buf_put(&ep->b, "", 1); /* a NUL after the text, not counted */
+  char *out = ep->b.data;
+  *len = ep->b.len - 1;
+  sf_free(ep);
+  return out;
 }
 
 sf_str *sf_std_data_to_json(const void *value, const sf_type *t, const sf_type *t_again,

@@ -97,3 +97,11 @@ add_test(NAME runtime/nn_resume
 add_test(NAME runtime/nn_buckets
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/nn_buckets_test.py
           --sflowc $<TARGET_FILE:sflowc>)
+# std.serve over real HTTP on loopback: examples/serve.sflow's answers
+# against the model computed offline in numpy, batching, bad input, a slow
+# client, the bearer token, full queues, /metrics through
+# prometheus_client's parser, and the graceful stop on SIGTERM.
+add_test(NAME runtime/serve
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/serve_test.py
+          --sflowc $<TARGET_FILE:sflowc>)
+set_tests_properties(runtime/serve PROPERTIES TIMEOUT 300)

@@ -1,0 +1,232 @@
+/*
+ * serve.h — the serving layer behind `import std.serve` (docs/serve.md):
+ * an HTTP/1.1 server on libmicrohttpd (mhd.c loads it, http.c answers
+ * connections), the routes, their versions and their replicas' bounded
+ * queues with dynamic batching (route.c), Prometheus text (metrics.c), and
+ * the C side of stdlib/serve.sflow's externs (std.c).  Above sched (a
+ * replica's wait counts its pool thread out) and data (typed JSON).
+ *
+ * Key design choice: replicas pull.  A replica is an actor whose method
+ * loops on serve.next / serve.reply, so no actor or method crosses into C;
+ * a connection's thread decodes the body on arrival, puts the request on
+ * the queue of the replica the power of two choices picks, and sleeps on
+ * the request until that replica's reply wakes it.  One mutex per version
+ * guards its replicas' queues; a request has its own mutex and condition.
+ */
+#ifndef SF_SERVE_H
+#define SF_SERVE_H
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <microhttpd.h>
+
+#include "sched.h"
+#include "data.h"
+
+/* ------------------------------------------------------------ mhd.c */
+
+/* Loads libmicrohttpd.so.12 once; false with a message naming the package
+ * when it cannot be loaded.  The header is only for the types: programs
+ * link nothing of it, so one that never serves needs no libmicrohttpd. */
+bool sf__mhd_load(char *err, size_t errlen);
+/* The library's functions this layer calls, set by sf__mhd_load. */
+typedef struct sf__mhd_api {
+  __typeof__(&MHD_start_daemon) start_daemon;
+  __typeof__(&MHD_stop_daemon) stop_daemon;
+  __typeof__(&MHD_quiesce_daemon) quiesce_daemon;
+  __typeof__(&MHD_create_response_from_buffer) create_response_from_buffer;
+  __typeof__(&MHD_add_response_header) add_response_header;
+  __typeof__(&MHD_queue_response) queue_response;
+  __typeof__(&MHD_destroy_response) destroy_response;
+  __typeof__(&MHD_lookup_connection_value) lookup_connection_value;
+} sf__mhd_api;
+extern sf__mhd_api sf__mhd;
+
+/* ---------------------------------------------------------- route.c */
+
+/* Histogram buckets: request seconds, and batch sizes. */
+#define SF__LAT_BUCKETS 14
+#define SF__BATCH_BUCKETS 9
+extern const double sf__lat_le[SF__LAT_BUCKETS];
+extern const double sf__batch_le[SF__BATCH_BUCKETS];
+
+/* One request, from its whole body to its answer.  The connection's
+ * thread owns it and waits on cv; the replica's reply sets status, body
+ * and done. */
+typedef struct sf__sreq {
+  struct sf__sreq *next; /* in a replica's queue, then its batch */
+  /* Two holders: the connection's thread, and the queue and batch until
+   * the answer; the last to let go frees it (sf__sreq_drop), so a
+   * connection that gave up waiting (504) leaves it to a late answer. */
+  _Atomic int refs;
+  bool abandoned;
+  void *value;           /* the decoded request, T's bytes; moved into next's array */
+  void *copy;            /* while in a batch: a retained copy, to retry it elsewhere */
+  int tries;             /* replicas that died holding it */
+  int64_t arrived_ns;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool done;
+  int status;
+  char *body; /* sf_alloc'ed answer */
+  size_t body_len;
+} sf__sreq;
+
+typedef struct sf__replica {
+  sf__sreq *head, *tail; /* the queue */
+  int64_t qlen;
+  sf__sreq *batch; /* taken by next, not yet replied */
+  int64_t batch_len;
+  bool removed;
+  bool dead; /* its loop failed holding a batch (route.c, on_replica_error) */
+  pthread_cond_t cv; /* next waits here */
+} sf__replica;
+
+struct sf__server;
+struct sf__route;
+
+/* One version of a route: its replicas and their queues. */
+typedef struct sf__endpoint {
+  int64_t id;
+  struct sf__server *srv;
+  struct sf__route *route;
+  char version[64];
+  const sf_type *T; /* the request type */
+  int64_t max_batch, qcap;
+  int64_t wait_ns;
+  _Atomic int64_t weight;
+  pthread_mutex_t mu;
+  sf__replica **reps;
+  int64_t nreps, reps_cap;
+  /* batch sizes, under mu */
+  uint64_t batch_hist[SF__BATCH_BUCKETS + 1];
+  uint64_t batch_count, batch_sum;
+  uint64_t retries;       /* requests sent to another replica after a death */
+  int64_t dead[64];       /* replicas that died, not yet reported by serve.dead */
+  int64_t ndead;
+} sf__endpoint;
+
+/* The status codes counted per route, in this order. */
+#define SF__NCODES 10
+extern const int sf__codes[SF__NCODES];
+
+/* A path and its versions; counters of its answers. */
+typedef struct sf__route {
+  char path[128];
+  sf__endpoint *eps[16];
+  _Atomic int64_t neps;
+  pthread_mutex_t mu; /* the counters below */
+  uint64_t codes[SF__NCODES];
+  uint64_t lat_hist[SF__LAT_BUCKETS + 1];
+  uint64_t lat_count;
+  double lat_sum;
+} sf__route;
+
+enum { SF__RUNNING = 0, SF__DRAINING, SF__CLOSED };
+
+typedef struct sf__server {
+  int64_t id;
+  struct MHD_Daemon *mhd;
+  int listen_fd;
+  char host[64];
+  int port;
+  char token[256];
+  size_t token_len;
+  int64_t max_body;
+  int64_t request_timeout_ns; /* <= 0: none */
+  pthread_mutex_t mu; /* state, in_flight, routes being added */
+  pthread_cond_t cv;  /* in_flight reached 0, or state changed */
+  _Atomic int state; /* written under mu; read anywhere */
+  int64_t in_flight;
+  bool stopped; /* the daemon stopped (wait's work) */
+  sf__route *routes[64];
+  _Atomic int64_t nroutes;
+  sf__route other; /* answers of no route: 404s, 401s, /metrics */
+} sf__server;
+
+/* The route of path, or NULL. */
+sf__route *sf__route_find(sf__server *s, const char *path);
+/* A version and then a replica for a request (weights, then the power of
+ * two choices); queues it.  0 when queued, else the status to answer with
+ * (503: every queue full, or no replica). */
+int sf__route_dispatch(sf__route *r, sf__sreq *q);
+/* Counts an answer of route r (NULL: the server's `other`). */
+void sf__route_count(sf__server *s, sf__route *r, int status, double seconds);
+/* Wakes every replica's next (the server closed). */
+void sf__route_wake_all(sf__server *s);
+/* The endpoint of an id, or a runtime error at loc. */
+sf__endpoint *sf__endpoint_get(int64_t id, const sf_loc *loc);
+sf__endpoint *sf__endpoint_new(sf__server *s, const char *path, const char *version,
+                               const sf_type *T, int64_t max_batch, double wait_ms,
+                               int64_t queue, int64_t weight, const sf_loc *loc);
+int64_t sf__endpoint_add_replica(sf__endpoint *e);
+/* Replica r's next batch; [] when stopped or removed with an empty queue,
+ * or when timeout_ms > 0 passed with nothing queued. */
+sf_array *sf__endpoint_next(sf__endpoint *e, int64_t r, const sf_type *T, double timeout_ms,
+                            const sf_loc *loc);
+/* The replicas that died since the last call (an i64[]). */
+sf_array *sf__endpoint_dead(sf__endpoint *e, const sf_loc *loc);
+int64_t sf__endpoint_live(sf__endpoint *e);
+void sf__endpoint_reply(sf__endpoint *e, int64_t r, sf_array *answers, const sf_loc *loc);
+void sf__endpoint_remove(sf__endpoint *e, int64_t r, const sf_loc *loc);
+int64_t sf__endpoint_queued(sf__endpoint *e);
+/* Answers a request (wakes its connection's thread, or drops the answer
+ * when the connection gave up); takes body; lets go of the queue's hold. */
+void sf__sreq_answer(sf__sreq *q, int status, char *body, size_t len);
+/* Lets go of one hold; the last frees the request. */
+void sf__sreq_drop(sf__sreq *q);
+/* A condition variable on CLOCK_MONOTONIC (sf__mono_ns deadlines). */
+void sf__cond_init_mono(pthread_cond_t *cv);
+/* An sf_alloc'ed {"error": msg} body. */
+char *sf__error_body(const char *msg, size_t *len);
+
+/* ---------------------------------------------------------- http.c */
+
+sf__server *sf__server_start(const char *host, int64_t port, const char *token, int64_t max_body,
+                             int64_t max_conn, int64_t timeout_s, double request_timeout_s,
+                             const sf_loc *loc);
+sf__server *sf__server_get(int64_t id, const sf_loc *loc);
+void sf__server_stop(sf__server *s);   /* starts the graceful stop */
+void sf__server_wait(sf__server *s);   /* until the stop has finished */
+
+/* -------------------------------------------------------- metrics.c */
+
+/* The Prometheus text of server s into b. */
+void sf__metrics_text(sf__server *s, sf__buf *b);
+
+/* ------------------------------------------------------------ std.c */
+
+/* The C side of stdlib/serve.sflow's externs (docs/language.md,
+ * "Standard-library externs"): Server and Endpoint are structs of one id. */
+void sf_std_serve_start(void *out, const sf_type *out_type, int64_t port, sf_str *host,
+                        sf_str *token, int64_t max_body, int64_t max_connections,
+                        int64_t timeout_s, double request_timeout_s, const sf_loc *loc);
+void sf_std_serve_route(void *out, const sf_type *out_type, const void *s, const sf_type *s_type,
+                        sf_str *path, int64_t max_batch, double wait_ms, int64_t queue,
+                        sf_str *version, int64_t weight, const sf_type *T, const sf_loc *loc);
+int64_t sf_std_serve_add_replica(const void *ep, const sf_type *ep_type, const sf_loc *loc);
+sf_array *sf_std_serve_next(const void *ep, const sf_type *ep_type, int64_t replica,
+                            double timeout_ms, const sf_type *T, const sf_loc *loc);
+sf_array *sf_std_serve_dead(const void *ep, const sf_type *ep_type, const sf_loc *loc);
+int64_t sf_std_serve_replicas(const void *ep, const sf_type *ep_type, const sf_loc *loc);
+bool sf_std_serve_stopped(const void *s, const sf_type *s_type, const sf_loc *loc);
+void sf_std_serve_reply(const void *ep, const sf_type *ep_type, int64_t replica,
+                        sf_array *answers, const sf_type *T, const sf_loc *loc);
+void sf_std_serve_remove_replica(const void *ep, const sf_type *ep_type, int64_t replica,
+                                 const sf_loc *loc);
+void sf_std_serve_set_weight(const void *ep, const sf_type *ep_type, int64_t weight,
+                             const sf_loc *loc);
+int64_t sf_std_serve_queue_len(const void *ep, const sf_type *ep_type, const sf_loc *loc);
+int64_t sf_std_serve_port(const void *s, const sf_type *s_type, const sf_loc *loc);
+sf_str *sf_std_serve_url(const void *s, const sf_type *s_type, const sf_loc *loc);
+void sf_std_serve_wait(const void *s, const sf_type *s_type, const sf_loc *loc);
+void sf_std_serve_stop(const void *s, const sf_type *s_type, const sf_loc *loc);
+
+#endif

@@ -1,0 +1,276 @@
+/*
+ * test_rt_serve.c — the serve layer's queues without HTTP (runtime/serve/
+ * route.c): the power of two choices by load, bounded queues, batches cut
+ * at max_batch and held for wait_ms, weighted versions, removed replicas,
+ * a replica whose loop fails (its batch and queue sent to the other, the
+ * death reported), answers encoded per request (a NaN answered 500), and
+ * the error body's escaping.
+ *
+ * Key design choice: a server is built by hand (no daemon, no socket), so
+ * each property is checked on exact queue contents instead of through the
+ * timing of real connections; tests/runtime/serve_test.py does the rest.
+ */
+#include <math.h>
+
+#include "rt_test.h"
+
+#include "serve.h"
+
+const sf_program sf_program_desc = {SF_ABI_VERSION, "test_rt_serve", "", 0, NULL, NULL, NULL, NULL, 0, NULL, NULL};
+
+static const sf_loc LOC = {"t.sflow", 3, 7};
+
+static sf__server *new_server(void) {
+  sf__server *s = sf_alloc(sizeof *s);
+  memset(s, 0, sizeof *s);
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cv, NULL);
+  pthread_mutex_init(&s->other.mu, NULL);
+  return s;
+}
+
+/* A request whose decoded value is the i64 v. */
+static sf__sreq *req(int64_t v) {
+  sf__sreq *q = sf_alloc(sizeof *q);
+  memset(q, 0, sizeof *q);
+  q->value = sf_alloc(sizeof(int64_t));
+  *(int64_t *)q->value = v;
+  q->arrived_ns = sf__mono_ns();
+  atomic_store(&q->refs, 2); /* the test's hold, and the queue's */
+  pthread_mutex_init(&q->mu, NULL);
+  pthread_cond_init(&q->cv, NULL);
+  return q;
+}
+
+static int64_t qlen(sf__endpoint *e, int64_t r) {
+  pthread_mutex_lock(&e->mu);
+  int64_t n = e->reps[r]->qlen;
+  pthread_mutex_unlock(&e->mu);
+  return n;
+}
+
+/* With two replicas both choices are always the two: each request goes to
+ * the one with fewer queued, so ten requests split five and five. */
+static void test_two_choices(void) {
+  sf__server *s = new_server();
+  sf__endpoint *e = sf__endpoint_new(s, "/p", "v1", &sf_type_i64, 10, 10.0, 64, 100, &LOC);
+  sf__endpoint_add_replica(e);
+  sf__endpoint_add_replica(e);
+  for (int i = 0; i < 10; i++)
+    CU_ASSERT_EQUAL(sf__route_dispatch(e->route, req(i)), 0);
+  CHECK_INT(qlen(e, 0), 5);
+  CHECK_INT(qlen(e, 1), 5);
+  CHECK_INT(sf__endpoint_queued(e), 10);
+}
+
+/* One replica, a queue of 2: the third request is refused with 503. */
+static void test_bounded_queue(void) {
+  sf__server *s = new_server();
+  sf__endpoint *e = sf__endpoint_new(s, "/p", "v1", &sf_type_i64, 10, 10.0, 2, 100, &LOC);
+  CHECK_INT(sf__route_dispatch(e->route, req(0)), 503); /* no replica yet */
+  sf__endpoint_add_replica(e);
+  CHECK_INT(sf__route_dispatch(e->route, req(1)), 0);
+  CHECK_INT(sf__route_dispatch(e->route, req(2)), 0);
+  CHECK_INT(sf__route_dispatch(e->route, req(3)), 503);
+  CHECK_INT(qlen(e, 0), 2);
+}
+
+/* Seven queued, max_batch 3: batches of 3, 3, then the last one alone
+ * once wait_ms (30) has passed since it arrived. */
+static void test_batches(void) {
+  sf__server *s = new_server();
+  sf__endpoint *e = sf__endpoint_new(s, "/p", "v1", &sf_type_i64, 3, 30.0, 64, 100, &LOC);
+  sf__endpoint_add_replica(e);
+  for (int i = 0; i < 7; i++)
+    sf__route_dispatch(e->route, req(i));
+  int64_t want[] = {3, 3, 1};
+  int64_t next_v = 0;
+  for (int b = 0; b < 3; b++) {
+    int64_t t0 = sf__mono_ns();
+    sf_array *a = sf__endpoint_next(e, 0, &sf_type_i64, -1, &LOC);
+    int64_t took = sf__mono_ns() - t0;
+    CHECK_INT(a->len, want[b]);
+    for (int64_t i = 0; i < a->len; i++)
+      CHECK_INT(((int64_t *)a->data)[i], next_v++); /* arrival order */
+    if (b < 2) {
+      CU_ASSERT(took < 25000000); /* a full batch goes at once */
+    } else {
+      CU_ASSERT(took >= 25000000); /* the last waited for company */
+    }
+    sf__endpoint_reply(e, 0, a, &LOC);
+    sf_release(a);
+  }
+  CHECK_INT(e->batch_count, 3);
+  CHECK_INT(e->batch_sum, 7);
+}
+
+/* An empty queue and a timeout: [] after about timeout_ms. */
+static void test_next_timeout(void) {
+  sf__server *s = new_server();
+  sf__endpoint *e = sf__endpoint_new(s, "/p", "v1", &sf_type_i64, 3, 5.0, 64, 100, &LOC);
+  sf__endpoint_add_replica(e);
+  int64_t t0 = sf__mono_ns();
+  sf_array *a = sf__endpoint_next(e, 0, &sf_type_i64, 20.0, &LOC);
+  CHECK_INT(a->len, 0);
+  CU_ASSERT(sf__mono_ns() - t0 >= 19000000);
+  sf_release(a);
+}
+
+/* Weights 90 and 10: about a tenth of 2000 requests go to v2. */
+static void test_weights(void) {
+  sf__server *s = new_server();
+  sf__endpoint *a = sf__endpoint_new(s, "/p", "v1", &sf_type_i64, 10, 10.0, 100000, 90, &LOC);
+  sf__endpoint *b = sf__endpoint_new(s, "/p", "v2", &sf_type_i64, 10, 10.0, 100000, 10, &LOC);
+  sf__endpoint_add_replica(a);
+  sf__endpoint_add_replica(b);
+  for (int i = 0; i < 2000; i++)
+    sf__route_dispatch(a->route, req(i));
+  int64_t nb = qlen(b, 0);
+  if (nb < 120 || nb > 280)
+    fprintf(stderr, "\n  v2 took %lld of 2000 at weight 10 of 100\n", (long long)nb);
+  CU_ASSERT(nb >= 120 && nb <= 280);
+  CHECK_INT(qlen(a, 0) + nb, 2000);
+  atomic_store(&a->weight, 0); /* serve.set_weight(v1, 0) */
+  for (int i = 0; i < 100; i++)
+    sf__route_dispatch(a->route, req(i));
+  CHECK_INT(qlen(b, 0), nb + 100);
+  EXPECT_ERROR(sf__endpoint_new(s, "/p", "v3", &sf_type_f64, 10, 10.0, 64, 1, &LOC),
+               "t.sflow:3:7: runtime error: serve.route: /p takes i64 (version v1), so every "
+               "version must; not f64");
+}
+
+/* A removed replica gets nothing new; its next gives [] once its queue is
+ * empty. */
+static void test_removed(void) {
+  sf__server *s = new_server();
+  sf__endpoint *e = sf__endpoint_new(s, "/p", "v1", &sf_type_i64, 10, 0.0, 64, 100, &LOC);
+  sf__endpoint_add_replica(e);
+  sf__endpoint_add_replica(e);
+  sf__route_dispatch(e->route, req(1));
+  sf__route_dispatch(e->route, req(2));
+  sf__endpoint_remove(e, 0, &LOC);
+  CHECK_INT(sf__endpoint_live(e), 1);
+  for (int i = 0; i < 6; i++)
+    sf__route_dispatch(e->route, req(i));
+  CHECK_INT(qlen(e, 0), 1);
+  CHECK_INT(qlen(e, 1), 7);
+  sf_array *a = sf__endpoint_next(e, 0, &sf_type_i64, -1, &LOC);
+  CHECK_INT(a->len, 1);
+  sf__endpoint_reply(e, 0, a, &LOC);
+  sf_release(a);
+  a = sf__endpoint_next(e, 0, &sf_type_i64, -1, &LOC);
+  CHECK_INT(a->len, 0);
+  sf_release(a);
+}
+
+/* The replica's loop fails after next: its batch and its queue go to the
+ * other replica, the death is reported once. */
+static void test_replica_dies(void) {
+  sf__server *s = new_server();
+  sf__endpoint *e = sf__endpoint_new(s, "/p", "v1", &sf_type_i64, 2, 0.0, 64, 100, &LOC);
+  sf__endpoint_add_replica(e);
+  sf__endpoint_add_replica(e);
+  for (int i = 0; i < 6; i++)
+    sf__route_dispatch(e->route, req(i)); /* 3 and 3 */
+  jmp_buf jb;
+  sf__error_jmp = &jb; /* as the actor's message runner sets it */
+  if (setjmp(jb) == 0) {
+    sf_array *a = sf__endpoint_next(e, 0, &sf_type_i64, -1, &LOC);
+    CHECK_INT(a->len, 2);
+    sf_release(a);
+    sf_runtime_error(&LOC, "index out of range"); /* the handler fails */
+  }
+  sf__error_jmp = NULL;
+  CHECK_INT(sf__endpoint_live(e), 1);
+  CHECK_INT(qlen(e, 1), 6); /* its own 3, the batch of 2, the 1 queued */
+  CHECK_INT(e->retries, 3);
+  sf_array *d = sf__endpoint_dead(e, &LOC);
+  CHECK_INT(d->len, 1);
+  CHECK_INT(((int64_t *)d->data)[0], 0);
+  sf_release(d);
+  d = sf__endpoint_dead(e, &LOC);
+  CHECK_INT(d->len, 0);
+  sf_release(d);
+  /* The retried requests keep their values. */
+  int64_t sum = 0;
+  for (int k = 0; k < 3; k++) {
+    sf_array *a = sf__endpoint_next(e, 1, &sf_type_i64, -1, &LOC);
+    for (int64_t i = 0; i < a->len; i++)
+      sum += ((int64_t *)a->data)[i];
+    sf__endpoint_reply(e, 1, a, &LOC);
+    sf_release(a);
+  }
+  CHECK_INT(sum, 0 + 1 + 2 + 3 + 4 + 5);
+  /* An error in a nested attempt (another jump target) is not a death. */
+  sf__route_dispatch(e->route, req(9));
+  jmp_buf outer, inner;
+  sf__error_jmp = &outer;
+  if (setjmp(outer) == 0) {
+    sf_array *a = sf__endpoint_next(e, 1, &sf_type_i64, -1, &LOC);
+    sf__error_jmp = &inner;
+    if (setjmp(inner) == 0)
+      sf_runtime_error(&LOC, "a task's failure, caught by its attempt");
+    sf__error_jmp = &outer;
+    sf__endpoint_reply(e, 1, a, &LOC);
+    sf_release(a);
+  }
+  sf__error_jmp = NULL;
+  CHECK_INT(sf__endpoint_live(e), 1);
+}
+
+/* Each answer is encoded alone: a NaN is a 500 naming its path, the
+ * others of the batch are 200. */
+static void test_answers(void) {
+  sf__server *s = new_server();
+  sf__endpoint *e = sf__endpoint_new(s, "/p", "v1", &sf_type_i64, 3, 0.0, 64, 100, &LOC);
+  sf__endpoint_add_replica(e);
+  sf__sreq *q[3];
+  for (int i = 0; i < 3; i++)
+    sf__route_dispatch(e->route, q[i] = req(i));
+  sf_array *a = sf__endpoint_next(e, 0, &sf_type_i64, -1, &LOC);
+  sf_array *ans = sf_array_new(&sf_type_f64, 3, &LOC);
+  ((double *)ans->data)[0] = 1.5;
+  ((double *)ans->data)[1] = NAN;
+  ((double *)ans->data)[2] = 3;
+  sf__endpoint_reply(e, 0, ans, &LOC);
+  CHECK_INT(q[0]->status, 200);
+  CHECK_STR(q[0]->body, "1.5");
+  CHECK_INT(q[1]->status, 500);
+  CHECK_STR(q[1]->body, "{\"error\": \"to_json: $: NaN has no JSON form\"}\n");
+  CHECK_INT(q[2]->status, 200);
+  CHECK_STR(q[2]->body, "3.0");
+  sf_release(a);
+  /* Another number of answers: the batch answered 500, and an error. */
+  sf__route_dispatch(e->route, q[0] = req(7));
+  a = sf__endpoint_next(e, 0, &sf_type_i64, -1, &LOC);
+  EXPECT_ERROR(sf__endpoint_reply(e, 0, ans, &LOC),
+               "t.sflow:3:7: runtime error: serve.reply: /p (v1, replica 0): the handler gave 3 "
+               "answers for a batch of 1");
+  CHECK_INT(q[0]->status, 500);
+  sf_release(a);
+  sf_release(ans);
+}
+
+static void test_error_body(void) {
+  size_t n;
+  char *b = sf__error_body("a \"quote\", a \\ and a\nline", &n);
+  CHECK_STR(b, "{\"error\": \"a \\\"quote\\\", a \\\\ and a\\u000aline\"}\n");
+  CHECK_INT((int64_t)n, (int64_t)strlen(b));
+  sf_free(b);
+}
+
+int main(int argc, char **argv) {
+  static const rt_test tests[] = {
+      {"two_choices", test_two_choices},
+      {"bounded_queue", test_bounded_queue},
+      {"batches", test_batches},
+      {"next_timeout", test_next_timeout},
+      {"weights", test_weights},
+      {"removed", test_removed},
+      {"replica_dies", test_replica_dies},
+      {"answers", test_answers},
+      {"error_body", test_error_body},
+      {NULL, NULL},
+  };
+  return rt_run("rt_serve", tests, argc, argv);
+}
