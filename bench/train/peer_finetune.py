@@ -12,7 +12,8 @@ mean-pooled last hidden state (the attention mask weights the mean), in
 training mode (dropout 0.1 as config.json says); cross-entropy over the
 global batch; AdamW (PyTorch's: lr --lr, betas 0.9/0.999, eps 1e-8, weight
 decay 0.01) with the learning rate falling linearly to 0 over all steps,
-no warm-up; the fortunes records of --categories, selected and shuffled
+no warm-up, gradients clipped at global norm 1.0 (std.train's defaults,
+Hugging Face Trainer's too); the fortunes records of --categories, selected and shuffled
 by bench/train/fortunes_split.py, which re-implements std.data's
 permutation and batches, so both sides train on the same examples in the
 same order; texts tokenized once, before training, with the model's
@@ -84,7 +85,7 @@ def args_of(argv=None):
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--weight-decay", type=float, default=0.01)
-    ap.add_argument("--clip", type=float, default=0.0, help="max gradient norm (0: none)")
+    ap.add_argument("--clip", type=float, default=1.0, help="max global gradient norm (0: none; std.train clips at 1.0)")
     ap.add_argument("--pad", choices=("longest", "max"), default="longest")
     ap.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
