@@ -9,8 +9,11 @@ CMAKE_FLAGS ?=
 
 all: build
 
+# System packages and the tests' Python environment, then the pretrained
+# model the ML examples read (scripts/install-models.sh: once, then a stamp).
 deps:
 	@bash scripts/install-deps.sh
+	@SFLOW_MODELS="$${SFLOW_MODELS:-$(abspath $(BUILD))/models}" bash scripts/install-models.sh
 
 $(BUILD)/CMakeCache.txt: | deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) >/dev/null

@@ -170,9 +170,23 @@ static bool set_option(parser *ps, rt_id id, const char *v) {
   return true;
 }
 
+/* A parameter's flag is its name, with '-' accepted for any '_'
+ * (`--seq-len` sets seq_len, as command lines usually spell flags).  An
+ * identifier holds no '-', so a typed name picks at most one parameter,
+ * and the compiler refuses parameters that would meet a runtime flag this
+ * way (flagnames.h), so none shadows one. */
+static bool same_flag(const char *param, const char *name, size_t n) {
+  if (strlen(param) != n)
+    return false;
+  for (size_t i = 0; i < n; i++)
+    if (param[i] != name[i] && !(param[i] == '_' && name[i] == '-'))
+      return false;
+  return true;
+}
+
 static int find_param(const sf_program *prog, const char *name, size_t n) {
   for (int i = 0; i < prog->nparams; i++)
-    if (strlen(prog->params[i].name) == n && !memcmp(prog->params[i].name, name, n))
+    if (same_flag(prog->params[i].name, name, n))
       return i;
   return -1;
 }

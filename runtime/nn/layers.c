@@ -245,6 +245,8 @@ static void bw_dropout(sf__node *n, sf_tensor *g) {
   sf__grad_add(n->in[0], dx);
 }
 
+static sf_tensor *apply_mask(sf_tensor *x, sf_tensor *mask, double p, const sf_loc *loc);
+
 sf_tensor *sf__t_dropout(sf_tensor *x, double p, int64_t seed, bool training, const sf_loc *loc) {
   sf__t_arg(x, "dropout", loc);
   if (!(p >= 0.0 && p <= 1.0))
@@ -260,6 +262,12 @@ sf_tensor *sf__t_dropout(sf_tensor *x, double p, int64_t seed, bool training, co
   memcpy(shape->data, x->shape, sizeof(int64_t) * (size_t)x->ndim);
   sf_tensor *mask = sf_std_nn_uniform(shape, 0.0f, 1.0f, seed, loc);
   sf_release(shape);
+  return apply_mask(x, mask, p, loc);
+}
+
+/* x times the mask made from mask's uniform draws: kept where u >= p,
+ * scaled by 1/(1 - p); one dropout node holding the mask. */
+static sf_tensor *apply_mask(sf_tensor *x, sf_tensor *mask, double p, const sf_loc *loc) {
   float keep = p < 1.0 ? (float)(1.0 / (1.0 - p)) : 0.0f, *m = sf__t_data(mask);
   for (int64_t i = 0; i < mask->numel; i++)
     m[i] = p < 1.0 && (double)m[i] >= p ? keep : 0.0f;
@@ -273,6 +281,47 @@ sf_tensor *sf__t_dropout(sf_tensor *x, double p, int64_t seed, bool training, co
   else
     sf_release(mask);
   return out;
+}
+
+/* Per-sample masks.  Row r's key is a mix of the seed, index[r] and the
+ * stream (a model numbers its dropout sites as streams), so the values
+ * drawn for a row are the same whether it sits in a batch of 1 or of 64,
+ * first or last: what data-parallel training needs for 1, 2 and 4 workers
+ * to compute one loss curve. */
+static void check_rows(const char *op, sf_tensor *x, double p, int64_t seed, sf_array *index,
+                       const sf_loc *loc) {
+  char sx[SF__SHAPE_BUF];
+  if (!(p >= 0.0 && p <= 1.0))
+    sf_runtime_error(loc, "%s: p must be in [0, 1], not %g", op, p);
+  if (seed < 0)
+    sf_runtime_error(loc, "%s: seed must be >= 0, not %" PRId64, op, seed);
+  int64_t n = index ? index->len : 0;
+  if (x->ndim < 1 || n != x->shape[0])
+    sf_runtime_error(loc, "%s: index has %" PRId64 " entries, but the tensor %s needs one per "
+                     "row of its first axis", op, n, SF__SHP(x, sx));
+}
+
+static sf_tensor *row_mask(sf_tensor *x, int64_t seed, sf_array *index, int64_t stream) {
+  sf_tensor *mask = sf__t_like(x);
+  int64_t rows = x->shape[0], per = rows ? x->numel / rows : 0;
+  const int64_t *ix = index->data;
+  uint64_t base = sf__rng_mix((uint64_t)seed, 0x6472); /* "dr" */
+  for (int64_t r = 0; r < rows; r++) {
+    uint64_t key = sf__rng_mix(sf__rng_mix(base, (uint64_t)ix[r]), (uint64_t)stream);
+    sf__uniform_key(sf__t_data(mask) + r * per, per, key);
+  }
+  return mask;
+}
+
+sf_tensor *sf__t_dropout_rows(sf_tensor *x, double p, int64_t seed, sf_array *index,
+                              int64_t stream, bool training, const sf_loc *loc) {
+  sf__t_arg(x, "dropout_rows", loc);
+  check_rows("dropout_rows", x, p, seed, index, loc);
+  if (!training || p == 0.0) {
+    sf_retain(x);
+    return x;
+  }
+  return apply_mask(x, row_mask(x, seed, index, stream), p, loc);
 }
 
 /* ---------------------------------------------------------- attention */
@@ -385,8 +434,12 @@ static void check_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *
                      PRId64 " (B * S, one per key; [] for none)", len, SF__SHP(k, sk), want);
 }
 
-sf_tensor *sf__t_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
-                           int64_t heads, const sf_loc *loc) {
+/* The composition; with drop > 0 the probabilities go through
+ * dropout_rows first (batch row b's masks from (seed, index[b], stream)),
+ * as Hugging Face's BertSelfAttention drops attention_probs. */
+static sf_tensor *attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
+                            int64_t heads, double drop, int64_t seed, sf_array *index,
+                            int64_t stream, const sf_loc *loc) {
   sf__t_arg(q, "attention", loc);
   sf__t_arg(k, "attention", loc);
   sf__t_arg(v, "attention", loc);
@@ -398,6 +451,11 @@ sf_tensor *sf__t_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *m
   sf_tensor *vh = split_heads(v, heads, loc), *kt = sf__t_transpose(kh, 2, 3, loc);
   sf_tensor *scores = sf__t_matmul(qh, kt, loc);              /* (B, H, T, S) */
   sf_tensor *p = masked_softmax(scores, mask, scale, loc);
+  if (drop > 0.0) {
+    sf_tensor *pd = apply_mask(p, row_mask(p, seed, index, stream), drop, loc);
+    sf_release(p);
+    p = pd;
+  }
   sf_tensor *o = sf__t_matmul(p, vh, loc);                    /* (B, H, T, D/H) */
   sf_tensor *ot = sf__t_transpose(o, 1, 2, loc);              /* (B, T, H, D/H) */
   sf_tensor *out = sf__t_reshape(ot, 3, q->shape, loc);       /* (B, T, D) */
@@ -405,6 +463,19 @@ sf_tensor *sf__t_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *m
   for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
     sf_release(tmp[i]);
   return out;
+}
+
+sf_tensor *sf__t_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
+                           int64_t heads, const sf_loc *loc) {
+  return attention(q, k, v, mask, heads, 0.0, 0, NULL, 0, loc);
+}
+
+sf_tensor *sf__t_attention_dropout(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
+                                   int64_t heads, double p, int64_t seed, sf_array *index,
+                                   int64_t stream, bool training, const sf_loc *loc) {
+  sf__t_arg(q, "attention_dropout", loc);
+  check_rows("attention_dropout", q, p, seed, index, loc);
+  return attention(q, k, v, mask, heads, training ? p : 0.0, seed, index, stream, loc);
 }
 
 /* --------------------------------------------------------- clipping */
@@ -449,6 +520,15 @@ sf_tensor *sf_std_nn_dropout(sf_tensor *x, double p, int64_t seed, bool training
 sf_tensor *sf_std_nn_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
                                int64_t heads, const sf_loc *loc) {
   return sf__t_attention(q, k, v, mask, heads, loc);
+}
+sf_tensor *sf_std_nn_dropout_rows(sf_tensor *x, double p, int64_t seed, sf_array *index,
+                                  int64_t stream, bool training, const sf_loc *loc) {
+  return sf__t_dropout_rows(x, p, seed, index, stream, training, loc);
+}
+sf_tensor *sf_std_nn_attention_dropout(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
+                                       int64_t heads, double p, int64_t seed, sf_array *index,
+                                       int64_t stream, bool training, const sf_loc *loc) {
+  return sf__t_attention_dropout(q, k, v, mask, heads, p, seed, index, stream, training, loc);
 }
 double sf_std_nn_clip_grad_norm(sf_array *ps, double max_norm, const sf_loc *loc) {
   return sf__clip_grad_norm(ps, max_norm, loc);

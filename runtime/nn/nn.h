@@ -306,6 +306,19 @@ sf_tensor *sf__t_dropout(sf_tensor *x, double p, int64_t seed, bool training, co
  * none): softmax(q kᵀ / sqrt(D/heads)) v per head, (B, T, D). */
 sf_tensor *sf__t_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
                            int64_t heads, const sf_loc *loc);
+/* Dropout whose mask for row r (x's first axis) is drawn from (seed,
+ * index[r], stream) alone: a sample's mask does not depend on the rows
+ * beside it, so any split of a batch over workers gives it the same one. */
+sf_tensor *sf__t_dropout_rows(sf_tensor *x, double p, int64_t seed, sf_array *index,
+                              int64_t stream, bool training, const sf_loc *loc);
+/* attention with dropout on the probabilities (B, H, T, S), batch row b's
+ * masks drawn from (seed, index[b], stream) as dropout_rows'. */
+sf_tensor *sf__t_attention_dropout(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
+                                   int64_t heads, double p, int64_t seed, sf_array *index,
+                                   int64_t stream, bool training, const sf_loc *loc);
+/* n values of [0, 1) in steps of 2^-24 from the PCG32 stream of key, as a
+ * seeded nn.uniform draws them. */
+void sf__uniform_key(float *d, int64_t n, uint64_t key);
 /* Scales the params' gradients so their global L2 norm is at most
  * max_norm (torch's clip_grad_norm_); the norm before clipping. */
 double sf__clip_grad_norm(sf_array *ps, double max_norm, const sf_loc *loc);
@@ -317,6 +330,11 @@ sf_tensor *sf_std_nn_dropout(sf_tensor *x, double p, int64_t seed, bool training
                              const sf_loc *loc);
 sf_tensor *sf_std_nn_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
                                int64_t heads, const sf_loc *loc);
+sf_tensor *sf_std_nn_dropout_rows(sf_tensor *x, double p, int64_t seed, sf_array *index,
+                                  int64_t stream, bool training, const sf_loc *loc);
+sf_tensor *sf_std_nn_attention_dropout(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
+                                       int64_t heads, double p, int64_t seed, sf_array *index,
+                                       int64_t stream, bool training, const sf_loc *loc);
 double sf_std_nn_clip_grad_norm(sf_array *ps, double max_norm, const sf_loc *loc);
 
 #endif

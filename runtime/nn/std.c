@@ -50,13 +50,8 @@ static uint32_t pcg_next(pcg32 *r) {
   return (x >> rot) | (x << ((-rot) & 31));
 }
 
-/* The stream of a seed (>= 0) or, for -1, of a key from the call's. */
-static pcg32 stream_of(int64_t seed, const char *what, const sf_loc *loc) {
-  if (seed < -1)
-    sf_runtime_error(loc, "%s: seed must be -1 (the call's random stream) or >= 0, not %" PRId64,
-                     what, seed);
-  uint64_t key = seed == -1 ? (uint64_t)sf_rand_int(INT64_MIN, INT64_MAX, loc)
-                            : sf__rng_mix((uint64_t)seed, 0x6e6e); /* "nn" */
+/* The PCG32 stream of a 64-bit key (pcg32_srandom_r(key, key)). */
+static pcg32 stream_key(uint64_t key) {
   pcg32 r = {0, (key << 1u) | 1u};
   pcg_next(&r);
   r.state += key;
@@ -64,8 +59,24 @@ static pcg32 stream_of(int64_t seed, const char *what, const sf_loc *loc) {
   return r;
 }
 
+/* The stream of a seed (>= 0) or, for -1, of a key from the call's. */
+static pcg32 stream_of(int64_t seed, const char *what, const sf_loc *loc) {
+  if (seed < -1)
+    sf_runtime_error(loc, "%s: seed must be -1 (the call's random stream) or >= 0, not %" PRId64,
+                     what, seed);
+  uint64_t key = seed == -1 ? (uint64_t)sf_rand_int(INT64_MIN, INT64_MAX, loc)
+                            : sf__rng_mix((uint64_t)seed, 0x6e6e); /* "nn" */
+  return stream_key(key);
+}
+
 /* [0, 1) in steps of 2^-24, exact in f32. */
 static float unit(pcg32 *r) { return (float)(pcg_next(r) >> 8) * 0x1p-24f; }
+
+void sf__uniform_key(float *d, int64_t n, uint64_t key) {
+  pcg32 r = stream_key(key);
+  for (int64_t i = 0; i < n; i++)
+    d[i] = unit(&r);
+}
 
 static sf_tensor *new_of(sf_array *shape, const char *what, const sf_loc *loc) {
   int32_t nd;
