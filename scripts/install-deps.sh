@@ -14,6 +14,7 @@ pkgs=(
   libopenblas-dev libcjson-dev zlib1g-dev valgrind gdb
   iproute2 procps                    # ip netns, ip link, ss: namespace cluster tests
   fortunes-min                       # a real text data set for examples/fortunes.sflow
+  fortunes                           # labelled text (one category per file) for examples/finetune.sflow
 )
 
 missing=()

@@ -21,6 +21,7 @@
  */
 #include <inttypes.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "nn.h"
@@ -334,37 +335,75 @@ typedef struct {
   const float *x, *g;
   float *y;
   const int64_t *mask;
+  const int64_t *prefix; /* per batch row: its keys are 0..prefix-1 (right padding), or -1 */
   int64_t per_batch, s;
   float scale;
 } sm_ctx;
 
+/* The keys of a batch row, when they are a prefix (the usual right
+ * padding): their count; else -1. */
+static int64_t key_prefix(const int64_t *m, int64_t s) {
+  int64_t n = 0;
+  while (n < s && m[n])
+    n++;
+  for (int64_t j = n; j < s; j++)
+    if (m[j])
+      return -1;
+  return n;
+}
+
+/* y[0..n) = softmax(x[0..n) * scale), keys with m[j] == 0 (m may be
+ * NULL) at probability 0, four lanes at a time (simd.h's exp; the tail
+ * padded with -inf, which is 0 after exp); a row with no key left is
+ * zeros.  The sums go lane by lane, then across, in a fixed order. */
+static void softmax_row(const float *xr, float *yr, const int64_t *m, int64_t n, float scale) {
+  float mx = -INFINITY;
+  for (int64_t j = 0; j < n; j++) {
+    yr[j] = (!m || m[j]) ? xr[j] * scale : -INFINITY;
+    mx = yr[j] > mx ? yr[j] : mx;
+  }
+  if (mx == -INFINITY) { /* no key left: zeros, as torch */
+    memset(yr, 0, (size_t)n * sizeof(float));
+    return;
+  }
+  sf__f4 vmx = sf__splat4(mx), acc = sf__splat4(0.0f);
+  int64_t j = 0;
+  for (; j + SF__V <= n; j += SF__V) {
+    sf__f4 e = sf__exp4(sf__ld4(yr + j) - vmx);
+    sf__st4(yr + j, e);
+    acc += e;
+  }
+  if (j < n) {
+    float t[SF__V] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    memcpy(t, yr + j, sizeof(float) * (size_t)(n - j));
+    sf__f4 e = sf__exp4(sf__ld4(t) - vmx);
+    sf__st4(t, e);
+    memcpy(yr + j, t, sizeof(float) * (size_t)(n - j));
+    acc += e;
+  }
+  float inv = 1.0f / ((acc[0] + acc[1]) + (acc[2] + acc[3]));
+  sf__f4 vinv = sf__splat4(inv);
+  for (j = 0; j + SF__V <= n; j += SF__V)
+    sf__st4(yr + j, sf__ld4(yr + j) * vinv);
+  for (; j < n; j++)
+    yr[j] *= inv;
+}
+
 static void masked_softmax_chunk(void *vc, int64_t lo, int64_t hi) {
   sm_ctx *c = vc;
   int64_t s = c->s;
-  float scale = c->scale;
   for (int64_t r = lo; r < hi; r++) {
     const float *xr = c->x + r * s;
     float *yr = c->y + r * s;
-    const int64_t *mr = c->mask ? c->mask + (r / c->per_batch) * s : NULL;
-    float mx = -INFINITY;
-    /* The scaled row first, masked keys at -inf: one branch-free pass
-     * each for the maximum, the exponentials and the normalisation. */
-    for (int64_t j = 0; j < s; j++)
-      yr[j] = (!mr || mr[j]) ? xr[j] * scale : -INFINITY;
-    for (int64_t j = 0; j < s; j++)
-      mx = yr[j] > mx ? yr[j] : mx;
-    if (mx == -INFINITY) { /* no key left: zeros, as torch */
-      memset(yr, 0, (size_t)s * sizeof(float));
-      continue;
+    int64_t b = r / c->per_batch;
+    const int64_t *mr = c->mask ? c->mask + b * s : NULL;
+    int64_t n = c->prefix ? c->prefix[b] : -1;
+    if (n >= 0) { /* right padding: only the keys there are, the rest zeros */
+      softmax_row(xr, yr, NULL, n, c->scale);
+      memset(yr + n, 0, (size_t)(s - n) * sizeof(float));
+    } else {
+      softmax_row(xr, yr, mr, s, c->scale);
     }
-    float sum = 0;
-    for (int64_t j = 0; j < s; j++) {
-      yr[j] = expf(yr[j] - mx); /* exp(-inf) = 0 for a masked key */
-      sum += yr[j];
-    }
-    float inv = 1.0f / sum;
-    for (int64_t j = 0; j < s; j++)
-      yr[j] *= inv;
   }
 }
 
@@ -395,10 +434,17 @@ static void bw_masked_softmax(sf__node *n, sf_tensor *g) {
 static sf_tensor *masked_softmax(sf_tensor *scores, sf_array *mask, float scale,
                                  const sf_loc *loc) {
   sf_tensor *x = sf__t_contig(scores), *out = sf__t_like(x);
-  int64_t s = x->shape[3];
+  int64_t s = x->shape[3], batch = x->shape[0];
+  int64_t *prefix = NULL;
+  if (mask) {
+    prefix = sf__alloc_n((size_t)(batch ? batch : 1), sizeof *prefix);
+    for (int64_t b = 0; b < batch; b++)
+      prefix[b] = key_prefix((const int64_t *)mask->data + b * s, s);
+  }
   sm_ctx c = {.x = sf__t_data(x), .y = sf__t_data(out), .mask = mask ? mask->data : NULL,
-              .per_batch = x->shape[1] * x->shape[2], .s = s, .scale = scale};
+              .prefix = prefix, .per_batch = x->shape[1] * x->shape[2], .s = s, .scale = scale};
   over_rows(s ? x->numel / s : 0, s, masked_softmax_chunk, &c);
+  free(prefix);
   sf_release(x);
   sf__node *n = sf__record("attention", out, bw_masked_softmax, scores, NULL);
   if (n) {
@@ -480,6 +526,43 @@ sf_tensor *sf__t_attention_dropout(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_
 
 /* --------------------------------------------------------- clipping */
 
+/* Σ g² over n floats in f64, in eight independent lanes (four SSE2
+ * vectors of two doubles): one running sum was a chain of dependent
+ * scalar adds, which made the norm of a 22M-param model's gradients cost
+ * about as much as its AdamW step; the lanes run in parallel, every value
+ * still squared and added in f64, and the same on every run. */
+typedef float sf__f2 __attribute__((vector_size(8)));
+typedef double sf__d2 __attribute__((vector_size(16)));
+
+static double sum_squares(const float *g, int64_t n) {
+  sf__d2 s0 = {0, 0}, s1 = {0, 0}, s2 = {0, 0}, s3 = {0, 0};
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    sf__f2 f[4];
+    memcpy(f, g + j, sizeof f);
+    sf__d2 x0 = __builtin_convertvector(f[0], sf__d2), x1 = __builtin_convertvector(f[1], sf__d2);
+    sf__d2 x2 = __builtin_convertvector(f[2], sf__d2), x3 = __builtin_convertvector(f[3], sf__d2);
+    s0 += x0 * x0;
+    s1 += x1 * x1;
+    s2 += x2 * x2;
+    s3 += x3 * x3;
+  }
+  sf__d2 t = (s0 + s1) + (s2 + s3);
+  double ss = t[0] + t[1];
+  for (; j < n; j++)
+    ss += (double)g[j] * g[j];
+  return ss;
+}
+
+/* g *= c in f32, as torch's g.mul_(clip_coef) does, four lanes at a time. */
+static void scale(float *g, int64_t n, float c) {
+  int64_t j = 0;
+  for (; j + SF__V <= n; j += SF__V)
+    sf__st4(g + j, sf__ld4(g + j) * sf__splat4(c));
+  for (; j < n; j++)
+    g[j] *= c;
+}
+
 double sf__clip_grad_norm(sf_array *ps, double max_norm, const sf_loc *loc) {
   if (!(max_norm >= 0))
     sf_runtime_error(loc, "clip_grad_norm: max_norm must be >= 0, not %g", max_norm);
@@ -487,19 +570,13 @@ double sf__clip_grad_norm(sf_array *ps, double max_norm, const sf_loc *loc) {
   int64_t n = ps ? ps->len : 0;
   sf_tensor **p = n ? ps->data : NULL;
   for (int64_t i = 0; i < n; i++)
-    if (p[i] && p[i]->grad) {
-      const float *g = sf__t_data(p[i]->grad);
-      for (int64_t j = 0; j < p[i]->grad->numel; j++)
-        ss += (double)g[j] * g[j];
-    }
+    if (p[i] && p[i]->grad)
+      ss += sum_squares(sf__t_data(p[i]->grad), p[i]->grad->numel);
   double norm = sqrt(ss), coef = max_norm / (norm + 1e-6);
   if (coef < 1.0) /* torch multiplies by min(coef, 1): 1 changes nothing */
     for (int64_t i = 0; i < n; i++)
-      if (p[i] && p[i]->grad) {
-        float *g = sf__t_data(p[i]->grad);
-        for (int64_t j = 0; j < p[i]->grad->numel; j++)
-          g[j] = (float)(g[j] * coef);
-      }
+      if (p[i] && p[i]->grad)
+        scale(sf__t_data(p[i]->grad), p[i]->grad->numel, (float)coef);
   return norm;
 }
 

@@ -5,8 +5,9 @@
  * reductions, softmax and the losses (reduce.c), matmul over the gpu
  * layer's BLAS (matmul.c), the tape and backward (autograd.c), the
  * optimizers (optim.c), params/grads and safetensors (safetensors.c), the
- * encoder layers and gradient clipping (layers.c), and
- * the `sf_std_nn_*` externs of stdlib/nn.sflow (std.c).
+ * encoder layers and gradient clipping (layers.c), the
+ * `sf_std_nn_*` externs of stdlib/nn.sflow (std.c), and std.train's
+ * member rank and collectives (train.c).
  *
  * Key design choice: a tensor is a small header (shape, strides, offset)
  * over a reference-counted storage of f32, so reshape and transpose are
@@ -336,5 +337,17 @@ sf_tensor *sf_std_nn_attention_dropout(sf_tensor *q, sf_tensor *k, sf_tensor *v,
                                        int64_t heads, double p, int64_t seed, sf_array *index,
                                        int64_t stream, bool training, const sf_loc *loc);
 double sf_std_nn_clip_grad_norm(sf_array *ps, double max_norm, const sf_loc *loc);
+
+/* ------------------------------------------------------------ train.c */
+
+/* std.train's view of the calling member (stdlib/train.sflow): its rank
+ * and its group's size (0 and 1 outside a group's method), the in-place
+ * sum of tensors (bucketed) and of an f64[] over the group, and a
+ * broadcast of tensors from root. */
+int64_t sf_std_train_rank(const sf_loc *loc);
+int64_t sf_std_train_workers(const sf_loc *loc);
+void sf_std_train_sum_tensors(sf_array *ts, const sf_loc *loc);
+void sf_std_train_sum_f64(sf_array *xs, const sf_loc *loc);
+void sf_std_train_broadcast_tensors(sf_array *ts, int64_t root, const sf_loc *loc);
 
 #endif

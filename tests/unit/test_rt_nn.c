@@ -22,6 +22,7 @@
 #include "rt_test.h"
 
 #include "nn.h"
+#include "simd.h"
 
 const sf_program sf_program_desc = {SF_ABI_VERSION, "test_rt_nn", "", 0, NULL, NULL, NULL, NULL, 0, NULL, NULL};
 
@@ -1180,6 +1181,156 @@ static void test_layers_forward(void) {
     sf_release(arrs[i]);
 }
 
+/* ------------------------------------------- per-sample dropout, vectors */
+
+typedef struct {
+  sf_array *index, *mask;
+  int64_t heads, stream;
+  double p;
+} rows_ctx;
+static sf_tensor *f_dropout_rows(sf_tensor **in, void *ctx) {
+  rows_ctx *c = ctx;
+  return sf__t_dropout_rows(in[0], c->p, 3, c->index, c->stream, true, &LOC);
+}
+static sf_tensor *f_attention_dropout(sf_tensor **in, void *ctx) {
+  rows_ctx *c = ctx;
+  return sf__t_attention_dropout(in[0], in[1], in[2], c->mask, c->heads, c->p, 3, c->index,
+                                 c->stream, true, &LOC);
+}
+
+/* Row r of x (rows, n) alone, as a (1, n) tensor (a copy). */
+static sf_tensor *row_of(sf_tensor *x, int64_t r) {
+  int64_t n = x->numel / x->shape[0];
+  sf_tensor *t = mk(2, SHAPE(1, n), sf__t_data(x) + r * n);
+  return t;
+}
+
+/* dropout_rows and attention_dropout: finite differences; a row's mask is
+ * the same alone as in a batch (what makes 1, 2 and 4 workers agree) and
+ * follows (seed, index, stream); errors.  Then simd.h's exp and normal CDF
+ * against libm's, and the masked softmax's right-padding path against the
+ * general one. */
+static void test_dropout_rows(void) {
+  rows_ctx d = {.index = i64s(4, (int64_t[]){7, 3, 7, 100}), .p = 0.4, .stream = 2};
+  sf_tensor *x[1] = {rnd(2, SHAPE(4, 5), -1, 1, true)};
+  gradcheck("dropout_rows p=0.4", f_dropout_rows, &d, 1, x);
+  release_all(x, 1);
+  rows_ctx a = {.index = i64s(2, (int64_t[]){41, 5}), .mask = i64s(8, (int64_t[]){1, 1, 1, 0, 1, 0, 0, 1}),
+                .heads = 2, .p = 0.3, .stream = 1};
+  sf_tensor *q[3] = {rnd(3, SHAPE(2, 4, 6), -1, 1, true), rnd(3, SHAPE(2, 4, 6), -1, 1, true),
+                     rnd(3, SHAPE(2, 4, 6), -1, 1, true)};
+  gradcheck("attention_dropout p=0.3", f_attention_dropout, &a, 3, q);
+
+  /* Batch independence: each row's values equal the row run alone. */
+  sf_tensor *ones = sf__t_full(2, SHAPE(4, 64), 1.0f);
+  sf_tensor *all = sf__t_dropout_rows(ones, 0.5, 9, d.index, 0, true, &LOC);
+  bool same = true;
+  for (int64_t r = 0; r < 4; r++) {
+    sf_tensor *one = row_of(ones, r);
+    sf_array *ix = i64s(1, (int64_t[]){((int64_t *)d.index->data)[r]});
+    sf_tensor *alone = sf__t_dropout_rows(one, 0.5, 9, ix, 0, true, &LOC);
+    same = same && memcmp(sf__t_data(alone), sf__t_data(all) + r * 64, 64 * sizeof(float)) == 0;
+    sf_release(alone);
+    sf_release(one);
+    sf_release(ix);
+  }
+  CU_ASSERT(same);
+  const float *m = sf__t_data(all);
+  CU_ASSERT(memcmp(m, m + 2 * 64, 64 * sizeof(float)) == 0); /* index 7 twice: one mask */
+  CU_ASSERT(memcmp(m, m + 64, 64 * sizeof(float)) != 0);     /* 7 and 3 differ */
+  sf_tensor *s1 = sf__t_dropout_rows(ones, 0.5, 9, d.index, 1, true, &LOC);
+  sf_tensor *s2 = sf__t_dropout_rows(ones, 0.5, 10, d.index, 0, true, &LOC);
+  CU_ASSERT(memcmp(m, sf__t_data(s1), 64 * sizeof(float)) != 0); /* another stream */
+  CU_ASSERT(memcmp(m, sf__t_data(s2), 64 * sizeof(float)) != 0); /* another seed */
+  sf_tensor *off = sf__t_dropout_rows(ones, 0.5, 9, d.index, 0, false, &LOC);
+  CU_ASSERT(off == ones);
+  /* attention_dropout: batch row 1 alone gives batch row 1's output. */
+  sf__no_grad = true;
+  sf_tensor *o = sf__t_attention_dropout(q[0], q[1], q[2], a.mask, 2, 0.3, 3, a.index, 1, true, &LOC);
+  sf_tensor *q1 = sf__t_row(q[0], 1, &LOC), *k1 = sf__t_row(q[1], 1, &LOC), *v1 = sf__t_row(q[2], 1, &LOC);
+  sf_tensor *q1r = sf__t_reshape(q1, 3, SHAPE(1, 4, 6), &LOC), *k1r = sf__t_reshape(k1, 3, SHAPE(1, 4, 6), &LOC);
+  sf_tensor *v1r = sf__t_reshape(v1, 3, SHAPE(1, 4, 6), &LOC);
+  sf_array *m1 = i64s(4, (int64_t[]){1, 0, 0, 1}), *i1 = i64s(1, (int64_t[]){5});
+  sf_tensor *o1 = sf__t_attention_dropout(q1r, k1r, v1r, m1, 2, 0.3, 3, i1, 1, true, &LOC);
+  check_vals("attention_dropout row alone", o1, sf__t_data(o) + 24, 24, 1e-6f);
+  sf_tensor *plain = sf__t_attention(q[0], q[1], q[2], a.mask, 2, &LOC);
+  sf_tensor *ev = sf__t_attention_dropout(q[0], q[1], q[2], a.mask, 2, 0.3, 3, a.index, 1, false, &LOC);
+  check_vals("attention_dropout off", ev, sf__t_data(plain), 48, 0);
+  sf__no_grad = false;
+  EXPECT_ERROR(sf__t_dropout_rows(ones, 0.5, 9, a.index, 0, true, &LOC),
+               "t.sflow:3:7: runtime error: dropout_rows: index has 2 entries, but the tensor "
+               "[4, 64] needs one per row of its first axis");
+  EXPECT_ERROR(sf__t_dropout_rows(ones, 0.5, -1, d.index, 0, true, &LOC),
+               "t.sflow:3:7: runtime error: dropout_rows: seed must be >= 0, not -1");
+  EXPECT_ERROR(sf__t_attention_dropout(q[0], q[1], q[2], a.mask, 2, 0.3, 3, d.index, 1, true, &LOC),
+               "t.sflow:3:7: runtime error: attention_dropout: index has 4 entries, but the "
+               "tensor [2, 4, 6] needs one per row of its first axis");
+  sf_tensor *rel[] = {ones, all, s1, s2, off, o, q1, k1, v1, q1r, k1r, v1r, o1, plain, ev};
+  for (size_t i = 0; i < sizeof rel / sizeof *rel; i++)
+    sf_release(rel[i]);
+  release_all(q, 3);
+  sf_release(m1);
+  sf_release(i1);
+
+  /* simd.h: exp within 2 ulp of libm on [-87, 0], 0 below and for -inf,
+   * NaN kept; Φ within 5e-6 relative of erfc's on [-6, 8]. */
+  double worst_ulp = 0, worst_rel = 0;
+  for (float v = -87.0f; v <= 0.0f; v += 0.00071f) {
+    double e = exp((double)v);
+    float ef = (float)e, ulp = nextafterf(ef, INFINITY) - ef;
+    double u = fabs(sf__exp4(sf__splat4(v))[0] - e) / ulp;
+    worst_ulp = u > worst_ulp ? u : worst_ulp;
+  }
+  sf__f4 edge = sf__exp4((sf__f4){-INFINITY, -90.0f, NAN, 0.0f});
+  CU_ASSERT(edge[0] == 0.0f && edge[1] == 0.0f && isnan(edge[2]) && edge[3] == 1.0f);
+  for (float v = -6.0f; v <= 8.0f; v += 0.00031f) {
+    double want = 0.5 * erfc(-(double)v / sqrt(2.0));
+    double r = fabs(sf__phi4(sf__splat4(v))[0] - want) / want;
+    worst_rel = r > worst_rel ? r : worst_rel;
+  }
+  printf("\n    simd exp: max %.2f ulp; normal CDF: max relative error %.2e ", worst_ulp, worst_rel);
+  CU_ASSERT(worst_ulp <= 2.0);
+  CU_ASSERT(worst_rel <= 5e-6);
+  /* gelu through the vector path, tails included (7 values). */
+  sf_tensor *gx = mk(1, SHAPE(7), (float[]){-5, -1, -0.1f, 0, 0.5f, 2, 10});
+  sf_tensor *gy = sf__t_unary(SF__U_GELU, gx, &LOC);
+  float gw[7];
+  for (int i = 0; i < 7; i++) {
+    double xv = sf__t_data(gx)[i];
+    gw[i] = (float)(xv * 0.5 * erfc(-xv / sqrt(2.0)));
+  }
+  check_vals("gelu", gy, gw, 7, 2e-7f);
+  CU_ASSERT(fabsf(sf__t_data(gy)[0] - gw[0]) <= 1e-5f * fabsf(gw[0])); /* the tail, relatively */
+
+  /* Masked softmax: right padding (the prefix path) and a scattered mask
+   * (the general one) both equal attention over the kept keys alone. */
+  sf_tensor *aq = rnd(3, SHAPE(1, 3, 4), -1, 1, false), *ak = rnd(3, SHAPE(1, 7, 4), -1, 1, false);
+  sf_tensor *av = rnd(3, SHAPE(1, 7, 4), -1, 1, false);
+  sf_array *pre = i64s(7, (int64_t[]){1, 1, 1, 1, 1, 0, 0});
+  sf_array *sc = i64s(7, (int64_t[]){0, 1, 0, 1, 1, 0, 1});
+  sf_tensor *kp = sf__t_rows(sf__t_reshape(ak, 2, SHAPE(7, 4), &LOC), 0, 5, &LOC);
+  sf_tensor *vp = sf__t_rows(sf__t_reshape(av, 2, SHAPE(7, 4), &LOC), 0, 5, &LOC);
+  float ks[16], vs[16];
+  int64_t kept[4] = {1, 3, 4, 6};
+  for (int i = 0; i < 4; i++) {
+    memcpy(ks + 4 * i, sf__t_data(ak) + 4 * kept[i], 4 * sizeof(float));
+    memcpy(vs + 4 * i, sf__t_data(av) + 4 * kept[i], 4 * sizeof(float));
+  }
+  sf_tensor *kpr = sf__t_reshape(kp, 3, SHAPE(1, 5, 4), &LOC), *vpr = sf__t_reshape(vp, 3, SHAPE(1, 5, 4), &LOC);
+  sf_tensor *ksr = mk(3, SHAPE(1, 4, 4), ks), *vsr = mk(3, SHAPE(1, 4, 4), vs);
+  sf_array *none = i64s(0, NULL);
+  sf_tensor *op = sf__t_attention(aq, ak, av, pre, 2, &LOC), *wp = sf__t_attention(aq, kpr, vpr, none, 2, &LOC);
+  sf_tensor *os = sf__t_attention(aq, ak, av, sc, 2, &LOC), *ws = sf__t_attention(aq, ksr, vsr, none, 2, &LOC);
+  check_vals("softmax right padding", op, sf__t_data(wp), 12, 1e-6f);
+  check_vals("softmax scattered mask", os, sf__t_data(ws), 12, 1e-6f);
+  sf_tensor *rel2[] = {gx, gy, aq, ak, av, kp, vp, kpr, vpr, ksr, vsr, op, wp, os, ws};
+  for (size_t i = 0; i < sizeof rel2 / sizeof *rel2; i++)
+    sf_release(rel2[i]);
+  sf_array *arrs[] = {d.index, a.index, a.mask, pre, sc, none};
+  for (size_t i = 0; i < sizeof arrs / sizeof *arrs; i++)
+    sf_release(arrs[i]);
+}
+
 /* ------------------------------------------------------ rows, stack, cat */
 
 static sf_array *tensors(int n, sf_tensor **ts) {
@@ -1312,6 +1463,7 @@ int main(int argc, char **argv) {
       {"layers_forward", test_layers_forward},
       {"grad_layers", test_grad_layers},
       {"index_stack_cat", test_index_stack_cat},
+      {"dropout_rows", test_dropout_rows},
       {NULL, NULL},
   };
   return rt_run("nn", tests, argc, argv);
