@@ -7,9 +7,9 @@ The orders come from std.data's permutation (runtime/data/batch.c), written
 out again here bit for bit — SplitMix64 seeded by mixing seed and epoch, a
 Fisher-Yates shuffle with Lemire's unbiased bounded draw — so that the
 peers train on the same examples in the same order as sflow, not merely on
-examples of the same kind.  tests/... do not cover this file; run.py checks
-it instead by comparing the first batch's labels printed by both sides when
-the sflow example prints them (see docs/performance.md).
+examples of the same kind.  The entry reader and the stratified split
+follow examples/finetune.sflow's entries() and split(); a change there must
+be made here too.
 """
 import os
 
@@ -66,40 +66,55 @@ def batches(n, batch_size, seed, epoch, rank=0, workers=1, drop_last=False):
     return out
 
 
-def records_of(text):
-    """The records of a fortune file: text between lines holding only "%"."""
-    out = []
-    for r in text.split("\n%\n"):
-        t = r.strip()
-        if t and t != "%":
-            out.append(t)
+def entries(text):
+    """The entries of a fortune file as finetune.sflow's entries() reads
+    them: the text between lines holding only "%" (around spaces allowed),
+    stripped, empty ones dropped."""
+    out, cur = [], ""
+    for line in text.split("\n"):
+        if line.strip() == "%":
+            if cur.strip():
+                out.append(cur.strip())
+            cur = ""
+        else:
+            cur += line + "\n"
+    if cur.strip():
+        out.append(cur.strip())
     return out
 
 
 def load(data_dir, categories):
-    """[(records of category c) for c in categories]; a clear error for a
+    """[(entries of category c) for c in categories]; a clear error for a
     missing or empty category."""
     out = []
     for c in categories:
         path = os.path.join(data_dir, c)
         if not os.path.isfile(path):
-            raise SystemExit(f"fortunes: no category file {path}")
-        with open(path, encoding="utf-8", errors="replace") as f:
-            recs = records_of(f.read())
-        if not recs:
-            raise SystemExit(f"fortunes: category {c} ({path}) has no records")
-        out.append(recs)
+            raise SystemExit(f"fortunes: category \"{c}\": no file {path}")
+        with open(path, encoding="utf-8") as f:
+            es = entries(f.read())
+        if not es:
+            raise SystemExit(f"fortunes: category \"{c}\" ({path}) has no entries")
+        out.append(es)
     return out
 
 
 def select(per_category, samples, eval_samples, seed):
-    """(train, eval): lists of (text, label).  All records of all categories,
-    in category then file order, shuffled by permutation(n, seed, -1); the
-    first `samples` train, the next `eval_samples` evaluate."""
-    pool = [(t, label) for label, recs in enumerate(per_category) for t in recs]
-    if samples + eval_samples > len(pool):
-        raise SystemExit(f"fortunes: {samples} + {eval_samples} samples asked, "
-                         f"{len(pool)} records in the categories")
-    order = permutation(len(pool), seed, -1)
-    picked = [pool[i] for i in order[:samples + eval_samples]]
-    return picked[:samples], picked[samples:]
+    """(train, eval), lists of (text, label), as finetune.sflow's split():
+    stratified, category c giving shard_range(samples, c, k) of the train
+    and shard_range(eval_samples, c, k) of the eval samples, drawn from its
+    own shuffle permutation(n_c, seed, c), train first, eval after; both
+    in category order."""
+    k = len(per_category)
+    train, evals = [], []
+    for c, es in enumerate(per_category):
+        lo, hi = shard_range(samples, c, k)
+        elo, ehi = shard_range(eval_samples, c, k)
+        nt, ne = hi - lo, ehi - elo
+        if nt + ne > len(es):
+            raise SystemExit(f"fortunes: category {c} has {len(es)} entries, fewer than the "
+                             f"{nt} train + {ne} eval samples it must give")
+        p = permutation(len(es), seed, c)
+        train += [(es[p[i]], c) for i in range(nt)]
+        evals += [(es[p[i]], c) for i in range(nt, nt + ne)]
+    return train, evals

@@ -8,17 +8,19 @@ loop in one process or as DistributedDataParallel over gloo (loopback):
 
 The recipe, each part as the sflow example does it: all-MiniLM-L6-v2
 (transformers' BertModel from --model, no pooler) and a Linear head on the
-mean-pooled last hidden state (the attention mask weights the mean), in
-training mode (dropout 0.1 as config.json says); cross-entropy over the
+mean-pooled last hidden state (the attention mask weights the mean) and
+dropout, initialised normal with std 0.02 and bias 0, in training mode
+(dropout 0.1 as config.json says); cross-entropy over the
 global batch; AdamW (PyTorch's: lr --lr, betas 0.9/0.999, eps 1e-8, weight
 decay 0.01) with the learning rate falling linearly to 0 over all steps,
 no warm-up, gradients clipped at global norm 1.0 (std.train's defaults,
 Hugging Face Trainer's too); the fortunes records of --categories, selected and shuffled
 by bench/train/fortunes_split.py, which re-implements std.data's
-permutation and batches, so both sides train on the same examples in the
-same order; texts tokenized once, before training, with the model's
-tokenizer.json, truncated to --seq-len and each batch padded to its
-longest row (--pad max pads to --seq-len).
+permutation and batches and the example's stratified split, so both sides
+train on the same examples in the same order; each batch tokenized in the
+loop with the model's tokenizer.json, truncated to --seq-len and padded to
+the longest text of the global batch (in evaluation, of the member's
+batch; --pad max pads to --seq-len).
 
 DDP: this process is rank 0 and starts ranks 1.. as copies of itself
 (--rank R, a free loopback port); each takes its part of every global
@@ -115,12 +117,6 @@ def spawn_ranks(a):
     return procs
 
 
-def tokenize(tok, texts, seq_len):
-    """(ids, mask) as lists of rows, each truncated to seq_len, unpadded."""
-    encs = tok.encode_batch(texts)
-    return [e.ids for e in encs], [e.attention_mask for e in encs]
-
-
 def main():
     a = args_of()
     # Before torch loads, so that its OpenMP pool starts with this many threads.
@@ -151,34 +147,44 @@ def main():
     tok = Tokenizer.from_file(os.path.join(a.model, "tokenizer.json"))
     tok.no_padding()
     tok.enable_truncation(max_length=a.seq_len)
-    tr_ids, tr_mask = tokenize(tok, [t for t, _ in train], a.seq_len)
-    ev_ids, ev_mask = tokenize(tok, [t for t, _ in evals], a.seq_len)
+    # Each training text's tokens once (the sflow members do it in init),
+    # for the global batch's longest row; the batches themselves are
+    # tokenized in the loop, as the sflow side does.
+    lens = [len(e.ids) for e in tok.encode_batch([t for t, _ in train])]
     tr_y = [y for _, y in train]
     ev_y = [y for _, y in evals]
 
-    def tensors(ids, mask, idx):
-        width = a.seq_len if a.pad == "max" else max(len(ids[i]) for i in idx)
-        x = torch.zeros(len(idx), width, dtype=torch.long)          # (B, T)
-        m = torch.zeros(len(idx), width, dtype=torch.long)          # (B, T)
-        for r, i in enumerate(idx):
-            x[r, :len(ids[i])] = torch.tensor(ids[i])
-            m[r, :len(mask[i])] = torch.tensor(mask[i])
+    def tensors(data, idx, width):
+        """(ids, mask) of data's texts at idx, padded to width: (B, T) each."""
+        encs = tok.encode_batch([data[i][0] for i in idx])
+        if a.pad == "max":
+            width = a.seq_len
+        width = width or max(len(e.ids) for e in encs)
+        x = torch.zeros(len(idx), width, dtype=torch.long)
+        m = torch.zeros(len(idx), width, dtype=torch.long)
+        for r, e in enumerate(encs):
+            x[r, :len(e.ids)] = torch.tensor(e.ids)
+            m[r, :len(e.ids)] = torch.tensor(e.attention_mask)
         return x, m
 
     torch.manual_seed(a.seed)
     bert = BertModel.from_pretrained(a.model, add_pooling_layer=False)
     head = torch.nn.Linear(bert.config.hidden_size, len(cats))
+    # As BertForSequenceClassification (and finetune.sflow) initialise it.
+    torch.nn.init.normal_(head.weight, std=0.02)
+    torch.nn.init.zeros_(head.bias)
+    drop = torch.nn.Dropout(bert.config.hidden_dropout_prob)
 
     class Classifier(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.bert, self.head = bert, head
+            self.bert, self.head, self.drop = bert, head, drop
 
         def forward(self, x, m):
             h = self.bert(input_ids=x, attention_mask=m).last_hidden_state   # (B, T, C)
             w = m.unsqueeze(-1).to(h.dtype)                                  # (B, T, 1)
             pooled = (h * w).sum(1) / w.sum(1).clamp(min=1e-9)              # (B, C)
-            return self.head(pooled)                                         # (B, classes)
+            return self.head(self.drop(pooled))                              # (B, classes)
 
     model = Classifier()
     net = torch.nn.parallel.DistributedDataParallel(model) if ddp else model
@@ -197,7 +203,7 @@ def main():
         with torch.no_grad():
             for b in range(0, len(eval_idx), a.batch):
                 idx = eval_idx[b:b + a.batch]
-                x, m = tensors(ev_ids, ev_mask, idx)
+                x, m = tensors(evals, idx, 0)
                 pred = model(x, m).argmax(-1)
                 correct += int((pred == torch.tensor([ev_y[i] for i in idx])).sum())
         model.train()
@@ -213,13 +219,17 @@ def main():
     acc = 0.0
     for epoch in range(a.epochs):
         parts = fortunes_split.batches(len(train), a.batch, a.seed, epoch, a.rank, a.workers)
+        order = fortunes_split.permutation(len(train), a.seed, epoch)
         if ddp:
             dist.barrier()
         t0 = time.perf_counter()
         loss_sum, loss_n = 0.0, 0
         for k, idx in enumerate(parts):
             gsize = min(a.batch, len(train) - k * a.batch)
-            x, m = tensors(tr_ids, tr_mask, idx)
+            # Every part padded to the global batch's longest text, as the
+            # sflow members do, so that shapes do not depend on the workers.
+            glob = order[k * a.batch:(k + 1) * a.batch]
+            x, m = tensors(train, idx, max(lens[i] for i in glob) if idx else 0)
             y = torch.tensor([tr_y[i] for i in idx])
             opt.zero_grad(set_to_none=True)
             logits = net(x, m)

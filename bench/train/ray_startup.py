@@ -57,26 +57,31 @@ def train_loop(cfg):
     torch.manual_seed(cfg["seed"])
     bert = BertModel.from_pretrained(cfg["model"], add_pooling_layer=False)
     head = torch.nn.Linear(bert.config.hidden_size, len(cats))
+    torch.nn.init.normal_(head.weight, std=0.02)
+    torch.nn.init.zeros_(head.bias)
+    drop = torch.nn.Dropout(bert.config.hidden_dropout_prob)
 
     class Classifier(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.bert, self.head = bert, head
+            self.bert, self.head, self.drop = bert, head, drop
 
         def forward(self, x, m):
             h = self.bert(input_ids=x, attention_mask=m).last_hidden_state
             w = m.unsqueeze(-1).to(h.dtype)
-            return self.head((h * w).sum(1) / w.sum(1).clamp(min=1e-9))
+            return self.head(self.drop((h * w).sum(1) / w.sum(1).clamp(min=1e-9)))
 
     model = ray.train.torch.prepare_model(Classifier())
     opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=0.01)
     parts = fortunes_split.batches(len(train), cfg["batch"], cfg["seed"], 0, rank, workers)
+    order = fortunes_split.permutation(len(train), cfg["seed"], 0)
+    lens = [len(e.ids) for e in tok.encode_batch([t for t, _ in train])]
     model.train()
     for k in range(cfg["steps"]):
         idx = parts[k]
         gsize = min(cfg["batch"], len(train) - k * cfg["batch"])
         encs = tok.encode_batch([train[i][0] for i in idx])
-        width = max(len(e.ids) for e in encs)
+        width = max(lens[i] for i in order[k * cfg["batch"]:(k + 1) * cfg["batch"]])
         x = torch.zeros(len(idx), width, dtype=torch.long)
         m = torch.zeros(len(idx), width, dtype=torch.long)
         for r, e in enumerate(encs):
