@@ -26,6 +26,9 @@ epochs, seq-len 64); --full is the seed's recipe (1,000 and 1,000, 3
 epochs, seq-len 128).  Peak RSS is the largest sum of the resident sets of
 the run's process tree, sampled every 50 ms (a DDP run is 2 processes, an
 sflow run 1 or more; a --nodes run's remote workers are not counted).
+The "cpu s" column is the whole run's CPU time (user + sys, start-up and
+evaluation included): on a shared machine whose load swings, it is the
+steadier figure of the work each side does.
 Prints every run's epoch and RESULT lines, then the table and the ratios
 (the "vs peer" column: sflow's samples/s over the PyTorch peer's with the
 same threads in all — DDP for 2 workers, the plain loop otherwise — then
@@ -67,7 +70,9 @@ def tree_rss_mb(pid):
 
 
 def measured(cmd, env, what, timeout):
-    """(stdout, peak tree RSS MB, wall s) of cmd; its epoch/RESULT lines echoed."""
+    """(stdout, peak tree RSS MB, CPU s) of cmd; its epoch/RESULT lines echoed.
+    The CPU seconds (user + sys of cmd and the children it waited for, from
+    wait4) barely move with the machine's load where the wall times do."""
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     peak = [0.0]
@@ -86,19 +91,19 @@ def measured(cmd, env, what, timeout):
         out_lines.append(line)
         if line.startswith(("epoch ", "first step", "RESULT", "INFO")):
             print(f"  {line.rstrip()}", flush=True)
-    try:
-        p.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
+    killer = threading.Timer(max(1.0, timeout - (time.perf_counter() - t0)), p.kill)
+    killer.start()
+    _, status, ru = os.wait4(p.pid, 0)
+    killer.cancel()
+    p.returncode = os.waitstatus_to_exitcode(status)
     done.set()
     th.join()
     te.join()
-    wall = time.perf_counter() - t0
+    cpu = ru.ru_utime + ru.ru_stime
     if p.returncode != 0:
         print(f"bench-train: {what} failed ({p.returncode}):\n{''.join(err)[-3000:]}", file=sys.stderr)
-        return None, peak[0], wall
-    return "".join(out_lines), peak[0], wall
+        return None, peak[0], cpu
+    return "".join(out_lines), peak[0], cpu
 
 
 def parse(text):
@@ -178,9 +183,11 @@ def main():
     def one(side, w, tpw, cmd, env=None):
         print(f"== {side} workers={w} threads/worker={tpw}: {' '.join(cmd)}", flush=True)
         before = load()
-        out, peak, wall = measured(cmd, env or os.environ, f"{side} workers={w}", a.timeout)
+        out, peak, cpu = measured(cmd, env or os.environ, f"{side} workers={w}", a.timeout)
         if out is not None:
-            rows.append((side, w, tpw, parse(out), peak, before))
+            x = parse(out)
+            x["cpu_s"] = f"{cpu:.1f}"
+            rows.append((side, w, tpw, x, peak, before))
 
     if not a.no_torch:
         for n in threads:
@@ -224,7 +231,7 @@ def report(rows, r, most):
     print(f"\nINFO recipe: {r['samples']} train / {r['eval_samples']} eval samples, {r['epochs']} "
           f"epochs, seq-len {r['seq_len']}; {os.cpu_count()} CPUs; load average before each run in the last column")
     head = (f"{'side':<11} {'wk':>2} {'thr/wk':>6} {'samples/s':>9} {'train s':>8} {'eval s':>7} "
-            f"{'accuracy':>8} {'1st step s':>10} {'peak MB':>8} {'vs peer':>8}  load")
+            f"{'accuracy':>8} {'1st step s':>10} {'peak MB':>8} {'cpu s':>7} {'vs peer':>8}  load")
     print(head)
     print("-" * len(head))
     torch_at = {}
@@ -236,12 +243,12 @@ def report(rows, r, most):
         vs = ""
         # The peer at the same threads in all: DDP for 2 workers, else the plain loop.
         ref = ddp if side.startswith("sflow") and w == 2 and ddp else torch_at.get(w * tpw)
-        if side not in ("torch", "ray") and ref and x.get("samples_per_s"):
+        if side.startswith("sflow") and ref and x.get("samples_per_s"):
             vs = f"{float(x['samples_per_s']) / ref:.2f}x"
         tpw_s = f"{tpw:g}"
         print(f"{side:<11} {w:>2} {tpw_s:>6} {f(x, 'samples_per_s'):>9} {f(x, 'train_s', '{:.2f}'):>8} "
               f"{f(x, 'eval_s', '{:.2f}'):>7} {f(x, 'accuracy', '{:.4f}'):>8} "
-              f"{f(x, 'first_step_s', '{:.3f}'):>10} {peak:>8.0f} {vs:>8}  {ld}")
+              f"{f(x, 'first_step_s', '{:.3f}'):>10} {peak:>8.0f} {f(x, 'cpu_s'):>7} {vs:>8}  {ld}")
     by = {(side, w, tpw): x for side, w, tpw, x, _, _ in rows}
     ray = by.get(("ray", 4, 1))
     sf4 = next((x for (s, w, _), x in by.items() if s == "sflow" and w == 4), None)
