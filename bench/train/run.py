@@ -69,12 +69,13 @@ def tree_rss_mb(pid):
     return total / 1024
 
 
-def measured(cmd, env, what, timeout):
+def measured(cmd, env, what, timeout, cwd=None):
     """(stdout, peak tree RSS MB, CPU s) of cmd; its epoch/RESULT lines echoed.
     The CPU seconds (user + sys of cmd and the children it waited for, from
     wait4) barely move with the machine's load where the wall times do."""
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                         cwd=cwd)
     peak = [0.0]
     done = threading.Event()
 
@@ -180,10 +181,10 @@ def main():
           f"data {a.data} categories {a.categories}", flush=True)
     rows = []   # (side, workers, threads per worker, fields, peak MB, load)
 
-    def one(side, w, tpw, cmd, env=None):
+    def one(side, w, tpw, cmd, cwd=None):
         print(f"== {side} workers={w} threads/worker={tpw}: {' '.join(cmd)}", flush=True)
         before = load()
-        out, peak, cpu = measured(cmd, env or os.environ, f"{side} workers={w}", a.timeout)
+        out, peak, cpu = measured(cmd, os.environ, f"{side} workers={w}", a.timeout, cwd)
         if out is not None:
             x = parse(out)
             x["cpu_s"] = f"{cpu:.1f}"
@@ -211,10 +212,13 @@ def main():
             for w in workers:
                 for n in (threads if w == 1 else [most]):
                     # --threads is the process's pool, shared by its members.
-                    one("sflow", w, n / w, [exe, "--workers", str(w), "--threads", str(n), *flags])
+                    # Each run in a fresh folder: the program keeps its journal
+                    # and the members' checkpoints in ./.sflow/finetune/.
+                    one("sflow", w, n / w, [exe, "--workers", str(w), "--threads", str(n), *flags],
+                        cwd=tempfile.mkdtemp(dir=tmp))
             if a.nodes:
-                one("sflow-nodes", 2, most, [exe, "--nodes", a.nodes, "--workers", "2",
-                                             "--threads", str(most), *flags])
+                one("sflow-nodes", 2, most, [exe, "--nodes", os.path.abspath(a.nodes), "--workers", "2",
+                                             "--threads", str(most), *flags], cwd=tempfile.mkdtemp(dir=tmp))
     if not a.no_ray:
         one("ray", 4, 1, [py, os.path.join(HERE, "ray_startup.py"), "--workers", "4",
                           "--model", a.model, "--data", a.data, "--categories", a.categories,
