@@ -16,7 +16,9 @@ samples, epochs, seq-len, lr, batch, seed):
   sflow   examples/finetune.sflow compiled by <build>/bin/sflowc, with
           --workers N for each of --workers (and --threads T, the total, for
           each of --threads with 1 worker; the largest with more), and with
-          --nodes HOSTS --workers 2 when a hosts file is given
+          --nodes HOSTS --workers 2 when a hosts file is given, or on 2
+          simulated nodes (sshd on 127.0.0.2 and .3, tests/cluster's set-up)
+          with --loopback-nodes
   ray     bench/train/ray_startup.py: TorchTrainer, 4 CPU workers, start-up
           to the end of the first step
 
@@ -147,6 +149,9 @@ def main():
     ap.add_argument("--threads", default="1,2", help="thread counts of the 1-worker runs (default 1,2)")
     ap.add_argument("--workers", default="1,2,4", help="sflow worker counts (default 1,2,4)")
     ap.add_argument("--nodes", help="a hosts file: also run sflow --nodes FILE --workers 2")
+    ap.add_argument("--loopback-nodes", action="store_true",
+                    help="also run sflow on 2 simulated nodes: sshd on 127.0.0.2 and .3, "
+                         "started as tests/cluster does (needs openssh-server)")
     ap.add_argument("--model", default="")
     ap.add_argument("--data", default="/usr/share/games/fortunes")
     ap.add_argument("--categories", default="computers,politics,science,songs-poems,work")
@@ -219,6 +224,17 @@ def main():
             if a.nodes:
                 one("sflow-nodes", 2, most, [exe, "--nodes", os.path.abspath(a.nodes), "--workers", "2",
                                              "--threads", str(most), *flags], cwd=tempfile.mkdtemp(dir=tmp))
+            if a.loopback_nodes:
+                sys.path.insert(0, os.path.join(ROOT, "tests", "cluster"))
+                import cluster_test
+                c = cluster_test.Cluster(sflowc, 2)
+                try:
+                    # Each node's worker takes one member; the hosts share
+                    # this machine's 2 cores, so each gets 1 thread.
+                    one("sflow-nodes", 2, 1, c.args("--workers", "2", "--threads", "1", *flags, prog=exe),
+                        cwd=tempfile.mkdtemp(dir=tmp))
+                finally:
+                    c.close()
     if not a.no_ray:
         one("ray", 4, 1, [py, os.path.join(HERE, "ray_startup.py"), "--workers", "4",
                           "--model", a.model, "--data", a.data, "--categories", a.categories,
@@ -271,7 +287,7 @@ def report(rows, r, most):
     if t1 and d2:
         parts.append(f"torch 1 process x 1 thread -> DDP 2 x 1 "
                      f"{float(d2['samples_per_s']) / float(t1['samples_per_s']):.2f}x")
-    sn = by.get(("sflow-nodes", 2, most))
+    sn = next((x for (s, w, _), x in by.items() if s == "sflow-nodes"), None)
     if sn and s2:
         parts.append(f"sflow 2 workers on 2 loopback nodes / on 1 node "
                      f"{float(sn['samples_per_s']) / float(s2['samples_per_s']):.2f}x")
