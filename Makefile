@@ -93,7 +93,8 @@ bench-wordcount: build
 # Ray Train's start-up, one table (bench/train/run.py; installs its peers
 # into build/peers/train on first use).  The small recipe by default (about
 # 10 minutes on 2 cores); BENCH_TRAIN_FLAGS=--full for the seed's,
-# BENCH_TRAIN_FLAGS="--nodes hosts.txt" adds 2 nodes.
+# BENCH_TRAIN_FLAGS="--nodes hosts.txt" adds 2 nodes of a hosts file,
+# BENCH_TRAIN_FLAGS=--loopback-nodes 2 simulated ones (sshd on loopback).
 bench-train: build
 	@python3 bench/train/run.py --build $(BUILD) $(BENCH_TRAIN_FLAGS)
 
