@@ -65,10 +65,12 @@ def process_age():
 
 
 def default_model():
+    """all-MiniLM-L6-v2 where scripts/install-models.sh puts it ($SFLOW_MODELS
+    first, then build/models)."""
     for d in (os.environ.get("SFLOW_MODELS", ""), os.path.join(ROOT, "build", "models")):
         if d and os.path.isfile(os.path.join(d, "all-minilm-l6-v2", "model.safetensors")):
             return os.path.join(d, "all-minilm-l6-v2")
-    return "/tmp/minilm/m"
+    return os.path.join(ROOT, "build", "models", "all-minilm-l6-v2")
 
 
 def args_of(argv=None):
