@@ -5,7 +5,7 @@ PREFIX  ?= /usr/local
 JOBS    ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build demo test install clean fuzz bench bench-embed bench-tasks bench-collectives bench-data bench-tokenizer bench-wordcount bench-serve golden-update tsan soak-resume soak-journal
+.PHONY: all deps configure build demo test install clean fuzz bench bench-embed bench-tasks bench-collectives bench-data bench-tokenizer bench-wordcount bench-serve bench-train golden-update tsan soak-resume soak-journal
 
 all: build
 
@@ -101,6 +101,16 @@ bench-wordcount: build
 bench-serve: build
 	@bash bench/serve/setup.sh
 	@python3 bench/serve/run.py --sflowc $(BUILD)/bin/sflowc --python build/peers/torch/venv/bin/python
+
+# Fine-tuning all-MiniLM-L6-v2 on the fortunes (examples/finetune.sflow) with
+# 1, 2 and 4 workers beside a plain PyTorch loop, PyTorch DDP over gloo and
+# Ray Train's start-up, one table (bench/train/run.py; installs its peers
+# into build/peers/train on first use).  The small recipe by default (about
+# 10 minutes on 2 cores); BENCH_TRAIN_FLAGS=--full for the seed's,
+# BENCH_TRAIN_FLAGS="--nodes hosts.txt" adds 2 nodes of a hosts file,
+# BENCH_TRAIN_FLAGS=--loopback-nodes 2 simulated ones (sshd on loopback).
+bench-train: build
+	@python3 bench/train/run.py --build $(BUILD) $(BENCH_TRAIN_FLAGS)
 
 clean:
 	rm -rf $(BUILD)

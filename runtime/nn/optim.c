@@ -19,6 +19,10 @@
 #include "nn.h"
 #include "simd.h"
 
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
+
 static sf_tensor *elem(sf_array *a, int64_t i) { return ((sf_tensor **)a->data)[i]; }
 
 static void check_state(const char *opt, sf_array *ps, sf_array *st, const char *what,
@@ -92,6 +96,54 @@ void sf__sgd_step(sf_array *ps, sf_array *bufs, double lr, double momentum, doub
   }
 }
 
+/* One AdamW update over a range of one param, PyTorch's operations in
+ * PyTorch's order: w *= 1 - lr wd; m += (1 - β1)(g - m); v = β2 v +
+ * (1 - β2) g g; w -= step_size m / (sqrt(v) / sqrt(bc2) + eps).  In vectors
+ * of four with the scalar tail's per-value operations (the square root and
+ * the divisions are IEEE's in both, so the lanes are bitwise the tail's),
+ * and split over the pool for the large params: a MiniLM fine-tune steps
+ * 22.7M values, one pass over four arrays that was 6.5% of a one-thread
+ * step as a scalar loop and ran on one thread whatever --threads said. */
+typedef struct {
+  float *w, *m, *v;
+  const float *g;
+  float decay, w1, b2, w2, step_size, bc2_sqrt, eps;
+} adamw_job;
+
+static inline sf__f4 sqrt4(sf__f4 x) {
+#if defined(__SSE__)
+  return (sf__f4)_mm_sqrt_ps((__m128)x);
+#else
+  return (sf__f4){sqrtf(x[0]), sqrtf(x[1]), sqrtf(x[2]), sqrtf(x[3])};
+#endif
+}
+
+static void adamw_chunk(void *ctx, int64_t lo, int64_t hi) {
+  const adamw_job *j = ctx;
+  float *restrict w = j->w, *restrict mm = j->m, *restrict vv = j->v;
+  const float *restrict g = j->g;
+  sf__f4 decay = sf__splat4(j->decay), w1 = sf__splat4(j->w1), b2 = sf__splat4(j->b2),
+         w2 = sf__splat4(j->w2), step = sf__splat4(j->step_size),
+         bc2 = sf__splat4(j->bc2_sqrt), eps = sf__splat4(j->eps);
+  int64_t i = lo;
+  for (; i + SF__V <= hi; i += SF__V) {
+    sf__f4 gi = sf__ld4(g + i), wi = sf__ld4(w + i) * decay, mi = sf__ld4(mm + i);
+    mi += w1 * (gi - mi);
+    sf__f4 vi = b2 * sf__ld4(vv + i) + w2 * gi * gi;
+    sf__f4 denom = sqrt4(vi) / bc2 + eps;
+    sf__st4(w + i, wi - step * (mi / denom));
+    sf__st4(mm + i, mi);
+    sf__st4(vv + i, vi);
+  }
+  for (; i < hi; i++) {
+    w[i] *= j->decay;
+    mm[i] += j->w1 * (g[i] - mm[i]);
+    vv[i] = j->b2 * vv[i] + j->w2 * g[i] * g[i];
+    float denom = sqrtf(vv[i]) / j->bc2_sqrt + j->eps;
+    w[i] -= j->step_size * (mm[i] / denom);
+  }
+}
+
 void sf__adamw_step(sf_array *ps, sf_array *m, sf_array *v, sf_array *steps, double lr,
                     double beta1, double beta2, double eps, double wd, const sf_loc *loc) {
   check_state("adamw", ps, m, "first-moment", loc);
@@ -100,21 +152,17 @@ void sf__adamw_step(sf_array *ps, sf_array *m, sf_array *v, sf_array *steps, dou
     sf_runtime_error(loc, "adamw.step: the step count must be an i64[] of one element");
   int64_t t = ++((int64_t *)steps->data)[0];
   double bc1 = 1.0 - pow(beta1, (double)t), bc2 = 1.0 - pow(beta2, (double)t);
-  float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
-  float decay = (float)(1.0 - lr * wd), w1 = (float)(1.0 - beta1), b2 = (float)beta2,
-        w2 = (float)(1.0 - beta2), feps = (float)eps;
+  adamw_job j = {.step_size = (float)(lr / bc1), .bc2_sqrt = (float)sqrt(bc2),
+                 .decay = (float)(1.0 - lr * wd), .w1 = (float)(1.0 - beta1),
+                 .b2 = (float)beta2, .w2 = (float)(1.0 - beta2), .eps = (float)eps};
   for (int64_t i = 0; ps && i < ps->len; i++) {
     sf_tensor *p = elem(ps, i);
     if (!p->grad)
       continue;
-    float *w = sf__t_data(p), *mm = sf__t_data(elem(m, i)), *vv = sf__t_data(elem(v, i));
-    const float *g = sf__t_data(p->grad);
-    for (int64_t j = 0; j < p->numel; j++) {
-      w[j] *= decay;
-      mm[j] += w1 * (g[j] - mm[j]);
-      vv[j] = b2 * vv[j] + w2 * g[j] * g[j];
-      float denom = sqrtf(vv[j]) / bc2_sqrt + feps;
-      w[j] -= step_size * (mm[j] / denom);
-    }
+    j.w = sf__t_data(p);
+    j.m = sf__t_data(elem(m, i));
+    j.v = sf__t_data(elem(v, i));
+    j.g = sf__t_data(p->grad);
+    sf__t_run_chunks(p->numel, adamw_chunk, &j);
   }
 }

@@ -787,6 +787,62 @@ static void model_init(model_c *m, int64_t seed) {
   sf_std_nn_linear(m->blocks->data, &linear_type, 2, 2, seed + 2, &LOC);
 }
 
+/* The vectorised AdamW step, split over the pool, gives bitwise what the
+ * scalar per-value loop gives, on a param large enough to be split
+ * (over SF__PAR_MIN values) whose size is no multiple of four (a scalar
+ * tail in the last chunk), over three steps. */
+static void test_adamw_split(void) {
+  enum { N = (1 << 17) * 2 + 7 };
+  sf_tensor *p = mk(1, SHAPE(N), NULL);
+  p->req = true;
+  float *w = sf__t_data(p), *rw = malloc(N * sizeof *rw), *rm = calloc(N, sizeof *rm),
+        *rv = calloc(N, sizeof *rv), *g = malloc(N * sizeof *g);
+  for (int64_t i = 0; i < N; i++)
+    rw[i] = w[i] = frand(-1.0f, 1.0f);
+  sf_array *ps = one_param(p), *m = sf_array_new(&sf__type_tensor, 1, &LOC),
+           *v = sf_array_new(&sf__type_tensor, 1, &LOC), *steps = i64s(1, (int64_t[]){0});
+  ((sf_tensor **)m->data)[0] = sf__t_zeros(1, SHAPE(N), &LOC);
+  ((sf_tensor **)v->data)[0] = sf__t_zeros(1, SHAPE(N), &LOC);
+  double lr = 5e-5, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.01;
+  for (int t = 1; t <= 3; t++) {
+    for (int64_t i = 0; i < N; i++)
+      g[i] = frand(-0.5f, 0.5f);
+    p->grad = mk(1, SHAPE(N), g);
+    sf__adamw_step(ps, m, v, steps, lr, b1, b2, eps, wd, &LOC);
+    sf_release(p->grad);
+    p->grad = NULL;
+    /* The reference: PyTorch's single-tensor AdamW, value by value. */
+    float step = (float)(lr / (1.0 - pow(b1, t))), bc2 = (float)sqrt(1.0 - pow(b2, t));
+    float decay = (float)(1.0 - lr * wd), w1 = (float)(1.0 - b1), fb2 = (float)b2,
+          w2 = (float)(1.0 - b2), feps = (float)eps;
+    for (int64_t i = 0; i < N; i++) {
+      rw[i] *= decay;
+      rm[i] += w1 * (g[i] - rm[i]);
+      rv[i] = fb2 * rv[i] + w2 * g[i] * g[i];
+      rw[i] -= step * (rm[i] / (sqrtf(rv[i]) / bc2 + feps));
+    }
+  }
+  int64_t bad = -1;
+  const float *gm = sf__t_data(((sf_tensor **)m->data)[0]), *gv = sf__t_data(((sf_tensor **)v->data)[0]);
+  for (int64_t i = 0; i < N && bad < 0; i++)
+    if (memcmp(&w[i], &rw[i], sizeof *w) || memcmp(&gm[i], &rm[i], sizeof *w) ||
+        memcmp(&gv[i], &rv[i], sizeof *w))
+      bad = i;
+  if (bad >= 0)
+    fprintf(stderr, "adamw_split: value %lld: w %.9g want %.9g, m %.9g want %.9g, v %.9g want %.9g\n",
+            (long long)bad, w[bad], rw[bad], gm[bad], rm[bad], gv[bad], rv[bad]);
+  CHECK_INT(bad, -1);
+  free(rw);
+  free(rm);
+  free(rv);
+  free(g);
+  sf_release(ps);
+  sf_release(m);
+  sf_release(v);
+  sf_release(steps);
+  sf_release(p);
+}
+
 static void test_linear_and_params(void) {
   model_c m, m2;
   model_init(&m, 1);
@@ -1526,6 +1582,7 @@ int main(int argc, char **argv) {
       {"tape_released", test_tape_released},
       {"sgd", test_sgd},
       {"adamw", test_adamw},
+      {"adamw_split", test_adamw_split},
       {"linear_and_params", test_linear_and_params},
       {"print_and_serialize", test_print_and_serialize},
       {"safetensors_round_trip", test_safetensors_round_trip},

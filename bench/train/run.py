@@ -1,0 +1,299 @@
+#!/usr/bin/env python3
+"""run.py — the fine-tuning benchmark of issue 17, sflow beside PyTorch and
+Ray Train in one run, one table (`make bench-train`):
+
+    python3 bench/train/run.py [--build build] [--full] [--nodes HOSTS]
+                               [--threads 1,2] [--workers 1,2,4] [--no-ray] [--no-sflow]
+
+Sets up the peers first (bench/train/setup.sh: PyTorch, transformers, Ray
+in build/peers/train; network once), then runs, each in a process of its
+own and one after the other, the same recipe (model, data, categories,
+samples, epochs, seq-len, lr, batch, seed):
+
+  torch   bench/train/peer_finetune.py --mode plain, once per --threads count
+  ddp     the same over DistributedDataParallel (gloo, loopback), 2
+          processes of 1 thread each (2 cores: 2 threads in all)
+  sflow   examples/finetune.sflow compiled by <build>/bin/sflowc, with
+          --workers N for each of --workers (and --threads T, the total, for
+          each of --threads with 1 worker; the largest with more), and with
+          --nodes HOSTS --workers 2 when a hosts file is given, or on 2
+          simulated nodes (sshd on 127.0.0.2 and .3, tests/cluster's set-up)
+          with --loopback-nodes
+  ray     bench/train/ray_startup.py: TorchTrainer, 4 CPU workers, start-up
+          to the end of the first step
+
+The default recipe is small, so that the whole run takes about 10 minutes
+on the 2-core development machine (256 train and 256 eval samples, 2
+epochs, seq-len 64); --full is the seed's recipe (1,000 and 1,000, 3
+epochs, seq-len 128).  Peak RSS is the largest sum of the resident sets of
+the run's process tree, sampled every 50 ms (a DDP run is 2 processes, an
+sflow run 1 or more; a --nodes run's remote workers are not counted).
+The "cpu s" column is the whole run's CPU time (user + sys, start-up and
+evaluation included): on a shared machine whose load swings, it is the
+steadier figure of the work each side does.
+Prints every run's epoch and RESULT lines, then the table and the ratios
+(the "vs peer" column: sflow's samples/s over the PyTorch peer's with the
+same threads in all — DDP for 2 workers, the plain loop otherwise — then
+start-up and scaling).
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+EXAMPLE = os.path.join(ROOT, "examples", "finetune.sflow")
+SMALL = dict(samples=256, eval_samples=256, epochs=2, seq_len=64)
+FULL = dict(samples=1000, eval_samples=1000, epochs=3, seq_len=128)
+
+
+def tree_rss_mb(pid):
+    """The summed VmRSS of pid and its descendants, in MB."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+                        break
+            for t in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{t}/children") as f:
+                    todo.extend(int(c) for c in f.read().split())
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            pass
+    return total / 1024
+
+
+def measured(cmd, env, what, timeout, cwd=None):
+    """(stdout, peak tree RSS MB, CPU s) of cmd; its epoch/RESULT lines echoed.
+    The CPU seconds (user + sys of cmd and the children it waited for, from
+    wait4) barely move with the machine's load where the wall times do."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                         cwd=cwd)
+    peak = [0.0]
+    done = threading.Event()
+
+    def sample():
+        while not done.wait(0.05):
+            peak[0] = max(peak[0], tree_rss_mb(p.pid))
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    out_lines = []
+    err = []
+    te = threading.Thread(target=lambda: err.append(p.stderr.read()), daemon=True)
+    te.start()
+    for line in p.stdout:
+        out_lines.append(line)
+        if line.startswith(("epoch ", "first step", "RESULT", "INFO")):
+            print(f"  {line.rstrip()}", flush=True)
+    killer = threading.Timer(max(1.0, timeout - (time.perf_counter() - t0)), p.kill)
+    killer.start()
+    _, status, ru = os.wait4(p.pid, 0)
+    killer.cancel()
+    p.returncode = os.waitstatus_to_exitcode(status)
+    done.set()
+    th.join()
+    te.join()
+    cpu = ru.ru_utime + ru.ru_stime
+    if p.returncode != 0:
+        print(f"bench-train: {what} failed ({p.returncode}):\n{''.join(err)[-3000:]}", file=sys.stderr)
+        return None, peak[0], cpu
+    return "".join(out_lines), peak[0], cpu
+
+
+def parse(text):
+    """The RESULT line's key=value fields and the first-step time of a run."""
+    got = {}
+    for line in text.splitlines():
+        if line.startswith("RESULT "):
+            for kv in line.split()[2:]:
+                k, _, v = kv.partition("=")
+                got[k] = v
+        m = re.match(r"first step after ([0-9.]+) s", line)
+        if m:
+            got["first_step_s"] = m.group(1)
+    return got
+
+
+def recipe_flags(r, a):
+    """The flags every side takes, spelled as the contract does (--seq-len)."""
+    return ["--model", a.model, "--data", a.data, "--categories", a.categories,
+            "--samples", str(r["samples"]), "--eval-samples", str(r["eval_samples"]),
+            "--epochs", str(r["epochs"]), "--seq-len", str(r["seq_len"]),
+            "--lr", str(a.lr), "--batch", str(a.batch), "--seed", str(a.seed)]
+
+
+def load():
+    return " ".join(open("/proc/loadavg").read().split()[:3])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--full", action="store_true", help="the seed's recipe: 1000/1000 samples, 3 epochs, seq-len 128")
+    ap.add_argument("--samples", type=int, help="override the recipe's train samples")
+    ap.add_argument("--eval-samples", type=int, help="override the recipe's eval samples")
+    ap.add_argument("--epochs", type=int, help="override the recipe's epochs")
+    ap.add_argument("--seq-len", type=int, help="override the recipe's seq-len")
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--lr", type=float, default=5e-5)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", default="1,2", help="thread counts of the 1-worker runs (default 1,2)")
+    ap.add_argument("--workers", default="1,2,4", help="sflow worker counts (default 1,2,4)")
+    ap.add_argument("--nodes", help="a hosts file: also run sflow --nodes FILE --workers 2")
+    ap.add_argument("--loopback-nodes", action="store_true",
+                    help="also run sflow on 2 simulated nodes: sshd on 127.0.0.2 and .3, "
+                         "started as tests/cluster does (needs openssh-server)")
+    ap.add_argument("--model", default="")
+    ap.add_argument("--data", default="/usr/share/games/fortunes")
+    ap.add_argument("--categories", default="computers,politics,science,songs-poems,work")
+    ap.add_argument("--no-ray", action="store_true", help="skip the Ray Train start-up peer")
+    ap.add_argument("--no-sflow", action="store_true", help="run the peers only")
+    ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch fine-tune peers")
+    ap.add_argument("--peers", help="a ready peers venv's python instead of setup.sh's "
+                    "(development: /work/peers/torch/venv/bin/python)")
+    ap.add_argument("--timeout", type=int, default=3600, help="seconds per run")
+    a = ap.parse_args()
+    r = dict(FULL if a.full else SMALL)
+    for k in r:
+        if getattr(a, k) is not None:
+            r[k] = getattr(a, k)
+    sys.path.insert(0, HERE)
+    from peer_finetune import default_model
+    a.model = os.path.abspath(a.model or default_model())
+    if not os.path.isfile(os.path.join(a.model, "model.safetensors")):
+        sys.exit(f"bench-train: no model.safetensors in {a.model} (scripts/install-models.sh)")
+    threads = [int(t) for t in a.threads.split(",")]
+    most = max(threads)
+    workers = [int(w) for w in a.workers.split(",")]
+    if a.peers:
+        py = a.peers
+    else:
+        peers = os.path.join(a.build, "peers", "train")
+        subprocess.run(["bash", os.path.join(HERE, "setup.sh"), peers], check=True)
+        py = os.path.join(peers, "venv", "bin", "python")
+    flags = recipe_flags(r, a)
+    print(f"INFO recipe samples {r['samples']} eval {r['eval_samples']} epochs {r['epochs']} "
+          f"seq-len {r['seq_len']} batch {a.batch} lr {a.lr} seed {a.seed} model {a.model} "
+          f"data {a.data} categories {a.categories}", flush=True)
+    rows = []   # (side, workers, threads per worker, fields, peak MB, load)
+
+    def one(side, w, tpw, cmd, cwd=None):
+        print(f"== {side} workers={w} threads/worker={tpw}: {' '.join(cmd)}", flush=True)
+        before = load()
+        out, peak, cpu = measured(cmd, os.environ, f"{side} workers={w}", a.timeout, cwd)
+        if out is not None:
+            x = parse(out)
+            x["cpu_s"] = f"{cpu:.1f}"
+            rows.append((side, w, tpw, x, peak, before))
+
+    if not a.no_torch:
+        for n in threads:
+            one("torch", 1, n, [py, os.path.join(HERE, "peer_finetune.py"), "--mode", "plain",
+                                "--threads", str(n), *flags])
+        one("ddp", 2, 1, [py, os.path.join(HERE, "peer_finetune.py"), "--mode", "ddp",
+                          "--workers", "2", "--threads", "1", *flags])
+    sflowc = os.path.join(a.build, "bin", "sflowc")
+    with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp:
+        exe = os.path.join(tmp, "finetune")
+        if a.no_sflow:
+            exe = None
+        elif not os.path.exists(EXAMPLE):
+            print("INFO sflow: not run (examples/finetune.sflow missing)", flush=True)
+            exe = None
+        else:
+            t0 = time.perf_counter()
+            subprocess.run([sflowc, "-O2", EXAMPLE, "-o", exe], check=True)
+            print(f"INFO sflowc -O2 examples/finetune.sflow: {time.perf_counter() - t0:.2f} s", flush=True)
+        if exe:
+            for w in workers:
+                for n in (threads if w == 1 else [most]):
+                    # --threads is the process's pool, shared by its members.
+                    # Each run in a fresh folder: the program keeps its journal
+                    # and the members' checkpoints in ./.sflow/finetune/.
+                    one("sflow", w, n / w, [exe, "--workers", str(w), "--threads", str(n), *flags],
+                        cwd=tempfile.mkdtemp(dir=tmp))
+            if a.nodes:
+                one("sflow-nodes", 2, most, [exe, "--nodes", os.path.abspath(a.nodes), "--workers", "2",
+                                             "--threads", str(most), *flags], cwd=tempfile.mkdtemp(dir=tmp))
+            if a.loopback_nodes:
+                sys.path.insert(0, os.path.join(ROOT, "tests", "cluster"))
+                import cluster_test
+                c = cluster_test.Cluster(sflowc, 2)
+                try:
+                    # Each node's worker takes one member; the hosts share
+                    # this machine's 2 cores, so each gets 1 thread.
+                    one("sflow-nodes", 2, 1, c.args("--workers", "2", "--threads", "1", *flags, prog=exe),
+                        cwd=tempfile.mkdtemp(dir=tmp))
+                finally:
+                    c.close()
+    if not a.no_ray:
+        one("ray", 4, 1, [py, os.path.join(HERE, "ray_startup.py"), "--workers", "4",
+                          "--model", a.model, "--data", a.data, "--categories", a.categories,
+                          "--samples", str(r["samples"]), "--seq-len", str(r["seq_len"]),
+                          "--batch", str(a.batch), "--lr", str(a.lr), "--seed", str(a.seed)])
+    report(rows, r, most)
+
+
+def report(rows, r, most):
+    def f(x, k, fmt="{:.1f}"):
+        v = x.get(k)
+        return fmt.format(float(v)) if v not in (None, "") else "-"
+
+    print(f"\nINFO recipe: {r['samples']} train / {r['eval_samples']} eval samples, {r['epochs']} "
+          f"epochs, seq-len {r['seq_len']}; {os.cpu_count()} CPUs; load average before each run in the last column")
+    head = (f"{'side':<11} {'wk':>2} {'thr/wk':>6} {'samples/s':>9} {'train s':>8} {'eval s':>7} "
+            f"{'accuracy':>8} {'1st step s':>10} {'peak MB':>8} {'cpu s':>7} {'vs peer':>8}  load")
+    print(head)
+    print("-" * len(head))
+    torch_at = {}
+    for side, w, tpw, x, peak, ld in rows:
+        if side == "torch":
+            torch_at[w * tpw] = float(x["samples_per_s"])
+    ddp = next((float(x["samples_per_s"]) for s, _, _, x, _, _ in rows if s == "ddp"), None)
+    for side, w, tpw, x, peak, ld in rows:
+        vs = ""
+        # The peer at the same threads in all: DDP for 2 workers, else the plain loop.
+        ref = ddp if side.startswith("sflow") and w == 2 and ddp else torch_at.get(w * tpw)
+        if side.startswith("sflow") and ref and x.get("samples_per_s"):
+            vs = f"{float(x['samples_per_s']) / ref:.2f}x"
+        tpw_s = f"{tpw:g}"
+        print(f"{side:<11} {w:>2} {tpw_s:>6} {f(x, 'samples_per_s'):>9} {f(x, 'train_s', '{:.2f}'):>8} "
+              f"{f(x, 'eval_s', '{:.2f}'):>7} {f(x, 'accuracy', '{:.4f}'):>8} "
+              f"{f(x, 'first_step_s', '{:.3f}'):>10} {peak:>8.0f} {f(x, 'cpu_s'):>7} {vs:>8}  {ld}")
+    by = {(side, w, tpw): x for side, w, tpw, x, _, _ in rows}
+    ray = by.get(("ray", 4, 1))
+    sf4 = next((x for (s, w, _), x in by.items() if s == "sflow" and w == 4), None)
+    if ray:
+        print(f"\nstart-up to the end of the first step, 4 workers: "
+              f"sflow {f(sf4 or {}, 'first_step_s', '{:.3f}')} s, Ray Train TorchTrainer "
+              f"{f(ray, 'first_step_s', '{:.3f}')} s (ray.init alone {f(ray, 'ray_init_s', '{:.3f}')} s)")
+    s1 = by.get(("sflow", 1, float(most))) or by.get(("sflow", 1, most))
+    s2 = by.get(("sflow", 2, most / 2))
+    t1 = by.get(("torch", 1, 1))
+    d2 = by.get(("ddp", 2, 1))
+    parts = []
+    if s1 and s2:
+        parts.append(f"sflow 1 -> 2 workers ({most} threads in all) "
+                     f"{float(s2['samples_per_s']) / float(s1['samples_per_s']):.2f}x")
+    if t1 and d2:
+        parts.append(f"torch 1 process x 1 thread -> DDP 2 x 1 "
+                     f"{float(d2['samples_per_s']) / float(t1['samples_per_s']):.2f}x")
+    sn = next((x for (s, w, _), x in by.items() if s == "sflow-nodes"), None)
+    if sn and s2:
+        parts.append(f"sflow 2 workers on 2 loopback nodes / on 1 node "
+                     f"{float(sn['samples_per_s']) / float(s2['samples_per_s']):.2f}x")
+    if parts:
+        print("scaling (samples/s): " + "; ".join(parts))
+
+
+if __name__ == "__main__":
+    main()
