@@ -456,7 +456,7 @@ static void gelu_range(const float *restrict x, float *restrict y, int64_t lo, i
 #ifdef SF__AVX2
 /* gelu_range eight lanes at a time where the CPU has AVX2 (the same bits:
  * simd.h), the last up to 7 values through the four-lane loop. */
-static SF__AVX2 void gelu_range8(const float *restrict x, float *restrict y, int64_t lo,
+static SF__AVX2 void gelu_range_avx2(const float *restrict x, float *restrict y, int64_t lo,
                                  int64_t hi) {
   int64_t i = lo;
   for (; i + 8 <= hi; i += 8) {
@@ -490,7 +490,7 @@ static void gelu_bw_range(const float *restrict g, const float *restrict x, floa
 }
 
 #ifdef SF__AVX2
-static SF__AVX2 void gelu_bw_range8(const float *restrict g, const float *restrict x,
+static SF__AVX2 void gelu_bw_range_avx2(const float *restrict g, const float *restrict x,
                                     float *restrict d, int64_t lo, int64_t hi) {
   int64_t i = lo;
   for (; i + 8 <= hi; i += 8) {
@@ -503,9 +503,9 @@ static SF__AVX2 void gelu_bw_range8(const float *restrict g, const float *restri
   }
   gelu_bw_range(g, x, d, i, hi);
 }
-#define GELU(x, y, lo, hi) (sf__have_avx2() ? gelu_range8(x, y, lo, hi) : gelu_range(x, y, lo, hi))
+#define GELU(x, y, lo, hi) (sf__have_avx2() ? gelu_range_avx2(x, y, lo, hi) : gelu_range(x, y, lo, hi))
 #define GELU_BW(g, x, d, lo, hi) \
-  (sf__have_avx2() ? gelu_bw_range8(g, x, d, lo, hi) : gelu_bw_range(g, x, d, lo, hi))
+  (sf__have_avx2() ? gelu_bw_range_avx2(g, x, d, lo, hi) : gelu_bw_range(g, x, d, lo, hi))
 #else
 #define GELU gelu_range
 #define GELU_BW gelu_bw_range

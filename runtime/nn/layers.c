@@ -358,7 +358,7 @@ static int64_t key_prefix(const int64_t *m, int64_t s) {
 /* y[j] = exp(y[j] - mx) eight at a time while 8 are left, the sums added
  * into acc four by four in softmax_row's order (so the row's bits do not
  * depend on the CPU); returns where it stopped. */
-static SF__AVX2 int64_t exp_rows8(float *yr, int64_t n, float mx, sf__f4 *acc) {
+static SF__AVX2 int64_t exp_rows_avx2(float *yr, int64_t n, float mx, sf__f4 *acc) {
   int64_t j = 0;
   sf__f4 a = *acc;
   for (; j + 8 <= n; j += 8) {
@@ -392,7 +392,7 @@ static void softmax_row(const float *xr, float *yr, const int64_t *m, int64_t n,
   int64_t j = 0;
 #ifdef SF__AVX2
   if (sf__have_avx2())
-    j = exp_rows8(yr, n, mx, &acc);
+    j = exp_rows_avx2(yr, n, mx, &acc);
 #endif
   for (; j + SF__V <= n; j += SF__V) {
     sf__f4 e = sf__exp4(sf__ld4(yr + j) - vmx);
