@@ -385,6 +385,30 @@ typedef struct sf__wbuf {
 void sf__wbuf_free(sf__wbuf *b);
 /* Encodes f (pointers in f are read, not kept).  0, or -1 when too big. */
 int sf__wire_encode(sf__wbuf *b, const sf__frame *f);
+/* Encodes the start of a frame whose last byte string (the args of
+ * actor-create, actor-call and task-submit, the state of actor-state, the
+ * data of object) goes on for `more` bytes after what f holds: the lengths
+ * say so, and the caller sends those bytes right after.  So a value of
+ * hundreds of MB goes out from where it lies, never copied into a frame
+ * (sf__cluster_send_parts).  0, or -1 when too big or another type. */
+int sf__wire_encode_open(sf__wbuf *b, const sf__frame *f, size_t more);
+
+/* Bytes shared by reference count: a checkpoint's state held by the head
+ * (its list of checkpoints, the file writer, a node's send queue at
+ * once), so that none of them copies hundreds of MB.  Any thread may take
+ * and drop references; the last drop frees the bytes. */
+typedef struct sf__shared {
+  _Atomic long refs;
+  uint8_t *p; /* malloc'd */
+  size_t n;
+} sf__shared;
+/* Takes p (malloc'd, n bytes) into a blob with one reference; NULL when
+ * out of memory (p freed). */
+sf__shared *sf__shared_wrap(uint8_t *p, size_t n);
+/* A blob holding a copy of p[0..n); NULL when out of memory. */
+sf__shared *sf__shared_copy(const void *p, size_t n);
+sf__shared *sf__shared_ref(sf__shared *b); /* b, with one more reference */
+void sf__shared_unref(sf__shared *b);    /* NULL: nothing */
 /* Decodes the frame at the start of buf.  Returns the frame's size in bytes
  * (>0) with *f filled in, 0 when buf holds only part of a frame, or -1 with
  * a message when the bytes can never be a valid frame. */
@@ -421,6 +445,14 @@ int sf__conn_fill(sf__conn *c);
 /* Takes one buffered frame: 1 frame (valid until the next call on c),
  * 0 none complete yet, -1 malformed (message in err). */
 int sf__conn_next(sf__conn *c, sf__frame *f, char *err, size_t errlen);
+/* The frame sf__conn_next returned last, as bytes the caller owns (free
+ * them; *n of them; decode them again with sf__wire_decode); NULL when
+ * out of memory.  A frame of SF__TAKE_INPLACE bytes or more takes c's
+ * receive buffer itself and leaves c a new one with what came after it,
+ * so a checkpoint of hundreds of MB is handed on without a copy; a
+ * smaller one is copied.  Either way c then reads on as before. */
+#define SF__TAKE_INPLACE ((size_t)1 << 20)
+uint8_t *sf__conn_take(sf__conn *c, size_t *n);
 
 /* The challenge-response handshake (both sides, over a connected socket).
  * The worker proves HMAC(secret, "sflow-auth-1 worker" | head nonce |
@@ -616,6 +648,19 @@ bool sf__cluster_clock(int node, int64_t *offset_ns, uint64_t *rtt_ns);
  * the control thread writes them without blocking, so callers never wait
  * on a slow peer.  -1 when the node is not a live worker. */
 int sf__cluster_send(int node, const void *bytes, size_t n);
+/* One piece of what sf__cluster_send_parts queues: n bytes at p, copied
+ * into the queue when blob is NULL, else sent from where they lie (inside
+ * blob, which the queue holds a reference to until they are written). */
+typedef struct sf__part {
+  const void *p;
+  size_t n;
+  sf__shared *blob;
+} sf__part;
+/* Queues parts[0..k) for worker `node` as one run of bytes (nothing from
+ * another thread in between), like sf__cluster_send; only the copied
+ * parts cost a copy, under the lock the control thread needs.  -1 when
+ * the node is not a live worker (nothing queued). */
+int sf__cluster_send_parts(int node, const sf__part *parts, int k);
 
 /* -------------------------------------------------------- selftest.c */
 
@@ -644,6 +689,10 @@ const uint8_t *sf__worker_secret(void);
 /* Worker: sends a frame to the head (thread-safe; concurrent senders are
  * combined into one write). */
 void sf__worker_send_frame(const sf__frame *f);
+/* Worker: sends frames the caller encoded into b (a checkpoint, encoded
+ * on the actor's thread, outside the lock every sender takes), in order
+ * with the others; b is taken (emptied). */
+void sf__worker_send_encoded(sf__wbuf *b);
 
 /* -------------------------------------------------------- dispatch.c */
 
@@ -744,11 +793,18 @@ void sf__ractor_call(struct sf__ractor *r, const sf_method_desc *md, void *args,
 void sf__ractor_drop(struct sf__ractor *r); /* the handle is gone */
 void sf__ractor_node_lost(int node, const char *why);
 void sf__ractor_on_frame(int node, const struct sf__frame *f); /* control thread */
+/* An actor-state frame f whose state lies inside bytes, which the head
+ * keeps a reference to instead of copying (control thread). */
+void sf__ractor_on_state(int node, const struct sf__frame *f, sf__shared *bytes);
 
 /* --------------------------------------------------- ractor_worker.c */
 
-/* Worker: actor frames from the head. */
-void sf__ractor_worker_frame(const struct sf__frame *f);
+/* Worker: the actor frame c's sf__conn_next just returned, taken from c
+ * (sf__conn_take: in place when large) and handled on the actor-frame
+ * thread, in the order of arrival, so that decoding a restarted member's
+ * state of hundreds of MB never keeps the control loop from the head's
+ * heartbeats. */
+void sf__ractor_worker_take(sf__conn *c);
 
 /* --------------------------------------------------------- install.c */
 

@@ -10,7 +10,12 @@
  * queue whole frames on a node (sf__cluster_send, sf__head_send_frame)
  * and wake it, so a slow or dead peer blocks nobody, only this thread
  * ever closes a connection, and the libssh2 sessions (not thread-safe)
- * have one user.
+ * have one user.  And nothing of a size that grows with the program's
+ * values is copied on this thread or under H.mu: a checkpoint's state
+ * (280 MB for a fine-tuned BERT) is queued in place (sf__cluster_send_parts)
+ * and one that arrives is handed on in its receive buffer
+ * (sf__conn_take), because a copy of two of them on two loaded cores kept
+ * this thread from its heartbeats for over 3 s and the workers left.
  */
 #define _GNU_SOURCE /* accept4, pipe2 */
 #include <errno.h>
@@ -54,7 +59,7 @@ static void mark_lost(node *nd, const char *why) {
   if (nd->conn.fd >= 0)
     sf__conn_close(&nd->conn);
   sf__cluster_note("sflow: node %d (%s) lost: %s", id, nd->label, why);
-  nd->out.n = nd->out_off = 0;
+  sf__head_out_clear(nd);
   if (H.lost_fn) { /* dispatch.c resubmits work: it takes H.mu itself */
     char reason[256];
     snprintf(reason, sizeof reason, "%s", why);
@@ -234,6 +239,72 @@ void sf__head_pump_ssh(node *nd) {
   }
 }
 
+/* ---------------------------------------------------- the send queue */
+
+/* A node's outgoing bytes are a list of pieces in order: frames copied
+ * into a growing buffer, and bytes sent from where they lie in a blob.
+ * The tail is a copy piece whenever one was appended last, so small frames
+ * go into one buffer and leave in few sends. */
+
+static size_t seg_len(const oseg *s) { return s->blob ? s->n : s->b.n; }
+static const uint8_t *seg_ptr(const oseg *s) { return s->blob ? s->p : s->b.p; }
+
+static void seg_free(oseg *s) {
+  sf__wbuf_free(&s->b);
+  sf__shared_unref(s->blob);
+  free(s);
+}
+
+void sf__head_out_clear(node *nd) {
+  while (nd->out) {
+    oseg *nx = nd->out->next;
+    seg_free(nd->out);
+    nd->out = nx;
+  }
+  nd->out_tail = NULL;
+}
+
+static bool out_pending(const node *nd) {
+  for (const oseg *s = nd->out; s; s = s->next)
+    if (s->off < seg_len(s))
+      return true;
+  return false;
+}
+
+static void out_append(node *nd, oseg *first, oseg *last) {
+  if (nd->out_tail)
+    nd->out_tail->next = first;
+  else
+    nd->out = first;
+  nd->out_tail = last;
+}
+
+/* The copy buffer at the tail, made when the tail is a blob or there is
+ * none; NULL when out of memory. */
+static sf__wbuf *out_buf(node *nd) {
+  if (nd->out_tail && !nd->out_tail->blob)
+    return &nd->out_tail->b;
+  oseg *s = calloc(1, sizeof *s);
+  if (!s)
+    return NULL;
+  out_append(nd, s, s);
+  return &s->b;
+}
+
+static bool wb_grow(sf__wbuf *b, size_t extra) {
+  if (b->cap - b->n >= extra)
+    return true;
+  size_t cap = b->cap ? b->cap : 65536;
+  while (cap - b->n < extra)
+    cap *= 2;
+  uint8_t *p = realloc(b->p, cap);
+  if (!p)
+    return false;
+  b->p = p;
+  b->cap = cap;
+  return true;
+}
+
 /* Writes what nd->out holds without blocking: 0 when all is written or
  * the socket is full, -1 on an error (message in err). */
 /* At most FLUSH_MAX bytes per call: a restarted group's members are sent
@@ -245,25 +316,36 @@ void sf__head_pump_ssh(node *nd) {
 
 static int flush_out(node *nd, char *err, size_t errlen) {
   size_t sent = 0;
-  while (nd->conn.fd >= 0 && nd->out_off < nd->out.n && sent < FLUSH_MAX) {
-    ssize_t k = send(nd->conn.fd, nd->out.p + nd->out_off, nd->out.n - nd->out_off,
+  while (nd->conn.fd >= 0 && nd->out && sent < FLUSH_MAX) {
+    oseg *s = nd->out;
+    if (s->off == seg_len(s)) {
+      if (s == nd->out_tail && !s->blob) { /* all written: kept for the next frames */
+        s->b.n = s->off = 0;
+        break;
+      }
+      nd->out = s->next;
+      if (!nd->out)
+        nd->out_tail = NULL;
+      seg_free(s);
+      continue;
+    }
+    ssize_t k = send(nd->conn.fd, seg_ptr(s) + s->off, seg_len(s) - s->off,
                      MSG_NOSIGNAL | MSG_DONTWAIT);
     if (k > 0) {
-      nd->out_off += (size_t)k;
+      s->off += (size_t)k;
       sent += (size_t)k;
       continue;
     }
     if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-      return 0;
+      break;
     snprintf(err, errlen, "send failed: %s", k < 0 ? strerror(errno) : "closed");
     return -1;
   }
-  if (nd->out_off == nd->out.n)
-    nd->out.n = nd->out_off = 0;
-  else if (nd->out_off > (1u << 20) && nd->out_off > nd->out.n / 2) {
-    memmove(nd->out.p, nd->out.p + nd->out_off, nd->out.n - nd->out_off);
-    nd->out.n -= nd->out_off;
-    nd->out_off = 0;
+  oseg *s = nd->out; /* a copy buffer written in part: its front goes */
+  if (s && !s->blob && s->off > (1u << 20) && s->off > s->b.n / 2) {
+    memmove(s->b.p, s->b.p + s->off, s->b.n - s->off);
+    s->b.n -= s->off;
+    s->off = 0;
   }
   return 0;
 }
@@ -280,19 +362,20 @@ static bool on_control_thread(void) { return is_control_thread; }
  * so that only the control thread ever closes a connection. */
 void sf__head_send_frame(node *nd, const sf__frame *f) {
   char err[128];
-  if (nd->conn.fd < 0 || sf__wire_encode(&nd->out, f))
+  sf__wbuf *b = nd->conn.fd >= 0 ? out_buf(nd) : NULL;
+  if (!b || sf__wire_encode(b, f))
     return;
   if (on_control_thread()) {
     if (flush_out(nd, err, sizeof err))
       mark_lost(nd, err);
   } else if (!H.thread_running) { /* start-up and stop: bounded, blocking */
     int64_t deadline = now_ms() + 1000;
-    while (nd->out_off < nd->out.n) {
+    while (out_pending(nd)) {
       if (flush_out(nd, err, sizeof err)) {
         mark_lost(nd, err);
         return;
       }
-      if (nd->out_off < nd->out.n) {
+      if (out_pending(nd)) {
         if (now_ms() > deadline) {
           mark_lost(nd, "timed out sending");
           return;
@@ -306,7 +389,48 @@ void sf__head_send_frame(node *nd, const sf__frame *f) {
   }
 }
 
-int sf__cluster_send(int id, const void *bytes, size_t n) {
+/* The pieces of parts[0..k) as a chain of their own: consecutive copied
+ * parts in one buffer, each blob part in its own piece.  false when out
+ * of memory (nothing made). */
+static bool chain_parts(const sf__part *parts, int k, oseg **first, oseg **last) {
+  *first = *last = NULL;
+  for (int i = 0; i < k; i++) {
+    if (!parts[i].n)
+      continue;
+    oseg *s = *last;
+    if (parts[i].blob || !s || s->blob) {
+      s = calloc(1, sizeof *s);
+      if (!s)
+        goto fail;
+      if (*last)
+        (*last)->next = s;
+      else
+        *first = s;
+      *last = s;
+    }
+    if (parts[i].blob) {
+      s->blob = sf__shared_ref(parts[i].blob);
+      s->p = parts[i].p;
+      s->n = parts[i].n;
+    } else {
+      if (!wb_grow(&s->b, parts[i].n))
+        goto fail;
+      memcpy(s->b.p + s->b.n, parts[i].p, parts[i].n);
+      s->b.n += parts[i].n;
+    }
+  }
+  return true;
+fail:
+  while (*first) {
+    oseg *nx = (*first)->next;
+    seg_free(*first);
+    *first = nx;
+  }
+  *last = NULL;
+  return false;
+}
+
+int sf__cluster_send_parts(int id, const sf__part *parts, int k) {
   pthread_mutex_lock(&H.mu);
   if (!H.started || H.stopping || id < 1 || id > H.n || !H.nodes[id - 1].alive ||
       H.nodes[id - 1].conn.fd < 0) {
@@ -314,21 +438,32 @@ int sf__cluster_send(int id, const void *bytes, size_t n) {
     return -1;
   }
   node *nd = &H.nodes[id - 1];
-  bool was_empty = nd->out_off == nd->out.n;
-  if (nd->out.cap - nd->out.n < n) {
-    size_t cap = nd->out.cap ? nd->out.cap : 65536;
-    while (cap - nd->out.n < n)
-      cap *= 2;
-    uint8_t *p = realloc(nd->out.p, cap);
-    if (!p) {
+  bool was_empty = !out_pending(nd);
+  bool copies_only = true;
+  size_t total = 0;
+  for (int i = 0; i < k; i++) {
+    copies_only &= !parts[i].blob;
+    total += parts[i].n;
+  }
+  if (copies_only) { /* the usual case: onto the tail's buffer */
+    sf__wbuf *b = out_buf(nd);
+    if (!b || !wb_grow(b, total)) {
       pthread_mutex_unlock(&H.mu);
       return -1;
     }
-    nd->out.p = p;
-    nd->out.cap = cap;
+    for (int i = 0; i < k; i++) {
+      memcpy(b->p + b->n, parts[i].p, parts[i].n);
+      b->n += parts[i].n;
+    }
+  } else {
+    oseg *first, *last;
+    if (!chain_parts(parts, k, &first, &last)) {
+      pthread_mutex_unlock(&H.mu);
+      return -1;
+    }
+    if (first)
+      out_append(nd, first, last);
   }
-  memcpy(nd->out.p + nd->out.n, bytes, n);
-  nd->out.n += n;
   /* On the control thread (a result led to more work) the bytes leave
    * with the next round, together with the rest of this batch. */
   bool ctl = on_control_thread();
@@ -336,6 +471,11 @@ int sf__cluster_send(int id, const void *bytes, size_t n) {
   if (!ctl && was_empty)
     sf__head_wake();
   return 0;
+}
+
+int sf__cluster_send(int id, const void *bytes, size_t n) {
+  sf__part part = {bytes, n, NULL};
+  return sf__cluster_send_parts(id, &part, 1);
 }
 
 /* Heartbeats answered at once after a node is ready, when tracing: enough
@@ -385,6 +525,22 @@ bool sf__cluster_clock(int id, int64_t *offset_ns, uint64_t *rtt_ns) {
   return ok;
 }
 
+/* A checkpoint (hundreds of MB for a fine-tuned BERT) goes to
+ * ractor_head.c in the buffer it arrived in, which it keeps: no copy on
+ * this thread. */
+static void take_state(node *nd) {
+  size_t n;
+  uint8_t *p = sf__conn_take(&nd->conn, &n);
+  sf__shared *blob = p ? sf__shared_wrap(p, n) : NULL;
+  sf__frame f;
+  char err[64];
+  pthread_mutex_unlock(&H.mu); /* as for task results */
+  if (blob && sf__wire_decode(blob->p, blob->n, &f, err, sizeof err) > 0)
+    sf__ractor_on_state((int)(nd - H.nodes) + 1, &f, blob);
+  sf__shared_unref(blob);
+  pthread_mutex_lock(&H.mu);
+}
+
 static void handle_frame(node *nd, const sf__frame *f) {
   switch (f->type) {
   case SF__F_HEARTBEAT: break; /* last_rx is enough */
@@ -413,11 +569,11 @@ static void handle_frame(node *nd, const sf__frame *f) {
     pthread_mutex_lock(&H.mu);
     break;
   case SF__F_ACTOR_RESULT:
-  case SF__F_ACTOR_STATE:
     pthread_mutex_unlock(&H.mu); /* as for task results */
     sf__ractor_on_frame((int)(nd - H.nodes) + 1, f);
     pthread_mutex_lock(&H.mu);
     break;
+  case SF__F_ACTOR_STATE: take_state(nd); break;
   case SF__F_GROUP_DONE:
     if (f->u.group_done.group == H.group_seq) {
       nd->group_done = true;
@@ -472,11 +628,11 @@ void sf__head_control_round(int timeout_ms, int64_t *next_hb) {
     node *nd = &H.nodes[i];
     if (nd->conn.fd >= 0) {
       char err[128];
-      if (nd->out_off < nd->out.n && flush_out(nd, err, sizeof err)) {
+      if (out_pending(nd) && flush_out(nd, err, sizeof err)) {
         mark_lost(nd, err);
         continue;
       }
-      short ev = POLLIN | (nd->out_off < nd->out.n ? POLLOUT : 0);
+      short ev = POLLIN | (out_pending(nd) ? POLLOUT : 0);
       pf[np] = (struct pollfd){nd->conn.fd, ev, 0};
       owner[np++] = nd;
     }
@@ -525,6 +681,8 @@ void sf__head_control_round(int timeout_ms, int64_t *next_hb) {
   greet_expire(t);
   for (int i = 0; i < H.n; i++) {
     node *nd = &H.nodes[i];
+    if (nd->alive && t - nd->last_rx > nd->quiet_max)
+      nd->quiet_max = t - nd->last_rx;
     if (nd->alive && t - nd->last_rx > SF__HEARTBEAT_TIMEOUT_MS) {
       char why[96];
       snprintf(why, sizeof why, "no heartbeat for %.1f s", (double)(t - nd->last_rx) / 1000.0);
@@ -532,6 +690,9 @@ void sf__head_control_round(int timeout_ms, int64_t *next_hb) {
     }
   }
   if (t >= *next_hb) {
+    /* How late this round is: what the workers' 3 s allowance must cover. */
+    if (*next_hb && t - (*next_hb - SF__HEARTBEAT_MS) > H.hb_gap_max)
+      H.hb_gap_max = t - (*next_hb - SF__HEARTBEAT_MS);
     *next_hb = t + SF__HEARTBEAT_MS;
     for (int i = 0; i < H.n; i++)
       if (H.nodes[i].alive)
@@ -548,6 +709,18 @@ void *sf__head_control_thread(void *arg) {
     sf__head_control_round(100, &next_hb);
   pthread_mutex_unlock(&H.mu);
   return NULL;
+}
+
+void sf__head_note_silences(void) {
+  if (!logging())
+    return;
+  sf__cluster_note("sflow: heartbeats: longest gap between rounds %.2f s (a node is lost after "
+                   "%.1f s of silence)", (double)H.hb_gap_max / 1000.0,
+                   SF__HEARTBEAT_TIMEOUT_MS / 1000.0);
+  for (int i = 0; i < H.n; i++)
+    if (H.nodes[i].ready)
+      sf__cluster_note("sflow: node %d: longest silence %.2f s%s", i + 1,
+                       (double)H.nodes[i].quiet_max / 1000.0, H.nodes[i].lost ? " (lost)" : "");
 }
 
 void sf__head_wake(void) {

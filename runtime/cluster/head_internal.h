@@ -30,14 +30,24 @@ static inline int64_t now_ms(void) {
   return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
+/* A piece of a node's outgoing bytes: frames copied in (b), or bytes
+ * sent from where they lie inside a blob (a checkpoint's state). */
+typedef struct oseg {
+  struct oseg *next;
+  sf__wbuf b;         /* copied frames, when blob is NULL */
+  sf__shared *blob;     /* else p[0..n) lies in it */
+  const uint8_t *p;
+  size_t n;
+  size_t off;         /* bytes of this piece already written */
+} oseg;
+
 typedef struct node {
   const sf__host *host;
   sf__ssh_target target; /* where and how to connect (sshconfig.c) */
   char label[300];    /* the host as written ("gpu1", "[127.0.0.2]:2222") */
   sf__ssh *ssh;
   sf__conn conn;      /* control connection; fd -1 until authenticated */
-  sf__wbuf out;       /* frames not yet written (out.p[out_off..out.n)) */
-  size_t out_off;
+  oseg *out, *out_tail; /* bytes not yet written, in order (control.c) */
   bool ready, alive, lost;
   bool ssh_open;
   uint32_t pid, cpus, gpus;
@@ -45,6 +55,7 @@ typedef struct node {
   uint16_t data_port, obj_port; /* group rings; the object store (objects.c) */
   char hostname[256];
   int64_t last_rx;
+  int64_t quiet_max;  /* the longest it went without a byte arriving (ms) */
   /* Clock alignment (sf__cluster_clock): the best sample so far. */
   int64_t clock_off;
   uint64_t clock_rtt;
@@ -103,6 +114,7 @@ typedef struct sf__head {
   int lost_count;
   uint64_t group_seq;
   int64_t t0;
+  int64_t hb_gap_max; /* the longest between two heartbeat rounds (ms) */
   unsigned master_port; /* MASTER_PORT for the users' own rendezvous */
 } sf__head;
 
@@ -124,5 +136,10 @@ void sf__head_pump_ssh(node *nd);
 void sf__head_send_frame(node *nd, const sf__frame *f);
 /* Wakes the control thread from its poll. */
 void sf__head_wake(void);
+/* Drops what nd has not written yet. */
+void sf__head_out_clear(node *nd);
+/* --cluster-log: the longest gap between heartbeat rounds and each node's
+ * longest silence, against the 3 s limit. */
+void sf__head_note_silences(void);
 
 #endif

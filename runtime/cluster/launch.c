@@ -356,8 +356,7 @@ static void teardown(void) {
     node *nd = &H.nodes[i];
     if (nd->conn.fd >= 0)
       sf__conn_close(&nd->conn);
-    sf__wbuf_free(&nd->out);
-    nd->out_off = 0;
+    sf__head_out_clear(nd);
     sf__ssh_close(nd->ssh, nd->lost || !nd->ready);
     nd->ssh = NULL;
     nd->ssh_open = false;
@@ -599,6 +598,7 @@ void sf__cluster_stop(void) {
   sf__head_wake();
   if (H.thread_running) {
     pthread_join(H.thread, NULL);
+    sf__head_note_silences();
     H.thread_running = false;
   }
   pthread_mutex_lock(&H.mu);

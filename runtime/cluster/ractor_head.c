@@ -97,9 +97,14 @@ typedef struct rcall {
   sf__sink sink;
 } rcall;
 
+/* A checkpoint: its state p[0..n) lies inside b (the frame it arrived
+ * in, or the file --resume read), shared with the file writer and the
+ * send queues of restarts, never copied (docs/cluster.md, "Group
+ * restart"). */
 typedef struct ckpt {
   uint64_t calls, epoch;
-  uint8_t *p;
+  sf__shared *b;
+  const uint8_t *p;
   uint32_t n;
 } ckpt;
 
@@ -116,8 +121,7 @@ struct sf__ractor {
   sf__gpu_hold gpu;        /* @gpus: held with the slots, for its lifetime */
   int restarts_left;
   uint64_t seq;            /* calls made */
-  uint8_t *init;           /* serialized init arguments */
-  uint32_t ninit;
+  sf__shared *init;        /* serialized init arguments, or NULL */
   ckpt ck[GROUP_CKPTS];    /* newest first; ck[0] alone for a single actor */
   int nck;
   rcall *log, *log_tail;   /* calls a restart may replay, oldest first */
@@ -183,7 +187,7 @@ static void rcall_free(rcall *c) {
 }
 
 static void ckpt_free(ckpt *c) {
-  free(c->p);
+  sf__shared_unref(c->b);
   *c = (ckpt){0};
 }
 
@@ -196,7 +200,18 @@ static ractor *find_wid(uint64_t wid) {
 
 /* ----------------------------------------------------------- frames */
 
-static void encode_create(sf__wbuf *out, ractor *r, const ckpt *from) {
+/* Bodies from this size on are sent from where they lie; smaller ones are
+ * copied into the frame, which costs less than a piece of their own. */
+#define BODY_INPLACE ((size_t)64 << 10)
+
+/* Queues r's create frame (from `from`, or its init arguments) for r->node,
+ * then the bytes of more (the calls it replays), as one run.  The state
+ * goes from where it lies (sf__cluster_send_parts): a restart runs on the
+ * control thread, and copying two fine-tuned BERT members' 280 MB states
+ * there (three times each, as encoding once did) kept it from the
+ * heartbeats for over 3 s on two loaded cores.  A lost node: its hook
+ * restarts the actor. */
+static void send_create(ractor *r, const ckpt *from, const sf__wbuf *more) {
   sf__buf b;
   char store[512];
   sf__buf_init(&b, store, sizeof store);
@@ -211,10 +226,10 @@ static void encode_create(sf__wbuf *out, ractor *r, const ckpt *from) {
   put_u64(&b, from ? from->calls : 0);
   put_u64(&b, from ? from->epoch : 0);
   sf__buf_put(&b, from ? "\1" : "\0", 1);
-  if (from)
-    put_bytes(&b, from->p, from->n);
-  else
-    put_bytes(&b, r->init, r->ninit);
+  sf__shared *body = from ? from->b : r->init;
+  const uint8_t *bp = from ? from->p : r->init ? r->init->p : NULL;
+  uint32_t bn = from ? from->n : r->init ? (uint32_t)r->init->n : 0;
+  put_u32(&b, bn); /* the body follows the frame's start, then the peers */
   sf__wbuf peers = {0};
   for (int64_t i = 0; r->g && i < r->g->n; i++) {
     char addr[64] = "0.0.0.0";
@@ -222,13 +237,25 @@ static void encode_create(sf__wbuf *out, ractor *r, const ckpt *from) {
     (void)sf__cluster_data_addr(r->g->m[i]->node, addr, sizeof addr, &port);
     sf__wire_put_peer(&peers, addr, port);
   }
-  put_bytes(&b, peers.p, (uint32_t)peers.n);
+  sf__buf tail;
+  char tstore[512];
+  sf__buf_init(&tail, tstore, sizeof tstore);
+  put_bytes(&tail, peers.p, (uint32_t)peers.n);
   sf__wbuf_free(&peers);
   sf__frame f = {.type = SF__F_ACTOR_CREATE};
   f.u.actor_create.actor = r->wid;
   f.u.actor_create.cls = (uint32_t)(int32_t)((const char *)r->d - (const char *)&sf_program_desc);
   f.u.actor_create.args = (sf__bytes){(const uint8_t *)b.data, (uint32_t)b.len};
-  sf__wire_encode(out, &f);
+  sf__wbuf head = {0};
+  if (!sf__wire_encode_open(&head, &f, (size_t)bn + tail.len)) {
+    sf__part parts[4] = {{head.p, head.n, NULL},
+                         {bp, bn, bn >= BODY_INPLACE ? body : NULL},
+                         {tail.data, tail.len, NULL},
+                         {more ? more->p : NULL, more ? more->n : 0, NULL}};
+    (void)sf__cluster_send_parts(r->node, parts, 4);
+  }
+  sf__wbuf_free(&head);
+  sf__buf_free(&tail);
   sf__buf_free(&b);
 }
 
@@ -283,7 +310,7 @@ static bool offset_ok(const void *p) {
 /* --resume: each member's handle here is restored from its newest
  * checkpoint (a group's members from the newest epoch they all have, as
  * actor.c does for local actors), and the state is serialized into
- * out[i] for the create frame (out[i].p NULL: from init).  The handle's
+ * out[i] for the create frame (out[i].b NULL: from init).  The handle's
  * call counts then tell the journal which of main's calls the state
  * already holds (sf__ractor_call). */
 static void restore_handles(sf_actor **members, int64_t n, const sf_actor_desc *d, ckpt *out) {
@@ -303,9 +330,9 @@ static void restore_handles(sf_actor **members, int64_t n, const sf_actor_desc *
       sf__ser_value(&b, d->state, sf__actor_state(members[i]));
     out[i].calls = (uint64_t)sf__actor_calls(members[i]);
     out[i].epoch = (uint64_t)sf__actor_epochs(members[i]);
-    out[i].p = malloc(b.len ? b.len : 1);
-    if (out[i].p) {
-      memcpy(out[i].p, b.data, b.len);
+    out[i].b = sf__shared_copy(b.data, b.len); /* main's thread: a copy is no harm */
+    if (out[i].b) {
+      out[i].p = out[i].b->p;
       out[i].n = (uint32_t)b.len;
     }
     sf__buf_free(&b);
@@ -370,11 +397,8 @@ bool sf__ractor_spawn(sf_actor **members, int64_t n, void *args) {
     r->gpu = holds[i];
     r->restarts_left = d->restarts;
     r->wid = ++RA.next_wid;
-    r->init = b.len ? malloc(b.len) : NULL;
-    if (r->init)
-      memcpy(r->init, b.data, b.len);
-    r->ninit = r->init ? (uint32_t)b.len : 0;
-    if (restored && restored[i].p) { /* starts from its checkpoint */
+    r->init = b.len ? sf__shared_copy(b.data, b.len) : NULL;
+    if (restored && restored[i].b) { /* starts from its checkpoint */
       r->ck[0] = restored[i];
       r->nck = 1;
       r->trimmed = restored[i].calls; /* main's calls up to it are not sent */
@@ -389,9 +413,7 @@ bool sf__ractor_spawn(sf_actor **members, int64_t n, void *args) {
   /* Frames after every member exists: the peer lists name them all. */
   for (int64_t i = 0; i < n; i++) {
     ractor *r = g ? g->m[i] : RA.list;
-    sf__wbuf out = {0};
-    encode_create(&out, r, r->nck ? &r->ck[0] : NULL);
-    send_buf(r->node, &out);
+    send_create(r, r->nck ? &r->ck[0] : NULL, NULL);
   }
   /* A node lost between placement and now was handled before this actor
    * was in the list: handle it here (the hook skips actors moved since). */
@@ -693,22 +715,21 @@ static void writer_drain(void) {
   pthread_mutex_unlock(&WF.mu);
 }
 
+/* The writer shares the state's bytes with the actor's list (a
+ * reference, not a copy: this runs on the control thread). */
 static void queue_file(const sf_actor_desc *d, int64_t id, int64_t rank, const ckpt *c) {
-  uint8_t *p = malloc(c->n + 1);
-  if (!p)
-    return;
-  memcpy(p, c->p, c->n);
+  ckpt ref = {c->calls, c->epoch, sf__shared_ref(c->b), c->p, c->n};
   pthread_mutex_lock(&WF.mu);
   for (wfile *w = WF.head; w; w = w->next)
     if (w->d == d && w->id == id && w->rank == rank) {
       ckpt_free(&w->c);
-      w->c = (ckpt){c->calls, c->epoch, p, c->n};
+      w->c = ref;
       pthread_mutex_unlock(&WF.mu);
       return;
     }
   wfile *w = calloc(1, sizeof *w);
   if (w) {
-    *w = (wfile){NULL, d, id, rank, {c->calls, c->epoch, p, c->n}};
+    *w = (wfile){NULL, d, id, rank, ref};
     if (WF.tail)
       WF.tail->next = w;
     else
@@ -722,12 +743,12 @@ static void queue_file(const sf_actor_desc *d, int64_t id, int64_t rank, const c
     }
     pthread_cond_signal(&WF.cv);
   } else {
-    free(p);
+    ckpt_free(&ref);
   }
   pthread_mutex_unlock(&WF.mu);
 }
 
-static void on_state(int node, const sf__frame *f) {
+void sf__ractor_on_state(int node, const sf__frame *f, sf__shared *bytes) {
   pthread_mutex_lock(&RA.mu);
   ractor *r = find_wid(f->u.actor_state.actor);
   if (!r || r->node != node || (r->nck && f->u.actor_state.calls <= r->ck[0].calls) ||
@@ -735,13 +756,9 @@ static void on_state(int node, const sf__frame *f) {
     pthread_mutex_unlock(&RA.mu);
     return;
   }
-  ckpt c = {f->u.actor_state.calls, f->u.actor_state.epoch, malloc(f->u.actor_state.state.n + 1),
-            f->u.actor_state.state.n};
-  if (!c.p) {
-    pthread_mutex_unlock(&RA.mu);
-    return;
-  }
-  memcpy(c.p, f->u.actor_state.state.p, c.n);
+  /* Kept where it arrived (control.c hands the frame's buffer over). */
+  ckpt c = {f->u.actor_state.calls, f->u.actor_state.epoch, sf__shared_ref(bytes),
+            f->u.actor_state.state.p, f->u.actor_state.state.n};
   /* A single actor needs only its newest; a member keeps a few, for the
    * epoch every member has. */
   int keep = r->g ? GROUP_CKPTS : 1;
@@ -759,8 +776,6 @@ static void on_state(int node, const sf__frame *f) {
 void sf__ractor_on_frame(int node, const sf__frame *f) {
   if (f->type == SF__F_ACTOR_RESULT)
     on_result(node, f);
-  else if (f->type == SF__F_ACTOR_STATE)
-    on_state(node, f);
 }
 
 /* ---------------------------------------------------------- recovery */
@@ -789,7 +804,6 @@ static void kill_actor(ractor *r, const char *why, done **fails) {
 static void relaunch(ractor *r, const ckpt *from) {
   r->wid = ++RA.next_wid;
   sf__wbuf out = {0};
-  encode_create(&out, r, from);
   uint64_t after = from ? from->calls : 0;
   for (rcall *c = r->log; c; c = c->next) {
     if (c->seq <= after)
@@ -798,7 +812,8 @@ static void relaunch(ractor *r, const ckpt *from) {
     c->held = NULL;
     encode_call(&out, r, c, c->delivered);
   }
-  send_buf(r->node, &out);
+  send_create(r, from, &out);
+  sf__wbuf_free(&out);
 }
 
 static void lost_why(char *out, size_t n, ractor *r, int node, const char *why) {
@@ -978,7 +993,7 @@ void sf__ractor_drop(ractor *r) {
     }
   }
   pthread_mutex_unlock(&RA.mu);
-  free(r->init);
+  sf__shared_unref(r->init);
   free(r->dead);
   free(r);
 }

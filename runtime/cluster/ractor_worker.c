@@ -2,14 +2,19 @@
  * ractor_worker.c — the actors a worker of a --nodes run holds for the
  * head (ractor_head.c).
  *
- * Actor frames arrive on the control loop: actor-create builds a local
- * actor with actor.c's machinery (init, or the shipped state and call
- * counts), actor-call posts the call to its mailbox (so calls run one at a
- * time, in order), and one reply thread per actor sends each result in
- * order as its future completes.  Checkpoints are shipped instead of
- * written (checkpoint.c's sf__checkpoint_ship), and only after the result
- * of the call they include has been sent, so the head never holds a
- * checkpoint that covers a call whose result it lost.
+ * Actor frames arrive on the control loop, which hands them (in place
+ * when large, sf__conn_take) to one actor-frame thread that takes them in
+ * order: actor-create builds a local actor with actor.c's machinery (init,
+ * or the shipped state and call counts), actor-call posts the call to its
+ * mailbox (so calls run one at a time, in order), and one reply thread
+ * per actor sends each result in order as its future completes.  The loop
+ * itself only answers heartbeats and reads on, so decoding a restarted
+ * BERT member's 280 MB state (a second or more on a loaded core) never
+ * reads to the head as a silent node.  Checkpoints are shipped instead of
+ * written (checkpoint.c's sf__checkpoint_ship), encoded on the actor's
+ * thread, and only after the result of the call they include has been
+ * sent, so the head never holds a checkpoint that covers a call whose
+ * result it lost.
  *
  * A group member's collectives go over its ring (group_ring.c), made with
  * its create frame and stopped with the actor.
@@ -61,8 +66,7 @@ typedef struct witem {
 typedef struct wstate {
   struct wstate *next;
   uint64_t calls, epoch;
-  uint8_t *p;
-  uint32_t n;
+  sf__wbuf frame; /* the actor-state frame, encoded */
 } wstate;
 
 
@@ -106,14 +110,7 @@ static void w_result(uint64_t wid, uint64_t seq, int status, const void *p, size
   w_result_out(wid, seq, status, p, n, NULL);
 }
 
-static void w_state(uint64_t wid, const wstate *s) {
-  sf__frame f = {.type = SF__F_ACTOR_STATE};
-  f.u.actor_state.actor = wid;
-  f.u.actor_state.calls = s->calls;
-  f.u.actor_state.epoch = s->epoch;
-  f.u.actor_state.state = (sf__bytes){s->p, s->n};
-  sf__worker_send_frame(&f);
-}
+static void w_state(wstate *s) { sf__worker_send_encoded(&s->frame); }
 
 /* "call of 'A.m' failed: CAUSE" -> CAUSE: the head words it again. */
 static const char *call_cause(const char *msg) {
@@ -186,8 +183,8 @@ static void *reply_main(void *arg) {
     while (ready) { /* at most one or two; order does not matter to the head */
       wstate *nx = ready->next;
       if (!stop)
-        w_state(w->wid, ready);
-      free(ready->p);
+        w_state(ready);
+      sf__wbuf_free(&ready->frame);
       free(ready);
       ready = nx;
     }
@@ -217,12 +214,19 @@ static void ship(sf_actor *a, int64_t calls, int64_t epochs, const void *p, size
   if (!w || n > UINT32_MAX)
     return;
   wstate *s = calloc(1, sizeof *s);
-  if (!s || !(s->p = malloc(n ? n : 1))) {
+  if (!s)
+    return;
+  /* Encoded here, on the actor's thread: the one copy the state costs. */
+  sf__frame f = {.type = SF__F_ACTOR_STATE};
+  f.u.actor_state.actor = w->wid;
+  f.u.actor_state.calls = (uint64_t)calls;
+  f.u.actor_state.epoch = (uint64_t)epochs;
+  f.u.actor_state.state = (sf__bytes){p, (uint32_t)n};
+  if (sf__wire_encode(&s->frame, &f)) {
+    sf__wbuf_free(&s->frame);
     free(s);
     return;
   }
-  memcpy(s->p, p, n);
-  s->n = (uint32_t)n;
   s->calls = (uint64_t)calls;
   s->epoch = (uint64_t)epochs;
   pthread_mutex_lock(&w->mu);
@@ -235,8 +239,8 @@ static void ship(sf_actor *a, int64_t calls, int64_t epochs, const void *p, size
   pthread_mutex_unlock(&w->mu);
   if (s) {
     if (now)
-      w_state(w->wid, s);
-    free(s->p);
+      w_state(s);
+    sf__wbuf_free(&s->frame);
     free(s);
   }
 }
@@ -413,12 +417,72 @@ static void w_stop(const sf__frame *f) {
     sf__group_ring_stop(w->ring); /* a member blocked in a collective returns */
 }
 
-void sf__ractor_worker_frame(const sf__frame *f) {
+static void w_frame(const sf__frame *f) {
   switch (f->type) {
   case SF__F_ACTOR_CREATE: w_create(f); break;
   case SF__F_ACTOR_CALL: w_call(f); break;
   case SF__F_ACTOR_STOP: w_stop(f); break;
   default: break;
   }
+}
+
+/* Actor frames waiting for the actor-frame thread, oldest first: each
+ * one's own bytes (the loop's receive buffer moves on). */
+typedef struct wframe {
+  struct wframe *next;
+  uint8_t *p;
+  size_t n;
+} wframe;
+
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  wframe *head, *tail;
+  bool running;
+} WQ = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static void *frames_main(void *arg) {
+  (void)arg;
+  for (;;) {
+    pthread_mutex_lock(&WQ.mu);
+    while (!WQ.head)
+      pthread_cond_wait(&WQ.cv, &WQ.mu);
+    wframe *q = WQ.head;
+    WQ.head = q->next;
+    if (!WQ.head)
+      WQ.tail = NULL;
+    pthread_mutex_unlock(&WQ.mu);
+    sf__frame f;
+    char err[128];
+    if (sf__wire_decode(q->p, q->n, &f, err, sizeof err) > 0) /* it was valid on the loop */
+      w_frame(&f);
+    free(q->p);
+    free(q);
+  }
+  return NULL;
+}
+
+void sf__ractor_worker_take(sf__conn *c) {
+  wframe *q = calloc(1, sizeof *q);
+  if (q)
+    q->p = sf__conn_take(c, &q->n);
+  if (!q || !q->p) {
+    free(q);
+    sf__worker_note("out of memory for an actor frame of %zu bytes; it is dropped", c->pending);
+    return;
+  }
+  pthread_mutex_lock(&WQ.mu);
+  if (WQ.tail)
+    WQ.tail->next = q;
+  else
+    WQ.head = q;
+  WQ.tail = q;
+  pthread_t th;
+  if (!WQ.running && !pthread_create(&th, NULL, frames_main, NULL)) {
+    pthread_detach(th);
+    WQ.running = true;
+  }
+  pthread_cond_signal(&WQ.cv);
+  pthread_mutex_unlock(&WQ.mu);
 }
 

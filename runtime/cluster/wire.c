@@ -298,6 +298,71 @@ int sf__wire_encode(sf__wbuf *b, const sf__frame *f) {
   return 0;
 }
 
+/* Where the last byte string of a frame of this type starts in f: its
+ * length is patched by sf__wire_encode_open.  NULL for other types. */
+static const sf__bytes *last_bytes(const sf__frame *f) {
+  switch (f->type) {
+  case SF__F_ACTOR_CREATE: return &f->u.actor_create.args;
+  case SF__F_ACTOR_CALL: return &f->u.actor_call.args;
+  case SF__F_ACTOR_STATE: return &f->u.actor_state.state;
+  case SF__F_TASK_SUBMIT: return &f->u.task_submit.args;
+  case SF__F_OBJECT: return &f->u.object.data;
+  default: return NULL;
+  }
+}
+
+int sf__wire_encode_open(sf__wbuf *b, const sf__frame *f, size_t more) {
+  const sf__bytes *tail = last_bytes(f);
+  size_t start = b->n;
+  if (!tail || more > SF__FRAME_MAX || sf__wire_encode(b, f))
+    return -1;
+  size_t len = b->n - start - 4 + more, field = (size_t)tail->n + more;
+  if (len > SF__FRAME_MAX || field > UINT32_MAX) {
+    b->n = start;
+    return -1;
+  }
+  uint8_t *flen = b->p + b->n - tail->n - 4; /* the field's u32 length */
+  for (int i = 0; i < 4; i++) {
+    b->p[start + i] = (uint8_t)(len >> (8 * i));
+    flen[i] = (uint8_t)(field >> (8 * i));
+  }
+  return 0;
+}
+
+sf__shared *sf__shared_wrap(uint8_t *p, size_t n) {
+  sf__shared *b = malloc(sizeof *b);
+  if (!b) {
+    free(p);
+    return NULL;
+  }
+  b->refs = 1;
+  b->p = p;
+  b->n = n;
+  return b;
+}
+
+sf__shared *sf__shared_copy(const void *p, size_t n) {
+  uint8_t *q = malloc(n ? n : 1);
+  if (!q)
+    return NULL;
+  if (n)
+    memcpy(q, p, n);
+  return sf__shared_wrap(q, n);
+}
+
+sf__shared *sf__shared_ref(sf__shared *b) {
+  if (b)
+    b->refs++;
+  return b;
+}
+
+void sf__shared_unref(sf__shared *b) {
+  if (b && --b->refs == 0) {
+    free(b->p);
+    free(b);
+  }
+}
+
 /* ------------------------------------------------------------ reader */
 
 typedef struct rd {
@@ -762,6 +827,35 @@ int sf__conn_next(sf__conn *c, sf__frame *f, char *err, size_t errlen) {
     return (int)k;
   c->pending = (size_t)k;
   return 1;
+}
+
+uint8_t *sf__conn_take(sf__conn *c, size_t *n) {
+  size_t k = c->pending, rest = c->rx_n - k;
+  *n = k;
+  if (k < SF__TAKE_INPLACE) {
+    uint8_t *p = malloc(k ? k : 1);
+    if (p && k)
+      memcpy(p, c->rx, k);
+    return p; /* the next sf__conn_next drops it from rx as usual */
+  }
+  /* The bytes after the frame (at most a fill's worth) move instead. */
+  size_t cap = 131072;
+  while (cap < rest + 65536)
+    cap *= 2;
+  uint8_t *nrx = malloc(cap);
+  if (!nrx)
+    return NULL;
+  memcpy(nrx, c->rx + k, rest);
+  uint8_t *p = c->rx;
+  uint8_t *shrunk = realloc(p, k); /* gives back the room it grew for */
+  if (shrunk)
+    p = shrunk;
+  c->rx = nrx;
+  c->rx_cap = cap;
+  c->rx_n = rest;
+  c->scan = c->scan > k ? c->scan - k : 0;
+  c->pending = 0;
+  return p;
 }
 
 int sf__conn_recv(sf__conn *c, sf__frame *f, int timeout_ms, char *err, size_t errlen) {

@@ -56,28 +56,72 @@ typedef struct worker {
   sf__peer *peers;
 } worker;
 
-/* Senders append to one buffer; whoever finds nobody writing writes it
- * all, so results finishing together leave in one write. */
-static sf__wbuf w_out, w_spare;
+/* Frames waiting to be written, in order: small ones encoded into the
+ * tail's buffer, each pre-encoded one (a checkpoint) in a piece of its own.
+ * Whoever finds nobody writing writes them all, so results finishing
+ * together leave in one write; nobody encodes a large frame under
+ * send_mu, which the control loop's heartbeat answers need.  The loop
+ * itself never writes a pre-encoded piece: it stops before one, and the
+ * thread that queued it (waiting in sf__worker_send_encoded) writes it,
+ * so the loop reads on while hundreds of MB go out. */
+typedef struct wseg {
+  struct wseg *next;
+  sf__wbuf b;
+  bool sealed; /* pre-encoded: nothing is appended to it */
+} wseg;
+static wseg *w_q, *w_q_tail, *w_q_spare;
 static bool w_flushing;
+static pthread_cond_t w_idle = PTHREAD_COND_INITIALIZER; /* w_flushing went false */
+static _Thread_local bool on_loop; /* the control loop's thread */
+
+static wseg *wq_push(bool sealed) {
+  wseg *s = w_q_spare && !sealed ? w_q_spare : calloc(1, sizeof *s);
+  if (!s)
+    return NULL;
+  if (s == w_q_spare)
+    w_q_spare = NULL;
+  s->next = NULL;
+  s->sealed = sealed;
+  if (w_q_tail)
+    w_q_tail->next = s;
+  else
+    w_q = s;
+  w_q_tail = s;
+  return s;
+}
+
+/* Writes the queue out; the caller holds send_mu and nobody else writes. */
+static void wq_flush(worker *w) {
+  w_flushing = true;
+  while (w_q && !(on_loop && w_q->sealed)) {
+    wseg *s = w_q;
+    w_q = s->next;
+    if (!w_q)
+      w_q_tail = NULL;
+    pthread_mutex_unlock(&w->send_mu);
+    /* A lost head: the loop sees it. */
+    (void)sf__write_all(w->conn.fd, (const char *)s->b.p, s->b.n);
+    pthread_mutex_lock(&w->send_mu);
+    if (!s->sealed && !w_q_spare) { /* small frames' buffer: kept for the next */
+      s->b.n = 0;
+      w_q_spare = s;
+    } else {
+      sf__wbuf_free(&s->b);
+      free(s);
+    }
+  }
+  w_flushing = false;
+  pthread_cond_broadcast(&w_idle);
+}
 
 static void worker_send(worker *w, const sf__frame *f) {
   pthread_mutex_lock(&w->send_mu);
-  if (sf__wire_encode(&w_out, f) || w_flushing) {
+  wseg *s = w_q_tail && !w_q_tail->sealed ? w_q_tail : wq_push(false);
+  if (!s || sf__wire_encode(&s->b, f) || w_flushing) {
     pthread_mutex_unlock(&w->send_mu);
     return;
   }
-  w_flushing = true;
-  while (w_out.n) {
-    sf__wbuf b = w_out;
-    w_out = w_spare;
-    w_out.n = 0;
-    pthread_mutex_unlock(&w->send_mu);
-    (void)sf__write_all(w->conn.fd, (const char *)b.p, b.n); /* a lost head: the loop sees it */
-    pthread_mutex_lock(&w->send_mu);
-    w_spare = b;
-  }
-  w_flushing = false;
+  wq_flush(w);
   pthread_mutex_unlock(&w->send_mu);
 }
 
@@ -89,6 +133,25 @@ const uint8_t *sf__worker_secret(void) { return W ? W->secret : NULL; }
 void sf__worker_send_frame(const sf__frame *f) {
   if (W)
     worker_send(W, f);
+}
+
+void sf__worker_send_encoded(sf__wbuf *b) {
+  if (!W || !b->n) {
+    sf__wbuf_free(b);
+    return;
+  }
+  pthread_mutex_lock(&W->send_mu);
+  wseg *s = wq_push(true);
+  if (s) {
+    s->b = *b;
+    *b = (sf__wbuf){0};
+    while (w_flushing) /* the loop stops before it; another writer takes it */
+      pthread_cond_wait(&w_idle, &W->send_mu);
+    if (w_q) /* empty: another writer wrote it */
+      wq_flush(W);
+  }
+  pthread_mutex_unlock(&W->send_mu);
+  sf__wbuf_free(b); /* not queued: out of memory */
 }
 
 /* The selftest pattern: member r holds (r+1)*(i%1024+1), so the sum is
@@ -298,6 +361,7 @@ static void worker_hello(worker *w, const char *data_addr, uint16_t data_port,
 static int worker_loop(worker *w) {
   int64_t last_rx = now_ms();
   char err[256];
+  on_loop = true;
   for (;;) {
     struct pollfd pf[2] = {{w->conn.fd, POLLIN, 0}, {0, POLLIN, 0}};
     poll(pf, 2, 250);
@@ -337,7 +401,7 @@ static int worker_loop(worker *w) {
         case SF__F_OBJECT: sf__remote_worker_object(&f); break;
         case SF__F_ACTOR_CREATE:
         case SF__F_ACTOR_CALL:
-        case SF__F_ACTOR_STOP: sf__ractor_worker_frame(&f); break;
+        case SF__F_ACTOR_STOP: sf__ractor_worker_take(&w->conn); break;
         default: break;
         }
       }

@@ -3051,11 +3051,7 @@ def case_train_worker_killed(c):
     in epoch 3; the group restarts on the live workers from its common
     checkpoint (epoch 2), runs epoch 3 again and finishes with the epoch
     losses (to 1e-6: the ring sums in its own order) and the accuracy of a
-    single-node run.  (The same with the BERT fine-tune is too heavy for a
-    restart on this machine: the head encodes and sends two 280 MB
-    checkpoints on its control thread and, on two loaded cores, falls
-    silent past the 3 s heartbeat timeout; finetune_nodes covers BERT over
-    --nodes without a kill.)"""
+    single-node run.  (finetune_worker_killed does the same with BERT.)"""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     csv_path = os.path.join(root, "examples", "data", "digits.csv")
     exe = c.compile("train", TRAIN_PROGRAM)
@@ -3072,6 +3068,40 @@ def case_train_worker_killed(c):
     check(acc == want_acc and len(acc) == 1, f"accuracy {acc} = {want_acc}", out)
     check("members on distinct workers true" in out, "placed across workers", out)
     c.expect_no_workers(within=6)
+
+def case_finetune_worker_killed(c):
+    """The small BERT fine-tune (examples/finetune.sflow, a group of 2 on 3
+    workers, a checkpoint of about 280 MB per member after every epoch and
+    its evaluation): member 0's worker is SIGKILLed in epoch 2; the group
+    restarts on the live workers from the epoch-1 checkpoint and finishes
+    with the single-node step losses (1e-5) and accuracies.  The head
+    ships both members' states to the new workers while it keeps every
+    node's heartbeats going: its --cluster-log says how long its control
+    loop went without sending them, and how long each node went without
+    a frame arriving, and both stay far below the 3 s limit.  (Before the
+    head moved the states off its control thread, it fell silent for
+    seconds on two loaded cores and the live workers left.)"""
+    exe, args = finetune_setup(c)
+    m1, m2 = os.path.join(c.dir, "one.csv"), os.path.join(c.dir, "killed.csv")
+    out = single_node(exe, *args, "--metrics", m1, "--journal=false")
+    code, got, err, node = kill_when_running(c, exe, r"step 3 epoch 2 ", *args, "--metrics", m2,
+                                             "--cluster-log")
+    check(code == 0, f"head exit {code}", got, err)
+    check(re.search(r"actor 'Worker' \(a group member\) lost with node \d+ .*; the group of 2 "
+                    r"restarted from its common checkpoint", err), "group restart noted", err)
+    check(len(re.findall(r"lost with node", err)) == 1, "one node lost, no other", err)
+    same_training(finetune_figures(got, m2), finetune_figures(out, m1), "restarted", got, err)
+    hb = re.search(r"sflow: heartbeats: longest gap between rounds (\d+\.\d+) s", err)
+    check(hb and float(hb.group(1)) < 1.5, "the head kept sending heartbeats (gap under 1.5 s)",
+          err)
+    gaps = [float(g) for g in re.findall(r"sflow: node \d+: longest silence (\d+\.\d+) s", err)]
+    check(len(gaps) >= 2 and max(gaps) < 2.5,
+          f"the live workers kept answering (silences {gaps} under 2.5 s)", err)
+    took = re.search(r"actor calls in (\d+\.\d+) s", err)
+    print(f"longest heartbeat gap {hb.group(1)} s, longest silences {gaps} s, run "
+          f"{took.group(1) if took else '?'} s")
+    c.expect_no_workers(within=10)
+
 
 # ------------------------------------------------------ worker environment
 
@@ -3537,6 +3567,7 @@ CASES = {
     "group_resume": (3, case_group_resume),
     "finetune_nodes": (2, case_finetune_nodes),
     "train_worker_killed": (3, case_train_worker_killed),
+    "finetune_worker_killed": (3, case_finetune_worker_killed),
     "campaign_nodes_resume": (2, case_campaign_nodes_resume),
     "worker_env": (2, case_worker_env,
                    lambda sflowc, n: Cluster(sflowc, n,

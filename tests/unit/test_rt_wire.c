@@ -4,7 +4,10 @@
  * inconsistent frames are refused with a message; trace batches and clock
  * answers keep every field and refuse bad records; the HMAC handshake
  * accepts the right secret and refuses a wrong one on both sides; SHA-256
- * and HMAC-SHA256 match published test vectors.
+ * and HMAC-SHA256 match published test vectors; a frame sent in pieces
+ * (sf__wire_encode_open) is the frame encoded whole, and a large frame is
+ * taken from its connection in place (sf__conn_take) with the frames
+ * behind it still read.
  */
 #include <pthread.h>
 #include <sys/socket.h>
@@ -394,6 +397,103 @@ static void test_two_frames_in_one_buffer(void) {
   sf__wbuf_free(&b);
 }
 
+/* A frame whose last byte string follows its start (the head sends a
+ * checkpoint's state from where it lies) has the bytes of the whole one. */
+static void test_encode_open(void) {
+  static const uint8_t args[] = "name, ids, then the state and the peers";
+  int types[] = {SF__F_ACTOR_CREATE, SF__F_ACTOR_CALL, SF__F_ACTOR_STATE, SF__F_TASK_SUBMIT,
+                 SF__F_OBJECT};
+  for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+    sf__frame f = {.type = (uint8_t)types[t]};
+    sf__bytes whole = {args, sizeof args}, start = {args, 9};
+    f.u.actor_create.actor = 5; /* the other fields stay 0: the layouts differ */
+    sf__bytes *last = types[t] == SF__F_ACTOR_CREATE  ? &f.u.actor_create.args
+                      : types[t] == SF__F_ACTOR_CALL  ? &f.u.actor_call.args
+                      : types[t] == SF__F_ACTOR_STATE ? &f.u.actor_state.state
+                      : types[t] == SF__F_TASK_SUBMIT ? &f.u.task_submit.args
+                                                      : &f.u.object.data;
+    *last = whole;
+    sf__wbuf a = {0}, b = {0};
+    CHECK_INT(sf__wire_encode(&a, &f), 0);
+    *last = start;
+    CHECK_INT(sf__wire_encode_open(&b, &f, sizeof args - 9), 0);
+    CHECK_INT(b.n, a.n - (sizeof args - 9));
+    CU_ASSERT(b.n <= a.n && !memcmp(a.p, b.p, b.n));
+    sf__wbuf_free(&a);
+    sf__wbuf_free(&b);
+  }
+  sf__frame hb = {.type = SF__F_HEARTBEAT};
+  sf__wbuf c = {0};
+  CHECK_INT(sf__wire_encode_open(&c, &hb, 1), -1); /* no byte string last */
+  CHECK_INT(c.n, 0);
+  sf__wbuf_free(&c);
+}
+
+typedef struct pushed {
+  int fd;
+  sf__wbuf b;
+} pushed;
+
+static void *push_main(void *arg) {
+  pushed *p = arg;
+  (void)sf__write_all(p->fd, (const char *)p->b.p, p->b.n);
+  return NULL;
+}
+
+/* A 3 MB checkpoint frame with heartbeats before and after it: the big
+ * one is taken in place (the connection's buffer, shrunk to it) and the
+ * frames behind it are read on; a small one is copied. */
+static void test_conn_take(void) {
+  int sv[2];
+  CU_ASSERT_FATAL(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+  size_t big = (size_t)3 << 20;
+  uint8_t *state = malloc(big);
+  for (size_t i = 0; i < big; i++)
+    state[i] = (uint8_t)(i * 7 + 1);
+  pushed p = {sv[1], {0}};
+  sf__frame hb = {.type = SF__F_HEARTBEAT}, st = {.type = SF__F_ACTOR_STATE};
+  hb.u.heartbeat.seq = 1;
+  sf__wire_encode(&p.b, &hb);
+  st.u.actor_state.actor = 9;
+  st.u.actor_state.calls = st.u.actor_state.epoch = 4;
+  st.u.actor_state.state = (sf__bytes){state, (uint32_t)big};
+  sf__wire_encode(&p.b, &st);
+  hb.u.heartbeat.seq = 2;
+  sf__wire_encode(&p.b, &hb);
+  pthread_t t;
+  pthread_create(&t, NULL, push_main, &p);
+  sf__conn c;
+  sf__conn_init(&c, sv[0]);
+  c.authed = true;
+  sf__frame f;
+  CHECK_INT(sf__conn_recv(&c, &f, 3000, err, sizeof err), 1);
+  CHECK_INT(f.type, SF__F_HEARTBEAT);
+  size_t n = 0;
+  uint8_t *small = sf__conn_take(&c, &n); /* copied: c keeps its buffer */
+  CU_ASSERT_FATAL(small != NULL);
+  CU_ASSERT(small != c.rx && n == SF__FRAME_HDR + 16);
+  free(small);
+  CHECK_INT(sf__conn_recv(&c, &f, 3000, err, sizeof err), 1);
+  CHECK_INT(f.type, SF__F_ACTOR_STATE);
+  const uint8_t *rx = c.rx;
+  uint8_t *mine = sf__conn_take(&c, &n);
+  CU_ASSERT_FATAL(mine != NULL);
+  CU_ASSERT(c.rx != rx && c.pending == 0); /* c moved to a new buffer */
+  sf__frame g;
+  CHECK_INT(sf__wire_decode(mine, n, &g, err, sizeof err), (long)n);
+  CHECK_INT(g.u.actor_state.state.n, big);
+  CU_ASSERT(!memcmp(g.u.actor_state.state.p, state, big));
+  CHECK_INT(sf__conn_recv(&c, &f, 3000, err, sizeof err), 1);
+  CHECK_INT(f.type, SF__F_HEARTBEAT);
+  CHECK_INT(f.u.heartbeat.seq, 2);
+  pthread_join(t, NULL);
+  free(mine);
+  free(state);
+  sf__wbuf_free(&p.b);
+  sf__conn_close(&c);
+  close(sv[1]);
+}
+
 /* ----------------------------------------------------------- crypto */
 
 static void hex_of(const uint8_t *b, size_t n, char *out) { sf__hex(b, n, out); }
@@ -743,6 +843,8 @@ int main(int argc, char **argv) {
       {"malformed", test_malformed},
       {"inner_lengths", test_inner_lengths},
       {"two_frames_in_one_buffer", test_two_frames_in_one_buffer},
+      {"encode_open", test_encode_open},
+      {"conn_take", test_conn_take},
       {"sha256_hmac_vectors", test_sha256_hmac_vectors},
       {"hmac_rfc4231", test_hmac_rfc4231},
       {"sha256_streamed", test_sha256_streamed},
