@@ -74,17 +74,12 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-try:
-    import numpy as np
-    from prometheus_client.parser import text_string_to_metric_families
-except ImportError:
-    venv = os.environ.get("SFLOW_PYDEPS") or os.path.join(ROOT, "build", "pydeps")
-    py = os.path.join(venv, "bin", "python")
-    if os.path.exists(py) and os.environ.get("SFLOW_PYDEPS_REEXEC") != "1":
-        os.environ["SFLOW_PYDEPS_REEXEC"] = "1"
-        os.execv(py, [py, os.path.abspath(__file__)] + sys.argv[1:])
-    sys.exit("serve_test: numpy and prometheus_client are not installed (looked in %s); run "
-             "scripts/install-pydeps.sh" % venv)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import pydeps  # noqa: E402
+
+pydeps.ensure("serve_test", "numpy", "prometheus_client")
+import numpy as np  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 EXAMPLE = os.path.join(ROOT, "examples", "serve.sflow")
 DIGITS = os.path.join(ROOT, "examples", "data", "digits.csv")

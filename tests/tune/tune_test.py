@@ -46,16 +46,11 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-try:
-    import numpy as np
-except ImportError:
-    venv = os.environ.get("SFLOW_PYDEPS") or os.path.join(ROOT, "build", "pydeps")
-    py = os.path.join(venv, "bin", "python")
-    if os.path.exists(py) and os.environ.get("SFLOW_PYDEPS_REEXEC") != "1":
-        os.environ["SFLOW_PYDEPS_REEXEC"] = "1"
-        os.execv(py, [py, os.path.abspath(__file__)] + sys.argv[1:])
-    sys.exit("tune_test: numpy is not installed (looked in %s); run "
-             "scripts/install-pydeps.sh" % venv)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import pydeps  # noqa: E402
+
+pydeps.ensure("tune_test", "numpy")
+import numpy as np  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 M64 = (1 << 64) - 1
