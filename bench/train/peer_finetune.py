@@ -22,6 +22,14 @@ loop with the model's tokenizer.json, truncated to --seq-len and padded to
 the longest text of the global batch (in evaluation, of the member's
 batch; --pad max pads to --seq-len).
 
+For a check of the arithmetic rather than of the speed (run.py --parity,
+scripts/gen_finetune_reference.py): --init FILE starts the head from
+sflow's own draw (finetune.sflow --init-out FILE), --dropout 0 switches
+every dropout site off (the masks are the one thing the two sides cannot
+draw alike), and --step-log FILE writes each optimizer step's loss,
+learning rate and gradient norm as finetune.sflow's --metrics does; then
+both sides follow one trajectory, to float rounding.
+
 DDP: this process is rank 0 and starts ranks 1.. as copies of itself
 (--rank R, a free loopback port); each takes its part of every global
 batch exactly as std.data.batches cuts it, and scales its loss by its
@@ -91,6 +99,12 @@ def args_of(argv=None):
     ap.add_argument("--weight-decay", type=float, default=0.01)
     ap.add_argument("--clip", type=float, default=1.0, help="max global gradient norm (0: none; std.train clips at 1.0)")
     ap.add_argument("--pad", choices=("longest", "max"), default="longest")
+    ap.add_argument("--init", default="", help="the head's initial weight and bias from this safetensors "
+                    "file (finetune.sflow --init-out), instead of a torch-drawn init")
+    ap.add_argument("--dropout", type=float, default=-1.0,
+                    help="every dropout site's probability (default -1: config.json's)")
+    ap.add_argument("--step-log", default="", help="a CSV row per optimizer step: step,epoch,loss,lr,grad_norm "
+                    "(the columns of finetune.sflow --metrics)")
     ap.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -170,11 +184,23 @@ def main():
         return x, m
 
     torch.manual_seed(a.seed)
-    bert = BertModel.from_pretrained(a.model, add_pooling_layer=False)
+    over = {}
+    if a.dropout >= 0:
+        over = dict(hidden_dropout_prob=a.dropout, attention_probs_dropout_prob=a.dropout)
+    bert = BertModel.from_pretrained(a.model, add_pooling_layer=False, **over)
     head = torch.nn.Linear(bert.config.hidden_size, len(cats))
     # As BertForSequenceClassification (and finetune.sflow) initialise it.
     torch.nn.init.normal_(head.weight, std=0.02)
     torch.nn.init.zeros_(head.bias)
+    if a.init:
+        # sflow's own draw, so that both sides start from the same point.
+        from safetensors.torch import load_file
+        init = load_file(a.init)
+        with torch.no_grad():
+            for k in ("weight", "bias"):
+                if k not in init or init[k].shape != getattr(head, k).shape:
+                    sys.exit(f"peer_finetune: {a.init}: no {k} of shape {tuple(getattr(head, k).shape)}")
+                getattr(head, k).copy_(init[k])
     drop = torch.nn.Dropout(bert.config.hidden_dropout_prob)
 
     class Classifier(torch.nn.Module):
@@ -216,6 +242,10 @@ def main():
         return correct / len(evals)
 
     model.train()
+    step_log = open(a.step_log, "w") if a.step_log and lead else None
+    if step_log:
+        step_log.write("step,epoch,loss,lr,grad_norm\n")
+    step_no = 0
     first_step = None
     train_s = eval_s = 0.0
     acc = 0.0
@@ -239,8 +269,8 @@ def main():
             # workers DDP divides by: the gradient is the global mean.
             loss = F.cross_entropy(logits, y, reduction="sum") * (a.workers / gsize)
             loss.backward()
-            if a.clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip)
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip if a.clip > 0 else float("inf"))
+            lr_now = opt.param_groups[0]["lr"]
             opt.step()
             sched.step()
             part_loss = loss.detach() * (gsize / a.workers)     # this part's summed loss
@@ -248,6 +278,9 @@ def main():
                 dist.all_reduce(part_loss)
             loss_sum += float(part_loss)
             loss_n += gsize
+            step_no += 1
+            if step_log:
+                step_log.write(f"{step_no},{epoch + 1},{float(part_loss) / gsize!r},{lr_now!r},{float(norm)!r}\n")
             if first_step is None:
                 first_step = process_age()
                 if lead:
@@ -263,6 +296,8 @@ def main():
             print(f"epoch {epoch + 1}/{a.epochs}: train {t1 - t0:.3f} s "
                   f"({len(train) / (t1 - t0):.1f} samples/s), loss {loss_sum / loss_n:.4f}, "
                   f"eval {t2 - t1:.3f} s, accuracy {acc:.4f}", flush=True)
+    if step_log:
+        step_log.close()
     if ddp:
         dist.destroy_process_group()
     if lead:

@@ -31,6 +31,13 @@ sflow run 1 or more; a --nodes run's remote workers are not counted).
 The "cpu s" column is the whole run's CPU time (user + sys, start-up and
 evaluation included): on a shared machine whose load swings, it is the
 steadier figure of the work each side does.
+--parity checks the arithmetic instead of the speed: sflow with 1 and 2
+workers and the torch loop, all from sflow's head init (--init-out,
+peer_finetune.py --init) with every dropout off (--dropout 0), so that
+they follow one trajectory; prints each step's relative loss and gradient
+norm differences from torch's and the accuracies, and exits 1 unless the
+losses agree within 1e-3 and the accuracies within 1 point.
+
 Prints every run's epoch and RESULT lines, then the table and the ratios
 (the "vs peer" column: sflow's samples/s over the PyTorch peer's with the
 same threads in all — DDP for 2 workers, the plain loop otherwise — then
@@ -161,6 +168,9 @@ def main():
     ap.add_argument("--peers", help="a ready peers venv's python instead of setup.sh's "
                     "(development: /work/peers/torch/venv/bin/python)")
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per run")
+    ap.add_argument("--parity", action="store_true",
+                    help="check the arithmetic instead of timing: sflow (1 and 2 workers) and the "
+                         "torch loop from the same head init with dropout 0, step by step")
     a = ap.parse_args()
     r = dict(FULL if a.full else SMALL)
     for k in r:
@@ -181,6 +191,8 @@ def main():
         subprocess.run(["bash", os.path.join(HERE, "setup.sh"), peers], check=True)
         py = os.path.join(peers, "venv", "bin", "python")
     flags = recipe_flags(r, a)
+    if a.parity:
+        sys.exit(parity(a, r, py, flags))
     print(f"INFO recipe samples {r['samples']} eval {r['eval_samples']} epochs {r['epochs']} "
           f"seq-len {r['seq_len']} batch {a.batch} lr {a.lr} seed {a.seed} model {a.model} "
           f"data {a.data} categories {a.categories}", flush=True)
@@ -241,6 +253,84 @@ def main():
                           "--samples", str(r["samples"]), "--seq-len", str(r["seq_len"]),
                           "--batch", str(a.batch), "--lr", str(a.lr), "--seed", str(a.seed)])
     report(rows, r, most)
+
+
+def step_losses(path):
+    """[(loss, lr, grad_norm)] of a --metrics or --step-log CSV."""
+    import csv
+    with open(path) as f:
+        return [(float(x["loss"]), float(x["lr"]), float(x["grad_norm"])) for x in csv.DictReader(f)]
+
+
+def parity(a, r, py, flags):
+    """--parity: the same trajectory on both sides.  sflow writes its head
+    init (--init-out), the torch loop starts from it, every dropout is off,
+    and the rest (data, order, AdamW, schedule, clipping) is already the
+    same; so the per-step losses may differ only by float rounding, which
+    grows with the steps but stays near 1e-6 relative (goal: under 1e-3),
+    and the eval accuracies must be within 1 point (they are equal where
+    no eval sample sits on a decision boundary).  Exit status 1 when not."""
+    sflowc = os.path.join(a.build, "bin", "sflowc")
+    tmp = tempfile.mkdtemp(prefix="bench-train-parity-")
+    exe = os.path.join(tmp, "finetune")
+    subprocess.run([sflowc, "-O2", EXAMPLE, "-o", exe], check=True)
+    head = os.path.join(tmp, "head.safetensors")
+    print(f"INFO parity: recipe samples {r['samples']} eval {r['eval_samples']} epochs {r['epochs']} "
+          f"seq-len {r['seq_len']} batch {a.batch} lr {a.lr} categories {a.categories}, dropout 0, "
+          f"head init {head} (sflow's); sflow N workers at --threads N, torch at 1 thread", flush=True)
+    runs, accs = {}, {}
+    for w in (1, 2):
+        csv_path = os.path.join(tmp, f"sflow{w}.csv")
+        cmd = [exe, "--workers", str(w), "--threads", str(w), *flags, "--dropout", "0",
+               "--metrics", csv_path, "--checkpoint-dir", os.path.join(tmp, f"ck{w}"), "--journal=false"]
+        if w == 1:
+            cmd += ["--init-out", head]
+        print(f"== sflow workers={w}: {' '.join(cmd)}", flush=True)
+        out, _, _ = measured(cmd, os.environ, f"sflow workers={w}", a.timeout, cwd=tmp)
+        if out is None:
+            return 1
+        runs[f"sflow {w}w"] = step_losses(csv_path)
+        accs[f"sflow {w}w"] = [float(x) for x in re.findall(r"accuracy (\d\.\d+)", out)]
+    t_csv = os.path.join(tmp, "torch.csv")
+    cmd = [py, os.path.join(HERE, "peer_finetune.py"), "--mode", "plain", "--threads", "1", *flags,
+           "--dropout", "0", "--init", head, "--step-log", t_csv]
+    print(f"== torch: {' '.join(cmd)}", flush=True)
+    out, _, _ = measured(cmd, os.environ, "torch", a.timeout)
+    if out is None:
+        return 1
+    ref = step_losses(t_csv)
+    acc_t = [float(x) for x in re.findall(r"accuracy (\d\.\d+)", out)]
+    names = list(runs)
+    print(f"\n{'step':>4} {'torch loss':>11} " + " ".join(f"{n + ' rel':>12}" for n in names) +
+          f" {'torch |g|':>10} " + " ".join(f"{n + ' |g| rel':>14}" for n in names))
+    worst = {n: 0.0 for n in names}
+    ok = True
+    for i, (lt, lrt, gt) in enumerate(ref):
+        cells, gcells = [], []
+        for n in names:
+            if i >= len(runs[n]):
+                cells.append(f"{'missing':>12}")
+                gcells.append(f"{'':>14}")
+                ok = False
+                continue
+            ls, lrs, gs = runs[n][i]
+            d = abs(ls / lt - 1)
+            worst[n] = max(worst[n], d)
+            ok &= abs(lrs - lrt) <= 1e-12 * max(lrt, 1e-30)
+            cells.append(f"{d:>12.2e}")
+            gcells.append(f"{abs(gs / gt - 1):>14.2e}")
+        print(f"{i + 1:>4} {lt:>11.7f} " + " ".join(cells) + f" {gt:>10.5f} " + " ".join(gcells))
+    for n in names:
+        ok &= len(runs[n]) == len(ref) and worst[n] < 1e-3
+    print(f"\naccuracy per epoch: torch {acc_t}, " + ", ".join(f"{n} {accs[n]}" for n in names))
+    acc_ok = all(len(accs[n]) == len(acc_t) and all(abs(x - y) <= 0.01 + 1e-9 for x, y in zip(accs[n], acc_t))
+                 for n in names)
+    print("largest relative step-loss difference from torch: " +
+          ", ".join(f"{n} {worst[n]:.3g}" for n in names) +
+          f" (goal < 1e-3: {'yes' if ok else 'NO'}); accuracy within 1 point: {'yes' if acc_ok else 'NO'}")
+    ok &= acc_ok
+    print("PARITY " + ("ok" if ok else "FAILED"))
+    return 0 if ok else 1
 
 
 def report(rows, r, most):

@@ -121,23 +121,21 @@ static sf_array *bucket(int64_t room, const sf_loc *loc) {
  * nothing (after the checks sched's entry points make: broadcast's root). */
 static void tensors_collective(sf_tensor *const *ts, int64_t n, int op, int64_t root,
                                const sf_loc *loc) {
-  int64_t cap = bucket_floats(), total = 0, biggest = 0;
-  for (int64_t i = 0; i < n; i++) {
-    int64_t m = nth(ts, i, op, loc)->numel;
-    total += m;
-    if (m > biggest)
-      biggest = m;
-  }
+  int64_t cap = bucket_floats(), total = 0;
+  for (int64_t i = 0; i < n; i++)
+    total += nth(ts, i, op, loc)->numel;
   if (sf_group_size() <= 1) {
     if (op == T_BCAST)
       sf_broadcast(NULL, root, loc); /* the root's range check */
     return;
   }
+  /* The packing bucket: big enough for the cap, or for a strided tensor
+   * over it; a contiguous tensor alone in its bucket needs none (below). */
   int64_t room = total < cap ? total : cap;
-  if (biggest > room)
-    room = biggest;
-  sf_array *b = bucket(room, loc);
-  float *buf = b->data;
+  for (int64_t i = 0; i < n; i++)
+    if (ts[i]->numel > room && !sf__t_is_contig(ts[i]))
+      room = ts[i]->numel;
+  sf_array *b = NULL;
   for (int64_t i = 0; i < n || (n == 0 && i == 0);) {
     /* [i, j): the tensors of this bucket; at least one, so a tensor over
      * the cap goes alone.  No tensors at all is one empty call, so the
@@ -145,6 +143,23 @@ static void tensors_collective(sf_tensor *const *ts, int64_t n, int op, int64_t 
     int64_t j = i, len = 0;
     while (j < n && (j == i || len + ts[j]->numel <= cap))
       len += ts[j++]->numel;
+    if (j == i + 1 && sf__t_is_contig(ts[i])) {
+      /* A bucket of one contiguous tensor is reduced where it lives: an
+       * f32[] header over the tensor's own values, on this stack (the
+       * transports never keep the array past the call).  That skips the
+       * two copies and the bucket of that size, which for BERT's word
+       * embeddings' gradient (47 MB, over the cap) were a pack, an unpack
+       * and, on each pool thread's first step, a 47 MB bucket to fault in
+       * (issue 17's start-up).  The sums are the same, in the same order. */
+      sf_array view = {.hdr = {1, SF_OBJ_ARRAY, 0}, .len = len, .elem = &sf_type_f32,
+                       .data = sf__t_data(ts[i]), .cap = len};
+      run_bucket(&view, op, root, loc);
+      i = j;
+      continue;
+    }
+    if (!b)
+      b = bucket(room, loc);
+    float *buf = b->data;
     int64_t off = 0;
     for (int64_t k = i; k < j; off += ts[k++]->numel)
       pack(buf + off, ts[k]);

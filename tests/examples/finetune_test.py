@@ -18,6 +18,12 @@ all-MiniLM-L6-v2 that scripts/install-models.sh installs:
     restores both members from their checkpoints, prints the uninterrupted
     run's lines, and saves bitwise the uninterrupted run's weights and
     metrics;
+  - against PyTorch: with --dropout 0 and the head init that --init-out
+    writes (the seed's draw), 2 workers follow PyTorch's trajectory
+    (tests/examples/finetune/reference.json, made by
+    scripts/gen_finetune_reference.py from bench/train/peer_finetune.py):
+    every step's loss within 1e-5 relative, gradient norms within 1e-4,
+    the same learning rates and eval accuracies;
   - bad input, each a message naming it and a non-zero exit: a missing
     model folder, a safetensors file of another model, an empty category
     file, a missing category, --seq-len over max_position_embeddings.
@@ -44,6 +50,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 FORTUNES = "/usr/share/games/fortunes"
 RECIPE = ["--categories", "computers,politics,science", "--samples", "32", "--eval-samples", "24",
           "--epochs", "2", "--seq-len", "32", "--batch", "16", "--lr", "2e-4", "--log-every", "1"]
+# The reference case's extra flags: dropout off, so that sflow and PyTorch
+# (tests/examples/finetune/reference.json, scripts/gen_finetune_reference.py)
+# follow one trajectory from the same head init.
+PARITY = ["--dropout", "0"]
+REFERENCE = os.path.join(ROOT, "tests", "examples", "finetune", "reference.json")
 failures = []
 
 
@@ -177,6 +188,43 @@ def case_repeat_and_resume(r, ref):
     check(masked(p.stdout) == masked(out_ref), "--resume: the uninterrupted run's lines")
 
 
+def case_reference(r):
+    """Against PyTorch: dropout 0 and the head init --init-out writes, 2
+    workers, every step's loss within 1e-5 (relative) of the committed
+    PyTorch trajectory, the learning rates equal, and each epoch's eval
+    accuracy torch's."""
+    with open(REFERENCE) as f:
+        ref = json.load(f)
+    check(ref["recipe"] == RECIPE + PARITY,
+          "the reference was made for this recipe (else rerun scripts/gen_finetune_reference.py)")
+    head = os.path.join(r.tmp, "head.safetensors")
+    p = r.run(2, "parity", "--journal=false", "--init-out", head, *PARITY)
+    check(p.returncode == 0, "parity run (2 workers, dropout 0): exit %d" % p.returncode)
+    if p.returncode != 0:
+        return
+    import hashlib
+    check(hashlib.sha256(read(head)).hexdigest() == ref["head_init_sha256"],
+          "--init-out wrote the head init the reference started from (else the seeded draw changed: "
+          "rerun scripts/gen_finetune_reference.py)")
+    m = metrics(os.path.join(r.tmp, "parity.csv"))
+    want = ref["steps"]
+    check(len(m) == len(want), "parity: %d steps, the reference %d" % (len(m), len(want)))
+    rel = [abs(float(a["loss"]) / b["loss"] - 1) for a, b in zip(m, want)]
+    print("  sflow    " + " ".join("%.7f" % float(a["loss"]) for a in m))
+    print("  pytorch  " + " ".join("%.7f" % b["loss"] for b in want))
+    # 1e-5: the sides agree to 1e-7 (float rounding); a weight decay of
+    # 0.1 instead of 0.01 moves step 4's loss by 5e-5.
+    check(max(rel) < 1e-5, "parity: step losses within 1e-5 of PyTorch's (largest relative difference %.3g)"
+          % max(rel))
+    # PyTorch sums the squares in float32 (6e-6 apart from sflow's double).
+    dg = max(abs(float(a["grad_norm"]) / b["grad_norm"] - 1) for a, b in zip(m, want))
+    check(dg < 1e-4, "parity: gradient norms within 1e-4 of PyTorch's (largest relative difference %.3g)" % dg)
+    check(all(abs(float(a["lr"]) - b["lr"]) <= 1e-12 * b["lr"] for a, b in zip(m, want)),
+          "parity: PyTorch's learning rates")
+    acc = [float(x) for x in re.findall(r"accuracy (\d\.\d+)", p.stdout)]
+    check(acc == ref["accuracy"], "parity: eval accuracy per epoch %s, PyTorch's %s" % (acc, ref["accuracy"]))
+
+
 def case_bad_input(r, model):
     bad = os.path.join(r.tmp, "bad-model")
     os.makedirs(bad)
@@ -204,6 +252,7 @@ def case_bad_input(r, model):
          r"category \"nosuch\": no file \S*nosuch"),
         ("--seq-len over the model's maximum", ["--seq-len", "600"],
          r"--seq-len 600 is over the model's maximum of 512 positions"),
+        ("--dropout over 1", ["--dropout", "1.5"], r"--dropout 1\.500 is not a probability"),
     ]
     for what, flags, want in cases:
         argv = [r.exe, "--model", model, "--data", FORTUNES, "--workers", "2",
@@ -219,7 +268,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sflowc", required=True)
     ap.add_argument("--models", default=None, help="default: $SFLOW_MODELS or <build>/models")
-    ap.add_argument("--only", choices=("workers", "resume", "bad"), default=None)
+    ap.add_argument("--only", choices=("workers", "resume", "bad", "reference"), default=None)
     args = ap.parse_args()
     build = os.path.dirname(os.path.dirname(os.path.abspath(args.sflowc)))
     models = args.models or os.environ.get("SFLOW_MODELS") or os.path.join(build, "models")
@@ -239,6 +288,8 @@ def main():
         r = Runner(exe, model, ck, tmp)
         if args.only in (None, "bad"):
             case_bad_input(r, model)
+        if args.only in (None, "reference"):
+            case_reference(r)
         if args.only in (None, "workers", "resume"):
             ref = case_workers(r)
             if ref and args.only != "workers":
