@@ -82,7 +82,7 @@ bench-data: build
 # build/peers/tokenizer on first use, which also un-skips runtime/tokenizer_ids).
 # examples/embed.sflow's sentence embeddings beside PyTorch (transformers)
 # on the same 512 Debian fortunes and threads (bench/nn/embed.py; its peer
-# Python is bench/train/setup.sh's build/peers/train, or PEER_PYTHON=...).
+# Python is bench/train/setup.sh's build/peers/torch, or PEER_PYTHON=...).
 bench-embed: build
 	@python3 bench/nn/embed.py --build $(BUILD) $(if $(PEER_PYTHON),--python $(PEER_PYTHON))
 
@@ -105,7 +105,7 @@ bench-serve: build
 # Fine-tuning all-MiniLM-L6-v2 on the fortunes (examples/finetune.sflow) with
 # 1, 2 and 4 workers beside a plain PyTorch loop, PyTorch DDP over gloo and
 # Ray Train's start-up, one table (bench/train/run.py; installs its peers
-# into build/peers/train on first use).  The small recipe by default (about
+# into build/peers/torch on first use).  The small recipe by default (about
 # 10 minutes on 2 cores); BENCH_TRAIN_FLAGS=--full for the seed's,
 # BENCH_TRAIN_FLAGS="--nodes hosts.txt" adds 2 nodes of a hosts file,
 # BENCH_TRAIN_FLAGS=--loopback-nodes 2 simulated ones (sshd on loopback).

@@ -19,7 +19,7 @@ script does exactly what its Transformer + Pooling(mean) + Normalize modules
 do for this model (modules.json, 1_Pooling/config.json: mean pooling only).
 
 Run with the PyTorch peer (transformers, tokenizers, torch, numpy):
-  /work/peers/torch/venv/bin/python scripts/gen_embed_reference.py \\
+  build/peers/torch/venv/bin/python scripts/gen_embed_reference.py \\
       --model build/models/all-minilm-l6-v2
 With --keep-sentences it reuses the committed sentences.txt instead of
 picking them again (to regenerate the vectors alone).

@@ -26,7 +26,7 @@ prints the largest relative step-loss difference it saw (a reference that
 already disagrees with sflow here is not written, unless --force).
 
 Run with the PyTorch peer (torch, transformers, tokenizers, safetensors):
-  /work/peers/torch/venv/bin/python scripts/gen_finetune_reference.py \\
+  build/peers/torch/venv/bin/python scripts/gen_finetune_reference.py \\
       --sflowc build/bin/sflowc --model build/models/all-minilm-l6-v2
 """
 import argparse

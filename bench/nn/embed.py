@@ -13,7 +13,7 @@ the same work: sort by length, batches of --batch padded to their longest,
 at most 256 tokens, all-MiniLM-L6-v2 (build/models, scripts/install-
 models.sh), mean pooling, L2 normalisation, no gradients.  The torch side
 (this file run as `--peer` under --python: transformers, torch, numpy;
-bench/train/setup.sh's build/peers/train has them) runs with
+bench/train/setup.sh's build/peers/torch has them) runs with
 torch.set_num_threads(T) and OMP/MKL_NUM_THREADS=T; its clock starts after
 the model is loaded.  The sflow side is the compiled example run with
 --threads T --shards S (S = T: one task per core, each loading the model;
@@ -122,7 +122,7 @@ def min_cosine(a_path, b_path, python):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
-    ap.add_argument("--python", default=os.path.join(ROOT, "build", "peers", "train", "venv", "bin", "python"))
+    ap.add_argument("--python", default=os.path.join(ROOT, "build", "peers", "torch", "venv", "bin", "python"))
     ap.add_argument("--model", default=None)
     ap.add_argument("--fortunes", default="/usr/share/games/fortunes")
     ap.add_argument("--threads", default="1,2")
@@ -139,7 +139,7 @@ def main():
         args.threads = int(args.threads)
         return peer(args)
     if not os.path.exists(args.python):
-        sys.exit("bench-embed: no peer Python at %s (bash bench/train/setup.sh makes build/peers/train; "
+        sys.exit("bench-embed: no peer Python at %s (bash bench/train/setup.sh makes build/peers/torch; "
                  "or pass --python)" % args.python)
     if not os.path.exists(os.path.join(args.model, "model.safetensors")):
         sys.exit("bench-embed: no model at %s (bash scripts/install-models.sh)" % args.model)

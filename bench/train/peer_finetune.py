@@ -3,8 +3,8 @@
 17: examples/finetune.sflow's recipe in eager PyTorch on the CPU, as a plain
 loop in one process or as DistributedDataParallel over gloo (loopback):
 
-    build/peers/train/venv/bin/python bench/train/peer_finetune.py --mode plain --threads 2
-    build/peers/train/venv/bin/python bench/train/peer_finetune.py --mode ddp --workers 2 --threads 1
+    build/peers/torch/venv/bin/python bench/train/peer_finetune.py --mode plain --threads 2
+    build/peers/torch/venv/bin/python bench/train/peer_finetune.py --mode ddp --workers 2 --threads 1
 
 The recipe, each part as the sflow example does it: all-MiniLM-L6-v2
 (transformers' BertModel from --model, no pooler) and a Linear head on the

@@ -3,7 +3,7 @@
 TorchTrainer takes, from this process's start, to the end of the first
 training step of the fine-tune with 4 CPU workers on this machine:
 
-    build/peers/train/venv/bin/python bench/train/ray_startup.py [--workers 4] [--steps 1]
+    build/peers/torch/venv/bin/python bench/train/ray_startup.py [--workers 4] [--steps 1]
 
 Each worker does what examples/finetune.sflow's members do before their
 first step, with the same recipe as bench/train/peer_finetune.py: loads

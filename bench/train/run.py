@@ -6,7 +6,7 @@ Ray Train in one run, one table (`make bench-train`):
                                [--threads 1,2] [--workers 1,2,4] [--no-ray] [--no-sflow]
 
 Sets up the peers first (bench/train/setup.sh: PyTorch, transformers, Ray
-in build/peers/train; network once), then runs, each in a process of its
+in build/peers/torch; network once), then runs, each in a process of its
 own and one after the other, the same recipe (model, data, categories,
 samples, epochs, seq-len, lr, batch, seed):
 
@@ -166,7 +166,7 @@ def main():
     ap.add_argument("--no-sflow", action="store_true", help="run the peers only")
     ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch fine-tune peers")
     ap.add_argument("--peers", help="a ready peers venv's python instead of setup.sh's "
-                    "(development: /work/peers/torch/venv/bin/python)")
+                    "(development: build/peers/torch/venv/bin/python)")
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per run")
     ap.add_argument("--parity", action="store_true",
                     help="check the arithmetic instead of timing: sflow (1 and 2 workers) and the "
@@ -187,7 +187,7 @@ def main():
     if a.peers:
         py = a.peers
     else:
-        peers = os.path.join(a.build, "peers", "train")
+        peers = os.path.join(a.build, "peers", "torch")
         subprocess.run(["bash", os.path.join(HERE, "setup.sh"), peers], check=True)
         py = os.path.join(peers, "venv", "bin", "python")
     flags = recipe_flags(r, a)

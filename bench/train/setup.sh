@@ -5,7 +5,7 @@
 # all-MiniLM-L6-v2 weights, the same tokenizer.json) and Ray Train
 # (TorchTrainer, the start-up peer):
 #
-#   bash bench/train/setup.sh [PEERS_DIR]      # default build/peers/train
+#   bash bench/train/setup.sh [PEERS_DIR]      # default build/peers/torch
 #
 #   venv/    torch 2.15.0, transformers 5.24.0, tokenizers 0.23.3,
 #            ray[train,tune,serve] 2.60.0 (and their dependencies);
@@ -14,8 +14,9 @@
 #
 # Needs the network (PyPI) once; idempotent after that, without touching it
 # (a stamp holds the pins, and a smoke test imports everything).  `make test`
-# never runs this.  Other benchmarks that need the same peers (issues 18-20)
-# may call it with their own PEERS_DIR.
+# never runs this.  The venv is bench/nn/setup.sh's, which bench/rl and
+# bench/serve extend too: one PyTorch install (2.1 GB) for every peer, each
+# script with its own stamp (this one's is train-ready).
 #
 # Why torch first and separately: bench/nn/setup.sh installs it with
 # --no-deps beside only the libraries it loads (PyPI's Linux wheel would
@@ -25,7 +26,7 @@
 # never swaps them.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-peers=${1:-$root/build/peers/train}
+peers=${1:-$root/build/peers/torch}
 pins=(transformers==5.24.0 tokenizers==0.23.3 "ray[train,tune,serve]==2.60.0")
 hold=(torch==2.15.0 numpy==2.4.6 safetensors==0.8.0)
 want="${pins[*]} ${hold[*]}"
