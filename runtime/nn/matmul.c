@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "nn.h"
+#include "simd.h"
 
 /* ------------------------------------------------------------- views */
 
@@ -357,6 +358,22 @@ static void bw_linear(sf__node *n, sf_tensor *g) {
   }
 }
 
+/* Linear's output starts as the bias in every row (the product adds into
+ * it).  Split over the pool by rows like every other pass of that size:
+ * on one thread this copy (and the first touch of the output's pages)
+ * stood beside a two-thread product, 0.8% of an encoder step. */
+typedef struct {
+  float *y;
+  const float *b;
+  int64_t out;
+} bias_fill;
+
+static void bias_rows(void *ctx, int64_t lo, int64_t hi) {
+  const bias_fill *f = ctx;
+  for (int64_t r = lo; r < hi; r++)
+    memcpy(f->y + r * f->out, f->b, sizeof(float) * (size_t)f->out);
+}
+
 sf_tensor *sf__t_linear(sf_tensor *x, sf_tensor *w, sf_tensor *b, const sf_loc *loc) {
   sf__t_arg(b, "linear", loc);
   sf__t_arg(w, "linear", loc);
@@ -379,8 +396,13 @@ sf_tensor *sf__t_linear(sf_tensor *x, sf_tensor *w, sf_tensor *b, const sf_loc *
   sf_tensor *y = sf__t_empty(x->ndim, shape, loc);
   float *yd = sf__t_data(y);
   const float *bd = sf__t_data(bc);
-  for (int64_t r = 0; r < rows; r++)
-    memcpy(yd + r * out, bd, sizeof(float) * (size_t)out);
+  bias_fill f = {yd, bd, out};
+  if (rows * out >= SF__PAR_MIN) {
+    int64_t grain = SF__PAR_GRAIN / (out ? out : 1);
+    sf__parallel_for(rows, grain > 0 ? grain : 1, bias_rows, &f);
+  } else {
+    bias_rows(&f, 0, rows);
+  }
   if (rows && out && in)
     sf__sgemm(false, true, rows, out, in, 1.0f, sf__t_data(xc), in, sf__t_data(wc), in, 1.0f, yd, out);
   sf__record3("linear", y, bw_linear, x, w, b);

@@ -843,6 +843,33 @@ static void test_adamw_split(void) {
   sf_release(p);
 }
 
+/* A bias gradient big enough to split over the pool (reduce_to of
+ * (4, 256, 392) to (392): 392 columns, 24 blocks of 16 and a tail of 8)
+ * is bitwise the serial sum, rows added in order, value by value. */
+static void test_bias_grad_split(void) {
+  enum { B = 4, T = 256, C = 392 };
+  float *g = malloc(B * T * C * sizeof *g);
+  for (int64_t i = 0; i < B * T * C; i++)
+    g[i] = frand(-1.0f, 1.0f);
+  sf_tensor *gt = mk(3, SHAPE(B, T, C), g);
+  sf_tensor *s = sf__t_reduce_to(gt, 1, SHAPE(C));
+  check_shape(s, 1, SHAPE(C));
+  int64_t bad = -1;
+  for (int64_t j = 0; j < C && bad < 0; j++) {
+    float want = 0;
+    for (int64_t r = 0; r < B * T; r++)
+      want += g[r * C + j];
+    if (memcmp(&sf__t_data(s)[j], &want, sizeof want))
+      bad = j;
+  }
+  if (bad >= 0)
+    fprintf(stderr, "bias_grad_split: column %lld: %.9g\n", (long long)bad, sf__t_data(s)[bad]);
+  CHECK_INT(bad, -1);
+  sf_release(s);
+  sf_release(gt);
+  free(g);
+}
+
 static void test_linear_and_params(void) {
   model_c m, m2;
   model_init(&m, 1);
@@ -1583,6 +1610,7 @@ int main(int argc, char **argv) {
       {"sgd", test_sgd},
       {"adamw", test_adamw},
       {"adamw_split", test_adamw_split},
+      {"bias_grad_split", test_bias_grad_split},
       {"linear_and_params", test_linear_and_params},
       {"print_and_serialize", test_print_and_serialize},
       {"safetensors_round_trip", test_safetensors_round_trip},
