@@ -870,6 +870,35 @@ static void test_bias_grad_split(void) {
   free(g);
 }
 
+/* A stack of small products split over the pool (attention's per-head
+ * shapes, b broadcast along the heads) is bitwise one sf__sgemm call per
+ * matrix, made in order on this thread. */
+static void test_bmm_split(void) {
+  enum { B = 4, H = 12, M = 64, K = 32, N = 64 };
+  sf_tensor *a = mk(4, SHAPE(B, H, M, K), NULL), *b = mk(4, SHAPE(B, 1, K, N), NULL);
+  for (int64_t i = 0; i < a->numel; i++)
+    sf__t_data(a)[i] = frand(-1.0f, 1.0f);
+  for (int64_t i = 0; i < b->numel; i++)
+    sf__t_data(b)[i] = frand(-1.0f, 1.0f);
+  sf_tensor *c = sf__t_matmul(a, b, &LOC);
+  check_shape(c, 4, SHAPE(B, H, M, N));
+  float *want = malloc((size_t)B * H * M * N * sizeof *want);
+  for (int64_t p = 0; p < B * H; p++)
+    sf__sgemm(false, false, M, N, K, 1.0f, sf__t_data(a) + p * M * K, K,
+              sf__t_data(b) + (p / H) * K * N, N, 0.0f, want + p * M * N, N);
+  int64_t bad = -1;
+  for (int64_t i = 0; i < c->numel && bad < 0; i++)
+    if (memcmp(&sf__t_data(c)[i], &want[i], sizeof *want))
+      bad = i;
+  if (bad >= 0)
+    fprintf(stderr, "bmm_split: value %lld: %.9g want %.9g\n", (long long)bad, sf__t_data(c)[bad], want[bad]);
+  CHECK_INT(bad, -1);
+  free(want);
+  sf_release(c);
+  sf_release(a);
+  sf_release(b);
+}
+
 static void test_linear_and_params(void) {
   model_c m, m2;
   model_init(&m, 1);
@@ -1611,6 +1640,7 @@ int main(int argc, char **argv) {
       {"adamw", test_adamw},
       {"adamw_split", test_adamw_split},
       {"bias_grad_split", test_bias_grad_split},
+      {"bmm_split", test_bmm_split},
       {"linear_and_params", test_linear_and_params},
       {"print_and_serialize", test_print_and_serialize},
       {"safetensors_round_trip", test_safetensors_round_trip},
