@@ -899,6 +899,57 @@ static void test_bmm_split(void) {
   sf_release(b);
 }
 
+/* Clipping a parameter list big enough to split over the pool gives
+ * bitwise the serial norm (each param's sum of squares in eight f64
+ * lanes, then the params added in order) and the serial scaling. */
+static double ref_sum_squares(const float *g, int64_t n) {
+  double a[8] = {0};
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int l = 0; l < 8; l++)
+      a[l] += (double)g[j + l] * g[j + l];
+  double ss = ((a[0] + a[2]) + (a[4] + a[6])) + ((a[1] + a[3]) + (a[5] + a[7]));
+  for (; j < n; j++)
+    ss += (double)g[j] * g[j];
+  return ss;
+}
+
+static void test_clip_split(void) {
+  enum { NP = 5 };
+  const int64_t sizes[NP] = {200000, 3, 70001, 17, 100000};
+  sf_array *ps = sf_array_new(&sf__type_tensor, NP, &LOC);
+  float *want[NP];
+  double ss = 0;
+  for (int i = 0; i < NP; i++) {
+    sf_tensor *t = mk(1, SHAPE(sizes[i]), NULL);
+    t->req = true;
+    t->grad = mk(1, SHAPE(sizes[i]), NULL);
+    want[i] = malloc((size_t)sizes[i] * sizeof(float));
+    for (int64_t j = 0; j < sizes[i]; j++)
+      want[i][j] = sf__t_data(t->grad)[j] = frand(-0.5f, 0.5f);
+    ss += ref_sum_squares(want[i], sizes[i]);
+    ((sf_tensor **)ps->data)[i] = t;
+  }
+  ps->len = NP;
+  double norm = sf__clip_grad_norm(ps, 1.0, &LOC), rn = sqrt(ss);
+  CU_ASSERT(memcmp(&norm, &rn, sizeof norm) == 0);
+  float coef = (float)(1.0 / (rn + 1e-6));
+  int64_t bad = -1;
+  for (int i = 0; i < NP; i++) {
+    const float *g = sf__t_data(((sf_tensor **)ps->data)[i]->grad);
+    for (int64_t j = 0; j < sizes[i] && bad < 0; j++) {
+      float w = want[i][j] * coef;
+      if (memcmp(&g[j], &w, sizeof w))
+        bad = j;
+    }
+    free(want[i]);
+  }
+  if (bad >= 0 || norm != rn)
+    fprintf(stderr, "clip_split: norm %.17g want %.17g, first bad value %lld\n", norm, rn, (long long)bad);
+  CHECK_INT(bad, -1);
+  sf_release(ps);
+}
+
 static void test_linear_and_params(void) {
   model_c m, m2;
   model_init(&m, 1);
@@ -1641,6 +1692,7 @@ int main(int argc, char **argv) {
       {"adamw_split", test_adamw_split},
       {"bias_grad_split", test_bias_grad_split},
       {"bmm_split", test_bmm_split},
+      {"clip_split", test_clip_split},
       {"linear_and_params", test_linear_and_params},
       {"print_and_serialize", test_print_and_serialize},
       {"safetensors_round_trip", test_safetensors_round_trip},
