@@ -602,8 +602,10 @@ typedef struct {
 
 static void clip_sums(void *ctx, int64_t lo, int64_t hi) {
   const clip_job *c = ctx;
-  for (int64_t i = lo; i < hi; i++)
-    c->ss[i] = c->p[i] && c->p[i]->grad ? sum_squares(sf__t_data(c->p[i]->grad), c->p[i]->grad->numel) : 0;
+  for (int64_t i = lo; i < hi; i++) {
+    const sf_tensor *g = c->p[i] ? c->p[i]->grad : NULL;
+    c->ss[i] = g ? sum_squares(sf__t_data(g), g->numel) : 0;
+  }
 }
 
 static void clip_scale(void *ctx, int64_t lo, int64_t hi) {

@@ -891,7 +891,8 @@ static void test_bmm_split(void) {
     if (memcmp(&sf__t_data(c)[i], &want[i], sizeof *want))
       bad = i;
   if (bad >= 0)
-    fprintf(stderr, "bmm_split: value %lld: %.9g want %.9g\n", (long long)bad, sf__t_data(c)[bad], want[bad]);
+    fprintf(stderr, "bmm_split: value %lld: %.9g want %.9g\n", (long long)bad, sf__t_data(c)[bad],
+            want[bad]);
   CHECK_INT(bad, -1);
   free(want);
   sf_release(c);
@@ -945,7 +946,8 @@ static void test_clip_split(void) {
     free(want[i]);
   }
   if (bad >= 0 || norm != rn)
-    fprintf(stderr, "clip_split: norm %.17g want %.17g, first bad value %lld\n", norm, rn, (long long)bad);
+    fprintf(stderr, "clip_split: norm %.17g want %.17g, first bad value %lld\n", norm, rn,
+            (long long)bad);
   CHECK_INT(bad, -1);
   sf_release(ps);
 }
