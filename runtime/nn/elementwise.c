@@ -357,6 +357,39 @@ static void row_acc(const walk *w, int64_t n, float *const *p, const int64_t *in
       o[i * so] += g[i * sg];
 }
 
+/* o[j] += g[r][j] over rows r in order, for the columns of blocks
+ * [lo, hi); a block is 16 floats, one cache line of o, so two threads
+ * never write one line.  A full block's 16 sums stay in registers over
+ * all the rows (the same additions in the same order as o[j] += g[j]
+ * row by row). */
+#define ACC_BLOCK 16
+typedef struct {
+  float *o;
+  const float *g;
+  int64_t rows, cols, gs;
+} acc_cols;
+
+static void acc_cols_chunk(void *ctx, int64_t lo, int64_t hi) {
+  const acc_cols *c = ctx;
+  int64_t c0 = lo * ACC_BLOCK, c1 = hi * ACC_BLOCK < c->cols ? hi * ACC_BLOCK : c->cols;
+  float *o = c->o;
+  int64_t j = c0;
+  for (; j + ACC_BLOCK <= c1; j += ACC_BLOCK) {
+    float acc[ACC_BLOCK];
+    memcpy(acc, o + j, sizeof acc);
+    const float *g = c->g + j;
+    for (int64_t r = 0; r < c->rows; r++, g += c->gs)
+      for (int k = 0; k < ACC_BLOCK; k++)
+        acc[k] += g[k];
+    memcpy(o + j, acc, sizeof acc);
+  }
+  for (int64_t r = 0; j < c1 && r < c->rows; r++) {
+    const float *g = c->g + r * c->gs;
+    for (int64_t k = j; k < c1; k++)
+      o[k] += g[k];
+  }
+}
+
 sf_tensor *sf__t_reduce_to(sf_tensor *g, int32_t ndim, const int64_t *shape) {
   bool same = g->ndim == ndim;
   for (int32_t i = 0; same && i < ndim; i++)
@@ -372,7 +405,21 @@ sf_tensor *sf__t_reduce_to(sf_tensor *g, int32_t ndim, const int64_t *shape) {
   memcpy(w.st[1], g->strides, sizeof w.st[1]);
   w.p[0] = sf__t_data(out);
   w.p[1] = sf__t_data(g);
-  walk_run(&w, g->numel, false); /* several positions add into one value */
+  walk_coalesce(&w);
+  /* Several positions add into one value, so the flat index may not be
+   * split.  The common case, a bias gradient ((rows, cols) summed to
+   * (cols), both contiguous in cols), splits over the columns instead:
+   * each thread owns whole output values and adds their rows in the same
+   * order as the serial loop, so the sums are bitwise the same at any
+   * thread count.  Serial, it was 2% of an encoder step on one thread
+   * while the other waited. */
+  if (w.nd == 2 && w.st[0][0] == 0 && w.st[0][1] == 1 && w.st[1][1] == 1 &&
+      g->numel >= SF__PAR_MIN && w.shape[1] >= 2 * ACC_BLOCK) {
+    acc_cols c = {w.p[0], w.p[1], w.shape[0], w.shape[1], w.st[1][0]};
+    sf__parallel_for((c.cols + ACC_BLOCK - 1) / ACC_BLOCK, 1, acc_cols_chunk, &c);
+  } else if (g->numel > 0) {
+    walk_range(&w, 0, g->numel);
+  }
   return out;
 }
 

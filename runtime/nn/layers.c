@@ -589,20 +589,59 @@ static void scale(float *g, int64_t n, float c) {
     g[j] *= c;
 }
 
+/* The clip's two passes, a param at a time: each param's sum of squares
+ * (into ss[i]) or its scaling is the same computation on whichever
+ * thread, and the sums are added in param order afterwards, so the norm
+ * is bitwise the serial loop's at any thread count.  On one thread this
+ * was 2% of a fine-tuning step at --threads 2 (22.7M values). */
+typedef struct {
+  sf_tensor **p;
+  double *ss;
+  float coef;
+} clip_job;
+
+static void clip_sums(void *ctx, int64_t lo, int64_t hi) {
+  const clip_job *c = ctx;
+  for (int64_t i = lo; i < hi; i++) {
+    const sf_tensor *g = c->p[i] ? c->p[i]->grad : NULL;
+    c->ss[i] = g ? sum_squares(sf__t_data(g), g->numel) : 0;
+  }
+}
+
+static void clip_scale(void *ctx, int64_t lo, int64_t hi) {
+  const clip_job *c = ctx;
+  for (int64_t i = lo; i < hi; i++)
+    if (c->p[i] && c->p[i]->grad)
+      scale(sf__t_data(c->p[i]->grad), c->p[i]->grad->numel, c->coef);
+}
+
 double sf__clip_grad_norm(sf_array *ps, double max_norm, const sf_loc *loc) {
   if (!(max_norm >= 0))
     sf_runtime_error(loc, "clip_grad_norm: max_norm must be >= 0, not %g", max_norm);
-  double ss = 0;
-  int64_t n = ps ? ps->len : 0;
+  int64_t n = ps ? ps->len : 0, total = 0;
   sf_tensor **p = n ? ps->data : NULL;
   for (int64_t i = 0; i < n; i++)
     if (p[i] && p[i]->grad)
-      ss += sum_squares(sf__t_data(p[i]->grad), p[i]->grad->numel);
+      total += p[i]->grad->numel;
+  bool split = n > 1 && total >= SF__PAR_MIN;
+  clip_job c = {p, sf__alloc_n((size_t)(n ? n : 1), sizeof(double)), 1.0f};
+  if (split)
+    sf__parallel_for(n, 1, clip_sums, &c);
+  else
+    clip_sums(&c, 0, n);
+  double ss = 0;
+  for (int64_t i = 0; i < n; i++)
+    if (p[i] && p[i]->grad)
+      ss += c.ss[i];
+  free(c.ss);
   double norm = sqrt(ss), coef = max_norm / (norm + 1e-6);
-  if (coef < 1.0) /* torch multiplies by min(coef, 1): 1 changes nothing */
-    for (int64_t i = 0; i < n; i++)
-      if (p[i] && p[i]->grad)
-        scale(sf__t_data(p[i]->grad), p[i]->grad->numel, (float)coef);
+  if (coef < 1.0) { /* torch multiplies by min(coef, 1): 1 changes nothing */
+    c.coef = (float)coef;
+    if (split)
+      sf__parallel_for(n, 1, clip_scale, &c);
+    else
+      clip_scale(&c, 0, n);
+  }
   return norm;
 }
 

@@ -843,6 +843,115 @@ static void test_adamw_split(void) {
   sf_release(p);
 }
 
+/* A bias gradient big enough to split over the pool (reduce_to of
+ * (4, 256, 392) to (392): 392 columns, 24 blocks of 16 and a tail of 8)
+ * is bitwise the serial sum, rows added in order, value by value. */
+static void test_bias_grad_split(void) {
+  enum { B = 4, T = 256, C = 392 };
+  float *g = malloc(B * T * C * sizeof *g);
+  for (int64_t i = 0; i < B * T * C; i++)
+    g[i] = frand(-1.0f, 1.0f);
+  sf_tensor *gt = mk(3, SHAPE(B, T, C), g);
+  sf_tensor *s = sf__t_reduce_to(gt, 1, SHAPE(C));
+  check_shape(s, 1, SHAPE(C));
+  int64_t bad = -1;
+  for (int64_t j = 0; j < C && bad < 0; j++) {
+    float want = 0;
+    for (int64_t r = 0; r < B * T; r++)
+      want += g[r * C + j];
+    if (memcmp(&sf__t_data(s)[j], &want, sizeof want))
+      bad = j;
+  }
+  if (bad >= 0)
+    fprintf(stderr, "bias_grad_split: column %lld: %.9g\n", (long long)bad, sf__t_data(s)[bad]);
+  CHECK_INT(bad, -1);
+  sf_release(s);
+  sf_release(gt);
+  free(g);
+}
+
+/* A stack of small products split over the pool (attention's per-head
+ * shapes, b broadcast along the heads) is bitwise one sf__sgemm call per
+ * matrix, made in order on this thread. */
+static void test_bmm_split(void) {
+  enum { B = 4, H = 12, M = 64, K = 32, N = 64 };
+  sf_tensor *a = mk(4, SHAPE(B, H, M, K), NULL), *b = mk(4, SHAPE(B, 1, K, N), NULL);
+  for (int64_t i = 0; i < a->numel; i++)
+    sf__t_data(a)[i] = frand(-1.0f, 1.0f);
+  for (int64_t i = 0; i < b->numel; i++)
+    sf__t_data(b)[i] = frand(-1.0f, 1.0f);
+  sf_tensor *c = sf__t_matmul(a, b, &LOC);
+  check_shape(c, 4, SHAPE(B, H, M, N));
+  float *want = malloc((size_t)B * H * M * N * sizeof *want);
+  for (int64_t p = 0; p < B * H; p++)
+    sf__sgemm(false, false, M, N, K, 1.0f, sf__t_data(a) + p * M * K, K,
+              sf__t_data(b) + (p / H) * K * N, N, 0.0f, want + p * M * N, N);
+  int64_t bad = -1;
+  for (int64_t i = 0; i < c->numel && bad < 0; i++)
+    if (memcmp(&sf__t_data(c)[i], &want[i], sizeof *want))
+      bad = i;
+  if (bad >= 0)
+    fprintf(stderr, "bmm_split: value %lld: %.9g want %.9g\n", (long long)bad, sf__t_data(c)[bad],
+            want[bad]);
+  CHECK_INT(bad, -1);
+  free(want);
+  sf_release(c);
+  sf_release(a);
+  sf_release(b);
+}
+
+/* Clipping a parameter list big enough to split over the pool gives
+ * bitwise the serial norm (each param's sum of squares in eight f64
+ * lanes, then the params added in order) and the serial scaling. */
+static double ref_sum_squares(const float *g, int64_t n) {
+  double a[8] = {0};
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int l = 0; l < 8; l++)
+      a[l] += (double)g[j + l] * g[j + l];
+  double ss = ((a[0] + a[2]) + (a[4] + a[6])) + ((a[1] + a[3]) + (a[5] + a[7]));
+  for (; j < n; j++)
+    ss += (double)g[j] * g[j];
+  return ss;
+}
+
+static void test_clip_split(void) {
+  enum { NP = 5 };
+  const int64_t sizes[NP] = {200000, 3, 70001, 17, 100000};
+  sf_array *ps = sf_array_new(&sf__type_tensor, NP, &LOC);
+  float *want[NP];
+  double ss = 0;
+  for (int i = 0; i < NP; i++) {
+    sf_tensor *t = mk(1, SHAPE(sizes[i]), NULL);
+    t->req = true;
+    t->grad = mk(1, SHAPE(sizes[i]), NULL);
+    want[i] = malloc((size_t)sizes[i] * sizeof(float));
+    for (int64_t j = 0; j < sizes[i]; j++)
+      want[i][j] = sf__t_data(t->grad)[j] = frand(-0.5f, 0.5f);
+    ss += ref_sum_squares(want[i], sizes[i]);
+    ((sf_tensor **)ps->data)[i] = t;
+  }
+  ps->len = NP;
+  double norm = sf__clip_grad_norm(ps, 1.0, &LOC), rn = sqrt(ss);
+  CU_ASSERT(memcmp(&norm, &rn, sizeof norm) == 0);
+  float coef = (float)(1.0 / (rn + 1e-6));
+  int64_t bad = -1;
+  for (int i = 0; i < NP; i++) {
+    const float *g = sf__t_data(((sf_tensor **)ps->data)[i]->grad);
+    for (int64_t j = 0; j < sizes[i] && bad < 0; j++) {
+      float w = want[i][j] * coef;
+      if (memcmp(&g[j], &w, sizeof w))
+        bad = j;
+    }
+    free(want[i]);
+  }
+  if (bad >= 0 || norm != rn)
+    fprintf(stderr, "clip_split: norm %.17g want %.17g, first bad value %lld\n", norm, rn,
+            (long long)bad);
+  CHECK_INT(bad, -1);
+  sf_release(ps);
+}
+
 static void test_linear_and_params(void) {
   model_c m, m2;
   model_init(&m, 1);
@@ -1583,6 +1692,9 @@ int main(int argc, char **argv) {
       {"sgd", test_sgd},
       {"adamw", test_adamw},
       {"adamw_split", test_adamw_split},
+      {"bias_grad_split", test_bias_grad_split},
+      {"bmm_split", test_bmm_split},
+      {"clip_split", test_clip_split},
       {"linear_and_params", test_linear_and_params},
       {"print_and_serialize", test_print_and_serialize},
       {"safetensors_round_trip", test_safetensors_round_trip},
