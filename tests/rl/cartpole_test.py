@@ -43,6 +43,17 @@ def main():
     with tempfile.TemporaryDirectory(prefix="sflow-cartpole-") as tmp:
         exe = os.path.join(tmp, "cartpole")
         subprocess.run([a.sflowc, a.example, "-o", exe], check=True)
+        # Bad flags stop the run before any actor starts, naming the flag.
+        for flags, msg in [(["--seed", "-5"], "--seed must be >= 0, got -5"),
+                           (["--envs", "0"], "--runners, --envs and --steps must be at least 1"),
+                           (["--total_steps", "10"], "--total_steps 10 is less than one iteration"),
+                           (["--eval_episodes", "0"], "--eval_episodes must be at least 1")]:
+            r = subprocess.run([exe, "--journal=false"] + flags, capture_output=True, text=True,
+                               timeout=60)
+            if r.returncode != 70 or msg not in r.stderr or r.stdout:
+                print("FAIL %s: exit %d, stderr %r (wanted %r)" % (flags, r.returncode,
+                                                                  r.stderr[-500:], msg))
+                fails += 1
         runs = []
         for k in range(2):
             rc, out, err = kill_resume.run(exe, os.path.join(tmp, "run%d" % k),
