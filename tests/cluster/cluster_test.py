@@ -2319,6 +2319,20 @@ def unprefixed(lines):
     return [re.sub(r"^\[node \d+\] ", "", l) for l in lines]
 
 
+def actor_on_worker_prints(c, exe, want):
+    """exe's one actor, run with --head-runs-work=false, is placed on a
+    worker (the program prints "node N" from it) and the rest of its
+    output equals want, the single-node run's."""
+    r = c.run("--head-runs-work=false", prog=exe, timeout=120)
+    check(r.returncode == 0, f"exit {r.returncode}", r.stdout, r.stderr)
+    lines = r.stdout.splitlines()
+    placed = [l for l in lines if l.startswith("node ") or "] node " in l]
+    where = [int(l.split()[-1]) for l in placed]
+    check(len(where) == 1 and where[0] > 0, "actor placed on a worker", r.stdout)
+    check(unprefixed([l for l in lines if l not in placed]) == want,
+          "output equals the single-node run", r.stdout, "\n".join(want))
+
+
 def single_node(exe, *args):
     r = subprocess.run([exe, *args], capture_output=True, text=True, timeout=60)
     check(r.returncode == 0, f"single-node run exit {r.returncode}", r.stdout, r.stderr)
@@ -2381,13 +2395,7 @@ def case_maps_fn_values_nodes(c):
     want = [l for l in local.stdout.splitlines() if not l.startswith("node ")]
     check(any("<fn weight>" in l for l in want) and any('{"batch0": {' in l for l in want),
           "the single-node run prints function values and nested maps", local.stdout)
-    r = c.run("--head-runs-work=false", prog=exe, timeout=120)
-    check(r.returncode == 0, f"exit {r.returncode}", r.stdout, r.stderr)
-    lines = r.stdout.splitlines()
-    where = [int(l.split()[-1]) for l in lines if l.startswith("node ") or "] node " in l]
-    check(len(where) == 1 and where[0] > 0, "actor placed on a worker", r.stdout)
-    check(unprefixed([l for l in lines if not (l.startswith("node ") or "] node " in l)]) == want,
-          "output equals the single-node run", r.stdout, "\n".join(want))
+    actor_on_worker_prints(c, exe, want)
     c.expect_no_workers()
 
 
@@ -2441,13 +2449,7 @@ def case_tensors_nodes(c):
     check(local.returncode == 0, "single-node run", local.stdout, local.stderr)
     want = [l for l in local.stdout.splitlines() if not l.startswith("node ")]
     check(sum(l.startswith("loss ") for l in want) == 5, "the single-node run trains", local.stdout)
-    r = c.run("--head-runs-work=false", prog=exe, timeout=120)
-    check(r.returncode == 0, f"exit {r.returncode}", r.stdout, r.stderr)
-    lines = r.stdout.splitlines()
-    where = [int(l.split()[-1]) for l in lines if l.startswith("node ") or "] node " in l]
-    check(len(where) == 1 and where[0] > 0, "actor placed on a worker", r.stdout)
-    check(unprefixed([l for l in lines if not (l.startswith("node ") or "] node " in l)]) == want,
-          "output equals the single-node run", r.stdout, "\n".join(want))
+    actor_on_worker_prints(c, exe, want)
     c.expect_no_workers()
 
 

@@ -470,35 +470,33 @@ BAD = [
 ]
 
 
+def expect_error(sflowc, tmp, name, body, msg):
+    """A sweep whose main is `body` exits 70 before printing anything,
+    with msg on stderr."""
+    src = os.path.join(tmp, name + ".sflow")
+    with open(src, "w") as f:
+        f.write("import std.tune\n"
+                "task step(cfg: map<str, f64>, st: tune.State) -> tune.State { return tune.report(st, 1.0) }\n"
+                "workflow main() {\n%s  print(len(r.trials))\n}\n" % body)
+    exe = os.path.join(tmp, name)
+    compile_(sflowc, src, exe)
+    rc, out, err = run(exe, ["--journal=false"], tmp)
+    if rc != 70 or msg not in err or out:
+        fail("%s: exit %d, stderr %r (wanted %r)" % (name, rc, err, msg))
+
+
 def test_bad_spaces(sflowc, tmp):
     for i, (p, msg) in enumerate(BAD):
-        src = os.path.join(tmp, "bad%d.sflow" % i)
-        with open(src, "w") as f:
-            f.write("import std.tune\n"
-                    "task step(cfg: map<str, f64>, st: tune.State) -> tune.State { return tune.report(st, 1.0) }\n"
-                    "workflow main() {\n  let xs: f64[] = []\n"
-                    "  let r = tune.run(step, [tune.uniform(\"ok\", 0.0, 1.0), %s], tune.options())\n"
-                    "  print(len(r.trials))\n}\n" % p)
-        exe = os.path.join(tmp, "bad%d" % i)
-        compile_(sflowc, src, exe)
-        rc, out, err = run(exe, ["--journal=false"], tmp)
-        if rc != 70 or msg not in err or out:
-            fail("bad space %s: exit %d, stderr %r (wanted %r)" % (p, rc, err, msg))
+        expect_error(sflowc, tmp, "bad%d" % i,
+                     "  let xs: f64[] = []\n"
+                     "  let r = tune.run(step, [tune.uniform(\"ok\", 0.0, 1.0), %s], tune.options())\n" % p,
+                     msg)
     for i, (opt, msg) in enumerate([('scheduler = "hyperband"', 'tune: scheduler must be "fifo", "asha", "median" or "pbt", got "hyperband"'),
                                     ('reduction_factor = 1.0', 'tune: reduction_factor must be above 1, got 1.0'),
                                     ('grace_period = 0', 'tune: grace_period must be in [1, max_t], got 0')]):
-        src = os.path.join(tmp, "badopt%d.sflow" % i)
-        with open(src, "w") as f:
-            f.write("import std.tune\n"
-                    "task step(cfg: map<str, f64>, st: tune.State) -> tune.State { return tune.report(st, 1.0) }\n"
-                    "workflow main() {\n"
-                    "  let r = tune.run(step, [tune.uniform(\"x\", 0.0, 1.0)], tune.options(%s))\n"
-                    "  print(len(r.trials))\n}\n" % opt)
-        exe = os.path.join(tmp, "badopt%d" % i)
-        compile_(sflowc, src, exe)
-        rc, out, err = run(exe, ["--journal=false"], tmp)
-        if rc != 70 or msg not in err or out:
-            fail("bad option %s: exit %d, stderr %r (wanted %r)" % (opt, rc, err, msg))
+        expect_error(sflowc, tmp, "badopt%d" % i,
+                     "  let r = tune.run(step, [tune.uniform(\"x\", 0.0, 1.0)], tune.options(%s))\n" % opt,
+                     msg)
     print("ok %d bad spaces and 3 bad options are runtime errors naming the parameter" % len(BAD))
 
 
