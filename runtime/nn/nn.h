@@ -117,7 +117,7 @@ struct sf__node {
                             * (a header without node: no cycle) */
   sf_array *targets;       /* cross_entropy's i64[] */
   int64_t *idx;            /* max: the argmax of each output element (owned) */
-  int64_t i0, i1;          /* op parameters (axis, ignore_index, ...) */
+  int64_t i0, i1, i2;      /* op parameters (axis, ignore_index, ...) */
   float f0;                /* op parameter (a scalar, label smoothing) */
   int32_t ndim;            /* the output's shape */
   int64_t shape[SF__TMAX];
@@ -216,6 +216,14 @@ void sf__walk_tensors(const void *m, const sf_type *T, sf__tensor_visit fn, void
 /* IEEE half and bfloat16 to f32. */
 float sf__f16_to_f32(uint16_t h);
 float sf__bf16_to_f32(uint16_t h);
+/* f32 to IEEE half and bfloat16, rounded to nearest even; NaN stays NaN,
+ * past f16's range is an infinity. */
+uint16_t sf__f32_to_f16(float f);
+uint16_t sf__f32_to_bf16(float f);
+/* t's values rounded to the nearest bf16, as f32 (records; the gradient
+ * is rounded alike, as torch's x.bfloat16().float()). */
+sf_tensor *sf__t_round_bf16(sf_tensor *t, const sf_loc *loc);
+sf_tensor *sf_std_nn_round_bf16(sf_tensor *t, const sf_loc *loc);
 
 /* ------------------------------------------------------------ index.c */
 
@@ -224,6 +232,23 @@ float sf__bf16_to_f32(uint16_t h);
  * error at loc naming the index and the length.  Both record. */
 sf_tensor *sf__t_row(sf_tensor *t, int64_t i, const sf_loc *loc);
 sf_tensor *sf__t_rows(sf_tensor *t, int64_t from, int64_t to, const sf_loc *loc);
+/* torch's select(axis, i) (a view without the axis) and narrow(axis,
+ * start, length) (a view; a negative start counts from the end); both
+ * record, and their errors name the index, the length and the shape. */
+sf_tensor *sf__t_select(sf_tensor *t, int64_t axis, int64_t i, const sf_loc *loc);
+sf_tensor *sf__t_narrow(sf_tensor *t, int64_t axis, int64_t start, int64_t length,
+                        const sf_loc *loc);
+/* torch.index_select(t, axis, idx) for an i64[] idx, and torch.gather(t,
+ * axis, index) for an index of t's shape with any length along axis,
+ * given row-major as an i64[]: copies; negative indices count from the
+ * end; backward adds at the indices. */
+sf_tensor *sf__t_index_select(sf_tensor *t, int64_t axis, sf_array *idx, const sf_loc *loc);
+sf_tensor *sf__t_gather(sf_tensor *t, int64_t axis, sf_array *idx, const sf_loc *loc);
+sf_tensor *sf_std_nn_select(sf_tensor *t, int64_t axis, int64_t i, const sf_loc *loc);
+sf_tensor *sf_std_nn_narrow(sf_tensor *t, int64_t axis, int64_t start, int64_t length,
+                            const sf_loc *loc);
+sf_tensor *sf_std_nn_index_select(sf_tensor *t, int64_t axis, sf_array *idx, const sf_loc *loc);
+sf_tensor *sf_std_nn_gather(sf_tensor *t, int64_t axis, sf_array *idx, const sf_loc *loc);
 /* torch.stack(ts) along a new first axis and torch.cat(ts, axis): one
  * contiguous copy, one node over every input. */
 sf_tensor *sf__t_stack(sf_array *ts, const sf_loc *loc);
@@ -291,8 +316,8 @@ void sf_std_nn_sgd_step(sf_array *ps, sf_array *bufs, double lr, double momentum
 void sf_std_nn_adamw_step(sf_array *ps, sf_array *m, sf_array *v, sf_array *steps, double lr,
                           double beta1, double beta2, double eps, double wd, const sf_loc *loc);
 void sf_std_nn_zero_grad(sf_array *ps, const sf_loc *loc);
-void sf_std_nn_save(const void *m, const sf_type *T, sf_str *path, const sf_type *T_again,
-                    const sf_loc *loc);
+void sf_std_nn_save(const void *m, const sf_type *T, sf_str *path, sf_str *dtype,
+                    const sf_type *T_again, const sf_loc *loc);
 void sf_std_nn_load(const void *m, const sf_type *T, sf_str *path, bool strict,
                     const sf_type *T_again, const sf_loc *loc);
 

@@ -7,9 +7,10 @@
  * tensor's name to {"dtype", "shape", "data_offsets": [begin, end]}
  * (offsets into the data that follows, relative to its start) plus an
  * optional "__metadata__" object of strings — then the data, each tensor
- * row-major little-endian.  We write F32 with `{"format": "pt"}` metadata
- * (what transformers writes) and pad the header with spaces so the data
- * starts 8-byte aligned; we read F32, F16 and BF16, converting to f32.
+ * row-major little-endian.  We write F32 (or, asked, every tensor as F16
+ * or BF16, rounded to nearest even) with `{"format": "pt"}` metadata (what
+ * transformers writes) and pad the header with spaces so the data starts
+ * 8-byte aligned; we read F32, F16 and BF16, converting to f32.
  *
  * Key design choice: names are the field paths of the sflow value
  * (`fc1.weight`, `layers.0.bias`), walked from the type descriptor in
@@ -153,12 +154,83 @@ float sf__bf16_to_f32(uint16_t h) {
   return f;
 }
 
+/* Rounding to the nearest, ties to even, on the bits: adding half an
+ * ulp of the target (less one, plus the bit that would become its last)
+ * carries exactly when the dropped part is over half, or half with an
+ * odd last bit.  A carry out of the largest finite value gives the
+ * infinity, which is the correctly rounded overflow.  NaN is made quiet
+ * (its sign and top payload bits kept), never rounded into an infinity. */
+uint16_t sf__f32_to_bf16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u)
+    return (uint16_t)((x >> 16) | 0x0040);
+  x += 0x7fffu + ((x >> 16) & 1);
+  return (uint16_t)(x >> 16);
+}
+
+uint16_t sf__f32_to_f16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+  uint32_t ax = x & 0x7fffffffu;
+  if (ax > 0x7f800000u) /* NaN: quiet, the top payload bits kept */
+    return sign | 0x7e00 | (uint16_t)((ax >> 13) & 0x3ff);
+  if (ax >= 0x477ff000u) /* 65520 and up (halfway past 65504, to even): inf */
+    return sign | 0x7c00;
+  if (ax >= 0x38800000u) { /* a normal f16 (2^-14 and up): rebias by 127 - 15 */
+    uint32_t r = ax - 0x38000000u;
+    r += 0xfffu + ((r >> 13) & 1);
+    return sign | (uint16_t)(r >> 13);
+  }
+  if (ax <= 0x33000000u) /* up to 2^-25, half the smallest subnormal: to zero (even) */
+    return sign;
+  /* A subnormal: the 24-bit significand in units of 2^-24, shifted by
+   * 126 - e (14..24 for these exponents), rounded to even. */
+  uint32_t e = ax >> 23, m = (ax & 0x7fffffu) | 0x800000u, sh = 126 - e;
+  uint32_t q = m >> sh, rem = m & ((1u << sh) - 1), half = 1u << (sh - 1);
+  if (rem > half || (rem == half && (q & 1)))
+    q++;
+  return sign | (uint16_t)q;
+}
+
+/* ---------------------------------------------------------- round_bf16 */
+
+static void round_bf16_into(const float *src, float *dst, int64_t n) {
+  for (int64_t i = 0; i < n; i++)
+    dst[i] = sf__bf16_to_f32(sf__f32_to_bf16(src[i]));
+}
+
+/* torch's x.bfloat16().float(): the gradient is cast the same way. */
+static void bw_round_bf16(sf__node *n, sf_tensor *g) {
+  sf_tensor *r = sf__t_like(g);
+  round_bf16_into(sf__t_data(g), sf__t_data(r), g->numel);
+  sf__grad_add(n->in[0], r);
+}
+
+sf_tensor *sf__t_round_bf16(sf_tensor *t, const sf_loc *loc) {
+  sf__t_arg(t, "round_bf16", loc);
+  sf_tensor *c = sf__t_contig(t);
+  sf_tensor *out = sf__t_like(t);
+  round_bf16_into(sf__t_data(c), sf__t_data(out), t->numel);
+  sf_release(c);
+  sf__record("round_bf16", out, bw_round_bf16, t, NULL);
+  return out;
+}
+
+sf_tensor *sf_std_nn_round_bf16(sf_tensor *t, const sf_loc *loc) {
+  return sf__t_round_bf16(t, loc);
+}
+
 /* -------------------------------------------------------------- save */
+
+enum { DT_F32 = 1, DT_F16, DT_BF16 };
 
 typedef struct {
   sf__buf head, data;
   const sf_loc *loc;
   int64_t count;
+  int32_t dtype; /* DT_*: what every tensor is stored as */
 } saver;
 
 static void put_s(sf__buf *b, const char *s) { sf__buf_put(b, s, strlen(s)); }
@@ -189,23 +261,53 @@ static void save_one(void *ctx, const char *path, sf_tensor *t) {
     sf_runtime_error(s->loc, "nn.save: a tensor needs a name: save a struct holding it");
   put_s(&s->head, ",");
   put_json_str(&s->head, path);
-  put_s(&s->head, ":{\"dtype\":\"F32\",\"shape\":[");
+  put_s(&s->head, s->dtype == DT_F32 ? ":{\"dtype\":\"F32\",\"shape\":["
+                 : s->dtype == DT_F16 ? ":{\"dtype\":\"F16\",\"shape\":["
+                                      : ":{\"dtype\":\"BF16\",\"shape\":[");
   for (int32_t i = 0; i < t->ndim; i++) {
     snprintf(num, sizeof num, "%s%" PRId64, i ? "," : "", t->shape[i]);
     put_s(&s->head, num);
   }
   size_t begin = s->data.len;
   sf_tensor *c = sf__t_contig(t);
-  sf__buf_put(&s->data, (const char *)sf__t_data(c), (size_t)c->numel * sizeof(float));
+  const float *v = sf__t_data(c);
+  if (s->dtype == DT_F32) {
+    sf__buf_put(&s->data, (const char *)v, (size_t)c->numel * sizeof(float));
+  } else {
+    uint16_t chunk[1024];
+    for (int64_t i = 0; i < c->numel; i += 1024) {
+      int64_t m = c->numel - i < 1024 ? c->numel - i : 1024;
+      for (int64_t j = 0; j < m; j++)
+        chunk[j] = s->dtype == DT_F16 ? sf__f32_to_f16(v[i + j]) : sf__f32_to_bf16(v[i + j]);
+      sf__buf_put(&s->data, (const char *)chunk, (size_t)m * 2);
+    }
+  }
   sf_release(c);
   snprintf(num, sizeof num, "],\"data_offsets\":[%zu,%zu]}", begin, s->data.len);
   put_s(&s->head, num);
   s->count++;
 }
 
-void sf_std_nn_save(const void *m, const sf_type *T, sf_str *path, const sf_type *T_again,
-                    const sf_loc *loc) {
-  saver s = {.loc = loc};
+/* "f32", "bf16", "f16" (either case) as DT_*; anything else is an error
+ * naming it. */
+static int32_t save_dtype(sf_str *dtype, const sf_loc *loc) {
+  static const struct {
+    const char *name;
+    int32_t dt;
+  } names[] = {{"f32", DT_F32}, {"F32", DT_F32}, {"bf16", DT_BF16}, {"BF16", DT_BF16},
+               {"f16", DT_F16}, {"F16", DT_F16}};
+  const char *d = sf__str_data(dtype);
+  int64_t n = sf__str_len(dtype);
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+    if ((int64_t)strlen(names[i].name) == n && !memcmp(names[i].name, d, (size_t)n))
+      return names[i].dt;
+  sf_runtime_error(loc, "nn.save: dtype \"%.*s\" is not one of \"f32\", \"bf16\", \"f16\"",
+                   (int)(n > 64 ? 64 : n), d);
+}
+
+void sf_std_nn_save(const void *m, const sf_type *T, sf_str *path, sf_str *dtype,
+                    const sf_type *T_again, const sf_loc *loc) {
+  saver s = {.loc = loc, .dtype = save_dtype(dtype, loc)};
   sf__buf_init(&s.head, NULL, 0);
   sf__buf_init(&s.data, NULL, 0);
   sf__buf_put(&s.head, "\0\0\0\0\0\0\0\0", 8); /* the length, filled in below */
@@ -234,8 +336,6 @@ typedef struct {
   bool supported;
   char dtype_name[16];
 } entry;
-
-enum { DT_F32 = 1, DT_F16, DT_BF16 };
 
 typedef struct {
   sf__view view;

@@ -1071,7 +1071,9 @@ static void test_safetensors_round_trip(void) {
   model_c m, m2;
   model_init(&m, 5);
   model_init(&m2, 9);
-  sf_std_nn_save(&m, &model_type, ps, &model_type, &LOC);
+  sf_str *f32 = sf_str_new("f32", 3);
+  sf_std_nn_save(&m, &model_type, ps, f32, &model_type, &LOC);
+  sf_release(f32);
   size_t n = 0;
   char *bytes = read_all(path, &n);
   uint64_t hl = 0;
@@ -1671,6 +1673,250 @@ static void test_index_stack_cat(void) {
   sf_release(two);
 }
 
+/* -------------------------------------- select, narrow, index_select */
+
+/* select(x*x, 1, -1) times narrow(xᵀ, 0, -3, 2)'s select 1 along axis 1:
+ * views along inner axes of contiguous and strided tensors. */
+static sf_tensor *f_select_narrow(sf_tensor **in, void *ctx) {
+  (void)ctx;
+  sf_tensor *sq = sf__t_binary(SF_TOP_MUL, in[0], in[0], &LOC); /* (4, 3) */
+  sf_tensor *a = sf__t_select(sq, 1, -1, &LOC);                  /* (4) */
+  sf_tensor *t = sf__t_transpose(in[0], 0, 1, &LOC);             /* (3, 4) */
+  sf_tensor *n = sf__t_narrow(t, -1, -3, 2, &LOC);               /* (3, 2) */
+  sf_tensor *b = sf__t_select(n, 1, 1, &LOC);                    /* (3) */
+  sf_tensor *c = sf__t_narrow(in[0], 1, 1, 2, &LOC);             /* (4, 2) */
+  sf_tensor *c0 = sf__t_narrow(c, 1, 0, 1, &LOC);               /* (4, 1) */
+  sf_tensor *ab = sf__t_binary(SF_TOP_MUL, a, c0, &LOC);          /* (4, 4) */
+  sf_tensor *s = sf__t_reduce(SF__R_SUM, b, SF__ALL_AXES, &LOC);
+  sf_tensor *out = sf__t_binary(SF_TOP_ADD, ab, s, &LOC);
+  sf_tensor *all[] = {sq, a, t, n, b, c, c0, ab, s};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+    sf_release(all[i]);
+  return out;
+}
+
+typedef struct {
+  int64_t axis;
+  int64_t n;
+  const int64_t *idx;
+  bool gather;
+} gather_ctx;
+
+static sf_tensor *f_gather(sf_tensor **in, void *ctx) {
+  gather_ctx *g = ctx;
+  sf_array *ix = i64s(g->n, g->idx);
+  sf_tensor *sq = sf__t_binary(SF_TOP_MUL, in[0], in[0], &LOC);
+  sf_tensor *out = g->gather ? sf__t_gather(sq, g->axis, ix, &LOC)
+                             : sf__t_index_select(sq, g->axis, ix, &LOC);
+  sf_release(sq);
+  sf_release(ix);
+  return out;
+}
+
+static void test_select_narrow_gather(void) {
+  sf_tensor *x = mk(3, SHAPE(2, 3, 2), (float[]){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+  sf_tensor *a = sf__t_select(x, 1, -1, &LOC), *b = sf__t_narrow(x, 2, 1, 1, &LOC);
+  check_shape(a, 2, SHAPE(2, 2));
+  check_vals("select(x, 1, -1)", a, (float[]){4, 5, 10, 11}, 4, 0);
+  check_shape(b, 3, SHAPE(2, 3, 1));
+  check_vals("narrow(x, 2, 1, 1)", b, (float[]){1, 3, 5, 7, 9, 11}, 6, 0);
+  CU_ASSERT(a->st == x->st && b->st == x->st); /* views */
+  sf_tensor *c = sf__t_narrow(x, -2, -2, 2, &LOC);
+  check_vals("narrow(x, -2, -2, 2)", c, (float[]){2, 3, 4, 5, 8, 9, 10, 11}, 8, 0);
+  sf_tensor *e = sf__t_narrow(x, 1, 3, 0, &LOC);
+  check_shape(e, 3, SHAPE(2, 0, 2));
+  sf_array *ix = i64s(4, (int64_t[]){2, 0, -1, 2});
+  sf_tensor *is = sf__t_index_select(x, 1, ix, &LOC);
+  check_shape(is, 3, SHAPE(2, 4, 2));
+  check_vals("index_select", is, (float[]){4, 5, 0, 1, 4, 5, 4, 5, 10, 11, 6, 7, 10, 11, 10, 11},
+             16, 0);
+  CU_ASSERT(is->st != x->st);
+  /* gather along axis 2 with k = 1: one entry per (i, j), as picking a
+   * target's log-probability. */
+  sf_array *gx = i64s(6, (int64_t[]){1, 0, 0, 1, -1, 0});
+  sf_tensor *ga = sf__t_gather(x, 2, gx, &LOC);
+  check_shape(ga, 3, SHAPE(2, 3, 1));
+  check_vals("gather", ga, (float[]){1, 2, 4, 7, 9, 10}, 6, 0);
+  sf_array *none = i64s(0, NULL);
+  sf_tensor *z = sf__t_index_select(x, 0, none, &LOC);
+  check_shape(z, 3, SHAPE(0, 3, 2));
+  EXPECT_ERROR(sf__t_select(x, 1, 3, &LOC), "t.sflow:3:7: runtime error: select: index 3 out of "
+                                            "bounds for length 3 along axis 1 (shape [2, 3, 2])");
+  EXPECT_ERROR(sf__t_select(x, 3, 0, &LOC), "t.sflow:3:7: runtime error: select: axis 3 is out of "
+                                            "range for a tensor of shape [2, 3, 2]");
+  EXPECT_ERROR(sf__t_narrow(x, 1, 2, 2, &LOC), "t.sflow:3:7: runtime error: narrow: start 2 and "
+                                               "length 2 do not fit length 3 along axis 1 (shape "
+                                               "[2, 3, 2])");
+  EXPECT_ERROR(sf__t_narrow(x, 0, -3, 1, &LOC), "t.sflow:3:7: runtime error: narrow: start -3 and "
+                                                "length 1 do not fit length 2 along axis 0 (shape "
+                                                "[2, 3, 2])");
+  sf_array *bad = i64s(3, (int64_t[]){0, 1, -4});
+  EXPECT_ERROR(sf__t_index_select(x, 1, bad, &LOC),
+               "t.sflow:3:7: runtime error: index_select: index -4 (entry 2 of idx) out of bounds "
+               "for length 3 along axis 1 (shape [2, 3, 2])");
+  EXPECT_ERROR(sf__t_gather(x, 1, bad, &LOC),
+               "t.sflow:3:7: runtime error: gather: idx has 3 entries, not a multiple of 4: along "
+               "axis 1 of shape [2, 3, 2] it holds a row-major index of shape [2, 1, 2] with any "
+               "length k in place of the 1");
+  sf_tensor *s0 = sf__t_select(a, 0, 0, &LOC), *s00 = sf__t_select(s0, 0, 0, &LOC);
+  EXPECT_ERROR(sf__t_select(s00, 0, 0, &LOC), "t.sflow:3:7: runtime error: select: axis 0 is out "
+                                              "of range for a tensor of shape []");
+  /* Finite differences through inner axes, strided views, and repeated
+   * indices (their gradients add). */
+  sf_tensor *xs[1] = {rnd(2, SHAPE(4, 3), -1, 1, true)};
+  gradcheck("select and narrow, inner axes", f_select_narrow, NULL, 1, xs);
+  release_all(xs, 1);
+  const int64_t rep[] = {2, 0, 2, -1, 1};
+  gather_ctx g1 = {1, 5, rep, false};
+  sf_tensor *ys[1] = {rnd(3, SHAPE(2, 3, 2), -1, 1, true)};
+  gradcheck("index_select axis 1, repeated", f_gather, &g1, 1, ys);
+  gather_ctx g0 = {0, 3, (int64_t[]){1, 1, 0}, false};
+  gradcheck("index_select axis 0, repeated", f_gather, &g0, 1, ys);
+  const int64_t gi[] = {0, 2, 2, 1, 1, 1, 0, 0, 2, 2, -3, 1, 2, 0, 0, 1, 1, 1, 2, 0, 0, 2, 1, 0};
+  gather_ctx g2 = {1, 24, gi, true}; /* an index of shape (2, 6, 2) into (2, 3, 2) */
+  gradcheck("gather axis 1, k = 6", f_gather, &g2, 1, ys);
+  release_all(ys, 1);
+  /* Only the selected elements get a gradient. */
+  sf_tensor *p = rnd(2, SHAPE(2, 3), -1, 1, true);
+  sf_tensor *q = sf__t_select(p, 1, 1, &LOC);
+  sf_tensor *l = sf__t_reduce(SF__R_SUM, q, SF__ALL_AXES, &LOC);
+  sf__backward(l, &LOC);
+  check_vals("grad of select(p, 1, 1)", p->grad, (float[]){0, 1, 0, 0, 1, 0}, 6, 0);
+  sf_tensor *all[] = {x, a, b, c, e, is, ga, z, s0, s00, p, q, l};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+    sf_release(all[i]);
+  sf_release(ix);
+  sf_release(gx);
+  sf_release(none);
+  sf_release(bad);
+}
+
+/* ------------------------------------------------ f16 / bf16 rounding */
+
+static float bits_f(uint32_t b) {
+  float f;
+  memcpy(&f, &b, 4);
+  return f;
+}
+
+/* Every half value converts back to itself; every midpoint between two
+ * neighbours goes to the even one, a hair above or below it to the nearer
+ * one; the edge cases PyTorch 2.15 gives (its bit patterns). */
+static void test_half_rounding(void) {
+  int bad = 0;
+  for (uint32_t h = 0; h < 0x10000; h++) {
+    bool f16nan = (h & 0x7c00) == 0x7c00 && (h & 0x3ff);
+    bool bfnan = (h & 0x7f80) == 0x7f80 && (h & 0x7f);
+    if (!f16nan && sf__f32_to_f16(sf__f16_to_f32((uint16_t)h)) != h)
+      bad++;
+    if (!bfnan && sf__f32_to_bf16(sf__bf16_to_f32((uint16_t)h)) != h)
+      bad++;
+    if (f16nan && !isnan(sf__f16_to_f32(sf__f32_to_f16(sf__f16_to_f32((uint16_t)h)))))
+      bad++;
+    if (bfnan && !isnan(sf__bf16_to_f32(sf__f32_to_bf16(sf__bf16_to_f32((uint16_t)h)))))
+      bad++;
+    /* Midpoints of h and h + 1 among positive finite values. */
+    if (h < 0x7bff) {
+      double lo = sf__f16_to_f32((uint16_t)h), hi = sf__f16_to_f32((uint16_t)(h + 1));
+      float mid = (float)((lo + hi) / 2); /* exact in f32 */
+      uint16_t even = (h & 1) ? (uint16_t)(h + 1) : (uint16_t)h;
+      uint32_t mb;
+      memcpy(&mb, &mid, 4);
+      if (sf__f32_to_f16(mid) != even || sf__f32_to_f16(bits_f(mb + 1)) != h + 1 ||
+          sf__f32_to_f16(bits_f(mb - 1)) != h)
+        bad++;
+    }
+    if (h < 0x7f7f) {
+      uint32_t mb = (h << 16) | 0x8000u;
+      uint16_t even = (h & 1) ? (uint16_t)(h + 1) : (uint16_t)h;
+      if (sf__f32_to_bf16(bits_f(mb)) != even || sf__f32_to_bf16(bits_f(mb + 1)) != h + 1 ||
+          sf__f32_to_bf16(bits_f(mb - 1)) != h)
+        bad++;
+    }
+  }
+  CHECK_INT(bad, 0);
+  /* torch.tensor([...]).to(torch.float16 / torch.bfloat16).view(torch.int16) */
+  const float v[] = {70000.0f, 65520.0f, 65519.99f, 3.4e38f, 1e-8f, 0x1p-25f, 0x1p-25f * 1.0001f};
+  const uint16_t f16[] = {0x7c00, 0x7c00, 0x7bff, 0x7c00, 0x0000, 0x0000, 0x0001};
+  const uint16_t bf16[] = {18313, 18304, 18304, 32640, 12844, 13056, 13056};
+  for (int i = 0; i < 7; i++) {
+    CHECK_INT(sf__f32_to_f16(v[i]), f16[i]);
+    CHECK_INT(sf__f32_to_bf16(v[i]), bf16[i]);
+    CHECK_INT(sf__f32_to_f16(-v[i]), f16[i] | 0x8000);
+  }
+  CU_ASSERT(isnan(sf__f16_to_f32(sf__f32_to_f16(NAN))) && isnan(sf__bf16_to_f32(sf__f32_to_bf16(-NAN))));
+  CU_ASSERT(isnan(sf__bf16_to_f32(sf__f32_to_bf16(bits_f(0x7f800001u))))); /* payload below bf16's */
+  CU_ASSERT(isnan(sf__f16_to_f32(sf__f32_to_f16(bits_f(0x7f800001u)))));
+  CHECK_INT(sf__f32_to_bf16(INFINITY), 0x7f80);
+  CHECK_INT(sf__f32_to_f16(-INFINITY), 0xfc00);
+  CHECK_INT(sf__f32_to_bf16(bits_f(0x7f7fffffu)), 0x7f80); /* FLT_MAX rounds up: inf */
+  /* round_bf16: the values, and the gradient rounded as torch's
+   * x.bfloat16().float() (an upstream of 1.0079 arrives as 1.0078125). */
+  sf_tensor *x = mk(1, SHAPE(3), (float[]){1.00390625f, 1.01171875f, 0.1f});
+  x->req = true;
+  sf_tensor *r = sf__t_round_bf16(x, &LOC);
+  check_vals("round_bf16", r, (float[]){1.0f, 1.015625f, 0.10009765625f}, 3, 0);
+  sf_tensor *w = mk(1, SHAPE(3), (float[]){1.0079f, 3.0f, -2.0f});
+  sf_tensor *rw = sf__t_binary(SF_TOP_MUL, r, w, &LOC);
+  sf_tensor *l = sf__t_reduce(SF__R_SUM, rw, SF__ALL_AXES, &LOC);
+  sf__backward(l, &LOC);
+  check_vals("grad of round_bf16", x->grad, (float[]){1.0078125f, 3.0f, -2.0f}, 3, 0);
+  sf_tensor *all[] = {x, r, w, rw, l};
+  for (size_t i = 0; i < 5; i++)
+    sf_release(all[i]);
+}
+
+/* nn.save with dtype bf16 and f16: the header names the dtype, the data
+ * is 2 bytes a value, and nn.load brings back the rounded values; a dtype
+ * we do not write is an error naming it. */
+static void test_safetensors_save_halves(void) {
+  char path[] = "/tmp/sflow_nn_XXXXXX";
+  close(mkstemp(path));
+  sf_str *ps = sf_str_new(path, (int64_t)strlen(path));
+  linear_c l = {mk(2, SHAPE(2, 2), (float[]){0.1f, -70000.0f, 1e-6f, NAN}),
+                mk(1, SHAPE(2), (float[]){65519.0f, -0.0f})};
+  linear_c back = {mk(2, SHAPE(2, 2), NULL), mk(1, SHAPE(2), NULL)};
+  const char *names[] = {"bf16", "F16", "BF16", "f16"};
+  for (int k = 0; k < 4; k++) {
+    bool bf = names[k][0] == 'b' || names[k][0] == 'B';
+    sf_str *dt = sf_str_new(names[k], (int64_t)strlen(names[k]));
+    sf_std_nn_save(&l, &linear_type, ps, dt, &linear_type, &LOC);
+    sf_release(dt);
+    size_t n = 0;
+    char *bytes = read_all(path, &n);
+    uint64_t hl = 0;
+    memcpy(&hl, bytes, 8);
+    char want[200];
+    snprintf(want, sizeof want, "\"weight\":{\"dtype\":\"%s\",\"shape\":[2,2],\"data_offsets\":[0,8]}",
+             bf ? "BF16" : "F16");
+    CU_ASSERT(strstr(bytes + 8, want) != NULL);
+    CHECK_INT(n, 8 + hl + 12);
+    uint16_t h0;
+    memcpy(&h0, bytes + 8 + hl, 2);
+    CHECK_INT(h0, bf ? 0x3dcd : 0x2e66); /* 0.1 */
+    free(bytes);
+    sf_std_nn_load(&back, &linear_type, ps, true, &linear_type, &LOC);
+    const float *w = sf__t_data(back.weight), *b = sf__t_data(back.bias);
+    if (bf) {
+      CU_ASSERT(w[0] == 0.10009765625f && w[1] == -70144.0f && w[2] == 9.98377799987793e-07f);
+      CU_ASSERT(b[0] == 65536.0f);
+    } else {
+      CU_ASSERT(w[0] == 0.0999755859375f && w[1] == -INFINITY && w[2] == 1.0132789611816406e-06f);
+      CU_ASSERT(b[0] == 65504.0f);
+    }
+    CU_ASSERT(isnan(w[3]) && b[1] == 0.0f && signbit(b[1]));
+  }
+  sf_str *dt = sf_str_new("fp8", 3);
+  EXPECT_ERROR(sf_std_nn_save(&l, &linear_type, ps, dt, &linear_type, &LOC),
+               "t.sflow:3:7: runtime error: nn.save: dtype \"fp8\" is not one of \"f32\", "
+               "\"bf16\", \"f16\"");
+  sf_release(dt);
+  sf_value_release(&linear_type, &l);
+  sf_value_release(&linear_type, &back);
+  sf_release(ps);
+  unlink(path);
+}
+
 int main(int argc, char **argv) {
   sf__nn_install();
   static const rt_test tests[] = {
@@ -1703,6 +1949,9 @@ int main(int argc, char **argv) {
       {"layers_forward", test_layers_forward},
       {"grad_layers", test_grad_layers},
       {"index_stack_cat", test_index_stack_cat},
+      {"select_narrow_gather", test_select_narrow_gather},
+      {"half_rounding", test_half_rounding},
+      {"safetensors_save_halves", test_safetensors_save_halves},
       {"dropout_rows", test_dropout_rows},
       {"linear_fused", test_linear_fused},
       {NULL, NULL},
