@@ -2385,6 +2385,16 @@ static Type *check_index(Node *e) {
     expect_type(e->rhs, t->key, arena_printf("a key of %s", ty_str(t)));
     return t->elem;
   }
+  Node *first = e; /* t[i, j] is t[i][j] on tensors only: the chain's base must be one */
+  while (first->multi_index)
+    first = first->lhs;
+  Type *base = e->multi_index ? first->lhs->ty : NULL;
+  if (base && !is_err(t) && !is_err(base) && !is_tensor(base)) {
+    check_expr(e->rhs, NULL);
+    return first == e->lhs ? err_at(e->loc, "x[i, j] indexes tensors, not a value of type %s: "
+                                    "write x[i][j]", ty_str(base))
+                           : T_ERR;
+  }
   if (is_tensor(t))
     return check_tensor_index(e);
   Type *dt = check_data_index(e, t);

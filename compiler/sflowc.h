@@ -312,6 +312,7 @@ struct Node {
   char *sval;
   size_t slen;
   bool parenthesized; /* written in ( ) */
+  bool multi_index;   /* N_INDEX: a later index of t[i, j, ...] (tensors only) */
 
   /* filled by sema */
   Var *var;          /* N_NAME of a local/param/field; N_LET; N_FOR; N_COMPREH */

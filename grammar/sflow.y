@@ -78,6 +78,33 @@ static Node *binary(int op, Node *l, Node *r, Loc loc) {
   return n;
 }
 
+/* t[i, j, a..b]: the chain t[i][j][a..b], which is what the tensor
+ * indices mean when every index but the last is a single one (each t[i]
+ * drops the first axis, so the next index is along the next axis).  The
+ * later links are marked, so sema accepts them on tensors only; a range
+ * before the last index would mean a narrow of an inner axis, which the
+ * chain cannot express, so it is an error naming the method that can. */
+static Node *multi_index(Node *base, Node *first, Node *rest, Loc loc, Loc bracket) {
+  Node *cur = mk(N_INDEX, loc);
+  cur->lhs = base;
+  cur->rhs = first;
+  cur->name_loc = bracket;
+  for (Node *e = rest, *next; e; e = next) {
+    next = e->next;
+    e->next = NULL;
+    if (cur->rhs->kind == N_RANGE)
+      diag_error(cur->rhs->loc, "only the last index of t[...] may be a range: a range along "
+                 "an inner axis is t.narrow(axis, start, length)");
+    Node *n = mk(N_INDEX, loc);
+    n->lhs = cur;
+    n->rhs = e;
+    n->name_loc = bracket;
+    n->multi_index = true;
+    cur = n;
+  }
+  return cur;
+}
+
 static Annot *annot_append(Annot *list, Annot *a) {
   if (!list)
     return a;
@@ -510,12 +537,13 @@ unary
   | TOK_SPAWN postfix     { $$ = mk(N_SPAWN, @$); $$->lhs = $2; }
   ;
 
-/* postfix: primary { '(' args ')' | '[' expr ']' | '.' name } */
+/* postfix: primary { '(' args ')' | '[' expr { ',' expr } ']' | '.' name } */
 postfix
   : primary
   | postfix '(' args_opt ')'
       { $$ = mk(N_CALL, @$); $$->callee = $1; $$->args = $3.head; $$->name_loc = @2; }
   | postfix '[' expr ']'  { $$ = mk(N_INDEX, @$); $$->lhs = $1; $$->rhs = $3; $$->name_loc = @2; }
+  | postfix '[' expr ',' elems ']' { $$ = multi_index($1, $3, $5.head, @$, @2); }
   | postfix targs '(' args_opt ')'
       { /* f<T>(args): the lexer marks the '<' (TOK_TARGS) only where a type
          * and '>(' follow it */
