@@ -259,6 +259,79 @@ def op_cases():
                         "weight is (out, in) as PyTorch's: x @ weight^T + bias"))
     ops.append(("linear", lin))
     ops.extend(layer_cases())
+    ops.extend(index_cases())
+    return ops
+
+
+def index_cases():
+    """Rows (t[i], t[a..b], t[i, j, a..b]), select and narrow along any
+    axis, index_select and gather (repeated indices: their gradients add),
+    cat and stack, and round_bf16.  The sflow and torch spellings differ
+    only where the surfaces do: a..b is a:b, and index arrays are i64[]
+    (gather's row-major, of the index tensor's shape)."""
+    ops = []
+    x = lambda s, seed: vals(s, seed)
+    ops.append(("index", [
+        case("row", "x[1]", "x[1]", {"x": x([3, 4], 4000)}, 4000),
+        case("row_negative", "x[-1]", "x[-1]", {"x": x([3, 2, 2], 4001)}, 4001),
+        case("row_of_1d", "x[2]", "x[2]", {"x": x([4], 4002)}, 4002, "a 1-D tensor's row is 0-d"),
+        case("rows", "x[1..3]", "x[1:3]", {"x": x([4, 3], 4003)}, 4003),
+        case("rows_empty", "x[2..2]", "x[2:2]", {"x": x([4, 3], 4004)}, 4004, "no rows: a zero gradient"),
+        case("row_of_transpose", "x.transpose(0, 1)[2]", "x.transpose(0, 1)[2]", {"x": x([3, 4], 4005)}, 4005,
+             "a row of a strided view is a column of x"),
+        case("multi_index", "x[1, -1]", "x[1, -1]", {"x": x([2, 3, 4], 4006)}, 4006),
+        case("multi_index_range", "x[-1, 0, 1..3]", "x[-1, 0, 1:3]", {"x": x([2, 3, 4], 4007)}, 4007,
+             "t[i, j, a..b] is t[i][j][a..b]")]))
+    ops.append(("select", [
+        case("axis1", "x.select(1, 2)", "x.select(1, 2)", {"x": x([2, 3, 4], 4100)}, 4100),
+        case("axis_neg1_index_neg", "x.select(-1, -1)", "x.select(-1, -1)", {"x": x([2, 3, 4], 4101)}, 4101),
+        case("of_transpose", "x.transpose(0, 1).select(1, 0)", "x.transpose(0, 1).select(1, 0)",
+             {"x": x([3, 4], 4102)}, 4102, "a strided view: the gradient lands in x's rows"),
+        case("twice", "x.select(2, 1).select(0, 1)", "x.select(2, 1).select(0, 1)", {"x": x([2, 3, 4], 4103)}, 4103)]))
+    ops.append(("narrow", [
+        case("axis1", "x.narrow(1, 1, 2)", "x.narrow(1, 1, 2)", {"x": x([2, 4, 3], 4200)}, 4200),
+        case("axis_neg1", "x.narrow(-1, 0, 1)", "x.narrow(-1, 0, 1)", {"x": x([3, 4], 4201)}, 4201),
+        case("start_neg", "x.narrow(0, -2, 2)", "x.narrow(0, -2, 2)", {"x": x([4, 3], 4202)}, 4202,
+             "a negative start counts from the end, as torch's"),
+        case("of_transpose", "x.transpose(0, 1).narrow(1, 1, 2)", "x.transpose(0, 1).narrow(1, 1, 2)",
+             {"x": x([4, 3], 4203)}, 4203)]))
+    ops.append(("index_select", [
+        case("axis0", "nn.index_select(x, 0, idx)", "torch.index_select(x, 0, idx)",
+             {"x": x([4, 3], 4300), "idx": ints([3, 0, 2])}, 4300),
+        case("axis1_repeated", "nn.index_select(x, 1, idx)", "torch.index_select(x, 1, idx)",
+             {"x": x([2, 3, 2], 4301), "idx": ints([2, 0, 2, 2])}, 4301,
+             "index 2 three times: its gradient is the sum of three upstream slices"),
+        case("axis_neg1", "nn.index_select(x, -1, idx)", "torch.index_select(x, -1, idx)",
+             {"x": x([3, 4], 4302), "idx": ints([1])}, 4302),
+        case("of_transpose", "nn.index_select(x.transpose(0, 1), 0, idx)",
+             "torch.index_select(x.transpose(0, 1), 0, idx)",
+             {"x": x([3, 4], 4303), "idx": ints([3, 3, 0])}, 4303)]))
+    ops.append(("gather", [
+        case("axis1_pick", "nn.gather(x, 1, idx)", "torch.gather(x, 1, idx)",
+             {"x": x([4, 5], 4400), "idx": T([4, 1], [3, 0, 4, 3], "i64")}, 4400,
+             "one entry per row, as picking each row's target"),
+        case("axis0_repeated", "nn.gather(x, 0, idx)", "torch.gather(x, 0, idx)",
+             {"x": x([3, 2], 4401), "idx": T([4, 2], [2, 0, 2, 2, 1, 0, 0, 0], "i64")}, 4401),
+        case("axis_neg1_3d", "nn.gather(x, -1, idx)", "torch.gather(x, -1, idx)",
+             {"x": x([2, 2, 3], 4402), "idx": T([2, 2, 2], [0, 2, 1, 1, 2, 2, 0, 1], "i64")}, 4402)]))
+    ops.append(("cat", [
+        case("axis0", "nn.cat([a, b])", "torch.cat([a, b])", {"a": x([2, 3], 4500), "b": x([1, 3], 4501)}, 4500),
+        case("axis1", "nn.cat([a, b], 1)", "torch.cat([a, b], 1)", {"a": x([2, 3], 4502), "b": x([2, 1], 4503)}, 4502),
+        case("repeated_neg_axis", "nn.cat([a, b, a], -1)", "torch.cat([a, b, a], -1)",
+             {"a": x([2, 2, 2], 4504), "b": x([2, 2, 3], 4505)}, 4504, "a twice: the sum of both regions"),
+        case("of_rows", "nn.cat([a[1..2], a.transpose(0, 1)[0..2]])", "torch.cat([a[1:2], a.transpose(0, 1)[0:2]])",
+             {"a": x([3, 3], 4506)}, 4506, "views of one input, one strided")]))
+    ops.append(("stack", [
+        case("two", "nn.stack([a, b])", "torch.stack([a, b])", {"a": x([2, 3], 4600), "b": x([2, 3], 4601)}, 4600),
+        case("rows_repeated", "nn.stack([a[1], b, a[1], a[0]])", "torch.stack([a[1], b, a[1], a[0]])",
+             {"a": x([2, 3], 4602), "b": x([3], 4603)}, 4602),
+        case("of_0d", "nn.stack([a[0], a[2]])", "torch.stack([a[0], a[2]])", {"a": x([3], 4604)}, 4604)]))
+    r = T([2, 4], [float(np.float32(v)) for v in (0.1, 1.0 / 3.0, 1.00390625, 1.01171875, -1.00390625,
+                                                   3.0e38, 1e-40, -2.5)])
+    ops.append(("round_bf16", [
+        case("ties_and_tiny", "nn.round_bf16(x)", "x.bfloat16().to(x.dtype)", {"x": r}, 4700,
+             "1.00390625 and 1.01171875 are ties (to even: 1.0 and 1.015625), 3e38 stays finite, "
+             "1e-40 is an f32 subnormal")]))
     return ops
 
 
@@ -534,6 +607,39 @@ def write_safetensors(path):
     sys.exit(f"gen_nn_fixtures: safetensors never wrote {want!r} in order")
 
 
+# The half-precision file: f32 values ("src", F32) and torch's conversions
+# of them ("bf16", BF16 and "f16", F16: `src.to(dtype)` from float32, round
+# to nearest even), for tests/nn/save_halves_test.py, which holds nn.save's
+# dtype = "bf16" / "f16" to torch's bytes and nn.load's reading of them to
+# the values.  Specials (signed zeros and infinities, NaN, f16's largest
+# value and the ties around it, its subnormals and the half-way points
+# below them, bf16 ties) and 2000 random bit patterns whose exponents span
+# f16's subnormals to past its range.
+HALF_FILE = "halves.safetensors"
+
+
+def half_sources():
+    import struct
+    f = lambda bits: struct.unpack("<f", struct.pack("<I", bits))[0]
+    special = [0.0, -0.0, math.inf, -math.inf, math.nan, f(0xffc00000), f(0x7f800001), 65504.0, 65519.99,
+               65520.0, -65520.0, 70000.0, 2.0 ** -24, 2.0 ** -25, f(0x33000001), 3 * 2.0 ** -26,
+               2.0 ** -14, 2.0 ** -14 - 2.0 ** -25, 1.0 + 2.0 ** -11, 1.0 + 3 * 2.0 ** -11, 1.00390625,
+               1.01171875, -1.00390625, f(0x7f7fffff), f(0x7f7f7fff), f(0x7f7f8000), f(0x00000001),
+               f(0x00800000), 0.1, 1.0 / 3.0, -2.5, 3.0e38]
+    r, out = Lcg(4800), []
+    for _ in range(2000):
+        sign, exp, man = r.next() & 1, 127 - 30 + r.next() % 48, r.next() & 0x7fffff
+        out.append(f((sign << 31) | (exp << 23) | man))
+    return special + out
+
+
+def write_halves(path):
+    from safetensors.torch import save_file
+    os.umask(0o022)
+    src = torch.tensor(half_sources(), dtype=torch.float32)
+    save_file({"src": src, "bf16": src.to(torch.bfloat16), "f16": src.to(torch.float16)}, path)
+
+
 def safetensors_cases():
     return [{"name": "hf_small", "inputs": {"path": ST_FILE},
              "sflow": "nn.load(m, path) of a struct whose field paths are these names; or the reader alone",
@@ -622,6 +728,7 @@ def generate(out):
         c["expect"] = run_mlp(c, torch.float64)
     write_fixture(out, "mlp_step", cases, TOL_TRAIN)
     write_safetensors(os.path.join(out, ST_FILE))
+    write_halves(os.path.join(out, HALF_FILE))
     cases = safetensors_cases()
     for c in cases:
         c["expect"] = read_safetensors(os.path.join(out, ST_FILE))

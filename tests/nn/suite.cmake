@@ -31,3 +31,16 @@ set_tests_properties(nn/fixtures_sflow PROPERTIES TIMEOUT 300)
 add_test(NAME nn/save_interop
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/nn/save_interop_test.py
           --sflowc $<TARGET_FILE:sflowc>)
+# nn.save with dtype bf16 and f16 writes torch's bytes for torch's file of
+# edge cases and random values (fixtures/halves.safetensors, written by
+# scripts/gen_nn_fixtures.py), nn.load reads torch's BF16 and F16 exactly,
+# and nn.round_bf16 gives torch's bf16 values (Python alone);
+# nn/save_halves_torch also has safetensors.torch read sflow's files,
+# skipped (77) until bench/nn/setup.sh has made build/peers/torch.
+add_test(NAME nn/save_halves
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/nn/save_halves_test.py
+          --sflowc $<TARGET_FILE:sflowc>)
+add_test(NAME nn/save_halves_torch
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/nn/save_halves_test.py
+          --sflowc $<TARGET_FILE:sflowc> --torch ${CMAKE_BINARY_DIR}/peers/torch/venv/bin/python)
+set_tests_properties(nn/save_halves_torch PROPERTIES SKIP_RETURN_CODE 77)
