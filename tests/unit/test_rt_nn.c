@@ -6,8 +6,10 @@
  * steps), printing and serialization through core's hooks, safetensors
  * (a round trip, the bytes of the format, a hand-made F16/BF16 file, the
  * strict errors), SGD/AdamW steps against PyTorch's formulas worked by
- * hand, and the encoder layers (Embedding, LayerNorm, dropout, attention,
- * gradient clipping).
+ * hand, the encoder layers (Embedding, LayerNorm, dropout, attention,
+ * gradient clipping), indexing (rows, select, narrow, index_select,
+ * gather, stack, cat), and f32 to f16/bf16 rounding (every half value,
+ * nn.save's dtype, round_bf16).
  *
  * Gradient checks: the loss is sum(op(inputs) * W) for fixed random W, so
  * every output element's gradient counts; the forward runs in f32 (the
