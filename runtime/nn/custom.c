@@ -224,6 +224,10 @@ sf_tensor *sf_std_nn_empty_like(sf_tensor *t, const sf_loc *loc) {
   return sf__t_empty(t->ndim, t->shape, loc);
 }
 
+int64_t sf_std_nn_numel(sf_tensor *t, const sf_loc *loc) {
+  return sf__t_arg(t, "numel", loc)->numel;
+}
+
 sf_tensor *sf_std_nn_zeros_like(sf_tensor *t, const sf_loc *loc) {
   sf__t_arg(t, "zeros_like", loc);
   return sf__t_zeros(t->ndim, t->shape, loc);

@@ -108,6 +108,7 @@ sf_tensor *sf_std_nn_custom(sf_tensor *out, sf_array *inputs, int64_t backward,
                             const sf_loc *loc);
 sf_tensor *sf_std_nn_empty_like(sf_tensor *t, const sf_loc *loc);
 sf_tensor *sf_std_nn_zeros_like(sf_tensor *t, const sf_loc *loc);
+int64_t sf_std_nn_numel(sf_tensor *t, const sf_loc *loc);
 
 /* --------------------------------------------------------- autograd.c */
 
