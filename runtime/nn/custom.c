@@ -78,11 +78,33 @@ static bool writes_param(const sf_kernel_desc *k, int32_t i) {
   return i >= 64 || (k->writes >> i & 1);
 }
 
+/* The errors come first, before anything is held, so that a failed
+ * launch (a task that @retry runs again) leaks nothing. */
+static int32_t kt_check(const sf_kernel_desc *k, void *args, const sf_loc *loc) {
+  const sf_type *at = k->args;
+  char sb[SF__SHAPE_BUF];
+  int32_t nt = 0;
+  for (int32_t i = 0; i < at->nfields; i++) {
+    const sf_field *f = &at->fields[i];
+    if (f->type->kind != SF_TENSOR)
+      continue;
+    nt++;
+    sf_tensor *t = *(sf_tensor **)((char *)args + f->offset);
+    if (!t)
+      sf_runtime_error(loc, "launch of kernel '%s': the tensor of parameter '%s' is unset (a "
+                       "field or variable never assigned)", k->name, f->name);
+    if (writes_param(k, i) && !sf__t_is_contig(t))
+      sf_runtime_error(loc, "launch of kernel '%s': parameter '%s' is written, but its tensor "
+                       "(shape %s) is a strided view; a kernel writes only contiguous tensors "
+                       "(make the output with nn.empty_like or nn.zeros)", k->name, f->name,
+                       SF__SHP(t, sb));
+  }
+  return nt;
+}
+
 static void *kt_begin(const sf_kernel_desc *k, void *args, bool gpu, const sf_loc *loc) {
   const sf_type *at = k->args;
-  int32_t nt = 0;
-  for (int32_t i = 0; i < at->nfields; i++)
-    nt += at->fields[i].type->kind == SF_TENSOR;
+  int32_t nt = kt_check(k, args, loc);
   launch_blk *b = sf_alloc(sizeof *b + (size_t)at->size);
   b->nt = nt;
   b->size = at->size;
@@ -90,31 +112,21 @@ static void *kt_begin(const sf_kernel_desc *k, void *args, bool gpu, const sf_lo
   b->held = sf__alloc_n((size_t)nt, sizeof *b->held);
   b->views = gpu ? NULL : sf__alloc_n((size_t)nt, sizeof *b->views);
   memcpy(b->blk, args, (size_t)at->size);
-  char sb[SF__SHAPE_BUF];
   for (int32_t i = 0, j = 0; i < at->nfields; i++) {
     const sf_field *f = &at->fields[i];
     if (f->type->kind != SF_TENSOR)
       continue;
-    sf_tensor *t = *(sf_tensor **)(b->blk + f->offset);
-    if (!t)
-      sf_runtime_error(loc, "launch of kernel '%s': the tensor of parameter '%s' is unset (a "
-                       "field or variable never assigned)", k->name, f->name);
-    bool w = writes_param(k, i);
-    if (w && !sf__t_is_contig(t))
-      sf_runtime_error(loc, "launch of kernel '%s': parameter '%s' is written, but its tensor "
-                       "(shape %s) is a strided view; a kernel writes only contiguous tensors "
-                       "(make the output with nn.empty_like or nn.zeros)", k->name, f->name,
-                       SF__SHP(t, sb));
-    b->field[j] = i;
-    b->held[j] = sf__t_contig(t); /* t itself, retained, when contiguous */
     void **slot = (void **)(b->blk + f->offset);
+    b->field[j] = i;
+    b->held[j] = sf__t_contig(*slot); /* the tensor itself, retained, when contiguous */
     if (gpu) {
       *slot = b->held[j];
     } else {
       sf_tensor *h = b->held[j];
       b->views[j] = (sf_array){.hdr = {1, SF_OBJ_ARRAY, 0}, .len = h->numel,
                                .elem = &sf_type_f32,
-                               .data = w ? sf__t_wdata(h) : sf__t_data(h), .cap = h->numel};
+                               .data = writes_param(k, i) ? sf__t_wdata(h) : sf__t_data(h),
+                               .cap = h->numel};
       *slot = &b->views[j];
     }
     j++;
@@ -171,22 +183,28 @@ static void custom_backward(sf__node *n, sf_tensor *g) {
   sf_array *gs = fn(ins, n->saved, g);
   sf_release(ins);
   int64_t ng = gs ? gs->len : 0;
-  if (ng != n->nmore)
+  if (ng != n->nmore) {
+    sf_release(gs);
     sf_runtime_error(loc, "nn.custom: backward function '%s' returned %" PRId64 " gradient%s "
                      "for %d input%s (one per input; an empty tensor for none)",
                      fn_name(n->i0), ng, ng == 1 ? "" : "s", n->nmore, n->nmore == 1 ? "" : "s");
+  }
   for (int32_t i = 0; i < n->nmore; i++) {
     sf_tensor *x = n->more[i], *gi = ((sf_tensor **)gs->data)[i];
-    if (!gi)
+    if (!gi) {
+      sf_release(gs);
       sf_runtime_error(loc, "nn.custom: backward function '%s' returned an unset gradient for "
                        "input %d", fn_name(n->i0), i);
+    }
     if (gi->numel == 0 && x->numel != 0)
       continue; /* "no gradient" */
     bool same = gi->ndim == x->ndim && !memcmp(gi->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
-    if (!same)
+    if (!same) {
+      SF__SHP(gi, sa);
+      sf_release(gs);
       sf_runtime_error(loc, "nn.custom: backward function '%s' returned a gradient of shape %s "
-                       "for input %d of shape %s", fn_name(n->i0), SF__SHP(gi, sa), i,
-                       SF__SHP(x, sb));
+                       "for input %d of shape %s", fn_name(n->i0), sa, i, SF__SHP(x, sb));
+    }
     if (x->req) {
       sf_retain(gi);
       sf__grad_add(x, gi);
