@@ -46,6 +46,8 @@ bool sf__nn_gpu_here(const sf_loc *loc);
 uint64_t sf__t_dptr(sf_tensor *t, const sf_loc *loc);
 void sf__t_dwrote(sf_tensor *t);
 float *sf__t_wdata(sf_tensor *t);
+sf_tensor *sf__t_dempty(int32_t ndim, const int64_t *shape, const sf_loc *loc);
+sf_tensor *sf__t_dzeros(int32_t ndim, const int64_t *shape, const sf_loc *loc);
 
 __attribute__((weak)) bool sf__nn_gpu_here(const sf_loc *loc) {
   (void)loc;
@@ -57,6 +59,14 @@ __attribute__((weak)) uint64_t sf__t_dptr(sf_tensor *t, const sf_loc *loc) {
 }
 __attribute__((weak)) void sf__t_dwrote(sf_tensor *t) { (void)t; }
 __attribute__((weak)) float *sf__t_wdata(sf_tensor *t) { return sf__t_data(t); }
+__attribute__((weak)) sf_tensor *sf__t_dempty(int32_t ndim, const int64_t *shape,
+                                              const sf_loc *loc) {
+  return sf__t_empty(ndim, shape, loc);
+}
+__attribute__((weak)) sf_tensor *sf__t_dzeros(int32_t ndim, const int64_t *shape,
+                                              const sf_loc *loc) {
+  return sf__t_zeros(ndim, shape, loc);
+}
 
 /* ------------------------------------------------ kernels' tensors */
 
@@ -72,7 +82,9 @@ typedef struct {
   char blk[];          /* the argument block (8-aligned: starts at 32) */
 } launch_blk;
 
-static launch_blk *blk_of(void *blk) { return (launch_blk *)((char *)blk - offsetof(launch_blk, blk)); }
+static launch_blk *blk_of(void *blk) {
+  return (launch_blk *)((char *)blk - offsetof(launch_blk, blk));
+}
 
 static bool writes_param(const sf_kernel_desc *k, int32_t i) {
   return i >= 64 || (k->writes >> i & 1);
@@ -198,7 +210,8 @@ static void custom_backward(sf__node *n, sf_tensor *g) {
     }
     if (gi->numel == 0 && x->numel != 0)
       continue; /* "no gradient" */
-    bool same = gi->ndim == x->ndim && !memcmp(gi->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    bool same = gi->ndim == x->ndim &&
+                !memcmp(gi->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
     if (!same) {
       SF__SHP(gi, sa);
       sf_release(gs);
@@ -237,8 +250,12 @@ sf_tensor *sf_std_nn_custom(sf_tensor *out, sf_array *inputs, int64_t backward,
 
 /* ------------------------------------------------------ outputs */
 
+/* Made where the running call's tensors live (the tensor rule), so that a
+ * custom op's output on a GPU is never uploaded before its kernel writes. */
 sf_tensor *sf_std_nn_empty_like(sf_tensor *t, const sf_loc *loc) {
   sf__t_arg(t, "empty_like", loc);
+  if (sf__nn_gpu_here(loc))
+    return sf__t_dempty(t->ndim, t->shape, loc);
   return sf__t_empty(t->ndim, t->shape, loc);
 }
 
@@ -248,5 +265,7 @@ int64_t sf_std_nn_numel(sf_tensor *t, const sf_loc *loc) {
 
 sf_tensor *sf_std_nn_zeros_like(sf_tensor *t, const sf_loc *loc) {
   sf__t_arg(t, "zeros_like", loc);
+  if (sf__nn_gpu_here(loc))
+    return sf__t_dzeros(t->ndim, t->shape, loc);
   return sf__t_zeros(t->ndim, t->shape, loc);
 }

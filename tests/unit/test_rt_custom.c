@@ -18,7 +18,8 @@
 
 #include "nn.h"
 
-const sf_program sf_program_desc = {SF_ABI_VERSION, "test_rt_custom", "", 0, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL};
+const sf_program sf_program_desc = {SF_ABI_VERSION, "test_rt_custom", "", 0, NULL, NULL,
+                                    NULL, NULL, 0, NULL, NULL, NULL};
 
 static const sf_loc LOC = {"c.sflow", 12, 9};
 
@@ -59,7 +60,8 @@ static void k_cpu(int64_t lo, int64_t hi, void *args) {
 static const sf_field KFIELDS[] = {{"x", 0, &sf__type_tensor}, {"y", 8, &sf__type_tensor}};
 static const sf_type KARGS = {.kind = SF_STRUCT, .size = 16, .align = 8, .nfields = 2,
                               .fields = KFIELDS, .name = "k.args"};
-static const sf_kernel_desc KDESC = {"k", "c.sflow", "", "sflow_k", &KARGS, k_cpu, 2 /* writes y */};
+static const sf_kernel_desc KDESC = {"k", "c.sflow", "", "sflow_k", &KARGS, k_cpu,
+                                     2 /* writes y */};
 
 static void test_launch_tensors(void) {
   int64_t live = sf__tensor_live;
@@ -79,13 +81,13 @@ static void test_launch_tensors(void) {
   a.x = x;
   a.y = xt;
   EXPECT_ERROR(sf_launch(&KDESC, 6, &a, &LOC),
-               "c.sflow:12:9: runtime error: launch of kernel 'k': parameter 'y' is written, but its tensor (shape [3, 2]) is "
-               "a strided view; a kernel writes only contiguous tensors (make the output with "
-               "nn.empty_like or nn.zeros)");
+               "c.sflow:12:9: runtime error: launch of kernel 'k': parameter 'y' is written, but "
+               "its tensor (shape [3, 2]) is a strided view; a kernel writes only contiguous "
+               "tensors (make the output with nn.empty_like or nn.zeros)");
   a.y = NULL;
   EXPECT_ERROR(sf_launch(&KDESC, 6, &a, &LOC),
-               "c.sflow:12:9: runtime error: launch of kernel 'k': the tensor of parameter 'y' is unset (a field or variable "
-               "never assigned)");
+               "c.sflow:12:9: runtime error: launch of kernel 'k': the tensor of parameter 'y' is "
+               "unset (a field or variable never assigned)");
   sf_release(xt);
   sf_release(x);
   sf_release(y);
@@ -179,25 +181,29 @@ static void test_custom_errors(void) {
   sf_tensor *out = sf__t_zeros(2, SHAPE(2, 3), &LOC);
   sf_tensor *r = sf_std_nn_custom(out, ins, 2, &LOC);
   sf_tensor *loss = sf__t_reduce(SF__R_SUM, r, SF__ALL_AXES, &LOC);
-  EXPECT_ERROR(sf__backward(loss, &LOC), "c.sflow:12:9: runtime error: nn.custom: backward function 'one' returned 1 "
+  EXPECT_ERROR(sf__backward(loss, &LOC),
+               "c.sflow:12:9: runtime error: nn.custom: backward function 'one' returned 1 "
                "gradient for 2 inputs (one per input; an empty tensor for none)");
   sf__no_grad = false; /* the error left backward's no_grad on */
   sf_release(loss);
   sf_release(r);
   r = sf_std_nn_custom(out, ins, 3, &LOC);
   loss = sf__t_reduce(SF__R_SUM, r, SF__ALL_AXES, &LOC);
-  EXPECT_ERROR(sf__backward(loss, &LOC), "c.sflow:12:9: runtime error: nn.custom: backward function 'shape' returned a "
+  EXPECT_ERROR(sf__backward(loss, &LOC),
+               "c.sflow:12:9: runtime error: nn.custom: backward function 'shape' returned a "
                "gradient of shape [6] for input 0 of shape [2, 3]");
   sf__no_grad = false;
   sf_release(loss);
   sf_release(r);
   EXPECT_ERROR(sf_std_nn_custom(NULL, ins, 1, &LOC),
-               "c.sflow:12:9: runtime error: nn.custom (out): the tensor is unset (a field or variable never assigned)");
+               "c.sflow:12:9: runtime error: nn.custom (out): the tensor is unset (a field or "
+               "variable never assigned)");
   EXPECT_ERROR(sf_std_nn_custom(out, ins, 0, &LOC),
                "c.sflow:12:9: runtime error: call of a function value that was never assigned");
   put(ins, 1, NULL);
   EXPECT_ERROR(sf_std_nn_custom(out, ins, 1, &LOC),
-               "c.sflow:12:9: runtime error: nn.custom: input 1 is unset (a field or variable never assigned)");
+               "c.sflow:12:9: runtime error: nn.custom: input 1 is unset (a field or variable "
+               "never assigned)");
   put(ins, 1, c);
   sf_release(out);
   sf_release(ins);
