@@ -167,6 +167,7 @@ static struct {
   LLVMValueRef fntab;
   LLVMValueRef fn_names; /* the names, for sf_program.fn_names */
   LLVMValueRef fn_tasks; /* their task descriptors (NULL: a function), for sf_program.fn_tasks */
+  LLVMValueRef fns;      /* the table itself, for sf_program.fns */
 } G;
 
 static Val expr(Node *n);
@@ -2148,6 +2149,7 @@ static void gen_fn_table(void) {
   }
   G.fn_tasks = const_global(LLVMConstArray(G.P, tasks, (unsigned)n), "sflow.fn_tasks");
   LLVMValueRef tab = const_global(LLVMConstArray(G.P, fns, (unsigned)n), "sflow.fns");
+  G.fns = tab;
   G.fn_names = const_global(LLVMConstArray(G.P, names, (unsigned)n), "sflow.fn_names");
   if (G.fntab) {
     LLVMReplaceAllUsesWith(G.fntab, LLVMConstPointerCast(tab, LLVMTypeOf(G.fntab)));
@@ -3015,8 +3017,8 @@ static void gen_program_desc(Decl *wf) {
                        LLVMConstPointerCast(mainfn, G.P), cstr(G.target.cpu),
                        cstr(G.target.needs), ci64(G.nfnvals + 1),
                        LLVMConstPointerCast(G.fn_names, G.P),
-                       LLVMConstPointerCast(G.fn_tasks, G.P)};
-  LLVMValueRef init = LLVMConstStructInContext(G.ctx, pd, 11, 0);
+                       LLVMConstPointerCast(G.fn_tasks, G.P), LLVMConstPointerCast(G.fns, G.P)};
+  LLVMValueRef init = LLVMConstStructInContext(G.ctx, pd, 12, 0);
   LLVMValueRef g = LLVMAddGlobal(G.mod, LLVMTypeOf(init), "sf_program_desc");
   LLVMSetInitializer(g, init);
   LLVMSetGlobalConstant(g, 1);
@@ -3093,7 +3095,8 @@ static void gen_kernel_glue(Decl *d) {
   uint64_t writes = 0;
   for (Decl *p = d->params; p; p = p->next, k++) {
     cargs[k] = load_mem(p->type, struct_gep(di->args_ty, args, (unsigned)(k - 1)));
-    if (p->type->kind == TY_ARRAY && (k - 1 >= 64 || writes_elements(d->body, p->var)))
+    bool elems = p->type->kind == TY_ARRAY || p->type->kind == TY_TENSOR;
+    if (elems && (k - 1 >= 64 || writes_elements(d->body, p->var)))
       writes |= k - 1 < 64 ? 1ull << (k - 1) : 0;
   }
   LLVMValueRef ctr = entry_alloca(G.i64, "tid");

@@ -15,7 +15,8 @@
  * runtime reads after the launch, and ends the thread with PTX `exit`, so
  * the runtime reports the same "file:line:col: runtime error" as the CPU
  * path.  Signature: (n, err, params...), where an array parameter `x`
- * becomes a pointer `x` and its length `x_len`.
+ * becomes a pointer `x` and its length `x_len`, and so does a tensor
+ * parameter (its first element's device address and its numel).
  */
 #include "sflowc.h"
 #include "parser.h"
@@ -611,8 +612,11 @@ char *cudagen_kernel(Decl *k) {
   outf("extern \"C\" __global__ void %s(long long sf_n, sf_kerr *sf_err", cudagen_entry(k));
   for (Decl *p = k->params; p; p = p->next) {
     const char *c = bind(p->var, p->name);
-    if (p->type->kind == TY_ARRAY)
-      outf(",\n    %s *%s, long long %s_len", ctype(p->type->elem), c, c);
+    /* A tensor parameter is seen as the f32[] of its elements (sema.c's
+     * begin_body): the runtime passes its device pointer and numel. */
+    Type *t = p->var && p->var->ty ? p->var->ty : p->type;
+    if (t->kind == TY_ARRAY)
+      outf(",\n    %s *%s, long long %s_len", ctype(t->elem), c, c);
     else
       outf(",\n    %s %s", ctype(p->type), c);
   }

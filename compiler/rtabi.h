@@ -184,7 +184,7 @@ SF_AT(sf_program, name, 8); SF_AT(sf_program, source, 16); SF_AT(sf_program, npa
 SF_AT(sf_program, params, 32); SF_AT(sf_program, main_fn, 40); SF_AT(sf_program, target_cpu, 48);
 SF_AT(sf_program, target_needs, 56); SF_AT(sf_program, nfns, 64);
 SF_AT(sf_program, fn_names, 72); SF_AT(sf_program, fn_tasks, 80);
-SF_SIZE(sf_program, 88);
+SF_AT(sf_program, fns, 88); SF_SIZE(sf_program, 96);
 #undef SF_AT
 #undef SF_SIZE
 

@@ -3005,10 +3005,10 @@ static void resolve_signature(Decl *d) {
     }
     for (Decl *p = d->params; p; p = p->next) {
       Type *t = p->type;
-      bool ok = is_err(t) || ty_is_numeric(t) || t->kind == TY_BOOL ||
+      bool ok = is_err(t) || ty_is_numeric(t) || t->kind == TY_BOOL || t->kind == TY_TENSOR ||
                 (t->kind == TY_ARRAY && ty_is_gpu_elem(t->elem));
       if (!ok)
-        diag_error(p->texpr->loc, "kernel parameter '%s' has type %s; kernels take scalars and arrays of f32, f64, i32 or i64",
+        diag_error(p->texpr->loc, "kernel parameter '%s' has type %s; kernels take scalars, arrays of f32, f64, i32 or i64, and tensors",
                    p->name, ty_str(t));
       if (p->value)
         diag_error(p->value->loc, "kernel parameters cannot have default values");
@@ -3098,7 +3098,11 @@ static void begin_body(Decl *fn, Decl *actor, Type *ret) {
   for (Decl *p = fn->params; p; p = p->next) {
     /* A repeated parameter was reported by resolve_params already. */
     Var *dup = scope_find_here(S.scope, p->name);
-    p->var = dup ? dup : declare_var(p->name, p->type, p->name_loc, false, V_PARAM);
+    /* Inside a kernel a tensor parameter is the f32[] of its elements in
+     * row-major order (the runtime passes its contiguous values, custom.c);
+     * at the launch it is still a tensor. */
+    Type *vt = S.in_kernel && p->type && p->type->kind == TY_TENSOR ? ty_array(T_F32) : p->type;
+    p->var = dup ? dup : declare_var(p->name, vt, p->name_loc, false, V_PARAM);
     if (!dup)
       p->var->decl = p;
   }

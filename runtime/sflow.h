@@ -454,6 +454,11 @@ typedef struct sf_program {
   /* Of each function value, the descriptor of the task it names, or NULL
    * for a function: std.data's map calls a task value from C. */
   const sf_task_desc *const *fn_tasks;
+  /* (ABI 4, issue 16) Of each function value, the function itself, called
+   * as generated code calls it (its parameters borrowed, its result owned;
+   * a task's entry makes the call and returns its future): std.nn's custom
+   * ops call their backward function from the tape (runtime/nn/custom.c). */
+  const void *const *fns;
 } sf_program;
 
 /* Emitted by the compiler in every executable; read by the runtime's main. */

@@ -156,6 +156,9 @@ extern int64_t sf__nfns;
 extern const char *const *sf__fn_names;
 /* sf_program.fn_tasks: the task a function value names, or NULL. */
 extern const sf_task_desc *const *sf__fn_tasks;
+/* sf_program.fns: the function a value names, to call from C (std.nn's
+ * custom backward). */
+extern const void *const *sf__fns;
 
 /* ---------------------------------------------------------- print.c */
 

@@ -15,6 +15,7 @@
 int64_t sf__nfns;
 const char *const *sf__fn_names;
 const sf_task_desc *const *sf__fn_tasks;
+const void *const *sf__fns;
 
 _Noreturn void sf_fn_unset(const sf_loc *loc) {
   sf_runtime_error(loc, "call of a function value that was never assigned");

@@ -500,6 +500,10 @@ static void launch_gpu(const sf_kernel_desc *k, int64_t n, void *args, const sf_
       lens[i] = a ? a->len : 0;
       params[q++] = &ptrs[i];
       params[q++] = &lens[i];
+    } else if (f->type->kind == SF_TENSOR) { /* as an f32[]: address, numel */
+      ptrs[i] = sf__ktensors.dptr(*(void **)slot, &lens[i], loc);
+      params[q++] = &ptrs[i];
+      params[q++] = &lens[i];
     } else {
       params[q++] = slot;
     }
@@ -535,21 +539,38 @@ static void cpu_range(void *ctx, int64_t lo, int64_t hi) {
   c->k->cpu(lo, hi, c->args);
 }
 
+sf__kernel_tensors sf__ktensors;
+
+static bool takes_tensors(const sf_kernel_desc *k) {
+  for (int i = 0; k->args && i < k->args->nfields; i++)
+    if (k->args->fields[i].type->kind == SF_TENSOR)
+      return true;
+  return false;
+}
+
+/* A kernel that takes tensors runs where tensor ops run (on the GPU only
+ * when the running call holds one, docs/nn.md "GPU"); others wherever a
+ * GPU is ready, as before tensors. */
 void sf_launch(const sf_kernel_desc *k, int64_t n, void *args, const sf_loc *loc) {
   if (n < 0)
     sf_runtime_error(loc, "launch of kernel '%s' with a negative thread count %" PRId64, k->name, n);
-  if (sf__gpu_ready(loc)) {
-    launch_gpu(k, n, args, loc);
-    return;
-  }
-  SF__GPU_STAT_ADD(cpu_launches, 1);
-  /* On the CPU threads: large launches are split over the pool. */
-  if (n >= CPU_GRAIN * 2) {
-    cpu_launch c = {k, args};
-    sf__parallel_for(n, CPU_GRAIN, cpu_range, &c);
+  bool tens = takes_tensors(k);
+  bool gpu = tens ? sf__ktensors.on_gpu(loc) : sf__gpu_ready(loc);
+  void *blk = tens ? sf__ktensors.begin(k, args, gpu, loc) : args;
+  if (gpu) {
+    launch_gpu(k, n, blk, loc);
   } else {
-    k->cpu(0, n, args);
+    SF__GPU_STAT_ADD(cpu_launches, 1);
+    /* On the CPU threads: large launches are split over the pool. */
+    if (n >= CPU_GRAIN * 2) {
+      cpu_launch c = {k, blk};
+      sf__parallel_for(n, CPU_GRAIN, cpu_range, &c);
+    } else {
+      k->cpu(0, n, blk);
+    }
   }
+  if (tens)
+    sf__ktensors.end(k, blk, gpu);
 }
 
 /* SFLOW_GPU_STATS=1: one line of counters on stderr at exit, for tests and

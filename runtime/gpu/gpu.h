@@ -103,6 +103,23 @@ void *sf__gpu_function(const char *src, const char *entry, int *block, const sf_
  * pointers, and waits. */
 void sf__gpu_launch(void *f, int block, int64_t n, void **params, const sf_loc *loc);
 
+/* How sf_launch reaches a kernel's tensor parameters (SF_TENSOR fields of
+ * its argument block).  gpu stands below nn, so the nn layer fills these
+ * in (runtime/nn/custom.c, from sf__nn_install); a launch of a kernel that
+ * takes tensors in a program without them cannot happen.  `on_gpu` picks
+ * the path (the tensor rule: the running call holds a GPU); `begin` gives
+ * the argument block the launch uses (owned): on the CPU each tensor slot
+ * holds an f32[] header over the tensor's contiguous host values, on the
+ * GPU a contiguous tensor whose device address `dptr` gives; `end` marks
+ * what the kernel wrote and frees the block. */
+typedef struct sf__kernel_tensors {
+  bool (*on_gpu)(const sf_loc *loc);
+  void *(*begin)(const sf_kernel_desc *k, void *args, bool gpu, const sf_loc *loc);
+  uint64_t (*dptr)(void *tensor, int64_t *numel, const sf_loc *loc);
+  void (*end)(const sf_kernel_desc *k, void *blk, bool gpu);
+} sf__kernel_tensors;
+extern sf__kernel_tensors sf__ktensors;
+
 /* ------------------------------------------------------------ blas.c */
 
 /* C = A (m×k) · B (k×n), row-major, on the CPU: OpenBLAS (or another

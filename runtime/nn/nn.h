@@ -97,6 +97,19 @@ void sf__nn_install(void);
 /* A NULL tensor argument (a field never set) is a runtime error at loc. */
 sf_tensor *sf__t_arg(sf_tensor *t, const char *op, const sf_loc *loc);
 
+/* ----------------------------------------------------------- custom.c */
+
+/* Fills sf__ktensors (gpu.h): how a launch passes tensors to a kernel.
+ * Called by sf__nn_install. */
+void sf__custom_install(void);
+/* nn.custom(out, inputs, backward): out's values as a new tensor whose
+ * node calls the function value backward(inputs, out, grad). */
+sf_tensor *sf_std_nn_custom(sf_tensor *out, sf_array *inputs, int64_t backward,
+                            const sf_loc *loc);
+sf_tensor *sf_std_nn_empty_like(sf_tensor *t, const sf_loc *loc);
+sf_tensor *sf_std_nn_zeros_like(sf_tensor *t, const sf_loc *loc);
+int64_t sf_std_nn_numel(sf_tensor *t, const sf_loc *loc);
+
 /* --------------------------------------------------------- autograd.c */
 
 /* One recorded op: its backward rule, its inputs (retained: the edges of
@@ -126,6 +139,7 @@ struct sf__node {
   int32_t nmore;
   uint64_t mark;           /* the backward walk that reached it last */
   bool released;           /* backward ran through it: edges dropped */
+  const sf_loc *at;        /* nn.custom: the call, for errors of its backward */
 };
 
 /* sf__no_grad lives in core (core.h), so the scheduler resets it per call. */

@@ -394,4 +394,5 @@ void sf__nn_install(void) {
   sf__tensor_ser = tensor_ser;
   sf__tensor_de = tensor_de;
   sf__tensor_format = tensor_format;
+  sf__custom_install(); /* kernels that take tensors (custom.c) */
 }

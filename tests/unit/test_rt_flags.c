@@ -36,7 +36,7 @@ static void workflow_main(sf_value *args) {
 }
 
 const sf_program sf_program_desc = {SF_ABI_VERSION, "train", "train.sflow", NPARAMS, params,
-                                    workflow_main, NULL, NULL, 0, NULL, NULL};
+                                    workflow_main, NULL, NULL, 0, NULL, NULL, NULL};
 
 static sf_value args[NPARAMS];
 static char err[512];

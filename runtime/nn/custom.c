@@ -1,0 +1,271 @@
+/*
+ * custom.c — user ops: kernels that take tensors, and nn.custom, which
+ * records a user op and its backward function on the tape.
+ *
+ * A kernel parameter of type tensor is, inside the kernel, the f32[] of
+ * the tensor's elements in row-major order (docs/language.md "Kernels").
+ * sf_launch (gpu.c) reaches those parameters through sf__ktensors, which
+ * sf__custom_install fills in: on the CPU each tensor slot of the argument
+ * block is replaced by an f32[] header over the tensor's host values (no
+ * copy), on the GPU the launch passes the device address of its first
+ * element and its numel, exactly the (pointer, length) pair an f32[]
+ * parameter gets, so cudagen.c's CUDA C is the same for both.
+ *
+ * Key design choice: a kernel reads any tensor but writes only contiguous
+ * ones.  A strided view that the kernel only reads is made contiguous for
+ * the launch (one copy, freed after it); one that it writes (the compiler
+ * sets the parameter's bit in sf_kernel_desc.writes) is a runtime error
+ * naming the kernel and the parameter, because writing into a copy and
+ * copying back would silently scatter into storage other views share.
+ * Outputs are tensors the caller made (nn.empty_like, zeros), contiguous.
+ *
+ * nn.custom(out, inputs, backward): a new header over out's values whose
+ * node (sf__record_n) holds the inputs and a header over out; backward
+ * runs the sflow function value through sf_program.fns, with the inputs,
+ * out and the gradient of out, and adds each gradient it returns to its
+ * input, after checking the count and the shapes against the nn.custom
+ * call's line.  It runs under no_grad (as every backward rule), so the
+ * kernels it launches record nothing, and the tape releases the node, its
+ * inputs and the saved output like any other op's.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+#include "nn.h"
+
+/* ----------------------------------------------- gpucore's accessors */
+
+/* contract16.md's device side of a tensor (runtime/nn/device.c, helper
+ * gpucore).  Until it lands these weak stand-ins keep every tensor on the
+ * host: the tensor rule answers "CPU", so the device ones are never
+ * reached.  The real definitions override them at link time; the lead
+ * drops this section when device.c is merged. */
+bool sf__nn_gpu_here(const sf_loc *loc);
+uint64_t sf__t_dptr(sf_tensor *t, const sf_loc *loc);
+void sf__t_dwrote(sf_tensor *t);
+float *sf__t_wdata(sf_tensor *t);
+sf_tensor *sf__t_dempty(int32_t ndim, const int64_t *shape, const sf_loc *loc);
+sf_tensor *sf__t_dzeros(int32_t ndim, const int64_t *shape, const sf_loc *loc);
+
+__attribute__((weak)) bool sf__nn_gpu_here(const sf_loc *loc) {
+  (void)loc;
+  return false;
+}
+__attribute__((weak)) uint64_t sf__t_dptr(sf_tensor *t, const sf_loc *loc) {
+  (void)t;
+  sf_runtime_error(loc, "internal error: a tensor kernel on the GPU without device tensors");
+}
+__attribute__((weak)) void sf__t_dwrote(sf_tensor *t) { (void)t; }
+__attribute__((weak)) float *sf__t_wdata(sf_tensor *t) { return sf__t_data(t); }
+__attribute__((weak)) sf_tensor *sf__t_dempty(int32_t ndim, const int64_t *shape,
+                                              const sf_loc *loc) {
+  return sf__t_empty(ndim, shape, loc);
+}
+__attribute__((weak)) sf_tensor *sf__t_dzeros(int32_t ndim, const int64_t *shape,
+                                              const sf_loc *loc) {
+  return sf__t_zeros(ndim, shape, loc);
+}
+
+/* ------------------------------------------------ kernels' tensors */
+
+/* The argument block of one launch: a copy of the caller's, then the
+ * tensors it holds for the launch (each retained: the caller's, or the
+ * contiguous copy of a strided one), then (CPU) the f32[] headers. */
+typedef struct {
+  int32_t nt;          /* tensor parameters */
+  int32_t size;        /* bytes of the argument block */
+  int32_t *field;      /* (nt) their field index in k->args */
+  sf_tensor **held;    /* (nt) */
+  sf_array *views;     /* (nt) CPU: the headers the slots point at */
+  char blk[];          /* the argument block (8-aligned: starts at 32) */
+} launch_blk;
+
+static launch_blk *blk_of(void *blk) {
+  return (launch_blk *)((char *)blk - offsetof(launch_blk, blk));
+}
+
+static bool writes_param(const sf_kernel_desc *k, int32_t i) {
+  return i >= 64 || (k->writes >> i & 1);
+}
+
+/* The errors come first, before anything is held, so that a failed
+ * launch (a task that @retry runs again) leaks nothing. */
+static int32_t kt_check(const sf_kernel_desc *k, void *args, const sf_loc *loc) {
+  const sf_type *at = k->args;
+  char sb[SF__SHAPE_BUF];
+  int32_t nt = 0;
+  for (int32_t i = 0; i < at->nfields; i++) {
+    const sf_field *f = &at->fields[i];
+    if (f->type->kind != SF_TENSOR)
+      continue;
+    nt++;
+    sf_tensor *t = *(sf_tensor **)((char *)args + f->offset);
+    if (!t)
+      sf_runtime_error(loc, "launch of kernel '%s': the tensor of parameter '%s' is unset (a "
+                       "field or variable never assigned)", k->name, f->name);
+    if (writes_param(k, i) && !sf__t_is_contig(t))
+      sf_runtime_error(loc, "launch of kernel '%s': parameter '%s' is written, but its tensor "
+                       "(shape %s) is a strided view; a kernel writes only contiguous tensors "
+                       "(make the output with nn.empty_like or nn.zeros)", k->name, f->name,
+                       SF__SHP(t, sb));
+  }
+  return nt;
+}
+
+static void *kt_begin(const sf_kernel_desc *k, void *args, bool gpu, const sf_loc *loc) {
+  const sf_type *at = k->args;
+  int32_t nt = kt_check(k, args, loc);
+  launch_blk *b = sf_alloc(sizeof *b + (size_t)at->size);
+  b->nt = nt;
+  b->size = at->size;
+  b->field = sf__alloc_n((size_t)nt, sizeof *b->field);
+  b->held = sf__alloc_n((size_t)nt, sizeof *b->held);
+  b->views = gpu ? NULL : sf__alloc_n((size_t)nt, sizeof *b->views);
+  memcpy(b->blk, args, (size_t)at->size);
+  for (int32_t i = 0, j = 0; i < at->nfields; i++) {
+    const sf_field *f = &at->fields[i];
+    if (f->type->kind != SF_TENSOR)
+      continue;
+    void **slot = (void **)(b->blk + f->offset);
+    b->field[j] = i;
+    b->held[j] = sf__t_contig(*slot); /* the tensor itself, retained, when contiguous */
+    if (gpu) {
+      *slot = b->held[j];
+    } else {
+      sf_tensor *h = b->held[j];
+      b->views[j] = (sf_array){.hdr = {1, SF_OBJ_ARRAY, 0}, .len = h->numel,
+                               .elem = &sf_type_f32,
+                               .data = writes_param(k, i) ? sf__t_wdata(h) : sf__t_data(h),
+                               .cap = h->numel};
+      *slot = &b->views[j];
+    }
+    j++;
+  }
+  return b->blk;
+}
+
+static uint64_t kt_dptr(void *tensor, int64_t *numel, const sf_loc *loc) {
+  sf_tensor *t = tensor;
+  *numel = t->numel;
+  return t->numel ? sf__t_dptr(t, loc) : 0;
+}
+
+static void kt_end(const sf_kernel_desc *k, void *blk, bool gpu) {
+  launch_blk *b = blk_of(blk);
+  for (int32_t j = 0; j < b->nt; j++) {
+    if (gpu && writes_param(k, b->field[j]))
+      sf__t_dwrote(b->held[j]);
+    sf_release(b->held[j]);
+  }
+  sf_free(b->field);
+  sf_free(b->held);
+  if (b->views)
+    sf_free(b->views);
+  sf_free(b);
+}
+
+void sf__custom_install(void) {
+  sf__ktensors = (sf__kernel_tensors){sf__nn_gpu_here, kt_begin, kt_dptr, kt_end};
+}
+
+/* --------------------------------------------------------- nn.custom */
+
+/* backward(inputs, out, grad) -> one gradient per input, as generated
+ * code calls a value of type fn(tensor[], tensor, tensor) -> tensor[]:
+ * arguments borrowed, the result owned. */
+typedef sf_array *(*custom_bw_fn)(sf_array *inputs, sf_tensor *out, sf_tensor *grad);
+
+static const char *fn_name(int64_t f) {
+  return f > 0 && f < sf__nfns && sf__fn_names ? sf__fn_names[f] : "?";
+}
+
+/* The node's rule: n->more the inputs, n->saved a header over out, n->i0
+ * the function value, n->at the nn.custom call. */
+static void custom_backward(sf__node *n, sf_tensor *g) {
+  char sa[SF__SHAPE_BUF], sb[SF__SHAPE_BUF];
+  const sf_loc *loc = n->at;
+  sf_array *ins = sf_array_new(&sf__type_tensor, n->nmore, loc);
+  for (int32_t i = 0; i < n->nmore; i++) {
+    sf_retain(n->more[i]);
+    ((sf_tensor **)ins->data)[i] = n->more[i];
+  }
+  custom_bw_fn fn = (custom_bw_fn)sf__fns[n->i0];
+  sf_array *gs = fn(ins, n->saved, g);
+  sf_release(ins);
+  int64_t ng = gs ? gs->len : 0;
+  if (ng != n->nmore) {
+    sf_release(gs);
+    sf_runtime_error(loc, "nn.custom: backward function '%s' returned %" PRId64 " gradient%s "
+                     "for %d input%s (one per input; an empty tensor for none)",
+                     fn_name(n->i0), ng, ng == 1 ? "" : "s", n->nmore, n->nmore == 1 ? "" : "s");
+  }
+  for (int32_t i = 0; i < n->nmore; i++) {
+    sf_tensor *x = n->more[i], *gi = ((sf_tensor **)gs->data)[i];
+    if (!gi) {
+      sf_release(gs);
+      sf_runtime_error(loc, "nn.custom: backward function '%s' returned an unset gradient for "
+                       "input %d", fn_name(n->i0), i);
+    }
+    if (gi->numel == 0 && x->numel != 0)
+      continue; /* "no gradient" */
+    bool same = gi->ndim == x->ndim &&
+                !memcmp(gi->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    if (!same) {
+      SF__SHP(gi, sa);
+      sf_release(gs);
+      sf_runtime_error(loc, "nn.custom: backward function '%s' returned a gradient of shape %s "
+                       "for input %d of shape %s", fn_name(n->i0), sa, i, SF__SHP(x, sb));
+    }
+    if (x->req) {
+      sf_retain(gi);
+      sf__grad_add(x, gi);
+    }
+  }
+  sf_release(gs);
+}
+
+sf_tensor *sf_std_nn_custom(sf_tensor *out, sf_array *inputs, int64_t backward,
+                            const sf_loc *loc) {
+  sf__t_arg(out, "nn.custom (out)", loc);
+  int32_t nin = inputs ? (int32_t)inputs->len : 0;
+  sf_tensor **ins = nin ? (sf_tensor **)inputs->data : NULL;
+  for (int32_t i = 0; i < nin; i++)
+    if (!ins[i])
+      sf_runtime_error(loc, "nn.custom: input %d is unset (a field or variable never assigned)", i);
+  if (backward <= 0 || backward >= sf__nfns)
+    sf_fn_unset(loc);
+  /* A fresh header: out's own history (if any) is not followed, as the
+   * forward of a torch.autograd.Function is not. */
+  sf_tensor *r = sf__t_view(out, out->ndim, out->shape, out->strides, out->offset);
+  sf__node *n = nin ? sf__record_n("custom", r, custom_backward, ins, nin) : NULL;
+  if (n) {
+    n->saved = sf__t_view(out, out->ndim, out->shape, out->strides, out->offset);
+    n->i0 = backward;
+    n->at = loc;
+  }
+  return r;
+}
+
+/* ------------------------------------------------------ outputs */
+
+/* Made where the running call's tensors live (the tensor rule), so that a
+ * custom op's output on a GPU is never uploaded before its kernel writes. */
+sf_tensor *sf_std_nn_empty_like(sf_tensor *t, const sf_loc *loc) {
+  sf__t_arg(t, "empty_like", loc);
+  if (sf__nn_gpu_here(loc))
+    return sf__t_dempty(t->ndim, t->shape, loc);
+  return sf__t_empty(t->ndim, t->shape, loc);
+}
+
+int64_t sf_std_nn_numel(sf_tensor *t, const sf_loc *loc) {
+  return sf__t_arg(t, "numel", loc)->numel;
+}
+
+sf_tensor *sf_std_nn_zeros_like(sf_tensor *t, const sf_loc *loc) {
+  sf__t_arg(t, "zeros_like", loc);
+  if (sf__nn_gpu_here(loc))
+    return sf__t_dzeros(t->ndim, t->shape, loc);
+  return sf__t_zeros(t->ndim, t->shape, loc);
+}
