@@ -10,7 +10,7 @@ add_test(NAME nn/fixture_checker
 add_test(NAME nn/fixtures_torch
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/nn/check_fixtures_test.py
           --torch-only --torch ${CMAKE_BINARY_DIR}/peers/torch)
-set_tests_properties(nn/fixtures_torch PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+set_tests_properties(nn/fixtures_torch PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
 # std.nn's own answers against the PyTorch fixtures: tests/nn/sflow_runner.py
 # writes one sflow program per fixture (the case's inputs as params, its
 # sflow expression, backward of (output * upstream).sum()), and
