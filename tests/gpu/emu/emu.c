@@ -1737,7 +1737,9 @@ static void emu_exit_thread(void) {
 }
 static void emu_fail(const char *what) {
   if (!L.failed)
-    snprintf(L.failmsg, sizeof L.failmsg, "unsupported on the emulator: %s", what);
+    snprintf(L.failmsg, sizeof L.failmsg, "%s%s",
+             strncmp(what, "__trap", 6) ? "unsupported on the emulator: inline PTX " : "",
+             strncmp(what, "__trap", 6) ? what : "__trap() was called");
   L.failed = true;
   Fiber *f = &L.f[L.cur];
   f->state = F_DONE;
