@@ -83,3 +83,8 @@ add_test(NAME gpu_emu/collectives_nccl
           --sflowc $<TARGET_FILE:sflowc> --emu $<TARGET_FILE:sflow_emu> --only device_collectives)
 set_tests_properties(gpu_emu/collectives_nccl PROPERTIES ENVIRONMENT
   "${SFLOW_EMU_ENV};SFLOW_EMU_DEVICES=2;SFLOW_NCCL=$<TARGET_FILE:sflow_emu>")
+# The library kernels again with each block's threads run last to first: a
+# kernel whose result depends on the order (a missing barrier) differs.
+add_test(NAME gpu_emu/library_kernels_reverse COMMAND gpu_check)
+set_tests_properties(gpu_emu/library_kernels_reverse PROPERTIES ENVIRONMENT
+  "${SFLOW_EMU_ENV};SFLOW_EMU_ORDER=reverse")

@@ -1631,7 +1631,8 @@ static struct {
 #if !defined(__x86_64__)
   ucontext_t sched_uc;
 #endif
-  int cur, nthreads;
+  int cur, nthreads; /* cur: the running fiber's place in the sweep */
+  bool reverse;
   unsigned bx, by;
   Function *fn;
   void **params;
@@ -1758,8 +1759,12 @@ static void leave(Fiber *f) {
     to_scheduler(f);
 }
 
-static void set_thread_index(int i) {
+/* Fibers are numbered in the order a sweep runs them; SFLOW_EMU_ORDER=
+ * reverse runs a block's threads last to first, so that a result which
+ * depends on the order (a missing barrier) shows as a difference. */
+static void set_thread_index(int pos) {
   unsigned bx = L.bx, by = L.by;
+  int i = L.reverse ? L.nthreads - 1 - pos : pos;
   L.st->threadIdx.x = (unsigned)i % bx;
   L.st->threadIdx.y = ((unsigned)i / bx) % by;
   L.st->threadIdx.z = (unsigned)i / (bx * by);
@@ -1963,8 +1968,8 @@ static CUresult run_grid(Function *f, unsigned gx, unsigned gy, unsigned gz, uns
             set_thread_index(i);
             to_fiber(i);
             if (L.failed) {
-              say("kernel '%s' (block (%u,%u,%u) thread %d): %s", f->name, x, y, z, L.cur,
-                  L.failmsg);
+              say("kernel '%s' (block (%u,%u,%u) thread (%u,%u,%u)): %s", f->name, x, y, z,
+                  st->threadIdx.x, st->threadIdx.y, st->threadIdx.z, L.failmsg);
               rc = CUDA_ERROR_LAUNCH_FAILED;
               goto out;
             }
@@ -2026,6 +2031,8 @@ API CUresult cuLaunchKernel(Function *f, unsigned gx, unsigned gy, unsigned gz, 
     long kb = env_long("SFLOW_EMU_STACK_KB", 256);
     L.stack_size = (size_t)(kb < 16 ? 16 : kb) << 10;
     L.stack_size = (L.stack_size + G.page - 1) & ~(G.page - 1);
+    const char *o = getenv("SFLOW_EMU_ORDER");
+    L.reverse = o && !strcmp(o, "reverse");
   }
   L.fn = f;
   double t0 = G.trace ? now_ms() : 0;
