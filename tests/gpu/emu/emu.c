@@ -1478,6 +1478,24 @@ API CUresult cuModuleLoadData(Module **out, const void *image) {
     }
     free(log);
   }
+  /* Each device gets its own copy of the object, so that its globals and
+   * __shared__ arrays are the device's own, as on GPUs (dlopen shares one
+   * instance per file, hard links included). */
+  if (cur_ctx->dev > 0) {
+    char *copy = malloc(strlen(path) + 16);
+    sprintf(copy, "%s.dev%d.so", path, cur_ctx->dev);
+    if (access(copy, R_OK) != 0) {
+      size_t n = 0;
+      char *bytes = read_file(path, &n);
+      char tmp[PATH_MAX + 64];
+      snprintf(tmp, sizeof tmp, "%s.%d.tmp", copy, (int)getpid());
+      if (!bytes || !write_file(tmp, bytes, n) || rename(tmp, copy) != 0)
+        unlink(tmp);
+      free(bytes);
+    }
+    free(path);
+    path = copy;
+  }
   void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!h) {
     say("cuModuleLoadData: %s", dlerror());
