@@ -72,7 +72,6 @@ __attribute__((visibility("hidden"))) struct sf_emu_state sf_emu_state_;
 __attribute__((visibility("default"))) struct sf_emu_state *sf_emu_module_state(void) {
   return &sf_emu_state_;
 }
-__attribute__((visibility("default"))) const int sf_emu_abi = 1;
 }
 
 #define threadIdx (sf_emu_state_.threadIdx)
