@@ -1253,6 +1253,9 @@ static char *compile_module(const char *src, const char *name, int nh, char **hs
   split_words(extrabuf, argv, &n, 40);
   for (int i = 0; i < nhost && n < 100; i++)
     argv[n++] = host[i];
+  char keydef[64];
+  snprintf(keydef, sizeof keydef, "-DSF_EMU_SHIM_KEY=\"%.16s\"", skey);
+  argv[n++] = keydef;
   argv[n++] = "-include";
   argv[n++] = shim;
   argv[n++] = incw;
@@ -1311,6 +1314,18 @@ static char *compile_module(const char *src, const char *name, int nh, char **hs
 done:
   rmtree(work);
   return result;
+}
+
+/* The first 16 hex digits of the shim's hash: a module built with another
+ * shim is rebuilt, not loaded. */
+static void shim_key(char out[17]) {
+  Hash hs;
+  hash_init(&hs);
+  hash_str(&hs, sf_emu_shim_text);
+  char k[33];
+  hash_hex(&hs, k);
+  memcpy(out, k, 16);
+  out[16] = 0;
 }
 
 /* The image ("CUBIN"): magic, the shared object's path, the program name,
@@ -1457,6 +1472,17 @@ static bool parse_image(const char *img, const char **so, const char **name, int
   return true;
 }
 
+/* Was the module at path built with the shim whose key is want? */
+static bool module_current(const char *path, const char *want) {
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!h)
+    return false;
+  const char *(*key)(void) = (const char *(*)(void))dlsym(h, "sf_emu_shim_key");
+  bool ok = key && !strcmp(key(), want);
+  dlclose(h);
+  return ok;
+}
+
 API CUresult cuModuleLoadData(Module **out, const void *image) {
   NEED_CTX();
   const char *so, *name, *src, *host[64];
@@ -1466,8 +1492,11 @@ API CUresult cuModuleLoadData(Module **out, const void *image) {
     return CUDA_ERROR_INVALID_IMAGE;
   }
   char *path = xstrdup(so);
-  if (access(path, R_OK) != 0) {
-    /* A cleaned module cache: rebuild from the image's source. */
+  char want[17];
+  shim_key(want);
+  if (access(path, R_OK) != 0 || !module_current(path, want)) {
+    /* A cleaned module cache, or a module of an older emulator: rebuild
+     * from the image's source. */
     char *log = NULL;
     free(path);
     path = compile_module(src, name, 0, NULL, NULL, nhost, (char **)host, &log);
