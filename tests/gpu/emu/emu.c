@@ -1207,6 +1207,18 @@ static char *compile_module(const char *src, const char *name, int nh, char **hs
       return NULL;
     }
   }
+  /* Work folders of compiles killed midway (over 10 minutes old) go first. */
+  DIR *dd = opendir(dir);
+  for (struct dirent *e; dd && (e = readdir(dd));) {
+    char old[PATH_MAX + 300];
+    struct stat st;
+    snprintf(old, sizeof old, "%s/%s", dir, e->d_name);
+    if (!strncmp(e->d_name, ".work-", 6) && stat(old, &st) == 0 &&
+        time(NULL) - st.st_mtime > 600)
+      rmtree(old);
+  }
+  if (dd)
+    closedir(dd);
   char work[PATH_MAX + 64];
   snprintf(work, sizeof work, "%s/.work-XXXXXX", dir);
   if (!mkdtemp(work)) {
