@@ -26,6 +26,7 @@
  */
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "nn.h"
@@ -252,7 +253,7 @@ void *sf__nn_kernel(const char *file, const char *entry, int *block, const sf_lo
     const char *e = __atomic_load_n(&k->entry, __ATOMIC_ACQUIRE);
     if (!e)
       break;
-    if (k->dev == dev && (e == entry || !strcmp(e, entry)) && !strcmp(k->file, file))
+    if (k->dev == dev && !strcmp(e, entry) && !strcmp(k->file, file))
       return k->fn;
   }
   const sf__kernel_source *src = sf__kernel_source_find(file);
@@ -264,10 +265,17 @@ void *sf__nn_kernel(const char *file, const char *entry, int *block, const sf_lo
   for (uint64_t i = 0; i < KSLOTS; i++) {
     kslot *k = &ktab[(h + i) % KSLOTS];
     if (!k->entry) {
-      k->file = file;
+      /* The names are copied: a caller may build them in a buffer. */
+      char *e = strdup(entry), *f = strdup(file);
+      if (!e || !f) {
+        free(e);
+        free(f);
+        break;
+      }
+      k->file = f;
       k->dev = dev;
       k->fn = fn;
-      __atomic_store_n(&k->entry, entry, __ATOMIC_RELEASE);
+      __atomic_store_n(&k->entry, e, __ATOMIC_RELEASE);
       break;
     }
     if (k->dev == dev && !strcmp(k->entry, entry) && !strcmp(k->file, file))
