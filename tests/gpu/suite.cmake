@@ -70,6 +70,6 @@ add_test(NAME gpu_emu/nn
           --sflowc $<TARGET_FILE:sflowc>)
 set_tests_properties(gpu_emu/nn PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV}")
 # The nn layer's device unit tests (accessors, storage states, ops in a GPU
-# context) under the emulator: unit/test_rt_nn_gpu runs them where a GPU is.
-add_test(NAME gpu_emu/nn_unit COMMAND test_rt_nn_gpu)
+# context) under the emulator: unit/test_rt_nn_device runs them where a GPU is.
+add_test(NAME gpu_emu/nn_unit COMMAND test_rt_nn_device)
 set_tests_properties(gpu_emu/nn_unit PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV}")

@@ -1,5 +1,5 @@
 /*
- * test_rt_nn_gpu.c — the GPU side of the nn layer (runtime/nn/device.c,
+ * test_rt_nn_device.c — the GPU side of the nn layer (runtime/nn/device.c,
  * gpu_ops.c, autocast.c).
  *
  * Everywhere: bf16 rounding (round to nearest even, NaN, infinities)
@@ -21,7 +21,7 @@
 
 #include "nn.h"
 
-const sf_program sf_program_desc = {SF_ABI_VERSION, "test_rt_nn_gpu", "", 0, NULL, NULL, NULL, NULL, 0, NULL, NULL};
+const sf_program sf_program_desc = {SF_ABI_VERSION, "test_rt_nn_device", "", 0, NULL, NULL, NULL, NULL, 0, NULL, NULL};
 
 static const sf_loc LOC = {"t.sflow", 3, 7};
 
