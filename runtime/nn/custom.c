@@ -35,39 +35,6 @@
 #include "core.h"
 #include "nn.h"
 
-/* ----------------------------------------------- gpucore's accessors */
-
-/* contract16.md's device side of a tensor (runtime/nn/device.c, helper
- * gpucore).  Until it lands these weak stand-ins keep every tensor on the
- * host: the tensor rule answers "CPU", so the device ones are never
- * reached.  The real definitions override them at link time; the lead
- * drops this section when device.c is merged. */
-bool sf__nn_gpu_here(const sf_loc *loc);
-uint64_t sf__t_dptr(sf_tensor *t, const sf_loc *loc);
-void sf__t_dwrote(sf_tensor *t);
-float *sf__t_wdata(sf_tensor *t);
-sf_tensor *sf__t_dempty(int32_t ndim, const int64_t *shape, const sf_loc *loc);
-sf_tensor *sf__t_dzeros(int32_t ndim, const int64_t *shape, const sf_loc *loc);
-
-__attribute__((weak)) bool sf__nn_gpu_here(const sf_loc *loc) {
-  (void)loc;
-  return false;
-}
-__attribute__((weak)) uint64_t sf__t_dptr(sf_tensor *t, const sf_loc *loc) {
-  (void)t;
-  sf_runtime_error(loc, "internal error: a tensor kernel on the GPU without device tensors");
-}
-__attribute__((weak)) void sf__t_dwrote(sf_tensor *t) { (void)t; }
-__attribute__((weak)) float *sf__t_wdata(sf_tensor *t) { return sf__t_data(t); }
-__attribute__((weak)) sf_tensor *sf__t_dempty(int32_t ndim, const int64_t *shape,
-                                              const sf_loc *loc) {
-  return sf__t_empty(ndim, shape, loc);
-}
-__attribute__((weak)) sf_tensor *sf__t_dzeros(int32_t ndim, const int64_t *shape,
-                                              const sf_loc *loc) {
-  return sf__t_zeros(ndim, shape, loc);
-}
-
 /* ------------------------------------------------ kernels' tensors */
 
 /* The argument block of one launch: a copy of the caller's, then the

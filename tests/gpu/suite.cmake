@@ -88,3 +88,26 @@ set_tests_properties(gpu_emu/collectives_nccl PROPERTIES ENVIRONMENT
 add_test(NAME gpu_emu/library_kernels_reverse COMMAND gpu_check)
 set_tests_properties(gpu_emu/library_kernels_reverse PROPERTIES ENVIRONMENT
   "${SFLOW_EMU_ENV};SFLOW_EMU_ORDER=reverse")
+# std.nn on the GPU (tests/gpu/nn_gpu.py): the @gpus actors of the
+# programs in tests/gpu/nn/ against the same programs with SFLOW_NO_GPU=1,
+# within each program's stated tolerance, and their read-back counts; on a
+# GPU (skipped without one) and under the host emulator (everywhere).
+add_test(NAME gpu/nn
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/nn_gpu.py
+          --sflowc $<TARGET_FILE:sflowc>)
+set_tests_properties(gpu/nn PROPERTIES SKIP_RETURN_CODE 77)
+add_test(NAME gpu_emu/nn
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/nn_gpu.py
+          --sflowc $<TARGET_FILE:sflowc>)
+set_tests_properties(gpu_emu/nn PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV}")
+# The nn layer's device unit tests (accessors, storage states, ops in a GPU
+# context) under the emulator: unit/test_rt_nn_device runs them where a GPU is.
+add_test(NAME gpu_emu/nn_unit COMMAND test_rt_nn_device)
+set_tests_properties(gpu_emu/nn_unit PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV}")
+# And with each block's threads run last to first (a reduction that missed
+# a barrier would differ).
+add_test(NAME gpu_emu/nn_reverse
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/nn_gpu.py
+          --sflowc $<TARGET_FILE:sflowc>)
+set_tests_properties(gpu_emu/nn_reverse PROPERTIES ENVIRONMENT
+  "${SFLOW_EMU_ENV};SFLOW_EMU_ORDER=reverse")
