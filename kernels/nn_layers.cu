@@ -159,17 +159,18 @@ extern "C" __global__ void sf_nnl_softmax_bw_inner(const float *y, const float *
 
 // Attention's softmax over rows of s keys (scores (B, H, T, S) flattened,
 // per_batch = H * T rows per batch row): softmax(x * scale) with the keys
-// whose mask entry (B, S) is 0 at probability 0 (mask may be 0: none); a
-// row with no key left is zeros, as the CPU and torch give.
+// whose mask entry (B, S) is 0 at probability 0; a row with no key left is
+// zeros, as the CPU and torch give.  Without a mask (has_mask 0) mask is
+// any valid device pointer, never read.
 extern "C" __global__ void sf_nnl_attn_softmax(const float *x, float *y, const long long *mask,
-                                               long long rows, long long s, long long per_batch,
-                                               float scale) {
+                                               int has_mask, long long rows, long long s,
+                                               long long per_batch, float scale) {
   long long r = blockIdx.x;
   if (r >= rows)
     return;
   const float *xr = x + r * s;
   float *yr = y + r * s;
-  const long long *mr = mask ? mask + (r / per_batch) * s : 0;
+  const long long *mr = has_mask ? mask + (r / per_batch) * s : 0;
   float m = sf_neg_inf();
   for (long long j = threadIdx.x; j < s; j += SF_NB) {
     float v = (!mr || mr[j]) ? xr[j] * scale : sf_neg_inf();

@@ -426,8 +426,9 @@ static sf_tensor *masked_softmax(sf_tensor *scores, sf_array *mask, float scale,
   sf_tensor *x = dcontig(scores, loc), *out = sf__t_dempty(x->ndim, x->shape, loc);
   int64_t s = x->shape[3], rows = s ? x->numel / s : 0, per_batch = x->shape[1] * x->shape[2];
   sf_tensor *mt = mask ? upload_words(mask->data, mask->len, loc) : NULL;
-  uint64_t px = dptr(x, loc), py = dptr(out, loc), pm = mt ? dptr(mt, loc) : 0;
-  void *params[] = {&px, &py, &pm, &rows, &s, &per_batch, &scale};
+  uint64_t px = dptr(x, loc), py = dptr(out, loc), pm = mt ? dptr(mt, loc) : px;
+  int32_t has_mask = mt != NULL;
+  void *params[] = {&px, &py, &pm, &has_mask, &rows, &s, &per_batch, &scale};
   launch("sf_nnl_attn_softmax", rows, params, loc);
   sf__t_dwrote(out);
   sf_release(mt);
