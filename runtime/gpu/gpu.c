@@ -120,9 +120,16 @@ static bool load_driver(void) {
     snprintf(D.why, sizeof D.why, "SFLOW_NO_GPU is set");
     return false;
   }
-  D.lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  /* SFLOW_CUDA names another driver library (the host emulator, tests/gpu/emu). */
+  const char *drv = getenv("SFLOW_CUDA");
+  if (!drv || !*drv)
+    drv = "libcuda.so.1";
+  D.lib = dlopen(drv, RTLD_NOW | RTLD_LOCAL);
   if (!D.lib) {
-    snprintf(D.why, sizeof D.why, "libcuda.so.1 not found");
+    if (strcmp(drv, "libcuda.so.1"))
+      snprintf(D.why, sizeof D.why, "SFLOW_CUDA=%.200s does not load", drv);
+    else
+      snprintf(D.why, sizeof D.why, "libcuda.so.1 not found");
     return false;
   }
   struct { void **slot; const char *name; } syms[] = {
@@ -138,7 +145,7 @@ static bool load_driver(void) {
   };
   for (size_t i = 0; i < sizeof syms / sizeof *syms; i++)
     if (!(*syms[i].slot = dlsym(D.lib, syms[i].name))) {
-      snprintf(D.why, sizeof D.why, "libcuda.so.1 lacks %s", syms[i].name);
+      snprintf(D.why, sizeof D.why, "%.200s lacks %s", drv, syms[i].name);
       return false;
     }
   int n = 0, maj = 0, min = 0, ord = 0;
@@ -432,7 +439,12 @@ void *sf__gpu_function(const char *src, const char *entry, int *block, const sf_
       sf_runtime_error(loc, "out of memory");
     loaded = p;
   }
-  loaded[nloaded++] = (LoadedFn){src, here(), entry, fn, bs};
+  /* The entry's text is copied: callers pass names built in a buffer of
+   * their own (kernels.c's "sflow_<op>_f32"), which later names another. */
+  char *name = strdup(entry);
+  if (!name)
+    sf_runtime_error(loc, "out of memory");
+  loaded[nloaded++] = (LoadedFn){src, here(), name, fn, bs};
   *block = bs;
   pthread_mutex_unlock(&D.mu);
   return fn;
@@ -557,12 +569,16 @@ void sf_launch(const sf_kernel_desc *k, int64_t n, void *args, const sf_loc *loc
 static void print_stats(void) {
   sf_gpu_settle();
   const sf__gpu_stats_t *s = &sf__gpu_stats;
+  sf__dalloc_stats m = sf__dev_stats(); /* the tensor allocator (alloc.c) */
   fprintf(stderr,
           "sflow-gpu-stats: h2d_bytes=%" PRIu64 " d2h_bytes=%" PRIu64 " gpu_launches=%" PRIu64
           " cpu_launches=%" PRIu64 " compiles=%" PRIu64 " cache_hits=%" PRIu64
-          " compile_ms=%.3f load_ms=%.3f gpu_matmuls=%" PRIu64 " cpu_matmuls=%" PRIu64 "\n",
+          " compile_ms=%.3f load_ms=%.3f gpu_matmuls=%" PRIu64 " cpu_matmuls=%" PRIu64
+          " d2h_syncs=%" PRIu64 " dev_in_use=%" PRIu64 " dev_cached=%" PRIu64
+          " dev_peak=%" PRIu64 " dev_allocs=%" PRIu64 "\n",
           s->h2d_bytes, s->d2h_bytes, s->gpu_launches, s->cpu_launches, s->compiles,
-          s->cache_hits, s->compile_ms, s->load_ms, s->gpu_matmuls, s->cpu_matmuls);
+          s->cache_hits, s->compile_ms, s->load_ms, s->gpu_matmuls, s->cpu_matmuls,
+          s->d2h_syncs, m.in_use, m.cached, m.peak, m.allocs);
 }
 
 __attribute__((constructor)) static void stats_hook(void) {

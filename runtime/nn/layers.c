@@ -622,12 +622,14 @@ static void clip_scale(void *ctx, int64_t lo, int64_t hi) {
   const clip_job *c = ctx;
   for (int64_t i = lo; i < hi; i++)
     if (c->p[i] && c->p[i]->grad)
-      scale(sf__t_data(c->p[i]->grad), c->p[i]->grad->numel, c->coef);
+      scale(sf__t_wdata(c->p[i]->grad), c->p[i]->grad->numel, c->coef);
 }
 
 double sf__clip_grad_norm(sf_array *ps, double max_norm, const sf_loc *loc) {
   if (!(max_norm >= 0))
     sf_runtime_error(loc, "clip_grad_norm: max_norm must be >= 0, not %g", max_norm);
+  if (sf__nn_gpu_here(loc))
+    return sf__gpu_clip_grad_norm_read(ps, max_norm, loc);
   int64_t n = ps ? ps->len : 0, total = 0;
   sf_tensor **p = n ? ps->data : NULL;
   for (int64_t i = 0; i < n; i++)

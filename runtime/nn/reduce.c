@@ -117,6 +117,8 @@ sf_tensor *sf__t_reduce(int32_t kind, sf_tensor *a, int64_t axis, const sf_loc *
     char sb[SF__SHAPE_BUF];
     sf_runtime_error(loc, "max: the reduced axis of shape %s is empty", SF__SHP(a, sb));
   }
+  if (sf__nn_gpu_here(loc))
+    return sf__gpu_reduce(kind, a, ax, loc);
   sf_tensor *x = sf__t_contig(a);
   sf_tensor *out = sf__t_empty(nd, shape, loc);
   int64_t *idx = kind == SF__R_MAX ? sf__alloc_n((size_t)(outer * inner), sizeof *idx) : NULL;
