@@ -97,7 +97,7 @@ static sf_tensor *upload_words(const void *v, int64_t n, const sf_loc *loc) {
   int64_t len = 2 * (n > 0 ? n : 1);
   sf_tensor *t = sf__t_empty(1, &len, loc);
   if (n > 0)
-    memcpy(sf__t_data(t), v, (size_t)n * sizeof(uint64_t));
+    memcpy(sf__t_wdata(t), v, (size_t)n * sizeof(uint64_t));
   sf__t_dptr(t, loc);
   return t;
 }

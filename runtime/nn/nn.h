@@ -507,20 +507,6 @@ sf_tensor *sf__gpu_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array 
 sf_tensor *sf__gpu_join(sf_tensor **in, int64_t n, bool stack, int32_t axis, int32_t nd,
                         const int64_t *shape, const sf_loc *loc);
 
-/* ------------- gpucore (declared by gpulayers; the lead reconciles) */
-
-/* The contract's device API (runtime/nn/device.c, helper gpucore), as
- * gpu_layers.c uses it; gpucore_stubs.c holds weak CPU-only stand-ins
- * until its definitions are merged. */
-bool sf__nn_gpu_here(const sf_loc *loc);
-uint64_t sf__t_dptr(sf_tensor *t, const sf_loc *loc);
-void sf__t_dwrote(sf_tensor *t);
-sf_tensor *sf__t_dempty(int32_t ndim, const int64_t *shape, const sf_loc *loc);
-sf_tensor *sf__t_dzeros(int32_t ndim, const int64_t *shape, const sf_loc *loc);
-void *sf__nn_kernel(const char *file, const char *entry, int *block, const sf_loc *loc);
-void sf__nn_launch(void *f, int64_t grid, int block, unsigned shmem, void **params,
-                   const sf_loc *loc);
-
 /* ------------------------------------------------------------ train.c */
 
 /* std.train's view of the calling member (stdlib/train.sflow): its rank
