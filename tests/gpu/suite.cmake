@@ -53,7 +53,26 @@ set(SFLOW_EMU_ENV
   "SFLOW_CUDA=$<TARGET_FILE:sflow_emu>"
   "SFLOW_NVRTC=$<TARGET_FILE:sflow_emu>"
   "SFLOW_CUBLAS=$<TARGET_FILE:sflow_emu>"
-  "SFLOW_KERNEL_CACHE=${CMAKE_BINARY_DIR}/tests/emu-kernel-cache")
+  "SFLOW_KERNEL_CACHE=${CMAKE_BINARY_DIR}/tests/emu-kernel-cache"
+  "SFLOW_NCCL=off")
 add_test(NAME gpu_emu/library_kernels COMMAND gpu_check)
 set_tests_properties(gpu_emu/library_kernels PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV}")
 add_dependencies(gpu_check sflow_emu)
+# Every GPU test program and run/kernels program under the emulator:
+# output identical to the CPU run, transfer counters as the programs state.
+add_test(NAME gpu_emu/programs
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/programs.py
+          --sflowc $<TARGET_FILE:sflowc> --emu $<TARGET_FILE:sflow_emu>)
+set_tests_properties(gpu_emu/programs PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV}")
+# The group collectives again with two emulated devices: one member per
+# device, device arrays staged through the host (NCCL is off here).
+add_test(NAME gpu_emu/collectives_2dev
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/programs.py
+          --sflowc $<TARGET_FILE:sflowc> --emu $<TARGET_FILE:sflow_emu> --only device_collectives)
+set_tests_properties(gpu_emu/collectives_2dev PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV};SFLOW_EMU_DEVICES=2")
+# The emulator's own checks: what docs/testing.md says it catches.
+add_executable(emu_check ${CMAKE_SOURCE_DIR}/tests/gpu/emu/emu_check.c)
+set_target_properties(emu_check PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+target_link_libraries(emu_check PRIVATE dl m)
+add_dependencies(emu_check sflow_emu)
+add_test(NAME gpu_emu/self COMMAND emu_check $<TARGET_FILE:sflow_emu>)
