@@ -78,15 +78,15 @@ add_dependencies(emu_check sflow_emu)
 add_test(NAME gpu_emu/self COMMAND emu_check $<TARGET_FILE:sflow_emu>)
 # The layers' GPU paths (runtime/nn/gpu_layers.c): each op against its CPU
 # form (unit/test_rt_nn_gpu, under the emulator as gpu_emu/nn_layers_unit),
-# and tests/gpu/nn's programs, every layer forward and backward in a
+# and tests/gpu/layers' programs, every layer forward and backward in a
 # @gpus(1) actor and the encoder trained in one (gpu/nn_layers on a GPU,
-# gpu_emu/nn_layers under the emulator; run/gpu-nn-cpu their CPU run).
+# gpu_emu/nn_layers under the emulator; run/gpu-layers-cpu their CPU run).
 set_tests_properties(unit/test_rt_nn_gpu PROPERTIES SKIP_RETURN_CODE 77)
 add_test(NAME gpu_emu/nn_layers_unit COMMAND test_rt_nn_gpu)
 set_tests_properties(gpu_emu/nn_layers_unit PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV}")
 add_dependencies(test_rt_nn_gpu sflow_emu)
 add_test(NAME gpu/nn_layers
-  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/nn/run.py
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/layers/run.py
           --sflowc $<TARGET_FILE:sflowc>)
 set_tests_properties(gpu/nn_layers PROPERTIES SKIP_RETURN_CODE 77)
 set(SFLOW_EMU_ARGS "")
@@ -94,9 +94,9 @@ foreach(kv IN LISTS SFLOW_EMU_ENV)
   list(APPEND SFLOW_EMU_ARGS --emu-env "${kv}")
 endforeach()
 add_test(NAME gpu_emu/nn_layers
-  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/nn/run.py
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/layers/run.py
           --sflowc $<TARGET_FILE:sflowc> ${SFLOW_EMU_ARGS})
-add_test(NAME run/gpu-nn-cpu
+add_test(NAME run/gpu-layers-cpu
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/run_golden.py
-          --sflowc $<TARGET_FILE:sflowc> --dir ${CMAKE_SOURCE_DIR}/tests/gpu/nn --run)
-set_tests_properties(run/gpu-nn-cpu PROPERTIES ENVIRONMENT "SFLOW_NO_GPU=1")
+          --sflowc $<TARGET_FILE:sflowc> --dir ${CMAKE_SOURCE_DIR}/tests/gpu/layers --run)
+set_tests_properties(run/gpu-layers-cpu PROPERTIES ENVIRONMENT "SFLOW_NO_GPU=1")
