@@ -64,6 +64,10 @@ static void run_backward(sf_tensor *out, sf_tensor *g) {
   sf__no_grad = false;
 }
 
+/* Device-to-host reads so far: a GPU op and its backward rule must add
+ * none (only argmax reads back, by design). */
+static uint64_t syncs(void) { return __atomic_load_n(&sf__gpu_stats.d2h_syncs, __ATOMIC_RELAXED); }
+
 /* max |got - want| / max |want| (the absolute difference when want is 0),
  * printed; got is read back from the device. */
 static double check(const char *what, sf_tensor *got, sf_tensor *want, double tol) {
@@ -89,14 +93,17 @@ static double check(const char *what, sf_tensor *got, sf_tensor *want, double to
 
 static void softmax_case(const char *what, int32_t nd, const int64_t *shape, int32_t ax, bool log) {
   sf_tensor *x = rnd(nd, shape, -4, 4), *xc = param_of(x), *xg = param_of(x);
-  sf_tensor *yc = sf__t_softmax(xc, ax, log, &LOC), *yg = sf__gpu_softmax(xg, ax, log, &LOC);
-  CU_ASSERT(sf__t_on_dev(yg));
+  sf_tensor *g = rnd(nd, shape, -1, 1);
+  sf_tensor *yc = sf__t_softmax(xc, ax, log, &LOC);
+  run_backward(yc, g);
+  uint64_t s0 = syncs();
+  sf_tensor *yg = sf__gpu_softmax(xg, ax, log, &LOC);
+  run_backward(yg, g);
+  CU_ASSERT(syncs() == s0);
+  CU_ASSERT(sf__t_on_dev(yg) && sf__t_on_dev(xg->grad));
   char name[96];
   snprintf(name, sizeof name, "%s forward", what);
   check(name, yg, yc, 1e-5);
-  sf_tensor *g = rnd(nd, shape, -1, 1);
-  run_backward(yc, g);
-  run_backward(yg, g);
   snprintf(name, sizeof name, "%s backward", what);
   check(name, xg->grad, xc->grad, 1e-5);
   sf_tensor *ts[] = {x, xc, xg, yc, yg, g};
@@ -117,15 +124,17 @@ static void test_softmax(void) {
 static void ce_case(const char *what, float smoothing) {
   sf_tensor *x = rnd(2, SHAPE(6, 300), -3, 3), *xc = param_of(x), *xg = param_of(x);
   sf_array *tg = i64s(6, (int64_t[]){0, 299, -100, 4, 1, 2});
+  sf_tensor *g = sf__t_full(0, NULL, 2.5f);
   sf_tensor *lc = sf__t_cross_entropy(xc, tg, -100, smoothing, &LOC);
+  run_backward(lc, g);
+  uint64_t s0 = syncs();
   sf_tensor *lg = sf__gpu_cross_entropy(xg, tg, -100, smoothing, 5, &LOC);
-  CU_ASSERT(sf__t_on_dev(lg)); /* the loss stays on the device: no read-back */
+  run_backward(lg, g);
+  CU_ASSERT(syncs() == s0); /* the loss and the count of kept rows stay on the device */
+  CU_ASSERT(sf__t_on_dev(lg));
   char name[96];
   snprintf(name, sizeof name, "%s forward", what);
   check(name, lg, lc, 1e-5);
-  sf_tensor *g = sf__t_full(0, NULL, 2.5f);
-  run_backward(lc, g);
-  run_backward(lg, g);
   snprintf(name, sizeof name, "%s backward", what);
   check(name, xg->grad, xc->grad, 1e-5);
   sf_tensor *ts[] = {x, xc, xg, lc, lg, g};
@@ -154,12 +163,14 @@ static void test_layer_norm(void) {
   sf_tensor *b = rnd(1, SHAPE(300), -1, 1);
   sf_tensor *xc = param_of(x), *wc = param_of(w), *bc = param_of(b);
   sf_tensor *xg = param_of(x), *wg = param_of(w), *bg = param_of(b);
-  sf_tensor *yc = sf__t_layer_norm(xc, wc, bc, 1e-5, &LOC);
-  sf_tensor *yg = sf__gpu_layer_norm(xg, wg, bg, 1e-5, &LOC);
-  check("layer_norm (4, 6, 300) forward", yg, yc, 1e-5);
   sf_tensor *g = rnd(3, SHAPE(4, 6, 300), -1, 1);
+  sf_tensor *yc = sf__t_layer_norm(xc, wc, bc, 1e-5, &LOC);
   run_backward(yc, g);
+  uint64_t s0 = syncs();
+  sf_tensor *yg = sf__gpu_layer_norm(xg, wg, bg, 1e-5, &LOC);
   run_backward(yg, g);
+  CU_ASSERT(syncs() == s0);
+  check("layer_norm (4, 6, 300) forward", yg, yc, 1e-5);
   check("layer_norm dx", xg->grad, xc->grad, 1e-5);
   check("layer_norm dweight", wg->grad, wc->grad, 1e-5);
   check("layer_norm dbias", bg->grad, bc->grad, 1e-5);
@@ -174,12 +185,14 @@ static void test_embedding(void) {
   sf_tensor *w = rnd(2, SHAPE(9, 40), -1, 1), *wc = param_of(w), *wg = param_of(w);
   sf_array *ids = i64s(8, (int64_t[]){1, 3, 1, 8, 0, 3, 1, 1});
   sf_array *shape = i64s(2, (int64_t[]){2, 4});
-  sf_tensor *yc = sf__t_embedding(wc, ids, shape, &LOC);
-  sf_tensor *yg = sf__gpu_embedding(wg, ids, 3, SHAPE(2, 4, 40), &LOC);
-  check("embedding forward", yg, yc, 0);
   sf_tensor *g = rnd(3, SHAPE(2, 4, 40), -1, 1);
+  sf_tensor *yc = sf__t_embedding(wc, ids, shape, &LOC);
   run_backward(yc, g);
+  uint64_t s0 = syncs();
+  sf_tensor *yg = sf__gpu_embedding(wg, ids, 3, SHAPE(2, 4, 40), &LOC);
   run_backward(yg, g);
+  CU_ASSERT(syncs() == s0);
+  check("embedding forward", yg, yc, 0);
   check("embedding backward (atomicAdd)", wg->grad, wc->grad, 1e-6);
   sf_tensor *ts[] = {w, wc, wg, yc, yg, g};
   for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
@@ -197,7 +210,9 @@ static void test_dropout(void) {
   double ps[] = {0.1, 0.3, 0.5, 1.0};
   for (size_t i = 0; i < sizeof ps / sizeof *ps; i++) {
     sf_tensor *yc = sf__t_dropout(xc, ps[i], 52, true, &LOC);
+    uint64_t s0 = syncs();
     sf_tensor *yg = sf__gpu_dropout(xg, ps[i], 52, &LOC);
+    CU_ASSERT(syncs() == s0);
     char name[64];
     snprintf(name, sizeof name, "dropout p=%g output", ps[i]);
     check(name, yg, yc, 0);

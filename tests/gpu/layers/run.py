@@ -11,7 +11,7 @@ Usage: run.py --sflowc PATH [--emu-env K=V ...] [PROGRAM ...]
 import argparse, glob, os, re, subprocess, sys, tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 
 def main():
     ap = argparse.ArgumentParser()
