@@ -506,6 +506,9 @@ sf_tensor *sf__gpu_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array 
                              int64_t stream, const sf_loc *loc);
 sf_tensor *sf__gpu_join(sf_tensor **in, int64_t n, bool stack, int32_t axis, int32_t nd,
                         const int64_t *shape, const sf_loc *loc);
+/* The backward rule of t[i] and t[a..b] (index.c's bw_rows) on the device:
+ * g written into zeros of the source's shape. */
+void sf__gpu_bw_rows(sf__node *n, sf_tensor *g);
 
 /* ------------------------------------------------------------ train.c */
 

@@ -282,6 +282,28 @@ static void test_join(void) {
   join_case("stack", true, 0);
 }
 
+/* ------------------------------------------------------ t[i], t[a..b] */
+
+/* The views' forward is shared; their backward rule on the device
+ * (sf__gpu_bw_rows, what index.c's rule hands over to in a GPU call). */
+static void test_rows(void) {
+  for (int k = 0; k < 2; k++) {
+    sf_tensor *x = rnd(3, SHAPE(5, 4, 3), -1, 1), *xc = param_of(x), *xg = param_of(x);
+    sf_tensor *yc = k ? sf__t_rows(xc, 1, 4, &LOC) : sf__t_row(xc, 2, &LOC);
+    sf_tensor *yg = k ? sf__t_rows(xg, 1, 4, &LOC) : sf__t_row(xg, 2, &LOC);
+    sf_tensor *g = rnd(yc->ndim, yc->shape, -1, 1);
+    run_backward(yc, g);
+    uint64_t s0 = syncs();
+    sf__gpu_bw_rows(yg->node, g);
+    CU_ASSERT(syncs() == s0);
+    CU_ASSERT(sf__t_on_dev(xg->grad));
+    check(k ? "x[1..4] backward" : "x[2] backward", xg->grad, xc->grad, 0);
+    sf_tensor *ts[] = {x, xc, xg, yc, yg, g};
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
+      sf_release(ts[i]);
+  }
+}
+
 /* ------------------------------------------------------------- argmax */
 
 static void test_argmax(void) {
@@ -317,6 +339,7 @@ int main(int argc, char **argv) {
       {"embedding", test_embedding},
       {"dropout", test_dropout},
       {"join", test_join},
+      {"rows", test_rows},
       {"argmax", test_argmax},
       {NULL, NULL},
   };
