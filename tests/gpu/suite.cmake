@@ -77,14 +77,14 @@ target_link_libraries(emu_check PRIVATE dl m)
 add_dependencies(emu_check sflow_emu)
 add_test(NAME gpu_emu/self COMMAND emu_check $<TARGET_FILE:sflow_emu>)
 # The layers' GPU paths (runtime/nn/gpu_layers.c): each op against its CPU
-# form (unit/test_rt_nn_gpu, under the emulator as gpu_emu/nn_layers_unit),
+# form (unit/test_rt_nn_layers_gpu, under the emulator as gpu_emu/nn_layers_unit),
 # and tests/gpu/layers' programs, every layer forward and backward in a
 # @gpus(1) actor and the encoder trained in one (gpu/nn_layers on a GPU,
 # gpu_emu/nn_layers under the emulator; run/gpu-layers-cpu their CPU run).
-set_tests_properties(unit/test_rt_nn_gpu PROPERTIES SKIP_RETURN_CODE 77)
-add_test(NAME gpu_emu/nn_layers_unit COMMAND test_rt_nn_gpu)
+set_tests_properties(unit/test_rt_nn_layers_gpu PROPERTIES SKIP_RETURN_CODE 77)
+add_test(NAME gpu_emu/nn_layers_unit COMMAND test_rt_nn_layers_gpu)
 set_tests_properties(gpu_emu/nn_layers_unit PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV}")
-add_dependencies(test_rt_nn_gpu sflow_emu)
+add_dependencies(test_rt_nn_layers_gpu sflow_emu)
 add_test(NAME gpu/nn_layers
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/layers/run.py
           --sflowc $<TARGET_FILE:sflowc>)

@@ -1,5 +1,5 @@
 /*
- * test_rt_nn_gpu.c — the layers' GPU paths (runtime/nn/gpu_layers.c over
+ * test_rt_nn_layers_gpu.c — the layers' GPU paths (runtime/nn/gpu_layers.c over
  * kernels/nn_layers.cu) against their CPU forms, op by op: the forward
  * output and the gradients its backward rule gives for one fixed upstream
  * gradient, each printed as its largest difference over the reference's
@@ -20,7 +20,7 @@
 
 #include "nn.h"
 
-const sf_program sf_program_desc = {SF_ABI_VERSION, "test_rt_nn_gpu", "", 0, NULL, NULL, NULL, NULL, 0, NULL, NULL};
+const sf_program sf_program_desc = {SF_ABI_VERSION, "test_rt_nn_layers_gpu", "", 0, NULL, NULL, NULL, NULL, 0, NULL, NULL};
 
 static const sf_loc LOC = {"t.sflow", 3, 7};
 
@@ -329,7 +329,7 @@ static void test_argmax(void) {
 int main(int argc, char **argv) {
   sf__nn_install();
   if (!sf__gpu_ready(NULL)) {
-    fprintf(stderr, "test_rt_nn_gpu: no GPU (%s): not run\n", sf__gpu_unavailable_reason());
+    fprintf(stderr, "test_rt_nn_layers_gpu: no GPU (%s): not run\n", sf__gpu_unavailable_reason());
     return 77;
   }
   static const rt_test tests[] = {
