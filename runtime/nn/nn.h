@@ -479,6 +479,7 @@ sf_tensor *sf_std_nn_attention_dropout(sf_tensor *q, sf_tensor *k, sf_tensor *v,
                                        int64_t heads, double p, int64_t seed, sf_array *index,
                                        int64_t stream, bool training, const sf_loc *loc);
 double sf_std_nn_clip_grad_norm(sf_array *ps, double max_norm, const sf_loc *loc);
+sf_tensor *sf_std_nn_clip_grad_norm_tensor(sf_array *ps, double max_norm, const sf_loc *loc);
 
 /* -------------------------------------------------------- gpu_layers.c */
 

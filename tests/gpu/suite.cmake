@@ -100,3 +100,19 @@ add_test(NAME run/gpu-layers-cpu
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/run_golden.py
           --sflowc $<TARGET_FILE:sflowc> --dir ${CMAKE_SOURCE_DIR}/tests/gpu/layers --run)
 set_tests_properties(run/gpu-layers-cpu PROPERTIES ENVIRONMENT "SFLOW_NO_GPU=1")
+# std.nn on the GPU (tests/gpu/nn_gpu.py): the @gpus actors of the
+# programs in tests/gpu/nn/ against the same programs with SFLOW_NO_GPU=1,
+# within each program's stated tolerance, and their read-back counts; on a
+# GPU (skipped without one) and under the host emulator (everywhere).
+add_test(NAME gpu/nn
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/nn_gpu.py
+          --sflowc $<TARGET_FILE:sflowc>)
+set_tests_properties(gpu/nn PROPERTIES SKIP_RETURN_CODE 77)
+add_test(NAME gpu_emu/nn
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/nn_gpu.py
+          --sflowc $<TARGET_FILE:sflowc>)
+set_tests_properties(gpu_emu/nn PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV}")
+# The nn layer's device unit tests (accessors, storage states, ops in a GPU
+# context) under the emulator: unit/test_rt_nn_gpu runs them where a GPU is.
+add_test(NAME gpu_emu/nn_unit COMMAND test_rt_nn_gpu)
+set_tests_properties(gpu_emu/nn_unit PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV}")
