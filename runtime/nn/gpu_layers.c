@@ -91,17 +91,46 @@ static sf_tensor *dcontig(sf_tensor *t, const sf_loc *loc) {
   return c;
 }
 
+/* cuMemcpyHtoDAsync_v2, looked up once (NULL when the driver lacks it). */
+typedef int (*htod_async_fn)(uint64_t dst, const void *src, size_t n, void *stream);
+static htod_async_fn htod_async(void) {
+  static htod_async_fn f; /* atomic: every thread finds the same entry */
+  static int looked;
+  if (!__atomic_load_n(&looked, __ATOMIC_ACQUIRE)) {
+    htod_async_fn g;
+    *(void **)&g = sf__cuda_sym("cuMemcpyHtoDAsync_v2");
+    __atomic_store_n(&f, g, __ATOMIC_RELAXED);
+    __atomic_store_n(&looked, 1, __ATOMIC_RELEASE);
+  }
+  return __atomic_load_n(&f, __ATOMIC_RELAXED);
+}
+
 /* n 64-bit words on the device, in a tensor of 2n floats (the bits are
  * never read as floats): the targets, ids and masks the kernels index
- * with, and the dropout streams' states.  The tensor's device block goes
- * back to the caching allocator when it is released, which stream order
- * makes safe for the kernels already queued. */
+ * with, and the dropout streams' states.  The copy is queued on stream 0
+ * (cuMemcpyHtoDAsync from pageable memory stages the bytes before it
+ * returns and waits for nothing, where the synchronous cuMemcpyHtoD would
+ * wait for every kernel queued before it: once per op, every step).  The
+ * tensor's device block goes back to the caching allocator when it is
+ * released, which stream order makes safe for the kernels already queued. */
 static sf_tensor *upload_words(const void *v, int64_t n, const sf_loc *loc) {
   int64_t len = 2 * (n > 0 ? n : 1);
-  sf_tensor *t = sf__t_empty(1, &len, loc);
-  if (n > 0)
-    memcpy(sf__t_wdata(t), v, (size_t)n * sizeof(uint64_t));
-  sf__t_dptr(t, loc);
+  htod_async_fn f = htod_async();
+  if (!f) { /* an older driver: through the host copy and sf__t_dptr */
+    sf_tensor *t = sf__t_empty(1, &len, loc);
+    if (n > 0)
+      memcpy(sf__t_wdata(t), v, (size_t)n * sizeof(uint64_t));
+    sf__t_dptr(t, loc);
+    return t;
+  }
+  sf_tensor *t = sf__t_dempty(1, &len, loc);
+  size_t bytes = (size_t)n * sizeof(uint64_t);
+  if (n > 0) {
+    int rc = f(sf__t_dptr(t, loc), v, bytes, NULL);
+    if (rc != 0)
+      sf__cuda_fail("cuMemcpyHtoDAsync (the integer inputs of a layer)", rc, loc);
+    SF__GPU_STAT_ADD(h2d_bytes, bytes);
+  }
   return t;
 }
 
