@@ -282,7 +282,8 @@ static void join_case(const char *what, bool stack, int64_t axis) {
   /* The third input is a transposed (strided) view of a param. */
   sf_tensor *ct = sf__t_transpose(cc, 0, 1, &LOC), *gt = sf__t_transpose(cg, 0, 1, &LOC);
   sf_tensor *inc[] = {ac, bc, ct}, *ing[] = {ag, bg, gt};
-  sf_array *tc = sf_array_new(&sf__type_tensor, 3, &LOC), *tg = sf_array_new(&sf__type_tensor, 3, &LOC);
+  sf_array *tc = sf_array_new(&sf__type_tensor, 3, &LOC);
+  sf_array *tg = sf_array_new(&sf__type_tensor, 3, &LOC);
   for (int i = 0; i < 3; i++) {
     ((sf_tensor **)tc->data)[i] = inc[i];
     sf_retain(inc[i]);

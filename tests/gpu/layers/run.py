@@ -5,7 +5,8 @@ emulator, and its stdout must be its `// expect:` lines (the programs
 compare their @gpus(1) actor's results with the CPU's themselves).  The
 run's SFLOW_GPU_STATS line must show kernel launches, so a pass means the
 GPU path ran, and a `// d2h-syncs: N` line bounds the device-to-host reads
-the run may make (the reads the program asks for; the layers add none).  Exits 77 (ctest: not run) without a GPU and without --emu.
+the run may make (the reads the program asks for; the layers add none).
+Exits 77 (ctest: not run) without a GPU and without --emu.
 
 Usage: run.py --sflowc PATH [--emu-env K=V ...] [PROGRAM ...]
 """
