@@ -42,6 +42,8 @@ static sf_tensor *narrow_view(const sf_tensor *t, int32_t axis, int64_t start, i
  * forward view covered (n->i2 the axis, n->i0 its first index, n->i1 the
  * length taken or -1 for a select, whose axis is dropped). */
 static void bw_narrow(sf__node *n, sf_tensor *g) {
+  if (sf__nn_gpu_here(NULL))
+    return sf__gpu_bw_narrow(n, g);
   sf_tensor *x = n->in[0];
   sf_tensor *z = sf__t_zeros(x->ndim, x->shape, NULL);
   sf_tensor *v = narrow_view(z, (int32_t)n->i2, n->i0, n->i1);
@@ -338,6 +340,8 @@ static sf_tensor *join(sf_array *ts, bool stack, int64_t axis_arg, const sf_loc 
     memcpy(shape, t0->shape, sizeof(int64_t) * (size_t)nd);
     shape[axis] = total;
   }
+  if (sf__nn_gpu_here(loc))
+    return sf__gpu_join(in, n, stack, axis, nd, shape, loc);
   sf_tensor *out = sf__t_empty(nd, shape, loc);
   int64_t start = 0;
   for (int64_t k = 0; k < n; k++) {

@@ -519,6 +519,36 @@ sf_tensor *sf_std_nn_attention_dropout(sf_tensor *q, sf_tensor *k, sf_tensor *v,
 double sf_std_nn_clip_grad_norm(sf_array *ps, double max_norm, const sf_loc *loc);
 sf_tensor *sf_std_nn_clip_grad_norm_tensor(sf_array *ps, double max_norm, const sf_loc *loc);
 
+/* -------------------------------------------------------- gpu_layers.c */
+
+/* The GPU paths of the layers (kernels/nn_layers.cu; docs/nn.md, "GPU"),
+ * called by the CPU forms' one-line hooks after their checks when
+ * sf__nn_gpu_here: device results, the CPU's nodes with device backward
+ * rules.  ax is the checked axis; used is cross_entropy's count of kept
+ * rows (from the host targets); dims the embedding's result shape; mask
+ * NULL for none; in, nd and shape are join's checked inputs and result
+ * shape. */
+sf_tensor *sf__gpu_softmax(sf_tensor *a, int32_t ax, bool log, const sf_loc *loc);
+sf_array *sf__gpu_argmax(sf_tensor *a, int32_t ax, const sf_loc *loc);
+sf_tensor *sf__gpu_cross_entropy(sf_tensor *logits, sf_array *targets, int64_t ignore_index,
+                                 float label_smoothing, int64_t used, const sf_loc *loc);
+sf_tensor *sf__gpu_layer_norm(sf_tensor *x, sf_tensor *weight, sf_tensor *bias, double eps,
+                              const sf_loc *loc);
+sf_tensor *sf__gpu_embedding(sf_tensor *weight, sf_array *ids, int32_t nd, const int64_t *dims,
+                             const sf_loc *loc);
+/* Training and 0 < p <= 1 (the identity is the caller's). */
+sf_tensor *sf__gpu_dropout(sf_tensor *x, double p, int64_t seed, const sf_loc *loc);
+sf_tensor *sf__gpu_dropout_rows(sf_tensor *x, double p, int64_t seed, sf_array *index,
+                                int64_t stream, const sf_loc *loc);
+sf_tensor *sf__gpu_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
+                             int64_t heads, double drop, int64_t seed, sf_array *index,
+                             int64_t stream, const sf_loc *loc);
+sf_tensor *sf__gpu_join(sf_tensor **in, int64_t n, bool stack, int32_t axis, int32_t nd,
+                        const int64_t *shape, const sf_loc *loc);
+/* The backward rule of t[i] and t[a..b] (index.c's bw_rows) on the device:
+ * g written into zeros of the source's shape. */
+void sf__gpu_bw_narrow(sf__node *n, sf_tensor *g);
+
 /* ------------------------------------------------------------ train.c */
 
 /* std.train's view of the calling member (stdlib/train.sflow): its rank

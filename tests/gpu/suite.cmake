@@ -88,6 +88,30 @@ set_tests_properties(gpu_emu/collectives_nccl PROPERTIES ENVIRONMENT
 add_test(NAME gpu_emu/library_kernels_reverse COMMAND gpu_check)
 set_tests_properties(gpu_emu/library_kernels_reverse PROPERTIES ENVIRONMENT
   "${SFLOW_EMU_ENV};SFLOW_EMU_ORDER=reverse")
+# The layers' GPU paths (runtime/nn/gpu_layers.c): each op against its CPU
+# form (unit/test_rt_nn_layers_gpu, under the emulator as gpu_emu/nn_layers_unit),
+# and tests/gpu/layers' programs, every layer forward and backward in a
+# @gpus(1) actor and the encoder trained in one (gpu/nn_layers on a GPU,
+# gpu_emu/nn_layers under the emulator; run/gpu-layers-cpu their CPU run).
+set_tests_properties(unit/test_rt_nn_layers_gpu PROPERTIES SKIP_RETURN_CODE 77)
+add_test(NAME gpu_emu/nn_layers_unit COMMAND test_rt_nn_layers_gpu)
+set_tests_properties(gpu_emu/nn_layers_unit PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV}")
+add_dependencies(test_rt_nn_layers_gpu sflow_emu)
+add_test(NAME gpu/nn_layers
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/layers/run.py
+          --sflowc $<TARGET_FILE:sflowc>)
+set_tests_properties(gpu/nn_layers PROPERTIES SKIP_RETURN_CODE 77)
+set(SFLOW_EMU_ARGS "")
+foreach(kv IN LISTS SFLOW_EMU_ENV)
+  list(APPEND SFLOW_EMU_ARGS --emu-env "${kv}")
+endforeach()
+add_test(NAME gpu_emu/nn_layers
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/layers/run.py
+          --sflowc $<TARGET_FILE:sflowc> ${SFLOW_EMU_ARGS})
+add_test(NAME run/gpu-layers-cpu
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/run_golden.py
+          --sflowc $<TARGET_FILE:sflowc> --dir ${CMAKE_SOURCE_DIR}/tests/gpu/layers --run)
+set_tests_properties(run/gpu-layers-cpu PROPERTIES ENVIRONMENT "SFLOW_NO_GPU=1")
 # std.nn on the GPU (tests/gpu/nn_gpu.py): the @gpus actors of the
 # programs in tests/gpu/nn/ against the same programs with SFLOW_NO_GPU=1,
 # within each program's stated tolerance, and their read-back counts; on a
