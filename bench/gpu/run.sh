@@ -8,8 +8,10 @@
 #
 # Without a GPU the run still goes end to end: every GPU row says "not run"
 # with the reason, and the script exits 0 only if nothing that ran failed.
-# The GPU runs should take under 10 minutes on an H200 (the NCCL part, 5,
-# is bounded by its timeouts at about 6 minutes and normally needs one).
+# The GPU runs should take under 10 minutes on an H200 (the NCCL part, 6,
+# is bounded by its timeouts at about 6 minutes and normally needs one;
+# std.nn's part, 5, about 2: the op checker, then 5 benchmark processes
+# per side of a few seconds each, every one bounded by `timeout`).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -25,12 +27,23 @@ if [ "${1:-}" = prepare ]; then
     "$build/bin/sflowc" -O2 "$src" -o "$out/progs/$name" || exit 1
     grep -h '// gpu-stats:' "$src" | sed 's|.*gpu-stats: *||' > "$out/progs/$name.stats" || true
   done
+  # std.nn on the device (section 5): the op checker and the benchmarks, in
+  # nn/ so that section 3 does not take them for kernel programs.  The bf16
+  # checker needs nn.autocast; without it the reason goes to a .missing file
+  # and its row says "not built".
+  mkdir -p "$out/nn"
+  for name in nn_check nn_bench; do
+    "$build/bin/sflowc" -O2 "$here/$name.sflow" -o "$out/nn/$name" || exit 1
+  done
+  "$build/bin/sflowc" -O2 "$here/nn_check_autocast.sflow" -o "$out/nn/nn_check_autocast" 2> "$out/nn/nn_check_autocast.missing" &&
+    rm -f "$out/nn/nn_check_autocast.missing"
+  cp "$here/torch_peer.py" "$out/nn/"
   mkdir -p "$out/cu"
   cp "$root"/kernels/*.cu "$out/cu/"
   for src in "$root"/tests/gpu/programs/*.sflow "$root"/tests/run/kernels/*.sflow; do
     "$build/bin/sflowc" --emit=cuda "$src" > "$out/cu/$(basename "$src" .sflow).cu" 2>/dev/null || rm -f "$out/cu/$(basename "$src" .sflow).cu"
   done
-  echo "prepared $out ($(ls "$out/progs" | grep -vc stats) programs); run: bench/gpu/run.sh"
+  echo "prepared $out ($(ls "$out/progs" | grep -vc stats) programs, $(ls "$out/nn" | grep -c '^nn_[a-z_]*$') nn programs); run: bench/gpu/run.sh"
   exit 0
 fi
 
@@ -91,7 +104,91 @@ timeout 300 python3 "$here/torch_peer.py" > "$table.torch" 2>&1; rc=$?
 if [ $rc = 0 ]; then grep '^TABLE|' "$table.torch" >> "$table"
 else row "PyTorch peers|not run: $(tail -1 "$table.torch")|-|-"; fi
 
-# 5. NCCL (runtime/gpu/nccl.c): two processes as two ranks (exact results, a
+# 5. std.nn on the device (bench/gpu/nn_*.sflow; docs/performance.md, "GPU").
+#    The op checker: every op forward and backward on the CPU and in a
+#    @gpus(1) actor, one row per op (its own TABLE| lines); its kernels must
+#    have run on the device (gpu_launches > 0), else the ops ran on the CPU.
+#    Then the MLP step, the encoder layer and `@` beside torch.cuda, each
+#    side one process per benchmark, with the allocators' peaks.
+nn_gpu=1
+stat() { grep -o "\b$1=[0-9]*" "$2" 2>/dev/null | tail -1 | cut -d= -f2; }
+nn_checker() {   # nn_checker NAME TIMEOUT
+  local exe=$out/nn/$1
+  if [ -f "$exe.missing" ] || [ ! -x "$exe" ]; then
+    row "nn $1|not built: $(grep -m1 error "$exe.missing" 2>/dev/null | sed 's/^[^ ]* //' | cut -c1-60)|-|-"; return
+  fi
+  SFLOW_GPU_STATS=1 timeout "$2" "$exe" --require-gpu --n 32 --device GPU > "$table.nn" 2> "$table.nnerr"; local rc=$?
+  if grep -q -- '--require-gpu' "$table.nnerr"; then
+    row "nn $1 (every op, GPU vs CPU)|not run: no GPU|-|-"; nn_gpu=0; return
+  fi
+  grep '^TABLE|' "$table.nn" >> "$table"
+  local launches; launches=$(stat gpu_launches "$table.nnerr")
+  if [ "${launches:-0}" = 0 ]; then
+    row "nn $1: kernels on the device|FAIL: gpu_launches=${launches:-?} (the ops ran on the CPU)|-|> 0"; failed=1
+  fi
+  if [ $rc != 0 ]; then
+    failed=1; row "nn $1|FAIL (rc $rc$([ $rc = 124 ] && echo ", timed out after $2 s"))|-|-"
+    echo "--- $1"; tail -20 "$table.nnerr"
+  fi
+}
+nn_checker nn_check 240
+nn_checker nn_check_autocast 120
+
+# One benchmark on each side: sets s_ms s_x s_peak t_ms t_x t_peak ("" when
+# a side did not run; *_x is the steps, or GFLOP/s for matmul).
+nn_pair() {   # nn_pair WHAT TIMEOUT [--tf32]
+  local what=$1 lim=$2 tf32=${3:-} r
+  s_ms=; s_x=; s_peak=; t_ms=; t_x=; t_peak=; s_reads=
+  if [ $nn_gpu = 1 ]; then
+    SFLOW_ALLOW_TF32=$([ -n "$tf32" ] && echo 1 || echo 0) SFLOW_GPU_STATS=1 \
+      timeout "$lim" "$out/nn/nn_bench" --require-gpu --what "$what" > "$table.nb" 2> "$table.nberr"; r=$?
+    read -r _ _ _ s_ms s_x < <(grep "^RESULT gpu_$what sflow" "$table.nb")
+    if [ -z "$s_ms" ]; then
+      failed=1; echo "--- nn_bench --what $what $tf32 (rc $r)"; tail -20 "$table.nberr"
+    fi
+    local p; p=$(stat dev_peak "$table.nberr"); [ -n "$p" ] && s_peak=$(awk -v b="$p" 'BEGIN { printf "%.1f", b / 1048576 }')
+    s_reads=$(stat d2h_syncs "$table.nberr")
+  fi
+  timeout "$lim" python3 "$out/nn/torch_peer.py" nn "$what" $tf32 > "$table.nt" 2>&1
+  read -r _ _ _ t_ms t_x t_peak < <(grep "^RESULT gpu_$what torch" "$table.nt")
+  [ -n "$t_ms" ] || t_why=$(tail -1 "$table.nt" | cut -c1-50)
+}
+# "X ms", "FAIL" when the side ran and printed nothing, "not run: no GPU".
+side() { if [ -n "$1" ]; then echo "$1 $2"; elif [ "$3" = 1 ]; then echo FAIL; else echo "not run: no GPU"; fi; }
+torch_side() { if [ -n "$1" ]; then echo "$1 $2"; else echo "torch.cuda not run: ${t_why:-?}"; fi; }
+ratio() { [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN { printf " (%.2fx torch)", a / b }'; }
+torch_gpu=1
+python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null || torch_gpu=0
+if [ $nn_gpu = 0 ] && [ $torch_gpu = 0 ]; then
+  for r in "nn MLP train step 784-1024-1024-10, b256 (ms)" "nn encoder layer fwd+bwd B32 T128 C384 H12 (ms)" \
+           "nn @ f32 4096^3 (GFLOP/s)" "nn @ TF32 4096^3 (GFLOP/s)" "nn peak device memory (MB)"; do
+    row "$r|not run: no GPU|not run: no GPU|-"
+  done
+else
+  for what in mlp encoder; do
+    nn_pair $what 150
+    [ $what = mlp ] && label="nn MLP train step 784-1024-1024-10, b256, SGD momentum" ||
+      label="nn encoder layer fwd+bwd B32 T128 C384 H12"
+    row "$label|$(side "$s_ms" ms $nn_gpu)$(ratio "$t_ms" "$s_ms")|$(torch_side "$t_ms" ms)|>= 0.9x torch"
+    row "$label: peak device memory|$(side "$s_peak" MB $nn_gpu)$(ratio "$s_peak" "$t_peak" | sed 's/x torch/x/')|$(torch_side "$t_peak" MB) (max_memory_allocated)|<= 1.2x"
+    if [ $what = mlp ] && [ -n "$s_reads" ] && [ -n "$s_x" ]; then
+      # Every tensor read back counts; the step asks for one, its item().
+      per=$(awk -v r="$s_reads" -v n="$s_x" 'BEGIN { printf "%.2f", r / (n + 3) }')
+      v=ok; awk -v p="$per" 'BEGIN { exit !(p > 1.0) }' && { v=FAIL; failed=1; }
+      row "nn MLP step: device-to-host reads per step|$per ($s_reads in $((s_x + 3)) steps): $v|-|1 (the loss's item())"
+    fi
+  done
+  timeout 150 python3 "$out/nn/torch_peer.py" nn encoder --attention explicit > "$table.nt" 2>&1
+  t_ms=$(grep -o '^RESULT gpu_encoder_explicit torch [0-9.]*' "$table.nt" | cut -d' ' -f4)
+  row "torch encoder layer, explicit softmax attention|$(torch_side "$t_ms" ms)|peer (sdpa above)|-"
+  for tf in "" --tf32; do
+    nn_pair matmul 150 $tf
+    pct=; [ -n "$s_x" ] && [ -n "$t_x" ] && pct=$(awk -v a="$s_x" -v b="$t_x" 'BEGIN { printf " (%.0f%% of torch)", 100 * a / b }')
+    row "nn @ $([ -n "$tf" ] && echo TF32 || echo f32) 4096x4096x4096 (sflow @gpus(1) actor)|$(side "$s_x" GFLOP/s $nn_gpu)$pct|torch.matmul $(torch_side "$t_x" GFLOP/s | sed 's/^torch.cuda //')|>= 95%"
+  done
+fi
+
+# 6. NCCL (runtime/gpu/nccl.c): two processes as two ranks (exact results, a
 #    dead and a stopped peer caught by the watchdog, allreduce bandwidth
 #    1 KB-256 MB), the torch.distributed peer, and an sflow group in one
 #    process (NCCL on two GPUs, host staging when its members share one).
