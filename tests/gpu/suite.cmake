@@ -35,3 +35,4 @@ add_dependencies(test_rt_nccl sflow_fake_nccl)
 # the CPU after a notice, --require-gpu an error): keep them so on a
 # machine that has one, now that gpu.c reports its devices to @gpus.
 set_tests_properties(run/scheduler PROPERTIES ENVIRONMENT "SFLOW_NO_GPU=1")
+include(${CMAKE_CURRENT_LIST_DIR}/nn_check.cmake)

@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Tests of bench/gpu/nn_check.sflow, the std.nn op checker of
+bench/gpu/run.sh (docs/performance.md, "GPU"), at a small size (--n 8).
+
+    nn_check.py --sflowc SFLOWC --mode compare
+        SFLOW_NO_GPU=1, so both sides run on the CPU: every row must be ok
+        (the two sides computed the same bits), and the comparison must
+        catch a difference: --perturb moves one op's device value by 3 of
+        its class's tolerances (the row must read "rel 3.0e-06" for an
+        elementwise op, and FAIL), an index by 1, or makes it NaN, and the
+        program fails.
+    nn_check.py --sflowc SFLOWC --mode emulator
+        under the host emulator (tests/gpu/emu; the ctest sets SFLOW_CUDA,
+        SFLOW_NVRTC and SFLOW_CUBLAS): the actor's side must have launched
+        kernels (SFLOW_GPU_STATS's gpu_launches > 0), every row must be ok
+        and say "emulator", never "GPU"; nn_check_autocast too when it
+        builds (it needs nn.autocast).
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BENCH = os.path.join(os.path.dirname(os.path.dirname(HERE)), "bench", "gpu")
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        failures.append(what)
+
+
+def build(sflowc, name, out):
+    exe = os.path.join(out, name)
+    p = subprocess.run([sflowc, "-O2", os.path.join(BENCH, name + ".sflow"), "-o", exe],
+                       capture_output=True, text=True)
+    return exe if p.returncode == 0 else p.stderr
+
+
+def run(exe, args, env_extra):
+    env = dict(os.environ, **env_extra)
+    return subprocess.run([exe, "--n", "8"] + args, capture_output=True, text=True, env=env, timeout=900)
+
+
+def rows(stdout):
+    """{op: (figure, goal)} of the TABLE rows."""
+    out = {}
+    for line in stdout.splitlines():
+        if line.startswith("TABLE|nn "):
+            _, check_, figure, _, goal = line.split("|")
+            out[check_] = (figure, goal)
+    return out
+
+
+def compare(sflowc, tmp):
+    exe = build(sflowc, "nn_check", tmp)
+    if not os.path.isabs(exe):
+        check(False, f"nn_check.sflow compiles: {exe}")
+        return
+    cpu = {"SFLOW_NO_GPU": "1"}
+    p = run(exe, [], cpu)
+    r = rows(p.stdout)
+    check(p.returncode == 0, f"CPU against CPU: exit 0 (got {p.returncode}) {p.stderr[-300:]}")
+    check(len(r) >= 50, f"one row per op: {len(r)} rows")
+    check(all(g.endswith(": ok") and f == "abs 0, rel 0" for f, g in r.values()),
+          "every row: abs 0, rel 0, ok (the same code on the same CPU)")
+    check(f"NNCHECK rows {len(r)} failed 0" in p.stdout, "the summary line counts them")
+    for op, figure, goal in (("relu", "abs 5.6e-06, rel 3.0e-06", "rel <= 1.0e-06: FAIL"),
+                             ("matmul 2-D", None, "rel <= 1.0e-04: FAIL"),
+                             ("softmax axis -1", None, "rel <= 1.0e-05: FAIL"),
+                             ("argmax", "abs 1.0e+00,", "exact: FAIL")):
+        p = run(exe, ["--perturb", op], cpu)
+        r = rows(p.stdout)
+        bad = [k for k, (f, g) in r.items() if g.endswith("FAIL")]
+        check(p.returncode != 0 and len(bad) == 1 and bad[0].startswith("nn " + op),
+              f"--perturb {op}: exactly its row fails, and the program ({p.returncode}): {bad}")
+        mine = r.get(bad[0]) if bad else None
+        check(mine is not None and mine[1] == goal and (figure is None or mine[0].startswith(figure))
+              and ("rel 3.0e" in mine[0] or goal == "exact: FAIL"), f"--perturb {op}: 3 tolerances off reads as such: {mine}")
+    p = run(exe, ["--perturb", "nan"], cpu)
+    bad = [f for f, g in rows(p.stdout).values() if g.endswith("FAIL")]
+    check(p.returncode != 0 and len(bad) == 1 and re.match(r"tensor 0 value 0: nan, CPU -?[0-9]", bad[0]),
+          f"a NaN where the CPU has a number fails, named: {bad}")
+    p = run(exe, ["--perturb", "nothing such"], cpu)
+    check(p.returncode != 0 and "--perturb nothing such names no op" in p.stderr,
+          f"a --perturb that names no op is an error: {p.stderr.strip()[-200:]}")
+    p = run(exe, ["--n", "2"], cpu)
+    check(p.returncode != 0 and "--n must be at least 4 (got 2)" in p.stderr, "--n below 4 is an error")
+
+
+def emulator(sflowc, tmp):
+    for name in ("nn_check", "nn_check_autocast"):
+        exe = build(sflowc, name, tmp)
+        if not os.path.isabs(exe):
+            if name == "nn_check_autocast" and "has no 'autocast'" in exe:
+                print(f"note: {name} not built: std.nn has no autocast yet")
+                continue
+            check(False, f"{name}.sflow compiles: {exe}")
+            continue
+        p = run(exe, ["--require-gpu", "--device", "emulator"], {"SFLOW_GPU_STATS": "1"})
+        r = rows(p.stdout)
+        sys.stdout.write(p.stdout)
+        m = re.search(r"gpu_launches=(\d+)", p.stderr)
+        check(m is not None and int(m.group(1)) > 0,
+              f"{name}: kernels ran on the emulated device (gpu_launches={m and m.group(1)})")
+        check(p.returncode == 0, f"{name}: every op within its tolerance (exit {p.returncode}) "
+              f"{p.stderr[-600:] if p.returncode else ''}")
+        check(len(r) > 0 and all("(emulator vs CPU)" in k for k in r) and
+              not any("GPU" in k for k in r), f"{name}: {len(r)} rows, each says emulator, none GPU")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sflowc", required=True)
+    ap.add_argument("--mode", choices=("compare", "emulator"), required=True)
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        (compare if a.mode == "compare" else emulator)(a.sflowc, tmp)
+    if failures:
+        print(f"nn_check.py: {len(failures)} failed")
+        return 1
+    print("nn_check.py: all passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
