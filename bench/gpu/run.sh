@@ -117,7 +117,7 @@ nn_checker() {   # nn_checker NAME TIMEOUT
   if [ -f "$exe.missing" ] || [ ! -x "$exe" ]; then
     row "nn $1|not built: $(grep -m1 error "$exe.missing" 2>/dev/null | sed 's/^[^ ]* //' | cut -c1-60)|-|-"; return
   fi
-  SFLOW_GPU_STATS=1 timeout "$2" "$exe" --require-gpu --n 32 --device GPU > "$table.nn" 2> "$table.nnerr"; local rc=$?
+  SFLOW_GPU_STATS=1 timeout "$2" "$exe" --require-gpu --n 128 --device GPU > "$table.nn" 2> "$table.nnerr"; local rc=$?
   if grep -q -- '--require-gpu' "$table.nnerr"; then
     row "nn $1 (every op, GPU vs CPU)|not run: no GPU|-|-"; nn_gpu=0; return
   fi
