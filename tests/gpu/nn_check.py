@@ -7,8 +7,9 @@ bench/gpu/run.sh (docs/performance.md, "GPU"), at a small size (--n 8).
         (the two sides computed the same bits), and the comparison must
         catch a difference: --perturb moves one op's device value by 3 of
         its class's tolerances (the row must read "rel 3.0e-06" for an
-        elementwise op, and FAIL), an index by 1, or makes it NaN, and the
-        program fails.
+        elementwise op, and FAIL), an index by 1, or makes it NaN, or fails
+        one op's device call (its row fails with the message, the others
+        run), and the program fails.
     nn_check.py --sflowc SFLOWC --mode emulator
         under the host emulator (tests/gpu/emu; the ctest sets SFLOW_CUDA,
         SFLOW_NVRTC and SFLOW_CUBLAS): the actor's side must have launched
@@ -65,7 +66,8 @@ def compare(sflowc, tmp):
     p = run(exe, [], cpu)
     r = rows(p.stdout)
     check(p.returncode == 0, f"CPU against CPU: exit 0 (got {p.returncode}) {p.stderr[-300:]}")
-    check(len(r) >= 50, f"one row per op: {len(r)} rows")
+    n_ops = len(r)
+    check(n_ops >= 50, f"one row per op: {n_ops} rows")
     check(all(g.endswith(": ok") and f == "abs 0, rel 0" for f, g in r.values()),
           "every row: abs 0, rel 0, ok (the same code on the same CPU)")
     check(f"NNCHECK rows {len(r)} failed 0" in p.stdout, "the summary line counts them")
@@ -85,6 +87,13 @@ def compare(sflowc, tmp):
     bad = [f for f, g in rows(p.stdout).values() if g.endswith("FAIL")]
     check(p.returncode != 0 and len(bad) == 1 and re.match(r"tensor 0 value 0: nan, CPU -?[0-9]", bad[0]),
           f"a NaN where the CPU has a number fails, named: {bad}")
+    p = run(exe, ["--perturb", "error"], cpu)
+    r = rows(p.stdout)
+    bad = [(k, f) for k, (f, g) in r.items() if g.endswith("FAIL")]
+    check(p.returncode != 0 and len(r) == n_ops and len(bad) == 1 and bad[0][0].startswith("nn sub ")
+          and "error: " in bad[0][1] and "injected by --perturb error" in bad[0][1],
+          f"an op whose device side fails fails its own row, with the message, and the "
+          f"others still run: {len(r)} rows, failing {bad}")
     p = run(exe, ["--perturb", "nothing such"], cpu)
     check(p.returncode != 0 and "--perturb nothing such names no op" in p.stderr,
           f"a --perturb that names no op is an error: {p.stderr.strip()[-200:]}")
