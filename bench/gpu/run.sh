@@ -110,14 +110,21 @@ else row "PyTorch peers|not run: $(tail -1 "$table.torch")|-|-"; fi
 #    have run on the device (gpu_launches > 0), else the ops ran on the CPU.
 #    Then the MLP step, the encoder layer and `@` beside torch.cuda, each
 #    side one process per benchmark, with the allocators' peaks.
+#    The whole part has 300 s (nn_end; NN_BUDGET_S=N for another): each process's timeout is the
+#    smaller of its own and what is left, and a part with under 10 s left
+#    is not started (its row says so).
 nn_gpu=1
+nn_end=$((SECONDS + ${NN_BUDGET_S:-300}))
+left() { local l=$((nn_end - SECONDS)); [ $l -lt "$1" ] && echo $l || echo "$1"; }
+spent="not run: section 5's ${NN_BUDGET_S:-300} s were spent"
 stat() { grep -o "\b$1=[0-9]*" "$2" 2>/dev/null | tail -1 | cut -d= -f2; }
 nn_checker() {   # nn_checker NAME TIMEOUT
   local exe=$out/nn/$1
   if [ -f "$exe.missing" ] || [ ! -x "$exe" ]; then
     row "nn $1|not built: $(grep -m1 error "$exe.missing" 2>/dev/null | sed 's/^[^ ]* //' | cut -c1-60)|-|-"; return
   fi
-  SFLOW_GPU_STATS=1 timeout "$2" "$exe" --require-gpu --n 128 --device GPU > "$table.nn" 2> "$table.nnerr"; local rc=$?
+  local lim; lim=$(left "$2"); [ "$lim" -lt 10 ] && { row "nn $1|$spent|-|-"; return; }
+  SFLOW_GPU_STATS=1 timeout "$lim" "$exe" --require-gpu --n 128 --device GPU > "$table.nn" 2> "$table.nnerr"; local rc=$?
   if grep -q -- '--require-gpu' "$table.nnerr"; then
     row "nn $1 (every op, GPU vs CPU)|not run: no GPU|-|-"; nn_gpu=0; return
   fi
@@ -127,7 +134,7 @@ nn_checker() {   # nn_checker NAME TIMEOUT
     row "nn $1: kernels on the device|FAIL: gpu_launches=${launches:-?} (the ops ran on the CPU)|-|> 0"; failed=1
   fi
   if [ $rc != 0 ]; then
-    failed=1; row "nn $1|FAIL (rc $rc$([ $rc = 124 ] && echo ", timed out after $2 s"))|-|-"
+    failed=1; row "nn $1|FAIL (rc $rc$([ $rc = 124 ] && echo ", timed out after $lim s"))|-|-"
     echo "--- $1"; tail -20 "$table.nnerr"
   fi
 }
@@ -137,8 +144,9 @@ nn_checker nn_check_autocast 120
 # One benchmark on each side: sets s_ms s_x s_peak t_ms t_x t_peak ("" when
 # a side did not run; *_x is the steps, or GFLOP/s for matmul).
 nn_pair() {   # nn_pair WHAT TIMEOUT [--tf32]
-  local what=$1 lim=$2 tf32=${3:-} r
-  s_ms=; s_x=; s_peak=; t_ms=; t_x=; t_peak=; s_reads=
+  local what=$1 lim tf32=${3:-} r
+  s_ms=; s_x=; s_peak=; t_ms=; t_x=; t_peak=; s_reads=; t_why=; s_state=$nn_gpu
+  lim=$(left "$2"); [ "$lim" -lt 10 ] && { s_state=2; t_why=${spent#not run: }; return; }
   if [ $nn_gpu = 1 ]; then
     SFLOW_ALLOW_TF32=$([ -n "$tf32" ] && echo 1 || echo 0) SFLOW_GPU_STATS=1 \
       timeout "$lim" "$out/nn/nn_bench" --require-gpu --what "$what" > "$table.nb" 2> "$table.nberr"; r=$?
@@ -149,12 +157,18 @@ nn_pair() {   # nn_pair WHAT TIMEOUT [--tf32]
     local p; p=$(stat dev_peak "$table.nberr"); [ -n "$p" ] && s_peak=$(awk -v b="$p" 'BEGIN { printf "%.1f", b / 1048576 }')
     s_reads=$(stat d2h_syncs "$table.nberr")
   fi
+  lim=$(left "$2"); [ "$lim" -lt 10 ] && { t_why=${spent#not run: }; return; }
   timeout "$lim" python3 "$out/nn/torch_peer.py" nn "$what" $tf32 > "$table.nt" 2>&1
   read -r _ _ _ t_ms t_x t_peak < <(grep "^RESULT gpu_$what torch" "$table.nt")
   [ -n "$t_ms" ] || t_why=$(tail -1 "$table.nt" | cut -c1-50)
 }
-# "X ms", "FAIL" when the side ran and printed nothing, "not run: no GPU".
-side() { if [ -n "$1" ]; then echo "$1 $2"; elif [ "$3" = 1 ]; then echo FAIL; else echo "not run: no GPU"; fi; }
+# "X ms", "FAIL" when the side ran and printed nothing, "not run: no GPU",
+# or not run for want of time (state 2).
+side() {
+  if [ -n "$1" ]; then echo "$1 $2"; elif [ "$3" = 1 ]; then echo FAIL
+  elif [ "$3" = 2 ]; then echo "$spent"; elif [ "$3" = 3 ]; then echo "- (no dev_peak counter)"
+  else echo "not run: no GPU"; fi
+}
 torch_side() { if [ -n "$1" ]; then echo "$1 $2"; else echo "torch.cuda not run: ${t_why:-?}"; fi; }
 ratio() { [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN { printf " (%.2fx torch)", a / b }'; }
 torch_gpu=1
@@ -169,8 +183,8 @@ else
     nn_pair $what 150
     [ $what = mlp ] && { label="nn MLP train step (784-1024-1024-10, b256)"; short="nn MLP step"; } ||
       { label="nn encoder layer fwd+bwd (B32 T128 C384 H12)"; short="nn encoder layer"; }
-    row "$label|$(side "$s_ms" ms $nn_gpu)$(ratio "$t_ms" "$s_ms")|$(torch_side "$t_ms" ms)|>= 0.9x torch"
-    row "$short: peak device memory|$(side "$s_peak" MB $nn_gpu)$(ratio "$s_peak" "$t_peak" | sed 's/x torch/x/')|$(torch_side "$t_peak" MB) (max_memory_allocated)|<= 1.2x"
+    row "$label|$(side "$s_ms" ms $s_state)$(ratio "$t_ms" "$s_ms")|$(torch_side "$t_ms" ms)|>= 0.9x torch"
+    row "$short: peak device memory|$(side "$s_peak" MB $([ -n "$s_ms" ] && echo 3 || echo $s_state))$(ratio "$s_peak" "$t_peak" | sed 's/x torch/x/')|$(torch_side "$t_peak" MB)$([ -n "$t_peak" ] && echo " (max_memory_allocated)")|<= 1.2x"
     if [ $what = mlp ] && [ -n "$s_reads" ] && [ -n "$s_x" ]; then
       # Every tensor read back counts; the step asks for one, its item().
       per=$(awk -v r="$s_reads" -v n="$s_x" 'BEGIN { printf "%.2f", r / (n + 3) }')
@@ -178,13 +192,17 @@ else
       row "nn MLP step: device-to-host reads per step|$per ($s_reads in $((s_x + 3)) steps): $v|-|1 (the loss's item())"
     fi
   done
-  timeout 150 python3 "$out/nn/torch_peer.py" nn encoder --attention explicit > "$table.nt" 2>&1
-  t_ms=$(grep -o '^RESULT gpu_encoder_explicit torch [0-9.]*' "$table.nt" | cut -d' ' -f4)
+  t_ms=; t_why=${spent#not run: }; lim=$(left 150)
+  if [ "$lim" -ge 10 ]; then
+    timeout "$lim" python3 "$out/nn/torch_peer.py" nn encoder --attention explicit > "$table.nt" 2>&1
+    t_ms=$(grep -o '^RESULT gpu_encoder_explicit torch [0-9.]*' "$table.nt" | cut -d' ' -f4)
+    t_why=$(tail -1 "$table.nt" | cut -c1-50)
+  fi
   row "torch encoder layer, explicit softmax attention|$(torch_side "$t_ms" ms)|peer (sdpa above)|-"
   for tf in "" --tf32; do
     nn_pair matmul 150 $tf
     pct=; [ -n "$s_x" ] && [ -n "$t_x" ] && pct=$(awk -v a="$s_x" -v b="$t_x" 'BEGIN { printf " (%.0f%% of torch)", 100 * a / b }')
-    row "nn @ $([ -n "$tf" ] && echo TF32 || echo f32) 4096^3 (@gpus(1) actor)|$(side "$s_x" GFLOP/s $nn_gpu)$pct|torch.matmul $(torch_side "$t_x" GFLOP/s | sed 's/^torch.cuda //')|>= 95%"
+    row "nn @ $([ -n "$tf" ] && echo TF32 || echo f32) 4096^3 (@gpus(1) actor)|$(side "$s_x" GFLOP/s $s_state)$pct|torch.matmul $(torch_side "$t_x" GFLOP/s | sed 's/^torch.cuda //')|>= 95%"
   done
 fi
 
