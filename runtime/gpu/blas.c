@@ -223,10 +223,13 @@ static void cublas_init(void) {
   static const char *const names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so",
                                       "/usr/local/cuda/lib64/libcublas.so.13", NULL};
   void *h = NULL;
-  for (int i = 0; names[i] && !h; i++)
+  const char *e = getenv("SFLOW_CUBLAS"); /* another cuBLAS (the host emulator, tests/gpu/emu) */
+  if (e && *e)
+    h = dlopen(e, RTLD_NOW | RTLD_LOCAL);
+  for (int i = 0; !(e && *e) && names[i] && !h; i++)
     h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
   if (!h) {
-    snprintf(CB.why, sizeof CB.why, "libcublas not found");
+    snprintf(CB.why, sizeof CB.why, e && *e ? "SFLOW_CUBLAS does not load" : "libcublas not found");
     return;
   }
   int (*create)(cublasHandle_t *) = (int (*)(cublasHandle_t *))dlsym(h, "cublasCreate_v2");

@@ -120,9 +120,16 @@ static bool load_driver(void) {
     snprintf(D.why, sizeof D.why, "SFLOW_NO_GPU is set");
     return false;
   }
-  D.lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  /* SFLOW_CUDA names another driver library (the host emulator, tests/gpu/emu). */
+  const char *drv = getenv("SFLOW_CUDA");
+  if (!drv || !*drv)
+    drv = "libcuda.so.1";
+  D.lib = dlopen(drv, RTLD_NOW | RTLD_LOCAL);
   if (!D.lib) {
-    snprintf(D.why, sizeof D.why, "libcuda.so.1 not found");
+    if (strcmp(drv, "libcuda.so.1"))
+      snprintf(D.why, sizeof D.why, "SFLOW_CUDA=%.200s does not load", drv);
+    else
+      snprintf(D.why, sizeof D.why, "libcuda.so.1 not found");
     return false;
   }
   struct { void **slot; const char *name; } syms[] = {
@@ -138,7 +145,7 @@ static bool load_driver(void) {
   };
   for (size_t i = 0; i < sizeof syms / sizeof *syms; i++)
     if (!(*syms[i].slot = dlsym(D.lib, syms[i].name))) {
-      snprintf(D.why, sizeof D.why, "libcuda.so.1 lacks %s", syms[i].name);
+      snprintf(D.why, sizeof D.why, "%.200s lacks %s", drv, syms[i].name);
       return false;
     }
   int n = 0, maj = 0, min = 0, ord = 0;
@@ -432,7 +439,12 @@ void *sf__gpu_function(const char *src, const char *entry, int *block, const sf_
       sf_runtime_error(loc, "out of memory");
     loaded = p;
   }
-  loaded[nloaded++] = (LoadedFn){src, here(), entry, fn, bs};
+  /* The entry's text is copied: callers pass names built in a buffer of
+   * their own (kernels.c's "sflow_<op>_f32"), which later names another. */
+  char *name = strdup(entry);
+  if (!name)
+    sf_runtime_error(loc, "out of memory");
+  loaded[nloaded++] = (LoadedFn){src, here(), name, fn, bs};
   *block = bs;
   pthread_mutex_unlock(&D.mu);
   return fn;

@@ -35,4 +35,39 @@ add_dependencies(test_rt_nccl sflow_fake_nccl)
 # the CPU after a notice, --require-gpu an error): keep them so on a
 # machine that has one, now that gpu.c reports its devices to @gpus.
 set_tests_properties(run/scheduler PROPERTIES ENVIRONMENT "SFLOW_NO_GPU=1")
+# The host emulator (tests/gpu/emu): one library that stands in for
+# libcuda.so.1, NVRTC and cuBLAS, so that the GPU paths and the real kernel
+# sources run here without a GPU.  It is a test tool, never reported as a
+# GPU; the gpu_emu/ tests below are the GPU tests under it.
+add_library(sflow_emu MODULE ${CMAKE_SOURCE_DIR}/tests/gpu/emu/emu.c)
+target_compile_definitions(sflow_emu PRIVATE
+  SF_EMU_SHIM="${CMAKE_SOURCE_DIR}/tests/gpu/emu/cuda_shim.h")
+set_source_files_properties(${CMAKE_SOURCE_DIR}/tests/gpu/emu/emu.c PROPERTIES
+  OBJECT_DEPENDS ${CMAKE_SOURCE_DIR}/tests/gpu/emu/cuda_shim.h)
+set_target_properties(sflow_emu PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests
+                      PREFIX lib C_VISIBILITY_PRESET hidden)
+target_link_libraries(sflow_emu PRIVATE Threads::Threads dl m)
+# The environment that puts a program under the emulator; the module cache
+# in the build tree keeps compiled kernel modules across runs.
+set(SFLOW_EMU_ENV
+  "SFLOW_CUDA=$<TARGET_FILE:sflow_emu>"
+  "SFLOW_NVRTC=$<TARGET_FILE:sflow_emu>"
+  "SFLOW_CUBLAS=$<TARGET_FILE:sflow_emu>"
+  "SFLOW_KERNEL_CACHE=${CMAKE_BINARY_DIR}/tests/emu-kernel-cache"
+  "SFLOW_NCCL=off")
+add_test(NAME gpu_emu/library_kernels COMMAND gpu_check)
+set_tests_properties(gpu_emu/library_kernels PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV}")
+add_dependencies(gpu_check sflow_emu)
+# Every GPU test program and run/kernels program under the emulator:
+# output identical to the CPU run, transfer counters as the programs state.
+add_test(NAME gpu_emu/programs
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/programs.py
+          --sflowc $<TARGET_FILE:sflowc> --emu $<TARGET_FILE:sflow_emu>)
+set_tests_properties(gpu_emu/programs PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV}")
+# The group collectives again with two emulated devices: one member per
+# device, device arrays staged through the host (NCCL is off here).
+add_test(NAME gpu_emu/collectives_2dev
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/programs.py
+          --sflowc $<TARGET_FILE:sflowc> --emu $<TARGET_FILE:sflow_emu> --only device_collectives)
+set_tests_properties(gpu_emu/collectives_2dev PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV};SFLOW_EMU_DEVICES=2")
 include(${CMAKE_CURRENT_LIST_DIR}/nn_check.cmake)
