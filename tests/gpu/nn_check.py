@@ -15,7 +15,10 @@ bench/gpu/run.sh (docs/performance.md, "GPU"), at a small size (--n 8).
         SFLOW_NVRTC and SFLOW_CUBLAS): the actor's side must have launched
         kernels (SFLOW_GPU_STATS's gpu_launches > 0), every row must be ok
         and say "emulator", never "GPU"; nn_check_autocast too when it
-        builds (it needs nn.autocast).
+        builds (it needs nn.autocast); and nn_bench.sflow's MLP step (one,
+        which must read back once: its item()) and `@` at n 64, each
+        printing its RESULT line with kernels launched and an allocator
+        peak in SFLOW_GPU_STATS.
 """
 import argparse
 import os
@@ -39,7 +42,7 @@ def build(sflowc, name, out):
     exe = os.path.join(out, name)
     p = subprocess.run([sflowc, "-O2", os.path.join(BENCH, name + ".sflow"), "-o", exe],
                        capture_output=True, text=True)
-    return exe if p.returncode == 0 else p.stderr
+    return (exe, "") if p.returncode == 0 else (None, p.stderr)
 
 
 def run(exe, args, env_extra):
@@ -58,9 +61,9 @@ def rows(stdout):
 
 
 def compare(sflowc, tmp):
-    exe = build(sflowc, "nn_check", tmp)
-    if not os.path.isabs(exe):
-        check(False, f"nn_check.sflow compiles: {exe}")
+    exe, err = build(sflowc, "nn_check", tmp)
+    if exe is None:
+        check(False, f"nn_check.sflow compiles: {err}")
         return
     cpu = {"SFLOW_NO_GPU": "1"}
     p = run(exe, [], cpu)
@@ -103,12 +106,12 @@ def compare(sflowc, tmp):
 
 def emulator(sflowc, tmp):
     for name in ("nn_check", "nn_check_autocast"):
-        exe = build(sflowc, name, tmp)
-        if not os.path.isabs(exe):
-            if name == "nn_check_autocast" and "has no 'autocast'" in exe:
+        exe, err = build(sflowc, name, tmp)
+        if exe is None:
+            if name == "nn_check_autocast" and "has no 'autocast'" in err:
                 print(f"note: {name} not built: std.nn has no autocast yet")
                 continue
-            check(False, f"{name}.sflow compiles: {exe}")
+            check(False, f"{name}.sflow compiles: {err}")
             continue
         p = run(exe, ["--require-gpu", "--device", "emulator"], {"SFLOW_GPU_STATS": "1"})
         r = rows(p.stdout)
@@ -122,13 +125,41 @@ def emulator(sflowc, tmp):
               not any("GPU" in k for k in r), f"{name}: {len(r)} rows, each says emulator, none GPU")
 
 
+def bench_smoke(sflowc, tmp):
+    """nn_bench.sflow's GPU path once, small: the MLP step (one step, so
+    the reads are its item() alone) and `@` at n 64."""
+    exe, err = build(sflowc, "nn_bench", tmp)
+    if exe is None:
+        check(False, f"nn_bench.sflow compiles: {err}")
+        return
+    env = dict(os.environ, SFLOW_GPU_STATS="1")
+    for what, args in (("mlp", ["--steps", "1", "--warmup", "0"]),
+                       ("matmul", ["--n", "64", "--steps", "2", "--warmup", "1"])):
+        p = subprocess.run([exe, "--require-gpu", "--what", what] + args, capture_output=True,
+                           text=True, env=env, timeout=900)
+        stats = dict(re.findall(r"(\w+)=([0-9.]+)", p.stderr))
+        check(p.returncode == 0 and re.search(rf"^RESULT gpu_{what} sflow [0-9.]+ [0-9]+$", p.stdout, re.M),
+              f"nn_bench --what {what}: a RESULT line (exit {p.returncode}) {p.stdout.strip()} "
+              f"{p.stderr[-400:] if p.returncode else ''}")
+        check(int(stats.get("gpu_launches", 0)) > 0 and "dev_peak" in stats,
+              f"nn_bench --what {what}: kernels on the device, an allocator peak: "
+              f"gpu_launches={stats.get('gpu_launches')} dev_peak={stats.get('dev_peak')}")
+        if what == "mlp":
+            check(stats.get("d2h_syncs") == "1",
+                  f"nn_bench --what mlp: one step reads back once, its item() (d2h_syncs={stats.get('d2h_syncs')})")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sflowc", required=True)
     ap.add_argument("--mode", choices=("compare", "emulator"), required=True)
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        (compare if a.mode == "compare" else emulator)(a.sflowc, tmp)
+        if a.mode == "compare":
+            compare(a.sflowc, tmp)
+        else:
+            emulator(a.sflowc, tmp)
+            bench_smoke(a.sflowc, tmp)
     if failures:
         print(f"nn_check.py: {len(failures)} failed")
         return 1
