@@ -338,6 +338,9 @@ extern _Thread_local sf__rng sf__rng_cur;
  * task call and actor method with it off and restore the caller's after:
  * one task that leaves it on must not silence the next on that thread. */
 extern _Thread_local bool sf__no_grad;
+/* std.nn's autocast switch (matmul and Linear in bf16 with f32
+ * accumulation), held and reset exactly like no_grad. */
+extern _Thread_local bool sf__autocast;
 uint64_t sf__rng_mix(uint64_t key, uint64_t index); /* the key of child `index` of key */
 /* The key of the next task call or spawn the running call makes. */
 static inline uint64_t sf__rng_child(void) {

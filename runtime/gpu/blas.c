@@ -216,6 +216,7 @@ static struct {
                const float *, int, const float *, float *, int);
   int (*dgemm)(cublasHandle_t, int, int, int, int, int, const double *, const double *, int,
                const double *, int, const double *, double *, int);
+  void *lib; /* for the entry points the nn layer resolves at first use */
 } CB = {.mu = PTHREAD_MUTEX_INITIALIZER};
 static pthread_once_t cublas_once = PTHREAD_ONCE_INIT;
 
@@ -242,6 +243,7 @@ static void cublas_init(void) {
   }
   CB.create = create;
   CB.mode = mode;
+  CB.lib = h;
   CB.ok = true;
 }
 
@@ -324,4 +326,128 @@ sf_array *sf_matmul(sf_array *a, sf_array *b, int64_t m, int64_t k, int64_t n, i
   sf__gemm_cpu(f64, a ? a->data : NULL, b ? b->data : NULL, c->data, m, k, n);
   SF__GPU_STAT_ADD(cpu_matmuls, 1);
   return c;
+}
+
+/* -------------------------------------------- the nn layer's products */
+
+/* cuBLAS's ABI values (cublas_api.h, library_types.h). */
+enum { CUBLAS_OP_T = 1, CUDA_R_32F = 0, CUDA_R_16BF = 14, CUBLAS_COMPUTE_32F = 68,
+       CUBLAS_GEMM_DEFAULT = -1 };
+typedef int (*sgemm_batched_fn)(cublasHandle_t, int, int, int, int, int, const float *,
+                                const float *, int, long long, const float *, int, long long,
+                                const float *, float *, int, long long, int);
+typedef int (*gemm_ex_fn)(cublasHandle_t, int, int, int, int, int, const void *, const void *,
+                          int, int, const void *, int, int, const void *, void *, int, int, int,
+                          int);
+typedef int (*gemm_batched_ex_fn)(cublasHandle_t, int, int, int, int, int, const void *,
+                                  const void *, int, int, long long, const void *, int, int,
+                                  long long, const void *, void *, int, int, long long, int, int,
+                                  int);
+static struct {
+  pthread_once_t once;
+  sgemm_batched_fn sgemm_batched;
+  gemm_ex_fn gemm_ex;
+  gemm_batched_ex_fn gemm_batched_ex;
+} NB = {.once = PTHREAD_ONCE_INIT};
+
+static void nn_syms(void) {
+  if (!CB.lib)
+    return;
+  *(void **)&NB.sgemm_batched = dlsym(CB.lib, "cublasSgemmStridedBatched");
+  *(void **)&NB.gemm_ex = dlsym(CB.lib, "cublasGemmEx");
+  *(void **)&NB.gemm_batched_ex = dlsym(CB.lib, "cublasGemmStridedBatchedEx");
+}
+
+/* This thread's handle, or a runtime error naming why there is none. */
+static cublasHandle_t nn_handle(const sf_loc *loc) {
+  pthread_once(&cublas_once, cublas_init);
+  if (!CB.ok)
+    sf_runtime_error(loc, "GPU: tensor products need cuBLAS: %s", CB.why);
+  cublasHandle_t h = handle();
+  if (!h)
+    sf_runtime_error(loc, "GPU: cuBLAS could not make a handle on device %d",
+                     (int)sf__gpu_current_device());
+  pthread_once(&NB.once, nn_syms);
+  return h;
+}
+
+static void *need(void *fn, const char *name, const sf_loc *loc) {
+  if (!fn)
+    sf_runtime_error(loc, "GPU: this cuBLAS lacks %s (cuBLAS 11 or newer has it)", name);
+  return fn;
+}
+
+static int fit(int64_t v, const char *what, const sf_loc *loc) {
+  if (v < 0 || v > INT32_MAX)
+    sf_runtime_error(loc, "GPU: a product's %s (%" PRId64 ") does not fit cuBLAS's int", what, v);
+  return (int)v;
+}
+
+static void status(int rc, const char *what, const sf_loc *loc) {
+  if (rc != 0)
+    sf_runtime_error(loc, "GPU: %s failed (cuBLAS status %d)", what, rc);
+}
+
+void sf__sgemm_dev(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, uint64_t a,
+                   int64_t lda, uint64_t b, int64_t ldb, float beta, uint64_t c, int64_t ldc,
+                   const sf_loc *loc) {
+  if (m == 0 || n == 0)
+    return;
+  cublasHandle_t h = nn_handle(loc);
+  /* Row-major C (m×n) is column-major Cᵀ (n×m) = op(B)ᵀ op(A)ᵀ. */
+  int rc = CB.sgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                    fit(n, "n", loc), fit(m, "m", loc), fit(k, "k", loc), &alpha,
+                    (const float *)(uintptr_t)b, fit(ldb, "ldb", loc),
+                    (const float *)(uintptr_t)a, fit(lda, "lda", loc), &beta,
+                    (float *)(uintptr_t)c, fit(ldc, "ldc", loc));
+  status(rc, "cublasSgemm", loc);
+  SF__GPU_STAT_ADD(gpu_matmuls, 1);
+}
+
+void sf__sgemm_dev_batched(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                           uint64_t a, int64_t lda, int64_t sa, uint64_t b, int64_t ldb,
+                           int64_t sb, float beta, uint64_t c, int64_t ldc, int64_t sc,
+                           int64_t batch, const sf_loc *loc) {
+  if (m == 0 || n == 0 || batch == 0)
+    return;
+  if (batch == 1) {
+    sf__sgemm_dev(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, loc);
+    return;
+  }
+  cublasHandle_t h = nn_handle(loc);
+  sgemm_batched_fn f = need((void *)NB.sgemm_batched, "cublasSgemmStridedBatched", loc);
+  int rc = f(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, fit(n, "n", loc),
+             fit(m, "m", loc), fit(k, "k", loc), &alpha, (const float *)(uintptr_t)b,
+             fit(ldb, "ldb", loc), sb, (const float *)(uintptr_t)a, fit(lda, "lda", loc), sa,
+             &beta, (float *)(uintptr_t)c, fit(ldc, "ldc", loc), sc, fit(batch, "batch", loc));
+  status(rc, "cublasSgemmStridedBatched", loc);
+  SF__GPU_STAT_ADD(gpu_matmuls, 1);
+}
+
+void sf__gemm_dev_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                       uint64_t a, int64_t lda, int64_t sa, uint64_t b, int64_t ldb, int64_t sb,
+                       float beta, uint64_t c, int64_t ldc, int64_t sc, int64_t batch,
+                       const sf_loc *loc) {
+  if (m == 0 || n == 0 || batch == 0)
+    return;
+  cublasHandle_t h = nn_handle(loc);
+  int opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, rc;
+  if (batch == 1) {
+    gemm_ex_fn f = need((void *)NB.gemm_ex, "cublasGemmEx", loc);
+    rc = f(h, opb, opa, fit(n, "n", loc), fit(m, "m", loc), fit(k, "k", loc), &alpha,
+           (const void *)(uintptr_t)b, CUDA_R_16BF, fit(ldb, "ldb", loc),
+           (const void *)(uintptr_t)a, CUDA_R_16BF, fit(lda, "lda", loc), &beta,
+           (void *)(uintptr_t)c, CUDA_R_32F, fit(ldc, "ldc", loc), CUBLAS_COMPUTE_32F,
+           CUBLAS_GEMM_DEFAULT);
+    status(rc, "cublasGemmEx (bf16)", loc);
+  } else {
+    gemm_batched_ex_fn f = need((void *)NB.gemm_batched_ex, "cublasGemmStridedBatchedEx", loc);
+    rc = f(h, opb, opa, fit(n, "n", loc), fit(m, "m", loc), fit(k, "k", loc), &alpha,
+           (const void *)(uintptr_t)b, CUDA_R_16BF, fit(ldb, "ldb", loc), sb,
+           (const void *)(uintptr_t)a, CUDA_R_16BF, fit(lda, "lda", loc), sa, &beta,
+           (void *)(uintptr_t)c, CUDA_R_32F, fit(ldc, "ldc", loc), sc, fit(batch, "batch", loc),
+           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    status(rc, "cublasGemmStridedBatchedEx (bf16)", loc);
+  }
+  SF__GPU_STAT_ADD(gpu_matmuls, 1);
 }

@@ -569,12 +569,16 @@ void sf_launch(const sf_kernel_desc *k, int64_t n, void *args, const sf_loc *loc
 static void print_stats(void) {
   sf_gpu_settle();
   const sf__gpu_stats_t *s = &sf__gpu_stats;
+  sf__dalloc_stats m = sf__dev_stats(); /* the tensor allocator (alloc.c) */
   fprintf(stderr,
           "sflow-gpu-stats: h2d_bytes=%" PRIu64 " d2h_bytes=%" PRIu64 " gpu_launches=%" PRIu64
           " cpu_launches=%" PRIu64 " compiles=%" PRIu64 " cache_hits=%" PRIu64
-          " compile_ms=%.3f load_ms=%.3f gpu_matmuls=%" PRIu64 " cpu_matmuls=%" PRIu64 "\n",
+          " compile_ms=%.3f load_ms=%.3f gpu_matmuls=%" PRIu64 " cpu_matmuls=%" PRIu64
+          " d2h_syncs=%" PRIu64 " dev_in_use=%" PRIu64 " dev_cached=%" PRIu64
+          " dev_peak=%" PRIu64 " dev_allocs=%" PRIu64 "\n",
           s->h2d_bytes, s->d2h_bytes, s->gpu_launches, s->cpu_launches, s->compiles,
-          s->cache_hits, s->compile_ms, s->load_ms, s->gpu_matmuls, s->cpu_matmuls);
+          s->cache_hits, s->compile_ms, s->load_ms, s->gpu_matmuls, s->cpu_matmuls,
+          s->d2h_syncs, m.in_use, m.cached, m.peak, m.allocs);
 }
 
 __attribute__((constructor)) static void stats_hook(void) {

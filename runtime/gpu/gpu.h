@@ -53,6 +53,7 @@ typedef struct {
   uint64_t compiles, cache_hits;     /* kernels compiled by NVRTC / loaded from the cache */
   double compile_ms, load_ms;        /* time in NVRTC / reading the cache and loading */
   uint64_t gpu_matmuls, cpu_matmuls;
+  uint64_t d2h_syncs;                /* device->host reads of tensors (runtime/nn/device.c) */
 } sf__gpu_stats_t;
 extern sf__gpu_stats_t sf__gpu_stats;
 /* Counters are bumped from several threads (group members launch at once). */
@@ -103,6 +104,42 @@ void *sf__gpu_function(const char *src, const char *entry, int *block, const sf_
  * pointers, and waits. */
 void sf__gpu_launch(void *f, int block, int64_t n, void **params, const sf_loc *loc);
 
+/* ----------------------------------------------------------- alloc.c */
+
+/* The caching device allocator of tensor storage (alloc.c's comment):
+ * requests rounded to 512 B below 1 MiB and to 2 MiB multiples above,
+ * free lists per class, out of memory -> the cache freed and one retry. */
+typedef struct sf__dalloc_backend {
+  int (*alloc)(void *ctx, uint64_t *p, size_t bytes); /* 0 on success, else an error code */
+  int (*free)(void *ctx, uint64_t p);
+  void *ctx;
+} sf__dalloc_backend;
+typedef struct {
+  uint64_t in_use, cached, peak; /* bytes, rounded */
+  uint64_t allocs;               /* backend alloc calls (cuMemAlloc) */
+  uint64_t frees;                /* backend free calls (cuMemFree) */
+  uint64_t reuses;               /* requests served from the cache */
+  uint64_t oom_retries;          /* failed allocations retried after freeing the cache */
+} sf__dalloc_stats;
+typedef struct sf__dalloc sf__dalloc;
+size_t sf__dalloc_round(size_t bytes);
+/* cache_bound: bytes the free lists may hold (0: no bound). */
+sf__dalloc *sf__dalloc_new(const sf__dalloc_backend *be, size_t cache_bound);
+/* A block of at least bytes; 0 with the message in err when even a retry
+ * after freeing the cache fails. */
+uint64_t sf__dalloc_get(sf__dalloc *a, size_t bytes, char *err, size_t errn);
+/* Back to the cache (bytes: as asked for at get). */
+void sf__dalloc_put(sf__dalloc *a, uint64_t p, size_t bytes);
+void sf__dalloc_trim(sf__dalloc *a); /* every cached block back to the backend */
+sf__dalloc_stats sf__dalloc_stats_of(sf__dalloc *a);
+void sf__dalloc_free(sf__dalloc *a);
+/* The device allocators (one per device, SFLOW_GPU_CACHE_MB bounding each
+ * cache): a block on this thread's device, or a runtime error at loc; its
+ * return to the cache of device dev; the counters summed over devices. */
+uint64_t sf__dev_alloc(size_t bytes, const sf_loc *loc);
+void sf__dev_free(uint64_t p, size_t bytes, int32_t dev);
+sf__dalloc_stats sf__dev_stats(void);
+
 /* ------------------------------------------------------------ blas.c */
 
 /* C = A (m×k) · B (k×n), row-major, on the CPU: OpenBLAS (or another
@@ -119,6 +156,28 @@ void sf__blas_share(int64_t callers);
  * backward, through the same library or the reference loop. */
 void sf__sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+
+/* The nn layer's products on the device (device pointers as integers),
+ * row-major as sf__sgemm: C = alpha op(A) op(B) + beta C, on this
+ * thread's device and stream 0, asynchronous.  cuBLAS is column-major, so
+ * each call is the column-major Cᵀ = op(B)ᵀ op(A)ᵀ (B first).  A missing
+ * cuBLAS, or one without the entry point, is a runtime error at loc. */
+void sf__sgemm_dev(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, uint64_t a,
+                   int64_t lda, uint64_t b, int64_t ldb, float beta, uint64_t c, int64_t ldc,
+                   const sf_loc *loc);
+/* batch products at strides sa, sb, sc (in elements; 0 repeats an
+ * operand): cublasSgemmStridedBatched. */
+void sf__sgemm_dev_batched(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                           uint64_t a, int64_t lda, int64_t sa, uint64_t b, int64_t ldb,
+                           int64_t sb, float beta, uint64_t c, int64_t ldc, int64_t sc,
+                           int64_t batch, const sf_loc *loc);
+/* The same with A and B in bfloat16 (device buffers of uint16, converted
+ * by the caller), f32 accumulation (CUBLAS_COMPUTE_32F) and an f32 C:
+ * cublasGemmStridedBatchedEx (cublasGemmEx for batch 1). */
+void sf__gemm_dev_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                       uint64_t a, int64_t lda, int64_t sa, uint64_t b, int64_t ldb, int64_t sb,
+                       float beta, uint64_t c, int64_t ldc, int64_t sc, int64_t batch,
+                       const sf_loc *loc);
 
 /* --------------------------------------------------------- kernels.c */
 

@@ -118,7 +118,7 @@ static sf_tensor *own_grad(sf_tensor *g) {
       __atomic_load_n(&g->st->rc, __ATOMIC_RELAXED) == 1 && g->offset == 0 && sf__t_is_contig(g) &&
       !g->node)
     return g;
-  sf_tensor *c = sf__t_like(g);
+  sf_tensor *c = sf__t_like_here(g);
   sf__t_assign(c, g);
   sf_release(g);
   return c;
@@ -190,7 +190,8 @@ void sf__backward(sf_tensor *loss, const sf_loc *loc) {
     sf_runtime_error(loc, "backward: the loss (shape %s) has no path to a param: it was made "
                      "from no param, or under no_grad(true)", SF__SHP(loss, sb));
   if (!loss->node) { /* the loss is a param itself */
-    sf__grad_add(loss, sf__t_full(loss->ndim, loss->shape, 1.0f));
+    sf__grad_add(loss, sf__nn_gpu_here(loc) ? sf__gpu_full(loss->ndim, loss->shape, 1.0f, loc)
+                                            : sf__t_full(loss->ndim, loss->shape, 1.0f));
     return;
   }
   sf__node **nodes;
@@ -199,7 +200,8 @@ void sf__backward(sf_tensor *loss, const sf_loc *loc) {
   bool saved = sf__no_grad;
   sf__no_grad = true;
   sf_release(loss->node->grad);
-  loss->node->grad = sf__t_full(loss->ndim, loss->shape, 1.0f);
+  loss->node->grad = sf__nn_gpu_here(loc) ? sf__gpu_full(loss->ndim, loss->shape, 1.0f, loc)
+                                          : sf__t_full(loss->ndim, loss->shape, 1.0f);
   for (int64_t i = 0; i < n; i++) {
     sf__node *x = nodes[i];
     sf_tensor *g = x->grad;

@@ -84,7 +84,7 @@ static void pack(float *dst, sf_tensor *t) {
 
 static void unpack(sf_tensor *t, const float *src) {
   if (sf__t_is_contig(t)) {
-    memcpy(sf__t_data(t), src, (size_t)t->numel * sizeof(float));
+    memcpy(sf__t_wdata(t), src, (size_t)t->numel * sizeof(float));
     return;
   }
   sf_tensor *c = sf__t_like(t); /* a strided view: its own layout, through a copy */
@@ -152,7 +152,7 @@ static void tensors_collective(sf_tensor *const *ts, int64_t n, int op, int64_t 
        * and, on each pool thread's first step, a 47 MB bucket to fault in
        * (issue 17's start-up).  The sums are the same, in the same order. */
       sf_array view = {.hdr = {1, SF_OBJ_ARRAY, 0}, .len = len, .elem = &sf_type_f32,
-                       .data = sf__t_data(ts[i]), .cap = len};
+                       .data = sf__t_wdata(ts[i]), .cap = len};
       run_bucket(&view, op, root, loc);
       i = j;
       continue;

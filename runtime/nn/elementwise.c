@@ -245,6 +245,8 @@ sf_tensor *sf__t_binary(int32_t op, sf_tensor *a, sf_tensor *b, const sf_loc *lo
     sf_runtime_error(loc, "%s: shapes %s and %s do not broadcast", name, SF__SHP(a, sa),
                      SF__SHP(b, sb));
   }
+  if (sf__nn_gpu_here(loc))
+    return sf__gpu_binary(op, a, b, nd, shape, loc);
   sf_tensor *out = sf__t_empty(nd, shape, loc);
   binary_into(op, out, a, b);
   sf__node *n = sf__record(name, out, bw_binary, a, b);
@@ -319,6 +321,8 @@ sf_tensor *sf__t_scalar(int32_t op, sf_tensor *a, float s, bool left, const sf_l
   sf__t_arg(a, op_name(op), loc);
   if (op < SF_TOP_ADD || op > SF_TOP_DIV)
     sf_runtime_error(loc, "internal error: tensor-scalar op %d", (int)op);
+  if (sf__nn_gpu_here(loc))
+    return sf__gpu_scalar(op, a, s, left, loc);
   sf_tensor *out = scalar_raw(op, a, s, left);
   sf__node *n = sf__record(op_name(op), out, bw_scalar, a, NULL);
   if (n) {
@@ -333,6 +337,8 @@ static void bw_neg(sf__node *n, sf_tensor *g) { sf__grad_add(n->in[0], scalar_ra
 
 sf_tensor *sf__t_neg(sf_tensor *a, const sf_loc *loc) {
   sf__t_arg(a, "neg", loc);
+  if (sf__nn_gpu_here(loc))
+    return sf__gpu_neg(a, loc);
   sf_tensor *out = scalar_raw(SF_TOP_MUL, a, -1.0f, false);
   sf__record("neg", out, bw_neg, a, NULL);
   return out;
@@ -391,6 +397,8 @@ static void acc_cols_chunk(void *ctx, int64_t lo, int64_t hi) {
 }
 
 sf_tensor *sf__t_reduce_to(sf_tensor *g, int32_t ndim, const int64_t *shape) {
+  if (sf__nn_gpu_here(NULL))
+    return sf__gpu_reduce_to(g, ndim, shape);
   bool same = g->ndim == ndim;
   for (int32_t i = 0; same && i < ndim; i++)
     same = g->shape[i] == shape[i];
@@ -441,14 +449,22 @@ static void walk_into(sf_tensor *dst, const sf_tensor *src,
   memcpy(w.shape, dst->shape, sizeof w.shape);
   memcpy(w.st[0], dst->strides, sizeof w.st[0]);
   memcpy(w.st[1], src->strides, sizeof w.st[1]);
-  w.p[0] = sf__t_data(dst);
+  w.p[0] = sf__t_wdata(dst);
   w.p[1] = sf__t_data(src);
   walk_run(&w, dst->numel, true);
 }
 
-void sf__t_assign(sf_tensor *dst, const sf_tensor *src) { walk_into(dst, src, row_copy); }
+void sf__t_assign(sf_tensor *dst, const sf_tensor *src) {
+  if (sf__nn_gpu_here(NULL))
+    return sf__gpu_assign(dst, src);
+  walk_into(dst, src, row_copy);
+}
 
-void sf__t_add_into(sf_tensor *dst, const sf_tensor *src) { walk_into(dst, src, row_acc); }
+void sf__t_add_into(sf_tensor *dst, const sf_tensor *src) {
+  if (sf__nn_gpu_here(NULL))
+    return sf__gpu_add_into(dst, src);
+  walk_into(dst, src, row_acc);
+}
 
 /* ------------------------------------------------------- activations */
 
@@ -645,6 +661,8 @@ static void bw_unary(sf__node *n, sf_tensor *g) {
 
 sf_tensor *sf__t_unary(int32_t kind, sf_tensor *a, const sf_loc *loc) {
   sf__t_arg(a, unary_name(kind), loc);
+  if (sf__nn_gpu_here(loc))
+    return sf__gpu_unary(kind, a, loc);
   sf_tensor *x = sf__t_contig(a);
   sf_tensor *out = sf__t_like(x);
   unary_job j = {.kind = kind, .x = sf__t_data(x), .y = sf__t_data(out)};

@@ -167,6 +167,8 @@ static sf_tensor *join(sf_array *ts, bool stack, int64_t axis_arg, const sf_loc 
     memcpy(shape, t0->shape, sizeof(int64_t) * (size_t)nd);
     shape[axis] = total;
   }
+  if (sf__nn_gpu_here(loc))
+    return sf__gpu_join(in, n, stack, axis, nd, shape, loc);
   sf_tensor *out = sf__t_empty(nd, shape, loc);
   int64_t start = 0;
   for (int64_t k = 0; k < n; k++) {

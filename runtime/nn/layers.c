@@ -88,6 +88,8 @@ sf_tensor *sf__t_embedding(sf_tensor *weight, sf_array *ids, sf_array *shape, co
                        "for %" PRId64 " embeddings (weight shape %s)", id[i], i, num,
                        SF__SHP(weight, sb));
   dims[nd++] = dim;
+  if (sf__nn_gpu_here(loc))
+    return sf__gpu_embedding(weight, ids, nd, dims, loc);
   sf_tensor *w = sf__t_contig(weight), *out = sf__t_empty(nd, dims, loc);
   const float *wd = sf__t_data(w);
   float *o = sf__t_data(out);
@@ -224,6 +226,8 @@ sf_tensor *sf__t_layer_norm(sf_tensor *x, sf_tensor *weight, sf_tensor *bias, do
                      SF__SHP(bias, sb), d, SF__SHP(x, sx));
   if (!(eps > 0))
     sf_runtime_error(loc, "layer_norm: eps must be positive, not %g", eps);
+  if (sf__nn_gpu_here(loc))
+    return sf__gpu_layer_norm(x, weight, bias, eps, loc);
   sf_tensor *xc = sf__t_contig(x), *wc = sf__t_contig(weight), *bc = sf__t_contig(bias);
   int64_t rows = d ? x->numel / d : 0, ss[2] = {rows, 2};
   sf_tensor *out = sf__t_like(xc), *stats = sf__t_empty(2, ss, loc);
@@ -258,6 +262,8 @@ sf_tensor *sf__t_dropout(sf_tensor *x, double p, int64_t seed, bool training, co
     sf_retain(x);
     return x;
   }
+  if (sf__nn_gpu_here(loc))
+    return sf__gpu_dropout(x, p, seed, loc);
   /* The mask from a uniform draw of x's shape: kept where u >= p, so a
    * seed gives the same mask on every run, and each kept value is scaled
    * by 1/(1 - p) as torch does, so the expectation is unchanged. */
@@ -324,6 +330,8 @@ sf_tensor *sf__t_dropout_rows(sf_tensor *x, double p, int64_t seed, sf_array *in
     sf_retain(x);
     return x;
   }
+  if (sf__nn_gpu_here(loc))
+    return sf__gpu_dropout_rows(x, p, seed, index, stream, loc);
   return apply_mask(x, row_mask(x, seed, index, stream), p, loc);
 }
 
@@ -518,6 +526,8 @@ static sf_tensor *attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *
   check_attention(q, k, v, mask, heads, loc);
   if (mask && !mask->len)
     mask = NULL;
+  if (sf__nn_gpu_here(loc))
+    return sf__gpu_attention(q, k, v, mask, heads, drop, seed, index, stream, loc);
   float scale = (float)(1.0 / sqrt((double)(q->shape[2] / heads)));
   sf_tensor *qh = split_heads(q, heads, loc), *kh = split_heads(k, heads, loc);
   sf_tensor *vh = split_heads(v, heads, loc), *kt = sf__t_transpose(kh, 2, 3, loc);
@@ -612,12 +622,14 @@ static void clip_scale(void *ctx, int64_t lo, int64_t hi) {
   const clip_job *c = ctx;
   for (int64_t i = lo; i < hi; i++)
     if (c->p[i] && c->p[i]->grad)
-      scale(sf__t_data(c->p[i]->grad), c->p[i]->grad->numel, c->coef);
+      scale(sf__t_wdata(c->p[i]->grad), c->p[i]->grad->numel, c->coef);
 }
 
 double sf__clip_grad_norm(sf_array *ps, double max_norm, const sf_loc *loc) {
   if (!(max_norm >= 0))
     sf_runtime_error(loc, "clip_grad_norm: max_norm must be >= 0, not %g", max_norm);
+  if (sf__nn_gpu_here(loc))
+    return sf__gpu_clip_grad_norm_read(ps, max_norm, loc);
   int64_t n = ps ? ps->len : 0, total = 0;
   sf_tensor **p = n ? ps->data : NULL;
   for (int64_t i = 0; i < n; i++)

@@ -318,6 +318,10 @@ sf_tensor *sf__t_matmul(sf_tensor *a, sf_tensor *b, const sf_loc *loc) {
   if (!bmm_shape(a, b, &nd, shape))
     sf_runtime_error(loc, "matmul: shapes %s and %s do not broadcast (batch dimensions)",
                      SF__SHP(a, sa), SF__SHP(b, sb));
+  if (sf__nn_gpu_here(loc))
+    return sf__gpu_matmul(a, b, nd, shape, loc);
+  if (sf__autocast)
+    return sf__ac_matmul(a, b, loc);
   sf_tensor *c = sf__t_empty(nd, shape, loc);
   bmm_into(c, a, b);
   sf__record("matmul", c, bw_matmul, a, b);
@@ -360,6 +364,10 @@ sf_tensor *sf__t_matmul_nt(sf_tensor *x, sf_tensor *w, const sf_loc *loc) {
   if (w->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1])
     sf_runtime_error(loc, "linear: input of shape %s does not fit a weight of shape %s "
                      "(the weight is (out, in), the input (..., in))", SF__SHP(x, sx), SF__SHP(w, sw));
+  if (sf__nn_gpu_here(loc))
+    return sf__gpu_matmul_nt(x, w, loc);
+  if (sf__autocast)
+    return sf__ac_matmul_nt(x, w, loc);
   int64_t out = w->shape[0], in = w->shape[1];
   int64_t rows = in ? x->numel / in : 0;
   int64_t shape[SF__TMAX];
@@ -421,6 +429,10 @@ sf_tensor *sf__t_linear(sf_tensor *x, sf_tensor *w, sf_tensor *b, const sf_loc *
   if (x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1])
     sf_runtime_error(loc, "linear: input of shape %s does not fit a weight of shape %s "
                      "(the weight is (out, in), the input (..., in))", SF__SHP(x, sx), SF__SHP(w, sw));
+  if (sf__nn_gpu_here(loc))
+    return sf__gpu_linear(x, w, b, loc);
+  if (sf__autocast)
+    return sf__ac_linear(x, w, b, loc);
   int64_t out = w->shape[0], in = w->shape[1];
   int64_t rows = in ? x->numel / in : 0;
   int64_t shape[SF__TMAX];

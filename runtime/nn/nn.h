@@ -32,16 +32,19 @@
 
 #define SF__TMAX 8 /* dimensions of a tensor, as the contract fixes (0..8) */
 
-/* The f32 values one or more tensors view.  The device fields are room
- * for the GPU slice of issue 16 (a device copy beside the host one, as
- * sf_array has); nothing sets them yet. */
+/* The f32 values one or more tensors view: a host copy and a device copy,
+ * as sf_array keeps them (device.c; docs/nn.md, "GPU").  where says which
+ * is current; host code reaches the values only through sf__t_data (read)
+ * and sf__t_wdata (write), device code through sf__t_dptr and
+ * sf__t_dwrote. */
 typedef struct sf__storage {
   int64_t rc;    /* atomic */
   int64_t len;   /* floats */
-  float *data;   /* host copy, 64-byte aligned */
-  void *dev;     /* reserved: the device copy */
-  int32_t where; /* reserved: which copy is current (SF__WHERE_*) */
-  int32_t gpu;   /* reserved: 1 + the device of dev */
+  float *data;   /* host copy, 64-byte aligned; NULL for a storage made on
+                  * the device, until the first host read */
+  void *dev;     /* the device copy (a device pointer), or NULL */
+  int32_t where; /* which copy is current: SF__WHERE_HOST / BOTH / DEVICE */
+  int32_t gpu;   /* 1 + the device of dev; 0 when dev is NULL */
 } sf__storage;
 
 struct sf__node;
@@ -81,7 +84,24 @@ sf_tensor *sf__t_view(const sf_tensor *t, int32_t ndim, const int64_t *shape,
  * already is one, else a copy.  Never records. */
 sf_tensor *sf__t_contig(sf_tensor *t);
 bool sf__t_is_contig(const sf_tensor *t);
-static inline float *sf__t_data(const sf_tensor *t) { return t->st->data + t->offset; }
+/* Host access to t's values (its first element): sf__t_data reads (the
+ * device copy is copied back first when it is the only current one: one
+ * synchronisation, counted in d2h_syncs), sf__t_wdata writes (as a read,
+ * then the host copy is the only current one).  Every CPU-side write into
+ * an existing storage uses sf__t_wdata; a tensor just made by
+ * sf__t_empty/zeros/like/full is a host one and may be written through
+ * either.  On the CPU path both are this inline test of `where`. */
+float *sf__t_host_sync(const sf_tensor *t, bool write); /* device.c */
+static inline float *sf__t_data(const sf_tensor *t) {
+  if (__builtin_expect(t->st->where == SF__WHERE_DEVICE, 0))
+    return sf__t_host_sync(t, false);
+  return t->st->data + t->offset;
+}
+static inline float *sf__t_wdata(sf_tensor *t) {
+  if (__builtin_expect(t->st->where != SF__WHERE_HOST, 0))
+    return sf__t_host_sync(t, true);
+  return t->st->data + t->offset;
+}
 /* "[2, 3]" into buf (SF__SHAPE_BUF bytes always suffice). */
 #define SF__SHAPE_BUF 200
 const char *sf__shape_str(int32_t ndim, const int64_t *shape, char *buf);
@@ -96,6 +116,125 @@ void sf__t_copy_into(sf_tensor *dst, const sf_tensor *src);
 void sf__nn_install(void);
 /* A NULL tensor argument (a field never set) is a runtime error at loc. */
 sf_tensor *sf__t_arg(sf_tensor *t, const char *op, const sf_loc *loc);
+
+/* ------------------------------------------------------------ device.c */
+
+/*
+ * The GPU side of tensors (docs/nn.md, "GPU").  An op runs on the GPU when
+ * the running call holds one (sf__nn_gpu_here); its inputs' device copies
+ * come from sf__t_dptr (uploaded when the host copy is newer), its results
+ * are device tensors (sf__t_dempty / sf__t_dzeros), and everything goes on
+ * the legacy default stream without waiting: only a host read
+ * (sf__t_data) synchronises.
+ */
+/* Does the running call hold a GPU (its actor's @gpus > 0, or its task's
+ * device), and is the GPU ready (SFLOW_NO_GPU=1 answers no)?  Cached per
+ * thread and call; the first call of a thread makes the call's device
+ * current.  loc: for --require-gpu's error. */
+bool sf__nn_gpu_here(const sf_loc *loc);
+/* The device pointer of t's first element (storage base + offset * 4) on
+ * this thread's device: a device copy is made (the host values uploaded)
+ * when there is none or the host copy is newer; one on another device
+ * moves through the host.  Leaves where BOTH (or DEVICE). */
+uint64_t sf__t_dptr(sf_tensor *t, const sf_loc *loc);
+/* t's storage was written on the device: its device copy is the only
+ * current one. */
+void sf__t_dwrote(sf_tensor *t);
+/* A new contiguous tensor on this thread's device (no host buffer), its
+ * values unset or zero (an asynchronous memset on stream 0). */
+sf_tensor *sf__t_dempty(int32_t ndim, const int64_t *shape, const sf_loc *loc);
+sf_tensor *sf__t_dzeros(int32_t ndim, const int64_t *shape, const sf_loc *loc);
+/* Is t's only current copy on the device? */
+static inline bool sf__t_on_dev(const sf_tensor *t) { return t->st->where == SF__WHERE_DEVICE; }
+/* An empty tensor of t's shape where the call runs: on the device when a
+ * GPU is here, else sf__t_like. */
+sf_tensor *sf__t_like_here(const sf_tensor *t);
+/* The CUfunction `entry` of kernels/<file>.cu ("nn", "nn_layers"), loaded
+ * through the kernel cache once per device and kept in a per-process
+ * table; *block: the block size the kernels are written for (256). */
+void *sf__nn_kernel(const char *file, const char *entry, int *block, const sf_loc *loc);
+/* Launches f over grid 1-D blocks of block threads with shmem bytes of
+ * dynamic shared memory on stream 0, without waiting; counts gpu_launches.
+ * grid <= 0 launches nothing. */
+void sf__nn_launch(void *f, int64_t grid, int block, unsigned shmem, void **params,
+                   const sf_loc *loc);
+/* Blocks of `block` threads that cover n threads (at least 1). */
+static inline int64_t sf__nn_grid(int64_t n, int block) { return n > 0 ? (n + block - 1) / block : 0; }
+
+/* Device storages and the storage's host buffer (tensor.c, for device.c). */
+void *sf__storage_host_alloc(int64_t len);
+size_t sf__storage_bytes(int64_t len);
+/* A storage of len floats on this thread's device, only there (where
+ * DEVICE, data NULL). */
+sf__storage *sf__storage_dev_new(int64_t len, const sf_loc *loc);
+/* Frees a storage's device copy (the caching allocator keeps the block). */
+void sf__storage_dev_free(sf__storage *s);
+/* A tensor header over a new storage (tensor.c: shape checked, strides
+ * contiguous). */
+sf_tensor *sf__t_over(int32_t ndim, const int64_t *shape, sf__storage *st);
+int64_t sf__t_numel_checked(int32_t ndim, const int64_t *shape, const sf_loc *loc);
+
+/* The GPU versions of the ops (gpu_ops.c), called from each op's hook
+ * after its checks: device results, nodes with device backward rules.
+ * Shapes passed are the result's, already checked. */
+sf_tensor *sf__gpu_binary(int32_t op, sf_tensor *a, sf_tensor *b, int32_t nd,
+                          const int64_t *shape, const sf_loc *loc);
+sf_tensor *sf__gpu_scalar(int32_t op, sf_tensor *a, float s, bool left, const sf_loc *loc);
+sf_tensor *sf__gpu_neg(sf_tensor *a, const sf_loc *loc);
+sf_tensor *sf__gpu_unary(int32_t kind, sf_tensor *a, const sf_loc *loc);
+sf_tensor *sf__gpu_reduce(int32_t kind, sf_tensor *a, int32_t ax, const sf_loc *loc);
+sf_tensor *sf__gpu_reduce_to(sf_tensor *g, int32_t ndim, const int64_t *shape);
+void sf__gpu_assign(sf_tensor *dst, const sf_tensor *src);
+void sf__gpu_add_into(sf_tensor *dst, const sf_tensor *src);
+void sf__gpu_copy_into(sf_tensor *dst, const sf_tensor *src);
+sf_tensor *sf__gpu_contig(sf_tensor *t);
+sf_tensor *sf__gpu_matmul(sf_tensor *a, sf_tensor *b, int32_t nd, const int64_t *shape,
+                          const sf_loc *loc);
+sf_tensor *sf__gpu_matmul_nt(sf_tensor *x, sf_tensor *w, const sf_loc *loc);
+sf_tensor *sf__gpu_linear(sf_tensor *x, sf_tensor *w, sf_tensor *b, const sf_loc *loc);
+void sf__gpu_sgd_step(sf_array *ps, sf_array *bufs, double lr, double momentum, double wd,
+                      const sf_loc *loc);
+/* AdamW with the step's scalars as optim.c computes them on the host
+ * (the bias corrections from the step count the i64[] keeps there). */
+void sf__gpu_adamw_step(sf_array *ps, sf_array *m, sf_array *v, float step_size, float bc2_sqrt,
+                        float decay, float w1, float b2, float w2, float eps, const sf_loc *loc);
+/* clip_grad_norm on the device: the norm is computed and applied there
+ * (no read-back); returns a 0-d device tensor of the norm (owned). */
+sf_tensor *sf__gpu_clip_grad_norm(sf_array *ps, double max_norm, const sf_loc *loc);
+/* The same, the norm read back (clip_grad_norm's f64: one d2h sync). */
+double sf__gpu_clip_grad_norm_read(sf_array *ps, double max_norm, const sf_loc *loc);
+/* A device tensor of the shape filled with v (zeros: a memset). */
+sf_tensor *sf__gpu_full(int32_t ndim, const int64_t *shape, float v, const sf_loc *loc);
+/* A host tensor just made by a creation op, uploaded when the call holds
+ * a GPU (its host copy kept: where BOTH); t itself either way. */
+sf_tensor *sf__t_place(sf_tensor *t, const sf_loc *loc);
+
+/* ------------------------------------------------------------ autocast.c */
+
+/* std.nn's autocast switch lives in core (core.h, sf__autocast), reset
+ * per task call and actor method like no_grad.  x rounded to bfloat16 and
+ * back (round to nearest even; NaN stays NaN). */
+static inline float sf__bf16_round(float x) {
+  uint32_t u;
+  __builtin_memcpy(&u, &x, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    u |= 0x00400000u; /* a quiet NaN, as every conversion gives */
+  else
+    u += 0x7fffu + ((u >> 16) & 1u);
+  u &= 0xffff0000u;
+  __builtin_memcpy(&x, &u, 4);
+  return x;
+}
+/* t's values rounded to bfloat16, in a new contiguous host tensor (no
+ * node). */
+sf_tensor *sf__t_bf16_rounded(sf_tensor *t);
+/* The CPU forms under autocast: both operands rounded to bf16 before the
+ * f32 product (as the GPU's bf16 product with f32 accumulation), the
+ * backward's products likewise.  Shapes checked by the caller. */
+sf_tensor *sf__ac_matmul(sf_tensor *a, sf_tensor *b, const sf_loc *loc);
+sf_tensor *sf__ac_matmul_nt(sf_tensor *x, sf_tensor *w, const sf_loc *loc);
+sf_tensor *sf__ac_linear(sf_tensor *x, sf_tensor *w, sf_tensor *b, const sf_loc *loc);
+void sf_std_nn_autocast(bool on, const sf_loc *loc);
 
 /* --------------------------------------------------------- autograd.c */
 
@@ -340,6 +479,47 @@ sf_tensor *sf_std_nn_attention_dropout(sf_tensor *q, sf_tensor *k, sf_tensor *v,
                                        int64_t heads, double p, int64_t seed, sf_array *index,
                                        int64_t stream, bool training, const sf_loc *loc);
 double sf_std_nn_clip_grad_norm(sf_array *ps, double max_norm, const sf_loc *loc);
+
+/* -------------------------------------------------------- gpu_layers.c */
+
+/* The GPU paths of the layers (kernels/nn_layers.cu; docs/nn.md, "GPU"),
+ * called by the CPU forms' one-line hooks after their checks when
+ * sf__nn_gpu_here: device results, the CPU's nodes with device backward
+ * rules.  ax is the checked axis; used is cross_entropy's count of kept
+ * rows (from the host targets); dims the embedding's result shape; mask
+ * NULL for none; in, nd and shape are join's checked inputs and result
+ * shape. */
+sf_tensor *sf__gpu_softmax(sf_tensor *a, int32_t ax, bool log, const sf_loc *loc);
+sf_array *sf__gpu_argmax(sf_tensor *a, int32_t ax, const sf_loc *loc);
+sf_tensor *sf__gpu_cross_entropy(sf_tensor *logits, sf_array *targets, int64_t ignore_index,
+                                 float label_smoothing, int64_t used, const sf_loc *loc);
+sf_tensor *sf__gpu_layer_norm(sf_tensor *x, sf_tensor *weight, sf_tensor *bias, double eps,
+                              const sf_loc *loc);
+sf_tensor *sf__gpu_embedding(sf_tensor *weight, sf_array *ids, int32_t nd, const int64_t *dims,
+                             const sf_loc *loc);
+/* Training and 0 < p <= 1 (the identity is the caller's). */
+sf_tensor *sf__gpu_dropout(sf_tensor *x, double p, int64_t seed, const sf_loc *loc);
+sf_tensor *sf__gpu_dropout_rows(sf_tensor *x, double p, int64_t seed, sf_array *index,
+                                int64_t stream, const sf_loc *loc);
+sf_tensor *sf__gpu_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
+                             int64_t heads, double drop, int64_t seed, sf_array *index,
+                             int64_t stream, const sf_loc *loc);
+sf_tensor *sf__gpu_join(sf_tensor **in, int64_t n, bool stack, int32_t axis, int32_t nd,
+                        const int64_t *shape, const sf_loc *loc);
+
+/* ------------- gpucore (declared by gpulayers; the lead reconciles) */
+
+/* The contract's device API (runtime/nn/device.c, helper gpucore), as
+ * gpu_layers.c uses it; gpucore_stubs.c holds weak CPU-only stand-ins
+ * until its definitions are merged. */
+bool sf__nn_gpu_here(const sf_loc *loc);
+uint64_t sf__t_dptr(sf_tensor *t, const sf_loc *loc);
+void sf__t_dwrote(sf_tensor *t);
+sf_tensor *sf__t_dempty(int32_t ndim, const int64_t *shape, const sf_loc *loc);
+sf_tensor *sf__t_dzeros(int32_t ndim, const int64_t *shape, const sf_loc *loc);
+void *sf__nn_kernel(const char *file, const char *entry, int *block, const sf_loc *loc);
+void sf__nn_launch(void *f, int64_t grid, int block, unsigned shmem, void **params,
+                   const sf_loc *loc);
 
 /* ------------------------------------------------------------ train.c */
 

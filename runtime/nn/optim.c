@@ -85,11 +85,13 @@ static void sgd_chunk(void *ctx, int64_t lo, int64_t hi) {
 void sf__sgd_step(sf_array *ps, sf_array *bufs, double lr, double momentum, double wd,
                   const sf_loc *loc) {
   check_state("sgd", ps, bufs, "momentum", loc);
+  if (sf__nn_gpu_here(loc))
+    return sf__gpu_sgd_step(ps, bufs, lr, momentum, wd, loc);
   for (int64_t i = 0; ps && i < ps->len; i++) {
     sf_tensor *p = elem(ps, i);
     if (!p->grad)
       continue; /* no gradient reached it: torch skips it too */
-    sgd_job j = {.w = sf__t_data(p), .buf = sf__t_data(elem(bufs, i)),
+    sgd_job j = {.w = sf__t_wdata(p), .buf = sf__t_wdata(elem(bufs, i)),
                  .g = sf__t_data(p->grad), .lr = (float)lr, .wd = (float)wd,
                  .mom = (float)momentum};
     sf__t_run_chunks(p->numel, sgd_chunk, &j);
@@ -155,13 +157,16 @@ void sf__adamw_step(sf_array *ps, sf_array *m, sf_array *v, sf_array *steps, dou
   adamw_job j = {.step_size = (float)(lr / bc1), .bc2_sqrt = (float)sqrt(bc2),
                  .decay = (float)(1.0 - lr * wd), .w1 = (float)(1.0 - beta1),
                  .b2 = (float)beta2, .w2 = (float)(1.0 - beta2), .eps = (float)eps};
+  if (sf__nn_gpu_here(loc))
+    return sf__gpu_adamw_step(ps, m, v, j.step_size, j.bc2_sqrt, j.decay, j.w1, j.b2, j.w2,
+                              j.eps, loc);
   for (int64_t i = 0; ps && i < ps->len; i++) {
     sf_tensor *p = elem(ps, i);
     if (!p->grad)
       continue;
-    j.w = sf__t_data(p);
-    j.m = sf__t_data(elem(m, i));
-    j.v = sf__t_data(elem(v, i));
+    j.w = sf__t_wdata(p);
+    j.m = sf__t_wdata(elem(m, i));
+    j.v = sf__t_wdata(elem(v, i));
     j.g = sf__t_data(p->grad);
     sf__t_run_chunks(p->numel, adamw_chunk, &j);
   }

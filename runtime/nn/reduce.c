@@ -117,6 +117,8 @@ sf_tensor *sf__t_reduce(int32_t kind, sf_tensor *a, int64_t axis, const sf_loc *
     char sb[SF__SHAPE_BUF];
     sf_runtime_error(loc, "max: the reduced axis of shape %s is empty", SF__SHP(a, sb));
   }
+  if (sf__nn_gpu_here(loc))
+    return sf__gpu_reduce(kind, a, ax, loc);
   sf_tensor *x = sf__t_contig(a);
   sf_tensor *out = sf__t_empty(nd, shape, loc);
   int64_t *idx = kind == SF__R_MAX ? sf__alloc_n((size_t)(outer * inner), sizeof *idx) : NULL;
@@ -141,6 +143,8 @@ sf_array *sf__t_argmax(sf_tensor *a, int64_t axis, const sf_loc *loc) {
     char sb[SF__SHAPE_BUF];
     sf_runtime_error(loc, "argmax: the reduced axis of shape %s is empty", SF__SHP(a, sb));
   }
+  if (sf__nn_gpu_here(loc))
+    return sf__gpu_argmax(a, ax, loc);
   sf_tensor *x = sf__t_contig(a);
   float *y = sf__alloc_n((size_t)(outer * inner), sizeof *y);
   sf_array *r = sf_array_new(&sf_type_i64, outer * inner, loc);
@@ -210,6 +214,8 @@ sf_tensor *sf__t_softmax(sf_tensor *a, int64_t axis, bool log, const sf_loc *loc
   const char *name = log ? "log_softmax" : "softmax";
   sf__t_arg(a, name, loc);
   int32_t ax = sf__t_axis(name, a, axis, loc);
+  if (sf__nn_gpu_here(loc))
+    return sf__gpu_softmax(a, ax, log, loc);
   int64_t outer, n, inner;
   split(a, ax, &outer, &n, &inner);
   sf_tensor *x = sf__t_contig(a);
@@ -279,6 +285,8 @@ sf_tensor *sf__t_cross_entropy(sf_tensor *logits, sf_array *targets, int64_t ign
     sf_runtime_error(loc, "cross_entropy: label_smoothing must be in [0, 1], not %g",
                      (double)label_smoothing);
   int64_t used = check_targets(logits, targets, ignore_index, loc);
+  if (sf__nn_gpu_here(loc))
+    return sf__gpu_cross_entropy(logits, targets, ignore_index, label_smoothing, used, loc);
   sf_tensor *x = sf__t_contig(logits);
   int64_t rows = x->shape[0], classes = x->shape[1];
   const int64_t *tg = targets ? targets->data : NULL;

@@ -405,7 +405,7 @@ static void load_one(void *ctx, const char *path, sf_tensor *t) {
   }
   const char *src = l->data + e->begin;
   if (sf__t_is_contig(t)) {
-    convert(e, src, sf__t_data(t), t->numel);
+    convert(e, src, sf__t_wdata(t), t->numel);
     return;
   }
   sf_tensor *c = sf__t_like(t);

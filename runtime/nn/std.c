@@ -96,7 +96,7 @@ sf_tensor *sf_std_nn_randn(sf_array *shape, int64_t seed, const sf_loc *loc) {
     if (i + 1 < t->numel)
       d[i + 1] = (float)(rad * sin(th));
   }
-  return t;
+  return sf__t_place(t, loc);
 }
 
 sf_tensor *sf_std_nn_uniform(sf_array *shape, float lo, float hi, int64_t seed,
@@ -106,7 +106,7 @@ sf_tensor *sf_std_nn_uniform(sf_array *shape, float lo, float hi, int64_t seed,
   float *d = sf__t_data(t);
   for (int64_t i = 0; i < t->numel; i++)
     d[i] = lo + (hi - lo) * unit(&r);
-  return t;
+  return sf__t_place(t, loc);
 }
 
 /* ------------------------------------------------------- making them */
@@ -124,13 +124,15 @@ sf_tensor *sf_std_nn_tensor(sf_array *data, sf_array *shape, const sf_loc *loc) 
   }
   if (n)
     memcpy(sf__t_data(t), data->data, (size_t)n * sizeof(float));
-  return t;
+  return sf__t_place(t, loc);
 }
 
 sf_tensor *sf_std_nn_zeros(sf_array *shape, const sf_loc *loc) {
   int32_t nd;
   int64_t dims[SF__TMAX];
   sf__t_shape_from(shape, "zeros", &nd, dims, loc);
+  if (sf__nn_gpu_here(loc))
+    return sf__t_dzeros(nd, dims, loc);
   return sf__t_zeros(nd, dims, loc);
 }
 
@@ -139,7 +141,7 @@ sf_tensor *sf_std_nn_ones(sf_array *shape, const sf_loc *loc) {
   float *d = sf__t_data(t);
   for (int64_t i = 0; i < t->numel; i++)
     d[i] = 1.0f;
-  return t;
+  return sf__t_place(t, loc);
 }
 
 /* A new leaf over t's values (a contiguous copy first when t is a
@@ -285,8 +287,8 @@ void sf_std_nn_linear(void *out, const sf_type *out_type, int64_t in, int64_t ou
   for (int64_t i = 0; i < bt->numel; i++)
     bd[i] = -bound + 2.0f * bound * unit(&r);
   wt->req = bt->req = true;
-  *w = wt;
-  *b = bt;
+  *w = sf__t_place(wt, loc);
+  *b = sf__t_place(bt, loc);
 }
 
 void sf_std_nn_sgd_step(sf_array *ps, sf_array *bufs, double lr, double momentum, double wd,

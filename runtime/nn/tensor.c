@@ -96,6 +96,16 @@ static void buffer_free(void *p, size_t bytes) {
 static size_t storage_bytes(int64_t len) {
   return ((size_t)(len > 0 ? len : 1) * sizeof(float) + 63) & ~(size_t)63;
 }
+size_t sf__storage_bytes(int64_t len) { return storage_bytes(len); }
+
+/* A storage's host buffer, made at its first host read when it was made
+ * on the device (device.c). */
+void *sf__storage_host_alloc(int64_t len) {
+  void *p = buffer_alloc(storage_bytes(len));
+  if (!p)
+    sf_runtime_error(NULL, "out of memory (a tensor of %" PRId64 " values)", len);
+  return p;
+}
 
 static sf__storage *storage_new(int64_t len, bool zero) {
   sf__storage *s = sf_alloc(sizeof *s);
@@ -115,7 +125,10 @@ static sf__storage *storage_new(int64_t len, bool zero) {
 
 static void storage_release(sf__storage *s) {
   if (s && __atomic_sub_fetch(&s->rc, 1, __ATOMIC_ACQ_REL) == 0) {
-    buffer_free(s->data, storage_bytes(s->len));
+    if (s->dev)
+      sf__storage_dev_free(s);
+    if (s->data)
+      buffer_free(s->data, storage_bytes(s->len));
     sf_free(s);
   }
 }
@@ -204,6 +217,19 @@ static sf_tensor *tensor_new(int32_t ndim, const int64_t *shape, bool zero, cons
   return t;
 }
 
+/* A header over st (a new storage of the shape's numel, device.c's). */
+sf_tensor *sf__t_over(int32_t ndim, const int64_t *shape, sf__storage *st) {
+  sf_tensor *t = header_new(ndim, shape);
+  contig_strides(ndim, shape, t->strides);
+  t->st = st;
+  return t;
+}
+
+/* The shape's numel, checked as every new tensor's (device.c). */
+int64_t sf__t_numel_checked(int32_t ndim, const int64_t *shape, const sf_loc *loc) {
+  return checked_numel(ndim, shape, loc);
+}
+
 sf_tensor *sf__t_zeros(int32_t ndim, const int64_t *shape, const sf_loc *loc) {
   return tensor_new(ndim, shape, true, loc);
 }
@@ -244,8 +270,10 @@ bool sf__t_is_contig(const sf_tensor *t) {
 
 /* Visits src row by row (the last dimension) in row-major order. */
 void sf__t_copy_into(sf_tensor *dst, const sf_tensor *src) {
+  if (sf__nn_gpu_here(NULL))
+    return sf__gpu_copy_into(dst, src);
   if (sf__t_is_contig(dst) && sf__t_is_contig(src)) {
-    memcpy(sf__t_data(dst), sf__t_data(src), (size_t)src->numel * sizeof(float));
+    memcpy(sf__t_wdata(dst), sf__t_data(src), (size_t)src->numel * sizeof(float));
     return;
   }
   /* A general walk over src's index space; dst is addressed through its
@@ -253,7 +281,7 @@ void sf__t_copy_into(sf_tensor *dst, const sf_tensor *src) {
   int32_t nd = src->ndim;
   int64_t idx[SF__TMAX] = {0};
   const float *s = sf__t_data(src);
-  float *d = sf__t_data(dst);
+  float *d = sf__t_wdata(dst);
   /* dst may have another shape of the same numel (a reshape's copy):
    * walk dst's index space alongside. */
   int64_t jdx[SF__TMAX] = {0};
@@ -276,7 +304,7 @@ sf_tensor *sf__t_contig(sf_tensor *t) {
     sf_retain(t);
     return t;
   }
-  sf_tensor *c = sf__t_like(t);
+  sf_tensor *c = sf__t_like_here(t);
   sf__t_assign(c, t);
   return c;
 }
@@ -360,7 +388,7 @@ static bool tensor_de(sf__reader *r, void **out) {
 static void format_axis(sf__buf *b, const sf_tensor *t, int32_t ax, int64_t off, bool summary) {
   if (ax == t->ndim) {
     char num[SF__FLOAT_BUF];
-    int n = sf__fmt_f32_repr(t->st->data[off], num);
+    int n = sf__fmt_f32_repr(sf__t_data(t)[off - t->offset], num);
     sf__buf_put(b, num, (size_t)n);
     return;
   }

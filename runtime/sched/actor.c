@@ -235,6 +235,8 @@ static void run_method(sf_actor *a, msg *m, run *r) {
   sf__rng was_rng = sf__rng_enter(sf__rng_mix(a->key, msg_no));
   bool was_no_grad = sf__no_grad; /* std.nn's switch: every call starts recording */
   sf__no_grad = false;
+  bool was_autocast = sf__autocast; /* and in f32 */
+  sf__autocast = false;
   sf__print_mute = was_muted || m->mute;
   if (m->keep)
     sf__print_keep = m->keep;
@@ -244,6 +246,7 @@ static void run_method(sf_actor *a, msg *m, run *r) {
   sf__print_keep = was_kept;
   sf__rng_cur = was_rng;
   sf__no_grad = was_no_grad;
+  sf__autocast = was_autocast;
   sf__capture_end(&r->cap);
   sf__running_actor = saved;
   sf__trace_event(r->md->name, m->kind == MSG_INIT ? "init" : "call", t0, 0, r->why);

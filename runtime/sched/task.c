@@ -205,6 +205,8 @@ static void run_task(task_rec *t) {
   sf__rng saved_rng = sf__rng_cur;
   bool saved_no_grad = sf__no_grad; /* std.nn's switch: every call starts recording */
   sf__no_grad = false;
+  bool saved_autocast = sf__autocast; /* and in f32 */
+  sf__autocast = false;
   int32_t attempt = atomic_load(&t->owner);
   for (;;) {
     memset(res, 0, (size_t)size);
@@ -271,6 +273,7 @@ static void run_task(task_rec *t) {
   sf__current_gpu = saved_gpu;
   sf__rng_cur = saved_rng;
   sf__no_grad = saved_no_grad;
+  sf__autocast = saved_autocast;
   if (res != small)
     sf_free(res);
   sf__resources_give(t->need, dev);

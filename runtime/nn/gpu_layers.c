@@ -1,0 +1,531 @@
+/*
+ * gpu_layers.c — the GPU paths of std.nn's layers (docs/nn.md, "GPU"):
+ * softmax and log-softmax over any axis, cross-entropy, layer norm,
+ * embedding, the three dropouts, attention, cat and stack, and argmax,
+ * each forward with its backward rule beside it, over the kernels of
+ * kernels/nn_layers.cu.  The CPU forms (reduce.c, layers.c, index.c) call
+ * these from a one-line hook after their argument checks when the running
+ * call holds a GPU (sf__nn_gpu_here), so both paths share every check and
+ * message.
+ *
+ * Key design choice: each GPU op records the node its CPU form records
+ * (the same op name, inputs, parameters and saved values, so the tape and
+ * its memory behave the same), with a backward rule of its own that runs
+ * on the device; the composed ops (attention, mse) are the CPU's
+ * composition of ops that have GPU paths, so their tapes are the CPU's
+ * node for node.  Nothing here reads the device back except argmax, whose
+ * result is an i64[] by design: integer inputs (targets, ids, masks) are
+ * host arrays the checks already read, uploaded beside the kernels, and
+ * cross-entropy's count of kept rows comes from those host targets.  The
+ * dropout masks are the CPU's bit for bit: the CPU draws them from a PCG32
+ * stream per mask (or per row), and the device evaluates element k of that
+ * stream by jumping k steps ahead (nn_layers.cu), from start states the
+ * host computes exactly as std.c seeds its streams.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
+#include "nn.h"
+
+#define NB 256 /* the block size every kernel of nn_layers.cu is written for */
+
+static void *kern(const char *entry, const sf_loc *loc) {
+  int block;
+  return sf__nn_kernel("nn_layers", entry, &block, loc);
+}
+
+static void launch(const char *entry, int64_t grid, void **params, const sf_loc *loc) {
+  if (grid > 0)
+    sf__nn_launch(kern(entry, loc), grid, NB, 0, params, loc);
+}
+
+static int64_t blocks_for(int64_t n) { return n > 0 ? (n + NB - 1) / NB : 0; }
+
+/* The (outer, n, inner) split of t's shape around axis (reduce.c's). */
+static void split(const sf_tensor *t, int32_t ax, int64_t *outer, int64_t *n, int64_t *inner) {
+  *outer = 1;
+  *inner = 1;
+  for (int32_t i = 0; i < ax; i++)
+    *outer *= t->shape[i];
+  for (int32_t i = ax + 1; i < t->ndim; i++)
+    *inner *= t->shape[i];
+  *n = t->shape[ax];
+}
+
+/* Mirrors struct sf_nnl_nd of nn_layers.cu. */
+typedef struct {
+  int32_t ndim, pad;
+  int64_t shape[SF__TMAX], src_st[SF__TMAX], dst_st[SF__TMAX];
+} nd_desc;
+
+/* dst = src over shape, both device pointers to first elements with their
+ * own strides. */
+static void copy_nd(uint64_t src, const int64_t *src_st, uint64_t dst, const int64_t *dst_st,
+                    int32_t ndim, const int64_t *shape, const sf_loc *loc) {
+  nd_desc d = {.ndim = ndim};
+  int64_t n = 1;
+  for (int32_t i = 0; i < ndim; i++) {
+    d.shape[i] = shape[i];
+    d.src_st[i] = src_st[i];
+    d.dst_st[i] = dst_st[i];
+    n *= shape[i];
+  }
+  void *params[] = {&src, &dst, &n, &d};
+  launch("sf_nnl_copy_nd", blocks_for(n), params, loc);
+}
+
+/* t's values in a contiguous device tensor: t itself (retained) when it is
+ * one, else a strided copy made on the device. */
+static sf_tensor *dcontig(sf_tensor *t, const sf_loc *loc) {
+  if (sf__t_is_contig(t)) {
+    sf_retain(t);
+    return t;
+  }
+  sf_tensor *c = sf__t_dempty(t->ndim, t->shape, loc);
+  copy_nd(sf__t_dptr(t, loc), t->strides, sf__t_dptr(c, loc), c->strides, t->ndim, t->shape, loc);
+  sf__t_dwrote(c);
+  return c;
+}
+
+/* n 64-bit words on the device, in a tensor of 2n floats (the bits are
+ * never read as floats): the targets, ids and masks the kernels index
+ * with, and the dropout streams' states.  The tensor's device block goes
+ * back to the caching allocator when it is released, which stream order
+ * makes safe for the kernels already queued. */
+static sf_tensor *upload_words(const void *v, int64_t n, const sf_loc *loc) {
+  int64_t len = 2 * (n > 0 ? n : 1);
+  sf_tensor *t = sf__t_empty(1, &len, loc);
+  if (n > 0)
+    memcpy(sf__t_data(t), v, (size_t)n * sizeof(uint64_t));
+  sf__t_dptr(t, loc);
+  return t;
+}
+
+static uint64_t dptr(sf_tensor *t, const sf_loc *loc) { return sf__t_dptr(t, loc); }
+
+/* ------------------------------------------------------------ softmax */
+
+static void bw_softmax(sf__node *nd, sf_tensor *g) {
+  sf_tensor *x = nd->in[0];
+  int32_t log = nd->i1 != 0;
+  int64_t outer, n, inner;
+  split(x, (int32_t)nd->i0, &outer, &n, &inner);
+  sf_tensor *dx = sf__t_dempty(x->ndim, x->shape, NULL);
+  uint64_t py = dptr(nd->saved, NULL), pg = dptr(g, NULL), pd = dptr(dx, NULL);
+  if (inner == 1) {
+    void *params[] = {&py, &pg, &pd, &outer, &n, &log};
+    launch("sf_nnl_softmax_bw_last", n ? outer : 0, params, NULL);
+  } else {
+    void *params[] = {&py, &pg, &pd, &outer, &n, &inner, &log};
+    launch("sf_nnl_softmax_bw_inner", n ? blocks_for(outer * inner) : 0, params, NULL);
+  }
+  sf__t_dwrote(dx);
+  sf__grad_add(x, dx);
+}
+
+sf_tensor *sf__gpu_softmax(sf_tensor *a, int32_t ax, bool log, const sf_loc *loc) {
+  int64_t outer, n, inner;
+  split(a, ax, &outer, &n, &inner);
+  sf_tensor *x = dcontig(a, loc), *out = sf__t_dempty(x->ndim, x->shape, loc);
+  uint64_t px = dptr(x, loc), py = dptr(out, loc);
+  int32_t lg = log;
+  if (inner == 1) { /* the last axis (or one followed by 1s): a block per row */
+    void *params[] = {&px, &py, &outer, &n, &lg};
+    launch("sf_nnl_softmax_last", n ? outer : 0, params, loc);
+  } else {
+    void *params[] = {&px, &py, &outer, &n, &inner, &lg};
+    launch("sf_nnl_softmax_inner", n ? blocks_for(outer * inner) : 0, params, loc);
+  }
+  sf__t_dwrote(out);
+  sf_release(x);
+  sf__node *nd = sf__record(log ? "log_softmax" : "softmax", out, bw_softmax, a, NULL);
+  if (nd) {
+    nd->i0 = ax;
+    nd->i1 = log;
+    nd->saved = sf__t_view(out, out->ndim, out->shape, out->strides, out->offset);
+  }
+  return out;
+}
+
+/* ------------------------------------------------------------- argmax */
+
+sf_array *sf__gpu_argmax(sf_tensor *a, int32_t ax, const sf_loc *loc) {
+  int64_t outer, n, inner;
+  split(a, ax, &outer, &n, &inner);
+  int64_t count = outer * inner, words = 2 * (count > 0 ? count : 1);
+  sf_tensor *x = dcontig(a, loc), *idx = sf__t_dempty(1, &words, loc);
+  uint64_t px = dptr(x, loc), pi = dptr(idx, loc);
+  if (inner == 1) {
+    void *params[] = {&px, &pi, &outer, &n};
+    launch("sf_nnl_argmax_last", outer, params, loc);
+  } else {
+    void *params[] = {&px, &pi, &outer, &n, &inner};
+    launch("sf_nnl_argmax_inner", blocks_for(count), params, loc);
+  }
+  sf__t_dwrote(idx);
+  sf_array *r = sf_array_new(&sf_type_i64, count, loc);
+  if (count)
+    memcpy(r->data, sf__t_data(idx), (size_t)count * sizeof(int64_t)); /* the read-back */
+  sf_release(idx);
+  sf_release(x);
+  return r;
+}
+
+/* ------------------------------------------------------ cross-entropy */
+
+/* d loss / d logits = g (softmax - q) / used on the rows kept; the node's
+ * saved tensor holds the targets already on the device. */
+static void bw_cross_entropy(sf__node *nd, sf_tensor *g) {
+  sf_tensor *x = dcontig(nd->in[0], NULL);
+  int64_t rows = x->shape[0], classes = x->shape[1], ignore = nd->i0, used = nd->i1;
+  float eps = nd->f0;
+  sf_tensor *dx = sf__t_dempty(2, x->shape, NULL);
+  uint64_t px = dptr(x, NULL), pt = dptr(nd->saved, NULL), pg = dptr(g, NULL),
+           pd = dptr(dx, NULL);
+  void *params[] = {&px, &pt, &pg, &pd, &rows, &classes, &ignore, &eps, &used};
+  launch("sf_nnl_ce_bw", rows, params, NULL);
+  sf__t_dwrote(dx);
+  sf_release(x);
+  sf__grad_add(nd->in[0], dx);
+}
+
+sf_tensor *sf__gpu_cross_entropy(sf_tensor *logits, sf_array *targets, int64_t ignore_index,
+                                 float label_smoothing, int64_t used, const sf_loc *loc) {
+  sf_tensor *x = dcontig(logits, loc);
+  int64_t rows = x->shape[0], classes = x->shape[1], one = rows > 0 ? rows : 1;
+  sf_tensor *tg = upload_words(rows ? targets->data : NULL, rows, loc);
+  sf_tensor *loss = sf__t_dempty(1, &one, loc), *out = sf__t_dempty(0, NULL, loc);
+  uint64_t px = dptr(x, loc), pt = dptr(tg, loc), pl = dptr(loss, loc), po = dptr(out, loc);
+  float eps = label_smoothing;
+  void *p1[] = {&px, &pt, &pl, &rows, &classes, &ignore_index, &eps};
+  launch("sf_nnl_ce_rows", rows, p1, loc);
+  void *p2[] = {&pl, &po, &rows, &used};
+  launch("sf_nnl_ce_total", 1, p2, loc); /* also for no rows: 0 / 0, nan as torch */
+  sf__t_dwrote(out);
+  sf_release(loss);
+  sf_release(x);
+  sf__node *nd = sf__record("cross_entropy", out, bw_cross_entropy, logits, NULL);
+  if (nd) {
+    nd->i0 = ignore_index;
+    nd->i1 = used;
+    nd->f0 = label_smoothing;
+    nd->targets = targets;
+    sf_retain(targets);
+    nd->saved = tg;
+  } else {
+    sf_release(tg);
+  }
+  return out;
+}
+
+/* --------------------------------------------------------- layer norm */
+
+/* The rows of layer norm's dw/db split into at most this many fixed blocks
+ * (partial sums, then one sum per column): enough threads to fill the
+ * device for a (B*T, d) activation, and a split that depends on the shape
+ * alone. */
+#define LN_BLOCKS 256
+
+static void bw_layer_norm(sf__node *n, sf_tensor *g) {
+  sf_tensor *x = dcontig(n->in[0], NULL), *w = dcontig(n->in[1], NULL);
+  int64_t d = x->shape[x->ndim - 1], rows = d ? x->numel / d : 0;
+  sf_tensor *dx = sf__t_dempty(x->ndim, x->shape, NULL);
+  sf_tensor *dw, *db;
+  if (rows == 0) {
+    dw = sf__t_dzeros(1, &d, NULL);
+    db = sf__t_dzeros(1, &d, NULL);
+  } else {
+    dw = sf__t_dempty(1, &d, NULL);
+    db = sf__t_dempty(1, &d, NULL);
+    int64_t nblk = rows < LN_BLOCKS ? rows : LN_BLOCKS, per = (rows + nblk - 1) / nblk;
+    int64_t ps[2] = {nblk, 2 * d};
+    sf_tensor *part = sf__t_dempty(2, ps, NULL);
+    uint64_t px = dptr(x, NULL), pw = dptr(w, NULL), pg = dptr(g, NULL),
+             pst = dptr(n->saved, NULL), pdx = dptr(dx, NULL), pp = dptr(part, NULL),
+             pdw = dptr(dw, NULL), pdb = dptr(db, NULL);
+    void *p1[] = {&px, &pw, &pg, &pst, &pdx, &rows, &d};
+    launch("sf_nnl_ln_bw_dx", rows, p1, NULL);
+    void *p2[] = {&px, &pg, &pst, &pp, &rows, &d, &per, &nblk};
+    launch("sf_nnl_ln_bw_part", blocks_for(nblk * d), p2, NULL);
+    void *p3[] = {&pp, &pdw, &pdb, &d, &nblk};
+    launch("sf_nnl_ln_bw_sum", blocks_for(d), p3, NULL);
+    sf__t_dwrote(dx);
+    sf__t_dwrote(dw);
+    sf__t_dwrote(db);
+    sf_release(part);
+  }
+  sf_release(x);
+  sf_release(w);
+  sf__grad_add(n->in[0], dx);
+  sf__grad_add(n->in[1], dw);
+  sf__grad_add(n->in[2], db);
+}
+
+sf_tensor *sf__gpu_layer_norm(sf_tensor *x, sf_tensor *weight, sf_tensor *bias, double eps,
+                              const sf_loc *loc) {
+  sf_tensor *xc = dcontig(x, loc), *wc = dcontig(weight, loc), *bc = dcontig(bias, loc);
+  int64_t d = x->shape[x->ndim - 1], rows = d ? x->numel / d : 0, ss[2] = {rows, 2};
+  sf_tensor *out = sf__t_dempty(xc->ndim, xc->shape, loc), *stats = sf__t_dempty(2, ss, loc);
+  uint64_t px = dptr(xc, loc), pw = dptr(wc, loc), pb = dptr(bc, loc), py = dptr(out, loc),
+           pst = dptr(stats, loc);
+  float e = (float)eps;
+  void *params[] = {&px, &pw, &pb, &py, &pst, &rows, &d, &e};
+  launch("sf_nnl_ln_fwd", rows, params, loc);
+  sf__t_dwrote(out);
+  sf__t_dwrote(stats);
+  sf_release(xc);
+  sf_release(wc);
+  sf_release(bc);
+  sf__node *n = sf__record3("layer_norm", out, bw_layer_norm, x, weight, bias);
+  if (n)
+    n->saved = stats;
+  else
+    sf_release(stats);
+  return out;
+}
+
+/* ---------------------------------------------------------- embedding */
+
+/* dW: the upstream rows added into the rows the ids picked (atomicAdd: a
+ * repeated id sums in the device's order). */
+static void bw_embedding(sf__node *n, sf_tensor *g) {
+  sf_tensor *w = n->in[0];
+  int64_t dim = w->shape[1], count = n->targets->len;
+  sf_tensor *dw = sf__t_dzeros(2, w->shape, NULL);
+  uint64_t pg = dptr(g, NULL), pi = dptr(n->saved, NULL), pd = dptr(dw, NULL);
+  void *params[] = {&pg, &pi, &pd, &count, &dim};
+  launch("sf_nnl_scatter_add", blocks_for(count * dim), params, NULL);
+  sf__t_dwrote(dw);
+  sf__grad_add(w, dw);
+}
+
+sf_tensor *sf__gpu_embedding(sf_tensor *weight, sf_array *ids, int32_t nd, const int64_t *dims,
+                             const sf_loc *loc) {
+  int64_t count = ids ? ids->len : 0, dim = weight->shape[1];
+  sf_tensor *w = dcontig(weight, loc), *out = sf__t_dempty(nd, dims, loc);
+  sf_tensor *it = upload_words(count ? ids->data : NULL, count, loc);
+  uint64_t pw = dptr(w, loc), pi = dptr(it, loc), po = dptr(out, loc);
+  void *params[] = {&pw, &pi, &po, &count, &dim};
+  launch("sf_nnl_gather", blocks_for(count * dim), params, loc);
+  sf__t_dwrote(out);
+  sf_release(w);
+  sf__node *n = sf__record("embedding", out, bw_embedding, weight, NULL);
+  if (n) {
+    n->targets = ids;
+    sf_retain(ids);
+    n->saved = it;
+  } else {
+    sf_release(it);
+  }
+  return out;
+}
+
+/* ------------------------------------------------------------ dropout */
+
+#define PCG_MULT 6364136223846793005ULL
+
+/* The start state and increment of std.c's PCG32 stream of key
+ * (pcg32_srandom_r(key, key): two steps from state 0), i.e. the state the
+ * first draw is made from. */
+static void stream_start(uint64_t key, uint64_t *st) {
+  uint64_t inc = (key << 1u) | 1u, s = inc; /* the first step from 0 */
+  s += key;
+  s = s * PCG_MULT + inc;
+  st[0] = s;
+  st[1] = inc;
+}
+
+static void bw_dropout(sf__node *n, sf_tensor *g) {
+  sf_tensor *dx = sf__t_binary(SF_TOP_MUL, g, n->saved, NULL);
+  sf__grad_add(n->in[0], dx);
+}
+
+/* x times the mask (keep = 1/(1-p) where the draw u >= p, else 0) drawn
+ * from rows streams of x->numel / rows values each (states: rows pairs);
+ * one dropout node holding the mask, as layers.c's apply_mask. */
+static sf_tensor *masked(sf_tensor *x, double p, const uint64_t *states, int64_t rows,
+                         const sf_loc *loc) {
+  sf_tensor *xc = dcontig(x, loc), *mask = sf__t_dempty(x->ndim, x->shape, loc);
+  sf_tensor *out = sf__t_dempty(x->ndim, x->shape, loc);
+  sf_tensor *st = upload_words(states, 2 * rows, loc);
+  int64_t n = x->numel, per = rows ? n / rows : 0;
+  if (per == 0)
+    per = 1;
+  /* u = k 2^-24 with k an integer, so u >= p exactly when k >= ceil(p 2^24):
+   * the CPU's f64 comparison as an integer one. */
+  uint64_t thr = (uint64_t)ceil(p * 16777216.0);
+  float keep = p < 1.0 ? (float)(1.0 / (1.0 - p)) : 0.0f;
+  uint64_t px = dptr(xc, loc), pm = dptr(mask, loc), py = dptr(out, loc), ps = dptr(st, loc);
+  void *params[] = {&px, &pm, &py, &ps, &n, &per, &thr, &keep};
+  launch("sf_nnl_dropout", blocks_for(n), params, loc);
+  sf__t_dwrote(mask);
+  sf__t_dwrote(out);
+  sf_release(st);
+  sf_release(xc);
+  sf__node *nd = sf__record("dropout", out, bw_dropout, x, NULL);
+  if (nd)
+    nd->saved = mask;
+  else
+    sf_release(mask);
+  return out;
+}
+
+sf_tensor *sf__gpu_dropout(sf_tensor *x, double p, int64_t seed, const sf_loc *loc) {
+  /* nn.uniform(x.shape, 0, 1, seed)'s stream (std.c's stream_of): one key
+   * from the call's random stream for seed -1, as the CPU draws it. */
+  if (seed < -1)
+    sf_runtime_error(loc, "uniform: seed must be -1 (the call's random stream) or >= 0, not %"
+                     PRId64, seed);
+  uint64_t key = seed == -1 ? (uint64_t)sf_rand_int(INT64_MIN, INT64_MAX, loc)
+                            : sf__rng_mix((uint64_t)seed, 0x6e6e); /* "nn" */
+  uint64_t st[2];
+  stream_start(key, st);
+  return masked(x, p, st, 1, loc);
+}
+
+/* Row r's stream: the key layers.c's row_mask mixes from (seed, index[r],
+ * stream). */
+static uint64_t *row_states(int64_t rows, int64_t seed, sf_array *index, int64_t stream) {
+  uint64_t *st = sf__alloc_n((size_t)(rows > 0 ? 2 * rows : 1), sizeof *st);
+  const int64_t *ix = rows ? index->data : NULL;
+  uint64_t base = sf__rng_mix((uint64_t)seed, 0x6472); /* "dr" */
+  for (int64_t r = 0; r < rows; r++)
+    stream_start(sf__rng_mix(sf__rng_mix(base, (uint64_t)ix[r]), (uint64_t)stream), st + 2 * r);
+  return st;
+}
+
+sf_tensor *sf__gpu_dropout_rows(sf_tensor *x, double p, int64_t seed, sf_array *index,
+                                int64_t stream, const sf_loc *loc) {
+  int64_t rows = x->shape[0];
+  uint64_t *st = row_states(rows, seed, index, stream);
+  sf_tensor *out = masked(x, p, st, rows, loc);
+  sf_free(st);
+  return out;
+}
+
+/* ---------------------------------------------------------- attention */
+
+/* dx = scale y (g - Σ g y) per row of (B, H, T, S). */
+static void bw_masked_softmax(sf__node *n, sf_tensor *g) {
+  sf_tensor *y = n->saved;
+  int64_t s = y->shape[y->ndim - 1], rows = s ? y->numel / s : 0;
+  sf_tensor *dx = sf__t_dempty(y->ndim, y->shape, NULL);
+  float scale = n->f0;
+  uint64_t py = dptr(y, NULL), pg = dptr(g, NULL), pd = dptr(dx, NULL);
+  void *params[] = {&py, &pg, &pd, &rows, &s, &scale};
+  launch("sf_nnl_attn_softmax_bw", rows, params, NULL);
+  sf__t_dwrote(dx);
+  sf__grad_add(n->in[0], dx);
+}
+
+/* softmax(scores * scale) over the keys the mask (B * S, or NULL) keeps;
+ * one "attention" node, as layers.c's masked_softmax. */
+static sf_tensor *masked_softmax(sf_tensor *scores, sf_array *mask, float scale,
+                                 const sf_loc *loc) {
+  sf_tensor *x = dcontig(scores, loc), *out = sf__t_dempty(x->ndim, x->shape, loc);
+  int64_t s = x->shape[3], rows = s ? x->numel / s : 0, per_batch = x->shape[1] * x->shape[2];
+  sf_tensor *mt = mask ? upload_words(mask->data, mask->len, loc) : NULL;
+  uint64_t px = dptr(x, loc), py = dptr(out, loc), pm = mt ? dptr(mt, loc) : px;
+  int32_t has_mask = mt != NULL;
+  void *params[] = {&px, &py, &pm, &has_mask, &rows, &s, &per_batch, &scale};
+  launch("sf_nnl_attn_softmax", rows, params, loc);
+  sf__t_dwrote(out);
+  sf_release(mt);
+  sf_release(x);
+  sf__node *n = sf__record("attention", out, bw_masked_softmax, scores, NULL);
+  if (n) {
+    n->f0 = scale;
+    n->saved = sf__t_view(out, out->ndim, out->shape, out->strides, out->offset);
+  }
+  return out;
+}
+
+/* (B, L, D) -> (B, H, L, D/H): a reshape view and a strided transpose. */
+static sf_tensor *split_heads(sf_tensor *t, int64_t heads, const sf_loc *loc) {
+  int64_t shape[4] = {t->shape[0], t->shape[1], heads, t->shape[2] / heads};
+  sf_tensor *r = sf__t_reshape(t, 4, shape, loc), *h = sf__t_transpose(r, 1, 2, loc);
+  sf_release(r);
+  return h;
+}
+
+/* layers.c's composition, node for node: the products go through the
+ * GPU matmul, the masked softmax and the probabilities' dropout (batch row
+ * b's mask from (seed, index[b], stream)) through the kernels here.
+ * Arguments already checked; mask NULL for none. */
+sf_tensor *sf__gpu_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
+                             int64_t heads, double drop, int64_t seed, sf_array *index,
+                             int64_t stream, const sf_loc *loc) {
+  float scale = (float)(1.0 / sqrt((double)(q->shape[2] / heads)));
+  sf_tensor *qh = split_heads(q, heads, loc), *kh = split_heads(k, heads, loc);
+  sf_tensor *vh = split_heads(v, heads, loc), *kt = sf__t_transpose(kh, 2, 3, loc);
+  sf_tensor *scores = sf__t_matmul(qh, kt, loc);              /* (B, H, T, S) */
+  sf_tensor *p = masked_softmax(scores, mask, scale, loc);
+  if (drop > 0.0) {
+    int64_t rows = p->shape[0];
+    uint64_t *st = row_states(rows, seed, index, stream);
+    sf_tensor *pd = masked(p, drop, st, rows, loc);
+    sf_free(st);
+    sf_release(p);
+    p = pd;
+  }
+  sf_tensor *o = sf__t_matmul(p, vh, loc);                    /* (B, H, T, D/H) */
+  sf_tensor *ot = sf__t_transpose(o, 1, 2, loc);              /* (B, T, H, D/H) */
+  sf_tensor *out = sf__t_reshape(ot, 3, q->shape, loc);       /* (B, T, D) */
+  sf_tensor *tmp[] = {qh, kh, vh, kt, scores, p, o, ot};
+  for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
+    sf_release(tmp[i]);
+  return out;
+}
+
+/* ------------------------------------------------------- cat, stack */
+
+/* The offset (in floats, from r's first element) of input k's region in a
+ * stack or cat result r: r[k], or r narrowed along axis from start. */
+static int64_t region_off(const sf_tensor *r, bool stack, int32_t axis, int64_t k,
+                          int64_t start) {
+  return stack ? k * r->strides[0] : start * r->strides[axis];
+}
+
+/* Each input's gradient is its region of g, copied out contiguous.  n->i0
+ * is the axis, n->i1 1 for a stack. */
+static void bw_join(sf__node *n, sf_tensor *g) {
+  bool stack = n->i1 != 0;
+  int32_t axis = (int32_t)n->i0;
+  int64_t start = 0;
+  uint64_t pg = dptr(g, NULL);
+  for (int32_t k = 0; k < n->nmore; k++) {
+    sf_tensor *in = n->more[k];
+    int64_t off = region_off(g, stack, axis, k, start);
+    start += stack ? 0 : in->shape[axis];
+    if (!in->req)
+      continue;
+    sf_tensor *c = sf__t_dempty(in->ndim, in->shape, NULL);
+    const int64_t *gst = stack ? g->strides + 1 : g->strides;
+    copy_nd(pg + (uint64_t)off * 4u, gst, dptr(c, NULL), c->strides, in->ndim, in->shape, NULL);
+    sf__t_dwrote(c);
+    sf__grad_add(in, c);
+  }
+}
+
+sf_tensor *sf__gpu_join(sf_tensor **in, int64_t n, bool stack, int32_t axis, int32_t nd,
+                        const int64_t *shape, const sf_loc *loc) {
+  sf_tensor *out = sf__t_dempty(nd, shape, loc);
+  uint64_t po = dptr(out, loc);
+  const int64_t *ost = stack ? out->strides + 1 : out->strides;
+  int64_t start = 0;
+  for (int64_t k = 0; k < n; k++) {
+    int64_t off = region_off(out, stack, axis, k, start);
+    start += stack ? 0 : in[k]->shape[axis];
+    if (in[k]->numel)
+      copy_nd(dptr(in[k], loc), in[k]->strides, po + (uint64_t)off * 4u, ost, in[k]->ndim,
+              in[k]->shape, loc);
+  }
+  sf__t_dwrote(out);
+  sf__node *nd_ = sf__record_n(stack ? "stack" : "cat", out, bw_join, in, (int32_t)n);
+  if (nd_) {
+    nd_->i0 = axis;
+    nd_->i1 = stack;
+  }
+  return out;
+}
