@@ -117,7 +117,7 @@ nn_gpu=1
 nn_end=$((SECONDS + ${NN_BUDGET_S:-300}))
 left() { local l=$((nn_end - SECONDS)); [ $l -lt "$1" ] && echo $l || echo "$1"; }
 spent="not run: section 5's ${NN_BUDGET_S:-300} s were spent"
-stat() { grep -o "\b$1=[0-9]*" "$2" 2>/dev/null | tail -1 | cut -d= -f2; }
+counter() { grep -o "\b$1=[0-9]*" "$2" 2>/dev/null | tail -1 | cut -d= -f2; }
 nn_checker() {   # nn_checker NAME TIMEOUT
   local exe=$out/nn/$1
   if [ -f "$exe.missing" ] || [ ! -x "$exe" ]; then
@@ -129,7 +129,7 @@ nn_checker() {   # nn_checker NAME TIMEOUT
     row "nn $1 (every op, GPU vs CPU)|not run: no GPU|-|-"; nn_gpu=0; return
   fi
   grep '^TABLE|' "$table.nn" >> "$table"
-  local launches; launches=$(stat gpu_launches "$table.nnerr")
+  local launches; launches=$(counter gpu_launches "$table.nnerr")
   if [ "${launches:-0}" = 0 ]; then
     row "nn $1: kernels on the device|FAIL: gpu_launches=${launches:-?} (the ops ran on the CPU)|-|> 0"; failed=1
   fi
@@ -154,8 +154,8 @@ nn_pair() {   # nn_pair WHAT TIMEOUT [--tf32]
     if [ -z "$s_ms" ]; then
       failed=1; echo "--- nn_bench --what $what $tf32 (rc $r)"; tail -20 "$table.nberr"
     fi
-    local p; p=$(stat dev_peak "$table.nberr"); [ -n "$p" ] && s_peak=$(awk -v b="$p" 'BEGIN { printf "%.1f", b / 1048576 }')
-    s_reads=$(stat d2h_syncs "$table.nberr")
+    local p; p=$(counter dev_peak "$table.nberr"); [ -n "$p" ] && s_peak=$(awk -v b="$p" 'BEGIN { printf "%.1f", b / 1048576 }')
+    s_reads=$(counter d2h_syncs "$table.nberr")
   fi
   lim=$(left "$2"); [ "$lim" -lt 10 ] && { t_why=${spent#not run: }; return; }
   timeout "$lim" python3 "$out/nn/torch_peer.py" nn "$what" $tf32 > "$table.nt" 2>&1
