@@ -60,7 +60,8 @@ __device__ long long sf_off1(const sf_nd &d, long long i, long long *o1, long lo
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n);      \
        i += (long long)gridDim.x * blockDim.x)
 
-enum { SF_ADD = 0, SF_SUB = 1, SF_MUL = 2, SF_DIV = 3 };
+// sflow.h's SF_TOP_ADD .. SF_TOP_DIV.
+enum { SF_ADD = 1, SF_SUB = 2, SF_MUL = 3, SF_DIV = 4 };
 
 __device__ float sf_apply(int op, float x, float y) {
   switch (op) {

@@ -97,16 +97,32 @@ static sf_tensor *upload_words(const void *v, int64_t n, const sf_loc *loc) {
   int64_t len = 2 * (n > 0 ? n : 1);
   sf_tensor *t = sf__t_empty(1, &len, loc);
   if (n > 0)
-    memcpy(sf__t_data(t), v, (size_t)n * sizeof(uint64_t));
+    memcpy(sf__t_wdata(t), v, (size_t)n * sizeof(uint64_t));
   sf__t_dptr(t, loc);
   return t;
 }
 
 static uint64_t dptr(sf_tensor *t, const sf_loc *loc) { return sf__t_dptr(t, loc); }
 
+/* A backward rule of a GPU node run outside a GPU context (the loss taken
+ * to another call, as gpu_ops.c allows): the device the node's values are
+ * on becomes this thread's, so their device pointers are valid here. */
+static void bw_enter(sf__node *n, const sf_tensor *g) {
+  if (sf__nn_gpu_here(NULL))
+    return;
+  const sf_tensor *on = g->st->dev ? g : n->saved && n->saved->st->dev ? n->saved : NULL;
+  for (int32_t i = 0; !on && i < SF__NIN + n->nmore; i++) {
+    const sf_tensor *t = i < SF__NIN ? n->in[i] : n->more[i - SF__NIN];
+    on = t && t->st->dev ? t : NULL;
+  }
+  if (on)
+    sf__gpu_use_device(on->st->gpu - 1);
+}
+
 /* ------------------------------------------------------------ softmax */
 
 static void bw_softmax(sf__node *nd, sf_tensor *g) {
+  bw_enter(nd, g);
   sf_tensor *x = nd->in[0];
   int32_t log = nd->i1 != 0;
   int64_t outer, n, inner;
@@ -177,6 +193,7 @@ sf_array *sf__gpu_argmax(sf_tensor *a, int32_t ax, const sf_loc *loc) {
 /* d loss / d logits = g (softmax - q) / used on the rows kept; the node's
  * saved tensor holds the targets already on the device. */
 static void bw_cross_entropy(sf__node *nd, sf_tensor *g) {
+  bw_enter(nd, g);
   sf_tensor *x = dcontig(nd->in[0], NULL);
   int64_t rows = x->shape[0], classes = x->shape[1], ignore = nd->i0, used = nd->i1;
   float eps = nd->f0;
@@ -228,6 +245,7 @@ sf_tensor *sf__gpu_cross_entropy(sf_tensor *logits, sf_array *targets, int64_t i
 #define LN_BLOCKS 256
 
 static void bw_layer_norm(sf__node *n, sf_tensor *g) {
+  bw_enter(n, g);
   sf_tensor *x = dcontig(n->in[0], NULL), *w = dcontig(n->in[1], NULL);
   int64_t d = x->shape[x->ndim - 1], rows = d ? x->numel / d : 0;
   sf_tensor *dx = sf__t_dempty(x->ndim, x->shape, NULL);
@@ -290,6 +308,7 @@ sf_tensor *sf__gpu_layer_norm(sf_tensor *x, sf_tensor *weight, sf_tensor *bias, 
 /* dW: the upstream rows added into the rows the ids picked (atomicAdd: a
  * repeated id sums in the device's order). */
 static void bw_embedding(sf__node *n, sf_tensor *g) {
+  bw_enter(n, g);
   sf_tensor *w = n->in[0];
   int64_t dim = w->shape[1], count = n->targets->len;
   sf_tensor *dw = sf__t_dzeros(2, w->shape, NULL);
@@ -337,6 +356,7 @@ static void stream_start(uint64_t key, uint64_t *st) {
 }
 
 static void bw_dropout(sf__node *n, sf_tensor *g) {
+  bw_enter(n, g);
   sf_tensor *dx = sf__t_binary(SF_TOP_MUL, g, n->saved, NULL);
   sf__grad_add(n->in[0], dx);
 }
@@ -408,6 +428,7 @@ sf_tensor *sf__gpu_dropout_rows(sf_tensor *x, double p, int64_t seed, sf_array *
 
 /* dx = scale y (g - Σ g y) per row of (B, H, T, S). */
 static void bw_masked_softmax(sf__node *n, sf_tensor *g) {
+  bw_enter(n, g);
   sf_tensor *y = n->saved;
   int64_t s = y->shape[y->ndim - 1], rows = s ? y->numel / s : 0;
   sf_tensor *dx = sf__t_dempty(y->ndim, y->shape, NULL);
@@ -478,6 +499,30 @@ sf_tensor *sf__gpu_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array 
   return out;
 }
 
+/* ------------------------------------------------------ t[i], t[a..b] */
+
+/* Zeros of the source's shape with g in the rows the view covered (n->i0
+ * the first; n->i1 how many, or -1 for t[i], whose axis is dropped). */
+void sf__gpu_bw_rows(sf__node *n, sf_tensor *g) {
+  sf_tensor *x = n->in[0];
+  sf_tensor *z = sf__t_dzeros(x->ndim, x->shape, NULL);
+  bool row = n->i1 < 0;
+  int64_t shape[SF__TMAX];
+  memcpy(shape, x->shape, sizeof shape);
+  if (!row)
+    shape[0] = n->i1;
+  int32_t nd = row ? x->ndim - 1 : x->ndim;
+  const int64_t *sh = row ? shape + 1 : shape, *st = row ? z->strides + 1 : z->strides;
+  int64_t count = 1;
+  for (int32_t i = 0; i < nd; i++)
+    count *= sh[i];
+  if (count)
+    copy_nd(dptr(g, NULL), g->strides, dptr(z, NULL) + (uint64_t)(n->i0 * z->strides[0]) * 4u, st,
+            nd, sh, NULL);
+  sf__t_dwrote(z);
+  sf__grad_add(x, z);
+}
+
 /* ------------------------------------------------------- cat, stack */
 
 /* The offset (in floats, from r's first element) of input k's region in a
@@ -490,6 +535,7 @@ static int64_t region_off(const sf_tensor *r, bool stack, int32_t axis, int64_t 
 /* Each input's gradient is its region of g, copied out contiguous.  n->i0
  * is the axis, n->i1 1 for a stack. */
 static void bw_join(sf__node *n, sf_tensor *g) {
+  bw_enter(n, g);
   bool stack = n->i1 != 0;
   int32_t axis = (int32_t)n->i0;
   int64_t start = 0;

@@ -1,28 +1,951 @@
 /*
- * gpu_ops.c — the GPU versions of the core tensor ops (work in progress).
+ * gpu_ops.c — the GPU versions of the core tensor ops (docs/nn.md, "GPU"):
+ * broadcasting + - * /, tensor op scalar, negation, the activations,
+ * reductions, reduce_to, strided copies, matmul (cuBLAS, batched, bf16
+ * under autocast), Linear forward and backward, SGD, AdamW and
+ * clip_grad_norm, each forward with its device backward rule.
+ *
+ * Each CPU op calls its GPU version from one hook line after its checks
+ * (`if (sf__nn_gpu_here(loc)) return sf__gpu_<op>(...)`), so shapes and
+ * error messages are the CPU path's own.  Results are device tensors
+ * (sf__t_dempty); inputs come through sf__t_dptr (a host input is uploaded
+ * once and keeps its device copy); kernels (kernels/nn.cu) and cuBLAS go on
+ * stream 0 and nothing here waits for them: no function in this file reads
+ * a value back, except clip_grad_norm's f64 result, which its caller asked
+ * for.
+ *
+ * Key design choice: the backward rules are written with the public ops
+ * (sf__t_binary, sf__t_reduce_to, ...) wherever the CPU rule is, so they
+ * dispatch to the device in the same GPU context and are the CPU rules
+ * formula for formula; only what needs a kernel of its own (activation
+ * gradients, a reduction's spread, products) launches one here.
  */
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
 #include "nn.h"
 
-#define TODO(what) sf_runtime_error(loc, "GPU: %s is not written yet", what)
+#define NB 256
+#define MAX_GRID 65535 /* the elementwise kernels are grid-stride loops */
+
+/* Mirrors of kernels/nn.cu's structs. */
+typedef struct {
+  int32_t ndim, pad;
+  int64_t shape[SF__TMAX];
+  int64_t st[3][SF__TMAX];
+} gnd;
+typedef struct {
+  int32_t nk, nr;
+  int64_t kshape[SF__TMAX], kst[SF__TMAX];
+  int64_t rshape[SF__TMAX], rst[SF__TMAX];
+  int64_t nout, nred, parts;
+} gred;
+enum { R_SUM = 0, R_MEAN = 1, R_MAX = 2, R_SUMSQ = 3 };
+
+static void *kern(const char *entry, const sf_loc *loc) {
+  int block;
+  return sf__nn_kernel("nn", entry, &block, loc);
+}
+
+/* entry over n threads' worth of a grid-stride loop. */
+static void launch_n(const char *entry, int64_t n, void **params, const sf_loc *loc) {
+  if (n <= 0)
+    return;
+  int64_t grid = sf__nn_grid(n, NB);
+  sf__nn_launch(kern(entry, loc), grid < MAX_GRID ? grid : MAX_GRID, NB, 0, params, loc);
+}
+
+static uint64_t dp(const sf_tensor *t, const sf_loc *loc) { return sf__t_dptr((sf_tensor *)t, loc); }
+
+/* A backward rule of a GPU node run outside a GPU context (the loss taken
+ * to another call): the device of g's values becomes this thread's. */
+static void bw_enter(const sf_tensor *g) {
+  if (!sf__nn_gpu_here(NULL) && g->st->dev)
+    sf__gpu_use_device(g->st->gpu - 1);
+}
+
+/* --------------------------------------------------------- index spaces */
+
+/* Drops size-1 dimensions and merges a dimension into the one before when
+ * every operand steps through both as one (elementwise.c's walk_coalesce). */
+static void coalesce(int32_t *ndim, int64_t *shape, int nops, int64_t st[][SF__TMAX]) {
+  int32_t nd = 0;
+  for (int32_t i = 0; i < *ndim; i++) {
+    if (shape[i] == 1)
+      continue;
+    if (nd > 0) {
+      bool merge = true;
+      for (int k = 0; k < nops; k++)
+        merge &= st[k][nd - 1] == st[k][i] * shape[i];
+      if (merge) {
+        shape[nd - 1] *= shape[i];
+        for (int k = 0; k < nops; k++)
+          st[k][nd - 1] = st[k][i];
+        continue;
+      }
+    }
+    shape[nd] = shape[i];
+    for (int k = 0; k < nops; k++)
+      st[k][nd] = st[k][i];
+    nd++;
+  }
+  *ndim = nd;
+}
+
+static void contig_strides(int32_t ndim, const int64_t *shape, int64_t *st) {
+  int64_t s = 1;
+  for (int32_t i = ndim - 1; i >= 0; i--) {
+    st[i] = s;
+    s *= shape[i];
+  }
+}
+
+/* t's strides broadcast to an nd-dimensional shape (right-aligned). */
+static void bcast_strides(const sf_tensor *t, int32_t nd, int64_t *st) {
+  int32_t lead = nd - t->ndim;
+  for (int32_t i = 0; i < nd; i++) {
+    int32_t j = i - lead;
+    st[i] = j < 0 || t->shape[j] == 1 ? 0 : t->strides[j];
+  }
+}
+
+/* ------------------------------------------------------------ filling */
+
+static void fill(uint64_t p, int64_t n, float v, const sf_loc *loc) {
+  void *args[] = {&p, &n, &v};
+  launch_n("sf_nn_fill", n, args, loc);
+}
+
+sf_tensor *sf__gpu_full(int32_t ndim, const int64_t *shape, float v, const sf_loc *loc) {
+  sf_tensor *t = sf__t_dempty(ndim, shape, loc);
+  fill(dp(t, loc), t->numel, v, loc);
+  sf__t_dwrote(t);
+  return t;
+}
+
+/* -------------------------------------------------------------- copies */
+
+/* dst (=|+=) src, one shape, any strides on both. */
+static void copy_op(sf_tensor *dst, const sf_tensor *src, int acc, const sf_loc *loc) {
+  if (dst->numel == 0)
+    return;
+  gnd d = {.ndim = dst->ndim};
+  memcpy(d.shape, dst->shape, sizeof d.shape);
+  memcpy(d.st[0], dst->strides, sizeof d.st[0]);
+  memcpy(d.st[1], src->strides, sizeof d.st[1]);
+  coalesce(&d.ndim, d.shape, 2, d.st);
+  uint64_t ps = dp(src, loc), pd = dp(dst, loc);
+  int64_t n = dst->numel;
+  void *args[] = {&pd, &ps, &n, &acc, &d};
+  launch_n("sf_nn_copy", n, args, loc);
+  sf__t_dwrote(dst);
+}
+
+void sf__gpu_assign(sf_tensor *dst, const sf_tensor *src) { copy_op(dst, src, 0, NULL); }
+void sf__gpu_add_into(sf_tensor *dst, const sf_tensor *src) { copy_op(dst, src, 1, NULL); }
+
+sf_tensor *sf__gpu_contig(sf_tensor *t) {
+  if (sf__t_is_contig(t)) {
+    sf_retain(t);
+    return t;
+  }
+  sf_tensor *c = sf__t_dempty(t->ndim, t->shape, NULL);
+  copy_op(c, t, 0, NULL);
+  return c;
+}
+
+/* A view of t with another shape of its numel, row-major over t's values
+ * (t contiguous). */
+static sf_tensor *reshaped(const sf_tensor *t, int32_t ndim, const int64_t *shape) {
+  int64_t st[SF__TMAX];
+  contig_strides(ndim, shape, st);
+  return sf__t_view(t, ndim, shape, st, t->offset);
+}
+
+void sf__gpu_copy_into(sf_tensor *dst, const sf_tensor *src) {
+  bool same = dst->ndim == src->ndim;
+  for (int32_t i = 0; same && i < dst->ndim; i++)
+    same = dst->shape[i] == src->shape[i];
+  if (same) {
+    copy_op(dst, src, 0, NULL);
+    return;
+  }
+  if (sf__t_is_contig(dst)) { /* dst seen with src's shape */
+    sf_tensor *v = reshaped(dst, src->ndim, src->shape);
+    copy_op(v, src, 0, NULL);
+    sf_release(v);
+    return;
+  }
+  sf_tensor *c = sf__gpu_contig((sf_tensor *)src);
+  sf_tensor *v = reshaped(c, dst->ndim, dst->shape);
+  copy_op(dst, v, 0, NULL);
+  sf_release(v);
+  sf_release(c);
+}
+
+/* ---------------------------------------------------------- elementwise */
+
+/* out (contiguous, of the broadcast shape) = a op b. */
+static void binary_into(int32_t op, sf_tensor *out, const sf_tensor *a, const sf_tensor *b,
+                        const sf_loc *loc) {
+  int64_t n = out->numel;
+  if (n == 0)
+    return;
+  uint64_t pa = dp(a, loc), pb = dp(b, loc), po = dp(out, loc);
+  bool flat = a->numel == n && b->numel == n && sf__t_is_contig(a) && sf__t_is_contig(b);
+  if (flat) {
+    void *args[] = {&po, &pa, &pb, &n, &op};
+    launch_n("sf_nn_binary_flat", n, args, loc);
+  } else {
+    gnd d = {.ndim = out->ndim};
+    memcpy(d.shape, out->shape, sizeof d.shape);
+    memcpy(d.st[0], out->strides, sizeof d.st[0]);
+    bcast_strides(a, out->ndim, d.st[1]);
+    bcast_strides(b, out->ndim, d.st[2]);
+    coalesce(&d.ndim, d.shape, 3, d.st);
+    void *args[] = {&po, &pa, &pb, &n, &op, &d};
+    launch_n("sf_nn_binary", n, args, loc);
+  }
+  sf__t_dwrote(out);
+}
+
+/* out = a op s (left: s op a), a new device tensor of a's shape. */
+static sf_tensor *scalar_raw(int32_t op, const sf_tensor *a, float s, bool left,
+                             const sf_loc *loc) {
+  sf_tensor *out = sf__t_dempty(a->ndim, a->shape, loc);
+  int64_t n = out->numel;
+  if (n) {
+    gnd d = {.ndim = a->ndim};
+    memcpy(d.shape, a->shape, sizeof d.shape);
+    memcpy(d.st[0], out->strides, sizeof d.st[0]);
+    memcpy(d.st[1], a->strides, sizeof d.st[1]);
+    coalesce(&d.ndim, d.shape, 2, d.st);
+    uint64_t pa = dp(a, loc), po = dp(out, loc);
+    int32_t l = left;
+    void *args[] = {&po, &pa, &n, &op, &s, &l, &d};
+    launch_n("sf_nn_scalar", n, args, loc);
+  }
+  sf__t_dwrote(out);
+  return out;
+}
+
+static const char *op_name(int32_t op) {
+  switch (op) {
+  case SF_TOP_ADD: return "add";
+  case SF_TOP_SUB: return "sub";
+  case SF_TOP_MUL: return "mul";
+  default: return "div";
+  }
+}
+
+/* elementwise.c's bw_binary, on the device through the public ops. */
+static void bw_binary(sf__node *n, sf_tensor *g) {
+  bw_enter(g);
+  sf_tensor *a = n->in[0], *b = n->in[1];
+  sf_tensor *ga = NULL, *gb = NULL;
+  switch ((int32_t)n->i0) {
+  case SF_TOP_ADD:
+    ga = a->req ? (sf_retain(g), g) : NULL;
+    gb = b->req ? (sf_retain(g), g) : NULL;
+    break;
+  case SF_TOP_SUB:
+    ga = a->req ? (sf_retain(g), g) : NULL;
+    gb = b->req ? scalar_raw(SF_TOP_MUL, g, -1.0f, false, NULL) : NULL;
+    break;
+  case SF_TOP_MUL:
+    ga = a->req ? sf__t_binary(SF_TOP_MUL, g, b, NULL) : NULL;
+    gb = b->req ? sf__t_binary(SF_TOP_MUL, g, a, NULL) : NULL;
+    break;
+  default: { /* a / b: g / b, and -(g / b) (a / b) */
+    sf_tensor *gdb = sf__t_binary(SF_TOP_DIV, g, b, NULL);
+    if (b->req) {
+      sf_tensor *q = sf__t_binary(SF_TOP_DIV, a, b, NULL);
+      sf_tensor *m = sf__t_binary(SF_TOP_MUL, gdb, q, NULL);
+      gb = scalar_raw(SF_TOP_MUL, m, -1.0f, false, NULL);
+      sf_release(q);
+      sf_release(m);
+    }
+    if (a->req)
+      ga = gdb;
+    else
+      sf_release(gdb);
+    break;
+  }
+  }
+  if (ga) {
+    sf__grad_add(a, sf__t_reduce_to(ga, a->ndim, a->shape));
+    sf_release(ga);
+  }
+  if (gb) {
+    sf__grad_add(b, sf__t_reduce_to(gb, b->ndim, b->shape));
+    sf_release(gb);
+  }
+}
+
 sf_tensor *sf__gpu_binary(int32_t op, sf_tensor *a, sf_tensor *b, int32_t nd,
-                          const int64_t *shape, const sf_loc *loc) { TODO("binary"); }
-sf_tensor *sf__gpu_scalar(int32_t op, sf_tensor *a, float s, bool left, const sf_loc *loc) { TODO("scalar"); }
-sf_tensor *sf__gpu_neg(sf_tensor *a, const sf_loc *loc) { TODO("neg"); }
-sf_tensor *sf__gpu_unary(int32_t kind, sf_tensor *a, const sf_loc *loc) { TODO("unary"); }
-sf_tensor *sf__gpu_reduce(int32_t kind, sf_tensor *a, int32_t ax, const sf_loc *loc) { TODO("reduce"); }
-sf_tensor *sf__gpu_reduce_to(sf_tensor *g, int32_t ndim, const int64_t *shape) { const sf_loc *loc = NULL; TODO("reduce_to"); }
-void sf__gpu_assign(sf_tensor *dst, const sf_tensor *src) { const sf_loc *loc = NULL; TODO("assign"); }
-void sf__gpu_add_into(sf_tensor *dst, const sf_tensor *src) { const sf_loc *loc = NULL; TODO("add_into"); }
-void sf__gpu_copy_into(sf_tensor *dst, const sf_tensor *src) { const sf_loc *loc = NULL; TODO("copy_into"); }
-sf_tensor *sf__gpu_contig(sf_tensor *t) { const sf_loc *loc = NULL; TODO("contig"); }
+                          const int64_t *shape, const sf_loc *loc) {
+  sf_tensor *out = sf__t_dempty(nd, shape, loc);
+  binary_into(op, out, a, b, loc);
+  sf__node *n = sf__record(op_name(op), out, bw_binary, a, b);
+  if (n)
+    n->i0 = op;
+  return out;
+}
+
+static void bw_scalar(sf__node *n, sf_tensor *g) {
+  bw_enter(g);
+  sf_tensor *a = n->in[0];
+  bool left = n->i1 != 0;
+  float s = n->f0;
+  sf_tensor *ga;
+  switch ((int32_t)n->i0) {
+  case SF_TOP_ADD: ga = (sf_retain(g), g); break;
+  case SF_TOP_SUB: ga = left ? scalar_raw(SF_TOP_MUL, g, -1.0f, false, NULL) : (sf_retain(g), g); break;
+  case SF_TOP_MUL: ga = scalar_raw(SF_TOP_MUL, g, s, false, NULL); break;
+  default:
+    if (!left)
+      ga = scalar_raw(SF_TOP_DIV, g, s, false, NULL);
+    else { /* d(s / a) = -s / a^2 */
+      sf_tensor *a2 = sf__t_binary(SF_TOP_MUL, a, a, NULL);
+      sf_tensor *q = sf__t_binary(SF_TOP_DIV, g, a2, NULL);
+      ga = scalar_raw(SF_TOP_MUL, q, -s, false, NULL);
+      sf_release(a2);
+      sf_release(q);
+    }
+    break;
+  }
+  sf__grad_add(a, ga);
+}
+
+sf_tensor *sf__gpu_scalar(int32_t op, sf_tensor *a, float s, bool left, const sf_loc *loc) {
+  sf_tensor *out = scalar_raw(op, a, s, left, loc);
+  sf__node *n = sf__record(op_name(op), out, bw_scalar, a, NULL);
+  if (n) {
+    n->i0 = op;
+    n->i1 = left;
+    n->f0 = s;
+  }
+  return out;
+}
+
+static void bw_neg(sf__node *n, sf_tensor *g) {
+  bw_enter(g);
+  sf__grad_add(n->in[0], scalar_raw(SF_TOP_MUL, g, -1.0f, false, NULL));
+}
+
+sf_tensor *sf__gpu_neg(sf_tensor *a, const sf_loc *loc) {
+  sf_tensor *out = scalar_raw(SF_TOP_MUL, a, -1.0f, false, loc);
+  sf__record("neg", out, bw_neg, a, NULL);
+  return out;
+}
+
+/* ---------------------------------------------------------- activations */
+
+static const char *unary_name(int32_t kind) {
+  static const char *const names[] = {"relu", "gelu", "sigmoid", "tanh", "exp", "log", "gelu_tanh"};
+  return kind >= 0 && kind <= SF__U_GELU_TANH ? names[kind] : "unary";
+}
+
+static bool uses_output(int32_t kind) {
+  return kind == SF__U_SIGMOID || kind == SF__U_TANH || kind == SF__U_EXP;
+}
+
+static void bw_unary(sf__node *n, sf_tensor *g) {
+  bw_enter(g);
+  int32_t kind = (int32_t)n->i0;
+  sf_tensor *x = sf__gpu_contig(n->in[0]), *gc = sf__gpu_contig(g);
+  sf_tensor *dx = sf__t_dempty(x->ndim, x->shape, NULL);
+  int64_t len = dx->numel;
+  if (len) {
+    uint64_t pd = dp(dx, NULL), pg = dp(gc, NULL), px = dp(x, NULL);
+    uint64_t py = n->saved ? dp(n->saved, NULL) : 0;
+    void *args[] = {&pd, &pg, &px, &py, &len, &kind};
+    launch_n("sf_nn_unary_bw", len, args, NULL);
+  }
+  sf__t_dwrote(dx);
+  sf_release(x);
+  sf_release(gc);
+  sf__grad_add(n->in[0], dx);
+}
+
+sf_tensor *sf__gpu_unary(int32_t kind, sf_tensor *a, const sf_loc *loc) {
+  sf_tensor *x = sf__gpu_contig(a);
+  sf_tensor *out = sf__t_dempty(x->ndim, x->shape, loc);
+  int64_t len = out->numel;
+  if (len) {
+    uint64_t py = dp(out, loc), px = dp(x, loc);
+    void *args[] = {&py, &px, &len, &kind};
+    launch_n("sf_nn_unary", len, args, loc);
+  }
+  sf__t_dwrote(out);
+  sf_release(x);
+  sf__node *n = sf__record(unary_name(kind), out, bw_unary, a, NULL);
+  if (n) {
+    n->i0 = kind;
+    if (uses_output(kind))
+      n->saved = sf__t_view(out, out->ndim, out->shape, out->strides, out->offset);
+  }
+  return out;
+}
+
+/* ----------------------------------------------------------- reductions */
+
+/* Past this many values per output, and with few outputs, a reduction
+ * runs in two passes (partial values, then their reduction), so that one
+ * block does not walk millions of values alone. */
+#define SPLIT_MIN 65536
+#define SPLIT_PER 16384
+
+/* y (r.nout floats; yi: r.nout indices for max, or 0) = the reduction of
+ * x over r.  div: mean's count. */
+static void run_reduce(int32_t kind, float div, uint64_t y, uint64_t yi, uint64_t x, gred r,
+                       const sf_loc *loc) {
+  if (r.nout == 0)
+    return;
+  void *f = kern("sf_nn_reduce", loc);
+  uint64_t none = 0;
+  if (r.nred >= SPLIT_MIN && r.nout < 512) {
+    int64_t parts = (r.nred + SPLIT_PER - 1) / SPLIT_PER;
+    if (parts > 1024)
+      parts = 1024;
+    int64_t np = r.nout * parts;
+    int32_t dev = sf__gpu_current_device();
+    uint64_t pv = sf__dev_alloc((size_t)np * sizeof(float), loc);
+    uint64_t pi = kind == R_MAX ? sf__dev_alloc((size_t)np * 8, loc) : 0;
+    r.parts = parts;
+    int32_t k1 = kind == R_MEAN ? R_SUM : kind;
+    float one = 1.0f;
+    void *a1[] = {&pv, &pi, &x, &none, &k1, &one, &r};
+    sf__nn_launch(f, np, NB, 0, a1, loc);
+    gred r2 = {.nk = 1, .nr = 1, .kshape = {r.nout}, .kst = {parts}, .rshape = {parts},
+               .rst = {1}, .nout = r.nout, .nred = parts, .parts = 1};
+    int32_t k2 = kind == R_SUMSQ ? R_SUM : kind;
+    void *a2[] = {&y, &yi, &pv, &pi, &k2, &div, &r2};
+    sf__nn_launch(f, r.nout, NB, 0, a2, loc);
+    /* Freed to the cache at once: stream order keeps the block until the
+     * second pass has read it. */
+    sf__dev_free(pv, (size_t)np * sizeof(float), dev);
+    if (pi)
+      sf__dev_free(pi, (size_t)np * 8, dev);
+    return;
+  }
+  r.parts = 1;
+  void *args[] = {&y, &yi, &x, &none, &kind, &div, &r};
+  sf__nn_launch(f, r.nout, NB, 0, args, loc);
+}
+
+/* The reduction of t: dimensions in keep[] kept (in order), the others
+ * reduced, both coalesced.  nout/nred filled. */
+static gred reduction_of(const sf_tensor *t, const bool *keep) {
+  gred r = {0};
+  int64_t st[1][SF__TMAX];
+  int32_t nk = 0, nr = 0;
+  for (int32_t i = 0; i < t->ndim; i++)
+    if (keep[i]) {
+      r.kshape[nk] = t->shape[i];
+      r.kst[nk++] = t->strides[i];
+    } else {
+      r.rshape[nr] = t->shape[i];
+      r.rst[nr++] = t->strides[i];
+    }
+  r.nout = 1;
+  r.nred = 1;
+  for (int32_t i = 0; i < nk; i++)
+    r.nout *= r.kshape[i];
+  for (int32_t i = 0; i < nr; i++)
+    r.nred *= r.rshape[i];
+  memcpy(st[0], r.kst, sizeof st[0]);
+  coalesce(&nk, r.kshape, 1, st);
+  memcpy(r.kst, st[0], sizeof st[0]);
+  memcpy(st[0], r.rst, sizeof st[0]);
+  coalesce(&nr, r.rshape, 1, st);
+  memcpy(r.rst, st[0], sizeof st[0]);
+  r.nk = nk;
+  r.nr = nr;
+  return r;
+}
+
+static void split(const sf_tensor *t, int32_t ax, int64_t *outer, int64_t *n, int64_t *inner) {
+  *outer = 1;
+  *inner = 1;
+  for (int32_t i = 0; i < ax; i++)
+    *outer *= t->shape[i];
+  for (int32_t i = ax + 1; i < t->ndim; i++)
+    *inner *= t->shape[i];
+  *n = t->shape[ax];
+}
+
+/* The gradient spread back over the reduced axis (or everything: i1 < 0);
+ * max's indices are saved as a device buffer of i64 in n->saved. */
+static void bw_reduce(sf__node *n, sf_tensor *g) {
+  bw_enter(g);
+  sf_tensor *x = n->in[0];
+  int32_t kind = (int32_t)n->i0;
+  int64_t outer = 1, len = x->numel, inner = 1;
+  if (n->i1 >= 0)
+    split(x, (int32_t)n->i1, &outer, &len, &inner);
+  sf_tensor *gc = sf__gpu_contig(g);
+  sf_tensor *dx;
+  if (kind == R_MAX) {
+    dx = sf__t_dzeros(x->ndim, x->shape, NULL);
+    int64_t total = outer * inner;
+    if (total) {
+      uint64_t pd = dp(dx, NULL), pg = dp(gc, NULL), pi = dp(n->saved, NULL);
+      void *args[] = {&pd, &pg, &pi, &outer, &len, &inner};
+      launch_n("sf_nn_scatter_max", total, args, NULL);
+    }
+  } else {
+    dx = sf__t_dempty(x->ndim, x->shape, NULL);
+    float scale = kind == R_MEAN ? 1.0f / (float)len : 1.0f;
+    if (dx->numel) {
+      uint64_t pd = dp(dx, NULL), pg = dp(gc, NULL);
+      void *args[] = {&pd, &pg, &outer, &len, &inner, &scale};
+      launch_n("sf_nn_spread", dx->numel, args, NULL);
+    }
+  }
+  sf__t_dwrote(dx);
+  sf_release(gc);
+  sf__grad_add(x, dx);
+}
+
+sf_tensor *sf__gpu_reduce(int32_t kind, sf_tensor *a, int32_t ax, const sf_loc *loc) {
+  const char *name = kind == SF__R_SUM ? "sum" : kind == SF__R_MEAN ? "mean" : "max";
+  bool keep[SF__TMAX] = {false};
+  int32_t nd = 0;
+  int64_t shape[SF__TMAX] = {0};
+  for (int32_t i = 0; i < a->ndim; i++) {
+    keep[i] = ax >= 0 && i != ax;
+    if (keep[i])
+      shape[nd++] = a->shape[i];
+  }
+  gred r = reduction_of(a, keep);
+  sf_tensor *out = sf__t_dempty(nd, shape, loc);
+  sf_tensor *idx = NULL; /* max: the reduced position of each output, as i64 */
+  if (kind == SF__R_MAX)
+    idx = sf__t_dempty(1, (int64_t[]){2 * (out->numel ? out->numel : 1)}, loc);
+  if (out->numel) {
+    float div = (float)r.nred;
+    run_reduce(kind, div, dp(out, loc), idx ? dp(idx, loc) : 0, dp(a, loc), r, loc);
+  }
+  sf__t_dwrote(out);
+  if (idx)
+    sf__t_dwrote(idx);
+  sf__node *node = sf__record(name, out, bw_reduce, a, NULL);
+  if (node) {
+    node->i0 = kind;
+    node->i1 = ax;
+    node->saved = idx;
+  } else {
+    sf_release(idx);
+  }
+  return out;
+}
+
+sf_tensor *sf__gpu_reduce_to(sf_tensor *g, int32_t ndim, const int64_t *shape) {
+  bool same = g->ndim == ndim;
+  for (int32_t i = 0; same && i < ndim; i++)
+    same = g->shape[i] == shape[i];
+  if (same) {
+    sf_retain(g);
+    return g;
+  }
+  /* Kept: g's dimensions that the target has at full size; reduced: the
+   * leading ones it lacks and those it has as 1. */
+  bool keep[SF__TMAX];
+  int32_t lead = g->ndim - ndim;
+  for (int32_t i = 0; i < g->ndim; i++)
+    keep[i] = i >= lead && shape[i - lead] != 1;
+  gred r = reduction_of(g, keep);
+  sf_tensor *out = sf__t_dempty(ndim, shape, NULL);
+  if (out->numel)
+    run_reduce(R_SUM, 1.0f, dp(out, NULL), 0, dp(g, NULL), r, NULL);
+  sf__t_dwrote(out);
+  return out;
+}
+
+/* ------------------------------------------------------------- products */
+
+/* How a (rows, cols) matrix with strides (rs, cs) goes to cuBLAS: as it is
+ * (row-major, leading dimension rs) or transposed (column-major, leading
+ * dimension cs); false when neither (matmul.c's mat_layout). */
+static bool mat_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, bool *trans,
+                       int64_t *ld) {
+  int64_t r1 = rows > 1 ? rows : 1, c1 = cols > 1 ? cols : 1;
+  if ((cols == 1 || cs == 1) && (rows == 1 || rs >= c1)) {
+    *trans = false;
+    *ld = rows == 1 ? c1 : rs;
+    return true;
+  }
+  if ((rows == 1 || rs == 1) && (cols == 1 || cs >= r1)) {
+    *trans = true;
+    *ld = cols == 1 ? r1 : cs;
+    return true;
+  }
+  return false;
+}
+
+typedef struct {
+  sf_tensor *t; /* owned */
+  bool trans;
+  int64_t ld;
+} operand;
+
+static operand operand_of(sf_tensor *x) {
+  int32_t nd = x->ndim;
+  operand o = {.t = x};
+  if (mat_layout(x->shape[nd - 2], x->shape[nd - 1], x->strides[nd - 2], x->strides[nd - 1],
+                 &o.trans, &o.ld)) {
+    sf_retain(x);
+    return o;
+  }
+  o.t = sf__gpu_contig(x);
+  o.trans = false;
+  o.ld = x->shape[nd - 1] > 1 ? x->shape[nd - 1] : 1;
+  return o;
+}
+
+/* The bf16 copy of the floats [p, p + span) (autocast's operands): a
+ * device block of span uint16 values in the same layout (owned: give it
+ * back with bf16_free). */
+typedef struct {
+  uint64_t p;
+  size_t bytes;
+  int32_t dev;
+} dblock;
+
+static dblock to_bf16(uint64_t p, int64_t span, const sf_loc *loc) {
+  dblock b = {0, (size_t)(span > 0 ? span : 1) * 2, sf__gpu_current_device()};
+  b.p = sf__dev_alloc(b.bytes, loc);
+  void *args[] = {&b.p, &p, &span};
+  launch_n("sf_nn_to_bf16", span, args, loc);
+  return b;
+}
+
+static void block_free(dblock b) { sf__dev_free(b.p, b.bytes, b.dev); }
+
+/* One element past the last an operand's products read: over its batch
+ * strides and the matrix (rows, cols) at (rs, cs). */
+static int64_t span_of(int32_t nb, const int64_t *bshape, const int64_t *bst, int64_t rows,
+                       int64_t cols, int64_t rs, int64_t cs) {
+  int64_t s = 1;
+  for (int32_t i = 0; i < nb; i++)
+    s += (bshape[i] - 1) * bst[i];
+  if (rows && cols)
+    s += (rows - 1) * rs + (cols - 1) * cs;
+  return s;
+}
+
+/* C (rows m, n; row-major, leading dimension ldc) = op(A) op(B), through
+ * sgemm or, when bf16, GemmEx on bf16 copies; batch of products at
+ * strides.  k == 0 leaves zeros (beta 0). */
+static void gemm(bool bf16, bool ta, bool tb, int64_t m, int64_t n, int64_t k, uint64_t a,
+                 int64_t lda, int64_t sa, int64_t spana, uint64_t b, int64_t ldb, int64_t sb,
+                 int64_t spanb, float beta, uint64_t c, int64_t ldc, int64_t sc, int64_t batch,
+                 const sf_loc *loc) {
+  if (m == 0 || n == 0 || batch == 0)
+    return;
+  if (k == 0) {
+    if (beta == 0.0f)
+      fill(c, (batch - 1) * sc + (m - 1) * ldc + n, 0.0f, loc);
+    return;
+  }
+  if (bf16) {
+    dblock ba = to_bf16(a, spana, loc), bb = to_bf16(b, spanb, loc);
+    sf__gemm_dev_bf16(ta, tb, m, n, k, 1.0f, ba.p, lda, sa, bb.p, ldb, sb, beta, c, ldc, sc,
+                      batch, loc);
+    block_free(ba); /* stream order keeps them until the product has read them */
+    block_free(bb);
+    return;
+  }
+  sf__sgemm_dev_batched(ta, tb, m, n, k, 1.0f, a, lda, sa, b, ldb, sb, beta, c, ldc, sc, batch,
+                        loc);
+}
+
+/* c (batch..., m, n), contiguous = a (..., m, k) · b (..., k, n), their
+ * batch dimensions broadcast to c's: the batch dimensions coalesced, the
+ * last one strided-batched, any before it a loop. */
+static void bmm_into(sf_tensor *c, sf_tensor *a, sf_tensor *b, bool bf16, const sf_loc *loc) {
+  int32_t nd = c->ndim, nb = nd - 2;
+  int64_t m = c->shape[nd - 2], n = c->shape[nd - 1], k = a->shape[a->ndim - 1];
+  if (c->numel == 0) {
+    sf__t_dwrote(c);
+    return;
+  }
+  operand oa = operand_of(a), ob = operand_of(b);
+  int64_t bshape[SF__TMAX], st[3][SF__TMAX];
+  for (int32_t i = 0; i < nb; i++) {
+    int32_t ia = i - (nb - (a->ndim - 2)), ib = i - (nb - (b->ndim - 2));
+    bshape[i] = c->shape[i];
+    st[0][i] = c->strides[i];
+    st[1][i] = ia < 0 || oa.t->shape[ia] == 1 ? 0 : oa.t->strides[ia];
+    st[2][i] = ib < 0 || ob.t->shape[ib] == 1 ? 0 : ob.t->strides[ib];
+  }
+  int32_t nbc = nb;
+  coalesce(&nbc, bshape, 3, st);
+  int32_t ad = oa.t->ndim, bd = ob.t->ndim;
+  int64_t spana = span_of(nbc, bshape, st[1], m, k, oa.t->strides[ad - 2], oa.t->strides[ad - 1]);
+  int64_t spanb = span_of(nbc, bshape, st[2], k, n, ob.t->strides[bd - 2], ob.t->strides[bd - 1]);
+  uint64_t pa = dp(oa.t, loc), pb = dp(ob.t, loc), pc = dp(c, loc);
+  int64_t last = nbc ? bshape[nbc - 1] : 1, outer = 1;
+  for (int32_t i = 0; i + 1 < nbc; i++)
+    outer *= bshape[i];
+  int64_t sa = nbc ? st[1][nbc - 1] : 0, sb = nbc ? st[2][nbc - 1] : 0,
+          sc = nbc ? st[0][nbc - 1] : m * n;
+  dblock ba = {0}, bb = {0};
+  if (bf16) { /* one conversion of everything the products read */
+    ba = to_bf16(pa, spana, loc);
+    bb = to_bf16(pb, spanb, loc);
+  }
+  for (int64_t o = 0; o < outer; o++) {
+    int64_t r = o, offa = 0, offb = 0, offc = 0;
+    for (int32_t i = nbc - 2; i >= 0; i--) {
+      int64_t x = r % bshape[i];
+      r /= bshape[i];
+      offa += x * st[1][i];
+      offb += x * st[2][i];
+      offc += x * st[0][i];
+    }
+    if (k == 0) {
+      fill(pc + (uint64_t)offc * 4, last * m * n, 0.0f, loc);
+    } else if (bf16) {
+      sf__gemm_dev_bf16(oa.trans, ob.trans, m, n, k, 1.0f, ba.p + (uint64_t)offa * 2, oa.ld, sa,
+                        bb.p + (uint64_t)offb * 2, ob.ld, sb, 0.0f, pc + (uint64_t)offc * 4,
+                        n > 1 ? n : 1, sc, last, loc);
+    } else {
+      sf__sgemm_dev_batched(oa.trans, ob.trans, m, n, k, 1.0f, pa + (uint64_t)offa * 4, oa.ld,
+                            sa, pb + (uint64_t)offb * 4, ob.ld, sb, 0.0f,
+                            pc + (uint64_t)offc * 4, n > 1 ? n : 1, sc, last, loc);
+    }
+  }
+  if (bf16) {
+    block_free(ba);
+    block_free(bb);
+  }
+  sf__t_dwrote(c);
+  sf_release(oa.t);
+  sf_release(ob.t);
+}
+
+static sf_tensor *bmm_raw(sf_tensor *a, sf_tensor *b, bool bf16) {
+  int32_t nd;
+  int64_t shape[SF__TMAX];
+  sf__broadcast_shape(a->ndim - 2, a->shape, b->ndim - 2, b->shape, &nd, shape);
+  shape[nd] = a->shape[a->ndim - 2];
+  shape[nd + 1] = b->shape[b->ndim - 1];
+  sf_tensor *c = sf__t_dempty(nd + 2, shape, NULL);
+  bmm_into(c, a, b, bf16, NULL);
+  return c;
+}
+
+static sf_tensor *last2_t(sf_tensor *x) { return sf__t_transpose(x, x->ndim - 2, x->ndim - 1, NULL); }
+
+/* dA = G · Bᵀ, dB = Aᵀ · G, each summed over the batch dimensions its
+ * operand was broadcast along; bf16 products when the forward's was. */
+static void bw_matmul(sf__node *n, sf_tensor *g) {
+  bw_enter(g);
+  sf_tensor *a = n->in[0], *b = n->in[1];
+  bool bf16 = n->i0 != 0;
+  if (a->req) {
+    sf_tensor *bt = last2_t(b);
+    sf_tensor *ga = bmm_raw(g, bt, bf16);
+    sf__grad_add(a, sf__t_reduce_to(ga, a->ndim, a->shape));
+    sf_release(ga);
+    sf_release(bt);
+  }
+  if (b->req) {
+    sf_tensor *at = last2_t(a);
+    sf_tensor *gb = bmm_raw(at, g, bf16);
+    sf__grad_add(b, sf__t_reduce_to(gb, b->ndim, b->shape));
+    sf_release(gb);
+    sf_release(at);
+  }
+}
+
 sf_tensor *sf__gpu_matmul(sf_tensor *a, sf_tensor *b, int32_t nd, const int64_t *shape,
-                          const sf_loc *loc) { TODO("matmul"); }
-sf_tensor *sf__gpu_matmul_nt(sf_tensor *x, sf_tensor *w, const sf_loc *loc) { TODO("matmul_nt"); }
-sf_tensor *sf__gpu_linear(sf_tensor *x, sf_tensor *w, sf_tensor *b, const sf_loc *loc) { TODO("linear"); }
+                          const sf_loc *loc) {
+  sf_tensor *c = sf__t_dempty(nd, shape, loc);
+  bool bf16 = sf__autocast;
+  bmm_into(c, a, b, bf16, loc);
+  sf__node *n = sf__record("matmul", c, bw_matmul, a, b);
+  if (n)
+    n->i0 = bf16;
+  return c;
+}
+
+/* Linear's products over x (rows, in) and w (out, in), both contiguous. */
+static void bw_matmul_nt(sf__node *n, sf_tensor *g) {
+  bw_enter(g);
+  sf_tensor *x = n->in[0], *w = n->in[1];
+  bool bf16 = n->i0 != 0;
+  int64_t out = w->shape[0], in = w->shape[1], rows = out ? g->numel / out : 0;
+  sf_tensor *gc = sf__gpu_contig(g);
+  uint64_t pg = dp(gc, NULL);
+  if (x->req) {
+    sf_tensor *wc = sf__gpu_contig(w);
+    sf_tensor *gx = sf__t_dempty(x->ndim, x->shape, NULL);
+    gemm(bf16, false, false, rows, in, out, pg, out, 0, rows * out, dp(wc, NULL), in, 0,
+         out * in, 0.0f, dp(gx, NULL), in, 0, 1, NULL);
+    sf__t_dwrote(gx);
+    sf_release(wc);
+    sf__grad_add(x, gx);
+  }
+  if (w->req) {
+    sf_tensor *xc = sf__gpu_contig(x);
+    sf_tensor *gw = sf__t_dempty(2, w->shape, NULL);
+    gemm(bf16, true, false, out, in, rows, pg, out, 0, rows * out, dp(xc, NULL), in, 0,
+         rows * in, 0.0f, dp(gw, NULL), in, 0, 1, NULL);
+    sf__t_dwrote(gw);
+    sf_release(xc);
+    sf__grad_add(w, gw);
+  }
+  sf_release(gc);
+}
+
+/* y (..., out) = x wᵀ (+ the bias rows already in y when beta is 1). */
+static void linear_product(sf_tensor *y, sf_tensor *x, sf_tensor *w, float beta, bool bf16,
+                           const sf_loc *loc) {
+  int64_t out = w->shape[0], in = w->shape[1], rows = in ? x->numel / in : 0;
+  if (!rows || !out)
+    return;
+  sf_tensor *xc = sf__gpu_contig(x), *wc = sf__gpu_contig(w);
+  if (in) {
+    gemm(bf16, false, true, rows, out, in, dp(xc, loc), in, 0, rows * in, dp(wc, loc), in, 0,
+         out * in, beta, dp(y, loc), out, 0, 1, loc);
+  } else if (beta == 0.0f) {
+    fill(dp(y, loc), rows * out, 0.0f, loc);
+  }
+  sf_release(xc);
+  sf_release(wc);
+}
+
+static void out_shape(const sf_tensor *x, const sf_tensor *w, int64_t *shape) {
+  memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+  shape[x->ndim - 1] = w->shape[0];
+}
+
+sf_tensor *sf__gpu_matmul_nt(sf_tensor *x, sf_tensor *w, const sf_loc *loc) {
+  int64_t shape[SF__TMAX];
+  out_shape(x, w, shape);
+  sf_tensor *y = sf__t_dempty(x->ndim, shape, loc);
+  bool bf16 = sf__autocast;
+  linear_product(y, x, w, 0.0f, bf16, loc);
+  sf__t_dwrote(y);
+  sf__node *n = sf__record("linear", y, bw_matmul_nt, x, w);
+  if (n)
+    n->i0 = bf16;
+  return y;
+}
+
+static void bw_linear(sf__node *n, sf_tensor *g) {
+  bw_matmul_nt(n, g);
+  sf_tensor *b = n->in[2];
+  if (b->req)
+    sf__grad_add(b, sf__t_reduce_to(g, 1, b->shape));
+}
+
+sf_tensor *sf__gpu_linear(sf_tensor *x, sf_tensor *w, sf_tensor *b, const sf_loc *loc) {
+  int64_t shape[SF__TMAX];
+  out_shape(x, w, shape);
+  sf_tensor *y = sf__t_dempty(x->ndim, shape, loc);
+  int64_t out = w->shape[0], rows = out ? y->numel / out : 0;
+  sf_tensor *bc = sf__gpu_contig(b);
+  if (y->numel) {
+    uint64_t py = dp(y, loc), pb = dp(bc, loc);
+    void *args[] = {&py, &pb, &rows, &out};
+    launch_n("sf_nn_bias_rows", y->numel, args, loc);
+  }
+  bool bf16 = sf__autocast;
+  linear_product(y, x, w, 1.0f, bf16, loc);
+  sf__t_dwrote(y);
+  sf_release(bc);
+  sf__node *n = sf__record3("linear", y, bw_linear, x, w, b);
+  if (n)
+    n->i0 = bf16;
+  return y;
+}
+
+/* ----------------------------------------------------------- optimizers */
+
+static sf_tensor *elem(sf_array *a, int64_t i) { return ((sf_tensor **)a->data)[i]; }
+
 void sf__gpu_sgd_step(sf_array *ps, sf_array *bufs, double lr, double momentum, double wd,
-                      const sf_loc *loc) { TODO("sgd"); }
+                      const sf_loc *loc) {
+  float flr = (float)lr, fwd = (float)wd, fmom = (float)momentum;
+  int32_t has_wd = wd != 0, has_mom = momentum != 0;
+  for (int64_t i = 0; ps && i < ps->len; i++) {
+    sf_tensor *p = elem(ps, i), *buf = elem(bufs, i);
+    if (!p->grad || !p->numel)
+      continue;
+    int64_t n = p->numel;
+    uint64_t pw = dp(p, loc), pg = dp(p->grad, loc), pbuf = has_mom ? dp(buf, loc) : 0;
+    void *args[] = {&pw, &pbuf, &pg, &n, &flr, &fwd, &fmom, &has_wd, &has_mom};
+    launch_n("sf_nn_sgd", n, args, loc);
+    sf__t_dwrote(p);
+    if (has_mom)
+      sf__t_dwrote(buf);
+  }
+}
+
 void sf__gpu_adamw_step(sf_array *ps, sf_array *m, sf_array *v, float step_size, float bc2_sqrt,
-                        float decay, float w1, float b2, float w2, float eps, const sf_loc *loc) { TODO("adamw"); }
-sf_tensor *sf__gpu_clip_grad_norm(sf_array *ps, double max_norm, const sf_loc *loc) { TODO("clip"); }
-sf_tensor *sf__gpu_full(int32_t ndim, const int64_t *shape, float v, const sf_loc *loc) { TODO("full"); }
-double sf__gpu_clip_grad_norm_read(sf_array *ps, double max_norm, const sf_loc *loc) { TODO("clip"); }
+                        float decay, float w1, float b2, float w2, float eps, const sf_loc *loc) {
+  for (int64_t i = 0; ps && i < ps->len; i++) {
+    sf_tensor *p = elem(ps, i), *mi = elem(m, i), *vi = elem(v, i);
+    if (!p->grad || !p->numel)
+      continue;
+    int64_t n = p->numel;
+    uint64_t pw = dp(p, loc), pm = dp(mi, loc), pv = dp(vi, loc), pg = dp(p->grad, loc);
+    void *args[] = {&pw, &pm, &pv, &pg, &n, &decay, &w1, &b2, &w2, &step_size, &bc2_sqrt, &eps};
+    launch_n("sf_nn_adamw", n, args, loc);
+    sf__t_dwrote(p);
+    sf__t_dwrote(mi);
+    sf__t_dwrote(vi);
+  }
+}
+
+sf_tensor *sf__gpu_clip_grad_norm(sf_array *ps, double max_norm, const sf_loc *loc) {
+  int64_t n = ps ? ps->len : 0;
+  sf_tensor **p = n ? ps->data : NULL;
+  sf_tensor *ss = sf__t_dzeros(1, (int64_t[]){n ? n : 1}, loc);
+  uint64_t pss = dp(ss, loc);
+  for (int64_t i = 0; i < n; i++) {
+    sf_tensor *g = p[i] ? p[i]->grad : NULL;
+    if (!g || !g->numel)
+      continue;
+    bool keep[SF__TMAX] = {false};
+    run_reduce(R_SUMSQ, 1.0f, pss + (uint64_t)i * 4, 0, dp(g, loc), reduction_of(g, keep), loc);
+  }
+  sf__t_dwrote(ss);
+  sf_tensor *out = sf__t_dempty(1, (int64_t[]){2}, loc);
+  uint64_t po = dp(out, loc);
+  float mx = (float)max_norm;
+  void *args[] = {&po, &pss, &n, &mx};
+  sf__nn_launch(kern("sf_nn_clip_coef", loc), 1, 1, 0, args, loc);
+  sf__t_dwrote(out);
+  for (int64_t i = 0; i < n; i++) {
+    sf_tensor *g = p[i] ? p[i]->grad : NULL;
+    if (!g || !g->numel)
+      continue;
+    if (!sf__t_is_contig(g)) { /* a gradient is contiguous; made so if not */
+      sf_tensor *c = sf__gpu_contig(g);
+      sf_release(p[i]->grad);
+      p[i]->grad = g = c;
+    }
+    int64_t len = g->numel;
+    uint64_t pg = dp(g, loc);
+    void *a2[] = {&pg, &len, &po};
+    launch_n("sf_nn_scale_by", len, a2, loc);
+    sf__t_dwrote(g);
+  }
+  sf_release(ss);
+  sf_tensor *norm = sf__t_view(out, 0, NULL, NULL, out->offset);
+  sf_release(out);
+  return norm;
+}
+
+double sf__gpu_clip_grad_norm_read(sf_array *ps, double max_norm, const sf_loc *loc) {
+  sf_tensor *t = sf__gpu_clip_grad_norm(ps, max_norm, loc);
+  double v = sf__t_data(t)[0]; /* the f64 the caller asked for: one read back */
+  sf_release(t);
+  return v;
+}

@@ -23,6 +23,8 @@
  * written into the region the forward view covered (n->i0 its first
  * row; n->i1 the rows it took, or -1 for t[i], whose axis is dropped). */
 static void bw_rows(sf__node *n, sf_tensor *g) {
+  if (sf__nn_gpu_here(NULL))
+    return sf__gpu_bw_rows(n, g);
   sf_tensor *x = n->in[0];
   sf_tensor *z = sf__t_zeros(x->ndim, x->shape, NULL);
   bool row = n->i1 < 0;

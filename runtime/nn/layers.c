@@ -687,3 +687,8 @@ sf_tensor *sf_std_nn_attention_dropout(sf_tensor *q, sf_tensor *k, sf_tensor *v,
 double sf_std_nn_clip_grad_norm(sf_array *ps, double max_norm, const sf_loc *loc) {
   return sf__clip_grad_norm(ps, max_norm, loc);
 }
+sf_tensor *sf_std_nn_clip_grad_norm_tensor(sf_array *ps, double max_norm, const sf_loc *loc) {
+  if (sf__nn_gpu_here(loc) && max_norm >= 0)
+    return sf__gpu_clip_grad_norm(ps, max_norm, loc);
+  return sf__t_full(0, NULL, (float)sf__clip_grad_norm(ps, max_norm, loc));
+}

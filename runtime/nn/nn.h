@@ -479,6 +479,7 @@ sf_tensor *sf_std_nn_attention_dropout(sf_tensor *q, sf_tensor *k, sf_tensor *v,
                                        int64_t heads, double p, int64_t seed, sf_array *index,
                                        int64_t stream, bool training, const sf_loc *loc);
 double sf_std_nn_clip_grad_norm(sf_array *ps, double max_norm, const sf_loc *loc);
+sf_tensor *sf_std_nn_clip_grad_norm_tensor(sf_array *ps, double max_norm, const sf_loc *loc);
 
 /* -------------------------------------------------------- gpu_layers.c */
 
@@ -506,20 +507,9 @@ sf_tensor *sf__gpu_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array 
                              int64_t stream, const sf_loc *loc);
 sf_tensor *sf__gpu_join(sf_tensor **in, int64_t n, bool stack, int32_t axis, int32_t nd,
                         const int64_t *shape, const sf_loc *loc);
-
-/* ------------- gpucore (declared by gpulayers; the lead reconciles) */
-
-/* The contract's device API (runtime/nn/device.c, helper gpucore), as
- * gpu_layers.c uses it; gpucore_stubs.c holds weak CPU-only stand-ins
- * until its definitions are merged. */
-bool sf__nn_gpu_here(const sf_loc *loc);
-uint64_t sf__t_dptr(sf_tensor *t, const sf_loc *loc);
-void sf__t_dwrote(sf_tensor *t);
-sf_tensor *sf__t_dempty(int32_t ndim, const int64_t *shape, const sf_loc *loc);
-sf_tensor *sf__t_dzeros(int32_t ndim, const int64_t *shape, const sf_loc *loc);
-void *sf__nn_kernel(const char *file, const char *entry, int *block, const sf_loc *loc);
-void sf__nn_launch(void *f, int64_t grid, int block, unsigned shmem, void **params,
-                   const sf_loc *loc);
+/* The backward rule of t[i] and t[a..b] (index.c's bw_rows) on the device:
+ * g written into zeros of the source's shape. */
+void sf__gpu_bw_rows(sf__node *n, sf_tensor *g);
 
 /* ------------------------------------------------------------ train.c */
 

@@ -70,4 +70,50 @@ add_test(NAME gpu_emu/collectives_2dev
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/programs.py
           --sflowc $<TARGET_FILE:sflowc> --emu $<TARGET_FILE:sflow_emu> --only device_collectives)
 set_tests_properties(gpu_emu/collectives_2dev PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV};SFLOW_EMU_DEVICES=2")
+# The emulator's own checks: what docs/testing.md says it catches.
+add_executable(emu_check ${CMAKE_SOURCE_DIR}/tests/gpu/emu/emu_check.c)
+set_target_properties(emu_check PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+target_link_libraries(emu_check PRIVATE dl m)
+add_dependencies(emu_check sflow_emu)
+add_test(NAME gpu_emu/self COMMAND emu_check $<TARGET_FILE:sflow_emu>)
+# The layers' GPU paths (runtime/nn/gpu_layers.c): each op against its CPU
+# form (unit/test_rt_nn_layers_gpu, under the emulator as gpu_emu/nn_layers_unit),
+# and tests/gpu/layers' programs, every layer forward and backward in a
+# @gpus(1) actor and the encoder trained in one (gpu/nn_layers on a GPU,
+# gpu_emu/nn_layers under the emulator; run/gpu-layers-cpu their CPU run).
+set_tests_properties(unit/test_rt_nn_layers_gpu PROPERTIES SKIP_RETURN_CODE 77)
+add_test(NAME gpu_emu/nn_layers_unit COMMAND test_rt_nn_layers_gpu)
+set_tests_properties(gpu_emu/nn_layers_unit PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV}")
+add_dependencies(test_rt_nn_layers_gpu sflow_emu)
+add_test(NAME gpu/nn_layers
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/layers/run.py
+          --sflowc $<TARGET_FILE:sflowc>)
+set_tests_properties(gpu/nn_layers PROPERTIES SKIP_RETURN_CODE 77)
+set(SFLOW_EMU_ARGS "")
+foreach(kv IN LISTS SFLOW_EMU_ENV)
+  list(APPEND SFLOW_EMU_ARGS --emu-env "${kv}")
+endforeach()
+add_test(NAME gpu_emu/nn_layers
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/layers/run.py
+          --sflowc $<TARGET_FILE:sflowc> ${SFLOW_EMU_ARGS})
+add_test(NAME run/gpu-layers-cpu
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/run_golden.py
+          --sflowc $<TARGET_FILE:sflowc> --dir ${CMAKE_SOURCE_DIR}/tests/gpu/layers --run)
+set_tests_properties(run/gpu-layers-cpu PROPERTIES ENVIRONMENT "SFLOW_NO_GPU=1")
+# std.nn on the GPU (tests/gpu/nn_gpu.py): the @gpus actors of the
+# programs in tests/gpu/nn/ against the same programs with SFLOW_NO_GPU=1,
+# within each program's stated tolerance, and their read-back counts; on a
+# GPU (skipped without one) and under the host emulator (everywhere).
+add_test(NAME gpu/nn
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/nn_gpu.py
+          --sflowc $<TARGET_FILE:sflowc>)
+set_tests_properties(gpu/nn PROPERTIES SKIP_RETURN_CODE 77)
+add_test(NAME gpu_emu/nn
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/nn_gpu.py
+          --sflowc $<TARGET_FILE:sflowc>)
+set_tests_properties(gpu_emu/nn PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV}")
+# The nn layer's device unit tests (accessors, storage states, ops in a GPU
+# context) under the emulator: unit/test_rt_nn_gpu runs them where a GPU is.
+add_test(NAME gpu_emu/nn_unit COMMAND test_rt_nn_gpu)
+set_tests_properties(gpu_emu/nn_unit PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV}")
 include(${CMAKE_CURRENT_LIST_DIR}/nn_check.cmake)

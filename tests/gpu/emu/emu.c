@@ -1684,6 +1684,61 @@ static void to_scheduler(Fiber *f) {
 #endif
 }
 
+/* Leaves fiber f for fiber t (both of the running block). */
+static void switch_fiber(Fiber *f, Fiber *t) {
+#if defined(__x86_64__)
+  sf_emu_swap(&f->sp, t->sp);
+#else
+  swapcontext(&f->uc, &t->uc);
+#endif
+}
+
+static void set_thread_index(int i);
+static char *new_stack(void);
+
+/* The next thread of this sweep after the current one that can run (one
+ * not started yet gets a stack first), made current; NULL when there is
+ * none (the scheduler then ends the sweep). */
+static Fiber *next_fiber(void) {
+  for (int j = L.cur + 1; j < L.nthreads; j++) {
+    Fiber *t = &L.f[j];
+    if (t->state == F_NEW) {
+      if (!L.nfree) {
+        char *s = new_stack();
+        if (!s)
+          return NULL; /* the scheduler reports it */
+        L.stack[L.nstacks] = s;
+        L.freelist[L.nfree++] = L.nstacks++;
+      }
+      t->stack = L.freelist[--L.nfree];
+      fiber_init(j, L.stack[t->stack]);
+      t->state = F_RUN;
+    }
+    if (t->state == F_RUN) {
+      L.cur = j;
+      set_thread_index(j);
+      return t;
+    }
+  }
+  return NULL;
+}
+
+static void release_stack(Fiber *f);
+
+/* Leaves fiber f (waiting or done) for the next runnable thread, else for
+ * the scheduler: a barrier costs one switch per thread, not two.  A done
+ * fiber's stack is given back only once the next thread has its own (it
+ * is still running on it until the switch). */
+static void leave(Fiber *f) {
+  Fiber *t = next_fiber();
+  if (f->state == F_DONE)
+    release_stack(f);
+  if (t)
+    switch_fiber(f, t);
+  else
+    to_scheduler(f);
+}
+
 static void set_thread_index(int i) {
   unsigned bx = L.bx, by = L.by;
   L.st->threadIdx.x = (unsigned)i % bx;
@@ -1716,8 +1771,7 @@ static void fiber_main(void *arg) {
       set_thread_index(j);
       continue;
     }
-    release_stack(f);
-    to_scheduler(f);
+    leave(f);
     abort(); /* never resumed */
   }
 }
@@ -1725,19 +1779,19 @@ static void fiber_main(void *arg) {
 static void emu_sync(void) {
   Fiber *f = &L.f[L.cur];
   f->state = F_WAIT;
-  to_scheduler(f);
-  set_thread_index(L.cur);
+  leave(f); /* whoever resumes this fiber makes it current first */
 }
 static void emu_exit_thread(void) {
   Fiber *f = &L.f[L.cur];
   f->state = F_DONE;
-  release_stack(f);
-  to_scheduler(f);
+  leave(f);
   abort();
 }
 static void emu_fail(const char *what) {
   if (!L.failed)
-    snprintf(L.failmsg, sizeof L.failmsg, "unsupported on the emulator: %s", what);
+    snprintf(L.failmsg, sizeof L.failmsg, "%s%s",
+             strncmp(what, "__trap", 6) ? "unsupported on the emulator: inline PTX " : "",
+             strncmp(what, "__trap", 6) ? what : "__trap() was called");
   L.failed = true;
   Fiber *f = &L.f[L.cur];
   f->state = F_DONE;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The layers' GPU paths end to end: every program of tests/gpu/nn/ is
+"""The layers' GPU paths end to end: every program of tests/gpu/layers/ is
 compiled and run with --require-gpu, on a GPU or (with --emu) under the host
 emulator, and its stdout must be its `// expect:` lines (the programs
 compare their @gpus(1) actor's results with the CPU's themselves).  The
@@ -11,7 +11,7 @@ Usage: run.py --sflowc PATH [--emu-env K=V ...] [PROGRAM ...]
 import argparse, glob, os, re, subprocess, sys, tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 
 def main():
     ap = argparse.ArgumentParser()

@@ -1,0 +1,598 @@
+/*
+ * emu_check.c — the host emulator's own checks (ctest gpu_emu/self): the
+ * library is dlopen'ed as gpu.c does and driven through the driver, NVRTC
+ * and cuBLAS entry points alone, so that what docs/testing.md promises of
+ * it holds: barriers, shared memory, atomics, PTX exit, parameters of
+ * every kind unpacked by type, 3-D grids; the errors it must report (no
+ * context, bad copies and frees, host pointers given to a kernel, a
+ * deadlocked barrier, a trap, a write past the end of a buffer, a launch
+ * on the wrong device, out of memory); NVRTC's log and its module cache;
+ * cuBLAS against plain loops in every transpose, batched, bf16 and TF32.
+ *
+ *   emu_check path/to/libsflow_emu.so
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int passed, failed;
+#define CHECK(cond, ...)                                  \
+  do {                                                    \
+    if (cond) {                                           \
+      passed++;                                           \
+    } else {                                              \
+      failed++;                                           \
+      printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+      printf(__VA_ARGS__);                                \
+      printf("\n");                                       \
+    }                                                     \
+  } while (0)
+
+static void *lib;
+static void *sym(const char *name) {
+  void *p = dlsym(lib, name);
+  if (!p) {
+    printf("FAIL: the emulator lacks %s\n", name);
+    exit(1);
+  }
+  return p;
+}
+
+typedef uint64_t dptr;
+static int (*cuInit)(unsigned);
+static int (*cuDeviceGetCount)(int *);
+static int (*cuDeviceGetAttribute)(int *, int, int);
+static int (*cuDeviceGetName)(char *, int, int);
+static int (*cuDevicePrimaryCtxRetain)(void **, int);
+static int (*cuCtxSetCurrent)(void *);
+static int (*cuMemAlloc)(dptr *, size_t);
+static int (*cuMemFree)(dptr);
+static int (*cuMemcpyHtoD)(dptr, const void *, size_t);
+static int (*cuMemcpyDtoH)(void *, dptr, size_t);
+static int (*cuMemsetD32)(dptr, unsigned, size_t);
+static int (*cuMemGetInfo)(size_t *, size_t *);
+static int (*cuModuleLoadData)(void **, const void *);
+static int (*cuModuleGetFunction)(void **, void *, const char *);
+static int (*cuLaunchKernel)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             unsigned, void *, void **, void **);
+static int (*cuStreamSynchronize)(void *);
+static int (*nvrtcCreateProgram)(void **, const char *, const char *, int, const char *const *,
+                                 const char *const *);
+static int (*nvrtcCompileProgram)(void *, int, const char *const *);
+static int (*nvrtcGetProgramLogSize)(void *, size_t *);
+static int (*nvrtcGetProgramLog)(void *, char *);
+static int (*nvrtcGetCUBINSize)(void *, size_t *);
+static int (*nvrtcGetCUBIN)(void *, char *);
+static int (*nvrtcDestroyProgram)(void **);
+
+static void load(const char *path) {
+  lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    printf("FAIL: %s\n", dlerror());
+    exit(1);
+  }
+#define S(v, name) *(void **)&v = sym(name)
+  S(cuInit, "cuInit");
+  S(cuDeviceGetCount, "cuDeviceGetCount");
+  S(cuDeviceGetAttribute, "cuDeviceGetAttribute");
+  S(cuDeviceGetName, "cuDeviceGetName");
+  S(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+  S(cuCtxSetCurrent, "cuCtxSetCurrent");
+  S(cuMemAlloc, "cuMemAlloc_v2");
+  S(cuMemFree, "cuMemFree_v2");
+  S(cuMemcpyHtoD, "cuMemcpyHtoD_v2");
+  S(cuMemcpyDtoH, "cuMemcpyDtoH_v2");
+  S(cuMemsetD32, "cuMemsetD32_v2");
+  S(cuMemGetInfo, "cuMemGetInfo_v2");
+  S(cuModuleLoadData, "cuModuleLoadData");
+  S(cuModuleGetFunction, "cuModuleGetFunction");
+  S(cuLaunchKernel, "cuLaunchKernel");
+  S(cuStreamSynchronize, "cuStreamSynchronize");
+  S(nvrtcCreateProgram, "nvrtcCreateProgram");
+  S(nvrtcCompileProgram, "nvrtcCompileProgram");
+  S(nvrtcGetProgramLogSize, "nvrtcGetProgramLogSize");
+  S(nvrtcGetProgramLog, "nvrtcGetProgramLog");
+  S(nvrtcGetCUBINSize, "nvrtcGetCUBINSize");
+  S(nvrtcGetCUBIN, "nvrtcGetCUBIN");
+  S(nvrtcDestroyProgram, "nvrtcDestroyProgram");
+#undef S
+}
+
+/* Compiles src; returns the image (malloc'ed) or NULL with the log in *log. */
+static char *compile(const char *src, const char *name, char **log) {
+  void *p;
+  nvrtcCreateProgram(&p, src, name, 0, NULL, NULL);
+  const char *opts[] = {"--gpu-architecture=sm_90", "-std=c++17", "-default-device", "-DSCALE=3"};
+  int rc = nvrtcCompileProgram(p, 4, opts);
+  size_t n = 0;
+  nvrtcGetProgramLogSize(p, &n);
+  *log = malloc(n);
+  nvrtcGetProgramLog(p, *log);
+  char *img = NULL;
+  if (rc == 0) {
+    nvrtcGetCUBINSize(p, &n);
+    img = malloc(n);
+    nvrtcGetCUBIN(p, img);
+  }
+  nvrtcDestroyProgram(&p);
+  return img;
+}
+
+static const char *SRC =
+    "struct nd { int ndim; long long shape[4]; };\n"
+    "__device__ static float twice(float x) { return 2.0f * x; }\n"
+    "// A block-wide sum over a 2-D block, through shared memory.\n"
+    "extern \"C\" __global__ void block_sum(const float *x, float *out) {\n"
+    "  __shared__ float s[1024];\n"
+    "  unsigned t = threadIdx.y * blockDim.x + threadIdx.x, n = blockDim.x * blockDim.y;\n"
+    "  s[t] = x[blockIdx.x * n + t];\n"
+    "  __syncthreads();\n"
+    "  for (unsigned w = n / 2; w > 0; w >>= 1) {\n"
+    "    if (t < w) s[t] += s[t + w];\n"
+    "    __syncthreads();\n"
+    "  }\n"
+    "  if (t == 0) out[blockIdx.x] = s[0];\n"
+    "}\n"
+    "extern \"C\" __global__ void count(float *c, unsigned long long *u, int *mx) {\n"
+    "  atomicAdd(c, 1.0f);\n"
+    "  atomicAdd(u, 2ull);\n"
+    "  atomicMax(mx, (int)(blockIdx.x * blockDim.x + threadIdx.x));\n"
+    "}\n"
+    "// Odd threads end with PTX exit, as the compiler's failed checks do.\n"
+    "extern \"C\" __global__ void evens(int *x) {\n"
+    "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "  if (i & 1) asm volatile(\"exit;\");\n"
+    "  x[i] = SCALE * i;\n"
+    "}\n"
+    "extern \"C\" __global__ void deadlock(int *x) {\n"
+    "  if (threadIdx.x == 3) return;\n"
+    "  __syncthreads();\n"
+    "  x[threadIdx.x] = 1;\n"
+    "}\n"
+    "extern \"C\" __global__ void trap(int *x) { if (threadIdx.x == 1) __trap(); x[0] = 1; }\n"
+    "extern \"C\" __global__ void overrun(float *x, long long n) { x[n + threadIdx.x] = 1.0f; }\n"
+    "// Parameters of every kind, and a struct by value.\n"
+    "extern \"C\" __global__ void params(char c, short h, double d, nd s, long long *out) {\n"
+    "  out[0] = c; out[1] = h; out[2] = (long long)(d * 4); out[3] = s.ndim;\n"
+    "  out[4] = s.shape[0] + s.shape[3];\n"
+    "  out[5] = (long long)twice(min(1.5f, 2)) + max(3, 4ll);\n"
+    "}\n"
+    "extern \"C\" __global__ void grid3(int *out) {\n"
+    "  int b = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;\n"
+    "  int t = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;\n"
+    "  out[b * blockDim.x * blockDim.y * blockDim.z + t] = b * 1000 + t;\n"
+    "}\n"
+    "template <typename T> __global__ void templ(T *x) { x[0] = 1; }\n"
+    "#define DIV(name, T) extern \"C\" __global__ void name(long long n, T *x, T by) {\\\n"
+    "  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] /= by; }\n"
+    "DIV(div_f32, float)\n";
+
+static int launch(void *f, unsigned g, unsigned b, void **p) {
+  return cuLaunchKernel(f, g, 1, 1, b, 1, 1, 0, NULL, p, NULL);
+}
+
+static int count_files(const char *dir, const char *suffix) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  struct dirent *e;
+  while (d && (e = readdir(d)))
+    if (strlen(e->d_name) > strlen(suffix) &&
+        !strcmp(e->d_name + strlen(e->d_name) - strlen(suffix), suffix))
+      n++;
+  if (d)
+    closedir(d);
+  return n;
+}
+
+static void check_driver(void) {
+  dptr p = 0;
+  CHECK(cuMemAlloc(&p, 16) == 3, "alloc before cuInit must be CUDA_ERROR_NOT_INITIALIZED");
+  CHECK(cuInit(0) == 0, "cuInit");
+  int n = 0, maj = 0, min = 0;
+  cuDeviceGetCount(&n);
+  CHECK(n == 2, "SFLOW_EMU_DEVICES=2 gives %d devices", n);
+  cuDeviceGetAttribute(&maj, 75, 0);
+  cuDeviceGetAttribute(&min, 76, 0);
+  CHECK(maj == 9 && min == 0, "compute capability %d.%d", maj, min);
+  char name[128];
+  cuDeviceGetName(name, sizeof name, 0);
+  CHECK(strstr(name, "not a GPU") != NULL, "device name '%s'", name);
+  CHECK(cuMemAlloc(&p, 16) == 201, "alloc without a context must be CUDA_ERROR_INVALID_CONTEXT");
+  void *ctx0, *ctx1;
+  cuDevicePrimaryCtxRetain(&ctx0, 0);
+  cuDevicePrimaryCtxRetain(&ctx1, 1);
+  cuCtxSetCurrent(ctx0);
+  CHECK(cuMemAlloc(&p, 100) == 0, "alloc");
+  unsigned v = 0;
+  CHECK(cuMemcpyDtoH(&v, p, 4) == 0 && v == 0xffffffffu, "fresh memory reads 0xff bytes: %x", v);
+  char buf[200] = {0};
+  CHECK(cuMemcpyHtoD(p, buf, 101) == 1, "a copy one byte past the end must fail");
+  CHECK(cuMemcpyHtoD(p + 50, buf, 50) == 0, "a copy ending at the end");
+  CHECK(cuMemcpyDtoH(buf, (dptr)(uintptr_t)buf, 4) == 1, "a host pointer as a device source");
+  CHECK(cuMemsetD32(p + 2, 0, 1) == 1, "a misaligned memset of 32-bit words");
+  CHECK(cuMemFree(p + 4) == 1, "a free inside an allocation");
+  CHECK(cuMemFree(p) == 0, "free");
+  CHECK(cuMemFree(p) == 1, "a double free");
+  CHECK(cuStreamSynchronize((void *)buf) == 400, "a stream that is not one");
+  size_t fr = 0, tot = 0;
+  cuMemGetInfo(&fr, &tot);
+  CHECK(tot == (size_t)64 << 20, "SFLOW_EMU_MEM_MB=64: total %zu", tot);
+  CHECK(cuMemAlloc(&p, (size_t)65 << 20) == 2, "an allocation past the memory must be out of memory");
+}
+
+static void check_kernels(void) {
+  char *log;
+  char *img = compile(SRC, "emu_check.cu", &log);
+  CHECK(img != NULL, "the test program compiles: %s", log);
+  free(log);
+  if (!img)
+    return;
+  void *ctx0, *ctx1, *mod, *f;
+  cuDevicePrimaryCtxRetain(&ctx0, 0);
+  cuDevicePrimaryCtxRetain(&ctx1, 1);
+  cuCtxSetCurrent(ctx0);
+  CHECK(cuModuleLoadData(&mod, img) == 0, "module load");
+  CHECK(cuModuleGetFunction(&f, mod, "templ") == 500, "a template kernel has no plain name");
+  CHECK(cuModuleGetFunction(&f, mod, "nope") == 500, "a missing kernel");
+
+  /* block_sum over 3 blocks of 16x8 threads */
+  enum { B = 128, G = 3 };
+  float x[B * G], out[G];
+  double want[G] = {0};
+  for (int i = 0; i < B * G; i++)
+    x[i] = (float)((i * 7) % 13), want[i / B] += x[i];
+  dptr dx, dout;
+  cuMemAlloc(&dx, sizeof x);
+  cuMemAlloc(&dout, sizeof out);
+  cuMemcpyHtoD(dx, x, sizeof x);
+  cuModuleGetFunction(&f, mod, "block_sum");
+  void *p1[] = {&dx, &dout};
+  CHECK(cuLaunchKernel(f, G, 1, 1, 16, 8, 1, 0, NULL, p1, NULL) == 0, "block_sum launch");
+  cuMemcpyDtoH(out, dout, sizeof out);
+  for (int i = 0; i < G; i++)
+    CHECK(out[i] == (float)want[i], "block %d sum %g, want %g", i, out[i], want[i]);
+
+  /* atomics over 5 blocks of 64 */
+  dptr dc, du, dm;
+  cuMemAlloc(&dc, 4);
+  cuMemAlloc(&du, 8);
+  cuMemAlloc(&dm, 4);
+  float zero = 0;
+  unsigned long long uz = 0;
+  int mz = -1;
+  cuMemcpyHtoD(dc, &zero, 4);
+  cuMemcpyHtoD(du, &uz, 8);
+  cuMemcpyHtoD(dm, &mz, 4);
+  cuModuleGetFunction(&f, mod, "count");
+  void *p2[] = {&dc, &du, &dm};
+  CHECK(launch(f, 5, 64, p2) == 0, "count launch");
+  float c;
+  cuMemcpyDtoH(&c, dc, 4);
+  cuMemcpyDtoH(&uz, du, 8);
+  cuMemcpyDtoH(&mz, dm, 4);
+  CHECK(c == 320.0f && uz == 640 && mz == 319, "atomics: %g %llu %d", c, uz, mz);
+
+  /* PTX exit, and a -D option */
+  int xs[256];
+  dptr dxs;
+  cuMemAlloc(&dxs, sizeof xs);
+  cuMemsetD32(dxs, 7, 256);
+  cuModuleGetFunction(&f, mod, "evens");
+  void *p3[] = {&dxs};
+  CHECK(launch(f, 2, 128, p3) == 0, "evens launch");
+  cuMemcpyDtoH(xs, dxs, sizeof xs);
+  int bad = 0;
+  for (int i = 0; i < 256; i++)
+    bad += xs[i] != ((i & 1) ? 7 : 3 * i);
+  CHECK(bad == 0, "%d elements wrong after PTX exit", bad);
+
+  /* errors */
+  cuModuleGetFunction(&f, mod, "deadlock");
+  CHECK(launch(f, 1, 32, p3) == 719, "a barrier some threads never reach is a launch failure");
+  cuModuleGetFunction(&f, mod, "trap");
+  CHECK(launch(f, 1, 4, p3) == 719, "__trap() is a launch failure");
+  int host = 0;
+  int *hp = &host;
+  void *p4[] = {&hp};
+  cuModuleGetFunction(&f, mod, "evens");
+  CHECK(launch(f, 1, 2, p4) == 700, "a host pointer parameter is an illegal address");
+  CHECK(launch(f, 1, 2, NULL) == 1, "no kernelParams for a kernel with parameters");
+  CHECK(cuLaunchKernel(f, 1, 1, 1, 2048, 1, 1, 0, NULL, p3, NULL) == 1, "a block of 2048 threads");
+  cuCtxSetCurrent(ctx1);
+  CHECK(launch(f, 1, 2, p3) == 400, "a launch on a device that did not load the module");
+  void *mod1;
+  CHECK(cuModuleLoadData(&mod1, img) == 0, "the module loads on device 1 too");
+  cuModuleGetFunction(&f, mod1, "evens");
+  CHECK(launch(f, 1, 2, p3) == 700, "device 0's memory given to a kernel on device 1");
+  cuCtxSetCurrent(ctx0);
+
+  /* parameters of every kind */
+  struct {
+    int ndim;
+    long long shape[4];
+  } s = {3, {10, 0, 0, 5}};
+  char ch = -5;
+  short sh = 300;
+  double d = 2.25;
+  long long o[6];
+  dptr dov;
+  cuMemAlloc(&dov, sizeof o);
+  cuModuleGetFunction(&f, mod, "params");
+  void *p5[] = {&ch, &sh, &d, &s, &dov};
+  CHECK(launch(f, 1, 1, p5) == 0, "params launch");
+  cuMemcpyDtoH(o, dov, sizeof o);
+  CHECK(o[0] == -5 && o[1] == 300 && o[2] == 9 && o[3] == 3 && o[4] == 15 && o[5] == 7,
+        "params: %lld %lld %lld %lld %lld %lld", o[0], o[1], o[2], o[3], o[4], o[5]);
+
+  /* a 3-D grid of 3-D blocks */
+  int g3[2 * 3 * 2 * 24];
+  dptr dg3;
+  cuMemAlloc(&dg3, sizeof g3);
+  cuModuleGetFunction(&f, mod, "grid3");
+  void *p6[] = {&dg3};
+  CHECK(cuLaunchKernel(f, 2, 3, 2, 4, 3, 2, 0, NULL, p6, NULL) == 0, "grid3 launch");
+  cuMemcpyDtoH(g3, dg3, sizeof g3);
+  bad = 0;
+  for (int i = 0; i < (int)(sizeof g3 / sizeof *g3); i++)
+    bad += g3[i] != (i / 24) * 1000 + i % 24;
+  CHECK(bad == 0, "%d elements of the 3-D grid wrong", bad);
+
+  /* a kernel made by a macro */
+  cuModuleGetFunction(&f, mod, "div_f32");
+  float fx[4] = {2, 4, 6, 8}, by = 2;
+  long long n4 = 4;
+  cuMemcpyHtoD(dx, fx, sizeof fx);
+  void *p7[] = {&n4, &dx, &by};
+  CHECK(launch(f, 1, 256, p7) == 0, "div_f32 launch");
+  cuMemcpyDtoH(fx, dx, sizeof fx);
+  CHECK(fx[0] == 1 && fx[3] == 4, "div_f32: %g %g", fx[0], fx[3]);
+
+  /* a write past the end of a buffer: the guard page, in a child */
+  fflush(stdout);
+  int pipefd[2];
+  if (pipe(pipefd) == 0) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      dup2(pipefd[1], 2);
+      dptr small;
+      cuMemAlloc(&small, 4096);
+      long long len = 1024;
+      cuModuleGetFunction(&f, mod, "overrun");
+      void *p8[] = {&small, &len};
+      launch(f, 1, 1024, p8);
+      _exit(0);
+    }
+    close(pipefd[1]);
+    char msg[4096] = {0};
+    size_t got = 0;
+    ssize_t r;
+    while (got < sizeof msg - 1 && (r = read(pipefd[0], msg + got, sizeof msg - 1 - got)) > 0)
+      got += (size_t)r;
+    close(pipefd[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV, "the overrun must end in SIGSEGV (status %d)", st);
+    CHECK(strstr(msg, "kernel 'overrun' crashed") && strstr(msg, "past the end of the allocation of 4096 bytes"),
+          "the crash message: %s", msg);
+  }
+  free(img);
+}
+
+static void check_nvrtc(const char *cache) {
+  char *log;
+  char *img = compile("extern \"C\" __global__ void k(float *x) { x[0] = undefined_name; }\n",
+                      "bad.cu", &log);
+  CHECK(img == NULL, "a program with an error does not compile");
+  CHECK(strstr(log, "bad.cu:1:") && strstr(log, "undefined_name") && !strstr(log, ".work-"),
+        "the log names the program and the error: %s", log);
+  free(log);
+  free(img);
+  /* The module cache: the same program is never compiled twice. */
+  char dir[4200];
+  snprintf(dir, sizeof dir, "%s/emu", cache);
+  int before = count_files(dir, ".so");
+  img = compile(SRC, "again.cu", &log);
+  free(log);
+  CHECK(img && count_files(dir, ".so") == before, "a program compiled before is not compiled again");
+  /* A cleaned module cache: the image rebuilds its module. */
+  char cmd[4300];
+  snprintf(cmd, sizeof cmd, "rm -f %s/*.so", dir);
+  CHECK(system(cmd) == 0, "rm");
+  void *mod, *f;
+  CHECK(img && cuModuleLoadData(&mod, img) == 0, "an image whose module was removed rebuilds it");
+  CHECK(cuModuleGetFunction(&f, mod, "grid3") == 0, "and its functions load");
+  free(img);
+}
+
+/* -------------------------------------------------------------- cuBLAS */
+
+static int (*cublasCreate)(void **);
+static int (*cublasSetMathMode)(void *, int);
+static int (*cublasSgemm)(void *, int, int, int, int, int, const float *, const float *, int,
+                          const float *, int, const float *, float *, int);
+static int (*cublasDgemm)(void *, int, int, int, int, int, const double *, const double *, int,
+                          const double *, int, const double *, double *, int);
+static int (*cublasSgemmStridedBatched)(void *, int, int, int, int, int, const float *,
+                                        const float *, int, long long, const float *, int,
+                                        long long, const float *, float *, int, long long, int);
+static int (*cublasGemmEx)(void *, int, int, int, int, int, const void *, const void *, int, int,
+                           const void *, int, int, const void *, void *, int, int, int, int);
+
+/* The reference: column-major, op by flag, float sums over p in order. */
+static void ref(int ta, int tb, int m, int n, int k, float al, const float *A, int lda,
+                const float *B, int ldb, float be, float *C, int ldc) {
+  for (int j = 0; j < n; j++)
+    for (int i = 0; i < m; i++) {
+      float acc = 0;
+      for (int p = 0; p < k; p++)
+        acc += (ta ? A[p + i * lda] : A[i + p * lda]) * (tb ? B[j + p * ldb] : B[p + j * ldb]);
+      C[i + j * ldc] = be == 0 ? al * acc : al * acc + be * C[i + j * ldc];
+    }
+}
+
+static uint16_t bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+static float from_bf16(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+static dptr upload(const void *p, size_t n) {
+  dptr d;
+  cuMemAlloc(&d, n);
+  cuMemcpyHtoD(d, p, n);
+  return d;
+}
+
+static void check_cublas(void) {
+  *(void **)&cublasCreate = sym("cublasCreate_v2");
+  *(void **)&cublasSetMathMode = sym("cublasSetMathMode");
+  *(void **)&cublasSgemm = sym("cublasSgemm_v2");
+  *(void **)&cublasDgemm = sym("cublasDgemm_v2");
+  *(void **)&cublasSgemmStridedBatched = sym("cublasSgemmStridedBatched");
+  *(void **)&cublasGemmEx = sym("cublasGemmEx");
+  void *ctx0;
+  cuDevicePrimaryCtxRetain(&ctx0, 0);
+  cuCtxSetCurrent(ctx0);
+  void *h;
+  CHECK(cublasCreate(&h) == 0, "cublasCreate");
+  enum { M = 5, N = 4, K = 3, LD = 7 };
+  float A[LD * LD], B[LD * LD], C[LD * LD], R[LD * LD];
+  for (int i = 0; i < LD * LD; i++)
+    A[i] = (float)((i * 37) % 11) / 7.0f - 0.5f, B[i] = (float)((i * 53) % 13) / 9.0f - 0.7f,
+    C[i] = (float)(i % 5);
+  dptr dA = upload(A, sizeof A), dB = upload(B, sizeof B), dC;
+  float al = 1.5f, be = 0.5f;
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++) {
+      dC = upload(C, sizeof C);
+      memcpy(R, C, sizeof C);
+      CHECK(cublasSgemm(h, ta, tb, M, N, K, &al, (float *)dA, LD, (float *)dB, LD, &be,
+                        (float *)dC, LD) == 0, "sgemm %d %d", ta, tb);
+      float got[LD * LD];
+      cuMemcpyDtoH(got, dC, sizeof got);
+      ref(ta, tb, M, N, K, al, A, LD, B, LD, be, R, LD);
+      CHECK(!memcmp(got, R, sizeof R), "sgemm %d %d differs from the loop", ta, tb);
+      cuMemFree(dC);
+    }
+  /* beta 0 overwrites NaN */
+  float nan[LD * LD];
+  for (int i = 0; i < LD * LD; i++)
+    nan[i] = NAN;
+  dC = upload(nan, sizeof nan);
+  float zero = 0;
+  cublasSgemm(h, 0, 0, M, N, K, &al, (float *)dA, LD, (float *)dB, LD, &zero, (float *)dC, LD);
+  float got[LD * LD];
+  cuMemcpyDtoH(got, dC, sizeof got);
+  CHECK(!isnan(got[0]) && isnan(got[M]), "beta 0 overwrites C within m rows only");
+  /* errors */
+  CHECK(cublasSgemm(h, 0, 0, M, N, K, &al, (float *)dA, M - 1, (float *)dB, LD, &be, (float *)dC,
+                    LD) == 7, "lda < m is CUBLAS_STATUS_INVALID_VALUE");
+  CHECK(cublasSgemm(h, 0, 0, M, N, K, &al, A, LD, (float *)dB, LD, &be, (float *)dC, LD) == 13,
+        "a host matrix fails");
+  /* double */
+  double dAd[M * K], dBd[K * N], dCd[M * N], one = 1, dz = 0;
+  for (int i = 0; i < M * K; i++)
+    dAd[i] = i * 0.25;
+  for (int i = 0; i < K * N; i++)
+    dBd[i] = 1.0 / (i + 1);
+  dptr a64 = upload(dAd, sizeof dAd), b64 = upload(dBd, sizeof dBd), c64;
+  cuMemAlloc(&c64, sizeof dCd);
+  CHECK(cublasDgemm(h, 0, 0, M, N, K, &one, (double *)a64, M, (double *)b64, K, &dz,
+                    (double *)c64, M) == 0, "dgemm");
+  cuMemcpyDtoH(dCd, c64, sizeof dCd);
+  double want = 0;
+  for (int p = 0; p < K; p++)
+    want += dAd[2 + p * M] * dBd[p + 1 * K];
+  CHECK(fabs(dCd[2 + 1 * M] - want) < 1e-15, "dgemm C[2,1] %g want %g", dCd[2 + M], want);
+  /* strided batched: two products in one call */
+  float A2[2 * M * K], B2[2 * K * N], C2[2 * M * N], R2[2 * M * N];
+  for (int i = 0; i < 2 * M * K; i++)
+    A2[i] = (float)(i % 7) - 3;
+  for (int i = 0; i < 2 * K * N; i++)
+    B2[i] = (float)(i % 5) * 0.5f;
+  dptr a2 = upload(A2, sizeof A2), b2 = upload(B2, sizeof B2), c2;
+  cuMemAlloc(&c2, sizeof C2);
+  float f1 = 1;
+  CHECK(cublasSgemmStridedBatched(h, 0, 0, M, N, K, &f1, (float *)a2, M, M * K, (float *)b2, K,
+                                  K * N, &zero, (float *)c2, M, M * N, 2) == 0, "batched");
+  cuMemcpyDtoH(C2, c2, sizeof C2);
+  for (int b = 0; b < 2; b++)
+    ref(0, 0, M, N, K, 1, A2 + b * M * K, M, B2 + b * K * N, K, 0, R2 + b * M * N, M);
+  CHECK(!memcmp(C2, R2, sizeof R2), "strided batched differs from the loop");
+  /* GemmEx: bf16 inputs, f32 and bf16 outputs */
+  uint16_t Ab[M * K], Bb[K * N], Cb[M * N];
+  float Af[M * K], Bf[K * N], Cf[M * N], Rf[M * N];
+  for (int i = 0; i < M * K; i++)
+    Ab[i] = bf16(A[i] * 1.337f), Af[i] = from_bf16(Ab[i]);
+  for (int i = 0; i < K * N; i++)
+    Bb[i] = bf16(B[i] * 0.77f), Bf[i] = from_bf16(Bb[i]);
+  dptr ab = upload(Ab, sizeof Ab), bb = upload(Bb, sizeof Bb), cf, cb;
+  cuMemAlloc(&cf, sizeof Cf);
+  cuMemAlloc(&cb, sizeof Cb);
+  CHECK(cublasGemmEx(h, 0, 0, M, N, K, &f1, (void *)ab, 14, M, (void *)bb, 14, K, &zero,
+                     (void *)cf, 0, M, 68, -1) == 0, "GemmEx bf16 -> f32");
+  cuMemcpyDtoH(Cf, cf, sizeof Cf);
+  ref(0, 0, M, N, K, 1, Af, M, Bf, K, 0, Rf, M);
+  CHECK(!memcmp(Cf, Rf, sizeof Rf), "GemmEx bf16 differs from the loop over the bf16 values");
+  CHECK(cublasGemmEx(h, 0, 0, M, N, K, &f1, (void *)ab, 14, M, (void *)bb, 14, K, &zero,
+                     (void *)cb, 14, M, 68, -1) == 0, "GemmEx bf16 -> bf16");
+  cuMemcpyDtoH(Cb, cb, sizeof Cb);
+  bool same = true;
+  for (int i = 0; i < M * N; i++)
+    same &= Cb[i] == bf16(Rf[i]);
+  CHECK(same, "GemmEx bf16 output is the rounded f32 result");
+  CHECK(cublasGemmEx(h, 0, 0, M, N, K, &f1, (void *)ab, 14, M, (void *)bb, 14, K, &zero,
+                     (void *)cf, 0, M, 0, -1) == 15, "a cudaDataType as the compute type");
+  CHECK(cublasGemmEx(h, 0, 0, M, N, K, &f1, (void *)ab, 2, M, (void *)bb, 2, K, &zero,
+                     (void *)cf, 0, M, 68, -1) == 15, "f16 inputs are not emulated");
+  /* TF32: inputs rounded to 10 mantissa bits when the math mode asks */
+  float a1[1] = {1.0f + 1.0f / 4096}, b1[1] = {1.0f}, c1;
+  dptr da1 = upload(a1, 4), db1 = upload(b1, 4), dc1;
+  cuMemAlloc(&dc1, 4);
+  cublasSgemm(h, 0, 0, 1, 1, 1, &f1, (float *)da1, 1, (float *)db1, 1, &zero, (float *)dc1, 1);
+  cuMemcpyDtoH(&c1, dc1, 4);
+  CHECK(c1 == a1[0], "f32 keeps every bit: %.9g", c1);
+  cublasSetMathMode(h, 3);
+  cublasSgemm(h, 0, 0, 1, 1, 1, &f1, (float *)da1, 1, (float *)db1, 1, &zero, (float *)dc1, 1);
+  cuMemcpyDtoH(&c1, dc1, 4);
+  CHECK(c1 == 1.0f, "TF32 rounds 1 + 2^-12 to 1: %.9g", c1);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: emu_check path/to/libsflow_emu.so\n");
+    return 2;
+  }
+  char cache[4096];
+  snprintf(cache, sizeof cache, "/tmp/sflow-emu-check-%d", (int)getpid());
+  setenv("SFLOW_KERNEL_CACHE", cache, 1);
+  unsetenv("SFLOW_EMU_CACHE");
+  setenv("SFLOW_EMU_DEVICES", "2", 1);
+  setenv("SFLOW_EMU_MEM_MB", "64", 1);
+  load(argv[1]);
+  check_driver();
+  check_kernels();
+  check_nvrtc(cache);
+  check_cublas();
+  char cmd[4200];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", cache);
+  if (system(cmd) != 0)
+    printf("emu_check: could not remove %s\n", cache);
+  printf("emu_check: %d passed, %d failed\n", passed, failed);
+  return failed ? 1 : 0;
+}

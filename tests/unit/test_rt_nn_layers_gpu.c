@@ -1,0 +1,347 @@
+/*
+ * test_rt_nn_layers_gpu.c — the layers' GPU paths (runtime/nn/gpu_layers.c over
+ * kernels/nn_layers.cu) against their CPU forms, op by op: the forward
+ * output and the gradients its backward rule gives for one fixed upstream
+ * gradient, each printed as its largest difference over the reference's
+ * largest magnitude and held to docs/nn.md's tolerance ("GPU": 1e-5 for
+ * softmax, cross-entropy and layer norm, 1e-6 for embedding's scatter,
+ * exact for dropout's masks, cat/stack and argmax).
+ *
+ * The GPU ops are called directly (sf__gpu_*) on a thread where
+ * sf__gpu_ready succeeded, the CPU ones through their public entries on
+ * the main thread, which holds no GPU; backward rules are run on their own
+ * (node->backward with a host gradient), so each check isolates one op.
+ * Runs on a GPU or under the host emulator (ctest gpu_emu/nn_layers_unit);
+ * without either it exits 77 (not run).
+ */
+#include <math.h>
+
+#include "rt_test.h"
+
+#include "nn.h"
+
+const sf_program sf_program_desc = {SF_ABI_VERSION, "test_rt_nn_layers_gpu", "", 0, NULL, NULL, NULL, NULL, 0, NULL, NULL};
+
+static const sf_loc LOC = {"t.sflow", 3, 7};
+
+#define SHAPE(...) ((int64_t[]){__VA_ARGS__})
+
+static uint64_t rng = 88172645463325252ULL;
+static float frand(float lo, float hi) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return lo + (hi - lo) * (float)((rng >> 11) * 0x1p-53);
+}
+
+static sf_tensor *rnd(int32_t nd, const int64_t *shape, float lo, float hi) {
+  sf_tensor *t = sf__t_empty(nd, shape, &LOC);
+  for (int64_t i = 0; i < t->numel; i++)
+    sf__t_wdata(t)[i] = frand(lo, hi);
+  return t;
+}
+
+/* A param (a leaf that requires grad) holding t's values: one for the CPU
+ * run, one for the GPU run, so the two gradients land apart. */
+static sf_tensor *param_of(sf_tensor *t) {
+  sf_tensor *p = sf__t_empty(t->ndim, t->shape, &LOC);
+  sf__t_copy_into(p, t);
+  p->req = true;
+  return p;
+}
+
+static sf_array *i64s(int64_t n, const int64_t *v) {
+  sf_array *a = sf_array_new(&sf_type_i64, n, &LOC);
+  memcpy(a->data, v, (size_t)n * sizeof(int64_t));
+  return a;
+}
+
+/* Runs out's backward rule alone with upstream gradient g (borrowed). */
+static void run_backward(sf_tensor *out, sf_tensor *g) {
+  CU_ASSERT_FATAL(out->node != NULL);
+  sf__no_grad = true;
+  out->node->backward(out->node, g);
+  sf__no_grad = false;
+}
+
+/* Device-to-host reads so far: a GPU op and its backward rule must add
+ * none (only argmax reads back, by design). */
+static uint64_t syncs(void) { return __atomic_load_n(&sf__gpu_stats.d2h_syncs, __ATOMIC_RELAXED); }
+
+/* max |got - want| / max |want| (the absolute difference when want is 0),
+ * printed; got is read back from the device. */
+static double check(const char *what, sf_tensor *got, sf_tensor *want, double tol) {
+  CU_ASSERT_FATAL(got != NULL && want != NULL);
+  CU_ASSERT_FATAL(got->numel == want->numel);
+  sf_tensor *gc = sf__t_contig(got), *wc = sf__t_contig(want);
+  const float *a = sf__t_data(gc), *b = sf__t_data(wc);
+  double d = 0, m = 0;
+  for (int64_t i = 0; i < want->numel; i++) {
+    double e = fabs((double)a[i] - b[i]);
+    d = e > d || isnan(e) ? e : d;
+    m = fabs((double)b[i]) > m ? fabs((double)b[i]) : m;
+  }
+  double rel = m > 0 ? d / m : d;
+  printf("\n    %-36s max rel diff %.3g (tolerance %g)", what, rel, tol);
+  CU_ASSERT(rel <= tol);
+  sf_release(gc);
+  sf_release(wc);
+  return rel;
+}
+
+/* ------------------------------------------------------------ softmax */
+
+static void softmax_case(const char *what, int32_t nd, const int64_t *shape, int32_t ax, bool log) {
+  sf_tensor *x = rnd(nd, shape, -4, 4), *xc = param_of(x), *xg = param_of(x);
+  sf_tensor *g = rnd(nd, shape, -1, 1);
+  sf_tensor *yc = sf__t_softmax(xc, ax, log, &LOC);
+  run_backward(yc, g);
+  uint64_t s0 = syncs();
+  sf_tensor *yg = sf__gpu_softmax(xg, ax, log, &LOC);
+  run_backward(yg, g);
+  CU_ASSERT(syncs() == s0);
+  CU_ASSERT(sf__t_on_dev(yg) && sf__t_on_dev(xg->grad));
+  char name[96];
+  snprintf(name, sizeof name, "%s forward", what);
+  check(name, yg, yc, 1e-5);
+  snprintf(name, sizeof name, "%s backward", what);
+  check(name, xg->grad, xc->grad, 1e-5);
+  sf_tensor *ts[] = {x, xc, xg, yc, yg, g};
+  for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
+    sf_release(ts[i]);
+}
+
+static void test_softmax(void) {
+  softmax_case("softmax (5, 300) axis 1", 2, SHAPE(5, 300), 1, false);
+  softmax_case("softmax (3, 7, 4) axis 1", 3, SHAPE(3, 7, 4), 1, false);
+  softmax_case("log_softmax (5, 300) axis 1", 2, SHAPE(5, 300), 1, true);
+  softmax_case("log_softmax (3, 7, 4) axis 0", 3, SHAPE(3, 7, 4), 0, true);
+  softmax_case("softmax (4, 1000) axis 1", 2, SHAPE(4, 1000), 1, false);
+}
+
+/* ------------------------------------------------------ cross-entropy */
+
+static void ce_case(const char *what, float smoothing) {
+  sf_tensor *x = rnd(2, SHAPE(6, 300), -3, 3), *xc = param_of(x), *xg = param_of(x);
+  sf_array *tg = i64s(6, (int64_t[]){0, 299, -100, 4, 1, 2});
+  sf_tensor *g = sf__t_full(0, NULL, 2.5f);
+  sf_tensor *lc = sf__t_cross_entropy(xc, tg, -100, smoothing, &LOC);
+  run_backward(lc, g);
+  uint64_t s0 = syncs();
+  sf_tensor *lg = sf__gpu_cross_entropy(xg, tg, -100, smoothing, 5, &LOC);
+  run_backward(lg, g);
+  CU_ASSERT(syncs() == s0); /* the loss and the count of kept rows stay on the device */
+  CU_ASSERT(sf__t_on_dev(lg));
+  char name[96];
+  snprintf(name, sizeof name, "%s forward", what);
+  check(name, lg, lc, 1e-5);
+  snprintf(name, sizeof name, "%s backward", what);
+  check(name, xg->grad, xc->grad, 1e-5);
+  sf_tensor *ts[] = {x, xc, xg, lc, lg, g};
+  for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
+    sf_release(ts[i]);
+  sf_release(tg);
+}
+
+static void test_cross_entropy(void) {
+  ce_case("cross_entropy", 0.0f);
+  ce_case("cross_entropy smoothing 0.1", 0.1f);
+  /* Every row ignored: nan, as torch and the CPU. */
+  sf_tensor *x = rnd(2, SHAPE(2, 3), -1, 1);
+  sf_array *tg = i64s(2, (int64_t[]){-100, -100});
+  sf_tensor *l = sf__gpu_cross_entropy(x, tg, -100, 0.0f, 0, &LOC);
+  CU_ASSERT(isnan(sf__t_data(l)[0]));
+  sf_release(l);
+  sf_release(x);
+  sf_release(tg);
+}
+
+/* --------------------------------------------------------- layer norm */
+
+static void test_layer_norm(void) {
+  sf_tensor *x = rnd(3, SHAPE(4, 6, 300), -2, 3), *w = rnd(1, SHAPE(300), -1, 1);
+  sf_tensor *b = rnd(1, SHAPE(300), -1, 1);
+  sf_tensor *xc = param_of(x), *wc = param_of(w), *bc = param_of(b);
+  sf_tensor *xg = param_of(x), *wg = param_of(w), *bg = param_of(b);
+  sf_tensor *g = rnd(3, SHAPE(4, 6, 300), -1, 1);
+  sf_tensor *yc = sf__t_layer_norm(xc, wc, bc, 1e-5, &LOC);
+  run_backward(yc, g);
+  uint64_t s0 = syncs();
+  sf_tensor *yg = sf__gpu_layer_norm(xg, wg, bg, 1e-5, &LOC);
+  run_backward(yg, g);
+  CU_ASSERT(syncs() == s0);
+  check("layer_norm (4, 6, 300) forward", yg, yc, 1e-5);
+  check("layer_norm dx", xg->grad, xc->grad, 1e-5);
+  check("layer_norm dweight", wg->grad, wc->grad, 1e-5);
+  check("layer_norm dbias", bg->grad, bc->grad, 1e-5);
+  sf_tensor *ts[] = {x, w, b, xc, wc, bc, xg, wg, bg, yc, yg, g};
+  for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
+    sf_release(ts[i]);
+}
+
+/* ---------------------------------------------------------- embedding */
+
+static void test_embedding(void) {
+  sf_tensor *w = rnd(2, SHAPE(9, 40), -1, 1), *wc = param_of(w), *wg = param_of(w);
+  sf_array *ids = i64s(8, (int64_t[]){1, 3, 1, 8, 0, 3, 1, 1});
+  sf_array *shape = i64s(2, (int64_t[]){2, 4});
+  sf_tensor *g = rnd(3, SHAPE(2, 4, 40), -1, 1);
+  sf_tensor *yc = sf__t_embedding(wc, ids, shape, &LOC);
+  run_backward(yc, g);
+  uint64_t s0 = syncs();
+  sf_tensor *yg = sf__gpu_embedding(wg, ids, 3, SHAPE(2, 4, 40), &LOC);
+  run_backward(yg, g);
+  CU_ASSERT(syncs() == s0);
+  check("embedding forward", yg, yc, 0);
+  check("embedding backward (atomicAdd)", wg->grad, wc->grad, 1e-6);
+  sf_tensor *ts[] = {w, wc, wg, yc, yg, g};
+  for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
+    sf_release(ts[i]);
+  sf_release(ids);
+  sf_release(shape);
+}
+
+/* ------------------------------------------------------------ dropout */
+
+/* The mask identity: the GPU's output and saved mask are the CPU's, bit
+ * for bit, for a whole-tensor mask and for per-row ones. */
+static void test_dropout(void) {
+  sf_tensor *x = rnd(2, SHAPE(8, 500), -1, 1), *xc = param_of(x), *xg = param_of(x);
+  double ps[] = {0.1, 0.3, 0.5, 1.0};
+  for (size_t i = 0; i < sizeof ps / sizeof *ps; i++) {
+    sf_tensor *yc = sf__t_dropout(xc, ps[i], 52, true, &LOC);
+    uint64_t s0 = syncs();
+    sf_tensor *yg = sf__gpu_dropout(xg, ps[i], 52, &LOC);
+    CU_ASSERT(syncs() == s0);
+    char name[64];
+    snprintf(name, sizeof name, "dropout p=%g output", ps[i]);
+    check(name, yg, yc, 0);
+    snprintf(name, sizeof name, "dropout p=%g mask", ps[i]);
+    check(name, yg->node->saved, yc->node->saved, 0);
+    sf_release(yc);
+    sf_release(yg);
+  }
+  sf_array *index = i64s(8, (int64_t[]){5, 2, 9, 0, 5, 1000000007, 3, 4});
+  sf_tensor *yc = sf__t_dropout_rows(xc, 0.25, 62, index, 3, true, &LOC);
+  sf_tensor *yg = sf__gpu_dropout_rows(xg, 0.25, 62, index, 3, &LOC);
+  check("dropout_rows output", yg, yc, 0);
+  check("dropout_rows mask", yg->node->saved, yc->node->saved, 0);
+  sf_tensor *ts[] = {x, xc, xg, yc, yg};
+  for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
+    sf_release(ts[i]);
+  sf_release(index);
+}
+
+/* ---------------------------------------------------------- cat, stack */
+
+static void join_case(const char *what, bool stack, int64_t axis) {
+  sf_tensor *a = rnd(2, SHAPE(2, 3), -1, 1), *b = rnd(2, SHAPE(stack ? 2 : 4, 3), -1, 1);
+  sf_tensor *c0 = rnd(2, SHAPE(3, 2), -1, 1);
+  if (!stack && axis == 1) {
+    sf_release(b);
+    b = rnd(2, SHAPE(2, 5), -1, 1);
+  }
+  sf_tensor *ac = param_of(a), *bc = param_of(b), *cc = param_of(c0);
+  sf_tensor *ag = param_of(a), *bg = param_of(b), *cg = param_of(c0);
+  /* The third input is a transposed (strided) view of a param. */
+  sf_tensor *ct = sf__t_transpose(cc, 0, 1, &LOC), *gt = sf__t_transpose(cg, 0, 1, &LOC);
+  sf_tensor *inc[] = {ac, bc, ct}, *ing[] = {ag, bg, gt};
+  sf_array *tc = sf_array_new(&sf__type_tensor, 3, &LOC), *tg = sf_array_new(&sf__type_tensor, 3, &LOC);
+  for (int i = 0; i < 3; i++) {
+    ((sf_tensor **)tc->data)[i] = inc[i];
+    sf_retain(inc[i]);
+    ((sf_tensor **)tg->data)[i] = ing[i];
+    sf_retain(ing[i]);
+  }
+  sf_tensor *yc = stack ? sf__t_stack(tc, &LOC) : sf__t_cat(tc, axis, &LOC);
+  int64_t shape[SF__TMAX];
+  memcpy(shape, yc->shape, sizeof shape);
+  sf_tensor *yg = sf__gpu_join(ing, 3, stack, (int32_t)axis, yc->ndim, shape, &LOC);
+  char name[64];
+  snprintf(name, sizeof name, "%s forward", what);
+  check(name, yg, yc, 0);
+  sf_tensor *g = rnd(yc->ndim, yc->shape, -1, 1);
+  run_backward(yc, g);
+  run_backward(yg, g);
+  /* A view's gradient reaches its node; the transpose's rule is the
+   * CPU's, so compare what the join handed each input. */
+  snprintf(name, sizeof name, "%s backward", what);
+  check(name, ag->grad, ac->grad, 0);
+  check(name, bg->grad, bc->grad, 0);
+  check(name, gt->node->grad, ct->node->grad, 0);
+  sf_tensor *ts[] = {a, b, c0, ac, bc, cc, ag, bg, cg, ct, gt, yc, yg, g};
+  for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
+    sf_release(ts[i]);
+  sf_release(tc);
+  sf_release(tg);
+}
+
+static void test_join(void) {
+  join_case("cat axis 0", false, 0);
+  join_case("cat axis 1", false, 1);
+  join_case("stack", true, 0);
+}
+
+/* ------------------------------------------------------ t[i], t[a..b] */
+
+/* The views' forward is shared; their backward rule on the device
+ * (sf__gpu_bw_rows, what index.c's rule hands over to in a GPU call). */
+static void test_rows(void) {
+  for (int k = 0; k < 2; k++) {
+    sf_tensor *x = rnd(3, SHAPE(5, 4, 3), -1, 1), *xc = param_of(x), *xg = param_of(x);
+    sf_tensor *yc = k ? sf__t_rows(xc, 1, 4, &LOC) : sf__t_row(xc, 2, &LOC);
+    sf_tensor *yg = k ? sf__t_rows(xg, 1, 4, &LOC) : sf__t_row(xg, 2, &LOC);
+    sf_tensor *g = rnd(yc->ndim, yc->shape, -1, 1);
+    run_backward(yc, g);
+    uint64_t s0 = syncs();
+    sf__gpu_bw_rows(yg->node, g);
+    CU_ASSERT(syncs() == s0);
+    CU_ASSERT(sf__t_on_dev(xg->grad));
+    check(k ? "x[1..4] backward" : "x[2] backward", xg->grad, xc->grad, 0);
+    sf_tensor *ts[] = {x, xc, xg, yc, yg, g};
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
+      sf_release(ts[i]);
+  }
+}
+
+/* ------------------------------------------------------------- argmax */
+
+static void test_argmax(void) {
+  float v[] = {1, 3, 3, 2, 0, 0, 0, 0, 5, -1, 5, 7, NAN, 1, NAN, 9};
+  sf_tensor *x = sf__t_empty(2, SHAPE(4, 4), &LOC);
+  memcpy(sf__t_wdata(x), v, sizeof v);
+  sf_tensor *big = rnd(2, SHAPE(3, 700), -1, 1);
+  sf_tensor *xs[] = {x, x, big, big};
+  int32_t axes[] = {1, 0, 1, 0};
+  for (int i = 0; i < 4; i++) {
+    sf_array *c = sf__t_argmax(xs[i], axes[i], &LOC), *g = sf__gpu_argmax(xs[i], axes[i], &LOC);
+    CU_ASSERT_FATAL(c->len == g->len);
+    bool same = memcmp(c->data, g->data, (size_t)c->len * sizeof(int64_t)) == 0;
+    printf("\n    argmax case %d: %s", i, same ? "same indices" : "indices differ");
+    CU_ASSERT(same);
+    sf_release(c);
+    sf_release(g);
+  }
+  sf_release(x);
+  sf_release(big);
+}
+
+int main(int argc, char **argv) {
+  sf__nn_install();
+  if (!sf__gpu_ready(NULL)) {
+    fprintf(stderr, "test_rt_nn_layers_gpu: no GPU (%s): not run\n", sf__gpu_unavailable_reason());
+    return 77;
+  }
+  static const rt_test tests[] = {
+      {"softmax", test_softmax},
+      {"cross_entropy", test_cross_entropy},
+      {"layer_norm", test_layer_norm},
+      {"embedding", test_embedding},
+      {"dropout", test_dropout},
+      {"join", test_join},
+      {"rows", test_rows},
+      {"argmax", test_argmax},
+      {NULL, NULL},
+  };
+  return rt_run("nn_gpu", tests, argc, argv);
+}
