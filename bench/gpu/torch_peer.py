@@ -6,6 +6,7 @@
                                        mlp_bench.sflow, as TABLE| rows
     torch_peer.py nn mlp|encoder|matmul [--tf32] [--steps N] [--warmup N]
                                        [--attention sdpa|explicit] [--n N]
+                                       [--batch B]
                                        the peer of one nn_bench.sflow run:
         RESULT gpu_<what> torch <ms> <steps or GFLOP/s> <peak MB>
 
@@ -78,8 +79,8 @@ def mlp():
     return step
 
 
-def encoder(attention):
-    B, T, C, H, FF = 32, 128, 384, 12, 1536
+def encoder(attention, B):
+    T, C, H, FF = 128, 384, 12, 1536
     D = C // H
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(0)
@@ -130,7 +131,7 @@ def nn_bench(a):
         peak = torch.cuda.max_memory_allocated() / 2**20
         print(f"RESULT gpu_matmul torch {dt*1e3:.3f} {2*a.n**3/dt/1e9:.0f} {peak:.1f}")
         return
-    step = mlp() if a.what == "mlp" else encoder(a.attention)
+    step = mlp() if a.what == "mlp" else encoder(a.attention, a.batch)
     steps = a.steps or (50 if a.what == "mlp" else 20)
     for _ in range(a.warmup): step()
     torch.cuda.synchronize()
@@ -156,6 +157,7 @@ def main():
     ap.add_argument("--steps", type=int, default=0)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--n", type=int, default=4096)
+    ap.add_argument("--batch", type=int, default=32, help="the encoder's batch")
     ap.add_argument("--attention", choices=("sdpa", "explicit"), default="sdpa")
     nn_bench(ap.parse_args())
 

@@ -18,7 +18,8 @@ bench/gpu/run.sh (docs/performance.md, "GPU"), at a small size (--n 8).
         builds (it needs nn.autocast); and nn_bench.sflow's MLP step (one,
         which must read back once: its item()) and `@` at n 64, each
         printing its RESULT line with kernels launched and an allocator
-        peak in SFLOW_GPU_STATS.
+        peak in SFLOW_GPU_STATS; then bench/gpu/nn.sh (run.sh's std.nn
+        part) at rehearsal sizes, its rows checked.
 """
 import argparse
 import os
@@ -149,6 +150,44 @@ def bench_smoke(sflowc, tmp):
                   f"nn_bench --what mlp: one step reads back once, its item() (d2h_syncs={stats.get('d2h_syncs')})")
 
 
+def section(sflowc, tmp):
+    """bench/gpu/nn.sh, run.sh's std.nn part, end to end at rehearsal sizes:
+    the rows it makes from the programs' output (the part of the GPU run
+    that otherwise first runs on the GPU machine)."""
+    out = os.path.join(tmp, "out")
+    os.makedirs(os.path.join(out, "nn"))
+    for name in ("nn_check", "nn_check_autocast", "nn_bench"):
+        p = subprocess.run([sflowc, "-O2", os.path.join(BENCH, name + ".sflow"), "-o",
+                            os.path.join(out, "nn", name)], capture_output=True, text=True)
+        if p.returncode != 0:
+            with open(os.path.join(out, "nn", name + ".missing"), "w") as f:
+                f.write(p.stderr)
+    subprocess.run(["cp", os.path.join(BENCH, "torch_peer.py"), os.path.join(out, "nn")], check=True)
+    table = os.path.join(tmp, "table")
+    open(table, "w").close()
+    env = dict(os.environ, NN_DEVICE="emulator", NN_CHECK_N="8", NN_STEPS="1", NN_WARMUP="0",
+               NN_BATCH="1", NN_MATMUL_N="64")
+    p = subprocess.run([os.path.join(BENCH, "nn.sh"), out, table], capture_output=True, text=True,
+                       env=env, timeout=900)
+    rows = [line.rstrip("\n").split("|")[1:] for line in open(table) if line.startswith("TABLE|")]
+    by = {r[0]: r for r in rows}
+    check(p.returncode == 0, f"nn.sh: exit 0 (got {p.returncode}) {p.stdout[-500:]}")
+    checks = [r for r in rows if "(emulator vs CPU)" in r[0]]
+    check(len(checks) >= 51 and all(r[3].endswith(": ok") for r in checks),
+          f"nn.sh: the checkers' {len(checks)} rows, all ok")
+    def fig(key, pattern):
+        r = by.get(key)
+        check(r is not None and re.match(pattern, r[1]) is not None, f"nn.sh: {key}: {r}")
+    fig("nn MLP train step (784-1024-1024-10, b256)", r"[0-9.]+ ms$")
+    fig("nn MLP step: peak device memory", r"[0-9.]+ MB$")
+    fig("nn MLP step: device-to-host reads per step", r"1\.00 \(1 in 1 steps\): ok$")
+    fig("nn encoder layer fwd+bwd (B1 T128 C384 H12)", r"[0-9.]+ ms$")
+    fig("nn encoder layer: peak device memory", r"[0-9.]+ MB$")
+    fig("nn @ f32 64^3 (@gpus(1) actor)", r"[0-9]+ GFLOP/s$")
+    fig("nn @ TF32 64^3 (@gpus(1) actor)", r"[0-9]+ GFLOP/s$")
+    check(not any("GPU vs CPU" in r[0] for r in rows), "nn.sh: no row says GPU")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sflowc", required=True)
@@ -160,6 +199,7 @@ def main():
         else:
             emulator(a.sflowc, tmp)
             bench_smoke(a.sflowc, tmp)
+            section(a.sflowc, tmp)
     if failures:
         print(f"nn_check.py: {len(failures)} failed")
         return 1
