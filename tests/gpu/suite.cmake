@@ -73,9 +73,16 @@ set_tests_properties(gpu_emu/collectives_2dev PROPERTIES ENVIRONMENT "${SFLOW_EM
 # The emulator's own checks: what docs/testing.md says it catches.
 add_executable(emu_check ${CMAKE_SOURCE_DIR}/tests/gpu/emu/emu_check.c)
 set_target_properties(emu_check PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
-target_link_libraries(emu_check PRIVATE dl m)
+target_link_libraries(emu_check PRIVATE Threads::Threads dl m)
 add_dependencies(emu_check sflow_emu)
 add_test(NAME gpu_emu/self COMMAND emu_check $<TARGET_FILE:sflow_emu>)
+# And through nccl.c's device path: the emulator's in-process NCCL
+# (SFLOW_NCCL names it), one rank per emulated device.
+add_test(NAME gpu_emu/collectives_nccl
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/programs.py
+          --sflowc $<TARGET_FILE:sflowc> --emu $<TARGET_FILE:sflow_emu> --only device_collectives)
+set_tests_properties(gpu_emu/collectives_nccl PROPERTIES ENVIRONMENT
+  "${SFLOW_EMU_ENV};SFLOW_EMU_DEVICES=2;SFLOW_NCCL=$<TARGET_FILE:sflow_emu>")
 # The layers' GPU paths (runtime/nn/gpu_layers.c): each op against its CPU
 # form (unit/test_rt_nn_layers_gpu, under the emulator as gpu_emu/nn_layers_unit),
 # and tests/gpu/layers' programs, every layer forward and backward in a

@@ -7,7 +7,8 @@
  * context, bad copies and frees, host pointers given to a kernel, a
  * deadlocked barrier, a trap, a write past the end of a buffer, a launch
  * on the wrong device, out of memory); NVRTC's log and its module cache;
- * cuBLAS against plain loops in every transpose, batched, bf16 and TF32.
+ * cuBLAS against plain loops in every transpose, batched, bf16 and TF32;
+ * its in-process NCCL over two threads on two devices.
  *
  *   emu_check path/to/libsflow_emu.so
  */
@@ -15,6 +16,7 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -573,6 +575,121 @@ static void check_cublas(void) {
   CHECK(c1 == 1.0f, "TF32 rounds 1 + 2^-12 to 1: %.9g", c1);
 }
 
+/* ---------------------------------------------------------------- NCCL */
+
+typedef struct {
+  unsigned char b[128];
+} nid;
+static int (*ncclGetUniqueId)(nid *);
+static int (*ncclCommInitRankConfig)(void **, int, nid, int, void *);
+static int (*ncclCommGetAsyncError)(void *, int *);
+static int (*ncclAllReduce)(const void *, void *, size_t, int, int, void *, void *);
+static int (*ncclBroadcast)(const void *, void *, size_t, int, int, void *, void *);
+static int (*ncclAllGather)(const void *, void *, size_t, int, void *, void *);
+static int (*ncclCommDestroy)(void *);
+static int (*cuStreamCreate)(void **, unsigned);
+static int (*cuStreamQuery)(void *);
+
+typedef struct {
+  int rank;
+  nid id;
+  pthread_barrier_t *bar;
+  float sum[3], avg[3], bc[3], gather[6];
+  int st_before, st_after, bad_rc, bad_async, host_rc, st_bad;
+} rank_job;
+
+static void *rank_main(void *p) {
+  rank_job *j = p;
+  void *ctx, *comm, *s;
+  cuDevicePrimaryCtxRetain(&ctx, j->rank);
+  cuCtxSetCurrent(ctx);
+  struct { size_t size; unsigned magic, version; int blocking; } cfg = {sizeof cfg, 0xcafebeefu, 21400, 0};
+  ncclCommInitRankConfig(&comm, 2, j->id, j->rank, &cfg);
+  int st = 7;
+  while (st == 7)
+    ncclCommGetAsyncError(comm, &st);
+  cuStreamCreate(&s, 1);
+  float x[3] = {1.0f + j->rank, 10.0f * (j->rank + 1), -3.0f};
+  dptr d, g;
+  cuMemAlloc(&d, sizeof x);
+  cuMemAlloc(&g, 2 * sizeof x);
+  cuMemcpyHtoD(d, x, sizeof x);
+  if (j->rank == 1)
+    pthread_barrier_wait(j->bar); /* rank 0 has enqueued and queried */
+  ncclAllReduce((void *)d, (void *)d, 3, 7, 0, comm, s);
+  if (j->rank == 0) {
+    j->st_before = cuStreamQuery(s); /* rank 1 has not enqueued yet */
+    pthread_barrier_wait(j->bar);
+  }
+  while (cuStreamQuery(s) == 600)
+    ;
+  cuMemcpyDtoH(j->sum, d, sizeof x);
+  cuMemcpyHtoD(d, x, sizeof x);
+  ncclAllReduce((void *)d, (void *)d, 3, 7, 4, comm, s); /* ncclAvg */
+  cuStreamSynchronize(s);
+  cuMemcpyDtoH(j->avg, d, sizeof x);
+  cuMemcpyHtoD(d, x, sizeof x);
+  ncclBroadcast((void *)d, (void *)d, 3, 7, 1, comm, s);
+  cuStreamSynchronize(s);
+  cuMemcpyDtoH(j->bc, d, sizeof x);
+  cuMemcpyHtoD(d, x, sizeof x);
+  ncclAllGather((void *)d, (void *)g, 3, 7, comm, s);
+  cuStreamSynchronize(s);
+  j->st_after = cuStreamQuery(s);
+  cuMemcpyDtoH(j->gather, g, 2 * sizeof x);
+  if (j->rank == 1) { /* a host buffer: refused, and nothing enqueued */
+    float h = 0;
+    j->host_rc = ncclAllReduce(&h, &h, 1, 7, 0, comm, s);
+  }
+  /* the ranks disagree on the count: an error for both */
+  j->bad_rc = ncclAllReduce((void *)d, (void *)d, j->rank ? 2 : 3, 7, 0, comm, s);
+  pthread_barrier_wait(j->bar);
+  ncclCommGetAsyncError(comm, &j->bad_async);
+  j->st_bad = cuStreamQuery(s);
+  pthread_barrier_wait(j->bar);
+  ncclCommDestroy(comm);
+  return NULL;
+}
+
+static void check_nccl(void) {
+  *(void **)&ncclGetUniqueId = sym("ncclGetUniqueId");
+  *(void **)&ncclCommInitRankConfig = sym("ncclCommInitRankConfig");
+  *(void **)&ncclCommGetAsyncError = sym("ncclCommGetAsyncError");
+  *(void **)&ncclAllReduce = sym("ncclAllReduce");
+  *(void **)&ncclBroadcast = sym("ncclBroadcast");
+  *(void **)&ncclAllGather = sym("ncclAllGather");
+  *(void **)&ncclCommDestroy = sym("ncclCommDestroy");
+  *(void **)&cuStreamCreate = sym("cuStreamCreate");
+  *(void **)&cuStreamQuery = sym("cuStreamQuery");
+  pthread_barrier_t bar;
+  pthread_barrier_init(&bar, NULL, 2);
+  rank_job j[2] = {{.rank = 0, .bar = &bar}, {.rank = 1, .bar = &bar}};
+  ncclGetUniqueId(&j[0].id);
+  j[1].id = j[0].id;
+  pthread_t t[2];
+  for (int r = 0; r < 2; r++)
+    pthread_create(&t[r], NULL, rank_main, &j[r]);
+  for (int r = 0; r < 2; r++)
+    pthread_join(t[r], NULL);
+  for (int r = 0; r < 2; r++) {
+    CHECK(j[r].sum[0] == 3 && j[r].sum[1] == 30 && j[r].sum[2] == -6, "rank %d sum %g %g %g", r,
+          j[r].sum[0], j[r].sum[1], j[r].sum[2]);
+    CHECK(j[r].avg[0] == 1.5f && j[r].avg[1] == 15, "rank %d avg %g %g", r, j[r].avg[0], j[r].avg[1]);
+    CHECK(j[r].bc[0] == 2 && j[r].bc[1] == 20, "rank %d broadcast %g %g", r, j[r].bc[0], j[r].bc[1]);
+    CHECK(j[r].gather[0] == 1 && j[r].gather[3] == 2 && j[r].gather[4] == 20,
+          "rank %d gather %g %g %g", r, j[r].gather[0], j[r].gather[3], j[r].gather[4]);
+    CHECK(j[r].st_after == 0, "rank %d stream ready after the collectives", r);
+  }
+  CHECK(j[0].st_before == 600, "a stream is not ready before every rank enqueued (%d)", j[0].st_before);
+  CHECK(j[1].host_rc == 1, "a host buffer is an unhandled CUDA error (%d)", j[1].host_rc);
+  CHECK((j[0].bad_rc | j[1].bad_rc) == 5, "mismatched counts are invalid usage (%d %d)",
+        j[0].bad_rc, j[1].bad_rc);
+  CHECK(j[0].bad_async == 5 && j[1].bad_async == 5, "and both communicators report it (%d %d)",
+        j[0].bad_async, j[1].bad_async);
+  CHECK(j[0].st_bad == 0 && j[1].st_bad == 0, "their streams do not wait for it (%d %d)",
+        j[0].st_bad, j[1].st_bad);
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: emu_check path/to/libsflow_emu.so\n");
@@ -589,6 +706,7 @@ int main(int argc, char **argv) {
   check_kernels();
   check_nvrtc(cache);
   check_cublas();
+  check_nccl();
   char cmd[4200];
   snprintf(cmd, sizeof cmd, "rm -rf %s", cache);
   if (system(cmd) != 0)
