@@ -11,9 +11,11 @@
  * Key design choice: each GPU op records the node its CPU form records
  * (the same op name, inputs, parameters and saved values, so the tape and
  * its memory behave the same), with a backward rule of its own that runs
- * on the device; the composed ops (attention, mse) are the CPU's
- * composition of ops that have GPU paths, so their tapes are the CPU's
- * node for node.  Nothing here reads the device back except argmax, whose
+ * on the device; attention without dropout is one fused node as on the
+ * CPU (layers.c's attention_fused), its products strided-batched cuBLAS
+ * calls straight on the heads' column blocks, and the composed ops
+ * (attention with dropout, mse) are the CPU's composition of ops that have
+ * GPU paths, so their tapes are the CPU's node for node.  Nothing here reads the device back except argmax, whose
  * result is an i64[] by design: integer inputs (targets, ids, masks) are
  * host arrays the checks already read, uploaded beside the kernels, and
  * cross-entropy's count of kept rows comes from those host targets.  The
@@ -24,6 +26,7 @@
  */
 #include <inttypes.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "nn.h"
@@ -88,17 +91,46 @@ static sf_tensor *dcontig(sf_tensor *t, const sf_loc *loc) {
   return c;
 }
 
+/* cuMemcpyHtoDAsync_v2, looked up once (NULL when the driver lacks it). */
+typedef int (*htod_async_fn)(uint64_t dst, const void *src, size_t n, void *stream);
+static htod_async_fn htod_async(void) {
+  static htod_async_fn f; /* atomic: every thread finds the same entry */
+  static int looked;
+  if (!__atomic_load_n(&looked, __ATOMIC_ACQUIRE)) {
+    htod_async_fn g;
+    *(void **)&g = sf__cuda_sym("cuMemcpyHtoDAsync_v2");
+    __atomic_store_n(&f, g, __ATOMIC_RELAXED);
+    __atomic_store_n(&looked, 1, __ATOMIC_RELEASE);
+  }
+  return __atomic_load_n(&f, __ATOMIC_RELAXED);
+}
+
 /* n 64-bit words on the device, in a tensor of 2n floats (the bits are
  * never read as floats): the targets, ids and masks the kernels index
- * with, and the dropout streams' states.  The tensor's device block goes
- * back to the caching allocator when it is released, which stream order
- * makes safe for the kernels already queued. */
+ * with, and the dropout streams' states.  The copy is queued on stream 0
+ * (cuMemcpyHtoDAsync from pageable memory stages the bytes before it
+ * returns and waits for nothing, where the synchronous cuMemcpyHtoD would
+ * wait for every kernel queued before it: once per op, every step).  The
+ * tensor's device block goes back to the caching allocator when it is
+ * released, which stream order makes safe for the kernels already queued. */
 static sf_tensor *upload_words(const void *v, int64_t n, const sf_loc *loc) {
   int64_t len = 2 * (n > 0 ? n : 1);
-  sf_tensor *t = sf__t_empty(1, &len, loc);
-  if (n > 0)
-    memcpy(sf__t_wdata(t), v, (size_t)n * sizeof(uint64_t));
-  sf__t_dptr(t, loc);
+  htod_async_fn f = htod_async();
+  if (!f) { /* an older driver: through the host copy and sf__t_dptr */
+    sf_tensor *t = sf__t_empty(1, &len, loc);
+    if (n > 0)
+      memcpy(sf__t_wdata(t), v, (size_t)n * sizeof(uint64_t));
+    sf__t_dptr(t, loc);
+    return t;
+  }
+  sf_tensor *t = sf__t_dempty(1, &len, loc);
+  size_t bytes = (size_t)n * sizeof(uint64_t);
+  if (n > 0) {
+    int rc = f(sf__t_dptr(t, loc), v, bytes, NULL);
+    if (rc != 0)
+      sf__cuda_fail("cuMemcpyHtoDAsync (the integer inputs of a layer)", rc, loc);
+    SF__GPU_STAT_ADD(h2d_bytes, bytes);
+  }
   return t;
 }
 
@@ -440,24 +472,133 @@ static void bw_masked_softmax(sf__node *n, sf_tensor *g) {
   sf__grad_add(n->in[0], dx);
 }
 
-/* softmax(scores * scale) over the keys the mask (B * S, or NULL) keeps;
- * one "attention" node, as layers.c's masked_softmax. */
+/* p = softmax(x * scale) over rows of s keys, the keys the mask (B * S,
+ * or NULL) drops at 0; x may be p (in place: each thread reads only the
+ * keys it writes). */
+static void attn_softmax(uint64_t px, uint64_t py, int64_t rows, int64_t s, int64_t per_batch,
+                         float scale, sf_array *mask, const sf_loc *loc) {
+  sf_tensor *mt = mask ? upload_words(mask->data, mask->len, loc) : NULL;
+  uint64_t pm = mt ? dptr(mt, loc) : px;
+  int32_t has_mask = mt != NULL;
+  void *params[] = {&px, &py, &pm, &has_mask, &rows, &s, &per_batch, &scale};
+  launch("sf_nnl_attn_softmax", rows, params, loc);
+  sf_release(mt);
+}
+
+/* softmax(scores * scale) over the keys the mask keeps; one "attention"
+ * node, as layers.c's masked_softmax. */
 static sf_tensor *masked_softmax(sf_tensor *scores, sf_array *mask, float scale,
                                  const sf_loc *loc) {
   sf_tensor *x = dcontig(scores, loc), *out = sf__t_dempty(x->ndim, x->shape, loc);
   int64_t s = x->shape[3], rows = s ? x->numel / s : 0, per_batch = x->shape[1] * x->shape[2];
-  sf_tensor *mt = mask ? upload_words(mask->data, mask->len, loc) : NULL;
-  uint64_t px = dptr(x, loc), py = dptr(out, loc), pm = mt ? dptr(mt, loc) : px;
-  int32_t has_mask = mt != NULL;
-  void *params[] = {&px, &py, &pm, &has_mask, &rows, &s, &per_batch, &scale};
-  launch("sf_nnl_attn_softmax", rows, params, loc);
+  attn_softmax(dptr(x, loc), dptr(out, loc), rows, s, per_batch, scale, mask, loc);
   sf__t_dwrote(out);
-  sf_release(mt);
   sf_release(x);
   sf__node *n = sf__record("attention", out, bw_masked_softmax, scores, NULL);
   if (n) {
     n->f0 = scale;
     n->saved = sf__t_view(out, out->ndim, out->shape, out->strides, out->offset);
+  }
+  return out;
+}
+
+/* The fused attention (layers.c's attention_fused: one "attention" node
+ * over q, k and v holding the probabilities (B, H, T, S)), on the device:
+ * a head of q (B, T, D) is a column block (leading dimension D), so each
+ * batch row's heads are one strided-batched product (stride D/H between
+ * heads) straight on q, k, v and the output, without the composition's
+ * split-heads copies; the masked softmax runs in place on the scores. */
+typedef struct {
+  int64_t b, t, s, d, h, dh;
+} att_dims;
+
+static att_dims att_of(const sf_tensor *q, const sf_tensor *k, int64_t heads) {
+  att_dims a = {q->shape[0], q->shape[1], k->shape[1], q->shape[2], heads, q->shape[2] / heads};
+  return a;
+}
+
+/* Batch row b's heads: C_h = op(A_h) op(B_h) with A, B, C given by their
+ * first head's pointer, leading dimension and the stride between heads. */
+static void heads_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, uint64_t a,
+                       int64_t lda, int64_t sa, uint64_t b, int64_t ldb, int64_t sb, uint64_t c,
+                       int64_t ldc, int64_t sc, int64_t heads, const sf_loc *loc) {
+  sf__sgemm_dev_batched(ta, tb, m, n, k, 1.0f, a, lda, sa, b, ldb, sb, 0.0f, c, ldc, sc, heads,
+                        loc);
+}
+
+#define AT(p, elems) ((p) + (uint64_t)(elems) * 4u) /* a device pointer elems floats on */
+
+/* With ds the softmax's input gradient: dv = pᵀ g, dq = ds k, dk = dsᵀ q per
+ * head, added in the CPU's order (v, k, q). */
+static void bw_attention(sf__node *n, sf_tensor *g) {
+  bw_enter(n, g);
+  sf_tensor *q = dcontig(n->in[0], NULL), *k = dcontig(n->in[1], NULL), *v = dcontig(n->in[2], NULL);
+  att_dims a = att_of(q, k, n->i0);
+  int64_t ts = a.t * a.s, ps[4] = {a.b, a.h, a.t, a.s};
+  sf_tensor *dq = sf__t_dempty(3, q->shape, NULL), *dk = sf__t_dempty(3, k->shape, NULL);
+  sf_tensor *dv = sf__t_dempty(3, v->shape, NULL), *dp = sf__t_dempty(4, ps, NULL);
+  uint64_t pq = dptr(q, NULL), pk = dptr(k, NULL), pv = dptr(v, NULL), pg = dptr(g, NULL),
+           pp = dptr(n->saved, NULL), pdp = dptr(dp, NULL), pdq = dptr(dq, NULL),
+           pdk = dptr(dk, NULL), pdv = dptr(dv, NULL);
+  for (int64_t b = 0; b < a.b; b++) {
+    int64_t ot = b * a.t * a.d, os = b * a.s * a.d, op = b * a.h * ts;
+    /* o = p v: dp = g vᵀ, dv = pᵀ g */
+    heads_gemm(false, true, a.t, a.s, a.dh, AT(pg, ot), a.d, a.dh, AT(pv, os), a.d, a.dh,
+               AT(pdp, op), a.s, ts, a.h, NULL);
+    heads_gemm(true, false, a.s, a.dh, a.t, AT(pp, op), a.s, ts, AT(pg, ot), a.d, a.dh,
+               AT(pdv, os), a.d, a.dh, a.h, NULL);
+  }
+  int64_t rows = a.b * a.h * a.t;
+  float scale = n->f0;
+  void *params[] = {&pp, &pdp, &pdp, &rows, &a.s, &scale}; /* ds in dp's place */
+  launch("sf_nnl_attn_softmax_bw", rows, params, NULL);
+  for (int64_t b = 0; b < a.b; b++) {
+    int64_t ot = b * a.t * a.d, os = b * a.s * a.d, op = b * a.h * ts;
+    /* scores = q kᵀ: dq = ds k, dk = dsᵀ q */
+    heads_gemm(false, false, a.t, a.dh, a.s, AT(pdp, op), a.s, ts, AT(pk, os), a.d, a.dh,
+               AT(pdq, ot), a.d, a.dh, a.h, NULL);
+    heads_gemm(true, false, a.s, a.dh, a.t, AT(pdp, op), a.s, ts, AT(pq, ot), a.d, a.dh,
+               AT(pdk, os), a.d, a.dh, a.h, NULL);
+  }
+  sf__t_dwrote(dq);
+  sf__t_dwrote(dk);
+  sf__t_dwrote(dv);
+  sf_release(dp);
+  sf_release(q);
+  sf_release(k);
+  sf_release(v);
+  sf__grad_add(n->in[2], dv);
+  sf__grad_add(n->in[1], dk);
+  sf__grad_add(n->in[0], dq);
+}
+
+static sf_tensor *attention_fused(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
+                                  int64_t heads, float scale, const sf_loc *loc) {
+  sf_tensor *qc = dcontig(q, loc), *kc = dcontig(k, loc), *vc = dcontig(v, loc);
+  att_dims a = att_of(q, k, heads);
+  int64_t ts = a.t * a.s, ps[4] = {a.b, a.h, a.t, a.s};
+  sf_tensor *p = sf__t_dempty(4, ps, loc), *out = sf__t_dempty(3, q->shape, loc);
+  uint64_t pq = dptr(qc, loc), pk = dptr(kc, loc), pv = dptr(vc, loc), pp = dptr(p, loc),
+           po = dptr(out, loc);
+  for (int64_t b = 0; b < a.b; b++) /* scores = q kᵀ */
+    heads_gemm(false, true, a.t, a.s, a.dh, AT(pq, b * a.t * a.d), a.d, a.dh,
+               AT(pk, b * a.s * a.d), a.d, a.dh, AT(pp, b * a.h * ts), a.s, ts, a.h, loc);
+  attn_softmax(pp, pp, a.b * a.h * a.t, a.s, a.h * a.t, scale, mask, loc);
+  for (int64_t b = 0; b < a.b; b++) /* o = p v, into the head's columns */
+    heads_gemm(false, false, a.t, a.dh, a.s, AT(pp, b * a.h * ts), a.s, ts,
+               AT(pv, b * a.s * a.d), a.d, a.dh, AT(po, b * a.t * a.d), a.d, a.dh, a.h, loc);
+  sf__t_dwrote(p);
+  sf__t_dwrote(out);
+  sf_release(qc);
+  sf_release(kc);
+  sf_release(vc);
+  sf__node *n = sf__record3("attention", out, bw_attention, q, k, v);
+  if (n) {
+    n->f0 = scale;
+    n->i0 = heads;
+    n->saved = p;
+  } else {
+    sf_release(p);
   }
   return out;
 }
@@ -470,14 +611,18 @@ static sf_tensor *split_heads(sf_tensor *t, int64_t heads, const sf_loc *loc) {
   return h;
 }
 
-/* layers.c's composition, node for node: the products go through the
- * GPU matmul, the masked softmax and the probabilities' dropout (batch row
- * b's mask from (seed, index[b], stream)) through the kernels here.
- * Arguments already checked; mask NULL for none. */
+/* layers.c's choice, node for node: without dropout the fused node above;
+ * with dropout the composition, its products through the GPU matmul, the
+ * masked softmax and the probabilities' dropout (batch row b's mask from
+ * (seed, index[b], stream)) through the kernels here.  Arguments already
+ * checked; mask NULL for none. */
 sf_tensor *sf__gpu_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
                              int64_t heads, double drop, int64_t seed, sf_array *index,
                              int64_t stream, const sf_loc *loc) {
   float scale = (float)(1.0 / sqrt((double)(q->shape[2] / heads)));
+  const char *e = getenv("SFLOW_NN_ATTENTION"); /* "composed": as on the CPU */
+  if (!(drop > 0.0 || q->numel == 0 || k->numel == 0 || (e && !strcmp(e, "composed"))))
+    return attention_fused(q, k, v, mask, heads, scale, loc);
   sf_tensor *qh = split_heads(q, heads, loc), *kh = split_heads(k, heads, loc);
   sf_tensor *vh = split_heads(v, heads, loc), *kt = sf__t_transpose(kh, 2, 3, loc);
   sf_tensor *scores = sf__t_matmul(qh, kt, loc);              /* (B, H, T, S) */

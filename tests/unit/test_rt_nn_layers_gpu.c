@@ -232,6 +232,42 @@ static void test_dropout(void) {
   sf_release(index);
 }
 
+/* ---------------------------------------------------------- attention */
+
+/* The fused node (no dropout): q (3, 5, 8), k and v (3, 7, 8), two heads,
+ * a mask with a gap, one with a padded tail and a fully padded batch row
+ * (zeros, as torch).  The CPU's gradients come from a full backward of
+ * sum(y * w), the GPU rule gets w as its upstream gradient. */
+static void test_attention(void) {
+  sf_tensor *x[3] = {rnd(3, SHAPE(3, 5, 8), -1, 1), rnd(3, SHAPE(3, 7, 8), -1, 1),
+                     rnd(3, SHAPE(3, 7, 8), -1, 1)};
+  sf_tensor *c[3], *g[3];
+  for (int i = 0; i < 3; i++) {
+    c[i] = param_of(x[i]);
+    g[i] = param_of(x[i]);
+  }
+  sf_array *mask = i64s(21, (int64_t[]){1, 1, 0, 1, 1, 0, 1, 1, 1, 1, 1, 0, 0, 0,
+                                        0, 0, 0, 0, 0, 0, 0});
+  sf_tensor *w = rnd(3, SHAPE(3, 5, 8), -1, 1);
+  sf_tensor *yc = sf__t_attention(c[0], c[1], c[2], mask, 2, &LOC);
+  sf_tensor *prod = sf__t_binary(SF_TOP_MUL, yc, w, &LOC);
+  sf_tensor *loss = sf__t_reduce(SF__R_SUM, prod, SF__ALL_AXES, &LOC);
+  sf__backward(loss, &LOC);
+  uint64_t s0 = syncs();
+  sf_tensor *yg = sf__gpu_attention(g[0], g[1], g[2], mask, 2, 0.0, 0, NULL, 0, &LOC);
+  CU_ASSERT_FATAL(yg->node && !strcmp(yg->node->op, "attention") && yg->node->in[2] == g[2]);
+  run_backward(yg, w);
+  CU_ASSERT(syncs() == s0);
+  check("attention (fused) forward", yg, yc, 1e-4);
+  check("attention dq", g[0]->grad, c[0]->grad, 1e-4);
+  check("attention dk", g[1]->grad, c[1]->grad, 1e-4);
+  check("attention dv", g[2]->grad, c[2]->grad, 1e-4);
+  sf_tensor *ts[] = {x[0], x[1], x[2], c[0], c[1], c[2], g[0], g[1], g[2], w, yc, prod, loss, yg};
+  for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
+    sf_release(ts[i]);
+  sf_release(mask);
+}
+
 /* ---------------------------------------------------------- cat, stack */
 
 static void join_case(const char *what, bool stack, int64_t axis) {
@@ -338,6 +374,7 @@ int main(int argc, char **argv) {
       {"layer_norm", test_layer_norm},
       {"embedding", test_embedding},
       {"dropout", test_dropout},
+      {"attention", test_attention},
       {"join", test_join},
       {"rows", test_rows},
       {"argmax", test_argmax},
