@@ -72,8 +72,8 @@ nn_pair() {   # nn_pair WHAT TIMEOUT [--tf32]
   lim=$(left "$2"); [ "$lim" -lt 10 ] && { s_state=2; t_why=${spent#not run: }; return; }
   if [ $nn_gpu = 1 ]; then
     SFLOW_ALLOW_TF32=$([ -n "$tf32" ] && echo 1 || echo 0) SFLOW_GPU_STATS=1 \
-      timeout "$lim" "$out/nn/nn_bench" --require-gpu --what "$what" "${steps[@]}" --warmup "$warmup" \
-      "${size[@]}" > "$tmp/nb" 2> "$tmp/nberr"; r=$?
+      timeout "$lim" "$out/nn/nn_bench" --require-gpu --what "$what" ${steps[@]+"${steps[@]}"} --warmup "$warmup" \
+      ${size[@]+"${size[@]}"} > "$tmp/nb" 2> "$tmp/nberr"; r=$?
     read -r _ _ _ s_ms s_x < <(grep "^RESULT gpu_$what sflow" "$tmp/nb")
     if [ -z "$s_ms" ]; then
       failed=1; echo "--- nn_bench --what $what $tf32 (rc $r)"; tail -20 "$tmp/nberr"
@@ -83,8 +83,8 @@ nn_pair() {   # nn_pair WHAT TIMEOUT [--tf32]
     s_reads=$(counter d2h_syncs "$tmp/nberr")
   fi
   lim=$(left "$2"); [ "$lim" -lt 10 ] && { t_why=${spent#not run: }; return; }
-  timeout "$lim" python3 "$out/nn/torch_peer.py" nn "$what" $tf32 "${steps[@]}" --warmup "$warmup" \
-    "${size[@]}" > "$tmp/nt" 2>&1
+  timeout "$lim" python3 "$out/nn/torch_peer.py" nn "$what" $tf32 ${steps[@]+"${steps[@]}"} --warmup "$warmup" \
+    ${size[@]+"${size[@]}"} > "$tmp/nt" 2>&1
   read -r _ _ _ t_ms t_x t_peak < <(grep "^RESULT gpu_$what torch" "$tmp/nt")
   [ -n "$t_ms" ] || t_why=$(tail -1 "$tmp/nt" | cut -c1-50)
 }
@@ -123,7 +123,7 @@ for what in mlp encoder; do
 done
 t_ms=; t_why=${spent#not run: }; lim=$(left 150)
 if [ "$lim" -ge 10 ]; then
-  timeout "$lim" python3 "$out/nn/torch_peer.py" nn encoder --attention explicit "${steps[@]}" \
+  timeout "$lim" python3 "$out/nn/torch_peer.py" nn encoder --attention explicit ${steps[@]+"${steps[@]}"} \
     --warmup "$warmup" ${NN_BATCH:+--batch "$NN_BATCH"} > "$tmp/nt" 2>&1
   t_ms=$(grep -o '^RESULT gpu_encoder_explicit torch [0-9.]*' "$tmp/nt" | cut -d' ' -f4)
   t_why=$(tail -1 "$tmp/nt" | cut -c1-50)
