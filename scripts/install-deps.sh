@@ -5,7 +5,7 @@
 set -euo pipefail
 
 pkgs=(
-  build-essential cmake pkg-config flex bison
+  build-essential cmake pkg-config flex bison  # g++ too: the GPU emulator's NVRTC (tests/gpu/emu)
   llvm-dev clang libclang-rt-dev     # back end; clang for libFuzzer and sanitizers
   libcunit1-dev                      # unit tests
   python3 python3-venv               # test harness

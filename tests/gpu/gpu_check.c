@@ -149,7 +149,12 @@ int main(int argc, char **argv) {
     fprintf(stderr, "gpu_check: SKIP: no GPU (%s)\n", sf__gpu_unavailable_reason());
     return 77;
   }
-  printf("gpu_check: device %s, NVRTC %d\n", sf__gpu_arch(), sf__nvrtc_version());
+  char name[256] = "?";
+  int (*get_name)(char *, int, int) = (int (*)(char *, int, int))sf__cuda_sym("cuDeviceGetName");
+  if (get_name)
+    get_name(name, sizeof name, sf__gpu_current_device());
+  /* The name says so under the host emulator: "sflow host emulator (not a GPU)". */
+  printf("gpu_check: device %s (%s), NVRTC %d\n", name, sf__gpu_arch(), sf__nvrtc_version());
   check_kernels(1 << 20);
   if (argc > 1 && !strcmp(argv[1], "--bench"))
     bench();

@@ -83,6 +83,11 @@ add_test(NAME gpu_emu/collectives_nccl
           --sflowc $<TARGET_FILE:sflowc> --emu $<TARGET_FILE:sflow_emu> --only device_collectives)
 set_tests_properties(gpu_emu/collectives_nccl PROPERTIES ENVIRONMENT
   "${SFLOW_EMU_ENV};SFLOW_EMU_DEVICES=2;SFLOW_NCCL=$<TARGET_FILE:sflow_emu>")
+# The library kernels again with each block's threads run last to first: a
+# kernel whose result depends on the order (a missing barrier) differs.
+add_test(NAME gpu_emu/library_kernels_reverse COMMAND gpu_check)
+set_tests_properties(gpu_emu/library_kernels_reverse PROPERTIES ENVIRONMENT
+  "${SFLOW_EMU_ENV};SFLOW_EMU_ORDER=reverse")
 # The layers' GPU paths (runtime/nn/gpu_layers.c): each op against its CPU
 # form (unit/test_rt_nn_layers_gpu, under the emulator as gpu_emu/nn_layers_unit),
 # and tests/gpu/layers' programs, every layer forward and backward in a

@@ -72,7 +72,9 @@ __attribute__((visibility("hidden"))) struct sf_emu_state sf_emu_state_;
 __attribute__((visibility("default"))) struct sf_emu_state *sf_emu_module_state(void) {
   return &sf_emu_state_;
 }
-__attribute__((visibility("default"))) const int sf_emu_abi = 1;
+#ifdef SF_EMU_SHIM_KEY /* the shim this module was built with (emu.c checks it at load) */
+__attribute__((visibility("default"))) const char *sf_emu_shim_key(void) { return SF_EMU_SHIM_KEY; }
+#endif
 }
 
 #define threadIdx (sf_emu_state_.threadIdx)

@@ -1207,6 +1207,18 @@ static char *compile_module(const char *src, const char *name, int nh, char **hs
       return NULL;
     }
   }
+  /* Work folders of compiles killed midway (over 10 minutes old) go first. */
+  DIR *dd = opendir(dir);
+  for (struct dirent *e; dd && (e = readdir(dd));) {
+    char old[PATH_MAX + 300];
+    struct stat st;
+    snprintf(old, sizeof old, "%s/%s", dir, e->d_name);
+    if (!strncmp(e->d_name, ".work-", 6) && stat(old, &st) == 0 &&
+        time(NULL) - st.st_mtime > 600)
+      rmtree(old);
+  }
+  if (dd)
+    closedir(dd);
   char work[PATH_MAX + 64];
   snprintf(work, sizeof work, "%s/.work-XXXXXX", dir);
   if (!mkdtemp(work)) {
@@ -1253,6 +1265,9 @@ static char *compile_module(const char *src, const char *name, int nh, char **hs
   split_words(extrabuf, argv, &n, 40);
   for (int i = 0; i < nhost && n < 100; i++)
     argv[n++] = host[i];
+  char keydef[64];
+  snprintf(keydef, sizeof keydef, "-DSF_EMU_SHIM_KEY=\"%.16s\"", skey);
+  argv[n++] = keydef;
   argv[n++] = "-include";
   argv[n++] = shim;
   argv[n++] = incw;
@@ -1311,6 +1326,18 @@ static char *compile_module(const char *src, const char *name, int nh, char **hs
 done:
   rmtree(work);
   return result;
+}
+
+/* The first 16 hex digits of the shim's hash: a module built with another
+ * shim is rebuilt, not loaded. */
+static void shim_key(char out[17]) {
+  Hash hs;
+  hash_init(&hs);
+  hash_str(&hs, sf_emu_shim_text);
+  char k[33];
+  hash_hex(&hs, k);
+  memcpy(out, k, 16);
+  out[16] = 0;
 }
 
 /* The image ("CUBIN"): magic, the shared object's path, the program name,
@@ -1457,6 +1484,17 @@ static bool parse_image(const char *img, const char **so, const char **name, int
   return true;
 }
 
+/* Was the module at path built with the shim whose key is want? */
+static bool module_current(const char *path, const char *want) {
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!h)
+    return false;
+  const char *(*key)(void) = (const char *(*)(void))dlsym(h, "sf_emu_shim_key");
+  bool ok = key && !strcmp(key(), want);
+  dlclose(h);
+  return ok;
+}
+
 API CUresult cuModuleLoadData(Module **out, const void *image) {
   NEED_CTX();
   const char *so, *name, *src, *host[64];
@@ -1466,8 +1504,11 @@ API CUresult cuModuleLoadData(Module **out, const void *image) {
     return CUDA_ERROR_INVALID_IMAGE;
   }
   char *path = xstrdup(so);
-  if (access(path, R_OK) != 0) {
-    /* A cleaned module cache: rebuild from the image's source. */
+  char want[17];
+  shim_key(want);
+  if (access(path, R_OK) != 0 || !module_current(path, want)) {
+    /* A cleaned module cache, or a module of an older emulator: rebuild
+     * from the image's source. */
     char *log = NULL;
     free(path);
     path = compile_module(src, name, 0, NULL, NULL, nhost, (char **)host, &log);
@@ -1477,6 +1518,24 @@ API CUresult cuModuleLoadData(Module **out, const void *image) {
       return CUDA_ERROR_INVALID_IMAGE;
     }
     free(log);
+  }
+  /* Each device gets its own copy of the object, so that its globals and
+   * __shared__ arrays are the device's own, as on GPUs (dlopen shares one
+   * instance per file, hard links included). */
+  if (cur_ctx->dev > 0) {
+    char *copy = malloc(strlen(path) + 16);
+    sprintf(copy, "%s.dev%d.so", path, cur_ctx->dev);
+    if (access(copy, R_OK) != 0) {
+      size_t n = 0;
+      char *bytes = read_file(path, &n);
+      char tmp[PATH_MAX + 64];
+      snprintf(tmp, sizeof tmp, "%s.%d.tmp", copy, (int)getpid());
+      if (!bytes || !write_file(tmp, bytes, n) || rename(tmp, copy) != 0)
+        unlink(tmp);
+      free(bytes);
+    }
+    free(path);
+    path = copy;
   }
   void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!h) {
@@ -1631,7 +1690,8 @@ static struct {
 #if !defined(__x86_64__)
   ucontext_t sched_uc;
 #endif
-  int cur, nthreads;
+  int cur, nthreads; /* cur: the running fiber's place in the sweep */
+  bool reverse;
   unsigned bx, by;
   Function *fn;
   void **params;
@@ -1758,8 +1818,12 @@ static void leave(Fiber *f) {
     to_scheduler(f);
 }
 
-static void set_thread_index(int i) {
+/* Fibers are numbered in the order a sweep runs them; SFLOW_EMU_ORDER=
+ * reverse runs a block's threads last to first, so that a result which
+ * depends on the order (a missing barrier) shows as a difference. */
+static void set_thread_index(int pos) {
   unsigned bx = L.bx, by = L.by;
+  int i = L.reverse ? L.nthreads - 1 - pos : pos;
   L.st->threadIdx.x = (unsigned)i % bx;
   L.st->threadIdx.y = ((unsigned)i / bx) % by;
   L.st->threadIdx.z = (unsigned)i / (bx * by);
@@ -1963,8 +2027,8 @@ static CUresult run_grid(Function *f, unsigned gx, unsigned gy, unsigned gz, uns
             set_thread_index(i);
             to_fiber(i);
             if (L.failed) {
-              say("kernel '%s' (block (%u,%u,%u) thread %d): %s", f->name, x, y, z, L.cur,
-                  L.failmsg);
+              say("kernel '%s' (block (%u,%u,%u) thread (%u,%u,%u)): %s", f->name, x, y, z,
+                  st->threadIdx.x, st->threadIdx.y, st->threadIdx.z, L.failmsg);
               rc = CUDA_ERROR_LAUNCH_FAILED;
               goto out;
             }
@@ -2026,6 +2090,8 @@ API CUresult cuLaunchKernel(Function *f, unsigned gx, unsigned gy, unsigned gz, 
     long kb = env_long("SFLOW_EMU_STACK_KB", 256);
     L.stack_size = (size_t)(kb < 16 ? 16 : kb) << 10;
     L.stack_size = (L.stack_size + G.page - 1) & ~(G.page - 1);
+    const char *o = getenv("SFLOW_EMU_ORDER");
+    L.reverse = o && !strcmp(o, "reverse");
   }
   L.fn = f;
   double t0 = G.trace ? now_ms() : 0;

@@ -173,6 +173,8 @@ static const char *SRC =
     "  out[b * blockDim.x * blockDim.y * blockDim.z + t] = b * 1000 + t;\n"
     "}\n"
     "template <typename T> __global__ void templ(T *x) { x[0] = 1; }\n"
+    "__device__ int counter;\n"
+    "extern \"C\" __global__ void bump(int *out) { *out = ++counter; }\n"
     "#define DIV(name, T) extern \"C\" __global__ void name(long long n, T *x, T by) {\\\n"
     "  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] /= by; }\n"
     "DIV(div_f32, float)\n";
@@ -314,7 +316,25 @@ static void check_kernels(void) {
   CHECK(cuModuleLoadData(&mod1, img) == 0, "the module loads on device 1 too");
   cuModuleGetFunction(&f, mod1, "evens");
   CHECK(launch(f, 1, 2, p3) == 700, "device 0's memory given to a kernel on device 1");
+  /* A module's globals are per device: device 1's counter starts again. */
+  dptr dcount1;
+  cuMemAlloc(&dcount1, 4);
+  void *pg[] = {&dcount1};
+  cuModuleGetFunction(&f, mod1, "bump");
+  launch(f, 1, 1, pg);
+  int got1 = 0;
+  cuMemcpyDtoH(&got1, dcount1, 4);
   cuCtxSetCurrent(ctx0);
+  dptr dcount0;
+  cuMemAlloc(&dcount0, 4);
+  void *pg0[] = {&dcount0};
+  cuModuleGetFunction(&f, mod, "bump");
+  launch(f, 1, 1, pg0);
+  launch(f, 1, 1, pg0);
+  int got0 = 0;
+  cuMemcpyDtoH(&got0, dcount0, 4);
+  CHECK(got1 == 1 && got0 == 2, "module globals per device: %d on device 1, %d on device 0", got1,
+        got0);
 
   /* parameters of every kind */
   struct {
