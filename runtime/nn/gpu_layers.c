@@ -1,8 +1,9 @@
 /*
  * gpu_layers.c — the GPU paths of std.nn's layers (docs/nn.md, "GPU"):
  * softmax and log-softmax over any axis, cross-entropy, layer norm,
- * embedding, the three dropouts, attention, cat and stack, and argmax,
- * each forward with its backward rule beside it, over the kernels of
+ * embedding, the three dropouts, attention, cat and stack, argmax, and
+ * the backward of t[i] and t[a..b] (views: their forward is shared), each
+ * forward with its backward rule beside it, over the kernels of
  * kernels/nn_layers.cu.  The CPU forms (reduce.c, layers.c, index.c) call
  * these from a one-line hook after their argument checks when the running
  * call holds a GPU (sf__nn_gpu_here), so both paths share every check and
@@ -15,9 +16,10 @@
  * CPU (layers.c's attention_fused), its products strided-batched cuBLAS
  * calls straight on the heads' column blocks, and the composed ops
  * (attention with dropout, mse) are the CPU's composition of ops that have
- * GPU paths, so their tapes are the CPU's node for node.  Nothing here reads the device back except argmax, whose
- * result is an i64[] by design: integer inputs (targets, ids, masks) are
- * host arrays the checks already read, uploaded beside the kernels, and
+ * GPU paths, so their tapes are the CPU's node for node.  Nothing here
+ * reads the device back except argmax, whose result is an i64[] by
+ * design: integer inputs (targets, ids, masks) are host arrays the checks
+ * already read, queued to the device beside the kernels, and
  * cross-entropy's count of kept rows comes from those host targets.  The
  * dropout masks are the CPU's bit for bit: the CPU draws them from a PCG32
  * stream per mask (or per row), and the device evaluates element k of that
@@ -532,7 +534,8 @@ static void heads_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, uint64
  * head, added in the CPU's order (v, k, q). */
 static void bw_attention(sf__node *n, sf_tensor *g) {
   bw_enter(n, g);
-  sf_tensor *q = dcontig(n->in[0], NULL), *k = dcontig(n->in[1], NULL), *v = dcontig(n->in[2], NULL);
+  sf_tensor *q = dcontig(n->in[0], NULL), *k = dcontig(n->in[1], NULL);
+  sf_tensor *v = dcontig(n->in[2], NULL);
   att_dims a = att_of(q, k, n->i0);
   int64_t ts = a.t * a.s, ps[4] = {a.b, a.h, a.t, a.s};
   sf_tensor *dq = sf__t_dempty(3, q->shape, NULL), *dk = sf__t_dempty(3, k->shape, NULL);

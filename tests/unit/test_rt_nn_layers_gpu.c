@@ -221,6 +221,17 @@ static void test_dropout(void) {
     sf_release(yc);
     sf_release(yg);
   }
+  /* seed -1: one key from the call's random stream, the same draw on both
+   * paths (the stream put back between them). */
+  sf__rng at = sf__rng_cur;
+  sf_tensor *rc = sf__t_dropout(xc, 0.5, -1, true, &LOC);
+  sf__rng after = sf__rng_cur;
+  sf__rng_cur = at;
+  sf_tensor *rg = sf__gpu_dropout(xg, 0.5, -1, &LOC);
+  CU_ASSERT(memcmp(&after, &sf__rng_cur, sizeof after) == 0);
+  check("dropout seed -1 output", rg, rc, 0);
+  sf_release(rc);
+  sf_release(rg);
   sf_array *index = i64s(8, (int64_t[]){5, 2, 9, 0, 5, 1000000007, 3, 4});
   sf_tensor *yc = sf__t_dropout_rows(xc, 0.25, 62, index, 3, true, &LOC);
   sf_tensor *yg = sf__gpu_dropout_rows(xg, 0.25, 62, index, 3, &LOC);
@@ -282,7 +293,8 @@ static void join_case(const char *what, bool stack, int64_t axis) {
   /* The third input is a transposed (strided) view of a param. */
   sf_tensor *ct = sf__t_transpose(cc, 0, 1, &LOC), *gt = sf__t_transpose(cg, 0, 1, &LOC);
   sf_tensor *inc[] = {ac, bc, ct}, *ing[] = {ag, bg, gt};
-  sf_array *tc = sf_array_new(&sf__type_tensor, 3, &LOC), *tg = sf_array_new(&sf__type_tensor, 3, &LOC);
+  sf_array *tc = sf_array_new(&sf__type_tensor, 3, &LOC);
+  sf_array *tg = sf_array_new(&sf__type_tensor, 3, &LOC);
   for (int i = 0; i < 3; i++) {
     ((sf_tensor **)tc->data)[i] = inc[i];
     sf_retain(inc[i]);

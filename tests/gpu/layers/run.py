@@ -4,7 +4,9 @@ compiled and run with --require-gpu, on a GPU or (with --emu) under the host
 emulator, and its stdout must be its `// expect:` lines (the programs
 compare their @gpus(1) actor's results with the CPU's themselves).  The
 run's SFLOW_GPU_STATS line must show kernel launches, so a pass means the
-GPU path ran.  Exits 77 (ctest: not run) without a GPU and without --emu.
+GPU path ran, and a `// d2h-syncs: N` line bounds the device-to-host reads
+the run may make (the reads the program asks for; the layers add none).
+Exits 77 (ctest: not run) without a GPU and without --emu.
 
 Usage: run.py --sflowc PATH [--emu-env K=V ...] [PROGRAM ...]
 """
@@ -48,6 +50,10 @@ def main():
                 stats = dict(kv.split("=", 1) for kv in l.split()[1:] if "=" in kv)
         launches = int(stats.get("gpu_launches", "0") or 0)
         ok = g.returncode == 0 and got == want and launches > 0
+        bound = re.search(r"//\s*d2h-syncs:\s*(\d+)", open(src).read())
+        syncs = int(stats.get("d2h_syncs", "-1") or -1)
+        if bound and not 0 <= syncs <= int(bound.group(1)):
+            print(f"  d2h syncs: at most {bound.group(1)} wanted, got {syncs}"); ok = False
         print(f"{'ok  ' if ok else 'FAIL'} {name} (gpu launches {launches}, "
               f"d2h syncs {stats.get('d2h_syncs', '?')})")
         if not ok:
