@@ -15,7 +15,9 @@ bench/gpu/run.sh (docs/performance.md, "GPU"), at a small size (--n 8).
         SFLOW_NVRTC and SFLOW_CUBLAS): the actor's side must have launched
         kernels (SFLOW_GPU_STATS's gpu_launches > 0), every row must be ok
         and say "emulator", never "GPU"; nn_check_autocast too when it
-        builds (it needs nn.autocast); and nn_bench.sflow's MLP step (one,
+        builds (it needs nn.autocast), and nn_check again with each
+        block's threads run in reverse order (SFLOW_EMU_ORDER=reverse: an
+        order-dependent kernel differs); nn_bench.sflow's MLP step (one,
         which must read back once: its item()) and `@` at n 64, each
         printing its RESULT line with kernels launched and an allocator
         peak in SFLOW_GPU_STATS; then bench/gpu/nn.sh (run.sh's std.nn
@@ -126,6 +128,20 @@ def emulator(sflowc, tmp):
               not any("GPU" in k for k in r), f"{name}: {len(r)} rows, each says emulator, none GPU")
 
 
+def reverse(sflowc, tmp):
+    """nn_check again with each block's threads run last to first
+    (SFLOW_EMU_ORDER=reverse): a kernel whose result depends on the order
+    its threads run in (a missing barrier) differs from the CPU."""
+    exe, err = build(sflowc, "nn_check", tmp)
+    if exe is None:
+        check(False, f"nn_check.sflow compiles: {err}")
+        return
+    p = run(exe, ["--require-gpu", "--device", "emulator"], {"SFLOW_EMU_ORDER": "reverse"})
+    bad = [k for k, (f, g) in rows(p.stdout).items() if not g.endswith(": ok")]
+    check(p.returncode == 0 and not bad, f"nn_check, threads in reverse order: every op ok "
+          f"(exit {p.returncode}) {bad}")
+
+
 def bench_smoke(sflowc, tmp):
     """nn_bench.sflow's GPU path once, small: the MLP step (one step, so
     the reads are its item() alone) and `@` at n 64."""
@@ -198,6 +214,7 @@ def main():
             compare(a.sflowc, tmp)
         else:
             emulator(a.sflowc, tmp)
+            reverse(a.sflowc, tmp)
             bench_smoke(a.sflowc, tmp)
             section(a.sflowc, tmp)
     if failures:
