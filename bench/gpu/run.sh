@@ -8,8 +8,10 @@
 #
 # Without a GPU the run still goes end to end: every GPU row says "not run"
 # with the reason, and the script exits 0 only if nothing that ran failed.
-# The GPU runs should take under 10 minutes on an H200 (the NCCL part, 5,
-# is bounded by its timeouts at about 6 minutes and normally needs one).
+# The GPU runs should take under 10 minutes on an H200 (the NCCL part, 6,
+# is bounded by its timeouts at about 6 minutes and normally needs one;
+# std.nn's part, 5, about 2: the op checker, then 5 benchmark processes
+# per side of a few seconds each, every one bounded by `timeout`).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -25,12 +27,23 @@ if [ "${1:-}" = prepare ]; then
     "$build/bin/sflowc" -O2 "$src" -o "$out/progs/$name" || exit 1
     grep -h '// gpu-stats:' "$src" | sed 's|.*gpu-stats: *||' > "$out/progs/$name.stats" || true
   done
+  # std.nn on the device (section 5): the op checker and the benchmarks, in
+  # nn/ so that section 3 does not take them for kernel programs.  The bf16
+  # checker needs nn.autocast; without it the reason goes to a .missing file
+  # and its row says "not built".
+  mkdir -p "$out/nn"
+  for name in nn_check nn_bench; do
+    "$build/bin/sflowc" -O2 "$here/$name.sflow" -o "$out/nn/$name" || exit 1
+  done
+  "$build/bin/sflowc" -O2 "$here/nn_check_autocast.sflow" -o "$out/nn/nn_check_autocast" 2> "$out/nn/nn_check_autocast.missing" &&
+    rm -f "$out/nn/nn_check_autocast.missing"
+  cp "$here/torch_peer.py" "$out/nn/"
   mkdir -p "$out/cu"
   cp "$root"/kernels/*.cu "$out/cu/"
   for src in "$root"/tests/gpu/programs/*.sflow "$root"/tests/run/kernels/*.sflow; do
     "$build/bin/sflowc" --emit=cuda "$src" > "$out/cu/$(basename "$src" .sflow).cu" 2>/dev/null || rm -f "$out/cu/$(basename "$src" .sflow).cu"
   done
-  echo "prepared $out ($(ls "$out/progs" | grep -vc stats) programs); run: bench/gpu/run.sh"
+  echo "prepared $out ($(ls "$out/progs" | grep -vc stats) programs, $(ls "$out/nn" | grep -c '^nn_[a-z_]*$') nn programs); run: bench/gpu/run.sh"
   exit 0
 fi
 
@@ -91,7 +104,11 @@ timeout 300 python3 "$here/torch_peer.py" > "$table.torch" 2>&1; rc=$?
 if [ $rc = 0 ]; then grep '^TABLE|' "$table.torch" >> "$table"
 else row "PyTorch peers|not run: $(tail -1 "$table.torch")|-|-"; fi
 
-# 5. NCCL (runtime/gpu/nccl.c): two processes as two ranks (exact results, a
+# 5. std.nn on the device (bench/gpu/nn.sh): every op against the CPU, the
+#    MLP step, the encoder layer and `@` against torch.cuda, within 300 s.
+"$here/nn.sh" "$out" "$table" || failed=1
+
+# 6. NCCL (runtime/gpu/nccl.c): two processes as two ranks (exact results, a
 #    dead and a stopped peer caught by the watchdog, allreduce bandwidth
 #    1 KB-256 MB), the torch.distributed peer, and an sflow group in one
 #    process (NCCL on two GPUs, host staging when its members share one).

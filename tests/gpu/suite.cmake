@@ -135,3 +135,4 @@ add_test(NAME gpu_emu/nn_reverse
           --sflowc $<TARGET_FILE:sflowc>)
 set_tests_properties(gpu_emu/nn_reverse PROPERTIES ENVIRONMENT
   "${SFLOW_EMU_ENV};SFLOW_EMU_ORDER=reverse")
+include(${CMAKE_CURRENT_LIST_DIR}/nn_check.cmake)
