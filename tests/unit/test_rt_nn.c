@@ -948,6 +948,39 @@ static void test_attention_fused(void) {
   }
 }
 
+/* dropout_rows on a tensor big enough to split over the pool (64 rows of
+ * 4096: the masks by rows, the keep test by chunks) is bitwise the serial
+ * formula: each row's draws from its own key, kept where u >= p and
+ * scaled by 1/(1-p). */
+static void test_dropout_rows_split(void) {
+  enum { R = 64, C = 4096 };
+  const double p = 0.25;
+  sf_tensor *x = rnd(2, SHAPE(R, C), -1, 1, false);
+  int64_t ix[R];
+  for (int64_t r = 0; r < R; r++)
+    ix[r] = 1000 + 7 * r;
+  sf_array *index = i64s(R, ix);
+  sf_tensor *y = sf__t_dropout_rows(x, p, 11, index, 3, true, &LOC);
+  float *u = malloc((size_t)C * sizeof *u), keep = (float)(1.0 / (1.0 - p));
+  uint64_t base = sf__rng_mix(11, 0x6472);
+  int64_t bad = -1;
+  for (int64_t r = 0; r < R && bad < 0; r++) {
+    sf__uniform_key(u, C, sf__rng_mix(sf__rng_mix(base, (uint64_t)ix[r]), 3));
+    for (int64_t j = 0; j < C && bad < 0; j++) {
+      float want = sf__t_data(x)[r * C + j] * ((double)u[j] >= p ? keep : 0.0f);
+      if (memcmp(&sf__t_data(y)[r * C + j], &want, sizeof want))
+        bad = r * C + j;
+    }
+  }
+  if (bad >= 0)
+    fprintf(stderr, "\n  dropout_rows_split: value %lld: %.9g\n", (long long)bad, sf__t_data(y)[bad]);
+  CHECK_INT(bad, -1);
+  free(u);
+  sf_release(y);
+  sf_release(index);
+  sf_release(x);
+}
+
 /* A stack of small products split over the pool (attention's per-head
  * shapes, b broadcast along the heads) is bitwise one sf__sgemm call per
  * matrix, made in order on this thread. */
@@ -1773,6 +1806,7 @@ int main(int argc, char **argv) {
       {"bias_grad_split", test_bias_grad_split},
       {"bmm_split", test_bmm_split},
       {"attention_fused", test_attention_fused},
+      {"dropout_rows_split", test_dropout_rows_split},
       {"clip_split", test_clip_split},
       {"linear_and_params", test_linear_and_params},
       {"print_and_serialize", test_print_and_serialize},
