@@ -55,7 +55,8 @@ def run(cmd, env, what, repeat, side=None):
             sys.exit(f"bench-nn: {what} failed ({p.returncode}):\n{p.stderr[-2000:]}")
         for line in p.stdout.splitlines():
             if line.startswith(("RESULT", "INFO")):
-                print(line + (f" ({side})" if side and line.startswith("RESULT") else ""), flush=True)
+                tag = f" ({side})" if side and line.startswith("RESULT") else ""
+                print(line + tag, flush=True)
         for k, v in results(p.stdout).items():
             k = (k[0], side, k[2]) if side else k
             if k not in best or v[0] < best[k][0]:
@@ -101,8 +102,8 @@ def main():
                     got.update(run([exe, "--threads", str(n), "--bench_threads", str(n)], os.environ, f"{key}.sflow --threads {n}", a.repeat))
                 if exe and mkl:
                     got.update(run([exe, "--threads", str(n), "--bench_threads", str(n)],
-                                   dict(os.environ, SFLOW_BLAS=mkl), f"{key}.sflow --threads {n} (MKL)",
-                                   a.repeat, side="sflow-mkl"))
+                                   dict(os.environ, SFLOW_BLAS=mkl),
+                                   f"{key}.sflow --threads {n} (MKL)", a.repeat, side="sflow-mkl"))
     load = open("/proc/loadavg").read().split()[:3]
     print(f"\nINFO load average {' '.join(load)} on {os.cpu_count()} CPUs at the end"
           + (f"; fastest of {a.repeat} runs each" if a.repeat > 1 else ""))

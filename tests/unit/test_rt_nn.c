@@ -973,7 +973,8 @@ static void test_dropout_rows_split(void) {
     }
   }
   if (bad >= 0)
-    fprintf(stderr, "\n  dropout_rows_split: value %lld: %.9g\n", (long long)bad, sf__t_data(y)[bad]);
+    fprintf(stderr, "\n  dropout_rows_split: value %lld: %.9g\n", (long long)bad,
+            sf__t_data(y)[bad]);
   CHECK_INT(bad, -1);
   free(u);
   sf_release(y);
