@@ -47,6 +47,7 @@ int main(int argc, char **argv) {
   sf__sched_install();
   sf__durable_install();
   sf__gpu_install();
+  sf__blas_env();
   sf__cluster_install();
   sf__nn_install();
   const sf_program *prog = &sf_program_desc;

@@ -3,7 +3,7 @@
 CPU, with the same number of threads, in one run:
 
     python3 bench/nn/run.py [--build build] [--threads 1,2] [--repeat R]
-                            [--only mlp|encoder|encoder_explicit]
+                            [--only mlp|encoder|encoder_explicit] [--mkl]
 
 Sets up the peer first (bench/nn/setup.sh: PyTorch in build/peers/torch;
 network once), then for each benchmark and thread count runs
@@ -16,6 +16,11 @@ RSS, and peak RSS less the RSS before the first step (torch's libraries
 alone hold about 500 MB, which says nothing of the step), and sflow's speed
 as a multiple of torch's.  Both sides share the machine with whatever else
 runs: on a busy one, --repeat keeps the fastest of several processes.
+
+--mkl adds a row `sflow-mkl`: the same sflow program with SFLOW_BLAS
+naming oneMKL's libmkl_rt (installed by `setup.sh --mkl` into
+build/peers/mkl, network once), the BLAS torch's products use, so the
+difference the BLAS makes is visible beside the rest.
 """
 import argparse
 import os
@@ -40,8 +45,9 @@ def results(text):
     return out
 
 
-def run(cmd, env, what, repeat):
-    """The RESULT lines of `repeat` runs of cmd, the fastest of each kept."""
+def run(cmd, env, what, repeat, side=None):
+    """The RESULT lines of `repeat` runs of cmd, the fastest of each kept
+    (under `side` instead of the side the line names, when given)."""
     best = {}
     for _ in range(repeat):
         p = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -49,8 +55,10 @@ def run(cmd, env, what, repeat):
             sys.exit(f"bench-nn: {what} failed ({p.returncode}):\n{p.stderr[-2000:]}")
         for line in p.stdout.splitlines():
             if line.startswith(("RESULT", "INFO")):
-                print(line, flush=True)
+                tag = f" ({side})" if side and line.startswith("RESULT") else ""
+                print(line + tag, flush=True)
         for k, v in results(p.stdout).items():
+            k = (k[0], side, k[2]) if side else k
             if k not in best or v[0] < best[k][0]:
                 best[k] = v
     return best
@@ -63,9 +71,16 @@ def main():
     ap.add_argument("--only", action="append", choices=sorted(BENCHES), help="one benchmark (repeatable)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="run each process this many times and keep the fastest (a busy machine)")
+    ap.add_argument("--mkl", action="store_true",
+                    help="also run sflow with SFLOW_BLAS=oneMKL (setup.sh --mkl installs it)")
     a = ap.parse_args()
     peers = os.path.join(a.build, "peers", "torch")
     subprocess.run(["bash", os.path.join(HERE, "setup.sh"), peers], check=True)
+    mkl = None
+    if a.mkl:
+        mkl = subprocess.run(["bash", os.path.join(HERE, "setup.sh"), "--mkl",
+                              os.path.join(a.build, "peers", "mkl")],
+                             check=True, capture_output=True, text=True).stdout.strip()
     py = os.path.join(peers, "venv", "bin", "python")
     sflowc = os.path.join(a.build, "bin", "sflowc")
     threads = [int(t) for t in a.threads.split(",")]
@@ -85,14 +100,18 @@ def main():
                                f"peer.py {' '.join(args)} --threads {n}", a.repeat))
                 if exe:
                     got.update(run([exe, "--threads", str(n), "--bench_threads", str(n)], os.environ, f"{key}.sflow --threads {n}", a.repeat))
+                if exe and mkl:
+                    got.update(run([exe, "--threads", str(n), "--bench_threads", str(n)],
+                                   dict(os.environ, SFLOW_BLAS=mkl),
+                                   f"{key}.sflow --threads {n} (MKL)", a.repeat, side="sflow-mkl"))
     load = open("/proc/loadavg").read().split()[:3]
     print(f"\nINFO load average {' '.join(load)} on {os.cpu_count()} CPUs at the end"
           + (f"; fastest of {a.repeat} runs each" if a.repeat > 1 else ""))
-    print(f"{'benchmark':<30} {'thr':>3} {'side':>6} {'ms/step':>9} {'peak MB':>8} {'step MB':>8} {'speed':>6}")
+    print(f"{'benchmark':<30} {'thr':>3} {'side':>9} {'ms/step':>9} {'peak MB':>8} {'step MB':>8} {'speed':>6}")
     for (name, side, n), (ms, peak, base) in sorted(got.items()):
         ref = got.get((name, "torch", n))
         speed = f"{ref[0] / ms:.2f}x" if ref and side != "torch" else ""
-        print(f"{name:<30} {n:>3} {side:>6} {ms:>9.2f} {peak:>8.1f} {peak - base:>8.1f} {speed:>6}")
+        print(f"{name:<30} {n:>3} {side:>9} {ms:>9.2f} {peak:>8.1f} {peak - base:>8.1f} {speed:>6}")
 
 
 if __name__ == "__main__":

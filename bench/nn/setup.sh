@@ -3,9 +3,17 @@
 # environment, the peer of std.nn's fixtures and benchmarks:
 #
 #   bash bench/nn/setup.sh [PEERS_DIR]      # default build/peers/torch
+#   bash bench/nn/setup.sh --mkl [MKL_DIR]  # default build/peers/mkl
 #
 #   venv/    torch, safetensors, numpy (pinned); `venv/bin/python` runs
 #            scripts/gen_nn_fixtures.py and bench/nn/peer.py
+#
+# --mkl instead puts Intel's oneMKL from PyPI (the `mkl` wheel and the
+# OpenMP and TBB runtimes it loads, pinned, about 1 GB unpacked) in a
+# virtual environment of its own, MKL_DIR/venv, and prints the path of its
+# libmkl_rt.so.3: `bench/nn/run.py --mkl` runs sflow a second time with
+# SFLOW_BLAS set to it, beside torch (whose products are MKL's), so the
+# two sides can be compared with the same BLAS.  sflow never depends on it.
 #
 # Needs the network (PyPI) once; idempotent after that, without touching it.
 # `make test` never runs this: the fixtures it feeds are committed
@@ -23,6 +31,24 @@
 # falls back to torch's full dependency set and says so.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
+if [ "${1:-}" = --mkl ]; then
+  dir=${2:-$root/build/peers/mkl}
+  want_mkl="mkl==2026.2.0 intel-openmp==2026.2.0 tbb==2023.2.0"
+  lib=$dir/venv/lib/libmkl_rt.so.3
+  if [ "$(cat "$dir/ready" 2>/dev/null)" != "$want_mkl" ] || [ ! -e "$lib" ]; then
+    echo "nn-setup: $want_mkl into $dir/venv" >&2
+    mkdir -p "$dir"
+    rm -f "$dir/ready"
+    [ -x "$dir/venv/bin/python" ] || python3 -m venv "$dir/venv"
+    # --no-deps: the three are the whole set; the wheels' libraries land in venv/lib.
+    "$dir/venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
+      --no-deps $want_mkl
+    [ -e "$lib" ] || { echo "nn-setup: $lib missing after the install" >&2; exit 1; }
+    printf '%s\n' "$want_mkl" >"$dir/ready"
+  fi
+  echo "$lib"
+  exit 0
+fi
 peers=${1:-$root/build/peers/torch}
 torch_pin=torch==2.15.0
 pure=(filelock==4.3.1 typing-extensions==4.16.0 sympy==1.14.0 mpmath==1.3.0

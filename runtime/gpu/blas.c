@@ -54,6 +54,29 @@ static void blas_threads(void *h) {
     B.set_threads((int)sf__pool_size());
 }
 
+/* OpenBLAS's worker threads, after each product, keep polling for the
+ * next one with sched_yield for 2^28 cycles (about 0.1 s) before they
+ * sleep: between two products of a training step they never sleep, and
+ * on 2 cores the polling worker took the core from the pool's threads
+ * running the elementwise passes (15% of the samples of an encoder step
+ * at --threads 2 were its yields and the context switches they cost).
+ * 2^4 cycles, the least OpenBLAS takes, makes it sleep at once; the next
+ * product wakes it through a condition variable, a few microseconds
+ * beside a product of milliseconds (docs/performance.md, "std.nn beside
+ * PyTorch").  MKL's Intel OpenMP threads do the same for 200 ms
+ * (KMP_BLOCKTIME); 0 makes them sleep at once (at --threads 2 the
+ * encoder step's CPU time fell 17%), set only when SFLOW_BLAS asks for
+ * MKL, so children using Intel's OpenMP otherwise are left alone.  Both
+ * libraries read the variables when they load, so this runs from main
+ * before any thread exists (setenv is not safe later), and a value the
+ * user set wins. */
+void sf__blas_env(void) {
+  setenv("OPENBLAS_THREAD_TIMEOUT", "4", 0);
+  const char *e = getenv("SFLOW_BLAS");
+  if (e && strstr(e, "mkl"))
+    setenv("KMP_BLOCKTIME", "0", 0);
+}
+
 /* The libraries tried, in order: OpenBLAS by default (Debian main), then
  * Intel's MKL (libmkl_rt, Debian non-free) only where no OpenBLAS is
  * installed, then any reference CBLAS.  SFLOW_BLAS names one library to
@@ -62,7 +85,8 @@ static void blas_threads(void *h) {
 static void blas_init(void) {
   static const char *const libs[][2] = {
       {"libopenblas.so.0", "OpenBLAS"}, {"libopenblas.so", "OpenBLAS"},
-      {"libmkl_rt.so.2", "MKL"},        {"libmkl_rt.so", "MKL"},
+      {"libmkl_rt.so.2", "MKL"},        {"libmkl_rt.so.3", "MKL"},
+      {"libmkl_rt.so", "MKL"},
       {"libcblas.so.3", "CBLAS"},       {"libblas.so.3", "BLAS"},
   };
   const char *e = getenv("SFLOW_BLAS");
@@ -71,6 +95,8 @@ static void blas_init(void) {
   for (size_t i = 0; i < sizeof libs / sizeof *libs; i++) {
     const char *path = e && *e ? e : libs[i][0];
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h && e && strcmp(e, "libmkl_rt.so.2") == 0) /* oneMKL 2025 on is .so.3 */
+      h = dlopen("libmkl_rt.so.3", RTLD_NOW | RTLD_LOCAL);
     if (!h && e && strcmp(e, "libmkl_rt.so.2") == 0)
       h = dlopen("libmkl_rt.so", RTLD_NOW | RTLD_LOCAL);
     if (h) {

@@ -162,6 +162,9 @@ sf__dalloc_stats sf__dev_stats(void);
  * CBLAS) when one loads, else the reference loop. */
 void sf__gemm_cpu(bool f64, const void *a, const void *b, void *c, int64_t m, int64_t k,
                   int64_t n);
+/* Environment the BLAS reads when it loads (OpenBLAS's thread timeout);
+ * main calls it before any thread. */
+void sf__blas_env(void);
 const char *sf__blas_name(void); /* "OpenBLAS", "reference" */
 /* Gives each of callers concurrent callers pool / callers BLAS threads
  * (at least 1); an OPENBLAS_NUM_THREADS or MKL_NUM_THREADS the user set

@@ -10,11 +10,12 @@
  *
  * Key design choice: the ops whose backward is cheap to fuse and easy to
  * get wrong when composed (layer norm's three-term input gradient, the
- * masked softmax's rows with no key left) are single nodes here; attention
- * itself is composed from the existing reshape, transpose and batched `@`
- * around that one fused masked softmax, so its gradient is the product
- * rules the fixtures already hold to PyTorch's, and a faster fused kernel
- * can later replace the composition without changing its semantics.
+ * masked softmax's rows with no key left) are single nodes here, and so is
+ * attention without dropout: one pass per (batch row, head) doing its
+ * products on q, k and v in place, its softmax in cache, and writing its
+ * head's columns of the output, bitwise the values of the composition of
+ * reshape, transpose, batched `@` and the fused masked softmax (which
+ * attention with dropout still uses; see attention_fused for why).
  * Statistics (mean, variance, the clipping norm) are accumulated in f64.
  * Row loops (layer norm, the masked softmax, both directions) are split
  * over the pool by rows above simd.h's threshold; layer norm's dw and db
@@ -276,10 +277,22 @@ sf_tensor *sf__t_dropout(sf_tensor *x, double p, int64_t seed, bool training, co
 
 /* x times the mask made from mask's uniform draws: kept where u >= p,
  * scaled by 1/(1 - p); one dropout node holding the mask. */
+typedef struct {
+  float *m;
+  double p;
+  float keep;
+} keep_ctx;
+
+static void keep_chunk(void *vc, int64_t lo, int64_t hi) {
+  const keep_ctx *c = vc;
+  for (int64_t i = lo; i < hi; i++)
+    c->m[i] = c->p < 1.0 && (double)c->m[i] >= c->p ? c->keep : 0.0f;
+}
+
 static sf_tensor *apply_mask(sf_tensor *x, sf_tensor *mask, double p, const sf_loc *loc) {
-  float keep = p < 1.0 ? (float)(1.0 / (1.0 - p)) : 0.0f, *m = sf__t_data(mask);
-  for (int64_t i = 0; i < mask->numel; i++)
-    m[i] = p < 1.0 && (double)m[i] >= p ? keep : 0.0f;
+  /* Each value is its own draw's test: split over the pool, no value moves. */
+  keep_ctx kc = {sf__t_data(mask), p, p < 1.0 ? (float)(1.0 / (1.0 - p)) : 0.0f};
+  sf__t_run_chunks(mask->numel, keep_chunk, &kc);
   bool saved = sf__no_grad;
   sf__no_grad = true; /* the product is this op's node, not mul's */
   sf_tensor *out = sf__t_binary(SF_TOP_MUL, x, mask, loc);
@@ -310,15 +323,31 @@ static void check_rows(const char *op, sf_tensor *x, double p, int64_t seed, sf_
                      "row of its first axis", op, n, SF__SHP(x, sx));
 }
 
+/* Each row's draws come from its own key, so rows are made on any thread
+ * in any order with the same values: split over the pool by rows (the
+ * masks were a serial pass on the caller, 2.7% of a fine-tuning step at
+ * one thread and all of it on main at two). */
+typedef struct {
+  float *m;
+  const int64_t *ix;
+  uint64_t base, stream;
+  int64_t per;
+} rows_ctx;
+
+static void row_mask_chunk(void *vc, int64_t lo, int64_t hi) {
+  const rows_ctx *c = vc;
+  for (int64_t r = lo; r < hi; r++) {
+    uint64_t key = sf__rng_mix(sf__rng_mix(c->base, (uint64_t)c->ix[r]), c->stream);
+    sf__uniform_key(c->m + r * c->per, c->per, key);
+  }
+}
+
 static sf_tensor *row_mask(sf_tensor *x, int64_t seed, sf_array *index, int64_t stream) {
   sf_tensor *mask = sf__t_like(x);
   int64_t rows = x->shape[0], per = rows ? x->numel / rows : 0;
-  const int64_t *ix = index->data;
-  uint64_t base = sf__rng_mix((uint64_t)seed, 0x6472); /* "dr" */
-  for (int64_t r = 0; r < rows; r++) {
-    uint64_t key = sf__rng_mix(sf__rng_mix(base, (uint64_t)ix[r]), (uint64_t)stream);
-    sf__uniform_key(sf__t_data(mask) + r * per, per, key);
-  }
+  rows_ctx c = {sf__t_data(mask), index->data, sf__rng_mix((uint64_t)seed, 0x6472) /* "dr" */,
+                (uint64_t)stream, per};
+  over_rows(rows, per, row_mask_chunk, &c);
   return mask;
 }
 
@@ -423,36 +452,41 @@ static void softmax_row(const float *xr, float *yr, const int64_t *m, int64_t n,
     yr[j] *= inv;
 }
 
-static void masked_softmax_chunk(void *vc, int64_t lo, int64_t hi) {
-  sm_ctx *c = vc;
+/* One row of batch row b's scores (xr may be yr: in place). */
+static void masked_softmax_row(const sm_ctx *c, const float *xr, float *yr, int64_t b) {
   int64_t s = c->s;
-  for (int64_t r = lo; r < hi; r++) {
-    const float *xr = c->x + r * s;
-    float *yr = c->y + r * s;
-    int64_t b = r / c->per_batch;
-    const int64_t *mr = c->mask ? c->mask + b * s : NULL;
-    int64_t n = c->prefix ? c->prefix[b] : -1;
-    if (n >= 0) { /* right padding: only the keys there are, the rest zeros */
-      softmax_row(xr, yr, NULL, n, c->scale);
-      memset(yr + n, 0, (size_t)(s - n) * sizeof(float));
-    } else {
-      softmax_row(xr, yr, mr, s, c->scale);
-    }
+  const int64_t *mr = c->mask ? c->mask + b * s : NULL;
+  int64_t n = c->prefix ? c->prefix[b] : -1;
+  if (n >= 0) { /* right padding: only the keys there are, the rest zeros */
+    softmax_row(xr, yr, NULL, n, c->scale);
+    memset(yr + n, 0, (size_t)(s - n) * sizeof(float));
+  } else {
+    softmax_row(xr, yr, mr, s, c->scale);
   }
 }
 
-/* dx = scale y (g - Σ g y) per row; masked keys have y = 0 and get 0. */
+static void masked_softmax_chunk(void *vc, int64_t lo, int64_t hi) {
+  sm_ctx *c = vc;
+  int64_t s = c->s;
+  for (int64_t r = lo; r < hi; r++)
+    masked_softmax_row(c, c->x + r * s, c->y + r * s, r / c->per_batch);
+}
+
+/* dx = scale y (g - Σ g y) over one row of s; masked keys have y = 0 and
+ * get 0.  d may be g (in place: the sum is taken first). */
+static void softmax_bw_row(const float *yr, const float *gr, float *d, int64_t s, float scale) {
+  float dot = 0;
+  for (int64_t j = 0; j < s; j++)
+    dot += gr[j] * yr[j];
+  for (int64_t j = 0; j < s; j++)
+    d[j] = scale * yr[j] * (gr[j] - dot);
+}
+
 static void bw_masked_softmax_chunk(void *vc, int64_t lo, int64_t hi) {
   sm_ctx *c = vc;
   int64_t s = c->s;
-  for (int64_t r = lo; r < hi; r++) {
-    const float *yr = c->x + r * s, *gr = c->g + r * s;
-    float *d = c->y + r * s, dot = 0;
-    for (int64_t j = 0; j < s; j++)
-      dot += gr[j] * yr[j];
-    for (int64_t j = 0; j < s; j++)
-      d[j] = c->scale * yr[j] * (gr[j] - dot);
-  }
+  for (int64_t r = lo; r < hi; r++)
+    softmax_bw_row(c->x + r * s, c->g + r * s, c->y + r * s, s, c->scale);
 }
 
 static void bw_masked_softmax(sf__node *n, sf_tensor *g) {
@@ -516,19 +550,11 @@ static void check_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *
 
 /* The composition; with drop > 0 the probabilities go through
  * dropout_rows first (batch row b's masks from (seed, index[b], stream)),
- * as Hugging Face's BertSelfAttention drops attention_probs. */
-static sf_tensor *attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
-                            int64_t heads, double drop, int64_t seed, sf_array *index,
-                            int64_t stream, const sf_loc *loc) {
-  sf__t_arg(q, "attention", loc);
-  sf__t_arg(k, "attention", loc);
-  sf__t_arg(v, "attention", loc);
-  check_attention(q, k, v, mask, heads, loc);
-  if (mask && !mask->len)
-    mask = NULL;
-  if (sf__nn_gpu_here(loc))
-    return sf__gpu_attention(q, k, v, mask, heads, drop, seed, index, stream, loc);
-  float scale = (float)(1.0 / sqrt((double)(q->shape[2] / heads)));
+ * as Hugging Face's BertSelfAttention drops attention_probs.  Without
+ * dropout the fused path below computes the same values. */
+static sf_tensor *attention_composed(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
+                                     int64_t heads, float scale, double drop, int64_t seed,
+                                     sf_array *index, int64_t stream, const sf_loc *loc) {
   sf_tensor *qh = split_heads(q, heads, loc), *kh = split_heads(k, heads, loc);
   sf_tensor *vh = split_heads(v, heads, loc), *kt = sf__t_transpose(kh, 2, 3, loc);
   sf_tensor *scores = sf__t_matmul(qh, kt, loc);              /* (B, H, T, S) */
@@ -545,6 +571,170 @@ static sf_tensor *attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *
   for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
     sf_release(tmp[i]);
   return out;
+}
+
+/* Fused attention without dropout: one node for the whole op, one pass
+ * per (batch row, head) on the pool.  The composition above spent an
+ * encoder step's time outside its products: the split-heads copies of the
+ * output and of dq, dk and dv (a memmove pass of (B, T, D) each), the
+ * (B, H, T, S) scores, probabilities, their gradient and the softmax's
+ * input gradient as four tensors of 25 MB each in MiniLM's layer (page
+ * faults, and every pass over them out of cache), and a softmax pass over
+ * all of them between the product stacks.  Here each (b, h) does its
+ * products on q, k and v in place (their head is a column block of
+ * (B, T, D): leading dimension D, no copy), its softmax on its own T × S
+ * block while it is in cache, and writes its head's columns of the output
+ * (and of dq, dk, dv); only the probabilities are kept, for the backward.
+ *
+ * Each product is the same sf__sgemm call the composition makes (same
+ * shape, transposes and operand order; only the leading dimensions of
+ * the head blocks differ, which moves where values are read and written,
+ * not how they are summed), the softmax rows are the same functions, and
+ * dk, which the composition gets as dkᵀ = qᵀ ds, is computed that way and
+ * transposed from a scratch block, so the values are bitwise the
+ * composition's (unit test attention_fused, and SFLOW_NN_ATTENTION=
+ * composed runs the old path for comparison).  The gradients are added
+ * in the composition's order (v, k, q), which matters when they are one
+ * tensor. */
+typedef struct {
+  const float *q, *k, *v, *g; /* (B, T, D), (B, S, D), (B, S, D); g: d out */
+  float *p;                   /* (B, H, T, S) probabilities, or NULL: scratch */
+  float *o, *dq, *dk, *dv;
+  sm_ctx sm;                  /* mask, prefix, s, scale for the rows */
+  int64_t heads, t, s, dh, d;
+} att_ctx;
+
+static void att_fwd_chunk(void *vc, int64_t lo, int64_t hi) {
+  const att_ctx *c = vc;
+  int64_t t = c->t, s = c->s, dh = c->dh, d = c->d;
+  float *scratch = c->p ? NULL : sf__alloc_n((size_t)(t * s), sizeof(float));
+  for (int64_t bh = lo; bh < hi; bh++) {
+    int64_t b = bh / c->heads, h = bh % c->heads;
+    const float *qb = c->q + b * t * d + h * dh, *kb = c->k + b * s * d + h * dh,
+                *vb = c->v + b * s * d + h * dh;
+    float *pb = c->p ? c->p + bh * t * s : scratch;
+    sf__sgemm(false, true, t, s, dh, 1.0f, qb, d, kb, d, 0.0f, pb, s);
+    for (int64_t r = 0; r < t; r++)
+      masked_softmax_row(&c->sm, pb + r * s, pb + r * s, b);
+    sf__sgemm(false, false, t, dh, s, 1.0f, pb, s, vb, d, 0.0f, c->o + b * t * d + h * dh, d);
+  }
+  free(scratch);
+}
+
+static void att_bwd_chunk(void *vc, int64_t lo, int64_t hi) {
+  const att_ctx *c = vc;
+  int64_t t = c->t, s = c->s, dh = c->dh, d = c->d;
+  float *dp = sf__alloc_n((size_t)(t * s + dh * s), sizeof(float)), *dkt = dp + t * s;
+  for (int64_t bh = lo; bh < hi; bh++) {
+    int64_t b = bh / c->heads, h = bh % c->heads, col = h * dh;
+    const float *qb = c->q + b * t * d + col, *kb = c->k + b * s * d + col,
+                *vb = c->v + b * s * d + col, *gb = c->g + b * t * d + col;
+    const float *pb = c->p + bh * t * s;
+    /* o = p v: dp = g vᵀ, dv = pᵀ g */
+    sf__sgemm(false, true, t, s, dh, 1.0f, gb, d, vb, d, 0.0f, dp, s);
+    sf__sgemm(true, false, s, dh, t, 1.0f, pb, s, gb, d, 0.0f, c->dv + b * s * d + col, d);
+    /* the softmax: ds in dp's place */
+    for (int64_t r = 0; r < t; r++)
+      softmax_bw_row(pb + r * s, dp + r * s, dp + r * s, s, c->sm.scale);
+    /* scores = q kᵀ: dq = ds k, dkᵀ = qᵀ ds */
+    sf__sgemm(false, false, t, dh, s, 1.0f, dp, s, kb, d, 0.0f, c->dq + b * t * d + col, d);
+    sf__sgemm(true, false, dh, s, t, 1.0f, qb, d, dp, s, 0.0f, dkt, s);
+    float *dkb = c->dk + b * s * d + col;
+    for (int64_t j = 0; j < s; j++)
+      for (int64_t e = 0; e < dh; e++)
+        dkb[j * d + e] = dkt[e * s + j];
+  }
+  free(dp);
+}
+
+/* (batch rows · heads) items over the pool: each is tens of microseconds
+ * of products, so one item per chunk is grain enough. */
+static void att_over_heads(att_ctx *c, int64_t batch, void (*fn)(void *, int64_t, int64_t)) {
+  int64_t items = batch * c->heads;
+  if (items * c->t * c->s >= SF__PAR_MIN)
+    sf__parallel_for(items, 1, fn, c);
+  else
+    fn(c, 0, items);
+}
+
+/* The right-padding prefix of each batch row's keys (masked_softmax's). */
+static int64_t *att_prefix(sf_array *mask, int64_t batch, int64_t s) {
+  if (!mask)
+    return NULL;
+  int64_t *prefix = sf__alloc_n((size_t)(batch ? batch : 1), sizeof *prefix);
+  for (int64_t b = 0; b < batch; b++)
+    prefix[b] = key_prefix((const int64_t *)mask->data + b * s, s);
+  return prefix;
+}
+
+static void bw_attention(sf__node *n, sf_tensor *g) {
+  sf_tensor *q = sf__t_contig(n->in[0]), *k = sf__t_contig(n->in[1]), *v = sf__t_contig(n->in[2]);
+  int64_t batch = q->shape[0], t = q->shape[1], s = k->shape[1], d = q->shape[2];
+  sf_tensor *dq = sf__t_like(q), *dk = sf__t_like(k), *dv = sf__t_like(v);
+  att_ctx c = {.q = sf__t_data(q), .k = sf__t_data(k), .v = sf__t_data(v), .g = sf__t_data(g),
+               .p = sf__t_data(n->saved), .dq = sf__t_data(dq), .dk = sf__t_data(dk),
+               .dv = sf__t_data(dv), .sm = {.s = s, .scale = n->f0}, .heads = n->i0, .t = t,
+               .s = s, .dh = d / n->i0, .d = d};
+  att_over_heads(&c, batch, att_bwd_chunk);
+  sf_release(q);
+  sf_release(k);
+  sf_release(v);
+  sf__grad_add(n->in[2], dv);
+  sf__grad_add(n->in[1], dk);
+  sf__grad_add(n->in[0], dq);
+}
+
+static sf_tensor *attention_fused(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
+                                  int64_t heads, float scale, const sf_loc *loc) {
+  sf_tensor *qc = sf__t_contig(q), *kc = sf__t_contig(k), *vc = sf__t_contig(v);
+  int64_t batch = q->shape[0], t = q->shape[1], s = k->shape[1], d = q->shape[2];
+  bool rec = !sf__no_grad && (q->req || k->req || v->req);
+  sf_tensor *p = rec ? sf__t_empty(4, (int64_t[]){batch, heads, t, s}, loc) : NULL;
+  sf_tensor *out = sf__t_empty(3, q->shape, loc);
+  int64_t *prefix = att_prefix(mask, batch, s);
+  att_ctx c = {.q = sf__t_data(qc), .k = sf__t_data(kc), .v = sf__t_data(vc),
+               .p = p ? sf__t_data(p) : NULL, .o = sf__t_data(out),
+               .sm = {.mask = mask ? mask->data : NULL, .prefix = prefix, .s = s, .scale = scale},
+               .heads = heads, .t = t, .s = s, .dh = d / heads, .d = d};
+  att_over_heads(&c, batch, att_fwd_chunk);
+  free(prefix);
+  sf_release(qc);
+  sf_release(kc);
+  sf_release(vc);
+  sf__node *n = sf__record3("attention", out, bw_attention, q, k, v);
+  if (n) {
+    n->f0 = scale;
+    n->i0 = heads;
+    n->saved = p;
+  } else {
+    sf_release(p);
+  }
+  return out;
+}
+
+/* SFLOW_NN_ATTENTION=composed: the composition even without dropout, to
+ * compare the two paths (read at each call: a getenv per op is nothing
+ * beside its products, and a test can switch within one process). */
+static bool attention_composed_asked(void) {
+  const char *e = getenv("SFLOW_NN_ATTENTION");
+  return e && strcmp(e, "composed") == 0;
+}
+
+static sf_tensor *attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
+                            int64_t heads, double drop, int64_t seed, sf_array *index,
+                            int64_t stream, const sf_loc *loc) {
+  sf__t_arg(q, "attention", loc);
+  sf__t_arg(k, "attention", loc);
+  sf__t_arg(v, "attention", loc);
+  check_attention(q, k, v, mask, heads, loc);
+  if (mask && !mask->len)
+    mask = NULL;
+  if (sf__nn_gpu_here(loc))
+    return sf__gpu_attention(q, k, v, mask, heads, drop, seed, index, stream, loc);
+  float scale = (float)(1.0 / sqrt((double)(q->shape[2] / heads)));
+  if (drop > 0.0 || q->numel == 0 || k->numel == 0 || attention_composed_asked())
+    return attention_composed(q, k, v, mask, heads, scale, drop, seed, index, stream, loc);
+  return attention_fused(q, k, v, mask, heads, scale, loc);
 }
 
 sf_tensor *sf__t_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,

@@ -872,6 +872,118 @@ static void test_bias_grad_split(void) {
   free(g);
 }
 
+/* One attention forward and backward: the output and the gradients of
+ * the three inputs (q, k, v may be one tensor), copied out. */
+static void attention_run(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask, int64_t heads,
+                          sf_tensor *w, float **out) {
+  sf_tensor *in[3] = {q, k, v};
+  for (int i = 0; i < 3; i++) {
+    sf_release(in[i]->grad);
+    in[i]->grad = NULL;
+  }
+  sf_tensor *o = sf__t_attention(q, k, v, mask, heads, &LOC);
+  sf_tensor *ow = sf__t_binary(SF_TOP_MUL, o, w, &LOC);
+  sf_tensor *l = sf__t_reduce(SF__R_SUM, ow, SF__ALL_AXES, &LOC);
+  sf__backward(l, &LOC);
+  out[0] = malloc((size_t)o->numel * sizeof(float));
+  memcpy(out[0], sf__t_data(o), (size_t)o->numel * sizeof(float));
+  for (int i = 0; i < 3; i++) {
+    out[1 + i] = malloc((size_t)in[i]->numel * sizeof(float));
+    memcpy(out[1 + i], sf__t_data(in[i]->grad), (size_t)in[i]->numel * sizeof(float));
+  }
+  sf_release(l);
+  sf_release(ow);
+  sf_release(o);
+}
+
+/* The fused attention (one node, a pass per batch row and head on the
+ * pool) against the composition of reshape, transpose, `@` and the
+ * masked softmax it replaced (SFLOW_NN_ATTENTION=composed): the output
+ * and every input's gradient bitwise equal, for self attention big
+ * enough to split over the pool with a right-padded, a holed and an
+ * unpadded batch row, cross attention (T != S, dk through its
+ * transpose), and q = k = v one tensor (the gradients added in the
+ * composition's order). */
+static void test_attention_fused(void) {
+  struct { int64_t b, t, s, d, heads; bool same; } cases[] = {
+      {3, 128, 128, 128, 4, false}, {2, 96, 128, 64, 2, false}, {3, 128, 128, 128, 4, true}};
+  for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+    int64_t B = cases[ci].b, T = cases[ci].t, S = cases[ci].s, D = cases[ci].d;
+    sf_tensor *q = rnd(3, SHAPE(B, T, D), -2, 2, true);
+    sf_tensor *k = cases[ci].same ? q : rnd(3, SHAPE(B, S, D), -2, 2, true);
+    sf_tensor *v = cases[ci].same ? q : rnd(3, SHAPE(B, S, D), -2, 2, true);
+    sf_tensor *w = rnd(3, SHAPE(B, T, D), -1, 1, false);
+    int64_t *m = malloc((size_t)(B * S) * sizeof *m);
+    for (int64_t i = 0; i < B * S; i++) {
+      int64_t b = i / S, j = i % S;
+      m[i] = b == 1 ? j < S - 37 : b == 2 ? j % 5 != 3 : 1;
+    }
+    sf_array *mask = i64s(B * S, m);
+    float *fused[4], *comp[4];
+    unsetenv("SFLOW_NN_ATTENTION");
+    attention_run(q, k, v, mask, cases[ci].heads, w, fused);
+    setenv("SFLOW_NN_ATTENTION", "composed", 1);
+    attention_run(q, k, v, mask, cases[ci].heads, w, comp);
+    unsetenv("SFLOW_NN_ATTENTION");
+    static const char *what[] = {"out", "dq", "dk", "dv"};
+    int64_t sizes[4] = {q->numel, q->numel, k->numel, v->numel};
+    for (int i = 0; i < 4; i++) {
+      int64_t bad = -1;
+      for (int64_t j = 0; j < sizes[i] && bad < 0; j++)
+        if (memcmp(&fused[i][j], &comp[i][j], sizeof(float)))
+          bad = j;
+      if (bad >= 0)
+        fprintf(stderr, "\n  attention_fused case %zu %s[%lld]: %.9g composed %.9g\n", ci,
+                what[i], (long long)bad, fused[i][bad], comp[i][bad]);
+      CHECK_INT(bad, -1);
+      free(fused[i]);
+      free(comp[i]);
+    }
+    free(m);
+    sf_release(mask);
+    sf_release(w);
+    if (!cases[ci].same) {
+      sf_release(k);
+      sf_release(v);
+    }
+    sf_release(q);
+  }
+}
+
+/* dropout_rows on a tensor big enough to split over the pool (64 rows of
+ * 4096: the masks by rows, the keep test by chunks) is bitwise the serial
+ * formula: each row's draws from its own key, kept where u >= p and
+ * scaled by 1/(1-p). */
+static void test_dropout_rows_split(void) {
+  enum { R = 64, C = 4096 };
+  const double p = 0.25;
+  sf_tensor *x = rnd(2, SHAPE(R, C), -1, 1, false);
+  int64_t ix[R];
+  for (int64_t r = 0; r < R; r++)
+    ix[r] = 1000 + 7 * r;
+  sf_array *index = i64s(R, ix);
+  sf_tensor *y = sf__t_dropout_rows(x, p, 11, index, 3, true, &LOC);
+  float *u = malloc((size_t)C * sizeof *u), keep = (float)(1.0 / (1.0 - p));
+  uint64_t base = sf__rng_mix(11, 0x6472);
+  int64_t bad = -1;
+  for (int64_t r = 0; r < R && bad < 0; r++) {
+    sf__uniform_key(u, C, sf__rng_mix(sf__rng_mix(base, (uint64_t)ix[r]), 3));
+    for (int64_t j = 0; j < C && bad < 0; j++) {
+      float want = sf__t_data(x)[r * C + j] * ((double)u[j] >= p ? keep : 0.0f);
+      if (memcmp(&sf__t_data(y)[r * C + j], &want, sizeof want))
+        bad = r * C + j;
+    }
+  }
+  if (bad >= 0)
+    fprintf(stderr, "\n  dropout_rows_split: value %lld: %.9g\n", (long long)bad,
+            sf__t_data(y)[bad]);
+  CHECK_INT(bad, -1);
+  free(u);
+  sf_release(y);
+  sf_release(index);
+  sf_release(x);
+}
+
 /* A stack of small products split over the pool (attention's per-head
  * shapes, b broadcast along the heads) is bitwise one sf__sgemm call per
  * matrix, made in order on this thread. */
@@ -1942,6 +2054,8 @@ int main(int argc, char **argv) {
       {"adamw_split", test_adamw_split},
       {"bias_grad_split", test_bias_grad_split},
       {"bmm_split", test_bmm_split},
+      {"attention_fused", test_attention_fused},
+      {"dropout_rows_split", test_dropout_rows_split},
       {"clip_split", test_clip_split},
       {"linear_and_params", test_linear_and_params},
       {"print_and_serialize", test_print_and_serialize},
