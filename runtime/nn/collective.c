@@ -117,6 +117,82 @@ static sf_array *bucket(int64_t room, const sf_loc *loc) {
   return kept;
 }
 
+/* ------------------------------------------------------ device buckets */
+
+/* Does this member's call pack on the device?  When the running call holds
+ * a GPU and some tensor's only current copy is there (gradients after a
+ * backward on the device, params after a device step): the bucket is then
+ * a device array, which the group's NCCL transport reduces in place.
+ * Members need not agree: a group where one brings a host bucket stages
+ * that call through the host (nccl.c's offer and meet). */
+static bool on_device(sf_tensor *const *ts, int64_t n, const sf_loc *loc) {
+  if (!sf__nn_gpu_here(loc))
+    return false;
+  for (int64_t i = 0; i < n; i++)
+    if (sf__t_on_dev(ts[i]))
+      return true;
+  return false;
+}
+
+/* A bucket array whose host copy holds nothing worth copying back: the
+ * GPU layer's settle (which it joined when NCCL wrote it) then only
+ * releases it, and a later device_alloc on another device frees its old
+ * buffer without reading it. */
+static void scratch(sf_array *b) {
+  if (b)
+    b->where = SF__WHERE_HOST;
+}
+
+/* The device bucket of room floats or more, on this thread's device: as
+ * bucket() kept per thread, one per device slot (a pool thread may serve
+ * members on several GPUs).  Its device buffer comes from cuMemAlloc as
+ * any sf_array's (gpu.c); its host buffer is where a host transport
+ * stages the call. */
+#define DEV_SLOTS 16
+static sf_array *dev_bucket(int64_t room, const sf_loc *loc) {
+  static _Thread_local sf_array *kept[DEV_SLOTS];
+  sf_array **k = &kept[sf__gpu_current_device() % DEV_SLOTS];
+  if (!*k || (*k)->cap < room) {
+    scratch(*k);
+    sf_release(*k);
+    *k = sf_array_new(&sf_type_f32, room, loc);
+  }
+  sf_array *b = *k;
+  b->len = b->cap; /* the device buffer is made for the whole capacity */
+  sf__gpu_device_alloc(b, loc);
+  return b;
+}
+
+/* One bucket ts[i..j) of len floats through the group on the device:
+ * packed by a copy kernel per tensor (strided ones gathered), reduced in
+ * place by NCCL (allreduce_mean divides on the device), scattered back,
+ * the tensors left device-current.  No tensor is read back.  When the
+ * group's transport stages the call through the host instead
+ * (SFLOW_NCCL=off, members sharing a GPU, a member with a host bucket),
+ * it copies the bucket to the host and leaves the result there; it is
+ * uploaded once and scattered the same way. */
+static void device_bucket(sf_tensor *const *ts, int64_t i, int64_t j, int64_t len, int64_t room,
+                          int op, int64_t root, const sf_loc *loc) {
+  sf_array *b = dev_bucket(room, loc);
+  uint64_t base = (uint64_t)(uintptr_t)b->dev;
+  int64_t off = 0;
+  for (int64_t k = i; k < j; off += ts[k++]->numel)
+    sf__gpu_pack(base + (uint64_t)off * sizeof(float), ts[k], false, loc);
+  b->len = len;
+  b->where = SF__WHERE_DEVICE;
+  /* The packing kernels are queued on stream 0 and NCCL runs on a stream
+   * of its own that does not wait for it: the device finishes them first
+   * (a wait, no read back). */
+  sf__gpu_sync(loc);
+  run_bucket(b, op, root, loc);
+  if (b->where != SF__WHERE_DEVICE) /* staged through the host: the result is there */
+    sf__gpu_device_copy(b, loc);
+  off = 0;
+  for (int64_t k = i; k < j; off += ts[k++]->numel)
+    sf__gpu_pack(base + (uint64_t)off * sizeof(float), ts[k], true, loc);
+  scratch(b);
+}
+
 /* The tensors ts[0..n) in buckets, in order.  A group of one changes
  * nothing (after the checks sched's entry points make: broadcast's root). */
 static void tensors_collective(sf_tensor *const *ts, int64_t n, int op, int64_t root,
@@ -136,6 +212,11 @@ static void tensors_collective(sf_tensor *const *ts, int64_t n, int op, int64_t 
     if (ts[i]->numel > room && !sf__t_is_contig(ts[i]))
       room = ts[i]->numel;
   sf_array *b = NULL;
+  bool dev = on_device(ts, n, loc);
+  if (dev) /* every bucket is packed, a tensor over the cap alone */
+    for (int64_t i = 0; i < n; i++)
+      if (ts[i]->numel > room)
+        room = ts[i]->numel;
   for (int64_t i = 0; i < n || (n == 0 && i == 0);) {
     /* [i, j): the tensors of this bucket; at least one, so a tensor over
      * the cap goes alone.  No tensors at all is one empty call, so the
@@ -143,6 +224,11 @@ static void tensors_collective(sf_tensor *const *ts, int64_t n, int op, int64_t 
     int64_t j = i, len = 0;
     while (j < n && (j == i || len + ts[j]->numel <= cap))
       len += ts[j++]->numel;
+    if (dev) {
+      device_bucket(ts, i, j, len, room, op, root, loc);
+      i = j;
+      continue;
+    }
     if (j == i + 1 && sf__t_is_contig(ts[i])) {
       /* A bucket of one contiguous tensor is reduced where it lives: an
        * f32[] header over the tensor's own values, on this stack (the

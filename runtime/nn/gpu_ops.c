@@ -155,6 +155,26 @@ sf_tensor *sf__gpu_contig(sf_tensor *t) {
   return c;
 }
 
+void sf__gpu_pack(uint64_t p, sf_tensor *t, bool unpack, const sf_loc *loc) {
+  if (t->numel == 0)
+    return;
+  gnd d = {.ndim = t->ndim};
+  memcpy(d.shape, t->shape, sizeof d.shape);
+  int64_t flat[SF__TMAX];
+  contig_strides(t->ndim, t->shape, flat);
+  memcpy(d.st[unpack ? 1 : 0], flat, sizeof flat);
+  memcpy(d.st[unpack ? 0 : 1], t->strides, sizeof d.st[0]);
+  coalesce(&d.ndim, d.shape, 2, d.st);
+  uint64_t pt = dp(t, loc);
+  uint64_t pd = unpack ? pt : p, ps = unpack ? p : pt;
+  int64_t n = t->numel;
+  int acc = 0;
+  void *args[] = {&pd, &ps, &n, &acc, &d};
+  launch_n("sf_nn_copy", n, args, loc);
+  if (unpack)
+    sf__t_dwrote(t);
+}
+
 /* A view of t with another shape of its numel, row-major over t's values
  * (t contiguous). */
 static sf_tensor *reshaped(const sf_tensor *t, int32_t ndim, const int64_t *shape) {

@@ -199,6 +199,10 @@ sf_tensor *sf__gpu_reduce_to(sf_tensor *g, int32_t ndim, const int64_t *shape);
 void sf__gpu_assign(sf_tensor *dst, const sf_tensor *src);
 void sf__gpu_add_into(sf_tensor *dst, const sf_tensor *src);
 void sf__gpu_copy_into(sf_tensor *dst, const sf_tensor *src);
+/* A collective's bucket (collective.c): t's values gathered into (pack) or
+ * scattered back from (unpack, t then device-current) numel contiguous
+ * floats at device pointer p on this thread's device, through t's strides. */
+void sf__gpu_pack(uint64_t p, sf_tensor *t, bool unpack, const sf_loc *loc);
 sf_tensor *sf__gpu_contig(sf_tensor *t);
 sf_tensor *sf__gpu_matmul(sf_tensor *a, sf_tensor *b, int32_t nd, const int64_t *shape,
                           const sf_loc *loc);

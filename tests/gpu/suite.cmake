@@ -135,4 +135,18 @@ add_test(NAME gpu_emu/nn_reverse
           --sflowc $<TARGET_FILE:sflowc>)
 set_tests_properties(gpu_emu/nn_reverse PROPERTIES ENVIRONMENT
   "${SFLOW_EMU_ENV};SFLOW_EMU_ORDER=reverse")
+# Collectives over device tensors (tests/gpu/nn_coll.py): a @gpus(1) group
+# of 2 doing allreduce_mean(grads(m)) against its CPU run, with NCCL (the
+# buckets packed and reduced on the device), SFLOW_NCCL=off and a shared
+# device (staged through the host); on two GPUs (skipped without one) and
+# under the emulator with two devices and its in-process NCCL.
+add_test(NAME gpu/nn_collectives
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/nn_coll.py
+          --sflowc $<TARGET_FILE:sflowc>)
+set_tests_properties(gpu/nn_collectives PROPERTIES SKIP_RETURN_CODE 77)
+add_test(NAME gpu_emu/nn_collectives
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/nn_coll.py
+          --sflowc $<TARGET_FILE:sflowc> --emu $<TARGET_FILE:sflow_emu>)
+set_tests_properties(gpu_emu/nn_collectives PROPERTIES ENVIRONMENT
+  "SFLOW_KERNEL_CACHE=${CMAKE_BINARY_DIR}/tests/emu-kernel-cache")
 include(${CMAKE_CURRENT_LIST_DIR}/nn_check.cmake)
