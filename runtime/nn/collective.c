@@ -22,10 +22,14 @@
  *    stands on sched (through gpu), so it calls the group's entry points
  *    on ordinary arrays and every transport (shared memory, the TCP ring,
  *    NCCL stacked on either) serves tensors with no hook and no new
- *    transport op.  Tensors live on the host today (the storage's device
- *    fields are unused), so the buckets are host arrays; with device
- *    storage, a bucket of device tensors becomes a device array and NCCL
- *    runs it on the GPU.
+ *    transport op.
+ *  - Device tensors stay on the device: in a call that holds a GPU, over
+ *    tensors whose only current copy is there, each bucket is a device
+ *    array packed and unpacked by a copy kernel (sf__gpu_pack), which the
+ *    NCCL transport reduces in place (device_bucket below); no tensor is
+ *    read back.  A transport that stages the call through the host
+ *    (SFLOW_NCCL=off, members sharing a GPU) copies the bucket array, and
+ *    the result is uploaded once and unpacked the same way.
  *  - Every member must bring tensors of the same sizes in the same order
  *    (replicas' grads do): the transports check each bucket's length
  *    across members and fail every member with both lengths.
