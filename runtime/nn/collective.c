@@ -155,7 +155,8 @@ static void scratch(sf_array *b) {
 #define DEV_SLOTS 16
 static sf_array *dev_bucket(int64_t room, const sf_loc *loc) {
   static _Thread_local sf_array *kept[DEV_SLOTS];
-  sf_array **k = &kept[sf__gpu_current_device() % DEV_SLOTS];
+  int32_t d = sf__gpu_current_device();
+  sf_array **k = &kept[(d < 0 ? 0 : d) % DEV_SLOTS];
   if (!*k || (*k)->cap < room) {
     scratch(*k);
     sf_release(*k);
