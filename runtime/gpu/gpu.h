@@ -113,6 +113,17 @@ void sf__gpu_launch(void *f, int block, int64_t n, void **params, const sf_loc *
  * holds an f32[] header over the tensor's contiguous host values, on the
  * GPU a contiguous tensor whose device address `dptr` gives; `end` marks
  * what the kernel wrote and frees the block. */
+/* Kernels that take tensors launch on the GPU without waiting; their
+ * failure records are checked later (gpu.c, "deferred kernel checks"):
+ * sf__gpu_kcheck at a point that waits anyway (waited: the device is known
+ * idle, the read is not counted in d2h_syncs), call_begin/end around each
+ * task call and actor method (sf__guarded), call_abandon when the call
+ * failed, kcheck_exit at the end of main. */
+void sf__gpu_kcheck(bool waited, const sf_loc *loc);
+int32_t sf__gpu_call_begin(void);
+void sf__gpu_call_end(int32_t was);
+void sf__gpu_call_abandon(int32_t was);
+void sf__gpu_kcheck_exit(void);
 typedef struct sf__kernel_tensors {
   bool (*on_gpu)(const sf_loc *loc);
   void *(*begin)(const sf_kernel_desc *k, void *args, bool gpu, const sf_loc *loc);
