@@ -145,4 +145,15 @@ add_test(NAME gpu_emu/nn_reverse
           --sflowc $<TARGET_FILE:sflowc>)
 set_tests_properties(gpu_emu/nn_reverse PROPERTIES ENVIRONMENT
   "${SFLOW_EMU_ENV};SFLOW_EMU_ORDER=reverse")
+# examples/digits_gpu.sflow (its trainer a @gpus(1) actor) under the
+# emulator against the CPU for 4 epochs (bench/gpu/digits.py: losses within
+# 1e-4 relative, the same test accuracy, one read back per epoch), and its
+# default run on the CPU (SFLOW_NO_GPU=1) printing exactly its expected
+# lines; bench/gpu/run.sh runs the same script for 15 epochs on the GPU.
+add_test(NAME gpu_emu/digits
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/bench/gpu/digits.py
+          --sflowc $<TARGET_FILE:sflowc> --src ${CMAKE_SOURCE_DIR}/examples/digits_gpu.sflow
+          --csv ${CMAKE_SOURCE_DIR}/examples/data/digits.csv --epochs 4
+          --expect ${CMAKE_SOURCE_DIR}/examples/digits_gpu.sflow)
+set_tests_properties(gpu_emu/digits PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV}" TIMEOUT 300)
 include(${CMAKE_CURRENT_LIST_DIR}/nn_check.cmake)
