@@ -17,7 +17,10 @@
  * stale, because the host may now change the array in place.  A training
  * loop of launches therefore moves its arrays over PCIe once each way, and
  * the byte counters in sf__gpu_stats (printed with SFLOW_GPU_STATS=1) let
- * the tests check exactly that.
+ * the tests check exactly that.  A launch over arrays waits for its kernel
+ * and reads its failure record; a launch of a kernel that takes tensors
+ * does not wait (a custom op inside a training step), and its record is
+ * checked at the next point that waits anyway ("deferred kernel checks").
  *
  * Devices: the process uses device SFLOW_DEVICE (default 0), except for
  * the members of a group whose actor asks @gpus(g): member r runs on

@@ -53,7 +53,9 @@ typedef struct {
   uint64_t compiles, cache_hits;     /* kernels compiled by NVRTC / loaded from the cache */
   double compile_ms, load_ms;        /* time in NVRTC / reading the cache and loading */
   uint64_t gpu_matmuls, cpu_matmuls;
-  uint64_t d2h_syncs;                /* device->host reads of tensors (runtime/nn/device.c) */
+  /* device->host reads of tensors (runtime/nn/device.c), and of deferred
+   * kernel failure records that wait on their own (gpu.c) */
+  uint64_t d2h_syncs;
 } sf__gpu_stats_t;
 extern sf__gpu_stats_t sf__gpu_stats;
 /* Counters are bumped from several threads (group members launch at once). */
