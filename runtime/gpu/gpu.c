@@ -243,8 +243,7 @@ bool sf__gpu_ready(const sf_loc *loc) {
   }
   if (sf__options.require_gpu)
     sf_runtime_error(loc, "no GPU (%s), and --require-gpu was given", D.why);
-  static int told;
-  if (!__atomic_exchange_n(&told, 1, __ATOMIC_SEQ_CST) && !sf__options.quiet) {
+  if (!sf__options.quiet && sf__no_gpu_notice_first()) {
     char line[400];
     int k = snprintf(line, sizeof line, "sflow: no GPU (%s); kernels run on the CPU\n", D.why);
     (void)sf__out_write(2, line, (size_t)k < sizeof line ? (size_t)k : sizeof line - 1);
