@@ -546,13 +546,22 @@ static _Thread_local int32_t kused[MAX_DEVICES];
 
 static void kcheck(int32_t from, bool waited, const sf_loc *loc);
 
+/* A free record on this thread's device, checking the launches so far
+ * when all KSLOTS are taken (a long run of launches: one wait per KSLOTS).
+ * sf_launch calls it before it holds the launch's tensors, so that a
+ * failure raised here leaks nothing. */
+static void kslot_room(const sf_loc *loc) {
+  int32_t d = here();
+  if (kused[d] == KSLOTS)
+    kcheck(call_mark, false, loc);
+  if (kused[d] == KSLOTS)
+    kcheck(0, false, loc); /* the rest are an outer call's */
+}
+
 /* The record of a deferred launch on this thread's device. */
 static CUdeviceptr kslot_take(const sf_kernel_desc *k, const sf_loc *loc) {
   int32_t d = here();
-  if (kused[d] == KSLOTS)
-    kcheck(call_mark, false, loc); /* a long run of launches: one wait per KSLOTS */
-  if (kused[d] == KSLOTS)
-    kcheck(0, true, loc);
+  kslot_room(loc);
   if (!kslots[d]) {
     CU(D.alloc(&kslots[d], KSLOTS * sizeof(KErr)), "cuMemAlloc", loc);
     CU(D.memset8(kslots[d], 0, KSLOTS * sizeof(KErr)), "cuMemsetD8", loc);
@@ -667,13 +676,15 @@ static void launch_gpu(const sf_kernel_desc *k, int64_t n, void *args, bool defe
                        const sf_loc *loc) {
   int block;
   CUfunction fn = sf__gpu_function(k->cuda, k->entry, &block, loc);
+  /* The record first: taking it may check earlier launches (and raise)
+   * before anything below is allocated. */
+  CUdeviceptr err = deferred ? kslot_take(k, loc) : 0;
   const sf_type *at = k->args;
   int np = at ? at->nfields : 0;
   /* Two slots per parameter (an array's pointer and length), plus n, err. */
   void **params = sf__alloc_n((size_t)np * 2 + 2, sizeof *params);
   uint64_t *ptrs = sf__alloc_n((size_t)np + 1, sizeof *ptrs);
   int64_t *lens = sf__alloc_n((size_t)np + 1, sizeof *lens);
-  CUdeviceptr err = 0;
   if (!deferred) {
     err = kerr_buf(loc);
     CU(D.memset8(err, 0, sizeof(KErr)), "cuMemsetD8", loc);
@@ -698,9 +709,6 @@ static void launch_gpu(const sf_kernel_desc *k, int64_t n, void *args, bool defe
       params[q++] = slot;
     }
   }
-  /* The record last: the uploads above may wait (and check) first. */
-  if (deferred)
-    err = kslot_take(k, loc);
   int64_t grid = (n + block - 1) / block;
   if (grid > 0x7fffffff)
     sf_runtime_error(loc, "launch of %" PRId64 " threads is too large for one grid", n);
@@ -782,6 +790,8 @@ void sf_launch(const sf_kernel_desc *k, int64_t n, void *args, const sf_loc *loc
     sf_runtime_error(loc, "launch of kernel '%s' with a negative thread count %" PRId64, k->name, n);
   bool tens = takes_tensors(k);
   bool gpu = tens ? sf__ktensors.on_gpu(loc) : sf__gpu_ready(loc);
+  if (gpu && tens)
+    kslot_room(loc);
   void *blk = tens ? sf__ktensors.begin(k, args, gpu, loc) : args;
   if (gpu) {
     launch_gpu(k, n, blk, tens, loc);
