@@ -10,9 +10,10 @@
  * Key design choice: the GPU version keeps the CPU version's semantics.
  * Every array index is bounds-checked, integer division checks for zero
  * and float-to-integer casts check their range, exactly where the CPU twin
- * (codegen.c) does.  A failing check records the first error (kind,
- * source line and column, the two numbers of the message) in a record the
- * runtime reads after the launch, and ends the thread with PTX `exit`, so
+ * (codegen.c) does.  A failing check records its error (kind, source line
+ * and column, the two numbers of the message) in a record the runtime reads
+ * after the launch, the lowest failing thread's when several fail (as the
+ * CPU version reports the first), and ends the thread with PTX `exit`, so
  * the runtime reports the same "file:line:col: runtime error" as the CPU
  * path.  Signature: (n, err, params...), where an array parameter `x`
  * becomes a pointer `x` and its length `x_len`, and so does a tensor
@@ -32,15 +33,23 @@
 static const char prelude[] =
     "#ifndef SFLOW_KERNEL_PRELUDE\n"
     "#define SFLOW_KERNEL_PRELUDE\n"
-    "/* The first failed check of a launch; read by the runtime afterwards. */\n"
-    "struct sf_kerr { int code, line, col, pad; long long a, b; double x; };\n"
+    "/* The failed check of the lowest failing thread of a launch, so that the\n"
+    " * report does not depend on the order threads run in; read by the runtime\n"
+    " * afterwards.  ntid is the complement of that thread's index (0: none). */\n"
+    "struct sf_kerr { int code, line, col, lock; long long a, b; double x; unsigned long long ntid; };\n"
     "enum { SF_KERR_INDEX = 1, SF_KERR_DIV = 2, SF_KERR_CAST_I32 = 3, SF_KERR_CAST_I64 = 4 };\n"
+    "/* Only a thread that lowers the minimum writes, under the lock, and only\n"
+    " * while it still is the minimum: the lowest failing thread's record stays. */\n"
     "__device__ static void sf_fail(sf_kerr *e, int code, int line, int col, long long a,\n"
     "                               long long b, double x) {\n"
-    "  if (atomicCAS(&e->code, 0, -1) == 0) {\n"
-    "    e->line = line; e->col = col; e->a = a; e->b = b; e->x = x;\n"
+    "  unsigned long long t = ~((unsigned long long)blockIdx.x * blockDim.x + threadIdx.x);\n"
+    "  if (atomicMax(&e->ntid, t) < t) {\n"
+    "    while (atomicCAS(&e->lock, 0, 1) != 0) {}\n"
+    "    if (*(volatile unsigned long long *)&e->ntid == t) {\n"
+    "      e->line = line; e->col = col; e->a = a; e->b = b; e->x = x; e->code = code;\n"
+    "    }\n"
     "    __threadfence();\n"
-    "    atomicExch(&e->code, code);\n"
+    "    atomicExch(&e->lock, 0);\n"
     "  }\n"
     "  asm volatile(\"exit;\");\n"
     "}\n"

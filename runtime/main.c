@@ -115,6 +115,7 @@ int main(int argc, char **argv) {
   sf__journal_begin(prog, args);
   atexit(at_exit);
   prog->main_fn(args);
+  sf__gpu_kcheck_exit(); /* main's own kernel launches that nothing waited for */
   sf__journal_end(true);
   sf__cluster_stop();
   sf__flags_release(prog, args);

@@ -17,7 +17,10 @@
  * stale, because the host may now change the array in place.  A training
  * loop of launches therefore moves its arrays over PCIe once each way, and
  * the byte counters in sf__gpu_stats (printed with SFLOW_GPU_STATS=1) let
- * the tests check exactly that.
+ * the tests check exactly that.  A launch over arrays waits for its kernel
+ * and reads its failure record; a launch of a kernel that takes tensors
+ * does not wait (a custom op inside a training step), and its record is
+ * checked at the next point that waits anyway ("deferred kernel checks").
  *
  * Devices: the process uses device SFLOW_DEVICE (default 0), except for
  * the members of a group whose actor asks @gpus(g): member r runs on
@@ -28,6 +31,7 @@
  * through the host.
  */
 #include <dlfcn.h>
+#include <setjmp.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -239,8 +243,7 @@ bool sf__gpu_ready(const sf_loc *loc) {
   }
   if (sf__options.require_gpu)
     sf_runtime_error(loc, "no GPU (%s), and --require-gpu was given", D.why);
-  static int told;
-  if (!__atomic_exchange_n(&told, 1, __ATOMIC_SEQ_CST) && !sf__options.quiet) {
+  if (!sf__options.quiet && sf__no_gpu_notice_first()) {
     char line[400];
     int k = snprintf(line, sizeof line, "sflow: no GPU (%s); kernels run on the CPU\n", D.why);
     (void)sf__out_write(2, line, (size_t)k < sizeof line ? (size_t)k : sizeof line - 1);
@@ -344,17 +347,21 @@ static void to_host(sf_array *a) {
 
 void sf_gpu_settle(void) {
   if (!npending)
-    return;
+    return; /* nothing to copy: no wait, so the deferred checks wait too */
   /* Take the list first: releasing an array may free it. */
   sf_array **list = pending;
   size_t n = npending;
   pending = NULL;
   npending = cap_pending = 0;
-  for (size_t i = 0; i < n; i++)
+  bool waited = false;
+  for (size_t i = 0; i < n; i++) {
+    waited |= list[i]->where == SF__WHERE_DEVICE;
     to_host(list[i]);
+  }
   for (size_t i = 0; i < n; i++)
     sf_release(list[i]);
   free(list);
+  sf__gpu_kcheck(waited, NULL); /* a copy back waited for the device */
 }
 
 /* sf_array_host (array.c) when a's only current copy is on the device. */
@@ -364,6 +371,9 @@ static void array_to_host(sf_array *a) {
 }
 
 void sf__gpu_install(void) {
+  sf__call_begin_hook = sf__gpu_call_begin;
+  sf__call_end_hook = sf__gpu_call_end;
+  sf__call_fail_hook = sf__gpu_call_abandon;
   sf__array_dev_free = sf__gpu_array_free;
   sf__array_to_host = array_to_host;
   sf__coll_transports[SF__COLL_NCCL] = &sf__coll_nccl;
@@ -465,9 +475,10 @@ void sf__gpu_launch(void *f, int block, int64_t n, void **params, const sf_loc *
 
 /* Mirrors sf_kerr in cudagen.c's prelude. */
 typedef struct {
-  int32_t code, line, col, pad;
+  int32_t code, line, col, lock;
   int64_t a, b;
   double x;
+  uint64_t ntid; /* ~ the failing thread's index; 0: no failure */
 } KErr;
 
 static CUdeviceptr kerr_buf(const sf_loc *loc) {
@@ -477,29 +488,207 @@ static CUdeviceptr kerr_buf(const sf_loc *loc) {
   return p[here()];
 }
 
-_Noreturn static void kernel_error(const sf_kernel_desc *k, const KErr *e) {
-  sf_loc at = {k->file, e->line, e->col};
+/* The failure as the CPU version reports it, at the kernel's line; a
+ * kernel that takes tensors also names itself and its launch (ktail). */
+static void kerr_message(const sf_kernel_desc *k, const KErr *e, char *buf, size_t n) {
   char num[SF__FLOAT_BUF];
   switch (e->code) {
-  case 1: sf_index_fail(e->a, e->b, &at);
-  case 2: sf_div_zero(&at);
+  case 1: snprintf(buf, n, "index %" PRId64 " out of bounds for length %" PRId64, e->a, e->b); break;
+  case 2: snprintf(buf, n, "integer division by zero"); break;
   default:
     sf__fmt_f64_repr(e->x, num);
-    sf_runtime_error(&at, "cannot convert %s to %s", num, e->code == 3 ? "i32" : "i64");
+    snprintf(buf, n, "cannot convert %s to %s", num, e->code == 3 ? "i32" : "i64");
   }
+  (void)k;
 }
 
-static void launch_gpu(const sf_kernel_desc *k, int64_t n, void *args, const sf_loc *loc) {
+static int ktail(const sf_kernel_desc *k, const sf_loc *launch, char *buf, size_t n) {
+  return snprintf(buf, n, " (kernel '%s', launched at %s:%d:%d)", k->name,
+                  launch && launch->file ? launch->file : "?", launch ? (int)launch->line : 0,
+                  launch ? (int)launch->col : 0);
+}
+
+_Noreturn static void kernel_error(const sf_kernel_desc *k, const KErr *e, const sf_loc *launch) {
+  sf_loc at = {k->file, e->line, e->col};
+  char msg[256], tail[256] = "";
+  kerr_message(k, e, msg, sizeof msg);
+  if (launch)
+    ktail(k, launch, tail, sizeof tail);
+  sf_runtime_error(&at, "%s%s", msg, tail);
+}
+
+/* ------------------------------------------- deferred kernel checks
+ *
+ * A kernel that takes tensors runs in a training step, where the host
+ * must not wait for the device (docs/nn.md "Streams").  Its launch goes on
+ * stream 0 and returns; its failure record stays on the device, one slot
+ * per launch in a buffer of this thread, and the launch (kernel, source
+ * place, slot) goes on this thread's list.  The list is checked at the
+ * next point that waits anyway: a tensor read back (sf__t_data), a settle
+ * that copies arrays back, an arrays-only launch (it waits for its own
+ * record), the end of the task call or actor method, the end of main.
+ * One read of the used slots then raises the first failed launch's error,
+ * at the kernel's line, naming the kernel and the launch.  A call checks
+ * only its own launches (call_mark): a task run inline by an await on
+ * this thread does not report the failure of the call that awaits. */
+#define KSLOTS 256
+
+typedef struct {
+  const sf_kernel_desc *k;
+  const sf_loc *loc;
+  int32_t dev, slot;
+} KPending;
+
+static _Thread_local KPending *kp;
+static _Thread_local int32_t nkp, cap_kp, call_mark;
+static _Thread_local CUdeviceptr kslots[MAX_DEVICES];
+static _Thread_local int32_t kused[MAX_DEVICES];
+
+static void kcheck(int32_t from, bool waited, const sf_loc *loc);
+
+/* A free record on this thread's device, checking the launches so far
+ * when all KSLOTS are taken (a long run of launches: one wait per KSLOTS).
+ * sf_launch calls it before it holds the launch's tensors, so that a
+ * failure raised here leaks nothing. */
+static void kslot_room(const sf_loc *loc) {
+  int32_t d = here();
+  if (kused[d] == KSLOTS)
+    kcheck(call_mark, false, loc);
+  if (kused[d] == KSLOTS)
+    kcheck(0, false, loc); /* the rest are an outer call's */
+}
+
+/* The record of a deferred launch on this thread's device. */
+static CUdeviceptr kslot_take(const sf_kernel_desc *k, const sf_loc *loc) {
+  int32_t d = here();
+  kslot_room(loc);
+  if (!kslots[d]) {
+    CU(D.alloc(&kslots[d], KSLOTS * sizeof(KErr)), "cuMemAlloc", loc);
+    CU(D.memset8(kslots[d], 0, KSLOTS * sizeof(KErr)), "cuMemsetD8", loc);
+  }
+  if (nkp == cap_kp) {
+    cap_kp = cap_kp ? cap_kp * 2 : 32;
+    KPending *p = realloc(kp, (size_t)cap_kp * sizeof *p);
+    if (!p)
+      sf_runtime_error(loc, "out of memory");
+    kp = p;
+  }
+  int32_t slot = kused[d]++;
+  kp[nkp++] = (KPending){k, loc, d, slot};
+  return kslots[d] + (CUdeviceptr)slot * sizeof(KErr);
+}
+
+/* Checks the launches [from, nkp) of this thread; waited: the device is
+ * known idle (a read just waited), so this read is not counted as a sync. */
+static void kcheck(int32_t from, bool waited, const sf_loc *loc) {
+  if (nkp <= from)
+    return;
+  static _Thread_local KErr recs[KSLOTS];
+  int32_t bad = -1;
+  KErr e = {0};
+  bool counted = waited;
+  for (int32_t d = 0; d < MAX_DEVICES; d++) {
+    int32_t lo = KSLOTS, hi = 0, keep = 0; /* slots of the checked launches; kept below */
+    for (int32_t i = 0; i < nkp; i++)
+      if (kp[i].dev == d) {
+        if (i >= from) {
+          lo = kp[i].slot < lo ? kp[i].slot : lo;
+          hi = kp[i].slot + 1 > hi ? kp[i].slot + 1 : hi;
+        } else {
+          keep = kp[i].slot + 1 > keep ? kp[i].slot + 1 : keep;
+        }
+      }
+    if (lo >= hi)
+      continue;
+    if (d != here())
+      set_device(d);
+    CUresult rc = D.dtoh(&recs[lo], kslots[d] + (CUdeviceptr)lo * sizeof(KErr),
+                         (size_t)(hi - lo) * sizeof(KErr));
+    if (rc == 0)
+      rc = D.memset8(kslots[d] + (CUdeviceptr)lo * sizeof(KErr), 0,
+                     (size_t)(hi - lo) * sizeof(KErr));
+    if (d != here())
+      set_device(here());
+    if (rc != 0)
+      sf__cuda_fail("reading kernels' failure records", rc, loc);
+    if (!counted) {
+      SF__GPU_STAT_ADD(d2h_syncs, 1);
+      counted = true;
+    }
+    for (int32_t i = from; i < nkp; i++)
+      if (kp[i].dev == d && recs[kp[i].slot].code > 0 && (bad < 0 || i < bad)) {
+        bad = i;
+        e = recs[kp[i].slot];
+      }
+    kused[d] = keep;
+  }
+  KPending p = bad >= 0 ? kp[bad] : (KPending){0};
+  nkp = from;
+  if (bad >= 0)
+    kernel_error(p.k, &e, p.loc);
+}
+
+int32_t sf__gpu_call_begin(void) {
+  int32_t was = call_mark;
+  call_mark = nkp;
+  return was;
+}
+
+/* The mark is put back only after the check passed: a failure goes on to
+ * sf__gpu_call_abandon, which still needs it. */
+void sf__gpu_call_end(int32_t was) {
+  kcheck(call_mark, false, NULL);
+  call_mark = was;
+}
+
+/* A call that failed: its launches are forgotten, their slots cleared. */
+void sf__gpu_call_abandon(int32_t was) {
+  int32_t mark = call_mark;
+  call_mark = was;
+  if (nkp <= mark)
+    return;
+  for (int32_t d = 0; d < MAX_DEVICES; d++) {
+    int32_t lo = KSLOTS, keep = 0;
+    for (int32_t i = 0; i < nkp; i++)
+      if (kp[i].dev == d) {
+        if (i >= mark)
+          lo = kp[i].slot < lo ? kp[i].slot : lo;
+        else
+          keep = kp[i].slot + 1 > keep ? kp[i].slot + 1 : keep;
+      }
+    if (lo >= kused[d])
+      continue;
+    if (d != here())
+      set_device(d);
+    D.memset8(kslots[d] + (CUdeviceptr)lo * sizeof(KErr), 0,
+              (size_t)(kused[d] - lo) * sizeof(KErr));
+    if (d != here())
+      set_device(here());
+    kused[d] = keep;
+  }
+  nkp = mark;
+}
+
+void sf__gpu_kcheck(bool waited, const sf_loc *loc) { kcheck(call_mark, waited, loc); }
+void sf__gpu_kcheck_exit(void) { kcheck(0, false, NULL); }
+
+static void launch_gpu(const sf_kernel_desc *k, int64_t n, void *args, bool deferred,
+                       const sf_loc *loc) {
   int block;
   CUfunction fn = sf__gpu_function(k->cuda, k->entry, &block, loc);
+  /* The record first: taking it may check earlier launches (and raise)
+   * before anything below is allocated. */
+  CUdeviceptr err = deferred ? kslot_take(k, loc) : 0;
   const sf_type *at = k->args;
   int np = at ? at->nfields : 0;
   /* Two slots per parameter (an array's pointer and length), plus n, err. */
   void **params = sf__alloc_n((size_t)np * 2 + 2, sizeof *params);
   uint64_t *ptrs = sf__alloc_n((size_t)np + 1, sizeof *ptrs);
   int64_t *lens = sf__alloc_n((size_t)np + 1, sizeof *lens);
-  CUdeviceptr err = kerr_buf(loc);
-  CU(D.memset8(err, 0, sizeof(KErr)), "cuMemsetD8", loc);
+  if (!deferred) {
+    err = kerr_buf(loc);
+    CU(D.memset8(err, 0, sizeof(KErr)), "cuMemsetD8", loc);
+  }
   int q = 0;
   params[q++] = &n;
   params[q++] = &err;
@@ -520,7 +709,12 @@ static void launch_gpu(const sf_kernel_desc *k, int64_t n, void *args, const sf_
       params[q++] = slot;
     }
   }
-  sf__gpu_launch(fn, block, n, params, loc);
+  int64_t grid = (n + block - 1) / block;
+  if (grid > 0x7fffffff)
+    sf_runtime_error(loc, "launch of %" PRId64 " threads is too large for one grid", n);
+  if (n > 0)
+    CU(D.launch(fn, (unsigned)grid, 1, 1, (unsigned)block, 1, 1, 0, NULL, params, NULL),
+       "cuLaunchKernel", loc);
   for (int i = 0; i < np; i++)
     if (at->fields[i].type->kind == SF_ARRAY) {
       sf_array *a = *(sf_array **)((char *)args + at->fields[i].offset);
@@ -532,11 +726,17 @@ static void launch_gpu(const sf_kernel_desc *k, int64_t n, void *args, const sf_
   sf_free(params);
   sf_free(ptrs);
   sf_free(lens);
-  KErr e;
-  CU(D.dtoh(&e, err, sizeof e), "cuMemcpyDtoH", loc);
   SF__GPU_STAT_ADD(gpu_launches, 1);
+  if (deferred)
+    return;
+  /* An arrays-only launch waits for its record (its semantics since
+   * before tensors); the deferred launches before it are then done too. */
+  KErr e;
+  sf__gpu_sync(loc);
+  CU(D.dtoh(&e, err, sizeof e), "cuMemcpyDtoH", loc);
+  kcheck(call_mark, true, loc);
   if (e.code > 0)
-    kernel_error(k, &e);
+    kernel_error(k, &e, NULL);
 }
 
 #define CPU_GRAIN 16384 /* thread ids per chunk, at least */
@@ -560,21 +760,53 @@ static bool takes_tensors(const sf_kernel_desc *k) {
   return false;
 }
 
+/* The CPU version of a kernel that takes tensors, its error caught so
+ * that the message names the kernel and the launch as the GPU's does, and
+ * the launch's tensors are released first. */
+static __attribute__((noinline)) bool cpu_run_caught(const sf_kernel_desc *k, int64_t n,
+                                                      void *blk) {
+  jmp_buf jb, *saved = sf__error_jmp;
+  sf__error_jmp = &jb;
+  if (setjmp(jb) != 0) {
+    sf__error_jmp = saved;
+    return false;
+  }
+  if (n >= CPU_GRAIN * 2) {
+    cpu_launch c = {k, blk};
+    sf__parallel_for(n, CPU_GRAIN, cpu_range, &c);
+  } else {
+    k->cpu(0, n, blk);
+  }
+  sf__error_jmp = saved;
+  return true;
+}
+
 /* A kernel that takes tensors runs where tensor ops run (on the GPU only
- * when the running call holds one, docs/nn.md "GPU"); others wherever a
- * GPU is ready, as before tensors. */
+ * when the running call holds one, docs/nn.md "GPU"), and on the GPU
+ * without waiting (the deferred checks above); others wherever a GPU is
+ * ready, as before tensors, and wait for their record. */
 void sf_launch(const sf_kernel_desc *k, int64_t n, void *args, const sf_loc *loc) {
   if (n < 0)
     sf_runtime_error(loc, "launch of kernel '%s' with a negative thread count %" PRId64, k->name, n);
   bool tens = takes_tensors(k);
   bool gpu = tens ? sf__ktensors.on_gpu(loc) : sf__gpu_ready(loc);
+  if (gpu && tens)
+    kslot_room(loc);
   void *blk = tens ? sf__ktensors.begin(k, args, gpu, loc) : args;
   if (gpu) {
-    launch_gpu(k, n, blk, loc);
+    launch_gpu(k, n, blk, tens, loc);
   } else {
     SF__GPU_STAT_ADD(cpu_launches, 1);
-    /* On the CPU threads: large launches are split over the pool. */
-    if (n >= CPU_GRAIN * 2) {
+    if (tens) {
+      if (!cpu_run_caught(k, n, blk)) {
+        char msg[SF__ERROR_MAX];
+        snprintf(msg, sizeof msg, "%s", sf__error_message);
+        size_t len = strlen(msg);
+        ktail(k, loc, msg + len, sizeof msg - len);
+        sf__ktensors.end(k, blk, gpu);
+        sf__raise_message(msg);
+      }
+    } else if (n >= CPU_GRAIN * 2) { /* on the CPU threads: large launches split over the pool */
       cpu_launch c = {k, blk};
       sf__parallel_for(n, CPU_GRAIN, cpu_range, &c);
     } else {

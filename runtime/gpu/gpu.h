@@ -53,7 +53,9 @@ typedef struct {
   uint64_t compiles, cache_hits;     /* kernels compiled by NVRTC / loaded from the cache */
   double compile_ms, load_ms;        /* time in NVRTC / reading the cache and loading */
   uint64_t gpu_matmuls, cpu_matmuls;
-  uint64_t d2h_syncs;                /* device->host reads of tensors (runtime/nn/device.c) */
+  /* device->host reads of tensors (runtime/nn/device.c), and of deferred
+   * kernel failure records that wait on their own (gpu.c) */
+  uint64_t d2h_syncs;
 } sf__gpu_stats_t;
 extern sf__gpu_stats_t sf__gpu_stats;
 /* Counters are bumped from several threads (group members launch at once). */
@@ -113,6 +115,17 @@ void sf__gpu_launch(void *f, int block, int64_t n, void **params, const sf_loc *
  * holds an f32[] header over the tensor's contiguous host values, on the
  * GPU a contiguous tensor whose device address `dptr` gives; `end` marks
  * what the kernel wrote and frees the block. */
+/* Kernels that take tensors launch on the GPU without waiting; their
+ * failure records are checked later (gpu.c, "deferred kernel checks"):
+ * sf__gpu_kcheck at a point that waits anyway (waited: the device is known
+ * idle, the read is not counted in d2h_syncs), call_begin/end around each
+ * task call and actor method (sf__guarded), call_abandon when the call
+ * failed, kcheck_exit at the end of main. */
+void sf__gpu_kcheck(bool waited, const sf_loc *loc);
+int32_t sf__gpu_call_begin(void);
+void sf__gpu_call_end(int32_t was);
+void sf__gpu_call_abandon(int32_t was);
+void sf__gpu_kcheck_exit(void);
 typedef struct sf__kernel_tensors {
   bool (*on_gpu)(const sf_loc *loc);
   void *(*begin)(const sf_kernel_desc *k, void *args, bool gpu, const sf_loc *loc);

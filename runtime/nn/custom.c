@@ -9,7 +9,10 @@
  * block is replaced by an f32[] header over the tensor's host values (no
  * copy), on the GPU the launch passes the device address of its first
  * element and its numel, exactly the (pointer, length) pair an f32[]
- * parameter gets, so cudagen.c's CUDA C is the same for both.
+ * parameter gets, so cudagen.c's CUDA C is the same for both.  On the
+ * GPU the launch does not wait: the tensors held for it are released at
+ * once (stream order keeps their blocks until the kernel ran, alloc.c),
+ * and a failed check is raised later (gpu.c, "deferred kernel checks").
  *
  * Key design choice: a kernel reads any tensor but writes only contiguous
  * ones.  A strided view that the kernel only reads is made contiguous for

@@ -136,13 +136,18 @@ static void copy_back(sf__storage *s, const sf_loc *loc) {
 float *sf__t_host_sync(const sf_tensor *t, bool write) {
   sf__storage *s = t->st;
   pthread_mutex_lock(&sync_mu);
-  if (s->where == SF__WHERE_DEVICE) {
+  bool read = s->where == SF__WHERE_DEVICE;
+  if (read) {
     copy_back(s, NULL);
     s->where = SF__WHERE_BOTH;
   }
   if (write)
     s->where = SF__WHERE_HOST;
   pthread_mutex_unlock(&sync_mu);
+  /* The read waited for the device: the kernels this thread launched
+   * without waiting are checked now, at no extra wait (gpu.c). */
+  if (read)
+    sf__gpu_kcheck(true, NULL);
   return s->data + t->offset;
 }
 

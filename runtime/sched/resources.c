@@ -34,6 +34,14 @@ _Thread_local int32_t sf__current_gpu = -1;
 
 __attribute__((weak)) int32_t sf__gpu_devices(void) { return 0; }
 
+/* A run without a GPU says so in one line: this layer's notice (a call
+ * asks for @gpus) or the GPU layer's (a launch, a matmul or a tensor op),
+ * whichever comes first; both say that the work runs on the CPU. */
+bool sf__no_gpu_notice_first(void) {
+  static int told;
+  return !__atomic_exchange_n(&told, 1, __ATOMIC_SEQ_CST);
+}
+
 static void resources_init(void) {
   if (R.ready)
     return;
@@ -57,7 +65,7 @@ sf__demand sf__demand_ask(double cpus, double gpus, const char *name, const sf_l
       if (sf__options.require_gpu)
         sf_runtime_error(loc, "%s asks for @gpus(%g) but this machine has no GPU "
                          "(--require-gpu is set)", name, gpus);
-      if (notice && !sf__options.quiet)
+      if (notice && !sf__options.quiet && sf__no_gpu_notice_first())
         sf__notice("no GPU found: work that asks for @gpus runs on the CPU");
     } else {
       d.gpu = (int32_t)(gpus * SHARE_UNIT + 0.5);

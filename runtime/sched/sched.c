@@ -689,7 +689,8 @@ _Thread_local int sf__inline_depth;
  * so a job that starts late finds nothing left and returns; the shared
  * record is reference counted because such a job may start after the
  * caller has returned.  A runtime error in a chunk is caught there and
- * raised again on the caller, where it belongs (a task, or main). */
+ * raised again on the caller, where it belongs (a task, or main): the
+ * lowest failing chunk's. */
 typedef struct pfor {
   _Atomic int64_t refs, next, done;
   int64_t n, chunk, nchunks;
@@ -697,13 +698,17 @@ typedef struct pfor {
   void *ctx;
   _Atomic uint32_t finished; /* futex word: 1 when all chunks are done */
   _Atomic bool failed;
+  pthread_mutex_t fail_mu;   /* error and fail_chunk */
+  int64_t fail_chunk;        /* the lowest chunk that failed */
   char error[SF__ERROR_MAX];
   sf__job jobs[];
 } pfor;
 
 static void pfor_release(pfor *p) {
-  if (atomic_fetch_sub(&p->refs, 1) == 1)
+  if (atomic_fetch_sub(&p->refs, 1) == 1) {
+    pthread_mutex_destroy(&p->fail_mu);
     sf_free(p);
+  }
 }
 
 static __attribute__((noinline)) void pfor_chunk(pfor *p, int64_t c) {
@@ -712,8 +717,17 @@ static __attribute__((noinline)) void pfor_chunk(pfor *p, int64_t c) {
   if (setjmp(jb) == 0) {
     int64_t lo = c * p->chunk, hi = lo + p->chunk < p->n ? lo + p->chunk : p->n;
     p->fn(p->ctx, lo, hi);
-  } else if (!atomic_exchange(&p->failed, true)) {
-    memcpy(p->error, sf__error_message, sizeof p->error);
+  } else {
+    /* The lowest failing chunk's error is the one raised, so a kernel
+     * failing in several threads reports its lowest failing thread (each
+     * chunk runs its threads in order), whatever the chunks' timing. */
+    pthread_mutex_lock(&p->fail_mu);
+    if (!atomic_load(&p->failed) || c < p->fail_chunk) {
+      p->fail_chunk = c;
+      memcpy(p->error, sf__error_message, sizeof p->error);
+      atomic_store(&p->failed, true);
+    }
+    pthread_mutex_unlock(&p->fail_mu);
   }
   sf__error_jmp = saved;
 }
@@ -761,6 +775,8 @@ void sf__parallel_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t lo
   atomic_init(&p->done, 0);
   atomic_init(&p->finished, 0);
   atomic_init(&p->failed, false);
+  pthread_mutex_init(&p->fail_mu, NULL);
+  p->fail_chunk = INT64_MAX;
   p->n = n;
   p->nchunks = nchunks;
   p->chunk = (n + nchunks - 1) / nchunks;

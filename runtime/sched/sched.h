@@ -99,6 +99,15 @@ sf_future *sf__future_failed(const sf_type *t, const char *message);
 
 extern _Thread_local int32_t sf__current_gpu; /* device of the running call, -1 */
 int32_t sf__gpu_devices(void);                 /* weak: 0 unless the GPU layer says */
+bool sf__no_gpu_notice_first(void);            /* true once: who tells "no GPU" */
+
+/* Hooks around each task call and actor method (sf__guarded, task.c),
+ * set by the GPU layer: begin's result goes to end (after a call that
+ * returned; it may raise the call's error) or to fail (after one that
+ * raised).  NULL: nothing to do. */
+extern int32_t (*sf__call_begin_hook)(void);
+extern void (*sf__call_end_hook)(int32_t mark);
+extern void (*sf__call_fail_hook)(int32_t mark);
 
 /* ----------------------------------------------------------- task.c */
 

@@ -56,15 +56,22 @@ static bool place_task(const sf_task_desc *d, void *args, sf_future *f, int64_t 
 _Thread_local int sf__task_depth;
 
 /* Kept out of line so that no caller variable lives across the setjmp. */
+int32_t (*sf__call_begin_hook)(void);
+void (*sf__call_end_hook)(int32_t mark);
+void (*sf__call_fail_hook)(int32_t mark);
+
 __attribute__((noinline)) bool sf__guarded(void (*task)(void *, void *),
                                            void (*method)(void *, void *, void *),
                                            void *state, void *args, void *res) {
   jmp_buf jb, *saved = sf__error_jmp;
   int depth = sf__task_depth;
+  int32_t mark = sf__call_begin_hook ? sf__call_begin_hook() : 0;
   sf__error_jmp = &jb;
   if (setjmp(jb) != 0) {
     sf__error_jmp = saved;
     sf__task_depth = depth;
+    if (sf__call_fail_hook)
+      sf__call_fail_hook(mark);
     return false;
   }
   sf__task_depth++;
@@ -72,6 +79,10 @@ __attribute__((noinline)) bool sf__guarded(void (*task)(void *, void *),
     method(state, args, res);
   else
     task(args, res);
+  /* The GPU's deferred kernel checks of this call (gpu.c): a failure found
+   * now is the call's own. */
+  if (sf__call_end_hook)
+    sf__call_end_hook(mark);
   sf__task_depth--;
   sf__error_jmp = saved;
   return true;

@@ -9,7 +9,7 @@ transfer counters (SFLOW_GPU_STATS=1).  Exits 77 without a GPU.
 libsflow_emu.so, tests/gpu/emu; ctest's gpu_emu/programs): the same
 checks, on any machine, and a missing GPU is then a failure, not a skip.
 
-Usage: programs.py --sflowc PATH [--emu LIB] [--only TEXT]
+Usage: programs.py --sflowc PATH [--emu LIB] [--only TEXT ...]
 """
 import argparse, glob, os, re, subprocess, sys, tempfile
 
@@ -44,14 +44,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sflowc", required=True)
     ap.add_argument("--emu", help="the host emulator's library: run the GPU side under it")
-    ap.add_argument("--only", help="only the programs whose path contains this text")
+    ap.add_argument("--only", action="append",
+                    help="only the programs whose path contains this text (repeatable: any)")
     args = ap.parse_args()
     global EMU
     EMU = os.path.abspath(args.emu) if args.emu else None
     side = "emulator" if EMU else "GPU"
     progs = sorted(glob.glob(os.path.join(ROOT, "tests", "gpu", "programs", "*.sflow")) +
                    glob.glob(os.path.join(ROOT, "tests", "run", "kernels", "*.sflow")))
-    progs = [p for p in progs if not args.only or args.only in p]
+    progs = [p for p in progs if not args.only or any(o in p for o in args.only)]
     tmp = tempfile.mkdtemp(prefix="sflow-gpu-")
     failed = 0
     for i, src in enumerate(progs):

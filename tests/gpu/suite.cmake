@@ -70,6 +70,16 @@ add_test(NAME gpu_emu/collectives_2dev
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/programs.py
           --sflowc $<TARGET_FILE:sflowc> --emu $<TARGET_FILE:sflow_emu> --only device_collectives)
 set_tests_properties(gpu_emu/collectives_2dev PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV};SFLOW_EMU_DEVICES=2")
+# The programs whose kernels fail a check in several threads, with each
+# block's threads run last to first: the report names the lowest failing
+# thread still (cudagen.c's sf_fail), and a tensor kernel's failure, found
+# at the next synchronisation, is the CPU's message.
+add_test(NAME gpu_emu/programs_reverse
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/programs.py
+          --sflowc $<TARGET_FILE:sflowc> --emu $<TARGET_FILE:sflow_emu>
+          --only custom_op --only parallel_cpu_launch --only kernel_bounds --only kernel_tensor)
+set_tests_properties(gpu_emu/programs_reverse PROPERTIES ENVIRONMENT
+  "${SFLOW_EMU_ENV};SFLOW_EMU_ORDER=reverse")
 # The emulator's own checks: what docs/testing.md says it catches.
 add_executable(emu_check ${CMAKE_SOURCE_DIR}/tests/gpu/emu/emu_check.c)
 set_target_properties(emu_check PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
@@ -149,4 +159,15 @@ add_test(NAME gpu_emu/nn_collectives
           --sflowc $<TARGET_FILE:sflowc> --emu $<TARGET_FILE:sflow_emu>)
 set_tests_properties(gpu_emu/nn_collectives PROPERTIES ENVIRONMENT
   "SFLOW_KERNEL_CACHE=${CMAKE_BINARY_DIR}/tests/emu-kernel-cache")
+# examples/digits_gpu.sflow (its trainer a @gpus(1) actor) under the
+# emulator against the CPU for 4 epochs (bench/gpu/digits.py: losses within
+# 1e-4 relative, the same test accuracy, one read back per epoch), and its
+# default run on the CPU (SFLOW_NO_GPU=1) printing exactly its expected
+# lines; bench/gpu/run.sh runs the same script for 15 epochs on the GPU.
+add_test(NAME gpu_emu/digits
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/bench/gpu/digits.py
+          --sflowc $<TARGET_FILE:sflowc> --src ${CMAKE_SOURCE_DIR}/examples/digits_gpu.sflow
+          --csv ${CMAKE_SOURCE_DIR}/examples/data/digits.csv --epochs 4
+          --expect ${CMAKE_SOURCE_DIR}/examples/digits_gpu.sflow)
+set_tests_properties(gpu_emu/digits PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV}" TIMEOUT 300)
 include(${CMAKE_CURRENT_LIST_DIR}/nn_check.cmake)
