@@ -191,7 +191,7 @@ static const char *op_name(int32_t op) {
 }
 
 /* d(a op b): each input's share, summed back to its own shape. */
-static void bw_binary(sf__node *n, sf_tensor *g) {
+void sf__bw_binary(sf__node *n, sf_tensor *g) {
   sf_tensor *a = n->in[0], *b = n->in[1];
   int32_t op = (int32_t)n->i0;
   sf_tensor *ga = NULL, *gb = NULL;
@@ -249,7 +249,7 @@ sf_tensor *sf__t_binary(int32_t op, sf_tensor *a, sf_tensor *b, const sf_loc *lo
     return sf__gpu_binary(op, a, b, nd, shape, loc);
   sf_tensor *out = sf__t_empty(nd, shape, loc);
   binary_into(op, out, a, b);
-  sf__node *n = sf__record(name, out, bw_binary, a, b);
+  sf__node *n = sf__record(name, out, sf__bw_binary, a, b);
   if (n)
     n->i0 = op;
   return out;

@@ -259,48 +259,11 @@ static const char *op_name(int32_t op) {
   }
 }
 
-/* elementwise.c's bw_binary, on the device through the public ops. */
+/* elementwise.c's rule: its ops run on the device in a GPU call (and read
+ * back otherwise, after the device of g is made current). */
 static void bw_binary(sf__node *n, sf_tensor *g) {
   bw_enter(g);
-  sf_tensor *a = n->in[0], *b = n->in[1];
-  sf_tensor *ga = NULL, *gb = NULL;
-  switch ((int32_t)n->i0) {
-  case SF_TOP_ADD:
-    ga = a->req ? (sf_retain(g), g) : NULL;
-    gb = b->req ? (sf_retain(g), g) : NULL;
-    break;
-  case SF_TOP_SUB:
-    ga = a->req ? (sf_retain(g), g) : NULL;
-    gb = b->req ? scalar_raw(SF_TOP_MUL, g, -1.0f, false, NULL) : NULL;
-    break;
-  case SF_TOP_MUL:
-    ga = a->req ? sf__t_binary(SF_TOP_MUL, g, b, NULL) : NULL;
-    gb = b->req ? sf__t_binary(SF_TOP_MUL, g, a, NULL) : NULL;
-    break;
-  default: { /* a / b: g / b, and -(g / b) (a / b) */
-    sf_tensor *gdb = sf__t_binary(SF_TOP_DIV, g, b, NULL);
-    if (b->req) {
-      sf_tensor *q = sf__t_binary(SF_TOP_DIV, a, b, NULL);
-      sf_tensor *m = sf__t_binary(SF_TOP_MUL, gdb, q, NULL);
-      gb = scalar_raw(SF_TOP_MUL, m, -1.0f, false, NULL);
-      sf_release(q);
-      sf_release(m);
-    }
-    if (a->req)
-      ga = gdb;
-    else
-      sf_release(gdb);
-    break;
-  }
-  }
-  if (ga) {
-    sf__grad_add(a, sf__t_reduce_to(ga, a->ndim, a->shape));
-    sf_release(ga);
-  }
-  if (gb) {
-    sf__grad_add(b, sf__t_reduce_to(gb, b->ndim, b->shape));
-    sf_release(gb);
-  }
+  sf__bw_binary(n, g);
 }
 
 sf_tensor *sf__gpu_binary(int32_t op, sf_tensor *a, sf_tensor *b, int32_t nd,
@@ -586,25 +549,6 @@ sf_tensor *sf__gpu_reduce_to(sf_tensor *g, int32_t ndim, const int64_t *shape) {
 
 /* ------------------------------------------------------------- products */
 
-/* How a (rows, cols) matrix with strides (rs, cs) goes to cuBLAS: as it is
- * (row-major, leading dimension rs) or transposed (column-major, leading
- * dimension cs); false when neither (matmul.c's mat_layout). */
-static bool mat_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, bool *trans,
-                       int64_t *ld) {
-  int64_t r1 = rows > 1 ? rows : 1, c1 = cols > 1 ? cols : 1;
-  if ((cols == 1 || cs == 1) && (rows == 1 || rs >= c1)) {
-    *trans = false;
-    *ld = rows == 1 ? c1 : rs;
-    return true;
-  }
-  if ((rows == 1 || rs == 1) && (cols == 1 || cs >= r1)) {
-    *trans = true;
-    *ld = cols == 1 ? r1 : cs;
-    return true;
-  }
-  return false;
-}
-
 typedef struct {
   sf_tensor *t; /* owned */
   bool trans;
@@ -614,7 +558,7 @@ typedef struct {
 static operand operand_of(sf_tensor *x) {
   int32_t nd = x->ndim;
   operand o = {.t = x};
-  if (mat_layout(x->shape[nd - 2], x->shape[nd - 1], x->strides[nd - 2], x->strides[nd - 1],
+  if (sf__mat_layout(x->shape[nd - 2], x->shape[nd - 1], x->strides[nd - 2], x->strides[nd - 1],
                  &o.trans, &o.ld)) {
     sf_retain(x);
     return o;

@@ -109,8 +109,8 @@ sf_tensor *sf__t_transpose(sf_tensor *t, int64_t d0, int64_t d1, const sf_loc *l
 /* How a (rows, cols) matrix with strides (rs, cs) goes to sgemm: as it
  * is (row-major, leading dimension rs) or transposed (column-major,
  * leading dimension cs); false when it is neither and needs a copy. */
-static bool mat_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, bool *trans,
-                       int64_t *ld) {
+bool sf__mat_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, bool *trans,
+                    int64_t *ld) {
   int64_t r1 = rows > 1 ? rows : 1, c1 = cols > 1 ? cols : 1;
   if ((cols == 1 || cs == 1) && (rows == 1 || rs >= c1)) {
     *trans = false;
@@ -137,7 +137,7 @@ static operand operand_of(sf_tensor *x) {
   int32_t nd = x->ndim;
   operand o = {.t = x};
   sf_retain(x);
-  if (!mat_layout(x->shape[nd - 2], x->shape[nd - 1], x->strides[nd - 2], x->strides[nd - 1],
+  if (!sf__mat_layout(x->shape[nd - 2], x->shape[nd - 1], x->strides[nd - 2], x->strides[nd - 1],
                   &o.trans, &o.ld)) {
     sf_release(x);
     o.t = sf__t_contig(x);

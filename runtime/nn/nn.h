@@ -311,6 +311,8 @@ sf_tensor *sf__t_grad(sf_tensor *t);
 
 /* a op b with NumPy broadcasting, op SF_TOP_ADD..SF_TOP_DIV. */
 sf_tensor *sf__t_binary(int32_t op, sf_tensor *a, sf_tensor *b, const sf_loc *loc);
+/* Its backward rule (the GPU path records it too). */
+void sf__bw_binary(sf__node *n, sf_tensor *g);
 sf_tensor *sf__t_scalar(int32_t op, sf_tensor *a, float s, bool left, const sf_loc *loc);
 sf_tensor *sf__t_neg(sf_tensor *a, const sf_loc *loc);
 enum { SF__U_RELU, SF__U_GELU, SF__U_SIGMOID, SF__U_TANH, SF__U_EXP, SF__U_LOG, SF__U_GELU_TANH };
@@ -344,6 +346,13 @@ sf_tensor *sf__t_cross_entropy(sf_tensor *logits, sf_array *targets, int64_t ign
 sf_tensor *sf__t_mse(sf_tensor *a, sf_tensor *b, const sf_loc *loc);
 
 /* ----------------------------------------------------------- matmul.c */
+
+/* How a (rows, cols) matrix with strides (rs, cs) goes to a BLAS product
+ * (sgemm or cuBLAS): as it is (row-major, leading dimension rs) or
+ * transposed (column-major, leading dimension cs); false when it is
+ * neither and needs a copy. */
+bool sf__mat_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, bool *trans,
+                    int64_t *ld);
 
 /* torch.matmul: 1-D·1-D a dot product, 2-D, batched over leading
  * dimensions with broadcasting. */
