@@ -1014,6 +1014,57 @@ static void test_bmm_split(void) {
   sf_release(b);
 }
 
+/* A product big enough to split over the pool (blas.c's gemm_split: row
+ * blocks of C when m >= n, else column blocks, the library
+ * single-threaded in each) is bitwise the one unsplit call, for every
+ * transpose pair, beta 0 and 1, the encoder's shapes and odd ones, in 2
+ * and 3 blocks; the resume and fixture tests compare bits, so this is
+ * what lets --threads change without changing a value. */
+static void test_sgemm_split(void) {
+  static const int64_t shapes[][3] = {{4096, 384, 384}, {384, 384, 4096}, {384, 1536, 1024},
+                                      {1000, 333, 517}, {77, 1024, 300}, {256, 1024, 784}};
+  int64_t was = sf__blas_split_ways(1), splits = sf__blas_splits();
+  bool library = strcmp(sf__blas_name(), "reference") != 0;
+  int64_t calls = 0;
+  for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+    for (int t = 0; t < 8; t++) {
+      bool ta = t & 1, tb = t & 2;
+      float beta = t & 4 ? 1.0f : 0.0f;
+      int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+      int64_t lda = ta ? m : k, ldb = tb ? k : n;
+      float *a = malloc((size_t)(m * k) * sizeof *a), *b = malloc((size_t)(k * n) * sizeof *b);
+      float *one = malloc((size_t)(m * n) * sizeof *one), *split = malloc((size_t)(m * n) * sizeof *split);
+      for (int64_t i = 0; i < m * k; i++)
+        a[i] = frand(-1.0f, 1.0f);
+      for (int64_t i = 0; i < k * n; i++)
+        b[i] = frand(-1.0f, 1.0f);
+      for (int64_t i = 0; i < m * n; i++)
+        one[i] = split[i] = frand(-1.0f, 1.0f);
+      sf__blas_split_ways(1);
+      sf__sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, one, n);
+      sf__blas_split_ways(2 + (int64_t)(s % 2));
+      sf__sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, split, n);
+      calls++;
+      int64_t bad = -1;
+      for (int64_t i = 0; i < m * n && bad < 0; i++)
+        if (memcmp(&one[i], &split[i], sizeof *one))
+          bad = i;
+      if (bad >= 0)
+        fprintf(stderr, "\n  sgemm_split %lldx%lldx%lld ta %d tb %d beta %g: value %lld: %.9g "
+                "unsplit %.9g\n", (long long)m, (long long)n, (long long)k, ta, tb, beta,
+                (long long)bad, split[bad], one[bad]);
+      CHECK_INT(bad, -1);
+      free(a);
+      free(b);
+      free(one);
+      free(split);
+    }
+  /* The split path ran (the reference loop, without a library, is never
+   * split). */
+  CHECK_INT(sf__blas_splits() - splits, library ? calls : 0);
+  sf__blas_split_ways(was);
+}
+
 /* Clipping a parameter list big enough to split over the pool gives
  * bitwise the serial norm (each param's sum of squares in eight f64
  * lanes, then the params added in order) and the serial scaling. */
@@ -2054,6 +2105,7 @@ int main(int argc, char **argv) {
       {"adamw_split", test_adamw_split},
       {"bias_grad_split", test_bias_grad_split},
       {"bmm_split", test_bmm_split},
+      {"sgemm_split", test_sgemm_split},
       {"attention_fused", test_attention_fused},
       {"dropout_rows_split", test_dropout_rows_split},
       {"clip_split", test_clip_split},
