@@ -1734,6 +1734,41 @@ static void test_linear_fused(void) {
   release_all(in, 3);
 }
 
+/* A Linear's input gradient adds into the gradient the input already
+ * has (sgemm with beta 1, no zeroing and no add pass): x feeds two
+ * products, and its gradient is bitwise the two products into zeros
+ * added, for out up to the library's k block (as here). */
+static void test_grad_acc_product(void) {
+  enum { R = 64, IN = 48, O1 = 32, O2 = 40 };
+  sf_tensor *x = rnd(2, SHAPE(R, IN), -1, 1, true), *w1 = rnd(2, SHAPE(O1, IN), -1, 1, false);
+  sf_tensor *w2 = rnd(2, SHAPE(O2, IN), -1, 1, false), *u1 = rnd(2, SHAPE(R, O1), -1, 1, false);
+  sf_tensor *u2 = rnd(2, SHAPE(R, O2), -1, 1, false);
+  sf_tensor *y1 = sf__t_matmul_nt(x, w1, &LOC), *y2 = sf__t_matmul_nt(x, w2, &LOC);
+  sf_tensor *p1 = sf__t_binary(SF_TOP_MUL, y1, u1, &LOC), *p2 = sf__t_binary(SF_TOP_MUL, y2, u2, &LOC);
+  sf_tensor *s1 = sf__t_reduce(SF__R_SUM, p1, SF__ALL_AXES, &LOC);
+  sf_tensor *s2 = sf__t_reduce(SF__R_SUM, p2, SF__ALL_AXES, &LOC);
+  sf_tensor *l = sf__t_binary(SF_TOP_ADD, s1, s2, &LOC);
+  sf__backward(l, &LOC);
+  float *g1 = malloc(R * IN * sizeof *g1), *g2 = malloc(R * IN * sizeof *g2);
+  sf__sgemm(false, false, R, IN, O1, 1.0f, sf__t_data(u1), O1, sf__t_data(w1), IN, 0.0f, g1, IN);
+  sf__sgemm(false, false, R, IN, O2, 1.0f, sf__t_data(u2), O2, sf__t_data(w2), IN, 0.0f, g2, IN);
+  int64_t bad = -1;
+  for (int64_t i = 0; i < R * IN && bad < 0; i++) {
+    float want = g2[i] + g1[i];
+    if (memcmp(&sf__t_data(x->grad)[i], &want, sizeof want))
+      bad = i;
+  }
+  if (bad >= 0)
+    fprintf(stderr, "\n  grad_acc_product: value %lld: %.9g want %.9g\n", (long long)bad,
+            sf__t_data(x->grad)[bad], g2[bad] + g1[bad]);
+  CHECK_INT(bad, -1);
+  free(g1);
+  free(g2);
+  sf_tensor *rel[] = {x, w1, w2, u1, u2, y1, y2, p1, p2, s1, s2, l};
+  for (size_t i = 0; i < sizeof rel / sizeof *rel; i++)
+    sf_release(rel[i]);
+}
+
 /* ------------------------------------------------------ rows, stack, cat */
 
 static sf_array *tensors(int n, sf_tensor **ts) {
@@ -2122,6 +2157,7 @@ int main(int argc, char **argv) {
       {"safetensors_save_halves", test_safetensors_save_halves},
       {"dropout_rows", test_dropout_rows},
       {"linear_fused", test_linear_fused},
+      {"grad_acc_product", test_grad_acc_product},
       {NULL, NULL},
   };
   return rt_run("nn", tests, argc, argv);
