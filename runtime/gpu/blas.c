@@ -166,7 +166,8 @@ int64_t sf__blas_splits(void) { return B.splits; }
 
 /* ------------------------------------------------ products over the pool
  *
- * A product of at least GEMM_SPLIT_MNK multiply-adds is cut into B.ways
+ * A product of more than GEMM_SPLIT_MNK multiply-adds (bigger than the
+ * stacks matmul.c splits a matrix at a time) is cut into B.ways
  * blocks of C's rows (when m >= n) or columns, each block one call of the
  * single-threaded library on a thread of the pool.  Every value of C is
  * the same chain of operations over k whichever block holds it (the
@@ -221,7 +222,7 @@ static void gemm_block(void *ctx, int64_t lo, int64_t hi) {
 static void gemm_split(gemm_split_job *j) {
   int64_t ways = B.ways, all = j->m >= j->n ? j->m : j->n;
   j->cols = j->n > j->m;
-  if (ways > 1 && j->m * j->n * j->k >= GEMM_SPLIT_MNK && all >= 2 * GEMM_SPLIT_ALIGN) {
+  if (ways > 1 && j->m * j->n * j->k > GEMM_SPLIT_MNK && all >= 2 * GEMM_SPLIT_ALIGN) {
     int64_t per = (all + ways - 1) / ways;
     per = (per + GEMM_SPLIT_ALIGN - 1) / GEMM_SPLIT_ALIGN * GEMM_SPLIT_ALIGN;
     j->per = per;
