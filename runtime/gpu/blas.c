@@ -16,13 +16,14 @@
 #include <dlfcn.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gpu.h"
 
-enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111 };
+enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
 typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int, const float *,
                          int, float, float *, int);
 typedef void (*dgemm_fn)(int, int, int, int, int, int, double, const double *, int,
@@ -34,13 +35,21 @@ static struct {
   const char *name;
   void (*set_threads)(int); /* openblas_set_num_threads or MKL's; NULL for others */
   bool env_threads;         /* OPENBLAS_NUM_THREADS / MKL_NUM_THREADS set: never override */
+  _Atomic int64_t ways;     /* blocks a big product is split into over the pool (gemm_split) */
+  _Atomic int64_t splits;   /* products split so far (the unit test's witness) */
 } B;
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 
-/* Tells a loaded BLAS how many threads it may use: --threads bounds the
- * whole program, products included (an explicit OPENBLAS_NUM_THREADS or
- * MKL_NUM_THREADS still wins).  OpenBLAS and MKL otherwise start one
- * thread per core of their own. */
+/* Tells a loaded BLAS how many threads it may use: one.  --threads bounds
+ * the whole program, products included, and a big product is split over
+ * the pool by gemm_split below, the library running single-threaded in
+ * each block: one team of threads for the products and the elementwise
+ * passes between them, as torch's OpenMP, where OpenBLAS's own workers
+ * beside the pool's had main wait for its woken worker (sched_yield, 10%
+ * of an encoder step at --threads 2) and cleared C for beta 0 on one
+ * thread.  An explicit OPENBLAS_NUM_THREADS or MKL_NUM_THREADS still
+ * wins, and then the library threads itself and nothing is split.
+ * OpenBLAS and MKL otherwise start one thread per core of their own. */
 static void blas_threads(void *h) {
   void (*set)(int) = (void (*)(int))dlsym(h, "openblas_set_num_threads");
   if (set) {
@@ -50,8 +59,10 @@ static void blas_threads(void *h) {
     B.set_threads = set;
     B.env_threads = getenv("MKL_NUM_THREADS") != NULL;
   }
-  if (B.set_threads && !B.env_threads)
-    B.set_threads((int)sf__pool_size());
+  if (B.set_threads && !B.env_threads) {
+    B.set_threads(1);
+    B.ways = sf__pool_size();
+  }
 }
 
 /* OpenBLAS's worker threads, after each product, keep polling for the
@@ -140,7 +151,87 @@ void sf__blas_share(int64_t callers) {
   if (!B.set_threads || B.env_threads)
     return;
   int64_t n = sf__pool_size() / (callers > 0 ? callers : 1);
-  B.set_threads((int)(n > 0 ? n : 1));
+  B.ways = n > 0 ? n : 1;
+}
+
+int64_t sf__blas_split_ways(int64_t ways) {
+  pthread_once(&blas_once, blas_init);
+  int64_t was = B.ways;
+  if (ways > 0)
+    B.ways = ways;
+  return was;
+}
+
+int64_t sf__blas_splits(void) { return B.splits; }
+
+/* ------------------------------------------------ products over the pool
+ *
+ * A product of more than GEMM_SPLIT_MNK multiply-adds (bigger than the
+ * stacks matmul.c splits a matrix at a time) is cut into B.ways
+ * blocks of C's rows (when m >= n) or columns, each block one call of the
+ * single-threaded library on a thread of the pool.  Every value of C is
+ * the same chain of operations over k whichever block holds it (the
+ * library's k blocking does not depend on m or n), so the split gives
+ * bitwise one call's result at any thread count; unit test
+ * `sgemm_split`, and on this machine's OpenBLAS 0.3.21 every transpose
+ * pair, beta 0 and 1, blocks of 2 and 3 at the encoder's and the MLP's
+ * shapes (OpenBLAS's own threading did not: its 2-thread result at
+ * k = 784 differed from its 1-thread one).  Splitting M copies B's
+ * packing into each block, N A's, hence the larger side. */
+#define GEMM_SPLIT_MNK (1 << 20)
+#define GEMM_SPLIT_ALIGN 16 /* block edges on whole cache lines of C */
+
+typedef struct {
+  bool f64, ta, tb, cols;
+  int64_t m, n, k, lda, ldb, ldc, per;
+  float alpha, beta;
+  const void *a, *b;
+  void *c;
+} gemm_split_job;
+
+static void gemm_block(void *ctx, int64_t lo, int64_t hi) {
+  const gemm_split_job *j = ctx;
+  int64_t size = j->f64 ? 8 : 4, all = j->cols ? j->n : j->m;
+  int64_t r0 = lo * j->per, r1 = hi * j->per < all ? hi * j->per : all;
+  if (r0 >= r1)
+    return;
+  const char *a = j->a, *b = j->b;
+  char *c = j->c;
+  int64_t m = j->m, n = j->n;
+  if (j->cols) { /* columns [r0, r1) of C: of B's too */
+    b += size * (j->tb ? r0 * j->ldb : r0);
+    c += size * r0;
+    n = r1 - r0;
+  } else { /* rows [r0, r1) of C: of A's too */
+    a += size * (j->ta ? r0 : r0 * j->lda);
+    c += size * r0 * j->ldc;
+    m = r1 - r0;
+  }
+  int ta = j->ta ? CBLAS_TRANS : CBLAS_NO_TRANS, tb = j->tb ? CBLAS_TRANS : CBLAS_NO_TRANS;
+  if (j->f64)
+    B.dgemm(CBLAS_ROW_MAJOR, ta, tb, (int)m, (int)n, (int)j->k, j->alpha, (const double *)a,
+            (int)j->lda, (const double *)b, (int)j->ldb, j->beta, (double *)c, (int)j->ldc);
+  else
+    B.sgemm(CBLAS_ROW_MAJOR, ta, tb, (int)m, (int)n, (int)j->k, j->alpha, (const float *)a,
+            (int)j->lda, (const float *)b, (int)j->ldb, j->beta, (float *)c, (int)j->ldc);
+}
+
+/* The library's product, split over the pool when it is big enough and
+ * there is more than one way to split it (alpha and beta are exact in
+ * float as the callers pass them: 1 and 0 or 1). */
+static void gemm_split(gemm_split_job *j) {
+  int64_t ways = B.ways, all = j->m >= j->n ? j->m : j->n;
+  j->cols = j->n > j->m;
+  if (ways > 1 && j->m * j->n * j->k > GEMM_SPLIT_MNK && all >= 2 * GEMM_SPLIT_ALIGN) {
+    int64_t per = (all + ways - 1) / ways;
+    per = (per + GEMM_SPLIT_ALIGN - 1) / GEMM_SPLIT_ALIGN * GEMM_SPLIT_ALIGN;
+    j->per = per;
+    B.splits++;
+    sf__parallel_for((all + per - 1) / per, 1, gemm_block, j);
+  } else {
+    j->per = all;
+    gemm_block(j, 0, 1);
+  }
 }
 
 const char *sf__blas_name(void) {
@@ -175,14 +266,14 @@ void sf__gemm_cpu(bool f64, const void *a, const void *b, void *c, int64_t m, in
   bool fits = m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX;
   if (f64) {
     if (B.dgemm && fits)
-      B.dgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_NO_TRANS, (int)m, (int)n, (int)k, 1.0, a,
-              (int)k, b, (int)n, 0.0, c, (int)n);
+      gemm_split(&(gemm_split_job){.f64 = true, .m = m, .n = n, .k = k, .lda = k, .ldb = n,
+                                   .ldc = n, .alpha = 1.0f, .beta = 0.0f, .a = a, .b = b, .c = c});
     else
       ref_double(a, b, c, m, k, n);
   } else {
     if (B.sgemm && fits)
-      B.sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_NO_TRANS, (int)m, (int)n, (int)k, 1.0f, a,
-              (int)k, b, (int)n, 0.0f, c, (int)n);
+      gemm_split(&(gemm_split_job){.m = m, .n = n, .k = k, .lda = k, .ldb = n, .ldc = n,
+                                   .alpha = 1.0f, .beta = 0.0f, .a = a, .b = b, .c = c});
     else
       ref_float(a, b, c, m, k, n);
   }
@@ -193,7 +284,6 @@ void sf__gemm_cpu(bool f64, const void *a, const void *b, void *c, int64_t m, in
  * is set, with leading dimensions, so a transposed view (Linear's
  * weightᵀ, the backward pass's Aᵀ·G) multiplies without a copy.  beta 0
  * overwrites C (NaNs there do not survive, as BLAS specifies). */
-enum { CBLAS_TRANS = 112 };
 static void ref_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                       const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                       float *c, int64_t ldc) {
@@ -221,8 +311,9 @@ void sf__sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, c
   bool fits = m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX && lda <= INT32_MAX &&
               ldb <= INT32_MAX && ldc <= INT32_MAX;
   if (B.sgemm && fits && k > 0)
-    B.sgemm(CBLAS_ROW_MAJOR, ta ? CBLAS_TRANS : CBLAS_NO_TRANS, tb ? CBLAS_TRANS : CBLAS_NO_TRANS,
-            (int)m, (int)n, (int)k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+    gemm_split(&(gemm_split_job){.ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda,
+                                 .ldb = ldb, .ldc = ldc, .alpha = alpha, .beta = beta, .a = a,
+                                 .b = b, .c = c});
   else
     ref_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }

@@ -138,6 +138,23 @@ void sf__grad_add(sf_tensor *x, sf_tensor *g) {
   sf_release(g);
 }
 
+/* The slot sf__grad_add would add into, when a producer can add there
+ * itself: a product into zeros plus an add pass was two passes over an
+ * activation's gradient (6 MB for each of the encoder layer's q, k, v
+ * inputs and its FFN's) where sgemm's beta 1 is none.  own_grad made the
+ * slot private, contiguous and unshared; it is checked again because a
+ * leaf's grad(t) may have handed it out since. */
+float *sf__grad_acc_buf(sf_tensor *x) {
+  if (!x || !x->req || sf__nn_gpu_here(NULL))
+    return NULL;
+  sf_tensor *s = x->node ? x->node->grad : x->grad;
+  if (!s || s->numel != x->numel || s->offset != 0 || !sf__t_is_contig(s) ||
+      __atomic_load_n(&s->hdr.rc, __ATOMIC_RELAXED) != 1 ||
+      __atomic_load_n(&s->st->rc, __ATOMIC_RELAXED) != 1)
+    return NULL;
+  return sf__t_wdata(s);
+}
+
 static int newest_first(const void *a, const void *b) {
   uint64_t x = (*(sf__node *const *)a)->seq, y = (*(sf__node *const *)b)->seq;
   return x < y ? 1 : x > y ? -1 : 0;

@@ -375,11 +375,42 @@ typedef struct {
   int64_t rows, cols, gs;
 } acc_cols;
 
+/* Two blocks' 32 sums in eight vector registers, one add each per row:
+ * written as a float[16] the compiler kept the sums on the stack, a load
+ * and a store per vector and row (a bias gradient of the encoder layer
+ * took 2.3% of its step).  Each column's additions are the same, in the
+ * same order. */
+static void acc_cols_pair(float *o, const float *g, int64_t rows, int64_t gs) {
+  /* Named, not an array: GCC -O2 kept an array of them in memory too. */
+  sf__f4 a0 = sf__ld4(o), a1 = sf__ld4(o + 4), a2 = sf__ld4(o + 8), a3 = sf__ld4(o + 12);
+  sf__f4 a4 = sf__ld4(o + 16), a5 = sf__ld4(o + 20), a6 = sf__ld4(o + 24), a7 = sf__ld4(o + 28);
+  for (int64_t r = 0; r < rows; r++, g += gs) {
+    a0 += sf__ld4(g);
+    a1 += sf__ld4(g + 4);
+    a2 += sf__ld4(g + 8);
+    a3 += sf__ld4(g + 12);
+    a4 += sf__ld4(g + 16);
+    a5 += sf__ld4(g + 20);
+    a6 += sf__ld4(g + 24);
+    a7 += sf__ld4(g + 28);
+  }
+  sf__st4(o, a0);
+  sf__st4(o + 4, a1);
+  sf__st4(o + 8, a2);
+  sf__st4(o + 12, a3);
+  sf__st4(o + 16, a4);
+  sf__st4(o + 20, a5);
+  sf__st4(o + 24, a6);
+  sf__st4(o + 28, a7);
+}
+
 static void acc_cols_chunk(void *ctx, int64_t lo, int64_t hi) {
   const acc_cols *c = ctx;
   int64_t c0 = lo * ACC_BLOCK, c1 = hi * ACC_BLOCK < c->cols ? hi * ACC_BLOCK : c->cols;
   float *o = c->o;
   int64_t j = c0;
+  for (; j + 2 * ACC_BLOCK <= c1; j += 2 * ACC_BLOCK)
+    acc_cols_pair(o + j, c->g + j, c->rows, c->gs);
   for (; j + ACC_BLOCK <= c1; j += ACC_BLOCK) {
     float acc[ACC_BLOCK];
     memcpy(acc, o + j, sizeof acc);

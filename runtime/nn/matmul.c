@@ -3,8 +3,8 @@
  * each forward with its backward rule beside it.
  *
  * Key design choice: every product is one call of the gpu layer's sgemm
- * (runtime/gpu/blas.c: OpenBLAS when it loads, which threads itself, else
- * the reference loop), and a strided operand goes to it as it is when its
+ * (runtime/gpu/blas.c: OpenBLAS when it loads, a big product split over
+ * the pool in blocks of C, else the reference loop), and a strided operand goes to it as it is when its
  * last two dimensions are row-major or column-major (a transposed view:
  * Linear's weightᵀ, the backward pass's Aᵀ), so no copy is made for them.
  * The torch.matmul cases reduce to one core op: a 1-D operand is reshaped
@@ -186,7 +186,8 @@ static void bmm_range(void *ctx, int64_t lo, int64_t hi) {
  * kernels), so attention's per-head products ran on the caller while the
  * other threads waited (4.6% of an encoder step at --threads 2).  Each
  * product is the same call on whichever thread, so no value changes.
- * Bigger ones are left to the library's own threads. */
+ * Bigger ones are split by sf__sgemm itself (blocks of C's rows or
+ * columns over the pool, blas.c). */
 #define BMM_SPLIT_MNK (1 << 20)
 
 /* c (batch..., m, n), contiguous = a (..., m, k) · b (..., k, n), both at
@@ -340,7 +341,18 @@ static void bw_matmul_nt(sf__node *n, sf_tensor *g) {
   sf_tensor *x = n->in[0], *w = n->in[1];
   int64_t out = w->shape[0], in = w->shape[1], rows = g->numel / out;
   sf_tensor *gc = sf__t_contig(g);
-  if (x->req) {
+  /* dx adds into x's gradient when it has one (beta 1: no zeroing of a
+   * fresh buffer and no add pass after it).  OpenBLAS adds each k block's
+   * sums into C, so for out up to its k block (384 on this machine's
+   * OpenBLAS 0.3.21) this is bitwise a product into zeros plus the add
+   * (unit test grad_acc_product); for a larger out the gradient's old
+   * value joins the sum before the later k blocks, another rounding of
+   * the same sum, the same in every run. */
+  float *acc = x->req ? sf__grad_acc_buf(x) : NULL;
+  if (acc) {
+    sf__sgemm(false, false, rows, in, out, 1.0f, sf__t_data(gc), out, sf__t_data(w), in, 1.0f,
+              acc, in);
+  } else if (x->req) {
     sf_tensor *gx = sf__t_empty(x->ndim, x->shape, NULL);
     sf__sgemm(false, false, rows, in, out, 1.0f, sf__t_data(gc), out, sf__t_data(w), in, 0.0f,
               sf__t_data(gx), in);

@@ -300,6 +300,11 @@ sf__node *sf__record_n(const char *op, sf_tensor *out, sf__backward_fn bw, sf_te
 /* Adds g (x's shape, consumed) to x's gradient: its node's while backward
  * runs, or a param's accumulated one. */
 void sf__grad_add(sf_tensor *x, sf_tensor *g);
+/* x's gradient as a host buffer the next contribution may be added into
+ * in place (a product with beta 1, matmul.c), or NULL when x has none
+ * yet (or it is shared, strided, or this call runs on the GPU): then the
+ * contribution goes through sf__grad_add. */
+float *sf__grad_acc_buf(sf_tensor *x);
 void sf__node_unref(sf__node *n);
 /* backward(loss): loss has one element and a path to a param. */
 void sf__backward(sf_tensor *loss, const sf_loc *loc);

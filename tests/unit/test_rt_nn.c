@@ -1014,6 +1014,57 @@ static void test_bmm_split(void) {
   sf_release(b);
 }
 
+/* A product big enough to split over the pool (blas.c's gemm_split: row
+ * blocks of C when m >= n, else column blocks, the library
+ * single-threaded in each) is bitwise the one unsplit call, for every
+ * transpose pair, beta 0 and 1, the encoder's shapes and odd ones, in 2
+ * and 3 blocks; the resume and fixture tests compare bits, so this is
+ * what lets --threads change without changing a value. */
+static void test_sgemm_split(void) {
+  static const int64_t shapes[][3] = {{4096, 384, 384}, {384, 384, 4096}, {384, 1536, 1024},
+                                      {1000, 333, 517}, {77, 1024, 300}, {256, 1024, 784}};
+  int64_t was = sf__blas_split_ways(1), splits = sf__blas_splits();
+  bool library = strcmp(sf__blas_name(), "reference") != 0;
+  int64_t calls = 0;
+  for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+    for (int t = 0; t < 8; t++) {
+      bool ta = t & 1, tb = t & 2;
+      float beta = t & 4 ? 1.0f : 0.0f;
+      int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+      int64_t lda = ta ? m : k, ldb = tb ? k : n;
+      float *a = malloc((size_t)(m * k) * sizeof *a), *b = malloc((size_t)(k * n) * sizeof *b);
+      float *one = malloc((size_t)(m * n) * sizeof *one), *split = malloc((size_t)(m * n) * sizeof *split);
+      for (int64_t i = 0; i < m * k; i++)
+        a[i] = frand(-1.0f, 1.0f);
+      for (int64_t i = 0; i < k * n; i++)
+        b[i] = frand(-1.0f, 1.0f);
+      for (int64_t i = 0; i < m * n; i++)
+        one[i] = split[i] = frand(-1.0f, 1.0f);
+      sf__blas_split_ways(1);
+      sf__sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, one, n);
+      sf__blas_split_ways(2 + (int64_t)(s % 2));
+      sf__sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, split, n);
+      calls++;
+      int64_t bad = -1;
+      for (int64_t i = 0; i < m * n && bad < 0; i++)
+        if (memcmp(&one[i], &split[i], sizeof *one))
+          bad = i;
+      if (bad >= 0)
+        fprintf(stderr, "\n  sgemm_split %lldx%lldx%lld ta %d tb %d beta %g: value %lld: %.9g "
+                "unsplit %.9g\n", (long long)m, (long long)n, (long long)k, ta, tb, beta,
+                (long long)bad, split[bad], one[bad]);
+      CHECK_INT(bad, -1);
+      free(a);
+      free(b);
+      free(one);
+      free(split);
+    }
+  /* The split path ran (the reference loop, without a library, is never
+   * split). */
+  CHECK_INT(sf__blas_splits() - splits, library ? calls : 0);
+  sf__blas_split_ways(was);
+}
+
 /* Clipping a parameter list big enough to split over the pool gives
  * bitwise the serial norm (each param's sum of squares in eight f64
  * lanes, then the params added in order) and the serial scaling. */
@@ -1683,6 +1734,41 @@ static void test_linear_fused(void) {
   release_all(in, 3);
 }
 
+/* A Linear's input gradient adds into the gradient the input already
+ * has (sgemm with beta 1, no zeroing and no add pass): x feeds two
+ * products, and its gradient is bitwise the two products into zeros
+ * added, for out up to the library's k block (as here). */
+static void test_grad_acc_product(void) {
+  enum { R = 64, IN = 48, O1 = 32, O2 = 40 };
+  sf_tensor *x = rnd(2, SHAPE(R, IN), -1, 1, true), *w1 = rnd(2, SHAPE(O1, IN), -1, 1, false);
+  sf_tensor *w2 = rnd(2, SHAPE(O2, IN), -1, 1, false), *u1 = rnd(2, SHAPE(R, O1), -1, 1, false);
+  sf_tensor *u2 = rnd(2, SHAPE(R, O2), -1, 1, false);
+  sf_tensor *y1 = sf__t_matmul_nt(x, w1, &LOC), *y2 = sf__t_matmul_nt(x, w2, &LOC);
+  sf_tensor *p1 = sf__t_binary(SF_TOP_MUL, y1, u1, &LOC), *p2 = sf__t_binary(SF_TOP_MUL, y2, u2, &LOC);
+  sf_tensor *s1 = sf__t_reduce(SF__R_SUM, p1, SF__ALL_AXES, &LOC);
+  sf_tensor *s2 = sf__t_reduce(SF__R_SUM, p2, SF__ALL_AXES, &LOC);
+  sf_tensor *l = sf__t_binary(SF_TOP_ADD, s1, s2, &LOC);
+  sf__backward(l, &LOC);
+  float *g1 = malloc(R * IN * sizeof *g1), *g2 = malloc(R * IN * sizeof *g2);
+  sf__sgemm(false, false, R, IN, O1, 1.0f, sf__t_data(u1), O1, sf__t_data(w1), IN, 0.0f, g1, IN);
+  sf__sgemm(false, false, R, IN, O2, 1.0f, sf__t_data(u2), O2, sf__t_data(w2), IN, 0.0f, g2, IN);
+  int64_t bad = -1;
+  for (int64_t i = 0; i < R * IN && bad < 0; i++) {
+    float want = g2[i] + g1[i];
+    if (memcmp(&sf__t_data(x->grad)[i], &want, sizeof want))
+      bad = i;
+  }
+  if (bad >= 0)
+    fprintf(stderr, "\n  grad_acc_product: value %lld: %.9g want %.9g\n", (long long)bad,
+            sf__t_data(x->grad)[bad], g2[bad] + g1[bad]);
+  CHECK_INT(bad, -1);
+  free(g1);
+  free(g2);
+  sf_tensor *rel[] = {x, w1, w2, u1, u2, y1, y2, p1, p2, s1, s2, l};
+  for (size_t i = 0; i < sizeof rel / sizeof *rel; i++)
+    sf_release(rel[i]);
+}
+
 /* ------------------------------------------------------ rows, stack, cat */
 
 static sf_array *tensors(int n, sf_tensor **ts) {
@@ -2054,6 +2140,7 @@ int main(int argc, char **argv) {
       {"adamw_split", test_adamw_split},
       {"bias_grad_split", test_bias_grad_split},
       {"bmm_split", test_bmm_split},
+      {"sgemm_split", test_sgemm_split},
       {"attention_fused", test_attention_fused},
       {"dropout_rows_split", test_dropout_rows_split},
       {"clip_split", test_clip_split},
@@ -2070,6 +2157,7 @@ int main(int argc, char **argv) {
       {"safetensors_save_halves", test_safetensors_save_halves},
       {"dropout_rows", test_dropout_rows},
       {"linear_fused", test_linear_fused},
+      {"grad_acc_product", test_grad_acc_product},
       {NULL, NULL},
   };
   return rt_run("nn", tests, argc, argv);
