@@ -65,21 +65,39 @@ fi
 table=$(mktemp)
 failed=0
 row() { echo "TABLE|$*" >> "$table"; }
+# GPU_SECTIONS="5 5b" runs only those sections (ids 1 2 3 4 5 5b 6; all
+# when unset), so a short device session can split the run in two calls.
+want() { [ -z "${GPU_SECTIONS:-}" ] || [[ " $GPU_SECTIONS " == *" $1 "* ]]; }
+print_table() {
+  echo
+  printf '%-52s | %-40s | %-30s | %s\n' check figure peer goal
+  printf '%s\n' "$(printf -- '-%.0s' {1..140})"
+  sed 's/^TABLE|//' "$table" | while IFS='|' read -r a b c d; do
+    printf '%-52s | %-40s | %-30s | %s\n' "$a" "$b" "$c" "$d"
+  done
+}
+# A run stopped from outside (a time limit) still prints the rows it has.
+trap 'print_table; exit 124' TERM INT
+gpu_ok=1
 
 # 1. NVRTC for sm_80/sm_90 and for this GPU's own architecture (no GPU needed).
+if want 1; then
 if "$out/nvrtc_check" sm_80 sm_90 -- "$out"/cu/*.cu > "$table.nvrtc" 2>&1; then
   row "NVRTC compiles every kernel (sm_80, sm_90)|$(tail -1 "$table.nvrtc" | sed 's/nvrtc_check: //')|-|0 failed"
 else
   rc=$?; [ $rc = 77 ] && row "NVRTC compiles every kernel|not run: $(cat "$table.nvrtc")|-|-" || { row "NVRTC compiles every kernel|FAIL (see below)|-|0 failed"; cat "$table.nvrtc"; failed=1; }
 fi
+fi
 
 # 2. Library kernels against their CPU references, bandwidth, NVRTC times, matmul.
+if want 2; then
 timeout 300 "$out/gpu_check" --bench > "$table.check" 2>&1; rc=$?
 if [ $rc = 77 ]; then row "library kernels, bandwidth, matmul|not run: $(tail -1 "$table.check")|-|-"
 else grep '^TABLE|' "$table.check" >> "$table"; [ $rc = 0 ] || { failed=1; cat "$table.check"; }; fi
+fi
 
 # 3. sflow programs: GPU against the CPU version, identical output; transfer counters.
-gpu_ok=1
+if want 3; then
 for exe in "$out"/progs/*; do
   case $exe in *.stats) continue;; esac
   name=$(basename "$exe"); [ "$name" = mlp_bench ] || [ "$name" = group_allreduce ] && continue
@@ -98,8 +116,10 @@ for exe in "$out"/progs/*; do
   [ "$verdict" = identical ] || failed=1
   row "$name: GPU vs CPU|$verdict ($(echo "$stats" | grep -o 'h2d_bytes=[0-9]* d2h_bytes=[0-9]*'))|CPU version|identical"
 done
+fi
 
 # 4. MLP forward pass against PyTorch.
+if want 4; then
 if [ $gpu_ok = 1 ]; then
   mlp=$(timeout 300 "$out/progs/mlp_bench" --require-gpu 2>&1 | grep -o 'mlp_ms [0-9.]*' | cut -d' ' -f2)
   row "sflow MLP forward 4096x1024x4096x1024|${mlp:-FAIL} ms|torch row below|<= torch"
@@ -107,26 +127,32 @@ fi
 timeout 300 python3 "$here/torch_peer.py" > "$table.torch" 2>&1; rc=$?
 if [ $rc = 0 ]; then grep '^TABLE|' "$table.torch" >> "$table"
 else row "PyTorch peers|not run: $(tail -1 "$table.torch")|-|-"; fi
+fi
 
 # 5. std.nn on the device (bench/gpu/nn.sh): every op against the CPU, the
 #    MLP step, the encoder layer and `@` against torch.cuda, within 300 s.
+if want 5; then
 "$here/nn.sh" "$out" "$table" || failed=1
+fi
 
 # 5b. examples/digits_gpu.sflow, the MLP on scikit-learn's digits trained in a
 #     @gpus(1) actor, 15 epochs on the GPU and on the CPU: the test accuracy
 #     (within 2 of 297 images: cuBLAS and OpenBLAS round differently over
 #     360 AdamW steps), the losses (1e-3 relative), one read per epoch, and
 #     the mean ms per epoch after the first beside the CPU's.
+if want 5b; then
 timeout 300 python3 "$out/examples/digits.py" --exe "$out/examples/digits_gpu" \
   --csv "$out/examples/digits.csv" --epochs 15 --loss-tol 1e-3 --right-tol 2 > "$table.digits" 2>&1; rc=$?
 if grep -q '^TABLE|' "$table.digits"; then grep '^TABLE|' "$table.digits" >> "$table"
 else row "examples/digits on the GPU: accuracy, ms per epoch vs CPU|FAIL (rc $rc)|-|-"; fi
 [ $rc = 0 ] || [ $rc = 77 ] || { failed=1; cat "$table.digits"; }
+fi
 
 # 6. NCCL (runtime/gpu/nccl.c): two processes as two ranks (exact results, a
 #    dead and a stopped peer caught by the watchdog, allreduce bandwidth
 #    1 KB-256 MB), the torch.distributed peer, and an sflow group in one
 #    process (NCCL on two GPUs, host staging when its members share one).
+if want 6; then
 timeout 400 "$out/nccl_check" --bench > "$table.nccl" 2>&1; rc=$?
 if [ $rc = 77 ]; then row "NCCL checks and allreduce bandwidth|not run: $(grep -o 'SKIP.*' "$table.nccl" | head -1)|-|-"
 else grep '^TABLE|' "$table.nccl" >> "$table"; [ $rc = 0 ] || { failed=1; echo "--- nccl_check"; cat "$table.nccl"; }; fi
@@ -141,12 +167,9 @@ if [ $gpu_ok = 1 ]; then
   done < <(grep '^group_allreduce' "$table.group")
   [ $rc = 0 ] || { failed=1; row "sflow group allreduce|FAIL (rc $rc)|-|-"; cat "$table.gerr"; }
 fi
+fi
 
-echo
-printf '%-52s | %-40s | %-30s | %s\n' check figure peer goal
-printf '%s\n' "$(printf -- '-%.0s' {1..140})"
-sed 's/^TABLE|//' "$table" | while IFS='|' read -r a b c d; do
-  printf '%-52s | %-40s | %-30s | %s\n' "$a" "$b" "$c" "$d"
-done
+
+print_table
 rm -f "$table" "$table".*
 exit $failed
