@@ -360,9 +360,19 @@ static inline int sf_emu_check(void (*)(A...), void **p, sf_emu_seq<I...>) {
   }                                                                                             \
   extern "C" __attribute__((visibility("default"))) int sf_emu_c_##name(void **p) {             \
     return sf_emu_check(&name, p, sf_emu_mkseq<sf_emu_nparams(&name)>::type());                  \
+  } \
+  extern "C" __attribute__((visibility("default"))) unsigned sf_emu_s_##name(unsigned long *s) { \
+    return sf_emu_sizes(&name, s);                                                               \
   }
 template <typename... A> constexpr unsigned sf_emu_nparams(void (*)(A...)) {
   return sizeof...(A);
+}
+// The byte size of each parameter (into s when not NULL), so the
+// emulator's asynchronous mode copies kernelParams at the launch.
+template <typename... A> unsigned sf_emu_sizes(void (*)(A...), unsigned long *s) {
+  unsigned i = 0;
+  ((s ? (void)(s[i] = sizeof(A)) : (void)0, i++), ...);
+  return i;
 }
 
 #endif

@@ -300,6 +300,7 @@ static struct {
   uint64_t used[MAX_DEV];
   Ctx ctx[MAX_DEV];
   bool guard, poison, check_ptrs, trace;
+  bool async; /* SFLOW_EMU_ASYNC: work queued per stream ("asynchronous mode") */
   size_t page;
 } G = {.once = PTHREAD_ONCE_INIT};
 
@@ -318,6 +319,7 @@ static void global_init(void) {
   G.poison = env_on("SFLOW_EMU_POISON", true);
   G.check_ptrs = env_on("SFLOW_EMU_CHECK_PTRS", true);
   G.trace = env_on("SFLOW_EMU_TRACE", false);
+  G.async = env_on("SFLOW_EMU_ASYNC", false);
   G.page = (size_t)sysconf(_SC_PAGESIZE);
 }
 
@@ -451,9 +453,12 @@ API CUresult cuCtxPopCurrent_v2(void **ctx) {
   cur_ctx = ctx_depth ? ctx_stack[--ctx_depth] : NULL;
   return CUDA_SUCCESS;
 }
+static void q_sync_device(int dev);
+static CUresult q_error(int dev);
 API CUresult cuCtxSynchronize(void) {
   NEED_CTX();
-  return CUDA_SUCCESS;
+  q_sync_device(cur_ctx->dev);
+  return G.async ? q_error(cur_ctx->dev) : CUDA_SUCCESS;
 }
 
 /* -------------------------------------------------------------- memory */
@@ -629,6 +634,7 @@ API CUresult cuMemFree_v2(uint64_t dptr) {
   NEED_CTX();
   if (dptr == 0)
     return CUDA_SUCCESS;
+  q_sync_device(cur_ctx->dev); /* cuMemFree synchronises the device */
   return mem_free((uintptr_t)dptr, MEM_DEVICE, "cuMemFree");
 }
 API CUresult cuMemAllocHost_v2(void **pp, size_t size) {
@@ -644,6 +650,7 @@ API CUresult cuMemHostAlloc(void **pp, size_t size, unsigned flags) {
 }
 API CUresult cuMemFreeHost(void *p) {
   NEED_CTX();
+  q_sync_device(cur_ctx->dev);
   return mem_free((uintptr_t)p, MEM_HOST, "cuMemFreeHost");
 }
 API CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total) {
@@ -658,6 +665,26 @@ API CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total) {
 static bool valid_stream(void *s);
 static bool stream_ready(void *s, bool wait);
 typedef struct Stream Stream;
+struct Op;
+/* Work queued on a stream in asynchronous mode, run in order when CUDA's
+ * semantics force it (q_sync_*). */
+typedef struct Work {
+  CUresult (*run)(void *arg); /* arg: one malloc block, freed after */
+  void *arg;
+  struct Work *next;
+} Work;
+typedef struct {
+  Work *head, *tail;
+} Queue;
+struct Stream {
+  uint32_t magic;
+  int dev;
+  bool blocking;      /* made without CU_STREAM_NON_BLOCKING: ordered with the legacy stream */
+  Queue q;            /* asynchronous mode's queued work */
+  Stream *next_live;  /* the live streams made here (Q.streams) */
+  struct Op *pending; /* an NCCL collective this stream waits for (emulated NCCL) */
+};
+#define STREAM_MAGIC 0x5354524du
 static void stream_drop(Stream *s);
 /* A valid stream, after the work queued on it before (an emulated NCCL
  * collective) has finished. */
@@ -674,10 +701,211 @@ static void stream_drop(Stream *s);
       return CUDA_ERROR_INVALID_HANDLE;        \
   } while (0)
 
+/* ----------------------------------------------- asynchronous mode
+ *
+ * SFLOW_EMU_ASYNC=1 queues every launch, copy, memset and cuBLAS product
+ * on its stream (the legacy default stream per device, each created stream
+ * apart) and runs the queue only where CUDA's semantics make the host wait
+ * for it, so work that the runtime orders wrongly shows: a kernel reading
+ * a buffer the host rewrote or re-issued before the stream got to it, a
+ * result read without waiting for the stream that writes it.  The points
+ * that run queued work, as CUDA documents them:
+ *  - cuCtxSynchronize, cuMemFree / cuMemFreeHost (they synchronise the
+ *    device): every queue of the current device;
+ *  - the legacy stream (cuMemcpyDtoH, cuStreamSynchronize(0)): the blocking
+ *    streams' work first (the legacy stream waits for them), then its own;
+ *  - a created stream (cuStreamSynchronize/Query, an event recorded on it):
+ *    the legacy stream first when it is a blocking stream, then its own;
+ *    a CU_STREAM_NON_BLOCKING stream (nccl.c's) never waits for stream 0.
+ * Pageable host memory given to an HtoD copy (sync or async) is staged at
+ * the call, as CUDA does; pinned memory is read when the copy runs.  A
+ * kernel's parameters are copied at the launch, as the driver does.  Work
+ * that fails when it runs (a kernel's trap, memory freed since it was
+ * queued) is reported then, and its error returned by the next call that
+ * waits on that device. */
+static struct {
+  pthread_mutex_t mu;  /* the queues and the stream list */
+  pthread_mutex_t run; /* one queue runs at a time, in order */
+  Queue legacy[MAX_DEV];
+  Stream *streams;
+  CUresult err[MAX_DEV];
+} Q = {.mu = PTHREAD_MUTEX_INITIALIZER, .run = PTHREAD_MUTEX_INITIALIZER};
+
+static Queue *q_of(void *s) {
+  return (uintptr_t)s <= 2 ? &Q.legacy[cur_ctx->dev] : &((Stream *)s)->q;
+}
+
+static void q_push(void *s, CUresult (*run)(void *), void *arg) {
+  Work *w = malloc(sizeof *w);
+  if (!w)
+    abort();
+  *w = (Work){run, arg, NULL};
+  pthread_mutex_lock(&Q.mu);
+  Queue *q = q_of(s);
+  if (q->tail)
+    q->tail->next = w;
+  else
+    q->head = w;
+  q->tail = w;
+  pthread_mutex_unlock(&Q.mu);
+}
+
+static void q_drain(Queue *q, int dev) {
+  pthread_mutex_lock(&Q.run);
+  for (;;) {
+    pthread_mutex_lock(&Q.mu);
+    Work *w = q->head;
+    if (w) {
+      q->head = w->next;
+      if (!q->head)
+        q->tail = NULL;
+    }
+    pthread_mutex_unlock(&Q.mu);
+    if (!w)
+      break;
+    CUresult rc = w->run(w->arg);
+    if (rc != CUDA_SUCCESS && Q.err[dev] == CUDA_SUCCESS)
+      Q.err[dev] = rc;
+    free(w->arg);
+    free(w);
+  }
+  pthread_mutex_unlock(&Q.run);
+}
+
+/* The created streams of dev with queued work (blocking ones only when
+ * asked), one at a time. */
+static Stream *q_next_stream(int dev, bool blocking_only) {
+  pthread_mutex_lock(&Q.mu);
+  Stream *s = Q.streams;
+  while (s && (s->dev != dev || !s->q.head || (blocking_only && !s->blocking)))
+    s = s->next_live;
+  pthread_mutex_unlock(&Q.mu);
+  return s;
+}
+
+/* The first error of work that ran on dev since the last call that asked. */
+static CUresult q_error(int dev) {
+  pthread_mutex_lock(&Q.mu);
+  CUresult rc = Q.err[dev];
+  Q.err[dev] = CUDA_SUCCESS;
+  pthread_mutex_unlock(&Q.mu);
+  return rc;
+}
+
+static void q_sync_legacy(int dev) {
+  if (!G.async)
+    return;
+  for (Stream *s; (s = q_next_stream(dev, true));)
+    q_drain(&s->q, dev);
+  q_drain(&Q.legacy[dev], dev);
+}
+
+static void q_sync_stream(void *s) {
+  if (!G.async)
+    return;
+  if ((uintptr_t)s <= 2) {
+    q_sync_legacy(cur_ctx->dev);
+    return;
+  }
+  Stream *x = s;
+  if (x->blocking)
+    q_drain(&Q.legacy[x->dev], x->dev);
+  q_drain(&x->q, x->dev);
+}
+
+static void q_sync_device(int dev) {
+  if (!G.async)
+    return;
+  q_sync_legacy(dev);
+  for (Stream *s; (s = q_next_stream(dev, false));)
+    q_drain(&s->q, dev);
+}
+
+/* Is p inside pinned host memory (cuMemAllocHost)? */
+static bool is_pinned(const void *p) {
+  pthread_mutex_lock(&M.mu);
+  Alloc *a = find_range((uintptr_t)p, 1);
+  bool pinned = a && a->kind == MEM_HOST;
+  pthread_mutex_unlock(&M.mu);
+  return pinned;
+}
+
+enum { C_DST_DEV = 1, C_SRC_DEV = 2 };
+typedef struct {
+  const char *fn;
+  uintptr_t dst, src; /* src 0: the staged bytes below */
+  size_t n;
+  int dev_sides;
+  unsigned char staged[];
+} CopyW;
+
+/* A queued copy, its device sides checked again when it runs: memory
+ * freed (or re-used by the allocator's cuMemFree) since the call is loud. */
+static CUresult copy_run(void *arg) {
+  CopyW *c = arg;
+  const void *src = c->src ? (const void *)c->src : c->staged;
+  if (((c->dev_sides & C_DST_DEV) && !check_range(c->fn, "destination (when the queued copy ran)", c->dst, c->n)) ||
+      ((c->dev_sides & C_SRC_DEV) && c->src && !check_range(c->fn, "source (when the queued copy ran)", c->src, c->n)))
+    return CUDA_ERROR_ILLEGAL_ADDRESS;
+  memmove((void *)c->dst, src, c->n);
+  return CUDA_SUCCESS;
+}
+
+/* Queues a copy on s; stage: copy the source bytes now (pageable memory). */
+static void q_copy(void *s, const char *fn, uintptr_t dst, const void *src, size_t n, int sides,
+                   bool stage) {
+  CopyW *c = malloc(sizeof *c + (stage ? n : 0));
+  if (!c)
+    abort();
+  *c = (CopyW){fn, dst, stage ? 0 : (uintptr_t)src, n, sides};
+  if (stage)
+    memcpy(c->staged, src, n);
+  q_push(s, copy_run, c);
+}
+
+typedef struct {
+  const char *fn;
+  uintptr_t dst;
+  size_t count;
+  int width;
+  unsigned v;
+} SetW;
+static CUresult set_run(void *arg) {
+  SetW *m = arg;
+  if (!check_range(m->fn, "destination (when the queued memset ran)", m->dst, m->count * m->width))
+    return CUDA_ERROR_ILLEGAL_ADDRESS;
+  for (size_t i = 0; i < m->count; i++)
+    if (m->width == 1)
+      ((unsigned char *)m->dst)[i] = (unsigned char)m->v;
+    else if (m->width == 2)
+      ((unsigned short *)m->dst)[i] = (unsigned short)m->v;
+    else
+      ((unsigned *)m->dst)[i] = m->v;
+  return CUDA_SUCCESS;
+}
+static void q_set(void *s, const char *fn, uintptr_t dst, size_t count, int width, unsigned v) {
+  SetW *m = malloc(sizeof *m);
+  if (!m)
+    abort();
+  *m = (SetW){fn, dst, count, width, v};
+  q_push(s, set_run, m);
+}
+
 API CUresult cuMemcpyHtoD_v2(uint64_t dst, const void *src, size_t n) {
   NEED_CTX();
   if (!check_range("cuMemcpyHtoD", "destination", (uintptr_t)dst, n))
     return CUDA_ERROR_INVALID_VALUE;
+  if (G.async && n) {
+    /* The legacy stream's earlier work first; pageable bytes are staged and
+     * the device write may still be in flight when the call returns (CUDA's
+     * "API synchronization behavior"), so it is queued on the legacy stream. */
+    q_sync_legacy(cur_ctx->dev);
+    if (is_pinned(src))
+      memmove((void *)(uintptr_t)dst, src, n);
+    else
+      q_copy(NULL, "cuMemcpyHtoD", (uintptr_t)dst, src, n, C_DST_DEV, true);
+    return q_error(cur_ctx->dev);
+  }
   if (n)
     memmove((void *)(uintptr_t)dst, src, n);
   return CUDA_SUCCESS;
@@ -686,94 +914,131 @@ API CUresult cuMemcpyDtoH_v2(void *dst, uint64_t src, size_t n) {
   NEED_CTX();
   if (!check_range("cuMemcpyDtoH", "source", (uintptr_t)src, n))
     return CUDA_ERROR_INVALID_VALUE;
+  q_sync_legacy(cur_ctx->dev);
   if (n)
     memmove(dst, (const void *)(uintptr_t)src, n);
-  return CUDA_SUCCESS;
+  return G.async ? q_error(cur_ctx->dev) : CUDA_SUCCESS;
 }
 API CUresult cuMemcpyDtoD_v2(uint64_t dst, uint64_t src, size_t n) {
   NEED_CTX();
   if (!check_range("cuMemcpyDtoD", "destination", (uintptr_t)dst, n) ||
       !check_range("cuMemcpyDtoD", "source", (uintptr_t)src, n))
     return CUDA_ERROR_INVALID_VALUE;
+  if (G.async && n) { /* asynchronous with respect to the host */
+    q_copy(NULL, "cuMemcpyDtoD", (uintptr_t)dst, (const void *)(uintptr_t)src, n,
+           C_DST_DEV | C_SRC_DEV, false);
+    return CUDA_SUCCESS;
+  }
   if (n)
     memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
   return CUDA_SUCCESS;
 }
 API CUresult cuMemcpy(uint64_t dst, uint64_t src, size_t n) {
   NEED_CTX();
+  q_sync_legacy(cur_ctx->dev); /* unified addressing: either side may be the host */
   if (n)
     memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
   return CUDA_SUCCESS;
 }
+/* A memset on stream s (NULL: the legacy stream): device memory is set
+ * without the host waiting, so asynchronous mode queues it. */
+static CUresult memset_on(void *s, const char *fn, uint64_t dst, size_t count, int width,
+                          unsigned v) {
+  if (dst & (uint64_t)(width - 1)) {
+    say("%s: destination %#lx is not %d-byte aligned", fn, (unsigned long)dst, width);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (!check_range(fn, "destination", (uintptr_t)dst, count * width))
+    return CUDA_ERROR_INVALID_VALUE;
+  if (G.async && count) {
+    q_set(s, fn, (uintptr_t)dst, count, width, v);
+    return CUDA_SUCCESS;
+  }
+  SetW m = {fn, (uintptr_t)dst, count, width, v};
+  return set_run(&m);
+}
 API CUresult cuMemsetD8_v2(uint64_t dst, unsigned char v, size_t n) {
   NEED_CTX();
-  if (!check_range("cuMemsetD8", "destination", (uintptr_t)dst, n))
-    return CUDA_ERROR_INVALID_VALUE;
-  memset((void *)(uintptr_t)dst, v, n);
-  return CUDA_SUCCESS;
+  return memset_on(NULL, "cuMemsetD8", dst, n, 1, v);
 }
 API CUresult cuMemsetD16_v2(uint64_t dst, unsigned short v, size_t n) {
   NEED_CTX();
-  if ((dst & 1) || !check_range("cuMemsetD16", "destination", (uintptr_t)dst, n * 2))
-    return CUDA_ERROR_INVALID_VALUE;
-  for (size_t i = 0; i < n; i++)
-    ((unsigned short *)(uintptr_t)dst)[i] = v;
-  return CUDA_SUCCESS;
+  return memset_on(NULL, "cuMemsetD16", dst, n, 2, v);
 }
 API CUresult cuMemsetD32_v2(uint64_t dst, unsigned v, size_t n) {
   NEED_CTX();
-  if (dst & 3) {
-    say("cuMemsetD32: destination %#lx is not 4-byte aligned", (unsigned long)dst);
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  if (!check_range("cuMemsetD32", "destination", (uintptr_t)dst, n * 4))
-    return CUDA_ERROR_INVALID_VALUE;
-  for (size_t i = 0; i < n; i++)
-    ((unsigned *)(uintptr_t)dst)[i] = v;
-  return CUDA_SUCCESS;
+  return memset_on(NULL, "cuMemsetD32", dst, n, 4, v);
 }
 API CUresult cuMemcpyHtoDAsync_v2(uint64_t dst, const void *src, size_t n, void *s) {
+  NEED_CTX();
   NEED_STREAM(s);
-  return cuMemcpyHtoD_v2(dst, src, n);
+  if (!G.async)
+    return cuMemcpyHtoD_v2(dst, src, n);
+  if (!check_range("cuMemcpyHtoDAsync", "destination", (uintptr_t)dst, n))
+    return CUDA_ERROR_INVALID_VALUE;
+  if (n) /* pageable: staged now; pinned: read when the stream gets to it */
+    q_copy(s, "cuMemcpyHtoDAsync", (uintptr_t)dst, src, n, C_DST_DEV, !is_pinned(src));
+  return CUDA_SUCCESS;
 }
 API CUresult cuMemcpyDtoHAsync_v2(void *dst, uint64_t src, size_t n, void *s) {
+  NEED_CTX();
   NEED_STREAM(s);
-  return cuMemcpyDtoH_v2(dst, src, n);
+  if (!G.async)
+    return cuMemcpyDtoH_v2(dst, src, n);
+  if (!check_range("cuMemcpyDtoHAsync", "source", (uintptr_t)src, n))
+    return CUDA_ERROR_INVALID_VALUE;
+  if (n && is_pinned(dst)) {
+    q_copy(s, "cuMemcpyDtoHAsync", (uintptr_t)dst, (const void *)(uintptr_t)src, n, C_SRC_DEV,
+           false);
+    return CUDA_SUCCESS;
+  }
+  q_sync_stream(s); /* to pageable memory: returns once the copy is done */
+  if (n)
+    memmove(dst, (const void *)(uintptr_t)src, n);
+  return q_error(cur_ctx->dev);
 }
 API CUresult cuMemcpyDtoDAsync_v2(uint64_t dst, uint64_t src, size_t n, void *s) {
+  NEED_CTX();
   NEED_STREAM(s);
-  return cuMemcpyDtoD_v2(dst, src, n);
+  if (!G.async)
+    return cuMemcpyDtoD_v2(dst, src, n);
+  if (!check_range("cuMemcpyDtoDAsync", "destination", (uintptr_t)dst, n) ||
+      !check_range("cuMemcpyDtoDAsync", "source", (uintptr_t)src, n))
+    return CUDA_ERROR_INVALID_VALUE;
+  if (n)
+    q_copy(s, "cuMemcpyDtoDAsync", (uintptr_t)dst, (const void *)(uintptr_t)src, n,
+           C_DST_DEV | C_SRC_DEV, false);
+  return CUDA_SUCCESS;
 }
 API CUresult cuMemcpyAsync(uint64_t dst, uint64_t src, size_t n, void *s) {
+  NEED_CTX();
   NEED_STREAM(s);
+  q_sync_stream(s);
   return cuMemcpy(dst, src, n);
 }
 API CUresult cuMemsetD8Async(uint64_t dst, unsigned char v, size_t n, void *s) {
+  NEED_CTX();
   NEED_STREAM(s);
-  return cuMemsetD8_v2(dst, v, n);
+  return memset_on(s, "cuMemsetD8Async", dst, n, 1, v);
 }
 API CUresult cuMemsetD16Async(uint64_t dst, unsigned short v, size_t n, void *s) {
+  NEED_CTX();
   NEED_STREAM(s);
-  return cuMemsetD16_v2(dst, v, n);
+  return memset_on(s, "cuMemsetD16Async", dst, n, 2, v);
 }
 API CUresult cuMemsetD32Async(uint64_t dst, unsigned v, size_t n, void *s) {
+  NEED_CTX();
   NEED_STREAM(s);
-  return cuMemsetD32_v2(dst, v, n);
+  return memset_on(s, "cuMemsetD32Async", dst, n, 4, v);
 }
 
 /* -------------------------------------------------------------- streams */
 
-struct Op;
-struct Stream {
-  uint32_t magic;
-  int dev;
-  struct Op *pending; /* an NCCL collective this stream waits for (emulated NCCL) */
-};
-#define STREAM_MAGIC 0x5354524du
 typedef struct {
   uint32_t magic;
   double t;
   bool recorded;
+  void *stream; /* where it was recorded (asynchronous mode syncs it) */
 } Event;
 #define EVENT_MAGIC 0x45564e54u
 
@@ -789,10 +1054,14 @@ static bool valid_stream(void *s) {
 
 API CUresult cuStreamCreate(void **s, unsigned flags) {
   NEED_CTX();
-  (void)flags;
   Stream *x = calloc(1, sizeof *x);
   x->magic = STREAM_MAGIC;
   x->dev = cur_ctx->dev;
+  x->blocking = !(flags & 1u); /* CU_STREAM_NON_BLOCKING */
+  pthread_mutex_lock(&Q.mu);
+  x->next_live = Q.streams;
+  Q.streams = x;
+  pthread_mutex_unlock(&Q.mu);
   *s = x;
   return CUDA_SUCCESS;
 }
@@ -804,6 +1073,15 @@ API CUresult cuStreamDestroy_v2(void *s) {
   NEED_INIT();
   if ((uintptr_t)s <= 2 || !valid_stream(s))
     return CUDA_ERROR_INVALID_HANDLE;
+  if (G.async && cur_ctx) /* its queued work still runs (CUDA: destroy does not wait) */
+    q_sync_stream(s);
+  pthread_mutex_lock(&Q.mu);
+  for (Stream **pp = &Q.streams; *pp; pp = &(*pp)->next_live)
+    if (*pp == s) {
+      *pp = ((Stream *)s)->next_live;
+      break;
+    }
+  pthread_mutex_unlock(&Q.mu);
   stream_drop(s);
   ((Stream *)s)->magic = 0;
   free(s);
@@ -812,21 +1090,30 @@ API CUresult cuStreamDestroy_v2(void *s) {
 API CUresult cuStreamSynchronize(void *s) {
   NEED_CTX();
   VALID_STREAM(s);
+  q_sync_stream(s);
   if ((uintptr_t)s > 2)
     stream_ready(s, true);
-  return CUDA_SUCCESS;
+  return G.async ? q_error(cur_ctx->dev) : CUDA_SUCCESS;
 }
 API CUresult cuStreamQuery(void *s) {
   NEED_CTX();
   VALID_STREAM(s);
+  q_sync_stream(s); /* queued work "finishes" when asked about */
+  CUresult rc = G.async ? q_error(cur_ctx->dev) : CUDA_SUCCESS;
+  if (rc != CUDA_SUCCESS)
+    return rc;
   if ((uintptr_t)s > 2 && !stream_ready(s, false))
     return CUDA_ERROR_NOT_READY;
   return CUDA_SUCCESS;
 }
 API CUresult cuStreamWaitEvent(void *s, void *e, unsigned flags) {
-  (void)e, (void)flags;
+  (void)flags;
   NEED_CTX();
   NEED_STREAM(s);
+  /* The event's stream runs now: stricter than CUDA (s waits for less),
+   * so it can hide an ordering bug but never invents one. */
+  if (G.async && e && ((Event *)e)->magic == EVENT_MAGIC && ((Event *)e)->recorded)
+    q_sync_stream(((Event *)e)->stream);
   return CUDA_SUCCESS;
 }
 API CUresult cuEventCreate(void **e, unsigned flags) {
@@ -845,16 +1132,21 @@ API CUresult cuEventRecord(void *e, void *s) {
     return CUDA_ERROR_INVALID_HANDLE;
   ((Event *)e)->t = now_ms();
   ((Event *)e)->recorded = true;
+  ((Event *)e)->stream = s;
   return CUDA_SUCCESS;
 }
 API CUresult cuEventSynchronize(void *e) {
   NEED_CTX();
-  return valid_event(e) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+  if (!valid_event(e))
+    return CUDA_ERROR_INVALID_HANDLE;
+  if (!G.async || !((Event *)e)->recorded)
+    return CUDA_SUCCESS;
+  if (((uintptr_t)((Event *)e)->stream > 2) && !valid_stream(((Event *)e)->stream))
+    return CUDA_SUCCESS; /* its stream is gone, and with it the work */
+  q_sync_stream(((Event *)e)->stream);
+  return q_error(cur_ctx->dev);
 }
-API CUresult cuEventQuery(void *e) {
-  NEED_CTX();
-  return valid_event(e) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
-}
+API CUresult cuEventQuery(void *e) { return cuEventSynchronize(e); }
 API CUresult cuEventElapsedTime(float *ms, void *a, void *b) {
   NEED_CTX();
   if (!valid_event(a) || !valid_event(b))
@@ -1458,6 +1750,7 @@ typedef struct Function {
   Module *m;
   void (*body)(void **);
   int (*check)(void **);
+  unsigned (*sizes)(unsigned long *); /* NULL: a module from an older shim */
   char *name;
 } Function;
 #define FUNCTION_MAGIC 0x46554e43u
@@ -1593,6 +1886,8 @@ API CUresult cuModuleGetFunction(Function **out, Module *m, const char *name) {
   f->m = m;
   *(void **)&f->body = body;
   *(void **)&f->check = check;
+  snprintf(sym, sizeof sym, "sf_emu_s_%s", name);
+  *(void **)&f->sizes = dlsym(m->so, sym);
   f->name = xstrdup(name);
   *out = f;
   return CUDA_SUCCESS;
@@ -2056,6 +2351,46 @@ out:
   return rc;
 }
 
+static CUresult launch_now(Function *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                           unsigned by, unsigned bz, void **params);
+
+/* A queued launch: the grid and a copy of each parameter's bytes, made at
+ * the call as the driver makes it (the caller's argument variables may be
+ * gone or rewritten by the time the stream runs the kernel). */
+typedef struct {
+  Function *f;
+  unsigned g[3], b[3];
+  unsigned n;
+  void **params; /* n pointers into bytes, both in this block */
+  unsigned char bytes[];
+} LaunchW;
+static CUresult launch_run(void *arg) {
+  LaunchW *w = arg;
+  return launch_now(w->f, w->g[0], w->g[1], w->g[2], w->b[0], w->b[1], w->b[2], w->params);
+}
+static void q_launch(void *stream, Function *f, unsigned gx, unsigned gy, unsigned gz,
+                     unsigned bx, unsigned by, unsigned bz, void **params) {
+  unsigned n = f->sizes(NULL);
+  unsigned long sz[n ? n : 1];
+  f->sizes(sz);
+  size_t total = 0;
+  for (unsigned i = 0; i < n; i++)
+    total += (sz[i] + 15) & ~15ul;
+  size_t head = (sizeof(LaunchW) + n * sizeof(void *) + 15) & ~(size_t)15;
+  LaunchW *w = aligned_alloc(16, (head + total + 15) & ~(size_t)15);
+  if (!w)
+    abort();
+  *w = (LaunchW){f, {gx, gy, gz}, {bx, by, bz}, n, NULL};
+  w->params = (void **)w->bytes;
+  unsigned char *at = (unsigned char *)w + head;
+  for (unsigned i = 0; i < n; i++) {
+    memcpy(at, params[i], sz[i]);
+    w->params[i] = at;
+    at += (sz[i] + 15) & ~15ul;
+  }
+  q_push(stream, launch_run, w);
+}
+
 API CUresult cuLaunchKernel(Function *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                             unsigned by, unsigned bz, unsigned shmem, void *stream,
                             void **params, void **extra) {
@@ -2084,6 +2419,26 @@ API CUresult cuLaunchKernel(Function *f, unsigned gx, unsigned gy, unsigned gz, 
     say("cuLaunchKernel: kernel '%s': `extra` parameters are not supported", f->name);
     return CUDA_ERROR_NOT_SUPPORTED;
   }
+  if (G.async && f->sizes) {
+    pthread_mutex_lock(&L.mu); /* the pointer checks name L.fn */
+    L.fn = f;
+    int bad = f->check(params);
+    pthread_mutex_unlock(&L.mu);
+    if (bad < 0) {
+      say("cuLaunchKernel: kernel '%s' takes parameters, but kernelParams is NULL", f->name);
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (bad > 0)
+      return CUDA_ERROR_ILLEGAL_ADDRESS;
+    q_launch(stream, f, gx, gy, gz, bx, by, bz, params);
+    return CUDA_SUCCESS;
+  }
+  return launch_now(f, gx, gy, gz, bx, by, bz, params);
+}
+
+/* Runs a launch now (the synchronous mode, or a queued one's turn). */
+static CUresult launch_now(Function *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                           unsigned by, unsigned bz, void **params) {
   install_fault_handler();
   pthread_mutex_lock(&L.mu);
   if (!L.stack_size) {
@@ -2416,20 +2771,65 @@ static int gemm_run(const Blas *h, const Gemm *g, const void *alpha, const void 
   return CUBLAS_STATUS_SUCCESS;
 }
 
+/* A product queued on the handle's stream (asynchronous mode): its scalars
+ * copied now when they are host values (CUBLAS_POINTER_MODE_HOST), its
+ * matrices checked when it runs; a failure then is the stream's error. */
+typedef struct {
+  const Blas *h;
+  Gemm g;
+  double alpha[2], beta[2]; /* the host scalars' bytes */
+  bool host_scalars;
+  const void *dalpha, *dbeta;
+} GemmW;
+static CUresult gemm_work(void *arg) {
+  GemmW *w = arg;
+  int rc = w->host_scalars ? gemm_run(w->h, &w->g, w->alpha, w->beta)
+                           : gemm_run(w->h, &w->g, w->dalpha, w->dbeta);
+  if (rc != CUBLAS_STATUS_SUCCESS)
+    say("%s (queued on a stream): cuBLAS status %d when it ran", w->g.fn, rc);
+  return rc == CUBLAS_STATUS_SUCCESS ? CUDA_SUCCESS : CUDA_ERROR_LAUNCH_FAILED;
+}
+static int gemm_call(const Blas *h, const Gemm *g, const void *alpha, const void *beta) {
+  if (!G.async)
+    return gemm_run(h, g, alpha, beta);
+  if (!valid_blas(h))
+    return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (!cur_ctx || cur_ctx->dev != h->dev) {
+    say("%s: the handle belongs to device %d, but %s is current", g->fn, h->dev,
+        cur_ctx ? "another device" : "no context");
+    return CUBLAS_STATUS_EXECUTION_FAILED;
+  }
+  GemmW *w = calloc(1, sizeof *w);
+  if (!w)
+    return CUBLAS_STATUS_ALLOC_FAILED;
+  w->h = h;
+  w->g = *g;
+  w->host_scalars = h->ptr_mode == 0;
+  if (w->host_scalars) {
+    size_t sz = g->f64 ? sizeof(double) : sizeof(float);
+    memcpy(w->alpha, alpha, sz);
+    memcpy(w->beta, beta, sz);
+  } else {
+    w->dalpha = alpha, w->dbeta = beta;
+  }
+  q_push(h->stream, gemm_work, w);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 API int cublasSgemm_v2(Blas *h, int ta, int tb, int m, int n, int k, const float *alpha,
                        const float *A, int lda, const float *B, int ldb, const float *beta,
                        float *C, int ldc) {
   Gemm g = {"cublasSgemm", ta, tb, m, n, k, A, B, C, lda, ldb, ldc, 0, 0, 0, 1,
             CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, false, false, false};
   g.tf32 = valid_blas(h) && h->math == CUBLAS_TF32_TENSOR_OP_MATH;
-  return gemm_run(h, &g, alpha, beta);
+  return gemm_call(h, &g, alpha, beta);
 }
 API int cublasDgemm_v2(Blas *h, int ta, int tb, int m, int n, int k, const double *alpha,
                        const double *A, int lda, const double *B, int ldb, const double *beta,
                        double *C, int ldc) {
   Gemm g = {"cublasDgemm", ta, tb, m, n, k, A, B, C, lda, ldb, ldc, 0, 0, 0, 1,
             CUDA_R_64F, CUDA_R_64F, CUDA_R_64F, true, false, false};
-  return gemm_run(h, &g, alpha, beta);
+  return gemm_call(h, &g, alpha, beta);
 }
 API int cublasSgemmStridedBatched(Blas *h, int ta, int tb, int m, int n, int k,
                                   const float *alpha, const float *A, int lda, long long sa,
@@ -2438,7 +2838,7 @@ API int cublasSgemmStridedBatched(Blas *h, int ta, int tb, int m, int n, int k,
   Gemm g = {"cublasSgemmStridedBatched", ta, tb, m, n, k, A, B, C, lda, ldb, ldc, sa, sb, sc,
             batch, CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, false, false, false};
   g.tf32 = valid_blas(h) && h->math == CUBLAS_TF32_TENSOR_OP_MATH;
-  return gemm_run(h, &g, alpha, beta);
+  return gemm_call(h, &g, alpha, beta);
 }
 API int cublasDgemmStridedBatched(Blas *h, int ta, int tb, int m, int n, int k,
                                   const double *alpha, const double *A, int lda, long long sa,
@@ -2446,7 +2846,7 @@ API int cublasDgemmStridedBatched(Blas *h, int ta, int tb, int m, int n, int k,
                                   double *C, int ldc, long long sc, int batch) {
   Gemm g = {"cublasDgemmStridedBatched", ta, tb, m, n, k, A, B, C, lda, ldb, ldc, sa, sb, sc,
             batch, CUDA_R_64F, CUDA_R_64F, CUDA_R_64F, true, false, false};
-  return gemm_run(h, &g, alpha, beta);
+  return gemm_call(h, &g, alpha, beta);
 }
 
 /* The type combinations of cublasGemmEx that the emulator runs: 32F/16BF
@@ -2483,7 +2883,7 @@ API int cublasGemmEx(Blas *h, int ta, int tb, int m, int n, int k, const void *a
   Gemm g = {"cublasGemmEx", ta, tb, m, n, k, A, B, C, lda, ldb, ldc, 0, 0, 0, 1,
             atype, btype, ctype, false, false, false};
   int rc = gemm_ex_setup(h, &g, compute);
-  return rc ? rc : gemm_run(h, &g, alpha, beta);
+  return rc ? rc : gemm_call(h, &g, alpha, beta);
 }
 API int cublasGemmStridedBatchedEx(Blas *h, int ta, int tb, int m, int n, int k,
                                    const void *alpha, const void *A, int atype, int lda,
@@ -2494,7 +2894,7 @@ API int cublasGemmStridedBatchedEx(Blas *h, int ta, int tb, int m, int n, int k,
   Gemm g = {"cublasGemmStridedBatchedEx", ta, tb, m, n, k, A, B, C, lda, ldb, ldc, sa, sb, sc,
             batch, atype, btype, ctype, false, false, false};
   int rc = gemm_ex_setup(h, &g, compute);
-  return rc ? rc : gemm_run(h, &g, alpha, beta);
+  return rc ? rc : gemm_call(h, &g, alpha, beta);
 }
 
 /* ================================================================= NCCL */
@@ -2903,6 +3303,17 @@ static int enqueue(NComm *c, const char *fn, int kind, const void *send, void *r
     return ncclInvalidArgument;
   if (!valid_stream(stream))
     return ncclInvalidArgument;
+  /* Asynchronous mode: the collective runs when the last rank enqueues it,
+   * so what its stream must wait for runs first: the stream's own queue,
+   * and the legacy stream's work when the stream is blocking.  A
+   * CU_STREAM_NON_BLOCKING stream's collective does not wait for stream 0:
+   * kernels still queued there that write its buffers have not run. */
+  if (G.async && cur_ctx) {
+    if ((uintptr_t)stream <= 2 || ((Stream *)stream)->blocking)
+      q_drain(&Q.legacy[cur_ctx->dev], cur_ctx->dev);
+    if ((uintptr_t)stream > 2)
+      q_drain(&((Stream *)stream)->q, cur_ctx->dev);
+  }
   pthread_mutex_lock(&NC.mu);
   NGroup *g = c->g;
   size_t es = nccl_size(dtype);
