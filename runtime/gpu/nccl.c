@@ -78,6 +78,7 @@ static struct {
   int (*stream_create)(void **, unsigned);
   int (*stream_query)(void *);
   int (*stream_destroy)(void *);
+  int (*stream_sync)(void *);
 } L;
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 
@@ -319,7 +320,8 @@ static bool stream_syms(char *err, size_t n) {
   L.stream_query = (int (*)(void *))sf__cuda_sym("cuStreamQuery");
   L.stream_destroy = (int (*)(void *))sf__cuda_sym("cuStreamDestroy_v2");
   L.stream_create = (int (*)(void **, unsigned))sf__cuda_sym("cuStreamCreate");
-  if (!L.stream_create || !L.stream_query || !L.stream_destroy) {
+  L.stream_sync = (int (*)(void *))sf__cuda_sym("cuStreamSynchronize");
+  if (!L.stream_create || !L.stream_query || !L.stream_destroy || !L.stream_sync) {
     snprintf(err, n, "the CUDA driver is not loaded (no GPU on this thread)");
     L.stream_create = NULL;
     return false;
@@ -498,14 +500,24 @@ static bool usable(sf__nccl_comm *c, char *err, size_t n) {
     snprintf(err, n, "the NCCL communicator was aborted earlier: %s", c ? c->why : "none");
     return false;
   }
-  if (c->stream)
-    return true;
-  if (!stream_syms(err, n))
-    return false;
-  int q = L.stream_create(&c->stream, CU_STREAM_NON_BLOCKING);
+  if (!c->stream) {
+    if (!stream_syms(err, n))
+      return false;
+    int q = L.stream_create(&c->stream, CU_STREAM_NON_BLOCKING);
+    if (q != 0) {
+      c->stream = NULL;
+      snprintf(err, n, "cuStreamCreate failed (CUDA error %d)", q);
+      return false;
+    }
+  }
+  /* The stream is non-blocking: it does not wait for the legacy stream,
+   * where the buffer was written (kernels, and a pageable cuMemcpyHtoD,
+   * whose DMA may still run after the call returns).  The host waits for
+   * the legacy stream's work first (nothing there after collective.c's
+   * own wait; a legacy-stream hang would be the GPU's, not a peer's). */
+  int q = L.stream_sync(NULL);
   if (q != 0) {
-    c->stream = NULL;
-    snprintf(err, n, "cuStreamCreate failed (CUDA error %d)", q);
+    snprintf(err, n, "the GPU's earlier work failed (CUDA error %d)", q);
     return false;
   }
   return true;
