@@ -171,3 +171,41 @@ add_test(NAME gpu_emu/digits
           --expect ${CMAKE_SOURCE_DIR}/examples/digits_gpu.sflow)
 set_tests_properties(gpu_emu/digits PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV}" TIMEOUT 300)
 include(${CMAKE_CURRENT_LIST_DIR}/nn_check.cmake)
+# The emulator's asynchronous mode (SFLOW_EMU_ASYNC=1, docs/testing.md):
+# work waits in its stream's queue until CUDA makes the host wait, so an
+# op that reads a buffer before the stream that writes it got there, or a
+# collective on NCCL's non-blocking stream that does not wait for stream 0,
+# gives other numbers.  Its own checks, then the GPU tests most likely to
+# show an ordering bug: tensor ops and training, the layers, the op
+# checker, collectives through the emulated NCCL and digits.
+add_test(NAME gpu_emu/self_async COMMAND emu_check $<TARGET_FILE:sflow_emu> --async)
+add_test(NAME gpu_emu/nn_async
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/nn_gpu.py
+          --sflowc $<TARGET_FILE:sflowc>)
+set_tests_properties(gpu_emu/nn_async PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV};SFLOW_EMU_ASYNC=1")
+add_test(NAME gpu_emu/nn_layers_async
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/layers/run.py
+          --sflowc $<TARGET_FILE:sflowc> ${SFLOW_EMU_ARGS})
+set_tests_properties(gpu_emu/nn_layers_async PROPERTIES ENVIRONMENT "SFLOW_EMU_ASYNC=1")
+add_test(NAME gpu_emu/nn_collectives_async
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/nn_coll.py
+          --sflowc $<TARGET_FILE:sflowc> --emu $<TARGET_FILE:sflow_emu>)
+set_tests_properties(gpu_emu/nn_collectives_async PROPERTIES ENVIRONMENT
+  "SFLOW_KERNEL_CACHE=${CMAKE_BINARY_DIR}/tests/emu-kernel-cache;SFLOW_EMU_ASYNC=1")
+add_test(NAME gpu_emu/collectives_nccl_async
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/programs.py
+          --sflowc $<TARGET_FILE:sflowc> --emu $<TARGET_FILE:sflow_emu> --only device_collectives
+          --only custom_op)
+set_tests_properties(gpu_emu/collectives_nccl_async PROPERTIES ENVIRONMENT
+  "${SFLOW_EMU_ENV};SFLOW_EMU_DEVICES=2;SFLOW_NCCL=$<TARGET_FILE:sflow_emu>;SFLOW_EMU_ASYNC=1")
+add_test(NAME gpu_emu/digits_async
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/bench/gpu/digits.py
+          --sflowc $<TARGET_FILE:sflowc> --src ${CMAKE_SOURCE_DIR}/examples/digits_gpu.sflow
+          --csv ${CMAKE_SOURCE_DIR}/examples/data/digits.csv --epochs 2
+          --expect ${CMAKE_SOURCE_DIR}/examples/digits_gpu.sflow)
+set_tests_properties(gpu_emu/digits_async PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV};SFLOW_EMU_ASYNC=1"
+                     TIMEOUT 300)
+add_test(NAME gpu_emu/nn_check_async
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/nn_check.py
+          --sflowc $<TARGET_FILE:sflowc> --mode emulator)
+set_tests_properties(gpu_emu/nn_check_async PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV};SFLOW_EMU_ASYNC=1")

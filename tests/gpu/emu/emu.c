@@ -671,6 +671,7 @@ struct Op;
 typedef struct Work {
   CUresult (*run)(void *arg); /* arg: one malloc block, freed after */
   void *arg;
+  uint64_t seq; /* issue order across streams (the legacy stream's implicit waits) */
   struct Work *next;
 } Work;
 typedef struct {
@@ -728,6 +729,7 @@ static struct {
   pthread_mutex_t run; /* one queue runs at a time, in order */
   Queue legacy[MAX_DEV];
   Stream *streams;
+  uint64_t seq;
   CUresult err[MAX_DEV];
 } Q = {.mu = PTHREAD_MUTEX_INITIALIZER, .run = PTHREAD_MUTEX_INITIALIZER};
 
@@ -739,8 +741,9 @@ static void q_push(void *s, CUresult (*run)(void *), void *arg) {
   Work *w = malloc(sizeof *w);
   if (!w)
     abort();
-  *w = (Work){run, arg, NULL};
+  *w = (Work){run, arg, 0, NULL};
   pthread_mutex_lock(&Q.mu);
+  w->seq = ++Q.seq;
   Queue *q = q_of(s);
   if (q->tail)
     q->tail->next = w;
@@ -750,34 +753,67 @@ static void q_push(void *s, CUresult (*run)(void *), void *arg) {
   pthread_mutex_unlock(&Q.mu);
 }
 
+static Work *q_pop(Queue *q) {
+  Work *w = q->head;
+  if (w) {
+    q->head = w->next;
+    if (!q->head)
+      q->tail = NULL;
+  }
+  return w;
+}
+
+static void q_exec(Work *w, int dev) {
+  CUresult rc = w->run(w->arg);
+  pthread_mutex_lock(&Q.mu);
+  if (rc != CUDA_SUCCESS && Q.err[dev] == CUDA_SUCCESS)
+    Q.err[dev] = rc;
+  pthread_mutex_unlock(&Q.mu);
+  free(w->arg);
+  free(w);
+}
+
+/* Runs q's work in order (a non-blocking stream's: it waits for nothing). */
 static void q_drain(Queue *q, int dev) {
   pthread_mutex_lock(&Q.run);
   for (;;) {
     pthread_mutex_lock(&Q.mu);
-    Work *w = q->head;
-    if (w) {
-      q->head = w->next;
-      if (!q->head)
-        q->tail = NULL;
-    }
+    Work *w = q_pop(q);
     pthread_mutex_unlock(&Q.mu);
     if (!w)
       break;
-    CUresult rc = w->run(w->arg);
-    if (rc != CUDA_SUCCESS && Q.err[dev] == CUDA_SUCCESS)
-      Q.err[dev] = rc;
-    free(w->arg);
-    free(w);
+    q_exec(w, dev);
   }
   pthread_mutex_unlock(&Q.run);
 }
 
-/* The created streams of dev with queued work (blocking ones only when
- * asked), one at a time. */
-static Stream *q_next_stream(int dev, bool blocking_only) {
+/* Runs the work of dev's legacy stream and blocking streams issued up to
+ * seq `upto`, in issue order: the legacy stream waits for the blocking
+ * streams' earlier work and they wait for its, so issue order is an order
+ * CUDA may run them in (two blocking streams' may also overlap). */
+static void q_drain_ordered(int dev, uint64_t upto) {
+  pthread_mutex_lock(&Q.run);
+  for (;;) {
+    pthread_mutex_lock(&Q.mu);
+    Queue *best = Q.legacy[dev].head && Q.legacy[dev].head->seq <= upto ? &Q.legacy[dev] : NULL;
+    for (Stream *s = Q.streams; s; s = s->next_live)
+      if (s->dev == dev && s->blocking && s->q.head && s->q.head->seq <= upto &&
+          (!best || s->q.head->seq < best->head->seq))
+        best = &s->q;
+    Work *w = best ? q_pop(best) : NULL;
+    pthread_mutex_unlock(&Q.mu);
+    if (!w)
+      break;
+    q_exec(w, dev);
+  }
+  pthread_mutex_unlock(&Q.run);
+}
+
+/* A created stream of dev with queued work. */
+static Stream *q_next_stream(int dev) {
   pthread_mutex_lock(&Q.mu);
   Stream *s = Q.streams;
-  while (s && (s->dev != dev || !s->q.head || (blocking_only && !s->blocking)))
+  while (s && (s->dev != dev || !s->q.head))
     s = s->next_live;
   pthread_mutex_unlock(&Q.mu);
   return s;
@@ -793,11 +829,8 @@ static CUresult q_error(int dev) {
 }
 
 static void q_sync_legacy(int dev) {
-  if (!G.async)
-    return;
-  for (Stream *s; (s = q_next_stream(dev, true));)
-    q_drain(&s->q, dev);
-  q_drain(&Q.legacy[dev], dev);
+  if (G.async)
+    q_drain_ordered(dev, UINT64_MAX);
 }
 
 static void q_sync_stream(void *s) {
@@ -808,16 +841,25 @@ static void q_sync_stream(void *s) {
     return;
   }
   Stream *x = s;
-  if (x->blocking)
-    q_drain(&Q.legacy[x->dev], x->dev);
-  q_drain(&x->q, x->dev);
+  if (!x->blocking) {
+    q_drain(&x->q, x->dev);
+    return;
+  }
+  for (;;) { /* its work, and the legacy stream's before each item */
+    pthread_mutex_lock(&Q.mu);
+    uint64_t upto = x->q.tail ? x->q.tail->seq : 0;
+    pthread_mutex_unlock(&Q.mu);
+    if (!upto)
+      break;
+    q_drain_ordered(x->dev, upto);
+  }
 }
 
 static void q_sync_device(int dev) {
   if (!G.async)
     return;
   q_sync_legacy(dev);
-  for (Stream *s; (s = q_next_stream(dev, false));)
+  for (Stream *s; (s = q_next_stream(dev));)
     q_drain(&s->q, dev);
 }
 
@@ -3309,10 +3351,7 @@ static int enqueue(NComm *c, const char *fn, int kind, const void *send, void *r
    * CU_STREAM_NON_BLOCKING stream's collective does not wait for stream 0:
    * kernels still queued there that write its buffers have not run. */
   if (G.async && cur_ctx) {
-    if ((uintptr_t)stream <= 2 || ((Stream *)stream)->blocking)
-      q_drain(&Q.legacy[cur_ctx->dev], cur_ctx->dev);
-    if ((uintptr_t)stream > 2)
-      q_drain(&((Stream *)stream)->q, cur_ctx->dev);
+    q_sync_stream(stream);
   }
   pthread_mutex_lock(&NC.mu);
   NGroup *g = c->g;

@@ -8,9 +8,12 @@
  * deadlocked barrier, a trap, a write past the end of a buffer, a launch
  * on the wrong device, out of memory); NVRTC's log and its module cache;
  * cuBLAS against plain loops in every transpose, batched, bf16 and TF32;
- * its in-process NCCL over two threads on two devices.
+ * its in-process NCCL over two threads on two devices.  With --async
+ * (ctest gpu_emu/self_async) it checks the asynchronous mode instead
+ * (SFLOW_EMU_ASYNC=1): work waits in its stream's queue until CUDA makes
+ * the host wait, and runs then, in order.
  *
- *   emu_check path/to/libsflow_emu.so
+ *   emu_check path/to/libsflow_emu.so [--async]
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -710,6 +713,77 @@ static void check_nccl(void) {
         j[0].st_bad, j[1].st_bad);
 }
 
+/* SFLOW_EMU_ASYNC=1: a device pointer is a host address, so what has run
+ * can be seen without a copy, which would run the queue. */
+static void check_async(void) {
+  int (*cuStreamCreate)(void **, unsigned) = sym("cuStreamCreate");
+  int (*cuMemcpyDtoD)(dptr, dptr, size_t) = sym("cuMemcpyDtoD_v2");
+  int (*cuCtxSynchronize)(void) = sym("cuCtxSynchronize");
+  void *ctx, *mod, *evens, *trap;
+  CHECK(cuInit(0) == 0, "cuInit");
+  cuDevicePrimaryCtxRetain(&ctx, 0);
+  cuCtxSetCurrent(ctx);
+  char *log;
+  char *img = compile(SRC, "async.cu", &log);
+  CHECK(img != NULL, "compile: %s", log);
+  if (!img)
+    return;
+  cuModuleLoadData(&mod, img);
+  cuModuleGetFunction(&evens, mod, "evens");
+  cuModuleGetFunction(&trap, mod, "trap");
+  dptr d, d2, d3;
+  cuMemAlloc(&d, 64 * sizeof(int));
+  cuMemAlloc(&d2, 64 * sizeof(int));
+  cuMemAlloc(&d3, 64 * sizeof(int));
+  int *x = (int *)(uintptr_t)d, h[64];
+  /* A memset and a launch are queued; the launch's parameters are copied. */
+  CHECK(cuMemsetD32(d, 0, 64) == 0, "memset");
+  dptr arg = d;
+  void *p[] = {&arg};
+  CHECK(launch(evens, 1, 64, p) == 0, "launch");
+  arg = d2; /* rewriting the argument after the launch changes nothing */
+  CHECK(x[2] == -1 && x[1] == -1, "nothing ran before a wait: %d %d", x[2], x[1]);
+  CHECK(cuMemcpyDtoH(h, d, sizeof h) == 0, "DtoH");
+  CHECK(h[2] == 6 && h[1] == 0 && h[63] == 0, "DtoH ran the queue in order: %d %d %d", h[2], h[1],
+        h[63]);
+  CHECK(((int *)(uintptr_t)d2)[2] == -1, "the rewritten argument was not used");
+  /* Pageable memory given to cuMemcpyHtoD is staged at the call. */
+  int v[64];
+  for (int i = 0; i < 64; i++)
+    v[i] = 5;
+  cuMemcpyHtoD(d2, v, sizeof v);
+  v[0] = 7;
+  CHECK(((int *)(uintptr_t)d2)[0] == -1, "the HtoD's device write is queued");
+  cuMemcpyDtoH(h, d2, sizeof h);
+  CHECK(h[0] == 5, "the staged bytes were copied, not the rewritten ones: %d", h[0]);
+  /* A non-blocking stream's work is not waited for by the legacy stream. */
+  void *nb, *bl;
+  cuStreamCreate(&nb, 1);
+  cuStreamCreate(&bl, 0);
+  arg = d3;
+  cuLaunchKernel(evens, 1, 1, 1, 64, 1, 1, 0, nb, p, NULL);
+  cuMemcpyDtoH(h, d3, sizeof h);
+  CHECK(h[2] == -1, "the legacy stream did not wait for the non-blocking stream: %d", h[2]);
+  CHECK(cuStreamSynchronize(nb) == 0 && x[0] == 0 && ((int *)(uintptr_t)d3)[2] == 6,
+        "cuStreamSynchronize ran it");
+  cuMemsetD32(d3, 9, 64);
+  cuLaunchKernel(evens, 1, 1, 1, 64, 1, 1, 0, bl, p, NULL);
+  cuMemcpyDtoH(h, d3, sizeof h);
+  CHECK(h[2] == 6 && h[1] == 9, "the legacy stream waited for the blocking stream: %d %d", h[2],
+        h[1]);
+  /* cuMemFree synchronises the device. */
+  dptr tmp;
+  cuMemAlloc(&tmp, 256);
+  cuMemsetD32(d2, 4, 64);
+  cuMemcpyDtoD(d, d2, 64 * sizeof(int));
+  CHECK(x[0] == 0, "the DtoD is queued");
+  CHECK(cuMemFree(tmp) == 0 && x[0] == 4, "cuMemFree ran the queue: %d", x[0]);
+  /* A kernel's failure is the error of the next call that waits. */
+  CHECK(launch(trap, 1, 4, p) == 0, "a failing launch queues");
+  CHECK(cuCtxSynchronize() == 719, "its failure at cuCtxSynchronize");
+  CHECK(cuCtxSynchronize() == 0, "reported once");
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: emu_check path/to/libsflow_emu.so\n");
@@ -721,7 +795,17 @@ int main(int argc, char **argv) {
   unsetenv("SFLOW_EMU_CACHE");
   setenv("SFLOW_EMU_DEVICES", "2", 1);
   setenv("SFLOW_EMU_MEM_MB", "64", 1);
+  bool async = argc > 2 && !strcmp(argv[2], "--async");
+  if (async)
+    setenv("SFLOW_EMU_ASYNC", "1", 1);
+  else
+    unsetenv("SFLOW_EMU_ASYNC");
   load(argv[1]);
+  if (async) {
+    check_async();
+    printf("emu_check --async: %d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+  }
   check_driver();
   check_kernels();
   check_nvrtc(cache);
