@@ -455,6 +455,7 @@ API CUresult cuCtxPopCurrent_v2(void **ctx) {
 }
 static void q_sync_device(int dev);
 static CUresult q_error(int dev);
+static const char *nccl_uses(uintptr_t base, size_t size);
 API CUresult cuCtxSynchronize(void) {
   NEED_CTX();
   q_sync_device(cur_ctx->dev);
@@ -635,6 +636,21 @@ API CUresult cuMemFree_v2(uint64_t dptr) {
   if (dptr == 0)
     return CUDA_SUCCESS;
   q_sync_device(cur_ctx->dev); /* cuMemFree synchronises the device */
+  if (G.async) {
+    const char *coll = NULL;
+    pthread_mutex_lock(&M.mu);
+    Alloc *a = find_range((uintptr_t)dptr, 0);
+    uintptr_t base = a ? a->base : 0;
+    size_t size = a ? a->size : 0;
+    pthread_mutex_unlock(&M.mu);
+    if (a && base == (uintptr_t)dptr)
+      coll = nccl_uses(base, size);
+    if (coll) {
+      say("cuMemFree(%#lx): an unfinished %s (waiting for another rank) still uses this memory",
+          (unsigned long)dptr, coll);
+      return CUDA_ERROR_ILLEGAL_ADDRESS;
+    }
+  }
   return mem_free((uintptr_t)dptr, MEM_DEVICE, "cuMemFree");
 }
 API CUresult cuMemAllocHost_v2(void **pp, size_t size) {
@@ -3337,6 +3353,28 @@ static bool nccl_mem(NComm *c, const char *fn, const char *what, const void *p, 
     pthread_mutex_unlock(&NC.mu);
   }
   return ok;
+}
+
+/* Asynchronous mode: does a collective still waiting for a rank use
+ * [base, base + size)?  Freeing that memory is a bug a GPU shows as
+ * garbage (or a cuMemFree that waits for a peer for ever). */
+static const char *nccl_uses(uintptr_t base, size_t size) {
+  const char *what = NULL;
+  pthread_mutex_lock(&NC.mu);
+  for (NGroup *g = NC.groups; g && !what; g = g->next)
+    for (Op *o = g->ops; o && !what; o = o->next) {
+      if (o->done)
+        continue;
+      size_t bytes = o->count * nccl_size(o->dtype);
+      for (int r = 0; r < o->n && !what; r++) {
+        uintptr_t sp = (uintptr_t)o->send[r], rp = (uintptr_t)o->recv[r];
+        size_t rb = o->kind == OP_ALLGATHER ? bytes * (size_t)o->n : bytes;
+        if ((sp && sp < base + size && sp + bytes > base) || (rp && rp < base + size && rp + rb > base))
+          what = o->kind == OP_ALLREDUCE ? "ncclAllReduce" : o->kind == OP_BROADCAST ? "ncclBroadcast" : "ncclAllGather";
+      }
+    }
+  pthread_mutex_unlock(&NC.mu);
+  return what;
 }
 
 static int enqueue(NComm *c, const char *fn, int kind, const void *send, void *recv, size_t count,
