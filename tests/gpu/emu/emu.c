@@ -36,6 +36,11 @@
  *    a block as fibers (an 8-register context switch on x86-64, ucontext
  *    elsewhere) switched at __syncthreads() and thread exit; one launch at
  *    a time in the process (a mutex), which CUDA's stream semantics allow.
+ *  - SFLOW_EMU_ASYNC=1 ("asynchronous mode", below the memory section)
+ *    queues launches, copies, memsets and cuBLAS products per stream and
+ *    runs them only where CUDA makes the host wait, so stream-ordering
+ *    bugs (a read that does not wait, NCCL's non-blocking stream running
+ *    before stream 0's kernels) change results instead of passing.
  *  - Memory is host memory: a device pointer is a host address.
  */
 #define _GNU_SOURCE
