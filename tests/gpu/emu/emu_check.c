@@ -784,6 +784,69 @@ static void check_async(void) {
   CHECK(cuCtxSynchronize() == 0, "reported once");
 }
 
+/* Asynchronous mode: freeing memory that a collective still waiting for
+ * another rank uses is refused.  Rank 1 joins after rank 0 tried. */
+typedef struct {
+  nid id;
+  int rank, free_rc, sync_rc;
+  float got;
+  pthread_barrier_t *bar;
+} async_rank;
+static void *async_rank_main(void *p) {
+  async_rank *j = p;
+  void *ctx, *comm, *s;
+  cuDevicePrimaryCtxRetain(&ctx, j->rank);
+  cuCtxSetCurrent(ctx);
+  struct { size_t size; unsigned magic, version; int blocking; } cfg = {sizeof cfg, 0xcafebeefu, 21400, 0};
+  ncclCommInitRankConfig(&comm, 2, j->id, j->rank, &cfg);
+  int st = 7;
+  while (st == 7)
+    ncclCommGetAsyncError(comm, &st);
+  cuStreamCreate(&s, 1);
+  float x = 1.0f + j->rank;
+  dptr d;
+  cuMemAlloc(&d, sizeof x);
+  cuMemcpyHtoD(d, &x, sizeof x);
+  /* The non-blocking stream does not wait for the copy's device write
+   * (queued on the legacy stream): the host waits, as nccl.c does. */
+  cuStreamSynchronize(NULL);
+  if (j->rank == 1)
+    pthread_barrier_wait(j->bar);
+  ncclAllReduce((void *)d, (void *)d, 1, 7, 0, comm, s);
+  if (j->rank == 0) {
+    j->free_rc = cuMemFree(d); /* rank 1 has not joined: still in use */
+    pthread_barrier_wait(j->bar);
+  }
+  j->sync_rc = cuStreamSynchronize(s);
+  cuMemcpyDtoH(&j->got, d, sizeof x);
+  j->free_rc |= cuMemFree(d) << 16;
+  ncclCommDestroy(comm);
+  return NULL;
+}
+static void check_async_nccl(void) {
+  *(void **)&ncclGetUniqueId = sym("ncclGetUniqueId");
+  *(void **)&ncclCommInitRankConfig = sym("ncclCommInitRankConfig");
+  *(void **)&ncclCommGetAsyncError = sym("ncclCommGetAsyncError");
+  *(void **)&ncclAllReduce = sym("ncclAllReduce");
+  *(void **)&ncclCommDestroy = sym("ncclCommDestroy");
+  *(void **)&cuStreamCreate = sym("cuStreamCreate");
+  pthread_barrier_t bar;
+  pthread_barrier_init(&bar, NULL, 2);
+  async_rank j[2] = {{.rank = 0, .bar = &bar}, {.rank = 1, .bar = &bar}};
+  ncclGetUniqueId(&j[0].id);
+  j[1].id = j[0].id;
+  pthread_t t[2];
+  for (int r = 0; r < 2; r++)
+    pthread_create(&t[r], NULL, async_rank_main, &j[r]);
+  for (int r = 0; r < 2; r++)
+    pthread_join(t[r], NULL);
+  CHECK(j[0].free_rc == 700, "cuMemFree of an unfinished collective's buffer is refused: %#x",
+        j[0].free_rc);
+  CHECK(j[1].free_rc == 0, "rank 1's free after its collective: %#x", j[1].free_rc);
+  CHECK(j[0].sync_rc == 0 && j[1].sync_rc == 0 && j[0].got == 3 && j[1].got == 3,
+        "the collective completes: %d %d %g %g", j[0].sync_rc, j[1].sync_rc, j[0].got, j[1].got);
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: emu_check path/to/libsflow_emu.so\n");
@@ -803,6 +866,7 @@ int main(int argc, char **argv) {
   load(argv[1]);
   if (async) {
     check_async();
+    check_async_nccl();
     printf("emu_check --async: %d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
   }
