@@ -1553,6 +1553,22 @@ static SF__AVX2 int avx2_differs(const float *x) {
   }
   return 0;
 }
+
+/* The same for exp16 and phi16 (AVX-512F) of x[0..16). */
+static SF__AVX512 int avx512_differs(const float *x) {
+  sf__f16 v;
+  memcpy(&v, x, sizeof v);
+  sf__f16 e = sf__exp16(-0.5f * v * v), p = sf__phi16(v);
+  float e16[16], p16[16];
+  memcpy(e16, &e, sizeof e16);
+  memcpy(p16, &p, sizeof p16);
+  for (int h = 0; h < 4; h++) {
+    sf__f4 v4 = sf__ld4(x + 4 * h), e4 = sf__exp4(-0.5f * v4 * v4), p4 = sf__phi4(v4);
+    if (memcmp(&e4, e16 + 4 * h, sizeof e4) || memcmp(&p4, p16 + 4 * h, sizeof p4))
+      return 1;
+  }
+  return 0;
+}
 #endif
 
 /* dropout_rows and attention_dropout: finite differences; a row's mask is
@@ -1643,7 +1659,7 @@ static void test_dropout_rows(void) {
   CU_ASSERT(worst_rel <= 5e-6);
   /* The eight-lane versions (AVX2) give the four-lane bits, and so does the
    * GELU op whichever it dispatches to. */
-  int64_t nsweep = 4000, diff8 = 0;
+  int64_t nsweep = 4000, diff8 = 0, diff16 = 0;
   sf_tensor *sx = mk(1, SHAPE(4003), NULL);
   for (int64_t i = 0; i < 4003; i++)
     sf__t_data(sx)[i] = -12.0f + 0.005f * (float)i;
@@ -1651,8 +1667,33 @@ static void test_dropout_rows(void) {
   if (sf__have_avx2())
     for (int64_t i = 0; i < nsweep; i += 8)
       diff8 += avx2_differs(sf__t_data(sx) + i);
+  if (sf__have_avx512())
+    for (int64_t i = 0; i < nsweep; i += 16)
+      diff16 += avx512_differs(sf__t_data(sx) + i);
+  printf("\n    avx512 %s: %ld of %ld blocks differ from 4 lanes ",
+         sf__have_avx512() ? "present" : "absent", (long)diff16, (long)(nsweep / 16));
 #endif
   CU_ASSERT(diff8 == 0);
+  CU_ASSERT(diff16 == 0);
+  /* GELU's backward, whichever width it dispatches to, is the four-lane
+   * g (Φ(x) + x φ(x)) bit for bit (the tail of 3 included). */
+  {
+    sf_tensor *gxs = mk(1, SHAPE(4003), sf__t_data(sx));
+    gxs->req = true;
+    sf_tensor *gys = sf__t_unary(SF__U_GELU, gxs, &LOC), *gl = sf__t_reduce(SF__R_SUM, gys, SF__ALL_AXES, &LOC);
+    sf__backward(gl, &LOC);
+    int64_t diffb = 0;
+    for (int64_t i = 0; i + 4 <= 4000; i += 4) {
+      sf__f4 v = sf__ld4(sf__t_data(sx) + i);
+      sf__f4 pdf = sf__splat4(0.39894228040143267794f) * sf__exp4(sf__splat4(-0.5f) * v * v);
+      sf__f4 want = sf__splat4(1.0f) * (sf__phi4(v) + v * pdf);
+      diffb += memcmp(&want, sf__t_data(gxs->grad) + i, sizeof want) != 0;
+    }
+    CU_ASSERT(diffb == 0);
+    sf_release(gl);
+    sf_release(gys);
+    sf_release(gxs);
+  }
   sf_tensor *sg = sf__t_unary(SF__U_GELU, sx, &LOC);
   int64_t diffg = 0;
   for (int64_t i = 0; i + 4 <= 4003; i += 4) {
