@@ -1428,6 +1428,42 @@ static void test_grad_layers(void) {
     sf_release(arrs[i]);
 }
 
+/* Layer norm runs its row sums four rows at a time, a row per vector
+ * lane, and the rest of the rows one by one: each row's output and input
+ * gradient equal, bit for bit, that row normalised alone (one row: the
+ * single-row loop), for 7 rows of 37 (a group of four, three left over, a
+ * tail of 1 in the four-wide loops along the row). */
+static void test_layer_norm_rows(void) {
+  int64_t rows = 7, d = 37;
+  sf_tensor *x = rnd(2, SHAPE(rows, d), -3, 3, true), *w = rnd(1, SHAPE(d), 0.5f, 1.5f, true);
+  sf_tensor *b = rnd(1, SHAPE(d), -1, 1, true), *up = rnd(2, SHAPE(rows, d), -1, 1, false);
+  sf_tensor *y = sf__t_layer_norm(x, w, b, 1e-5, &LOC);
+  sf_tensor *yu = sf__t_binary(SF_TOP_MUL, y, up, &LOC);
+  sf_tensor *l = sf__t_reduce(SF__R_SUM, yu, SF__ALL_AXES, &LOC);
+  sf__backward(l, &LOC);
+  int64_t ydiff = 0, gdiff = 0;
+  for (int64_t r = 0; r < rows; r++) {
+    sf_tensor *xr = mk(2, SHAPE(1, d), sf__t_data(x) + r * d), *ur = mk(2, SHAPE(1, d), sf__t_data(up) + r * d);
+    xr->req = true;
+    sf_tensor *yr = sf__t_layer_norm(xr, w, b, 1e-5, &LOC);
+    sf_tensor *yur = sf__t_binary(SF_TOP_MUL, yr, ur, &LOC);
+    sf_tensor *lr = sf__t_reduce(SF__R_SUM, yur, SF__ALL_AXES, &LOC);
+    sf__backward(lr, &LOC);
+    ydiff += memcmp(sf__t_data(yr), sf__t_data(y) + r * d, (size_t)d * sizeof(float)) != 0;
+    gdiff += memcmp(sf__t_data(xr->grad), sf__t_data(x->grad) + r * d, (size_t)d * sizeof(float)) != 0;
+    sf_tensor *rel[] = {xr, ur, yr, yur, lr};
+    for (size_t i = 0; i < 5; i++)
+      sf_release(rel[i]);
+  }
+  printf("\n    rows differing from the row alone: output %ld, input gradient %ld ", (long)ydiff,
+         (long)gdiff);
+  CU_ASSERT(ydiff == 0);
+  CU_ASSERT(gdiff == 0);
+  sf_tensor *rel[] = {x, w, b, up, y, yu, l};
+  for (size_t i = 0; i < 7; i++)
+    sf_release(rel[i]);
+}
+
 /* Forward values by hand, dropout's statistics and seeds, clipping, and
  * every layer's errors. */
 static void test_layers_forward(void) {
@@ -2199,6 +2235,7 @@ int main(int argc, char **argv) {
       {"dropout_rows", test_dropout_rows},
       {"linear_fused", test_linear_fused},
       {"grad_acc_product", test_grad_acc_product},
+      {"layer_norm_rows", test_layer_norm_rows},
       {NULL, NULL},
   };
   return rt_run("nn", tests, argc, argv);
