@@ -597,14 +597,11 @@ static void masked_softmax_chunk(void *vc, int64_t lo, int64_t hi) {
     masked_softmax_row(c, c->x + r * s, c->y + r * s, r / c->per_batch);
 }
 
-/* dx = scale y (g - Σ g y) over one row of s; masked keys have y = 0 and
- * get 0.  d may be g (in place: the sum is taken first). */
-static void softmax_bw_row(const float *yr, const float *gr, float *d, int64_t s, float scale) {
-  float dot = 0;
-  for (int64_t j = 0; j < s; j++)
-    dot += gr[j] * yr[j];
-  /* Four lanes, each value the scalar expression (d may be g: each
-   * vector is read before it is written). */
+/* dx = scale y (g - dot) over one row of s, dot = Σ g y; masked keys have
+ * y = 0 and get 0.  Four lanes, each value the scalar expression (d may be
+ * g: each vector is read before it is written). */
+static void softmax_bw_apply(const float *yr, const float *gr, float *d, int64_t s, float scale,
+                             float dot) {
   sf__f4 vs = sf__splat4(scale), vd = sf__splat4(dot);
   int64_t j = 0;
   for (; j + SF__V <= s; j += SF__V)
@@ -613,11 +610,35 @@ static void softmax_bw_row(const float *yr, const float *gr, float *d, int64_t s
     d[j] = scale * yr[j] * (gr[j] - dot);
 }
 
+/* softmax_bw_apply over rows [0, n) of s (y, g and d each with row stride
+ * s; d may be g).  The dot is a serial float chain per row, one add per
+ * add latency: four rows run side by side, a row per lane, each its adds
+ * in the scalar order, so the dots are bitwise the one-row loop's. */
+static void softmax_bw_rows(const float *y, const float *g, float *d, int64_t n, int64_t s,
+                            float scale) {
+  int64_t r = 0;
+  for (; r + 4 <= n; r += 4) {
+    const float *y0 = y + r * s, *y1 = y0 + s, *y2 = y1 + s, *y3 = y2 + s;
+    const float *g0 = g + r * s, *g1 = g0 + s, *g2 = g1 + s, *g3 = g2 + s;
+    sf__f4 dot = sf__splat4(0.0f);
+    for (int64_t j = 0; j < s; j++)
+      dot += (sf__f4){g0[j], g1[j], g2[j], g3[j]} * (sf__f4){y0[j], y1[j], y2[j], y3[j]};
+    for (int l = 0; l < 4; l++)
+      softmax_bw_apply(y + (r + l) * s, g + (r + l) * s, d + (r + l) * s, s, scale, dot[l]);
+  }
+  for (; r < n; r++) {
+    const float *yr = y + r * s, *gr = g + r * s;
+    float dot = 0;
+    for (int64_t j = 0; j < s; j++)
+      dot += gr[j] * yr[j];
+    softmax_bw_apply(yr, gr, d + r * s, s, scale, dot);
+  }
+}
+
 static void bw_masked_softmax_chunk(void *vc, int64_t lo, int64_t hi) {
   sm_ctx *c = vc;
   int64_t s = c->s;
-  for (int64_t r = lo; r < hi; r++)
-    softmax_bw_row(c->x + r * s, c->g + r * s, c->y + r * s, s, c->scale);
+  softmax_bw_rows(c->x + lo * s, c->g + lo * s, c->y + lo * s, hi - lo, s, c->scale);
 }
 
 static void bw_masked_softmax(sf__node *n, sf_tensor *g) {
@@ -765,8 +786,7 @@ static void att_bwd_chunk(void *vc, int64_t lo, int64_t hi) {
     sf__sgemm(false, true, t, s, dh, 1.0f, gb, d, vb, d, 0.0f, dp, s);
     sf__sgemm(true, false, s, dh, t, 1.0f, pb, s, gb, d, 0.0f, c->dv + b * s * d + col, d);
     /* the softmax: ds in dp's place */
-    for (int64_t r = 0; r < t; r++)
-      softmax_bw_row(pb + r * s, dp + r * s, dp + r * s, s, c->sm.scale);
+    softmax_bw_rows(pb, dp, dp, t, s, c->sm.scale);
     /* scores = q kᵀ: dq = ds k, dkᵀ = qᵀ ds */
     sf__sgemm(false, false, t, dh, s, 1.0f, dp, s, kb, d, 0.0f, c->dq + b * t * d + col, d);
     sf__sgemm(true, false, dh, s, t, 1.0f, qb, d, dp, s, 0.0f, dkt, s);
