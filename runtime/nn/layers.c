@@ -129,15 +129,15 @@ typedef double sf__d4 __attribute__((vector_size(32)));
  * file's end, hence for the whole file). */
 #pragma GCC diagnostic ignored "-Wpsabi"
 
-static inline sf__d4 ln_col(const float *const *xr, int64_t j) {
+static inline __attribute__((always_inline)) sf__d4 ln_col(const float *const *xr, int64_t j) {
   return (sf__d4){xr[0][j], xr[1][j], xr[2][j], xr[3][j]};
 }
 
-static inline sf__d4 ln_widen(sf__f4 v) { return __builtin_convertvector(v, sf__d4); }
+static inline __attribute__((always_inline)) sf__d4 ln_widen(sf__f4 v) { return __builtin_convertvector(v, sf__d4); }
 
 /* y[j] = (float)((x[j] - mean) rstd) w[j] + b[j] along one row, four
  * values at a time (each the scalar expression). */
-static void ln_write_row(const float *xr, const float *w, const float *b, float *yr, int64_t d,
+static inline __attribute__((always_inline)) void ln_write_row(const float *xr, const float *w, const float *b, float *yr, int64_t d,
                          double mean, double rstd) {
   int64_t j = 0;
   sf__d4 vm = {mean, mean, mean, mean}, vr = {rstd, rstd, rstd, rstd};
@@ -149,7 +149,7 @@ static void ln_write_row(const float *xr, const float *w, const float *b, float 
     yr[j] = (float)((xr[j] - mean) * rstd) * w[j] + b[j];
 }
 
-static void layer_norm_chunk(void *vc, int64_t lo, int64_t hi) {
+static inline __attribute__((always_inline)) void layer_norm_rows(void *vc, int64_t lo, int64_t hi) {
   ln_ctx *c = vc;
   const float *x = c->x, *w = c->w, *b = c->b;
   float *y = c->y, *stats = c->stats;
@@ -189,7 +189,7 @@ static void layer_norm_chunk(void *vc, int64_t lo, int64_t hi) {
 }
 
 /* dx[j] = (float)(rstd (ĝ - sg - x̂ sgx)) along one row, four at a time. */
-static void ln_dx_row(const float *xr, const float *gr, const float *w, float *dr, int64_t d,
+static inline __attribute__((always_inline)) void ln_dx_row(const float *xr, const float *gr, const float *w, float *dr, int64_t d,
                       double mean, double rstd, double sg, double sgx) {
   int64_t j = 0;
   sf__d4 vm = {mean, mean, mean, mean}, vr = {rstd, rstd, rstd, rstd};
@@ -207,7 +207,7 @@ static void ln_dx_row(const float *xr, const float *gr, const float *w, float *d
 
 /* Rows lo..hi of the input gradient dx = rstd (ĝ - mean(ĝ) - x̂ mean(ĝ x̂)),
  * the sums four rows at a time as in the forward. */
-static void bw_layer_norm_dx(void *vc, int64_t lo, int64_t hi) {
+static inline __attribute__((always_inline)) void layer_norm_dx_rows(void *vc, int64_t lo, int64_t hi) {
   ln_ctx *c = vc;
   int64_t d = c->d;
   const float *w = c->w;
@@ -245,6 +245,25 @@ static void bw_layer_norm_dx(void *vc, int64_t lo, int64_t hi) {
   }
 }
 
+/* The two row loops as they are (SSE: each f64 vector two registers) and
+ * compiled for AVX2 (one), chosen by the CPU; no FMA either way, so the
+ * same bits. */
+static void layer_norm_chunk(void *vc, int64_t lo, int64_t hi) { layer_norm_rows(vc, lo, hi); }
+static void bw_layer_norm_dx(void *vc, int64_t lo, int64_t hi) { layer_norm_dx_rows(vc, lo, hi); }
+#ifdef SF__AVX2
+static SF__AVX2 void layer_norm_chunk_avx2(void *vc, int64_t lo, int64_t hi) {
+  layer_norm_rows(vc, lo, hi);
+}
+static SF__AVX2 void bw_layer_norm_dx_avx2(void *vc, int64_t lo, int64_t hi) {
+  layer_norm_dx_rows(vc, lo, hi);
+}
+#define LN_FWD (sf__have_avx2() ? layer_norm_chunk_avx2 : layer_norm_chunk)
+#define LN_DX (sf__have_avx2() ? bw_layer_norm_dx_avx2 : bw_layer_norm_dx)
+#else
+#define LN_FWD layer_norm_chunk
+#define LN_DX bw_layer_norm_dx
+#endif
+
 /* Blocks lo..hi of the rows' partial dw = Σ g x̂ and db = Σ g, each block a
  * fixed range of rows: the block count depends on the shape alone, so the
  * sums are the same for every thread count (bitwise, as resume needs). */
@@ -280,7 +299,7 @@ static void bw_layer_norm(sf__node *n, sf_tensor *g) {
   sf_tensor *dx = sf__t_like(x), *dw = sf__t_zeros(1, &d, NULL), *db = sf__t_zeros(1, &d, NULL);
   ln_ctx c = {.x = sf__t_data(x), .w = sf__t_data(w), .g = sf__t_data(g),
               .st = sf__t_data(n->saved), .y = sf__t_data(dx), .rows = rows, .d = d};
-  over_rows(rows, d, bw_layer_norm_dx, &c);
+  over_rows(rows, d, LN_DX, &c);
   c.blocks = rows < 16 ? (rows ? rows : 1) : 16;
   int64_t ps[2] = {c.blocks, 2 * d};
   sf_tensor *part = sf__t_zeros(2, ps, NULL);
@@ -326,7 +345,7 @@ sf_tensor *sf__t_layer_norm(sf_tensor *x, sf_tensor *weight, sf_tensor *bias, do
   sf_tensor *out = sf__t_like(xc), *stats = sf__t_empty(2, ss, loc);
   ln_ctx c = {.x = sf__t_data(xc), .w = sf__t_data(wc), .b = sf__t_data(bc),
               .y = sf__t_data(out), .stats = sf__t_data(stats), .rows = rows, .d = d, .eps = eps};
-  over_rows(rows, d, layer_norm_chunk, &c);
+  over_rows(rows, d, LN_FWD, &c);
   sf_release(xc);
   sf_release(wc);
   sf_release(bc);
