@@ -16,7 +16,10 @@
  * head's columns of the output, bitwise the values of the composition of
  * reshape, transpose, batched `@` and the fused masked softmax (which
  * attention with dropout still uses; see attention_fused for why).
- * Statistics (mean, variance, the clipping norm) are accumulated in f64.
+ * Statistics (mean, variance, the clipping norm) are accumulated in f64;
+ * layer norm's row sums and the softmax backward's row dots run four rows
+ * side by side, a row per vector lane, each row's adds in the scalar
+ * order, so vectors change no value.
  * Row loops (layer norm, the masked softmax, both directions) are split
  * over the pool by rows above simd.h's threshold; layer norm's dw and db
  * are summed in a fixed number of row blocks, so no value depends on the
@@ -125,20 +128,22 @@ typedef struct {
  * loop, so the sums are bitwise the scalar ones. */
 typedef double sf__d4 __attribute__((vector_size(32)));
 #define LN_ROWS 4
+/* Inlined into both the baseline and the AVX2 wrappers below. */
+#define LN_INLINE static inline __attribute__((always_inline))
 /* Inline only, so no call passes one (GCC reports the ABI note at the
  * file's end, hence for the whole file). */
 #pragma GCC diagnostic ignored "-Wpsabi"
 
-static inline __attribute__((always_inline)) sf__d4 ln_col(const float *const *xr, int64_t j) {
+LN_INLINE sf__d4 ln_col(const float *const *xr, int64_t j) {
   return (sf__d4){xr[0][j], xr[1][j], xr[2][j], xr[3][j]};
 }
 
-static inline __attribute__((always_inline)) sf__d4 ln_widen(sf__f4 v) { return __builtin_convertvector(v, sf__d4); }
+LN_INLINE sf__d4 ln_widen(sf__f4 v) { return __builtin_convertvector(v, sf__d4); }
 
 /* y[j] = (float)((x[j] - mean) rstd) w[j] + b[j] along one row, four
  * values at a time (each the scalar expression). */
-static inline __attribute__((always_inline)) void ln_write_row(const float *xr, const float *w, const float *b, float *yr, int64_t d,
-                         double mean, double rstd) {
+LN_INLINE void ln_write_row(const float *xr, const float *w, const float *b, float *yr,
+                            int64_t d, double mean, double rstd) {
   int64_t j = 0;
   sf__d4 vm = {mean, mean, mean, mean}, vr = {rstd, rstd, rstd, rstd};
   for (; j + SF__V <= d; j += SF__V) {
@@ -149,7 +154,7 @@ static inline __attribute__((always_inline)) void ln_write_row(const float *xr, 
     yr[j] = (float)((xr[j] - mean) * rstd) * w[j] + b[j];
 }
 
-static inline __attribute__((always_inline)) void layer_norm_rows(void *vc, int64_t lo, int64_t hi) {
+LN_INLINE void layer_norm_rows(void *vc, int64_t lo, int64_t hi) {
   ln_ctx *c = vc;
   const float *x = c->x, *w = c->w, *b = c->b;
   float *y = c->y, *stats = c->stats;
@@ -189,8 +194,8 @@ static inline __attribute__((always_inline)) void layer_norm_rows(void *vc, int6
 }
 
 /* dx[j] = (float)(rstd (ĝ - sg - x̂ sgx)) along one row, four at a time. */
-static inline __attribute__((always_inline)) void ln_dx_row(const float *xr, const float *gr, const float *w, float *dr, int64_t d,
-                      double mean, double rstd, double sg, double sgx) {
+LN_INLINE void ln_dx_row(const float *xr, const float *gr, const float *w, float *dr,
+                         int64_t d, double mean, double rstd, double sg, double sgx) {
   int64_t j = 0;
   sf__d4 vm = {mean, mean, mean, mean}, vr = {rstd, rstd, rstd, rstd};
   sf__d4 vg = {sg, sg, sg, sg}, vgx = {sgx, sgx, sgx, sgx};
@@ -207,7 +212,7 @@ static inline __attribute__((always_inline)) void ln_dx_row(const float *xr, con
 
 /* Rows lo..hi of the input gradient dx = rstd (ĝ - mean(ĝ) - x̂ mean(ĝ x̂)),
  * the sums four rows at a time as in the forward. */
-static inline __attribute__((always_inline)) void layer_norm_dx_rows(void *vc, int64_t lo, int64_t hi) {
+LN_INLINE void layer_norm_dx_rows(void *vc, int64_t lo, int64_t hi) {
   ln_ctx *c = vc;
   int64_t d = c->d;
   const float *w = c->w;

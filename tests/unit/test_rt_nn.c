@@ -1443,14 +1443,16 @@ static void test_layer_norm_rows(void) {
   sf__backward(l, &LOC);
   int64_t ydiff = 0, gdiff = 0;
   for (int64_t r = 0; r < rows; r++) {
-    sf_tensor *xr = mk(2, SHAPE(1, d), sf__t_data(x) + r * d), *ur = mk(2, SHAPE(1, d), sf__t_data(up) + r * d);
+    sf_tensor *xr = mk(2, SHAPE(1, d), sf__t_data(x) + r * d);
+    sf_tensor *ur = mk(2, SHAPE(1, d), sf__t_data(up) + r * d);
     xr->req = true;
     sf_tensor *yr = sf__t_layer_norm(xr, w, b, 1e-5, &LOC);
     sf_tensor *yur = sf__t_binary(SF_TOP_MUL, yr, ur, &LOC);
     sf_tensor *lr = sf__t_reduce(SF__R_SUM, yur, SF__ALL_AXES, &LOC);
     sf__backward(lr, &LOC);
     ydiff += memcmp(sf__t_data(yr), sf__t_data(y) + r * d, (size_t)d * sizeof(float)) != 0;
-    gdiff += memcmp(sf__t_data(xr->grad), sf__t_data(x->grad) + r * d, (size_t)d * sizeof(float)) != 0;
+    gdiff += memcmp(sf__t_data(xr->grad), sf__t_data(x->grad) + r * d,
+                    (size_t)d * sizeof(float)) != 0;
     sf_tensor *rel[] = {xr, ur, yr, yur, lr};
     for (size_t i = 0; i < 5; i++)
       sf_release(rel[i]);
@@ -1716,7 +1718,8 @@ static void test_dropout_rows(void) {
   {
     sf_tensor *gxs = mk(1, SHAPE(4003), sf__t_data(sx));
     gxs->req = true;
-    sf_tensor *gys = sf__t_unary(SF__U_GELU, gxs, &LOC), *gl = sf__t_reduce(SF__R_SUM, gys, SF__ALL_AXES, &LOC);
+    sf_tensor *gys = sf__t_unary(SF__U_GELU, gxs, &LOC);
+    sf_tensor *gl = sf__t_reduce(SF__R_SUM, gys, SF__ALL_AXES, &LOC);
     sf__backward(gl, &LOC);
     int64_t diffb = 0;
     for (int64_t i = 0; i + 4 <= 4000; i += 4) {
