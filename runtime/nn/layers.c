@@ -16,7 +16,10 @@
  * head's columns of the output, bitwise the values of the composition of
  * reshape, transpose, batched `@` and the fused masked softmax (which
  * attention with dropout still uses; see attention_fused for why).
- * Statistics (mean, variance, the clipping norm) are accumulated in f64.
+ * Statistics (mean, variance, the clipping norm) are accumulated in f64;
+ * layer norm's row sums and the softmax backward's row dots run four rows
+ * side by side, a row per vector lane, each row's adds in the scalar
+ * order, so vectors change no value.
  * Row loops (layer norm, the masked softmax, both directions) are split
  * over the pool by rows above simd.h's threshold; layer norm's dw and db
  * are summed in a fixed number of row blocks, so no value depends on the
@@ -117,13 +120,65 @@ typedef struct {
   double eps;
 } ln_ctx;
 
-static void layer_norm_chunk(void *vc, int64_t lo, int64_t hi) {
+/* Four f64 lanes (two SSE registers on the baseline; inline only).  The
+ * row sums below are serial chains in f64, which a scalar loop runs at one
+ * add per add latency (4 cycles): 384 values a row, twice, was most of
+ * layer norm's time.  Four rows at once, a row per lane, run four chains
+ * side by side, each value the same add in the same order as the scalar
+ * loop, so the sums are bitwise the scalar ones. */
+typedef double sf__d4 __attribute__((vector_size(32)));
+#define LN_ROWS 4
+/* Inlined into both the baseline and the AVX2 wrappers below. */
+#define LN_INLINE static inline __attribute__((always_inline))
+/* Inline only, so no call passes one (GCC reports the ABI note at the
+ * file's end, hence for the whole file). */
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+LN_INLINE sf__d4 ln_col(const float *const *xr, int64_t j) {
+  return (sf__d4){xr[0][j], xr[1][j], xr[2][j], xr[3][j]};
+}
+
+LN_INLINE sf__d4 ln_widen(sf__f4 v) { return __builtin_convertvector(v, sf__d4); }
+
+/* y[j] = (float)((x[j] - mean) rstd) w[j] + b[j] along one row, four
+ * values at a time (each the scalar expression). */
+LN_INLINE void ln_write_row(const float *xr, const float *w, const float *b, float *yr,
+                            int64_t d, double mean, double rstd) {
+  int64_t j = 0;
+  sf__d4 vm = {mean, mean, mean, mean}, vr = {rstd, rstd, rstd, rstd};
+  for (; j + SF__V <= d; j += SF__V) {
+    sf__f4 t = __builtin_convertvector((ln_widen(sf__ld4(xr + j)) - vm) * vr, sf__f4);
+    sf__st4(yr + j, t * sf__ld4(w + j) + sf__ld4(b + j));
+  }
+  for (; j < d; j++)
+    yr[j] = (float)((xr[j] - mean) * rstd) * w[j] + b[j];
+}
+
+LN_INLINE void layer_norm_rows(void *vc, int64_t lo, int64_t hi) {
   ln_ctx *c = vc;
   const float *x = c->x, *w = c->w, *b = c->b;
   float *y = c->y, *stats = c->stats;
   int64_t d = c->d;
   double eps = c->eps;
-  for (int64_t r = lo; r < hi; r++) {
+  int64_t r = lo;
+  for (; r + LN_ROWS <= hi && d > 0; r += LN_ROWS) {
+    const float *xr[LN_ROWS] = {x + r * d, x + (r + 1) * d, x + (r + 2) * d, x + (r + 3) * d};
+    sf__d4 s = {0, 0, 0, 0}, ss = {0, 0, 0, 0};
+    for (int64_t j = 0; j < d; j++)
+      s += ln_col(xr, j);
+    sf__d4 mean = s / (double)d;
+    for (int64_t j = 0; j < d; j++) {
+      sf__d4 t = ln_col(xr, j) - mean;
+      ss += t * t;
+    }
+    for (int l = 0; l < LN_ROWS; l++) {
+      double rstd = 1.0 / sqrt(ss[l] / (double)d + eps);
+      stats[2 * (r + l)] = (float)mean[l];
+      stats[2 * (r + l) + 1] = (float)rstd;
+      ln_write_row(xr[l], w, b, y + (r + l) * d, d, mean[l], rstd);
+    }
+  }
+  for (; r < hi; r++) {
     const float *xr = x + r * d;
     double s = 0, ss = 0;
     for (int64_t j = 0; j < d; j++)
@@ -134,31 +189,85 @@ static void layer_norm_chunk(void *vc, int64_t lo, int64_t hi) {
     double rstd = 1.0 / sqrt((d ? ss / (double)d : 0) + eps);
     stats[2 * r] = (float)mean;
     stats[2 * r + 1] = (float)rstd;
-    for (int64_t j = 0; j < d; j++)
-      y[r * d + j] = (float)((xr[j] - mean) * rstd) * w[j] + b[j];
+    ln_write_row(xr, w, b, y + r * d, d, mean, rstd);
   }
 }
 
-/* Rows lo..hi of the input gradient dx = rstd (ĝ - mean(ĝ) - x̂ mean(ĝ x̂)). */
-static void bw_layer_norm_dx(void *vc, int64_t lo, int64_t hi) {
+/* dx[j] = (float)(rstd (ĝ - sg - x̂ sgx)) along one row, four at a time. */
+LN_INLINE void ln_dx_row(const float *xr, const float *gr, const float *w, float *dr,
+                         int64_t d, double mean, double rstd, double sg, double sgx) {
+  int64_t j = 0;
+  sf__d4 vm = {mean, mean, mean, mean}, vr = {rstd, rstd, rstd, rstd};
+  sf__d4 vg = {sg, sg, sg, sg}, vgx = {sgx, sgx, sgx, sgx};
+  for (; j + SF__V <= d; j += SF__V) {
+    sf__d4 xh = (ln_widen(sf__ld4(xr + j)) - vm) * vr;
+    sf__d4 gh = ln_widen(sf__ld4(gr + j)) * ln_widen(sf__ld4(w + j));
+    sf__st4(dr + j, __builtin_convertvector(vr * (gh - vg - xh * vgx), sf__f4));
+  }
+  for (; j < d; j++) {
+    double xh = (xr[j] - mean) * rstd, gh = (double)gr[j] * w[j];
+    dr[j] = (float)(rstd * (gh - sg - xh * sgx));
+  }
+}
+
+/* Rows lo..hi of the input gradient dx = rstd (ĝ - mean(ĝ) - x̂ mean(ĝ x̂)),
+ * the sums four rows at a time as in the forward. */
+LN_INLINE void layer_norm_dx_rows(void *vc, int64_t lo, int64_t hi) {
   ln_ctx *c = vc;
   int64_t d = c->d;
-  for (int64_t r = lo; r < hi; r++) {
-    const float *xr = c->x + r * d, *gr = c->g + r * d;
-    double mean = c->st[2 * r], rstd = c->st[2 * r + 1], sg = 0, sgx = 0;
+  const float *w = c->w;
+  int64_t r = lo;
+  for (; r + LN_ROWS <= hi && d > 0; r += LN_ROWS) {
+    const float *xr[LN_ROWS], *gr[LN_ROWS];
+    sf__d4 mean, rstd, sg = {0, 0, 0, 0}, sgx = {0, 0, 0, 0};
+    for (int l = 0; l < LN_ROWS; l++) {
+      xr[l] = c->x + (r + l) * d;
+      gr[l] = c->g + (r + l) * d;
+      mean[l] = c->st[2 * (r + l)];
+      rstd[l] = c->st[2 * (r + l) + 1];
+    }
     for (int64_t j = 0; j < d; j++) {
-      double xh = (xr[j] - mean) * rstd, gh = (double)gr[j] * c->w[j];
+      sf__d4 xh = (ln_col(xr, j) - mean) * rstd, gh = ln_col(gr, j) * (double)w[j];
       sg += gh;
       sgx += gh * xh;
     }
     sg /= (double)d;
     sgx /= (double)d;
+    for (int l = 0; l < LN_ROWS; l++)
+      ln_dx_row(xr[l], gr[l], w, c->y + (r + l) * d, d, mean[l], rstd[l], sg[l], sgx[l]);
+  }
+  for (; r < hi; r++) {
+    const float *xr = c->x + r * d, *gr = c->g + r * d;
+    double mean = c->st[2 * r], rstd = c->st[2 * r + 1], sg = 0, sgx = 0;
     for (int64_t j = 0; j < d; j++) {
-      double xh = (xr[j] - mean) * rstd, gh = (double)gr[j] * c->w[j];
-      c->y[r * d + j] = (float)(rstd * (gh - sg - xh * sgx));
+      double xh = (xr[j] - mean) * rstd, gh = (double)gr[j] * w[j];
+      sg += gh;
+      sgx += gh * xh;
     }
+    sg /= (double)d;
+    sgx /= (double)d;
+    ln_dx_row(xr, gr, w, c->y + r * d, d, mean, rstd, sg, sgx);
   }
 }
+
+/* The two row loops as they are (SSE: each f64 vector two registers) and
+ * compiled for AVX2 (one), chosen by the CPU; no FMA either way, so the
+ * same bits. */
+static void layer_norm_chunk(void *vc, int64_t lo, int64_t hi) { layer_norm_rows(vc, lo, hi); }
+static void bw_layer_norm_dx(void *vc, int64_t lo, int64_t hi) { layer_norm_dx_rows(vc, lo, hi); }
+#ifdef SF__AVX2
+static SF__AVX2 void layer_norm_chunk_avx2(void *vc, int64_t lo, int64_t hi) {
+  layer_norm_rows(vc, lo, hi);
+}
+static SF__AVX2 void bw_layer_norm_dx_avx2(void *vc, int64_t lo, int64_t hi) {
+  layer_norm_dx_rows(vc, lo, hi);
+}
+#define LN_FWD (sf__have_avx2() ? layer_norm_chunk_avx2 : layer_norm_chunk)
+#define LN_DX (sf__have_avx2() ? bw_layer_norm_dx_avx2 : bw_layer_norm_dx)
+#else
+#define LN_FWD layer_norm_chunk
+#define LN_DX bw_layer_norm_dx
+#endif
 
 /* Blocks lo..hi of the rows' partial dw = Σ g x̂ and db = Σ g, each block a
  * fixed range of rows: the block count depends on the shape alone, so the
@@ -172,7 +281,14 @@ static void bw_layer_norm_dwdb(void *vc, int64_t lo, int64_t hi) {
     for (int64_t r = blk * per; r < r1; r++) {
       const float *xr = c->x + r * d, *gr = c->g + r * d;
       float mean = c->st[2 * r], rstd = c->st[2 * r + 1];
-      for (int64_t j = 0; j < d; j++) {
+      sf__f4 vm = sf__splat4(mean), vr = sf__splat4(rstd);
+      int64_t j = 0;
+      for (; j + SF__V <= d; j += SF__V) { /* each value the scalar expression */
+        sf__f4 gv = sf__ld4(gr + j);
+        sf__st4(pw + j, sf__ld4(pw + j) + gv * ((sf__ld4(xr + j) - vm) * vr));
+        sf__st4(pb + j, sf__ld4(pb + j) + gv);
+      }
+      for (; j < d; j++) {
         pw[j] += gr[j] * ((xr[j] - mean) * rstd);
         pb[j] += gr[j];
       }
@@ -188,7 +304,7 @@ static void bw_layer_norm(sf__node *n, sf_tensor *g) {
   sf_tensor *dx = sf__t_like(x), *dw = sf__t_zeros(1, &d, NULL), *db = sf__t_zeros(1, &d, NULL);
   ln_ctx c = {.x = sf__t_data(x), .w = sf__t_data(w), .g = sf__t_data(g),
               .st = sf__t_data(n->saved), .y = sf__t_data(dx), .rows = rows, .d = d};
-  over_rows(rows, d, bw_layer_norm_dx, &c);
+  over_rows(rows, d, LN_DX, &c);
   c.blocks = rows < 16 ? (rows ? rows : 1) : 16;
   int64_t ps[2] = {c.blocks, 2 * d};
   sf_tensor *part = sf__t_zeros(2, ps, NULL);
@@ -234,7 +350,7 @@ sf_tensor *sf__t_layer_norm(sf_tensor *x, sf_tensor *weight, sf_tensor *bias, do
   sf_tensor *out = sf__t_like(xc), *stats = sf__t_empty(2, ss, loc);
   ln_ctx c = {.x = sf__t_data(xc), .w = sf__t_data(wc), .b = sf__t_data(bc),
               .y = sf__t_data(out), .stats = sf__t_data(stats), .rows = rows, .d = d, .eps = eps};
-  over_rows(rows, d, layer_norm_chunk, &c);
+  over_rows(rows, d, LN_FWD, &c);
   sf_release(xc);
   sf_release(wc);
   sf_release(bc);
@@ -409,6 +525,25 @@ static SF__AVX2 int64_t exp_rows_avx2(float *yr, int64_t n, float mx, sf__f4 *ac
   *acc = a;
   return j;
 }
+
+/* exp_rows_avx2 sixteen at a time where the CPU has AVX-512F, the sums
+ * still added four by four in order (the same bits). */
+static SF__AVX512 int64_t exp_rows_avx512(float *yr, int64_t n, float mx, sf__f4 *acc) {
+  int64_t j = 0;
+  sf__f4 a = *acc;
+  for (; j + 16 <= n; j += 16) {
+    sf__f16 v;
+    memcpy(&v, yr + j, sizeof v);
+    v = sf__exp16(v - mx);
+    memcpy(yr + j, &v, sizeof v);
+    a += sf__ld4(yr + j);
+    a += sf__ld4(yr + j + 4);
+    a += sf__ld4(yr + j + 8);
+    a += sf__ld4(yr + j + 12);
+  }
+  *acc = a;
+  return j;
+}
 #endif
 
 /* y[0..n) = softmax(x[0..n) * scale), keys with m[j] == 0 (m may be
@@ -417,7 +552,19 @@ static SF__AVX2 int64_t exp_rows_avx2(float *yr, int64_t n, float mx, sf__f4 *ac
  * zeros.  The sums go lane by lane, then across, in a fixed order. */
 static void softmax_row(const float *xr, float *yr, const int64_t *m, int64_t n, float scale) {
   float mx = -INFINITY;
-  for (int64_t j = 0; j < n; j++) {
+  int64_t k = 0;
+  if (!m) { /* no mask (the keys a prefix): four lanes; the maximum is exact in any order */
+    sf__f4 vs = sf__splat4(scale), vm = sf__splat4(-INFINITY);
+    for (; k + SF__V <= n; k += SF__V) {
+      sf__f4 v = sf__ld4(xr + k) * vs;
+      sf__st4(yr + k, v);
+      sf__i4 gt = v > vm;
+      vm = (sf__f4)(((sf__i4)v & gt) | ((sf__i4)vm & ~gt));
+    }
+    for (int l = 0; l < SF__V; l++)
+      mx = vm[l] > mx ? vm[l] : mx;
+  }
+  for (int64_t j = k; j < n; j++) {
     yr[j] = (!m || m[j]) ? xr[j] * scale : -INFINITY;
     mx = yr[j] > mx ? yr[j] : mx;
   }
@@ -428,7 +575,9 @@ static void softmax_row(const float *xr, float *yr, const int64_t *m, int64_t n,
   sf__f4 vmx = sf__splat4(mx), acc = sf__splat4(0.0f);
   int64_t j = 0;
 #ifdef SF__AVX2
-  if (sf__have_avx2())
+  if (sf__have_avx512())
+    j = exp_rows_avx512(yr, n, mx, &acc);
+  else if (sf__have_avx2())
     j = exp_rows_avx2(yr, n, mx, &acc);
 #endif
   for (; j + SF__V <= n; j += SF__V) {
@@ -472,21 +621,48 @@ static void masked_softmax_chunk(void *vc, int64_t lo, int64_t hi) {
     masked_softmax_row(c, c->x + r * s, c->y + r * s, r / c->per_batch);
 }
 
-/* dx = scale y (g - Σ g y) over one row of s; masked keys have y = 0 and
- * get 0.  d may be g (in place: the sum is taken first). */
-static void softmax_bw_row(const float *yr, const float *gr, float *d, int64_t s, float scale) {
-  float dot = 0;
-  for (int64_t j = 0; j < s; j++)
-    dot += gr[j] * yr[j];
-  for (int64_t j = 0; j < s; j++)
+/* dx = scale y (g - dot) over one row of s, dot = Σ g y; masked keys have
+ * y = 0 and get 0.  Four lanes, each value the scalar expression (d may be
+ * g: each vector is read before it is written). */
+static void softmax_bw_apply(const float *yr, const float *gr, float *d, int64_t s, float scale,
+                             float dot) {
+  sf__f4 vs = sf__splat4(scale), vd = sf__splat4(dot);
+  int64_t j = 0;
+  for (; j + SF__V <= s; j += SF__V)
+    sf__st4(d + j, vs * sf__ld4(yr + j) * (sf__ld4(gr + j) - vd));
+  for (; j < s; j++)
     d[j] = scale * yr[j] * (gr[j] - dot);
+}
+
+/* softmax_bw_apply over rows [0, n) of s (y, g and d each with row stride
+ * s; d may be g).  The dot is a serial float chain per row, one add per
+ * add latency: four rows run side by side, a row per lane, each its adds
+ * in the scalar order, so the dots are bitwise the one-row loop's. */
+static void softmax_bw_rows(const float *y, const float *g, float *d, int64_t n, int64_t s,
+                            float scale) {
+  int64_t r = 0;
+  for (; r + 4 <= n; r += 4) {
+    const float *y0 = y + r * s, *y1 = y0 + s, *y2 = y1 + s, *y3 = y2 + s;
+    const float *g0 = g + r * s, *g1 = g0 + s, *g2 = g1 + s, *g3 = g2 + s;
+    sf__f4 dot = sf__splat4(0.0f);
+    for (int64_t j = 0; j < s; j++)
+      dot += (sf__f4){g0[j], g1[j], g2[j], g3[j]} * (sf__f4){y0[j], y1[j], y2[j], y3[j]};
+    for (int l = 0; l < 4; l++)
+      softmax_bw_apply(y + (r + l) * s, g + (r + l) * s, d + (r + l) * s, s, scale, dot[l]);
+  }
+  for (; r < n; r++) {
+    const float *yr = y + r * s, *gr = g + r * s;
+    float dot = 0;
+    for (int64_t j = 0; j < s; j++)
+      dot += gr[j] * yr[j];
+    softmax_bw_apply(yr, gr, d + r * s, s, scale, dot);
+  }
 }
 
 static void bw_masked_softmax_chunk(void *vc, int64_t lo, int64_t hi) {
   sm_ctx *c = vc;
   int64_t s = c->s;
-  for (int64_t r = lo; r < hi; r++)
-    softmax_bw_row(c->x + r * s, c->g + r * s, c->y + r * s, s, c->scale);
+  softmax_bw_rows(c->x + lo * s, c->g + lo * s, c->y + lo * s, hi - lo, s, c->scale);
 }
 
 static void bw_masked_softmax(sf__node *n, sf_tensor *g) {
@@ -634,8 +810,7 @@ static void att_bwd_chunk(void *vc, int64_t lo, int64_t hi) {
     sf__sgemm(false, true, t, s, dh, 1.0f, gb, d, vb, d, 0.0f, dp, s);
     sf__sgemm(true, false, s, dh, t, 1.0f, pb, s, gb, d, 0.0f, c->dv + b * s * d + col, d);
     /* the softmax: ds in dp's place */
-    for (int64_t r = 0; r < t; r++)
-      softmax_bw_row(pb + r * s, dp + r * s, dp + r * s, s, c->sm.scale);
+    softmax_bw_rows(pb, dp, dp, t, s, c->sm.scale);
     /* scores = q kᵀ: dq = ds k, dkᵀ = qᵀ ds */
     sf__sgemm(false, false, t, dh, s, 1.0f, dp, s, kb, d, 0.0f, c->dq + b * t * d + col, d);
     sf__sgemm(true, false, dh, s, t, 1.0f, qb, d, dp, s, 0.0f, dkt, s);

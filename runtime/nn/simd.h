@@ -117,9 +117,21 @@ typedef int32_t sf__i8 __attribute__((vector_size(32)));
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpsabi"
 SF__VMATH(sf__f8, sf__i8, sf__exp8, sf__phi8, SF__AVX2)
-#pragma GCC diagnostic pop
 /* Whether the eight-lane versions may run here. */
 static inline bool sf__have_avx2(void) { return __builtin_cpu_supports("avx2"); }
+
+/* Sixteen lanes (sf__exp16, sf__phi16) for CPUs with AVX-512F, called only
+ * where sf__have_avx512 says so and only from functions named *_avx512
+ * (tests/robust's default_no_avx rule).  GCC's avx512f target implies FMA,
+ * and -O2 would contract a * b + c into one rounding there: fp-contract=off
+ * keeps every step the separate IEEE operation it is in the four- and
+ * eight-lane versions, so all three widths give the same bits. */
+typedef float sf__f16 __attribute__((vector_size(64)));
+typedef int32_t sf__i16 __attribute__((vector_size(64)));
+#define SF__AVX512 __attribute__((target("avx512f"), optimize("fp-contract=off")))
+SF__VMATH(sf__f16, sf__i16, sf__exp16, sf__phi16, SF__AVX512)
+static inline bool sf__have_avx512(void) { return __builtin_cpu_supports("avx512f"); }
+#pragma GCC diagnostic pop
 #else
 static inline bool sf__have_avx2(void) { return false; }
 #endif

@@ -1428,6 +1428,44 @@ static void test_grad_layers(void) {
     sf_release(arrs[i]);
 }
 
+/* Layer norm runs its row sums four rows at a time, a row per vector
+ * lane, and the rest of the rows one by one: each row's output and input
+ * gradient equal, bit for bit, that row normalised alone (one row: the
+ * single-row loop), for 7 rows of 37 (a group of four, three left over, a
+ * tail of 1 in the four-wide loops along the row). */
+static void test_layer_norm_rows(void) {
+  int64_t rows = 7, d = 37;
+  sf_tensor *x = rnd(2, SHAPE(rows, d), -3, 3, true), *w = rnd(1, SHAPE(d), 0.5f, 1.5f, true);
+  sf_tensor *b = rnd(1, SHAPE(d), -1, 1, true), *up = rnd(2, SHAPE(rows, d), -1, 1, false);
+  sf_tensor *y = sf__t_layer_norm(x, w, b, 1e-5, &LOC);
+  sf_tensor *yu = sf__t_binary(SF_TOP_MUL, y, up, &LOC);
+  sf_tensor *l = sf__t_reduce(SF__R_SUM, yu, SF__ALL_AXES, &LOC);
+  sf__backward(l, &LOC);
+  int64_t ydiff = 0, gdiff = 0;
+  for (int64_t r = 0; r < rows; r++) {
+    sf_tensor *xr = mk(2, SHAPE(1, d), sf__t_data(x) + r * d);
+    sf_tensor *ur = mk(2, SHAPE(1, d), sf__t_data(up) + r * d);
+    xr->req = true;
+    sf_tensor *yr = sf__t_layer_norm(xr, w, b, 1e-5, &LOC);
+    sf_tensor *yur = sf__t_binary(SF_TOP_MUL, yr, ur, &LOC);
+    sf_tensor *lr = sf__t_reduce(SF__R_SUM, yur, SF__ALL_AXES, &LOC);
+    sf__backward(lr, &LOC);
+    ydiff += memcmp(sf__t_data(yr), sf__t_data(y) + r * d, (size_t)d * sizeof(float)) != 0;
+    gdiff += memcmp(sf__t_data(xr->grad), sf__t_data(x->grad) + r * d,
+                    (size_t)d * sizeof(float)) != 0;
+    sf_tensor *rel[] = {xr, ur, yr, yur, lr};
+    for (size_t i = 0; i < 5; i++)
+      sf_release(rel[i]);
+  }
+  printf("\n    rows differing from the row alone: output %ld, input gradient %ld ", (long)ydiff,
+         (long)gdiff);
+  CU_ASSERT(ydiff == 0);
+  CU_ASSERT(gdiff == 0);
+  sf_tensor *rel[] = {x, w, b, up, y, yu, l};
+  for (size_t i = 0; i < 7; i++)
+    sf_release(rel[i]);
+}
+
 /* Forward values by hand, dropout's statistics and seeds, clipping, and
  * every layer's errors. */
 static void test_layers_forward(void) {
@@ -1553,6 +1591,22 @@ static SF__AVX2 int avx2_differs(const float *x) {
   }
   return 0;
 }
+
+/* The same for exp16 and phi16 (AVX-512F) of x[0..16). */
+static SF__AVX512 int avx512_differs(const float *x) {
+  sf__f16 v;
+  memcpy(&v, x, sizeof v);
+  sf__f16 e = sf__exp16(-0.5f * v * v), p = sf__phi16(v);
+  float e16[16], p16[16];
+  memcpy(e16, &e, sizeof e16);
+  memcpy(p16, &p, sizeof p16);
+  for (int h = 0; h < 4; h++) {
+    sf__f4 v4 = sf__ld4(x + 4 * h), e4 = sf__exp4(-0.5f * v4 * v4), p4 = sf__phi4(v4);
+    if (memcmp(&e4, e16 + 4 * h, sizeof e4) || memcmp(&p4, p16 + 4 * h, sizeof p4))
+      return 1;
+  }
+  return 0;
+}
 #endif
 
 /* dropout_rows and attention_dropout: finite differences; a row's mask is
@@ -1643,7 +1697,7 @@ static void test_dropout_rows(void) {
   CU_ASSERT(worst_rel <= 5e-6);
   /* The eight-lane versions (AVX2) give the four-lane bits, and so does the
    * GELU op whichever it dispatches to. */
-  int64_t nsweep = 4000, diff8 = 0;
+  int64_t nsweep = 4000, diff8 = 0, diff16 = 0;
   sf_tensor *sx = mk(1, SHAPE(4003), NULL);
   for (int64_t i = 0; i < 4003; i++)
     sf__t_data(sx)[i] = -12.0f + 0.005f * (float)i;
@@ -1651,8 +1705,34 @@ static void test_dropout_rows(void) {
   if (sf__have_avx2())
     for (int64_t i = 0; i < nsweep; i += 8)
       diff8 += avx2_differs(sf__t_data(sx) + i);
+  if (sf__have_avx512())
+    for (int64_t i = 0; i < nsweep; i += 16)
+      diff16 += avx512_differs(sf__t_data(sx) + i);
+  printf("\n    avx512 %s: %ld of %ld blocks differ from 4 lanes ",
+         sf__have_avx512() ? "present" : "absent", (long)diff16, (long)(nsweep / 16));
 #endif
   CU_ASSERT(diff8 == 0);
+  CU_ASSERT(diff16 == 0);
+  /* GELU's backward, whichever width it dispatches to, is the four-lane
+   * g (Φ(x) + x φ(x)) bit for bit (the tail of 3 included). */
+  {
+    sf_tensor *gxs = mk(1, SHAPE(4003), sf__t_data(sx));
+    gxs->req = true;
+    sf_tensor *gys = sf__t_unary(SF__U_GELU, gxs, &LOC);
+    sf_tensor *gl = sf__t_reduce(SF__R_SUM, gys, SF__ALL_AXES, &LOC);
+    sf__backward(gl, &LOC);
+    int64_t diffb = 0;
+    for (int64_t i = 0; i + 4 <= 4000; i += 4) {
+      sf__f4 v = sf__ld4(sf__t_data(sx) + i);
+      sf__f4 pdf = sf__splat4(0.39894228040143267794f) * sf__exp4(sf__splat4(-0.5f) * v * v);
+      sf__f4 want = sf__splat4(1.0f) * (sf__phi4(v) + v * pdf);
+      diffb += memcmp(&want, sf__t_data(gxs->grad) + i, sizeof want) != 0;
+    }
+    CU_ASSERT(diffb == 0);
+    sf_release(gl);
+    sf_release(gys);
+    sf_release(gxs);
+  }
   sf_tensor *sg = sf__t_unary(SF__U_GELU, sx, &LOC);
   int64_t diffg = 0;
   for (int64_t i = 0; i + 4 <= 4003; i += 4) {
@@ -2158,6 +2238,7 @@ int main(int argc, char **argv) {
       {"dropout_rows", test_dropout_rows},
       {"linear_fused", test_linear_fused},
       {"grad_acc_product", test_grad_acc_product},
+      {"layer_norm_rows", test_layer_norm_rows},
       {NULL, NULL},
   };
   return rt_run("nn", tests, argc, argv);
