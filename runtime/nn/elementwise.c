@@ -719,17 +719,6 @@ static void unary_bw_chunk(void *ctx, int64_t lo, int64_t hi) {
   }
 }
 
-static const char *unary_name(int32_t kind) {
-  static const char *const names[] = {"relu", "gelu", "sigmoid", "tanh", "exp", "log", "gelu_tanh"};
-  return kind >= 0 && kind <= SF__U_GELU_TANH ? names[kind] : "unary";
-}
-
-/* Rules that need the input keep it as in[0]; those that need the output
- * keep a header over its values (saved), which holds no node. */
-static bool uses_output(int32_t kind) {
-  return kind == SF__U_SIGMOID || kind == SF__U_TANH || kind == SF__U_EXP;
-}
-
 static void bw_unary(sf__node *n, sf_tensor *g) {
   sf_tensor *x = sf__t_contig(n->in[0]);
   sf_tensor *dx = sf__t_like(x);
@@ -741,7 +730,7 @@ static void bw_unary(sf__node *n, sf_tensor *g) {
 }
 
 sf_tensor *sf__t_unary(int32_t kind, sf_tensor *a, const sf_loc *loc) {
-  sf__t_arg(a, unary_name(kind), loc);
+  sf__t_arg(a, sf__unary_name(kind), loc);
   if (sf__nn_gpu_here(loc))
     return sf__gpu_unary(kind, a, loc);
   sf_tensor *x = sf__t_contig(a);
@@ -749,10 +738,10 @@ sf_tensor *sf__t_unary(int32_t kind, sf_tensor *a, const sf_loc *loc) {
   unary_job j = {.kind = kind, .x = sf__t_data(x), .y = sf__t_data(out)};
   sf__t_run_chunks(out->numel, unary_chunk, &j);
   sf_release(x);
-  sf__node *n = sf__record(unary_name(kind), out, bw_unary, a, NULL);
+  sf__node *n = sf__record(sf__unary_name(kind), out, bw_unary, a, NULL);
   if (n) {
     n->i0 = kind;
-    if (uses_output(kind))
+    if (sf__unary_uses_output(kind))
       n->saved = sf__t_view(out, out->ndim, out->shape, out->strides, out->offset);
   }
   return out;

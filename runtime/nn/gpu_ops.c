@@ -325,15 +325,6 @@ sf_tensor *sf__gpu_neg(sf_tensor *a, const sf_loc *loc) {
 
 /* ---------------------------------------------------------- activations */
 
-static const char *unary_name(int32_t kind) {
-  static const char *const names[] = {"relu", "gelu", "sigmoid", "tanh", "exp", "log", "gelu_tanh"};
-  return kind >= 0 && kind <= SF__U_GELU_TANH ? names[kind] : "unary";
-}
-
-static bool uses_output(int32_t kind) {
-  return kind == SF__U_SIGMOID || kind == SF__U_TANH || kind == SF__U_EXP;
-}
-
 static void bw_unary(sf__node *n, sf_tensor *g) {
   bw_enter(g);
   int32_t kind = (int32_t)n->i0;
@@ -363,10 +354,10 @@ sf_tensor *sf__gpu_unary(int32_t kind, sf_tensor *a, const sf_loc *loc) {
   }
   sf__t_dwrote(out);
   sf_release(x);
-  sf__node *n = sf__record(unary_name(kind), out, bw_unary, a, NULL);
+  sf__node *n = sf__record(sf__unary_name(kind), out, bw_unary, a, NULL);
   if (n) {
     n->i0 = kind;
-    if (uses_output(kind))
+    if (sf__unary_uses_output(kind))
       n->saved = sf__t_view(out, out->ndim, out->shape, out->strides, out->offset);
   }
   return out;

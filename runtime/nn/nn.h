@@ -321,6 +321,15 @@ void sf__bw_binary(sf__node *n, sf_tensor *g);
 sf_tensor *sf__t_scalar(int32_t op, sf_tensor *a, float s, bool left, const sf_loc *loc);
 sf_tensor *sf__t_neg(sf_tensor *a, const sf_loc *loc);
 enum { SF__U_RELU, SF__U_GELU, SF__U_SIGMOID, SF__U_TANH, SF__U_EXP, SF__U_LOG, SF__U_GELU_TANH };
+static inline const char *sf__unary_name(int32_t kind) {
+  static const char *const names[] = {"relu", "gelu", "sigmoid", "tanh", "exp", "log", "gelu_tanh"};
+  return kind >= 0 && kind <= SF__U_GELU_TANH ? names[kind] : "unary";
+}
+/* The backward rules that need the output keep a header over its values
+ * (saved, which holds no node); the others keep the input as in[0]. */
+static inline bool sf__unary_uses_output(int32_t kind) {
+  return kind == SF__U_SIGMOID || kind == SF__U_TANH || kind == SF__U_EXP;
+}
 sf_tensor *sf__t_unary(int32_t kind, sf_tensor *a, const sf_loc *loc);
 /* The broadcast shape of a and b, or false. */
 bool sf__broadcast_shape(int32_t na, const int64_t *sa, int32_t nb, const int64_t *sb,
