@@ -7,7 +7,8 @@ and its count of right test images within --right-tol, and it must read
 the device back once per epoch and once for the evaluation (SFLOW_GPU_STATS
 d2h_syncs = epochs + 1: a training step makes no host round trip).  With
 --expect SRC the CPU run with the default flags must print exactly SRC's
-`// expect:` lines.  Prints one TABLE row (bench/gpu/run.sh's format).
+`// expect:` lines, and bad --epochs, --batch and --lr must each be an error
+naming the flag.  Prints one TABLE row (bench/gpu/run.sh's format).
 
 The "GPU" side is whatever the environment gives the program: a GPU, or
 the host emulator when SFLOW_CUDA/SFLOW_NVRTC/SFLOW_CUBLAS name it (ctest's
@@ -97,6 +98,14 @@ def main():
         if d.returncode or d.stdout.splitlines() != want:
             ok = False
             why.append("the CPU run's output is not the expected:\n" + d.stdout + d.stderr)
+        # Bad flags: a message naming the flag and a non-zero exit, before any data is read.
+        for flags, name in (["--epochs", "0"], "--epochs"), (["--batch", "-2"], "--batch"), \
+                           (["--lr", "0"], "--lr"):
+            d = run([exe, "--quiet", "--path", args.csv] + flags, cpu_env)
+            if d.returncode == 0 or name not in d.stderr:
+                ok = False
+                why.append(f"{' '.join(flags)}: want an error naming {name}, got rc "
+                           f"{d.returncode}:\n{d.stderr}")
     fig = (f"acc {ga[0]:.4f}, {gms} ms/epoch, losses within {worst:.1e}" if ga else "FAIL")
     peer = f"CPU: acc {ca[0]:.4f}, {cms} ms/epoch" if ca else "CPU: FAIL"
     print(f"TABLE|{label}|{fig if ok else 'FAIL: ' + fig}|{peer}|"

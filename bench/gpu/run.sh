@@ -68,6 +68,9 @@ row() { echo "TABLE|$*" >> "$table"; }
 # GPU_SECTIONS="5 5b" runs only those sections (ids 1 2 3 4 5 5b 6; all
 # when unset), so a short device session can split the run in two calls.
 want() { [ -z "${GPU_SECTIONS:-}" ] || [[ " $GPU_SECTIONS " == *" $1 "* ]]; }
+for id in ${GPU_SECTIONS:-}; do
+  case $id in 1|2|3|4|5|5b|6) ;; *) echo "run.sh: GPU_SECTIONS: no section '$id' (sections: 1 2 3 4 5 5b 6)" >&2; rm -f "$table"; exit 2;; esac
+done
 print_table() {
   echo
   printf '%-52s | %-40s | %-30s | %s\n' check figure peer goal
