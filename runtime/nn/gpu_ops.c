@@ -540,25 +540,9 @@ sf_tensor *sf__gpu_reduce_to(sf_tensor *g, int32_t ndim, const int64_t *shape) {
 
 /* ------------------------------------------------------------- products */
 
-typedef struct {
-  sf_tensor *t; /* owned */
-  bool trans;
-  int64_t ld;
-} operand;
+typedef sf__operand operand; /* .t owned */
 
-static operand operand_of(sf_tensor *x) {
-  int32_t nd = x->ndim;
-  operand o = {.t = x};
-  if (sf__mat_layout(x->shape[nd - 2], x->shape[nd - 1], x->strides[nd - 2], x->strides[nd - 1],
-                 &o.trans, &o.ld)) {
-    sf_retain(x);
-    return o;
-  }
-  o.t = sf__gpu_contig(x);
-  o.trans = false;
-  o.ld = x->shape[nd - 1] > 1 ? x->shape[nd - 1] : 1;
-  return o;
-}
+static operand operand_of(sf_tensor *x) { return sf__operand_of(x, sf__gpu_contig); }
 
 /* The bf16 copy of the floats [p, p + span) (autocast's operands): a
  * device block of span uint16 values in the same layout (owned: give it

@@ -127,25 +127,23 @@ bool sf__mat_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, bool *tr
 
 /* An operand of the core product: the tensor (a copy when its matrices
  * are neither layout), and how sgemm reads each of its matrices. */
-typedef struct {
-  sf_tensor *t;
-  bool trans;
-  int64_t ld;
-} operand;
+typedef sf__operand operand;
 
-static operand operand_of(sf_tensor *x) {
+sf__operand sf__operand_of(sf_tensor *x, sf_tensor *(*contig)(sf_tensor *)) {
   int32_t nd = x->ndim;
   operand o = {.t = x};
-  sf_retain(x);
-  if (!sf__mat_layout(x->shape[nd - 2], x->shape[nd - 1], x->strides[nd - 2], x->strides[nd - 1],
-                  &o.trans, &o.ld)) {
-    sf_release(x);
-    o.t = sf__t_contig(x);
-    o.trans = false;
-    o.ld = x->shape[nd - 1] > 1 ? x->shape[nd - 1] : 1;
+  if (sf__mat_layout(x->shape[nd - 2], x->shape[nd - 1], x->strides[nd - 2], x->strides[nd - 1],
+                     &o.trans, &o.ld)) {
+    sf_retain(x);
+    return o;
   }
+  o.t = contig(x);
+  o.trans = false;
+  o.ld = x->shape[nd - 1] > 1 ? x->shape[nd - 1] : 1;
   return o;
 }
+
+static operand operand_of(sf_tensor *x) { return sf__operand_of(x, sf__t_contig); }
 
 /* One stack of products: c's matrix p is a's · b's at the batch offsets
  * of p's index (the strides broadcast, 0 along a repeated operand). */

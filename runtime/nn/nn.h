@@ -367,6 +367,15 @@ sf_tensor *sf__t_mse(sf_tensor *a, sf_tensor *b, const sf_loc *loc);
  * neither and needs a copy. */
 bool sf__mat_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, bool *trans,
                     int64_t *ld);
+/* An operand of a product: the tensor (retained, or a contiguous copy made
+ * by contig when its matrices are neither layout) and how the BLAS reads
+ * each of its matrices. */
+typedef struct {
+  sf_tensor *t;
+  bool trans;
+  int64_t ld;
+} sf__operand;
+sf__operand sf__operand_of(sf_tensor *x, sf_tensor *(*contig)(sf_tensor *));
 
 /* torch.matmul: 1-D·1-D a dot product, 2-D, batched over leading
  * dimensions with broadcasting. */
