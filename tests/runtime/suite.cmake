@@ -7,6 +7,11 @@ add_test(NAME runtime/observe
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/observe_test.py
           --sflowc $<TARGET_FILE:sflowc>)
 set_tests_properties(runtime/fault_resume PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
+# The progress line's status from std.train and std.tune (plain lines off a
+# terminal with --progress=always).
+add_test(NAME runtime/progress_status
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/progress_status_test.py
+          --sflowc $<TARGET_FILE:sflowc>)
 # --trace into a FIFO, through a symlink, into a char device (as root),
 # onto stdout's file; a directory or a missing folder refused before the run.
 add_test(NAME runtime/trace_path
