@@ -245,16 +245,18 @@ static bool dec_typed(dec *d, const cJSON *j, const sf_type *t, void *out) {
     }
     /* A fraction or exponent (3.0, 1e3): the double must be integral. */
     double v = j->valuedouble;
+    char num[SF__FLOAT_BUF];
+    sf__fmt_f64_repr(v, num);
     if (v != floor(v))
-      return derr(d, "expected an integer, found %.17g", v);
+      return derr(d, "expected an integer, found %s", num);
     if (t->kind == SF_I32) {
       if (v < INT32_MIN || v > INT32_MAX)
-        return derr(d, "%.17g is out of range for i32", v);
+        return derr(d, "%s is out of range for i32", num);
       *(int32_t *)out = (int32_t)v;
     } else {
       if (fabs(v) >= 9007199254740992.0)
-        return derr(d, "%.17g is 2^53 or more written with a fraction or exponent, which "
-                    "reads as an f64 and is not exact; write the integer's digits", v);
+        return derr(d, "%s is 2^53 or more written with a fraction or exponent, which "
+                    "reads as an f64 and is not exact; write the integer's digits", num);
       *(int64_t *)out = (int64_t)v;
     }
     return true;
