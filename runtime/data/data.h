@@ -80,7 +80,9 @@ const char *sf__parse_int64(const char *p, const char *end, int64_t *out, bool *
 /* ----------------------------------------------------------- csv.c */
 
 /* Column kinds of a table. */
-typedef enum { SF__COL_AUTO = 0, SF__COL_I64, SF__COL_F64, SF__COL_F32, SF__COL_STR } sf__col_kind;
+typedef enum {
+  SF__COL_AUTO = 0, SF__COL_I64, SF__COL_F64, SF__COL_F32, SF__COL_STR, SF__COL_BOOL
+} sf__col_kind;
 
 /* A parsed CSV: one typed column per field of the header. */
 typedef struct sf__csv_col {
