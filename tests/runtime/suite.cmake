@@ -13,6 +13,14 @@ add_test(NAME runtime/trace_path
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/trace_path_test.py
           --sflowc $<TARGET_FILE:sflowc>)
 set_tests_properties(runtime/trace_path PROPERTIES TIMEOUT 300)
+# Every file writer (nn.save, the data writers, std.tune's --out, std.io)
+# into a regular file, a FIFO with a reader, a symlink, a char device made
+# with mknod (as root) and a block device or a directory (refused); a
+# checkpoint over a FIFO or a device is refused and the node left alone.
+add_test(NAME runtime/writers
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/writers_test.py
+          --sflowc $<TARGET_FILE:sflowc>)
+set_tests_properties(runtime/writers PROPERTIES TIMEOUT 300)
 # Damaged journals (truncated, a byte flipped in the middle or the header)
 # beside checkpoints: each --resume repairs with identical output or
 # refuses clearly, never exits 0 with other output.  The short form;
