@@ -21,6 +21,7 @@
  *    point leaves the previous checkpoint whole; a torn temporary file is
  *    never read (its name does not match) and is removed at the next
  *    start, or at the end of a run that finished.
+ *  - Only for --resume: with --journal=false no file is written.
  *  - Checked: a file whose CRCs or length are wrong is skipped on load and
  *    the next older one is used; the last three are kept for that.
  *  - Ordered with the journal: the journal is flushed and synced before a
@@ -181,9 +182,13 @@ static void fsync_dir(const char *dir) {
 }
 
 /* Writes one checkpoint of a: `calls` and `epochs` in the header, the
- * serialized state [p, p+n) as the payload. */
+ * serialized state [p, p+n) as the payload.  With --journal=false nothing
+ * is written: only --resume reads these files, and it needs the journal
+ * (a node lost in a --nodes run restarts from the head's copy in memory). */
 static void write_file(const sf_actor_desc *d, int64_t id, int64_t rank, int64_t calls,
                        int64_t epochs, const void *p, size_t n) {
+  if (!sf__options.journal)
+    return;
   char dir[PATH_MAX], prefix[256], path[PATH_MAX + 300];
   ckpt_dir(dir, sizeof dir);
   sf__mkdirs(dir);

@@ -29,6 +29,14 @@ add_test(NAME runtime/journal_damage
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/journal_damage_test.py
           --sflowc $<TARGET_FILE:sflowc>)
 set_tests_properties(runtime/journal_damage PROPERTIES TIMEOUT 300)
+# What the journal leaves on disk: nothing in the checkpoint folder with
+# --journal=false; a journal write on a full disk (a 48 KiB tmpfs as root,
+# else RLIMIT_FSIZE) says what was kept, and --resume from it prints the
+# uninterrupted output.
+add_test(NAME runtime/journal_files
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/journal_files_test.py
+          --sflowc $<TARGET_FILE:sflowc>)
+set_tests_properties(runtime/journal_files PROPERTIES TIMEOUT 300)
 # The same programs with the runtime built under ThreadSanitizer (a second
 # build tree inside this one); any race report fails.
 add_test(NAME runtime/tsan
