@@ -528,6 +528,25 @@ static bool check_layout(loader *l) {
   return !l->failed;
 }
 
+static int by_name(const void *x, const void *y) {
+  return strcmp(*(const char *const *)x, *(const char *const *)y);
+}
+
+/* Each of the header's n names once (the JSON parser keeps both of a name
+ * given twice; which one a reader takes is anyone's guess). */
+static bool check_names(loader *l, int64_t n) {
+  const char **names = sf__alloc_n((size_t)(n ? n : 1), sizeof *names);
+  int64_t k = 0;
+  for (const cJSON *c = l->root->child; c; c = c->next)
+    names[k++] = c->string;
+  qsort(names, (size_t)n, sizeof *names, by_name);
+  for (int64_t i = 1; i < n && !l->failed; i++)
+    if (!strcmp(names[i - 1], names[i]))
+      fail_msg(l, "nn.load: %s: the header names \"%s\" twice", l->file, names[i]);
+  sf_free(names);
+  return !l->failed;
+}
+
 /* The header into l->entries, checked against every rule of the format
  * (huggingface/safetensors, as its own loader checks them), so a file
  * that library refuses is refused here too, naming why. */
@@ -559,12 +578,9 @@ static bool parse_header(loader *l) {
   for (const cJSON *c = l->root->child; c; c = c->next)
     cap++;
   l->entries = sf__alloc_n((size_t)(cap ? cap : 1), sizeof *l->entries);
+  if (!check_names(l, cap))
+    return false;
   for (const cJSON *c = l->root->child; c; c = c->next) {
-    for (const cJSON *d = l->root->child; d != c; d = d->next)
-      if (!strcmp(d->string, c->string)) {
-        fail_msg(l, "nn.load: %s: the header names \"%s\" twice", f, c->string);
-        return false;
-      }
     if (!strcmp(c->string, "__metadata__")) {
       if (!check_metadata(l, c))
         return false;
