@@ -13,6 +13,8 @@
  *    and renamed over the path, then the folder fsync'ed; a reader never
  *    sees half a file and two writers never share a temporary file.  A
  *    replaced file keeps its mode (and, for root, its owner);
+ *    Where no file may be created beside it (a read-only folder, procfs)
+ *    a file we may write is truncated and written in place, as `>` does;
  *  - a symlink to a regular file: the same, over the file it resolves to,
  *    so the link stays a link;
  *  - a dangling symlink: the file is created through the link, in place;
@@ -185,7 +187,15 @@ bool sf__outfile_open(sf__outfile *o, const char *path, int flags, char *why, si
       say(why, n, strerror(errno));
       return false;
     }
-    return open_renamed(o, link ? real : path, &st, why, n);
+    if (open_renamed(o, link ? real : path, &st, why, n))
+      return true;
+    /* A file we may write in a folder that takes no new file (procfs and
+     * sysfs files, a shared file in a read-only folder): in place, as `>`
+     * does, where a whole replacement is not required.  Not after ENOSPC
+     * and the like: truncating the old file then would lose it. */
+    if (atomic || (errno != EACCES && errno != EPERM && errno != EROFS && errno != ENOENT))
+      return false;
+    return open_in_place(o, path, -1, O_TRUNC, why, n);
   }
   if ((S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode)) && !atomic)
     return open_in_place(o, path, -1, 0, why, n);

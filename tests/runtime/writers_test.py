@@ -6,7 +6,8 @@ std.tune's --out, io.write_text and io.save.  A regular file is replaced
 reader gets the bytes) and stays a FIFO; a symlink is followed and stays a
 link; a char device made with mknod in a temporary folder (as root; never
 one under /dev) stays that device; a block device and a directory are
-refused naming the path, with a non-zero exit, and left as they were.
+refused naming the path, with a non-zero exit, and left as they were; a
+file whose folder takes no new file (/proc/self/comm) is written in place.
 Checkpoints, which must be replaced whole, refuse a FIFO or a device
 where a checkpoint file goes, with a notice, and leave it alone.
 
@@ -199,8 +200,18 @@ def case_checkpoint(exe, tmp):
         check(leftovers(os.path.join(ck, "ckpt")) == [], "checkpoint over a %s: no temporary file" % what)
 
 
+def case_procfs(exe, tmp, kind):
+    """A regular file whose folder takes no new file (the writer's own
+    /proc/self/comm): written in place, as `>` does, not refused."""
+    if kind not in ("nn.save", "csv", "io.write_text") or not os.path.exists("/proc/self/comm"):
+        return
+    p = run(exe, kind, "/proc/self/comm")
+    check(p.returncode == 0 and p.stdout == b"wrote %s\n" % kind.encode(),
+          "%s: /proc/self/comm is written in place: %d %r" % (kind, p.returncode, p.stderr[-200:]))
+
+
 CASES = {"regular": case_regular, "fifo": case_fifo, "symlink": case_symlink,
-         "device": case_device, "directory": case_directory}
+         "device": case_device, "directory": case_directory, "procfs": case_procfs}
 
 
 def main():
