@@ -20,7 +20,7 @@
  *    fsync the folder (core's outfile.c, SF__OUT_ATOMIC).  A crash at any
  *    point leaves the previous checkpoint whole; a torn temporary file is
  *    never read (its name does not match) and is removed at the next
- *    start, or at the end of a run that finished.
+ *    start or --resume, or at the end of a run that finished.
  *  - Only for --resume: with --journal=false no file is written.
  *  - Checked: a file whose CRCs or length are wrong is skipped on load and
  *    the next older one is used; the last three are kept for that.
@@ -447,6 +447,16 @@ bool sf__checkpoint_vet(const char *journal, char *why, size_t n) {
   struct dirent *e;
   while ((e = readdir(d))) {
     const char *dot = strrchr(e->d_name, '.');
+    if (e->d_name[0] == '.' && strstr(e->d_name, ".tmp-")) {
+      /* A write the killed run did not finish (the folder is locked:
+       * no live writer owns it); never read, so not kept either. */
+      char p[PATH_MAX + 300];
+      struct stat st;
+      snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+      if (lstat(p, &st) == 0 && S_ISREG(st.st_mode))
+        unlink(p);
+      continue;
+    }
     if (e->d_name[0] == '.' || !dot || strlen(e->d_name) >= sizeof vs->name)
       continue;
     char *end;

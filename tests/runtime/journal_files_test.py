@@ -6,6 +6,8 @@
   calls leaves nothing in --checkpoint-dir, also when SFLOW_FAULT would
   have killed it in the middle of a checkpoint write (no half-written
   temporary file either).
+- torn_checkpoint: the temporary file of a checkpoint write that a kill
+  cut short is removed by the --resume after it.
 - disk_full: the journal's folder on a small tmpfs (as root; else the file
   size is limited with RLIMIT_FSIZE): the journal write fails with a
   notice saying what was kept and that --resume continues from the last
@@ -13,7 +15,7 @@
   made, and --resume prints exactly what an uninterrupted run prints,
   answering the journaled calls from the journal.
 
-Usage: journal_files_test.py --sflowc PATH [journal_off|disk_full ...]"""
+Usage: journal_files_test.py --sflowc PATH [journal_off|torn_checkpoint|disk_full ...]"""
 import argparse
 import os
 import re
@@ -59,6 +61,30 @@ def case_journal_off(sflowc, tmp):
               % (" with " + fault if fault else "", p.returncode, p.stderr[-200:]))
         check(listing(ck) == [], "--journal=false%s: nothing written in the checkpoint folder: %r"
               % (" with " + fault if fault else "", listing(ck)))
+
+
+def case_torn_checkpoint(sflowc, tmp):
+    """A run killed in the middle of a checkpoint write leaves its
+    temporary file; the --resume after it removes it (the resumed run,
+    killed at its own first checkpoint write, leaves only its own)."""
+    exe = os.path.join(tmp, "writers")
+    subprocess.run([sflowc, os.path.join(HERE, "writers.sflow"), "-o", exe], check=True)
+    ck = os.path.join(tmp, "ck")
+    args = [exe, "--kind", "checkpoint", "--checkpoint-dir", ck, "--quiet"]
+    p = subprocess.run(args, capture_output=True, timeout=60,
+                       env=dict(os.environ, SFLOW_FAULT="checkpoint-write:2"))
+    temps = lambda: sorted(n for n in os.listdir(os.path.join(ck, "ckpt")) if ".tmp-" in n)
+    first = temps()
+    check(p.returncode == -signal.SIGKILL and len(first) == 1,
+          "killed mid-write: one temporary file left: %d %r" % (p.returncode, first))
+    p = subprocess.run(args + ["--resume"], capture_output=True, timeout=60,
+                       env=dict(os.environ, SFLOW_FAULT="checkpoint-write:1"))
+    second = temps()
+    check(p.returncode == -signal.SIGKILL and len(second) == 1 and second != first,
+          "--resume removed the killed run's temporary file: %r, then %r" % (first, second))
+    p = subprocess.run(args + ["--resume"], capture_output=True, timeout=60)
+    check(p.returncode == 0 and b"total 6" in p.stdout and not os.path.exists(ck),
+          "the last --resume finishes and leaves nothing: %d %r" % (p.returncode, p.stdout))
 
 
 def mount_tmpfs(folder, size):
@@ -129,7 +155,8 @@ def case_disk_full(sflowc, tmp):
             subprocess.run(["umount", disk])
 
 
-CASES = {"journal_off": case_journal_off, "disk_full": case_disk_full}
+CASES = {"journal_off": case_journal_off, "torn_checkpoint": case_torn_checkpoint,
+         "disk_full": case_disk_full}
 
 
 def main():
