@@ -4,7 +4,8 @@
  * list_dir and the generic save<T> and load<T>.
  *
  * Files are read and written whole with plain POSIX calls, retrying on
- * EINTR and short transfers.  Key design choice: every failure is a runtime
+ * EINTR and short transfers; a replacing write goes through outfile.c's
+ * rule (a regular file replaced whole, a FIFO or a device in place).  Key design choice: every failure is a runtime
  * error that names the operation, the path and the system's reason
  * (`cannot read "x.txt": No such file or directory`), because in a long
  * training run a wrong path must be obvious from the one line it prints.
