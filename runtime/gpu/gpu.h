@@ -56,6 +56,14 @@ typedef struct {
   /* device->host reads of tensors (runtime/nn/device.c), and of deferred
    * kernel failure records that wait on their own (gpu.c) */
   uint64_t d2h_syncs;
+  /* arrays a settle (or a full list) released unread because nothing
+   * referred to them any more, and the most arrays one thread's list held
+   * (gpu.c, "Arrays touched"): flat as a loop of GPU statements grows */
+  uint64_t settle_dropped, pending_peak;
+  /* host-to-device copies that made the host wait for the device (a
+   * synchronous cuMemcpyHtoD, or a pinned staging buffer still in use),
+   * and the bytes of tensors staged through pinned memory (device.c) */
+  uint64_t h2d_waits, h2d_pinned;
 } sf__gpu_stats_t;
 extern sf__gpu_stats_t sf__gpu_stats;
 /* Counters are bumped from several threads (group members launch at once). */
