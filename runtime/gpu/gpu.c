@@ -54,7 +54,7 @@ sf__gpu_stats_t sf__gpu_stats;
 static struct {
   void *lib;
   bool ok;
-  char why[256];
+  char why[640];
   int32_t ordinal;               /* the default device (SFLOW_DEVICE) */
   int32_t ndev;
   char arch[MAX_DEVICES][16];    /* "sm_90" */
@@ -174,7 +174,7 @@ static bool load_driver(void) {
     return false;
   }
   (void)maj, (void)min;
-  char why[200];
+  char why[512];
   if (!sf__nvrtc_load(why, sizeof why)) {
     snprintf(D.why, sizeof D.why, "a GPU but no NVRTC: %s", why);
     return false;

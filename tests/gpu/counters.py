@@ -14,7 +14,7 @@
 
 Usage: counters.py --sflowc PATH --emu LIBSFLOW_EMU
 """
-import argparse, os, re, subprocess, sys, tempfile
+import argparse, atexit, os, re, shutil, subprocess, sys, tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -37,6 +37,7 @@ def main():
     a = ap.parse_args()
     emu = {"SFLOW_CUDA": a.emu, "SFLOW_NVRTC": a.emu, "SFLOW_CUBLAS": a.emu, "SFLOW_NCCL": "off"}
     tmp = tempfile.mkdtemp(prefix="sflow-counters-")
+    atexit.register(shutil.rmtree, tmp, True)
     fails = []
 
     def want(ok, what):

@@ -221,3 +221,8 @@ set_tests_properties(gpu_emu/counters PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV}")
 # reaches them, and both talk over the loopback (tests/gpu/nccl_env.py).
 add_test(NAME gpu/nccl_env
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/nccl_env.py $<TARGET_FILE:nccl_check>)
+# Where NVRTC and cuBLAS are found (runtime/gpu/libs.c): fake CUDA_HOME,
+# CUDA_PATH and pip folders holding the emulator, the report naming the file.
+add_test(NAME gpu_emu/libsearch
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/libsearch.py
+          $<TARGET_FILE:nvrtc_check> $<TARGET_FILE:gpu_check> $<TARGET_FILE:sflow_emu>)
