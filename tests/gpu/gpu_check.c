@@ -144,6 +144,9 @@ static void bench(void) {
 }
 
 int main(int argc, char **argv) {
+  /* A row per line as it is measured: a run stopped by `timeout` (bench/gpu/run.sh)
+   * still shows the rows it had, where a full buffer would show none. */
+  setvbuf(stdout, NULL, _IOLBF, 0);
   setenv("SFLOW_KERNEL_CACHE", "/tmp/sflow-gpu-check-cache", 0);
   if (!sf__gpu_ready(NULL)) {
     fprintf(stderr, "gpu_check: SKIP: no GPU (%s)\n", sf__gpu_unavailable_reason());
@@ -155,6 +158,17 @@ int main(int argc, char **argv) {
     get_name(name, sizeof name, sf__gpu_current_device());
   /* The name says so under the host emulator: "sflow host emulator (not a GPU)". */
   printf("gpu_check: device %s (%s), NVRTC %d\n", name, sf__gpu_arch(), sf__nvrtc_version());
+  /* The files loaded, so that a table's figures name their libraries, and
+   * the CPU side's BLAS: without one the CPU figures time a fallback loop. */
+  char blas[700];
+  sf__cublas_describe(blas, sizeof blas);
+  printf("gpu_check: NVRTC %d.%d from %s\n", sf__nvrtc_version() / 1000,
+         sf__nvrtc_version() % 1000 / 10, sf__nvrtc_path());
+  printf("gpu_check: %s\n", blas);
+  printf("gpu_check: CPU BLAS %s\n", strcmp(sf__blas_name(), "reference")
+             ? sf__blas_name() : "none found (the CPU products are a reference loop, not a CPU figure)");
+  if (argc > 1 && !strcmp(argv[1], "--which"))
+    return 0;
   check_kernels(1 << 20);
   if (argc > 1 && !strcmp(argv[1], "--bench"))
     bench();
