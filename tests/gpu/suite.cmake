@@ -226,3 +226,10 @@ add_test(NAME gpu/nccl_env
 add_test(NAME gpu_emu/libsearch
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/libsearch.py
           $<TARGET_FILE:nvrtc_check> $<TARGET_FILE:gpu_check> $<TARGET_FILE:sflow_emu>)
+# A rehearsal of bench/gpu/run.sh, the bounded device run, under the
+# emulator at tiny sizes (tests/gpu/run_rehearsal.py): prepare stripped and
+# small, the whole run in its budget with every program identical, skipped
+# steps saying so, and a SIGTERM keeping the rows measured so far.
+add_test(NAME gpu_emu/run_rehearsal
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/run_rehearsal.py --build ${CMAKE_BINARY_DIR})
+set_tests_properties(gpu_emu/run_rehearsal PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV}" TIMEOUT 600)
