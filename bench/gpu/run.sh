@@ -132,6 +132,7 @@ room() {
 child=; step=; harvest=:
 guard() {
   local l=$1 log=$2; shift 2
+  [ "$l" -ge 1 ] || l=1 # timeout 0 would mean none
   timeout -k 5 "$l" "$@" > "$log" 2>&1 &
   child=$!
   wait "$child"; rc=$?
