@@ -173,20 +173,22 @@ void sf__storage_dev_free(sf__storage *s) {
 /* A synchronous cuMemcpyHtoD from pageable memory waits for every kernel
  * queued before it, and cuMemcpyHtoDAsync from pageable memory may too
  * (CUDA's "API synchronization behavior"): a step that uploads its batch
- * would wait for the previous step each time.  So upload() copies the
- * values into one of NSTAGE pinned buffers of its device and queues
- * cuMemcpyHtoDAsync on stream 0 from there; an event recorded after the
- * copy says when the buffer may be filled again.  Reusing a buffer whose
- * copy has not run yet (the device is NSTAGE chunks behind) is the only
- * wait, counted in h2d_waits, as is every synchronous copy of the
+ * would wait for the previous step each time.  So an upload is copied
+ * into NSTAGE pinned buffers of its device, filled one after another, and
+ * queued with cuMemcpyHtoDAsync on stream 0 from there; each buffer's
+ * event, recorded after its latest copy, says (stream order) when all of
+ * its copies have run.  Only refilling a buffer whose copies have not run
+ * yet waits (the device is NSTAGE buffers of uploads behind: hundreds of
+ * batches), counted in h2d_waits, as is every synchronous copy of the
  * fallback (a driver without these entries, or SFLOW_PINNED_STAGING=0). */
 #define NSTAGE 4
 #define STAGE_BYTES ((size_t)4 << 20)
 #define STAGE_DEVICES 16
 enum { CU_NOT_READY = 600, CU_HOSTALLOC_PORTABLE = 1 };
 typedef struct {
-  void *buf; /* STAGE_BYTES of pinned memory, NULL until first used */
-  void *ev;  /* recorded after the copy out of buf */
+  char *buf;   /* STAGE_BYTES of pinned memory, NULL until first used */
+  size_t used; /* bytes of buf handed out since it was last refilled */
+  void *ev;    /* recorded after the latest copy out of buf */
   bool queued;
 } stage;
 static struct {
@@ -200,7 +202,7 @@ static struct {
   CUresult (*ev_sync)(void *);
   pthread_mutex_t mu[STAGE_DEVICES];
   stage s[STAGE_DEVICES][NSTAGE];
-  int next[STAGE_DEVICES];
+  int cur[STAGE_DEVICES]; /* the buffer being filled */
 } STG = {.once = PTHREAD_ONCE_INIT};
 
 static void stage_init(void) {
@@ -217,17 +219,16 @@ static void stage_init(void) {
     pthread_mutex_init(&STG.mu[i], NULL);
 }
 
-/* The next staging buffer of device k, free to fill (under STG.mu[k]);
- * NULL when pinned memory cannot be had (the caller copies synchronously). */
-static stage *stage_take(int32_t k, const sf_loc *loc) {
-  stage *st = &STG.s[k][STG.next[k]];
-  STG.next[k] = (STG.next[k] + 1) % NSTAGE;
+/* Buffer st of device k made free to refill: its memory allocated at the
+ * first use, its copies waited for (under STG.mu[k]).  False when pinned
+ * memory cannot be had (the caller copies synchronously). */
+static bool stage_refill(int32_t k, stage *st, const sf_loc *loc) {
   if (!st->buf) {
-    if (STG.host_alloc(&st->buf, STAGE_BYTES, CU_HOSTALLOC_PORTABLE) != 0 ||
-        STG.ev_create(&st->ev, 0) != 0) {
-      st->buf = NULL; /* no pinned memory left: the synchronous copy will do */
-      return NULL;
-    }
+    void *p = NULL;
+    if (STG.host_alloc(&p, STAGE_BYTES, CU_HOSTALLOC_PORTABLE) != 0 ||
+        STG.ev_create(&st->ev, 0) != 0)
+      return false; /* no pinned memory left: the synchronous copy will do */
+    st->buf = p;
   }
   if (st->queued) {
     CUresult rc = STG.ev_query(st->ev);
@@ -241,7 +242,24 @@ static stage *stage_take(int32_t k, const sf_loc *loc) {
     }
     st->queued = false;
   }
-  return st;
+  st->used = 0;
+  return true;
+}
+
+/* n (<= STAGE_BYTES) bytes of staging memory of device k, in the buffer
+ * being filled or the next one; NULL without pinned memory. */
+static char *stage_room(int32_t k, size_t n, stage **out, const sf_loc *loc) {
+  stage *st = &STG.s[k][STG.cur[k]];
+  if (!st->buf || st->used + n > STAGE_BYTES) {
+    if (st->buf)
+      st = &STG.s[k][STG.cur[k] = (STG.cur[k] + 1) % NSTAGE];
+    if (!stage_refill(k, st, loc))
+      return NULL;
+  }
+  char *p = st->buf + st->used;
+  st->used += (n + 255) & ~(size_t)255; /* the next copy's source 256-byte aligned */
+  *out = st;
+  return p;
 }
 
 /* bytes at src into device memory dst, queued on stream 0 in chunks
@@ -253,10 +271,14 @@ static size_t upload_pinned(CUdeviceptr dst, const char *src, size_t bytes, cons
     return 0;
   size_t off = 0;
   pthread_mutex_lock(&STG.mu[k]);
-  for (stage *st; off < bytes && (st = stage_take(k, loc)); off += STAGE_BYTES) {
+  while (off < bytes) {
     size_t n = bytes - off < STAGE_BYTES ? bytes - off : STAGE_BYTES;
-    memcpy(st->buf, src + off, n);
-    CUresult rc = STG.htod_async(dst + off, st->buf, n, NULL);
+    stage *st;
+    char *p = stage_room(k, n, &st, loc);
+    if (!p)
+      break;
+    memcpy(p, src + off, n);
+    CUresult rc = STG.htod_async(dst + off, p, n, NULL);
     if (rc == 0)
       rc = STG.ev_record(st->ev, NULL);
     if (rc != 0) {
@@ -264,9 +286,9 @@ static size_t upload_pinned(CUdeviceptr dst, const char *src, size_t bytes, cons
       sf__cuda_fail("cuMemcpyHtoDAsync (a tensor to the device, from pinned memory)", rc, loc);
     }
     st->queued = true;
+    off += n;
   }
   pthread_mutex_unlock(&STG.mu[k]);
-  off = off < bytes ? off : bytes;
   SF__GPU_STAT_ADD(h2d_pinned, off);
   return off;
 }
