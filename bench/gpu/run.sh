@@ -68,10 +68,13 @@ if [ "${1:-}" = prepare ]; then
   # Stripped: what travels to the device is limited (64 MiB with the tree);
   # the debug info of RelWithDebInfo is three quarters of the bytes.
   find "$out" -type f -perm -u+x ! -name '*.py' -exec strip --strip-unneeded {} + || exit 1
+  # The newest glibc symbol version they need: the device's glibc must be as new.
+  find "$out" -type f -perm -u+x ! -name '*.py' -exec objdump -T {} + 2>/dev/null |
+    grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1 | sed 's/GLIBC_//' > "$out/glibc.needed"
   kb=$(du -sk "$out" | cut -f1)
-  tree_kb=$(git -C "$root" ls-files -z | (cd "$root" && xargs -0 du -skc 2>/dev/null) | tail -1 | cut -f1)
+  tree_kb=$(git -C "$root" ls-files -z | (cd "$root" && du -skc --files0-from=- 2>/dev/null) | tail -1 | cut -f1)
   echo "prepared $out ($(ls "$out/progs" | grep -vc stats) programs, $(ls "$out/nn" | grep -c '^nn_[a-z_]*$') nn programs," \
-       "$((kb / 1024)) MiB stripped, $(((kb + tree_kb) / 1024)) MiB with the tracked tree); run: bench/gpu/run.sh"
+       "$((kb / 1024)) MiB stripped, $(((kb + tree_kb) / 1024)) MiB with the tracked tree; glibc $(cat "$out/glibc.needed") or later); run: bench/gpu/run.sh"
   [ $((kb + tree_kb)) -lt $((30 * 1024)) ] || { echo "run.sh prepare: over 30 MiB with the tree" >&2; exit 1; }
   exit 0
 fi
@@ -158,6 +161,10 @@ echo "run.sh: budget ${budget} s; table and logs in $logs"
 #    (their files and versions), the CPU side's BLAS, torch, NCCL.
 if want 0; then
 step="environment"
+have=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}') need=$(cat "$out/glibc.needed" 2>/dev/null)
+if [ -n "$need" ] && [ "$(printf '%s\n%s\n' "$need" "${have:-0}" | sort -V | head -1)" != "$need" ]; then
+  row "environment: glibc|FAIL: ${have:-unknown} here, the prepared programs need $need|-|>= $need"; failed=1
+else row "environment: glibc|${have:-unknown} (the programs need ${need:-?})|-|>= ${need:-?}"; fi
 smi=$(timeout 10 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
 row "environment: GPU, driver, memory (nvidia-smi)|${smi:-not run: no nvidia-smi}|-|-"
 guard "$(left 30)" "$logs/which.log" "$out/gpu_check" --which
