@@ -10,6 +10,7 @@ so that on a lent GPU only the hardware can surprise it:
    loaded, table.txt and table.md under RUN_LOGS;
  - a budget too small for the steps: each skipped step's row says so, and
    the run ends inside it;
+ - no CPU BLAS: the environment row and the digits row's CPU peer say so;
  - SIGTERM while gpu_check runs: exit 124 at once, the rows gpu_check had
    printed so far (its stdout is line-buffered) kept in the table, a row
    naming the step it stopped in.
@@ -111,6 +112,17 @@ def main():
     check(pr.returncode == 0, f"12 s budget: exit 0 (got {pr.returncode})")
     check(len(skipped) >= 5, f"12 s budget: the steps it cannot hold say 'skipped' ({len(skipped)})")
     check(took < 12 + 20, f"12 s budget: ended in {took:.0f} s")
+
+    # No CPU BLAS (SFLOW_BLAS names a file that does not load): the
+    # environment row says so, and the digits row's CPU peer is marked.
+    logs = os.path.join(tmp, "noblas")
+    pr = run({"RUN_BUDGET_S": "120", "GPU_SECTIONS": "0 5b", "SFLOW_BLAS": os.path.join(tmp, "nonexistent.so")}, logs)
+    out, _ = pr.communicate(timeout=300)
+    rs = rows(logs)
+    blas = find(rs, "environment: CPU BLAS")
+    check(bool(blas) and "none found" in blas[0][1], f"no CPU BLAS: the environment row says so: {blas}")
+    dig = find(rs, "examples/digits")
+    check(bool(dig) and "no CPU BLAS: a reference loop" in dig[0][2], f"no CPU BLAS: the digits row's peer says so: {dig}")
 
     # SIGTERM while gpu_check's figures are being measured.
     logs = os.path.join(tmp, "term")
