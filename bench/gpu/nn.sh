@@ -21,7 +21,9 @@
 # emulator (tests/gpu/nn_check.py runs one): NN_DEVICE labels the checkers'
 # rows (GPU), NN_CHECK_N is their size (128), NN_STEPS / NN_WARMUP the
 # benchmarks' steps (nn_bench's defaults / 3), NN_BATCH the encoder's batch
-# (32) and NN_MATMUL_N the product's size (4096).
+# (32) and NN_MATMUL_N the product's size (4096).  NN_PARTS picks parts
+# ("check steps matmul", all when unset: the op checkers, the MLP step and
+# encoder layer, `@`), so that run.sh can put `@` after the NCCL checks.
 set -uo pipefail
 out=$1 table=$2
 failed=0
@@ -58,8 +60,11 @@ nn_checker() {   # nn_checker NAME TIMEOUT
     echo "--- $1"; tail -20 "$tmp/nnerr"
   fi
 }
-nn_checker nn_check 240
-nn_checker nn_check_autocast 120
+part() { [ -z "${NN_PARTS:-}" ] || [[ " $NN_PARTS " == *" $1 "* ]]; }
+if part check; then
+  nn_checker nn_check 240
+  nn_checker nn_check_autocast 120
+fi
 
 # One benchmark on each side: sets s_ms s_x s_peak s_reads t_ms t_x t_peak
 # ("" when a side did not run; *_x is the steps, or GFLOP/s for matmul) and
@@ -75,7 +80,9 @@ nn_pair() {   # nn_pair WHAT TIMEOUT [--tf32]
       timeout "$lim" "$out/nn/nn_bench" --require-gpu --what "$what" ${steps[@]+"${steps[@]}"} --warmup "$warmup" \
       ${size[@]+"${size[@]}"} > "$tmp/nb" 2> "$tmp/nberr"; r=$?
     read -r _ _ _ s_ms s_x < <(grep "^RESULT gpu_$what sflow" "$tmp/nb")
-    if [ -z "$s_ms" ]; then
+    if grep -qE -- '--require-gpu (was given|is set)' "$tmp/nberr"; then
+      nn_gpu=0; s_state=0 # no GPU (the checkers, which find it out first, did not run)
+    elif [ -z "$s_ms" ]; then
       failed=1; echo "--- nn_bench --what $what $tf32 (rc $r)"; tail -20 "$tmp/nberr"
     fi
     local p; p=$(counter dev_peak "$tmp/nberr")
@@ -104,12 +111,15 @@ mlp="nn MLP train step (784-1024-1024-10, b256)"
 enc="nn encoder layer fwd+bwd (B${NN_BATCH:-32} T128 C384 H12)"
 mm="${NN_MATMUL_N:-4096}^3 (@gpus(1) actor)"
 if [ $nn_gpu = 0 ] && [ $torch_gpu = 0 ]; then
-  for r in "$mlp" "$enc" "nn @ f32 $mm" "nn @ TF32 $mm" "nn peak device memory, MLP and encoder"; do
+  part steps && for r in "$mlp" "$enc" "nn peak device memory, MLP and encoder"; do
+    row "$r|not run: no GPU|not run: no GPU|-"
+  done
+  part matmul && for r in "nn @ f32 $mm" "nn @ TF32 $mm"; do
     row "$r|not run: no GPU|not run: no GPU|-"
   done
   exit $failed
 fi
-for what in mlp encoder; do
+part steps && for what in mlp encoder; do
   nn_pair $what 150
   [ $what = mlp ] && { label=$mlp; short="nn MLP step"; } || { label=$enc; short="nn encoder layer"; }
   row "$label|$(side "$s_ms" ms $s_state)$(ratio "$t_ms" "$s_ms")|$(torch_side "$t_ms" ms)|>= 0.9x torch"
@@ -122,14 +132,14 @@ for what in mlp encoder; do
   fi
 done
 t_ms=; t_why=${spent#not run: }; lim=$(left 150)
-if [ "$lim" -ge 10 ]; then
+if part steps && [ "$lim" -ge 10 ]; then
   timeout "$lim" python3 "$out/nn/torch_peer.py" nn encoder --attention explicit ${steps[@]+"${steps[@]}"} \
     --warmup "$warmup" ${NN_BATCH:+--batch "$NN_BATCH"} > "$tmp/nt" 2>&1
   t_ms=$(grep -o '^RESULT gpu_encoder_explicit torch [0-9.]*' "$tmp/nt" | cut -d' ' -f4)
   t_why=$(tail -1 "$tmp/nt" | cut -c1-50)
 fi
-row "torch encoder layer, explicit softmax attention|$(torch_side "$t_ms" ms)|peer (sdpa above)|-"
-for tf in "" --tf32; do
+part steps && row "torch encoder layer, explicit softmax attention|$(torch_side "$t_ms" ms)|peer (sdpa above)|-"
+part matmul && for tf in "" --tf32; do
   nn_pair matmul 150 $tf
   pct=; [ -n "$s_x" ] && [ -n "$t_x" ] && pct=$(awk -v a="$s_x" -v b="$t_x" 'BEGIN { printf " (%.0f%% of torch)", 100 * a / b }')
   row "nn @ $([ -n "$tf" ] && echo TF32 || echo f32) $mm|$(side "$s_x" GFLOP/s $s_state)$pct|torch.matmul $(torch_side "$t_x" GFLOP/s | sed 's/^torch.cuda //')|>= 95%"

@@ -324,7 +324,8 @@ typedef void *cublasHandle_t;
 enum { CUBLAS_OP_N = 0, CUBLAS_DEFAULT_MATH = 0, CUBLAS_TF32_TENSOR_OP_MATH = 3 };
 static struct {
   bool ok;
-  char why[128];
+  char why[512];
+  char path[512]; /* the file loaded (libs.c) */
   int (*create)(cublasHandle_t *);
   int (*mode)(cublasHandle_t, int);
   pthread_mutex_t mu;
@@ -338,18 +339,13 @@ static struct {
 static pthread_once_t cublas_once = PTHREAD_ONCE_INIT;
 
 static void cublas_init(void) {
-  static const char *const names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so",
-                                      "/usr/local/cuda/lib64/libcublas.so.13", NULL};
-  void *h = NULL;
-  const char *e = getenv("SFLOW_CUBLAS"); /* another cuBLAS (the host emulator, tests/gpu/emu) */
-  if (e && *e)
-    h = dlopen(e, RTLD_NOW | RTLD_LOCAL);
-  for (int i = 0; !(e && *e) && names[i] && !h; i++)
-    h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-  if (!h) {
-    snprintf(CB.why, sizeof CB.why, e && *e ? "SFLOW_CUBLAS does not load" : "libcublas not found");
+  static const char *const names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so", NULL};
+  static const char *const companions[] = {"libcublasLt.so.*", NULL};
+  /* SFLOW_CUBLAS: another cuBLAS (the host emulator, tests/gpu/emu); libs.c searches */
+  void *h = sf__cuda_lib_open("SFLOW_CUBLAS", names, companions, CB.path, sizeof CB.path, CB.why,
+                              sizeof CB.why);
+  if (!h)
     return;
-  }
   int (*create)(cublasHandle_t *) = (int (*)(cublasHandle_t *))dlsym(h, "cublasCreate_v2");
   int (*mode)(cublasHandle_t, int) = (int (*)(cublasHandle_t, int))dlsym(h, "cublasSetMathMode");
   *(void **)&CB.sgemm = dlsym(h, "cublasSgemm_v2");
@@ -362,6 +358,19 @@ static void cublas_init(void) {
   CB.mode = mode;
   CB.lib = h;
   CB.ok = true;
+}
+
+void sf__cublas_describe(char *out, size_t n) {
+  pthread_once(&cublas_once, cublas_init);
+  if (!CB.ok) {
+    snprintf(out, n, "no cuBLAS: %s", CB.why);
+    return;
+  }
+  int (*prop)(int, int *) = (int (*)(int, int *))dlsym(CB.lib, "cublasGetProperty");
+  int v[3] = {0, 0, 0}; /* MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL */
+  for (int i = 0; prop && i < 3; i++)
+    prop(i, &v[i]);
+  snprintf(out, n, "cuBLAS %d.%d.%d from %s", v[0], v[1], v[2], CB.path);
 }
 
 /* The cuBLAS handle of this thread's device, made at its first use. */

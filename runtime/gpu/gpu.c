@@ -54,7 +54,7 @@ sf__gpu_stats_t sf__gpu_stats;
 static struct {
   void *lib;
   bool ok;
-  char why[256];
+  char why[640];
   int32_t ordinal;               /* the default device (SFLOW_DEVICE) */
   int32_t ndev;
   char arch[MAX_DEVICES][16];    /* "sm_90" */
@@ -174,7 +174,7 @@ static bool load_driver(void) {
     return false;
   }
   (void)maj, (void)min;
-  char why[200];
+  char why[512];
   if (!sf__nvrtc_load(why, sizeof why)) {
     snprintf(D.why, sizeof D.why, "a GPU but no NVRTC: %s", why);
     return false;
@@ -296,31 +296,88 @@ uint64_t sf__gpu_device_copy(sf_array *a, const sf_loc *loc) {
   if (fresh || a->where == SF__WHERE_HOST) {
     CU(D.htod(p, a->data, nbytes(a)), "cuMemcpyHtoD", loc);
     SF__GPU_STAT_ADD(h2d_bytes, nbytes(a));
+    SF__GPU_STAT_ADD(h2d_waits, 1); /* pageable and synchronous: waits for the stream */
     a->where = SF__WHERE_BOTH;
   }
   return p;
 }
 
 /* Arrays touched on the device since this thread last settled, each
- * retained so it outlives the run of GPU statements. */
-static _Thread_local sf_array **pending;
-static _Thread_local size_t npending, cap_pending;
+ * retained so it outlives the run of GPU statements.  An entry whose only
+ * reference is the list's own is dead (a loop's `h = matmul(...)` drops
+ * the previous h): nothing can read it, so it is released without being
+ * copied back, when the list fills (before it grows) and at the settle.
+ * The list therefore holds at most about twice the live arrays, the bytes
+ * a settle copies do not grow with a loop's length, and a hash set of the
+ * entries keeps a touch O(1). */
+static _Thread_local struct {
+  sf_array **a;    /* (n) the entries, in the order of their first touch */
+  size_t n, cap;
+  sf_array **set;  /* (2 cap) open addressing over the entries; NULL: empty */
+} P;
+
+static size_t slot_of(const sf_array *a, size_t mask) {
+  uint64_t h = (uint64_t)(uintptr_t)a * 0x9e3779b97f4a7c15ull;
+  return (size_t)(h >> 17) & mask;
+}
+static bool set_has(const sf_array *a) {
+  size_t mask = 2 * P.cap - 1;
+  for (size_t i = slot_of(a, mask); P.set[i]; i = (i + 1) & mask)
+    if (P.set[i] == a)
+      return true;
+  return false;
+}
+static void set_put(sf_array *a) {
+  size_t mask = 2 * P.cap - 1, i = slot_of(a, mask);
+  while (P.set[i])
+    i = (i + 1) & mask;
+  P.set[i] = a;
+}
+
+static bool dead(sf_array *a) { return __atomic_load_n(&a->hdr.rc, __ATOMIC_ACQUIRE) == 1; }
+
+/* Drops the dead entries, then grows the list when it is still over half
+ * full, and rebuilds the set. */
+static void prune_pending(void) {
+  size_t k = 0;
+  for (size_t i = 0; i < P.n; i++) {
+    if (dead(P.a[i])) {
+      SF__GPU_STAT_ADD(settle_dropped, 1);
+      sf_release(P.a[i]); /* frees it, and its device buffer unread */
+    } else {
+      P.a[k++] = P.a[i];
+    }
+  }
+  P.n = k;
+  if (!P.cap || 2 * P.n > P.cap) {
+    size_t cap = P.cap ? 2 * P.cap : 16;
+    sf_array **a = realloc(P.a, cap * sizeof *a);
+    if (!a)
+      sf_runtime_error(NULL, "out of memory");
+    P.a = a;
+    P.cap = cap;
+  }
+  free(P.set);
+  if (!(P.set = calloc(2 * P.cap, sizeof *P.set)))
+    sf_runtime_error(NULL, "out of memory");
+  for (size_t i = 0; i < P.n; i++)
+    set_put(P.a[i]);
+}
 
 void sf__gpu_touch(sf_array *a) {
   if (!a || !a->dev)
     return;
-  for (size_t i = 0; i < npending; i++)
-    if (pending[i] == a)
-      return;
-  if (npending == cap_pending) {
-    cap_pending = cap_pending ? cap_pending * 2 : 16;
-    sf_array **p = realloc(pending, cap_pending * sizeof *p);
-    if (!p)
-      sf_runtime_error(NULL, "out of memory");
-    pending = p;
-  }
+  if (P.cap && set_has(a))
+    return;
+  if (P.n == P.cap)
+    prune_pending();
   sf_retain(a);
-  pending[npending++] = a;
+  P.a[P.n++] = a;
+  set_put(a);
+  uint64_t peak = __atomic_load_n(&sf__gpu_stats.pending_peak, __ATOMIC_RELAXED);
+  while (P.n > peak && !__atomic_compare_exchange_n(&sf__gpu_stats.pending_peak, &peak, P.n,
+                                                    true, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+    ;
 }
 
 void sf__gpu_device_wrote(sf_array *a) {
@@ -346,15 +403,20 @@ static void to_host(sf_array *a) {
 }
 
 void sf_gpu_settle(void) {
-  if (!npending)
+  if (!P.n)
     return; /* nothing to copy: no wait, so the deferred checks wait too */
   /* Take the list first: releasing an array may free it. */
-  sf_array **list = pending;
-  size_t n = npending;
-  pending = NULL;
-  npending = cap_pending = 0;
+  sf_array **list = P.a;
+  size_t n = P.n;
+  free(P.set);
+  P.a = P.set = NULL;
+  P.n = P.cap = 0;
   bool waited = false;
   for (size_t i = 0; i < n; i++) {
+    if (dead(list[i])) { /* nothing refers to it: released below, unread */
+      SF__GPU_STAT_ADD(settle_dropped, 1);
+      continue;
+    }
     waited |= list[i]->where == SF__WHERE_DEVICE;
     to_host(list[i]);
   }
@@ -828,10 +890,12 @@ static void print_stats(void) {
           " cpu_launches=%" PRIu64 " compiles=%" PRIu64 " cache_hits=%" PRIu64
           " compile_ms=%.3f load_ms=%.3f gpu_matmuls=%" PRIu64 " cpu_matmuls=%" PRIu64
           " d2h_syncs=%" PRIu64 " dev_in_use=%" PRIu64 " dev_cached=%" PRIu64
-          " dev_peak=%" PRIu64 " dev_allocs=%" PRIu64 "\n",
+          " dev_peak=%" PRIu64 " dev_allocs=%" PRIu64 " settle_dropped=%" PRIu64
+          " pending_peak=%" PRIu64 " h2d_waits=%" PRIu64 " h2d_pinned=%" PRIu64 "\n",
           s->h2d_bytes, s->d2h_bytes, s->gpu_launches, s->cpu_launches, s->compiles,
           s->cache_hits, s->compile_ms, s->load_ms, s->gpu_matmuls, s->cpu_matmuls,
-          s->d2h_syncs, m.in_use, m.cached, m.peak, m.allocs);
+          s->d2h_syncs, m.in_use, m.cached, m.peak, m.allocs, s->settle_dropped,
+          s->pending_peak, s->h2d_waits, s->h2d_pinned);
 }
 
 __attribute__((constructor)) static void stats_hook(void) {

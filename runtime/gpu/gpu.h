@@ -45,6 +45,21 @@ const char *sf__kernel_cache_dir(void);
  * NVRTC version). */
 void sf__kernel_cache_key(const char *src, const char *arch, char out[65]);
 
+/* ------------------------------------------------------------ libs.c */
+
+/* dlopen's one of sonames (best first): $env's file alone when set, else
+ * from $CUDA_HOME, $CUDA_PATH, the pip nvidia/NAME/lib folders of the
+ * python3 on PATH, the loader's path, /usr/local/cuda/lib64, loading the
+ * companions (glob patterns) of the folder first.  The file loaded goes to
+ * path; NULL and the reason in why when none loads. */
+void *sf__cuda_lib_open(const char *env, const char *const *sonames,
+                        const char *const *companions, char *path, size_t pathn, char *why,
+                        size_t whyn);
+/* The NVRTC file loaded ("" before or without one). */
+const char *sf__nvrtc_path(void);
+/* "cuBLAS 13.0.2 from FILE", or why there is none (loads cuBLAS). */
+void sf__cublas_describe(char *out, size_t n);
+
 /* ------------------------------------------------------------- gpu.c */
 
 typedef struct {
@@ -56,6 +71,14 @@ typedef struct {
   /* device->host reads of tensors (runtime/nn/device.c), and of deferred
    * kernel failure records that wait on their own (gpu.c) */
   uint64_t d2h_syncs;
+  /* arrays a settle (or a full list) released unread because nothing
+   * referred to them any more, and the most arrays one thread's list held
+   * (gpu.c, "Arrays touched"): flat as a loop of GPU statements grows */
+  uint64_t settle_dropped, pending_peak;
+  /* host-to-device copies that made the host wait for the device (a
+   * synchronous cuMemcpyHtoD, or a pinned staging buffer still in use),
+   * and the bytes of tensors staged through pinned memory (device.c) */
+  uint64_t h2d_waits, h2d_pinned;
 } sf__gpu_stats_t;
 extern sf__gpu_stats_t sf__gpu_stats;
 /* Counters are bumped from several threads (group members launch at once). */

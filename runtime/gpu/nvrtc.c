@@ -37,7 +37,8 @@ static struct {
   int (*cubin)(nvrtcProgram, char *);
   int (*destroy)(nvrtcProgram *);
   const char *(*errstr)(int);
-  char why[256];
+  char why[512];
+  char path[512]; /* the file loaded (libs.c) */
 } N;
 static pthread_once_t nvrtc_once = PTHREAD_ONCE_INIT;
 
@@ -47,28 +48,11 @@ void sf__blob_free(sf__blob *b) {
   b->len = 0;
 }
 
-static void *open_first(const char *env, const char *const *names, char *why, size_t n) {
-  const char *e = getenv(env);
-  if (e && *e) {
-    void *h = dlopen(e, RTLD_NOW | RTLD_LOCAL);
-    if (!h)
-      snprintf(why, n, "%s", dlerror());
-    return h;
-  }
-  for (int i = 0; names[i]; i++) {
-    void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-    if (h)
-      return h;
-  }
-  snprintf(why, n, "%s not found", names[0]);
-  return NULL;
-}
-
 static void nvrtc_init(void) {
-  static const char *const names[] = {
-      "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so", "/usr/local/cuda/lib64/libnvrtc.so.13",
-      "/usr/local/cuda/lib64/libnvrtc.so.12", "/usr/local/cuda/lib64/libnvrtc.so", NULL};
-  N.lib = open_first("SFLOW_NVRTC", names, N.why, sizeof N.why);
+  static const char *const names[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so", NULL};
+  static const char *const companions[] = {"libnvrtc-builtins.so.*", NULL};
+  N.lib = sf__cuda_lib_open("SFLOW_NVRTC", names, companions, N.path, sizeof N.path, N.why,
+                            sizeof N.why);
   if (!N.lib)
     return;
 #define SYM(field, name)                                                  \
@@ -100,6 +84,11 @@ bool sf__nvrtc_load(char *err, size_t n) {
   return N.lib != NULL;
 }
 
+const char *sf__nvrtc_path(void) {
+  pthread_once(&nvrtc_once, nvrtc_init);
+  return N.lib ? N.path : "";
+}
+
 int sf__nvrtc_version(void) {
   pthread_once(&nvrtc_once, nvrtc_init);
   return N.version;
@@ -118,7 +107,7 @@ bool sf__nvrtc_compile(const char *src, const char *name, const char *arch, sf__
   *log = NULL;
   out->data = NULL;
   out->len = 0;
-  char why[256];
+  char why[512];
   if (!sf__nvrtc_load(why, sizeof why)) {
     *log = dupf("NVRTC is not available: %s%s", why, "");
     return false;
@@ -259,7 +248,7 @@ bool sf__kernel_image(const char *src, const char *name, const char *arch, sf__b
   char key[65];
   *log = NULL;
   *hit = false;
-  char why[256];
+  char why[512];
   if (!sf__nvrtc_load(why, sizeof why)) {
     *log = dupf("NVRTC is not available: %s%s", why, "");
     return false;

@@ -168,14 +168,147 @@ void sf__storage_dev_free(sf__storage *s) {
   s->gpu = 0;
 }
 
+/* ------------------------------------------------- pinned staging */
+
+/* A synchronous cuMemcpyHtoD from pageable memory waits for every kernel
+ * queued before it, and cuMemcpyHtoDAsync from pageable memory may too
+ * (CUDA's "API synchronization behavior"): a step that uploads its batch
+ * would wait for the previous step each time.  So an upload is copied
+ * into NSTAGE pinned buffers of its device, filled one after another, and
+ * queued with cuMemcpyHtoDAsync on stream 0 from there; each buffer's
+ * event, recorded after its latest copy, says (stream order) when all of
+ * its copies have run.  Only refilling a buffer whose copies have not run
+ * yet waits (the device is NSTAGE buffers of uploads behind: hundreds of
+ * batches), counted in h2d_waits, as is every synchronous copy of the
+ * fallback (a driver without these entries, or SFLOW_PINNED_STAGING=0). */
+#define NSTAGE 4
+#define STAGE_BYTES ((size_t)4 << 20)
+#define STAGE_DEVICES 16
+enum { CU_NOT_READY = 600, CU_HOSTALLOC_PORTABLE = 1 };
+typedef struct {
+  char *buf;   /* STAGE_BYTES of pinned memory, NULL until first used */
+  size_t used; /* bytes of buf handed out since it was last refilled */
+  void *ev;    /* recorded after the latest copy out of buf */
+  bool queued;
+} stage;
+static struct {
+  pthread_once_t once;
+  bool ok;
+  CUresult (*host_alloc)(void **, size_t, unsigned);
+  CUresult (*htod_async)(CUdeviceptr, const void *, size_t, void *);
+  CUresult (*ev_create)(void **, unsigned);
+  CUresult (*ev_record)(void *, void *);
+  CUresult (*ev_query)(void *);
+  CUresult (*ev_sync)(void *);
+  pthread_mutex_t mu[STAGE_DEVICES];
+  stage s[STAGE_DEVICES][NSTAGE];
+  int cur[STAGE_DEVICES]; /* the buffer being filled */
+} STG = {.once = PTHREAD_ONCE_INIT};
+
+static void stage_init(void) {
+  *(void **)&STG.host_alloc = sf__cuda_sym("cuMemHostAlloc");
+  *(void **)&STG.htod_async = sf__cuda_sym("cuMemcpyHtoDAsync_v2");
+  *(void **)&STG.ev_create = sf__cuda_sym("cuEventCreate");
+  *(void **)&STG.ev_record = sf__cuda_sym("cuEventRecord");
+  *(void **)&STG.ev_query = sf__cuda_sym("cuEventQuery");
+  *(void **)&STG.ev_sync = sf__cuda_sym("cuEventSynchronize");
+  const char *e = getenv("SFLOW_PINNED_STAGING");
+  STG.ok = STG.host_alloc && STG.htod_async && STG.ev_create && STG.ev_record && STG.ev_query &&
+           STG.ev_sync && !(e && !strcmp(e, "0"));
+  for (int i = 0; i < STAGE_DEVICES; i++)
+    pthread_mutex_init(&STG.mu[i], NULL);
+}
+
+/* Buffer st of device k made free to refill: its memory allocated at the
+ * first use, its copies waited for (under STG.mu[k]).  False when pinned
+ * memory cannot be had (the caller copies synchronously). */
+static bool stage_refill(int32_t k, stage *st, const sf_loc *loc) {
+  if (!st->buf) {
+    void *p = NULL;
+    if (STG.host_alloc(&p, STAGE_BYTES, CU_HOSTALLOC_PORTABLE) != 0 ||
+        STG.ev_create(&st->ev, 0) != 0)
+      return false; /* no pinned memory left: the synchronous copy will do */
+    st->buf = p;
+  }
+  if (st->queued) {
+    CUresult rc = STG.ev_query(st->ev);
+    if (rc == CU_NOT_READY) {
+      SF__GPU_STAT_ADD(h2d_waits, 1);
+      rc = STG.ev_sync(st->ev);
+    }
+    if (rc != 0) {
+      pthread_mutex_unlock(&STG.mu[k]);
+      sf__cuda_fail("cuEventSynchronize (a pinned staging buffer)", rc, loc);
+    }
+    st->queued = false;
+  }
+  st->used = 0;
+  return true;
+}
+
+/* n (<= STAGE_BYTES) bytes of staging memory of device k, in the buffer
+ * being filled or the next one; NULL without pinned memory. */
+static char *stage_room(int32_t k, size_t n, stage **out, const sf_loc *loc) {
+  stage *st = &STG.s[k][STG.cur[k]];
+  if (!st->buf || st->used + n > STAGE_BYTES) {
+    if (st->buf)
+      st = &STG.s[k][STG.cur[k] = (STG.cur[k] + 1) % NSTAGE];
+    if (!stage_refill(k, st, loc))
+      return NULL;
+  }
+  char *p = st->buf + st->used;
+  st->used += (n + 255) & ~(size_t)255; /* the next copy's source 256-byte aligned */
+  *out = st;
+  return p;
+}
+
+/* bytes at src into device memory dst, queued on stream 0 in chunks
+ * through the staging buffers; returns the bytes queued, fewer than asked
+ * (0) when pinned memory is not to be had. */
+static size_t upload_pinned(CUdeviceptr dst, const char *src, size_t bytes, const sf_loc *loc) {
+  int32_t k = sf__gpu_current_device();
+  if (k < 0 || k >= STAGE_DEVICES)
+    return 0;
+  size_t off = 0;
+  pthread_mutex_lock(&STG.mu[k]);
+  while (off < bytes) {
+    size_t n = bytes - off < STAGE_BYTES ? bytes - off : STAGE_BYTES;
+    stage *st;
+    char *p = stage_room(k, n, &st, loc);
+    if (!p)
+      break;
+    memcpy(p, src + off, n);
+    CUresult rc = STG.htod_async(dst + off, p, n, NULL);
+    if (rc == 0)
+      rc = STG.ev_record(st->ev, NULL);
+    if (rc != 0) {
+      pthread_mutex_unlock(&STG.mu[k]);
+      sf__cuda_fail("cuMemcpyHtoDAsync (a tensor to the device, from pinned memory)", rc, loc);
+    }
+    st->queued = true;
+    off += n;
+  }
+  pthread_mutex_unlock(&STG.mu[k]);
+  SF__GPU_STAT_ADD(h2d_pinned, off);
+  return off;
+}
+
+void sf__dev_upload(uint64_t dst, const void *src, size_t bytes, const sf_loc *loc) {
+  drv(loc);
+  pthread_once(&STG.once, stage_init);
+  size_t done = bytes && STG.ok ? upload_pinned(dst, src, bytes, loc) : 0;
+  if (done < bytes) {
+    CUresult rc = DRV.htod(dst + done, (const char *)src + done, bytes - done);
+    if (rc != 0)
+      sf__cuda_fail("cuMemcpyHtoD (a tensor to the device)", rc, loc);
+    SF__GPU_STAT_ADD(h2d_waits, 1); /* pageable and synchronous: waits for the stream */
+  }
+  SF__GPU_STAT_ADD(h2d_bytes, bytes);
+}
+
 /* The host values into the device copy. */
 static void upload(sf__storage *s, const sf_loc *loc) {
-  drv(loc);
-  size_t bytes = (size_t)s->len * sizeof(float);
-  CUresult rc = bytes ? DRV.htod((CUdeviceptr)(uintptr_t)s->dev, s->data, bytes) : 0;
-  if (rc != 0)
-    sf__cuda_fail("cuMemcpyHtoD (a tensor to the device)", rc, loc);
-  SF__GPU_STAT_ADD(h2d_bytes, bytes);
+  sf__dev_upload((CUdeviceptr)(uintptr_t)s->dev, s->data, (size_t)s->len * sizeof(float), loc);
 }
 
 uint64_t sf__t_dptr(sf_tensor *t, const sf_loc *loc) {

@@ -110,9 +110,9 @@ static htod_async_fn htod_async(void) {
 /* n 64-bit words on the device, in a tensor of 2n floats (the bits are
  * never read as floats): the targets, ids and masks the kernels index
  * with, and the dropout streams' states.  The copy is queued on stream 0
- * (cuMemcpyHtoDAsync from pageable memory stages the bytes before it
- * returns and waits for nothing, where the synchronous cuMemcpyHtoD would
- * wait for every kernel queued before it: once per op, every step).  The
+ * through pinned memory (sf__dev_upload: from pageable memory, even
+ * cuMemcpyHtoDAsync may wait for the kernels queued before it, and the
+ * synchronous cuMemcpyHtoD does: once per op, every step).  The
  * tensor's device block goes back to the caching allocator when it is
  * released, which stream order makes safe for the kernels already queued. */
 static sf_tensor *upload_words(const void *v, int64_t n, const sf_loc *loc) {
@@ -126,13 +126,8 @@ static sf_tensor *upload_words(const void *v, int64_t n, const sf_loc *loc) {
     return t;
   }
   sf_tensor *t = sf__t_dempty(1, &len, loc);
-  size_t bytes = (size_t)n * sizeof(uint64_t);
-  if (n > 0) {
-    int rc = f(sf__t_dptr(t, loc), v, bytes, NULL);
-    if (rc != 0)
-      sf__cuda_fail("cuMemcpyHtoDAsync (the integer inputs of a layer)", rc, loc);
-    SF__GPU_STAT_ADD(h2d_bytes, bytes);
-  }
+  if (n > 0) /* through pinned memory: from pageable memory the copy may wait */
+    sf__dev_upload(sf__t_dptr(t, loc), v, (size_t)n * sizeof(uint64_t), loc);
   return t;
 }
 

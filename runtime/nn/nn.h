@@ -175,6 +175,10 @@ static inline int64_t sf__nn_grid(int64_t n, int block) { return n > 0 ? (n + bl
 
 /* Device storages and the storage's host buffer (tensor.c, for device.c). */
 void *sf__storage_host_alloc(int64_t len);
+/* bytes from host memory src to device memory dst, queued on stream 0
+ * through pinned staging buffers (device.c): the host waits only when the
+ * device is several uploads behind, counted in h2d_waits. */
+void sf__dev_upload(uint64_t dst, const void *src, size_t bytes, const sf_loc *loc);
 size_t sf__storage_bytes(int64_t len);
 /* A storage of len floats on this thread's device, only there (where
  * DEVICE, data NULL). */

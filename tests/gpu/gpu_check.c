@@ -6,7 +6,8 @@
  * GPU (ctest: not run).
  *
  *   gpu_check            checks, small sizes
- *   gpu_check --bench    also the timed figures, as "TABLE|check|figure|peer|goal" lines
+ *   gpu_check --bench [--bench-log2 K]
+ *                        also the timed figures, as "TABLE|check|figure|peer|goal" lines
  */
 #include <math.h>
 #include <stdlib.h>
@@ -83,9 +84,9 @@ static void check_kernels(int64_t n) {
   sf_release(z);
 }
 
-static void bench(void) {
+static void bench(int log2n) {
   /* Bandwidth: c = a + b moves 3n floats; a D2D copy of n floats moves 2n. */
-  int64_t n = 1 << 28;
+  int64_t n = (int64_t)1 << log2n;
   sf_array *a = randoms(n, 3), *b = randoms(n, 4), *c = sf_array_new(&sf_type_f32, n, NULL);
   int (*d2d)(uint64_t, uint64_t, size_t) = (int (*)(uint64_t, uint64_t, size_t))sf__cuda_sym("cuMemcpyDtoD_v2");
   sf__gpu_elementwise("add", a, b, c); /* warm up, and compile */
@@ -103,8 +104,8 @@ static void bench(void) {
   sf__gpu_sync(NULL);
   double t_copy = (now() - t0) / reps;
   double bw_add = 3.0 * (double)n * 4 / t_add / 1e9, bw_copy = 2.0 * (double)n * 4 / t_copy / 1e9;
-  printf("TABLE|elementwise add bandwidth (2^28 f32)|%.0f GB/s (%.0f%%)|D2D copy %.0f GB/s|>= 85%%\n",
-         bw_add, 100 * bw_add / bw_copy, bw_copy);
+  printf("TABLE|elementwise add bandwidth (2^%d f32)|%.0f GB/s (%.0f%%)|D2D copy %.0f GB/s|>= 85%%\n",
+         log2n, bw_add, 100 * bw_add / bw_copy, bw_copy);
   sf_gpu_settle();
   sf_release(a);
   sf_release(b);
@@ -144,6 +145,9 @@ static void bench(void) {
 }
 
 int main(int argc, char **argv) {
+  /* A row per line as it is measured: a run stopped by `timeout` (bench/gpu/run.sh)
+   * still shows the rows it had, where a full buffer would show none. */
+  setvbuf(stdout, NULL, _IOLBF, 0);
   setenv("SFLOW_KERNEL_CACHE", "/tmp/sflow-gpu-check-cache", 0);
   if (!sf__gpu_ready(NULL)) {
     fprintf(stderr, "gpu_check: SKIP: no GPU (%s)\n", sf__gpu_unavailable_reason());
@@ -155,9 +159,27 @@ int main(int argc, char **argv) {
     get_name(name, sizeof name, sf__gpu_current_device());
   /* The name says so under the host emulator: "sflow host emulator (not a GPU)". */
   printf("gpu_check: device %s (%s), NVRTC %d\n", name, sf__gpu_arch(), sf__nvrtc_version());
+  /* The files loaded, so that a table's figures name their libraries, and
+   * the CPU side's BLAS: without one the CPU figures time a fallback loop. */
+  char blas[700];
+  sf__cublas_describe(blas, sizeof blas);
+  printf("gpu_check: NVRTC %d.%d from %s\n", sf__nvrtc_version() / 1000,
+         sf__nvrtc_version() % 1000 / 10, sf__nvrtc_path());
+  printf("gpu_check: %s\n", blas);
+  printf("gpu_check: CPU BLAS %s\n", strcmp(sf__blas_name(), "reference")
+             ? sf__blas_name() : "none found (the CPU products are a reference loop, not a CPU figure)");
+  if (argc > 1 && !strcmp(argv[1], "--which"))
+    return 0;
   check_kernels(1 << 20);
+  /* --bench-log2 K: the bandwidth arrays' 2^K (28; run.sh's rehearsal
+   * under the emulator takes a small one). */
+  int log2n = argc > 3 && !strcmp(argv[2], "--bench-log2") ? atoi(argv[3]) : 28;
+  if (log2n < 10 || log2n > 31) {
+    fprintf(stderr, "gpu_check: --bench-log2 %s: want 10 to 31\n", argv[3]);
+    return 2;
+  }
   if (argc > 1 && !strcmp(argv[1], "--bench"))
-    bench();
+    bench(log2n);
   printf("gpu_check: %d failed\n", failures);
   return failures ? 1 : 0;
 }

@@ -242,8 +242,42 @@ static int rank_main(const char *idhex, const char *mode) {
 
 static int gpus;
 
-static pid_t spawn_rank(int r, const char *mode, const char *idhex, int out_fd) {
-  char self[4096], rs[16];
+/* The environment of rank r in `mode` (calloc'ed; its new strings in
+ * buf): the caller's, with the rank's device, a host id of its own where
+ * both ranks share GPU 0, and the watchdog's bound: WATCHDOG_S for the
+ * failure checks; for the others the caller's SFLOW_NCCL_TIMEOUT, else the
+ * pair's limit, so that a hang ends in the watchdog's message before the
+ * parent kills the rank (NCCL's default is 300 s).  Both ranks are on this
+ * host: NCCL's sockets go over the loopback and InfiniBand is left alone
+ * (NCCL_SOCKET_IFNAME=lo, NCCL_IB_DISABLE=1) unless the caller says else. */
+static char **rank_env(int r, const char *mode, double limit, char buf[4][64]) {
+  bool fails = strcmp(mode, "check") && strcmp(mode, "bench");
+  snprintf(buf[0], 64, "SFLOW_DEVICE=%d", gpus >= 2 ? r : 0);
+  snprintf(buf[1], 64, "NCCL_HOSTID=sflow-nccl-check-%d", r);
+  snprintf(buf[2], 64, "SFLOW_NCCL_TIMEOUT=%g", fails ? WATCHDOG_S : limit - 10);
+  size_t ne = 0;
+  while (environ[ne])
+    ne++;
+  char **env = calloc(ne + 6, sizeof *env);
+  size_t m = 0;
+  for (size_t i = 0; i < ne; i++)
+    if (strncmp(environ[i], "SFLOW_DEVICE=", 13) && strncmp(environ[i], "NCCL_HOSTID=", 12) &&
+        (strncmp(environ[i], "SFLOW_NCCL_TIMEOUT=", 19) || !fails))
+      env[m++] = environ[i];
+  env[m++] = buf[0];
+  if (gpus < 2)
+    env[m++] = buf[1];
+  if (fails || !getenv("SFLOW_NCCL_TIMEOUT"))
+    env[m++] = buf[2];
+  if (!getenv("NCCL_SOCKET_IFNAME"))
+    env[m++] = "NCCL_SOCKET_IFNAME=lo";
+  if (!getenv("NCCL_IB_DISABLE"))
+    env[m++] = "NCCL_IB_DISABLE=1";
+  return env;
+}
+
+static pid_t spawn_rank(int r, const char *mode, double limit, const char *idhex, int out_fd) {
+  char self[4096], rs[16], buf[4][64];
   ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
   self[k > 0 ? k : 0] = '\0';
   snprintf(rs, sizeof rs, "%d", r);
@@ -253,25 +287,7 @@ static pid_t spawn_rank(int r, const char *mode, const char *idhex, int out_fd) 
   posix_spawn_file_actions_init(&fa);
   if (out_fd >= 0)
     posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
-  /* One GPU per rank where there are two; else two "hosts" on one. */
-  char dev[32], host[64], timeout[64];
-  snprintf(dev, sizeof dev, "SFLOW_DEVICE=%d", gpus >= 2 ? r : 0);
-  snprintf(host, sizeof host, "NCCL_HOSTID=sflow-nccl-check-%d", r);
-  snprintf(timeout, sizeof timeout, "SFLOW_NCCL_TIMEOUT=%g", WATCHDOG_S);
-  size_t ne = 0;
-  while (environ[ne])
-    ne++;
-  char **env = calloc(ne + 4, sizeof *env);
-  size_t m = 0;
-  for (size_t i = 0; i < ne; i++)
-    if (strncmp(environ[i], "SFLOW_DEVICE=", 13) && strncmp(environ[i], "NCCL_HOSTID=", 12) &&
-        strncmp(environ[i], "SFLOW_NCCL_TIMEOUT=", 19))
-      env[m++] = environ[i];
-  env[m++] = dev;
-  if (gpus < 2)
-    env[m++] = host;
-  if (strcmp(mode, "check") && strcmp(mode, "bench"))
-    env[m++] = timeout;
+  char **env = rank_env(r, mode, limit, buf);
   pid_t pid = -1;
   if (posix_spawn(&pid, self, &fa, NULL, argv, env) != 0)
     pid = -1;
@@ -320,7 +336,7 @@ static int run_pair(const char *mode, double limit) {
   int fds[2];
   if (pipe(fds) != 0)
     return 1;
-  pid_t p0 = spawn_rank(0, mode, NULL, fds[1]);
+  pid_t p0 = spawn_rank(0, mode, limit, NULL, fds[1]);
   close(fds[1]);
   guard g = {p0, limit + 5, 0};
   pthread_t gt;
@@ -332,7 +348,7 @@ static int run_pair(const char *mode, double limit) {
   while (p0 > 0 && fgets(line, sizeof line, in)) {
     if (!strncmp(line, "ID ", 3) && p1 < 0 && strlen(line) >= 3 + 2 * SF__NCCL_ID_BYTES) {
       memcpy(idhex, line + 3, 2 * SF__NCCL_ID_BYTES);
-      p1 = spawn_rank(1, mode, idhex, -1);
+      p1 = spawn_rank(1, mode, limit, idhex, -1);
       continue;
     }
     if (!strncmp(line, "BENCH ", 6)) {
@@ -374,6 +390,19 @@ int main(int argc, char **argv) {
     rank = atoi(argv[2]);
     nranks = 2;
     return rank_main(strcmp(argv[6], "-") ? argv[6] : NULL, argv[4]);
+  }
+  if (argc == 4 && !strcmp(argv[1], "--rank-env")) {
+    /* nccl_check --rank-env MODE GPUS: the environment a rank would get
+     * (tests/gpu/nccl_env.py checks it without a GPU). */
+    char buf[4][64];
+    gpus = atoi(argv[3]);
+    double limit = !strcmp(argv[2], "check") ? 120 : !strcmp(argv[2], "bench") ? 300 : 60;
+    char **env = rank_env(0, argv[2], limit, buf);
+    for (char **e = env; *e; e++)
+      if (!strncmp(*e, "SFLOW_", 6) || !strncmp(*e, "NCCL_", 5))
+        printf("%s\n", *e);
+    free(env);
+    return 0;
   }
   bool want_bench = argc > 1 && !strcmp(argv[1], "--bench");
   setvbuf(stdout, NULL, _IOLBF, 0);

@@ -14,11 +14,17 @@
 const sf_program sf_program_desc = {SF_ABI_VERSION, "nvrtc_check", "", 0, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL};
 
 int main(int argc, char **argv) {
-  char why[256];
+  char why[600];
   if (!sf__nvrtc_load(why, sizeof why)) {
     fprintf(stderr, "nvrtc_check: SKIP: NVRTC is not available (%s)\n", why);
     return 77;
   }
+  /* Which file the search of runtime/gpu/libs.c loaded, and its version;
+   * --which stops there (tests/gpu/libsearch.py). */
+  printf("nvrtc_check: NVRTC %d.%d from %s\n", sf__nvrtc_version() / 1000,
+         sf__nvrtc_version() % 1000 / 10, sf__nvrtc_path());
+  if (argc == 2 && !strcmp(argv[1], "--which"))
+    return 0;
   int sep = 1;
   while (sep < argc && strcmp(argv[sep], "--"))
     sep++;

@@ -209,3 +209,27 @@ add_test(NAME gpu_emu/nn_check_async
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/nn_check.py
           --sflowc $<TARGET_FILE:sflowc> --mode emulator)
 set_tests_properties(gpu_emu/nn_check_async PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV};SFLOW_EMU_ASYNC=1")
+# The transfer counters under the emulator (tests/gpu/counters.py): a
+# loop's settles copy back as many bytes for 80 repetitions as for 1 (the
+# arrays it dropped are released unread), and tensor uploads go through
+# pinned staging, with the synchronous fallback's waits counted.
+add_test(NAME gpu_emu/counters
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/counters.py
+          --sflowc $<TARGET_FILE:sflowc> --emu $<TARGET_FILE:sflow_emu>)
+set_tests_properties(gpu_emu/counters PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV}")
+# The ranks' environment (no GPU needed): the caller's NCCL watchdog bound
+# reaches them, and both talk over the loopback (tests/gpu/nccl_env.py).
+add_test(NAME gpu/nccl_env
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/nccl_env.py $<TARGET_FILE:nccl_check>)
+# Where NVRTC and cuBLAS are found (runtime/gpu/libs.c): fake CUDA_HOME,
+# CUDA_PATH and pip folders holding the emulator, the report naming the file.
+add_test(NAME gpu_emu/libsearch
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/libsearch.py
+          $<TARGET_FILE:nvrtc_check> $<TARGET_FILE:gpu_check> $<TARGET_FILE:sflow_emu>)
+# A rehearsal of bench/gpu/run.sh, the bounded device run, under the
+# emulator at tiny sizes (tests/gpu/run_rehearsal.py): prepare stripped and
+# small, the whole run in its budget with every program identical, skipped
+# steps saying so, and a SIGTERM keeping the rows measured so far.
+add_test(NAME gpu_emu/run_rehearsal
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/run_rehearsal.py --build ${CMAKE_BINARY_DIR})
+set_tests_properties(gpu_emu/run_rehearsal PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV}" TIMEOUT 600)

@@ -2582,6 +2582,13 @@ API int cublasDestroy_v2(Blas *b) {
   free(b);
   return CUBLAS_STATUS_SUCCESS;
 }
+/* MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL: 99.0.0, as its NVRTC says 99.0. */
+API int cublasGetProperty(int type, int *v) {
+  if (type < 0 || type > 2 || !v)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  *v = type == 0 ? 99 : 0;
+  return CUBLAS_STATUS_SUCCESS;
+}
 API int cublasGetVersion_v2(Blas *b, int *v) {
   (void)b;
   *v = 990000;
