@@ -796,6 +796,24 @@ static void frame_add(LLVMValueRef slot, Type *t) {
   f->frame[f->nframe++] = (Owned){slot, t};
 }
 
+/* An owned temporary beside code that may fail (the call it is an
+ * argument of, the other operand): held in a frame slot until unhold, so
+ * that a failure there releases it too.  NULL when there is nothing to
+ * hold.  Each site has its own slot, which only that site fills. */
+static LLVMValueRef hold(Type *t, Val v) {
+  if (!v.owned || !v.v || !ty_has_refs(t) || !G.fn)
+    return NULL;
+  LLVMValueRef slot = entry_alloca(lt_mem(t), "held");
+  store_mem(t, v.v, slot);
+  frame_add(slot, t);
+  return slot;
+}
+
+static void unhold(Type *t, LLVMValueRef slot) {
+  if (slot)
+    store(LLVMConstNull(lt_mem(t)), slot);
+}
+
 /* Owned-slot stack: locals whose references this function owns. */
 static void push_owned(LLVMValueRef slot, Type *t) {
   if (!ty_has_refs(t))
@@ -1128,9 +1146,12 @@ static Val binary(Node *n) {
   Type *t = n->lhs->ty;
   if (t->kind == TY_ARRAY)
     return array_concat(n);
-  Val l = expr(n->lhs), r = expr(n->rhs);
+  Val l = expr(n->lhs);
+  LLVMValueRef held = t->kind == TY_STR ? hold(t, l) : NULL; /* the right operand may fail */
+  Val r = expr(n->rhs);
   if (t->kind == TY_STR) {
     LLVMValueRef v = str_op(n->op, l.v, r.v);
+    unhold(t, held);
     drop(t, l);
     drop(t, r);
     return mkval(v, n->op == '+');
@@ -1505,11 +1526,7 @@ static Val builtin(Node *n) {
   }
   case B_FAIL:
     a = expr(av[0]);
-    if (a.owned) { /* a message built here: the frame releases it */
-      LLVMValueRef slot = entry_alloca(G.P, "fail.msg");
-      store(a.v, slot);
-      frame_add(slot, av[0]->ty);
-    }
+    hold(av[0]->ty, a); /* a message built here: the frame releases it */
     RT(sf_fail, a.v, loc_const(n->loc));
     LLVMBuildUnreachable(G.b);
     start_dead_block();
@@ -1661,13 +1678,17 @@ static Val direct_call(DInfo *di, LLVMValueRef state, Node **argv, int argc, Typ
   int k = 0;
   if (state)
     args[k++] = state;
+  LLVMValueRef *held = arena_alloc(sizeof(LLVMValueRef) * (size_t)(argc + 1));
   for (int i = 0; i < argc; i++) {
     vals[i] = expr(argv[i]);
     args[k++] = vals[i].v;
+    held[i] = hold(argv[i]->ty, vals[i]); /* the later arguments or the call may fail */
   }
   LLVMValueRef r = call(di->fn, args, k);
-  for (int i = 0; i < argc; i++)
+  for (int i = 0; i < argc; i++) {
+    unhold(argv[i]->ty, held[i]);
     drop(argv[i]->ty, vals[i]);
+  }
   return mkval(ret->kind == TY_VOID ? NULL : r, true);
 }
 

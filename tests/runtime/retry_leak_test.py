@@ -2,7 +2,9 @@
 """A task that fails under @retry releases its locals (docs/runtime.md,
 "Failures"): retry_leak.sflow's failing attempts each hold about 800 KB of
 one kind of owned value (array, str, map, a struct of them, tensor, future,
-locals two fns down, a loop's locals, a var copied from a parameter, and an
+locals two fns down, a loop's locals, a temporary argument of the failing
+call, the left operand of a failing right one, a var copied from a
+parameter, and an
 actor method's local that the actor also keeps).  For each kind the peak
 RSS of a run with FEW calls (5 failed attempts each) and one with MANY must
 stay within LIMIT_KB, where a leak grows by 800 KB a failure (100 more
@@ -19,7 +21,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-KINDS = ["array", "str", "map", "struct", "tensor", "future", "deep", "loop", "param", "method"]
+KINDS = ["array", "str", "map", "struct", "tensor", "future", "deep", "loop", "argument",
+         "operand", "param", "method"]
 FEW = 12  # past the warm-up: a future's deque entry holds its value a while
 LIMIT_KB = 8 * 1024  # ten failures' worth; glibc's arenas move a few MB
 failures = []
