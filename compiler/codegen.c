@@ -11,6 +11,11 @@
  * continue path (a stack of owned slots, unwound to a mark).  Values
  * without references (numbers, bool, structs of those) never cost a
  * retain/release, so numeric loops compile to plain loads and stores.
+ * A runtime error inside a task or method longjmps past those releases, so
+ * a function with owned locals also lists them in a frame (sf_frame,
+ * emit_frame) on the thread's frame stack, which the runtime unwinds and
+ * releases on such an error: the locals are zeroed at entry and again
+ * where their scope releases them, so the frame never lists a stale value.
  *
  * Memory representation: bool is i1 in registers and i8 in memory (arrays,
  * struct fields, allocas); structs are LLVM structs of memory types passed
@@ -119,6 +124,9 @@ typedef struct {
    * with no other holder grows in place (see append_stmt), while the
    * expression still holds the value read before the call. */
   bool own_fields;
+  /* Every owned slot of the function, each once: its frame (emit_frame). */
+  Owned *frame;
+  int nframe;
 } Fn;
 
 typedef struct DescEntry DescEntry;
@@ -774,6 +782,38 @@ static void drop(Type *t, Val v) {
     release_value(t, v.v);
 }
 
+/* Lists slot in the function's frame (emit_frame), once. */
+static void frame_add(LLVMValueRef slot, Type *t) {
+  Fn *f = G.fn;
+  for (int i = 0; i < f->nframe; i++)
+    if (f->frame[i].slot == slot)
+      return;
+  if ((f->nframe & (f->nframe - 1)) == 0) { /* 0, 1, 2, 4, ...: full, double it */
+    f->frame = realloc(f->frame, sizeof(Owned) * (size_t)(f->nframe ? 2 * f->nframe : 1));
+    if (!f->frame)
+      ice("out of memory");
+  }
+  f->frame[f->nframe++] = (Owned){slot, t};
+}
+
+/* An owned temporary beside code that may fail (the call it is an
+ * argument of, the other operand): held in a frame slot until unhold, so
+ * that a failure there releases it too.  NULL when there is nothing to
+ * hold.  Each site has its own slot, which only that site fills. */
+static LLVMValueRef hold(Type *t, Val v) {
+  if (!v.owned || !v.v || !ty_has_refs(t) || !G.fn)
+    return NULL;
+  LLVMValueRef slot = entry_alloca(lt_mem(t), "held");
+  store_mem(t, v.v, slot);
+  frame_add(slot, t);
+  return slot;
+}
+
+static void unhold(Type *t, LLVMValueRef slot) {
+  if (slot)
+    store(LLVMConstNull(lt_mem(t)), slot);
+}
+
 /* Owned-slot stack: locals whose references this function owns. */
 static void push_owned(LLVMValueRef slot, Type *t) {
   if (!ty_has_refs(t))
@@ -785,15 +825,24 @@ static void push_owned(LLVMValueRef slot, Type *t) {
       ice("out of memory");
   }
   G.owned[G.nowned++] = (Owned){slot, t};
+  frame_add(slot, t);
 }
 
-/* Releases owned slots above mark (innermost first), keeping them listed. */
-static void release_to(int mark) {
+/* Releases owned slots above mark (innermost first), keeping them listed.
+ * Unless the function returns next (and its frame goes), each slot is
+ * zeroed too: an error later in the function must not release it again. */
+static void release_slots(int mark, bool returning) {
   if (terminated())
     return;
-  for (int i = G.nowned - 1; i >= mark; i--)
-    release_value(G.owned[i].ty, load_mem(G.owned[i].ty, G.owned[i].slot));
+  for (int i = G.nowned - 1; i >= mark; i--) {
+    Owned *o = &G.owned[i];
+    release_value(o->ty, load_mem(o->ty, o->slot));
+    if (!returning)
+      store(LLVMConstNull(lt_mem(o->ty)), o->slot);
+  }
 }
+
+static void release_to(int mark) { release_slots(mark, false); }
 
 static void scope_end(int mark) {
   release_to(mark);
@@ -1097,9 +1146,12 @@ static Val binary(Node *n) {
   Type *t = n->lhs->ty;
   if (t->kind == TY_ARRAY)
     return array_concat(n);
-  Val l = expr(n->lhs), r = expr(n->rhs);
+  Val l = expr(n->lhs);
+  LLVMValueRef held = t->kind == TY_STR ? hold(t, l) : NULL; /* the right operand may fail */
+  Val r = expr(n->rhs);
   if (t->kind == TY_STR) {
     LLVMValueRef v = str_op(n->op, l.v, r.v);
+    unhold(t, held);
     drop(t, l);
     drop(t, r);
     return mkval(v, n->op == '+');
@@ -1474,6 +1526,7 @@ static Val builtin(Node *n) {
   }
   case B_FAIL:
     a = expr(av[0]);
+    hold(av[0]->ty, a); /* a message built here: the frame releases it */
     RT(sf_fail, a.v, loc_const(n->loc));
     LLVMBuildUnreachable(G.b);
     start_dead_block();
@@ -1625,13 +1678,17 @@ static Val direct_call(DInfo *di, LLVMValueRef state, Node **argv, int argc, Typ
   int k = 0;
   if (state)
     args[k++] = state;
+  LLVMValueRef *held = arena_alloc(sizeof(LLVMValueRef) * (size_t)(argc + 1));
   for (int i = 0; i < argc; i++) {
     vals[i] = expr(argv[i]);
     args[k++] = vals[i].v;
+    held[i] = hold(argv[i]->ty, vals[i]); /* the later arguments or the call may fail */
   }
   LLVMValueRef r = call(di->fn, args, k);
-  for (int i = 0; i < argc; i++)
+  for (int i = 0; i < argc; i++) {
+    unhold(argv[i]->ty, held[i]);
     drop(argv[i]->ty, vals[i]);
+  }
   return mkval(ret->kind == TY_VOID ? NULL : r, true);
 }
 
@@ -2555,7 +2612,7 @@ static void return_stmt(Node *n) {
     if (n->lhs->ty->kind != TY_VOID)
       rv = own(n->lhs->ty, v);
   }
-  release_to(G.fn->base);
+  release_slots(G.fn->base, true);
   if (terminated()) {
     start_dead_block();
     return;
@@ -2725,6 +2782,65 @@ static void begin_fn(Fn *f, Decl *d, LLVMValueRef fn, Type *ret, int first) {
   }
 }
 
+/* sf_frames, the thread's frame stack (sflow.h): initial-exec, as the
+ * runtime that defines it is linked into the same executable. */
+static LLVMValueRef frames_top(void) {
+  LLVMValueRef g = LLVMGetNamedGlobal(G.mod, "sf_frames");
+  if (!g) {
+    g = LLVMAddGlobal(G.mod, G.P, "sf_frames");
+    LLVMSetThreadLocal(g, 1);
+    LLVMSetThreadLocalMode(g, LLVMInitialExecTLSModel);
+  }
+  return g;
+}
+
+/* The frame of f, once its body is complete: an sf_frame listing every
+ * owned slot with its type, pushed on sf_frames at entry (the slots zeroed
+ * first) and popped before every return.  A runtime error that ends a task
+ * attempt or a method releases the slots of the frames it unwinds (error.c);
+ * the ordinary releases stay as they are, inline. */
+static void emit_frame(Fn *f) {
+  int n = f->nframe;
+  if (n == 0)
+    return;
+  LLVMValueRef *tys = arena_alloc(sizeof(LLVMValueRef) * (size_t)n);
+  for (int i = 0; i < n; i++)
+    tys[i] = desc_arg(f->frame[i].ty);
+  LLVMValueRef dv[] = {ci64(n), LLVMConstArray(G.P, tys, (unsigned)n)};
+  LLVMValueRef desc = const_global(LLVMConstStructInContext(G.ctx, dv, 2, 0), "frame.desc");
+  LLVMTypeRef ft[] = {G.P, G.P, LLVMArrayType(G.P, (unsigned)n)};
+  LLVMTypeRef fty = LLVMStructTypeInContext(G.ctx, ft, 3, 0);
+  LLVMValueRef fr = entry_alloca(fty, "frame");
+  LLVMValueRef top = frames_top();
+  LLVMValueRef first = LLVMGetFirstInstruction(f->entry);
+  while (first && LLVMIsAAllocaInst(first))
+    first = LLVMGetNextInstruction(first);
+  if (first)
+    LLVMPositionBuilderBefore(G.b, first);
+  else
+    LLVMPositionBuilderAtEnd(G.b, f->entry);
+  LLVMSetCurrentDebugLocation2(G.b, NULL);
+  LLVMValueRef slots = struct_gep(fty, fr, 2);
+  for (int i = 0; i < n; i++) {
+    LLVMValueRef s = f->frame[i].slot;
+    store(LLVMConstNull(lt_mem(f->frame[i].ty)), s);
+    LLVMValueRef idx[] = {ci64(0), ci64(i)};
+    store(as_P(s), LLVMBuildInBoundsGEP2(G.b, ft[2], slots, idx, 2, ""));
+  }
+  store(load(G.P, top), struct_gep(fty, fr, 0));
+  store(LLVMConstPointerCast(desc, G.P), struct_gep(fty, fr, 1));
+  store(as_P(fr), top);
+  for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(f->fn); bb; bb = LLVMGetNextBasicBlock(bb)) {
+    LLVMValueRef t = LLVMGetBasicBlockTerminator(bb);
+    if (t && LLVMGetInstructionOpcode(t) == LLVMRet) {
+      LLVMPositionBuilderBefore(G.b, t);
+      store(load(G.P, struct_gep(fty, fr, 0)), top);
+    }
+  }
+  free(f->frame);
+  f->frame = NULL;
+}
+
 static void end_fn(Fn *f) {
   scope_end(f->base);
   if (!terminated()) {
@@ -2739,6 +2855,7 @@ static void end_fn(Fn *f) {
       LLVMPositionBuilderAtEnd(G.b, bb);
       LLVMBuildUnreachable(G.b);
     }
+  emit_frame(f);
   G.fn = NULL;
 }
 

@@ -282,6 +282,24 @@ _Noreturn void sf_div_zero(const sf_loc *loc);
 _Noreturn void sf_fail(sf_str *msg, const sf_loc *loc); /* fail(msg) */
 int64_t sf_attempt(void);
 
+/* The frames of generated functions whose locals hold references,
+ * a stack per thread (sf_frames, innermost first).  An error that ends
+ * only a task attempt or a method call (error.c) longjmps past the
+ * releases the compiler emits at scope exit, so the runtime releases what
+ * the frames it unwinds own instead.  Slot i holds the address of a local
+ * of type desc->types[i]; codegen zeroes the locals at entry and again
+ * when their scope releases them, so a slot never holds a stale value. */
+typedef struct sf_frame_desc {
+  int64_t n;
+  const sf_type *types[];
+} sf_frame_desc;
+typedef struct sf_frame {
+  struct sf_frame *up;
+  const sf_frame_desc *desc;
+  void *slots[];
+} sf_frame;
+extern _Thread_local sf_frame *sf_frames;
+
 /* ------------------------------------------------------------ builtins */
 
 double sf_now(void);

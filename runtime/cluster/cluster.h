@@ -243,10 +243,18 @@ int sf__ssh_deploy(sf__ssh *s, const char *local_path, const char *hash_hex,
 int sf__ssh_start(sf__ssh *s, const char *cmd, char *err, size_t errlen);
 /* Reads the command's stdout into out until a line that starts with
  * marker (what: "the host check", for messages); an error when it ends
- * first (with what it said on stderr) or says more than outlen - 1
- * bytes.  out keeps what was read. */
+ * first (with what it said on stderr, and the signal that killed it or
+ * its exit status) or says more than outlen - 1 bytes.  out keeps what
+ * was read.  0; SF__SSH_ENDED when the command ended first (the signal
+ * that killed it in sf__ssh_signal); SF__SSH_SILENT
+ * when it said nothing more within the session timeout (stopped, or
+ * hung); -1 on any other failure. */
+enum { SF__SSH_ENDED = -2, SF__SSH_SILENT = -3 };
 int sf__ssh_read_until(sf__ssh *s, const char *marker, const char *what, char *out,
                        size_t outlen, char *err, size_t errlen);
+/* The signal that ended the last command read_until saw end ("KILL",
+ * "SEGV"), or "". */
+const char *sf__ssh_signal(const sf__ssh *s);
 /* Writes stdin_data to the command's stdin, which stays open (the worker
  * takes its end-of-file as "the head is gone"). */
 int sf__ssh_send(sf__ssh *s, const void *stdin_data, size_t n, char *err, size_t errlen);

@@ -11,7 +11,9 @@
  * reach us by, never INADDR_ANY); SFTP deployment of this executable by content hash; exec in
  * worker mode with a fresh 256-bit secret on the channel's stdin.  The
  * worker first hashes the file it runs and says on stdout whether it is
- * ours: a damaged cached copy is copied again, once.  Then every worker
+ * ours: a damaged cached copy is copied again, once (a worker killed from
+ * outside or silent before it says is its node's failure, named with the
+ * cause, not a damaged file).  Then every worker
  * connects back, passes the HMAC challenge (wire.c), and sends HELLO with
  * that hash, which must equal ours.  Connections not yet authenticated are
  * "greeters", read without blocking beside the nodes, bounded in number,
@@ -243,6 +245,20 @@ static struct recopy {
 } *recopies;
 static int nrecopies;
 
+/* Whether the signal that ended the worker came from outside (SIGKILL,
+ * SIGTERM, ...), not from its own code: a damaged executable crashes
+ * (SEGV, BUS, ILL, FPE, ABRT, TRAP, SYS) or does not start at all. */
+static bool killed_from_outside(const sf__ssh *ssh) {
+  static const char *const crashes[] = {"SEGV", "BUS", "ILL", "FPE", "ABRT", "TRAP", "SYS"};
+  const char *sig = sf__ssh_signal(ssh);
+  if (!*sig)
+    return false;
+  for (size_t i = 0; i < sizeof crashes / sizeof *crashes; i++)
+    if (!strcmp(sig, crashes[i]))
+      return false;
+  return true;
+}
+
 /* Sends "go" and the secret; the worker's first line then says whether
  * the file it runs is this executable.  1 when it is, 0 when the copy is
  * damaged (why in why), -1 on another failure (err). */
@@ -265,8 +281,14 @@ static int start_worker(node *nd, char *why, size_t wl, char *err, size_t errlen
     err[0] = '\0'; /* not a failure of the start (yet) */
     return 0;
   }
-  /* A cached file that did not even start (a damaged ELF header) is
-   * damaged too; a fresh copy that does not start is another failure. */
+  /* A worker stopped or killed from outside before it hashed itself says
+   * nothing about the file: the start fails with that cause, on this
+   * node, and the copy the other nodes may be starting stays. */
+  if (rc == SF__SSH_SILENT || (rc == SF__SSH_ENDED && killed_from_outside(nd->ssh)))
+    return -1;
+  /* A cached file that did not even start (a damaged ELF header, or code
+   * that crashes) is damaged too; a fresh copy that does not start is
+   * another failure. */
   if (!nd->copied) {
     size_t ll = strlen(nd->target.label);
     const char *e = !strncmp(err, nd->target.label, ll) && !strncmp(err + ll, ": ", 2)
@@ -386,8 +408,12 @@ static int start_failed(char *err, size_t errlen) {
     node *nd = &H.nodes[i];
     if (errors ? !nd->error[0] : nd->ready)
       continue;
-    o += (size_t)snprintf(err + o, errlen - o, "\n  %s",
-                          nd->error[0] ? nd->error : "the worker did not connect back in time");
+    if (nd->error[0])
+      o += (size_t)snprintf(err + o, errlen - o, "\n  %s", nd->error);
+    else /* it started and said its executable is intact, then went quiet */
+      o += (size_t)snprintf(err + o, errlen - o,
+                            "\n  %s: the worker did not connect back within %d s of its start",
+                            nd->label, (int)sf__options.connect_timeout + 20);
   }
   /* Shut down the workers that did start before leaving. */
   sf__frame sd = {.type = SF__F_SHUTDOWN};

@@ -64,7 +64,8 @@
   X(libssh2_sftp_rename_ex) X(libssh2_sftp_unlink_ex) X(libssh2_sftp_last_error)            \
   X(libssh2_channel_open_ex) X(libssh2_channel_process_startup) X(libssh2_channel_write_ex) \
   X(libssh2_channel_read_ex) X(libssh2_channel_eof) X(libssh2_channel_close)                \
-  X(libssh2_channel_free)
+  X(libssh2_channel_free) X(libssh2_channel_wait_closed) X(libssh2_channel_get_exit_status)   \
+  X(libssh2_channel_get_exit_signal) X(libssh2_free)
 
 static struct {
 #define FIELD(name) __typeof__(name) *name;
@@ -115,6 +116,7 @@ struct sf__ssh {
   int timeout_ms;
   char label[600];   /* the host for messages (sf__ssh_target.label) */
   bool mid_line[2];  /* pump: the last byte copied of stdout/stderr was not '\n' */
+  char signal[16];   /* read_until: the signal that ended the command, or "" */
 };
 
 __attribute__((format(printf, 4, 5))) static int fail(const sf__ssh *s, char *err, size_t errlen,
@@ -613,6 +615,44 @@ int sf__ssh_start(sf__ssh *s, const char *cmd, char *err, size_t errlen) {
   return 0;
 }
 
+/* Signal numbers by name, for messages: the SSH exit-signal names a
+ * signal without its number ("KILL"); these are the same on every Linux. */
+static int signal_number(const char *name) {
+  static const char *const names[] = {"",     "HUP",  "INT",  "QUIT", "ILL",  "TRAP",
+                                      "ABRT", "BUS",  "FPE",  "KILL", "USR1", "SEGV",
+                                      "USR2", "PIPE", "ALRM", "TERM"};
+  for (int i = 1; i < (int)(sizeof names / sizeof *names); i++)
+    if (!strcmp(name, names[i]))
+      return i;
+  return 0;
+}
+
+/* How the command that just ended did (after its EOF): ": killed by
+ * SIGKILL (signal 9)" or ": exit status 2", into how ("" when sshd did
+ * not say); its signal's name in s->signal. */
+static void exit_of(sf__ssh *s, char *how, size_t n) {
+  how[0] = s->signal[0] = '\0';
+  /* sshd sends the exit status or signal before it closes the channel,
+   * not necessarily before the EOF of the output. */
+  if (L.libssh2_channel_wait_closed(s->chan))
+    return;
+  char *sig = NULL;
+  size_t sl = 0;
+  if (!L.libssh2_channel_get_exit_signal(s->chan, &sig, &sl, NULL, NULL, NULL, NULL) && sig) {
+    snprintf(s->signal, sizeof s->signal, "%.*s", (int)sl, sig);
+    L.libssh2_free(s->sess, sig);
+    int no = signal_number(s->signal);
+    if (no)
+      snprintf(how, n, ": killed by SIG%s (signal %d)", s->signal, no);
+    else
+      snprintf(how, n, ": killed by SIG%s", s->signal);
+    return;
+  }
+  snprintf(how, n, ": exit status %d", L.libssh2_channel_get_exit_status(s->chan));
+}
+
+const char *sf__ssh_signal(const sf__ssh *s) { return s->signal; }
+
 int sf__ssh_read_until(sf__ssh *s, const char *marker, const char *what, char *out,
                        size_t outlen, char *err, size_t errlen) {
   size_t n = 0, mlen = strlen(marker);
@@ -626,6 +666,13 @@ int sf__ssh_read_until(sf__ssh *s, const char *marker, const char *what, char *o
     if (n + 1 >= outlen)
       return fail(s, err, errlen, "%s printed more than %zu bytes", what, outlen);
     ssize_t k = L.libssh2_channel_read_ex(s->chan, 0, out + n, outlen - 1 - n);
+    if (k == LIBSSH2_ERROR_TIMEOUT) {
+      /* Alive as far as SSH knows, but silent: stopped (SIGSTOP), hung,
+       * or a host too loaded to run it. */
+      fail(s, err, errlen, "%s did not answer within %.3g s (stopped, hung or starved of CPU?)",
+           what, s->timeout_ms / 1e3);
+      return SF__SSH_SILENT;
+    }
     if (k < 0)
       return fail(s, err, errlen, "reading the output of %s failed: %s", what, lib_error(s));
     if (k == 0) {
@@ -639,7 +686,11 @@ int sf__ssh_read_until(sf__ssh *s, const char *marker, const char *what, char *o
       size_t wl = strlen(why);
       while (wl && why[wl - 1] == ' ')
         why[--wl] = '\0';
-      return fail(s, err, errlen, "%s ended early%s%s", what, why[0] ? ": " : "", why);
+      char how[96];
+      exit_of(s, how, sizeof how);
+      fail(s, err, errlen, "%s ended early%s%s%s%s", what, how, why[0] ? " (" : "", why,
+           why[0] ? ")" : "");
+      return SF__SSH_ENDED;
     }
     n += (size_t)k;
     out[n] = '\0';

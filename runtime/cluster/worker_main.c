@@ -26,7 +26,13 @@
 
 #include "cluster.h"
 
-#define AUTH_TIMEOUT_MS 5000 /* a worker's handshake with the head */
+/* A worker's handshake with the head.  The head answers once every node
+ * has started (launch.c), which one slow node (a copy over a slow link, a
+ * loaded host, a worker that stays silent for --connect-timeout) delays:
+ * with 5 s here the healthy nodes gave up first and were named as the
+ * ones that failed.  A head that goes away ends the wait sooner (its
+ * connection closes, or its SSH session and so PR_SET_PDEATHSIG). */
+#define AUTH_TIMEOUT_MS 120000
 #define DIAL_TIMEOUT_S 10 /* a worker connecting back to the head */
 
 static int64_t now_ms(void) {

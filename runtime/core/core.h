@@ -262,6 +262,12 @@ extern bool (*sf__out_writer)(int fd, const char *buf, size_t n);
 typedef void (*sf__error_fn)(const char *message);
 extern _Thread_local sf__error_fn sf__error_handler;
 extern _Thread_local jmp_buf *sf__error_jmp;
+/* sf_frames when *sf__error_jmp was set: before the longjmp the frames
+ * above it are unwound, their locals released (sf__frames_unwind).  A
+ * catch saves, sets and restores it with sf__error_jmp. */
+extern _Thread_local sf_frame *sf__error_frames;
+/* Pops the frames above mark off sf_frames, releasing their locals. */
+void sf__frames_unwind(sf_frame *mark);
 extern _Thread_local char sf__error_message[SF__ERROR_MAX];
 /* Retry count of the task attempt running on this thread (sf_attempt). */
 extern _Thread_local int64_t sf__attempt;

@@ -9,6 +9,9 @@
  * with code 70; a task runner sets sf__error_jmp on its thread, and the
  * error instead ends only the task attempt by longjmp, leaving the message
  * in sf__error_message for retries and for the error `await` reports.
+ * Before the longjmp the generated frames it skips are unwound: their
+ * locals are released here, since the releases codegen emits at scope exit
+ * never run (10,000 failed attempts cost what one does).
  */
 #include <stdarg.h>
 #include <stdlib.h>
@@ -21,6 +24,20 @@ _Thread_local sf__error_fn sf__error_handler;
 _Thread_local jmp_buf *sf__error_jmp;
 _Thread_local char sf__error_message[SF__ERROR_MAX];
 _Thread_local int64_t sf__attempt;
+_Thread_local sf_frame *sf_frames;
+_Thread_local sf_frame *sf__error_frames;
+
+void sf__frames_unwind(sf_frame *mark) {
+  /* Each frame leaves the stack before its locals are released, so a
+   * destructor that fails cannot release them twice.  The frames are still
+   * intact: this runs on the failing call's stack, below all of them. */
+  for (sf_frame *f = sf_frames; f && f != mark; f = sf_frames) {
+    sf_frames = f->up;
+    for (int64_t i = 0; i < f->desc->n; i++)
+      sf_value_release(f->desc->types[i], f->slots[i]);
+  }
+  sf_frames = mark;
+}
 
 /* Set by the first thread that ends the process, so two threads failing at
  * once print one error and call exit() once. */
@@ -56,8 +73,10 @@ _Noreturn static void raise_error(void) {
   static _Thread_local bool in_exit;
   if (sf__error_handler)
     sf__error_handler(sf__error_message);
-  if (sf__error_jmp)
+  if (sf__error_jmp) {
+    sf__frames_unwind(sf__error_frames);
     longjmp(*sf__error_jmp, 1);
+  }
   if (in_exit) { /* an error while exiting (an atexit hook): stop now */
     report();
     _exit(SF__EXIT_RUNTIME);

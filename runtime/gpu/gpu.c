@@ -828,9 +828,12 @@ static bool takes_tensors(const sf_kernel_desc *k) {
 static __attribute__((noinline)) bool cpu_run_caught(const sf_kernel_desc *k, int64_t n,
                                                       void *blk) {
   jmp_buf jb, *saved = sf__error_jmp;
+  sf_frame *saved_frames = sf__error_frames;
   sf__error_jmp = &jb;
+  sf__error_frames = sf_frames;
   if (setjmp(jb) != 0) {
     sf__error_jmp = saved;
+    sf__error_frames = saved_frames;
     return false;
   }
   if (n >= CPU_GRAIN * 2) {
@@ -840,6 +843,7 @@ static __attribute__((noinline)) bool cpu_run_caught(const sf_kernel_desc *k, in
     k->cpu(0, n, blk);
   }
   sf__error_jmp = saved;
+  sf__error_frames = saved_frames;
   return true;
 }
 

@@ -713,7 +713,9 @@ static void pfor_release(pfor *p) {
 
 static __attribute__((noinline)) void pfor_chunk(pfor *p, int64_t c) {
   jmp_buf jb, *saved = sf__error_jmp;
+  sf_frame *saved_frames = sf__error_frames;
   sf__error_jmp = &jb;
+  sf__error_frames = sf_frames;
   if (setjmp(jb) == 0) {
     int64_t lo = c * p->chunk, hi = lo + p->chunk < p->n ? lo + p->chunk : p->n;
     p->fn(p->ctx, lo, hi);
@@ -730,6 +732,7 @@ static __attribute__((noinline)) void pfor_chunk(pfor *p, int64_t c) {
     pthread_mutex_unlock(&p->fail_mu);
   }
   sf__error_jmp = saved;
+  sf__error_frames = saved_frames;
 }
 
 static void pfor_work(pfor *p) {

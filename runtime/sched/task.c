@@ -64,11 +64,14 @@ __attribute__((noinline)) bool sf__guarded(void (*task)(void *, void *),
                                            void (*method)(void *, void *, void *),
                                            void *state, void *args, void *res) {
   jmp_buf jb, *saved = sf__error_jmp;
+  sf_frame *saved_frames = sf__error_frames;
   int depth = sf__task_depth;
   int32_t mark = sf__call_begin_hook ? sf__call_begin_hook() : 0;
   sf__error_jmp = &jb;
+  sf__error_frames = sf_frames; /* the call's locals are released on an error */
   if (setjmp(jb) != 0) {
     sf__error_jmp = saved;
+    sf__error_frames = saved_frames;
     sf__task_depth = depth;
     if (sf__call_fail_hook)
       sf__call_fail_hook(mark);
@@ -85,6 +88,7 @@ __attribute__((noinline)) bool sf__guarded(void (*task)(void *, void *),
     sf__call_end_hook(mark);
   sf__task_depth--;
   sf__error_jmp = saved;
+  sf__error_frames = saved_frames;
   return true;
 }
 

@@ -555,6 +555,73 @@ def case_cache_damaged(c):
     c.expect_no_workers()
 
 
+def slow_node_script(c, node, action):
+    """Puts in the cache, under this executable's name and size, a script
+    that runs action (shell) when it is node `node`'s worker and then, or
+    for any other node, execs this executable; returns its bytes."""
+    cached = os.path.join(c.cache, "sflow-" + sha256_of(c.prog))
+    size = os.path.getsize(cached)
+    script = ('#!/bin/sh\ncase "$*" in *"--sflow-worker %d@"*) %s;; esac\n'
+              'exec %s "$@"\n' % (node, action, c.prog)).encode()
+    script += b"#" * (size - len(script) - 1) + b"\n"
+    with open(cached, "wb") as f:
+        f.write(script)
+    os.chmod(cached, 0o755)
+    return cached, script
+
+
+def case_worker_slow_at_start(c):
+    """Node 2's worker takes 7 s to start (a loaded host): the head answers
+    the other workers' handshakes only once every node has started, and
+    they used to give up after 5 s, named as the nodes that failed.  The
+    run must succeed."""
+    r = c.run()
+    check(r.returncode == 0, f"first run: exit {r.returncode}", r.stderr)
+    slow_node_script(c, 2, "sleep 7")
+    r = c.run(timeout=90)
+    check(r.returncode == 0 and r.stdout == "head says 42\n", f"exit {r.returncode}", r.stderr)
+    check(r.seconds >= 7, f"took {r.seconds:.1f} s: the script did not run")
+    c.expect_no_workers()
+
+
+def worker_signalled_at_start(c, sig, cause):
+    """Node 2's worker gets sig right after exec, before it hashes itself
+    (the cached file, same name and size, is a script that signals itself
+    when it is node 2's and execs this executable otherwise): the start
+    fails naming node 2 alone, for the cause, not a damaged executable,
+    and nothing is copied again under the other nodes' feet."""
+    r = c.run()
+    check(r.returncode == 0 and r.stdout == "head says 42\n", f"first run: exit {r.returncode}",
+          r.stderr)
+    cached, script = slow_node_script(c, 2, "kill -%s $$" % sig)
+    # The silence bound is the SSH timeout; 5 s leaves the handshakes room.
+    r = c.run("--connect-timeout", "5", timeout=90)
+    check(r.returncode == 69, f"exit {r.returncode}", r.stderr)
+    addr, port, _ = c.hosts[1]
+    check(re.search(r"1 of 3 nodes failed to start:\n  \[%s\]:%d: %s\n" % (re.escape(addr), port, cause),
+                    r.stderr), "the cause on node 2", r.stderr)
+    for other in (c.hosts[0], c.hosts[2]):
+        check(f"[{other[0]}]:{other[1]}" not in r.stderr, f"healthy {other[0]} named", r.stderr)
+    check("damaged" not in r.stderr, "reported as a damaged executable", r.stderr)
+    with open(cached, "rb") as f:
+        check(f.read() == script, "the cached file was copied again")
+    # A stopped process ignores its session's end until continued (as in
+    # lost_case); then it finds no secret on its stdin and exits.
+    victim = c.worker_of(2)
+    if sig == "STOP" and victim:
+        os.kill(victim, signal.SIGCONT)
+    c.expect_no_workers()
+
+
+def case_worker_killed_at_start(c):
+    worker_signalled_at_start(c, "KILL", r"the worker ended early: killed by SIGKILL \(signal 9\)")
+
+
+def case_worker_stopped_at_start(c):
+    worker_signalled_at_start(c, "STOP", r"the worker did not answer within 5 s \(stopped, hung "
+                              r"or starved of CPU\?\)")
+
+
 def case_changed_host_key(c):
     other = os.path.join(c.dir, "impostor_key")
     keygen(other)
@@ -3519,6 +3586,9 @@ CASES = {
     "deploy_2": (2, case_deploy_2),
     "deploy_4": (4, case_deploy_4),
     "cache_damaged": (2, case_cache_damaged),
+    "worker_killed_at_start": (3, case_worker_killed_at_start),
+    "worker_stopped_at_start": (3, case_worker_stopped_at_start),
+    "worker_slow_at_start": (3, case_worker_slow_at_start),
     "changed_host_key": (2, case_changed_host_key),
     "unknown_host_key": (2, case_unknown_host_key),
     "known_hosts_rules": (2, case_known_hosts_rules),
