@@ -92,7 +92,10 @@ static bool token_ok(sf__server *s, sf__route *rt, struct MHD_Connection *c) {
  * head_timeout_s after it opened or after its previous answer was sent;
  * the head's arrival (on_request's first call) lifts it.  The reaper
  * thread answers a connection past it 408 and shuts its socket down,
- * which ends libmicrohttpd's read on it and so the connection. */
+ * which ends libmicrohttpd's read on it and so the connection.  One that
+ * was answered before is closed without a 408: it may be an idle
+ * keep-alive connection, whose client could take an unasked-for answer
+ * for that of a request it sends at the same moment. */
 
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                           enum MHD_ConnectionNotificationCode toe) {
@@ -139,6 +142,7 @@ static void head_deadline(sf__server *s, struct MHD_Connection *c, bool waiting)
     return;
   pthread_mutex_lock(&s->conns_mu);
   k->head_by = waiting ? sf__mono_ns() + s->head_timeout_ns : INT64_MAX;
+  k->answered |= waiting;
   pthread_mutex_unlock(&s->conns_mu);
 }
 
@@ -161,11 +165,13 @@ static void *reaper_main(void *arg) {
         if (k->fd >= 0) {
           /* Nothing of this request was answered, so the 408 cannot
            * interleave with libmicrohttpd's own writes. */
-          ssize_t w = send(k->fd, answer, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
-          (void)w;
+          if (!k->answered) {
+            ssize_t w = send(k->fd, answer, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
+            (void)w;
+            sf__route_count(s, NULL, 408, (double)s->head_timeout_ns * 1e-9);
+          }
           shutdown(k->fd, SHUT_RDWR);
         }
-        sf__route_count(s, NULL, 408, (double)s->head_timeout_ns * 1e-9);
       } else if (k->head_by < soonest) {
         soonest = k->head_by;
       }

@@ -141,6 +141,7 @@ typedef struct sf__sconn {
   struct sf__sconn *prev, *next;
   int fd;
   int64_t head_by;
+  bool answered; /* a request of it was answered: idle keep-alive, no 408 */
 } sf__sconn;
 
 typedef struct sf__server {

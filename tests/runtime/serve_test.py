@@ -924,8 +924,21 @@ def case_slowloris(exe, tmp):
                 stop.wait(0.5)
         t = threading.Thread(target=trickle)
         t.start()
-        time.sleep(0.5)
         px = digit_rows(1)[0]
+        # A keep-alive connection from a third address, answered once and
+        # then idle: closed at its head deadline, with no 408 to take for
+        # the answer of a next request.
+        idle = slow_socket(srv.port, "127.0.0.3")
+        body = json.dumps({"pixels": px}).encode()
+        idle.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        first = b""
+        while not first.rstrip().endswith(b"}"):
+            chunk = idle.recv(65536)
+            if not chunk:
+                break
+            first += chunk
+        check(first.startswith(b"HTTP/1.1 200"), "the keep-alive client's answer: %r" % first[:80])
+        time.sleep(0.5)
         other = timed_predict(srv, px, "127.0.0.2", 10)
         same = timed_predict(srv, px, "127.0.0.1", 10)
         same_at = time.time() - t_attack
@@ -947,6 +960,14 @@ def case_slowloris(exe, tmp):
               (len(cut), [k[2][:60] for k in slow if k[2]][:3]))
         late = [k[3] - t_attack for k in cut if k[3] is None or k[3] - t_attack > 2 + 1.5]
         check(not late, "slow connections lasting past the 2 s head deadline: %s" % late)
+        idle.settimeout(3)
+        try:
+            after = idle.recv(65536)
+        except OSError as e:
+            after = repr(e).encode()
+        idle.close()
+        check(after == b"", "an idle keep-alive connection at its deadline: %r (expected a close, "
+              "no answer)" % after[:80])
         srv.alive()
     finally:
         stop.set()
