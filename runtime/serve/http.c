@@ -9,9 +9,8 @@
  * The stop is a state under the server's mutex, checked and counted there
  * together with the requests open (from their whole arrival to their
  * answer's last byte), so the daemon stops only after every answer was
- * sent.  A
- * connection's next head has a deadline (slowloris), and each client
- * address a share of the connections.
+ * sent.  A connection's next head has a deadline (slowloris), and each
+ * client address a share of the connections.
  */
 #include <arpa/inet.h>
 #include <errno.h>

@@ -113,20 +113,19 @@ sf__endpoint *sf__endpoint_new(sf__server *s, const char *path, const char *vers
     r = sf_alloc(sizeof *r);
     memset(r, 0, sizeof *r);
     snprintf(r->path, sizeof r->path, "%s", path);
+    /* Before the route is published: connections read it unlocked. */
+    snprintf(r->token, sizeof r->token, "%s", token);
+    r->token_len = strlen(token);
     pthread_mutex_init(&r->mu, NULL);
     s->routes[s->nroutes] = r;
     atomic_fetch_add(&s->nroutes, 1);
   }
   /* The route's token is its first version's; a later version may
    * repeat it or say nothing, not name another. */
-  if (token[0] && r->neps && strcmp(token, r->token)) {
+  if (token[0] && strcmp(token, r->token)) {
     pthread_mutex_unlock(&s->mu);
     sf_runtime_error(loc, "serve.route: %s has %s token; every version must give the same or none",
                      path, r->token_len ? "another" : "no");
-  }
-  if (!r->neps) {
-    snprintf(r->token, sizeof r->token, "%s", token);
-    r->token_len = strlen(token);
   }
   if (r->neps && !same_type(T, r->eps[0]->T)) {
     pthread_mutex_unlock(&s->mu);

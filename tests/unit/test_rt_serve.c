@@ -153,6 +153,25 @@ static void test_weights(void) {
                "version must; not f64");
 }
 
+/* A route's token is its first version's: a later version may repeat it
+ * or give none, not name another; a route without one takes none later. */
+static void test_route_token(void) {
+  sf__server *s = new_server();
+  sf__endpoint *a = sf__endpoint_new(s, "/admin", "v1", &sf_type_i64, 1, 0.0, 4, 100, "k3y", &LOC);
+  CHECK_STR(a->route->token, "k3y");
+  CHECK_INT(a->route->token_len, 3);
+  sf__endpoint_new(s, "/admin", "v2", &sf_type_i64, 1, 0.0, 4, 100, "", &LOC);
+  sf__endpoint_new(s, "/admin", "v3", &sf_type_i64, 1, 0.0, 4, 100, "k3y", &LOC);
+  EXPECT_ERROR(sf__endpoint_new(s, "/admin", "v4", &sf_type_i64, 1, 0.0, 4, 100, "other", &LOC),
+               "t.sflow:3:7: runtime error: serve.route: /admin has another token; every version "
+               "must give the same or none");
+  sf__endpoint *p = sf__endpoint_new(s, "/p", "v1", &sf_type_i64, 1, 0.0, 4, 100, "", &LOC);
+  CHECK_INT(p->route->token_len, 0);
+  EXPECT_ERROR(sf__endpoint_new(s, "/p", "v2", &sf_type_i64, 1, 0.0, 4, 100, "k3y", &LOC),
+               "t.sflow:3:7: runtime error: serve.route: /p has no token; every version must "
+               "give the same or none");
+}
+
 /* A removed replica gets nothing new; its next gives [] once its queue is
  * empty. */
 static void test_removed(void) {
@@ -280,6 +299,7 @@ int main(int argc, char **argv) {
       {"batches", test_batches},
       {"next_timeout", test_next_timeout},
       {"weights", test_weights},
+      {"route_token", test_route_token},
       {"removed", test_removed},
       {"replica_dies", test_replica_dies},
       {"answers", test_answers},
