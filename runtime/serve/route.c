@@ -578,6 +578,34 @@ sf_array *sf__endpoint_next(sf__endpoint *e, int64_t r, const sf_type *T, double
 }
 
 void sf__endpoint_reply(sf__endpoint *e, int64_t r, sf_array *answers, const sf_loc *loc) {
+  sf__endpoint_reply_status(e, r, answers, NULL, loc);
+}
+
+/* The status of answer i: statuses[i], or 200 without them. */
+static int status_of(const sf_array *statuses, int64_t i) {
+  return statuses ? (int)((const int64_t *)statuses->data)[i] : 200;
+}
+
+/* NULL when statuses (an i64[], or NULL) fit n answers, else why not. */
+static const char *statuses_bad(const sf_array *statuses, int64_t n, char *msg, size_t len) {
+  if (!statuses)
+    return NULL;
+  if (statuses->len != n) {
+    snprintf(msg, len, "the handler gave %" PRId64 " statuses for a batch of %" PRId64,
+             statuses->len, n);
+    return msg;
+  }
+  for (int64_t i = 0; i < n; i++)
+    if (status_of(statuses, i) < 200 || status_of(statuses, i) > 599) {
+      snprintf(msg, len, "status %" PRId64 " (answer %" PRId64 ") is not in 200..599",
+               ((const int64_t *)statuses->data)[i], i);
+      return msg;
+    }
+  return NULL;
+}
+
+void sf__endpoint_reply_status(sf__endpoint *e, int64_t r, sf_array *answers,
+                               sf_array *statuses, const sf_loc *loc) {
   disarm();
   pthread_mutex_lock(&e->mu);
   sf__replica *p = replica(e, r, "reply", loc);
@@ -588,9 +616,12 @@ void sf__endpoint_reply(sf__endpoint *e, int64_t r, sf_array *answers, const sf_
   pthread_mutex_unlock(&e->mu);
   drop_copies(e, q);
   int64_t got = answers ? answers->len : 0;
-  if (got != n) {
-    char msg[200];
-    snprintf(msg, sizeof msg, "the handler gave %" PRId64 " answers for a batch of %" PRId64, got, n);
+  char msg[200];
+  if (statuses)
+    sf_array_host(statuses);
+  if (got != n || statuses_bad(statuses, n, msg, sizeof msg)) {
+    if (got != n)
+      snprintf(msg, sizeof msg, "the handler gave %" PRId64 " answers for a batch of %" PRId64, got, n);
     fail_list(e, q, msg);
     sf_runtime_error(loc, "serve.reply: %s (%s, replica %" PRId64 "): %s", e->route->path,
                      e->version, r, msg);
@@ -606,7 +637,7 @@ void sf__endpoint_reply(sf__endpoint *e, int64_t r, sf_array *answers, const sf_
     size_t len;
     char *body = sf__json_encode(sf__array_at(answers, i), answers->elem, &len, err, sizeof err);
     if (body)
-      sf__sreq_answer(q, 200, body, len);
+      sf__sreq_answer(q, status_of(statuses, i), body, len);
     else
       answer_error(q, 500, err);
     q = next;

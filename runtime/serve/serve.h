@@ -202,6 +202,10 @@ sf_array *sf__endpoint_next(sf__endpoint *e, int64_t r, const sf_type *T, double
 sf_array *sf__endpoint_dead(sf__endpoint *e, const sf_loc *loc);
 int64_t sf__endpoint_live(sf__endpoint *e);
 void sf__endpoint_reply(sf__endpoint *e, int64_t r, sf_array *answers, const sf_loc *loc);
+/* The same with each answer's status (an i64[] of 200..599, NULL: 200s);
+ * statuses that do not fit answer the batch 500 and are an error at loc. */
+void sf__endpoint_reply_status(sf__endpoint *e, int64_t r, sf_array *answers,
+                               sf_array *statuses, const sf_loc *loc);
 void sf__endpoint_remove(sf__endpoint *e, int64_t r, const sf_loc *loc);
 int64_t sf__endpoint_queued(sf__endpoint *e);
 /* Requests the version's replicas answered with reply, dead ones' included. */
@@ -242,6 +246,9 @@ void sf_std_serve_route(void *out, const sf_type *out_type, const void *s, const
                         sf_str *path, int64_t max_batch, double wait_ms, int64_t queue,
                         sf_str *version, int64_t weight, sf_str *token, const sf_type *T,
                         const sf_loc *loc);
+void sf_std_serve_reply_status(const void *ep, const sf_type *ep_type, int64_t replica,
+                               sf_array *answers, sf_array *statuses, const sf_type *T,
+                               const sf_loc *loc);
 int64_t sf_std_serve_answered(const void *ep, const sf_type *ep_type, const sf_loc *loc);
 sf_str *sf_std_serve_new_token(const sf_loc *loc);
 int64_t sf_std_serve_add_replica(const void *ep, const sf_type *ep_type, const sf_loc *loc);

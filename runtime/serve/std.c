@@ -75,6 +75,12 @@ void sf_std_serve_reply(const void *ep, const sf_type *ep_type, int64_t replica,
   sf__endpoint_reply(endpoint(ep, ep_type, loc), replica, answers, loc);
 }
 
+void sf_std_serve_reply_status(const void *ep, const sf_type *ep_type, int64_t replica,
+                               sf_array *answers, sf_array *statuses, const sf_type *T,
+                               const sf_loc *loc) {
+  sf__endpoint_reply_status(endpoint(ep, ep_type, loc), replica, answers, statuses, loc);
+}
+
 void sf_std_serve_remove_replica(const void *ep, const sf_type *ep_type, int64_t replica,
                                  const sf_loc *loc) {
   sf__endpoint_remove(endpoint(ep, ep_type, loc), replica, loc);

@@ -284,6 +284,41 @@ static void test_answers(void) {
   sf_release(ans);
 }
 
+/* reply_status: each answer with its status; statuses that do not fit
+ * (another count, a status outside 200..599) answer the batch 500 and are
+ * an error; answered counts what replies answered. */
+static void test_reply_status(void) {
+  sf__server *s = new_server();
+  sf__endpoint *e = sf__endpoint_new(s, "/p", "v1", &sf_type_i64, 2, 0.0, 64, 100, "", &LOC);
+  sf__endpoint_add_replica(e);
+  sf__sreq *q[2];
+  for (int i = 0; i < 2; i++)
+    sf__route_dispatch(e->route, q[i] = req(i), &why);
+  sf_array *a = sf__endpoint_next(e, 0, &sf_type_i64, -1, &LOC);
+  sf_array *ans = sf_array_new(&sf_type_i64, 2, &LOC);
+  sf_array *st = sf_array_new(&sf_type_i64, 2, &LOC);
+  ((int64_t *)st->data)[0] = 400;
+  ((int64_t *)st->data)[1] = 200;
+  sf__endpoint_reply_status(e, 0, ans, st, &LOC);
+  CHECK_INT(q[0]->status, 400);
+  CHECK_INT(q[1]->status, 200);
+  CHECK_INT(sf__endpoint_answered(e), 2);
+  sf_release(a);
+  ((int64_t *)st->data)[0] = 99;
+  for (int i = 0; i < 2; i++)
+    sf__route_dispatch(e->route, q[i] = req(i), &why);
+  a = sf__endpoint_next(e, 0, &sf_type_i64, -1, &LOC);
+  EXPECT_ERROR(sf__endpoint_reply_status(e, 0, ans, st, &LOC),
+               "t.sflow:3:7: runtime error: serve.reply: /p (v1, replica 0): status 99 (answer 0) "
+               "is not in 200..599");
+  CHECK_INT(q[0]->status, 500);
+  CHECK_INT(q[1]->status, 500);
+  CHECK_INT(sf__endpoint_answered(e), 2);
+  sf_release(a);
+  sf_release(st);
+  sf_release(ans);
+}
+
 static void test_error_body(void) {
   size_t n;
   char *b = sf__error_body("a \"quote\", a \\ and a\nline", &n);
@@ -303,6 +338,7 @@ int main(int argc, char **argv) {
       {"removed", test_removed},
       {"replica_dies", test_replica_dies},
       {"answers", test_answers},
+      {"reply_status", test_reply_status},
       {"error_body", test_error_body},
       {NULL, NULL},
   };
