@@ -5,7 +5,7 @@ PREFIX  ?= /usr/local
 JOBS    ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build demo test install clean fuzz bench bench-embed bench-tasks bench-collectives bench-data bench-tokenizer bench-wordcount bench-serve bench-train golden-update tsan soak-resume soak-journal
+.PHONY: all deps configure build demo test install clean fuzz bench bench-embed bench-tasks bench-collectives bench-floatfmt bench-data bench-tokenizer bench-wordcount bench-serve bench-train golden-update tsan soak-resume soak-journal
 
 all: build
 
@@ -70,6 +70,12 @@ bench-tasks: build
 # (bench/collectives/run.py; docs/performance.md).
 bench-collectives: build
 	@python3 bench/collectives/run.py --sflowc $(BUILD)/bin/sflowc
+
+# Printing 1.6M random f64: str() beside CPython's repr(), write_csv beside
+# pandas' to_csv (bench/floatfmt/run.sh; installs numpy and pandas into
+# build/peers/floatfmt/venv on first use).
+bench-floatfmt: build
+	@bash bench/floatfmt/run.sh $(BUILD)
 
 # Reading a numeric CSV (1e6 rows x 8 f64 columns) into typed columns:
 # std.data beside pandas.read_csv (C engine) and pyarrow.csv, one table

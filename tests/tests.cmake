@@ -8,6 +8,7 @@ find_package(Python3 COMPONENTS Interpreter REQUIRED)
 # reached the scheduler, the GPU or the cluster would not link; the others
 # link the front end.  test_rt_flags includes main.c, the top: all of it.
 set(RT_TEST_LAYER_test_rt_strings core)
+set(RT_TEST_LAYER_test_rt_fmtfloat core)
 set(RT_TEST_LAYER_test_rt_mem core)
 set(RT_TEST_LAYER_test_rt_print core)
 set(RT_TEST_LAYER_test_rt_errors core)

@@ -23,6 +23,7 @@
 #ifndef SF_CORE_H
 #define SF_CORE_H
 
+#include <limits.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdatomic.h>
@@ -186,6 +187,27 @@ void sf__buf_free(sf__buf *b);
 void sf__format_value(sf__buf *b, const sf_type *t, const void *p, bool nested);
 /* write(2) all of buf to fd, retrying on EINTR and partial writes. */
 bool sf__write_all(int fd, const char *buf, size_t n);
+/* Every file sflow writes by path (outfile.c; the rules in docs/runtime.md,
+ * "Files sflow writes"): nothing or a regular file is replaced whole (a
+ * temporary file beside it, fsync, rename), a symlink is followed, a FIFO
+ * or a character device is written in place and never replaced. */
+enum { SF__OUT_ATOMIC = 1 /* only a whole replacement: refuse a FIFO or a device */ };
+typedef struct sf__outfile {
+  int fd;                  /* where the bytes go */
+  char tmp[PATH_MAX + 64]; /* the temporary file renamed to dest, or "" (in place) */
+  char dest[PATH_MAX];
+} sf__outfile;
+/* Opens o for path; false with errno set and why[] saying what is wrong
+ * ("its folder does not exist", "it is a directory"). */
+bool sf__outfile_open(sf__outfile *o, const char *path, int flags, char *why, size_t n);
+bool sf__outfile_write(sf__outfile *o, const void *data, size_t n);
+/* Flushes, fsyncs and renames into place; false with errno set (nothing
+ * replaced).  Either commit or abort ends every opened o. */
+bool sf__outfile_commit(sf__outfile *o);
+void sf__outfile_abort(sf__outfile *o); /* the temporary file removed */
+/* All of data[0..n) to path by those rules; false with why[] set. */
+bool sf__write_file(const char *path, const void *data, size_t n, int flags, char *why,
+                    size_t wn);
 /* When set (a worker of a --nodes run), sf_print_end hands each finished
  * line (with its newline) here instead of writing fd 1. */
 extern void (*sf__print_hook)(const char *line, size_t n);

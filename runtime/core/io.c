@@ -4,7 +4,8 @@
  * list_dir and the generic save<T> and load<T>.
  *
  * Files are read and written whole with plain POSIX calls, retrying on
- * EINTR and short transfers.  Key design choice: every failure is a runtime
+ * EINTR and short transfers; a replacing write goes through outfile.c's
+ * rule (a regular file replaced whole, a FIFO or a device in place).  Key design choice: every failure is a runtime
  * error that names the operation, the path and the system's reason
  * (`cannot read "x.txt": No such file or directory`), because in a long
  * training run a wrong path must be obvious from the one line it prints.
@@ -90,15 +91,37 @@ sf_str *sf_read_file(sf_str *path, const sf_loc *loc) {
   return s;
 }
 
-static void write_text(const char *what, sf_str *path, sf_str *text, int flags,
-                       const sf_loc *loc) {
+/* Replacing goes through sf__write_file (outfile.c: a regular file
+ * replaced whole, a FIFO or a char device written in place, anything else
+ * refused).  Appending opens the path as `>>` does, but never writes to a
+ * block device, a directory or a socket. */
+void sf_write_file(sf_str *path, sf_str *text, const sf_loc *loc) {
+  const char *p = c_path("write", path, loc);
+  char why[300], q[600];
+  if (!sf__write_file(p, sf__str_data(text), (size_t)sf__str_len(text), 0, why, sizeof why)) {
+    sf__quote(sf__str_data(path), (size_t)sf__str_len(path), 512, q, sizeof q);
+    sf_runtime_error(loc, "cannot write %s: %s", q, why);
+  }
+}
+
+void sf_append_file(sf_str *path, sf_str *text, const sf_loc *loc) {
+  const char *what = "append to";
   const char *p = c_path(what, path, loc);
   int fd;
   do
-    fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC | flags, 0666);
+    fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC | O_APPEND | O_NOCTTY, 0666);
   while (fd < 0 && errno == EINTR);
   if (fd < 0)
     io_fail(what, path, errno, loc);
+  struct stat st;
+  if (fstat(fd, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode) &&
+      !S_ISCHR(st.st_mode)) {
+    close(fd);
+    char q[600];
+    sf__quote(sf__str_data(path), (size_t)sf__str_len(path), 512, q, sizeof q);
+    sf_runtime_error(loc, "cannot append to %s: it is %s", q,
+                     S_ISBLK(st.st_mode) ? "a block device" : "not a file, a FIFO or a device");
+  }
   bool ok = sf__write_all(fd, sf__str_data(text), (size_t)sf__str_len(text));
   int e = errno;
   /* close() reports delayed write errors (NFS, full disk): check it too. */
@@ -108,14 +131,6 @@ static void write_text(const char *what, sf_str *path, sf_str *text, int flags,
   }
   if (!ok)
     io_fail(what, path, e ? e : EIO, loc);
-}
-
-void sf_write_file(sf_str *path, sf_str *text, const sf_loc *loc) {
-  write_text("write", path, text, O_TRUNC, loc);
-}
-
-void sf_append_file(sf_str *path, sf_str *text, const sf_loc *loc) {
-  write_text("append to", path, text, O_APPEND, loc);
 }
 
 bool sf_file_exists(sf_str *path) {

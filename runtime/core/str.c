@@ -16,11 +16,8 @@
  *
  * Key design choice for floats: print exactly what Python's repr() prints,
  * the shortest decimal that reads back to the same bits, so numbers in logs
- * match what ML engineers see from NumPy/PyTorch scripts.  The shortest
- * digits come from the C library's correctly rounded printf/strtod (try 1,
- * 2, ... significant digits), plus a check of the neighbouring decimal on
- * the other side of the value, which is the one a correctly rounded
- * candidate misses next to a power of two.
+ * match what ML engineers see from NumPy/PyTorch scripts.  The digits come
+ * from fmtfloat.c (Schubfach), the one routine every float printer uses.
  */
 #include <ctype.h>
 #include <inttypes.h>
@@ -189,136 +186,6 @@ sf_str *sf_str_from_i64(int64_t v) {
   snprintf(buf, sizeof buf, "%" PRId64, v);
   return str_from_c(buf);
 }
-
-/* -------------------------------------------------- shortest floats */
-
-/* Does the decimal text read back as exactly v (as a double or a float)? */
-static bool reads_back(const char *text, double v, bool as_f32) {
-  if (as_f32)
-    return strtof(text, NULL) == (float)v;
-  return strtod(text, NULL) == v;
-}
-
-/* Significant digits m (exactly p of them) and decimal exponent e of the
- * first digit, read from printf's "%.*e" output. */
-static void split_exp(const char *text, uint64_t *m, int *e) {
-  uint64_t acc = 0;
-  const char *c = text;
-  for (; *c != 'e'; c++)
-    if (*c != '.')
-      acc = acc * 10 + (uint64_t)(*c - '0');
-  *m = acc;
-  *e = atoi(c + 1);
-}
-
-static uint64_t pow10u(int p) {
-  uint64_t r = 1;
-  while (p-- > 0)
-    r *= 10;
-  return r;
-}
-
-/* Tries the p-digit decimal on the far side of v from the correctly rounded
- * candidate (m, e); on success stores it in (m, e). */
-static bool try_neighbour(double v, bool as_f32, int p, double cand, uint64_t *m, int *e) {
-  uint64_t nm = *m;
-  int ne = *e;
-  if (cand > v) {
-    if (nm == pow10u(p - 1)) {
-      nm = pow10u(p) - 1;
-      ne--;
-    } else {
-      nm--;
-    }
-  } else {
-    if (++nm == pow10u(p)) {
-      nm = pow10u(p - 1);
-      ne++;
-    }
-  }
-  char text[48];
-  snprintf(text, sizeof text, "%" PRIu64 "e%d", nm, ne - (p - 1));
-  if (!reads_back(text, v, as_f32))
-    return false;
-  *m = nm;
-  *e = ne;
-  return true;
-}
-
-/* Shortest significant digits of finite v > 0 that read back as v: writes
- * them (no trailing zeros) to digits and returns their count; *exp10 gets
- * the decimal exponent of the first digit. */
-static int shortest_digits(double v, bool as_f32, char *digits, int *exp10) {
-  int maxp = as_f32 ? 9 : 17;
-  uint64_t m = 0;
-  int e = 0;
-  for (int p = 1; p <= maxp; p++) {
-    char text[48];
-    snprintf(text, sizeof text, "%.*e", p - 1, v);
-    split_exp(text, &m, &e);
-    if (reads_back(text, v, as_f32))
-      break;
-    double cand = strtod(text, NULL);
-    if (cand != v && try_neighbour(v, as_f32, p, cand, &m, &e))
-      break;
-  }
-  while (m % 10 == 0 && m != 0)
-    m /= 10;
-  int n = snprintf(digits, 24, "%" PRIu64, m);
-  *exp10 = e;
-  return n;
-}
-
-/* Python's float repr layout for digits d1d2...dn × 10^(e - n + 1). */
-static int layout(bool neg, const char *d, int n, int e, char *buf) {
-  char *o = buf;
-  if (neg)
-    *o++ = '-';
-  if (e < -4 || e >= 16) {
-    *o++ = d[0];
-    if (n > 1) {
-      *o++ = '.';
-      memcpy(o, d + 1, (size_t)n - 1);
-      o += n - 1;
-    }
-    o += sprintf(o, "e%c%02d", e < 0 ? '-' : '+', e < 0 ? -e : e);
-  } else if (e < 0) {
-    o += sprintf(o, "0.");
-    for (int i = 0; i < -e - 1; i++)
-      *o++ = '0';
-    memcpy(o, d, (size_t)n);
-    o += n;
-  } else {
-    for (int i = 0; i <= e; i++)
-      *o++ = i < n ? d[i] : '0';
-    *o++ = '.';
-    if (n > e + 1) {
-      memcpy(o, d + e + 1, (size_t)(n - e - 1));
-      o += n - e - 1;
-    } else {
-      *o++ = '0';
-    }
-  }
-  *o = '\0';
-  return (int)(o - buf);
-}
-
-static int fmt_repr(double v, bool as_f32, char *buf) {
-  if (isnan(v))
-    return sprintf(buf, "nan");
-  if (isinf(v))
-    return sprintf(buf, v < 0 ? "-inf" : "inf");
-  bool neg = signbit(v);
-  if (v == 0)
-    return sprintf(buf, neg ? "-0.0" : "0.0");
-  char digits[24];
-  int e = 0;
-  int n = shortest_digits(fabs(v), as_f32, digits, &e);
-  return layout(neg, digits, n, e, buf);
-}
-
-int sf__fmt_f64_repr(double v, char *buf) { return fmt_repr(v, false, buf); }
-int sf__fmt_f32_repr(float v, char *buf) { return fmt_repr(v, true, buf); }
 
 sf_str *sf_str_from_f64(double v) {
   char buf[SF__FLOAT_BUF];

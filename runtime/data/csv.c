@@ -4,7 +4,7 @@
  * The reader takes quoted fields ("a,b"), doubled quotes inside them
  * ("say ""hi"""), line breaks inside them, CRLF or LF line ends, a UTF-8
  * byte-order mark and a header row; blank lines are skipped.  Each column
- * is i64, f64, f32 or str, given by the caller or inferred.
+ * is i64, f64, f32, bool or str, given by the caller or inferred.
  *
  * Key design choice: one pass over a mapped file with the number parsed
  * straight from the bytes.  A numeric field that is not quoted is never
@@ -19,7 +19,9 @@
  * integer (or an empty field) turns it into f64 in place (the integers
  * read so far convert exactly below 2^53); a value that is no number turns
  * it into str, which restarts the parse (the earlier values' text is
- * gone), at most once per column.  A column the caller typed never
+ * gone), at most once per column.  A column whose first value is True,
+ * False, true, false, TRUE or FALSE (pandas' words) is bool, and turns str
+ * on any other value, an empty field included, as pandas makes it object.  A column the caller typed never
  * changes: a value that does not fit is an error naming the file, line,
  * column and the column's name.
  */
@@ -51,16 +53,16 @@ typedef struct parser {
 /* --------------------------------------------------------- kinds */
 
 int32_t sf__col_kind_of(const char *s, size_t n) {
-  static const char *names[] = {"auto", "i64", "f64", "f32", "str"};
-  for (int32_t k = 0; k < 5; k++)
+  static const char *names[] = {"auto", "i64", "f64", "f32", "str", "bool"};
+  for (int32_t k = 0; k < 6; k++)
     if (strlen(names[k]) == n && memcmp(names[k], s, n) == 0)
       return k;
   return -1;
 }
 
 const char *sf__col_kind_name(int32_t kind) {
-  static const char *names[] = {"auto", "i64", "f64", "f32", "str"};
-  return kind >= 0 && kind <= SF__COL_STR ? names[kind] : "?";
+  static const char *names[] = {"auto", "i64", "f64", "f32", "str", "bool"};
+  return kind >= 0 && kind <= SF__COL_BOOL ? names[kind] : "?";
 }
 
 /* --------------------------------------------------------- errors */
@@ -81,7 +83,7 @@ static void quoted(const char *s, size_t n, char *q, size_t qn) { sf__quote(s, n
 
 /* --------------------------------------------------------- columns */
 
-static size_t kind_size(int32_t k) { return k == SF__COL_F32 ? 4 : 8; }
+static size_t kind_size(int32_t k) { return k == SF__COL_F32 ? 4 : k == SF__COL_BOOL ? 1 : 8; }
 
 static void col_grow(sf__csv_col *c) {
   int64_t cap = c->cap ? c->cap * 2 : 1024;
@@ -103,6 +105,11 @@ static inline void push_f32(sf__csv_col *c, float v) {
   if (c->len == c->cap)
     col_grow(c);
   ((float *)c->data)[c->len++] = v;
+}
+static inline void push_bool(sf__csv_col *c, bool v) {
+  if (c->len == c->cap)
+    col_grow(c);
+  ((bool *)c->data)[c->len++] = v;
 }
 static inline void push_str(sf__csv_col *c, sf_str *v) {
   if (c->len == c->cap)
@@ -217,6 +224,15 @@ static sf_str *text_value(parser *ps, const char *at, const char *s, size_t n,
   return sf_str_new(s, (int64_t)n);
 }
 
+/* 1 or 0 for pandas' words for true and false, -1 for anything else. */
+static int bool_word(const char *s, size_t n) {
+  static const char *words[] = {"True", "TRUE", "true", "False", "FALSE", "false"};
+  for (int i = 0; i < 6; i++)
+    if (strlen(words[i]) == n && memcmp(words[i], s, n) == 0)
+      return i < 3;
+  return -1;
+}
+
 /* The general path of a field: any quoting, blanks around numbers, empty
  * fields, and the errors and widening of inferred columns. */
 static void field_slow(parser *ps, sf__csv_col *c) {
@@ -230,7 +246,16 @@ static void field_slow(parser *ps, sf__csv_col *c) {
   trim(&s, &n);
   const char *e = s + n;
   char q[128];
-  if (c->kind == SF__COL_I64) {
+  int b = bool_word(s, n);
+  if (c->kind == SF__COL_I64 && c->inferred && c->len == 0 && b >= 0) {
+    c->kind = SF__COL_BOOL; /* the first value: the column is bool */
+  }
+  if (c->kind == SF__COL_BOOL) {
+    if (b >= 0) {
+      push_bool(c, b);
+      return;
+    }
+  } else if (c->kind == SF__COL_I64) {
     int64_t v;
     bool ovf = false;
     if (n && sf__parse_int64(s, e, &v, &ovf) == e) {
@@ -264,7 +289,7 @@ static void field_slow(parser *ps, sf__csv_col *c) {
     }
   }
   if (c->inferred) {
-    col_clear(c); /* under its old kind: the values are numbers */
+    col_clear(c); /* under its old kind: the values are numbers or bools */
     c->kind = SF__COL_STR;
     longjmp(ps->jb, 2);
   }
@@ -553,7 +578,7 @@ static int32_t *kinds_of(sf_array *types, const sf_loc *loc) {
       sf__quote(sf__str_data(t), (size_t)sf__str_len(t), 40, q, sizeof q);
       sf_free(k);
       sf_runtime_error(loc, "csv: column type %" PRId64 " is %s; the types are \"auto\", "
-                       "\"i64\", \"f64\", \"f32\" and \"str\"", i + 1, q);
+                       "\"i64\", \"f64\", \"f32\", \"bool\" and \"str\"", i + 1, q);
     }
   }
   return k;
@@ -577,8 +602,8 @@ static void to_table(sf__csv *c, void *out, const sf_type *tt, const sf_loc *loc
     *(sf_str **)sf__field(ct, e, "kind", SF_STR, loc) = sf_str_new(kn, (int64_t)strlen(kn));
     static const struct { const char *field; int32_t kind; } slots[] = {
         {"floats", SF__COL_F64}, {"floats32", SF__COL_F32}, {"ints", SF__COL_I64},
-        {"texts", SF__COL_STR}};
-    for (int s = 0; s < 4; s++) {
+        {"texts", SF__COL_STR}, {"bools", SF__COL_BOOL}};
+    for (int s = 0; s < 5; s++) {
       sf_array **slot = sf__field(ct, e, slots[s].field, SF_ARRAY, loc);
       const sf_type *et = NULL;
       for (int32_t f = 0; f < ct->nfields; f++)
@@ -666,7 +691,7 @@ sf_str *sf_std_data_format_csv(const void *table, const sf_type *tt, sf_str *sep
   /* Each column's values and kind, checked before anything is written. */
   sf_array **vals = sf__alloc_n((size_t)(nc ? nc : 1), sizeof *vals);
   int32_t *kind = sf__alloc_n((size_t)(nc ? nc : 1), sizeof *kind);
-  static const char *slot_of[] = {NULL, "ints", "floats", "floats32", "texts"};
+  static const char *slot_of[] = {NULL, "ints", "floats", "floats32", "texts", "bools"};
   for (int64_t i = 0; i < nc; i++) {
     void *c = sf__array_at(cols, i);
     sf_str *kn = *(sf_str **)sf__field(ct, c, "kind", SF_STR, loc);
@@ -676,7 +701,7 @@ sf_str *sf_std_data_format_csv(const void *table, const sf_type *tt, sf_str *sep
       sf_free(vals);
       sf_free(kind);
       sf_runtime_error(loc, "csv: column \"%s\" has kind \"%s\"; a table's columns are i64, "
-                       "f64, f32 or str", sf__str_data(nm), sf__str_data(kn));
+                       "f64, f32, bool or str", sf__str_data(nm), sf__str_data(kn));
     }
     vals[i] = *(sf_array **)sf__field(ct, c, slot_of[kind[i]], SF_ARRAY, loc);
     int64_t n = vals[i] ? vals[i]->len : 0;
@@ -713,6 +738,10 @@ sf_str *sf_std_data_format_csv(const void *table, const sf_type *tt, sf_str *sep
         break;
       case SF__COL_F32:
         n = sf__fmt_f32_repr(((float *)vals[i]->data)[r], num);
+        break;
+      case SF__COL_BOOL: /* pandas' words, which read back as bool there and here */
+        n = ((bool *)vals[i]->data)[r] ? 4 : 5;
+        memcpy(num, n == 4 ? "True" : "False", (size_t)n);
         break;
       default: {
         sf_str *s = ((sf_str **)vals[i]->data)[r];

@@ -44,11 +44,8 @@ void sf__view_close(sf__view *v);
 const char *sf__data_path(sf_str *path, const char *what, const sf_loc *loc);
 /* sf__view_open or a runtime error "cannot read PATH: reason". */
 void sf__view_open_or_fail(sf__view *v, sf_str *path, const sf_loc *loc);
-/* Writes n bytes to path (created or truncated) through a temporary file
- * renamed into place, so a reader never sees half a file; false with
- * errno set. */
-bool sf__write_file_atomic(const char *path, const char *data, size_t n);
-/* sf__write_file_atomic to an sflow path, then done(arg) (NULL: nothing;
+/* sf__write_file (core.h: a regular file replaced whole, a FIFO or a
+ * device written in place) to an sflow path, then done(arg) (NULL: nothing;
  * the buffer's owner frees it there, also when the write failed), then a
  * runtime error "cannot write PATH: reason" if it did. */
 void sf__write_or_fail(sf_str *path, const char *data, size_t n, void (*done)(void *), void *arg,
@@ -80,7 +77,9 @@ const char *sf__parse_int64(const char *p, const char *end, int64_t *out, bool *
 /* ----------------------------------------------------------- csv.c */
 
 /* Column kinds of a table. */
-typedef enum { SF__COL_AUTO = 0, SF__COL_I64, SF__COL_F64, SF__COL_F32, SF__COL_STR } sf__col_kind;
+typedef enum {
+  SF__COL_AUTO = 0, SF__COL_I64, SF__COL_F64, SF__COL_F32, SF__COL_STR, SF__COL_BOOL
+} sf__col_kind;
 
 /* A parsed CSV: one typed column per field of the header. */
 typedef struct sf__csv_col {

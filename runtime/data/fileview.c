@@ -1,6 +1,7 @@
 /*
  * fileview.c — what the data formats share: whole files as read-only
- * views, atomic writes, positions as line and column, UTF-8 validation.
+ * views, writes by path (through core's outfile.c), positions as line and
+ * column, UTF-8 validation.
  *
  * Key design choice: a regular file is mapped (MAP_PRIVATE, read-only), so
  * a 1 GB CSV costs no copy and no allocation before parsing starts; the
@@ -106,46 +107,15 @@ void sf__view_open_or_fail(sf__view *v, sf_str *path, const sf_loc *loc) {
     sf_runtime_error(loc, "cannot read %s: %s", p, strerror(errno));
 }
 
-bool sf__write_file_atomic(const char *path, const char *data, size_t n) {
-  size_t pl = strlen(path);
-  char *tmp = sf_alloc(pl + 32);
-  snprintf(tmp, pl + 32, "%s.tmp%ld", path, (long)getpid());
-  int fd;
-  do
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  while (fd < 0 && errno == EINTR);
-  if (fd < 0) {
-    int e = errno;
-    sf_free(tmp);
-    errno = e;
-    return false;
-  }
-  bool ok = sf__write_all(fd, data, n);
-  int e = errno;
-  if (close(fd) != 0 && ok) {
-    ok = false;
-    e = errno;
-  }
-  if (ok && rename(tmp, path) != 0) {
-    ok = false;
-    e = errno;
-  }
-  if (!ok)
-    unlink(tmp);
-  sf_free(tmp);
-  errno = e;
-  return ok;
-}
-
 void sf__write_or_fail(sf_str *path, const char *data, size_t n, void (*done)(void *), void *arg,
                        const sf_loc *loc) {
   const char *p = sf__data_path(path, "write", loc);
-  bool ok = sf__write_file_atomic(p, data, n);
-  int e = errno;
+  char why[300];
+  bool ok = sf__write_file(p, data, n, 0, why, sizeof why);
   if (done) /* before the error, which does not return */
     done(arg);
   if (!ok)
-    sf_runtime_error(loc, "cannot write %s: %s", p, strerror(e));
+    sf_runtime_error(loc, "cannot write %s: %s", p, why);
 }
 
 void sf__line_col(const char *buf, size_t off, int64_t *line, int64_t *col) {

@@ -13,11 +13,14 @@
  * buffer: floats in the shortest form that reads back (Python's repr), so
  * Python's json reads exactly the values written, and no tree is built.
  *
- * Limits: JSON numbers go through f64, so an integer field beyond 2^53 is
- * refused rather than rounded; a string's \u0000 ends it (cJSON's C
+ * cJSON keeps a number only as a double, which rounds an integer of 2^53
+ * or more, so after the parse every number node gets its literal text back
+ * (attach_literals): an i64 field and a Json number of any size then read
+ * and write back exactly.  Limit: a string's \u0000 ends it (cJSON's C
  * strings).
  */
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -25,6 +28,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdlib.h>
 
 #include "data.h"
 
@@ -135,6 +139,84 @@ static int64_t count_children(const cJSON *j) {
 
 static sf_str *cstr(const char *s) { return sf_str_new(s ? s : "", s ? (int64_t)strlen(s) : 0); }
 
+/* ------------------------------------------------ number literals */
+
+/* The next number token of JSON text in [p, end), or NULL; *n its length.
+ * The text has parsed, so strings close and a number is a run of its
+ * characters starting with '-' or a digit. */
+static const char *next_number(const char *p, const char *end, size_t *n) {
+  while (p < end) {
+    char c = *p;
+    if (c == '"') {
+      for (p++; p < end && *p != '"'; p++)
+        if (*p == '\\')
+          p++;
+      p++;
+    } else if (c == '-' || (c >= '0' && c <= '9')) {
+      const char *s = p;
+      while (p < end && (isdigit((unsigned char)*p) || strchr("+-.eE", *p)))
+        p++;
+      *n = (size_t)(p - s);
+      return s;
+    } else if (isalpha((unsigned char)c)) {
+      while (p < end && isalpha((unsigned char)*p))
+        p++;
+    } else {
+      p++;
+    }
+  }
+  return NULL;
+}
+
+/* Gives each number node of the tree at j (and its siblings) its literal:
+ * the numbers of the text, in order, are the number nodes in pre-order.
+ * The literal stays in the text: valuestring points at it (unused for a
+ * number; cJSON_IsReference makes cJSON_Delete leave it alone) and
+ * valueint holds its length. */
+static void attach_literals(cJSON *j, const char **p, const char *end) {
+  for (; j; j = j->next) {
+    if ((j->type & 0xFF) == cJSON_Number) {
+      size_t n = 0;
+      const char *s = next_number(*p, end, &n);
+      if (s && n < 400) {
+        j->valuestring = (char *)s;
+        j->valueint = (int)n;
+        j->type |= cJSON_IsReference;
+        *p = s + n;
+      }
+    }
+    attach_literals(j->child, p, end);
+  }
+}
+
+/* A number node's literal as an exact integer: 1 with *out set, 0 when it
+ * is not all digits (a fraction, an exponent, no literal), -1 when it is
+ * beyond i64. */
+static int literal_int(const cJSON *j, int64_t *out) {
+  const char *s = j->valuestring;
+  int n = j->valueint;
+  if (!s || n <= 0)
+    return 0;
+  bool neg = s[0] == '-';
+  uint64_t limit = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX, acc = 0;
+  bool over = false;
+  if (n == neg)
+    return 0;
+  for (int i = neg; i < n; i++) {
+    if (!isdigit((unsigned char)s[i]))
+      return 0;
+    unsigned dig = (unsigned)(s[i] - '0');
+    if (acc > (limit - dig) / 10)
+      over = true;
+    else
+      acc = acc * 10 + dig;
+  }
+  if (over)
+    return -1;
+  *out = neg ? (int64_t)(0 - acc) : (int64_t)acc;
+  return 1;
+}
+
 /* One JSON value into a value of type t at out (zero-filled; written
  * owned, so on failure the caller releases whatever got written). */
 static bool dec_typed(dec *d, const cJSON *j, const sf_type *t, void *out) {
@@ -149,18 +231,32 @@ static bool dec_typed(dec *d, const cJSON *j, const sf_type *t, void *out) {
   case SF_I64: {
     if (jt != cJSON_Number)
       return derr(d, "expected %s, found %s", t->kind == SF_I32 ? "i32" : "i64", jkind(j));
+    int64_t iv;
+    int lit = literal_int(j, &iv);
+    if (lit < 0 || (lit > 0 && t->kind == SF_I32 && (iv < INT32_MIN || iv > INT32_MAX)))
+      return derr(d, "%.*s is out of range for %s", j->valueint, j->valuestring,
+                  t->kind == SF_I32 ? "i32" : "i64");
+    if (lit > 0) {
+      if (t->kind == SF_I32)
+        *(int32_t *)out = (int32_t)iv;
+      else
+        *(int64_t *)out = iv;
+      return true;
+    }
+    /* A fraction or exponent (3.0, 1e3): the double must be integral. */
     double v = j->valuedouble;
+    char num[SF__FLOAT_BUF];
+    sf__fmt_f64_repr(v, num);
     if (v != floor(v))
-      return derr(d, "expected an integer, found %.17g", v);
+      return derr(d, "expected an integer, found %s", num);
     if (t->kind == SF_I32) {
       if (v < INT32_MIN || v > INT32_MAX)
-        return derr(d, "%.17g is out of range for i32", v);
+        return derr(d, "%s is out of range for i32", num);
       *(int32_t *)out = (int32_t)v;
     } else {
-      /* 2^53 + 1 reads as 2^53: only below it is a JSON integer exact. */
       if (fabs(v) >= 9007199254740992.0)
-        return derr(d, "%.17g is 2^53 or more, which JSON numbers (read as f64) do not hold "
-                    "exactly; store it as a string", v);
+        return derr(d, "%s is 2^53 or more written with a fraction or exponent, which "
+                    "reads as an f64 and is not exact; write the integer's digits", num);
       *(int64_t *)out = (int64_t)v;
     }
     return true;
@@ -257,10 +353,16 @@ static void dec_dynamic(dec *d, const cJSON *j, void *out) {
     kind = "bool";
     *(bool *)(o + d->off_flag) = jt == cJSON_True;
     break;
-  case cJSON_Number:
+  case cJSON_Number: {
     kind = "number";
     *(double *)(o + d->off_number) = j->valuedouble;
+    /* An integer an f64 does not hold keeps its digits in text, which the
+     * writer puts back while number still matches them. */
+    int64_t iv;
+    if (fabs(j->valuedouble) >= 9007199254740992.0 && literal_int(j, &iv) != 0)
+      *(sf_str **)(o + d->off_text) = sf_str_new(j->valuestring, j->valueint);
     break;
+  }
   case cJSON_String:
     kind = "string";
     *(sf_str **)(o + d->off_text) = cstr(j->valuestring);
@@ -316,6 +418,8 @@ static cJSON *parse_text(const char *text, size_t len, const char *name, int64_t
              at < len ? " at " : "", at < len ? q : "");
     return NULL;
   }
+  const char *p = text;
+  attach_literals(j, &p, text + len);
   return j;
 }
 
@@ -564,6 +668,19 @@ static void enc_typed(enc *e, const sf_type *t, const void *p) {
   }
 }
 
+/* Does text hold the digits of an integer that reads as x?  (A Json
+ * number read from an integer beyond 2^53 keeps them there.) */
+static bool exact_digits(const sf_str *text, double x) {
+  int64_t n = sf__str_len(text);
+  if (n == 0 || n > 400)
+    return false;
+  const char *s = text->data;
+  for (int64_t i = s[0] == '-'; i < n; i++)
+    if (!isdigit((unsigned char)s[i]))
+      return false;
+  return n > (s[0] == '-') && strtod(s, NULL) == x;
+}
+
 /* A Json value: written by its kind. */
 static void enc_dynamic(enc *e, const sf_type *t, const void *p) {
   void *v = (void *)p;
@@ -577,7 +694,10 @@ static void enc_dynamic(enc *e, const sf_type *t, const void *p) {
     /* An integral number is written as an integer, so a value read from
      * JSON as 3 is written back as 3 (Python reads an int), not 3.0. */
     double x = *(double *)sf__field(t, v, "number", SF_F64, e->loc);
-    if (x == floor(x) && fabs(x) <= 9007199254740992.0 && !(x == 0 && signbit(x))) {
+    sf_str *digits = *(sf_str **)sf__field(t, v, "text", SF_STR, e->loc);
+    if (exact_digits(digits, x)) {
+      sf__buf_put(&e->b, digits->data, (size_t)digits->len);
+    } else if (x == floor(x) && fabs(x) <= 9007199254740992.0 && !(x == 0 && signbit(x))) {
       char buf[32];
       sf__buf_put(&e->b, buf, (size_t)snprintf(buf, sizeof buf, "%" PRId64, (int64_t)x));
     } else {

@@ -17,9 +17,11 @@
  *
  * Key design choices:
  *  - Atomic: write a temporary file, fsync it, rename it into place,
- *    fsync the folder.  A crash at any point leaves the previous
- *    checkpoint whole; a torn temporary file is never read (its name does
- *    not match) and is removed at the next start.
+ *    fsync the folder (core's outfile.c, SF__OUT_ATOMIC).  A crash at any
+ *    point leaves the previous checkpoint whole; a torn temporary file is
+ *    never read (its name does not match) and is removed at the next
+ *    start or --resume, or at the end of a run that finished.
+ *  - Only for --resume: with --journal=false no file is written.
  *  - Checked: a file whose CRCs or length are wrong is skipped on load and
  *    the next older one is used; the last three are kept for that.
  *  - Ordered with the journal: the journal is flushed and synced before a
@@ -171,8 +173,6 @@ static int list(sf_actor *a, int64_t *calls, int max) {
   return list_named(prefix, calls, max);
 }
 
-static bool write_all_fd(int fd, const void *p, size_t n) { return sf__write_all(fd, p, n); }
-
 static void fsync_dir(const char *dir) {
   int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd >= 0) {
@@ -182,15 +182,18 @@ static void fsync_dir(const char *dir) {
 }
 
 /* Writes one checkpoint of a: `calls` and `epochs` in the header, the
- * serialized state [p, p+n) as the payload. */
+ * serialized state [p, p+n) as the payload.  With --journal=false nothing
+ * is written: only --resume reads these files, and it needs the journal
+ * (a node lost in a --nodes run restarts from the head's copy in memory). */
 static void write_file(const sf_actor_desc *d, int64_t id, int64_t rank, int64_t calls,
                        int64_t epochs, const void *p, size_t n) {
-  char dir[PATH_MAX], prefix[256], path[PATH_MAX + 300], tmp[PATH_MAX + 340];
+  if (!sf__options.journal)
+    return;
+  char dir[PATH_MAX], prefix[256], path[PATH_MAX + 300];
   ckpt_dir(dir, sizeof dir);
   sf__mkdirs(dir);
   prefix_named(d, id, rank, prefix, sizeof prefix);
   snprintf(path, sizeof path, "%s/%s%" PRId64, dir, prefix, calls);
-  snprintf(tmp, sizeof tmp, "%s/.tmp-%s%" PRId64 "-%d", dir, prefix, calls, (int)getpid());
 
   /* Never ahead of the journal, and saying where it stood.  If the
    * journal has failed, the calls this state holds may be missing from it:
@@ -203,22 +206,27 @@ static void write_file(const sf_actor_desc *d, int64_t id, int64_t rank, int64_t
   put_head(&b, &h);
   sf__buf_put(&b, p, n);
   double t0 = sf__trace_now();
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd >= 0 && sf__fault("checkpoint-write")) {
+  /* Atomic (core's outfile.c): a temporary file beside the path (its
+   * name never matches a checkpoint's), fsync'ed, renamed, the folder
+   * fsync'ed; anything but a regular file at the path is refused. */
+  sf__outfile o;
+  char why[300];
+  bool ok = sf__outfile_open(&o, path, SF__OUT_ATOMIC, why, sizeof why);
+  if (ok && sf__fault("checkpoint-write")) {
     /* Fault test: die with half the temporary file written. */
-    (void)write_all_fd(fd, b.data, b.len / 2);
+    (void)sf__outfile_write(&o, b.data, b.len / 2);
     raise(SIGKILL);
   }
-  bool ok = fd >= 0 && write_all_fd(fd, b.data, b.len) && fsync(fd) == 0;
-  if (fd >= 0)
-    ok = close(fd) == 0 && ok;
-  ok = ok && rename(tmp, path) == 0;
-  if (ok)
-    fsync_dir(dir);
-  else {
-    unlink(tmp);
-    sf__notice("cannot write checkpoint %s: %s", path, strerror(errno));
+  if (ok && !sf__outfile_write(&o, b.data, b.len)) {
+    snprintf(why, sizeof why, "%s", strerror(errno));
+    sf__outfile_abort(&o);
+    ok = false;
+  } else if (ok && !sf__outfile_commit(&o)) {
+    snprintf(why, sizeof why, "%s", strerror(errno));
+    ok = false;
   }
+  if (!ok)
+    sf__notice("cannot write checkpoint %s: %s", path, why);
   sf__trace_event(d->name, "checkpoint", t0, 0, ok ? NULL : "write failed");
   sf__buf_free(&b);
   if (!ok)
@@ -439,6 +447,16 @@ bool sf__checkpoint_vet(const char *journal, char *why, size_t n) {
   struct dirent *e;
   while ((e = readdir(d))) {
     const char *dot = strrchr(e->d_name, '.');
+    if (e->d_name[0] == '.' && strstr(e->d_name, ".tmp-")) {
+      /* A write the killed run did not finish (the folder is locked:
+       * no live writer owns it); never read, so not kept either. */
+      char p[PATH_MAX + 300];
+      struct stat st;
+      snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+      if (lstat(p, &st) == 0 && S_ISREG(st.st_mode))
+        unlink(p);
+      continue;
+    }
     if (e->d_name[0] == '.' || !dot || strlen(e->d_name) >= sizeof vs->name)
       continue;
     char *end;
@@ -590,7 +608,10 @@ bool sf__checkpoint_restore(sf_actor *a) {
   return false;
 }
 
-/* Removes every checkpoint (a new run, or a finished one). */
+/* Removes every checkpoint (a new run, or a finished one), and the
+ * temporary files of writes a crash interrupted.  Only files and links
+ * are removed: a FIFO or a device node someone made there is not ours
+ * (and no checkpoint is ever written over it). */
 void sf__checkpoint_clear(void) {
   char dir[PATH_MAX], p[PATH_MAX + 300];
   ckpt_dir(dir, sizeof dir);
@@ -598,10 +619,12 @@ void sf__checkpoint_clear(void) {
   if (!d)
     return;
   struct dirent *e;
+  struct stat st;
   while ((e = readdir(d)))
-    if (e->d_name[0] != '.' || strncmp(e->d_name, ".tmp-", 5) == 0) {
+    if (e->d_name[0] != '.' || strstr(e->d_name, ".tmp-")) { /* outfile.c's .NAME.tmp-PID-N */
       snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-      unlink(p);
+      if (lstat(p, &st) == 0 && (S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)))
+        unlink(p);
     }
   closedir(d);
   rmdir(dir);

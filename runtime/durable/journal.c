@@ -247,13 +247,31 @@ static bool open_locked(void) {
   J.fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC | (J.replay ? O_APPEND : O_TRUNC), 0644);
   if (J.fd < 0) {
     J.failed = true;
-    sf__notice("cannot write %s (%s): this run cannot be resumed", p, strerror(errno));
+    if (J.replay) /* the loaded journal is still whole */
+      sf__notice("cannot append to %s (%s): this run journals nothing more, and --resume "
+                 "continues from its last complete record", p, strerror(errno));
+    else
+      sf__notice("cannot write %s (%s): this run cannot be resumed", p, strerror(errno));
     return false;
   }
   if (!J.replay || J.need_header)
     header(&J.pending);
   J.opened = true;
   return true;
+}
+
+/* After a failed write or sync (a full disk): what the file still holds
+ * is a prefix of whole records, perhaps with a torn one after them, which
+ * --resume cuts off; every checkpoint written so far depends only on that
+ * prefix.  So the run can be resumed from its last complete record, and
+ * the notice says so, and what is no longer kept. */
+static void lost_notice(const char *what, int err) {
+  char p[PATH_MAX];
+  path_in(p, sizeof p, "journal");
+  sf__notice("%s the journal %s failed (%s): it keeps the records written whole before it "
+             "(at least %llu); this run journals and checkpoints nothing more, and --resume "
+             "continues from the last complete record",
+             what, p, strerror(err), (unsigned long long)J.nwritten);
 }
 
 /* Each thread appends records to its own buffer under its own (nearly
@@ -317,7 +335,7 @@ static void write_out(sf__buf *out, bool records) {
   bool ok = sf__write_all(J.fd, out->data, out->len);
   if (!ok) {
     J.failed = true;
-    sf__notice("writing the journal failed (%s): this run cannot be resumed", strerror(errno));
+    lost_notice("writing", errno);
     return;
   }
   if (!records) {
@@ -533,7 +551,7 @@ bool sf__journal_flush(sf__jpos *pos) {
   bool ok = !J.failed && (J.fd < 0 || fdatasync(J.fd) == 0);
   if (!ok && !J.failed) {
     J.failed = true;
-    sf__notice("syncing the journal failed (%s): this run cannot be resumed", strerror(errno));
+    lost_notice("syncing", errno);
   }
   *pos = (sf__jpos){J.run_id, J.written, J.nwritten, J.chain};
   pthread_mutex_unlock(&J.lock);
@@ -753,8 +771,8 @@ static void load(void) {
   if (!sf__checkpoint_vet(p, why, sizeof why))
     fatal("--resume: %s", why);
   if (at < len) {
-    sf__notice("the journal ends in a torn or corrupt record (its last %zu bytes, written as the "
-               "run was killed); they are dropped",
+    sf__notice("the journal ends in a torn or corrupt record (its last %zu bytes, from a write "
+               "that a kill or a full disk cut short); they are dropped",
                len - at);
     /* Synced before anything is appended: a power loss must not bring
      * the torn bytes back between the records and the new ones, where

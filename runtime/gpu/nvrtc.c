@@ -234,24 +234,24 @@ static void mkdirs(const char *dir) {
   mkdir(p, 0755);
 }
 
-/* Best effort: a cache that cannot be written only costs a recompile. */
+/* Best effort: a cache that cannot be written only costs a recompile.
+ * Replaced whole (core's outfile.c, SF__OUT_ATOMIC): a reader in another
+ * process never sees half an image, and anything but a regular file at
+ * the path is left alone. */
 static void write_entry(const char *dir, const char *path, const sf__blob *img) {
   mkdirs(dir);
-  char tmp[4200];
-  snprintf(tmp, sizeof tmp, "%s/.tmp-XXXXXX", dir);
-  int fd = mkstemp(tmp);
-  if (fd < 0)
+  sf__outfile o;
+  if (!sf__outfile_open(&o, path, SF__OUT_ATOMIC, NULL, 0))
     return;
   uint8_t hdr[HDR];
   memcpy(hdr, MAGIC, 6);
   for (int i = 0; i < 8; i++)
     hdr[6 + i] = (uint8_t)((uint64_t)img->len >> (8 * i));
   sf__sha256(img->data, img->len, hdr + 14);
-  bool ok = sf__write_all(fd, (const char *)hdr, HDR) &&
-            sf__write_all(fd, img->data, img->len);
-  ok = close(fd) == 0 && ok;
-  if (!ok || rename(tmp, path) != 0)
-    unlink(tmp);
+  if (sf__outfile_write(&o, hdr, HDR) && sf__outfile_write(&o, img->data, img->len))
+    (void)sf__outfile_commit(&o);
+  else
+    sf__outfile_abort(&o);
 }
 
 bool sf__kernel_image(const char *src, const char *name, const char *arch, sf__blob *out,

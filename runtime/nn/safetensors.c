@@ -24,6 +24,7 @@
 #include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "nn.h"
@@ -375,7 +376,180 @@ static bool read_u64s(const cJSON *arr, int64_t *out, int32_t max, int32_t *n) {
   return true;
 }
 
-/* The header into l->entries, every offset checked against the data. */
+/* The bytes of one element of each dtype the format defines (the reference
+ * library's Dtype); 0 for a name it does not define. */
+static int32_t dtype_size(const char *name) {
+  static const struct {
+    const char *name;
+    int32_t size;
+  } sizes[] = {{"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1},
+               {"F8_E8M0", 1}, {"I16", 2}, {"U16", 2}, {"F16", 2},  {"BF16", 2},
+               {"I32", 4},  {"U32", 4}, {"F32", 4}, {"F64", 8},     {"I64", 8},
+               {"U64", 8},  {"C64", 8}};
+  for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
+    if (!strcmp(sizes[i].name, name))
+      return sizes[i].size;
+  return 0;
+}
+
+/* The reference library's limit on the header (a bigger one is refused
+ * before it is read). */
+#define MAX_HEADER 100000000ull
+
+/* The header's bytes: UTF-8, a JSON object from the first byte, then only
+ * padding (spaces; the reference library's JSON parser also skips tabs and
+ * line breaks there). */
+static bool parse_json(loader *l, uint64_t n) {
+  const char *f = l->file, *h = l->view.data + 8;
+  size_t valid = sf__utf8_valid_prefix(h, (size_t)n);
+  if (valid < n) {
+    fail_msg(l, "nn.load: %s: the header is not valid UTF-8 (at byte %zu)", f, 8 + valid);
+    return false;
+  }
+  if (h[0] != '{') {
+    fail_msg(l, "nn.load: %s: the header does not start with '{' (byte 8 is 0x%02x)", f,
+             (unsigned char)h[0]);
+    return false;
+  }
+  char err[256];
+  if (!sf__cjson_load(err, sizeof err)) {
+    fail_msg(l, "nn.load: %s: %s", f, err);
+    return false;
+  }
+  const char *end = NULL;
+  l->root = sf__cjson_parse(h, (size_t)n, &end);
+  if (jtype(l->root) != cJSON_Object) {
+    fail_msg(l, "nn.load: %s: the header is not a JSON object (bad JSON at byte %td)", f,
+             end ? end - l->view.data : (ptrdiff_t)8);
+    return false;
+  }
+  for (const char *c = end ? end : h + n; c < h + n; c++)
+    if (*c != ' ' && *c != '\t' && *c != '\n' && *c != '\r') {
+      fail_msg(l, "nn.load: %s: the header holds bytes after its JSON object (at byte %td; "
+               "only space padding may follow it)", f, c - l->view.data);
+      return false;
+    }
+  return true;
+}
+
+/* "__metadata__", when there, maps names to strings. */
+static bool check_metadata(loader *l, const cJSON *m) {
+  bool ok = jtype(m) == cJSON_Object;
+  for (const cJSON *c = ok ? m->child : NULL; c && ok; c = c->next)
+    ok = jtype(c) == cJSON_String;
+  if (!ok)
+    fail_msg(l, "nn.load: %s: the header's \"__metadata__\" is not an object of strings", l->file);
+  return ok;
+}
+
+/* One tensor's entry: its dtype, shape and offsets, the offsets checked
+ * against the data and against the bytes its dtype and shape need. */
+static bool parse_entry(loader *l, const cJSON *c, entry *e) {
+  const char *f = l->file;
+  memset(e, 0, sizeof *e);
+  e->name = c->string;
+  bool obj = jtype(c) == cJSON_Object;
+  const cJSON *dt = obj ? jget(c, "dtype") : NULL;
+  const cJSON *sh = obj ? jget(c, "shape") : NULL;
+  const cJSON *off = obj ? jget(c, "data_offsets") : NULL;
+  int64_t offs[2];
+  int32_t noff = 0;
+  if (!obj || jtype(dt) != cJSON_String || !read_u64s(sh, e->shape, SF__TMAX, &e->ndim) ||
+      !read_u64s(off, offs, 2, &noff) || noff != 2) {
+    fail_msg(l, "nn.load: %s: the header's entry \"%s\" is malformed (it needs dtype, shape "
+             "of at most %d dimensions, and data_offsets [begin, end])", f, e->name, SF__TMAX);
+    return false;
+  }
+  snprintf(e->dtype_name, sizeof e->dtype_name, "%s", dt->valuestring);
+  int32_t size = dtype_size(dt->valuestring);
+  if (!size) {
+    fail_msg(l, "nn.load: %s: \"%s\" has dtype \"%s\", which the safetensors format does not "
+             "define", f, e->name, e->dtype_name);
+    return false;
+  }
+  e->dtype = !strcmp(dt->valuestring, "F32") ? DT_F32 : !strcmp(dt->valuestring, "F16") ? DT_F16
+             : !strcmp(dt->valuestring, "BF16") ? DT_BF16 : 0;
+  e->supported = e->dtype != 0;
+  e->begin = (uint64_t)offs[0];
+  e->end = (uint64_t)offs[1];
+  uint64_t numel = 1;
+  for (int32_t i = 0; i < e->ndim; i++)
+    numel = e->shape[i] && numel > UINT64_MAX / 16 / (uint64_t)e->shape[i]
+                ? UINT64_MAX / 16 : numel * (uint64_t)e->shape[i];
+  if (e->begin > e->end || e->end > l->data_len || e->end - e->begin != numel * (uint64_t)size) {
+    fail_msg(l, "nn.load: %s: the data of \"%s\" (offsets %" PRIu64 "..%" PRIu64 ") does not "
+             "fit %s %s within the %" PRIu64 " data bytes", f, e->name, e->begin, e->end,
+             e->dtype_name, sf__shape_str(e->ndim, e->shape, (char[SF__SHAPE_BUF]){0}),
+             l->data_len);
+    return false;
+  }
+  return true;
+}
+
+static int by_offsets(const void *x, const void *y) {
+  const entry *a = *(entry *const *)x, *b = *(entry *const *)y;
+  return a->begin != b->begin ? (a->begin < b->begin ? -1 : 1)
+         : a->end != b->end   ? (a->end < b->end ? -1 : 1)
+                              : 0;
+}
+
+/* The format's layout: taken in order of their offsets, each tensor's
+ * bytes start where the previous one's end (the first at 0), and the last
+ * ends at the end of the file: no gap, no overlap, nothing after. */
+static bool check_layout(loader *l) {
+  const char *f = l->file;
+  entry **order = sf__alloc_n((size_t)(l->nentries ? l->nentries : 1), sizeof *order);
+  for (int64_t i = 0; i < l->nentries; i++)
+    order[i] = &l->entries[i];
+  qsort(order, (size_t)l->nentries, sizeof *order, by_offsets);
+  uint64_t at = 0;
+  const entry *prev = NULL;
+  for (int64_t i = 0; i < l->nentries && !l->failed; i++) {
+    const entry *e = order[i];
+    if (e->begin < at)
+      fail_msg(l, "nn.load: %s: the data of \"%s\" (offsets %" PRIu64 "..%" PRIu64 ") overlaps "
+               "that of \"%s\" (offsets %" PRIu64 "..%" PRIu64 ")", f, e->name, e->begin, e->end,
+               prev->name, prev->begin, prev->end);
+    else if (e->begin > at)
+      fail_msg(l, "nn.load: %s: the data of \"%s\" starts at byte %" PRIu64 " but %s at byte "
+               "%" PRIu64 ": %" PRIu64 " %s belong to no tensor", f, e->name, e->begin,
+               prev ? "the tensor before it ends" : "the data starts", at, e->begin - at,
+               sf__plural((int64_t)(e->begin - at), "byte", "bytes"));
+    at = e->end;
+    prev = e;
+  }
+  if (!l->failed && at != l->data_len)
+    fail_msg(l, "nn.load: %s: the tensors' data ends at byte %" PRIu64 " of the %" PRIu64
+             " data bytes: %" PRIu64 " %s after it belong to no tensor (or the header length, "
+             "%zu, is wrong)", f, at, l->data_len, l->data_len - at,
+             sf__plural((int64_t)(l->data_len - at), "byte", "bytes"),
+             (size_t)(l->data - l->view.data - 8));
+  sf_free(order);
+  return !l->failed;
+}
+
+static int by_name(const void *x, const void *y) {
+  return strcmp(*(const char *const *)x, *(const char *const *)y);
+}
+
+/* Each of the header's n names once (the JSON parser keeps both of a name
+ * given twice; which one a reader takes is anyone's guess). */
+static bool check_names(loader *l, int64_t n) {
+  const char **names = sf__alloc_n((size_t)(n ? n : 1), sizeof *names);
+  int64_t k = 0;
+  for (const cJSON *c = l->root->child; c; c = c->next)
+    names[k++] = c->string;
+  qsort(names, (size_t)n, sizeof *names, by_name);
+  for (int64_t i = 1; i < n && !l->failed; i++)
+    if (!strcmp(names[i - 1], names[i]))
+      fail_msg(l, "nn.load: %s: the header names \"%s\" twice", l->file, names[i]);
+  sf_free(names);
+  return !l->failed;
+}
+
+/* The header into l->entries, checked against every rule of the format
+ * (huggingface/safetensors, as its own loader checks them), so a file
+ * that library refuses is refused here too, naming why. */
 static bool parse_header(loader *l) {
   const char *f = l->file;
   if (l->view.len < 8) {
@@ -386,72 +560,36 @@ static bool parse_header(loader *l) {
   uint64_t n = 0;
   for (int i = 0; i < 8; i++)
     n |= (uint64_t)(unsigned char)l->view.data[i] << (8 * i);
+  if (n > MAX_HEADER && n <= l->view.len - 8) {
+    fail_msg(l, "nn.load: %s: the header length %" PRIu64 " is over the format's limit of %llu "
+             "bytes", f, n, MAX_HEADER);
+    return false;
+  }
   if (n > l->view.len - 8 || n < 2) {
     fail_msg(l, "nn.load: %s is not a safetensors file (header length %" PRIu64 " for a file "
              "of %zu bytes)", f, n, l->view.len);
     return false;
   }
-  char err[256];
-  if (!sf__cjson_load(err, sizeof err)) {
-    fail_msg(l, "nn.load: %s: %s", f, err);
+  if (!parse_json(l, n))
     return false;
-  }
-  const char *end = NULL;
-  l->root = sf__cjson_parse(l->view.data + 8, (size_t)n, &end);
-  if (jtype(l->root) != cJSON_Object) {
-    fail_msg(l, "nn.load: %s: the header is not a JSON object (bad JSON at byte %td)", f,
-             end ? end - l->view.data : (ptrdiff_t)8);
-    return false;
-  }
   l->data = l->view.data + 8 + n;
   l->data_len = l->view.len - 8 - n;
   int64_t cap = 0;
   for (const cJSON *c = l->root->child; c; c = c->next)
     cap++;
   l->entries = sf__alloc_n((size_t)(cap ? cap : 1), sizeof *l->entries);
+  if (!check_names(l, cap))
+    return false;
   for (const cJSON *c = l->root->child; c; c = c->next) {
-    if (!strcmp(c->string, "__metadata__"))
+    if (!strcmp(c->string, "__metadata__")) {
+      if (!check_metadata(l, c))
+        return false;
       continue;
-    entry *e = &l->entries[l->nentries++];
-    memset(e, 0, sizeof *e);
-    e->name = c->string;
-    bool obj = jtype(c) == cJSON_Object;
-    const cJSON *dt = obj ? jget(c, "dtype") : NULL;
-    const cJSON *sh = obj ? jget(c, "shape") : NULL;
-    const cJSON *off = obj ? jget(c, "data_offsets") : NULL;
-    int64_t offs[2];
-    int32_t noff = 0;
-    if (!obj || jtype(dt) != cJSON_String || !read_u64s(sh, e->shape, SF__TMAX, &e->ndim) ||
-        !read_u64s(off, offs, 2, &noff) || noff != 2) {
-      fail_msg(l, "nn.load: %s: the header's entry \"%s\" is malformed (it needs dtype, shape "
-               "of at most %d dimensions, and data_offsets [begin, end])", f, e->name, SF__TMAX);
-      return false;
     }
-    snprintf(e->dtype_name, sizeof e->dtype_name, "%s", dt->valuestring);
-    int32_t size = 0;
-    if (!strcmp(dt->valuestring, "F32"))
-      e->dtype = DT_F32, size = 4;
-    else if (!strcmp(dt->valuestring, "F16"))
-      e->dtype = DT_F16, size = 2;
-    else if (!strcmp(dt->valuestring, "BF16"))
-      e->dtype = DT_BF16, size = 2;
-    e->supported = size != 0;
-    e->begin = (uint64_t)offs[0];
-    e->end = (uint64_t)offs[1];
-    uint64_t numel = 1;
-    for (int32_t i = 0; i < e->ndim; i++)
-      numel = e->shape[i] && numel > UINT64_MAX / 16 / (uint64_t)e->shape[i]
-                  ? UINT64_MAX / 16 : numel * (uint64_t)e->shape[i];
-    if (e->begin > e->end || e->end > l->data_len ||
-        (size && e->end - e->begin != numel * (uint64_t)size)) {
-      fail_msg(l, "nn.load: %s: the data of \"%s\" (offsets %" PRIu64 "..%" PRIu64 ") does not "
-               "fit %s %s within the %" PRIu64 " data bytes", f, e->name, e->begin, e->end,
-               e->dtype_name, sf__shape_str(e->ndim, e->shape, (char[SF__SHAPE_BUF]){0}),
-               l->data_len);
+    if (!parse_entry(l, c, &l->entries[l->nentries++]))
       return false;
-    }
   }
-  return true;
+  return check_layout(l);
 }
 
 static entry *find_entry(loader *l, const char *name) {

@@ -90,6 +90,7 @@ static struct {
   bool held;  /* output ended mid-line: no redraw until its newline */
   pthread_t thread;
   double last_draw, interval;
+  char status[SF__STATUS_SLOTS][200]; /* sf__progress_status's texts ("" unset) */
 } T = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
 
 /* Read without the lock on every write: set once, before the run's work. */
@@ -111,8 +112,8 @@ static void clear_line(void) {
 }
 
 /* The counters in words: "tasks 3/10 done, 2 running, 0 failed, 1 retry;
- * actor calls 5/5". */
-static int status_text(char *buf, size_t n) {
+ * actor calls 5/5".  Under T.lock. */
+static int counters_text(char *buf, size_t n) {
   sf__counters c;
   sf__counters_sum(&c);
   int64_t retries = atomic_load(&sf__stats.retries);
@@ -123,6 +124,48 @@ static int status_text(char *buf, size_t n) {
                   sf__plural(retries, "retry", "retries"),
                   sf__plural(c.calls, "actor call", "actor calls"), (long long)c.calls_done,
                   (long long)c.calls);
+}
+
+/* What the line says: a std module's status when one is set (a sweep's
+ * over its trials' training), followed by the task counters only where
+ * tasks fail or retry (what a sweep's or a training run's own figures do
+ * not show); else the counters.  Under T.lock. */
+static int status_text(char *buf, size_t n) {
+  const char *st = T.status[SF__STATUS_SWEEP][0] ? T.status[SF__STATUS_SWEEP]
+                   : T.status[SF__STATUS_TRAIN];
+  if (!*st)
+    return counters_text(buf, n);
+  int64_t failed = atomic_load(&sf__stats.tasks_failed), retries = atomic_load(&sf__stats.retries);
+  if (!failed && !retries)
+    return snprintf(buf, n, "%s", st);
+  return snprintf(buf, n, "%s; %lld %s failed, %lld %s", st, (long long)failed,
+                  sf__plural(failed, "task", "tasks"), (long long)retries,
+                  sf__plural(retries, "retry", "retries"));
+}
+
+void sf__progress_status(int slot, const char *text) {
+  if (slot < 0 || slot >= SF__STATUS_SLOTS)
+    return;
+  pthread_mutex_lock(&T.lock);
+  snprintf(T.status[slot], sizeof T.status[slot], "%s", text ? text : "");
+  pthread_mutex_unlock(&T.lock);
+}
+
+void sf__fmt_duration(char *buf, size_t n, double seconds) {
+  long long s = seconds > 0 && seconds < 1e9 ? (long long)(seconds + 0.5) : 0;
+  if (s < 60)
+    snprintf(buf, n, "%lld s", s);
+  else if (s < 3600)
+    snprintf(buf, n, "%lld:%02lld", s / 60, s % 60);
+  else
+    snprintf(buf, n, "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
+}
+
+bool sf__progress_wanted(void) {
+  pthread_mutex_lock(&T.lock);
+  bool on = T.line || T.plain;
+  pthread_mutex_unlock(&T.lock);
+  return on;
 }
 
 /* Cut to one row of the terminal: a wrapped line could not be cleared. */

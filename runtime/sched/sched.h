@@ -354,6 +354,16 @@ void sf__notice(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void *sf__watch_begin(void *task, int32_t attempt, double seconds);
 bool sf__watch_end(void *handle); /* true if it fired */
 void sf__progress_clear(void);
+/* What a std module says the run is doing, shown on the progress line in
+ * place of the bare counters: SF__STATUS_SWEEP (std.tune) wins over
+ * SF__STATUS_TRAIN (std.train), whose trials it may run.  text is copied;
+ * NULL clears the slot.  sf__progress_wanted is false when no line is
+ * shown, so a caller can skip formatting. */
+enum { SF__STATUS_TRAIN, SF__STATUS_SWEEP, SF__STATUS_SLOTS };
+void sf__progress_status(int slot, const char *text);
+bool sf__progress_wanted(void);
+/* seconds as the line shows a time left: "42 s", "3:07", "1:02:09". */
+void sf__fmt_duration(char *buf, size_t n, double seconds);
 /* Every write to stdout or stderr while a run may show the progress line:
  * write(2) of buf, with the line cleared first and drawn again after when
  * it is on the same terminal (progress.c). */

@@ -12,7 +12,8 @@
  *    ends in a runtime error), so tracing costs little while the work runs.
  *  - A regular file is written beside the path and renamed over it; a
  *    FIFO, a character device or a link is never replaced (see "the trace
- *    file" below for the rules, which follow the shell's `>`).
+ *    file" below: the rules of every file sflow writes, core's outfile.c,
+ *    which follow the shell's `>`).
  *  - pid is the node (0 the head, 1..n the workers in hostfile order, each
  *    named by a process_name event with its host), tid the thread: 0 is
  *    main, 1..n the pool's workers.  A thread runs one attempt at a time,
@@ -293,150 +294,34 @@ static void put_json_str(FILE *f, const char *s) {
 
 /* ---------------------------------------------------- the trace file */
 
-/* Where the trace goes is decided before the run, from what the path names
- * (lstat, then stat through a symlink):
- *  - nothing, or a regular file: a new file next to it, created with
- *    O_EXCL under a name of this process's own, renamed over the path at
- *    the end, so a reader never sees half a trace and two runs never share
- *    a temporary file;
- *  - a symlink: followed, as the shell's `>` does.  To a regular file: that
- *    file is replaced as above and the link stays a link; to nothing: the
- *    file is created through the link, in place;
- *  - a FIFO or a character device (`/dev/null`, a terminal): opened as it
- *    is and written in place; opening a FIFO waits for a reader, as `>`
- *    does.  A path that is the file of stdout or stderr (`/dev/stdout`, or
- *    `--trace out.txt > out.txt`) is written through that descriptor, after
- *    the program's output;
- *  - a directory, a block device or a socket: an error before the run.
- * Replacing the path by rename whatever it named would turn a FIFO or a
- * link into a regular file, and as root replace a device node. */
-static FILE *out;              /* opened before the run */
-static char tmp[PATH_MAX + 64]; /* rename mode: the temporary file, else "" */
-static char dest[PATH_MAX];     /* rename mode: what it is renamed to */
-
-__attribute__((format(printf, 3, 4))) static bool open_fail(char *err, size_t errlen,
-                                                            const char *fmt, ...) {
-  int n = snprintf(err, errlen, "cannot write the trace to '%s': ", sf__options.trace);
-  va_list ap;
-  va_start(ap, fmt);
-  if (n >= 0 && (size_t)n < errlen)
-    vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
-  va_end(ap);
-  return false;
-}
-
-/* A new file for a trace to be renamed to path; -1 with errno set. */
-static int open_temp(const char *path, mode_t mode) {
-  static _Atomic unsigned seq;
-  for (int tries = 0; tries < 100; tries++) {
-    unsigned k = atomic_fetch_add(&seq, 1) ^ (unsigned)sf__trace_clock_ns();
-    int n = snprintf(tmp, sizeof tmp, "%s.tmp-%d-%u", path, (int)getpid(), k);
-    if (n < 0 || (size_t)n >= sizeof tmp) {
-      errno = ENAMETOOLONG;
-      return -1;
-    }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
-    if (fd >= 0 || errno != EEXIST)
-      return fd;
-  }
-  return -1;
-}
-
-/* Rename mode: the trace is written to a temporary file beside path
- * (whose folder must therefore exist and be writable now). */
-static bool open_renamed(const char *path, const struct stat *old, char *err, size_t errlen) {
-  if (strlen(path) >= sizeof dest)
-    return open_fail(err, errlen, "%s", strerror(ENAMETOOLONG));
-  snprintf(dest, sizeof dest, "%s", path);
-  int fd = open_temp(path, 0666);
-  if (fd < 0) {
-    int e = errno;
-    tmp[0] = '\0';
-    if (e == ENOENT || e == ENOTDIR)
-      return open_fail(err, errlen, "its folder does not exist");
-    return open_fail(err, errlen, "cannot create a file in its folder: %s", strerror(e));
-  }
-  if (old)
-    (void)fchmod(fd, old->st_mode & 07777); /* a replaced file keeps its mode */
-  out = fdopen(fd, "w");
-  if (!out) {
-    close(fd);
-    unlink(tmp);
-    tmp[0] = '\0';
-    return open_fail(err, errlen, "%s", strerror(errno));
-  }
-  return true;
-}
-
-/* In place: the path opened as it is, or a duplicate of fd (stdout or
- * stderr) when fd >= 0. */
-static bool open_in_place(const char *path, int fd, int flags, char *err, size_t errlen) {
-  if (fd >= 0)
-    fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-  else
-    do
-      fd = open(path, O_WRONLY | O_CLOEXEC | flags, 0666);
-    while (fd < 0 && errno == EINTR);
-  if (fd < 0)
-    return open_fail(err, errlen, "%s", strerror(errno));
-  out = fdopen(fd, "w");
-  if (!out) {
-    close(fd);
-    return open_fail(err, errlen, "%s", strerror(errno));
-  }
-  return true;
-}
-
-/* 1 or 2 when st is the file of stdout or stderr, else -1. */
-static int std_fd_of(const struct stat *st) {
-  for (int fd = 1; fd <= 2; fd++) {
-    struct stat s;
-    if (fstat(fd, &s) == 0 && s.st_dev == st->st_dev && s.st_ino == st->st_ino)
-      return fd;
-  }
-  return -1;
-}
-
-/* What st names, for a refusal. */
-static const char *kind_of(mode_t m) {
-  return S_ISDIR(m) ? "it is a directory" : S_ISBLK(m) ? "it is a block device"
-         : S_ISSOCK(m) ? "it is a socket" : "it is not a file, a FIFO or a character device";
-}
-
-/* Opens out for path by the rules above. */
-static bool open_trace(const char *path, char *err, size_t errlen) {
-  struct stat st;
-  if (lstat(path, &st) != 0) {
-    if (errno == ENOTDIR)
-      return open_fail(err, errlen, "a part of its folder is not a directory");
-    return errno == ENOENT ? open_renamed(path, NULL, err, errlen)
-                           : open_fail(err, errlen, "%s", strerror(errno));
-  }
-  bool link = S_ISLNK(st.st_mode);
-  if (link && stat(path, &st) != 0) {
-    if (errno != ENOENT)
-      return open_fail(err, errlen, "%s", strerror(errno));
-    /* A dangling link: create what it points to, as `>` would. */
-    return open_in_place(path, -1, O_CREAT | O_TRUNC, err, errlen);
-  }
-  int std = std_fd_of(&st);
-  if (std >= 0)
-    return open_in_place(path, std, 0, err, errlen);
-  if (S_ISREG(st.st_mode)) {
-    char real[PATH_MAX];
-    if (link && !realpath(path, real))
-      return open_fail(err, errlen, "%s", strerror(errno));
-    return open_renamed(link ? real : path, &st, err, errlen);
-  }
-  if (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode))
-    return open_in_place(path, -1, 0, err, errlen);
-  return open_fail(err, errlen, "%s", kind_of(st.st_mode));
-}
+/* Where the trace goes is decided before the run, from what the path names,
+ * by the rule every file sflow writes follows (core's outfile.c,
+ * docs/runtime.md "Files sflow writes"): nothing or a regular file is
+ * replaced whole at the end (a temporary file beside it, renamed over it,
+ * so a reader never sees half a trace); a symlink is followed and stays a
+ * link; a FIFO or a character device is written in place (opening a FIFO
+ * waits for a reader, as `>` does); the file of stdout or stderr is
+ * written through that descriptor, after the program's output; a
+ * directory, a block device or a socket is an error before the run. */
+static FILE *out;          /* opened before the run: a duplicate of file.fd */
+static sf__outfile file;   /* where out goes, committed at the end */
 
 bool sf__trace_open(char *err, size_t errlen) {
-  tmp[0] = '\0';
-  if (!open_trace(sf__options.trace, err, errlen))
+  char why[300];
+  if (!sf__outfile_open(&file, sf__options.trace, 0, why, sizeof why)) {
+    snprintf(err, errlen, "cannot write the trace to '%s': %s", sf__options.trace, why);
     return false;
+  }
+  int fd = fcntl(file.fd, F_DUPFD_CLOEXEC, 3);
+  out = fd >= 0 ? fdopen(fd, "w") : NULL;
+  if (!out) {
+    int e = errno;
+    if (fd >= 0)
+      close(fd);
+    sf__outfile_abort(&file);
+    snprintf(err, errlen, "cannot write the trace to '%s': %s", sf__options.trace, strerror(e));
+    return false;
+  }
   sf__trace_on = true;
   return true;
 }
@@ -446,9 +331,7 @@ void sf__trace_discard(void) {
     return;
   fclose(out);
   out = NULL;
-  if (tmp[0])
-    unlink(tmp);
-  tmp[0] = '\0';
+  sf__outfile_abort(&file);
   sf__trace_on = false;
 }
 
@@ -518,11 +401,12 @@ static void put_nodes(FILE *f) {
   }
 }
 
-/* Flushes and closes the trace, then renames it into place (rename mode).
- * A reader of a FIFO that went away must not end the run with SIGPIPE now
- * that its work is done: the signal is blocked on this thread while the
- * trace is written (a pipe raises it on the writing thread) and a pending
- * one is taken back, so the failure is a notice like any other. */
+/* Flushes and closes the trace, then commits it (renamed into place, or
+ * closed when written in place).  A reader of a FIFO that went away must
+ * not end the run with SIGPIPE now that its work is done: the signal is
+ * blocked on this thread while the trace is written (a pipe raises it on
+ * the writing thread) and a pending one is taken back, so the failure is
+ * a notice like any other. */
 static void finish(FILE *f, const char *path) {
   sigset_t pipe_set, old;
   sigemptyset(&pipe_set);
@@ -537,16 +421,14 @@ static void finish(FILE *f, const char *path) {
   struct timespec zero = {0, 0};
   (void)sigtimedwait(&pipe_set, NULL, &zero); /* signals of a kind do not queue */
   pthread_sigmask(SIG_SETMASK, &old, NULL);
-  if (ok && tmp[0] && rename(tmp, dest) != 0) {
+  if (!ok)
+    sf__outfile_abort(&file);
+  else if (!sf__outfile_commit(&file)) {
     ok = false;
     e = errno;
   }
-  if (!ok) {
-    if (tmp[0])
-      unlink(tmp);
+  if (!ok)
     sf__notice("cannot write the trace to %s: %s", path, strerror(e));
-  }
-  tmp[0] = '\0';
 }
 
 void sf__trace_write(void) {

@@ -46,7 +46,9 @@ static void route_lines(sf__buf *b, sf__route *r, int part) {
       put(b, "sflow_serve_request_seconds_bucket{route=\"%s\",le=\"%s\"} %llu\n", r->path, le,
           (unsigned long long)cum);
     }
-    put(b, "sflow_serve_request_seconds_sum{route=\"%s\"} %.9g\n", r->path, r->lat_sum);
+    char sum[SF__FLOAT_BUF]; /* the shortest text that reads back, as Prometheus' Go writes */
+    sf__fmt_f64_repr(r->lat_sum, sum);
+    put(b, "sflow_serve_request_seconds_sum{route=\"%s\"} %s\n", r->path, sum);
     put(b, "sflow_serve_request_seconds_count{route=\"%s\"} %llu\n", r->path,
         (unsigned long long)r->lat_count);
   }

@@ -119,3 +119,21 @@ sf_str *sf_std_tune_csv_field(sf_str *text, const sf_loc *loc) {
 void sf_std_tune_io_write(sf_str *path, sf_str *text, const sf_loc *loc) {
   sf__write_or_fail(path, text->data, (size_t)text->len, NULL, NULL, loc);
 }
+
+bool sf_std_tune_progress_on(const sf_loc *loc) {
+  (void)loc;
+  return sf__progress_wanted();
+}
+
+/* The progress line's sweep status: trials done (stopped, terminated or
+ * failed) of all, running, failed, and the best metric so far. */
+void sf_std_tune_progress(int64_t done, int64_t total, int64_t running, int64_t failed,
+                          double best, int64_t best_trial, const sf_loc *loc) {
+  (void)loc;
+  char text[200], b[64] = "";
+  if (best_trial >= 0 && isfinite(best))
+    snprintf(b, sizeof b, ", best %.4g (trial %lld)", best, (long long)best_trial);
+  snprintf(text, sizeof text, "trials %lld/%lld done, %lld running, %lld failed%s",
+           (long long)done, (long long)total, (long long)running, (long long)failed, b);
+  sf__progress_status(SF__STATUS_SWEEP, text);
+}

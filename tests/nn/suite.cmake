@@ -31,6 +31,13 @@ set_tests_properties(nn/fixtures_sflow PROPERTIES TIMEOUT 300)
 add_test(NAME nn/save_interop
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/nn/save_interop_test.py
           --sflowc $<TARGET_FILE:sflowc>)
+# nn.load against hand-made safetensors files the format forbids (a header
+# length one byte short or long, overlapping offsets, a gap, trailing
+# bytes, a bad dtype, bad JSON or UTF-8, a name twice, ...): each refused
+# naming the file and why; the allowed variants load their values.
+add_test(NAME nn/safetensors_bad
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/nn/safetensors_bad_test.py
+          --sflowc $<TARGET_FILE:sflowc>)
 # nn.save with dtype bf16 and f16 writes torch's bytes for torch's file of
 # edge cases and random values (fixtures/halves.safetensors, written by
 # scripts/gen_nn_fixtures.py), nn.load reads torch's BF16 and F16 exactly,

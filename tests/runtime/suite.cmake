@@ -7,12 +7,25 @@ add_test(NAME runtime/observe
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/observe_test.py
           --sflowc $<TARGET_FILE:sflowc>)
 set_tests_properties(runtime/fault_resume PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
+# The progress line's status from std.train and std.tune (plain lines off a
+# terminal with --progress=always).
+add_test(NAME runtime/progress_status
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/progress_status_test.py
+          --sflowc $<TARGET_FILE:sflowc>)
 # --trace into a FIFO, through a symlink, into a char device (as root),
 # onto stdout's file; a directory or a missing folder refused before the run.
 add_test(NAME runtime/trace_path
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/trace_path_test.py
           --sflowc $<TARGET_FILE:sflowc>)
 set_tests_properties(runtime/trace_path PROPERTIES TIMEOUT 300)
+# Every file writer (nn.save, the data writers, std.tune's --out, std.io)
+# into a regular file, a FIFO with a reader, a symlink, a char device made
+# with mknod (as root) and a block device or a directory (refused); a
+# checkpoint over a FIFO or a device is refused and the node left alone.
+add_test(NAME runtime/writers
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/writers_test.py
+          --sflowc $<TARGET_FILE:sflowc>)
+set_tests_properties(runtime/writers PROPERTIES TIMEOUT 300)
 # Damaged journals (truncated, a byte flipped in the middle or the header)
 # beside checkpoints: each --resume repairs with identical output or
 # refuses clearly, never exits 0 with other output.  The short form;
@@ -21,6 +34,14 @@ add_test(NAME runtime/journal_damage
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/journal_damage_test.py
           --sflowc $<TARGET_FILE:sflowc>)
 set_tests_properties(runtime/journal_damage PROPERTIES TIMEOUT 300)
+# What the journal leaves on disk: nothing in the checkpoint folder with
+# --journal=false; a journal write on a full disk (a 48 KiB tmpfs as root,
+# else RLIMIT_FSIZE) says what was kept, and --resume from it prints the
+# uninterrupted output.
+add_test(NAME runtime/journal_files
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/journal_files_test.py
+          --sflowc $<TARGET_FILE:sflowc>)
+set_tests_properties(runtime/journal_files PROPERTIES TIMEOUT 300)
 # The same programs with the runtime built under ThreadSanitizer (a second
 # build tree inside this one); any race report fails.
 add_test(NAME runtime/tsan

@@ -119,8 +119,8 @@ static void test_io_errors(void) {
   sf_release(p);
   p = P("no/such/dir/x");
   snprintf(want, sizeof want,
-           "io.sflow:4:1: runtime error: cannot write \"%s/no/such/dir/x\": No such file or "
-           "directory",
+           "io.sflow:4:1: runtime error: cannot write \"%s/no/such/dir/x\": its folder does "
+           "not exist",
            dir);
   EXPECT_ERROR(sf_write_file(p, NULL, &LOC), want);
   snprintf(want, sizeof want,
