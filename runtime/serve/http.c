@@ -7,8 +7,10 @@
  * it reads the body (refusing it at max_body), decodes it into the
  * route's type, queues it and sleeps until the replica's reply wakes it.
  * The stop is a state under the server's mutex, checked and counted there
- * together with the request's admission, so no request is admitted after
- * the count of those in flight is seen to reach zero.
+ * together with the requests open (from their whole arrival to their
+ * answer's last byte), so the daemon stops only after every answer was
+ * sent.  A connection's next head has a deadline (slowloris), and each
+ * client address a share of the connections.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -61,20 +63,125 @@ static enum MHD_Result respond_error(sf__server *s, sf__route *rt, struct MHD_Co
   return ok;
 }
 
-/* Constant time in the token's length, so the answer's timing does not
- * tell how much of a guess was right. */
-static bool token_ok(sf__server *s, struct MHD_Connection *c) {
-  if (!s->token_len)
+/* The route's own token when it has one, else the server's.  Constant
+ * time in the token's length, so the answer's timing does not tell how
+ * much of a guess was right. */
+static bool token_ok(sf__server *s, sf__route *rt, struct MHD_Connection *c) {
+  const char *token = rt && rt->token_len ? rt->token : s->token;
+  size_t len = rt && rt->token_len ? rt->token_len : s->token_len;
+  if (!len)
     return true;
   const char *a = sf__mhd.lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
   if (!a || strncasecmp(a, "Bearer ", 7))
     return false;
   a += 7;
   size_t n = strlen(a);
-  unsigned char d = n != s->token_len;
-  for (size_t i = 0; i < s->token_len; i++)
-    d |= (unsigned char)(s->token[i] ^ (i < n ? a[i] : 0));
+  unsigned char d = n != len;
+  for (size_t i = 0; i < len; i++)
+    d |= (unsigned char)(token[i] ^ (i < n ? a[i] : 0));
   return d == 0;
+}
+
+/* --------------------------------------------------- the head deadline */
+
+/* A client that sends its request's head a byte at a time (slowloris)
+ * resets libmicrohttpd's idle timeout with every byte, so that timeout
+ * alone lets a few hundred such clients hold every connection for ever.
+ * Each connection therefore has a deadline for its next request's head:
+ * head_timeout_s after it opened or after its previous answer was sent;
+ * the head's arrival (on_request's first call) lifts it.  The reaper
+ * thread answers a connection past it 408 and shuts its socket down,
+ * which ends libmicrohttpd's read on it and so the connection.  One that
+ * was answered before is closed without a 408: it may be an idle
+ * keep-alive connection, whose client could take an unasked-for answer
+ * for that of a request it sends at the same moment. */
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe) {
+  sf__server *s = cls;
+  if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+    const union MHD_ConnectionInfo *fd =
+        sf__mhd.get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    sf__sconn *k = sf_alloc(sizeof *k);
+    memset(k, 0, sizeof *k);
+    k->fd = fd ? fd->connect_fd : -1;
+    k->head_by = sf__mono_ns() + s->head_timeout_ns;
+    pthread_mutex_lock(&s->conns_mu);
+    k->next = s->conns;
+    if (s->conns)
+      s->conns->prev = k;
+    s->conns = k;
+    pthread_mutex_unlock(&s->conns_mu);
+    *socket_context = k;
+    return;
+  }
+  sf__sconn *k = *socket_context;
+  if (!k)
+    return;
+  /* Called before libmicrohttpd closes the socket, so the reaper, which
+   * shuts sockets down under conns_mu, never touches a closed one. */
+  pthread_mutex_lock(&s->conns_mu);
+  if (k->prev)
+    k->prev->next = k->next;
+  else
+    s->conns = k->next;
+  if (k->next)
+    k->next->prev = k->prev;
+  pthread_mutex_unlock(&s->conns_mu);
+  sf_free(k);
+  *socket_context = NULL;
+}
+
+/* The deadline of c's next head: now + head_timeout_s, or none. */
+static void head_deadline(sf__server *s, struct MHD_Connection *c, bool waiting) {
+  const union MHD_ConnectionInfo *i =
+      sf__mhd.get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  sf__sconn *k = i ? i->socket_context : NULL;
+  if (!k)
+    return;
+  pthread_mutex_lock(&s->conns_mu);
+  k->head_by = waiting ? sf__mono_ns() + s->head_timeout_ns : INT64_MAX;
+  k->answered |= waiting;
+  pthread_mutex_unlock(&s->conns_mu);
+}
+
+static void *reaper_main(void *arg) {
+  sf__server *s = arg;
+  char msg[160], answer[400];
+  snprintf(msg, sizeof msg, "the request's head did not arrive within %g s (head_timeout_s)",
+           (double)s->head_timeout_ns * 1e-9);
+  size_t blen;
+  char *body = sf__error_body(msg, &blen);
+  int n = snprintf(answer, sizeof answer, "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n"
+                   "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s", blen, body);
+  sf_free(body);
+  pthread_mutex_lock(&s->conns_mu);
+  while (!s->reaper_stop) {
+    int64_t now = sf__mono_ns(), soonest = now + s->head_timeout_ns;
+    for (sf__sconn *k = s->conns; k; k = k->next) {
+      if (k->head_by <= now) {
+        k->head_by = INT64_MAX; /* once */
+        if (k->fd >= 0) {
+          /* Nothing of this request was answered, so the 408 cannot
+           * interleave with libmicrohttpd's own writes. */
+          if (!k->answered) {
+            ssize_t w = send(k->fd, answer, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
+            (void)w;
+            sf__route_count(s, NULL, 408, (double)s->head_timeout_ns * 1e-9);
+          }
+          shutdown(k->fd, SHUT_RDWR);
+        }
+      } else if (k->head_by < soonest) {
+        soonest = k->head_by;
+      }
+    }
+    /* A new deadline is never sooner than soonest (each is now + the
+     * same timeout), so no one needs to wake this wait early. */
+    struct timespec ts = {.tv_sec = soonest / 1000000000, .tv_nsec = soonest % 1000000000};
+    pthread_cond_timedwait(&s->conns_cv, &s->conns_mu, &ts);
+  }
+  pthread_mutex_unlock(&s->conns_mu);
+  return NULL;
 }
 
 /* ----------------------------------------------------------- requests */
@@ -82,20 +189,56 @@ static bool token_ok(sf__server *s, struct MHD_Connection *c) {
 typedef struct conn {
   sf__buf body;
   bool too_big;
+  bool opened; /* counted in the server's open requests (open_begin) */
 } conn;
+
+/* A request is open from its whole arrival (or an answer to it before
+ * then, a 413) until libmicrohttpd has sent the last byte of its answer
+ * (or given up on the connection): on_done.  The stop waits for the open
+ * count to reach zero, not for the answers to be queued, since a queued
+ * answer is only written after on_request returns, and stopping the
+ * daemon then would cut it off.  A request still arriving is not open, so
+ * a client trickling its body cannot hold the stop up. */
+static void open_begin(sf__server *s, conn *k) {
+  if (k->opened)
+    return;
+  k->opened = true;
+  pthread_mutex_lock(&s->mu);
+  s->open++;
+  pthread_mutex_unlock(&s->mu);
+}
+
+static void open_end(sf__server *s) {
+  pthread_mutex_lock(&s->mu);
+  if (--s->open == 0 && s->state == SF__DRAINING) {
+    s->state = SF__CLOSED;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    sf__route_wake_all(s);
+    return;
+  }
+  pthread_mutex_unlock(&s->mu);
+}
 
 static void on_done(void *cls, struct MHD_Connection *c, void **con_cls,
                     enum MHD_RequestTerminationCode toe) {
+  sf__server *s = cls;
   conn *k = *con_cls;
-  if (k) {
-    sf__buf_free(&k->body);
-    sf_free(k);
-    *con_cls = NULL;
-  }
+  if (!k)
+    return;
+  bool opened = k->opened;
+  sf__buf_free(&k->body);
+  sf_free(k);
+  *con_cls = NULL;
+  /* A keep-alive connection now waits for its next request's head. */
+  if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+    head_deadline(s, c, true);
+  if (opened)
+    open_end(s);
 }
 
-/* Admits a request to the server's count of those in flight, or false
- * when the server is stopping. */
+/* Admits a route's request to the gauge of those in flight, or false when
+ * the server is stopping. */
 static bool admit(sf__server *s) {
   pthread_mutex_lock(&s->mu);
   bool ok = s->state == SF__RUNNING;
@@ -107,13 +250,7 @@ static bool admit(sf__server *s) {
 
 static void leave(sf__server *s) {
   pthread_mutex_lock(&s->mu);
-  if (--s->in_flight == 0 && s->state == SF__DRAINING) {
-    s->state = SF__CLOSED;
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-    sf__route_wake_all(s);
-    return;
-  }
+  s->in_flight--;
   pthread_mutex_unlock(&s->mu);
 }
 
@@ -142,15 +279,15 @@ static enum MHD_Result serve_route(sf__server *s, sf__route *rt, struct MHD_Conn
   atomic_store(&q->refs, 2); /* this thread, and the queue until the answer */
   pthread_mutex_init(&q->mu, NULL);
   sf__cond_init_mono(&q->cv);
-  int busy = sf__route_dispatch(rt, q);
+  const char *why = NULL;
+  int busy = sf__route_dispatch(rt, q, &why);
   if (busy) {
     sf_value_release(T, value);
     sf_free(value);
     pthread_cond_destroy(&q->cv);
     pthread_mutex_destroy(&q->mu);
     sf_free(q);
-    return respond_error(s, rt, c, busy, "every queue of the replicas chosen is full; retry later",
-                         "Retry-After", "1", false, t0);
+    return respond_error(s, rt, c, busy, why, "Retry-After", "1", false, t0);
   }
   int64_t until = s->request_timeout_ns > 0 ? q->arrived_ns + s->request_timeout_ns : INT64_MAX;
   pthread_mutex_lock(&q->mu);
@@ -195,8 +332,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     memset(k, 0, sizeof *k);
     sf__buf_init(&k->body, NULL, 0);
     *con_cls = k;
+    head_deadline(s, c, false);
     const char *cl = sf__mhd.lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     if (cl && strtoll(cl, NULL, 10) > s->max_body) {
+      open_begin(s, k);
       char msg[96];
       snprintf(msg, sizeof msg, "the body is over %" PRId64 " bytes", s->max_body);
       return respond_error(s, sf__route_find(s, url), c, 413, msg, NULL, NULL, true,
@@ -212,6 +351,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     *upload_data_size = 0;
     return MHD_YES;
   }
+  open_begin(s, k); /* the whole request is in; open until on_done */
   int64_t t0 = sf__mono_ns();
   bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
   if (!strcmp(url, "/healthz") || !strcmp(url, "/metrics")) {
@@ -222,7 +362,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
       return respond(c, up ? 200 : 503, up ? "ok\n" : "stopping\n", up ? 3 : 9, "text/plain", NULL,
                      NULL, !up);
     }
-    if (!token_ok(s, c))
+    if (!token_ok(s, NULL, c))
       return respond_error(s, NULL, c, 401, "a bearer token is required", "WWW-Authenticate",
                            "Bearer", false, t0);
     sf__buf b;
@@ -234,7 +374,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return ok;
   }
   sf__route *rt = sf__route_find(s, url);
-  if (!token_ok(s, c))
+  if (!token_ok(s, rt, c))
     return respond_error(s, rt, c, 401, "a bearer token is required", "WWW-Authenticate", "Bearer",
                          false, t0);
   if (!rt)
@@ -321,7 +461,7 @@ static int listen_on(const char *host, int64_t port, int *bound, char *err, size
 
 sf__server *sf__server_start(const char *host, int64_t port, const char *token, int64_t max_body,
                              int64_t max_conn, int64_t timeout_s, double request_timeout_s,
-                             const sf_loc *loc) {
+                             double head_timeout_s, int64_t max_conn_per_ip, const sf_loc *loc) {
   char err[400];
   if (!sf__mhd_load(err, sizeof err))
     sf_runtime_error(loc, "serve.start: %s", err);
@@ -332,6 +472,13 @@ sf__server *sf__server_start(const char *host, int64_t port, const char *token, 
                      "in 1..86400 are needed");
   if (!(request_timeout_s >= 0 && request_timeout_s <= 86400))
     sf_runtime_error(loc, "serve.start: request_timeout_s %g is not in 0..86400", request_timeout_s);
+  if (!(head_timeout_s >= 0.1 && head_timeout_s <= 86400))
+    sf_runtime_error(loc, "serve.start: head_timeout_s %g is not in 0.1..86400", head_timeout_s);
+  if (max_conn_per_ip < 1)
+    sf_runtime_error(loc, "serve.start: max_connections_per_ip %" PRId64 " is not at least 1",
+                     max_conn_per_ip);
+  if (max_conn_per_ip > max_conn)
+    max_conn_per_ip = max_conn; /* one address may take them all, no more */
   if (strlen(token) >= sizeof(((sf__server *)0)->token))
     sf_runtime_error(loc, "serve.start: the token is longer than 255 bytes");
   if (strlen(host) >= sizeof(((sf__server *)0)->host))
@@ -351,8 +498,11 @@ sf__server *sf__server_start(const char *host, int64_t port, const char *token, 
   s->token_len = strlen(token);
   s->max_body = max_body;
   s->request_timeout_ns = (int64_t)(request_timeout_s * 1e9);
+  s->head_timeout_ns = (int64_t)(head_timeout_s * 1e9);
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
+  pthread_mutex_init(&s->conns_mu, NULL);
+  sf__cond_init_mono(&s->conns_cv);
   pthread_mutex_init(&s->other.mu, NULL);
   snprintf(s->other.path, sizeof s->other.path, "other");
   s->listen_fd = listen_on(host, port, &s->port, err, sizeof err);
@@ -363,12 +513,20 @@ sf__server *sf__server_start(const char *host, int64_t port, const char *token, 
   s->mhd = sf__mhd.start_daemon(
       MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC,
       0, NULL, NULL, &on_request, s, MHD_OPTION_LISTEN_SOCKET, s->listen_fd,
-      MHD_OPTION_CONNECTION_LIMIT, (unsigned)max_conn, MHD_OPTION_CONNECTION_TIMEOUT,
-      (unsigned)timeout_s, MHD_OPTION_NOTIFY_COMPLETED, &on_done, NULL, MHD_OPTION_END);
+      MHD_OPTION_CONNECTION_LIMIT, (unsigned)max_conn, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+      (unsigned)max_conn_per_ip, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)timeout_s,
+      MHD_OPTION_NOTIFY_COMPLETED, &on_done, s, MHD_OPTION_NOTIFY_CONNECTION, &on_connection, s,
+      MHD_OPTION_END);
   if (!s->mhd) {
     close(s->listen_fd);
     sf_free(s);
     sf_runtime_error(loc, "serve.start: libmicrohttpd did not start on %s:%" PRId64, host, port);
+  }
+  if (pthread_create(&s->reaper, NULL, reaper_main, s)) {
+    sf__mhd.stop_daemon(s->mhd);
+    close(s->listen_fd);
+    sf_free(s);
+    sf_runtime_error(loc, "serve.start: cannot start the head-deadline thread: %s", strerror(errno));
   }
   pthread_mutex_lock(&servers_mu);
   servers[nservers++] = s;
@@ -390,7 +548,7 @@ void sf__server_stop(sf__server *s) {
   int fd = sf__mhd.quiesce_daemon(s->mhd);
   if (fd >= 0)
     close(fd);
-  bool closed = s->in_flight == 0;
+  bool closed = s->open == 0;
   if (closed)
     s->state = SF__CLOSED;
   pthread_cond_broadcast(&s->cv);
@@ -411,8 +569,14 @@ void sf__server_wait(sf__server *s) {
   pthread_mutex_unlock(&s->mu);
   /* Every request is answered; this closes the idle keep-alive
    * connections and ends their threads. */
-  if (stop)
+  if (stop) {
     sf__mhd.stop_daemon(s->mhd);
+    pthread_mutex_lock(&s->conns_mu);
+    s->reaper_stop = true;
+    pthread_cond_signal(&s->conns_cv);
+    pthread_mutex_unlock(&s->conns_mu);
+    pthread_join(s->reaper, NULL);
+  }
   if (pool)
     sf__sched_block_end();
 }

@@ -40,6 +40,7 @@ static void mhd_open(void) {
   MHD_SYM(queue_response, "MHD_queue_response");
   MHD_SYM(destroy_response, "MHD_destroy_response");
   MHD_SYM(lookup_connection_value, "MHD_lookup_connection_value");
+  MHD_SYM(get_connection_info, "MHD_get_connection_info");
 }
 
 bool sf__mhd_load(char *err, size_t errlen) {

@@ -18,7 +18,7 @@
 const double sf__lat_le[SF__LAT_BUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                             0.1,    0.25,  0.5,    1.0,   2.5,  5.0,  10.0};
 const double sf__batch_le[SF__BATCH_BUCKETS] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
-const int sf__codes[SF__NCODES] = {200, 400, 401, 404, 405, 413, 500, 503, 504, 0};
+const int sf__codes[SF__NCODES] = {200, 400, 401, 404, 405, 408, 413, 500, 503, 504, 0};
 
 static pthread_mutex_t eps_mu = PTHREAD_MUTEX_INITIALIZER;
 static sf__endpoint *eps[256];
@@ -81,7 +81,8 @@ static bool path_ok(const char *p) {
 
 sf__endpoint *sf__endpoint_new(sf__server *s, const char *path, const char *version,
                                const sf_type *T, int64_t max_batch, double wait_ms,
-                               int64_t queue, int64_t weight, const sf_loc *loc) {
+                               int64_t queue, int64_t weight, const char *token,
+                               const sf_loc *loc) {
   if (!path_ok(path) || !strcmp(path, "/healthz") || !strcmp(path, "/metrics"))
     sf_runtime_error(loc, "serve.route: path \"%.100s\" must start with '/', hold only letters, "
                      "digits and /_.- (under 128 bytes) and not be /healthz or /metrics", path);
@@ -100,6 +101,8 @@ sf__endpoint *sf__endpoint_new(sf__server *s, const char *path, const char *vers
     sf_runtime_error(loc, "serve.route: queue %" PRId64 " is not in 1..1000000", queue);
   if (weight < 0)
     sf_runtime_error(loc, "serve.route: weight %" PRId64 " is negative", weight);
+  if (strlen(token) >= sizeof(((sf__route *)0)->token))
+    sf_runtime_error(loc, "serve.route: the token is longer than 255 bytes");
   pthread_mutex_lock(&s->mu);
   sf__route *r = sf__route_find(s, path);
   if (!r) {
@@ -110,9 +113,19 @@ sf__endpoint *sf__endpoint_new(sf__server *s, const char *path, const char *vers
     r = sf_alloc(sizeof *r);
     memset(r, 0, sizeof *r);
     snprintf(r->path, sizeof r->path, "%s", path);
+    /* Before the route is published: connections read it unlocked. */
+    snprintf(r->token, sizeof r->token, "%s", token);
+    r->token_len = strlen(token);
     pthread_mutex_init(&r->mu, NULL);
     s->routes[s->nroutes] = r;
     atomic_fetch_add(&s->nroutes, 1);
+  }
+  /* The route's token is its first version's; a later version may
+   * repeat it or say nothing, not name another. */
+  if (token[0] && strcmp(token, r->token)) {
+    pthread_mutex_unlock(&s->mu);
+    sf_runtime_error(loc, "serve.route: %s has %s token; every version must give the same or none",
+                     path, r->token_len ? "another" : "no");
   }
   if (r->neps && !same_type(T, r->eps[0]->T)) {
     pthread_mutex_unlock(&s->mu);
@@ -214,10 +227,12 @@ static void enqueue(sf__replica *p, sf__sreq *q) {
   pthread_cond_signal(&p->cv);
 }
 
-int sf__route_dispatch(sf__route *r, sf__sreq *q) {
+int sf__route_dispatch(sf__route *r, sf__sreq *q, const char **why) {
   sf__endpoint *e = pick_version(r);
-  if (!e || atomic_load(&e->weight) <= 0)
+  if (!e || atomic_load(&e->weight) <= 0) {
+    *why = "no version of this route takes traffic (every weight is 0)";
     return 503;
+  }
   pthread_mutex_lock(&e->mu);
   /* The power of two choices among the replicas not removed. */
   int64_t live = 0;
@@ -244,6 +259,8 @@ int sf__route_dispatch(sf__route *r, sf__sreq *q) {
     }
   }
   int status = 503;
+  *why = live ? "every queue of the replicas chosen is full; retry later"
+              : "no replica of this version is ready yet (starting, or every one failed); retry later";
   if (a && a->qlen < e->qcap) {
     enqueue(a, q);
     status = 0;
@@ -402,7 +419,8 @@ static void retry(sf__endpoint *e, sf__sreq *q, const char *msg) {
     return;
   }
   q->next = NULL;
-  if (sf__route_dispatch(e->route, q)) {
+  const char *why;
+  if (sf__route_dispatch(e->route, q, &why)) {
     sf_value_release(e->T, q->value);
     sf_free(q->value);
     q->value = NULL;
@@ -560,6 +578,34 @@ sf_array *sf__endpoint_next(sf__endpoint *e, int64_t r, const sf_type *T, double
 }
 
 void sf__endpoint_reply(sf__endpoint *e, int64_t r, sf_array *answers, const sf_loc *loc) {
+  sf__endpoint_reply_status(e, r, answers, NULL, loc);
+}
+
+/* The status of answer i: statuses[i], or 200 without them. */
+static int status_of(const sf_array *statuses, int64_t i) {
+  return statuses ? (int)((const int64_t *)statuses->data)[i] : 200;
+}
+
+/* NULL when statuses (an i64[], or NULL) fit n answers, else why not. */
+static const char *statuses_bad(const sf_array *statuses, int64_t n, char *msg, size_t len) {
+  if (!statuses)
+    return NULL;
+  if (statuses->len != n) {
+    snprintf(msg, len, "the handler gave %" PRId64 " statuses for a batch of %" PRId64,
+             statuses->len, n);
+    return msg;
+  }
+  for (int64_t i = 0; i < n; i++)
+    if (status_of(statuses, i) < 200 || status_of(statuses, i) > 599) {
+      snprintf(msg, len, "status %" PRId64 " (answer %" PRId64 ") is not in 200..599",
+               ((const int64_t *)statuses->data)[i], i);
+      return msg;
+    }
+  return NULL;
+}
+
+void sf__endpoint_reply_status(sf__endpoint *e, int64_t r, sf_array *answers,
+                               sf_array *statuses, const sf_loc *loc) {
   disarm();
   pthread_mutex_lock(&e->mu);
   sf__replica *p = replica(e, r, "reply", loc);
@@ -570,22 +616,28 @@ void sf__endpoint_reply(sf__endpoint *e, int64_t r, sf_array *answers, const sf_
   pthread_mutex_unlock(&e->mu);
   drop_copies(e, q);
   int64_t got = answers ? answers->len : 0;
-  if (got != n) {
-    char msg[200];
-    snprintf(msg, sizeof msg, "the handler gave %" PRId64 " answers for a batch of %" PRId64, got, n);
+  char msg[200];
+  if (statuses)
+    sf_array_host(statuses);
+  if (got != n || statuses_bad(statuses, n, msg, sizeof msg)) {
+    if (got != n)
+      snprintf(msg, sizeof msg, "the handler gave %" PRId64 " answers for a batch of %" PRId64, got, n);
     fail_list(e, q, msg);
     sf_runtime_error(loc, "serve.reply: %s (%s, replica %" PRId64 "): %s", e->route->path,
                      e->version, r, msg);
   }
   if (n)
     sf_array_host(answers);
+  pthread_mutex_lock(&e->mu);
+  e->answered += (uint64_t)n;
+  pthread_mutex_unlock(&e->mu);
   for (int64_t i = 0; i < n; i++) {
     sf__sreq *next = q->next;
     char err[600];
     size_t len;
     char *body = sf__json_encode(sf__array_at(answers, i), answers->elem, &len, err, sizeof err);
     if (body)
-      sf__sreq_answer(q, 200, body, len);
+      sf__sreq_answer(q, status_of(statuses, i), body, len);
     else
       answer_error(q, 500, err);
     q = next;
@@ -605,6 +657,13 @@ int64_t sf__endpoint_queued(sf__endpoint *e) {
   int64_t n = 0;
   for (int64_t i = 0; i < e->nreps; i++)
     n += load(e->reps[i]);
+  pthread_mutex_unlock(&e->mu);
+  return n;
+}
+
+int64_t sf__endpoint_answered(sf__endpoint *e) {
+  pthread_mutex_lock(&e->mu);
+  int64_t n = (int64_t)e->answered;
   pthread_mutex_unlock(&e->mu);
   return n;
 }

@@ -46,6 +46,7 @@ typedef struct sf__mhd_api {
   __typeof__(&MHD_queue_response) queue_response;
   __typeof__(&MHD_destroy_response) destroy_response;
   __typeof__(&MHD_lookup_connection_value) lookup_connection_value;
+  __typeof__(&MHD_get_connection_info) get_connection_info;
 } sf__mhd_api;
 extern sf__mhd_api sf__mhd;
 
@@ -109,17 +110,20 @@ typedef struct sf__endpoint {
   uint64_t batch_hist[SF__BATCH_BUCKETS + 1];
   uint64_t batch_count, batch_sum;
   uint64_t retries;       /* requests sent to another replica after a death */
+  uint64_t answered;      /* requests its replicas' reply answered (serve.answered) */
   int64_t dead[64];       /* replicas that died, not yet reported by serve.dead */
   int64_t ndead;
 } sf__endpoint;
 
 /* The status codes counted per route, in this order. */
-#define SF__NCODES 10
+#define SF__NCODES 11
 extern const int sf__codes[SF__NCODES];
 
 /* A path and its versions; counters of its answers. */
 typedef struct sf__route {
   char path[128];
+  char token[256]; /* its own bearer token, in place of the server's ("": the server's) */
+  size_t token_len;
   sf__endpoint *eps[16];
   _Atomic int64_t neps;
   pthread_mutex_t mu; /* the counters below */
@@ -131,6 +135,15 @@ typedef struct sf__route {
 
 enum { SF__RUNNING = 0, SF__DRAINING, SF__CLOSED };
 
+/* An open TCP connection (MHD_OPTION_NOTIFY_CONNECTION), while its next
+ * request's head must arrive by head_by (INT64_MAX: not waiting for one). */
+typedef struct sf__sconn {
+  struct sf__sconn *prev, *next;
+  int fd;
+  int64_t head_by;
+  bool answered; /* a request of it was answered: idle keep-alive, no 408 */
+} sf__sconn;
+
 typedef struct sf__server {
   int64_t id;
   struct MHD_Daemon *mhd;
@@ -141,10 +154,22 @@ typedef struct sf__server {
   size_t token_len;
   int64_t max_body;
   int64_t request_timeout_ns; /* <= 0: none */
-  pthread_mutex_t mu; /* state, in_flight, routes being added */
-  pthread_cond_t cv;  /* in_flight reached 0, or state changed */
+  int64_t head_timeout_ns;
+  pthread_mutex_t mu; /* state, open, in_flight, routes being added */
+  pthread_cond_t cv;  /* open reached 0, or state changed */
   _Atomic int state; /* written under mu; read anywhere */
-  int64_t in_flight;
+  /* Requests from their whole arrival to their answer's last byte sent
+   * (http.c, on_done): the stop waits for these, so none is cut off
+   * mid-answer. */
+  int64_t open;
+  int64_t in_flight; /* route requests admitted, until answered (the gauge) */
+  /* The connections, for the head deadline; the reaper thread closes
+   * those past it. */
+  pthread_mutex_t conns_mu;
+  pthread_cond_t conns_cv;
+  sf__sconn *conns;
+  bool reaper_stop;
+  pthread_t reaper;
   bool stopped; /* the daemon stopped (wait's work) */
   sf__route *routes[64];
   _Atomic int64_t nroutes;
@@ -155,8 +180,9 @@ typedef struct sf__server {
 sf__route *sf__route_find(sf__server *s, const char *path);
 /* A version and then a replica for a request (weights, then the power of
  * two choices); queues it.  0 when queued, else the status to answer with
- * (503: every queue full, or no replica). */
-int sf__route_dispatch(sf__route *r, sf__sreq *q);
+ * (503) and in *why the reason: every queue full, no replica yet, or no
+ * version taking traffic. */
+int sf__route_dispatch(sf__route *r, sf__sreq *q, const char **why);
 /* Counts an answer of route r (NULL: the server's `other`). */
 void sf__route_count(sf__server *s, sf__route *r, int status, double seconds);
 /* Wakes every replica's next (the server closed). */
@@ -165,7 +191,8 @@ void sf__route_wake_all(sf__server *s);
 sf__endpoint *sf__endpoint_get(int64_t id, const sf_loc *loc);
 sf__endpoint *sf__endpoint_new(sf__server *s, const char *path, const char *version,
                                const sf_type *T, int64_t max_batch, double wait_ms,
-                               int64_t queue, int64_t weight, const sf_loc *loc);
+                               int64_t queue, int64_t weight, const char *token,
+                               const sf_loc *loc);
 int64_t sf__endpoint_add_replica(sf__endpoint *e);
 /* Replica r's next batch; [] when stopped or removed with an empty queue,
  * or when timeout_ms > 0 passed with nothing queued. */
@@ -175,8 +202,14 @@ sf_array *sf__endpoint_next(sf__endpoint *e, int64_t r, const sf_type *T, double
 sf_array *sf__endpoint_dead(sf__endpoint *e, const sf_loc *loc);
 int64_t sf__endpoint_live(sf__endpoint *e);
 void sf__endpoint_reply(sf__endpoint *e, int64_t r, sf_array *answers, const sf_loc *loc);
+/* The same with each answer's status (an i64[] of 200..599, NULL: 200s);
+ * statuses that do not fit answer the batch 500 and are an error at loc. */
+void sf__endpoint_reply_status(sf__endpoint *e, int64_t r, sf_array *answers,
+                               sf_array *statuses, const sf_loc *loc);
 void sf__endpoint_remove(sf__endpoint *e, int64_t r, const sf_loc *loc);
 int64_t sf__endpoint_queued(sf__endpoint *e);
+/* Requests the version's replicas answered with reply, dead ones' included. */
+int64_t sf__endpoint_answered(sf__endpoint *e);
 /* Answers a request (wakes its connection's thread, or drops the answer
  * when the connection gave up); takes body; lets go of the queue's hold. */
 void sf__sreq_answer(sf__sreq *q, int status, char *body, size_t len);
@@ -191,7 +224,7 @@ char *sf__error_body(const char *msg, size_t *len);
 
 sf__server *sf__server_start(const char *host, int64_t port, const char *token, int64_t max_body,
                              int64_t max_conn, int64_t timeout_s, double request_timeout_s,
-                             const sf_loc *loc);
+                             double head_timeout_s, int64_t max_conn_per_ip, const sf_loc *loc);
 sf__server *sf__server_get(int64_t id, const sf_loc *loc);
 void sf__server_stop(sf__server *s);   /* starts the graceful stop */
 void sf__server_wait(sf__server *s);   /* until the stop has finished */
@@ -207,10 +240,17 @@ void sf__metrics_text(sf__server *s, sf__buf *b);
  * "Standard-library externs"): Server and Endpoint are structs of one id. */
 void sf_std_serve_start(void *out, const sf_type *out_type, int64_t port, sf_str *host,
                         sf_str *token, int64_t max_body, int64_t max_connections,
-                        int64_t timeout_s, double request_timeout_s, const sf_loc *loc);
+                        int64_t timeout_s, double request_timeout_s, double head_timeout_s,
+                        int64_t max_connections_per_ip, const sf_loc *loc);
 void sf_std_serve_route(void *out, const sf_type *out_type, const void *s, const sf_type *s_type,
                         sf_str *path, int64_t max_batch, double wait_ms, int64_t queue,
-                        sf_str *version, int64_t weight, const sf_type *T, const sf_loc *loc);
+                        sf_str *version, int64_t weight, sf_str *token, const sf_type *T,
+                        const sf_loc *loc);
+void sf_std_serve_reply_status(const void *ep, const sf_type *ep_type, int64_t replica,
+                               sf_array *answers, sf_array *statuses, const sf_type *T,
+                               const sf_loc *loc);
+int64_t sf_std_serve_answered(const void *ep, const sf_type *ep_type, const sf_loc *loc);
+sf_str *sf_std_serve_new_token(const sf_loc *loc);
 int64_t sf_std_serve_add_replica(const void *ep, const sf_type *ep_type, const sf_loc *loc);
 sf_array *sf_std_serve_next(const void *ep, const sf_type *ep_type, int64_t replica,
                             double timeout_ms, const sf_type *T, const sf_loc *loc);

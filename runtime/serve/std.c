@@ -8,6 +8,9 @@
  * methods' arguments, structs and arrays without reference counting; the
  * tables live as long as the process, as the servers do.
  */
+#include <errno.h>
+#include <unistd.h>
+
 #include "serve.h"
 
 static int64_t handle_id(const void *h, const sf_type *t, const sf_loc *loc) {
@@ -24,18 +27,21 @@ static sf__endpoint *endpoint(const void *e, const sf_type *t, const sf_loc *loc
 
 void sf_std_serve_start(void *out, const sf_type *out_type, int64_t port, sf_str *host,
                         sf_str *token, int64_t max_body, int64_t max_connections,
-                        int64_t timeout_s, double request_timeout_s, const sf_loc *loc) {
+                        int64_t timeout_s, double request_timeout_s, double head_timeout_s,
+                        int64_t max_connections_per_ip, const sf_loc *loc) {
   sf__server *s = sf__server_start(sf__str_data(host), port, sf__str_data(token), max_body,
-                                   max_connections, timeout_s, request_timeout_s, loc);
+                                   max_connections, timeout_s, request_timeout_s, head_timeout_s,
+                                   max_connections_per_ip, loc);
   *(int64_t *)sf__field(out_type, out, "id", SF_I64, loc) = s->id;
 }
 
 void sf_std_serve_route(void *out, const sf_type *out_type, const void *s, const sf_type *s_type,
                         sf_str *path, int64_t max_batch, double wait_ms, int64_t queue,
-                        sf_str *version, int64_t weight, const sf_type *T, const sf_loc *loc) {
+                        sf_str *version, int64_t weight, sf_str *token, const sf_type *T,
+                        const sf_loc *loc) {
   sf__endpoint *e = sf__endpoint_new(server(s, s_type, loc), sf__str_data(path),
                                      sf__str_data(version), T, max_batch, wait_ms, queue, weight,
-                                     loc);
+                                     sf__str_data(token), loc);
   *(int64_t *)sf__field(out_type, out, "id", SF_I64, loc) = e->id;
 }
 
@@ -69,6 +75,12 @@ void sf_std_serve_reply(const void *ep, const sf_type *ep_type, int64_t replica,
   sf__endpoint_reply(endpoint(ep, ep_type, loc), replica, answers, loc);
 }
 
+void sf_std_serve_reply_status(const void *ep, const sf_type *ep_type, int64_t replica,
+                               sf_array *answers, sf_array *statuses, const sf_type *T,
+                               const sf_loc *loc) {
+  sf__endpoint_reply_status(endpoint(ep, ep_type, loc), replica, answers, statuses, loc);
+}
+
 void sf_std_serve_remove_replica(const void *ep, const sf_type *ep_type, int64_t replica,
                                  const sf_loc *loc) {
   sf__endpoint_remove(endpoint(ep, ep_type, loc), replica, loc);
@@ -79,6 +91,21 @@ void sf_std_serve_set_weight(const void *ep, const sf_type *ep_type, int64_t wei
   if (weight < 0)
     sf_runtime_error(loc, "serve.set_weight: weight %" PRId64 " is negative", weight);
   atomic_store(&endpoint(ep, ep_type, loc)->weight, weight);
+}
+
+int64_t sf_std_serve_answered(const void *ep, const sf_type *ep_type, const sf_loc *loc) {
+  return sf__endpoint_answered(endpoint(ep, ep_type, loc));
+}
+
+/* 128 bits from the OS as 32 hex digits: a token nobody can guess. */
+sf_str *sf_std_serve_new_token(const sf_loc *loc) {
+  unsigned char raw[16];
+  if (getentropy(raw, sizeof raw))
+    sf_runtime_error(loc, "serve.new_token: getentropy: %s", strerror(errno));
+  char hex[33];
+  for (int i = 0; i < 16; i++)
+    snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+  return sf_str_new(hex, 32);
 }
 
 int64_t sf_std_serve_queue_len(const void *ep, const sf_type *ep_type, const sf_loc *loc) {

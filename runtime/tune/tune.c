@@ -68,6 +68,54 @@ void sf_std_tune_show(sf_str *text, const sf_loc *loc) {
     (void)sf__out_write(2, text->data, (size_t)text->len);
 }
 
+/* A trial's error as a JSON string literal, quotes included: the
+ * summary's "error" field.  Control bytes become \u00XX; other bytes,
+ * UTF-8 included, pass through (the runtime's messages are UTF-8). */
+sf_str *sf_std_tune_json_text(sf_str *text, const sf_loc *loc) {
+  (void)loc;
+  sf__buf b;
+  sf__buf_init(&b, NULL, 0);
+  sf__buf_put(&b, "\"", 1);
+  for (int64_t i = 0; i < text->len; i++) {
+    unsigned char c = (unsigned char)text->data[i];
+    char esc[8];
+    if (c == '"' || c == '\\') {
+      esc[0] = '\\', esc[1] = (char)c;
+      sf__buf_put(&b, esc, 2);
+    } else if (c < 0x20) {
+      snprintf(esc, sizeof esc, "\\u%04x", c);
+      sf__buf_put(&b, esc, 6);
+    } else {
+      sf__buf_put(&b, (const char *)&c, 1);
+    }
+  }
+  sf__buf_put(&b, "\"", 1);
+  sf_str *out = sf_str_new(b.data, (int64_t)b.len);
+  sf__buf_free(&b);
+  return out;
+}
+
+/* A CSV field (RFC 4180): as it is when it holds no comma, quote or line
+ * break, else in double quotes with its quotes doubled. */
+sf_str *sf_std_tune_csv_field(sf_str *text, const sf_loc *loc) {
+  (void)loc;
+  if (!memchr(text->data, ',', (size_t)text->len) && !memchr(text->data, '"', (size_t)text->len) &&
+      !memchr(text->data, '\n', (size_t)text->len) && !memchr(text->data, '\r', (size_t)text->len))
+    return sf_str_new(text->data, text->len);
+  sf__buf b;
+  sf__buf_init(&b, NULL, 0);
+  sf__buf_put(&b, "\"", 1);
+  for (int64_t i = 0; i < text->len; i++) {
+    if (text->data[i] == '"')
+      sf__buf_put(&b, "\"", 1);
+    sf__buf_put(&b, text->data + i, 1);
+  }
+  sf__buf_put(&b, "\"", 1);
+  sf_str *out = sf_str_new(b.data, (int64_t)b.len);
+  sf__buf_free(&b);
+  return out;
+}
+
 void sf_std_tune_io_write(sf_str *path, sf_str *text, const sf_loc *loc) {
   sf__write_or_fail(path, text->data, (size_t)text->len, NULL, NULL, loc);
 }

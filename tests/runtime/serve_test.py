@@ -41,15 +41,32 @@ http.client cannot send) checks:
                6 clients run: each answer is right by the old or the new
                model, none fails, afterwards all come from the new one;
                replicas 2 on slots 0-3 (one at a time replaced)
-  killed_replica  a request that fails replica 0's loop: it is answered
-               right by replica 1 (retries counted); a rolling update at
-               once; the dead replica replaced (replicas back to 2), 4
-               clients see no failure
+  killed_replica  a request that fails replica 0's loop (--faults): it is
+               answered right by replica 1 (retries counted); a rolling
+               update at once; the dead replica replaced (replicas back
+               to 2), 4 clients see no failure; "served N" at SIGTERM is
+               every 200 the clients got
   autoscale    --replicas 1 --max_replicas 3 under 32 clients: a second
                replica within 10 s, back to 1 within 20 s after the load
   stuck_replica  a request its replica holds for 3 s, --request_timeout_s 1:
                504 after about 1 s naming the limit; the late answer is
                dropped and the server answers right afterwards
+  admin_token  without --token: /admin 401 unless it carries the token
+               printed at start, /predict open, the fault inputs plain
+               pixels (no replica lost); --faults without --token refused
+  bad_rollout  rollouts of /etc/passwd, an empty file and a safetensors of
+               another shape answered 400, ok false, naming the file, under 3
+               clients with no failure; the replicas unchanged
+  slowloris    64 connections trickling their heads against 64 slots, 16
+               per address, head_timeout_s 2: a client from 127.0.0.2
+               answered within 1.5 s, one from 127.0.0.1 within 4.5 s; 16
+               slow ones answered 408, none past the deadline
+  shutdown_race  20 runs: SIGTERM at a random moment after 16 requests
+               are taken: every one answered whole and right, "served 16"
+  shutdown_big_answer  an 8 MiB answer read only after the SIGTERM
+               arrives whole
+  not_ready    a route without a replica yet: 503 with Retry-After and
+               "no replica ... ready", then 200 once it has one
 
 prometheus_client and numpy come from scripts/install-pydeps.sh's
 virtual environment (build/pydeps or $SFLOW_PYDEPS); the test re-executes
@@ -82,6 +99,7 @@ import numpy as np  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 EXAMPLE = os.path.join(ROOT, "examples", "serve.sflow")
+SFLOWC = None  # set by main
 DIGITS = os.path.join(ROOT, "examples", "data", "digits.csv")
 
 
@@ -145,9 +163,16 @@ def check_answer(w, pixels, status, body, what):
 
 # ----------------------------------------------------------------- server
 
+def flag(flags, name, default=""):
+    return flags[flags.index(name) + 1] if name in flags else default
+
+
 class Server:
-    def __init__(self, exe, tmp, *flags):
+    """examples/serve.sflow on an ephemeral port.  auth: send the --token
+    with every request (the cases that need --faults, which needs it)."""
+    def __init__(self, exe, tmp, *flags, auth=False):
         self.weights = os.path.join(tmp, "weights.safetensors")
+        self.auth = {"Authorization": "Bearer " + flag(flags, "--token")} if auth else {}
         cmd = [exe, "--port", "0", "--weights", self.weights] + list(flags)
         self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   cwd=os.path.join(ROOT, "examples"))
@@ -161,8 +186,13 @@ class Server:
                 self.kill()
                 raise Fail("the server did not start: %r %s" % (self.out, err))
             self.out += chunk
-        line = [l for l in self.out.decode().splitlines() if l.startswith("listening on")][0]
+        lines = self.out.decode().splitlines()
+        line = [l for l in lines if l.startswith("listening on")][0]
         self.port = int(line.rsplit(":", 1)[1])
+        # /admin's token: --admin_token, else --token, else the one printed.
+        made = [l.split(": ", 1)[1] for l in lines if l.startswith("admin token: ")]
+        self.admin_token = flag(flags, "--admin_token") or flag(flags, "--token") or \
+            (made[0] if made else "")
         self.w = read_safetensors(self.weights)
 
     def conn(self, timeout=10):
@@ -171,7 +201,7 @@ class Server:
     def request(self, method, path, body=None, headers=None, timeout=10):
         c = self.conn(timeout)
         try:
-            c.request(method, path, body=body, headers=headers or {})
+            c.request(method, path, body=body, headers=dict(self.auth, **(headers or {})))
             r = c.getresponse()
             return r.status, r.read().decode("utf-8", "replace"), dict(r.getheaders())
         finally:
@@ -182,7 +212,7 @@ class Server:
         if c is None:
             s, b, _ = self.request("POST", "/predict", body)
             return s, b
-        c.request("POST", "/predict", body=body)
+        c.request("POST", "/predict", body=body, headers=self.auth)
         r = c.getresponse()
         return r.status, r.read().decode()
 
@@ -593,13 +623,14 @@ class Load:
         return self.answers
 
 
-def admin(srv, **cmd):
+def admin(srv, want_ok=True, **cmd):
     body = {"action": "", "version": "v1", "weight": 0, "weights": ""}
     body.update(cmd)
-    s, b, _ = srv.request("POST", "/admin", json.dumps(body), timeout=60)
-    check(s == 200, "/admin %s: %d %s" % (cmd, s, b))
+    s, b, _ = srv.request("POST", "/admin", json.dumps(body), timeout=60,
+                          headers={"Authorization": "Bearer " + srv.admin_token})
+    check(s == (200 if want_ok else 400), "/admin %s: %d %s" % (cmd, s, b))
     got = json.loads(b)
-    check(got["ok"], "/admin %s: %s" % (cmd, got["message"]))
+    check(got["ok"] == want_ok, "/admin %s: %s" % (cmd, got["message"]))
     return got
 
 
@@ -658,15 +689,16 @@ def case_rollout(exe, tmp):
 
 
 def case_killed_replica(exe, tmp):
-    srv = Server(exe, tmp)
+    srv = Server(exe, tmp, "--token", "k1ll", "--faults", auth=True)
     try:
         load = Load(srv, {"model": srv.w}, clients=4)
         time.sleep(0.5)
         base = digit_rows(1)[0]
         kill = [-1, 0] + base[2:]  # fails replica 0; replica 1 answers it as data
-        killed = False
+        killed, kills = False, 0
         for _ in range(200):
             s, b = srv.predict(kill)
+            kills += 1
             check_answer(srv.w, kill, s, b, "the request that kills replica 0")
             fams, _ = metrics(srv)
             tries = sum(x.value for x in fams["sflow_serve_retries"].samples
@@ -686,8 +718,14 @@ def case_killed_replica(exe, tmp):
             check(time.time() < deadline, "the dead replica was not replaced: %s" % reps)
             time.sleep(0.1)
         time.sleep(0.5)
-        load.finish()
+        answers = load.finish()
         srv.alive()
+        # "served N" counts every request answered, replica 0's before it
+        # died included, not only the surviving replicas' loops.
+        rc, out, err = srv.stop()
+        want = len(answers) + kills
+        check(rc == 0 and "served %d requests" % want in out,
+              "exit %d after SIGTERM, %d requests answered 200; stdout %r" % (rc, want, out[-200:]))
     finally:
         srv.kill()
 
@@ -717,7 +755,8 @@ def case_autoscale(exe, tmp):
 
 
 def case_stuck_replica(exe, tmp):
-    srv = Server(exe, tmp, "--replicas", "1", "--request_timeout_s", "1")
+    srv = Server(exe, tmp, "--replicas", "1", "--request_timeout_s", "1", "--token", "h0ld", "--faults",
+                 auth=True)
     try:
         base = digit_rows(1)[0]
         t0 = time.time()
@@ -736,6 +775,413 @@ def case_stuck_replica(exe, tmp):
         srv.kill()
 
 
+def case_admin_token(exe, tmp):
+    """The example as people copy it: /admin needs a token (one made at
+    start and printed), /predict stays open, the inputs that fail replicas
+    are plain pixels without --faults, and --faults needs --token."""
+    srv = Server(exe, tmp)
+    try:
+        check(re_hex32(srv.admin_token), "no admin token printed at start: %r" % srv.out)
+        body = json.dumps({"action": "weight", "version": "v1", "weight": 0, "weights": ""})
+        for h in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Bearer " + srv.admin_token[:-1]}):
+            s, b, hh = srv.request("POST", "/admin", body, headers=h)
+            check(s == 401 and hh.get("WWW-Authenticate") == "Bearer", "/admin with %s: %d %s" % (h, s, b))
+        base = digit_rows(1)[0]
+        s, b = srv.predict(base)
+        check_answer(srv.w, base, s, b, "/predict without a token")
+        # The fault inputs are ordinary pixels here: answered, no replica lost.
+        for px in ([-1, 0] + base[2:], [-1, 1] + base[2:], [-2, 0] + base[2:], [-2, 1] + base[2:]):
+            for _ in range(4):
+                t0 = time.time()
+                s, b = srv.predict(px)
+                check_answer(srv.w, px, s, b, "a fault input without --faults")
+                check(time.time() - t0 < 2.5, "a hold input without --faults took %.1f s" % (time.time() - t0))
+        fams, _ = metrics(srv)
+        tries = sum(x.value for x in fams["sflow_serve_retries"].samples if x.name.endswith("_total"))
+        reps = {x.labels["route"]: x.value for x in fams["sflow_serve_replicas"].samples}
+        check(tries == 0 and reps["/predict"] == 2, "fault inputs without --faults: retries %s, replicas %s" %
+              (tries, reps))
+        got = admin(srv, action="weight", version="v1", weight=100)
+        check("v1 weight 100" in got["message"], "/admin with the printed token: %s" % got)
+        srv.alive()
+    finally:
+        srv.kill()
+    p = subprocess.run([exe, "--port", "0", "--faults", "--weights", os.path.join(tmp, "weights.safetensors")],
+                       capture_output=True, text=True, timeout=60, cwd=os.path.join(ROOT, "examples"))
+    check(p.returncode != 0 and "--faults needs --token" in p.stderr,
+          "--faults without --token: exit %d, %s" % (p.returncode, p.stderr[-300:]))
+
+
+def re_hex32(t):
+    return len(t) == 32 and all(c in "0123456789abcdef" for c in t)
+
+
+def case_bad_rollout(exe, tmp):
+    """A rollout naming a file that is not a model (/etc/passwd, an empty
+    file, a safetensors of another shape) is refused, ok false naming the
+    file; the server goes on serving the old model on both replicas, and
+    a good rollout still works afterwards."""
+    srv = Server(exe, tmp)
+    try:
+        load = Load(srv, {"model": srv.w}, clients=3)
+        empty = os.path.join(tmp, "empty.safetensors")
+        open(empty, "wb").close()
+        shaped = os.path.join(tmp, "shaped.safetensors")
+        write_safetensors(shaped, [("fc1.weight", np.zeros((3, 3), np.float32))])
+        for path in ("/etc/passwd", empty, shaped):
+            got = admin(srv, want_ok=False, action="rollout", version="v1", weights=path)
+            check("refused" in got["message"] and path in got["message"],
+                  "a rollout of %s: %s" % (path, got["message"]))
+            srv.alive()
+        time.sleep(0.5)
+        load.finish()
+        fams, _ = metrics(srv)
+        reps = {x.labels["route"]: x.value for x in fams["sflow_serve_replicas"].samples}
+        slots = sorted(x.labels["replica"] for x in fams["sflow_serve_queue_length"].samples
+                       if x.labels["route"] == "/predict")
+        check(reps["/predict"] == 2 and slots == ["0", "1"],
+              "after refused rollouts: replicas %s, slots %s" % (reps, slots))
+        admin(srv, action="rollout", version="v1", weights=srv.weights)
+        base = digit_rows(1)[0]
+        s, b = srv.predict(base)
+        check_answer(srv.w, base, s, b, "after a good rollout")
+    finally:
+        srv.kill()
+
+
+def slow_socket(port, src="127.0.0.1"):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(2)
+    s.bind((src, 0))
+    s.connect(("127.0.0.1", port))
+    return s
+
+
+def timed_predict(srv, px, src, give_up):
+    """POSTs /predict from address src, reconnecting after a refusal or a
+    reset, until answered or give_up seconds: (seconds, resets, status)."""
+    t0, resets = time.time(), 0
+    body = json.dumps({"pixels": px}).encode()
+    req = b"POST /predict HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    while time.time() - t0 < give_up:
+        try:
+            c = slow_socket(srv.port, src)
+            c.sendall(req)
+            got = b""
+            while True:
+                chunk = c.recv(65536)
+                if not chunk:
+                    break
+                got += chunk
+            c.close()
+            if got.startswith(b"HTTP/1.1 "):
+                return time.time() - t0, resets, int(got[9:12]), got
+            resets += 1
+        except OSError:
+            resets += 1
+        time.sleep(0.05)
+    return time.time() - t0, resets, None, b""
+
+
+def case_slowloris(exe, tmp):
+    """64 connections from 127.0.0.1, each sending its head a byte every
+    0.5 s, against --max_connections 64 --max_connections_per_ip 16
+    --head_timeout_s 2: a client from 127.0.0.2 is answered at once; one
+    from 127.0.0.1 once the 16 slow ones are cut off (408) at 2 s; none of
+    the slow ones lasts past the deadline."""
+    srv = Server(exe, tmp, "--max_connections", "64", "--max_connections_per_ip", "16",
+                 "--head_timeout_s", "2")
+    slow, stop = [], threading.Event()
+    try:
+        head = b"POST /predict HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 200
+        t_attack = time.time()
+        for _ in range(64):
+            try:
+                slow.append([slow_socket(srv.port), 0, b"", None])
+            except OSError:
+                pass
+
+        def trickle():
+            while not stop.is_set():
+                for k in slow:
+                    if k[3] is not None:
+                        continue
+                    try:
+                        k[0].send(head[k[1]:k[1] + 1])
+                        k[1] += 1
+                    except OSError:
+                        k[3] = time.time()  # cut off (or refused)
+                        continue
+                    try:
+                        chunk = k[0].recv(4096, socket.MSG_DONTWAIT)
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        chunk = b""
+                    k[2] += chunk
+                    if not chunk:
+                        k[3] = time.time()
+                stop.wait(0.5)
+        t = threading.Thread(target=trickle)
+        t.start()
+        px = digit_rows(1)[0]
+        # A keep-alive connection from a third address, answered once and
+        # then idle: closed at its head deadline, with no 408 to take for
+        # the answer of a next request.
+        idle = slow_socket(srv.port, "127.0.0.3")
+        body = json.dumps({"pixels": px}).encode()
+        idle.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        first = b""
+        while not first.rstrip().endswith(b"}"):
+            chunk = idle.recv(65536)
+            if not chunk:
+                break
+            first += chunk
+        check(first.startswith(b"HTTP/1.1 200"), "the keep-alive client's answer: %r" % first[:80])
+        time.sleep(0.5)
+        other = timed_predict(srv, px, "127.0.0.2", 10)
+        same = timed_predict(srv, px, "127.0.0.1", 10)
+        same_at = time.time() - t_attack
+        time.sleep(0.6)
+        stop.set()
+        t.join(10)
+        print("  slowloris: from 127.0.0.2 answered %s after %.2f s (%d resets); from 127.0.0.1 "
+              "%s after %.2f s of the attack (%d resets)" %
+              (other[2], other[0], other[1], same[2], same_at, same[1]))
+        check(other[2] == 200, "a client from another address beside 64 slow ones: %s after %.2f s, %d resets" %
+              (other[2], other[0], other[1]))
+        check(other[0] < 1.5, "a client from another address waited %.2f s (%d resets)" % (other[0], other[1]))
+        check(same[2] == 200 and same_at < 2 + 2.5,
+              "a client from the slow ones' address: %s after %.2f s of the attack (%d resets); "
+              "head_timeout_s is 2" % (same[2], same_at, same[1]))
+        cut = [k for k in slow if k[2].startswith(b"HTTP/1.1 408")]
+        check(16 <= len(cut) <= 17 and b"head_timeout_s" in cut[0][2],
+              "%d slow connections answered 408 (16 taken per address): %r" %
+              (len(cut), [k[2][:60] for k in slow if k[2]][:3]))
+        late = [k[3] - t_attack for k in cut if k[3] is None or k[3] - t_attack > 2 + 1.5]
+        check(not late, "slow connections lasting past the 2 s head deadline: %s" % late)
+        idle.settimeout(3)
+        try:
+            after = idle.recv(65536)
+        except OSError as e:
+            after = repr(e).encode()
+        idle.close()
+        check(after == b"", "an idle keep-alive connection at its deadline: %r (expected a close, "
+              "no answer)" % after[:80])
+        srv.alive()
+    finally:
+        stop.set()
+        for k in slow:
+            k[0].close()
+        srv.kill()
+
+
+def case_shutdown_race(exe, tmp):
+    """20 runs: 16 clients' requests taken (sflow_serve_in_flight 16), then
+    SIGTERM at a random moment of the batch's 200 ms wait or its answer:
+    every one of the 16 gets its whole answer, right, and the server says
+    it served 16.  A run whose batch was answered before the poll saw all
+    16 taken (a loaded machine) tests nothing and is run again."""
+    import random
+    rnd = random.Random(7)
+    clients = int(os.environ.get("SFLOW_SERVE_RACE_CLIENTS", "16"))
+    runs = int(os.environ.get("SFLOW_SERVE_RACE_RUNS", "20"))
+    rows = digit_rows(clients)
+    done = attempts = 0
+    while done < runs:
+        attempts += 1
+        check(attempts <= 2 * runs, "only %d of %d attempts saw all %d requests taken before their "
+              "answer" % (done, attempts - 1, clients))
+        srv = Server(exe, tmp, "--max_batch", "64", "--wait_ms", "200")
+        try:
+            res = [None] * clients
+
+            def one(i):
+                try:
+                    res[i] = srv.predict(rows[i])
+                except Exception as e:  # noqa: BLE001 - a lost answer is the finding
+                    res[i] = e
+            ts = [threading.Thread(target=one, args=(i,)) for i in range(clients)]
+            for t in ts:
+                t.start()
+            deadline, seen = time.time() + 5, False
+            while not seen and any(r is None for r in res):
+                fams, _ = metrics(srv)
+                seen = [x.value for x in fams["sflow_serve_in_flight"].samples][0] == clients
+                check(seen or time.time() < deadline, "run %d: not all %d requests taken; the clients: %s" %
+                      (done, clients, [r if isinstance(r, Exception) else r and r[0] for r in res]))
+            if seen:
+                time.sleep(rnd.uniform(0, 0.25))
+            srv.p.send_signal(signal.SIGTERM)
+            for t in ts:
+                t.join(30)
+            for i in range(clients):
+                check(not isinstance(res[i], Exception) and res[i] is not None,
+                      "run %d: request %d, taken before SIGTERM, got no answer: %r" % (done, i, res[i]))
+                check_answer(srv.w, rows[i], res[i][0], res[i][1], "run %d request %d" % (done, i))
+            out, err = srv.p.communicate(timeout=30)
+            check(srv.p.returncode == 0 and b"served %d requests" % clients in out,
+                  "run %d: exit %d, %r %r" % (done, srv.p.returncode, out[-100:], err[-300:]))
+            done += seen
+        finally:
+            srv.kill()
+
+
+NOT_READY = r"""
+import std.serve
+struct Ping { n: i64 }
+actor Echo {
+  init() {}
+  fn run(ep: serve.Endpoint, r: i64) -> i64 {
+    var n = 0
+    while true {
+      let xs = serve.next<Ping>(ep, r)
+      if len(xs) == 0 { return n }
+      serve.reply(ep, r, xs)
+      n += len(xs)
+    }
+    return n
+  }
+}
+// Listens 1.5 s before its replica exists (a model still loading).
+workflow main() {
+  let s = serve.start(0)
+  let ep = serve.route<Ping>(s, "/echo")
+  print("listening on", serve.url(s))
+  let t = now()
+  while now() - t < 1.5 { }
+  let e = spawn Echo()
+  let n = e.run(ep, serve.add_replica(ep))
+  print("ready")
+  serve.wait(s)
+  print("served", await n)
+}
+"""
+
+
+def case_not_ready(exe, tmp):
+    """Before a route's first replica: 503 saying no replica is ready
+    yet, with Retry-After, not "every queue full"; then 200."""
+    src = os.path.join(tmp, "not_ready.sflow")
+    with open(src, "w") as f:
+        f.write(NOT_READY)
+    nexe = os.path.join(tmp, "not_ready")
+    p = subprocess.run([SFLOWC, src, "-o", nexe], capture_output=True, text=True)
+    check(p.returncode == 0, "sflowc: %s" % p.stderr)
+    proc = subprocess.Popen([nexe, "--journal=false"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        line = proc.stdout.readline().decode()
+        check(line.startswith("listening on"), "the first line: %r" % line)
+        port = int(line.rsplit(":", 1)[1])
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        c.request("POST", "/echo", body='{"n": 3}')
+        r = c.getresponse()
+        b = r.read().decode()
+        c.close()
+        check(r.status == 503 and r.getheader("Retry-After") == "1" and "no replica" in b and
+              "full" not in b, "before the replica: %d %s %s" % (r.status, r.getheaders(), b))
+        deadline = time.time() + 20
+        while True:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            c.request("POST", "/echo", body='{"n": 3}')
+            r = c.getresponse()
+            b = r.read().decode()
+            c.close()
+            if r.status == 200:
+                break
+            check(r.status == 503 and time.time() < deadline, "waiting for the replica: %d %s" % (r.status, b))
+            time.sleep(0.1)
+        check(json.loads(b) == {"n": 3}, "the answer once ready: %s" % b)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+BIG = r"""
+import std.serve
+struct Ask { n: i64 }
+struct Blob { data: str }
+actor Big {
+  init() {}
+  fn run(ep: serve.Endpoint, r: i64) -> i64 {
+    var n = 0
+    while true {
+      let xs = serve.next<Ask>(ep, r)
+      if len(xs) == 0 { return n }
+      var out: Blob[] = []
+      for x in xs {
+        var s = "x"
+        while len(s) < x.n { s = s + s }
+        out.push(Blob { data: s })
+      }
+      serve.reply(ep, r, out)
+      n += len(xs)
+    }
+    return n
+  }
+}
+workflow main() {
+  let s = serve.start(0)
+  let ep = serve.route<Ask>(s, "/big", max_batch = 1)
+  let b = spawn Big()
+  let n = b.run(ep, serve.add_replica(ep))
+  print("listening on", serve.url(s))
+  serve.wait(s)
+  print("served", await n)
+}
+"""
+
+
+def case_shutdown_big_answer(exe, tmp):
+    """An 8 MiB answer its client reads only after the SIGTERM: the stop
+    waits for its last byte (libmicrohttpd writes it after the request is
+    done), so the client gets all of it and the server then exits 0."""
+    src = os.path.join(tmp, "big.sflow")
+    with open(src, "w") as f:
+        f.write(BIG)
+    bexe = os.path.join(tmp, "big")
+    p = subprocess.run([SFLOWC, src, "-o", bexe], capture_output=True, text=True)
+    check(p.returncode == 0, "sflowc: %s" % p.stderr)
+    proc = subprocess.Popen([bexe, "--journal=false"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        line = proc.stdout.readline().decode()
+        check(line.startswith("listening on"), "the first line: %r" % line)
+        port = int(line.rsplit(":", 1)[1])
+        c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        c.settimeout(20)
+        c.connect(("127.0.0.1", port))
+        body = b'{"n": 8388608}'
+        c.sendall(b"POST /big HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        time.sleep(0.5)  # the answer is made, its write blocked on the client's window
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        got = bytearray()
+        while True:
+            try:
+                chunk = c.recv(1 << 20)
+            except OSError:
+                break
+            if not chunk:
+                break
+            got += chunk
+        c.close()
+        head, _, rest = bytes(got).partition(b"\r\n\r\n")
+        check(head.startswith(b"HTTP/1.1 200"), "the big answer's head: %r" % head[:100])
+        want = len(json.dumps({"data": "x" * 8388608})) + 1  # the encoder's newline or not
+        check(len(rest) >= want - 1 and rest.rstrip().endswith(b'"}'),
+              "the big answer was cut off at the stop: %d of about %d bytes" % (len(rest), want))
+        out, err = proc.communicate(timeout=20)
+        check(proc.returncode == 0 and b"served 1" in out, "exit %d, %r %r" % (proc.returncode, out, err[-300:]))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 CASES = {
     "answers": case_answers,
     "batching": case_batching,
@@ -750,6 +1196,12 @@ CASES = {
     "killed_replica": case_killed_replica,
     "autoscale": case_autoscale,
     "stuck_replica": case_stuck_replica,
+    "admin_token": case_admin_token,
+    "bad_rollout": case_bad_rollout,
+    "slowloris": case_slowloris,
+    "shutdown_race": case_shutdown_race,
+    "shutdown_big_answer": case_shutdown_big_answer,
+    "not_ready": case_not_ready,
 }
 
 
@@ -759,6 +1211,8 @@ def main():
     ap.add_argument("--sflowc", required=True)
     ap.add_argument("cases", nargs="*")
     args = ap.parse_args()
+    global SFLOWC
+    SFLOWC = args.sflowc
     names = args.cases or list(CASES)
     for n in names:
         if n not in CASES:

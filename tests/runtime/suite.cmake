@@ -121,7 +121,9 @@ add_test(NAME runtime/nn_buckets
 # std.serve over real HTTP on loopback: examples/serve.sflow's answers
 # against the model computed offline in numpy, batching, bad input, a slow
 # client, the bearer token, full queues, /metrics through
-# prometheus_client's parser, and the graceful stop on SIGTERM.
+# prometheus_client's parser, and the graceful stop on SIGTERM (repeated,
+# and with an answer read after it); a slowloris, the example's admin
+# token, refused rollouts, 503 before a route's first replica.
 add_test(NAME runtime/serve
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/serve_test.py
           --sflowc $<TARGET_FILE:sflowc>)

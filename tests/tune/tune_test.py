@@ -452,11 +452,82 @@ def test_failures(sflowc, tmp):
     if not table or table[-1] != "tune: 5 trials (4 terminated, 1 failed)" or \
             not any(r[:5] == want_rows[0] for r in rows) or not any(r[:3] == want_rows[1] for r in rows):
         fail("the final table on stderr:\n%s" % err)
+    # The failed trial's reason under its row, on the error's first line.
+    errline = [l for l in err.splitlines() if l.startswith("      error: ")]
+    if not errline or "task 'step' failed after 3 attempts:" not in errline[-1] or \
+            "diverged at iteration 0" not in errline[-1]:
+        fail("the table does not give the failed trial's error:\n%s" % err)
+    else:
+        print("ok the table gives a failed trial's error under its row")
     rc, out, err = run(exe, ["--journal=false", "--quiet"], tmp)
     if "tune:" in err:
         fail("--quiet still shows the table:\n%s" % err)
     else:
         print("ok the live table on stderr (states, iterations, metrics, configs); none with --quiet")
+
+
+ALL_FAIL = r'''
+import std.tune
+// Every trial fails, with a message holding a comma, quotes and a line
+// break, so the CSV and the JSON must quote it.
+task step(cfg: map<str, f64>, st: tune.State) -> tune.State {
+  if st.trial == 1 && st.iter == 0 { return tune.report(st, 1.0) }
+  fail("bad \"lr\", trial " + str(st.trial) + "\nsecond line")
+  return st
+}
+workflow main(out: str = "") {
+  let r = tune.run(step, [tune.uniform("x", 1.0, 2.0)],
+                   tune.options(scheduler = "fifo", num_samples = 3, max_t = 2, out = out))
+  print("returned", len(r.trials))
+}
+'''
+
+
+def test_all_failed(sflowc, tmp):
+    """Each failed trial's error in the CSV and the JSON; a sweep whose
+    every trial failed is an error giving the first one; examples/tune.sflow
+    on a data path that does not exist says so, not a slice error."""
+    import csv
+    src = os.path.join(tmp, "all_fail.sflow")
+    with open(src, "w") as f:
+        f.write(ALL_FAIL)
+    exe = os.path.join(tmp, "all_fail")
+    compile_(sflowc, src, exe)
+    out_csv = os.path.join(tmp, "all_fail.csv")
+    rc, out, err = run(exe, ["--journal=false", "--out", out_csv], tmp)
+    want = 'tune: every one of the 3 trials failed; the first (trial 0): task \'step\' failed'
+    if rc != 70 or want not in err or 'bad "lr", trial 0' not in err or "returned" in out:
+        fail("every trial failed: exit %d, stdout %r, stderr:\n%s" % (rc, out, err))
+    else:
+        print("ok a sweep whose every trial failed is an error giving the first trial's")
+    try:
+        with open(out_csv, newline="") as f:
+            rows = list(csv.DictReader(f))
+        with open(out_csv + ".json") as f:
+            summary = json.load(f)
+    except (OSError, ValueError) as e:
+        fail("the results of a failed sweep: %s" % e)
+        return
+    failed = {int(r["trial"]): r.get("error") or "" for r in rows if r["action"] == "failed"}
+    ok_rows = [r for r in rows if r["action"] != "failed"]
+    errs = {t["trial"]: t.get("error", "") for t in summary["trials"]}
+    good = (sorted(failed) == [0, 1, 2] and all('bad "lr", trial %d\nsecond line' % t in failed[t] for t in failed)
+            and len(ok_rows) == 1 and ok_rows[0].get("error") == ""
+            and all(t["state"] == "failed" for t in summary["trials"])
+            and all('bad "lr", trial %d\nsecond line' % t in errs[t] for t in (0, 1, 2)))
+    if not good:
+        fail("the errors in the CSV and JSON:\n%s\n%s" % (open(out_csv).read(), open(out_csv + ".json").read()))
+    else:
+        print("ok each failed trial's error in the CSV (a quoted field) and in the JSON")
+    ex = os.path.join(tmp, "tune_example")
+    compile_(sflowc, os.path.join(ROOT, "examples", "tune.sflow"), ex)
+    rc, out, err = run(ex, ["--journal=false", "--samples", "2", "--epochs", "1",
+                            "--path", os.path.join(tmp, "no-such.csv")], tmp)
+    if rc != 70 or "every one of the 2 trials failed" not in err or "no-such.csv" not in err or \
+            "out of range" in err:
+        fail("examples/tune.sflow with no data: exit %d, stderr:\n%s" % (rc, err))
+    else:
+        print("ok examples/tune.sflow whose trials all fail names the first error")
 
 
 BAD = [
@@ -688,7 +759,7 @@ def main():
     ap.add_argument("--sflowc", required=True)
     ap.add_argument("--only", default="")
     a = ap.parse_args()
-    tests = [("decisions", test_decisions), ("failures", test_failures), ("bad_spaces", test_bad_spaces),
+    tests = [("decisions", test_decisions), ("failures", test_failures), ("all_failed", test_all_failed), ("bad_spaces", test_bad_spaces),
              ("resources", test_resources), ("best_checkpoint", test_best_checkpoint),
              ("kill_resume", test_kill_resume)]
     with tempfile.TemporaryDirectory(prefix="sflow-tune-") as tmp:

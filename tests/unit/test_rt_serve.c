@@ -19,6 +19,18 @@
 const sf_program sf_program_desc = {SF_ABI_VERSION, "test_rt_serve", "", 0, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL};
 
 static const sf_loc LOC = {"t.sflow", 3, 7};
+static const char *why; /* sf__route_dispatch's reason for a 503 */
+
+/* got holds want; both printed when it does not. */
+#define CHECK_STR_HAS(got, want)                                                             \
+  do {                                                                                       \
+    const char *got_ = (got);                                                                \
+    bool has_ = got_ && strstr(got_, (want));                                                \
+    if (!has_)                                                                               \
+      fprintf(stderr, "\n  %s:%d: %s\n    got:  %s\n    want: ...%s...\n", __FILE__, __LINE__, \
+              #got, got_ ? got_ : "(null)", (want));                                         \
+    CU_ASSERT(has_);                                                                         \
+  } while (0)
 
 static sf__server *new_server(void) {
   sf__server *s = sf_alloc(sizeof *s);
@@ -53,11 +65,11 @@ static int64_t qlen(sf__endpoint *e, int64_t r) {
  * the one with fewer queued, so ten requests split five and five. */
 static void test_two_choices(void) {
   sf__server *s = new_server();
-  sf__endpoint *e = sf__endpoint_new(s, "/p", "v1", &sf_type_i64, 10, 10.0, 64, 100, &LOC);
+  sf__endpoint *e = sf__endpoint_new(s, "/p", "v1", &sf_type_i64, 10, 10.0, 64, 100, "", &LOC);
   sf__endpoint_add_replica(e);
   sf__endpoint_add_replica(e);
   for (int i = 0; i < 10; i++)
-    CU_ASSERT_EQUAL(sf__route_dispatch(e->route, req(i)), 0);
+    CU_ASSERT_EQUAL(sf__route_dispatch(e->route, req(i), &why), 0);
   CHECK_INT(qlen(e, 0), 5);
   CHECK_INT(qlen(e, 1), 5);
   CHECK_INT(sf__endpoint_queued(e), 10);
@@ -66,12 +78,14 @@ static void test_two_choices(void) {
 /* One replica, a queue of 2: the third request is refused with 503. */
 static void test_bounded_queue(void) {
   sf__server *s = new_server();
-  sf__endpoint *e = sf__endpoint_new(s, "/p", "v1", &sf_type_i64, 10, 10.0, 2, 100, &LOC);
-  CHECK_INT(sf__route_dispatch(e->route, req(0)), 503); /* no replica yet */
+  sf__endpoint *e = sf__endpoint_new(s, "/p", "v1", &sf_type_i64, 10, 10.0, 2, 100, "", &LOC);
+  CHECK_INT(sf__route_dispatch(e->route, req(0), &why), 503); /* no replica yet */
+  CHECK_STR_HAS(why, "no replica of this version is ready yet");
   sf__endpoint_add_replica(e);
-  CHECK_INT(sf__route_dispatch(e->route, req(1)), 0);
-  CHECK_INT(sf__route_dispatch(e->route, req(2)), 0);
-  CHECK_INT(sf__route_dispatch(e->route, req(3)), 503);
+  CHECK_INT(sf__route_dispatch(e->route, req(1), &why), 0);
+  CHECK_INT(sf__route_dispatch(e->route, req(2), &why), 0);
+  CHECK_INT(sf__route_dispatch(e->route, req(3), &why), 503);
+  CHECK_STR_HAS(why, "every queue of the replicas chosen is full");
   CHECK_INT(qlen(e, 0), 2);
 }
 
@@ -79,10 +93,10 @@ static void test_bounded_queue(void) {
  * once wait_ms (30) has passed since it arrived. */
 static void test_batches(void) {
   sf__server *s = new_server();
-  sf__endpoint *e = sf__endpoint_new(s, "/p", "v1", &sf_type_i64, 3, 30.0, 64, 100, &LOC);
+  sf__endpoint *e = sf__endpoint_new(s, "/p", "v1", &sf_type_i64, 3, 30.0, 64, 100, "", &LOC);
   sf__endpoint_add_replica(e);
   for (int i = 0; i < 7; i++)
-    sf__route_dispatch(e->route, req(i));
+    sf__route_dispatch(e->route, req(i), &why);
   int64_t want[] = {3, 3, 1};
   int64_t next_v = 0;
   for (int b = 0; b < 3; b++) {
@@ -107,7 +121,7 @@ static void test_batches(void) {
 /* An empty queue and a timeout: [] after about timeout_ms. */
 static void test_next_timeout(void) {
   sf__server *s = new_server();
-  sf__endpoint *e = sf__endpoint_new(s, "/p", "v1", &sf_type_i64, 3, 5.0, 64, 100, &LOC);
+  sf__endpoint *e = sf__endpoint_new(s, "/p", "v1", &sf_type_i64, 3, 5.0, 64, 100, "", &LOC);
   sf__endpoint_add_replica(e);
   int64_t t0 = sf__mono_ns();
   sf_array *a = sf__endpoint_next(e, 0, &sf_type_i64, 20.0, &LOC);
@@ -119,12 +133,12 @@ static void test_next_timeout(void) {
 /* Weights 90 and 10: about a tenth of 2000 requests go to v2. */
 static void test_weights(void) {
   sf__server *s = new_server();
-  sf__endpoint *a = sf__endpoint_new(s, "/p", "v1", &sf_type_i64, 10, 10.0, 100000, 90, &LOC);
-  sf__endpoint *b = sf__endpoint_new(s, "/p", "v2", &sf_type_i64, 10, 10.0, 100000, 10, &LOC);
+  sf__endpoint *a = sf__endpoint_new(s, "/p", "v1", &sf_type_i64, 10, 10.0, 100000, 90, "", &LOC);
+  sf__endpoint *b = sf__endpoint_new(s, "/p", "v2", &sf_type_i64, 10, 10.0, 100000, 10, "", &LOC);
   sf__endpoint_add_replica(a);
   sf__endpoint_add_replica(b);
   for (int i = 0; i < 2000; i++)
-    sf__route_dispatch(a->route, req(i));
+    sf__route_dispatch(a->route, req(i), &why);
   int64_t nb = qlen(b, 0);
   if (nb < 120 || nb > 280)
     fprintf(stderr, "\n  v2 took %lld of 2000 at weight 10 of 100\n", (long long)nb);
@@ -132,26 +146,45 @@ static void test_weights(void) {
   CHECK_INT(qlen(a, 0) + nb, 2000);
   atomic_store(&a->weight, 0); /* serve.set_weight(v1, 0) */
   for (int i = 0; i < 100; i++)
-    sf__route_dispatch(a->route, req(i));
+    sf__route_dispatch(a->route, req(i), &why);
   CHECK_INT(qlen(b, 0), nb + 100);
-  EXPECT_ERROR(sf__endpoint_new(s, "/p", "v3", &sf_type_f64, 10, 10.0, 64, 1, &LOC),
+  EXPECT_ERROR(sf__endpoint_new(s, "/p", "v3", &sf_type_f64, 10, 10.0, 64, 1, "", &LOC),
                "t.sflow:3:7: runtime error: serve.route: /p takes i64 (version v1), so every "
                "version must; not f64");
+}
+
+/* A route's token is its first version's: a later version may repeat it
+ * or give none, not name another; a route without one takes none later. */
+static void test_route_token(void) {
+  sf__server *s = new_server();
+  sf__endpoint *a = sf__endpoint_new(s, "/admin", "v1", &sf_type_i64, 1, 0.0, 4, 100, "k3y", &LOC);
+  CHECK_STR(a->route->token, "k3y");
+  CHECK_INT(a->route->token_len, 3);
+  sf__endpoint_new(s, "/admin", "v2", &sf_type_i64, 1, 0.0, 4, 100, "", &LOC);
+  sf__endpoint_new(s, "/admin", "v3", &sf_type_i64, 1, 0.0, 4, 100, "k3y", &LOC);
+  EXPECT_ERROR(sf__endpoint_new(s, "/admin", "v4", &sf_type_i64, 1, 0.0, 4, 100, "other", &LOC),
+               "t.sflow:3:7: runtime error: serve.route: /admin has another token; every version "
+               "must give the same or none");
+  sf__endpoint *p = sf__endpoint_new(s, "/p", "v1", &sf_type_i64, 1, 0.0, 4, 100, "", &LOC);
+  CHECK_INT(p->route->token_len, 0);
+  EXPECT_ERROR(sf__endpoint_new(s, "/p", "v2", &sf_type_i64, 1, 0.0, 4, 100, "k3y", &LOC),
+               "t.sflow:3:7: runtime error: serve.route: /p has no token; every version must "
+               "give the same or none");
 }
 
 /* A removed replica gets nothing new; its next gives [] once its queue is
  * empty. */
 static void test_removed(void) {
   sf__server *s = new_server();
-  sf__endpoint *e = sf__endpoint_new(s, "/p", "v1", &sf_type_i64, 10, 0.0, 64, 100, &LOC);
+  sf__endpoint *e = sf__endpoint_new(s, "/p", "v1", &sf_type_i64, 10, 0.0, 64, 100, "", &LOC);
   sf__endpoint_add_replica(e);
   sf__endpoint_add_replica(e);
-  sf__route_dispatch(e->route, req(1));
-  sf__route_dispatch(e->route, req(2));
+  sf__route_dispatch(e->route, req(1), &why);
+  sf__route_dispatch(e->route, req(2), &why);
   sf__endpoint_remove(e, 0, &LOC);
   CHECK_INT(sf__endpoint_live(e), 1);
   for (int i = 0; i < 6; i++)
-    sf__route_dispatch(e->route, req(i));
+    sf__route_dispatch(e->route, req(i), &why);
   CHECK_INT(qlen(e, 0), 1);
   CHECK_INT(qlen(e, 1), 7);
   sf_array *a = sf__endpoint_next(e, 0, &sf_type_i64, -1, &LOC);
@@ -167,11 +200,11 @@ static void test_removed(void) {
  * other replica, the death is reported once. */
 static void test_replica_dies(void) {
   sf__server *s = new_server();
-  sf__endpoint *e = sf__endpoint_new(s, "/p", "v1", &sf_type_i64, 2, 0.0, 64, 100, &LOC);
+  sf__endpoint *e = sf__endpoint_new(s, "/p", "v1", &sf_type_i64, 2, 0.0, 64, 100, "", &LOC);
   sf__endpoint_add_replica(e);
   sf__endpoint_add_replica(e);
   for (int i = 0; i < 6; i++)
-    sf__route_dispatch(e->route, req(i)); /* 3 and 3 */
+    sf__route_dispatch(e->route, req(i), &why); /* 3 and 3 */
   jmp_buf jb;
   sf__error_jmp = &jb; /* as the actor's message runner sets it */
   if (setjmp(jb) == 0) {
@@ -202,7 +235,7 @@ static void test_replica_dies(void) {
   }
   CHECK_INT(sum, 0 + 1 + 2 + 3 + 4 + 5);
   /* An error in a nested attempt (another jump target) is not a death. */
-  sf__route_dispatch(e->route, req(9));
+  sf__route_dispatch(e->route, req(9), &why);
   jmp_buf outer, inner;
   sf__error_jmp = &outer;
   if (setjmp(outer) == 0) {
@@ -222,11 +255,11 @@ static void test_replica_dies(void) {
  * others of the batch are 200. */
 static void test_answers(void) {
   sf__server *s = new_server();
-  sf__endpoint *e = sf__endpoint_new(s, "/p", "v1", &sf_type_i64, 3, 0.0, 64, 100, &LOC);
+  sf__endpoint *e = sf__endpoint_new(s, "/p", "v1", &sf_type_i64, 3, 0.0, 64, 100, "", &LOC);
   sf__endpoint_add_replica(e);
   sf__sreq *q[3];
   for (int i = 0; i < 3; i++)
-    sf__route_dispatch(e->route, q[i] = req(i));
+    sf__route_dispatch(e->route, q[i] = req(i), &why);
   sf_array *a = sf__endpoint_next(e, 0, &sf_type_i64, -1, &LOC);
   sf_array *ans = sf_array_new(&sf_type_f64, 3, &LOC);
   ((double *)ans->data)[0] = 1.5;
@@ -241,13 +274,48 @@ static void test_answers(void) {
   CHECK_STR(q[2]->body, "3.0");
   sf_release(a);
   /* Another number of answers: the batch answered 500, and an error. */
-  sf__route_dispatch(e->route, q[0] = req(7));
+  sf__route_dispatch(e->route, q[0] = req(7), &why);
   a = sf__endpoint_next(e, 0, &sf_type_i64, -1, &LOC);
   EXPECT_ERROR(sf__endpoint_reply(e, 0, ans, &LOC),
                "t.sflow:3:7: runtime error: serve.reply: /p (v1, replica 0): the handler gave 3 "
                "answers for a batch of 1");
   CHECK_INT(q[0]->status, 500);
   sf_release(a);
+  sf_release(ans);
+}
+
+/* reply_status: each answer with its status; statuses that do not fit
+ * (another count, a status outside 200..599) answer the batch 500 and are
+ * an error; answered counts what replies answered. */
+static void test_reply_status(void) {
+  sf__server *s = new_server();
+  sf__endpoint *e = sf__endpoint_new(s, "/p", "v1", &sf_type_i64, 2, 0.0, 64, 100, "", &LOC);
+  sf__endpoint_add_replica(e);
+  sf__sreq *q[2];
+  for (int i = 0; i < 2; i++)
+    sf__route_dispatch(e->route, q[i] = req(i), &why);
+  sf_array *a = sf__endpoint_next(e, 0, &sf_type_i64, -1, &LOC);
+  sf_array *ans = sf_array_new(&sf_type_i64, 2, &LOC);
+  sf_array *st = sf_array_new(&sf_type_i64, 2, &LOC);
+  ((int64_t *)st->data)[0] = 400;
+  ((int64_t *)st->data)[1] = 200;
+  sf__endpoint_reply_status(e, 0, ans, st, &LOC);
+  CHECK_INT(q[0]->status, 400);
+  CHECK_INT(q[1]->status, 200);
+  CHECK_INT(sf__endpoint_answered(e), 2);
+  sf_release(a);
+  ((int64_t *)st->data)[0] = 99;
+  for (int i = 0; i < 2; i++)
+    sf__route_dispatch(e->route, q[i] = req(i), &why);
+  a = sf__endpoint_next(e, 0, &sf_type_i64, -1, &LOC);
+  EXPECT_ERROR(sf__endpoint_reply_status(e, 0, ans, st, &LOC),
+               "t.sflow:3:7: runtime error: serve.reply: /p (v1, replica 0): status 99 (answer 0) "
+               "is not in 200..599");
+  CHECK_INT(q[0]->status, 500);
+  CHECK_INT(q[1]->status, 500);
+  CHECK_INT(sf__endpoint_answered(e), 2);
+  sf_release(a);
+  sf_release(st);
   sf_release(ans);
 }
 
@@ -266,9 +334,11 @@ int main(int argc, char **argv) {
       {"batches", test_batches},
       {"next_timeout", test_next_timeout},
       {"weights", test_weights},
+      {"route_token", test_route_token},
       {"removed", test_removed},
       {"replica_dies", test_replica_dies},
       {"answers", test_answers},
+      {"reply_status", test_reply_status},
       {"error_body", test_error_body},
       {NULL, NULL},
   };
