@@ -3,11 +3,13 @@
 a killed run --resumes to the same curve (docs/rl.md).
 
 1. Runs the example twice from seed 1 with a step budget (--total_steps
-   200000, where it needs about 75k) and --timing=false: both runs must
+   200000, where it needs about 40k to 50k) and --timing=false: both runs must
    print the same return curve, line for line, and say it solved (the
    greedy policy's mean return >= 475 over 100 evaluation episodes).
 2. Kill and resume: a reference run (--journal=false), then runs SIGKILLed
-   after 3, 12 and 25 printed lines and --resume'd; each resumed run must
+   after 3 printed lines, half the reference's lines and all but its last
+   4, and --resume'd (the points follow the reference, since how soon it
+   solves depends on the BLAS kernel's last bits); each resumed run must
    print exactly the reference (curve, evaluation, result), and past the
    first checkpoints its actors must come back from checkpoints (the
    learner's agent and Adam state, the runners' environments), not init.
@@ -71,7 +73,8 @@ def main():
             fails += 1
         curve = [l for l in ref.splitlines() if l.startswith("iteration")]
         print("cartpole: %d curve lines, %s" % (len(curve), ref.splitlines()[-1]))
-        for kill in (3, 12, 25):
+        n = len(ref.splitlines())
+        for kill in (3, n // 2, n - 4):
             ck = os.path.join(tmp, "kill-%d" % kill)
             rc, part, _ = kill_resume.run(exe, ck, FLAGS, kill_after_lines=kill)
             if rc == 0:
@@ -84,7 +87,7 @@ def main():
                                                                        err[-2000:]))
                 fails += 1
                 continue
-            if kill >= 12 and "3 actors restored" not in err:
+            if kill >= 8 and "3 actors restored" not in err:
                 print("FAIL kill-after-%d: the learner and both runners must come back from checkpoints:\n%s"
                       % (kill, err))
                 fails += 1

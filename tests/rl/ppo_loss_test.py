@@ -5,8 +5,9 @@ Reads tests/rl/ppo_loss_reference.json (scripts/gen_rl_reference.py: a
 CleanRL agent's weights, a 64-row batch, and PyTorch 2.15.0's loss, its
 parts and every gradient), writes an sflow program that builds the same
 rl.Agent and rl.Batch from those values, calls rl.ppo_loss with rl.ppo()'s
-hyperparameters and backward, and compares the loss, pg, v, entropy,
-approx_kl and clipfrac and every gradient (by field path) within
+hyperparameters (clip_vloss = true, as CleanRL and the reference have it;
+rl.ppo() leaves value clipping off) and backward, and compares the loss,
+pg, v, entropy, approx_kl and clipfrac and every gradient (by field path) within
 |sflow - torch| <= atol + rtol |torch| (defaults 1e-6 and 1e-4: f32
 arithmetic in another order).  Prints the largest difference.
 
@@ -48,7 +49,7 @@ def program(ref):
         " advantages: %s, returns: %s, finished: zeros_f64(0) }" % (
             lit(b["obs"]), lit(b["logprobs"]), lit(b["values"]), lit(b["advantages"]),
             lit(b["returns"])),
-        "  let cfg = rl.ppo(clip = %r, ent_coef = %r, vf_coef = %r)" % (
+        "  let cfg = rl.ppo(clip = %r, ent_coef = %r, vf_coef = %r, clip_vloss = true)" % (
             ref["clip"], ref["ent_coef"], ref["vf_coef"]),
         "  let l = rl.ppo_loss(a, mb, cfg)",
         "  backward(l.loss)",

@@ -13,6 +13,30 @@ add_test(NAME rl/cartpole_solve_resume
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/rl/cartpole_test.py
           --sflowc $<TARGET_FILE:sflowc>)
 set_tests_properties(rl/cartpole_solve_resume PROPERTIES TIMEOUT 300)
+# The same under OpenBLAS's Haswell and Zen kernels (issue #26).
+foreach(kernel Haswell Zen)
+  string(TOLOWER ${kernel} k)
+  add_test(NAME rl/cartpole_solve_resume_${k}
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/rl/cartpole_test.py
+            --sflowc $<TARGET_FILE:sflowc>)
+  set_tests_properties(rl/cartpole_solve_resume_${k} PROPERTIES TIMEOUT 300
+                       ENVIRONMENT "OPENBLAS_CORETYPE=${kernel}")
+endforeach()
+# The example solves CartPole-v1 within 200k steps from at least 19 of
+# seeds 1..20 (two runs at a time), under the default OpenBLAS kernel and
+# under the Haswell and Zen kernels (issue #26).
+add_test(NAME rl/cartpole_seeds
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/rl/cartpole_seeds_test.py
+          --sflowc $<TARGET_FILE:sflowc>)
+set_tests_properties(rl/cartpole_seeds PROPERTIES TIMEOUT 600)
+foreach(kernel Haswell Zen)
+  string(TOLOWER ${kernel} k)
+  add_test(NAME rl/cartpole_seeds_${k}
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/rl/cartpole_seeds_test.py
+            --sflowc $<TARGET_FILE:sflowc>)
+  set_tests_properties(rl/cartpole_seeds_${k} PROPERTIES TIMEOUT 600
+                       ENVIRONMENT "OPENBLAS_CORETYPE=${kernel}")
+endforeach()
 # PPO's loss (clipped surrogate, clipped value loss, entropy, normalised
 # advantages) and every gradient on a fixed batch, against CleanRL's in
 # PyTorch.
