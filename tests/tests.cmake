@@ -75,3 +75,25 @@ file(GLOB SUITES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/*/suite.cmake)
 foreach(s IN LISTS SUITES)
   include(${s})
 endforeach()
+
+# The product split over the pool under each OpenBLAS kernel it is measured
+# on (tests/unit/blas_cores_test.py runs unit/test_rt_nn's sgemm_split with
+# OPENBLAS_CORETYPE set to each), and the bitwise tests under the Haswell
+# and Zen kernels, whose 12-row blocks a 16-row block edge used to cut
+# (issue 26).  Each sets OPENBLAS_CORETYPE itself, so the caller's does
+# not matter.
+add_test(NAME unit/blas_cores
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/unit/blas_cores_test.py
+          --unit $<TARGET_FILE:test_rt_nn>)
+set_tests_properties(unit/blas_cores PROPERTIES TIMEOUT 600)
+foreach(core Haswell Zen)
+  add_test(NAME unit/test_rt_nn_${core} COMMAND test_rt_nn)
+  add_test(NAME runtime/nn_resume_${core}
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/nn_resume_test.py
+            --sflowc $<TARGET_FILE:sflowc>)
+  add_test(NAME runtime/group_split_${core}
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/group_split_test.py
+            --sflowc $<TARGET_FILE:sflowc>)
+  set_tests_properties(unit/test_rt_nn_${core} runtime/nn_resume_${core}
+                       runtime/group_split_${core} PROPERTIES ENVIRONMENT OPENBLAS_CORETYPE=${core})
+endforeach()

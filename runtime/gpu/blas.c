@@ -35,10 +35,48 @@ static struct {
   const char *name;
   void (*set_threads)(int); /* openblas_set_num_threads or MKL's; NULL for others */
   bool env_threads;         /* OPENBLAS_NUM_THREADS / MKL_NUM_THREADS set: never override */
-  _Atomic int64_t ways;     /* blocks a big product is split into over the pool (gemm_split) */
+  int64_t align;            /* row blocks' edges (gemm_split); 0: this library is never split */
+  const char *core;         /* OpenBLAS's kernel (openblas_get_corename), or "" */
+  _Atomic int64_t blocks;   /* the unit test's block count; 0: the pool's size */
   _Atomic int64_t splits;   /* products split so far (the unit test's witness) */
+  _Atomic uint64_t ways_seen; /* bit w: a split ran on w threads (SFLOW_BLAS_STATS) */
 } B;
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+
+/* The row blocks' alignment on the kernels where splitting a product
+ * into blocks of C's rows was measured bitwise the one unsplit call:
+ * OpenBLAS 0.3.21's x86-64 kernels below (bench/nn/blas_split.c, every
+ * transpose pair, beta 0 and 1, 2 to 4 blocks, the encoder's, the MLP's
+ * and odd shapes; docs/performance.md, "Splitting a product over the
+ * pool").  OpenBLAS computes row-major C as the column-major Cᵀ, so C's
+ * rows are the kernel's columns: the driver hands the kernel groups of
+ * 3 × unroll_n of them and the kernel works through 12, 8, 4, ... at a
+ * time, each width summing over k in an order of its own.  A block edge
+ * on a multiple of 48 (of every core's 3 × unroll_n: 6, 12, 24) leaves
+ * every row in the same group and width as in the one call.  Any other
+ * library, version or kernel is never split: no such measurement says it
+ * holds there: MKL, other versions, and 0.3.21's Opteron, Opteron_SSE3,
+ * Bulldozer, Piledriver, Steamroller and Excavator kernels (3DNow! and
+ * FMA4: they stop on the measuring machine's CPU with an illegal
+ * instruction).  blas_init reads the kernel OpenBLAS chose,
+ * OPENBLAS_CORETYPE included. */
+static const char *const split_cores[] = {
+    "Haswell", "Zen", "SkylakeX", "Cooperlake", "Sandybridge", "Prescott", "Nehalem",
+    "Core2", "Atom", "Penryn", "Dunnington", "Barcelona", "Nano", "Bobcat"};
+
+static int64_t split_align(void *h) {
+  char *(*config)(void) = (char *(*)(void))dlsym(h, "openblas_get_config");
+  char *(*corename)(void) = (char *(*)(void))dlsym(h, "openblas_get_corename");
+  if (!config || !corename)
+    return 0;
+  B.core = corename();
+  if (!B.core || strncmp(config(), "OpenBLAS 0.3.21 ", 16) != 0)
+    return 0;
+  for (size_t i = 0; i < sizeof split_cores / sizeof *split_cores; i++)
+    if (strcmp(B.core, split_cores[i]) == 0)
+      return 48;
+  return 0;
+}
 
 /* Tells a loaded BLAS how many threads it may use: one.  --threads bounds
  * the whole program, products included, and a big product is split over
@@ -61,7 +99,7 @@ static void blas_threads(void *h) {
   }
   if (B.set_threads && !B.env_threads) {
     B.set_threads(1);
-    B.ways = sf__pool_size();
+    B.align = split_align(h);
   }
 }
 
@@ -139,99 +177,144 @@ static void blas_init(void) {
   }
 }
 
-/* callers threads of the program multiply at once (the members of a
- * training group in one process): each product gets pool / callers BLAS
- * threads, at least one.  OpenBLAS's pool is one per process and a call
- * made while another runs waits for it spinning on sched_yield, so four
- * members on two cores each asking for two threads spent a quarter of
- * their time switching (249k context switches for 12 steps, against 7k
- * with one thread each, and 7.7 s against 5.6 s). */
-void sf__blas_share(int64_t callers) {
-  pthread_once(&blas_once, blas_init);
-  if (!B.set_threads || B.env_threads)
-    return;
-  int64_t n = sf__pool_size() / (callers > 0 ? callers : 1);
-  B.ways = n > 0 ? n : 1;
+/* SFLOW_BLAS_STATS=1: one line on stderr at exit, for the tests that
+ * check how products were split (tests/runtime/group_split_test.py): the
+ * library, its kernel, the row alignment (0: never split), the products
+ * split and the thread counts they ran on. */
+static void blas_stats(void) {
+  char ways[200] = "";
+  size_t at = 0;
+  for (int w = 1; w < 64 && at + 8 < sizeof ways; w++)
+    if (B.ways_seen >> w & 1)
+      at += (size_t)snprintf(ways + at, sizeof ways - at, "%s%d", at ? "," : "", w);
+  fprintf(stderr, "sflow-blas-stats: library=%s core=%s align=%" PRId64 " splits=%" PRId64
+          " ways=%s\n", B.name ? B.name : "none", B.core && *B.core ? B.core : "-", B.align,
+          (int64_t)B.splits, at ? ways : "-");
 }
 
-int64_t sf__blas_split_ways(int64_t ways) {
+__attribute__((constructor)) static void blas_stats_hook(void) {
+  const char *e = getenv("SFLOW_BLAS_STATS");
+  if (e && *e && strcmp(e, "0"))
+    atexit(blas_stats);
+}
+
+/* The test's block count (blocks > 0 sets it; 0 goes back to the pool's
+ * size); returns the previous setting. */
+int64_t sf__blas_split_blocks(int64_t blocks) {
   pthread_once(&blas_once, blas_init);
-  int64_t was = B.ways;
-  if (ways > 0)
-    B.ways = ways;
+  int64_t was = B.blocks;
+  if (blocks >= 0)
+    B.blocks = blocks;
   return was;
 }
 
 int64_t sf__blas_splits(void) { return B.splits; }
+int64_t sf__blas_split_align(void) {
+  pthread_once(&blas_once, blas_init);
+  return B.align;
+}
+
+const char *sf__blas_core(void) {
+  pthread_once(&blas_once, blas_init);
+  return B.core && *B.core ? B.core : "-";
+}
 
 /* ------------------------------------------------ products over the pool
  *
- * A product of more than GEMM_SPLIT_MNK multiply-adds (bigger than the
- * stacks matmul.c splits a matrix at a time) is cut into B.ways
- * blocks of C's rows (when m >= n) or columns, each block one call of the
- * single-threaded library on a thread of the pool.  Every value of C is
- * the same chain of operations over k whichever block holds it (the
- * library's k blocking does not depend on m or n), so the split gives
- * bitwise one call's result at any thread count; unit test
- * `sgemm_split`, and on this machine's OpenBLAS 0.3.21 every transpose
- * pair, beta 0 and 1, blocks of 2 and 3 at the encoder's and the MLP's
- * shapes (OpenBLAS's own threading did not: its 2-thread result at
- * k = 784 differed from its 1-thread one).  Splitting M copies B's
- * packing into each block, N A's, hence the larger side. */
-#define GEMM_SPLIT_MNK (1 << 20)
-#define GEMM_SPLIT_ALIGN 16 /* block edges on whole cache lines of C */
+ * A big product is cut into blocks of C's rows, each block one call of
+ * the single-threaded library, and the blocks run on the pool.  Two
+ * things are kept apart, so that no value depends on timing:
+ *  - where the blocks' edges are: a function of the shape and --threads
+ *    alone (split_rows), on multiples of the kernel's alignment, and
+ *    only where every block is bitwise its rows of the one call;
+ *  - how many threads run them at once (gemm_split's ways): --threads
+ *    shared among the group members in this process (sched's
+ *    sf__group_members_here), so members multiplying at once do not
+ *    oversubscribe the cores.  A restored member counts as a fresh one:
+ *    both are counted when the runtime places them, not in their init.
+ * So a run, its --resume and the run at another --threads give the same
+ * bits (the resume and fixture tests compare them).  Only rows are cut:
+ * a block of C's columns changes the kernel's row blocking (OpenBLAS's
+ * P blocks, halved when m is under 2P), which moved values by an ulp in
+ * the measurements; a block of rows re-packs B, which is O(k·n) beside
+ * the block's O(rows·k·n). */
+#define GEMM_SPLIT_BLOCK_MNK (1 << 23) /* every block's multiply-adds at least */
+#define GEMM_SPLIT_MAX_ROWS 40960      /* under every measured kernel's GEMM_R */
+
+/* The rows per block for an m×n×k product, or 0 for one call.  Every
+ * block, the last (shortest) included, does at least 2^23 multiply-adds:
+ * OpenBLAS takes other paths for small products (its AVX-512 "direct"
+ * sgemm below 28·512² for row-major beta-0 products without transposes,
+ * whichever kernel was forced; the small-matrix kernels), and a block on
+ * another path than the whole is not its rows of the whole.  C's rows
+ * stay under every measured kernel's GEMM_R, whose column panels would
+ * otherwise start off the alignment. */
+static int64_t split_rows(int64_t m, int64_t n, int64_t k) {
+  int64_t align = B.align, blocks = B.blocks > 0 ? B.blocks : sf__pool_size();
+  if (align == 0 || m > GEMM_SPLIT_MAX_ROWS || m * n * k < 2 * GEMM_SPLIT_BLOCK_MNK)
+    return 0;
+  for (; blocks >= 2; blocks--) {
+    int64_t per = ((m + blocks - 1) / blocks + align - 1) / align * align;
+    int64_t last = m - (m - 1) / per * per;
+    if (per < m && last >= align && last * n * k >= GEMM_SPLIT_BLOCK_MNK)
+      return per;
+  }
+  return 0;
+}
 
 typedef struct {
-  bool f64, ta, tb, cols;
-  int64_t m, n, k, lda, ldb, ldc, per;
+  bool f64, ta, tb;
+  int64_t m, n, k, lda, ldb, ldc, per, blocks, ways;
   float alpha, beta;
   const void *a, *b;
   void *c;
 } gemm_split_job;
 
-static void gemm_block(void *ctx, int64_t lo, int64_t hi) {
-  const gemm_split_job *j = ctx;
-  int64_t size = j->f64 ? 8 : 4, all = j->cols ? j->n : j->m;
-  int64_t r0 = lo * j->per, r1 = hi * j->per < all ? hi * j->per : all;
-  if (r0 >= r1)
-    return;
-  const char *a = j->a, *b = j->b;
-  char *c = j->c;
-  int64_t m = j->m, n = j->n;
-  if (j->cols) { /* columns [r0, r1) of C: of B's too */
-    b += size * (j->tb ? r0 * j->ldb : r0);
-    c += size * r0;
-    n = r1 - r0;
-  } else { /* rows [r0, r1) of C: of A's too */
-    a += size * (j->ta ? r0 : r0 * j->lda);
-    c += size * r0 * j->ldc;
-    m = r1 - r0;
-  }
+/* Rows [r0, r1) of C: of A's too. */
+static void gemm_rows(const gemm_split_job *j, int64_t r0, int64_t r1) {
+  int64_t size = j->f64 ? 8 : 4;
+  const char *a = (const char *)j->a + size * (j->ta ? r0 : r0 * j->lda);
+  char *c = (char *)j->c + size * r0 * j->ldc;
+  int m = (int)(r1 - r0);
   int ta = j->ta ? CBLAS_TRANS : CBLAS_NO_TRANS, tb = j->tb ? CBLAS_TRANS : CBLAS_NO_TRANS;
   if (j->f64)
-    B.dgemm(CBLAS_ROW_MAJOR, ta, tb, (int)m, (int)n, (int)j->k, j->alpha, (const double *)a,
-            (int)j->lda, (const double *)b, (int)j->ldb, j->beta, (double *)c, (int)j->ldc);
+    B.dgemm(CBLAS_ROW_MAJOR, ta, tb, m, (int)j->n, (int)j->k, j->alpha, (const double *)a,
+            (int)j->lda, (const double *)j->b, (int)j->ldb, j->beta, (double *)c, (int)j->ldc);
   else
-    B.sgemm(CBLAS_ROW_MAJOR, ta, tb, (int)m, (int)n, (int)j->k, j->alpha, (const float *)a,
-            (int)j->lda, (const float *)b, (int)j->ldb, j->beta, (float *)c, (int)j->ldc);
+    B.sgemm(CBLAS_ROW_MAJOR, ta, tb, m, (int)j->n, (int)j->k, j->alpha, (const float *)a,
+            (int)j->lda, (const float *)j->b, (int)j->ldb, j->beta, (float *)c, (int)j->ldc);
 }
 
-/* The library's product, split over the pool when it is big enough and
- * there is more than one way to split it (alpha and beta are exact in
- * float as the callers pass them: 1 and 0 or 1). */
-static void gemm_split(gemm_split_job *j) {
-  int64_t ways = B.ways, all = j->m >= j->n ? j->m : j->n;
-  j->cols = j->n > j->m;
-  if (ways > 1 && j->m * j->n * j->k > GEMM_SPLIT_MNK && all >= 2 * GEMM_SPLIT_ALIGN) {
-    int64_t per = (all + ways - 1) / ways;
-    per = (per + GEMM_SPLIT_ALIGN - 1) / GEMM_SPLIT_ALIGN * GEMM_SPLIT_ALIGN;
-    j->per = per;
-    B.splits++;
-    sf__parallel_for((all + per - 1) / per, 1, gemm_block, j);
-  } else {
-    j->per = all;
-    gemm_block(j, 0, 1);
+/* Threads [lo, hi) of the split: thread t runs blocks [t·blocks/ways,
+ * (t+1)·blocks/ways), one library call each. */
+static void gemm_blocks(void *ctx, int64_t lo, int64_t hi) {
+  const gemm_split_job *j = ctx;
+  for (int64_t b = lo * j->blocks / j->ways; b < hi * j->blocks / j->ways; b++) {
+    int64_t r0 = b * j->per, r1 = r0 + j->per < j->m ? r0 + j->per : j->m;
+    gemm_rows(j, r0, r1);
   }
+}
+
+/* The library's product, split over the pool when split_rows says so
+ * (alpha and beta are exact in float as the callers pass them: 1 and 0
+ * or 1). */
+static void gemm_split(gemm_split_job *j) {
+  j->per = split_rows(j->m, j->n, j->k);
+  if (j->per == 0) {
+    gemm_rows(j, 0, j->m);
+    return;
+  }
+  j->blocks = (j->m + j->per - 1) / j->per;
+  int64_t members = sf__group_members_here();
+  int64_t ways = sf__pool_size() / (members > 1 ? members : 1);
+  j->ways = ways < 1 ? 1 : ways < j->blocks ? ways : j->blocks;
+  atomic_fetch_add_explicit(&B.splits, 1, memory_order_relaxed);
+  atomic_fetch_or_explicit(&B.ways_seen, 1ull << (j->ways < 63 ? j->ways : 63),
+                           memory_order_relaxed);
+  if (j->ways == 1)
+    gemm_blocks(j, 0, 1);
+  else
+    sf__parallel_for(j->ways, 1, gemm_blocks, j);
 }
 
 const char *sf__blas_name(void) {

@@ -202,17 +202,15 @@ void sf__gemm_cpu(bool f64, const void *a, const void *b, void *c, int64_t m, in
  * main calls it before any thread. */
 void sf__blas_env(void);
 const char *sf__blas_name(void); /* "OpenBLAS", "reference" */
-/* Gives each of callers concurrent callers pool / callers threads for a
- * product (at least 1: the blocks blas.c splits a big product into over
- * the pool, the library single-threaded in each); an OPENBLAS_NUM_THREADS
- * or MKL_NUM_THREADS the user set still wins, and the library threads
- * itself. */
-void sf__blas_share(int64_t callers);
-/* The number of blocks a big product is split into (ways > 0 sets it;
- * returns the previous) and the count of products split so far: for the
- * unit test that checks the split's bits. */
-int64_t sf__blas_split_ways(int64_t ways);
+/* The products split over the pool (blas.c's gemm_split: blocks of C's
+ * rows on the kernel's alignment, the library single-threaded in each):
+ * the unit test's block count (blocks > 0 sets it, 0 restores the pool's
+ * size; returns the previous), the count of products split so far, and
+ * the alignment (0 where this library and kernel are never split). */
+int64_t sf__blas_split_blocks(int64_t blocks);
 int64_t sf__blas_splits(void);
+int64_t sf__blas_split_align(void);
+const char *sf__blas_core(void); /* OpenBLAS's kernel (openblas_get_corename), or "-" */
 /* C = alpha op(A)·op(B) + beta C, f32, row-major with leading dimensions
  * (op: transposed when ta/tb): the nn layer's matmuls, forward and
  * backward, through the same library or the reference loop. */

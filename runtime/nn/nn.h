@@ -600,8 +600,5 @@ int64_t sf_std_train_workers(const sf_loc *loc);
 void sf_std_train_sum_tensors(sf_array *ts, const sf_loc *loc);
 void sf_std_train_sum_f64(sf_array *xs, const sf_loc *loc);
 void sf_std_train_broadcast_tensors(sf_array *ts, int64_t root, const sf_loc *loc);
-/* A member's training started in this process: the BLAS threads are
- * divided among every member started so far. */
-void sf_std_train_started(const sf_loc *loc);
 
 #endif

@@ -14,24 +14,16 @@
  * compiler change, and nothing here a user program can reach except
  * through std.train.
  *
- * Beside them, the BLAS share: every member started in this process
- * (train.start in a member's init) counts itself, and the BLAS threads
- * are divided among the members (gpu layer's sf__blas_share), since the
- * members' products run at the same time and OpenBLAS's one pool is
- * shared.
+ * The pool's threads are shared among the members in this process by the
+ * products themselves (gpu layer's gemm_split, from the members the
+ * runtime placed here), not here: a member restored by --resume skips
+ * init, and train.start with it.
  */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <time.h>
 
 #include "nn.h"
-
-static _Atomic int64_t members;
-
-void sf_std_train_started(const sf_loc *loc) {
-  (void)loc;
-  sf__blas_share(atomic_fetch_add(&members, 1) + 1);
-}
 
 int64_t sf_std_train_rank(const sf_loc *loc) {
   (void)loc;

@@ -108,6 +108,7 @@ struct sf_actor {
   char *broken;              /* why init failed */
   struct sf__ractor *remote; /* head: the actor runs on a worker (ractor_head.c) */
   bool preset;               /* the state came with it (a restart): no init */
+  bool here;                 /* a group member counted in members_here */
   _Atomic bool stopped;      /* worker: moved elsewhere; calls fail unrun */
   _Atomic int64_t own_pending;
   _Atomic int64_t *pending;  /* queued + running calls (for g.any); in the
@@ -126,8 +127,20 @@ struct sf_group {
   sf_actor **members;
 };
 
+/* The group members placed in this process and not freed: the callers
+ * that may multiply at once, among whom the products share the pool
+ * (blas.c's gemm_split).  Counted when the runtime posts a member's init,
+ * which it does whether init then runs or the member is restored from a
+ * checkpoint (--resume) or shipped with its state (a restart), so a
+ * resumed group shares the pool as the fresh one did. */
+static _Atomic int64_t members_here;
+
+int64_t sf__group_members_here(void) { return atomic_load_explicit(&members_here, memory_order_relaxed); }
+
 static void actor_dtor(sf_obj *o) {
   sf_actor *a = (sf_actor *)o;
+  if (a->here)
+    atomic_fetch_sub_explicit(&members_here, 1, memory_order_relaxed);
   if (a->remote)
     sf__place.drop(a->remote);
   sf_value_release(a->desc->state, a->state);
@@ -480,6 +493,10 @@ static sf_actor *actor_alloc(const sf_actor_desc *d, int64_t id, int64_t rank, i
 /* Posts init, the first message: args (NULL: zeroes) are copied. */
 static void post_init(sf_actor *a, void *args, bool retain_args, const sf_loc *loc) {
   const sf_actor_desc *d = a->desc;
+  if (a->comm) {
+    a->here = true;
+    atomic_fetch_add_explicit(&members_here, 1, memory_order_relaxed);
+  }
   if (a->comm && a->rank == 0)
     checkpoint_plan_group(d, a->id, a->size); /* one common epoch for all */
   a->restore_epoch = a->comm ? checkpoint_group_epoch(d, a->id) : -1;

@@ -205,6 +205,9 @@ sf_future *sf__actor_post(sf_actor *a, const sf_method_desc *md, void *args, boo
 /* Worker: the head moved this actor elsewhere; its queued calls fail. */
 void sf__actor_stop(sf_actor *a);
 sf_actor *sf__current_actor(void);
+/* Group members placed in this process and alive, restored ones included:
+ * the callers that may multiply at once (gpu layer's product split). */
+int64_t sf__group_members_here(void);
 int64_t sf__actor_rank(sf_actor *a);
 int64_t sf__actor_size(sf_actor *a);
 const sf_actor_desc *sf__actor_desc(sf_actor *a);

@@ -113,6 +113,16 @@ set_tests_properties(runtime/tokenizer_ids PROPERTIES SKIP_RETURN_CODE 77 TIMEOU
 add_test(NAME runtime/nn_resume
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/nn_resume_test.py
           --sflowc $<TARGET_FILE:sflowc>)
+# A @checkpoint group of two members whose products split over the pool:
+# a --resume'd run prints the fresh run's bits and runs its products on
+# as many threads (the members are counted when placed, not in init);
+# --threads 1 gives the same bits.  OPENBLAS_CORETYPE unset: the default
+# kernel (tests/tests.cmake reruns it under Haswell and Zen).
+add_test(NAME runtime/group_split
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/group_split_test.py
+          --sflowc $<TARGET_FILE:sflowc>)
+set_tests_properties(runtime/group_split PROPERTIES ENVIRONMENT_MODIFICATION
+                     OPENBLAS_CORETYPE=unset:)
 # Collectives over a tensor[] go in buckets (SFLOW_BUCKET_MB): transport
 # calls counted on the --trace for three caps, values checked for each.
 add_test(NAME runtime/nn_buckets

@@ -1014,17 +1014,23 @@ static void test_bmm_split(void) {
   sf_release(b);
 }
 
-/* A product big enough to split over the pool (blas.c's gemm_split: row
- * blocks of C when m >= n, else column blocks, the library
+/* A product big enough to split over the pool (blas.c's gemm_split:
+ * blocks of C's rows on the kernel's alignment, the library
  * single-threaded in each) is bitwise the one unsplit call, for every
- * transpose pair, beta 0 and 1, the encoder's shapes and odd ones, in 2
- * and 3 blocks; the resume and fixture tests compare bits, so this is
- * what lets --threads change without changing a value. */
+ * transpose pair, beta 0 and 1, the encoder's shapes and odd ones, wide
+ * ones (m < n) included, in 2 and 3 blocks; the resume and fixture tests
+ * compare bits, so this is what lets --threads and a --resume change
+ * nothing.  Under OPENBLAS_CORETYPE=X it checks kernel X
+ * (tests/unit/blas_cores_test.py runs it under each); a kernel the split
+ * is not measured on must not be split at all. */
 static void test_sgemm_split(void) {
-  static const int64_t shapes[][3] = {{4096, 384, 384}, {384, 384, 4096}, {384, 1536, 1024},
-                                      {1000, 333, 517}, {77, 1024, 300}, {256, 1024, 784}};
-  int64_t was = sf__blas_split_ways(1), splits = sf__blas_splits();
-  bool library = strcmp(sf__blas_name(), "reference") != 0;
+  static const int64_t shapes[][3] = {{2048, 384, 384}, {384, 384, 2048}, {384, 1536, 512},
+                                      {1000, 333, 517}, {200, 1024, 300}, {256, 1024, 784},
+                                      {4099, 96, 64}};
+  int64_t was = sf__blas_split_blocks(1), splits = sf__blas_splits();
+  int64_t align = sf__blas_split_align();
+  fprintf(stderr, "\n    %s kernel %s: row blocks on multiples of %lld (0: never split) ",
+          sf__blas_name(), sf__blas_core(), (long long)align);
   int64_t calls = 0;
   for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
     for (int t = 0; t < 8; t++) {
@@ -1040,9 +1046,9 @@ static void test_sgemm_split(void) {
         b[i] = frand(-1.0f, 1.0f);
       for (int64_t i = 0; i < m * n; i++)
         one[i] = split[i] = frand(-1.0f, 1.0f);
-      sf__blas_split_ways(1);
+      sf__blas_split_blocks(1);
       sf__sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, one, n);
-      sf__blas_split_ways(2 + (int64_t)(s % 2));
+      sf__blas_split_blocks(2 + (int64_t)(s % 2));
       sf__sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, split, n);
       calls++;
       int64_t bad = -1;
@@ -1050,19 +1056,31 @@ static void test_sgemm_split(void) {
         if (memcmp(&one[i], &split[i], sizeof *one))
           bad = i;
       if (bad >= 0)
-        fprintf(stderr, "\n  sgemm_split %lldx%lldx%lld ta %d tb %d beta %g: value %lld: %.9g "
-                "unsplit %.9g\n", (long long)m, (long long)n, (long long)k, ta, tb, beta,
-                (long long)bad, split[bad], one[bad]);
+        fprintf(stderr, "\n  sgemm_split %lldx%lldx%lld ta %d tb %d beta %g: value %lld (row %lld): "
+                "%.9g unsplit %.9g\n", (long long)m, (long long)n, (long long)k, ta, tb, beta,
+                (long long)bad, (long long)(bad / n), split[bad], one[bad]);
       CHECK_INT(bad, -1);
       free(a);
       free(b);
       free(one);
       free(split);
     }
-  /* The split path ran (the reference loop, without a library, is never
-   * split). */
-  CHECK_INT(sf__blas_splits() - splits, library ? calls : 0);
-  sf__blas_split_ways(was);
+  /* Every one of these was split where the kernel is measured (every
+   * block at least 2^23 multiply-adds and 48 rows), none elsewhere (the
+   * reference loop, another library or an unmeasured kernel). */
+  CHECK_INT(sf__blas_splits() - splits, align ? calls : 0);
+  /* Below 2^24 multiply-adds (two blocks of OpenBLAS's small-product
+   * paths' sizes) a product is one call. */
+  float *a = calloc(128 * 256, sizeof *a), *b = calloc(256 * 256, sizeof *b);
+  float *c = calloc(128 * 256, sizeof *c);
+  splits = sf__blas_splits();
+  sf__blas_split_blocks(2);
+  sf__sgemm(false, false, 128, 256, 256, 1.0f, a, 256, b, 256, 0.0f, c, 256);
+  CHECK_INT(sf__blas_splits() - splits, 0);
+  free(a);
+  free(b);
+  free(c);
+  sf__blas_split_blocks(was);
 }
 
 /* Clipping a parameter list big enough to split over the pool gives
