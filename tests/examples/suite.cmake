@@ -42,3 +42,15 @@ set_tests_properties(examples/finetune PROPERTIES TIMEOUT 900)
 # installed.
 add_test(NAME examples/install_models
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/examples/install_models_test.py)
+
+# What a new user of the examples sees (tests/examples/examples_test.py):
+# fortunes.sflow over UTF-8 text, finetune.sflow's --timing=false.
+execute_process(COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/examples/examples_test.py --list
+                OUTPUT_VARIABLE EXAMPLE_CASES OUTPUT_STRIP_TRAILING_WHITESPACE)
+string(REPLACE "\n" ";" EXAMPLE_CASES "${EXAMPLE_CASES}")
+foreach(c IN LISTS EXAMPLE_CASES)
+  add_test(NAME examples/${c}
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/examples/examples_test.py
+            --sflowc $<TARGET_FILE:sflowc> ${c})
+  set_tests_properties(examples/${c} PROPERTIES TIMEOUT 300)
+endforeach()
