@@ -54,3 +54,17 @@ foreach(c IN LISTS EXAMPLE_CASES)
             --sflowc $<TARGET_FILE:sflowc> ${c})
   set_tests_properties(examples/${c} PROPERTIES TIMEOUT 300)
 endforeach()
+
+# The commands of README.md's example blocks and of every example's header,
+# read from those files and run as written, from the repository root and
+# from examples/ (tests/examples/commands_test.py; ports made free ones,
+# finetune on its small recipe).
+execute_process(COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/examples/commands_test.py --list
+                OUTPUT_VARIABLE COMMAND_CASES OUTPUT_STRIP_TRAILING_WHITESPACE)
+string(REPLACE "\n" ";" COMMAND_CASES "${COMMAND_CASES}")
+foreach(c IN LISTS COMMAND_CASES)
+  add_test(NAME examples/commands_${c}
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/examples/commands_test.py
+            --sflowc $<TARGET_FILE:sflowc> ${c})
+  set_tests_properties(examples/commands_${c} PROPERTIES TIMEOUT 600)
+endforeach()
