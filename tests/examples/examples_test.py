@@ -10,6 +10,10 @@ Cases:
                        and accented letters at the ends of words are cut at
                        character boundaries, never inside a UTF-8 sequence;
                        the words keep their accents and lose their quotes.
+  help_descriptions    --help of a small program: each flag's description is the
+                       comment above its parameter (not one on a line shared with
+                       another parameter), names dashed, both spellings accepted;
+                       and every example but serve.sflow describes every flag.
   finetune_timing_off  examples/finetune.sflow with --timing=false and
                        --log-every 1 prints no time and no samples/s, in its
                        epoch lines or in std.train's step lines.  Needs the
@@ -93,7 +97,64 @@ def case_finetune_timing_off(sflowc, tmp, args):
           p.stdout)
 
 
-CASES = {"fortunes_utf8": case_fortunes_utf8, "finetune_timing_off": case_finetune_timing_off}
+HELP_PROGRAM = """workflow main(
+  // who to greet: this line and the next
+  // are one description
+  name: str = "world",
+  // the number of lines
+  times: i64 = 3, loud: bool = false,
+  eval_samples: i64 = 8) {
+  print(name, times, loud, eval_samples)
+}
+"""
+HELP_WANT = [
+    "--name str", "who to greet: this line and the next are one description (default \"world\")",
+    "--times i64", "the number of lines (default 3)",
+    "--loud bool", "(default false)",  # shares a line: the comment is not its
+    "--eval-samples i64", "(default 8)",
+]
+# serve.sflow's flags are std.serve's example, kept by its owner (issue 26).
+HELP_EXEMPT = {"serve.sflow"}
+
+
+def flag_lines(help_text):
+    """(flag column, description) of each line of --help's "Flags:" part."""
+    part = help_text.split("\nFlags:\n", 1)[1].split("\n\nRuntime flags:", 1)[0]
+    rows = []
+    for line in part.splitlines():
+        if line.startswith("  --"):
+            m = re.match(r"  (--\S+ \S+)\s+(.*)$", line)
+            rows.append([m.group(1), m.group(2)])
+        elif rows:
+            rows[-1][1] += " " + line.strip()
+    return rows
+
+
+def case_help_descriptions(sflowc, tmp, args):
+    src = os.path.join(tmp, "greet.sflow")
+    with open(src, "w") as f:
+        f.write(HELP_PROGRAM)
+    exe = os.path.join(tmp, "greet")
+    subprocess.run([sflowc, src, "-o", exe], check=True, timeout=120)
+    p = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60)
+    rows = flag_lines(p.stdout)
+    check([x for r in rows for x in r] == HELP_WANT,
+          "--help: the comment lines above a parameter on its own line, dashed names", rows)
+    p = subprocess.run([exe, "--eval_samples", "2", "--eval-samples=5"], capture_output=True,
+                       text=True, timeout=60)
+    check(p.stdout.strip() == "world 3 false 5", "both spellings are accepted", p.stdout)
+    for name in sorted(os.listdir(EXAMPLES)):
+        if not name.endswith(".sflow") or name in HELP_EXEMPT:
+            continue
+        exe = compile_example(sflowc, name[:-6], tmp)
+        p = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60)
+        for flag, desc in flag_lines(p.stdout):
+            check(not desc.startswith("("), "%s --help describes %s" % (name, flag), desc)
+            check("_" not in flag, "%s --help writes %s dashed" % (name, flag))
+
+
+CASES = {"fortunes_utf8": case_fortunes_utf8, "finetune_timing_off": case_finetune_timing_off,
+         "help_descriptions": case_help_descriptions}
 
 
 def main():
