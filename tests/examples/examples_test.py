@@ -5,6 +5,10 @@
     examples_test.py --list                 the case names
 
 Cases:
+  io_resolve           std.io's resolve from another folder than the source's:
+                       a path found from the working directory, one found next
+                       to the source (its absolute path), one found nowhere,
+                       an absolute one and "" (both unchanged).
   fortunes_utf8        examples/fortunes.sflow over a folder of UTF-8 text
                        (`--only ""`, every file): typographic quotes, dashes
                        and accented letters at the ends of words are cut at
@@ -153,7 +157,35 @@ def case_help_descriptions(sflowc, tmp, args):
             check("_" not in flag, "%s --help writes %s dashed" % (name, flag))
 
 
-CASES = {"fortunes_utf8": case_fortunes_utf8, "finetune_timing_off": case_finetune_timing_off,
+RESOLVE_PROGRAM = """import std.io
+workflow main() {
+  for p in ["here.txt", "data/next.txt", "data/nowhere.txt", "/no/such/file", "", "both.txt"] {
+    print("[" + io.resolve(p) + "]")
+  }
+}
+"""
+
+
+def case_io_resolve(sflowc, tmp, args):
+    src, run = os.path.join(tmp, "src"), os.path.join(tmp, "run")
+    os.makedirs(os.path.join(src, "data"))
+    os.makedirs(run)
+    for path in [os.path.join(run, "here.txt"), os.path.join(src, "data", "next.txt"),
+                 os.path.join(src, "both.txt"), os.path.join(run, "both.txt")]:
+        open(path, "w").close()
+    with open(os.path.join(src, "paths.sflow"), "w") as f:
+        f.write(RESOLVE_PROGRAM)
+    exe = os.path.join(tmp, "paths")
+    subprocess.run([sflowc, os.path.join(src, "paths.sflow"), "-o", exe], check=True, timeout=120)
+    p = subprocess.run([exe], capture_output=True, text=True, timeout=60, cwd=run)
+    want = ["[here.txt]", "[%s/data/next.txt]" % os.path.realpath(src), "[data/nowhere.txt]",
+            "[/no/such/file]", "[]", "[both.txt]"]
+    check(p.returncode == 0 and p.stdout.splitlines() == want,
+          "io.resolve: the working directory first, then the source's folder, else unchanged",
+          (p.returncode, p.stdout, p.stderr))
+
+
+CASES = {"io_resolve": case_io_resolve, "fortunes_utf8": case_fortunes_utf8, "finetune_timing_off": case_finetune_timing_off,
          "help_descriptions": case_help_descriptions}
 
 
