@@ -3090,6 +3090,71 @@ static const char *stem(const char *path) {
   return s;
 }
 
+/* The start of the line before the one that starts at off (off > 0). */
+static int prev_line(const char *t, int off) {
+  int i = off - 1;
+  while (i > 0 && t[i - 1] != '\n')
+    i--;
+  return i;
+}
+
+/* A workflow parameter's --help text: the `//` comment lines right above
+ * it, without their slashes, joined by spaces ("" if none).  It applies
+ * only to a parameter that starts its line, so a comment is never read as
+ * the description of a parameter written after another one. */
+static const char *param_doc(const Decl *p) {
+  const Source *s = src_get(p->loc.file);
+  const char *t = s->text;
+  int line = p->loc.off;
+  while (line > 0 && t[line - 1] != '\n')
+    line--;
+  for (int i = line; i < p->loc.off; i++)
+    if (t[i] != ' ' && t[i] != '\t')
+      return "";
+  int first = line; /* the start of the first comment line */
+  while (first > 0) {
+    int l = prev_line(t, first), i = l;
+    while (t[i] == ' ' || t[i] == '\t')
+      i++;
+    if (t[i] != '/' || t[i + 1] != '/')
+      break;
+    first = l;
+  }
+  Buf b = {0};
+  for (int l = first; l < line;) {
+    int e = l;
+    while (t[e] != '\n')
+      e++;
+    const char *c = strstr(t + l, "//") + 2;
+    while (*c == ' ' || *c == '\t')
+      c++;
+    int n = (int)(t + e - c);
+    while (n > 0 && (c[n - 1] == ' ' || c[n - 1] == '\t' || c[n - 1] == '\r'))
+      n--;
+    if (n > 0) {
+      if (b.len)
+        buf_putc(&b, ' ');
+      buf_putn(&b, c, (size_t)n);
+    }
+    l = e + 1;
+  }
+  const char *doc = arena_strndup(b.data ? b.data : "", b.len);
+  buf_free(&b);
+  return doc;
+}
+
+/* The absolute folder of the source at path ("" if it cannot be known):
+ * sf_program.source_dir, where io.resolve looks for relative paths. */
+static const char *source_dir(const char *path) {
+  char *abs = realpath(path, NULL);
+  if (!abs)
+    return "";
+  char *slash = strrchr(abs, '/');
+  const char *dir = arena_strndup(abs, slash && slash != abs ? (size_t)(slash - abs) : 1);
+  free(abs);
+  return dir;
+}
+
 static void gen_program_desc(Decl *wf) {
   /* main_fn(sf_value *args): unpack the slots, run the workflow. */
   LLVMTypeRef ps[] = {G.P};
@@ -3104,7 +3169,7 @@ static void gen_program_desc(Decl *wf) {
   LLVMValueRef *cargs = arena_alloc(sizeof(LLVMValueRef) * (size_t)(n + 1));
   LLVMValueRef *params = arena_alloc(sizeof(LLVMValueRef) * (size_t)(n + 1));
   LLVMTypeRef param_ty =
-      LLVMStructTypeInContext(G.ctx, (LLVMTypeRef[]){G.P, G.i32, G.i32, G.i64, G.P}, 5, 0);
+      LLVMStructTypeInContext(G.ctx, (LLVMTypeRef[]){G.P, G.i32, G.i32, G.i64, G.P, G.P}, 6, 0);
   int i = 0;
   for (Decl *p = wf->params; p; p = p->next, i++) {
     LLVMValueRef idx = ci64(i);
@@ -3116,8 +3181,9 @@ static void gen_program_desc(Decl *wf) {
       def_text = arena_strndup(s->text + p->value->loc.off, (size_t)p->value->loc.len);
     }
     LLVMValueRef pf[] = {cstr(p->name), ci32(param_kind(p->type)), ci32(p->value ? 1 : 0),
-                         p->value ? default_bits(p->type, p->value) : ci64(0), cstr(def_text)};
-    params[i] = LLVMConstNamedStruct(param_ty, pf, 5);
+                         p->value ? default_bits(p->type, p->value) : ci64(0), cstr(def_text),
+                         cstr(param_doc(p))};
+    params[i] = LLVMConstNamedStruct(param_ty, pf, 6);
   }
   call(info(wf)->fn, cargs, n);
   LLVMBuildRetVoid(G.b);
@@ -3134,8 +3200,9 @@ static void gen_program_desc(Decl *wf) {
                        LLVMConstPointerCast(mainfn, G.P), cstr(G.target.cpu),
                        cstr(G.target.needs), ci64(G.nfnvals + 1),
                        LLVMConstPointerCast(G.fn_names, G.P),
-                       LLVMConstPointerCast(G.fn_tasks, G.P), LLVMConstPointerCast(G.fns, G.P)};
-  LLVMValueRef init = LLVMConstStructInContext(G.ctx, pd, 12, 0);
+                       LLVMConstPointerCast(G.fn_tasks, G.P), LLVMConstPointerCast(G.fns, G.P),
+                       cstr(source_dir(main_src->path))};
+  LLVMValueRef init = LLVMConstStructInContext(G.ctx, pd, 13, 0);
   LLVMValueRef g = LLVMAddGlobal(G.mod, LLVMTypeOf(init), "sf_program_desc");
   LLVMSetInitializer(g, init);
   LLVMSetGlobalConstant(g, 1);

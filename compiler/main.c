@@ -9,6 +9,7 @@
  */
 #include "sflowc.h"
 #include "parser.h"
+#include "sflow_commit.h" /* generated: SFLOW_COMMIT */
 
 #include <errno.h>
 #include <libgen.h>
@@ -63,10 +64,19 @@ static void usage(FILE *f) {
           "  --color=auto|always|never  colour diagnostics (auto: only on a terminal;\n"
           "                        NO_COLOR turns it off)\n"
           "  --lsp                 run the language server on stdin/stdout\n"
-          "  --version             print the version\n"
+          "  --version             print the version, commit, LLVM and default target\n"
           "  --help                print this help\n"
           "\n"
           "exit codes: 0 ok, 1 compile errors, 2 usage error, 101 internal error\n");
+}
+
+/* The version, the commit and LLVM it was built from, and the default
+ * target: what a bug report needs. */
+static void print_version(void) {
+  printf("sflowc %s (commit %s, LLVM %s)\ndefault target: ", SFLOW_VERSION, SFLOW_COMMIT,
+         SFLOW_LLVM_VERSION);
+  target_describe(stdout);
+  printf("\n");
 }
 
 static _Noreturn void usage_error(const char *fmt, const char *arg) {
@@ -127,7 +137,7 @@ static Options parse_args(int argc, char **argv) {
       usage(stdout);
       exit(0);
     } else if (!strcmp(a, "--version")) {
-      printf("sflowc %s\n", SFLOW_VERSION);
+      print_version();
       exit(0);
     } else if (!strcmp(a, "--lsp")) {
       exit(lsp_main());

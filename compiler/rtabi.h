@@ -179,12 +179,13 @@ SF_AT(sf_kernel_desc, file, 8); SF_AT(sf_kernel_desc, cuda, 16); SF_AT(sf_kernel
 SF_AT(sf_kernel_desc, args, 32); SF_AT(sf_kernel_desc, cpu, 40); SF_AT(sf_kernel_desc, writes, 48);
 SF_SIZE(sf_kernel_desc, 56);
 SF_AT(sf_param, kind, 8); SF_AT(sf_param, has_default, 12); SF_AT(sf_param, def, 16);
-SF_AT(sf_param, def_text, 24); SF_SIZE(sf_param, 32); SF_SIZE(sf_value, 8);
+SF_AT(sf_param, def_text, 24); SF_AT(sf_param, help, 32); SF_SIZE(sf_param, 40);
+SF_SIZE(sf_value, 8);
 SF_AT(sf_program, name, 8); SF_AT(sf_program, source, 16); SF_AT(sf_program, nparams, 24);
 SF_AT(sf_program, params, 32); SF_AT(sf_program, main_fn, 40); SF_AT(sf_program, target_cpu, 48);
 SF_AT(sf_program, target_needs, 56); SF_AT(sf_program, nfns, 64);
 SF_AT(sf_program, fn_names, 72); SF_AT(sf_program, fn_tasks, 80);
-SF_AT(sf_program, fns, 88); SF_SIZE(sf_program, 96);
+SF_AT(sf_program, fns, 88); SF_AT(sf_program, source_dir, 96); SF_SIZE(sf_program, 104);
 #undef SF_AT
 #undef SF_SIZE
 

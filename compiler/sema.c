@@ -236,7 +236,19 @@ static const char **visible_names(int *n) {
   return names;
 }
 
+/* Whether name is the stem of a standard library module (nn, data, ...). */
+static bool is_std_module(const char *name) {
+  size_t len;
+  return stdlib_lookup(name, &len) != NULL;
+}
+
 static void undefined_name(Loc loc, const char *name, const char *what) {
+  /* `nn.Linear(...)` without its import: say which import it needs rather
+   * than guess at a similar local name. */
+  if (!strcmp(what, "name") && is_std_module(name)) {
+    diag_error(loc, "undefined name '%s'; did you mean 'import std.%s'?", name, name);
+    return;
+  }
   int n;
   const char **names = visible_names(&n);
   const char *s = suggest(name, names, n);

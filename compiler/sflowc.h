@@ -492,6 +492,8 @@ typedef struct {
  * them, 2 after a usage message naming the unknown one, -1 after printing
  * LLVM's CPU and feature list for --target-cpu=help, 1 on other errors. */
 int target_check(const TargetRequest *r);
+/* Writes the default target: the triple, the CPU and what it is tuned for. */
+void target_describe(FILE *f);
 /* Creates the target machine for r; 0, or non-zero after a message. */
 int target_open(const TargetRequest *r, int opt_level, Target *out);
 /* Gives every function defined in the module (an LLVMModuleRef) t's

@@ -227,6 +227,23 @@ int target_check(const TargetRequest *r) {
   return rc;
 }
 
+/* "x86_64-pc-linux-gnu, CPU x86-64-v2 (tuned for znver3)": what a
+ * compile without --target-cpu targets, for --version. */
+void target_describe(FILE *f) {
+  char *triple;
+  LLVMTargetRef t = native_target(&triple);
+  if (!t) {
+    LLVMDisposeMessage(triple);
+    return;
+  }
+  const char *cpu, *feat, *tune;
+  choose(&(TargetRequest){0}, arch_of(triple), &cpu, &feat, &tune);
+  fprintf(f, "%s, CPU %s", triple, *cpu ? cpu : "generic");
+  if (tune)
+    fprintf(f, " (tuned for %s)", tune);
+  LLVMDisposeMessage(triple);
+}
+
 /* ------------------------------------------------------- feature probe */
 
 static LLVMValueRef probe_fn(LLVMModuleRef m, LLVMContextRef c, const char *name,

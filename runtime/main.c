@@ -61,6 +61,7 @@ int main(int argc, char **argv) {
   sf__fn_names = prog->fn_names;
   sf__fn_tasks = prog->fn_tasks;
   sf__fns = prog->fns;
+  sf__source_dir = prog->source_dir;
   sf_value *args = sf__alloc_n((size_t)prog->nparams + 1, sizeof *args);
   char err[4096];
   int r = sf__parse_flags(prog, argc, argv, args, err, sizeof err);

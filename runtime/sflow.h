@@ -24,7 +24,7 @@
 extern "C" {
 #endif
 
-#define SF_ABI_VERSION 4
+#define SF_ABI_VERSION 5
 
 /* ---------------------------------------------------------------- types */
 
@@ -447,6 +447,7 @@ typedef struct sf_param {
   int32_t has_default;
   sf_value def;       /* default value (a str default is an immortal sf_str) */
   const char *def_text; /* the default as written, for --help */
+  const char *help;     /* the comment above the parameter, for --help ("" if none) */
 } sf_param;
 
 typedef struct sf_program {
@@ -477,6 +478,11 @@ typedef struct sf_program {
    * a task's entry makes the call and returns its future): std.nn's custom
    * ops call their backward function from the tape (runtime/nn/custom.c). */
   const void *const *fns;
+  /* (ABI 5, issue 26) The absolute folder of the main source file when it
+   * was compiled ("" if unknown): io.resolve looks there for a relative
+   * path that is not found from the working directory, so an example's
+   * data/digits.csv is found wherever the program is run. */
+  const char *source_dir;
 } sf_program;
 
 /* Emitted by the compiler in every executable; read by the runtime's main. */

@@ -287,6 +287,11 @@ char *sf__read_fd(int fd, size_t *len);
  * of each sflow type: docs/language.md, "Standard-library externs"): */
 void sf_std_io_stat(void *out, const sf_type *out_type, sf_str *path, const sf_loc *loc);
 sf_array *sf_std_io_list_dir(sf_str *path, const sf_loc *loc);
+sf_str *sf_std_io_resolve(sf_str *path, const sf_loc *loc);
+/* The absolute folder of the program's source file, where io.resolve
+ * looks second (sf_program.source_dir; main.c sets it, "" or NULL when
+ * unknown). */
+extern const char *sf__source_dir;
 /* The generic ones: io.save<T>(path, value) and io.load<T>(path) -> T,
  * any value in the serializer's form (serial.c) behind a header naming
  * its type ("sflow value 1\nmap<str, i64>\n"). */

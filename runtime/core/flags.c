@@ -54,6 +54,20 @@ static const char *kind_name(int32_t kind) {
   }
 }
 
+/* A parameter's flag as --help and messages write it: each '_' of the
+ * name as '-' (`eval_samples` is --eval-samples), the way command lines
+ * spell flags; the parser takes both (same_flag). */
+typedef struct { char s[128]; } flag_text;
+
+static flag_text dashed(const char *name) {
+  flag_text t;
+  size_t i = 0;
+  for (; name[i] && i + 1 < sizeof t.s; i++)
+    t.s[i] = name[i] == '_' ? '-' : name[i];
+  t.s[i] = '\0';
+  return t;
+}
+
 /* ------------------------------------------------------------- parser */
 
 typedef struct parser {
@@ -104,10 +118,11 @@ static bool set_param(parser *ps, int idx, const char *v) {
     slot->s = sf_str_new(v, (int64_t)n);
     break;
   default: /* the compiler only makes flags of the six types above */
-    return fail(ps, "internal error: --%s has unsupported kind %d", p->name, (int)p->kind);
+    return fail(ps, "internal error: --%s has unsupported kind %d", dashed(p->name).s,
+                (int)p->kind);
   }
   if (st != SF__PARSE_OK)
-    return bad_value(ps, p->name, v, kind_name(p->kind), st);
+    return bad_value(ps, dashed(p->name).s, v, kind_name(p->kind), st);
   ps->given[idx] = true;
   return true;
 }
@@ -224,38 +239,44 @@ size_t sf__edit_distance(const char *a, const char *b) {
   return d[la][lb];
 }
 
-static void consider(const char *typed, const char *cand, const char **best, size_t *best_d) {
+static void consider(const char *typed, const char *cand, flag_text *best, size_t *best_d) {
   size_t d = sf__edit_distance(typed, cand);
   if (d < *best_d) {
-    *best = cand;
+    snprintf(best->s, sizeof best->s, "%s", cand);
     *best_d = d;
   }
 }
 
-/* The known flag closest to typed, within (len+2)/3 edits, or NULL. */
-static const char *suggest(const sf_program *prog, const char *typed) {
-  const char *best = NULL;
-  size_t best_d = (strlen(typed) + 2) / 3 + 1;
+/* The known flag closest to typed, within (len+2)/3 edits, into *best;
+ * false if none is that close.  Parameters are compared and suggested in
+ * their dashed form, with what was typed dashed too, so "--eval_sampels"
+ * and "--eval-sampels" both get "--eval-samples". */
+static bool suggest(const sf_program *prog, const char *typed, flag_text *best) {
+  flag_text t = dashed(typed);
+  size_t best_d = (strlen(typed) + 2) / 3 + 1, limit = best_d;
   for (int i = 0; i < prog->nparams; i++)
-    consider(typed, prog->params[i].name, &best, &best_d);
+    consider(t.s, dashed(prog->params[i].name).s, best, &best_d);
   for (int i = 0; i < N_RT; i++)
     if (rt_flags[i].help)
-      consider(typed, rt_flags[i].name, &best, &best_d);
-#define X(name, help) consider(typed, name, &best, &best_d);
+      consider(t.s, rt_flags[i].name, best, &best_d);
+#define X(name, help) consider(t.s, name, best, &best_d);
   SF__INFO_FLAGS(X)
 #undef X
-  return best;
+  return best_d < limit;
 }
 
 static bool unknown_flag(parser *ps, const char *arg, const char *name, size_t n) {
   char typed[80];
   snprintf(typed, sizeof typed, "%.*s", (int)(n < 79 ? n : 79), name);
-  const char *s = suggest(ps->prog, typed);
+  flag_text s;
+  bool found = suggest(ps->prog, typed, &s);
   /* "-workers": a real flag behind a single dash. */
-  if (arg[1] != '-' && (find_param(ps->prog, name, n) >= 0 || find_option(name, n) >= 0))
-    s = typed;
-  if (s)
-    return fail(ps, "unknown flag '%.*s%s' (did you mean '--%s'?)", SHOW(arg), s);
+  if (arg[1] != '-' && (find_param(ps->prog, name, n) >= 0 || find_option(name, n) >= 0)) {
+    s = dashed(typed);
+    found = true;
+  }
+  if (found)
+    return fail(ps, "unknown flag '%.*s%s' (did you mean '--%s'?)", SHOW(arg), s.s);
   return fail(ps, "unknown flag '%.*s%s'", SHOW(arg));
 }
 
@@ -293,7 +314,7 @@ static bool positional(parser *ps, char **argv, int i) {
 static bool check_required(parser *ps) {
   for (int i = 0; i < ps->prog->nparams; i++)
     if (!ps->prog->params[i].has_default && !ps->given[i])
-      return fail(ps, "missing required flag --%s", ps->prog->params[i].name);
+      return fail(ps, "missing required flag --%s", dashed(ps->prog->params[i].name).s);
   return true;
 }
 
@@ -415,21 +436,49 @@ static int column_width(const sf_program *prog) {
   return (int)w + 2;
 }
 
+/* Writes text after a column of width w (already filled on this line),
+ * wrapped at words to keep lines within 100 columns; continuation lines
+ * are indented to the column. */
+static void wrapped(FILE *f, int w, const char *text) {
+  enum { LINE = 100 };
+  int at = 2 + w, room = LINE - at > 30 ? LINE - at : 30, used = 0;
+  for (const char *p = text; *p;) {
+    while (*p == ' ')
+      p++;
+    int n = (int)strcspn(p, " ");
+    if (!n)
+      break;
+    if (used > 0 && used + 1 + n > room) {
+      fprintf(f, "\n%*s", at, "");
+      used = 0;
+    } else if (used > 0) {
+      fputc(' ', f);
+      used++;
+    }
+    fprintf(f, "%.*s", n, p);
+    used += n;
+    p += n;
+  }
+  fputc('\n', f);
+}
+
 void sf__usage(const sf_program *prog, FILE *f) {
   int w = column_width(prog);
-  char col[160], def[256];
+  char col[160], def[256], line[1024];
   fprintf(f, "usage: %s [flags]\n", prog_name(prog));
   if (prog->nparams > 0)
     fprintf(f, "\nFlags:\n");
   for (int i = 0; i < prog->nparams; i++) {
     const sf_param *p = &prog->params[i];
-    snprintf(col, sizeof col, "--%s %s", p->name, kind_name(p->kind));
-    if (p->has_default) {
+    snprintf(col, sizeof col, "--%s %s", dashed(p->name).s, kind_name(p->kind));
+    /* The comment above the parameter in the source, then its default. */
+    const char *help = p->help && *p->help ? p->help : "";
+    if (p->has_default)
       default_text(p, def, sizeof def);
-      fprintf(f, "  %-*s(default %s)\n", w, col, def);
-    } else {
-      fprintf(f, "  %-*s(required)\n", w, col);
-    }
+    snprintf(line, sizeof line, "%s%s%s%s%s", help, *help ? " " : "",
+             p->has_default ? "(default " : "(required", p->has_default ? def : "", ")");
+    fprintf(f, "  %-*s", w, col);
+    wrapped(f, w, line);
   }
   fprintf(f, "\nRuntime flags:\n");
   for (int i = 0; i < N_RT; i++) {

@@ -1,7 +1,7 @@
 /*
  * io.c — the file builtins behind std.io: read_file, write_file,
  * append_file, file_exists, read_lines; and its @extern functions stat,
- * list_dir and the generic save<T> and load<T>.
+ * list_dir, resolve and the generic save<T> and load<T>.
  *
  * Files are read and written whole with plain POSIX calls, retrying on
  * EINTR and short transfers; a replacing write goes through outfile.c's
@@ -180,6 +180,37 @@ void sf_std_io_stat(void *out, const sf_type *out_type, sf_str *path, const sf_l
   *(bool *)sf__field(out_type, out, "is_dir", SF_BOOL, loc) = S_ISDIR(st.st_mode);
   *(double *)sf__field(out_type, out, "modified", SF_F64, loc) =
       (double)st.st_mtim.tv_sec + (double)st.st_mtim.tv_nsec * 1e-9;
+}
+
+const char *sf__source_dir;
+
+/* io.resolve(path) -> str: path itself when it names a file or folder from
+ * the working directory (or is absolute); else, for a relative path, the
+ * same path under the folder of the program's source file when it exists
+ * there, so an example's "data/digits.csv" is found from the folder it was
+ * compiled in as from examples/; else path unchanged, so whatever reads it
+ * next fails naming it as the user wrote it (or says what it likes: a
+ * program may check io.exists itself). */
+sf_str *sf_std_io_resolve(sf_str *path, const sf_loc *loc) {
+  if (sf__str_len(path) == 0) { /* "" is "none" to many flags: kept */
+    sf_retain(path);
+    return path;
+  }
+  const char *p = c_path("find", path, loc);
+  const char *dir = sf__source_dir ? sf__source_dir : "";
+  if (access(p, F_OK) == 0 || p[0] == '/' || !*dir) {
+    sf_retain(path);
+    return path;
+  }
+  size_t n = strlen(dir) + 1 + strlen(p);
+  char *full = sf_alloc(n + 1);
+  snprintf(full, n + 1, "%s/%s", dir, p);
+  bool there = access(full, F_OK) == 0;
+  sf_str *r = there ? sf_str_new(full, (int64_t)n) : path;
+  if (!there)
+    sf_retain(path);
+  sf_free(full);
+  return r;
 }
 
 static int name_cmp(const void *a, const void *b) {

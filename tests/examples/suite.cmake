@@ -42,3 +42,29 @@ set_tests_properties(examples/finetune PROPERTIES TIMEOUT 900)
 # installed.
 add_test(NAME examples/install_models
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/examples/install_models_test.py)
+
+# What a new user of the examples sees (tests/examples/examples_test.py):
+# fortunes.sflow over UTF-8 text, finetune.sflow's --timing=false.
+execute_process(COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/examples/examples_test.py --list
+                OUTPUT_VARIABLE EXAMPLE_CASES OUTPUT_STRIP_TRAILING_WHITESPACE)
+string(REPLACE "\n" ";" EXAMPLE_CASES "${EXAMPLE_CASES}")
+foreach(c IN LISTS EXAMPLE_CASES)
+  add_test(NAME examples/${c}
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/examples/examples_test.py
+            --sflowc $<TARGET_FILE:sflowc> ${c})
+  set_tests_properties(examples/${c} PROPERTIES TIMEOUT 300)
+endforeach()
+
+# The commands of README.md's example blocks and of every example's header,
+# read from those files and run as written, from the repository root and
+# from examples/ (tests/examples/commands_test.py; ports made free ones,
+# finetune on its small recipe).
+execute_process(COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/examples/commands_test.py --list
+                OUTPUT_VARIABLE COMMAND_CASES OUTPUT_STRIP_TRAILING_WHITESPACE)
+string(REPLACE "\n" ";" COMMAND_CASES "${COMMAND_CASES}")
+foreach(c IN LISTS COMMAND_CASES)
+  add_test(NAME examples/commands_${c}
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/examples/commands_test.py
+            --sflowc $<TARGET_FILE:sflowc> ${c})
+  set_tests_properties(examples/commands_${c} PROPERTIES TIMEOUT 600)
+endforeach()

@@ -17,7 +17,7 @@
 
 #include "data.h"
 
-const sf_program sf_program_desc = {SF_ABI_VERSION, "fuzz_data", "", 0, NULL, NULL, NULL, NULL};
+const sf_program sf_program_desc = {SF_ABI_VERSION, "fuzz_data", "", 0, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL, ""};
 
 /* The input with the NUL after it that every parser may look at. */
 static char *terminated(const uint8_t *data, size_t size) {

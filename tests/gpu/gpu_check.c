@@ -17,7 +17,7 @@
 
 #include "gpu.h"
 
-const sf_program sf_program_desc = {SF_ABI_VERSION, "gpu_check", "", 0, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL};
+const sf_program sf_program_desc = {SF_ABI_VERSION, "gpu_check", "", 0, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL, ""};
 
 double sf__ref_sum_f32(const float *x, int64_t n);
 double sf__ref_max_f32(const float *x, int64_t n);

@@ -30,7 +30,7 @@
 
 #include "gpu.h"
 
-const sf_program sf_program_desc = {SF_ABI_VERSION, "nccl_check", "", 0, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL};
+const sf_program sf_program_desc = {SF_ABI_VERSION, "nccl_check", "", 0, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL, ""};
 extern char **environ;
 
 #define WATCHDOG_S 5.0 /* SFLOW_NCCL_TIMEOUT for the failure checks */

@@ -11,7 +11,7 @@
 
 #include "gpu.h"
 
-const sf_program sf_program_desc = {SF_ABI_VERSION, "nvrtc_check", "", 0, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL};
+const sf_program sf_program_desc = {SF_ABI_VERSION, "nvrtc_check", "", 0, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL, ""};
 
 int main(int argc, char **argv) {
   char why[600];

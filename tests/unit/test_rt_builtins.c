@@ -10,7 +10,7 @@
 
 #include "rt_test.h"
 
-const sf_program sf_program_desc = {SF_ABI_VERSION, "test_rt_builtins", "", 0, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL};
+const sf_program sf_program_desc = {SF_ABI_VERSION, "test_rt_builtins", "", 0, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL, ""};
 
 static const sf_loc LOC = {"io.sflow", 4, 1};
 static char dir[] = "/tmp/sflow_rt_io_XXXXXX";

@@ -19,7 +19,7 @@
 #include "nn.h"
 
 const sf_program sf_program_desc = {SF_ABI_VERSION, "test_rt_custom", "", 0, NULL, NULL,
-                                    NULL, NULL, 0, NULL, NULL, NULL};
+                                    NULL, NULL, 0, NULL, NULL, NULL, ""};
 
 static const sf_loc LOC = {"c.sflow", 12, 9};
 

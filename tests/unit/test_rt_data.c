@@ -12,7 +12,7 @@
 
 #include "data.h"
 
-const sf_program sf_program_desc = {SF_ABI_VERSION, "test_rt_data", "", 0, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL};
+const sf_program sf_program_desc = {SF_ABI_VERSION, "test_rt_data", "", 0, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL, ""};
 
 static const sf_loc LOC = {"t.sflow", 3, 7};
 

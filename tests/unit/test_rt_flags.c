@@ -15,16 +15,18 @@
 static sf_str path_default = {{-1, SF_OBJ_STR, 0}, 15, "data/digits.csv"};
 
 static const sf_param params[] = {
-    {"workers", SF_I64, 1, {.i64 = 2}, "2"},
-    {"path", SF_STR, 1, {.s = &path_default}, "\"data/digits.csv\""},
-    {"lr", SF_F64, 1, {.f64 = 0.1}, "0.1"},
-    {"scale", SF_F32, 1, {.f32 = 1.5f}, NULL},
-    {"verbose", SF_BOOL, 1, {.b = false}, "false"},
-    {"steps", SF_I32, 1, {.i32 = 10}, "10"},
-    {"name", SF_STR, 0, {0}, NULL},
+    {"workers", SF_I64, 1, {.i64 = 2}, "2", "replicas that train at once"},
+    {"path", SF_STR, 1, {.s = &path_default}, "\"data/digits.csv\"", NULL},
+    {"lr", SF_F64, 1, {.f64 = 0.1}, "0.1", NULL},
+    {"scale", SF_F32, 1, {.f32 = 1.5f}, NULL, NULL},
+    {"verbose", SF_BOOL, 1, {.b = false}, "false", NULL},
+    {"steps", SF_I32, 1, {.i32 = 10}, "10", NULL},
+    {"name", SF_STR, 0, {0}, NULL, "the run's name, shown in every line of its log; a long description "
+                                   "wraps at the words to keep the lines of --help short"},
+    {"eval_samples", SF_I64, 1, {.i64 = 8}, "8", ""},
 };
 
-enum { WORKERS, PATH, LR, SCALE, VERBOSE, STEPS, NAME, NPARAMS };
+enum { WORKERS, PATH, LR, SCALE, VERBOSE, STEPS, NAME, EVAL_SAMPLES, NPARAMS };
 
 static int main_calls;
 static void workflow_main(sf_value *args) {
@@ -36,7 +38,7 @@ static void workflow_main(sf_value *args) {
 }
 
 const sf_program sf_program_desc = {SF_ABI_VERSION, "train", "train.sflow", NPARAMS, params,
-                                    workflow_main, NULL, NULL, 0, NULL, NULL, NULL};
+                                    workflow_main, NULL, NULL, 0, NULL, NULL, NULL, ""};
 
 static sf_value args[NPARAMS];
 static char err[512];
@@ -205,6 +207,26 @@ static void test_positional(void) {
   EXPECT_FLAG_ERROR("unexpected argument '-' (a workflow takes only --flags)", "-");
 }
 
+/* A parameter with '_' in its name is written with '-' in messages and
+ * suggestions, as --help shows it, and either spelling is accepted. */
+static void test_dashed_names(void) {
+  CHECK_INT(PARSE("--name", "n", "--eval_samples", "3"), SF__FLAGS_OK);
+  CHECK_INT(args[EVAL_SAMPLES].i64, 3);
+  sf__flags_release(&sf_program_desc, args);
+  CHECK_INT(PARSE("--name", "n", "--eval-samples=4"), SF__FLAGS_OK);
+  CHECK_INT(args[EVAL_SAMPLES].i64, 4);
+  sf__flags_release(&sf_program_desc, args);
+  EXPECT_FLAG_ERROR("invalid value 'x' for --eval-samples: expected i64", "--name", "n",
+                    "--eval_samples", "x");
+  EXPECT_FLAG_ERROR("missing value for --eval_samples", "--name", "n", "--eval_samples");
+  EXPECT_FLAG_ERROR("unknown flag '--eval-sampels' (did you mean '--eval-samples'?)",
+                    "--eval-sampels", "3");
+  EXPECT_FLAG_ERROR("unknown flag '--eval_sampels' (did you mean '--eval-samples'?)",
+                    "--eval_sampels", "3");
+  EXPECT_FLAG_ERROR("unknown flag '--checkpoint_dirs' (did you mean '--checkpoint-dir'?)",
+                    "--checkpoint_dirs", "d");
+}
+
 static void test_help_version(void) {
   CHECK_INT(PARSE("--help"), SF__FLAGS_HELP);
   CHECK_INT(PARSE("--wrkers", "-h"), SF__FLAGS_HELP);
@@ -219,13 +241,15 @@ static void test_help_version(void) {
       "usage: train [flags]\n"
       "\n"
       "Flags:\n"
-      "  --workers i64                 (default 2)\n"
+      "  --workers i64                 replicas that train at once (default 2)\n"
       "  --path str                    (default \"data/digits.csv\")\n"
       "  --lr f64                      (default 0.1)\n"
       "  --scale f32                   (default 1.5)\n"
       "  --verbose bool                (default false)\n"
       "  --steps i32                   (default 10)\n"
-      "  --name str                    (required)\n"
+      "  --name str                    the run's name, shown in every line of its log; a long description\n"
+      "                                wraps at the words to keep the lines of --help short (required)\n"
+      "  --eval-samples i64            (default 8)\n"
       "\n"
       "Runtime flags:\n"
       "  --nodes FILE                  run on the hosts listed in FILE, one per line\n"
@@ -299,7 +323,7 @@ static void test_main_exit_codes(void) {
   free(out), free(errout);
 
   CHECK_INT(RUN_MAIN(&out, &errout, "--version"), 0);
-  CHECK_STR(out, "train (sflow " SF__VERSION ", runtime ABI 4)\n");
+  CHECK_STR(out, "train (sflow " SF__VERSION ", runtime ABI 5)\n");
   free(out), free(errout);
   CHECK_INT(main_calls, 0); /* only the children ran the workflow */
 }
@@ -314,6 +338,7 @@ int main(int argc, char **argv) {
       {"missing", test_missing},
       {"unknown", test_unknown},
       {"positional", test_positional},
+      {"dashed_names", test_dashed_names},
       {"help_version", test_help_version},
       {"edit_distance", test_edit_distance},
       {"main_exit_codes", test_main_exit_codes},

@@ -9,7 +9,7 @@
 #include "gpu.h"
 #include "rt_test.h"
 
-const sf_program sf_program_desc = {SF_ABI_VERSION, "test_rt_gpualloc", "", 0, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL};
+const sf_program sf_program_desc = {SF_ABI_VERSION, "test_rt_gpualloc", "", 0, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL, ""};
 
 /* Host "device memory" with a budget: alloc fails (CUDA's out of memory,
  * error 2) past it. */

@@ -8,7 +8,7 @@
  */
 #include "rt_test.h"
 
-const sf_program sf_program_desc = {SF_ABI_VERSION, "test_rt_map", "", 0, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL};
+const sf_program sf_program_desc = {SF_ABI_VERSION, "test_rt_map", "", 0, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL, ""};
 
 static const sf_loc LOC = {"m.sflow", 4, 7};
 

@@ -21,7 +21,7 @@
 
 #include "nn.h"
 
-const sf_program sf_program_desc = {SF_ABI_VERSION, "test_rt_nn_device", "", 0, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL};
+const sf_program sf_program_desc = {SF_ABI_VERSION, "test_rt_nn_device", "", 0, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL, ""};
 
 static const sf_loc LOC = {"t.sflow", 3, 7};
 

@@ -7,7 +7,7 @@
 
 #include "rt_test.h"
 
-const sf_program sf_program_desc = {SF_ABI_VERSION, "test_rt_print", "", 0, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL};
+const sf_program sf_program_desc = {SF_ABI_VERSION, "test_rt_print", "", 0, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL, ""};
 
 static sf_str *S(const char *c) { return sf_str_new(c, (int64_t)strlen(c)); }
 

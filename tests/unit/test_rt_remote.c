@@ -5,7 +5,7 @@
 #include "cluster.h"
 #include "rt_test.h"
 
-const sf_program sf_program_desc = {SF_ABI_VERSION, "test_rt_remote", "", 0, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL};
+const sf_program sf_program_desc = {SF_ABI_VERSION, "test_rt_remote", "", 0, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL, ""};
 
 static void thunk(void *args, void *res) { (void)args, (void)res; }
 static const sf_field FIELDS[] = {{.name = "x", .offset = 0, .type = &sf_type_i64}};

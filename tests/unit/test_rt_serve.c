@@ -16,7 +16,7 @@
 
 #include "serve.h"
 
-const sf_program sf_program_desc = {SF_ABI_VERSION, "test_rt_serve", "", 0, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL};
+const sf_program sf_program_desc = {SF_ABI_VERSION, "test_rt_serve", "", 0, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL, ""};
 
 static const sf_loc LOC = {"t.sflow", 3, 7};
 static const char *why; /* sf__route_dispatch's reason for a 503 */
