@@ -30,6 +30,7 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "bignum.h"
 #include "core.h"
 
 /* ---------------------------------------------------- powers of ten */
@@ -46,50 +47,19 @@ typedef struct {
 static pow10_entry pow10_tab[E_MAX - E_MIN + 1];
 static pthread_once_t pow10_once = PTHREAD_ONCE_INIT;
 
-/* Little-endian bignum of 32-bit limbs, room for 2^1400. */
-enum { BIG_LIMBS = 44, BIG_DIV_BITS = 1300 };
-typedef struct {
-  uint32_t d[BIG_LIMBS];
-  int n;
-} big;
-
-static void big_mul_small(big *b, uint32_t m) {
-  uint64_t carry = 0;
-  for (int i = 0; i < b->n; i++) {
-    uint64_t v = (uint64_t)b->d[i] * m + carry;
-    b->d[i] = (uint32_t)v;
-    carry = v >> 32;
-  }
-  if (carry)
-    b->d[b->n++] = (uint32_t)carry;
-}
-
-static void big_div_small(big *b, uint32_t m) {
-  uint64_t rem = 0;
-  for (int i = b->n - 1; i >= 0; i--) {
-    uint64_t v = (rem << 32) | b->d[i];
-    b->d[i] = (uint32_t)(v / m);
-    rem = v % m;
-  }
-  while (b->n > 0 && b->d[b->n - 1] == 0)
-    b->n--;
-}
-
-static int big_bits(const big *b) {
-  return b->n == 0 ? 0 : (b->n - 1) * 32 + (32 - __builtin_clz(b->d[b->n - 1]));
-}
+enum { BIG_DIV_BITS = 1300 };
 
 /* floor(b * 2^-shift) for a shift that leaves at most 128 bits; a negative
  * shift multiplies. */
-static unsigned __int128 big_shifted(const big *b, int shift) {
+static unsigned __int128 big_shifted(const sf__big *b, int shift) {
   unsigned __int128 v = 0;
-  for (int i = big_bits(b) - 1; i >= 0 && i >= shift; i--)
+  for (int i = sf__big_bits(b) - 1; i >= 0 && i >= shift; i--)
     v = (v << 1) | ((b->d[i / 32] >> (i % 32)) & 1);
   return shift < 0 ? v << -shift : v;
 }
 
-static void set_entry(int e, const big *b, int extra_r) {
-  int bits = big_bits(b);
+static void set_entry(int e, const sf__big *b, int extra_r) {
+  int bits = sf__big_bits(b);
   unsigned __int128 g = big_shifted(b, bits - 126) + 1;
   pow10_entry *p = &pow10_tab[e - E_MIN];
   p->g1 = (uint64_t)(g >> 63);
@@ -98,17 +68,17 @@ static void set_entry(int e, const big *b, int extra_r) {
 }
 
 static void pow10_init(void) {
-  big b = {{1}, 1};
+  sf__big b = {{1}, 1};
   for (int e = 0; e <= E_MAX; e++) {
     set_entry(e, &b, 0);
-    big_mul_small(&b, 10);
+    sf__big_mul_small(&b, 10);
   }
   /* 10^-m as floor(2^1300 / 10^m): its top 126 bits are those of the
    * exact quotient, which has far more than 126 integer bits. */
-  big x = {{0}, BIG_DIV_BITS / 32 + 1};
+  sf__big x = {{0}, BIG_DIV_BITS / 32 + 1};
   x.d[x.n - 1] = 1u << (BIG_DIV_BITS % 32);
   for (int m = 1; m <= -E_MIN; m++) {
-    big_div_small(&x, 10);
+    sf__big_div_small(&x, 10);
     set_entry(-m, &x, -BIG_DIV_BITS);
   }
 }

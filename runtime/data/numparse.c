@@ -18,6 +18,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "bignum.h"
 #include "data.h"
 
 /* ------------------------------------------------------ powers of 5 */
@@ -27,44 +28,12 @@
 static uint64_t pow5[POW5_MAX - POW5_MIN + 1][2]; /* {high, low} 64 bits */
 static pthread_once_t pow5_once = PTHREAD_ONCE_INIT;
 
-/* Little-endian bignum of 32-bit limbs, big enough for 2^1100. */
-enum { BIG_LIMBS = 40 };
-typedef struct {
-  uint32_t d[BIG_LIMBS];
-  int n;
-} big;
 
-static void big_mul_small(big *b, uint32_t m) {
-  uint64_t carry = 0;
-  for (int i = 0; i < b->n; i++) {
-    uint64_t v = (uint64_t)b->d[i] * m + carry;
-    b->d[i] = (uint32_t)v;
-    carry = v >> 32;
-  }
-  if (carry)
-    b->d[b->n++] = (uint32_t)carry;
-}
-
-static void big_div_small(big *b, uint32_t m) {
-  uint64_t rem = 0;
-  for (int i = b->n - 1; i >= 0; i--) {
-    uint64_t v = (rem << 32) | b->d[i];
-    b->d[i] = (uint32_t)(v / m);
-    rem = v % m;
-  }
-  while (b->n > 0 && b->d[b->n - 1] == 0)
-    b->n--;
-}
-
-static int big_bits(const big *b) {
-  return b->n == 0 ? 0 : (b->n - 1) * 32 + (32 - __builtin_clz(b->d[b->n - 1]));
-}
-
-static int big_bit(const big *b, int i) { return (int)((b->d[i / 32] >> (i % 32)) & 1); }
+static int big_bit(const sf__big *b, int i) { return (int)((b->d[i / 32] >> (i % 32)) & 1); }
 
 /* The top 128 bits of b (truncated; shifted up when b is shorter). */
-static void big_top128(const big *b, uint64_t out[2]) {
-  int bits = big_bits(b);
+static void big_top128(const sf__big *b, uint64_t out[2]) {
+  int bits = sf__big_bits(b);
   unsigned __int128 v = 0;
   for (int k = 0; k < 128; k++) {
     int i = bits - 1 - k;
@@ -75,17 +44,17 @@ static void big_top128(const big *b, uint64_t out[2]) {
 }
 
 static void pow5_init(void) {
-  big b = {{1}, 1};
+  sf__big b = {{1}, 1};
   for (int q = 0; q <= POW5_MAX; q++) {
     big_top128(&b, pow5[q - POW5_MIN]);
-    big_mul_small(&b, 5);
+    sf__big_mul_small(&b, 5);
   }
   /* 5^-k as floor(2^1100 / 5^k), truncated to 128 bits, plus one: an
    * upper bound of the true value, as the algorithm needs for q < 0. */
-  big x = {{0}, BIG_LIMBS - 5};
+  sf__big x = {{0}, 35};
   x.d[x.n - 1] = 1u << 12; /* 2^(32 * 34 + 12) = 2^1100 */
   for (int k = 1; k <= -POW5_MIN; k++) {
-    big_div_small(&x, 5);
+    sf__big_div_small(&x, 5);
     uint64_t *e = pow5[-k - POW5_MIN];
     big_top128(&x, e);
     if (++e[1] == 0)
