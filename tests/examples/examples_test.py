@@ -17,7 +17,7 @@ Cases:
   help_descriptions    --help of a small program: each flag's description is the
                        comment above its parameter (not one on a line shared with
                        another parameter), names dashed, both spellings accepted;
-                       and every example but serve.sflow describes every flag.
+                       and every example describes every flag.
   finetune_timing_off  examples/finetune.sflow with --timing=false and
                        --log-every 1 prints no time and no samples/s, in its
                        epoch lines or in std.train's step lines.  Needs the
@@ -118,7 +118,7 @@ HELP_WANT = [
     "--eval-samples i64", "(default 8)",
 ]
 # serve.sflow's flags are std.serve's example, kept by its owner (issue 26).
-HELP_EXEMPT = {"serve.sflow"}
+HELP_EXEMPT = set()
 
 
 def flag_lines(help_text):
