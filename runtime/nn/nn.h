@@ -596,6 +596,8 @@ void sf__gpu_bw_narrow(sf__node *n, sf_tensor *g);
  * sum of tensors (bucketed) and of an f64[] over the group, and a
  * broadcast of tensors from root. */
 int64_t sf_std_train_rank(const sf_loc *loc);
+void sf_std_train_progress(int64_t epoch, int64_t epochs, int64_t step, int64_t steps, double loss,
+                           double samples_per_s, const sf_loc *loc);
 int64_t sf_std_train_workers(const sf_loc *loc);
 void sf_std_train_sum_tensors(sf_array *ts, const sf_loc *loc);
 void sf_std_train_sum_f64(sf_array *xs, const sf_loc *loc);

@@ -17,6 +17,9 @@
 double sf_std_tune_u01(int64_t seed, int64_t trial, int64_t slot, const sf_loc *loc);
 bool sf_std_tune_table_due(bool last, const sf_loc *loc);
 void sf_std_tune_show(sf_str *text, const sf_loc *loc);
+bool sf_std_tune_progress_on(const sf_loc *loc);
+void sf_std_tune_progress(int64_t done, int64_t total, int64_t running, int64_t failed,
+                          double best, int64_t best_trial, const sf_loc *loc);
 sf_str *sf_std_tune_json_text(sf_str *text, const sf_loc *loc);
 sf_str *sf_std_tune_csv_field(sf_str *text, const sf_loc *loc);
 void sf_std_tune_io_write(sf_str *path, sf_str *text, const sf_loc *loc);

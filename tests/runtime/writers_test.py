@@ -59,7 +59,7 @@ def looks_written(kind, data):
     """True when data is what the writer of kind writes (the bytes of a
     reference run for the deterministic ones)."""
     if kind == "tune.out":  # the CSV holds seconds: its header and rows
-        return data.startswith(b"trial,iter,metric,action,seconds,config\n") and data.count(b"\n") == 5
+        return data.startswith(b"trial,iter,metric,action,seconds,config,error\n") and data.count(b"\n") == 5
     return data == REFERENCE[kind]
 
 
