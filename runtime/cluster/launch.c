@@ -161,7 +161,7 @@ static void worker_args(node *nd, const char *path, uint16_t port, char *cmd, si
   if (nd->host->slots > 0)
     snprintf(threads, sizeof threads, " --threads %d", nd->host->slots);
   /* The object store's knobs (objects.c), digits only. */
-  char objenv[160] = "";
+  char objenv[224] = "";
   /* And a test's skew of the worker's trace clock (trace.c). */
   static const char *const objvars[] = {"SFLOW_OBJECT_THRESHOLD", "SFLOW_OBJECT_SERVE_DELAY_MS",
                                         "SFLOW_TEST_CLOCK_SKEW_MS"};
@@ -170,6 +170,15 @@ static void worker_args(node *nd, const char *path, uint16_t port, char *cmd, si
     if (v && *v && strlen(v) < 20 && strspn(v, "0123456789") == strlen(v))
       snprintf(objenv + strlen(objenv), sizeof objenv - strlen(objenv), " %s=%s", objvars[i], v);
   }
+  /* The BLAS kernel the user forced on the head, forced on the workers
+   * too: a product's bits depend on the kernel (docs/nn.md), and a run's
+   * must not depend on which node computed them.  A name only. */
+  const char *core = getenv("OPENBLAS_CORETYPE");
+  if (core && *core && strlen(core) < 32 &&
+      strspn(core, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") ==
+          strlen(core))
+    snprintf(objenv + strlen(objenv), sizeof objenv - strlen(objenv), " OPENBLAS_CORETYPE=%s",
+             core);
   snprintf(cmd, n,
            "RANK=%d LOCAL_RANK=0 WORLD_SIZE=%d LOCAL_WORLD_SIZE=1 MASTER_ADDR='%s' "
            "MASTER_PORT=%u%s '%s' --sflow-worker '%d@%s%s%s:%u/%s'%s%s%s%s%s",

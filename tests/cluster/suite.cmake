@@ -19,3 +19,12 @@ endforeach()
 # New cases appear without a manual re-configure.
 set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
              ${CMAKE_SOURCE_DIR}/tests/cluster/cluster_test.py)
+# A --nodes run under a forced BLAS kernel computes the single-node run's
+# bits: the head passes OPENBLAS_CORETYPE to its workers (docs/cluster.md,
+# "Environment"); sshd passes no environment of its own.
+add_test(NAME cluster/rl_runners_nodes_Haswell
+  COMMAND ${CMAKE_COMMAND} -E env OPENBLAS_CORETYPE=Haswell
+          ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/cluster/cluster_test.py
+          --sflowc $<TARGET_FILE:sflowc> rl_runners_nodes)
+set_tests_properties(cluster/rl_runners_nodes_Haswell PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 240
+                     RESOURCE_LOCK sflow_cluster)
