@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # fuzz.sh — build and run the libFuzzer targets: the sflow front end, the
-# control plane's frame decoder (runtime/cluster/wire.c), std.data's CSV,
+# control plane's frame decoder (runtime/cluster/proto/wire.c), std.data's CSV,
 # JSON and .npy parsers (runtime/data/, tests/fuzz/fuzz_data.c) and
 # std.tokenizer's normalizer, pre-tokenizer and WordPiece matcher
 # (runtime/data/wordpiece.c, tests/fuzz/fuzz_tokenizer.c).
@@ -89,15 +89,16 @@ build() {
   fi
 }
 
-# The frame decoder: runtime/cluster/wire.c with crypto.c and core/sha256.c (the
-# handshake's HMAC), nothing else of the runtime.
+# The frame decoder: runtime/cluster/proto/wire.c with net/crypto.c, net/net.c and
+# core/sha256.c (the handshake's HMAC), nothing else of the runtime.
 WIRE_BIN=$OUT/fuzz_wire
 build_wire() {
   mkdir -p "$OUT"
-  local srcs=("$ROOT/runtime/cluster/wire.c" "$ROOT/runtime/cluster/crypto.c" "$ROOT/runtime/core/sha256.c"
+  local srcs=("$ROOT/runtime/cluster/proto/wire.c" "$ROOT/runtime/cluster/net/crypto.c"
+              "$ROOT/runtime/cluster/net/net.c" "$ROOT/runtime/core/sha256.c"
               "$ROOT/tests/fuzz/fuzz_wire.c")
   local f need=0
-  for f in "${srcs[@]}" "$ROOT"/runtime/*/*.h; do [[ $f -nt $WIRE_BIN ]] && need=1; done
+  for f in "${srcs[@]}" "$ROOT"/runtime/*/*.h "$ROOT"/runtime/cluster/*/*.h; do [[ $f -nt $WIRE_BIN ]] && need=1; done
   if [[ ! -x $WIRE_BIN ]] || ((need)); then
     "$CC_FUZZ" -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined \
       -fno-sanitize-recover=undefined -I"$ROOT/runtime" -iquote "$ROOT/runtime/core" -iquote "$ROOT/runtime/sched" -iquote "$ROOT/runtime/durable" \

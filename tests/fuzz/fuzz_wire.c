@@ -1,6 +1,6 @@
 /*
  * fuzz_wire.c — libFuzzer target for the control plane's frame decoder
- * (runtime/cluster/wire.c), the only code that reads bytes from the network.
+ * (runtime/cluster/proto/wire.c), the only code that reads bytes from the network.
  *
  * Any input must decode to a frame, "need more bytes", or a clean refusal;
  * never a crash, a read past the input, or a leak.  A decoded frame must

@@ -24,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cluster.h"
+#include "worker_internal.h"
 
 /* A worker's handshake with the head.  The head answers once every node
  * has started (launch.c), which one slow node (a copy over a slow link, a
@@ -34,12 +34,6 @@
  * connection closes, or its SSH session and so PR_SET_PDEATHSIG). */
 #define AUTH_TIMEOUT_MS 120000
 #define DIAL_TIMEOUT_S 10 /* a worker connecting back to the head */
-
-static int64_t now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
 
 static uint64_t now_ns(void) {
   struct timespec t;
@@ -297,10 +291,10 @@ static int parse_spec(const char *spec, uint32_t *id, char *addr, size_t an, cha
 static int read_secret(uint8_t secret[SF__SECRET_LEN]) {
   char line[2 * SF__SECRET_LEN + 1];
   size_t n = 0;
-  int64_t deadline = now_ms() + 30000;
+  int64_t deadline = sf__now_ms() + 30000;
   while (n < sizeof line) {
     struct pollfd pf = {0, POLLIN, 0};
-    int left = (int)(deadline - now_ms());
+    int left = (int)(deadline - sf__now_ms());
     if (left <= 0 || poll(&pf, 1, left) <= 0)
       return -1;
     ssize_t k = read(0, line + n, sizeof line - n);
@@ -365,7 +359,7 @@ static void worker_hello(worker *w, const char *data_addr, uint16_t data_port,
 
 /* Serves the head until shutdown or until the head is gone. */
 static int worker_loop(worker *w) {
-  int64_t last_rx = now_ms();
+  int64_t last_rx = sf__now_ms();
   char err[256];
   on_loop = true;
   for (;;) {
@@ -385,11 +379,11 @@ static int worker_loop(worker *w) {
       size_t before = w->conn.rx_n;
       int r = sf__conn_fill(&w->conn);
       if (w->conn.rx_n > before)
-        last_rx = now_ms();
+        last_rx = sf__now_ms();
       sf__frame f;
       int k;
       while ((k = sf__conn_next(&w->conn, &f, err, sizeof err)) == 1) {
-        last_rx = now_ms();
+        last_rx = sf__now_ms();
         switch (f.type) {
         case SF__F_HEARTBEAT: {
           sf__frame c = {.type = SF__F_CLOCK};
@@ -423,9 +417,9 @@ static int worker_loop(worker *w) {
       }
     }
     sf__trace_ship(); /* events of work still running, at most 250 ms old */
-    if (now_ms() - last_rx > SF__HEARTBEAT_TIMEOUT_MS) {
+    if (sf__now_ms() - last_rx > SF__HEARTBEAT_TIMEOUT_MS) {
       sf__cluster_note("sflow worker %u: no heartbeat from the head for %.1f s; exiting", w->node,
-                       (double)(now_ms() - last_rx) / 1000.0);
+                       (double)(sf__now_ms() - last_rx) / 1000.0);
       return SF__EXIT_NODES;
     }
   }

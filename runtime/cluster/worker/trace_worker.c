@@ -1,8 +1,7 @@
 /*
- * trace_ship.c — the cluster's part of `--trace` (trace.c keeps the
- * events and writes the file): a worker's events travel to the head in
- * trace frames (wire.c), and the head names the nodes and puts their
- * events on its own clock with the offsets control.c estimates.
+ * trace_worker.c — a worker's part of `--trace` (trace.c keeps the
+ * events and writes the file): its events travel to the head in trace
+ * frames (proto/wire.c); the head's part is head/trace_head.c.
  *
  * Key design choice: a worker does not keep its events.  It encodes each
  * one into a small pending batch that leaves for the head just before the
@@ -15,7 +14,7 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "cluster.h"
+#include "worker.h"
 
 #define BATCH_MAX (64u << 10)
 
@@ -62,35 +61,4 @@ static void worker_event(const char *name, const char *cat, uint64_t ts_ns, uint
     sf__trace_ship();
 }
 
-void sf__trace_remote(int node, const sf__frame *f) {
-  size_t off = 0;
-  sf__trace_rec r;
-  for (uint32_t i = 0; i < f->u.trace.count; i++) {
-    if (!sf__wire_trace_rec(f->u.trace.events, &off, &r))
-      break; /* the decoder checked every record: cannot happen */
-    sf__trace_text name = {(const char *)r.name.p, r.name.n};
-    sf__trace_text cat = {(const char *)r.cat.p, r.cat.n};
-    sf__trace_text error = {(const char *)r.error.p, r.error.n};
-    sf__trace_remote_event(node, &name, &cat, &error, r.ts_ns, r.dur_ns, (int32_t)r.tid,
-                           (int32_t)r.attempt);
-  }
-}
-
-static const char *node_host(int k) {
-  sf__node_info info;
-  if (!sf__cluster_node(k, &info))
-    return NULL;
-  return info.host ? info.host : "?";
-}
-
-static bool node_clock(int k, int64_t *offset_ns) {
-  uint64_t rtt;
-  return sf__cluster_clock(k, offset_ns, &rtt);
-}
-
-void sf__trace_ship_install(void) {
-  sf__trace_cluster = (sf__trace_cluster_hooks){.worker_event = worker_event,
-                                                .nodes = sf__cluster_nodes,
-                                                .host = node_host,
-                                                .clock = node_clock};
-}
+void sf__trace_worker_install(void) { sf__trace_cluster.worker_event = worker_event; }

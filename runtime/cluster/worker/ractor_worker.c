@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ractor_internal.h"
+#include "worker_internal.h"
 
 /* A bounds-checked reader over a payload (little-endian hosts only, as
  * serial.c). */
@@ -140,7 +140,7 @@ static void *reply_main(void *arg) {
     const sf_method_desc *md = it->md;
     char err[SF__ERROR_MAX + 256];
     if (it->f) {
-      int32_t rsize = value_size(md->result);
+      int32_t rsize = sf__value_size(md->result);
       void *res = calloc(1, rsize ? (size_t)rsize : 1);
       bool ok = res && sf__future_wait_result(it->f, res, err, sizeof err);
       sf_release(it->f);
@@ -306,7 +306,7 @@ static void w_create(const sf__frame *f) {
   const sf_type *t = d ? (from ? d->state : d->init ? d->init->args : NULL) : NULL;
   void *val = NULL;
   if (d) {
-    int32_t vs = value_size(t);
+    int32_t vs = sf__value_size(t);
     val = calloc(1, vs ? (size_t)vs : 1);
     sf__reader rd = {body.p, body.p + body.n};
     if (!val || (vs && !sf__de_value(&rd, t, val)) || rd.p != rd.end) {
@@ -381,7 +381,7 @@ static void w_call(const sf__frame *f) {
     }
   }
   if (md) {
-    int32_t as = value_size(md->args);
+    int32_t as = sf__value_size(md->args);
     void *args = calloc(1, as ? (size_t)as : 1);
     sf__reader rd = {p + 5 + nl, p + n};
     if (!args || (as && !sf__de_value(&rd, md->args, args)) || rd.p != rd.end) {

@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cluster.h"
+#include "net.h"
 
 /* ------------------------------------------------------------ SHA-1 */
 

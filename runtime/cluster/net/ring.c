@@ -62,14 +62,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cluster.h"
+#include "net.h"
 
-
-static int64_t now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
 
 size_t sf__dtype_size(sf__dtype t) {
   switch (t) {
@@ -272,7 +266,7 @@ static int io_all(int fd, void *buf, size_t n, bool wr, int64_t deadline) {
       return -1;
     if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
       return -1;
-    int left = (int)(deadline - now_ms());
+    int left = (int)(deadline - sf__now_ms());
     struct pollfd pf = {fd, wr ? POLLOUT : POLLIN, 0};
     if (left <= 0 || poll(&pf, 1, left) == 0)
       return -1;
@@ -303,7 +297,7 @@ int sf__ring_dial(const sf__peer *p, int64_t deadline, char *err, size_t errlen)
   freeaddrinfo(ai);
   if (rc && errno == EINPROGRESS) {
     struct pollfd pf = {fd, POLLOUT, 0};
-    int left = (int)(deadline - now_ms());
+    int left = (int)(deadline - sf__now_ms());
     int e = 0;
     socklen_t el = sizeof e;
     if (left > 0 && poll(&pf, 1, left) == 1 && !getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el) &&
@@ -394,7 +388,7 @@ static void greeter_add(sf__greeters *s, int listen_fd) {
         g = &s->g[i];
     greeter_drop(s, g, "too many connections greeting at once; dropped the oldest");
   }
-  *g = (sf__greeter){.fd = fd, .deadline = now_ms() + s->timeout_ms};
+  *g = (sf__greeter){.fd = fd, .deadline = sf__now_ms() + s->timeout_ms};
   if (s->nonce && (sf__random_bytes(g->nonce, sizeof g->nonce) ||
                    send(fd, g->nonce, sizeof g->nonce, MSG_NOSIGNAL | MSG_DONTWAIT) !=
                        (ssize_t)sizeof g->nonce))
@@ -436,7 +430,7 @@ int sf__greet_accept(sf__greeters *s, int listen_fd, int64_t deadline, uint64_t 
                      uint32_t *rank) {
   char why[64];
   for (;;) {
-    int64_t t = now_ms(), wake = deadline;
+    int64_t t = sf__now_ms(), wake = deadline;
     if (t >= deadline)
       return -1;
     struct pollfd pf[1 + SF__GREET_SLOTS_MAX];
@@ -504,7 +498,7 @@ int sf__ring_connect(sf__ring *r, uint64_t group, int rank, int size, const sf__
   r->timeout_ms = timeout_ms;
   if (size == 1)
     return 0;
-  int64_t deadline = now_ms() + timeout_ms;
+  int64_t deadline = sf__now_ms() + timeout_ms;
   int next = (rank + 1) % size, prev = (rank + size - 1) % size, waiting = 1;
   /* Connections accepted but not yet greeted are read side by side, so a
    * stranger that connects and says nothing holds up no member's link. */
@@ -610,10 +604,10 @@ static size_t reduce_window(uint8_t *win, size_t have, uint8_t *dst, sf__dtype t
 static int wait_io(const sf__ring *r, int sfd, bool out, int rfd, bool in, int64_t *last,
                    char *err, size_t errlen) {
   if (!*last)
-    *last = now_ms();
+    *last = sf__now_ms();
   struct pollfd pf[2] = {{sfd, out ? POLLOUT : 0, 0}, {rfd, in ? POLLIN : 0, 0}};
-  int left = (int)(*last + r->timeout_ms - now_ms());
-  if (left <= 0 || (poll(pf, 2, left) == 0 && now_ms() - *last >= r->timeout_ms))
+  int left = (int)(*last + r->timeout_ms - sf__now_ms());
+  if (left <= 0 || (poll(pf, 2, left) == 0 && sf__now_ms() - *last >= r->timeout_ms))
     return sf__net_fail(err, errlen, "ring rank %d: no progress for %d ms (a peer died or stalled)",
                         r->rank, r->timeout_ms);
   return 0;

@@ -72,7 +72,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "ractor_internal.h"
+#include "head.h"
 
 #define GROUP_CKPTS 4 /* checkpoints kept per group member, newest first */
 
@@ -326,7 +326,7 @@ static void restore_handles(sf_actor **members, int64_t n, const sf_actor_desc *
       continue;
     sf__buf b;
     sf__buf_init(&b, NULL, 0);
-    if (value_size(d->state))
+    if (sf__value_size(d->state))
       sf__ser_value(&b, d->state, sf__actor_state(members[i]));
     out[i].calls = (uint64_t)sf__actor_calls(members[i]);
     out[i].epoch = (uint64_t)sf__actor_epochs(members[i]);
@@ -368,7 +368,7 @@ bool sf__ractor_spawn(sf_actor **members, int64_t n, void *args) {
   }
   sf__buf b;
   sf__buf_init(&b, NULL, 0);
-  if (value_size(it))
+  if (sf__value_size(it))
     sf__ser_value(&b, it, args);
   sf_value_release(it, args);
   ckpt *restored = sf__options.resume ? calloc((size_t)n, sizeof *restored) : NULL;
@@ -440,7 +440,7 @@ bool sf__ractor_spawn(sf_actor **members, int64_t n, void *args) {
 /* Completes a call of main's from the journal (its value and the lines
  * it printed), without journaling it again. */
 static void answer_from_journal(sf_actor *a, const sf_method_desc *md, const sf__sink *sink) {
-  int32_t rsize = value_size(md->result);
+  int32_t rsize = sf__value_size(md->result);
   _Alignas(16) unsigned char rbuf[256];
   void *res = rsize <= (int32_t)sizeof rbuf ? rbuf : calloc(1, (size_t)rsize);
   memset(res, 0, (size_t)rsize);
@@ -489,7 +489,7 @@ void sf__ractor_call(ractor *r, const sf_method_desc *md, void *args, bool all,
   put_u32(&b, nl);
   sf__buf_put(&b, md->name, nl);
   sf__buf_put(&b, all ? "\1" : "\0", 1);
-  if (value_size(md->args))
+  if (sf__value_size(md->args))
     sf__ser_value(&b, md->args, args);
   sf_value_release(md->args, args);
   c->payload = malloc(b.len);
@@ -566,7 +566,7 @@ static void *holder_main(void *arg) {
     struct timespec ts = {0, 200 * 1000000};
     nanosleep(&ts, NULL);
     done *fails = NULL;
-    int64_t now = now_ms();
+    int64_t now = sf__now_ms();
     pthread_mutex_lock(&RA.mu);
     for (ractor *r = RA.list; r; r = r->next) {
       bool any = false;
@@ -612,7 +612,7 @@ static void on_result(int node, const sf__frame *f) {
      * connection does).  Wait for the loss, which restarts the group and
      * reruns this call; without one, the failure is delivered. */
     c->held = strndup((const char *)f->u.actor_result.value.p, f->u.actor_result.value.n);
-    c->held_until = now_ms() + SF__HEARTBEAT_TIMEOUT_MS + 1000;
+    c->held_until = sf__now_ms() + SF__HEARTBEAT_TIMEOUT_MS + 1000;
     start_holder();
     pthread_mutex_unlock(&RA.mu);
     return;
@@ -626,7 +626,7 @@ static void on_result(int node, const sf__frame *f) {
   trim_log(r);
   pthread_mutex_unlock(&RA.mu);
 
-  int32_t rsize = value_size(md->result);
+  int32_t rsize = sf__value_size(md->result);
   _Alignas(16) unsigned char rbuf[256];
   void *res = rsize <= (int32_t)sizeof rbuf ? rbuf : calloc(1, (size_t)rsize);
   memset(res, 0, (size_t)rsize);

@@ -19,7 +19,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-#include "cluster.h"
+#include "net.h"
 
 int sf__sha256_file(const char *path, uint8_t out[SF__HASH_LEN], char *err, size_t errlen) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);

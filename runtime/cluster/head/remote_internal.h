@@ -1,12 +1,10 @@
 /*
- * remote_internal.h — what the four files of remote task calls share:
- * dispatch.c (the head's submission, retries, future arguments, head
- * runners and node loss), placement.c (the ledger of slots and GPU
- * shares, actor placement), objects.c (the object store, head and
- * worker sides, and worker-to-worker transfer) and worker_tasks.c (the
- * worker's runner threads and the descriptor checks).  Nothing outside
- * them includes it; the rest of the runtime sees their sf__remote_*
- * entry points in cluster.h.
+ * remote_internal.h — what the head's three files of remote task calls
+ * share: dispatch.c (submission, retries, future arguments, head runners
+ * and node loss), placement.c (the ledger of slots and GPU shares, actor
+ * placement) and objects_head.c (the head's side of the object store).
+ * Nothing outside them includes it; the rest of the runtime sees their
+ * sf__remote_* entry points in head.h.
  *
  * Key design choice: one ledger, `R`, under one mutex (R.mu) holds every
  * task record, the backlog, the wait list and every node's slots and GPU
@@ -14,32 +12,15 @@
  * consistent picture.  Functions named *_locked expect R.mu held; frames
  * they produce go into an outbox that the caller sends after releasing it.
  *
- * Task-submit payload: u32 name length, name, then the arguments (the
- * SF_STRUCT d->args, serial.c; a future parameter as an ARG_ form: unset,
- * its value, its failure, or a reference to a worker's object).
- * Task-result: status 0 + the serialized value, status 1 + the failure's
- * cause as text, status 2 + a reference to a large value the worker keeps
- * in its object store (u64 object id, u64 size), which the head fetches in
- * object frames only when main wants it (objects.c), or status 3 + u64
- * object id + why: an input object could not be fetched.
+ * The payloads of task-submit and task-result are described in
+ * proto/proto.h.
  */
 #ifndef SF_REMOTE_INTERNAL_H
 #define SF_REMOTE_INTERNAL_H
 
 #include <pthread.h>
 
-#include "cluster.h"
-
-static inline int32_t value_size(const sf_type *t) {
-  return t && t->kind != SF_VOID ? t->size : 0;
-}
-
-/* A future argument in a task-submit payload (dispatch.c writes them,
- * worker_tasks.c reads them). */
-#define ARG_NONE 0   /* a future never set */
-#define ARG_VALUE 1  /* the value follows (serial.c) */
-#define ARG_FAILED 2 /* u32 length, the failure's message */
-#define ARG_REF 3    /* u32 owner, u64 object id, u64 size, u16 port, u8 n, address */
+#include "head.h"
 
 /* ------------------------------------------------- the head's ledger */
 
@@ -186,27 +167,5 @@ void sf__refs_done_locked(int node, rtask *t, outbox *ob);
  * could not fetch one of t's inputs (status 3). */
 void sf__obj_start(int node, rtask *t, const sf__frame *fr);
 void sf__obj_input_lost(int node, rtask *t, const sf__frame *fr);
-
-/* Worker: the store of large results by object id. */
-typedef struct wobj {
-  struct wobj *next;
-  uint64_t id;
-  uint8_t *p;
-  size_t n;
-  int users;
-  bool dropped;
-} wobj;
-/* SFLOW_OBJECT_THRESHOLD: results larger than this stay on the worker. */
-size_t sf__obj_threshold(void);
-bool sf__wobj_keep(uint64_t id, const void *p, size_t n);
-/* The object id with a use counted (NULL: not held here); unuse ends it. */
-wobj *sf__wobj_use(uint64_t id);
-void sf__wobj_unuse(wobj *o);
-/* SFLOW_OBJECT_SERVE_DELAY_MS (tests): a window to kill the owner in. */
-void sf__obj_delay(void);
-/* The bytes of object id (size bytes) from the worker at addr:port into a
- * new buffer; NULL with why[] when that fails. */
-uint8_t *sf__obj_fetch(const char *addr, uint16_t port, uint64_t id, uint64_t size, char *why,
-                       size_t wl);
 
 #endif

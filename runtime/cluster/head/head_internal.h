@@ -17,18 +17,12 @@
 #include <pthread.h>
 #include <time.h>
 
-#include "cluster.h"
+#include "head.h"
 
 #define MAX_LISTEN 16
 /* Connections to the control plane that have not authenticated yet: at
  * most this many at once (control.c drops each after PREAUTH_TIMEOUT_MS). */
 #define PREAUTH_MAX 64
-
-static inline int64_t now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
 
 /* A piece of a node's outgoing bytes: frames copied in (b), or bytes
  * sent from where they lie inside a blob (a checkpoint's state). */

@@ -46,7 +46,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cluster.h"
+#include "net.h"
 
 /* ------------------------------------------------------------ loading */
 
@@ -141,12 +141,6 @@ static const char *lib_error(const sf__ssh *s) {
   return msg && *msg ? msg : "unknown libssh2 error";
 }
 
-static int64_t now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
-
 /* TCP connect to every address of the host in turn, within the deadline. */
 static int tcp_connect(sf__ssh *s, const sf__ssh_target *t, int64_t deadline, char *err,
                        size_t errlen) {
@@ -164,7 +158,7 @@ static int tcp_connect(sf__ssh *s, const sf__ssh_target *t, int64_t deadline, ch
     int rc = connect(fd, a->ai_addr, a->ai_addrlen);
     if (rc && errno == EINPROGRESS) {
       struct pollfd pf = {fd, POLLOUT, 0};
-      int left = (int)(deadline - now_ms());
+      int left = (int)(deadline - sf__now_ms());
       int e = ETIMEDOUT;
       socklen_t el = sizeof e;
       if (left > 0 && poll(&pf, 1, left) == 1)
@@ -185,7 +179,7 @@ static int tcp_connect(sf__ssh *s, const sf__ssh_target *t, int64_t deadline, ch
     }
     last = errno;
     close(fd);
-    if (now_ms() >= deadline)
+    if (sf__now_ms() >= deadline)
       break;
   }
   freeaddrinfo(ai);
@@ -440,7 +434,7 @@ int sf__ssh_connect(const sf__ssh_target *t, const sf__ssh_opts *o, sf__ssh **ou
   s->fd = -1;
   s->timeout_ms = (o->timeout_s > 0 ? o->timeout_s : 10) * 1000;
   snprintf(s->label, sizeof s->label, "%s", t->label);
-  int64_t deadline = now_ms() + s->timeout_ms;
+  int64_t deadline = sf__now_ms() + s->timeout_ms;
   s->fd = tcp_connect(s, t, deadline, err, errlen);
   if (s->fd < 0)
     goto fail;
@@ -452,7 +446,7 @@ int sf__ssh_connect(const sf__ssh_target *t, const sf__ssh_opts *o, sf__ssh **ou
   L.libssh2_session_set_blocking(s->sess, 1);
   /* The handshake and authentication share what is left of the connect
    * budget; later operations (copies) get the full timeout each. */
-  L.libssh2_session_set_timeout(s->sess, (long)(deadline - now_ms() > 100 ? deadline - now_ms()
+  L.libssh2_session_set_timeout(s->sess, (long)(deadline - sf__now_ms() > 100 ? deadline - sf__now_ms()
                                                                           : 100));
   sf__kh_result kr;
   if (known_hosts(s, t, NULL, 0, &kr, err, errlen))

@@ -36,7 +36,7 @@
 #include <string.h>
 
 #include "flagnames.h" /* SF__MAX_THREADS: a worker runs host:N slots as --threads N */
-#include "cluster.h"
+#include "net.h"
 
 #define HOSTNAME_MAX 255
 

@@ -28,19 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cluster.h"
-
-/* The error reporting every net module shares: formats into the caller's
- * buffer and returns -1, so callers can `return sf__net_fail(...)`. */
-int sf__net_fail(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  if (errlen)
-    vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
-
+#include "proto.h"
 
 static const char *const type_names[SF__F_COUNT] = {
     [SF__F_CHALLENGE] = "challenge",       [SF__F_AUTH] = "auth",
@@ -327,40 +315,6 @@ int sf__wire_encode_open(sf__wbuf *b, const sf__frame *f, size_t more) {
     flen[i] = (uint8_t)(field >> (8 * i));
   }
   return 0;
-}
-
-sf__shared *sf__shared_wrap(uint8_t *p, size_t n) {
-  sf__shared *b = malloc(sizeof *b);
-  if (!b) {
-    free(p);
-    return NULL;
-  }
-  b->refs = 1;
-  b->p = p;
-  b->n = n;
-  return b;
-}
-
-sf__shared *sf__shared_copy(const void *p, size_t n) {
-  uint8_t *q = malloc(n ? n : 1);
-  if (!q)
-    return NULL;
-  if (n)
-    memcpy(q, p, n);
-  return sf__shared_wrap(q, n);
-}
-
-sf__shared *sf__shared_ref(sf__shared *b) {
-  if (b)
-    b->refs++;
-  return b;
-}
-
-void sf__shared_unref(sf__shared *b) {
-  if (b && --b->refs == 0) {
-    free(b->p);
-    free(b);
-  }
 }
 
 /* ------------------------------------------------------------ reader */
@@ -681,15 +635,9 @@ void sf__conn_close(sf__conn *c) {
   *c = (sf__conn){.fd = -1};
 }
 
-static int64_t now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
-
 static int wait_fd(int fd, short ev, int64_t deadline) {
   for (;;) {
-    int left = deadline < 0 ? -1 : (int)(deadline - now_ms());
+    int left = deadline < 0 ? -1 : (int)(deadline - sf__now_ms());
     if (deadline >= 0 && left <= 0)
       return 0;
     struct pollfd p = {fd, ev, 0};
@@ -706,7 +654,7 @@ int sf__conn_send(sf__conn *c, const sf__frame *f, int timeout_ms, char *err, si
     sf__wbuf_free(&b);
     return sf__net_fail(err, errlen, "cannot encode %s frame", sf__wire_type_name(f->type));
   }
-  int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+  int64_t deadline = timeout_ms < 0 ? -1 : sf__now_ms() + timeout_ms;
   size_t off = 0;
   while (off < b.n) {
     ssize_t k = send(c->fd, b.p + off, b.n - off, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -859,7 +807,7 @@ uint8_t *sf__conn_take(sf__conn *c, size_t *n) {
 }
 
 int sf__conn_recv(sf__conn *c, sf__frame *f, int timeout_ms, char *err, size_t errlen) {
-  int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+  int64_t deadline = timeout_ms < 0 ? -1 : sf__now_ms() + timeout_ms;
   for (;;) {
     int r = sf__conn_next(c, f, err, errlen);
     if (r != 0)

@@ -41,33 +41,6 @@
 sf__head sf__head_table = {
     .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .wake = {-1, -1}};
 
-/* ============================================== helpers of both sides */
-
-/* Numeric "addr" and port of a socket address. */
-void sf__addr_str(const struct sockaddr *sa, socklen_t sl, char *host, size_t hn, uint16_t *port) {
-  char serv[16] = "0";
-  if (getnameinfo(sa, sl, host, (socklen_t)hn, serv, sizeof serv,
-                  NI_NUMERICHOST | NI_NUMERICSERV))
-    snprintf(host, hn, "?");
-  if (port)
-    *port = (uint16_t)atoi(serv);
-}
-
-/* A line on stderr (on the head: clear of the progress line). */
-void sf__cluster_note(const char *fmt, ...) {
-  char line[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  int k = vsnprintf(line, sizeof line - 1, fmt, ap);
-  va_end(ap);
-  if (k < 0)
-    return;
-  if ((size_t)k > sizeof line - 2)
-    k = (int)sizeof line - 2;
-  line[k++] = '\n';
-  sf__out_write(2, line, (size_t)k); /* on the head: clear of the progress line */
-}
-
 /* ============================================================ start-up */
 
 /* A listener on the numeric address addr (the head's side of an SSH
@@ -141,9 +114,9 @@ static uint16_t listener_port(const char *addr) {
  * elsewhere. */
 static void *connect_host(void *arg) {
   node *nd = arg;
-  int64_t t0 = now_ms();
+  int64_t t0 = sf__now_ms();
   if (sf__ssh_connect(&nd->target, &H.ssh, &nd->ssh, nd->error, sizeof nd->error) == 0)
-    nd->connect_ms = now_ms() - t0;
+    nd->connect_ms = sf__now_ms() - t0;
   return NULL;
 }
 
@@ -214,7 +187,7 @@ static void *check_host(void *arg) {
   node *nd = arg;
   char *err = nd->error;
   size_t errlen = sizeof nd->error;
-  int64_t t0 = now_ms();
+  int64_t t0 = sf__now_ms();
   struct sockaddr_storage ss;
   socklen_t sl;
   sf__ssh_local_addr(nd->ssh, &ss, &sl);
@@ -239,7 +212,7 @@ static void *check_host(void *arg) {
            "sflow env %s",
            sf__host_probe_cmd, args);
   start_checked(nd, err, errlen);
-  nd->check_ms = now_ms() - t0;
+  nd->check_ms = sf__now_ms() - t0;
   return NULL;
 }
 
@@ -318,15 +291,15 @@ static void *launch(void *arg) {
   int id = (int)(nd - H.nodes) + 1;
   char *err = nd->error;
   size_t errlen = sizeof nd->error;
-  int64_t t1 = now_ms(), t2 = t1;
+  int64_t t1 = sf__now_ms(), t2 = t1;
   char path[1200], why[400];
   bool recopied = false;
   for (int attempt = 0;; attempt++) {
     if (sf__ssh_deploy(nd->ssh, H.exe_path, H.exe_hex, H.ssh.remote_cache, path, sizeof path,
                        &nd->copied, err, errlen))
       return NULL;
-    t2 = now_ms();
-    int64_t go_at = now_ms();
+    t2 = sf__now_ms();
+    int64_t go_at = sf__now_ms();
     int r = start_worker(nd, why, sizeof why, err, errlen);
     if (r > 0)
       break;
@@ -355,7 +328,7 @@ static void *launch(void *arg) {
       if (more) {
         recopies = more;
         snprintf(recopies[nrecopies].path, sizeof recopies[nrecopies].path, "%s", path);
-        recopies[nrecopies++].at = now_ms();
+        recopies[nrecopies++].at = sf__now_ms();
       }
       recopied = true;
     } else if (logging()) {
@@ -375,7 +348,7 @@ static void *launch(void *arg) {
         "sflow: node %d %s: %s %s, worker started (ssh %.2f s, check %.2f s, deploy %.2f s, "
         "exec %.2f s)",
         id, nd->label, nd->copied ? "copied" : "found cached", path, nd->connect_ms / 1e3,
-        nd->check_ms / 1e3, (t2 - t1) / 1e3, (now_ms() - t2) / 1e3);
+        nd->check_ms / 1e3, (t2 - t1) / 1e3, (sf__now_ms() - t2) / 1e3);
   return NULL;
 }
 
@@ -501,7 +474,7 @@ static int resolve_hosts(char *err, size_t errlen) {
 int sf__cluster_start(char *err, size_t errlen) {
   if (!sf__options.nodes || H.started)
     return 0;
-  H.t0 = now_ms();
+  H.t0 = sf__now_ms();
   if (sf__hosts_from_arg(sf__options.nodes, &H.hosts, err, errlen))
     return -1;
   /* MASTER_PORT: the user's, or torchrun's default.  It is a port for the
@@ -583,7 +556,7 @@ int sf__cluster_start(char *err, size_t errlen) {
   free(th);
   /* Wait for every worker to connect back and say hello.  A worker whose
    * channel closes first fails at once, with its output shown. */
-  int64_t deadline = now_ms() + (int64_t)(sf__options.connect_timeout + 20) * 1000;
+  int64_t deadline = sf__now_ms() + (int64_t)(sf__options.connect_timeout + 20) * 1000;
   int64_t next_hb = 0;
   pthread_mutex_lock(&H.mu);
   while (!failed) {
@@ -592,7 +565,7 @@ int sf__cluster_start(char *err, size_t errlen) {
       ready += H.nodes[i].ready;
       failed |= H.nodes[i].error[0] != '\0';
     }
-    if (ready == H.n || failed || now_ms() > deadline)
+    if (ready == H.n || failed || sf__now_ms() > deadline)
       break;
     sf__head_control_round(50, &next_hb);
   }
@@ -607,7 +580,7 @@ int sf__cluster_start(char *err, size_t errlen) {
   pthread_mutex_unlock(&H.mu);
   if (logging())
     sf__cluster_note("sflow: %d %s ready in %.2f s", H.n, sf__plural(H.n, "node", "nodes"),
-                     (double)(now_ms() - H.t0) / 1000.0);
+                     (double)(sf__now_ms() - H.t0) / 1000.0);
   set_head_env();
   /* Running from before the thread exists, so that no frame sent from now
    * on takes the blocking start-up path beside it. */
@@ -644,7 +617,7 @@ void sf__cluster_stop(void) {
       sf__head_send_frame(&H.nodes[i], &sd);
   /* Wait (bounded) for the workers to close their end, so their processes
    * have gone before the head returns. */
-  int64_t deadline = now_ms() + 3000;
+  int64_t deadline = sf__now_ms() + 3000;
   for (;;) {
     int open = 0;
     struct pollfd pf[1024];
@@ -653,7 +626,7 @@ void sf__cluster_stop(void) {
       if (H.nodes[i].conn.fd >= 0)
         pf[np++] = (struct pollfd){H.nodes[i].conn.fd, POLLIN, 0};
     open = np;
-    if (!open || now_ms() > deadline)
+    if (!open || sf__now_ms() > deadline)
       break;
     poll(pf, (nfds_t)np, 50);
     for (int i = 0; i < H.n; i++) {

@@ -45,7 +45,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "cluster.h"
+#include "net.h"
 
 #define INCLUDE_DEPTH_MAX 16
 #define CONFIG_SIZE_MAX ((size_t)4 << 20)

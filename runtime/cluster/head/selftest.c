@@ -166,9 +166,9 @@ int sf__cluster_selftest(const char *spec) {
   double secs;
   if (sscanf(spec, "hold:%lf", &secs) == 1) {
     print_ready();
-    int64_t end = now_ms() + (int64_t)(secs * 1000);
+    int64_t end = sf__now_ms() + (int64_t)(secs * 1000);
     pthread_mutex_lock(&H.mu);
-    while (now_ms() < end && H.lost_count == 0) {
+    while (sf__now_ms() < end && H.lost_count == 0) {
       sf__cond_wait_ns(&H.cv, &H.mu, 100000000);
     }
     int lost = H.lost_count;

@@ -31,7 +31,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "ractor_internal.h"
+#include "worker_internal.h"
 
 #define RING_TIMEOUT_MS 10000
 
@@ -84,7 +84,7 @@ static void greeting(const uint8_t nonce[RING_NONCE], uint64_t ring, uint32_t ra
 static bool io_full(int fd, void *p, size_t n, bool wr, int64_t deadline) {
   size_t off = 0;
   while (off < n) {
-    int left = (int)(deadline - now_ms());
+    int left = (int)(deadline - sf__now_ms());
     struct pollfd pf = {fd, wr ? POLLOUT : POLLIN, 0};
     if (left <= 0 || poll(&pf, 1, left) <= 0)
       return false;
@@ -125,7 +125,7 @@ static void *acceptor_main(void *arg) {
   for (;;) {
     uint64_t ring;
     uint32_t from;
-    int fd = sf__greet_accept(&gs, lfd, now_ms() + 1000, &ring, &from);
+    int fd = sf__greet_accept(&gs, lfd, sf__now_ms() + 1000, &ring, &from);
     if (fd < 0)
       continue;
     rlink *l = calloc(1, sizeof *l);
@@ -150,7 +150,7 @@ static bool ring_up(wring *w, char *err, size_t n) {
     return true;
   if (w->broken[0])
     return snprintf(err, n, "%s", w->broken), false;
-  int64_t deadline = now_ms() + RING_TIMEOUT_MS;
+  int64_t deadline = sf__now_ms() + RING_TIMEOUT_MS;
   int next = (w->rank + 1) % w->size, prev = (w->rank + w->size - 1) % w->size;
   uint8_t nonce[RING_NONCE], hello[GREETING];
   int out = sf__ring_dial(&w->peers[next], deadline, err, n);
@@ -175,7 +175,7 @@ static bool ring_up(wring *w, char *err, size_t n) {
       }
     if (in >= 0)
       break;
-    if (atomic_load(&w->stopped) || now_ms() >= deadline) {
+    if (atomic_load(&w->stopped) || sf__now_ms() >= deadline) {
       snprintf(err, n, "group member %d did not connect within %d ms (every member must make "
                "the same collective calls: call the method through g.all)", prev,
                RING_TIMEOUT_MS);

@@ -32,7 +32,7 @@
 #include <unistd.h>
 
 #include "cpu_features.h"
-#include "cluster.h"
+#include "net.h"
 
 const char sf__host_probe_cmd[] =
     "echo arch=$(uname -m); echo libc=$(getconf GNU_LIBC_VERSION 2>/dev/null); "

@@ -106,7 +106,7 @@ static void take_frames(node *nd) {
       mark_lost(nd, err);
       return;
     }
-    nd->last_rx = now_ms();
+    nd->last_rx = sf__now_ms();
     handle_frame(nd, &f);
   }
 }
@@ -147,7 +147,7 @@ static void accept_new(int lfd) {
     sf__conn_init(&g->conn, fd);
     peer_str(fd, g->who, sizeof g->who);
     g->node = 0;
-    g->deadline = now_ms() + PREAUTH_TIMEOUT_MS;
+    g->deadline = sf__now_ms() + PREAUTH_TIMEOUT_MS;
     char err[256];
     /* 40 bytes on a new socket: its buffer is empty, so never a wait. */
     if (sf__auth_challenge(&g->conn, g->nonce, 0, err, sizeof err))
@@ -161,8 +161,8 @@ static void promote(greeter *g, node *nd) {
   nd->conn = g->conn;
   sf__conn_init(&g->conn, -1);
   nd->ready = nd->alive = true;
-  nd->last_rx = now_ms();
-  nd->start_s = (double)(now_ms() - H.t0) / 1000.0;
+  nd->last_rx = sf__now_ms();
+  nd->start_s = (double)(sf__now_ms() - H.t0) / 1000.0;
   if (logging())
     sf__cluster_note(
         "sflow: node %d ready: %s (host %s, pid %u, %u cpus, objects on %s:%u, %s, %.2f s)", id,
@@ -190,7 +190,7 @@ static void greet_read(greeter *g) {
         return;
       }
       g->node = id;
-      g->deadline = now_ms() + PREAUTH_TIMEOUT_MS;
+      g->deadline = sf__now_ms() + PREAUTH_TIMEOUT_MS;
       continue;
     }
     node *nd = &H.nodes[g->node - 1];
@@ -369,14 +369,14 @@ void sf__head_send_frame(node *nd, const sf__frame *f) {
     if (flush_out(nd, err, sizeof err))
       mark_lost(nd, err);
   } else if (!H.thread_running) { /* start-up and stop: bounded, blocking */
-    int64_t deadline = now_ms() + 1000;
+    int64_t deadline = sf__now_ms() + 1000;
     while (out_pending(nd)) {
       if (flush_out(nd, err, sizeof err)) {
         mark_lost(nd, err);
         return;
       }
       if (out_pending(nd)) {
-        if (now_ms() > deadline) {
+        if (sf__now_ms() > deadline) {
           mark_lost(nd, "timed out sending");
           return;
         }
@@ -596,7 +596,7 @@ static void read_node(node *nd) {
   size_t before = nd->conn.rx_n;
   int r = sf__conn_fill(&nd->conn);
   if (nd->conn.rx_n > before)
-    nd->last_rx = now_ms();
+    nd->last_rx = sf__now_ms();
   take_frames(nd);
   if (nd->conn.fd < 0)
     return; /* lost: a malformed frame */
@@ -677,7 +677,7 @@ void sf__head_control_round(int timeout_ms, int64_t *next_hb) {
    * buffers), so every round pumps every open channel. */
   for (int i = 0; i < H.n; i++)
     sf__head_pump_ssh(&H.nodes[i]);
-  int64_t t = now_ms();
+  int64_t t = sf__now_ms();
   greet_expire(t);
   for (int i = 0; i < H.n; i++) {
     node *nd = &H.nodes[i];

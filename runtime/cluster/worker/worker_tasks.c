@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "remote_internal.h"
+#include "worker_internal.h"
 
 /* "task 'x' failed after N attempts: CAUSE" -> CAUSE. */
 static const char *cause_of(const char *msg) {
@@ -222,10 +222,10 @@ static int de_future(sf__reader *r, const sf_type *ft, sf_future **out, uint64_t
     return -1;
   uint8_t tag = *r->p++;
   const sf_type *vt = ft->elem;
-  int32_t vs = value_size(vt);
-  if (tag == ARG_NONE)
+  int32_t vs = sf__value_size(vt);
+  if (tag == SF__ARG_NONE)
     return 0;
-  if (tag == ARG_FAILED) {
+  if (tag == SF__ARG_FAILED) {
     uint32_t n;
     if (r->end - r->p < 4 || (memcpy(&n, r->p, 4), n > (uint64_t)(r->end - r->p - 4)))
       return -1;
@@ -242,7 +242,7 @@ static int de_future(sf__reader *r, const sf_type *ft, sf_future **out, uint64_t
   uint8_t *fetched = NULL;
   wobj *local = NULL;
   sf__reader vr = *r;
-  if (tag == ARG_REF) {
+  if (tag == SF__ARG_REF) {
     uint32_t node;
     uint64_t id, size;
     uint16_t port;
@@ -281,7 +281,7 @@ static int de_future(sf__reader *r, const sf_type *ft, sf_future **out, uint64_t
       nbytes = size;
     }
     vr = (sf__reader){bytes, bytes + nbytes};
-  } else if (tag != ARG_VALUE) {
+  } else if (tag != SF__ARG_VALUE) {
     return -1;
   }
   _Alignas(16) unsigned char tmp[256];
@@ -292,7 +292,7 @@ static int de_future(sf__reader *r, const sf_type *ft, sf_future **out, uint64_t
     if (vs && !sf__de_value(&vr, vt, v)) {
       sf_value_release(vt, v);
       rc = -1;
-    } else if (tag == ARG_REF && vr.p != vr.end) {
+    } else if (tag == SF__ARG_REF && vr.p != vr.end) {
       sf_value_release(vt, v);
       rc = -1;
     } else {
@@ -301,7 +301,7 @@ static int de_future(sf__reader *r, const sf_type *ft, sf_future **out, uint64_t
     if (v != tmp)
       free(v);
   }
-  if (tag == ARG_VALUE)
+  if (tag == SF__ARG_VALUE)
     *r = vr;
   if (local)
     sf__wobj_unuse(local);
@@ -344,7 +344,7 @@ static void *worker_runner(void *arg) {
     pthread_mutex_unlock(&WK.mu);
 
     const sf_task_desc *d = j->d;
-    int32_t asize = value_size(d->args);
+    int32_t asize = sf__value_size(d->args);
     void *args = calloc(1, asize ? (size_t)asize : 1);
     uint64_t lost = 0;
     char why[300];
@@ -368,7 +368,7 @@ static void *worker_runner(void *arg) {
       sf__buf_init(&out, NULL, 0);
       sf_future *f = sf__task_submit_attempt(d, args, j->attempt, &out, j->key);
       free(args);
-      int32_t rsize = value_size(d->result);
+      int32_t rsize = sf__value_size(d->result);
       void *res = calloc(1, rsize ? (size_t)rsize : 1);
       char err[SF__ERROR_MAX + 256];
       bool ok = res && sf__future_wait_result(f, res, err, sizeof err);

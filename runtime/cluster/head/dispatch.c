@@ -452,23 +452,23 @@ static bool payload_build_locked(rtask *t) {
     bool done = g && sf__future_ready(g); /* never waited for here */
     rtask *p = g && !done ? sf__rtask_of(g) : NULL;
     if (!g) {
-      put_u8(&b, ARG_NONE);
+      put_u8(&b, SF__ARG_NONE);
     } else if (!done && !(p && p->held)) {
       ok = false; /* not ready after all (deps_ready_locked said it was) */
     } else if (done) { /* complete: the value, or why it failed */
-      int32_t vs = value_size(ft->elem);
+      int32_t vs = sf__value_size(ft->elem);
       _Alignas(16) unsigned char tmp[256];
       void *v = vs <= (int32_t)sizeof tmp ? tmp : calloc(1, (size_t)vs);
       char err[SF__ERROR_MAX + 256];
       if (!v) {
         ok = false;
       } else if (sf__future_wait_result(g, v, err, sizeof err)) {
-        put_u8(&b, ARG_VALUE);
+        put_u8(&b, SF__ARG_VALUE);
         if (vs)
           sf__ser_value(&b, ft->elem, v);
         sf_value_release(ft->elem, v);
       } else {
-        put_u8(&b, ARG_FAILED);
+        put_u8(&b, SF__ARG_FAILED);
         put_u32(&b, (uint32_t)strlen(err));
         sf__buf_put(&b, err, strlen(err));
       }
@@ -485,7 +485,7 @@ static bool payload_build_locked(rtask *t) {
       p->users++;
       near[p->node] += (int64_t)p->obj_total;
       uint8_t al = (uint8_t)strlen(R.oaddr[p->node]);
-      put_u8(&b, ARG_REF);
+      put_u8(&b, SF__ARG_REF);
       put_u32(&b, (uint32_t)p->node);
       sf__ser_u64(&b, p->id);
       sf__ser_u64(&b, p->obj_total);
@@ -580,7 +580,7 @@ static void *head_runner(void *arg) {
     pthread_mutex_unlock(&R.mu);
 
     const sf_task_desc *d = t->d;
-    int32_t asize = value_size(d->args);
+    int32_t asize = sf__value_size(d->args);
     _Alignas(16) unsigned char abuf[256];
     void *args = asize <= (int32_t)sizeof abuf ? abuf : calloc(1, (size_t)asize);
     memset(args, 0, (size_t)asize);
@@ -599,7 +599,7 @@ static void *head_runner(void *arg) {
     SF__COUNT_BY(tasks, -1); /* the call was counted once already */
     if (args != abuf)
       free(args);
-    int32_t rsize = value_size(d->result);
+    int32_t rsize = sf__value_size(d->result);
     _Alignas(16) unsigned char rbuf[256];
     void *res = rsize <= (int32_t)sizeof rbuf ? rbuf : calloc(1, (size_t)rsize);
     char err[SF__ERROR_MAX + 256];
@@ -801,7 +801,7 @@ bool sf__remote_activate(void) {
  * futures) and waits on R.wait_head until they are ready (see "future
  * arguments"); told when a pending one completes. */
 static bool submit_waiting(rtask *t, const sf_task_desc *d, void *args, sf_future *f) {
-  size_t asize = (size_t)value_size(d->args);
+  size_t asize = (size_t)sf__value_size(d->args);
   t->args = malloc(asize ? asize : 1);
   if (!t->args) {
     free(t);
@@ -919,7 +919,7 @@ static void printed_as(int node, const char *s, size_t n, sf__buf *b);
 void sf__rtask_finish(int node, rtask *t, int status, const uint8_t *p, size_t n, const char *out,
                       size_t on, bool slot) {
   const sf_type *rt = sf__future_type(t->f);
-  int32_t rsize = value_size(rt);
+  int32_t rsize = sf__value_size(rt);
   _Alignas(16) unsigned char rbuf[256];
   void *res = rsize <= (int32_t)sizeof rbuf ? rbuf : calloc(1, (size_t)rsize);
   memset(res, 0, (size_t)rsize);
