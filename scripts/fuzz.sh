@@ -89,12 +89,13 @@ build() {
   fi
 }
 
-# The frame decoder: runtime/cluster/proto/wire.c with net/crypto.c, net/net.c and
+# The frame decoder: runtime/cluster/proto/ (wire.c, conn.c) with net/crypto.c, net/net.c and
 # core/sha256.c (the handshake's HMAC), nothing else of the runtime.
 WIRE_BIN=$OUT/fuzz_wire
 build_wire() {
   mkdir -p "$OUT"
-  local srcs=("$ROOT/runtime/cluster/proto/wire.c" "$ROOT/runtime/cluster/net/crypto.c"
+  local srcs=("$ROOT/runtime/cluster/proto/wire.c" "$ROOT/runtime/cluster/proto/conn.c"
+              "$ROOT/runtime/cluster/net/crypto.c"
               "$ROOT/runtime/cluster/net/net.c" "$ROOT/runtime/core/sha256.c"
               "$ROOT/tests/fuzz/fuzz_wire.c")
   local f need=0

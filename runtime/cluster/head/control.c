@@ -559,8 +559,8 @@ static void handle_frame(node *nd, const sf__frame *f) {
     if (f->type == SF__F_TASK_RESULT)
       sf__remote_on_result((int)(nd - H.nodes) + 1, f);
     else
-      sf__remote_on_print((int)(nd - H.nodes) + 1, (const char *)f->u.log.line.p,
-                          f->u.log.line.n);
+      sf__remote_on_print((int)(nd - H.nodes) + 1, (const char *)f->u.print.line.p,
+                          f->u.print.line.n);
     pthread_mutex_lock(&H.mu);
     break;
   case SF__F_OBJECT: /* a chunk of a large result (objects.c) */

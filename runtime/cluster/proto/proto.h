@@ -31,14 +31,14 @@
 #define SF__HEARTBEAT_MS 500
 #define SF__HEARTBEAT_TIMEOUT_MS 3000
 
-/* ----------------------------------------------------------- wire.c */
+/* ------------------------------------------------- frames (wire.c) */
 
 /* Frame layout, all integers little-endian:
  *   u32 len      bytes after this field (header rest + payload)
  *   u8  version  SF__WIRE_VERSION
  *   u8  type     sf__ftype
  *   u16 flags    0 (reserved; a set bit is rejected)
- *   payload      len - 4 bytes, laid out per type (wire.c)
+ *   payload      len - 4 bytes, laid out per type (SF__FRAMES below)
  * The decoder checks every length against the bytes present and the
  * per-type layout completely, so a frame is either fully valid or refused. */
 #define SF__WIRE_VERSION 1
@@ -47,37 +47,195 @@
 /* The largest len of a valid frame of each type (0: no such type):
  * 20 to 72 bytes for the fixed control frames, 378 for hello, 4 KB for
  * shutdown and group-done, 64 KB for log, 16 MB for print and trace,
- * 264 KB for group-setup, SF__FRAME_MAX for frames carrying values (task,
- * actor and object frames).  A header over it is refused before any of
- * the payload is read or room is made for it. */
+ * 264 KB for group-setup (its fields at their limits, derived from
+ * SF__FRAMES), SF__FRAME_MAX for frames carrying values (task, actor and
+ * object frames).  A header over it is refused before any of the payload
+ * is read or room is made for it. */
 uint32_t sf__wire_max_len(int type);
 
+/* ------------------------------------------------------- the frames
+ *
+ * Every frame type is described once, here: its number (its place in
+ * SF__FRAMES, from 1), its name in messages, its class, and its fields in
+ * the order they lie on the wire.  The class: SF__CTRL, a control frame
+ * whose largest length is its fields at their limits; SF__VALUE, a frame
+ * carrying values, which may be as long as SF__FRAME_MAX; SF__STREAM, one
+ * of those whose last byte string may stream after the frame
+ * (sf__wire_encode_open).  The sf__frame union below, the encoder, the
+ * decoder and the largest length of each type (wire.c) are all derived
+ * from this table, so a field added here is written, read and bounded
+ * everywhere at once.  Adding, removing or reordering a field or a type
+ * changes the bytes on the wire: bump SF__WIRE_VERSION with it.
+ *
+ * A field is F(P, KIND, name, limit, "what the decoder calls it"):
+ *   U8 U16 U32 U64   a little-endian integer (limit unused)
+ *   RAW              limit bytes as they are: nonces, MACs, hashes
+ *   BYTES            u32 length, then that many bytes, at most limit; the
+ *                    decoded sf__bytes points into the receive buffer
+ *   CHECK            no bytes: the decoder calls wire.c's check_<name> on
+ *                    the fields before it, which names the field it
+ *                    refuses ("status"), or passes
+ *
+ * X(TYPE, member, "name", class, FIELDS) */
+enum { SF__CTRL, SF__VALUE, SF__STREAM };
+/* From the head (h->w), from a worker (w->h), or both ways. */
+#define SF__FRAMES(X)                                                                             \
+  X(CHALLENGE,    challenge,    "challenge",    SF__CTRL,   SF__CHALLENGE_FIELDS)     /* h->w */  \
+  X(AUTH,         auth,         "auth",         SF__CTRL,   SF__AUTH_FIELDS)          /* w->h */  \
+  X(AUTH_OK,      auth_ok,      "auth-ok",      SF__CTRL,   SF__AUTH_OK_FIELDS)       /* h->w */  \
+  X(HELLO,        hello,        "hello",        SF__CTRL,   SF__HELLO_FIELDS)         /* w->h */  \
+  X(HEARTBEAT,    heartbeat,    "heartbeat",    SF__CTRL,   SF__HEARTBEAT_FIELDS)     /* h->w */  \
+  X(TASK_SUBMIT,  task_submit,  "task-submit",  SF__STREAM, SF__TASK_SUBMIT_FIELDS)   /* h->w */  \
+  X(TASK_RESULT,  task_result,  "task-result",  SF__VALUE,  SF__TASK_RESULT_FIELDS)   /* w->h */  \
+  X(ACTOR_CREATE, actor_create, "actor-create", SF__STREAM, SF__ACTOR_CREATE_FIELDS)  /* h->w */  \
+  X(ACTOR_CALL,   actor_call,   "actor-call",   SF__STREAM, SF__ACTOR_CALL_FIELDS)    /* h->w */  \
+  X(OBJECT,       object,       "object",       SF__STREAM, SF__OBJECT_FIELDS)        /* both */  \
+  X(SHUTDOWN,     shutdown,     "shutdown",     SF__CTRL,   SF__SHUTDOWN_FIELDS)      /* h->w */  \
+  X(GROUP_SETUP,  group_setup,  "group-setup",  SF__CTRL,   SF__GROUP_SETUP_FIELDS)   /* h->w */  \
+  X(GROUP_DONE,   group_done,   "group-done",   SF__CTRL,   SF__GROUP_DONE_FIELDS)    /* w->h */  \
+  X(LOG,          log,          "log",          SF__CTRL,   SF__LOG_FIELDS)           /* w->h */  \
+  X(PRINT,        print,        "print",        SF__CTRL,   SF__PRINT_FIELDS)         /* w->h */  \
+  X(ACTOR_RESULT, actor_result, "actor-result", SF__VALUE,  SF__ACTOR_RESULT_FIELDS)  /* w->h */  \
+  X(ACTOR_STATE,  actor_state,  "actor-state",  SF__STREAM, SF__ACTOR_STATE_FIELDS)   /* w->h */  \
+  X(ACTOR_STOP,   actor_stop,   "actor-stop",   SF__CTRL,   SF__ACTOR_STOP_FIELDS)    /* h->w */  \
+  X(CLOCK,        clock,        "clock",        SF__CTRL,   SF__CLOCK_FIELDS)         /* w->h */  \
+  X(TRACE,        trace,        "trace",        SF__CTRL,   SF__TRACE_FIELDS)         /* w->h */
+
+/* The limits of variable fields. */
+#define SF__HOST_MAX 255                  /* hello: host name */
+#define SF__ADDR_MAX 63                   /* hello: data-plane address */
+#define SF__TEXT_MAX 4096                 /* shutdown reason, group-done message */
+#define SF__LOG_MAX 65536                 /* one log line */
+#define SF__PRINT_MAX (1u << 24)          /* print output of one frame */
+#define SF__EVENTS_MAX (1u << 24)         /* one trace batch */
+#define SF__GROUP_MAX 4096
+#define SF__PEERS_MAX (SF__GROUP_MAX * 66u) /* u16 port, u8 length, 63 bytes each */
+#define SF__ARGS_MAX (SF__FRAME_MAX - 64) /* a value: arguments, result, state */
+
+/* A fresh nonce the worker's MAC must cover. */
+#define SF__CHALLENGE_FIELDS(F, P) F(P, RAW, nonce, 32, "nonce")
+/* The worker's node, its own nonce, and HMAC(secret, "sflow-auth-1
+ * worker" | head nonce | worker nonce | node) (wire.c, the handshake). */
+#define SF__AUTH_FIELDS(F, P) \
+  F(P, U32, node, 0, "node")   \
+  F(P, RAW, nonce, 32, "nonce") \
+  F(P, RAW, mac, 32, "mac")
+/* The HMAC proving the head knows the secret too. */
+#define SF__AUTH_OK_FIELDS(F, P) F(P, RAW, mac, 32, "mac")
+/* What the worker is: its data listener for group rings and its object
+ * store's port (0: none), its host name, the numeric address of the data
+ * listener, and the hash of the executable it runs. */
+#define SF__HELLO_FIELDS(F, P)                          \
+  F(P, U32, pid, 0, "pid")                              \
+  F(P, U32, cpus, 0, "cpus")                            \
+  F(P, U32, gpus, 0, "gpus")                            \
+  F(P, U16, data_port, 0, "data port")                  \
+  F(P, U16, obj_port, 0, "object port")                 \
+  F(P, BYTES, host, SF__HOST_MAX, "host name")          \
+  F(P, BYTES, data_addr, SF__ADDR_MAX, "data address")  \
+  F(P, RAW, exe_hash, 32, "executable hash")
+/* Answered by a clock frame. */
+#define SF__HEARTBEAT_FIELDS(F, P) \
+  F(P, U64, seq, 0, "sequence")    \
+  F(P, U64, time_ns, 0, "time")
+/* One attempt of a task call; key (the call's identity) seeds its random
+ * streams; args: the task-submit payload (below, "value payloads"). */
+#define SF__TASK_SUBMIT_FIELDS(F, P)                \
+  F(P, U64, task, 0, "task id")                     \
+  F(P, U32, fn, 0, "function")                      \
+  F(P, U32, attempt, 0, "attempt")                  \
+  F(P, U64, key, 0, "key")                          \
+  F(P, BYTES, args, SF__ARGS_MAX, "arguments")
+/* Status 0 a value, 1 an error, 2 a held object (value: u64 object id +
+ * u64 size), 3 an input object could not be fetched (value: u64 object id
+ * + why); output: what the attempt printed (the head journals it), none
+ * after a failure. */
+#define SF__TASK_RESULT_FIELDS(F, P)            \
+  F(P, U64, task, 0, "task id")                 \
+  F(P, U8, status, 0, "status")                 \
+  F(P, BYTES, value, SF__ARGS_MAX, "value")     \
+  F(P, CHECK, task_status, 0, "status")         \
+  F(P, BYTES, output, SF__ARGS_MAX, "output")   \
+  F(P, CHECK, task_output, 0, "output")
+#define SF__ACTOR_CREATE_FIELDS(F, P) \
+  F(P, U64, actor, 0, "actor id")     \
+  F(P, U32, cls, 0, "class")          \
+  F(P, BYTES, args, SF__ARGS_MAX, "arguments")
+#define SF__ACTOR_CALL_FIELDS(F, P) \
+  F(P, U64, actor, 0, "actor id")   \
+  F(P, U64, seq, 0, "sequence")     \
+  F(P, U32, method, 0, "method")    \
+  F(P, BYTES, args, SF__ARGS_MAX, "arguments")
+/* Bytes [offset, offset + data.n) of an object of total bytes; from the
+ * head, empty: a fetch from offset, or a release when offset == total. */
+#define SF__OBJECT_FIELDS(F, P)                 \
+  F(P, U64, object, 0, "object id")             \
+  F(P, U64, offset, 0, "offset")                \
+  F(P, U64, total, 0, "total")                  \
+  F(P, BYTES, data, SF__ARGS_MAX, "data")       \
+  F(P, CHECK, object_range, 0, "object range")
+/* The worker's exit code and why. */
+#define SF__SHUTDOWN_FIELDS(F, P) \
+  F(P, U32, code, 0, "exit code") \
+  F(P, BYTES, reason, SF__TEXT_MAX, "reason")
+/* The ring of a group across nodes; a benchmark/selftest collective to
+ * run once it is up: count elements of dtype, iters times (count 0: just
+ * build it); peers: size entries of u16 port, u8 length, the address. */
+#define SF__GROUP_SETUP_FIELDS(F, P)               \
+  F(P, U64, group, 0, "group id")                  \
+  F(P, U32, rank, 0, "rank")                       \
+  F(P, U32, size, 0, "size")                       \
+  F(P, U64, count, 0, "count")                     \
+  F(P, U32, dtype, 0, "dtype")                     \
+  F(P, U32, iters, 0, "iterations")                \
+  F(P, BYTES, peers, SF__PEERS_MAX, "peers")       \
+  F(P, CHECK, group_layout, 0, "group layout")
+#define SF__GROUP_DONE_FIELDS(F, P)        \
+  F(P, U64, group, 0, "group id")          \
+  F(P, U32, rank, 0, "rank")               \
+  F(P, U8, ok, 0, "status")                \
+  F(P, U64, elapsed_ns, 0, "elapsed")      \
+  F(P, U64, bytes, 0, "bytes")             \
+  F(P, BYTES, message, SF__TEXT_MAX, "message")
+/* One line for the head's stderr. */
+#define SF__LOG_FIELDS(F, P) F(P, BYTES, line, SF__LOG_MAX, "line")
+/* Print output for the head's stdout. */
+#define SF__PRINT_FIELDS(F, P) F(P, BYTES, line, SF__PRINT_MAX, "output")
+/* Status 0 a value, 1 an error, 2 an error after the group's ring broke;
+ * seq counts from 1; output as for task results. */
+#define SF__ACTOR_RESULT_FIELDS(F, P)           \
+  F(P, U64, actor, 0, "actor id")               \
+  F(P, U64, seq, 0, "sequence")                 \
+  F(P, U8, status, 0, "status")                 \
+  F(P, BYTES, value, SF__ARGS_MAX, "value")     \
+  F(P, CHECK, actor_status, 0, "status")        \
+  F(P, BYTES, output, SF__ARGS_MAX, "output")   \
+  F(P, CHECK, actor_output, 0, "output")
+/* A checkpoint: the state after calls calls, epoch of them g.all. */
+#define SF__ACTOR_STATE_FIELDS(F, P)            \
+  F(P, U64, actor, 0, "actor id")               \
+  F(P, U64, calls, 0, "calls")                  \
+  F(P, U64, epoch, 0, "epoch")                  \
+  F(P, BYTES, state, SF__ARGS_MAX, "state")     \
+  F(P, CHECK, actor_counts, 0, "call counts")
+/* A group being restarted elsewhere. */
+#define SF__ACTOR_STOP_FIELDS(F, P) F(P, U64, actor, 0, "actor id")
+/* The answer to a heartbeat: its sequence and send time echoed, and the
+ * worker's clock when it arrived. */
+#define SF__CLOCK_FIELDS(F, P)          \
+  F(P, U64, seq, 0, "sequence")         \
+  F(P, U64, head_ns, 0, "head time")    \
+  F(P, U64, worker_ns, 0, "worker time")
+/* A batch of --trace events: count records (sf__trace_rec) in events. */
+#define SF__TRACE_FIELDS(F, P)                     \
+  F(P, U32, count, 0, "event count")               \
+  F(P, BYTES, events, SF__EVENTS_MAX, "events")    \
+  F(P, CHECK, trace_events, 0, "trace events")
+
+#define SF__FRAME_ENUM_(T, member, name, cls, fields) SF__F_##T,
 typedef enum {
-  SF__F_CHALLENGE = 1, /* head -> worker: nonce */
-  SF__F_AUTH,          /* worker -> head: node, nonce, HMAC */
-  SF__F_AUTH_OK,       /* head -> worker: HMAC proving the head knows it too */
-  SF__F_HELLO,         /* worker -> head: pid, host name, exe hash, cpus, data and
-                        * object ports */
-  SF__F_HEARTBEAT,     /* head -> worker: sequence, send time (answered by a clock frame) */
-  SF__F_TASK_SUBMIT,   /* head -> worker: task id, function, attempt, key, args */
-  SF__F_TASK_RESULT,   /* worker -> head: task id, status, value or error, output */
-  SF__F_ACTOR_CREATE,  /* head -> worker: actor id, class, args */
-  SF__F_ACTOR_CALL,    /* head -> worker: actor id, sequence, method, args */
-  SF__F_OBJECT,        /* either way: object id, offset, total, bytes
-                        * (objects.c: head->worker empty = fetch from offset,
-                        * or release when offset == total) */
-  SF__F_SHUTDOWN,      /* head -> worker: exit code, reason */
-  SF__F_GROUP_SETUP,   /* head -> worker: ring of a group across nodes */
-  SF__F_GROUP_DONE,    /* worker -> head: status, timing, message */
-  SF__F_LOG,           /* worker -> head: one line for the head's stderr */
-  SF__F_PRINT,         /* worker -> head: print output for the head's stdout */
-  SF__F_ACTOR_RESULT,  /* worker -> head: actor id, sequence, status (0 value, 1 error,
-                          2 error after the group's ring broke), value or error */
-  SF__F_ACTOR_STATE,   /* worker -> head: actor id, calls, g.all epoch, state (checkpoint) */
-  SF__F_ACTOR_STOP,    /* head -> worker: actor id (a group being restarted elsewhere) */
-  SF__F_CLOCK,         /* worker -> head: the answer to a heartbeat: its sequence and send
-                        * time echoed, and the worker's clock when it arrived */
-  SF__F_TRACE,         /* worker -> head: a batch of --trace events (trace.c) */
+  SF__F_NONE = 0, /* no frame has type 0 */
+  SF__FRAMES(SF__FRAME_ENUM_)
   SF__F_COUNT
 } sf__ftype;
 
@@ -85,8 +243,6 @@ typedef struct sf__bytes {
   const uint8_t *p; /* points into the decoded buffer (not owned) */
   uint32_t n;
 } sf__bytes;
-
-#define SF__GROUP_MAX 4096
 
 /* One --trace event in a trace frame's records, each laid out as
  *   u64 ts_ns, u64 dur_ns  start and length on the sender's clock
@@ -102,47 +258,23 @@ typedef struct sf__trace_rec {
   sf__bytes name, cat, error;
 } sf__trace_rec;
 
+/* A decoded frame, or one to encode: f.u.<member> per SF__FRAMES. */
+#define SF__FIELD_U8_(n, lim) uint8_t n;
+#define SF__FIELD_U16_(n, lim) uint16_t n;
+#define SF__FIELD_U32_(n, lim) uint32_t n;
+#define SF__FIELD_U64_(n, lim) uint64_t n;
+#define SF__FIELD_RAW_(n, lim) uint8_t n[lim];
+#define SF__FIELD_BYTES_(n, lim) sf__bytes n;
+#define SF__FIELD_CHECK_(n, lim)
+#define SF__FIELD_DECL_(P, kind, n, lim, what) SF__FIELD_##kind##_(n, lim)
+#define SF__FRAME_MEMBER_(T, member, name, cls, fields) \
+  struct {                                              \
+    fields(SF__FIELD_DECL_, member)                     \
+  } member;
 typedef struct sf__frame {
   uint8_t type;
   union {
-    struct { uint8_t nonce[32]; } challenge;
-    struct { uint32_t node; uint8_t nonce[32]; uint8_t mac[32]; } auth;
-    struct { uint8_t mac[32]; } auth_ok;
-    struct {
-      uint32_t pid, cpus, gpus;
-      uint16_t data_port, obj_port; /* group rings; the object store (0: none) */
-      sf__bytes host, data_addr; /* host name; numeric address of the data listener */
-      uint8_t exe_hash[32];
-    } hello;
-    struct { uint64_t seq, time_ns; } heartbeat;
-    struct { uint64_t seq, head_ns, worker_ns; } clock;
-    struct { uint32_t count; sf__bytes events; } trace; /* count records (sf__trace_rec) */
-    struct { uint64_t task; uint32_t fn, attempt; uint64_t key; sf__bytes args; } task_submit;
-    struct { uint64_t task; uint8_t status; sf__bytes value, output; } task_result;
-    struct { uint64_t actor; uint32_t cls; sf__bytes args; } actor_create;
-    struct { uint64_t actor, seq; uint32_t method; sf__bytes args; } actor_call;
-    struct { uint64_t actor, seq; uint8_t status; sf__bytes value, output; } actor_result;
-    struct { uint64_t actor, calls, epoch; sf__bytes state; } actor_state;
-    struct { uint64_t actor; } actor_stop;
-    struct { uint64_t object, offset, total; sf__bytes data; } object;
-    struct { uint32_t code; sf__bytes reason; } shutdown;
-    struct {
-      uint64_t group;
-      uint32_t rank, size;
-      /* A benchmark/selftest collective to run once the ring is up:
-       * count elements of dtype, iters times (count 0: just build it). */
-      uint64_t count;
-      uint32_t dtype, iters;
-      sf__bytes peers; /* size entries: u16 port, u8 len, len bytes of address */
-    } group_setup;
-    struct {
-      uint64_t group;
-      uint32_t rank;
-      uint8_t ok;
-      uint64_t elapsed_ns, bytes;
-      sf__bytes message;
-    } group_done;
-    struct { sf__bytes line; } log; /* also SF__F_PRINT */
+    SF__FRAMES(SF__FRAME_MEMBER_)
   } u;
 } sf__frame;
 

@@ -195,7 +195,7 @@ static void worker_reply(uint64_t id, int status, const void *p, size_t n, const
 
 static void print_to_head(const char *line, size_t n) {
   sf__frame f = {.type = SF__F_PRINT};
-  f.u.log.line = (sf__bytes){(const uint8_t *)line, (uint32_t)n};
+  f.u.print.line = (sf__bytes){(const uint8_t *)line, (uint32_t)n};
   sf__worker_send_frame(&f);
 }
 
