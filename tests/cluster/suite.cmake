@@ -28,3 +28,11 @@ add_test(NAME cluster/rl_runners_nodes_Haswell
           --sflowc $<TARGET_FILE:sflowc> rl_runners_nodes)
 set_tests_properties(cluster/rl_runners_nodes_Haswell PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 240
                      RESOURCE_LOCK sflow_cluster)
+# The cluster layer's sides call one way (net <- proto <- head, worker;
+# docs/cluster.md, "Source layout"): nm over its objects and the includes
+# of its sources (tests/cluster/sides_test.py).
+add_test(NAME cluster/sides_one_way
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/cluster/sides_test.py
+          --nm ${CMAKE_NM} --src ${CMAKE_SOURCE_DIR}/runtime/cluster
+          $<TARGET_OBJECTS:sflowrt_cluster_obj>
+  COMMAND_EXPAND_LISTS)
