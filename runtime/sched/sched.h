@@ -81,7 +81,7 @@ bool sf__future_wait_result(sf_future *f, void *out, char *err, size_t errlen);
 /* Head: f's value is held by a worker (true when it is wanted already). */
 bool sf__future_held(sf_future *f);
 /* A new reference to f unless its count already reached 0 (its destructor
- * runs or is about to): objects.c's weak pointers to held futures. */
+ * runs or is about to): cluster/head/objects_head.c's weak pointers to held futures. */
 bool sf__future_try_retain(sf_future *f);
 /* Told once when a future completes (done) or is freed still pending
  * (!done); fn owns w from then on.  sf__future_notify is false when f is
@@ -342,8 +342,8 @@ void sf__counters_sum(sf__counters *total);
 
 typedef struct sf__stats_t {
   _Atomic int64_t tasks_failed, retries;
-  _Atomic int64_t objects_fetched, object_bytes; /* objects.c: large results */
-  _Atomic int64_t objects_moved, moved_bytes;     /* objects.c: worker to worker */
+  _Atomic int64_t objects_fetched, object_bytes; /* cluster objects: large results */
+  _Atomic int64_t objects_moved, moved_bytes;     /* cluster objects: worker to worker */
   _Atomic int64_t actors;
   _Atomic int64_t waiting; /* threads blocked in await */
   _Atomic int64_t replayed, checkpoints, restored;
@@ -402,7 +402,7 @@ void sf__trace_worker_begin(void);
  * worker_event takes each event of a worker (times in ns on its trace
  * clock) for its next batch to the head; on the head, nodes is the run's
  * node count, host(k) node k's host (NULL: unknown) and clock(k) its
- * clock offset (cluster/trace_ship.c). */
+ * clock offset (cluster/head/trace_head.c, worker/trace_worker.c). */
 typedef struct sf__trace_cluster_hooks {
   void (*worker_event)(const char *name, const char *cat, uint64_t ts_ns, uint64_t dur_ns,
                        int32_t tid, int32_t attempt, const char *error);

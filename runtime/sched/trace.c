@@ -21,7 +21,7 @@
  *    name the process and every thread.
  *  - A worker does not keep its events: each goes to the cluster layer's
  *    hook (sf__trace_cluster.worker_event), which batches them for the
- *    head (cluster/trace_ship.c); the head's side of those frames adds
+ *    head (cluster/worker/trace_worker.c); the head's side of those frames adds
  *    them here with sf__trace_remote_event.  This file calls nothing
  *    above the scheduler (docs/architecture.md, "Hooks").
  *  - Worker timestamps are on the worker's clock; the head converts them

@@ -1,4 +1,5 @@
-# Multi-node tests (tests/cluster/cluster_test.py): real sshd servers on
+# Multi-node tests (tests/cluster/cluster_test.py, its case table; the
+# harness in harness.py, the cases by topic in cases_*.py): real sshd servers on
 # loopback addresses 127.0.0.2..5 (netns_*: in network namespaces behind
 # veth pairs), keys generated per test, the real executable started with
 # --nodes.  One ctest per case; a case exits 77 (a skip) when
@@ -17,8 +18,8 @@ foreach(c IN LISTS CLUSTER_CASES)
                        RESOURCE_LOCK sflow_cluster)
 endforeach()
 # New cases appear without a manual re-configure.
-set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
-             ${CMAKE_SOURCE_DIR}/tests/cluster/cluster_test.py)
+file(GLOB CLUSTER_TEST_SOURCES ${CMAKE_SOURCE_DIR}/tests/cluster/*.py)
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${CLUSTER_TEST_SOURCES})
 # A --nodes run under a forced BLAS kernel computes the single-node run's
 # bits: the head passes OPENBLAS_CORETYPE to its workers (docs/cluster.md,
 # "Environment"); sshd passes no environment of its own.

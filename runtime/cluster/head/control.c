@@ -563,7 +563,7 @@ static void handle_frame(node *nd, const sf__frame *f) {
                           f->u.print.line.n);
     pthread_mutex_lock(&H.mu);
     break;
-  case SF__F_OBJECT: /* a chunk of a large result (objects.c) */
+  case SF__F_OBJECT: /* a chunk of a large result (objects_head.c) */
     pthread_mutex_unlock(&H.mu); /* as for task results */
     sf__remote_on_object((int)(nd - H.nodes) + 1, f);
     pthread_mutex_lock(&H.mu);

@@ -35,7 +35,8 @@
  * Calls made inside a running task stay on the node that runs it (a task
  * waiting for children that wait for a slot it holds could never finish).
  * Where a call goes is placement.c's; a result over the object threshold
- * stays on its worker (objects.c); the worker's side is worker_tasks.c.
+ * stays on its worker (objects_head.c); the worker's side is
+ * worker/worker_tasks.c.
  * print output of a worker's attempts reaches the head as print frames,
  * prefixed here with "[node K] " when more than one node runs work.
  */

@@ -46,7 +46,7 @@ typedef struct node {
   bool ssh_open;
   uint32_t pid, cpus, gpus;
   char data_addr[64];
-  uint16_t data_port, obj_port; /* group rings; the object store (objects.c) */
+  uint16_t data_port, obj_port; /* group rings; the object store (objects_head.c) */
   char hostname[256];
   int64_t last_rx;
   int64_t quiet_max;  /* the longest it went without a byte arriving (ms) */

@@ -133,7 +133,7 @@ static void worker_args(node *nd, const char *path, uint16_t port, char *cmd, si
   char threads[32] = "";
   if (nd->host->slots > 0)
     snprintf(threads, sizeof threads, " --threads %d", nd->host->slots);
-  /* The object store's knobs (objects.c), digits only. */
+  /* The object store's knobs (worker/objects_worker.c), digits only. */
   char objenv[224] = "";
   /* And a test's skew of the worker's trace clock (trace.c). */
   static const char *const objvars[] = {"SFLOW_OBJECT_THRESHOLD", "SFLOW_OBJECT_SERVE_DELAY_MS",

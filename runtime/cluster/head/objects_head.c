@@ -1,5 +1,5 @@
 /*
- * objects.c — the object store of a --nodes run: large task results kept
+ * objects_head.c — the object store of a --nodes run: large task results kept
  * by the worker that computed them, fetched by the head only when main
  * wants them, and by other workers directly from the owner.
  *

@@ -60,9 +60,10 @@
  * is created from that state.  main's calls then go by the journal:
  * those the state already holds are answered from it and not sent; those
  * it answers that the state does not hold are sent muted, to rebuild the
+ * rest of the state.
  *
  * The worker's side is ractor_worker.c; the frames' payloads are in
- * ractor_internal.h.
+ * proto/proto.h.
  */
 #define _GNU_SOURCE
 #include <inttypes.h>

@@ -155,7 +155,7 @@ bool sf__remote_gpus_learn(void);
 /* @gpus(gpus) in thousandths, clamped to what the largest node has. */
 int32_t sf__remote_share_of(double gpus);
 
-/* -------------------------------------------------------- objects.c */
+/* --------------------------------------------------- objects_head.c */
 
 /* An object frame for node (a fetch from offset, or a release when
  * offset == total) into the outbox. */

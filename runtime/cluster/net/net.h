@@ -362,7 +362,7 @@ int sf__ring_barrier(sf__ring *r, char *err, size_t errlen);
 void sf__ring_close(sf__ring *r);
 
 
-/* A line on stderr (on the head: clear of the progress line; launch.c). */
+/* A line on stderr (on the head: clear of the progress line; note.c). */
 __attribute__((format(printf, 1, 2))) void sf__cluster_note(const char *fmt, ...);
 /* Numeric "addr" and port of a socket address (port may be NULL). */
 void sf__addr_str(const struct sockaddr *sa, socklen_t sl, char *host, size_t hn,
