@@ -23,11 +23,12 @@
 #define SF__EXE_DAMAGED "sflow-exe-damaged"
 #define SF__EXIT_EXE_DAMAGED 65
 
-
 /* The head's working directory goes to the workers, hex-encoded (no
  * quoting), when it is at most this long. */
 #define SF__CWD_MAX 1024
 
+/* The head sends a heartbeat every SF__HEARTBEAT_MS; either side gives the
+ * other up after SF__HEARTBEAT_TIMEOUT_MS without a byte from it. */
 #define SF__HEARTBEAT_MS 500
 #define SF__HEARTBEAT_TIMEOUT_MS 3000
 
@@ -286,9 +287,10 @@ typedef struct sf__wbuf {
 void sf__wbuf_free(sf__wbuf *b);
 /* Encodes f (pointers in f are read, not kept).  0, or -1 when too big. */
 int sf__wire_encode(sf__wbuf *b, const sf__frame *f);
-/* Encodes the start of a frame whose last byte string (the args of
- * actor-create, actor-call and task-submit, the state of actor-state, the
- * data of object) goes on for `more` bytes after what f holds: the lengths
+/* Encodes the start of an SF__STREAM frame whose last byte string (the
+ * args of actor-create, actor-call and task-submit, the state of
+ * actor-state, the data of object) goes on for `more` bytes after what f
+ * holds: the lengths
  * say so, and the caller sends those bytes right after.  So a value of
  * hundreds of MB goes out from where it lies, never copied into a frame
  * (sf__cluster_send_parts).  0, or -1 when too big or another type. */
@@ -307,6 +309,8 @@ void sf__wire_put_peer(sf__wbuf *b, const char *addr, uint16_t port);
 bool sf__wire_trace_rec(sf__bytes events, size_t *off, sf__trace_rec *out);
 /* Appends a record; -1 when a field is over its limit (nothing added). */
 int sf__wire_put_trace_rec(sf__wbuf *b, const sf__trace_rec *r);
+
+/* -------------------------------------- connections, handshake (conn.c) */
 
 /* A framed connection: blocking helpers used by the handshake and the
  * worker, with a deadline in milliseconds (-1: none). */
@@ -356,7 +360,6 @@ int sf__auth_answer(sf__conn *c, const sf__frame *f, const uint8_t secret[SF__SE
                     size_t errlen);
 int sf__auth_worker(sf__conn *c, const uint8_t secret[SF__SECRET_LEN], uint32_t node,
                     int timeout_ms, char *err, size_t errlen);
-
 
 /* ------------------------------------------------- value payloads
  *

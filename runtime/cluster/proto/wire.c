@@ -105,7 +105,6 @@ int sf__wire_put_trace_rec(sf__wbuf *b, const sf__trace_rec *r) {
   return 0;
 }
 
-
 /* ------------------------------------------------------------ reader */
 
 typedef struct rd {
@@ -224,7 +223,6 @@ static int check_trace(sf__bytes events, uint32_t count) {
   return off == events.n ? 0 : -1;
 }
 
-
 /* ------------------------------------------------------ CHECK rules
  *
  * Each returns NULL when the fields decoded so far are consistent, else
@@ -286,10 +284,10 @@ static const char *check_trace_events(const sf__frame *f) {
 
 /* ------------------------------------------------ the frames, derived */
 
-typedef enum { K_U8, K_U16, K_U32, K_U64, K_RAW, K_BYTES, K_CHECK } kind;
+typedef enum { K_U8, K_U16, K_U32, K_U64, K_RAW, K_BYTES, K_CHECK } field_kind;
 
 typedef struct field {
-  kind kind;
+  field_kind kind;
   uint32_t off;     /* offsetof(sf__frame, u.<member>.<field>); 0 for CHECK */
   uint32_t lim;     /* RAW: its size; BYTES: the most bytes */
   const char *what; /* its name in the decoder's messages */
