@@ -10,6 +10,7 @@
  * behind it still read.
  */
 #include <pthread.h>
+#include <stdarg.h>
 #include <sys/socket.h>
 
 #include "cluster.h"
@@ -834,8 +835,159 @@ static void test_after_auth_unbounded(void) {
   sf__conn_close(&c);
 }
 
+/* One frame of every type with a distinct value in every field, as the
+ * hand-written encoder before SF__FRAMES wrote it: the table-derived codec
+ * must decode each as its type, find each field where it was (the dump
+ * names them), and write it back byte for byte, so the format on the wire
+ * is the one SF__WIRE_VERSION 1 always had.  A type added to SF__FRAMES
+ * without a frame here fails, as does a field moved, resized or changed
+ * without a new version. */
+/* The fields of f by name, in table order ("pid=7 cpus=4 host=6B ..."):
+ * integers in decimal, a RAW field by its first byte, BYTES by length. */
+static void add_field(char *out, size_t n, size_t *k, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void add_field(char *out, size_t n, size_t *k, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  if (*k < n) {
+    int w = vsnprintf(out + *k, n - *k, fmt, ap);
+    *k += w > 0 ? (size_t)w : 0;
+  }
+  va_end(ap);
+}
+static void dump_fields(const sf__frame *f, char *out, size_t n) {
+  size_t k = 0;
+  out[0] = '\0';
+#define DUMP_INT(P, nm) add_field(out, n, &k, " " #nm "=%llu", (unsigned long long)f->u.P.nm);
+#define DUMP_U8 DUMP_INT
+#define DUMP_U16 DUMP_INT
+#define DUMP_U32 DUMP_INT
+#define DUMP_U64 DUMP_INT
+#define DUMP_RAW(P, nm) add_field(out, n, &k, " " #nm "=%02x..", f->u.P.nm[0]);
+#define DUMP_BYTES(P, nm) add_field(out, n, &k, " " #nm "=%uB", f->u.P.nm.n);
+#define DUMP_CHECK(P, nm)
+#define DUMP_FIELD(P, kind, nm, lim, what) DUMP_##kind(P, nm)
+#define DUMP_FRAME(T, member, name, cls, fields) \
+  case SF__F_##T: fields(DUMP_FIELD, member) break;
+  switch (f->type) {
+    SF__FRAMES(DUMP_FRAME)
+  default: break;
+  }
+}
+
+static void test_wire_bytes_unchanged(void) {
+  static const struct {
+    const char *name, *hex, *fields;
+  } frames[] = {
+      {"challenge",
+       "24000000010100000c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c"
+       "0c0c0c0c",
+       "nonce=0c.."},
+      {"auth",
+       "4800000001020000d1070000181818181818181818181818181818181818181818181818"
+       "181818181818181819191919191919191919191919191919191919191919191919191919"
+       "19191919",
+       "node=2001 nonce=18.. mac=19.."},
+      {"auth-ok",
+       "240000000103000022222222222222222222222222222222222222222222222222222222"
+       "22222222",
+       "mac=22.."},
+      {"hello",
+       "4d00000001040000a10f0000a20f0000a30f0000a40fa50f06000000686f73742d340b00"
+       "0000646174615f616464722d343434343434343434343434343434343434343434343434"
+       "343434343434343434",
+       "pid=4001 cpus=4002 gpus=4003 data_port=4004 obj_port=4005 host=6B data_addr=11B exe_hash=34.."},
+      {"heartbeat",
+       "1400000001050000db6e152a010000001eb1242a01000000",
+       "seq=5001015003 time_ns=5002015006"},
+      {"task-submit",
+       "26000000010600009344b0650100000072170000731700005c0bde650100000006000000"
+       "617267732d36",
+       "task=6001018003 fn=6002 attempt=6003 key=6004018012 args=6B"},
+      {"task-result",
+       "1c000000010700004b1a4ba101000000010700000076616c75652d3700000000",
+       "task=7001021003 status=1 value=7B output=0B"},
+      {"actor-create",
+       "1a0000000108000003f0e5dc01000000421f000006000000617267732d38",
+       "actor=8001024003 cls=8002 args=6B"},
+      {"actor-call",
+       "2200000001090000bbc5801802000000fe079018020000002b2300000600000061726773"
+       "2d39",
+       "actor=9001027003 seq=9002027006 method=9003 args=6B"},
+      {"object",
+       "27000000010a0000739b1b54020000000300000000000000640000000000000007000000"
+       "646174612d3130",
+       "object=10001030003 offset=3 total=100 data=7B"},
+      {"shutdown",
+       "15000000010b0000f92a000009000000726561736f6e2d3131",
+       "code=11001 reason=9B"},
+      {"group-setup",
+       "40000000010c0000e34651cb020000000100000002000000090300000000000003000000"
+       "e62e0000180000003930093132372e302e302e323a30093132372e302e302e33",
+       "group=12001036003 rank=1 size=2 count=777 dtype=3 iters=12006 peers=24B"},
+      {"group-done",
+       "2f000000010d00009b1cec0603000000ca3200000164e3190703000000a7252907030000"
+       "000a0000006d6573736167652d3133",
+       "group=13001039003 rank=13002 ok=1 elapsed_ns=13004039012 bytes=13005039015 message=10B"},
+      {"log",
+       "0f000000010e0000070000006c696e652d3134",
+       "line=7B"},
+      {"print",
+       "0f000000010f0000070000006c696e652d3135",
+       "line=7B"},
+      {"actor-result",
+       "2500000001100000c39dbcb9030000000900000000000000010800000076616c75652d31"
+       "3600000000",
+       "actor=16001048003 seq=9 status=1 value=8B output=0B"},
+      {"actor-state",
+       "28000000011100007b7357f5030000002800000000000000070000000000000008000000"
+       "73746174652d3137",
+       "actor=17001051003 calls=40 epoch=7 state=8B"},
+      {"actor-stop",
+       "0c000000011200003349f23004000000",
+       "actor=18001054003"},
+      {"clock",
+       "1c00000001130000eb1e8d6c040000002e619c6c0400000071a3ab6c04000000",
+       "seq=19001057003 head_ns=19002057006 worker_ns=19003057009"},
+      {"trace",
+       "320000000114000001000000260000000500000000000000060000000000000007000000"
+       "010000000400776f726b04007461736b0000",
+       "count=1 events=38B"},
+  };
+  bool seen[SF__F_COUNT] = {false};
+  for (size_t i = 0; i < sizeof frames / sizeof *frames; i++) {
+    size_t n = strlen(frames[i].hex) / 2;
+    uint8_t *p = malloc(n);
+    char *again = malloc(2 * n + 1), fields[600];
+    CU_ASSERT_FATAL(p != NULL && again != NULL);
+    for (size_t k = 0; k < n; k++)
+      sscanf(frames[i].hex + 2 * k, "%2hhx", &p[k]);
+    sf__frame f;
+    CHECK_INT(sf__wire_decode(p, n, &f, err, sizeof err), (long)n);
+    CHECK_STR(sf__wire_type_name(f.type), frames[i].name);
+    dump_fields(&f, fields, sizeof fields);
+    CHECK_STR(fields + (fields[0] == ' '), frames[i].fields);
+    sf__wbuf b = {0};
+    CHECK_INT(sf__wire_encode(&b, &f), 0);
+    CHECK_INT(b.n, n);
+    for (size_t k = 0; k < b.n && k < n; k++)
+      snprintf(again + 2 * k, 3, "%02x", b.p[k]);
+    again[2 * (b.n < n ? b.n : n)] = '\0';
+    CHECK_STR(again, frames[i].hex);
+    sf__wbuf_free(&b);
+    if (f.type > 0 && f.type < SF__F_COUNT)
+      seen[f.type] = true;
+    free(again);
+    free(p);
+  }
+  for (int t = 1; t < SF__F_COUNT; t++)
+    CHECK_STR(seen[t] ? sf__wire_type_name(t) : "missing", sf__wire_type_name(t));
+  CHECK_INT(SF__WIRE_VERSION, 1);
+}
+
 int main(int argc, char **argv) {
   static const rt_test tests[] = {
+      {"wire_bytes_unchanged", test_wire_bytes_unchanged},
       {"roundtrip_all_types", test_roundtrip_all_types},
       {"fields", test_fields},
       {"clock", test_clock},
