@@ -393,6 +393,8 @@ void sf__worker_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)))
 
 /* ----------------------------------------------------------- flags.c */
 
+/* --progress's values, in the order of its row's "auto|always|never"
+ * (flagnames.h): the parser stores the index (unit/test_rt_flags). */
 typedef enum {
   SF__PROGRESS_AUTO = 0,
   SF__PROGRESS_ALWAYS,
