@@ -1,13 +1,16 @@
 /*
- * flagnames.h — the one list of the command-line flags that the runtime of
- * every compiled workflow parses itself, as X-macros.
+ * flagnames.h — the one table of the command-line flags that the runtime of
+ * every compiled workflow parses itself: one row per flag, as X-macros.
  *
- * Key design choice: both sides include this file.  runtime/flags.c builds
- * its flag table, its enum and its --help text from SF__RUNTIME_FLAGS, and
- * compiler/sema.c rejects a workflow parameter whose flag would collide with
- * any name here.  A flag added to the runtime is therefore reserved in the
- * compiler by the same edit, hidden ones (--sflow-worker, help NULL)
- * included; tests/runtime/flags_test.py checks --help against this list.
+ * Key design choice: a flag is one row, and everything about it follows
+ * from the row, as in Redis's config.c: the field of sf__options
+ * (core.h), its default, the parser of its value by kind, the bounds with
+ * the message a bad value gets, its --help line (runtime/core/flags.c),
+ * and its reservation in the compiler, which refuses a workflow parameter
+ * whose flag would collide with any name here (compiler/sema.c, through
+ * SF__RUNTIME_FLAGS).  Hidden flags (--sflow-worker, help NULL) are
+ * reserved too; tests/runtime/flags_test.py checks --help against this
+ * table.  Adding a flag is adding a row (HACKING.md).
  *
  * No includes and no declarations: only macros, so the compiler can take it
  * without the runtime's headers.
@@ -25,41 +28,70 @@
 #define SF__STR_(x) #x
 #define SF__STR(x) SF__STR_(x)
 
-/* X(ID, name, ARG, help): ARG is NULL for a boolean flag; help NULL hides
- * the flag (internal: the head starts workers with it) from --help and from
- * "did you mean". */
-#define SF__RUNTIME_FLAGS(X)                                                                  \
-  X(NODES, "nodes", "FILE", "run on the hosts listed in FILE, one per line")                  \
-  X(RESUME, "resume", NULL, "finish a killed run from its journal and checkpoints")           \
-  X(TRACE, "trace", "FILE", "write a trace of tasks and actors to FILE")                       \
-  X(CKPT, "checkpoint-dir", "DIR", "journal and checkpoints go here (default .sflow/PROGRAM)") \
-  X(PROGRESS, "progress", "auto|always|never",                                                 \
-    "show a progress line (auto: when stderr is a terminal)")                                  \
-  X(QUIET, "quiet", NULL, "no summary line, notices or progress line")                         \
-  X(GPU, "require-gpu", NULL, "fail instead of running GPU work on the CPU")                   \
-  X(THREADS, "threads", "N",                                                                  \
-    "worker threads, 1 to " SF__STR(SF__MAX_THREADS) " (default: one per CPU)")               \
-  X(JOURNAL, "journal", NULL, "record main's calls so --resume can finish the run "            \
-                              "(default true)")                                                \
-  X(SSH_USER, "ssh-user", "USER",                                                             \
-    "user on the --nodes hosts (default: ssh config's User, else current user)")               \
-  X(SSH_KEY, "ssh-key", "FILE",                                                                \
-    "private key for SSH (default: ssh-agent, then IdentityFile or ~/.ssh/id_*)")              \
-  X(KNOWN_HOSTS, "known-hosts", "FILE",                                                        \
-    "host keys to trust (default UserKnownHostsFile or ~/.ssh/known_hosts)")                   \
-  X(SSH_CONFIG, "ssh-config", "FILE",                                                          \
-    "ssh client config, or none (default ~/.ssh/config, /etc/ssh/ssh_config)")                 \
-  X(ACCEPT_NEW, "accept-new-host-keys", NULL,                                                  \
-    "trust and record unknown host keys (a changed key is still refused)")                     \
-  X(CONNECT_TIMEOUT, "connect-timeout", "S", "seconds to reach each host (default 10)")        \
-  X(HEAD_WORK, "head-runs-work", NULL, "the head also runs tasks (default true)")               \
-  X(REMOTE_CACHE, "remote-cache", "DIR",                                                       \
-    "folder on the hosts for the executable (default .cache/sflow)")                           \
-  X(CLUSTER_LOG, "cluster-log", NULL, "report each node's start, readiness and stop")          \
-  X(WORKER, "sflow-worker", "SPEC", NULL)                                                      \
-  X(WORKER_CWD, "sflow-cwd", "HEX", NULL)                                                      \
-  X(WORKER_TRACE, "sflow-trace", NULL, NULL)                                                   \
-  X(SELFTEST, "sflow-selftest", "SPEC", NULL)
+/* R(X, ID, name, KIND, field, default, lo, hi, valid, what, ARG, help), one
+ * row per flag, in --help's order:
+ *   KIND    BOOL (bool; "--name" alone is true, or --name=true|false),
+ *           INT (int64_t, from lo to hi: else "expected WHAT from LO to HI"),
+ *           ENUM (int32_t: the index of the value in ARG, "a|b|c"),
+ *           STR (const char *, pointing into argv; valid, when not NULL, is
+ *           a bool (*)(const char *) of flags.c that refuses what is not
+ *           WHAT);
+ *   field   the member of sf__options that holds the value;
+ *   default its value when the flag is not given (an ENUM's index);
+ *   ARG     what --help shows after the name; NULL for a BOOL;
+ *   help    the --help line; NULL hides the flag (internal: the head starts
+ *           workers with it) from --help and from "did you mean".
+ * A value that must not be empty is every non-BOOL one. */
+#define SF__RUNTIME_FLAG_ROWS(R, X)                                                           \
+  R(X, NODES, "nodes", STR, nodes, NULL, 0, 0, NULL, NULL, "FILE",                            \
+    "run on the hosts listed in FILE, one per line")                                          \
+  R(X, RESUME, "resume", BOOL, resume, false, 0, 0, NULL, NULL, NULL,                         \
+    "finish a killed run from its journal and checkpoints")                                   \
+  R(X, TRACE, "trace", STR, trace, NULL, 0, 0, NULL, NULL, "FILE",                            \
+    "write a trace of tasks and actors to FILE")                                              \
+  R(X, CKPT, "checkpoint-dir", STR, checkpoint_dir, NULL, 0, 0, NULL, NULL, "DIR",            \
+    "journal and checkpoints go here (default .sflow/PROGRAM)")                               \
+  R(X, PROGRESS, "progress", ENUM, progress, 0, 0, 0, NULL, NULL, "auto|always|never",        \
+    "show a progress line (auto: when stderr is a terminal)")                                 \
+  R(X, QUIET, "quiet", BOOL, quiet, false, 0, 0, NULL, NULL, NULL,                            \
+    "no summary line, notices or progress line")                                              \
+  R(X, GPU, "require-gpu", BOOL, require_gpu, false, 0, 0, NULL, NULL, NULL,                  \
+    "fail instead of running GPU work on the CPU")                                            \
+  R(X, THREADS, "threads", INT, threads, 0, 1, SF__MAX_THREADS, NULL, "a number of threads",  \
+    "N", "worker threads, 1 to " SF__STR(SF__MAX_THREADS) " (default: one per CPU)")          \
+  R(X, JOURNAL, "journal", BOOL, journal, true, 0, 0, NULL, NULL, NULL,                       \
+    "record main's calls so --resume can finish the run (default true)")                      \
+  R(X, SSH_USER, "ssh-user", STR, ssh_user, NULL, 0, 0, NULL, NULL, "USER",                   \
+    "user on the --nodes hosts (default: ssh config's User, else current user)")              \
+  R(X, SSH_KEY, "ssh-key", STR, ssh_key, NULL, 0, 0, NULL, NULL, "FILE",                      \
+    "private key for SSH (default: ssh-agent, then IdentityFile or ~/.ssh/id_*)")             \
+  R(X, KNOWN_HOSTS, "known-hosts", STR, known_hosts, NULL, 0, 0, NULL, NULL, "FILE",          \
+    "host keys to trust (default UserKnownHostsFile or ~/.ssh/known_hosts)")                  \
+  R(X, SSH_CONFIG, "ssh-config", STR, ssh_config, NULL, 0, 0, NULL, NULL, "FILE",             \
+    "ssh client config, or none (default ~/.ssh/config, /etc/ssh/ssh_config)")                \
+  R(X, ACCEPT_NEW, "accept-new-host-keys", BOOL, accept_new_host_keys, false, 0, 0, NULL,     \
+    NULL, NULL, "trust and record unknown host keys (a changed key is still refused)")        \
+  R(X, CONNECT_TIMEOUT, "connect-timeout", INT, connect_timeout, 10, 1, 3600, NULL, "seconds",\
+    "S", "seconds to reach each host (default 10)")                                           \
+  R(X, HEAD_WORK, "head-runs-work", BOOL, head_runs_work, true, 0, 0, NULL, NULL, NULL,       \
+    "the head also runs tasks (default true)")                                                \
+  /* The path goes into a single-quoted remote command line. */                               \
+  R(X, REMOTE_CACHE, "remote-cache", STR, remote_cache, NULL, 0, 0, rt_quotable,        \
+    "a folder name without quotes, backslashes or newlines", "DIR",                           \
+    "folder on the hosts for the executable (default .cache/sflow)")                          \
+  R(X, CLUSTER_LOG, "cluster-log", BOOL, cluster_log, false, 0, 0, NULL, NULL, NULL,          \
+    "report each node's start, readiness and stop")                                           \
+  /* Hidden: the head's command line for a worker (cluster/launch.c). */                      \
+  R(X, WORKER, "sflow-worker", STR, worker, NULL, 0, 0, NULL, NULL, "SPEC", NULL)             \
+  R(X, WORKER_CWD, "sflow-cwd", STR, worker_cwd, NULL, 0, 0, NULL, NULL, "HEX", NULL)         \
+  R(X, WORKER_TRACE, "sflow-trace", BOOL, worker_trace, false, 0, 0, NULL, NULL, NULL, NULL)  \
+  /* Hidden: --sflow-selftest SPEC for tests and bench (cluster/selftest.c). */               \
+  R(X, SELFTEST, "sflow-selftest", STR, selftest, NULL, 0, 0, NULL, NULL, "SPEC", NULL)
+
+/* X(ID, name, ARG, help) for every row: what the compiler reads. */
+#define SF__FLAG_ROW_NAMES(X, id, name, kind, field, def, lo, hi, valid, what, arg, help) \
+  X(id, name, arg, help)
+#define SF__RUNTIME_FLAGS(X) SF__RUNTIME_FLAG_ROWS(SF__FLAG_ROW_NAMES, X)
 
 /* X(name, help): flags that stop parsing and print something (flags.c's
  * wants_info; "-h" is the short spelling of help). */

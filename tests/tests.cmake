@@ -46,6 +46,8 @@ foreach(src IN LISTS UNIT_TESTS)
   endif()
   add_test(NAME unit/${name} COMMAND ${name})
 endforeach()
+# test_rt_flags includes runtime/main.c itself.
+target_compile_options(test_rt_flags PRIVATE "SHELL:-iquote ${CMAKE_SOURCE_DIR}/runtime")
 
 # Golden and run tests: one ctest per folder of tests/golden and tests/run.
 file(GLOB GOLDEN_DIRS LIST_DIRECTORIES true ${CMAKE_SOURCE_DIR}/tests/golden/*)

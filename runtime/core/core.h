@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "flagnames.h"
 #include "sflow.h"
 
 #define SF__VERSION "0.1.0"
@@ -392,39 +393,27 @@ void sf__worker_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)))
 
 /* ----------------------------------------------------------- flags.c */
 
+/* --progress's values, in the order of its row's "auto|always|never"
+ * (flagnames.h): the parser stores the index (unit/test_rt_flags). */
 typedef enum {
   SF__PROGRESS_AUTO = 0,
   SF__PROGRESS_ALWAYS,
   SF__PROGRESS_NEVER
 } sf__progress_mode;
 
-/* The runtime's own command-line flags.  String values point into argv,
- * which lives for the whole run, so nothing here is ever freed. */
+/* The runtime's own command-line flags: one field per row of
+ * flagnames.h's table, of the C type of its kind.  String values point
+ * into argv, which lives for the whole run, so nothing here is ever
+ * freed. */
+#define SF__FLAG_CTYPE_BOOL bool
+#define SF__FLAG_CTYPE_INT int64_t
+#define SF__FLAG_CTYPE_ENUM int32_t /* an ENUM's index: progress is an sf__progress_mode */
+#define SF__FLAG_CTYPE_STR const char * /* NULL when not given */
+#define SF__FLAG_FIELD(X, id, name, kind, field, ...) SF__FLAG_CTYPE_##kind field;
 typedef struct sf__options_t {
-  const char *nodes;          /* --nodes FILE, or NULL */
-  const char *trace;          /* --trace FILE, or NULL */
-  const char *checkpoint_dir; /* --checkpoint-dir DIR, or NULL */
-  bool resume;                /* --resume */
-  bool quiet;                 /* --quiet */
-  bool require_gpu;           /* --require-gpu */
-  int32_t progress;           /* sf__progress_mode */
-  int64_t threads;            /* --threads N; 0 = one per CPU */
-  bool journal;               /* --journal (default true): make the run resumable */
-  /* Multi-node runs (cluster.h, docs/cluster.md). */
-  const char *ssh_user;       /* --ssh-user USER, or NULL: the current user */
-  const char *ssh_key;        /* --ssh-key FILE, or NULL: agent, then ~/.ssh/id_* */
-  const char *known_hosts;    /* --known-hosts FILE, or NULL: ~/.ssh/known_hosts */
-  const char *ssh_config;     /* --ssh-config FILE|none, or NULL: ~/.ssh/config, /etc/ssh */
-  const char *remote_cache;   /* --remote-cache DIR, or NULL: .cache/sflow */
-  bool accept_new_host_keys;  /* --accept-new-host-keys (trust on first use) */
-  bool head_runs_work;        /* --head-runs-work (default true) */
-  bool cluster_log;           /* --cluster-log: per-node progress on stderr */
-  int64_t connect_timeout;    /* --connect-timeout S (default 10) */
-  const char *worker;         /* hidden --sflow-worker ID@ADDR:PORT */
-  const char *worker_cwd;     /* hidden --sflow-cwd: the head's folder, in hex */
-  bool worker_trace;          /* hidden --sflow-trace: the head traces; ship events */
-  const char *selftest;       /* hidden --sflow-selftest SPEC (tests, bench) */
+  SF__RUNTIME_FLAG_ROWS(SF__FLAG_FIELD, _)
 } sf__options_t;
+#undef SF__FLAG_FIELD
 extern sf__options_t sf__options;
 
 typedef enum {

@@ -13,35 +13,52 @@
  */
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "flagnames.h"
 #include "core.h"
 
-sf__options_t sf__options = {.journal = true};
-
 /* ------------------------------------------------------- runtime flags */
 
-/* The table comes from flagnames.h, which the compiler also reads to
- * reserve these names (a workflow parameter may not shadow one). */
+/* The table comes from flagnames.h, one row per flag, which the compiler
+ * also reads to reserve these names (a workflow parameter may not shadow
+ * one).  From each row: its id, its entry below (the parser, the bounds,
+ * the --help line), its field of sf__options (core.h) and its default. */
 typedef enum {
-#define X(id, name, arg, help) RT_##id,
-  SF__RUNTIME_FLAGS(X)
+#define X(unused, id, ...) RT_##id,
+  SF__RUNTIME_FLAG_ROWS(X, _)
 #undef X
 } rt_id;
 
+typedef enum { RT_BOOL, RT_INT, RT_ENUM, RT_STR } rt_kind;
+
 typedef struct rt_flag {
   const char *name;
-  const char *arg; /* NULL for a boolean flag */
+  rt_kind kind;
+  size_t field;     /* offset in sf__options */
+  int64_t lo, hi;   /* INT: the bounds */
+  bool (*valid)(const char *v); /* STR: NULL, or what refuses a value not `what` */
+  const char *what; /* INT: what the number counts; STR with valid: what it must be */
+  const char *arg;  /* NULL for a boolean flag; an ENUM's values, "a|b|c" */
   const char *help; /* NULL: hidden (internal), not in --help nor suggested */
 } rt_flag;
 
+/* --remote-cache's folder goes into a single-quoted remote command line. */
+static bool rt_quotable(const char *v) { return !strpbrk(v, "'\\\n"); }
+
 static const rt_flag rt_flags[] = {
-#define X(id, name, arg, help) [RT_##id] = {name, arg, help},
-    SF__RUNTIME_FLAGS(X)
+#define X(unused, id, name, kind, field, def, lo, hi, valid, what, arg, help) \
+  [RT_##id] = {name, RT_##kind, offsetof(sf__options_t, field), lo, hi, valid, what, arg, help},
+    SF__RUNTIME_FLAG_ROWS(X, _)
 #undef X
 };
 #define N_RT ((int)(sizeof rt_flags / sizeof rt_flags[0]))
+
+/* Every flag's default, from its row. */
+#define RT_DEFAULT(unused, id, name, kind, field, def, ...) .field = def,
+#define RT_DEFAULTS {SF__RUNTIME_FLAG_ROWS(RT_DEFAULT, _)}
+sf__options_t sf__options = RT_DEFAULTS;
 
 static const char *kind_name(int32_t kind) {
   switch (kind) {
@@ -127,59 +144,66 @@ static bool set_param(parser *ps, int idx, const char *v) {
   return true;
 }
 
-static bool set_bool_option(parser *ps, bool *dst, const char *name, const char *v) {
-  if (sf__parse_bool(v, strlen(v), dst) != SF__PARSE_OK)
-    return bad_value(ps, name, v, "bool (true or false)", SF__PARSE_BAD);
-  return true;
+/* "auto, always or never" from an ENUM's "auto|always|never". */
+static void choices_text(const char *values, char *buf, size_t n) {
+  size_t at = 0;
+  for (const char *p = values; *p && at + 1 < n;) {
+    size_t len = strcspn(p, "|");
+    const char *sep = !p[len] ? "" : strchr(p + len + 1, '|') ? ", " : " or ";
+    at += (size_t)snprintf(buf + at, n - at, "%.*s%s", (int)len, p, sep);
+    p += len + (p[len] != '\0');
+  }
 }
 
+/* The index of v among an ENUM's "a|b|c", or -1. */
+static int choice_index(const char *values, const char *v) {
+  size_t n = strlen(v);
+  int i = 0;
+  for (const char *p = values;; i++) {
+    size_t len = strcspn(p, "|");
+    if (len == n && !memcmp(p, v, n))
+      return i;
+    if (!p[len])
+      return -1;
+    p += len + 1;
+  }
+}
+
+/* One runtime flag's value, parsed and checked by the kind of its row. */
 static bool set_option(parser *ps, rt_id id, const char *v) {
-  sf__options_t *o = &sf__options;
-  const char *name = rt_flags[id].name;
-  if (rt_flags[id].arg && !*v)
-    return fail(ps, "invalid value '' for --%s: expected %s", name, rt_flags[id].arg);
-  switch (id) {
-  case RT_NODES: o->nodes = v; return true;
-  case RT_TRACE: o->trace = v; return true;
-  case RT_CKPT: o->checkpoint_dir = v; return true;
-  case RT_RESUME: return set_bool_option(ps, &o->resume, name, v);
-  case RT_QUIET: return set_bool_option(ps, &o->quiet, name, v);
-  case RT_JOURNAL: return set_bool_option(ps, &o->journal, name, v);
-  case RT_GPU: return set_bool_option(ps, &o->require_gpu, name, v);
-  case RT_PROGRESS:
-    if (!strcmp(v, "auto")) o->progress = SF__PROGRESS_AUTO;
-    else if (!strcmp(v, "always")) o->progress = SF__PROGRESS_ALWAYS;
-    else if (!strcmp(v, "never")) o->progress = SF__PROGRESS_NEVER;
-    else return bad_value(ps, name, v, "auto, always or never", SF__PARSE_BAD);
+  const rt_flag *r = &rt_flags[id];
+  void *field = (char *)&sf__options + r->field;
+  char expected[160];
+  if (r->arg && !*v)
+    return fail(ps, "invalid value '' for --%s: expected %s", r->name, r->arg);
+  switch (r->kind) {
+  case RT_BOOL:
+    if (sf__parse_bool(v, strlen(v), field) != SF__PARSE_OK)
+      return bad_value(ps, r->name, v, "bool (true or false)", SF__PARSE_BAD);
     return true;
-  case RT_THREADS:
-    if (sf__parse_i64(v, strlen(v), &o->threads) != SF__PARSE_OK || o->threads < 1 ||
-        o->threads > SF__MAX_THREADS)
-      return bad_value(ps, name, v, "a number of threads from 1 to " SF__STR(SF__MAX_THREADS),
-                       SF__PARSE_BAD);
+  case RT_INT: {
+    int64_t x;
+    if (sf__parse_i64(v, strlen(v), &x) != SF__PARSE_OK || x < r->lo || x > r->hi) {
+      snprintf(expected, sizeof expected, "%s from %" PRId64 " to %" PRId64, r->what, r->lo,
+               r->hi);
+      return bad_value(ps, r->name, v, expected, SF__PARSE_BAD);
+    }
+    *(int64_t *)field = x;
     return true;
-  case RT_SSH_USER: o->ssh_user = v; return true;
-  case RT_SSH_KEY: o->ssh_key = v; return true;
-  case RT_KNOWN_HOSTS: o->known_hosts = v; return true;
-  case RT_SSH_CONFIG: o->ssh_config = v; return true;
-  case RT_REMOTE_CACHE:
-    /* The path goes into a single-quoted remote command line. */
-    if (strpbrk(v, "'\\\n"))
-      return bad_value(ps, name, v, "a folder name without quotes, backslashes or newlines",
-                       SF__PARSE_BAD);
-    o->remote_cache = v;
+  }
+  case RT_ENUM: {
+    int k = choice_index(r->arg, v);
+    if (k < 0) {
+      choices_text(r->arg, expected, sizeof expected);
+      return bad_value(ps, r->name, v, expected, SF__PARSE_BAD);
+    }
+    *(int32_t *)field = k;
     return true;
-  case RT_WORKER: o->worker = v; return true;
-  case RT_WORKER_CWD: o->worker_cwd = v; return true;
-  case RT_WORKER_TRACE: return set_bool_option(ps, &o->worker_trace, name, v);
-  case RT_SELFTEST: o->selftest = v; return true;
-  case RT_ACCEPT_NEW: return set_bool_option(ps, &o->accept_new_host_keys, name, v);
-  case RT_HEAD_WORK: return set_bool_option(ps, &o->head_runs_work, name, v);
-  case RT_CLUSTER_LOG: return set_bool_option(ps, &o->cluster_log, name, v);
-  case RT_CONNECT_TIMEOUT:
-    if (sf__parse_i64(v, strlen(v), &o->connect_timeout) != SF__PARSE_OK ||
-        o->connect_timeout < 1 || o->connect_timeout > 3600)
-      return bad_value(ps, name, v, "seconds from 1 to 3600", SF__PARSE_BAD);
+  }
+  case RT_STR:
+    if (r->valid && !r->valid(v))
+      return bad_value(ps, r->name, v, r->what, SF__PARSE_BAD);
+    *(const char **)field = v;
     return true;
   }
   return true;
@@ -319,9 +343,7 @@ static bool check_required(parser *ps) {
 }
 
 static void set_defaults(const sf_program *prog, sf_value *out) {
-  sf__options = (sf__options_t){.journal = true};
-  sf__options.head_runs_work = true;
-  sf__options.connect_timeout = 10;
+  sf__options = (sf__options_t)RT_DEFAULTS;
   for (int i = 0; i < prog->nparams; i++) {
     const sf_param *p = &prog->params[i];
     memset(&out[i], 0, sizeof out[i]);
@@ -485,8 +507,8 @@ void sf__usage(const sf_program *prog, FILE *f) {
     const rt_flag *r = &rt_flags[i];
     if (!r->help)
       continue;
-    /* --progress takes one of a fixed set, shown the way it is written. */
-    snprintf(col, sizeof col, "--%s%s%s", r->name, !r->arg ? "" : i == RT_PROGRESS ? "=" : " ",
+    /* An ENUM takes one of a fixed set, shown the way it is written. */
+    snprintf(col, sizeof col, "--%s%s%s", r->name, !r->arg ? "" : r->kind == RT_ENUM ? "=" : " ",
              r->arg ? r->arg : "");
     fprintf(f, "  %-*s%s\n", w, col, r->help);
   }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The runtime flags reserved by the compiler are the flags the runtime parses.
 
-runtime/flagnames.h is the one list of the flags a compiled workflow parses
+runtime/flagnames.h is the one table of the flags a compiled workflow parses
 itself; the runtime builds its table from it and sflowc refuses a workflow
 parameter that would collide with one.  This test holds the three together:
 
@@ -31,13 +31,47 @@ def check(cond, what):
         failures.append(what)
 
 
+def split_rows(body):
+    """The cells of every R(...) row: top-level commas split, strings kept
+    whole (commas and parentheses inside them are text)."""
+    rows = []
+    for m in re.finditer(r"\bR\(", body):
+        cells, cur, depth, k = [], "", 1, m.end()
+        while depth:
+            c = body[k]
+            if c == '"':
+                end = k + 1
+                while body[end] != '"':
+                    end += 2 if body[end] == "\\" else 1
+                cur += body[k:end + 1]
+                k = end + 1
+                continue
+            if c == "(":
+                depth += 1
+            elif c == ")":
+                depth -= 1
+            if c == "," and depth == 1:
+                cells.append(cur.strip())
+                cur = ""
+            elif depth:
+                cur += c
+            k += 1
+        cells.append(cur.strip())
+        rows.append(cells)
+    return rows
+
+
 def header_flags():
     """(name, arg, hidden) of every runtime flag, then the info flags."""
     with open(os.path.join(ROOT, "runtime/flagnames.h")) as f:
         text = f.read().replace("\\\n", " ")  # join continued macro lines
-    body = text[text.index("#define SF__RUNTIME_FLAGS"):text.index("#define SF__INFO_FLAGS")]
-    rt = [(m.group(1), m.group(2) != "NULL", m.group(3) == "NULL")
-          for m in re.finditer(r'X\(\w+,\s*"([^"]+)",\s*("[^"]*"|NULL),\s*(NULL|")', body)]
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)  # comments between rows
+    body = text[text.index("#define SF__RUNTIME_FLAG_ROWS"):text.index("#define SF__FLAG_ROW_NAMES")]
+    # R(X, ID, name, KIND, field, default, lo, hi, valid, what, ARG, help)
+    rt = []
+    for row in split_rows(body):
+        name, arg, help_ = row[2], row[10], row[11]
+        rt.append((name.strip('"'), arg != "NULL", help_ == "NULL"))
     info = re.findall(r'X\("([^"]+)",', text[text.index("#define SF__INFO_FLAGS"):])
     return rt, info
 

@@ -151,6 +151,81 @@ static void test_cluster_flags(void) {
                     "--ssh-usr", "u");
 }
 
+/* Every row of flagnames.h's table, read the way flags.c reads it, so a
+ * row added later is tested here too: its default, and values at and past
+ * its bounds, by kind. */
+typedef struct {
+  const char *name, *kind, *arg;
+  size_t off;
+  long long def, lo, hi;
+} flag_row;
+#define ROW(x, id, name, kind, field, def, lo, hi, valid, what, arg, help) \
+  {name, #kind, arg, offsetof(sf__options_t, field), (long long)(intptr_t)(def), lo, hi},
+static const flag_row flag_rows[] = {SF__RUNTIME_FLAG_ROWS(ROW, _)};
+#undef ROW
+
+static long long field_value(const flag_row *r) {
+  const char *at = (const char *)&sf__options + r->off;
+  if (!strcmp(r->kind, "BOOL")) return *(const bool *)at;
+  if (!strcmp(r->kind, "INT")) return *(const int64_t *)at;
+  if (!strcmp(r->kind, "ENUM")) return *(const int32_t *)at;
+  return (long long)(intptr_t)*(const char *const *)at;
+}
+
+/* --NAME=VALUE alone (with the required --name). */
+static int parse_one(const flag_row *r, const char *value) {
+  static char arg[128];
+  snprintf(arg, sizeof arg, "--%s=%s", r->name, value);
+  return PARSE("--name", "x", arg);
+}
+
+static void test_every_row(void) {
+  char v[64];
+  CU_ASSERT(sizeof flag_rows / sizeof flag_rows[0] >= 20);
+  for (size_t i = 0; i < sizeof flag_rows / sizeof flag_rows[0]; i++) {
+    const flag_row *r = &flag_rows[i];
+    CHECK_INT(PARSE("--name", "x"), SF__FLAGS_OK);
+    CHECK_INT(field_value(r), r->def);
+    if (!strcmp(r->kind, "BOOL")) {
+      CHECK_INT(PARSE("--name", "x", (snprintf(v, sizeof v, "--%s", r->name), v)), SF__FLAGS_OK);
+      CHECK_INT(field_value(r), 1);
+      CHECK_INT(parse_one(r, "false"), SF__FLAGS_OK);
+      CHECK_INT(field_value(r), 0);
+      CHECK_INT(parse_one(r, "maybe"), SF__FLAGS_ERROR);
+    } else if (!strcmp(r->kind, "INT")) {
+      snprintf(v, sizeof v, "%lld", r->lo);
+      CHECK_INT(parse_one(r, v), SF__FLAGS_OK);
+      CHECK_INT(field_value(r), r->lo);
+      snprintf(v, sizeof v, "%lld", r->hi);
+      CHECK_INT(parse_one(r, v), SF__FLAGS_OK);
+      CHECK_INT(field_value(r), r->hi);
+      char want[128];
+      snprintf(want, sizeof want, "from %lld to %lld", r->lo, r->hi);
+      snprintf(v, sizeof v, "%lld", r->lo - 1);
+      CHECK_INT(parse_one(r, v), SF__FLAGS_ERROR);
+      CU_ASSERT(strstr(err, want) != NULL);
+      snprintf(v, sizeof v, "%lld", r->hi + 1);
+      CHECK_INT(parse_one(r, v), SF__FLAGS_ERROR);
+      CU_ASSERT(strstr(err, want) != NULL);
+    } else if (!strcmp(r->kind, "ENUM")) {
+      int k = 0;
+      for (const char *p = r->arg; *p; k++) {
+        size_t n = strcspn(p, "|");
+        snprintf(v, sizeof v, "%.*s", (int)n, p);
+        CHECK_INT(parse_one(r, v), SF__FLAGS_OK);
+        CHECK_INT(field_value(r), k);
+        p += n + (p[n] == '|');
+      }
+      CHECK_INT(parse_one(r, "none-of-them"), SF__FLAGS_ERROR);
+    } else {
+      CHECK_INT(parse_one(r, "some/value"), SF__FLAGS_OK);
+      CHECK_STR((const char *)(intptr_t)field_value(r), "some/value");
+    }
+    /* An empty value is no value: "expected bool", or "expected ARG". */
+    CHECK_INT(parse_one(r, ""), SF__FLAGS_ERROR);
+  }
+}
+
 static void test_value_errors(void) {
   EXPECT_FLAG_ERROR("invalid value 'abc' for --workers: expected i64", "--name", "n", "--workers",
                     "abc");
@@ -339,6 +414,7 @@ int main(int argc, char **argv) {
       {"unknown", test_unknown},
       {"positional", test_positional},
       {"dashed_names", test_dashed_names},
+      {"every_row", test_every_row},
       {"help_version", test_help_version},
       {"edit_distance", test_edit_distance},
       {"main_exit_codes", test_main_exit_codes},

@@ -171,6 +171,9 @@ static void test_bad_keys(void) {
   expect_error("a cpus=4\n",
                "hosts.txt:1: unknown key 'cpus' (expected slots, gpus, port or max_slots)");
   expect_error("a slots=1 slots=2\n", "hosts.txt:1: 'slots' given twice");
+  /* max-slots is max_slots spelt another way: the same key twice. */
+  expect_error("a max-slots=2 max_slots=3\n", "hosts.txt:1: 'max_slots' given twice");
+  expect_error("a max_slots=0\n", "hosts.txt:1: invalid max_slots '0' (expected a number from 1)");
   expect_error("a b\n", "hosts.txt:1: unexpected 'b' (expected key=value: slots, gpus, port)");
   expect_error("[a]:2222 port=2223\n",
                "hosts.txt:1: port given both as [host]:PORT and as port=");

@@ -31,6 +31,7 @@
  */
 #include <errno.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,55 +176,100 @@ static int parse_host_word(const char *w, size_t n, const char *where, sf__host 
   return h->name ? 0 : sf__net_fail(err, errlen, "%s: out of memory", where);
 }
 
+/* The keys of a hostfile line, one row each:
+ *   K(ID, name, alias, field, lo, hi, expected, shown)
+ * field is where the value goes (AT(member) of sf__host, or NOWHERE for a
+ * key that is checked and ignored); a value outside lo..hi is "invalid
+ * NAME 'v' (expected EXPECTED)"; shown puts the key in the message for a
+ * word that is not key=value.  Adding a key is a row here and its field in
+ * sf__host (HACKING.md, "Adding a hostfile key"). */
+#define AT(member) ((long)offsetof(sf__host, member))
+#define NOWHERE (-1L)
+#define HOST_KEYS(K)                                                                           \
+  K(SLOTS, "slots", NULL, AT(slots), 1, SF__MAX_THREADS,                                       \
+    "a number from 1 to " SF__STR(SF__MAX_THREADS), true)                                      \
+  K(GPUS, "gpus", NULL, AT(gpus), 0, 1 << 16, "a number from 0", true)                         \
+  K(PORT, "port", NULL, AT(port), 1, 65535, "1 to 65535", true)                                \
+  /* Open MPI's; accepted so its hostfiles read, not used. */                                  \
+  K(MAX_SLOTS, "max_slots", "max-slots", NOWHERE, 1, 1 << 20, "a number from 1", false)
+
+enum {
+#define K(id, ...) KEY_##id,
+  HOST_KEYS(K)
+#undef K
+  N_KEYS
+};
+_Static_assert(N_KEYS <= 32, "parse_key's set of keys seen is one unsigned");
+
+static const struct host_key {
+  const char *name, *alias;
+  long field, lo, hi;
+  const char *expected;
+  bool shown;
+} host_keys[] = {
+#define K(id, name, alias, field, lo, hi, expected, shown) \
+  [KEY_##id] = {name, alias, field, lo, hi, expected, shown},
+    HOST_KEYS(K)
+#undef K
+};
+
+/* "slots, gpus, port" (the shown keys) or "slots, gpus, port or
+ * max_slots" (all of them), for messages. */
+static const char *key_list(bool shown_only, char *buf, size_t n) {
+  size_t at = 0;
+  int last = N_KEYS - 1;
+  while (shown_only && last > 0 && !host_keys[last].shown)
+    last--;
+  buf[0] = '\0';
+  for (int k = 0; k <= last && at < n; k++) {
+    if (shown_only && !host_keys[k].shown)
+      continue;
+    const char *sep = k == 0 ? "" : k < last || shown_only ? ", " : " or ";
+    at += (size_t)snprintf(buf + at, n - at, "%s%s", sep, host_keys[k].name);
+  }
+  return buf;
+}
+
+static int find_key(const char *w, size_t n) {
+  for (int k = 0; k < N_KEYS; k++) {
+    const char *alias = host_keys[k].alias;
+    if ((strlen(host_keys[k].name) == n && !memcmp(host_keys[k].name, w, n)) ||
+        (alias && strlen(alias) == n && !memcmp(alias, w, n)))
+      return k;
+  }
+  return -1;
+}
+
 /* key=value after the host word. */
 static int parse_key(const char *w, size_t n, const char *where, sf__host *h, bool port_given,
                      bool slots_given, unsigned *seen, char *err, size_t errlen) {
-  static const char *const keys[] = {"slots", "gpus", "port", "max_slots", "max-slots"};
+  char keys[128];
   const char *eq = memchr(w, '=', n);
   if (!eq)
-    return sf__net_fail(err, errlen, "%s: unexpected '%.*s' (expected key=value: slots, gpus, port)",
-                where, (int)n, w);
+    return sf__net_fail(err, errlen, "%s: unexpected '%.*s' (expected key=value: %s)", where,
+                        (int)n, w, key_list(true, keys, sizeof keys));
   size_t kn = (size_t)(eq - w), vn = n - kn - 1;
   const char *v = eq + 1;
-  int k = -1;
-  for (int i = 0; i < 5; i++)
-    if (strlen(keys[i]) == kn && !memcmp(keys[i], w, kn))
-      k = i;
+  int k = find_key(w, kn);
   if (k < 0)
-    return sf__net_fail(err, errlen, "%s: unknown key '%.*s' (expected slots, gpus, port or max_slots)",
-                where, (int)kn, w);
-  if (k == 4)
-    k = 3; /* max-slots is the same key as max_slots */
+    return sf__net_fail(err, errlen, "%s: unknown key '%.*s' (expected %s)", where, (int)kn, w,
+                        key_list(false, keys, sizeof keys));
+  const struct host_key *key = &host_keys[k];
   if (*seen & (1u << k))
-    return sf__net_fail(err, errlen, "%s: '%s' given twice", where, keys[k]);
+    return sf__net_fail(err, errlen, "%s: '%s' given twice", where, key->name);
   *seen |= 1u << k;
+  /* The keys that the host word can also give. */
+  if (k == KEY_SLOTS && slots_given)
+    return sf__net_fail(err, errlen, "%s: slots given both as host:N and as slots=", where);
+  if (k == KEY_PORT && port_given)
+    return sf__net_fail(err, errlen, "%s: port given both as [host]:PORT and as port=", where);
   int val = 0;
-  switch (k) {
-  case 0:
-    if (slots_given)
-      return sf__net_fail(err, errlen, "%s: slots given both as host:N and as slots=", where);
-    if (!parse_num(v, vn, 1, SF__MAX_THREADS, &h->slots))
-      return sf__net_fail(err, errlen, "%s: invalid slots '%.*s' (expected a number from 1 to %d)",
-                          where, (int)vn, v, SF__MAX_THREADS);
-    return 0;
-  case 1:
-    if (!parse_num(v, vn, 0, 1 << 16, &h->gpus))
-      return sf__net_fail(err, errlen, "%s: invalid gpus '%.*s' (expected a number from 0)", where,
-                  (int)vn, v);
-    return 0;
-  case 2:
-    if (port_given)
-      return sf__net_fail(err, errlen, "%s: port given both as [host]:PORT and as port=", where);
-    if (!parse_num(v, vn, 1, 65535, &h->port))
-      return sf__net_fail(err, errlen, "%s: invalid port '%.*s' (expected 1 to 65535)", where, (int)vn,
-                  v);
-    return 0;
-  default:
-    if (!parse_num(v, vn, 1, 1 << 20, &val))
-      return sf__net_fail(err, errlen, "%s: invalid max_slots '%.*s' (expected a number from 1)", where,
-                  (int)vn, v);
-    return 0;
-  }
+  if (!parse_num(v, vn, key->lo, key->hi, &val))
+    return sf__net_fail(err, errlen, "%s: invalid %s '%.*s' (expected %s)", where, key->name,
+                        (int)vn, v, key->expected);
+  if (key->field != NOWHERE)
+    *(int *)((char *)h + key->field) = val;
+  return 0;
 }
 
 static int add_host(sf__hostlist *l, const sf__host *h, const char *where, char *err,
