@@ -286,6 +286,75 @@ API CUresult cuCtxSynchronize(void) {
   return G.async ? q_error(cur_ctx->dev) : CUDA_SUCCESS;
 }
 
+/* ------------------------------------------------- counting device operations
+ *
+ * SFLOW_EMU_COUNT=1 counts the device operations a program issues: kernel
+ * launches, cuBLAS products, copies and memsets, each at its API call (in
+ * either mode), and prints one line at exit,
+ *   sflow-emu-count: launches=L blas=B copies=C sets=S ops=L+B+C+S
+ * SFLOW_EMU_COUNT=names adds a line per kernel or call name with its count
+ * (most first).  What a GPU profiler would show as kernels, cuBLAS calls
+ * and memcpy/memset rows; a cuBLAS call counts once whatever kernels it
+ * would run on a GPU. */
+typedef struct {
+  const char *name;
+  uint64_t n;
+} CountName;
+static struct {
+  pthread_mutex_t mu;
+  int mode; /* 0 off, 1 totals, 2 names */
+  uint64_t n[EMU_KINDS];
+  CountName names[512];
+  int nnames;
+} CNT = {.mu = PTHREAD_MUTEX_INITIALIZER, .mode = -1};
+
+static int cnt_cmp(const void *a, const void *b) {
+  uint64_t x = ((const CountName *)a)->n, y = ((const CountName *)b)->n;
+  return x < y ? 1 : x > y ? -1 : 0;
+}
+
+__attribute__((destructor)) static void count_report(void) {
+  if (CNT.mode <= 0)
+    return;
+  uint64_t *n = CNT.n;
+  fprintf(stderr,
+          "sflow-emu-count: launches=%llu blas=%llu copies=%llu sets=%llu ops=%llu\n",
+          (unsigned long long)n[EMU_LAUNCH], (unsigned long long)n[EMU_BLAS],
+          (unsigned long long)n[EMU_COPY], (unsigned long long)n[EMU_SET],
+          (unsigned long long)(n[EMU_LAUNCH] + n[EMU_BLAS] + n[EMU_COPY] + n[EMU_SET]));
+  if (CNT.mode == 2) {
+    qsort(CNT.names, (size_t)CNT.nnames, sizeof CNT.names[0], cnt_cmp);
+    for (int i = 0; i < CNT.nnames; i++)
+      fprintf(stderr, "sflow-emu-count: %s %llu\n", CNT.names[i].name,
+              (unsigned long long)CNT.names[i].n);
+  }
+}
+
+void emu_count(int kind, const char *name) {
+  if (CNT.mode == 0)
+    return;
+  pthread_mutex_lock(&CNT.mu);
+  if (CNT.mode < 0) {
+    const char *e = getenv("SFLOW_EMU_COUNT");
+    CNT.mode = !e || !*e || !strcmp(e, "0") ? 0 : !strcmp(e, "names") ? 2 : 1;
+  }
+  if (CNT.mode > 0) {
+    CNT.n[kind]++;
+    if (CNT.mode == 2) {
+      int i = 0;
+      while (i < CNT.nnames && strcmp(CNT.names[i].name, name))
+        i++;
+      if (i == CNT.nnames && i < (int)(sizeof CNT.names / sizeof CNT.names[0])) {
+        CNT.names[i].name = xstrdup(name);
+        CNT.nnames++;
+      }
+      if (i < CNT.nnames)
+        CNT.names[i].n++;
+    }
+  }
+  pthread_mutex_unlock(&CNT.mu);
+}
+
 /* -------------------------------------------------------------- memory */
 
 
@@ -717,6 +786,7 @@ static void q_set(void *s, const char *fn, uintptr_t dst, size_t count, int widt
 
 API CUresult cuMemcpyHtoD_v2(uint64_t dst, const void *src, size_t n) {
   NEED_CTX();
+  emu_count(EMU_COPY, __func__);
   if (!check_range("cuMemcpyHtoD", "destination", (uintptr_t)dst, n))
     return CUDA_ERROR_INVALID_VALUE;
   if (G.async && n) {
@@ -736,6 +806,7 @@ API CUresult cuMemcpyHtoD_v2(uint64_t dst, const void *src, size_t n) {
 }
 API CUresult cuMemcpyDtoH_v2(void *dst, uint64_t src, size_t n) {
   NEED_CTX();
+  emu_count(EMU_COPY, __func__);
   if (!check_range("cuMemcpyDtoH", "source", (uintptr_t)src, n))
     return CUDA_ERROR_INVALID_VALUE;
   q_sync_legacy(cur_ctx->dev);
@@ -745,6 +816,7 @@ API CUresult cuMemcpyDtoH_v2(void *dst, uint64_t src, size_t n) {
 }
 API CUresult cuMemcpyDtoD_v2(uint64_t dst, uint64_t src, size_t n) {
   NEED_CTX();
+  emu_count(EMU_COPY, __func__);
   if (!check_range("cuMemcpyDtoD", "destination", (uintptr_t)dst, n) ||
       !check_range("cuMemcpyDtoD", "source", (uintptr_t)src, n))
     return CUDA_ERROR_INVALID_VALUE;
@@ -759,6 +831,7 @@ API CUresult cuMemcpyDtoD_v2(uint64_t dst, uint64_t src, size_t n) {
 }
 API CUresult cuMemcpy(uint64_t dst, uint64_t src, size_t n) {
   NEED_CTX();
+  emu_count(EMU_COPY, __func__);
   q_sync_legacy(cur_ctx->dev); /* unified addressing: either side may be the host */
   if (n)
     memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
@@ -768,6 +841,7 @@ API CUresult cuMemcpy(uint64_t dst, uint64_t src, size_t n) {
  * without the host waiting, so asynchronous mode queues it. */
 static CUresult memset_on(void *s, const char *fn, uint64_t dst, size_t count, int width,
                           unsigned v) {
+  emu_count(EMU_SET, fn);
   if (dst & (uint64_t)(width - 1)) {
     say("%s: destination %#lx is not %d-byte aligned", fn, (unsigned long)dst, width);
     return CUDA_ERROR_INVALID_VALUE;
@@ -798,6 +872,7 @@ API CUresult cuMemcpyHtoDAsync_v2(uint64_t dst, const void *src, size_t n, void 
   NEED_STREAM(s);
   if (!G.async)
     return cuMemcpyHtoD_v2(dst, src, n);
+  emu_count(EMU_COPY, __func__);
   if (!check_range("cuMemcpyHtoDAsync", "destination", (uintptr_t)dst, n))
     return CUDA_ERROR_INVALID_VALUE;
   if (n) /* pageable: staged now; pinned: read when the stream gets to it */
@@ -809,6 +884,7 @@ API CUresult cuMemcpyDtoHAsync_v2(void *dst, uint64_t src, size_t n, void *s) {
   NEED_STREAM(s);
   if (!G.async)
     return cuMemcpyDtoH_v2(dst, src, n);
+  emu_count(EMU_COPY, __func__);
   if (!check_range("cuMemcpyDtoHAsync", "source", (uintptr_t)src, n))
     return CUDA_ERROR_INVALID_VALUE;
   if (n && is_pinned(dst)) {
@@ -826,6 +902,7 @@ API CUresult cuMemcpyDtoDAsync_v2(uint64_t dst, uint64_t src, size_t n, void *s)
   NEED_STREAM(s);
   if (!G.async)
     return cuMemcpyDtoD_v2(dst, src, n);
+  emu_count(EMU_COPY, __func__);
   if (!check_range("cuMemcpyDtoDAsync", "destination", (uintptr_t)dst, n) ||
       !check_range("cuMemcpyDtoDAsync", "source", (uintptr_t)src, n))
     return CUDA_ERROR_INVALID_VALUE;

@@ -60,6 +60,10 @@ void emu_exit_thread(void);
 void emu_fail(const char *what);
 int emu_check_ptr(const void *p, int index);
 
+/* Counts one device operation (emu.c, "counting device operations"). */
+enum { EMU_LAUNCH, EMU_BLAS, EMU_COPY, EMU_SET, EMU_KINDS };
+void emu_count(int kind, const char *name);
+
 #endif
 
 #define API __attribute__((visibility("default")))
@@ -267,5 +271,9 @@ void emu_sync(void);
 void emu_exit_thread(void);
 void emu_fail(const char *what);
 int emu_check_ptr(const void *p, int index);
+
+/* Counts one device operation (emu.c, "counting device operations"). */
+enum { EMU_LAUNCH, EMU_BLAS, EMU_COPY, EMU_SET, EMU_KINDS };
+void emu_count(int kind, const char *name);
 
 #endif

@@ -1,3 +1,8 @@
+/*
+ * emu_blas.c — the emulator's cuBLAS: products as plain loops, in order
+ * (f32 accumulators for the 32F compute types), every matrix checked to be
+ * device memory of the handle's device.
+ */
 #include "emu.h"
 
 /* =============================================================== cuBLAS */
@@ -316,6 +321,7 @@ static CUresult gemm_work(void *arg) {
   return rc == CUBLAS_STATUS_SUCCESS ? CUDA_SUCCESS : CUDA_ERROR_LAUNCH_FAILED;
 }
 static int gemm_call(const Blas *h, const Gemm *g, const void *alpha, const void *beta) {
+  emu_count(EMU_BLAS, g->fn);
   if (!G.async)
     return gemm_run(h, g, alpha, beta);
   if (!valid_blas(h))

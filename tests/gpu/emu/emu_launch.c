@@ -1,3 +1,8 @@
+/*
+ * emu_launch.c — cuLaunchKernel: a block's threads as fibers switched at
+ * __syncthreads() and thread exit, blocks one after another, a crash inside
+ * a kernel named by kernel, block and thread.
+ */
 #include "emu.h"
 
 /* =============================================================== fibers */
@@ -457,6 +462,7 @@ API CUresult cuLaunchKernel(Function *f, unsigned gx, unsigned gy, unsigned gz, 
     say("cuLaunchKernel: kernel '%s': `extra` parameters are not supported", f->name);
     return CUDA_ERROR_NOT_SUPPORTED;
   }
+  emu_count(EMU_LAUNCH, f->name);
   if (G.async && f->sizes) {
     pthread_mutex_lock(&L.mu); /* the pointer checks name L.fn */
     L.fn = f;

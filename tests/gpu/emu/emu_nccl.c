@@ -1,3 +1,7 @@
+/*
+ * emu_nccl.c — the emulator's in-process NCCL (ranks are threads, each on
+ * its own emulated device).
+ */
 #include "emu.h"
 
 /* ================================================================= NCCL */

@@ -1,5 +1,10 @@
+/*
+ * emu_nvrtc.c — the emulator's NVRTC (a program compiled by the host C++
+ * compiler with cuda_shim.h force-included, content-addressed in the module
+ * cache) and the driver's module calls (cuModuleLoadData, cuModuleGetFunction,
+ * occupancy).  emu.c's comment describes the emulator.
+ */
 #include "emu.h"
-
 
 /* The shim header, embedded at build time (SF_EMU_SHIM is its path). */
 __asm__(".section .rodata\n"
