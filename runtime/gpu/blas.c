@@ -552,9 +552,13 @@ typedef int (*gemm_batched_ex_fn)(cublasHandle_t, int, int, int, int, int, const
                                   const void *, int, int, long long, const void *, int, int,
                                   long long, const void *, void *, int, int, long long, int, int,
                                   int);
+typedef int (*sgemm_ptrs_fn)(cublasHandle_t, int, int, int, int, int, const float *,
+                             const float *const *, int, const float *const *, int, const float *,
+                             float *const *, int, int);
 static struct {
   pthread_once_t once;
   sgemm_batched_fn sgemm_batched;
+  sgemm_ptrs_fn sgemm_ptrs;
   gemm_ex_fn gemm_ex;
   gemm_batched_ex_fn gemm_batched_ex;
 } NB = {.once = PTHREAD_ONCE_INIT};
@@ -563,6 +567,7 @@ static void nn_syms(void) {
   if (!CB.lib)
     return;
   *(void **)&NB.sgemm_batched = dlsym(CB.lib, "cublasSgemmStridedBatched");
+  *(void **)&NB.sgemm_ptrs = dlsym(CB.lib, "cublasSgemmBatched");
   *(void **)&NB.gemm_ex = dlsym(CB.lib, "cublasGemmEx");
   *(void **)&NB.gemm_batched_ex = dlsym(CB.lib, "cublasGemmStridedBatchedEx");
 }
@@ -631,6 +636,30 @@ void sf__sgemm_dev_batched(bool ta, bool tb, int64_t m, int64_t n, int64_t k, fl
              &beta, (float *)(uintptr_t)c, fit(ldc, "ldc", loc), sc, fit(batch, "batch", loc));
   status(rc, "cublasSgemmStridedBatched", loc);
   SF__GPU_STAT_ADD(gpu_matmuls, 1);
+}
+
+void sf__sgemm_dev_ptrs(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                        uint64_t aptrs, int64_t lda, uint64_t bptrs, int64_t ldb, float beta,
+                        uint64_t cptrs, int64_t ldc, int64_t batch, const sf_loc *loc) {
+  if (m == 0 || n == 0 || batch == 0)
+    return;
+  cublasHandle_t h = nn_handle(loc);
+  sgemm_ptrs_fn f = need((void *)NB.sgemm_ptrs, "cublasSgemmBatched", loc);
+  /* B's pointers first: the column-major Cᵀ = op(B)ᵀ op(A)ᵀ, as above. */
+  int rc = f(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, fit(n, "n", loc),
+             fit(m, "m", loc), fit(k, "k", loc), &alpha,
+             (const float *const *)(uintptr_t)bptrs, fit(ldb, "ldb", loc),
+             (const float *const *)(uintptr_t)aptrs, fit(lda, "lda", loc), &beta,
+             (float *const *)(uintptr_t)cptrs, fit(ldc, "ldc", loc), fit(batch, "batch", loc));
+  status(rc, "cublasSgemmBatched", loc);
+  SF__GPU_STAT_ADD(gpu_matmuls, 1);
+}
+
+void sf__gemm_ptr_table(uint64_t *out, uint64_t base, int64_t outer, int64_t so, int64_t inner,
+                        int64_t si) {
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t i = 0; i < inner; i++)
+      *out++ = base + (uint64_t)(o * so + i * si) * 4u;
 }
 
 void sf__gemm_dev_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,

@@ -184,7 +184,22 @@ typedef struct {
   int batch;
   int atype, btype, ctype;
   bool f64, tf32, in_bf16; /* in_bf16: 32F inputs rounded to bf16 (FAST_16BF) */
+  /* cublasSgemmBatched: device arrays of each product's A, B, C (read when
+   * the product runs); NULL for the strided forms */
+  const void *const *Ap, *const *Bp, *const *Cp;
 } Gemm;
+
+/* Product b's A (0), B (1) or C (2): from the pointer arrays, else at its
+ * stride from the first. */
+static char *operand(const Gemm *g, int which, int b) {
+  const void *const *arr = which == 0 ? g->Ap : which == 1 ? g->Bp : g->Cp;
+  if (arr)
+    return (char *)arr[b];
+  const void *base = which == 0 ? g->A : which == 1 ? g->B : g->C;
+  long long st = which == 0 ? g->sa : which == 1 ? g->sb : g->sc;
+  int t = which == 0 ? g->atype : which == 1 ? g->btype : g->ctype;
+  return (char *)base + (size_t)b * (size_t)st * tsize(t);
+}
 
 static float load_f(const void *p, int t, size_t i) {
   return t == CUDA_R_32F ? ((const float *)p)[i] : bf16_to_f32(((const uint16_t *)p)[i]);
@@ -214,10 +229,13 @@ static int gemm_run(const Blas *h, const Gemm *g, const void *alpha, const void 
   }
   if (g->m == 0 || g->n == 0 || g->batch == 0)
     return CUBLAS_STATUS_SUCCESS;
+  if (g->Ap && (!blas_mem(h, g->fn, "A's pointer array", g->Ap, (size_t)g->batch * 8) ||
+                !blas_mem(h, g->fn, "B's pointer array", g->Bp, (size_t)g->batch * 8) ||
+                !blas_mem(h, g->fn, "C's pointer array", g->Cp, (size_t)g->batch * 8)))
+    return CUBLAS_STATUS_EXECUTION_FAILED;
   for (int b = 0; b < g->batch; b++) {
-    const char *A = (const char *)g->A + (size_t)b * (size_t)g->sa * tsize(g->atype);
-    const char *B = (const char *)g->B + (size_t)b * (size_t)g->sb * tsize(g->btype);
-    char *C = (char *)g->C + (size_t)b * (size_t)g->sc * tsize(g->ctype);
+    const char *A = operand(g, 0, b), *B = operand(g, 1, b);
+    char *C = operand(g, 2, b);
     if ((g->k > 0 && (!blas_mem(h, g->fn, "A", A, extent(ar, ac, g->lda, g->atype)) ||
                       !blas_mem(h, g->fn, "B", B, extent(br, bc, g->ldb, g->btype)))) ||
         !blas_mem(h, g->fn, "C", C, extent(g->m, g->n, g->ldc, g->ctype)))
@@ -228,9 +246,8 @@ static int gemm_run(const Blas *h, const Gemm *g, const void *alpha, const void 
     double al = *(const double *)alpha, be = *(const double *)beta;
     double *acc = malloc((size_t)m * sizeof *acc);
     for (int b = 0; b < g->batch; b++) {
-      const double *A = (const double *)g->A + (size_t)b * (size_t)g->sa;
-      const double *B = (const double *)g->B + (size_t)b * (size_t)g->sb;
-      double *C = (double *)g->C + (size_t)b * (size_t)g->sc;
+      const double *A = (const double *)operand(g, 0, b), *B = (const double *)operand(g, 1, b);
+      double *C = (double *)operand(g, 2, b);
       for (int j = 0; j < n; j++) {
         for (int i = 0; i < m; i++)
           acc[i] = 0;
@@ -258,9 +275,8 @@ static int gemm_run(const Blas *h, const Gemm *g, const void *alpha, const void 
     return CUBLAS_STATUS_ALLOC_FAILED;
   }
   for (int b = 0; b < g->batch; b++) {
-    const char *A = (const char *)g->A + (size_t)b * (size_t)g->sa * tsize(g->atype);
-    const char *B = (const char *)g->B + (size_t)b * (size_t)g->sb * tsize(g->btype);
-    char *C = (char *)g->C + (size_t)b * (size_t)g->sc * tsize(g->ctype);
+    const char *A = operand(g, 0, b), *B = operand(g, 1, b);
+    char *C = operand(g, 2, b);
     for (int p = 0; p < k; p++)
       for (int i = 0; i < m; i++) {
         float v = load_f(A, g->atype, g->ta ? p + (size_t)i * g->lda : i + (size_t)p * g->lda);
@@ -352,7 +368,8 @@ API int cublasSgemm_v2(Blas *h, int ta, int tb, int m, int n, int k, const float
                        const float *A, int lda, const float *B, int ldb, const float *beta,
                        float *C, int ldc) {
   Gemm g = {"cublasSgemm", ta, tb, m, n, k, A, B, C, lda, ldb, ldc, 0, 0, 0, 1,
-            CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, false, false, false};
+            CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, false, false, false,
+            NULL, NULL, NULL};
   g.tf32 = valid_blas(h) && h->math == CUBLAS_TF32_TENSOR_OP_MATH;
   return gemm_call(h, &g, alpha, beta);
 }
@@ -360,7 +377,8 @@ API int cublasDgemm_v2(Blas *h, int ta, int tb, int m, int n, int k, const doubl
                        const double *A, int lda, const double *B, int ldb, const double *beta,
                        double *C, int ldc) {
   Gemm g = {"cublasDgemm", ta, tb, m, n, k, A, B, C, lda, ldb, ldc, 0, 0, 0, 1,
-            CUDA_R_64F, CUDA_R_64F, CUDA_R_64F, true, false, false};
+            CUDA_R_64F, CUDA_R_64F, CUDA_R_64F, true, false, false,
+            NULL, NULL, NULL};
   return gemm_call(h, &g, alpha, beta);
 }
 API int cublasSgemmStridedBatched(Blas *h, int ta, int tb, int m, int n, int k,
@@ -368,7 +386,17 @@ API int cublasSgemmStridedBatched(Blas *h, int ta, int tb, int m, int n, int k,
                                   const float *B, int ldb, long long sb, const float *beta,
                                   float *C, int ldc, long long sc, int batch) {
   Gemm g = {"cublasSgemmStridedBatched", ta, tb, m, n, k, A, B, C, lda, ldb, ldc, sa, sb, sc,
-            batch, CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, false, false, false};
+            batch, CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, false, false, false,
+            NULL, NULL, NULL};
+  g.tf32 = valid_blas(h) && h->math == CUBLAS_TF32_TENSOR_OP_MATH;
+  return gemm_call(h, &g, alpha, beta);
+}
+API int cublasSgemmBatched(Blas *h, int ta, int tb, int m, int n, int k, const float *alpha,
+                          const float *const A[], int lda, const float *const B[], int ldb,
+                          const float *beta, float *const C[], int ldc, int batch) {
+  Gemm g = {"cublasSgemmBatched", ta, tb, m, n, k, NULL, NULL, NULL, lda, ldb, ldc, 0, 0, 0,
+            batch, CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, false, false, false,
+            (const void *const *)A, (const void *const *)B, (const void *const *)C};
   g.tf32 = valid_blas(h) && h->math == CUBLAS_TF32_TENSOR_OP_MATH;
   return gemm_call(h, &g, alpha, beta);
 }
@@ -377,7 +405,8 @@ API int cublasDgemmStridedBatched(Blas *h, int ta, int tb, int m, int n, int k,
                                   const double *B, int ldb, long long sb, const double *beta,
                                   double *C, int ldc, long long sc, int batch) {
   Gemm g = {"cublasDgemmStridedBatched", ta, tb, m, n, k, A, B, C, lda, ldb, ldc, sa, sb, sc,
-            batch, CUDA_R_64F, CUDA_R_64F, CUDA_R_64F, true, false, false};
+            batch, CUDA_R_64F, CUDA_R_64F, CUDA_R_64F, true, false, false,
+            NULL, NULL, NULL};
   return gemm_call(h, &g, alpha, beta);
 }
 
@@ -413,7 +442,7 @@ API int cublasGemmEx(Blas *h, int ta, int tb, int m, int n, int k, const void *a
                      const void *beta, void *C, int ctype, int ldc, int compute, int algo) {
   (void)algo;
   Gemm g = {"cublasGemmEx", ta, tb, m, n, k, A, B, C, lda, ldb, ldc, 0, 0, 0, 1,
-            atype, btype, ctype, false, false, false};
+            atype, btype, ctype, false, false, false, NULL, NULL, NULL};
   int rc = gemm_ex_setup(h, &g, compute);
   return rc ? rc : gemm_call(h, &g, alpha, beta);
 }
@@ -424,7 +453,7 @@ API int cublasGemmStridedBatchedEx(Blas *h, int ta, int tb, int m, int n, int k,
                                    int batch, int compute, int algo) {
   (void)algo;
   Gemm g = {"cublasGemmStridedBatchedEx", ta, tb, m, n, k, A, B, C, lda, ldb, ldc, sa, sb, sc,
-            batch, atype, btype, ctype, false, false, false};
+            batch, atype, btype, ctype, false, false, false, NULL, NULL, NULL};
   int rc = gemm_ex_setup(h, &g, compute);
   return rc ? rc : gemm_call(h, &g, alpha, beta);
 }
