@@ -235,3 +235,10 @@ add_test(NAME gpu_emu/libsearch
 add_test(NAME gpu_emu/run_rehearsal
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/run_rehearsal.py --build ${CMAKE_BINARY_DIR})
 set_tests_properties(gpu_emu/run_rehearsal PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV}" TIMEOUT 600)
+# Device operations per step (tests/gpu/opcount.py): the MLP step and the
+# encoder layer of bench/gpu/nn_bench.sflow counted by the emulator
+# (SFLOW_EMU_COUNT), each within 1.5 x PyTorch's (tests/gpu/torch_opcounts.json).
+add_test(NAME gpu_emu/opcount
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/opcount.py
+          --sflowc $<TARGET_FILE:sflowc>)
+set_tests_properties(gpu_emu/opcount PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV}" TIMEOUT 600)
