@@ -244,6 +244,14 @@ void sf__sgemm_dev_ptrs(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float
  * (a host table for sf__sgemm_dev_ptrs, uploaded by the caller). */
 void sf__gemm_ptr_table(uint64_t *out, uint64_t base, int64_t outer, int64_t so, int64_t inner,
                         int64_t si);
+/* C = op(A) op(B) + bias (bias: n floats, one per column of the row-major
+ * m×n C), f32, as one cublasLtMatmul with the BIAS epilogue (its C and D
+ * the same buffer, beta 0).  False, having queued nothing, where cuBLASLt
+ * is absent (SFLOW_CUBLASLT=off, or a cuBLAS without it) or refuses the
+ * shape: the caller then adds the bias itself. */
+bool sf__sgemm_dev_bias(bool ta, bool tb, int64_t m, int64_t n, int64_t k, uint64_t a,
+                        int64_t lda, uint64_t b, int64_t ldb, uint64_t bias, uint64_t c,
+                        int64_t ldc, const sf_loc *loc);
 /* The same with A and B in bfloat16 (device buffers of uint16, converted
  * by the caller), f32 accumulation (CUBLAS_COMPUTE_32F) and an f32 C:
  * cublasGemmStridedBatchedEx (cublasGemmEx for batch 1). */

@@ -789,13 +789,22 @@ sf_tensor *sf__gpu_linear(sf_tensor *x, sf_tensor *w, sf_tensor *b, const sf_loc
   sf_tensor *y = sf__t_dempty(x->ndim, shape, loc);
   int64_t out = w->shape[0], rows = out ? y->numel / out : 0;
   sf_tensor *bc = sf__gpu_contig(b);
-  if (y->numel) {
+  bool bf16 = sf__autocast, fused = false;
+  int64_t in = w->shape[1];
+  if (!bf16 && y->numel && in) { /* one cuBLASLt call with the bias epilogue */
+    sf_tensor *xc = sf__gpu_contig(x), *wc = sf__gpu_contig(w);
+    fused = sf__sgemm_dev_bias(false, true, rows, out, in, dp(xc, loc), in, dp(wc, loc), in,
+                               dp(bc, loc), dp(y, loc), out, loc);
+    sf_release(xc);
+    sf_release(wc);
+  }
+  if (!fused && y->numel) {
     uint64_t py = dp(y, loc), pb = dp(bc, loc);
     void *args[] = {&py, &pb, &rows, &out};
     launch_n("sf_nn_bias_rows", y->numel, args, loc);
   }
-  bool bf16 = sf__autocast;
-  linear_product(y, x, w, 1.0f, bf16, loc);
+  if (!fused)
+    linear_product(y, x, w, 1.0f, bf16, loc);
   sf__t_dwrote(y);
   sf_release(bc);
   sf__node *n = sf__record3("linear", y, bw_linear, x, w, b);

@@ -187,6 +187,7 @@ typedef struct {
   /* cublasSgemmBatched: device arrays of each product's A, B, C (read when
    * the product runs); NULL for the strided forms */
   const void *const *Ap, *const *Bp, *const *Cp;
+  const float *bias; /* cublasLtMatmul's BIAS epilogue: one value per row of C */
 } Gemm;
 
 /* Product b's A (0), B (1) or C (2): from the pointer arrays, else at its
@@ -232,6 +233,8 @@ static int gemm_run(const Blas *h, const Gemm *g, const void *alpha, const void 
   if (g->Ap && (!blas_mem(h, g->fn, "A's pointer array", g->Ap, (size_t)g->batch * 8) ||
                 !blas_mem(h, g->fn, "B's pointer array", g->Bp, (size_t)g->batch * 8) ||
                 !blas_mem(h, g->fn, "C's pointer array", g->Cp, (size_t)g->batch * 8)))
+    return CUBLAS_STATUS_EXECUTION_FAILED;
+  if (g->bias && !blas_mem(h, g->fn, "the bias", g->bias, (size_t)g->m * 4))
     return CUBLAS_STATUS_EXECUTION_FAILED;
   for (int b = 0; b < g->batch; b++) {
     const char *A = operand(g, 0, b), *B = operand(g, 1, b);
@@ -307,6 +310,8 @@ static int gemm_run(const Blas *h, const Gemm *g, const void *alpha, const void 
         size_t ci = i + (size_t)j * g->ldc;
         float old = be == 0.0f ? 0.0f : load_f(C, g->ctype, ci);
         float v = be == 0.0f ? al * acc[i] : al * acc[i] + be * old;
+        if (g->bias)
+          v += g->bias[i];
         if (g->ctype == CUDA_R_32F)
           ((float *)C)[ci] = v;
         else
@@ -369,7 +374,7 @@ API int cublasSgemm_v2(Blas *h, int ta, int tb, int m, int n, int k, const float
                        float *C, int ldc) {
   Gemm g = {"cublasSgemm", ta, tb, m, n, k, A, B, C, lda, ldb, ldc, 0, 0, 0, 1,
             CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, false, false, false,
-            NULL, NULL, NULL};
+            NULL, NULL, NULL, NULL};
   g.tf32 = valid_blas(h) && h->math == CUBLAS_TF32_TENSOR_OP_MATH;
   return gemm_call(h, &g, alpha, beta);
 }
@@ -378,7 +383,7 @@ API int cublasDgemm_v2(Blas *h, int ta, int tb, int m, int n, int k, const doubl
                        double *C, int ldc) {
   Gemm g = {"cublasDgemm", ta, tb, m, n, k, A, B, C, lda, ldb, ldc, 0, 0, 0, 1,
             CUDA_R_64F, CUDA_R_64F, CUDA_R_64F, true, false, false,
-            NULL, NULL, NULL};
+            NULL, NULL, NULL, NULL};
   return gemm_call(h, &g, alpha, beta);
 }
 API int cublasSgemmStridedBatched(Blas *h, int ta, int tb, int m, int n, int k,
@@ -387,7 +392,7 @@ API int cublasSgemmStridedBatched(Blas *h, int ta, int tb, int m, int n, int k,
                                   float *C, int ldc, long long sc, int batch) {
   Gemm g = {"cublasSgemmStridedBatched", ta, tb, m, n, k, A, B, C, lda, ldb, ldc, sa, sb, sc,
             batch, CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, false, false, false,
-            NULL, NULL, NULL};
+            NULL, NULL, NULL, NULL};
   g.tf32 = valid_blas(h) && h->math == CUBLAS_TF32_TENSOR_OP_MATH;
   return gemm_call(h, &g, alpha, beta);
 }
@@ -396,7 +401,7 @@ API int cublasSgemmBatched(Blas *h, int ta, int tb, int m, int n, int k, const f
                           const float *beta, float *const C[], int ldc, int batch) {
   Gemm g = {"cublasSgemmBatched", ta, tb, m, n, k, NULL, NULL, NULL, lda, ldb, ldc, 0, 0, 0,
             batch, CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, false, false, false,
-            (const void *const *)A, (const void *const *)B, (const void *const *)C};
+            (const void *const *)A, (const void *const *)B, (const void *const *)C, NULL};
   g.tf32 = valid_blas(h) && h->math == CUBLAS_TF32_TENSOR_OP_MATH;
   return gemm_call(h, &g, alpha, beta);
 }
@@ -406,7 +411,7 @@ API int cublasDgemmStridedBatched(Blas *h, int ta, int tb, int m, int n, int k,
                                   double *C, int ldc, long long sc, int batch) {
   Gemm g = {"cublasDgemmStridedBatched", ta, tb, m, n, k, A, B, C, lda, ldb, ldc, sa, sb, sc,
             batch, CUDA_R_64F, CUDA_R_64F, CUDA_R_64F, true, false, false,
-            NULL, NULL, NULL};
+            NULL, NULL, NULL, NULL};
   return gemm_call(h, &g, alpha, beta);
 }
 
@@ -442,7 +447,7 @@ API int cublasGemmEx(Blas *h, int ta, int tb, int m, int n, int k, const void *a
                      const void *beta, void *C, int ctype, int ldc, int compute, int algo) {
   (void)algo;
   Gemm g = {"cublasGemmEx", ta, tb, m, n, k, A, B, C, lda, ldb, ldc, 0, 0, 0, 1,
-            atype, btype, ctype, false, false, false, NULL, NULL, NULL};
+            atype, btype, ctype, false, false, false, NULL, NULL, NULL, NULL};
   int rc = gemm_ex_setup(h, &g, compute);
   return rc ? rc : gemm_call(h, &g, alpha, beta);
 }
@@ -453,8 +458,123 @@ API int cublasGemmStridedBatchedEx(Blas *h, int ta, int tb, int m, int n, int k,
                                    int batch, int compute, int algo) {
   (void)algo;
   Gemm g = {"cublasGemmStridedBatchedEx", ta, tb, m, n, k, A, B, C, lda, ldb, ldc, sa, sb, sc,
-            batch, atype, btype, ctype, false, false, false, NULL, NULL, NULL};
+            batch, atype, btype, ctype, false, false, false, NULL, NULL, NULL, NULL};
   int rc = gemm_ex_setup(h, &g, compute);
   return rc ? rc : gemm_call(h, &g, alpha, beta);
 }
 
+
+/* ============================================================== cuBLASLt
+ *
+ * The part of cuBLASLt the runtime uses (blas.c's sf__sgemm_dev_bias):
+ * column-major f32 layouts, the DEFAULT and BIAS epilogues, C and D the
+ * same matrix, the algorithm chosen by the library (algo NULL).  Anything
+ * else is refused loudly with CUBLAS_STATUS_NOT_SUPPORTED, so the runtime
+ * falls back to its two-step path and a test sees why. */
+enum { LT_DESC_MAGIC = 0x4c544453, LT_LAYOUT_MAGIC = 0x4c544c59 };
+typedef struct {
+  uint32_t magic;
+  int compute, scale, ta, tb;
+  uint32_t epilogue;
+  const float *bias;
+} LtDesc;
+typedef struct {
+  uint32_t magic;
+  int type;
+  uint64_t rows, cols;
+  int64_t ld;
+} LtLayout;
+
+API int cublasLtCreate(Blas **out) { return cublasCreate_v2(out); }
+API int cublasLtDestroy(Blas *h) { return cublasDestroy_v2(h); }
+API int cublasLtMatmulDescCreate(LtDesc **out, int compute, int scale) {
+  LtDesc *d = calloc(1, sizeof *d);
+  if (!d)
+    return CUBLAS_STATUS_ALLOC_FAILED;
+  *d = (LtDesc){LT_DESC_MAGIC, compute, scale, 0, 0, 1, NULL};
+  *out = d;
+  return CUBLAS_STATUS_SUCCESS;
+}
+API int cublasLtMatmulDescDestroy(LtDesc *d) {
+  if (!d || d->magic != LT_DESC_MAGIC)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  d->magic = 0;
+  free(d);
+  return CUBLAS_STATUS_SUCCESS;
+}
+API int cublasLtMatmulDescSetAttribute(LtDesc *d, int attr, const void *buf, size_t n) {
+  if (!d || d->magic != LT_DESC_MAGIC || !buf)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  if ((attr == 3 || attr == 4) && n == 4)
+    memcpy(attr == 3 ? &d->ta : &d->tb, buf, 4);
+  else if (attr == 7 && n == 4)
+    memcpy(&d->epilogue, buf, 4);
+  else if (attr == 8 && n == sizeof(void *))
+    memcpy(&d->bias, buf, sizeof(void *));
+  else {
+    say("cublasLtMatmulDescSetAttribute: attribute %d (%zu bytes) is not supported by the "
+        "emulator", attr, n);
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+API int cublasLtMatrixLayoutCreate(LtLayout **out, int type, uint64_t rows, uint64_t cols,
+                                   int64_t ld) {
+  LtLayout *l = calloc(1, sizeof *l);
+  if (!l)
+    return CUBLAS_STATUS_ALLOC_FAILED;
+  *l = (LtLayout){LT_LAYOUT_MAGIC, type, rows, cols, ld};
+  *out = l;
+  return CUBLAS_STATUS_SUCCESS;
+}
+API int cublasLtMatrixLayoutDestroy(LtLayout *l) {
+  if (!l || l->magic != LT_LAYOUT_MAGIC)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  l->magic = 0;
+  free(l);
+  return CUBLAS_STATUS_SUCCESS;
+}
+API int cublasLtMatmul(Blas *h, LtDesc *d, const void *alpha, const void *A, LtLayout *la,
+                       const void *B, LtLayout *lb, const void *beta, const void *C, LtLayout *lc,
+                       void *D, LtLayout *ld, const void *algo, void *ws, size_t wsn,
+                       void *stream) {
+  (void)ws, (void)wsn;
+  const char *fn = "cublasLtMatmul";
+  if (!valid_blas(h))
+    return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (!d || d->magic != LT_DESC_MAGIC || !la || la->magic != LT_LAYOUT_MAGIC || !lb ||
+      lb->magic != LT_LAYOUT_MAGIC || !lc || lc->magic != LT_LAYOUT_MAGIC || !ld ||
+      ld->magic != LT_LAYOUT_MAGIC)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  bool tf32 = d->compute == CUBLAS_COMPUTE_32F_FAST_TF32;
+  if ((d->compute != CUBLAS_COMPUTE_32F && !tf32) || d->scale != CUDA_R_32F ||
+      la->type != CUDA_R_32F || lb->type != CUDA_R_32F || lc->type != CUDA_R_32F ||
+      ld->type != CUDA_R_32F || (d->epilogue != 1 && d->epilogue != 4) || algo ||
+      C != D || lc->rows != ld->rows || lc->cols != ld->cols || lc->ld != ld->ld) {
+    say("%s: only f32 column-major products with the DEFAULT or BIAS epilogue, C == D and "
+        "algo NULL are emulated (compute %d, epilogue %u)", fn, d->compute, d->epilogue);
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  if (d->epilogue == 4 && !d->bias) {
+    say("%s: the BIAS epilogue without a bias pointer", fn);
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  uint64_t m = ld->rows, n = ld->cols, k = d->ta ? la->rows : la->cols;
+  uint64_t am = d->ta ? la->cols : la->rows, bk = d->tb ? lb->cols : lb->rows,
+           bn = d->tb ? lb->rows : lb->cols;
+  if (am != m || bk != k || bn != n || m > INT32_MAX || n > INT32_MAX || k > INT32_MAX) {
+    say("%s: the layouts do not make a product (A %llux%llu, B %llux%llu, D %llux%llu)", fn,
+        (unsigned long long)la->rows, (unsigned long long)la->cols,
+        (unsigned long long)lb->rows, (unsigned long long)lb->cols, (unsigned long long)m,
+        (unsigned long long)n);
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  Gemm g = {fn, d->ta, d->tb, (int)m, (int)n, (int)k, A, B, D, la->ld, lb->ld, ld->ld, 0, 0, 0, 1,
+            CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, false, tf32, false, NULL, NULL, NULL,
+            d->epilogue == 4 ? d->bias : NULL};
+  void *saved = h->stream;
+  h->stream = stream; /* the call's stream (a handle's calls run one at a time) */
+  int rc = gemm_call(h, &g, alpha, beta);
+  h->stream = saved;
+  return rc;
+}
