@@ -666,7 +666,7 @@ void sf__gemm_ptr_table(uint64_t *out, uint64_t base, int64_t outer, int64_t so,
 
 /* cublasLt.h's ABI values. */
 enum { LT_TRANSA = 3, LT_TRANSB = 4, LT_EPILOGUE = 7, LT_BIAS_POINTER = 8, LT_EPILOGUE_BIAS = 4,
-       LT_COMPUTE_32F_FAST_TF32 = 77 };
+       LT_EPILOGUE_BGRADB = 512, LT_COMPUTE_32F_FAST_TF32 = 77 };
 typedef void *lt_handle, *lt_desc, *lt_layout;
 static struct {
   pthread_once_t once;
@@ -707,9 +707,11 @@ static void lt_syms(void) {
   LT.ok = true;
 }
 
-bool sf__sgemm_dev_bias(bool ta, bool tb, int64_t m, int64_t n, int64_t k, uint64_t a,
-                        int64_t lda, uint64_t b, int64_t ldb, uint64_t bias, uint64_t c,
-                        int64_t ldc, const sf_loc *loc) {
+/* One cublasLtMatmul, row-major C = op(A) op(B) with epilogue epi over the
+ * vector vec (below); false when cuBLASLt is absent or refuses. */
+static bool lt_matmul(bool ta, bool tb, int64_t m, int64_t n, int64_t k, uint64_t a, int64_t lda,
+                      uint64_t b, int64_t ldb, uint64_t vec, uint32_t epi, uint64_t c,
+                      int64_t ldc, const sf_loc *loc) {
   if (m <= 0 || n <= 0 || k <= 0 || m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
     return false;
   nn_handle(loc); /* cuBLAS loaded, or the usual error */
@@ -726,11 +728,11 @@ bool sf__sgemm_dev_bias(bool ta, bool tb, int64_t m, int64_t n, int64_t k, uint6
     return false;
   const char *tf = getenv("SFLOW_ALLOW_TF32");
   int compute = tf && *tf && strcmp(tf, "0") ? LT_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  /* Column-major as above: D (n×m) = op(B)ᵀ op(A)ᵀ + bias, the bias a
-   * vector over D's n rows (row-major C's columns). */
+  /* Column-major as above: D (n×m) = op(B)ᵀ op(A)ᵀ, so cuBLASLt's A is
+   * our B and its B our A: BIAS adds a vector over D's n rows (row-major
+   * C's columns); BGRADB sums cuBLASLt's op(B) over k, our op(A)'s rows. */
   int32_t opa = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-  uint32_t epi = LT_EPILOGUE_BIAS;
-  const void *bp = (const void *)(uintptr_t)bias;
+  const void *bp = (const void *)(uintptr_t)vec;
   lt_desc d = NULL;
   lt_layout la = NULL, lb = NULL, lc = NULL;
   int rc = LT.desc_create(&d, compute, CUDA_R_32F);
@@ -759,6 +761,18 @@ bool sf__sgemm_dev_bias(bool ta, bool tb, int64_t m, int64_t n, int64_t k, uint6
     return false; /* not this shape or version: the caller's two-step path */
   SF__GPU_STAT_ADD(gpu_matmuls, 1);
   return true;
+}
+
+bool sf__sgemm_dev_bias(bool ta, bool tb, int64_t m, int64_t n, int64_t k, uint64_t a,
+                        int64_t lda, uint64_t b, int64_t ldb, uint64_t bias, uint64_t c,
+                        int64_t ldc, const sf_loc *loc) {
+  return lt_matmul(ta, tb, m, n, k, a, lda, b, ldb, bias, LT_EPILOGUE_BIAS, c, ldc, loc);
+}
+
+bool sf__sgemm_dev_bgrad(bool ta, bool tb, int64_t m, int64_t n, int64_t k, uint64_t a,
+                         int64_t lda, uint64_t b, int64_t ldb, uint64_t sums, uint64_t c,
+                         int64_t ldc, const sf_loc *loc) {
+  return lt_matmul(ta, tb, m, n, k, a, lda, b, ldb, sums, LT_EPILOGUE_BGRADB, c, ldc, loc);
 }
 
 void sf__gemm_dev_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,

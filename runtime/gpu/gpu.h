@@ -252,6 +252,13 @@ void sf__gemm_ptr_table(uint64_t *out, uint64_t base, int64_t outer, int64_t so,
 bool sf__sgemm_dev_bias(bool ta, bool tb, int64_t m, int64_t n, int64_t k, uint64_t a,
                         int64_t lda, uint64_t b, int64_t ldb, uint64_t bias, uint64_t c,
                         int64_t ldc, const sf_loc *loc);
+/* C = op(A) op(B) with the row sums of op(A) (m floats: Σ_p op(A)[i][p])
+ * into sums, one cublasLtMatmul with the BGRADB epilogue: Linear's weight
+ * gradient gᵀ x and its bias gradient (g's column sums) in one call.
+ * False, having queued nothing, as sf__sgemm_dev_bias. */
+bool sf__sgemm_dev_bgrad(bool ta, bool tb, int64_t m, int64_t n, int64_t k, uint64_t a,
+                         int64_t lda, uint64_t b, int64_t ldb, uint64_t sums, uint64_t c,
+                         int64_t ldc, const sf_loc *loc);
 /* The same with A and B in bfloat16 (device buffers of uint16, converted
  * by the caller), f32 accumulation (CUBLAS_COMPUTE_32F) and an f32 C:
  * cublasGemmStridedBatchedEx (cublasGemmEx for batch 1). */

@@ -712,8 +712,10 @@ sf_tensor *sf__gpu_matmul(sf_tensor *a, sf_tensor *b, int32_t nd, const int64_t 
   return c;
 }
 
-/* Linear's products over x (rows, in) and w (out, in), both contiguous. */
-static void bw_matmul_nt(sf__node *n, sf_tensor *g) {
+/* Linear's products over x (rows, in) and w (out, in), both contiguous;
+ * with bias (Linear's, needing its gradient) the bias gradient too, in the
+ * weight gradient's cuBLASLt call where it can be (else reduce_to). */
+static void bw_products(sf__node *n, sf_tensor *g, sf_tensor *bias) {
   bw_enter(g);
   sf_tensor *x = n->in[0], *w = n->in[1];
   bool bf16 = n->i0 != 0;
@@ -731,15 +733,33 @@ static void bw_matmul_nt(sf__node *n, sf_tensor *g) {
   }
   if (w->req) {
     sf_tensor *xc = sf__gpu_contig(x);
-    sf_tensor *gw = sf__t_dempty(2, w->shape, NULL);
-    gemm(bf16, true, false, out, in, rows, pg, out, 0, rows * out, dp(xc, NULL), in, 0,
-         rows * in, 0.0f, dp(gw, NULL), in, 0, 1, NULL);
+    sf_tensor *gw = sf__t_dempty(2, w->shape, NULL), *gb = NULL;
+    if (bias && !bf16 && rows > 0 && in > 0) {
+      gb = sf__t_dempty(bias->ndim, bias->shape, NULL);
+      if (!sf__sgemm_dev_bgrad(true, false, out, in, rows, pg, out, dp(xc, NULL), in,
+                               dp(gb, NULL), dp(gw, NULL), in, NULL)) {
+        sf_release(gb);
+        gb = NULL;
+      }
+    }
+    if (!gb)
+      gemm(bf16, true, false, out, in, rows, pg, out, 0, rows * out, dp(xc, NULL), in, 0,
+           rows * in, 0.0f, dp(gw, NULL), in, 0, 1, NULL);
     sf__t_dwrote(gw);
     sf_release(xc);
     sf__grad_add(w, gw);
+    if (gb) {
+      sf__t_dwrote(gb);
+      sf__grad_add(bias, gb);
+      bias = NULL;
+    }
   }
   sf_release(gc);
+  if (bias)
+    sf__grad_add(bias, sf__t_reduce_to(g, 1, bias->shape));
 }
+
+static void bw_matmul_nt(sf__node *n, sf_tensor *g) { bw_products(n, g, NULL); }
 
 /* y (..., out) = x wᵀ (+ the bias rows already in y when beta is 1). */
 static void linear_product(sf_tensor *y, sf_tensor *x, sf_tensor *w, float beta, bool bf16,
@@ -777,10 +797,8 @@ sf_tensor *sf__gpu_matmul_nt(sf_tensor *x, sf_tensor *w, const sf_loc *loc) {
 }
 
 static void bw_linear(sf__node *n, sf_tensor *g) {
-  bw_matmul_nt(n, g);
   sf_tensor *b = n->in[2];
-  if (b->req)
-    sf__grad_add(b, sf__t_reduce_to(g, 1, b->shape));
+  bw_products(n, g, b->req ? b : NULL);
 }
 
 sf_tensor *sf__gpu_linear(sf_tensor *x, sf_tensor *w, sf_tensor *b, const sf_loc *loc) {

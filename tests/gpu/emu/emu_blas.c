@@ -188,6 +188,7 @@ typedef struct {
    * the product runs); NULL for the strided forms */
   const void *const *Ap, *const *Bp, *const *Cp;
   const float *bias; /* cublasLtMatmul's BIAS epilogue: one value per row of C */
+  float *bgrad;      /* its BGRADB epilogue: Σ_p op(B)[p][j] for each column j of C */
 } Gemm;
 
 /* Product b's A (0), B (1) or C (2): from the pointer arrays, else at its
@@ -234,7 +235,8 @@ static int gemm_run(const Blas *h, const Gemm *g, const void *alpha, const void 
                 !blas_mem(h, g->fn, "B's pointer array", g->Bp, (size_t)g->batch * 8) ||
                 !blas_mem(h, g->fn, "C's pointer array", g->Cp, (size_t)g->batch * 8)))
     return CUBLAS_STATUS_EXECUTION_FAILED;
-  if (g->bias && !blas_mem(h, g->fn, "the bias", g->bias, (size_t)g->m * 4))
+  if ((g->bias && !blas_mem(h, g->fn, "the bias", g->bias, (size_t)g->m * 4)) ||
+      (g->bgrad && !blas_mem(h, g->fn, "the bias gradient", g->bgrad, (size_t)g->n * 4)))
     return CUBLAS_STATUS_EXECUTION_FAILED;
   for (int b = 0; b < g->batch; b++) {
     const char *A = operand(g, 0, b), *B = operand(g, 1, b);
@@ -290,6 +292,12 @@ static int gemm_run(const Blas *h, const Gemm *g, const void *alpha, const void 
         a[(size_t)p * m + i] = v;
       }
     for (int j = 0; j < n; j++) {
+      if (g->bgrad) { /* over B's own values, in order */
+        float s = 0.0f;
+        for (int p = 0; p < k; p++)
+          s += load_f(B, g->btype, g->tb ? j + (size_t)p * g->ldb : p + (size_t)j * g->ldb);
+        g->bgrad[j] = s;
+      }
       for (int p = 0; p < k; p++) {
         float v = load_f(B, g->btype, g->tb ? j + (size_t)p * g->ldb : p + (size_t)j * g->ldb);
         if (g->tf32)
@@ -374,7 +382,7 @@ API int cublasSgemm_v2(Blas *h, int ta, int tb, int m, int n, int k, const float
                        float *C, int ldc) {
   Gemm g = {"cublasSgemm", ta, tb, m, n, k, A, B, C, lda, ldb, ldc, 0, 0, 0, 1,
             CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, false, false, false,
-            NULL, NULL, NULL, NULL};
+            NULL, NULL, NULL, NULL, NULL};
   g.tf32 = valid_blas(h) && h->math == CUBLAS_TF32_TENSOR_OP_MATH;
   return gemm_call(h, &g, alpha, beta);
 }
@@ -383,7 +391,7 @@ API int cublasDgemm_v2(Blas *h, int ta, int tb, int m, int n, int k, const doubl
                        double *C, int ldc) {
   Gemm g = {"cublasDgemm", ta, tb, m, n, k, A, B, C, lda, ldb, ldc, 0, 0, 0, 1,
             CUDA_R_64F, CUDA_R_64F, CUDA_R_64F, true, false, false,
-            NULL, NULL, NULL, NULL};
+            NULL, NULL, NULL, NULL, NULL};
   return gemm_call(h, &g, alpha, beta);
 }
 API int cublasSgemmStridedBatched(Blas *h, int ta, int tb, int m, int n, int k,
@@ -392,7 +400,7 @@ API int cublasSgemmStridedBatched(Blas *h, int ta, int tb, int m, int n, int k,
                                   float *C, int ldc, long long sc, int batch) {
   Gemm g = {"cublasSgemmStridedBatched", ta, tb, m, n, k, A, B, C, lda, ldb, ldc, sa, sb, sc,
             batch, CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, false, false, false,
-            NULL, NULL, NULL, NULL};
+            NULL, NULL, NULL, NULL, NULL};
   g.tf32 = valid_blas(h) && h->math == CUBLAS_TF32_TENSOR_OP_MATH;
   return gemm_call(h, &g, alpha, beta);
 }
@@ -401,7 +409,7 @@ API int cublasSgemmBatched(Blas *h, int ta, int tb, int m, int n, int k, const f
                           const float *beta, float *const C[], int ldc, int batch) {
   Gemm g = {"cublasSgemmBatched", ta, tb, m, n, k, NULL, NULL, NULL, lda, ldb, ldc, 0, 0, 0,
             batch, CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, false, false, false,
-            (const void *const *)A, (const void *const *)B, (const void *const *)C, NULL};
+            (const void *const *)A, (const void *const *)B, (const void *const *)C, NULL, NULL};
   g.tf32 = valid_blas(h) && h->math == CUBLAS_TF32_TENSOR_OP_MATH;
   return gemm_call(h, &g, alpha, beta);
 }
@@ -411,7 +419,7 @@ API int cublasDgemmStridedBatched(Blas *h, int ta, int tb, int m, int n, int k,
                                   double *C, int ldc, long long sc, int batch) {
   Gemm g = {"cublasDgemmStridedBatched", ta, tb, m, n, k, A, B, C, lda, ldb, ldc, sa, sb, sc,
             batch, CUDA_R_64F, CUDA_R_64F, CUDA_R_64F, true, false, false,
-            NULL, NULL, NULL, NULL};
+            NULL, NULL, NULL, NULL, NULL};
   return gemm_call(h, &g, alpha, beta);
 }
 
@@ -447,7 +455,7 @@ API int cublasGemmEx(Blas *h, int ta, int tb, int m, int n, int k, const void *a
                      const void *beta, void *C, int ctype, int ldc, int compute, int algo) {
   (void)algo;
   Gemm g = {"cublasGemmEx", ta, tb, m, n, k, A, B, C, lda, ldb, ldc, 0, 0, 0, 1,
-            atype, btype, ctype, false, false, false, NULL, NULL, NULL, NULL};
+            atype, btype, ctype, false, false, false, NULL, NULL, NULL, NULL, NULL};
   int rc = gemm_ex_setup(h, &g, compute);
   return rc ? rc : gemm_call(h, &g, alpha, beta);
 }
@@ -458,7 +466,7 @@ API int cublasGemmStridedBatchedEx(Blas *h, int ta, int tb, int m, int n, int k,
                                    int batch, int compute, int algo) {
   (void)algo;
   Gemm g = {"cublasGemmStridedBatchedEx", ta, tb, m, n, k, A, B, C, lda, ldb, ldc, sa, sb, sc,
-            batch, atype, btype, ctype, false, false, false, NULL, NULL, NULL, NULL};
+            batch, atype, btype, ctype, false, false, false, NULL, NULL, NULL, NULL, NULL};
   int rc = gemm_ex_setup(h, &g, compute);
   return rc ? rc : gemm_call(h, &g, alpha, beta);
 }
@@ -467,7 +475,7 @@ API int cublasGemmStridedBatchedEx(Blas *h, int ta, int tb, int m, int n, int k,
 /* ============================================================== cuBLASLt
  *
  * The part of cuBLASLt the runtime uses (blas.c's sf__sgemm_dev_bias):
- * column-major f32 layouts, the DEFAULT and BIAS epilogues, C and D the
+ * column-major f32 layouts, the DEFAULT, BIAS and BGRADB epilogues, C and D the
  * same matrix, the algorithm chosen by the library (algo NULL).  Anything
  * else is refused loudly with CUBLAS_STATUS_NOT_SUPPORTED, so the runtime
  * falls back to its two-step path and a test sees why. */
@@ -549,14 +557,15 @@ API int cublasLtMatmul(Blas *h, LtDesc *d, const void *alpha, const void *A, LtL
   bool tf32 = d->compute == CUBLAS_COMPUTE_32F_FAST_TF32;
   if ((d->compute != CUBLAS_COMPUTE_32F && !tf32) || d->scale != CUDA_R_32F ||
       la->type != CUDA_R_32F || lb->type != CUDA_R_32F || lc->type != CUDA_R_32F ||
-      ld->type != CUDA_R_32F || (d->epilogue != 1 && d->epilogue != 4) || algo ||
+      ld->type != CUDA_R_32F || (d->epilogue != 1 && d->epilogue != 4 && d->epilogue != 512) ||
+      algo ||
       C != D || lc->rows != ld->rows || lc->cols != ld->cols || lc->ld != ld->ld) {
-    say("%s: only f32 column-major products with the DEFAULT or BIAS epilogue, C == D and "
-        "algo NULL are emulated (compute %d, epilogue %u)", fn, d->compute, d->epilogue);
+    say("%s: only f32 column-major products with the DEFAULT, BIAS or BGRADB epilogue, "
+        "C == D and algo NULL are emulated (compute %d, epilogue %u)", fn, d->compute, d->epilogue);
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
-  if (d->epilogue == 4 && !d->bias) {
-    say("%s: the BIAS epilogue without a bias pointer", fn);
+  if (d->epilogue != 1 && !d->bias) {
+    say("%s: the %s epilogue without a bias pointer", fn, d->epilogue == 4 ? "BIAS" : "BGRADB");
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   uint64_t m = ld->rows, n = ld->cols, k = d->ta ? la->rows : la->cols;
@@ -571,7 +580,7 @@ API int cublasLtMatmul(Blas *h, LtDesc *d, const void *alpha, const void *A, LtL
   }
   Gemm g = {fn, d->ta, d->tb, (int)m, (int)n, (int)k, A, B, D, la->ld, lb->ld, ld->ld, 0, 0, 0, 1,
             CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, false, tf32, false, NULL, NULL, NULL,
-            d->epilogue == 4 ? d->bias : NULL};
+            d->epilogue == 4 ? d->bias : NULL, d->epilogue == 512 ? (float *)d->bias : NULL};
   void *saved = h->stream;
   h->stream = stream; /* the call's stream (a handle's calls run one at a time) */
   int rc = gemm_call(h, &g, alpha, beta);

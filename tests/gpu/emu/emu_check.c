@@ -619,6 +619,22 @@ static void check_cublas(void) {
       for (int i = 0; i < M; i++)
         ok &= Cl[i + j * M] == Rb[i + j * M] + bias[i];
     CHECK(ok, "cublasLtMatmul BIAS: the product plus bias[row], one rounding each");
+    /* BGRADB: the same product, and B's sums over k (one per column) into the vector */
+    uint32_t bgradb = 512;
+    cublasLtMatmulDescSetAttribute(desc, 7, &bgradb, 4);
+    CHECK(cublasLtMatmul(lh, desc, &f1, (void *)dA, la, (void *)dB, lb, &zero, (void *)dcl, lc,
+                         (void *)dcl, lc, NULL, NULL, 0, NULL) == 0, "cublasLtMatmul BGRADB");
+    float sums[N], Cg[M * N];
+    cuMemcpyDtoH(sums, dbias, N * 4);
+    cuMemcpyDtoH(Cg, dcl, sizeof Cg);
+    ok = !memcmp(Cg, Rb, sizeof Cg);
+    for (int j = 0; j < N; j++) {
+      float s = 0;
+      for (int p = 0; p < K; p++)
+        s += B[j + p * LD]; /* op(B) = Bᵀ: op(B)[p][j] = B[j][p] */
+      ok &= sums[j] == s;
+    }
+    CHECK(ok, "cublasLtMatmul BGRADB: the product, and op(B) summed over k per column");
     uint32_t relu = 2;
     cublasLtMatmulDescSetAttribute(desc, 7, &relu, 4);
     CHECK(cublasLtMatmul(lh, desc, &f1, (void *)dA, la, (void *)dB, lb, &zero, (void *)dcl, lc,
