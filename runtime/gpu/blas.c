@@ -737,12 +737,15 @@ static bool lt_matmul(bool ta, bool tb, int64_t m, int64_t n, int64_t k, uint64_
   lt_layout la = NULL, lb = NULL, lc = NULL;
   int rc = LT.desc_create(&d, compute, CUDA_R_32F);
   if (rc == 0)
-    rc = LT.desc_set(d, LT_TRANSA, &opa, sizeof opa) || LT.desc_set(d, LT_TRANSB, &opb, sizeof opb) ||
+    rc = LT.desc_set(d, LT_TRANSA, &opa, sizeof opa) ||
+         LT.desc_set(d, LT_TRANSB, &opb, sizeof opb) ||
          LT.desc_set(d, LT_EPILOGUE, &epi, sizeof epi) ||
          LT.desc_set(d, LT_BIAS_POINTER, &bp, sizeof bp);
   if (rc == 0)
-    rc = LT.layout_create(&la, CUDA_R_32F, (uint64_t)(tb ? k : n), (uint64_t)(tb ? n : k), ldb) ||
-         LT.layout_create(&lb, CUDA_R_32F, (uint64_t)(ta ? m : k), (uint64_t)(ta ? k : m), lda) ||
+    rc = LT.layout_create(&la, CUDA_R_32F, (uint64_t)(tb ? k : n), (uint64_t)(tb ? n : k),
+                          ldb) ||
+         LT.layout_create(&lb, CUDA_R_32F, (uint64_t)(ta ? m : k), (uint64_t)(ta ? k : m),
+                          lda) ||
          LT.layout_create(&lc, CUDA_R_32F, (uint64_t)n, (uint64_t)m, ldc);
   const float one = 1.0f, zero = 0.0f;
   void *pc = (void *)(uintptr_t)c;

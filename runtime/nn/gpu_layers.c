@@ -557,10 +557,13 @@ static void bw_attention(sf__node *n, sf_tensor *g) {
   int64_t bt = a.t * a.d, bs = a.s * a.d, bp = a.h * ts, bh = a.b * a.h;
   uint64_t *tab = sf_alloc((size_t)(12 * bh) * sizeof *tab);
   /* o = p v: dp = g vᵀ, dv = pᵀ g; scores = q kᵀ: dq = ds k, dk = dsᵀ q */
-  heads_table(tab, 0, a, (att_opnd){pg, bt, a.dh}, (att_opnd){pv, bs, a.dh}, (att_opnd){pdp, bp, ts});
-  heads_table(tab, 1, a, (att_opnd){pp, bp, ts}, (att_opnd){pg, bt, a.dh}, (att_opnd){pdv, bs, a.dh});
-  heads_table(tab, 2, a, (att_opnd){pdp, bp, ts}, (att_opnd){pk, bs, a.dh}, (att_opnd){pdq, bt, a.dh});
-  heads_table(tab, 3, a, (att_opnd){pdp, bp, ts}, (att_opnd){pq, bt, a.dh}, (att_opnd){pdk, bs, a.dh});
+  att_opnd og = {pg, bt, a.dh}, oq = {pq, bt, a.dh}, ok = {pk, bs, a.dh}, ov = {pv, bs, a.dh},
+           op = {pp, bp, ts}, ods = {pdp, bp, ts}, odq = {pdq, bt, a.dh},
+           odk = {pdk, bs, a.dh}, odv = {pdv, bs, a.dh};
+  heads_table(tab, 0, a, og, ov, ods);
+  heads_table(tab, 1, a, op, og, odv);
+  heads_table(tab, 2, a, ods, ok, odq);
+  heads_table(tab, 3, a, ods, oq, odk);
   sf_tensor *tt = upload_words(tab, 12 * bh, NULL);
   sf_free(tab);
   uint64_t pt = dptr(tt, NULL);
@@ -596,8 +599,10 @@ static sf_tensor *attention_fused(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_a
   int64_t bt = a.t * a.d, bs = a.s * a.d, bp = a.h * ts, bh = a.b * a.h;
   uint64_t *tab = sf_alloc((size_t)(6 * bh) * sizeof *tab);
   /* scores = q kᵀ; o = p v, into the head's columns */
-  heads_table(tab, 0, a, (att_opnd){pq, bt, a.dh}, (att_opnd){pk, bs, a.dh}, (att_opnd){pp, bp, ts});
-  heads_table(tab, 1, a, (att_opnd){pp, bp, ts}, (att_opnd){pv, bs, a.dh}, (att_opnd){po, bt, a.dh});
+  att_opnd oq = {pq, bt, a.dh}, ok = {pk, bs, a.dh}, ov = {pv, bs, a.dh}, op = {pp, bp, ts},
+           oo = {po, bt, a.dh};
+  heads_table(tab, 0, a, oq, ok, op);
+  heads_table(tab, 1, a, op, ov, oo);
   sf_tensor *tt = upload_words(tab, 6 * bh, loc);
   sf_free(tab);
   uint64_t pt = dptr(tt, loc);

@@ -849,6 +849,9 @@ typedef struct {
 static sf_tensor *opt_list(sf_array *ps, sf_array *s1, sf_array *s2, int32_t *nt,
                            int64_t *total, const sf_loc *loc) {
   int64_t n = ps ? ps->len : 0, k = 0, at = 0;
+  if (n > INT32_MAX)
+    sf_runtime_error(loc, "GPU: an optimizer over %" PRId64 " params is too many for one "
+                     "launch", n);
   opt_entry *e = sf_alloc((size_t)(n ? n : 1) * sizeof *e);
   for (int64_t i = 0; i < n; i++) {
     sf_tensor *p = elem(ps, i);
@@ -866,8 +869,6 @@ static sf_tensor *opt_list(sf_array *ps, sf_array *s1, sf_array *s2, int32_t *nt
     sf__dev_upload(dp(t, loc), e, (size_t)k * sizeof *e, loc);
   }
   sf_free(e);
-  if (k > INT32_MAX)
-    sf_runtime_error(loc, "GPU: an optimizer over %" PRId64 " params is too many for one launch", k);
   *nt = (int32_t)k;
   *total = at;
   return t;
