@@ -42,6 +42,12 @@
  *    bugs (a read that does not wait, NCCL's non-blocking stream running
  *    before stream 0's kernels) change results instead of passing.
  *  - Memory is host memory: a device pointer is a host address.
+ *
+ * Files (over emu.h): emu.c the helpers, contexts, memory, copies, the
+ * asynchronous mode's queues, streams and the device-operation counter
+ * (SFLOW_EMU_COUNT); emu_nvrtc.c NVRTC and modules; emu_launch.c the
+ * fibers and cuLaunchKernel; emu_blas.c cuBLAS and cuBLASLt; emu_nccl.c
+ * NCCL.
  */
 #include "emu.h"
 
