@@ -139,6 +139,18 @@ if part steps && [ "$lim" -ge 10 ]; then
   t_why=$(tail -1 "$tmp/nt" | cut -c1-50)
 fi
 part steps && row "torch encoder layer, explicit softmax attention|$(torch_side "$t_ms" ms)|peer (sdpa above)|-"
+# PyTorch's device operations per step (torch_opcount.py, torch.profiler):
+# the figures tests/gpu/torch_opcounts.json should hold (gpu_emu/opcount
+# bounds sflow's emulator count by 1.5x them).
+lim=$(left 90)
+if part steps && [ "$lim" -ge 10 ]; then
+  timeout "$lim" python3 "$out/nn/torch_opcount.py" > "$tmp/oc" 2>&1
+  if grep -q '^TABLE|' "$tmp/oc"; then
+    grep '^TABLE|' "$tmp/oc" >> "$table"
+  else
+    row "torch device ops per step (profiler)|not run: $(tail -1 "$tmp/oc" | cut -c1-50)|-|-"
+  fi
+fi
 part matmul && for tf in "" --tf32; do
   nn_pair matmul 150 $tf
   pct=; [ -n "$s_x" ] && [ -n "$t_x" ] && pct=$(awk -v a="$s_x" -v b="$t_x" 'BEGIN { printf " (%.0f%% of torch)", 100 * a / b }')

@@ -55,7 +55,7 @@ if [ "${1:-}" = prepare ]; then
   done
   "$build/bin/sflowc" -O2 "$here/nn_check_autocast.sflow" -o "$out/nn/nn_check_autocast" 2> "$out/nn/nn_check_autocast.missing" &&
     rm -f "$out/nn/nn_check_autocast.missing"
-  cp "$here/torch_peer.py" "$out/nn/"
+  cp "$here/torch_peer.py" "$here/torch_opcount.py" "$out/nn/"
   # examples/digits_gpu.sflow (section 5b) with its data and its checker.
   mkdir -p "$out/examples"
   "$build/bin/sflowc" -O2 "$root/examples/digits_gpu.sflow" -o "$out/examples/digits_gpu" || exit 1

@@ -552,9 +552,13 @@ typedef int (*gemm_batched_ex_fn)(cublasHandle_t, int, int, int, int, int, const
                                   const void *, int, int, long long, const void *, int, int,
                                   long long, const void *, void *, int, int, long long, int, int,
                                   int);
+typedef int (*sgemm_ptrs_fn)(cublasHandle_t, int, int, int, int, int, const float *,
+                             const float *const *, int, const float *const *, int, const float *,
+                             float *const *, int, int);
 static struct {
   pthread_once_t once;
   sgemm_batched_fn sgemm_batched;
+  sgemm_ptrs_fn sgemm_ptrs;
   gemm_ex_fn gemm_ex;
   gemm_batched_ex_fn gemm_batched_ex;
 } NB = {.once = PTHREAD_ONCE_INIT};
@@ -563,6 +567,7 @@ static void nn_syms(void) {
   if (!CB.lib)
     return;
   *(void **)&NB.sgemm_batched = dlsym(CB.lib, "cublasSgemmStridedBatched");
+  *(void **)&NB.sgemm_ptrs = dlsym(CB.lib, "cublasSgemmBatched");
   *(void **)&NB.gemm_ex = dlsym(CB.lib, "cublasGemmEx");
   *(void **)&NB.gemm_batched_ex = dlsym(CB.lib, "cublasGemmStridedBatchedEx");
 }
@@ -631,6 +636,146 @@ void sf__sgemm_dev_batched(bool ta, bool tb, int64_t m, int64_t n, int64_t k, fl
              &beta, (float *)(uintptr_t)c, fit(ldc, "ldc", loc), sc, fit(batch, "batch", loc));
   status(rc, "cublasSgemmStridedBatched", loc);
   SF__GPU_STAT_ADD(gpu_matmuls, 1);
+}
+
+void sf__sgemm_dev_ptrs(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                        uint64_t aptrs, int64_t lda, uint64_t bptrs, int64_t ldb, float beta,
+                        uint64_t cptrs, int64_t ldc, int64_t batch, const sf_loc *loc) {
+  if (m == 0 || n == 0 || batch == 0)
+    return;
+  cublasHandle_t h = nn_handle(loc);
+  sgemm_ptrs_fn f = need((void *)NB.sgemm_ptrs, "cublasSgemmBatched", loc);
+  /* B's pointers first: the column-major Cᵀ = op(B)ᵀ op(A)ᵀ, as above. */
+  int rc = f(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, fit(n, "n", loc),
+             fit(m, "m", loc), fit(k, "k", loc), &alpha,
+             (const float *const *)(uintptr_t)bptrs, fit(ldb, "ldb", loc),
+             (const float *const *)(uintptr_t)aptrs, fit(lda, "lda", loc), &beta,
+             (float *const *)(uintptr_t)cptrs, fit(ldc, "ldc", loc), fit(batch, "batch", loc));
+  status(rc, "cublasSgemmBatched", loc);
+  SF__GPU_STAT_ADD(gpu_matmuls, 1);
+}
+
+void sf__gemm_ptr_table(uint64_t *out, uint64_t base, int64_t outer, int64_t so, int64_t inner,
+                        int64_t si) {
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t i = 0; i < inner; i++)
+      *out++ = base + (uint64_t)(o * so + i * si) * 4u;
+}
+
+/* ------------------------------------------------ cuBLASLt epilogues */
+
+/* cublasLt.h's ABI values. */
+enum { LT_TRANSA = 3, LT_TRANSB = 4, LT_EPILOGUE = 7, LT_BIAS_POINTER = 8, LT_EPILOGUE_BIAS = 4,
+       LT_EPILOGUE_BGRADB = 512, LT_COMPUTE_32F_FAST_TF32 = 77 };
+typedef void *lt_handle, *lt_desc, *lt_layout;
+static struct {
+  pthread_once_t once;
+  bool ok;
+  int (*create)(lt_handle *);
+  int (*desc_create)(lt_desc *, int compute, int scale);
+  int (*desc_destroy)(lt_desc);
+  int (*desc_set)(lt_desc, int attr, const void *buf, size_t n);
+  int (*layout_create)(lt_layout *, int type, uint64_t rows, uint64_t cols, int64_t ld);
+  int (*layout_destroy)(lt_layout);
+  int (*matmul)(lt_handle, lt_desc, const void *alpha, const void *a, lt_layout, const void *b,
+                lt_layout, const void *beta, const void *c, lt_layout, void *d, lt_layout,
+                const void *algo, void *ws, size_t wsn, void *stream);
+  pthread_mutex_t mu;
+  lt_handle h[16];
+} LT = {.once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* cuBLASLt's entry points through cuBLAS's handle: libcublas needs
+ * libcublasLt, so dlsym finds them among its dependencies (the emulator
+ * exports them itself).  SFLOW_CUBLASLT=off keeps the plain cuBLAS path. */
+static void lt_syms(void) {
+  const char *e = getenv("SFLOW_CUBLASLT");
+  if (!CB.lib || (e && !strcmp(e, "off")))
+    return;
+  struct {
+    void **fn;
+    const char *name;
+  } t[] = {{(void **)&LT.create, "cublasLtCreate"},
+           {(void **)&LT.desc_create, "cublasLtMatmulDescCreate"},
+           {(void **)&LT.desc_destroy, "cublasLtMatmulDescDestroy"},
+           {(void **)&LT.desc_set, "cublasLtMatmulDescSetAttribute"},
+           {(void **)&LT.layout_create, "cublasLtMatrixLayoutCreate"},
+           {(void **)&LT.layout_destroy, "cublasLtMatrixLayoutDestroy"},
+           {(void **)&LT.matmul, "cublasLtMatmul"}};
+  for (size_t i = 0; i < sizeof t / sizeof *t; i++)
+    if (!(*t[i].fn = dlsym(CB.lib, t[i].name)))
+      return;
+  LT.ok = true;
+}
+
+/* One cublasLtMatmul, row-major C = op(A) op(B) with epilogue epi over the
+ * vector vec (below); false when cuBLASLt is absent or refuses. */
+static bool lt_matmul(bool ta, bool tb, int64_t m, int64_t n, int64_t k, uint64_t a, int64_t lda,
+                      uint64_t b, int64_t ldb, uint64_t vec, uint32_t epi, uint64_t c,
+                      int64_t ldc, const sf_loc *loc) {
+  if (m <= 0 || n <= 0 || k <= 0 || m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
+    return false;
+  nn_handle(loc); /* cuBLAS loaded, or the usual error */
+  pthread_once(&LT.once, lt_syms);
+  int32_t dev = sf__gpu_current_device();
+  if (!LT.ok || dev < 0 || dev >= 16)
+    return false;
+  pthread_mutex_lock(&LT.mu);
+  if (!LT.h[dev] && LT.create(&LT.h[dev]) != 0)
+    LT.h[dev] = NULL;
+  lt_handle h = LT.h[dev];
+  pthread_mutex_unlock(&LT.mu);
+  if (!h)
+    return false;
+  const char *tf = getenv("SFLOW_ALLOW_TF32");
+  int compute = tf && *tf && strcmp(tf, "0") ? LT_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  /* Column-major as above: D (n×m) = op(B)ᵀ op(A)ᵀ, so cuBLASLt's A is
+   * our B and its B our A: BIAS adds a vector over D's n rows (row-major
+   * C's columns); BGRADB sums cuBLASLt's op(B) over k, our op(A)'s rows. */
+  int32_t opa = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const void *bp = (const void *)(uintptr_t)vec;
+  lt_desc d = NULL;
+  lt_layout la = NULL, lb = NULL, lc = NULL;
+  int rc = LT.desc_create(&d, compute, CUDA_R_32F);
+  if (rc == 0)
+    rc = LT.desc_set(d, LT_TRANSA, &opa, sizeof opa) ||
+         LT.desc_set(d, LT_TRANSB, &opb, sizeof opb) ||
+         LT.desc_set(d, LT_EPILOGUE, &epi, sizeof epi) ||
+         LT.desc_set(d, LT_BIAS_POINTER, &bp, sizeof bp);
+  if (rc == 0)
+    rc = LT.layout_create(&la, CUDA_R_32F, (uint64_t)(tb ? k : n), (uint64_t)(tb ? n : k),
+                          ldb) ||
+         LT.layout_create(&lb, CUDA_R_32F, (uint64_t)(ta ? m : k), (uint64_t)(ta ? k : m),
+                          lda) ||
+         LT.layout_create(&lc, CUDA_R_32F, (uint64_t)n, (uint64_t)m, ldc);
+  const float one = 1.0f, zero = 0.0f;
+  void *pc = (void *)(uintptr_t)c;
+  if (rc == 0)
+    rc = LT.matmul(h, d, &one, (const void *)(uintptr_t)b, la, (const void *)(uintptr_t)a, lb,
+                   &zero, pc, lc, pc, lc, NULL, NULL, 0, NULL);
+  if (la)
+    LT.layout_destroy(la);
+  if (lb)
+    LT.layout_destroy(lb);
+  if (lc)
+    LT.layout_destroy(lc);
+  if (d)
+    LT.desc_destroy(d);
+  if (rc != 0)
+    return false; /* not this shape or version: the caller's two-step path */
+  SF__GPU_STAT_ADD(gpu_matmuls, 1);
+  return true;
+}
+
+bool sf__sgemm_dev_bias(bool ta, bool tb, int64_t m, int64_t n, int64_t k, uint64_t a,
+                        int64_t lda, uint64_t b, int64_t ldb, uint64_t bias, uint64_t c,
+                        int64_t ldc, const sf_loc *loc) {
+  return lt_matmul(ta, tb, m, n, k, a, lda, b, ldb, bias, LT_EPILOGUE_BIAS, c, ldc, loc);
+}
+
+bool sf__sgemm_dev_bgrad(bool ta, bool tb, int64_t m, int64_t n, int64_t k, uint64_t a,
+                         int64_t lda, uint64_t b, int64_t ldb, uint64_t sums, uint64_t c,
+                         int64_t ldc, const sf_loc *loc) {
+  return lt_matmul(ta, tb, m, n, k, a, lda, b, ldb, sums, LT_EPILOGUE_BGRADB, c, ldc, loc);
 }
 
 void sf__gemm_dev_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,

@@ -231,6 +231,34 @@ void sf__sgemm_dev_batched(bool ta, bool tb, int64_t m, int64_t n, int64_t k, fl
                            uint64_t a, int64_t lda, int64_t sa, uint64_t b, int64_t ldb,
                            int64_t sb, float beta, uint64_t c, int64_t ldc, int64_t sc,
                            int64_t batch, const sf_loc *loc);
+/* batch products whose operands are anywhere: aptrs, bptrs and cptrs are
+ * device arrays of batch device pointers (u64), product i being C[i] =
+ * alpha op(A[i]) op(B[i]) + beta C[i], row-major as above, one
+ * cublasSgemmBatched.  For a batch that no single stride walks, as
+ * attention's B·H heads (a head a column block of its batch row): the
+ * arrays stay read until the product has run (stream order). */
+void sf__sgemm_dev_ptrs(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                        uint64_t aptrs, int64_t lda, uint64_t bptrs, int64_t ldb, float beta,
+                        uint64_t cptrs, int64_t ldc, int64_t batch, const sf_loc *loc);
+/* The outer * inner pointers base + (o so + i si) floats, o-major, into out
+ * (a host table for sf__sgemm_dev_ptrs, uploaded by the caller). */
+void sf__gemm_ptr_table(uint64_t *out, uint64_t base, int64_t outer, int64_t so, int64_t inner,
+                        int64_t si);
+/* C = op(A) op(B) + bias (bias: n floats, one per column of the row-major
+ * m×n C), f32, as one cublasLtMatmul with the BIAS epilogue (its C and D
+ * the same buffer, beta 0).  False, having queued nothing, where cuBLASLt
+ * is absent (SFLOW_CUBLASLT=off, or a cuBLAS without it) or refuses the
+ * shape: the caller then adds the bias itself. */
+bool sf__sgemm_dev_bias(bool ta, bool tb, int64_t m, int64_t n, int64_t k, uint64_t a,
+                        int64_t lda, uint64_t b, int64_t ldb, uint64_t bias, uint64_t c,
+                        int64_t ldc, const sf_loc *loc);
+/* C = op(A) op(B) with the row sums of op(A) (m floats: Σ_p op(A)[i][p])
+ * into sums, one cublasLtMatmul with the BGRADB epilogue: Linear's weight
+ * gradient gᵀ x and its bias gradient (g's column sums) in one call.
+ * False, having queued nothing, as sf__sgemm_dev_bias. */
+bool sf__sgemm_dev_bgrad(bool ta, bool tb, int64_t m, int64_t n, int64_t k, uint64_t a,
+                         int64_t lda, uint64_t b, int64_t ldb, uint64_t sums, uint64_t c,
+                         int64_t ldc, const sf_loc *loc);
 /* The same with A and B in bfloat16 (device buffers of uint16, converted
  * by the caller), f32 accumulation (CUBLAS_COMPUTE_32F) and an f32 C:
  * cublasGemmStridedBatchedEx (cublasGemmEx for batch 1). */

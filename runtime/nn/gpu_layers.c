@@ -514,16 +514,32 @@ static att_dims att_of(const sf_tensor *q, const sf_tensor *k, int64_t heads) {
   return a;
 }
 
-/* Batch row b's heads: C_h = op(A_h) op(B_h) with A, B, C given by their
- * first head's pointer, leading dimension and the stride between heads. */
-static void heads_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, uint64_t a,
-                       int64_t lda, int64_t sa, uint64_t b, int64_t ldb, int64_t sb, uint64_t c,
-                       int64_t ldc, int64_t sc, int64_t heads, const sf_loc *loc) {
-  sf__sgemm_dev_batched(ta, tb, m, n, k, 1.0f, a, lda, sa, b, ldb, sb, 0.0f, c, ldc, sc, heads,
-                        loc);
+/* Every (batch row, head) pair's product of one kind is one
+ * cublasSgemmBatched over B·H pointers (no single stride walks both a
+ * batch row, T·D floats, and a head, D/H columns).  An operand: its first
+ * pointer, the floats between batch rows and between heads. */
+typedef struct {
+  uint64_t p;
+  int64_t row, head;
+} att_opnd;
+
+/* Product j's three pointer arrays (A, B, C: B·H words each) into tab. */
+static void heads_table(uint64_t *tab, int64_t j, att_dims a, att_opnd A, att_opnd B,
+                        att_opnd C) {
+  int64_t bh = a.b * a.h;
+  const att_opnd *o[3] = {&A, &B, &C};
+  for (int i = 0; i < 3; i++)
+    sf__gemm_ptr_table(tab + (3 * j + i) * bh, o[i]->p, a.b, o[i]->row, a.h, o[i]->head);
 }
 
-#define AT(p, elems) ((p) + (uint64_t)(elems) * 4u) /* a device pointer elems floats on */
+/* C = op(A) op(B) for every head, with product j's arrays of the uploaded
+ * table pt. */
+static void heads_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, uint64_t pt, int64_t j,
+                       int64_t lda, int64_t ldb, int64_t ldc, att_dims a, const sf_loc *loc) {
+  uint64_t bh = (uint64_t)(a.b * a.h), at = pt + 3u * (uint64_t)j * bh * 8u;
+  sf__sgemm_dev_ptrs(ta, tb, m, n, k, 1.0f, at, lda, at + bh * 8u, ldb, 0.0f, at + 2u * bh * 8u,
+                     ldc, (int64_t)bh, loc);
+}
 
 /* With ds the softmax's input gradient: dv = pᵀ g, dq = ds k, dk = dsᵀ q per
  * head, added in the CPU's order (v, k, q). */
@@ -538,26 +554,28 @@ static void bw_attention(sf__node *n, sf_tensor *g) {
   uint64_t pq = dptr(q, NULL), pk = dptr(k, NULL), pv = dptr(v, NULL), pg = dptr(g, NULL),
            pp = dptr(n->saved, NULL), pdp = dptr(dp, NULL), pdq = dptr(dq, NULL),
            pdk = dptr(dk, NULL), pdv = dptr(dv, NULL);
-  for (int64_t b = 0; b < a.b; b++) {
-    int64_t ot = b * a.t * a.d, os = b * a.s * a.d, op = b * a.h * ts;
-    /* o = p v: dp = g vᵀ, dv = pᵀ g */
-    heads_gemm(false, true, a.t, a.s, a.dh, AT(pg, ot), a.d, a.dh, AT(pv, os), a.d, a.dh,
-               AT(pdp, op), a.s, ts, a.h, NULL);
-    heads_gemm(true, false, a.s, a.dh, a.t, AT(pp, op), a.s, ts, AT(pg, ot), a.d, a.dh,
-               AT(pdv, os), a.d, a.dh, a.h, NULL);
-  }
+  int64_t bt = a.t * a.d, bs = a.s * a.d, bp = a.h * ts, bh = a.b * a.h;
+  uint64_t *tab = sf_alloc((size_t)(12 * bh) * sizeof *tab);
+  /* o = p v: dp = g vᵀ, dv = pᵀ g; scores = q kᵀ: dq = ds k, dk = dsᵀ q */
+  att_opnd og = {pg, bt, a.dh}, oq = {pq, bt, a.dh}, ok = {pk, bs, a.dh}, ov = {pv, bs, a.dh},
+           op = {pp, bp, ts}, ods = {pdp, bp, ts}, odq = {pdq, bt, a.dh},
+           odk = {pdk, bs, a.dh}, odv = {pdv, bs, a.dh};
+  heads_table(tab, 0, a, og, ov, ods);
+  heads_table(tab, 1, a, op, og, odv);
+  heads_table(tab, 2, a, ods, ok, odq);
+  heads_table(tab, 3, a, ods, oq, odk);
+  sf_tensor *tt = upload_words(tab, 12 * bh, NULL);
+  sf_free(tab);
+  uint64_t pt = dptr(tt, NULL);
+  heads_gemm(false, true, a.t, a.s, a.dh, pt, 0, a.d, a.d, a.s, a, NULL);
+  heads_gemm(true, false, a.s, a.dh, a.t, pt, 1, a.s, a.d, a.d, a, NULL);
   int64_t rows = a.b * a.h * a.t;
   float scale = n->f0;
   void *params[] = {&pp, &pdp, &pdp, &rows, &a.s, &scale}; /* ds in dp's place */
   launch("sf_nnl_attn_softmax_bw", rows, params, NULL);
-  for (int64_t b = 0; b < a.b; b++) {
-    int64_t ot = b * a.t * a.d, os = b * a.s * a.d, op = b * a.h * ts;
-    /* scores = q kᵀ: dq = ds k, dk = dsᵀ q */
-    heads_gemm(false, false, a.t, a.dh, a.s, AT(pdp, op), a.s, ts, AT(pk, os), a.d, a.dh,
-               AT(pdq, ot), a.d, a.dh, a.h, NULL);
-    heads_gemm(true, false, a.s, a.dh, a.t, AT(pdp, op), a.s, ts, AT(pq, ot), a.d, a.dh,
-               AT(pdk, os), a.d, a.dh, a.h, NULL);
-  }
+  heads_gemm(false, false, a.t, a.dh, a.s, pt, 2, a.s, a.d, a.d, a, NULL);
+  heads_gemm(true, false, a.s, a.dh, a.t, pt, 3, a.s, a.d, a.d, a, NULL);
+  sf_release(tt);
   sf__t_dwrote(dq);
   sf__t_dwrote(dk);
   sf__t_dwrote(dv);
@@ -578,13 +596,20 @@ static sf_tensor *attention_fused(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_a
   sf_tensor *p = sf__t_dempty(4, ps, loc), *out = sf__t_dempty(3, q->shape, loc);
   uint64_t pq = dptr(qc, loc), pk = dptr(kc, loc), pv = dptr(vc, loc), pp = dptr(p, loc),
            po = dptr(out, loc);
-  for (int64_t b = 0; b < a.b; b++) /* scores = q kᵀ */
-    heads_gemm(false, true, a.t, a.s, a.dh, AT(pq, b * a.t * a.d), a.d, a.dh,
-               AT(pk, b * a.s * a.d), a.d, a.dh, AT(pp, b * a.h * ts), a.s, ts, a.h, loc);
+  int64_t bt = a.t * a.d, bs = a.s * a.d, bp = a.h * ts, bh = a.b * a.h;
+  uint64_t *tab = sf_alloc((size_t)(6 * bh) * sizeof *tab);
+  /* scores = q kᵀ; o = p v, into the head's columns */
+  att_opnd oq = {pq, bt, a.dh}, ok = {pk, bs, a.dh}, ov = {pv, bs, a.dh}, op = {pp, bp, ts},
+           oo = {po, bt, a.dh};
+  heads_table(tab, 0, a, oq, ok, op);
+  heads_table(tab, 1, a, op, ov, oo);
+  sf_tensor *tt = upload_words(tab, 6 * bh, loc);
+  sf_free(tab);
+  uint64_t pt = dptr(tt, loc);
+  heads_gemm(false, true, a.t, a.s, a.dh, pt, 0, a.d, a.d, a.s, a, loc);
   attn_softmax(pp, pp, a.b * a.h * a.t, a.s, a.h * a.t, scale, mask, loc);
-  for (int64_t b = 0; b < a.b; b++) /* o = p v, into the head's columns */
-    heads_gemm(false, false, a.t, a.dh, a.s, AT(pp, b * a.h * ts), a.s, ts,
-               AT(pv, b * a.s * a.d), a.d, a.dh, AT(po, b * a.t * a.d), a.d, a.dh, a.h, loc);
+  heads_gemm(false, false, a.t, a.dh, a.s, pt, 1, a.s, a.d, a.d, a, loc);
+  sf_release(tt);
   sf__t_dwrote(p);
   sf__t_dwrote(out);
   sf_release(qc);

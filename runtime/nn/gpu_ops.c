@@ -712,8 +712,10 @@ sf_tensor *sf__gpu_matmul(sf_tensor *a, sf_tensor *b, int32_t nd, const int64_t 
   return c;
 }
 
-/* Linear's products over x (rows, in) and w (out, in), both contiguous. */
-static void bw_matmul_nt(sf__node *n, sf_tensor *g) {
+/* Linear's products over x (rows, in) and w (out, in), both contiguous;
+ * with bias (Linear's, needing its gradient) the bias gradient too, in the
+ * weight gradient's cuBLASLt call where it can be (else reduce_to). */
+static void bw_products(sf__node *n, sf_tensor *g, sf_tensor *bias) {
   bw_enter(g);
   sf_tensor *x = n->in[0], *w = n->in[1];
   bool bf16 = n->i0 != 0;
@@ -731,15 +733,33 @@ static void bw_matmul_nt(sf__node *n, sf_tensor *g) {
   }
   if (w->req) {
     sf_tensor *xc = sf__gpu_contig(x);
-    sf_tensor *gw = sf__t_dempty(2, w->shape, NULL);
-    gemm(bf16, true, false, out, in, rows, pg, out, 0, rows * out, dp(xc, NULL), in, 0,
-         rows * in, 0.0f, dp(gw, NULL), in, 0, 1, NULL);
+    sf_tensor *gw = sf__t_dempty(2, w->shape, NULL), *gb = NULL;
+    if (bias && !bf16 && rows > 0 && in > 0) {
+      gb = sf__t_dempty(bias->ndim, bias->shape, NULL);
+      if (!sf__sgemm_dev_bgrad(true, false, out, in, rows, pg, out, dp(xc, NULL), in,
+                               dp(gb, NULL), dp(gw, NULL), in, NULL)) {
+        sf_release(gb);
+        gb = NULL;
+      }
+    }
+    if (!gb)
+      gemm(bf16, true, false, out, in, rows, pg, out, 0, rows * out, dp(xc, NULL), in, 0,
+           rows * in, 0.0f, dp(gw, NULL), in, 0, 1, NULL);
     sf__t_dwrote(gw);
     sf_release(xc);
     sf__grad_add(w, gw);
+    if (gb) {
+      sf__t_dwrote(gb);
+      sf__grad_add(bias, gb);
+      bias = NULL;
+    }
   }
   sf_release(gc);
+  if (bias)
+    sf__grad_add(bias, sf__t_reduce_to(g, 1, bias->shape));
 }
+
+static void bw_matmul_nt(sf__node *n, sf_tensor *g) { bw_products(n, g, NULL); }
 
 /* y (..., out) = x wᵀ (+ the bias rows already in y when beta is 1). */
 static void linear_product(sf_tensor *y, sf_tensor *x, sf_tensor *w, float beta, bool bf16,
@@ -777,10 +797,8 @@ sf_tensor *sf__gpu_matmul_nt(sf_tensor *x, sf_tensor *w, const sf_loc *loc) {
 }
 
 static void bw_linear(sf__node *n, sf_tensor *g) {
-  bw_matmul_nt(n, g);
   sf_tensor *b = n->in[2];
-  if (b->req)
-    sf__grad_add(b, sf__t_reduce_to(g, 1, b->shape));
+  bw_products(n, g, b->req ? b : NULL);
 }
 
 sf_tensor *sf__gpu_linear(sf_tensor *x, sf_tensor *w, sf_tensor *b, const sf_loc *loc) {
@@ -789,13 +807,22 @@ sf_tensor *sf__gpu_linear(sf_tensor *x, sf_tensor *w, sf_tensor *b, const sf_loc
   sf_tensor *y = sf__t_dempty(x->ndim, shape, loc);
   int64_t out = w->shape[0], rows = out ? y->numel / out : 0;
   sf_tensor *bc = sf__gpu_contig(b);
-  if (y->numel) {
+  bool bf16 = sf__autocast, fused = false;
+  int64_t in = w->shape[1];
+  if (!bf16 && y->numel && in) { /* one cuBLASLt call with the bias epilogue */
+    sf_tensor *xc = sf__gpu_contig(x), *wc = sf__gpu_contig(w);
+    fused = sf__sgemm_dev_bias(false, true, rows, out, in, dp(xc, loc), in, dp(wc, loc), in,
+                               dp(bc, loc), dp(y, loc), out, loc);
+    sf_release(xc);
+    sf_release(wc);
+  }
+  if (!fused && y->numel) {
     uint64_t py = dp(y, loc), pb = dp(bc, loc);
     void *args[] = {&py, &pb, &rows, &out};
     launch_n("sf_nn_bias_rows", y->numel, args, loc);
   }
-  bool bf16 = sf__autocast;
-  linear_product(y, x, w, 1.0f, bf16, loc);
+  if (!fused)
+    linear_product(y, x, w, 1.0f, bf16, loc);
   sf__t_dwrote(y);
   sf_release(bc);
   sf__node *n = sf__record3("linear", y, bw_linear, x, w, b);
@@ -808,38 +835,101 @@ sf_tensor *sf__gpu_linear(sf_tensor *x, sf_tensor *w, sf_tensor *b, const sf_loc
 
 static sf_tensor *elem(sf_array *a, int64_t i) { return ((sf_tensor **)a->data)[i]; }
 
+/* The optimizers' tensor list (kernels/optim.cu's sf_opt_entry): every
+ * param with a gradient and values, its state (s1: SGD's buffer or AdamW's
+ * m; s2: AdamW's v) and where its values start in one index space,
+ * uploaded to the device with one copy, so that a step over every param is
+ * one launch.  Returns the tensor holding the list (NULL when no param has
+ * anything to update) and sets *nt and *total. */
+typedef struct {
+  uint64_t w, m, v, g;
+  int64_t start;
+} opt_entry;
+
+static sf_tensor *opt_list(sf_array *ps, sf_array *s1, sf_array *s2, int32_t *nt,
+                           int64_t *total, const sf_loc *loc) {
+  int64_t n = ps ? ps->len : 0, k = 0, at = 0;
+  if (n > INT32_MAX)
+    sf_runtime_error(loc, "GPU: an optimizer over %" PRId64 " params is too many for one "
+                     "launch", n);
+  opt_entry *e = sf_alloc((size_t)(n ? n : 1) * sizeof *e);
+  for (int64_t i = 0; i < n; i++) {
+    sf_tensor *p = elem(ps, i);
+    if (!p->grad || !p->numel)
+      continue;
+    e[k] = (opt_entry){dp(p, loc), s1 ? dp(elem(s1, i), loc) : 0, s2 ? dp(elem(s2, i), loc) : 0,
+                       dp(p->grad, loc), at};
+    at += p->numel;
+    k++;
+  }
+  sf_tensor *t = NULL;
+  if (k > 0) {
+    int64_t words = 2 * k * (int64_t)(sizeof *e / 8); /* floats of the tensor that holds it */
+    t = sf__t_dempty(1, &words, loc);
+    sf__dev_upload(dp(t, loc), e, (size_t)k * sizeof *e, loc);
+  }
+  sf_free(e);
+  *nt = (int32_t)k;
+  *total = at;
+  return t;
+}
+
+/* Marks what a step wrote. */
+static void opt_wrote(sf_array *ps, sf_array *s1, sf_array *s2) {
+  for (int64_t i = 0; ps && i < ps->len; i++) {
+    sf_tensor *p = elem(ps, i);
+    if (!p->grad || !p->numel)
+      continue;
+    sf__t_dwrote(p);
+    if (s1)
+      sf__t_dwrote(elem(s1, i));
+    if (s2)
+      sf__t_dwrote(elem(s2, i));
+  }
+}
+
+/* One launch over the list: the _i32 entry when every index fits 31 bits. */
+static void opt_launch(const char *entry, sf_tensor *list, int32_t nt, int64_t total,
+                       void **rest, int nrest, const sf_loc *loc) {
+  uint64_t pl = dp(list, loc);
+  int32_t total32 = (int32_t)total;
+  bool small = total <= INT32_MAX;
+  void *args[12] = {&pl, &nt, small ? (void *)&total32 : (void *)&total};
+  for (int i = 0; i < nrest; i++)
+    args[3 + i] = rest[i];
+  char name[64];
+  snprintf(name, sizeof name, "%s%s", entry, small ? "_i32" : "");
+  int block;
+  void *f = sf__nn_kernel("optim", name, &block, loc);
+  int64_t grid = sf__nn_grid(total, NB);
+  sf__nn_launch(f, grid < MAX_GRID ? grid : MAX_GRID, NB, 0, args, loc);
+}
+
 void sf__gpu_sgd_step(sf_array *ps, sf_array *bufs, double lr, double momentum, double wd,
                       const sf_loc *loc) {
   float flr = (float)lr, fwd = (float)wd, fmom = (float)momentum;
-  int32_t has_wd = wd != 0, has_mom = momentum != 0;
-  for (int64_t i = 0; ps && i < ps->len; i++) {
-    sf_tensor *p = elem(ps, i), *buf = elem(bufs, i);
-    if (!p->grad || !p->numel)
-      continue;
-    int64_t n = p->numel;
-    uint64_t pw = dp(p, loc), pg = dp(p->grad, loc), pbuf = has_mom ? dp(buf, loc) : 0;
-    void *args[] = {&pw, &pbuf, &pg, &n, &flr, &fwd, &fmom, &has_wd, &has_mom};
-    launch_n("sf_nn_sgd", n, args, loc);
-    sf__t_dwrote(p);
-    if (has_mom)
-      sf__t_dwrote(buf);
-  }
+  int32_t has_wd = wd != 0, has_mom = momentum != 0, nt;
+  int64_t total;
+  sf_tensor *list = opt_list(ps, has_mom ? bufs : NULL, NULL, &nt, &total, loc);
+  if (!list)
+    return;
+  void *rest[] = {&flr, &fwd, &fmom, &has_wd, &has_mom};
+  opt_launch("sf_opt_sgd_multi", list, nt, total, rest, 5, loc);
+  opt_wrote(ps, has_mom ? bufs : NULL, NULL);
+  sf_release(list);
 }
 
 void sf__gpu_adamw_step(sf_array *ps, sf_array *m, sf_array *v, float step_size, float bc2_sqrt,
                         float decay, float w1, float b2, float w2, float eps, const sf_loc *loc) {
-  for (int64_t i = 0; ps && i < ps->len; i++) {
-    sf_tensor *p = elem(ps, i), *mi = elem(m, i), *vi = elem(v, i);
-    if (!p->grad || !p->numel)
-      continue;
-    int64_t n = p->numel;
-    uint64_t pw = dp(p, loc), pm = dp(mi, loc), pv = dp(vi, loc), pg = dp(p->grad, loc);
-    void *args[] = {&pw, &pm, &pv, &pg, &n, &decay, &w1, &b2, &w2, &step_size, &bc2_sqrt, &eps};
-    launch_n("sf_nn_adamw", n, args, loc);
-    sf__t_dwrote(p);
-    sf__t_dwrote(mi);
-    sf__t_dwrote(vi);
-  }
+  int32_t nt;
+  int64_t total;
+  sf_tensor *list = opt_list(ps, m, v, &nt, &total, loc);
+  if (!list)
+    return;
+  void *rest[] = {&decay, &w1, &b2, &w2, &step_size, &bc2_sqrt, &eps};
+  opt_launch("sf_opt_adamw_multi", list, nt, total, rest, 7, loc);
+  opt_wrote(ps, m, v);
+  sf_release(list);
 }
 
 sf_tensor *sf__gpu_clip_grad_norm(sf_array *ps, double max_norm, const sf_loc *loc) {

@@ -39,10 +39,12 @@ set_tests_properties(run/scheduler PROPERTIES ENVIRONMENT "SFLOW_NO_GPU=1")
 # libcuda.so.1, NVRTC and cuBLAS, so that the GPU paths and the real kernel
 # sources run here without a GPU.  It is a test tool, never reported as a
 # GPU; the gpu_emu/ tests below are the GPU tests under it.
-add_library(sflow_emu MODULE ${CMAKE_SOURCE_DIR}/tests/gpu/emu/emu.c)
+set(SFLOW_EMU_SOURCES emu.c emu_nvrtc.c emu_launch.c emu_blas.c emu_nccl.c)
+list(TRANSFORM SFLOW_EMU_SOURCES PREPEND ${CMAKE_SOURCE_DIR}/tests/gpu/emu/)
+add_library(sflow_emu MODULE ${SFLOW_EMU_SOURCES})
 target_compile_definitions(sflow_emu PRIVATE
   SF_EMU_SHIM="${CMAKE_SOURCE_DIR}/tests/gpu/emu/cuda_shim.h")
-set_source_files_properties(${CMAKE_SOURCE_DIR}/tests/gpu/emu/emu.c PROPERTIES
+set_source_files_properties(${CMAKE_SOURCE_DIR}/tests/gpu/emu/emu_nvrtc.c PROPERTIES
   OBJECT_DEPENDS ${CMAKE_SOURCE_DIR}/tests/gpu/emu/cuda_shim.h)
 set_target_properties(sflow_emu PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests
                       PREFIX lib C_VISIBILITY_PRESET hidden)
@@ -233,3 +235,10 @@ add_test(NAME gpu_emu/libsearch
 add_test(NAME gpu_emu/run_rehearsal
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/run_rehearsal.py --build ${CMAKE_BINARY_DIR})
 set_tests_properties(gpu_emu/run_rehearsal PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV}" TIMEOUT 600)
+# Device operations per step (tests/gpu/opcount.py): the MLP step and the
+# encoder layer of bench/gpu/nn_bench.sflow counted by the emulator
+# (SFLOW_EMU_COUNT), each within 1.5 x PyTorch's (tests/gpu/torch_opcounts.json).
+add_test(NAME gpu_emu/opcount
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/opcount.py
+          --sflowc $<TARGET_FILE:sflowc>)
+set_tests_properties(gpu_emu/opcount PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV}" TIMEOUT 600)

@@ -450,6 +450,16 @@ static int (*cublasSgemmStridedBatched)(void *, int, int, int, int, int, const f
                                         long long, const float *, float *, int, long long, int);
 static int (*cublasGemmEx)(void *, int, int, int, int, int, const void *, const void *, int, int,
                            const void *, int, int, const void *, void *, int, int, int, int);
+static int (*cublasSgemmBatched)(void *, int, int, int, int, int, const float *,
+                                 const float *const *, int, const float *const *, int,
+                                 const float *, float *const *, int, int);
+static int (*cublasLtCreate)(void **);
+static int (*cublasLtMatmulDescCreate)(void **, int, int);
+static int (*cublasLtMatmulDescSetAttribute)(void *, int, const void *, size_t);
+static int (*cublasLtMatrixLayoutCreate)(void **, int, uint64_t, uint64_t, int64_t);
+static int (*cublasLtMatmul)(void *, void *, const void *, const void *, void *, const void *,
+                             void *, const void *, const void *, void *, void *, void *,
+                             const void *, void *, size_t, void *);
 
 /* The reference: column-major, op by flag, float sums over p in order. */
 static void ref(int ta, int tb, int m, int n, int k, float al, const float *A, int lda,
@@ -490,6 +500,12 @@ static void check_cublas(void) {
   *(void **)&cublasDgemm = sym("cublasDgemm_v2");
   *(void **)&cublasSgemmStridedBatched = sym("cublasSgemmStridedBatched");
   *(void **)&cublasGemmEx = sym("cublasGemmEx");
+  *(void **)&cublasSgemmBatched = sym("cublasSgemmBatched");
+  *(void **)&cublasLtCreate = sym("cublasLtCreate");
+  *(void **)&cublasLtMatmulDescCreate = sym("cublasLtMatmulDescCreate");
+  *(void **)&cublasLtMatmulDescSetAttribute = sym("cublasLtMatmulDescSetAttribute");
+  *(void **)&cublasLtMatrixLayoutCreate = sym("cublasLtMatrixLayoutCreate");
+  *(void **)&cublasLtMatmul = sym("cublasLtMatmul");
   void *ctx0;
   cuDevicePrimaryCtxRetain(&ctx0, 0);
   cuCtxSetCurrent(ctx0);
@@ -559,6 +575,72 @@ static void check_cublas(void) {
   for (int b = 0; b < 2; b++)
     ref(0, 0, M, N, K, 1, A2 + b * M * K, M, B2 + b * K * N, K, 0, R2 + b * M * N, M);
   CHECK(!memcmp(C2, R2, sizeof R2), "strided batched differs from the loop");
+  /* pointer arrays (cublasSgemmBatched): the two products in reverse order,
+   * their pointers in device memory; a host pointer array fails */
+  uint64_t ptr[6] = {a2 + M * K * 4, a2, b2 + K * N * 4, b2, c2, c2 + M * N * 4};
+  dptr dptrs = upload(ptr, sizeof ptr);
+  cuMemsetD32(c2, 0, 2 * M * N);
+  CHECK(cublasSgemmBatched(h, 0, 0, M, N, K, &f1, (const float *const *)dptrs, M,
+                           (const float *const *)(dptrs + 16), K, &zero,
+                           (float *const *)(dptrs + 32), M, 2) == 0, "batched over pointers");
+  cuMemcpyDtoH(C2, c2, sizeof C2);
+  CHECK(!memcmp(C2, R2 + M * N, M * N * 4) && !memcmp(C2 + M * N, R2, M * N * 4),
+        "batched over pointers: product i is A[i] B[i] into C[i]");
+  CHECK(cublasSgemmBatched(h, 0, 0, M, N, K, &f1, (const float *const *)ptr, M,
+                           (const float *const *)(dptrs + 16), K, &zero,
+                           (float *const *)(dptrs + 32), M, 2) == 13,
+        "batched over pointers: a host pointer array fails");
+  /* cuBLASLt with the BIAS epilogue: C = A B + bias (one value per row) */
+  {
+    void *lh, *desc, *la, *lb, *lc;
+    float bias[M], Rb[M * N], Cl[M * N];
+    for (int i = 0; i < M; i++)
+      bias[i] = 0.25f * (float)i - 0.5f;
+    dptr dbias = upload(bias, sizeof bias), dcl;
+    cuMemAlloc(&dcl, sizeof Cl);
+    int32_t opn = 0, opt = 1;
+    uint32_t epi = 4;
+    void *bp = (void *)dbias;
+    CHECK(cublasLtCreate(&lh) == 0 && cublasLtMatmulDescCreate(&desc, 68, 0) == 0,
+          "cublasLt handle and descriptor");
+    cublasLtMatmulDescSetAttribute(desc, 3, &opn, 4);
+    cublasLtMatmulDescSetAttribute(desc, 4, &opt, 4);
+    cublasLtMatmulDescSetAttribute(desc, 7, &epi, 4);
+    cublasLtMatmulDescSetAttribute(desc, 8, &bp, sizeof bp);
+    cublasLtMatrixLayoutCreate(&la, 0, M, K, LD);
+    cublasLtMatrixLayoutCreate(&lb, 0, N, K, LD); /* B stored N x K, used transposed */
+    cublasLtMatrixLayoutCreate(&lc, 0, M, N, M);
+    CHECK(cublasLtMatmul(lh, desc, &f1, (void *)dA, la, (void *)dB, lb, &zero, (void *)dcl, lc,
+                         (void *)dcl, lc, NULL, NULL, 0, NULL) == 0, "cublasLtMatmul with a bias");
+    cuMemcpyDtoH(Cl, dcl, sizeof Cl);
+    ref(0, 1, M, N, K, 1, A, LD, B, LD, 0, Rb, M);
+    bool ok = true;
+    for (int j = 0; j < N; j++)
+      for (int i = 0; i < M; i++)
+        ok &= Cl[i + j * M] == Rb[i + j * M] + bias[i];
+    CHECK(ok, "cublasLtMatmul BIAS: the product plus bias[row], one rounding each");
+    /* BGRADB: the same product, and B's sums over k (one per column) into the vector */
+    uint32_t bgradb = 512;
+    cublasLtMatmulDescSetAttribute(desc, 7, &bgradb, 4);
+    CHECK(cublasLtMatmul(lh, desc, &f1, (void *)dA, la, (void *)dB, lb, &zero, (void *)dcl, lc,
+                         (void *)dcl, lc, NULL, NULL, 0, NULL) == 0, "cublasLtMatmul BGRADB");
+    float sums[N], Cg[M * N];
+    cuMemcpyDtoH(sums, dbias, N * 4);
+    cuMemcpyDtoH(Cg, dcl, sizeof Cg);
+    ok = !memcmp(Cg, Rb, sizeof Cg);
+    for (int j = 0; j < N; j++) {
+      float s = 0;
+      for (int p = 0; p < K; p++)
+        s += B[j + p * LD]; /* op(B) = Bᵀ: op(B)[p][j] = B[j][p] */
+      ok &= sums[j] == s;
+    }
+    CHECK(ok, "cublasLtMatmul BGRADB: the product, and op(B) summed over k per column");
+    uint32_t relu = 2;
+    cublasLtMatmulDescSetAttribute(desc, 7, &relu, 4);
+    CHECK(cublasLtMatmul(lh, desc, &f1, (void *)dA, la, (void *)dB, lb, &zero, (void *)dcl, lc,
+                         (void *)dcl, lc, NULL, NULL, 0, NULL) == 15,
+          "an epilogue the emulator does not run is CUBLAS_STATUS_NOT_SUPPORTED");
+  }
   /* GemmEx: bf16 inputs, f32 and bf16 outputs */
   uint16_t Ab[M * K], Bb[K * N], Cb[M * N];
   float Af[M * K], Bf[K * N], Cf[M * N], Rf[M * N];
