@@ -32,6 +32,10 @@
   X(NODES, "nodes", "FILE", "run on the hosts listed in FILE, one per line")                  \
   X(RESUME, "resume", NULL, "finish a killed run from its journal and checkpoints")           \
   X(TRACE, "trace", "FILE", "write a trace of tasks and actors to FILE")                       \
+  X(METRICS_PORT, "metrics-port", "P", "serve Prometheus metrics of the run on port P")          \
+  X(DASHBOARD, "dashboard", "P", "serve a live page of the run on port P")                     \
+  X(METRICS_BIND, "metrics-bind", "HOST",                                                      \
+    "address of --metrics-port and --dashboard (default 127.0.0.1; else a token is needed)")  \
   X(CKPT, "checkpoint-dir", "DIR", "journal and checkpoints go here (default .sflow/PROGRAM)") \
   X(PROGRESS, "progress", "auto|always|never",                                                 \
     "show a progress line (auto: when stderr is a terminal)")                                  \

@@ -403,6 +403,9 @@ typedef enum {
 typedef struct sf__options_t {
   const char *nodes;          /* --nodes FILE, or NULL */
   const char *trace;          /* --trace FILE, or NULL */
+  int64_t metrics_port;       /* --metrics-port P, 0 = none (runtime/obs) */
+  int64_t dashboard_port;     /* --dashboard P, 0 = none */
+  const char *metrics_bind;   /* --metrics-bind HOST, or NULL: 127.0.0.1 */
   const char *checkpoint_dir; /* --checkpoint-dir DIR, or NULL */
   bool resume;                /* --resume */
   bool quiet;                 /* --quiet */

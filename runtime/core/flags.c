@@ -133,6 +133,13 @@ static bool set_bool_option(parser *ps, bool *dst, const char *name, const char 
   return true;
 }
 
+/* A TCP port to listen on, 1 to 65535. */
+static bool set_port(parser *ps, int64_t *dst, const char *name, const char *v) {
+  if (sf__parse_i64(v, strlen(v), dst) != SF__PARSE_OK || *dst < 1 || *dst > 65535)
+    return bad_value(ps, name, v, "a TCP port from 1 to 65535", SF__PARSE_BAD);
+  return true;
+}
+
 static bool set_option(parser *ps, rt_id id, const char *v) {
   sf__options_t *o = &sf__options;
   const char *name = rt_flags[id].name;
@@ -141,6 +148,9 @@ static bool set_option(parser *ps, rt_id id, const char *v) {
   switch (id) {
   case RT_NODES: o->nodes = v; return true;
   case RT_TRACE: o->trace = v; return true;
+  case RT_METRICS_PORT: return set_port(ps, &o->metrics_port, name, v);
+  case RT_DASHBOARD: return set_port(ps, &o->dashboard_port, name, v);
+  case RT_METRICS_BIND: o->metrics_bind = v; return true;
   case RT_CKPT: o->checkpoint_dir = v; return true;
   case RT_RESUME: return set_bool_option(ps, &o->resume, name, v);
   case RT_QUIET: return set_bool_option(ps, &o->quiet, name, v);

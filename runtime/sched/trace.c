@@ -44,6 +44,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -83,7 +84,17 @@ typedef struct remote_event {
   bool dispatch;
 } remote_event;
 
+/* A counter track's sample ("C" event): Perfetto draws each name as a
+ * graph.  The sampler thread (runtime/obs) and std.train add them, a few
+ * a second, so one locked array is enough. */
+typedef struct counter {
+  const char *name; /* a literal */
+  double ts, v;
+} counter;
+
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static counter *ctr; /* under lock */
+static size_t ctr_n, ctr_cap;
 static track *tracks;
 static _Thread_local track *mine;
 static double t_start;
@@ -224,6 +235,24 @@ void sf__trace_remote_event(int node, const sf__trace_text *name, const sf__trac
                         .error = error->n ? dup_bytes(error->p, error->n) : NULL,
                         .ts_ns = ts_ns, .dur_ns = dur_ns, .node = node, .tid = tid,
                         .attempt = attempt};
+  pthread_mutex_unlock(&lock);
+}
+
+void sf__trace_counter(const char *name, double value) {
+  if (!sf__trace_on || worker)
+    return;
+  double ts = now_us() - t_start;
+  pthread_mutex_lock(&lock);
+  if (!written && ctr_n == ctr_cap) {
+    size_t cap = ctr_cap ? ctr_cap * 2 : 1024;
+    counter *c = realloc(ctr, cap * sizeof *c);
+    if (c) {
+      ctr = c;
+      ctr_cap = cap;
+    }
+  }
+  if (!written && ctr_n < ctr_cap)
+    ctr[ctr_n++] = (counter){name, ts, value};
   pthread_mutex_unlock(&lock);
 }
 
@@ -492,6 +521,12 @@ void sf__trace_write(void) {
     }
   }
   free(seen);
+  for (size_t i = 0; i < ctr_n; i++) {
+    fputs(",\n{\"name\":", f);
+    put_json_str(f, ctr[i].name);
+    fprintf(f, ",\"ph\":\"C\",\"ts\":%.3f,\"pid\":0,\"tid\":0,\"args\":{\"value\":%.17g}}",
+            ctr[i].ts, isfinite(ctr[i].v) ? ctr[i].v : 0.0);
+  }
   pthread_mutex_unlock(&lock);
   free(offs);
   fputs("\n]}\n", f);
