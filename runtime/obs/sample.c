@@ -26,7 +26,7 @@ static const fam families[] = {
     {"sflow_uptime_seconds", SF__M_GAUGE, "Seconds since the run started."},
     {"sflow_tasks_submitted_total", SF__M_COUNTER, "Task calls submitted."},
     {"sflow_tasks_running", SF__M_GAUGE, "Task attempts running now."},
-    {"sflow_tasks_done_total", SF__M_COUNTER, "Task calls finished (with a value or failed)."},
+    {"sflow_tasks_done_total", SF__M_COUNTER, "Task calls finished with a value."},
     {"sflow_tasks_failed_total", SF__M_COUNTER, "Task calls failed after their last attempt."},
     {"sflow_task_retries_total", SF__M_COUNTER, "Task attempts retried (@retry)."},
     {"sflow_tasks_queued", SF__M_GAUGE, "Task calls submitted and not yet started."},
@@ -112,7 +112,8 @@ void sf__obs_sample(void) {
   sf__counters c;
   sf__counters_sum(&c);
   double rss = rss_bytes();
-  int64_t queued = c.tasks - c.tasks_done - (c.started - c.finished);
+  int64_t failed = atomic_load(&sf__stats.tasks_failed);
+  int64_t queued = c.tasks - c.tasks_done - failed - (c.started - c.finished);
   if (queued < 0)
     queued = 0;
   if (sf__trace_on) {
@@ -136,7 +137,7 @@ void sf__obs_sample(void) {
   sf__metric_set("sflow_tasks_submitted_total", "", (double)c.tasks);
   sf__metric_set("sflow_tasks_running", "", (double)(c.started - c.finished));
   sf__metric_set("sflow_tasks_done_total", "", (double)c.tasks_done);
-  sf__metric_set("sflow_tasks_failed_total", "", (double)atomic_load(&sf__stats.tasks_failed));
+  sf__metric_set("sflow_tasks_failed_total", "", (double)failed);
   sf__metric_set("sflow_task_retries_total", "", (double)atomic_load(&sf__stats.retries));
   sf__metric_set("sflow_tasks_queued", "", (double)queued);
   sf__metric_set("sflow_actors", "", (double)atomic_load(&sf__stats.actors));

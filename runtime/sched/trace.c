@@ -433,14 +433,10 @@ static void put_nodes(FILE *f) {
 /* Flushes and closes the trace, then commits it (renamed into place, or
  * closed when written in place).  A reader of a FIFO that went away must
  * not end the run with SIGPIPE now that its work is done: the signal is
- * blocked on this thread while the trace is written (a pipe raises it on
- * the writing thread) and a pending one is taken back, so the failure is
- * a notice like any other. */
-static void finish(FILE *f, const char *path) {
-  sigset_t pipe_set, old;
-  sigemptyset(&pipe_set);
-  sigaddset(&pipe_set, SIGPIPE);
-  pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+ * blocked on this thread (old: the mask before) from sf__trace_write's
+ * first byte (a pipe raises it on the writing thread) and a pending one is
+ * taken back here, so the failure is a notice like any other. */
+static void finish(FILE *f, const char *path, const sigset_t *pipe_set, const sigset_t *old) {
   bool ok = fflush(f) == 0 && !ferror(f);
   int e = errno;
   if (fclose(f) != 0 && ok) {
@@ -448,8 +444,8 @@ static void finish(FILE *f, const char *path) {
     e = errno;
   }
   struct timespec zero = {0, 0};
-  (void)sigtimedwait(&pipe_set, NULL, &zero); /* signals of a kind do not queue */
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  (void)sigtimedwait(pipe_set, NULL, &zero); /* signals of a kind do not queue */
+  pthread_sigmask(SIG_SETMASK, old, NULL);
   if (!ok)
     sf__outfile_abort(&file);
   else if (!sf__outfile_commit(&file)) {
@@ -467,6 +463,12 @@ void sf__trace_write(void) {
   const char *path = sf__options.trace;
   FILE *f = out;
   out = NULL;
+  /* From the first byte: a trace longer than stdio's buffer (counter
+   * tracks make most of them so) writes before finish's flush. */
+  sigset_t pipe_set, old;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
   fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", f);
   fputs("{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":0,\"tid\":0,"
         "\"args\":{\"sort_index\":0}}", f);
@@ -530,5 +532,5 @@ void sf__trace_write(void) {
   pthread_mutex_unlock(&lock);
   free(offs);
   fputs("\n]}\n", f);
-  finish(f, path);
+  finish(f, path, &pipe_set, &old);
 }
