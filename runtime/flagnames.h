@@ -63,6 +63,7 @@
   X(WORKER, "sflow-worker", "SPEC", NULL)                                                      \
   X(WORKER_CWD, "sflow-cwd", "HEX", NULL)                                                      \
   X(WORKER_TRACE, "sflow-trace", NULL, NULL)                                                   \
+  X(WORKER_METRICS, "sflow-metrics", NULL, NULL)                                               \
   X(SELFTEST, "sflow-selftest", "SPEC", NULL)
 
 /* X(name, help): flags that stop parsing and print something (flags.c's

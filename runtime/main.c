@@ -88,7 +88,11 @@ int main(int argc, char **argv) {
   if (sf__options.worker) {
     sf__flags_release(prog, args);
     sf_free(args);
-    return sf__worker_main(sf__options.worker);
+    if (!sf__obs_start(err, sizeof err)) /* its figures for the head's --metrics-port */
+      fprintf(stderr, "%s: notice: %s\n", name, err);
+    int rc = sf__worker_main(sf__options.worker);
+    sf__obs_stop();
+    return rc;
   }
   /* The trace path first: a bad one is a usage error found before any
    * node is started over SSH, not after. */

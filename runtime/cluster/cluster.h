@@ -317,6 +317,7 @@ typedef enum {
   SF__F_CLOCK,         /* worker -> head: the answer to a heartbeat: its sequence and send
                         * time echoed, and the worker's clock when it arrived */
   SF__F_TRACE,         /* worker -> head: a batch of --trace events (trace.c) */
+  SF__F_METRICS,       /* worker -> head: its figures as Prometheus text (metrics_ship.c) */
   SF__F_COUNT
 } sf__ftype;
 
@@ -381,7 +382,7 @@ typedef struct sf__frame {
       uint64_t elapsed_ns, bytes;
       sf__bytes message;
     } group_done;
-    struct { sf__bytes line; } log; /* also SF__F_PRINT */
+    struct { sf__bytes line; } log; /* also SF__F_PRINT, SF__F_METRICS */
   } u;
 } sf__frame;
 
@@ -829,5 +830,14 @@ void sf__trace_ship(void);
 struct sf__frame;
 void sf__trace_remote(int node, const struct sf__frame *f);
 void sf__trace_ship_install(void);
+
+/* ---------------------------------------------------- metrics_ship.c */
+
+/* Worker of a run with --metrics-port or --dashboard on the head
+ * (--sflow-metrics): sends its figures at most once a second (now: at
+ * once, the last before shutdown). */
+void sf__metrics_ship(bool now);
+/* Head, control thread: a metrics frame from worker `node`. */
+void sf__metrics_remote(int node, const struct sf__frame *f);
 
 #endif

@@ -546,6 +546,7 @@ static void handle_frame(node *nd, const sf__frame *f) {
   case SF__F_HEARTBEAT: break; /* last_rx is enough */
   case SF__F_CLOCK: clock_sample(nd, f); break;
   case SF__F_TRACE: sf__trace_remote((int)(nd - H.nodes) + 1, f); break;
+  case SF__F_METRICS: sf__metrics_remote((int)(nd - H.nodes) + 1, f); break;
   case SF__F_LOG:
     sf__cluster_note("[node %d] %.*s", (int)(nd - H.nodes) + 1, (int)f->u.log.line.n,
                      (const char *)f->u.log.line.p);

@@ -53,6 +53,7 @@ static const char *const type_names[SF__F_COUNT] = {
     [SF__F_PRINT] = "print",               [SF__F_ACTOR_RESULT] = "actor-result",
     [SF__F_ACTOR_STATE] = "actor-state",   [SF__F_ACTOR_STOP] = "actor-stop",
     [SF__F_CLOCK] = "clock",               [SF__F_TRACE] = "trace",
+    [SF__F_METRICS] = "metrics",
 };
 
 const char *sf__wire_type_name(int type) {
@@ -65,6 +66,7 @@ const char *sf__wire_type_name(int type) {
 #define TEXT_MAX 4096         /* shutdown reason, group-done message */
 #define LOG_MAX 65536         /* one log line */
 #define PRINT_MAX (1u << 24)  /* print output of one frame */
+#define METRICS_MAX (1u << 20) /* a worker's metrics text */
 #define EVENTS_MAX (1u << 24) /* one trace batch */
 #define PEERS_MAX (SF__GROUP_MAX * 66u) /* u16 port, u8 length, 63 bytes each */
 
@@ -84,6 +86,7 @@ uint32_t sf__wire_max_len(int type) {
   case SF__F_GROUP_DONE: return 4 + 29 + 4 + TEXT_MAX;
   case SF__F_LOG: return 4 + 4 + LOG_MAX;
   case SF__F_PRINT: return 4 + 4 + PRINT_MAX;
+  case SF__F_METRICS: return 4 + 4 + METRICS_MAX;
   case SF__F_TRACE: return 4 + 4 + 4 + EVENTS_MAX;
   case SF__F_TASK_SUBMIT:
   case SF__F_TASK_RESULT:
@@ -268,7 +271,8 @@ static void put_payload(sf__wbuf *b, const sf__frame *f) {
     put_bytes(b, f->u.group_done.message);
     break;
   case SF__F_LOG:
-  case SF__F_PRINT: put_bytes(b, f->u.log.line); break;
+  case SF__F_PRINT:
+  case SF__F_METRICS: put_bytes(b, f->u.log.line); break;
   case SF__F_CLOCK:
     put_u64(b, f->u.clock.seq);
     put_u64(b, f->u.clock.head_ns);
@@ -616,6 +620,7 @@ static void get_payload(rd *r, sf__frame *f) {
     break;
   case SF__F_LOG: f->u.log.line = get_bytes(r, LOG_MAX, "line"); break;
   case SF__F_PRINT: f->u.log.line = get_bytes(r, PRINT_MAX, "output"); break;
+  case SF__F_METRICS: f->u.log.line = get_bytes(r, METRICS_MAX, "metrics"); break;
   case SF__F_CLOCK:
     f->u.clock.seq = get_u64(r, "sequence");
     f->u.clock.head_ns = get_u64(r, "head time");

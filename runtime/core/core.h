@@ -426,6 +426,7 @@ typedef struct sf__options_t {
   const char *worker;         /* hidden --sflow-worker ID@ADDR:PORT */
   const char *worker_cwd;     /* hidden --sflow-cwd: the head's folder, in hex */
   bool worker_trace;          /* hidden --sflow-trace: the head traces; ship events */
+  bool worker_metrics;        /* hidden --sflow-metrics: the head serves metrics; ship them */
   const char *selftest;       /* hidden --sflow-selftest SPEC (tests, bench) */
 } sf__options_t;
 extern sf__options_t sf__options;

@@ -182,6 +182,7 @@ static bool set_option(parser *ps, rt_id id, const char *v) {
   case RT_WORKER: o->worker = v; return true;
   case RT_WORKER_CWD: o->worker_cwd = v; return true;
   case RT_WORKER_TRACE: return set_bool_option(ps, &o->worker_trace, name, v);
+  case RT_WORKER_METRICS: return set_bool_option(ps, &o->worker_metrics, name, v);
   case RT_SELFTEST: o->selftest = v; return true;
   case RT_ACCEPT_NEW: return set_bool_option(ps, &o->accept_new_host_keys, name, v);
   case RT_HEAD_WORK: return set_bool_option(ps, &o->head_runs_work, name, v);

@@ -168,8 +168,12 @@ static void *sampler_main(void *arg) {
 bool sf__obs_start(char *err, size_t errlen) {
   int64_t ports[2] = {sf__options.metrics_port, sf__options.dashboard_port};
   bool serve = ports[0] || ports[1];
-  if (!serve && !sf__trace_on)
+  /* A worker of such a run samples for the head (cluster/metrics_ship.c). */
+  bool worker = sf__options.worker && sf__options.worker_metrics;
+  if (!serve && !sf__trace_on && !worker)
     return true;
+  if (worker)
+    sf__metrics_on = true;
   if (ports[0] && ports[0] == ports[1]) {
     snprintf(err, errlen, "--metrics-port and --dashboard are both %lld: one port serves both "
              "(/metrics and /), so give one of them", (long long)ports[0]);

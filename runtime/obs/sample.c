@@ -150,7 +150,10 @@ void sf__obs_sample(void) {
                  (double)atomic_load(&sf__stats.objects_fetched));
   sf__metric_set("sflow_object_bytes_total", "", (double)atomic_load(&sf__stats.object_bytes));
   sf__metric_set("sflow_checkpoints_total", "", (double)atomic_load(&sf__stats.checkpoints));
-  sf__metric_set("sflow_process_resident_memory_bytes", "node=\"0\"", rss);
-  sf__metric_set("sflow_process_cpu_seconds_total", "node=\"0\"", cpu_seconds());
-  nodes();
+  /* A worker's figures get their node="K" on the head. */
+  const char *self = sf__options.worker ? "" : "node=\"0\"";
+  sf__metric_set("sflow_process_resident_memory_bytes", self, rss);
+  sf__metric_set("sflow_process_cpu_seconds_total", self, cpu_seconds());
+  if (!sf__options.worker)
+    nodes();
 }

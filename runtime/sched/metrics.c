@@ -249,13 +249,13 @@ static const char *kind_text(int k) {
   return k == SF__M_COUNTER ? "counter" : k == SF__M_HISTOGRAM ? "histogram" : "gauge";
 }
 
-void sf__metrics_prom(sf__buf *b) {
+static void prom(sf__buf *b, bool flat) {
   pthread_mutex_lock(&mu);
   for (int i = 0; i < nfams; i++) {
     family *f = &fams[i];
-    if (!f->n)
+    if (!f->n || (flat && f->kind == SF__M_HISTOGRAM))
       continue; /* declared, never set: absent (a GPU family without a GPU) */
-    if (f->declared)
+    if (f->declared && !flat)
       putf(b, "# HELP %s %s\n", f->name, f->help);
     putf(b, "# TYPE %s %s\n", f->name, kind_text(f->kind));
     for (int j = 0; j < f->n; j++) {
@@ -275,6 +275,78 @@ void sf__metrics_prom(sf__buf *b) {
       sample(b, f->name, "_sum", s->labels, "", s->sum);
       sample(b, f->name, "_count", s->labels, "", (double)s->count);
     }
+  }
+  pthread_mutex_unlock(&mu);
+}
+
+void sf__metrics_prom(sf__buf *b) { prom(b, false); }
+void sf__metrics_prom_flat(sf__buf *b) { prom(b, true); }
+
+/* ------------------------------------------------ other nodes' figures */
+
+/* One line of a worker's text: "# TYPE name kind" or "name{labels} value"
+ * (labels as this file writes them: no '}' inside a value, which every
+ * label value here is free of). Under mu. */
+static void remote_line(int node, const char *p, size_t n, double *step, double *last_step) {
+  char line[1024];
+  if (n >= sizeof line)
+    return;
+  memcpy(line, p, n);
+  line[n] = '\0';
+  char name[96], kind[16];
+  if (sscanf(line, "# TYPE %95s %15s", name, kind) == 2) {
+    family *f = family_of(name, true);
+    if (f && !f->declared)
+      f->kind = !strcmp(kind, "counter") ? SF__M_COUNTER : SF__M_GAUGE;
+    return;
+  }
+  if (line[0] == '#')
+    return;
+  size_t k = strcspn(line, "{ ");
+  if (k == 0 || k >= sizeof name)
+    return;
+  memcpy(name, line, k);
+  name[k] = '\0';
+  const char *labels = "", *rest = line + k;
+  if (*rest == '{') {
+    char *close = strchr(line + k, '}');
+    if (!close)
+      return;
+    *close = '\0';
+    labels = line + k + 1;
+    rest = close + 1;
+  }
+  char *end;
+  double v = strtod(rest, &end);
+  if (end == rest)
+    return;
+  char l[600];
+  snprintf(l, sizeof l, "node=\"%d\"%s%s", node, *labels ? "," : "", labels);
+  family *f = family_of(name, true);
+  series *s = f ? series_of(f, l) : NULL;
+  if (s)
+    s->v = v;
+  if (!strcmp(name, "sflow_train_step"))
+    *step = v;
+  if (!strcmp(name, "sflow_train_loss") && *step > *last_step) {
+    *last_step = *step;
+    pthread_mutex_unlock(&mu); /* sf__metric_point takes it */
+    sf__metric_point("loss", *step, v);
+    pthread_mutex_lock(&mu);
+  }
+}
+
+void sf__metrics_take_remote(int node, const char *text, size_t n) {
+  static double last_step[256];
+  if (!sf__metrics_on || node < 1 || node >= 256)
+    return;
+  double step = 0;
+  pthread_mutex_lock(&mu);
+  for (size_t at = 0; at < n;) {
+    const char *nl = memchr(text + at, '\n', n - at);
+    size_t len = nl ? (size_t)(nl - (text + at)) : n - at;
+    remote_line(node, text + at, len, &step, &last_step[node]);
+    at += len + 1;
   }
   pthread_mutex_unlock(&mu);
 }

@@ -47,6 +47,13 @@ void sf__metric_event(const char *text);
 
 /* Prometheus text format 0.0.4 of every family, into b. */
 void sf__metrics_prom(sf__buf *b);
+/* The same without # HELP lines and histograms: what a worker ships to
+ * the head (cluster/metrics_ship.c). */
+void sf__metrics_prom_flat(sf__buf *b);
+/* Head: worker `node`'s text of sf__metrics_prom_flat, each sample kept
+ * under its family with node="K" before its labels; its train loss also
+ * extends the dashboard's curve. */
+void sf__metrics_take_remote(int node, const char *text, size_t n);
 /* {"families":{NAME:[[LABELS,VALUE],...]},"series":{NAME:[[x,y],...]},
  *  "errors":[...]}: the dashboard's view (a histogram as its count and
  * sum). */

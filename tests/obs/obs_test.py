@@ -36,6 +36,12 @@ Cases (one ctest each, tests/obs/suite.cmake):
   prometheus_sweep  the same for examples/tune.sflow: sflow_tune_trials by
                state and sflow_tune_best_metric, which ends at the sweep's
                best (its JSON summary)
+  nodes        a 4-node run (head and 3 workers behind real sshd on
+               127.0.0.2-4, a member per worker): the head's /metrics has
+               every node up, each worker's RSS, CPU seconds and collective
+               calls under its node="K", a heartbeat round trip per worker,
+               member 0's loss from its worker equal to a CSV step's; a
+               scrape answers within 50 ms (median of 20)
   dashboard    headless Chromium loads the page of --dashboard twice,
                seconds apart: the loss curve's points grow and match the
                steps the run has printed, the nodes and tasks are drawn,
@@ -617,6 +623,71 @@ def case_nothing(c):
     p.kill()
     p.communicate()
     check(not socks, "no socket is open in a run without --metrics-port or --dashboard")
+
+
+def case_nodes(c):
+    """A 4-node run (the head and 3 workers behind real sshd servers on
+    127.0.0.2-4, tests/cluster's Cluster): the head's /metrics has every
+    node up, each worker's RSS, CPU and collective figures under its
+    node="K", and answers within 50 ms."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "cluster"))
+    import cluster_test  # noqa: E402
+    if not os.path.exists(cluster_test.SSHD):
+        print("skip: no sshd (openssh-server, scripts/install-deps.sh)")
+        sys.exit(SKIP)
+    cl = cluster_test.Cluster(c.sflowc, 3)
+    try:
+        exe = cl.compile("train_small", open(SMALL).read())
+        port = free_port()
+        log = os.path.join(c.tmp, "n.csv")
+        # A member per worker (the head only places them): each worker's
+        # collectives and member 0's step figures come from node 1..3.
+        p = cl.start("--metrics-port", str(port), "--workers", "3", "--head-runs-work=false",
+                     "--epochs", "12", "--pace-ms", "150", "--metrics", log, prog=exe)
+        wait_port(port, p, deadline=60)
+        end = time.time() + 60
+        fams = {}
+        while time.time() < end:
+            st, _, body = get(port, "/metrics")
+            fams = {f.name: f for f in text_string_to_metric_families(body.decode())}
+            rss = fams.get("sflow_process_resident_memory_bytes")
+            coll = fams.get("sflow_collective_calls")
+            if rss and len(rss.samples) == 4 and coll and \
+                    {s.labels.get("node") for s in coll.samples} >= {"1", "2", "3"}:
+                break
+            time.sleep(0.3)
+        up = {s.labels["node"]: s.value for s in fams["sflow_node_up"].samples}
+        check(up == {"0": 1, "1": 1, "2": 1, "3": 1}, "every node up: %s" % up)
+        rss = {s.labels["node"]: s.value for s in fams["sflow_process_resident_memory_bytes"].samples}
+        check(sorted(rss) == ["0", "1", "2", "3"] and all(v > 1e6 for v in rss.values()),
+              "RSS of each node, labelled by node")
+        cpu = {s.labels["node"] for s in fams["sflow_process_cpu_seconds"].samples}
+        check(cpu == {"0", "1", "2", "3"}, "CPU seconds of each node")
+        coll = {s.labels.get("node") for s in fams["sflow_collective_calls"].samples}
+        check({"1", "2", "3"} <= coll, "the workers' collective calls by node: %s" % sorted(coll))
+        rtt = {s.labels["node"] for s in fams["sflow_node_heartbeat_rtt_seconds"].samples}
+        check(rtt == {"1", "2", "3"}, "a heartbeat round trip per worker")
+        times = []
+        for _ in range(20):
+            t0 = time.perf_counter()
+            st, _, body = get(port, "/metrics")
+            times.append(time.perf_counter() - t0)
+        times.sort()
+        print("scrape of the 4-node run: median %.1f ms, max %.1f ms (%d bytes)" %
+              (1e3 * times[10], 1e3 * times[-1], len(body)))
+        check(times[10] < 0.05, "a scrape answers within 50 ms (median %.1f ms)" % (1e3 * times[10]))
+        out, err = p.communicate(timeout=120)
+        check(p.returncode == 0, "the run ends with 0 (%s)" % err[-300:])
+        rows = read_csv(log)
+        loss = [s for s in fams["sflow_train_loss"].samples]
+        step = [s for s in fams["sflow_train_step"].samples]
+        check(len(loss) == 1 and loss[0].labels.get("node") in ("1", "2", "3"),
+              "member 0's loss comes from its worker, labelled node=%s" % loss[0].labels.get("node"))
+        check(any(float(r["loss"]) == loss[0].value for r in rows) and
+              0 < step[0].value <= len(rows), "and is a step's loss of the CSV (step %d)" % step[0].value)
+        cl.expect_no_workers()
+    finally:
+        cl.close()
 
 
 CASES = {n[5:]: f for n, f in globals().items() if n.startswith("case_")}
