@@ -42,6 +42,9 @@ Cases (one ctest each, tests/obs/suite.cmake):
                calls under its node="K", a heartbeat round trip per worker,
                member 0's loss from its worker equal to a CSV step's; a
                scrape answers within 50 ms (median of 20)
+  gpu_emu      tests/gpu/nn/mlp_ce.sflow under the GPU emulator with no NVML:
+               the caching allocator's families and its trace counter; no
+               NVML family and nothing said
   dashboard    headless Chromium loads the page of --dashboard twice,
                seconds apart: the loss curve's points grow and match the
                steps the run has printed, the nodes and tasks are drawn,
@@ -690,17 +693,65 @@ def case_nodes(c):
         cl.close()
 
 
+def case_gpu_emu(c):
+    """tests/gpu/nn/mlp_ce.sflow (a @gpus(1) actor training) under the host
+    emulator (tests/gpu/emu) with SFLOW_NVML naming no file: the caching
+    allocator's families in /metrics and its counter track in the trace;
+    no NVML family and not a word about NVML."""
+    if not c.emu or not os.path.exists(c.emu):
+        print("skip: no emulator library (--emu)")
+        sys.exit(SKIP)
+    exe = compile_to(c.sflowc, os.path.join(ROOT, "tests", "gpu", "nn", "mlp_ce.sflow"),
+                     os.path.join(c.tmp, "mlp_ce"))
+    env = dict(os.environ, SFLOW_CUDA=c.emu, SFLOW_NVRTC=c.emu, SFLOW_CUBLAS=c.emu,
+               SFLOW_NVML=os.path.join(c.tmp, "no-libnvidia-ml.so.1"),
+               SFLOW_KERNEL_CACHE=os.path.join(ROOT, "build", "tests", "emu-kernel-cache"))
+    port = free_port()
+    tr = os.path.join(c.tmp, "g.json")
+    p = subprocess.Popen([exe, "--metrics-port", str(port), "--trace", tr], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_port(port, p, deadline=60)
+    vals = {}
+    end = time.time() + 120
+    while time.time() < end and p.poll() is None:
+        try:
+            body = get(port, "/metrics")[2].decode()
+        except OSError:
+            break
+        vals = {f.name: f.samples[0].value for f in text_string_to_metric_families(body)
+                if f.name.startswith("sflow_gpu")}
+        if vals.get("sflow_gpu_alloc_in_use_bytes", 0) > 0:
+            break
+        time.sleep(0.2)
+    out, err = p.communicate(timeout=180)
+    check(p.returncode == 0 and "right 32" in out, "the emulated GPU run ends with 0")
+    check(vals.get("sflow_gpu_alloc_in_use_bytes", 0) > 0 and
+          vals.get("sflow_gpu_alloc_peak_bytes", 0) >= vals["sflow_gpu_alloc_in_use_bytes"] and
+          "sflow_gpu_alloc_cached_bytes" in vals,
+          "the allocator's in-use, cached and peak bytes: %s" % vals)
+    check(not any(k.startswith(("sflow_gpu_utilization", "sflow_gpu_memory", "sflow_gpu_power",
+                                "sflow_gpu_temperature")) for k in vals),
+          "no NVML family without NVML")
+    check("nvml" not in err.lower() and "nvidia-ml" not in err.lower(), "and nothing said about it")
+    evs = json.load(open(tr))["traceEvents"]
+    dm = [e["args"]["value"] for e in evs if e.get("name") == "device memory in use bytes"]
+    check(dm and max(dm) > 0, "a device memory counter track in the trace (peak %d bytes)" %
+          (max(dm) if dm else 0))
+
+
 CASES = {n[5:]: f for n, f in globals().items() if n.startswith("case_")}
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sflowc", required=True)
+    ap.add_argument("--emu", help="the GPU emulator library (tests/gpu/emu), for gpu_emu")
     ap.add_argument("cases", nargs="*")
     a = ap.parse_args()
     names = a.cases or list(CASES)
     with tempfile.TemporaryDirectory(prefix="sflow-obs-") as tmp:
         c = Ctx(os.path.abspath(a.sflowc), tmp)
+        c.emu = os.path.abspath(a.emu) if a.emu else None
         for n in names:
             print("== " + n)
             try:
