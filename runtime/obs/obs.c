@@ -105,9 +105,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   char storage[4096];
   sf__buf b;
   sf__buf_init(&b, storage, sizeof storage);
-  if (prom)
+  if (prom) {
     sf__metrics_prom(&b);
-  else
+    /* std.serve's families, of the first server (a second's would repeat
+     * the family names; each server's own /metrics has its own). */
+    sf__server *s = sf__server_nth(1);
+    if (s)
+      sf__metrics_text(s, &b);
+  } else
     sf__metrics_json(&b);
   enum MHD_Result ok =
       respond(c, 200, prom ? "text/plain; version=0.0.4; charset=utf-8" : "application/json",

@@ -42,6 +42,8 @@ Cases (one ctest each, tests/obs/suite.cmake):
                calls under its node="K", a heartbeat round trip per worker,
                member 0's loss from its worker equal to a CSV step's; a
                scrape answers within 50 ms (median of 20)
+  serve        examples/serve.sflow with --metrics-port: std.serve's families
+               in the run's /metrics, 7 requests counted
   gpu_emu      tests/gpu/nn/mlp_ce.sflow under the GPU emulator with no NVML:
                the caching allocator's families and its trace counter; no
                NVML family and nothing said
@@ -691,6 +693,40 @@ def case_nodes(c):
         cl.expect_no_workers()
     finally:
         cl.close()
+
+
+def case_serve(c):
+    """examples/serve.sflow with --metrics-port: std.serve's families are in
+    the run's /metrics beside the runtime's, the request counter equal to
+    the requests sent."""
+    exe = compile_to(c.sflowc, os.path.join(ROOT, "examples", "serve.sflow"),
+                     os.path.join(c.tmp, "serve"))
+    sport, mport = free_port(), free_port()
+    p = subprocess.Popen([exe, "--port", str(sport), "--metrics-port", str(mport)],
+                         cwd=os.path.join(ROOT, "examples"), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        wait_port(sport, p, deadline=60)
+        body = json.dumps({"pixels": [float(i % 17) for i in range(64)]})
+        n = 0
+        for _ in range(7):
+            cn = http.client.HTTPConnection("127.0.0.1", sport, timeout=10)
+            cn.request("POST", "/predict", body=body, headers={"Content-Type": "application/json"})
+            r = cn.getresponse()
+            r.read()
+            cn.close()
+            n += r.status == 200
+        check(n == 7, "7 predictions answered 200")
+        fams = {f.name: f for f in
+                text_string_to_metric_families(get(mport, "/metrics")[2].decode())}
+        req = [s for s in fams["sflow_serve_requests"].samples
+               if s.labels.get("route") == "/predict" and s.labels.get("code") == "200"]
+        check(req and req[0].value == 7, "sflow_serve_requests_total{route=/predict,code=200} is 7")
+        check("sflow_serve_request_seconds" in fams and "sflow_build_info" in fams,
+              "the serve histogram beside the runtime's families")
+    finally:
+        p.terminate()
+        p.communicate(timeout=30)
 
 
 def case_gpu_emu(c):
