@@ -3,7 +3,7 @@
  * and styles, with nothing fetched from the network.  The script polls
  * api/state (obs.c) twice a second and draws the curves on <canvas> by
  * itself; each chart carries its point count in data-points, which the
- * browser test reads (tests/obs/dashboard_test.py).
+ * browser test reads (tests/obs/obs_test.py, case dashboard).
  *
  * Edit it as HTML: the string is the file, a line per literal.
  */
@@ -89,13 +89,15 @@ const char sf__dashboard_html[] =
     "        [\"queued\", one(s, \"sflow_actor_calls_queued\") || 0, \"wait\"],\n"
     "        [\"done\", one(s, \"sflow_actor_calls_done_total\") || 0, \"ok\"]]) +\n"
     "    '<span class=\"arrow\">&rarr;</span>' +\n"
-    "    box(\"collectives\", fam(s, \"sflow_collective_calls_total\").map(r => [lab(r[0], \"op\"), r[1], \"\"]));\n"
+    "    box(\"collectives\", fam(s, \"sflow_collective_calls_total\").map(r =>\n"
+    "      [lab(r[0], \"op\") + (lab(r[0], \"node\") ? \" (node \" + lab(r[0], \"node\") + \")\" : \"\"), r[1], \"\"]));\n"
     "  const loss = s.series.loss || [], sps = s.series.samples_per_s || [];\n"
     "  $(\"points\").textContent = loss.length; chart(\"c_loss\", loss, \"#c62828\"); chart(\"c_sps\", sps, \"#1565c0\");\n"
     "  const cpu = {}; for (const r of fam(s, \"sflow_process_cpu_seconds_total\")) cpu[lab(r[0], \"node\")] = r[1];\n"
     "  const rss = {}; for (const r of fam(s, \"sflow_process_resident_memory_bytes\")) rss[lab(r[0], \"node\")] = r[1];\n"
     "  const gpu = fam(s, \"sflow_gpu_utilization_ratio\"), gm = fam(s, \"sflow_gpu_memory_used_bytes\");\n"
-    "  let rows = \"<tr><th>node</th><th>host</th><th>up</th><th>CPU</th><th>memory</th><th>GPU</th></tr>\";\n"
+    "  const hb = {}; for (const r of fam(s, \"sflow_node_heartbeat_gap_seconds\")) hb[lab(r[0], \"node\")] = r[1];\n"
+    "  let rows = \"<tr><th>node</th><th>host</th><th>up</th><th>heard</th><th>CPU</th><th>memory</th><th>GPU</th></tr>\";\n"
     "  const up = fam(s, \"sflow_node_up\");\n"
     "  for (const r of (up.length ? up : [['node=\"0\",host=\"localhost\"', 1]])) {\n"
     "    const k = lab(r[0], \"node\");\n"
@@ -103,7 +105,7 @@ const char sf__dashboard_html[] =
     "    let g = k === \"0\" && gpu.length ? gpu.map((x, i) => fmt(100 * x[1], 0) + \"% \" + bytes(gm[i] ? gm[i][1] : null)).join(\", \") : \"-\";\n"
     "    const a = one(s, \"sflow_gpu_alloc_in_use_bytes\"); if (k === \"0\" && a !== null) g += \" (alloc \" + bytes(a) + \")\";\n"
     "    rows += \"<tr><td>\" + k + \"</td><td>\" + esc(lab(r[0], \"host\")) + \"</td><td class=\" + (r[1] ? \"ok>yes\" : \"bad>no\") +\n"
-    "      \"</td><td>\" + c + \"</td><td>\" + bytes(rss[k] ?? null) + \"</td><td>\" + g + \"</td></tr>\";\n"
+    "      \"</td><td>\" + (hb[k] !== undefined ? fmt(hb[k], 1) + \" s ago\" : \"-\") + \"</td><td>\" + c + \"</td><td>\" + bytes(rss[k] ?? null) + \"</td><td>\" + g + \"</td></tr>\";\n"
     "  }\n"
     "  $(\"nodes\").innerHTML = rows; prevCpu = cpu;\n"
     "  const st = fam(s, \"sflow_tune_trials\"), tm = fam(s, \"sflow_tune_trial_metric\"), ti = fam(s, \"sflow_tune_trial_iterations\");\n"

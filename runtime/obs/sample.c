@@ -44,6 +44,10 @@ static const fam families[] = {
     {"sflow_node_up", SF__M_GAUGE, "1 while a node of the run is alive, by node and host."},
     {"sflow_node_heartbeat_rtt_seconds", SF__M_GAUGE,
      "Round trip of the best heartbeat to a worker (clock estimate)."},
+    {"sflow_node_heartbeat_gap_seconds", SF__M_GAUGE,
+     "Seconds since a worker last sent a byte (it is lost after 3)."},
+    {"sflow_node_heartbeat_gap_max_seconds", SF__M_GAUGE,
+     "The longest such silence of a worker so far."},
     {"sflow_collective_calls_total", SF__M_COUNTER, "Collective calls, by operation."},
     {"sflow_collective_bytes_total", SF__M_COUNTER, "Bytes a member brought to collectives."},
     {"sflow_collective_seconds_total", SF__M_COUNTER, "Seconds in collective calls."},
@@ -101,9 +105,13 @@ static void nodes(void) {
     sf__metric_set("sflow_node_up", l, k == 0 || ni.alive ? 1 : 0);
     int64_t off;
     uint64_t rtt;
-    if (k > 0 && sf__cluster_clock(k, &off, &rtt)) {
-      snprintf(l, sizeof l, "node=\"%d\"", k);
+    snprintf(l, sizeof l, "node=\"%d\"", k);
+    if (k > 0 && sf__cluster_clock(k, &off, &rtt))
       sf__metric_set("sflow_node_heartbeat_rtt_seconds", l, (double)rtt * 1e-9);
+    double gap, gap_max;
+    if (k > 0 && sf__cluster_silence(k, &gap, &gap_max)) {
+      sf__metric_set("sflow_node_heartbeat_gap_seconds", l, gap);
+      sf__metric_set("sflow_node_heartbeat_gap_max_seconds", l, gap_max);
     }
   }
 }

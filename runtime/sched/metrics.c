@@ -328,10 +328,12 @@ static void remote_line(int node, const char *p, size_t n, double *step, double 
     s->v = v;
   if (!strcmp(name, "sflow_train_step"))
     *step = v;
-  if (!strcmp(name, "sflow_train_loss") && *step > *last_step) {
-    *last_step = *step;
+  /* The curves: one point per shipped step (the step's family comes
+   * first in the text, loss and samples/s after it). */
+  bool loss = !strcmp(name, "sflow_train_loss");
+  if ((loss || !strcmp(name, "sflow_train_samples_per_second")) && *step > *last_step) {
     pthread_mutex_unlock(&mu); /* sf__metric_point takes it */
-    sf__metric_point("loss", *step, v);
+    sf__metric_point(loss ? "loss" : "samples_per_s", *step, v);
     pthread_mutex_lock(&mu);
   }
 }
@@ -348,6 +350,8 @@ void sf__metrics_take_remote(int node, const char *text, size_t n) {
     remote_line(node, text + at, len, &step, &last_step[node]);
     at += len + 1;
   }
+  if (step > last_step[node])
+    last_step[node] = step;
   pthread_mutex_unlock(&mu);
 }
 

@@ -603,7 +603,7 @@ def case_dashboard(c):
         check(re.search(r'id="status"[^>]*>live<', dom1) is not None, "the page says it is live")
         check("train_small.sflow:" in dom1 and "fails on purpose" in dom1,
               "the failed task's error with its location is listed")
-        check(re.search(r'<td>localhost</td><td class="ok">yes</td>', dom1) is not None,
+        check(re.search(r'<td>localhost</td><td class="ok">yes</td><td>-</td>', dom1) is not None,
               "node 0 is listed up")
         check(re.search(r'class="n">1</span> failed', dom1) is not None,
               "the tasks box shows the failed task")
@@ -672,6 +672,9 @@ def case_nodes(c):
         check({"1", "2", "3"} <= coll, "the workers' collective calls by node: %s" % sorted(coll))
         rtt = {s.labels["node"] for s in fams["sflow_node_heartbeat_rtt_seconds"].samples}
         check(rtt == {"1", "2", "3"}, "a heartbeat round trip per worker")
+        gaps = {s.labels["node"]: s.value for s in fams["sflow_node_heartbeat_gap_max_seconds"].samples}
+        check(sorted(gaps) == ["1", "2", "3"] and all(0 <= v < 3 for v in gaps.values()),
+              "each worker's longest heartbeat gap, under the 3 s limit: %s" % gaps)
         times = []
         for _ in range(20):
             t0 = time.perf_counter()
