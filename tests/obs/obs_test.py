@@ -579,7 +579,7 @@ def case_dashboard(c):
         sys.exit(SKIP)
     port = free_port()
     log = os.path.join(c.tmp, "d.csv")
-    p = c.start("--dashboard", str(port), "--epochs", "40", "--pace-ms", "150", "--metrics", log,
+    p = c.start("--dashboard", str(port), "--epochs", "80", "--pace-ms", "150", "--metrics", log,
                 "--fail-task")
     url = "http://127.0.0.1:%d/" % port
     try:
