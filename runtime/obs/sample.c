@@ -126,6 +126,7 @@ void sf__obs_sample(void) {
     queued = 0;
   if (sf__trace_on) {
     sf__trace_counter("tasks queued", (double)queued);
+    sf__trace_counter("actor calls queued", (double)(c.calls - c.calls_done));
     sf__trace_counter("RSS bytes", rss);
   }
   if (sf__gpu_devices() > 0) {

@@ -374,7 +374,7 @@ def case_trace(c):
     evs = json.load(open(tr))["traceEvents"]
     cs = [e for e in evs if e.get("ph") == "C"]
     names = {e["name"] for e in cs}
-    for n in ["tasks queued", "RSS bytes", "samples/s"]:
+    for n in ["tasks queued", "actor calls queued", "RSS bytes", "samples/s"]:
         check(n in names, "a counter track %r" % n)
     rss = [e["args"]["value"] for e in cs if e["name"] == "RSS bytes"]
     check(len(rss) >= 4 and all(v > 1e6 for v in rss),
