@@ -711,14 +711,21 @@ def case_serve(c):
     try:
         wait_port(sport, p, deadline=60)
         body = json.dumps({"pixels": [float(i % 17) for i in range(64)]})
-        n = 0
-        for _ in range(7):
+
+        def predict():
             cn = http.client.HTTPConnection("127.0.0.1", sport, timeout=10)
             cn.request("POST", "/predict", body=body, headers={"Content-Type": "application/json"})
             r = cn.getresponse()
             r.read()
             cn.close()
-            n += r.status == 200
+            return r.status
+
+        # The port opens before the first replica is ready (503 until then).
+        end = time.time() + 60
+        while predict() != 200:
+            check(time.time() < end, "a replica answers within 60 s")
+            time.sleep(0.1)
+        n = 1 + sum(predict() == 200 for _ in range(6))
         check(n == 7, "7 predictions answered 200")
         fams = {f.name: f for f in
                 text_string_to_metric_families(get(mport, "/metrics")[2].decode())}
