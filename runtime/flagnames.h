@@ -49,6 +49,12 @@
     "finish a killed run from its journal and checkpoints")                                   \
   R(X, TRACE, "trace", STR, trace, NULL, 0, 0, NULL, NULL, "FILE",                            \
     "write a trace of tasks and actors to FILE")                                              \
+  R(X, METRICS_PORT, "metrics-port", INT, metrics_port, 0, 1, 65535, NULL, "a TCP port", "P", \
+    "serve Prometheus metrics of the run on port P")                                          \
+  R(X, DASHBOARD, "dashboard", INT, dashboard_port, 0, 1, 65535, NULL, "a TCP port", "P",     \
+    "serve a live page of the run on port P")                                                 \
+  R(X, METRICS_BIND, "metrics-bind", STR, metrics_bind, NULL, 0, 0, NULL, NULL, "HOST",       \
+    "address of --metrics-port and --dashboard (default 127.0.0.1; else a token is needed)")  \
   R(X, CKPT, "checkpoint-dir", STR, checkpoint_dir, NULL, 0, 0, NULL, NULL, "DIR",            \
     "journal and checkpoints go here (default .sflow/PROGRAM)")                               \
   R(X, PROGRESS, "progress", ENUM, progress, 0, 0, 0, NULL, NULL, "auto|always|never",        \
@@ -85,6 +91,8 @@
   R(X, WORKER, "sflow-worker", STR, worker, NULL, 0, 0, NULL, NULL, "SPEC", NULL)             \
   R(X, WORKER_CWD, "sflow-cwd", STR, worker_cwd, NULL, 0, 0, NULL, NULL, "HEX", NULL)         \
   R(X, WORKER_TRACE, "sflow-trace", BOOL, worker_trace, false, 0, 0, NULL, NULL, NULL, NULL)  \
+  R(X, WORKER_METRICS, "sflow-metrics", BOOL, worker_metrics, false, 0, 0, NULL, NULL, NULL,  \
+    NULL)                                                                                     \
   /* Hidden: --sflow-selftest SPEC for tests and bench (cluster/selftest.c). */               \
   R(X, SELFTEST, "sflow-selftest", STR, selftest, NULL, 0, 0, NULL, NULL, "SPEC", NULL)
 

@@ -24,6 +24,7 @@
 
 #include "cluster.h"
 #include "nn.h"
+#include "obs.h"
 
 #define EXIT_INTERNAL 101
 
@@ -31,6 +32,7 @@
  * the journal are written either way. */
 static void at_exit(void) {
   sf__journal_end(false); /* no-op after a successful end */
+  sf__obs_stop();          /* its last sample goes into the trace */
   sf__run_end();
   sf__trace_write();
 }
@@ -86,12 +88,24 @@ int main(int argc, char **argv) {
   if (sf__options.worker) {
     sf__flags_release(prog, args);
     sf_free(args);
-    return sf__worker_main(sf__options.worker);
+    if (!sf__obs_start(err, sizeof err)) /* its figures for the head's --metrics-port */
+      fprintf(stderr, "%s: notice: %s\n", name, err);
+    int rc = sf__worker_main(sf__options.worker);
+    sf__obs_stop();
+    return rc;
   }
   /* The trace path first: a bad one is a usage error found before any
    * node is started over SSH, not after. */
   if (sf__options.trace && !sf__trace_open(err, sizeof err)) {
     fprintf(stderr, "%s: error: %s\n", name, err);
+    sf__flags_release(prog, args);
+    sf_free(args);
+    return SF__EXIT_USAGE;
+  }
+  /* The metrics ports too: one in use is found before any node starts. */
+  if (!sf__obs_start(err, sizeof err)) {
+    fprintf(stderr, "%s: error: %s\n", name, err);
+    sf__trace_discard();
     sf__flags_release(prog, args);
     sf_free(args);
     return SF__EXIT_USAGE;

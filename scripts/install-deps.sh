@@ -17,6 +17,8 @@ pkgs=(
   fortunes                           # labelled text (one category per file) for examples/finetune.sflow
   libmicrohttpd-dev                  # std.serve's HTTP server (header; libmicrohttpd12 dlopen'ed)
   wrk                                # bench/serve's load generator
+  prometheus                         # tests/obs: a real Prometheus scrapes --metrics-port
+  chromium                           # tests/obs: headless Chromium drives --dashboard
 )
 
 missing=()

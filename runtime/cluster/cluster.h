@@ -48,6 +48,7 @@
  *   head/objects_head.c the head's side of the object store of large results
  *   head/ractor_head.c  actors and groups on other nodes, the head's handles
  *   head/trace_head.c   workers' trace events, node names and clock offsets
+ *   head/metrics_head.c workers' --metrics-port figures, labelled by node
  *   worker/worker_main.c the worker process: connect back, prove, serve the head
  *   worker/worker_tasks.c the worker's runner threads; descriptor checks
  *   worker/objects_worker.c the results it keeps, served to the head and to
@@ -55,11 +56,11 @@
  *   worker/ractor_worker.c the actors a worker holds
  *   worker/group_ring.c a group member's collectives across nodes (TCP ring, NCCL)
  *   worker/trace_worker.c its trace events in batches to the head
+ *   worker/metrics_worker.c its --metrics-port figures to the head
  *   install.c        the hooks of both sides in the scheduler
  */
 #ifndef SF_CLUSTER_H
 #define SF_CLUSTER_H
-
 
 #include "net/net.h"
 #include "proto/proto.h"

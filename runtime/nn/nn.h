@@ -599,6 +599,9 @@ int64_t sf_std_train_rank(const sf_loc *loc);
 void sf_std_train_progress(int64_t epoch, int64_t epochs, int64_t step, int64_t steps, double loss,
                            double samples_per_s, const sf_loc *loc);
 int64_t sf_std_train_workers(const sf_loc *loc);
+void sf_std_train_observe(int64_t step, int64_t epoch, double loss, double lr, double grad_norm,
+                          int64_t samples, double seconds, double samples_per_s,
+                          double comm_seconds, sf_str *tensorboard_dir, const sf_loc *loc);
 void sf_std_train_sum_tensors(sf_array *ts, const sf_loc *loc);
 void sf_std_train_sum_f64(sf_array *xs, const sf_loc *loc);
 void sf_std_train_broadcast_tensors(sf_array *ts, int64_t root, const sf_loc *loc);

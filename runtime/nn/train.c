@@ -19,11 +19,29 @@
  * runtime placed here), not here: a member restored by --resume skips
  * init, and train.start with it.
  */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <time.h>
 
 #include "nn.h"
+#include "metrics.h"
+#include "tfevents.h"
+
+/* The families std.train sets (docs/observability.md). */
+static void sf__train_metrics_declare(void) {
+  sf__metric_declare("sflow_train_step", SF__M_GAUGE, "Optimizer steps taken (the last step's number).");
+  sf__metric_declare("sflow_train_epoch", SF__M_GAUGE, "The epoch of the last step (1-based).");
+  sf__metric_declare("sflow_train_loss", SF__M_GAUGE, "Mean loss over the last step's global samples.");
+  sf__metric_declare("sflow_train_learning_rate", SF__M_GAUGE, "The learning rate the last step used.");
+  sf__metric_declare("sflow_train_grad_norm", SF__M_GAUGE, "Global gradient norm of the last step, before clipping.");
+  sf__metric_declare("sflow_train_samples_per_second", SF__M_GAUGE, "Global samples per second of the last step.");
+  sf__metric_declare("sflow_train_step_seconds_last", SF__M_GAUGE, "Wall seconds of the last step.");
+  sf__metric_declare("sflow_train_comm_seconds_last", SF__M_GAUGE, "Seconds of the last step's gradient allreduce.");
+  sf__metric_declare("sflow_train_samples_total", SF__M_COUNTER, "Global samples trained on.");
+  sf__metric_declare("sflow_train_step_seconds", SF__M_HISTOGRAM, "Wall seconds per optimizer step.");
+  sf__metric_declare("sflow_train_comm_seconds", SF__M_HISTOGRAM, "Gradient allreduce seconds per optimizer step.");
+}
 
 int64_t sf_std_train_rank(const sf_loc *loc) {
   (void)loc;
@@ -79,4 +97,46 @@ void sf_std_train_sum_f64(sf_array *xs, const sf_loc *loc) { sf_allreduce_sum(xs
 
 void sf_std_train_broadcast_tensors(sf_array *ts, int64_t root, const sf_loc *loc) {
   sf_broadcast_tensors(ts, root, loc);
+}
+
+/* The step's figures (member 0, after each optimizer step): gauges of
+ * the last step for --metrics-port, the dashboard's curves, a counter
+ * track on --trace, and the TensorBoard scalars.  A TensorBoard folder
+ * that cannot be written is a runtime error at the call: a run asked for
+ * its curves and must not lose them silently. */
+void sf_std_train_observe(int64_t step, int64_t epoch, double loss, double lr, double grad_norm,
+                          int64_t samples, double seconds, double samples_per_s,
+                          double comm_seconds, sf_str *tensorboard_dir, const sf_loc *loc) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, sf__train_metrics_declare);
+  if (sf__metrics_on) {
+    sf__metric_set("sflow_train_step", "", (double)step);
+    sf__metric_set("sflow_train_epoch", "", (double)epoch);
+    sf__metric_set("sflow_train_loss", "", loss);
+    sf__metric_set("sflow_train_learning_rate", "", lr);
+    sf__metric_set("sflow_train_grad_norm", "", grad_norm);
+    sf__metric_set("sflow_train_samples_per_second", "", samples_per_s);
+    sf__metric_set("sflow_train_step_seconds_last", "", seconds);
+    sf__metric_set("sflow_train_comm_seconds_last", "", comm_seconds);
+    sf__metric_add("sflow_train_samples_total", "", (double)samples);
+    sf__metric_observe("sflow_train_step_seconds", "", seconds);
+    sf__metric_observe("sflow_train_comm_seconds", "", comm_seconds);
+    sf__metric_point("loss", (double)step, loss);
+    sf__metric_point("samples_per_s", (double)step, samples_per_s);
+  }
+  sf__trace_counter("samples/s", samples_per_s);
+  int64_t n = sf__str_len(tensorboard_dir);
+  if (n <= 0)
+    return;
+  char dir[4096], err[4600];
+  snprintf(dir, sizeof dir, "%.*s", (int)(n < 4095 ? n : 4095), sf__str_data(tensorboard_dir));
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  double wall = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+  static const char *tags[] = {"loss", "learning_rate", "grad_norm", "samples_per_s",
+                               "step_seconds", "comm_seconds"};
+  double vals[] = {loss, lr, grad_norm, samples_per_s, seconds, comm_seconds};
+  for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++)
+    if (!sf__tb_scalar(dir, tags[i], step, vals[i], wall, err, sizeof err))
+      sf_runtime_error(loc, "train: %s", err);
 }

@@ -52,6 +52,7 @@
 #include <time.h>
 
 #include "sched.h"
+#include "metrics.h"
 
 /* The state of the shared-memory transport: one per group, shared by
  * the members' threads. */
@@ -626,6 +627,21 @@ static void traced(const char *what, double t0) {
     sf__trace_event(what, "collective", t0, 0, NULL);
 }
 
+/* --metrics-port's collective families: calls, bytes (this member's) and
+ * seconds, by operation; m0 is sf__mono_ns() at the call's start, 0 when
+ * metrics are off. */
+static void counted(const char *what, int64_t m0, const sf__coll_buf *b) {
+  if (!m0)
+    return;
+  char l[64];
+  snprintf(l, sizeof l, "op=\"%s\"", what);
+  sf__metric_add("sflow_collective_calls_total", l, 1);
+  sf__metric_add("sflow_collective_bytes_total", l, (double)b->count * (double)b->elem->size);
+  sf__metric_add("sflow_collective_seconds_total", l, (double)(sf__mono_ns() - m0) * 1e-9);
+}
+
+static int64_t count_start(void) { return sf__metrics_on ? sf__mono_ns() : 0; }
+
 static void allreduce(sf_array *a, bool mean, const char *what, const sf_loc *loc) {
   int64_t rank;
   sf__comm *c = mine(&rank);
@@ -635,8 +651,10 @@ static void allreduce(sf_array *a, bool mean, const char *what, const sf_loc *lo
     return;
   sf__coll_buf b = buf_of(a, &sf_type_f32, what);
   double t0 = sf__trace_now();
+  int64_t m0 = count_start();
   c->t->allreduce(c->ts, rank, &b, mean, loc);
   traced(what, t0);
+  counted(what, m0, &b);
 }
 
 void sf_allreduce_sum(sf_array *a, const sf_loc *loc) { allreduce(a, false, "allreduce_sum", loc); }
@@ -653,16 +671,22 @@ void sf_broadcast(sf_array *a, int64_t root, const sf_loc *loc) {
     return;
   sf__coll_buf b = buf_of(a, &sf_type_f32, "broadcast");
   double t0 = sf__trace_now();
+  int64_t m0 = count_start();
   c->t->broadcast(c->ts, rank, &b, root, loc);
   traced("broadcast", t0);
+  counted("broadcast", m0, &b);
 }
 
 sf_array *sf_allgather(sf_array *a, const sf_loc *loc) {
   int64_t rank;
   sf__comm *c = mine(&rank);
   sf__coll_buf b = buf_of(a, &sf_type_f32, "allgather");
-  if (c && c->n > 1)
-    return c->t->allgather(c->ts, rank, &b, loc);
+  if (c && c->n > 1) {
+    int64_t m0 = count_start();
+    sf_array *r = c->t->allgather(c->ts, rank, &b, loc);
+    counted("allgather", m0, &b);
+    return r;
+  }
   sf_array_host(a); /* a kernel may just have written it (nccl.c) */
   sf__coll_buf *one = &b;
   return concat(&one, 1, b.elem, loc); /* a copy */

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "task_internal.h"
+#include "metrics.h"
 
 static void notify_all(sf__fwaiter *w, bool done) {
   while (w) {
@@ -139,6 +140,7 @@ void sf__future_fail(sf_future *f, const char *fmt, ...) {
   vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
   f->error = strdup(buf);
+  sf__metric_event(buf); /* the dashboard's recent errors */
   sf__future_finish(f, FUT_FAILED);
 }
 

@@ -388,6 +388,9 @@ double sf__trace_now(void); /* microseconds since start (0 when tracing is off) 
 /* One complete event [t0, now) on this thread's track. */
 void sf__trace_event(const char *name, const char *cat, double t0, int32_t attempt,
                      const char *error);
+/* One sample of a counter track (name a literal) at now: queue length,
+ * RSS, device memory, samples/s (docs/observability.md). */
+void sf__trace_counter(const char *name, double value);
 /* Before the run (and before any node starts): the --trace path is checked
  * and opened (a temporary file beside it, or the FIFO or device itself). */
 bool sf__trace_open(char *err, size_t errlen);

@@ -44,6 +44,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -83,7 +84,17 @@ typedef struct remote_event {
   bool dispatch;
 } remote_event;
 
+/* A counter track's sample ("C" event): Perfetto draws each name as a
+ * graph.  The sampler thread (runtime/obs) and std.train add them, a few
+ * a second, so one locked array is enough. */
+typedef struct counter {
+  const char *name; /* a literal */
+  double ts, v;
+} counter;
+
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static counter *ctr; /* under lock */
+static size_t ctr_n, ctr_cap;
 static track *tracks;
 static _Thread_local track *mine;
 static double t_start;
@@ -224,6 +235,24 @@ void sf__trace_remote_event(int node, const sf__trace_text *name, const sf__trac
                         .error = error->n ? dup_bytes(error->p, error->n) : NULL,
                         .ts_ns = ts_ns, .dur_ns = dur_ns, .node = node, .tid = tid,
                         .attempt = attempt};
+  pthread_mutex_unlock(&lock);
+}
+
+void sf__trace_counter(const char *name, double value) {
+  if (!sf__trace_on || worker)
+    return;
+  double ts = now_us() - t_start;
+  pthread_mutex_lock(&lock);
+  if (!written && ctr_n == ctr_cap) {
+    size_t cap = ctr_cap ? ctr_cap * 2 : 1024;
+    counter *c = realloc(ctr, cap * sizeof *c);
+    if (c) {
+      ctr = c;
+      ctr_cap = cap;
+    }
+  }
+  if (!written && ctr_n < ctr_cap)
+    ctr[ctr_n++] = (counter){name, ts, value};
   pthread_mutex_unlock(&lock);
 }
 
@@ -404,14 +433,10 @@ static void put_nodes(FILE *f) {
 /* Flushes and closes the trace, then commits it (renamed into place, or
  * closed when written in place).  A reader of a FIFO that went away must
  * not end the run with SIGPIPE now that its work is done: the signal is
- * blocked on this thread while the trace is written (a pipe raises it on
- * the writing thread) and a pending one is taken back, so the failure is
- * a notice like any other. */
-static void finish(FILE *f, const char *path) {
-  sigset_t pipe_set, old;
-  sigemptyset(&pipe_set);
-  sigaddset(&pipe_set, SIGPIPE);
-  pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+ * blocked on this thread (old: the mask before) from sf__trace_write's
+ * first byte (a pipe raises it on the writing thread) and a pending one is
+ * taken back here, so the failure is a notice like any other. */
+static void finish(FILE *f, const char *path, const sigset_t *pipe_set, const sigset_t *old) {
   bool ok = fflush(f) == 0 && !ferror(f);
   int e = errno;
   if (fclose(f) != 0 && ok) {
@@ -419,8 +444,8 @@ static void finish(FILE *f, const char *path) {
     e = errno;
   }
   struct timespec zero = {0, 0};
-  (void)sigtimedwait(&pipe_set, NULL, &zero); /* signals of a kind do not queue */
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  (void)sigtimedwait(pipe_set, NULL, &zero); /* signals of a kind do not queue */
+  pthread_sigmask(SIG_SETMASK, old, NULL);
   if (!ok)
     sf__outfile_abort(&file);
   else if (!sf__outfile_commit(&file)) {
@@ -438,6 +463,12 @@ void sf__trace_write(void) {
   const char *path = sf__options.trace;
   FILE *f = out;
   out = NULL;
+  /* From the first byte: a trace longer than stdio's buffer (counter
+   * tracks make most of them so) writes before finish's flush. */
+  sigset_t pipe_set, old;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
   fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", f);
   fputs("{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":0,\"tid\":0,"
         "\"args\":{\"sort_index\":0}}", f);
@@ -492,8 +523,14 @@ void sf__trace_write(void) {
     }
   }
   free(seen);
+  for (size_t i = 0; i < ctr_n; i++) {
+    fputs(",\n{\"name\":", f);
+    put_json_str(f, ctr[i].name);
+    fprintf(f, ",\"ph\":\"C\",\"ts\":%.3f,\"pid\":0,\"tid\":0,\"args\":{\"value\":%.17g}}",
+            ctr[i].ts, isfinite(ctr[i].v) ? ctr[i].v : 0.0);
+  }
   pthread_mutex_unlock(&lock);
   free(offs);
   fputs("\n]}\n", f);
-  finish(f, path);
+  finish(f, path, &pipe_set, &old);
 }

@@ -34,6 +34,13 @@ sf__server *sf__server_get(int64_t id, const sf_loc *loc) {
   return s;
 }
 
+sf__server *sf__server_nth(int64_t id) {
+  pthread_mutex_lock(&servers_mu);
+  sf__server *s = id >= 1 && id <= nservers ? servers[id - 1] : NULL;
+  pthread_mutex_unlock(&servers_mu);
+  return s;
+}
+
 /* ------------------------------------------------------------ answers */
 
 static enum MHD_Result respond(struct MHD_Connection *c, int status, const char *body, size_t len,

@@ -226,6 +226,8 @@ sf__server *sf__server_start(const char *host, int64_t port, const char *token, 
                              int64_t max_conn, int64_t timeout_s, double request_timeout_s,
                              double head_timeout_s, int64_t max_conn_per_ip, const sf_loc *loc);
 sf__server *sf__server_get(int64_t id, const sf_loc *loc);
+/* The server of an id (1, 2, ... in start order), or NULL: for --metrics-port. */
+sf__server *sf__server_nth(int64_t id);
 void sf__server_stop(sf__server *s);   /* starts the graceful stop */
 void sf__server_wait(sf__server *s);   /* until the stop has finished */
 

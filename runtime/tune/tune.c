@@ -137,3 +137,50 @@ void sf_std_tune_progress(int64_t done, int64_t total, int64_t running, int64_t 
            (long long)done, (long long)total, (long long)running, (long long)failed, b);
   sf__progress_status(SF__STATUS_SWEEP, text);
 }
+
+/* A sweep result's figures: trials by state and the best metric for
+ * --metrics-port and the dashboard (whose table shows each trial's last
+ * metric), and the trial's metric at its iteration in DIR/trial_N as a
+ * TensorBoard scalar.  t < 0: counts only (a trial failed). */
+void sf_std_tune_observe(int64_t t, int64_t iter, double metric, int64_t pending,
+                         int64_t running, int64_t done, int64_t failed, double best,
+                         int64_t best_trial, sf_str *tensorboard_dir, const sf_loc *loc) {
+  static bool declared;
+  if (!declared) { /* only main's thread drives a sweep */
+    declared = true;
+    sf__metric_declare("sflow_tune_trials", SF__M_GAUGE, "Trials of the sweep, by state.");
+    sf__metric_declare("sflow_tune_best_metric", SF__M_GAUGE, "The best metric of any trial so far.");
+    sf__metric_declare("sflow_tune_best_trial", SF__M_GAUGE, "The trial that reached it.");
+    sf__metric_declare("sflow_tune_results_total", SF__M_COUNTER, "Results the trials reported.");
+    sf__metric_declare("sflow_tune_trial_metric", SF__M_GAUGE, "Each trial's latest metric.");
+    sf__metric_declare("sflow_tune_trial_iterations", SF__M_GAUGE, "Each trial's iterations done.");
+  }
+  if (sf__metrics_on) {
+    sf__metric_set("sflow_tune_trials", "state=\"pending\"", (double)pending);
+    sf__metric_set("sflow_tune_trials", "state=\"running\"", (double)running);
+    sf__metric_set("sflow_tune_trials", "state=\"done\"", (double)done);
+    sf__metric_set("sflow_tune_trials", "state=\"failed\"", (double)failed);
+    if (best_trial >= 0) {
+      sf__metric_set("sflow_tune_best_metric", "", best);
+      sf__metric_set("sflow_tune_best_trial", "", (double)best_trial);
+    }
+    if (t >= 0) {
+      char l[48];
+      snprintf(l, sizeof l, "trial=\"%lld\"", (long long)t);
+      sf__metric_add("sflow_tune_results_total", "", 1);
+      sf__metric_set("sflow_tune_trial_metric", l, metric);
+      sf__metric_set("sflow_tune_trial_iterations", l, (double)iter);
+    }
+  }
+  int64_t n = sf__str_len(tensorboard_dir);
+  if (t < 0 || n <= 0)
+    return;
+  char dir[4200], err[4600];
+  snprintf(dir, sizeof dir, "%.*s/trial_%lld", (int)(n < 4095 ? n : 4095),
+           sf__str_data(tensorboard_dir), (long long)t);
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  if (!sf__tb_scalar(dir, "metric", iter, metric, (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec,
+                     err, sizeof err))
+    sf_runtime_error(loc, "tune: %s", err);
+}

@@ -13,6 +13,8 @@
 
 #include "sched.h"
 #include "data.h"
+#include "metrics.h"
+#include "tfevents.h"
 
 double sf_std_tune_u01(int64_t seed, int64_t trial, int64_t slot, const sf_loc *loc);
 bool sf_std_tune_table_due(bool last, const sf_loc *loc);
@@ -23,5 +25,8 @@ void sf_std_tune_progress(int64_t done, int64_t total, int64_t running, int64_t 
 sf_str *sf_std_tune_json_text(sf_str *text, const sf_loc *loc);
 sf_str *sf_std_tune_csv_field(sf_str *text, const sf_loc *loc);
 void sf_std_tune_io_write(sf_str *path, sf_str *text, const sf_loc *loc);
+void sf_std_tune_observe(int64_t t, int64_t iter, double metric, int64_t pending,
+                         int64_t running, int64_t done, int64_t failed, double best,
+                         int64_t best_trial, sf_str *tensorboard_dir, const sf_loc *loc);
 
 #endif

@@ -713,6 +713,7 @@ static void test_type_bounds(void) {
       {SF__F_ACTOR_STOP, 12},         {SF__F_SHUTDOWN, 4108},
       {SF__F_GROUP_DONE, 4133},       {SF__F_LOG, 65544},
       {SF__F_PRINT, (1u << 24) + 8},  {SF__F_TRACE, (1u << 24) + 12},
+      {SF__F_METRICS, (1u << 20) + 8},
       {SF__F_GROUP_SETUP, 40 + SF__GROUP_MAX * 66},
   };
   for (size_t i = 0; i < sizeof bounds / sizeof *bounds; i++) {
@@ -953,6 +954,9 @@ static void test_wire_bytes_unchanged(void) {
        "320000000114000001000000260000000500000000000000060000000000000007000000"
        "010000000400776f726b04007461736b0000",
        "count=1 events=38B"},
+      {"metrics",
+       "0f0000000115000007000000746578742d3231",
+       "text=7B"},
   };
   bool seen[SF__F_COUNT] = {false};
   for (size_t i = 0; i < sizeof frames / sizeof *frames; i++) {

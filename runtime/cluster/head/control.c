@@ -525,6 +525,21 @@ bool sf__cluster_clock(int id, int64_t *offset_ns, uint64_t *rtt_ns) {
   return ok;
 }
 
+bool sf__cluster_silence(int id, double *now_s, double *max_s) {
+  *now_s = *max_s = 0;
+  if (!H.started || id < 1 || id > H.n)
+    return false;
+  pthread_mutex_lock(&H.mu);
+  node *nd = &H.nodes[id - 1];
+  bool ok = nd->alive;
+  if (ok) {
+    *now_s = (double)(sf__now_ms() - nd->last_rx) / 1000.0;
+    *max_s = (double)nd->quiet_max / 1000.0;
+  }
+  pthread_mutex_unlock(&H.mu);
+  return ok;
+}
+
 /* A checkpoint (hundreds of MB for a fine-tuned BERT) goes to
  * ractor_head.c in the buffer it arrived in, which it keeps: no copy on
  * this thread. */
@@ -546,6 +561,7 @@ static void handle_frame(node *nd, const sf__frame *f) {
   case SF__F_HEARTBEAT: break; /* last_rx is enough */
   case SF__F_CLOCK: clock_sample(nd, f); break;
   case SF__F_TRACE: sf__trace_remote((int)(nd - H.nodes) + 1, f); break;
+  case SF__F_METRICS: sf__metrics_remote((int)(nd - H.nodes) + 1, f); break;
   case SF__F_LOG:
     sf__cluster_note("[node %d] %.*s", (int)(nd - H.nodes) + 1, (int)f->u.log.line.n,
                      (const char *)f->u.log.line.p);

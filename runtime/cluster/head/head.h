@@ -49,6 +49,10 @@ bool sf__cluster_obj_addr(int node, char *addr, size_t n, uint16_t *port);
  * from the sample with the smallest t2 - t0, so the error is at most half
  * that round trip. */
 bool sf__cluster_clock(int node, int64_t *offset_ns, uint64_t *rtt_ns);
+/* Head: seconds since worker `node` last sent a byte, and the longest such
+ * silence so far (--metrics-port's heartbeat gaps); false when it is not
+ * a live worker. */
+bool sf__cluster_silence(int node, double *now_s, double *max_s);
 /* Head: queues encoded frames (whole frames, in order) for worker `node`;
  * the control thread writes them without blocking, so callers never wait
  * on a slow peer.  -1 when the node is not a live worker. */
@@ -155,5 +159,10 @@ void sf__ractor_on_state(int node, const struct sf__frame *f, sf__shared *bytes)
 void sf__trace_remote(int node, const struct sf__frame *f);
 /* trace.c's hooks that name the nodes and align their clocks. */
 void sf__trace_head_install(void);
+
+/* ---------------------------------------------------- metrics_head.c */
+
+/* Head, control thread: a metrics frame from worker `node`. */
+void sf__metrics_remote(int node, const struct sf__frame *f);
 
 #endif

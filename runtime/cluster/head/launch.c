@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "head_internal.h"
+#include "metrics.h"
 
 sf__head sf__head_table = {
     .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .wake = {-1, -1}};
@@ -154,11 +155,12 @@ static void worker_args(node *nd, const char *path, uint16_t port, char *cmd, si
              core);
   snprintf(cmd, n,
            "RANK=%d LOCAL_RANK=0 WORLD_SIZE=%d LOCAL_WORLD_SIZE=1 MASTER_ADDR='%s' "
-           "MASTER_PORT=%u%s '%s' --sflow-worker '%d@%s%s%s:%u/%s'%s%s%s%s%s",
+           "MASTER_PORT=%u%s '%s' --sflow-worker '%d@%s%s%s:%u/%s'%s%s%s%s%s%s",
            id, H.n + 1, nd->listen_addr, H.master_port, objenv, path, id, v6 ? "[" : "",
            nd->listen_addr, v6 ? "]" : "", port, H.exe_hex, threads,
            logging() ? " --cluster-log" : "",
            sf__options.trace ? " --sflow-trace" : "", /* its events come to our trace */
+           sf__metrics_on ? " --sflow-metrics" : "", /* its figures come to our /metrics */
            /* a hostfile's gpus=N on a host without them is an error there too */
            sf__options.require_gpu ? " --require-gpu" : "", H.cwd_arg);
 }

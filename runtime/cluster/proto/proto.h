@@ -100,7 +100,8 @@ enum { SF__CTRL, SF__VALUE, SF__STREAM };
   X(ACTOR_STATE,  actor_state,  "actor-state",  SF__STREAM, SF__ACTOR_STATE_FIELDS)   /* w->h */  \
   X(ACTOR_STOP,   actor_stop,   "actor-stop",   SF__CTRL,   SF__ACTOR_STOP_FIELDS)    /* h->w */  \
   X(CLOCK,        clock,        "clock",        SF__CTRL,   SF__CLOCK_FIELDS)         /* w->h */  \
-  X(TRACE,        trace,        "trace",        SF__CTRL,   SF__TRACE_FIELDS)         /* w->h */
+  X(TRACE,        trace,        "trace",        SF__CTRL,   SF__TRACE_FIELDS)         /* w->h */  \
+  X(METRICS,      metrics,      "metrics",      SF__CTRL,   SF__METRICS_FIELDS)       /* w->h */
 
 /* The limits of variable fields. */
 #define SF__HOST_MAX 255                  /* hello: host name */
@@ -109,6 +110,7 @@ enum { SF__CTRL, SF__VALUE, SF__STREAM };
 #define SF__LOG_MAX 65536                 /* one log line */
 #define SF__PRINT_MAX (1u << 24)          /* print output of one frame */
 #define SF__EVENTS_MAX (1u << 24)         /* one trace batch */
+#define SF__METRICS_MAX (1u << 20)        /* a worker's metrics text */
 #define SF__GROUP_MAX 4096
 #define SF__PEERS_MAX (SF__GROUP_MAX * 66u) /* u16 port, u8 length, 63 bytes each */
 #define SF__ARGS_MAX (SF__FRAME_MAX - 64) /* a value: arguments, result, state */
@@ -202,6 +204,9 @@ enum { SF__CTRL, SF__VALUE, SF__STREAM };
 #define SF__LOG_FIELDS(F, P) F(P, BYTES, line, SF__LOG_MAX, "line")
 /* Print output for the head's stdout. */
 #define SF__PRINT_FIELDS(F, P) F(P, BYTES, line, SF__PRINT_MAX, "output")
+/* A worker's gauges and counters as Prometheus text, for the head's
+ * --metrics-port (worker/metrics_worker.c, head/metrics_head.c). */
+#define SF__METRICS_FIELDS(F, P) F(P, BYTES, text, SF__METRICS_MAX, "metrics")
 /* Status 0 a value, 1 an error, 2 an error after the group's ring broke;
  * seq counts from 1; output as for task results. */
 #define SF__ACTOR_RESULT_FIELDS(F, P)           \

@@ -82,4 +82,11 @@ void sf__trace_ship(void);
 /* trace.c's hook that batches a worker's events for the head. */
 void sf__trace_worker_install(void);
 
+/* -------------------------------------------------- metrics_worker.c */
+
+/* Worker of a run with --metrics-port or --dashboard on the head
+ * (--sflow-metrics): sends its figures at most once a second (now: at
+ * once, the last before shutdown). */
+void sf__metrics_ship(bool now);
+
 #endif

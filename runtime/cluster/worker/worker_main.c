@@ -395,6 +395,7 @@ static int worker_loop(worker *w) {
         }
         case SF__F_SHUTDOWN:
           sf__trace_ship(); /* the last events, while the head still reads */
+          sf__metrics_ship(true);
           return (int)f.u.shutdown.code;
         case SF__F_GROUP_SETUP: start_group(w, &f); break;
         case SF__F_TASK_SUBMIT: sf__remote_worker_submit(&f); break;
@@ -417,6 +418,7 @@ static int worker_loop(worker *w) {
       }
     }
     sf__trace_ship(); /* events of work still running, at most 250 ms old */
+    sf__metrics_ship(false); /* --metrics-port on the head: each second */
     if (sf__now_ms() - last_rx > SF__HEARTBEAT_TIMEOUT_MS) {
       sf__cluster_note("sflow worker %u: no heartbeat from the head for %.1f s; exiting", w->node,
                        (double)(sf__now_ms() - last_rx) / 1000.0);
