@@ -19,7 +19,7 @@ from the Python reference implementations (docs/llm.md, "Testing"):
   chat.json           conversations and apply_chat_template's rendering
                       (the GGUF's tokenizer.chat_template through Jinja2
                       with transformers' settings), add_generation_prompt
-                      true and false
+                      true and false, and the rendering's ids
   dequant.json, dequant_*.npy
                       sample rows of tensors of each type in the file,
                       dequantized by the gguf package's reader
@@ -117,7 +117,7 @@ def gguf_tokenizer(reader):
     return tok
 
 
-def chat(reader):
+def chat(reader, tok):
     import jinja2
     fld = reader.fields["tokenizer.chat_template"]
     template = bytes(fld.parts[fld.data[0]]).decode("utf-8")
@@ -138,8 +138,9 @@ def chat(reader):
     out = []
     for c in convs:
         for gen in (True, False):
-            out.append({"messages": c, "add_generation_prompt": gen,
-                        "text": t.render(messages=c, add_generation_prompt=gen)})
+            text = t.render(messages=c, add_generation_prompt=gen)
+            out.append({"messages": c, "add_generation_prompt": gen, "text": text,
+                        "ids": tok.encode(text).ids})
     return template, out
 
 
@@ -181,7 +182,7 @@ def main():
         f.write(("\n".join(lines) + "\n").encode())
     with gzip.GzipFile(os.path.join(OUT, "tokenizer.json.gz"), "wb", mtime=0) as f:
         f.write(tok.to_str().encode())
-    template, convs = chat(reader)
+    template, convs = chat(reader, tok)
     with open(os.path.join(OUT, "chat.json"), "w", encoding="utf-8") as f:
         json.dump({"template": template, "cases": convs}, f, ensure_ascii=False, indent=1)
     with open(os.path.join(OUT, "dequant.json"), "w") as f:

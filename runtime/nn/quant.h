@@ -52,4 +52,24 @@ void sf__q_matmul_ref(const sf__qmat *w, const float *x, int64_t n, float *y);
  * tests, SFLOW_QUANT_KERNEL=sse|avx2|avx512 forces one the CPU has. */
 const char *sf__q_kernel(void);
 
+/* ------------------------------------------------------------- llm.c */
+
+/* std.llm's externs (stdlib/llm.sflow); each names the file and the key
+ * or tensor in its errors.  A Gguf or QWeight argument comes as (pointer,
+ * descriptor); the file is opened once per process by path. */
+void sf_std_llm_gguf_open(void *out, const sf_type *out_type, sf_str *path, const sf_loc *loc);
+int64_t sf_std_llm_meta_int(const void *g, const sf_type *t, sf_str *key, const sf_loc *loc);
+double sf_std_llm_meta_float(const void *g, const sf_type *t, sf_str *key, const sf_loc *loc);
+sf_str *sf_std_llm_meta_str(const void *g, const sf_type *t, sf_str *key, const sf_loc *loc);
+sf_array *sf_std_llm_meta_strs(const void *g, const sf_type *t, sf_str *key, const sf_loc *loc);
+sf_array *sf_std_llm_meta_ints(const void *g, const sf_type *t, sf_str *key, const sf_loc *loc);
+sf_tensor *sf_std_llm_tensor(const void *g, const sf_type *gt, sf_str *name, const sf_loc *loc);
+sf_tensor *sf_std_llm_rows(const void *g, const sf_type *gt, sf_str *name, int64_t lo, int64_t hi,
+                           const sf_loc *loc);
+void sf_std_llm_weight(void *out, const sf_type *out_type, const void *g, const sf_type *gt,
+                       sf_str *name, const sf_loc *loc);
+sf_tensor *sf_std_llm_quant_matmul(sf_tensor *x, const void *w, const sf_type *wt,
+                                   const sf_loc *loc);
+sf_str *sf_std_llm_quant_kernel(const sf_loc *loc);
+
 #endif
