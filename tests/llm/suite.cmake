@@ -10,3 +10,15 @@ foreach(c bpe_gguf bpe_json chat gguf bad)
             --sflowc $<TARGET_FILE:sflowc> --case ${c})
   set_tests_properties(llm/${c} PROPERTIES TIMEOUT 300)
 endforeach()
+
+# kernels/quant.cu against the CPU reference (tests/llm/quant_gpu_check.c):
+# on a GPU (llm/quant_gpu, not run without one) and under the host
+# emulator of tests/gpu/emu (llm/quant_gpu_emu, everywhere).
+add_executable(quant_gpu_check ${CMAKE_SOURCE_DIR}/tests/llm/quant_gpu_check.c)
+set_target_properties(quant_gpu_check PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+target_link_libraries(quant_gpu_check PRIVATE sflowrt Threads::Threads m dl)
+add_dependencies(quant_gpu_check sflow_emu)
+add_test(NAME llm/quant_gpu COMMAND quant_gpu_check)
+set_tests_properties(llm/quant_gpu PROPERTIES SKIP_RETURN_CODE 77)
+add_test(NAME llm/quant_gpu_emu COMMAND quant_gpu_check)
+set_tests_properties(llm/quant_gpu_emu PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV}")
