@@ -12,15 +12,18 @@
  * are added left to right at the end of the row.
  *
  * The kernel is defined once (QKERNELS) for three vector widths: four
- * lanes (SSE, the x86-64 baseline), eight (compiled for AVX2 and FMA, run
+ * lanes (SSE2, the x86-64 baseline), eight (compiled for AVX2 and FMA, run
  * where the CPU has both) and sixteen (AVX-512F), through GCC's vector
- * extensions, so each is the same source; tests/robust's default_no_avx
- * rule wants the wide ones in functions named *_avx2 and *_avx512.  The
+ * extensions; only the widening of a block's bytes to floats is written
+ * per width with intrinsics (GCC turns __builtin_convertvector of bytes
+ * into one extract per lane).  tests/robust's default_no_avx rule wants
+ * the wide code in functions named *_avx2 and *_avx512.  The
  * widths sum in different orders (and the wide ones fuse multiply-adds),
  * so they agree to rounding, not bitwise: tests/unit/test_rt_quant.c
  * holds each to the scalar reference and each to itself across thread
  * counts and batch sizes.
  */
+#include <immintrin.h>
 #include <stdlib.h>
 
 #include "quant.h"
@@ -115,8 +118,9 @@ typedef struct {
 } qjob;
 
 /* Rows [lo, hi) of W against every row of x, with vectors of L lanes of
- * type F (U8/I8: L bytes).  ATTR: the target the width is compiled for. */
-#define QKERNELS(SFX, F, U8, I8, L, ATTR)                                                     \
+ * type F and that width's block helpers (blk_q8_SFX, blk_q4_SFX).  ATTR:
+ * the target the width is compiled for. */
+#define QKERNELS(SFX, F, L, ATTR)                                                     \
   static ATTR float hsum_##SFX(F v) {                                                         \
     float t[L], s = 0;                                                                        \
     memcpy(t, &v, sizeof t);                                                                  \
@@ -127,15 +131,7 @@ typedef struct {
   static ATTR float dot_q8_0_##SFX(const uint8_t *p, const float *x, int64_t nb) {            \
     F acc[2] = {{0}, {0}};                                                                    \
     for (int64_t b = 0; b < nb; b++, p += 34, x += 32) {                                      \
-      F s = {0};                                                                              \
-      for (int k = 0; k < 32; k += L) {                                                       \
-        I8 q;                                                                                 \
-        F xv;                                                                                 \
-        memcpy(&q, p + 2 + k, L);                                                             \
-        memcpy(&xv, x + k, sizeof xv);                                                        \
-        s += __builtin_convertvector(q, F) * xv;                                              \
-      }                                                                                       \
-      acc[b & 1] += s * f16_at(p);                                                            \
+      acc[b & 1] += blk_q8_##SFX(p + 2, x) * f16_at(p);                                       \
     }                                                                                         \
     return hsum_##SFX(acc[0] + acc[1]);                                                       \
   }                                                                                           \
@@ -146,17 +142,8 @@ typedef struct {
     float off = 0;                                                                            \
     int stride = q41 ? 20 : 18, qoff = q41 ? 4 : 2;                                           \
     for (int64_t b = 0; b < nb; b++, p += stride, x += 32) {                                  \
-      F s = {0};                                                                              \
-      for (int k = 0; k < 16; k += L) {                                                       \
-        U8 q;                                                                                 \
-        F lo, hi;                                                                             \
-        memcpy(&q, p + qoff + k, L);                                                          \
-        memcpy(&lo, x + k, sizeof lo);                                                        \
-        memcpy(&hi, x + 16 + k, sizeof hi);                                                   \
-        s += __builtin_convertvector(q & 15, F) * lo + __builtin_convertvector(q >> 4, F) * hi; \
-      }                                                                                       \
       float d = f16_at(p);                                                                    \
-      acc[b & 1] += s * d;                                                                    \
+      acc[b & 1] += blk_q4_##SFX(p + qoff, x) * d;                                            \
       off += (q41 ? f16_at(p + 2) : -8.0f * d) * xs[b];                                       \
     }                                                                                         \
     return hsum_##SFX(acc[0] + acc[1]) + off;                                                 \
@@ -203,21 +190,82 @@ typedef struct {
     sf_free(tmp);                                                                             \
   }
 
-typedef uint8_t sf__u8x4 __attribute__((vector_size(4)));
-typedef int8_t sf__i8x4 __attribute__((vector_size(4)));
-QKERNELS(sse, sf__f4, sf__u8x4, sf__i8x4, 4, )
+/* The block helpers of each width: the 32 products of one block summed
+ * into a vector of lanes (not yet scaled by d).  blk_q8: 32 int8 against
+ * x[0..32); blk_q4: 16 bytes of nibbles, low halves against x[0..16),
+ * high halves against x[16..32).  Integers widen to 32 bits and convert
+ * to float exactly, so every width sums the same products. */
+
+/* SSE2, the baseline: bytes widen by unpacking against zero (or, signed,
+ * against their sign). */
+static inline sf__f4 cvt4_u8(__m128i v) { /* the low 4 bytes */
+  __m128i z = _mm_setzero_si128();
+  return (sf__f4)_mm_cvtepi32_ps(_mm_unpacklo_epi16(_mm_unpacklo_epi8(v, z), z));
+}
+static inline sf__f4 cvt4_i8(__m128i v) {
+  __m128i w = _mm_unpacklo_epi8(v, v), d = _mm_unpacklo_epi16(w, w);
+  return (sf__f4)_mm_cvtepi32_ps(_mm_srai_epi32(d, 24));
+}
+static inline sf__f4 blk_q8_sse(const uint8_t *q, const float *x) {
+  sf__f4 s = {0};
+  for (int k = 0; k < 32; k += 4) {
+    uint32_t b;
+    memcpy(&b, q + k, 4);
+    s += cvt4_i8(_mm_cvtsi32_si128((int)b)) * sf__ld4(x + k);
+  }
+  return s;
+}
+static inline sf__f4 blk_q4_sse(const uint8_t *qs, const float *x) {
+  sf__f4 s = {0};
+  __m128i m = _mm_set1_epi8(15);
+  for (int k = 0; k < 16; k += 4) {
+    uint32_t b;
+    memcpy(&b, qs + k, 4);
+    __m128i v = _mm_cvtsi32_si128((int)b);
+    s += cvt4_u8(_mm_and_si128(v, m)) * sf__ld4(x + k) +
+         cvt4_u8(_mm_and_si128(_mm_srli_epi16(v, 4), m)) * sf__ld4(x + 16 + k);
+  }
+  return s;
+}
+QKERNELS(sse, sf__f4, 4, )
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpsabi"
-typedef uint8_t sf__u8x8 __attribute__((vector_size(8)));
-typedef int8_t sf__i8x8 __attribute__((vector_size(8)));
-typedef uint8_t sf__u8x16 __attribute__((vector_size(16)));
-typedef int8_t sf__i8x16 __attribute__((vector_size(16)));
 #define Q_AVX2 __attribute__((target("avx2,fma")))
 #define Q_AVX512 __attribute__((target("avx512f")))
-QKERNELS(avx2, sf__f8, sf__u8x8, sf__i8x8, 8, Q_AVX2)
-QKERNELS(avx512, sf__f16, sf__u8x16, sf__i8x16, 16, Q_AVX512)
+static inline Q_AVX2 sf__f8 blk_q8_avx2(const uint8_t *q, const float *x) {
+  __m256 s = _mm256_setzero_ps();
+  for (int k = 0; k < 32; k += 8) {
+    __m256 w = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + k))));
+    s = _mm256_fmadd_ps(w, _mm256_loadu_ps(x + k), s);
+  }
+  return (sf__f8)s;
+}
+static inline Q_AVX2 sf__f8 blk_q4_avx2(const uint8_t *qs, const float *x) {
+  __m128i v = _mm_loadu_si128((const __m128i *)qs), m = _mm_set1_epi8(15);
+  __m128i lo = _mm_and_si128(v, m), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m);
+  __m256 s = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo)), _mm256_loadu_ps(x));
+  s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8))),
+                      _mm256_loadu_ps(x + 8), s);
+  s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi)), _mm256_loadu_ps(x + 16), s);
+  s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8))),
+                      _mm256_loadu_ps(x + 24), s);
+  return (sf__f8)s;
+}
+static inline Q_AVX512 sf__f16 blk_q8_avx512(const uint8_t *q, const float *x) {
+  __m512 a = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q)));
+  __m512 b = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + 16))));
+  return (sf__f16)_mm512_fmadd_ps(b, _mm512_loadu_ps(x + 16), _mm512_mul_ps(a, _mm512_loadu_ps(x)));
+}
+static inline Q_AVX512 sf__f16 blk_q4_avx512(const uint8_t *qs, const float *x) {
+  __m128i v = _mm_loadu_si128((const __m128i *)qs), m = _mm_set1_epi8(15);
+  __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(v, m)));
+  __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(v, 4), m)));
+  return (sf__f16)_mm512_fmadd_ps(hi, _mm512_loadu_ps(x + 16), _mm512_mul_ps(lo, _mm512_loadu_ps(x)));
+}
+QKERNELS(avx2, sf__f8, 8, Q_AVX2)
+QKERNELS(avx512, sf__f16, 16, Q_AVX512)
 #pragma GCC diagnostic pop
 #define HAVE_WIDE 1
 #endif
