@@ -16,6 +16,7 @@ Cases:
   gguf       the file's hyperparameters and tensor census, sample rows of
              tensors of each type dequantized bitwise as the gguf package's
              reader dequantizes them, quant_matmul against the f32 product
+             and bitwise the same at --threads 1 and 2
   bad        bad input: a truncated GGUF, a foreign file, a tensor of an
              unknown quantization, a missing key, a tokenizer.json that is
              not BPE, an id outside the vocabulary: each a runtime error
@@ -132,8 +133,8 @@ def case_gguf(exe_dir, sflowc, model):
             f.write(name + " " + " ".join(str(r) for r in m["rows"]) + "\n")
     out = os.path.join(exe_dir, "rows")
     os.makedirs(out)
-    p = subprocess.run([exe, "--path", model, "--rows", rows, "--out", out], capture_output=True,
-                       text=True, timeout=300)
+    p = subprocess.run([exe, "--path", model, "--rows", rows, "--out", out, "--threads", "1"],
+                       capture_output=True, text=True, timeout=300)
     check(p.returncode == 0, "gguf_read runs", p.stderr)
     lines = p.stdout.split("\n")
     expect = [
@@ -150,6 +151,14 @@ def case_gguf(exe_dir, sflowc, model):
         same = got.shape == want.shape and np.array_equal(got.view(np.uint32), want.view(np.uint32))
         check(same, "%s (%s) rows %s dequantized bitwise as gguf's reader" % (name, m["type"], m["rows"]),
               "max |diff| %s" % (np.abs(got - want).max() if got.shape == want.shape else got.shape))
+    out2 = os.path.join(exe_dir, "rows2")
+    os.makedirs(out2)
+    p2 = subprocess.run([exe, "--path", model, "--rows", rows, "--out", out2, "--threads", "2"],
+                        capture_output=True, text=True, timeout=300)
+    ys = sorted(f for f in os.listdir(out) if f.startswith("y_"))
+    same = p2.returncode == 0 and len(ys) == 5 and all(
+        open(os.path.join(out, f), "rb").read() == open(os.path.join(out2, f), "rb").read() for f in ys)
+    check(same, "quant_matmul's 5 products bitwise the same at --threads 1 and 2", p2.stderr)
     products = [l for l in lines if l.startswith("matmul ")]
     check(len(products) == 5 and all(l.endswith("max_diff true") for l in products),
           "quant_matmul within 1e-3 of the dequantized f32 product for 5 weights", "\n".join(products))
