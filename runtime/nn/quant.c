@@ -6,8 +6,9 @@
  * and Q8_0 each block's 32 products are summed in vector lanes, scaled by
  * the block's d and added to one of two accumulators (even and odd
  * blocks, for two independent dependency chains); Q4_1's offset m and
- * Q4_0's -8 multiply the block's sum of x, which is computed once per x
- * row (so the inner loop is the products alone).  F16, BF16 and F32 rows
+ * Q4_0's -8 d multiply the block's sum of x, which is computed once per x
+ * row (so the inner loop is the products alone), into two scalar sums
+ * (even and odd blocks) likewise.  F16, BF16 and F32 rows
  * are converted into a scratch row, then dotted.  The lanes' partial sums
  * are added left to right at the end of the row.
  *
@@ -128,25 +129,44 @@ typedef struct {
       s += t[i];                                                                              \
     return s;                                                                                 \
   }                                                                                           \
-  static ATTR float dot_q8_0_##SFX(const uint8_t *p, const float *x, int64_t nb) {            \
-    F acc[2] = {{0}, {0}};                                                                    \
-    for (int64_t b = 0; b < nb; b++, p += 34, x += 32) {                                      \
-      acc[b & 1] += blk_q8_##SFX(p + 2, x) * f16_at(p);                                       \
+  static inline __attribute__((always_inline)) ATTR float dot_q4k_##SFX(                      \
+      const uint8_t *p, const float *x, const float *xs, int64_t nb, int stride, int qoff,    \
+      int q41) {                                                                              \
+    F acc0 = {0}, acc1 = {0};                                                                 \
+    float off0 = 0, off1 = 0;                                                                 \
+    int64_t b = 0;                                                                            \
+    for (; b + 2 <= nb; b += 2, p += 2 * stride, x += 64) {                                   \
+      float d0 = f16_##SFX(p), d1 = f16_##SFX(p + stride);                                    \
+      acc0 += blk_q4_##SFX(p + qoff, x) * d0;                                                 \
+      acc1 += blk_q4_##SFX(p + stride + qoff, x + 32) * d1;                                   \
+      off0 += (q41 ? f16_##SFX(p + 2) : -8.0f * d0) * xs[b];                                  \
+      off1 += (q41 ? f16_##SFX(p + stride + 2) : -8.0f * d1) * xs[b + 1];                     \
     }                                                                                         \
-    return hsum_##SFX(acc[0] + acc[1]);                                                       \
+    if (b < nb) {                                                                             \
+      float d0 = f16_##SFX(p);                                                                \
+      acc0 += blk_q4_##SFX(p + qoff, x) * d0;                                                 \
+      off0 += (q41 ? f16_##SFX(p + 2) : -8.0f * d0) * xs[b];                                  \
+    }                                                                                         \
+    return hsum_##SFX(acc0 + acc1) + (off0 + off1);                                           \
   }                                                                                           \
-  /* Q4_0 (q41 false: w = (q - 8) d) and Q4_1 (w = q d + m). */                               \
+  /* Two blocks a step, even ones into acc0, odd into acc1, so the two                        \
+   * chains of multiply-adds overlap. */                                                      \
+  static ATTR float dot_q8_0_##SFX(const uint8_t *p, const float *x, int64_t nb) {            \
+    F acc0 = {0}, acc1 = {0};                                                                 \
+    int64_t b = 0;                                                                            \
+    for (; b + 2 <= nb; b += 2, p += 68, x += 64) {                                           \
+      acc0 += blk_q8_##SFX(p + 2, x) * f16_##SFX(p);                                          \
+      acc1 += blk_q8_##SFX(p + 36, x + 32) * f16_##SFX(p + 34);                               \
+    }                                                                                         \
+    if (b < nb)                                                                               \
+      acc0 += blk_q8_##SFX(p + 2, x) * f16_##SFX(p);                                          \
+    return hsum_##SFX(acc0 + acc1);                                                           \
+  }                                                                                           \
+  /* Q4_0 (Q41 0: w = (q - 8) d) and Q4_1 (Q41 1: w = q d + m), the                           \
+   * offsets times each block's sum of x in two scalar chains. */                             \
   static ATTR float dot_q4_##SFX(const uint8_t *p, const float *x, const float *xs,           \
                                  int64_t nb, bool q41) {                                      \
-    F acc[2] = {{0}, {0}};                                                                    \
-    float off = 0;                                                                            \
-    int stride = q41 ? 20 : 18, qoff = q41 ? 4 : 2;                                           \
-    for (int64_t b = 0; b < nb; b++, p += stride, x += 32) {                                  \
-      float d = f16_at(p);                                                                    \
-      acc[b & 1] += blk_q4_##SFX(p + qoff, x) * d;                                            \
-      off += (q41 ? f16_at(p + 2) : -8.0f * d) * xs[b];                                       \
-    }                                                                                         \
-    return hsum_##SFX(acc[0] + acc[1]) + off;                                                 \
+    return q41 ? dot_q4k_##SFX(p, x, xs, nb, 20, 4, 1) : dot_q4k_##SFX(p, x, xs, nb, 18, 2, 0); \
   }                                                                                           \
   static ATTR float dot_f32_##SFX(const float *w, const float *x, int64_t n) {                \
     F acc[2] = {{0}, {0}};                                                                    \
@@ -227,13 +247,26 @@ static inline sf__f4 blk_q4_sse(const uint8_t *qs, const float *x) {
   }
   return s;
 }
+static inline float f16_sse(const uint8_t *p) { return f16_at(p); }
 QKERNELS(sse, sf__f4, 4, )
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpsabi"
-#define Q_AVX2 __attribute__((target("avx2,fma")))
-#define Q_AVX512 __attribute__((target("avx512f")))
+/* The wide kernels convert the scales with F16C's vcvtph2ps, which
+ * every CPU with AVX2 or AVX-512F has (checked at dispatch all the same). */
+#define Q_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define Q_AVX512 __attribute__((target("avx512f,f16c")))
+static inline Q_AVX2 float f16_avx2(const uint8_t *p) {
+  uint16_t h;
+  memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+static inline Q_AVX512 float f16_avx512(const uint8_t *p) {
+  uint16_t h;
+  memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
 static inline Q_AVX2 sf__f8 blk_q8_avx2(const uint8_t *q, const float *x) {
   __m256 s = _mm256_setzero_ps();
   for (int k = 0; k < 32; k += 8) {
@@ -277,8 +310,9 @@ typedef void (*rows_fn)(void *, int64_t, int64_t);
 static rows_fn pick(const char **name) {
   const char *force = getenv("SFLOW_QUANT_KERNEL");
 #ifdef HAVE_WIDE
-  bool a512 = __builtin_cpu_supports("avx512f");
-  bool a2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  bool f16c = __builtin_cpu_supports("f16c");
+  bool a512 = __builtin_cpu_supports("avx512f") && f16c;
+  bool a2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
   if (force && !strcmp(force, "sse"))
     a512 = a2 = false;
   else if (force && !strcmp(force, "avx2"))
