@@ -24,11 +24,18 @@ from the Python reference implementations (docs/llm.md, "Testing"):
                       sample rows of tensors of each type in the file,
                       dequantized by the gguf package's reader
 
+  logits.json         (--logits) for the next step, the decoder: Hugging
+                      Face transformers loading the same GGUF
+                      (from_pretrained(dir, gguf_file=...), dequantized to
+                      f32) on a few ChatML prompts: per position the top-20
+                      logits and their ids, and 12 greedy tokens
+
 Needs a venv with gguf, tokenizers, jinja2 and numpy
-(scripts/install-benchdeps.sh --llm makes build/llmref) and the model of
+(scripts/install-benchdeps.sh --llm makes build/llmref; --logits also
+torch, transformers and accelerate) and the model of
 scripts/install-models.sh.
 
-    build/llmref/bin/python scripts/gen_llm_reference.py [--model PATH]
+    build/llmref/bin/python scripts/gen_llm_reference.py [--model PATH] [--logits]
 """
 import argparse
 import glob
@@ -165,9 +172,37 @@ def dequant(reader):
     return meta
 
 
+def logits(model, tok):
+    import torch
+    from transformers import AutoModelForCausalLM
+    torch.manual_seed(0)
+    m = AutoModelForCausalLM.from_pretrained(os.path.dirname(model), gguf_file=os.path.basename(model),
+                                             torch_dtype=torch.float32)
+    m.eval()
+    system = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+    prompts = ["The capital of France is",
+               "<|im_start|>system\n%s<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n"
+               "<|im_start|>assistant\n" % system,
+               "<|im_start|>system\n%s<|im_end|>\n<|im_start|>user\nWrite a haiku about rain."
+               "<|im_end|>\n<|im_start|>assistant\n" % system]
+    out = []
+    with torch.no_grad():
+        for p in prompts:
+            ids = tok.encode(p).ids
+            lg = m(torch.tensor([ids])).logits[0]
+            top = torch.topk(lg, 20, dim=-1)
+            gen = m.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False)[0][len(ids):]
+            out.append({"text": p, "ids": ids, "top_ids": top.indices.tolist(),
+                        "top_logits": [[round(float(v), 5) for v in row] for row in top.values],
+                        "greedy": gen.tolist()})
+    import transformers
+    return {"transformers": transformers.__version__, "torch": torch.__version__, "prompts": out}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default=MODEL)
+    ap.add_argument("--logits", action="store_true", help="also logits.json (torch, transformers)")
     args = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
     reader = GGUFReader(args.model)
@@ -187,6 +222,9 @@ def main():
         json.dump({"template": template, "cases": convs}, f, ensure_ascii=False, indent=1)
     with open(os.path.join(OUT, "dequant.json"), "w") as f:
         json.dump(dequant(reader), f, indent=1)
+    if args.logits:
+        with open(os.path.join(OUT, "logits.json"), "w") as f:
+            json.dump(logits(args.model, tok), f)
     size = sum(len(r.encode()) for r in recs)
     print("gen_llm_reference: %d records, %d bytes, %d tokens" %
           (len(recs), size, sum(len(l.split()) - 1 for l in lines)))

@@ -659,21 +659,3 @@ sf_str *sf_std_tokenizer_bpe_decode(const void *tok, const sf_type *tok_type, sf
     index_free(x);
   return s;
 }
-
-/* Encodes text with a Bpe built from its parts, for the fuzz target and
- * the unit tests: ids into out (at most cap), returns how many (more
- * than cap: truncated), or -1 with err set. */
-int64_t sf__bpe_encode_raw(const void *tok, const sf_type *tok_type, const char *s, size_t n,
-                           int32_t *out, int64_t cap, const sf_loc *loc) {
-  bpe_view v;
-  view_of(&v, tok, tok_type, loc);
-  bool temporary;
-  bpe_index *x = index_for(&v, &temporary, loc);
-  tls.n = 0;
-  encode(x, (text){(const unsigned char *)s, n}, &tls);
-  for (size_t i = 0; i < tls.n && (int64_t)i < cap; i++)
-    out[i] = tls.ids[i];
-  if (temporary)
-    index_free(x);
-  return (int64_t)tls.n;
-}

@@ -123,7 +123,7 @@ static bool string(cursor *c, const char **s, uint64_t *n, const char *what) {
 /* ------------------------------------------------------------- parse */
 
 /* Skips one value of type t (validating it), the key named for errors. */
-static bool skip_value(cursor *c, uint32_t t, const sf__gguf_kv *kv, bool in_array) {
+static bool skip_value(cursor *c, uint32_t t, const sf__gguf_kv *kv) {
   const char *s;
   uint64_t n;
   if (t >= SF__GGUF_NVTYPES)
@@ -150,13 +150,13 @@ static bool parse_kv(cursor *c, sf__gguf_kv *kv) {
   kv->elem = 0;
   if (kv->type != SF__GGUF_ARR) {
     kv->val = c->data + c->pos;
-    return skip_value(c, kv->type, kv, false);
+    return skip_value(c, kv->type, kv);
   }
   if (!u32(c, &kv->elem, "array element type") || !u64(c, &kv->n, "array length"))
     return false;
   kv->val = c->data + c->pos;
   if (kv->elem >= SF__GGUF_NVTYPES || kv->elem == SF__GGUF_ARR)
-    return skip_value(c, kv->elem, kv, true);
+    return skip_value(c, kv->elem, kv);
   if (kv->elem != SF__GGUF_STR) {
     uint64_t sz = vtype_size[kv->elem];
     if (kv->n > (c->len - c->pos) / sz)

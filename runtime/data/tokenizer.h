@@ -85,11 +85,6 @@ sf_array *sf_std_tokenizer_bpe_encode(const void *tok, const sf_type *tok_type, 
  * runtime error. */
 sf_str *sf_std_tokenizer_bpe_decode(const void *tok, const sf_type *tok_type, sf_array *ids,
                                     bool skip_special, const sf_loc *loc);
-/* The encoder on raw bytes for the fuzz target: ids into out (at most
- * cap), returns the count. */
-int64_t sf__bpe_encode_raw(const void *tok, const sf_type *tok_type, const char *s, size_t n,
-                           int32_t *out, int64_t cap, const sf_loc *loc);
-
 /* bpe_tables.c (scripts/gen_bpe_tables.py): sorted [first, last] ranges
  * of \p{L}, \p{N} and White_Space. */
 extern const int32_t sf__bpe_letter_count, sf__bpe_number_count, sf__bpe_space_count;
