@@ -13,7 +13,9 @@
 # (scripts/gen_llm_reference.py, bench/llm/run.py's tokenizers peer) in a
 # venv of its own, build/llmref (or $SFLOW_LLMREF), so the tests' venv
 # never holds them: gguf's reader, Hugging Face tokenizers, Jinja2 (the
-# chat template) and numpy.
+# chat template) and numpy; with SFLOW_LLMREF_LOGITS=1 also torch,
+# transformers and accelerate, for gen_llm_reference.py --logits (PyPI's
+# torch wheel pulls CUDA libraries: about 5 GB on disk).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +27,13 @@ if [ "${1:-}" = "--llm" ]; then
     jinja2==3.1.6       # renders the GGUF's chat template as transformers does
     numpy==2.4.6        # gguf's arrays, the .npy oracle files
   )
+  if [ "${SFLOW_LLMREF_LOGITS:-}" = 1 ]; then
+    pins+=(
+      torch==2.9.1         # transformers' model (CPU is enough)
+      transformers==4.57.3 # loads the GGUF, dequantized: the logits oracle
+      accelerate==1.12.0   # transformers' GGUF loading path wants it
+    )
+  fi
   stamp="$venv/sflow-llmref.txt"
   want="${pins[*]}"
   if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] &&
