@@ -267,6 +267,59 @@ void sf_std_llm_weight(void *out, const sf_type *out_type, const void *g, const 
   FIELD(out_type, out, "cols", SF_I64, int64_t) = m.cols;
 }
 
+/* ------------------------------------------------------ on the device */
+
+/* Each weight's bytes on each device, uploaded on first use and kept for
+ * the process (a decoder reads every weight every step: 93 MB for
+ * SmolLM2), as storages of ceil(bytes / 4) floats. */
+#define DEV_MAX 4096
+static pthread_mutex_t dev_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  const void *data;
+  int32_t gpu;
+  sf__storage *st;
+} dev_weights[DEV_MAX];
+static int ndev_weights;
+
+static uint64_t weight_on_device(const sf__qmat *m, const sf_loc *loc) {
+  int32_t gpu = sf__gpu_current_device() + 1;
+  pthread_mutex_lock(&dev_lock);
+  for (int i = 0; i < ndev_weights; i++)
+    if (dev_weights[i].data == m->data && dev_weights[i].gpu == gpu) {
+      uint64_t p = (uint64_t)(uintptr_t)dev_weights[i].st->dev;
+      pthread_mutex_unlock(&dev_lock);
+      return p;
+    }
+  if (ndev_weights == DEV_MAX) {
+    pthread_mutex_unlock(&dev_lock);
+    sf_runtime_error(loc, "quant_matmul: more than %d weights on the GPU", DEV_MAX);
+  }
+  uint64_t bytes = m->row_bytes * (uint64_t)m->rows;
+  sf__storage *st = sf__storage_dev_new((int64_t)((bytes + 3) / 4), loc);
+  sf__dev_upload((uint64_t)(uintptr_t)st->dev, m->data, bytes, loc);
+  dev_weights[ndev_weights].data = m->data;
+  dev_weights[ndev_weights].gpu = gpu;
+  dev_weights[ndev_weights++].st = st;
+  pthread_mutex_unlock(&dev_lock);
+  return (uint64_t)(uintptr_t)st->dev;
+}
+
+/* kernels/quant.cu's product for the block types; y on the device. */
+static sf_tensor *quant_matmul_gpu(const sf__qmat *m, sf_tensor *xc, int32_t ndim,
+                                   const int64_t *shape, const sf_loc *loc) {
+  uint64_t dw = weight_on_device(m, loc), dx = sf__t_dptr(xc, loc);
+  sf_tensor *y = sf__t_dempty(ndim, shape, loc);
+  uint64_t dy = sf__t_dptr(y, loc);
+  int block, type = (int)m->type, rows = (int)m->rows, cols = (int)m->cols;
+  int n = (int)(xc->numel / m->cols);
+  long long rb = (long long)m->row_bytes;
+  void *fn = sf__nn_kernel("quant", "sflow_quant_matmul", &block, loc);
+  void *params[] = {&type, &dw, &rb, &dx, &dy, &rows, &cols, &n};
+  sf__nn_launch(fn, (int64_t)((rows + 7) / 8) * n, block, 0, params, loc);
+  sf__t_dwrote(y);
+  return y;
+}
+
 sf_tensor *sf_std_llm_quant_matmul(sf_tensor *x, const void *w, const sf_type *wt,
                                    const sf_loc *loc) {
   x = sf__t_arg(x, "quant_matmul", loc);
@@ -284,6 +337,12 @@ sf_tensor *sf_std_llm_quant_matmul(sf_tensor *x, const void *w, const sf_type *w
   shape[x->ndim - 1] = m.rows;
   int64_t n = x->numel / m.cols;
   sf_tensor *xc = sf__t_contig(x);
+  bool blocks = m.type == SF__GGML_Q4_0 || m.type == SF__GGML_Q4_1 || m.type == SF__GGML_Q8_0;
+  if (blocks && sf__nn_gpu_here(loc) && m.rows <= INT32_MAX && n <= INT32_MAX / 8) {
+    sf_tensor *y = quant_matmul_gpu(&m, xc, x->ndim, shape, loc);
+    sf_release(xc);
+    return y;
+  }
   sf_tensor *y = sf__t_empty(x->ndim, shape, loc);
   sf__q_matmul(&m, sf__t_data(xc), n, sf__t_wdata(y));
   sf_release(xc);

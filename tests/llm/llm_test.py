@@ -17,6 +17,9 @@ Cases:
              tensors of each type dequantized bitwise as the gguf package's
              reader dequantizes them, quant_matmul against the f32 product
              and bitwise the same at --threads 1 and 2
+  gpu_emu    quant_matmul in a @gpus(1) actor under the host emulator:
+             kernels/quant.cu on SmolLM2's weights within 1e-5 of the CPU
+             product, each weight uploaded once
   bad        bad input: a truncated GGUF, a foreign file, a tensor of an
              unknown quantization, a missing key, a tokenizer.json that is
              not BPE, an id outside the vocabulary: each a runtime error
@@ -215,10 +218,33 @@ def case_bad(exe_dir, sflowc, model):
     run_bad(exe, "bpe_json", broken, "", "broken.json: 2:")
 
 
+def case_gpu_emu(exe_dir, sflowc, model):
+    """quant_matmul in a @gpus(1) actor under the host emulator (the
+    environment is the suite's): kernels/quant.cu against the CPU path,
+    and each weight uploaded once."""
+    if "SFLOW_CUDA" not in os.environ:
+        sys.exit("llm_test gpu_emu: run under the host emulator (ctest sets SFLOW_CUDA)")
+    exe = build(sflowc, "quant_actor", exe_dir)
+    p = subprocess.run([exe, "--path", model], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, SFLOW_GPU_STATS="1"))
+    check(p.returncode == 0, "quant_actor runs", p.stderr)
+    lines = [l for l in p.stdout.split("\n") if l.startswith("device ")]
+    check(len(lines) == 3 and all("rel_diff_below_1e-5 true" in l for l in lines),
+          "Q4_1 and Q8_0 products on the device within 1e-5 of the CPU's", "\n".join(lines))
+    stats = dict(kv.split("=") for l in p.stderr.split("\n") if l.startswith("sflow-gpu-stats:")
+                 for kv in l.split()[1:])
+    # The three weights once (207360 + 552960 + 30081024 bytes) and the
+    # three x's (2 rows each of 576, 1536, 576 floats): no weight twice.
+    want = 207360 + 552960 + 30081024 + 4 * 2 * (576 + 1536 + 576)
+    check(stats.get("h2d_bytes") == str(want) and int(stats.get("gpu_launches", "0")) >= 6,
+          "each weight uploaded once (h2d_bytes %s, want %d), kernels launched (%s)"
+          % (stats.get("h2d_bytes"), want, stats.get("gpu_launches")), p.stderr[-800:])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sflowc", required=True)
-    ap.add_argument("--case", required=True, choices=["bpe_gguf", "bpe_json", "chat", "gguf", "bad"])
+    ap.add_argument("--case", required=True, choices=["bpe_gguf", "bpe_json", "chat", "gguf", "bad", "gpu_emu"])
     ap.add_argument("--models", default=None, help="default: $SFLOW_MODELS or <build>/models")
     args = ap.parse_args()
     build_dir = os.path.dirname(os.path.dirname(os.path.abspath(args.sflowc)))

@@ -22,3 +22,9 @@ add_test(NAME llm/quant_gpu COMMAND quant_gpu_check)
 set_tests_properties(llm/quant_gpu PROPERTIES SKIP_RETURN_CODE 77)
 add_test(NAME llm/quant_gpu_emu COMMAND quant_gpu_check)
 set_tests_properties(llm/quant_gpu_emu PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV}")
+# quant_matmul on the device: tests/llm/quant_actor.sflow's @gpus(1) actor
+# under the host emulator against the CPU product, weights uploaded once.
+add_test(NAME llm/gpu_emu
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/llm/llm_test.py
+          --sflowc $<TARGET_FILE:sflowc> --case gpu_emu)
+set_tests_properties(llm/gpu_emu PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV}" TIMEOUT 300)
