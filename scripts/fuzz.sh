@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # fuzz.sh — build and run the libFuzzer targets: the sflow front end, the
 # control plane's frame decoder (runtime/cluster/wire.c), std.data's CSV,
-# JSON, .npy and GGUF parsers (runtime/data/, tests/fuzz/fuzz_data.c) and
+# JSON and .npy parsers (runtime/data/, tests/fuzz/fuzz_data.c) and
 # std.tokenizer's normalizer, pre-tokenizer and WordPiece matcher
 # (runtime/data/wordpiece.c, tests/fuzz/fuzz_tokenizer.c).
 #
