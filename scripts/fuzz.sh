@@ -8,7 +8,7 @@
 #   scripts/fuzz.sh [SECONDS]   fuzz for SECONDS (default 300) from the seed
 #                               corpus; findings land in build/fuzz/artifacts
 #                               (FUZZ_TARGET=wire fuzzes the frame decoder,
-#                               FUZZ_TARGET=csv|json|npy std.data's parsers,
+#                               FUZZ_TARGET=csv|json|npy|gguf std.data's parsers,
 #                               FUZZ_TARGET=tokenizer the tokenizer)
 #   scripts/fuzz.sh --build     only build the targets
 #   scripts/fuzz.sh --check     run every seed and regression of the targets
@@ -110,7 +110,7 @@ build_wire() {
 # std.data's parsers: runtime/data/*.c over the core layer (what they stand
 # on), one binary per format from tests/fuzz/fuzz_data.c.  JSON needs
 # libcjson.so.1 at run time (dlopen), as programs do.
-DATA_FORMATS=(csv json npy)
+DATA_FORMATS=(csv json npy gguf)
 build_data() {
   mkdir -p "$OUT"
   local srcs=("$ROOT"/runtime/core/*.c "$ROOT"/runtime/data/*.c "$ROOT/tests/fuzz/fuzz_data.c")
@@ -197,7 +197,7 @@ if [[ ${FUZZ_TARGET:-frontend} == tokenizer ]]; then
 fi
 
 case ${FUZZ_TARGET:-frontend} in
-  csv | json | npy)
+  csv | json | npy | gguf)
     available || { echo "fuzz.sh: clang with -fsanitize=fuzzer is required" >&2; exit 1; }
     build_data
     mkdir -p "$OUT/${FUZZ_TARGET}_corpus" "$OUT/artifacts"

@@ -65,6 +65,32 @@ enum { SF__TOK_CLEAN = 1, SF__TOK_CHINESE = 2, SF__TOK_STRIP = 4, SF__TOK_LOWER 
 int64_t sf__tok_pretokenize(const char *text, int64_t len, int32_t flags, char *out,
                             int64_t cap);
 
+/* ------------------------------------------------ bpe.c, bpe_load.c */
+
+/* std.tokenizer's byte-level BPE (docs/tokenizer.md, "Byte-level BPE").
+ * tokenizer.bpe_from_gguf(path) -> Bpe: the tokenizer.ggml.* metadata of a
+ * GGUF file; tokenizer.bpe_load(path) -> Bpe: a Hugging Face
+ * tokenizer.json with a BPE model.  A file that is not one, or a field of
+ * the wrong type, is a runtime error naming the file and the key. */
+void sf_std_tokenizer_bpe_from_gguf(void *out, const sf_type *out_type, sf_str *path,
+                                    const sf_loc *loc);
+void sf_std_tokenizer_bpe_load(void *out, const sf_type *out_type, sf_str *path,
+                               const sf_loc *loc);
+/* tokenizer.bpe_encode(tok, text) -> i64[]: special tokens in the text as
+ * single ids, no BOS added.  Invalid UTF-8 is a runtime error. */
+sf_array *sf_std_tokenizer_bpe_encode(const void *tok, const sf_type *tok_type, sf_str *text,
+                                      const sf_loc *loc);
+/* tokenizer.bpe_decode(tok, ids, skip_special) -> str: the bytes of the
+ * ids' tokens, invalid UTF-8 as U+FFFD; an id outside the vocabulary is a
+ * runtime error. */
+sf_str *sf_std_tokenizer_bpe_decode(const void *tok, const sf_type *tok_type, sf_array *ids,
+                                    bool skip_special, const sf_loc *loc);
+/* bpe_tables.c (scripts/gen_bpe_tables.py): sorted [first, last] ranges
+ * of \p{L}, \p{N} and White_Space. */
+extern const int32_t sf__bpe_letter_count, sf__bpe_number_count, sf__bpe_space_count;
+extern const uint32_t sf__bpe_letter_ranges[][2], sf__bpe_number_ranges[][2],
+    sf__bpe_space_ranges[][2];
+
 /* -------------------------------------------------- unicode_tables.c */
 
 /* Character classes of the BERT normalizer and pre-tokenizer, from

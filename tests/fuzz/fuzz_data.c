@@ -1,14 +1,15 @@
 /*
  * fuzz_data.c — libFuzzer targets for std.data's parsers (runtime/data/):
  * CSV, JSON and .npy headers, the code that reads files a user did not
- * write.  One source, three binaries (-DFUZZ_CSV, -DFUZZ_JSON, -DFUZZ_NPY),
- * built by scripts/fuzz.sh (FUZZ_TARGET=csv|json|npy).
+ * write.  One source, four binaries (-DFUZZ_CSV, -DFUZZ_JSON, -DFUZZ_NPY,
+ * -DFUZZ_GGUF), built by scripts/fuzz.sh (FUZZ_TARGET=csv|json|npy|gguf).
  *
  * Any input must parse or be refused with a message naming the input and
  * a position; never a crash, a read past the input, a hang or a leak.
  * What parses is checked for consistency: every CSV column holds the row
  * count; a dynamic JSON value dumps to text that parses to a value that
- * dumps to the same text; an .npy header's data block lies inside the file.
+ * dumps to the same text; an .npy header's data block lies inside the file;
+ * a GGUF file's tensors and metadata strings lie inside it.
  */
 #include <setjmp.h>
 #include <stdint.h>
@@ -16,6 +17,7 @@
 #include <string.h>
 
 #include "data.h"
+#include "gguf.h"
 
 const sf_program sf_program_desc = {SF_ABI_VERSION, "fuzz_data", "", 0, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL, ""};
 
@@ -144,6 +146,47 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       sum += (unsigned char)b[h.data_off + i];
   } else if (strncmp(err, "fuzz.npy", 8) != 0) {
     abort();
+  }
+  free(b);
+  return 0;
+}
+#endif
+
+#ifdef FUZZ_GGUF
+/* The exact bytes (no NUL after them), so ASan sees any read past the end;
+ * what parses is walked: each tensor's data and each string of the
+ * metadata must lie inside the input. */
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  char *b = malloc(size ? size : 1);
+  memcpy(b, data, size);
+  sf__gguf g;
+  char err[512];
+  if (sf__gguf_parse(&g, b, size, err, sizeof err)) {
+    for (int64_t i = 0; i < g.ntensors; i++) {
+      const sf__gguf_tensor *t = &g.tensors[i];
+      if ((const char *)t->data < b || t->bytes > size ||
+          (size_t)((const char *)t->data - b) > size - t->bytes)
+        abort();
+    }
+    for (int64_t i = 0; i < g.nkv; i++) {
+      const sf__gguf_kv *kv = &g.kv[i];
+      if (kv->type == SF__GGUF_STR || (kv->type == SF__GGUF_ARR && kv->elem == SF__GGUF_STR)) {
+        const char *p = kv->val;
+        for (uint64_t k = 0; k < kv->n; k++) {
+          uint64_t n;
+          const char *s = sf__gguf_next_str(&p, &n);
+          if (s < b || p > b + size)
+            abort();
+        }
+      }
+      int64_t v;
+      double d;
+      (void)sf__gguf_int(kv, &v);
+      (void)sf__gguf_float(kv, &d);
+    }
+    sf__gguf_close(&g);
+  } else if (!err[0]) {
+    abort(); /* refused without a message */
   }
   free(b);
   return 0;

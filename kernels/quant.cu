@@ -1,0 +1,83 @@
+// quant.cu — y = x · Wᵀ with W in a ggml block format (Q4_0, Q4_1, Q8_0),
+// dequantized block by block as it is read: the device side of
+// runtime/nn/quant.c, whose scalar sf__q_matmul_ref is the CPU reference
+// (tests/llm/quant_gpu_check.c compares them and prints the difference).
+//
+// W is rows × cols, row r at w + r * row_bytes; x is n × cols, y n × rows,
+// both row-major f32.  A block of 256 threads computes 8 outputs: 32
+// threads per output (one W row against one x row), each thread taking
+// the row's quantization blocks lane, lane + 32, ... and adding its
+// products in that order; the 32 partial sums are folded in shared memory
+// by a fixed tree, so the result does not depend on scheduling.  Grid:
+// ceil(rows / 8) * n blocks, block i on rows 8 (i % groups) .. and x row
+// i / groups.  Launch with blockDim.x = 256.
+//
+// Block layouts (ggml-common.h), 32 weights each, little-endian:
+//   Q4_0  f16 d, 16 bytes of nibbles          w = (q - 8) d
+//   Q4_1  f16 d, f16 m, 16 bytes of nibbles   w = q d + m
+//   Q8_0  f16 d, 32 int8                      w = q d
+// byte j of the nibbles holds weight j (low half) and j + 16 (high half).
+
+__device__ float sf_q_f16(const unsigned char *p) {
+  unsigned h = (unsigned)p[0] | ((unsigned)p[1] << 8);
+  unsigned sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, u;
+  if (exp == 0x1fu) {
+    u = sign | 0x7f800000u | (man << 13);
+  } else if (exp) {
+    u = sign | ((exp + 112u) << 23) | (man << 13);
+  } else if (man) {
+    int e = -1;
+    do {
+      man <<= 1;
+      e++;
+    } while (!(man & 0x400u));
+    u = sign | ((unsigned)(112 - e) << 23) | ((man & 0x3ffu) << 13);
+  } else {
+    u = sign;
+  }
+  return __int_as_float((int)u);
+}
+
+// The dot product of quantization block b of a row with x's 32 values.
+__device__ float sf_q_block(int type, const unsigned char *p, const float *x) {
+  float s = 0.0f;
+  if (type == 8) { // Q8_0
+    float d = sf_q_f16(p);
+    for (int j = 0; j < 32; j++)
+      s += (float)(signed char)p[2 + j] * x[j];
+    return s * d;
+  }
+  bool q41 = type == 3;
+  float d = sf_q_f16(p), m = q41 ? sf_q_f16(p + 2) : -8.0f * d, xs = 0.0f;
+  const unsigned char *qs = p + (q41 ? 4 : 2);
+  for (int j = 0; j < 16; j++) {
+    s += (float)(qs[j] & 15) * x[j] + (float)(qs[j] >> 4) * x[j + 16];
+    xs += x[j] + x[j + 16];
+  }
+  return s * d + m * xs;
+}
+
+extern "C" __global__ void sflow_quant_matmul(int type, const unsigned char *w, long long row_bytes,
+                                              const float *x, float *y, int rows, int cols, int n) {
+  __shared__ float part[256];
+  int groups = (rows + 7) / 8;
+  int xi = blockIdx.x / groups, r = (blockIdx.x % groups) * 8 + threadIdx.x / 32;
+  int lane = threadIdx.x % 32, nb = cols / 32;
+  int stride = type == 8 ? 34 : type == 3 ? 20 : 18;
+  float acc = 0.0f;
+  if (r < rows && xi < n) {
+    const unsigned char *row = w + (long long)r * row_bytes;
+    const float *xr = x + (long long)xi * cols;
+    for (int b = lane; b < nb; b += 32)
+      acc += sf_q_block(type, row + (long long)b * stride, xr + 32 * b);
+  }
+  part[threadIdx.x] = acc;
+  __syncthreads();
+  for (int k = 16; k > 0; k >>= 1) {
+    if (lane < k)
+      part[threadIdx.x] += part[threadIdx.x + k];
+    __syncthreads();
+  }
+  if (lane == 0 && r < rows && xi < n)
+    y[(long long)xi * rows + r] = part[threadIdx.x];
+}

@@ -1,0 +1,267 @@
+#!/usr/bin/env python3
+"""llm_test.py — std.llm and std.tokenizer's BPE on SmolLM2-135M-Instruct
+against the committed oracle files of scripts/gen_llm_reference.py.
+
+    llm_test.py --sflowc SFLOWC --case CASE [--models DIR]
+
+Cases:
+  bpe_gguf   the ids of every record of tests/llm/corpus.txt, from the
+             tokenizer read out of the GGUF's metadata, equal those of the
+             Python `tokenizers` package (corpus_ids.txt.gz); every record
+             decodes back to itself
+  bpe_json   the same from tokenizer.json (tokenizer.json.gz, as tokenizers
+             serializes the model's tokenizer)
+  chat       tokenizer.chat_ml renders each conversation of chat.json as
+             the model's Jinja template does, and its ids are tokenizers'
+  gguf       the file's hyperparameters and tensor census, sample rows of
+             tensors of each type dequantized bitwise as the gguf package's
+             reader dequantizes them, quant_matmul against the f32 product
+             and bitwise the same at --threads 1 and 2
+  gpu_emu    quant_matmul in a @gpus(1) actor under the host emulator:
+             kernels/quant.cu on SmolLM2's weights within 1e-5 of the CPU
+             product, each weight uploaded once
+  bad        bad input: a truncated GGUF, a foreign file, a tensor of an
+             unknown quantization, a missing key, a tokenizer.json that is
+             not BPE, an id outside the vocabulary: each a runtime error
+             naming the file and the field, exit 70 (a runtime error), no crash
+Needs the model of scripts/install-models.sh (in $SFLOW_MODELS or
+<build>/models) and numpy (build/pydeps).
+"""
+import argparse
+import gzip
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+SEP = "\n=====sflow-record=====\n"
+GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+failures = []
+
+
+def check(ok, what, detail=""):
+    print(("ok   " if ok else "FAIL ") + what, flush=True)
+    if not ok:
+        failures.append(what)
+        if detail:
+            print("  " + detail[:2000])
+
+
+def build(sflowc, name, tmp):
+    exe = os.path.join(tmp, name)
+    subprocess.run([sflowc, os.path.join(HERE, name + ".sflow"), "-o", exe], check=True)
+    return exe
+
+
+def parse_ids(line):
+    return line.replace("[", " ").replace("]", " ").replace(",", " ").split()
+
+
+def case_bpe(exe_dir, sflowc, model, source):
+    exe = build(sflowc, "bpe_corpus", exe_dir)
+    path = model
+    if source == "json":
+        path = os.path.join(exe_dir, "tokenizer.json")
+        with gzip.open(os.path.join(HERE, "tokenizer.json.gz")) as f, open(path, "wb") as o:
+            shutil.copyfileobj(f, o)
+    p = subprocess.run([exe, "--source", source, "--path", path, "--corpus",
+                        os.path.join(HERE, "corpus.txt"), "--sep", SEP],
+                       capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0, "bpe_corpus runs (%s)" % source, p.stderr)
+    got = p.stdout.split("\n")
+    want = gzip.open(os.path.join(HERE, "corpus_ids.txt.gz")).read().decode().strip("\n").split("\n")
+    records = open(os.path.join(HERE, "corpus.txt"), encoding="utf-8", newline="").read().split(SEP)
+    bad, tokens = [], 0
+    for g, w in zip(got, want):
+        tokens += len(w.split()) - 1
+        if parse_ids(g) != w.split():
+            bad.append((w, g))
+    detail = ""
+    if bad:
+        i = int(bad[0][0].split()[0])
+        detail = "record %d %r\n  tokenizers: %s\n  sflow:      %s" % (
+            i, records[i][:200], bad[0][0][:300], bad[0][1][:300])
+    check(not bad and len(got) >= len(want),
+          "%s: %d records, %d tokens, ids identical to tokenizers' (%d differ)" %
+          (source, len(want), tokens, len(bad)), detail)
+    last = [l for l in got if l.startswith("decoded")]
+    check(last == ["decoded %d of %d" % (len(want), len(want))],
+          "%s: every record decodes back to itself (%s)" % (source, last))
+
+
+def case_chat(exe_dir, sflowc, model):
+    exe = build(sflowc, "chat", exe_dir)
+    ref = json.load(open(os.path.join(HERE, "chat.json"), encoding="utf-8"))
+    us, rs, gs = "\x1f", "\x1e", "\x1d"
+    text = gs.join(rs.join(["1" if c["add_generation_prompt"] else "0"] +
+                           [m["role"] + us + m["content"] for m in c["messages"]])
+                   for c in ref["cases"])
+    cases = os.path.join(exe_dir, "cases.txt")
+    with open(cases, "w", encoding="utf-8", newline="") as f:
+        f.write(text)
+    out = os.path.join(exe_dir, "rendered")
+    os.makedirs(out)
+    p = subprocess.run([exe, "--cases", cases, "--gguf", model, "--out", out, "--us", us,
+                        "--rs", rs, "--gs", gs], capture_output=True, text=True, timeout=120)
+    check(p.returncode == 0, "chat runs", p.stderr)
+    ids = {}
+    for line in p.stdout.split("\n"):
+        if line and line[0].isdigit():
+            k, rest = line.split(" ", 1)
+            ids[int(k)] = parse_ids(rest)
+    for i, c in enumerate(ref["cases"]):
+        got = open(os.path.join(out, "%d.txt" % i), encoding="utf-8", newline="").read()
+        check(got == c["text"], "chat %d (%d messages, generation prompt %s): the template's text"
+              % (i, len(c["messages"]), c["add_generation_prompt"]),
+              "want %r\n  got  %r" % (c["text"], got))
+        check(ids.get(i) == [str(x) for x in c["ids"]], "chat %d: tokenizers' ids" % i,
+              "want %s\n  got  %s" % (c["ids"], ids.get(i)))
+
+
+def case_gguf(exe_dir, sflowc, model):
+    sys.path.insert(0, os.path.dirname(HERE))
+    import pydeps
+    pydeps.ensure("llm_test", "numpy")
+    import numpy as np
+    exe = build(sflowc, "gguf_read", exe_dir)
+    meta = json.load(open(os.path.join(HERE, "dequant.json")))
+    rows = os.path.join(exe_dir, "rows.txt")
+    with open(rows, "w") as f:
+        for name, m in meta.items():
+            f.write(name + " " + " ".join(str(r) for r in m["rows"]) + "\n")
+    out = os.path.join(exe_dir, "rows")
+    os.makedirs(out)
+    p = subprocess.run([exe, "--path", model, "--rows", rows, "--out", out, "--threads", "1"],
+                       capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0, "gguf_read runs", p.stderr)
+    lines = p.stdout.split("\n")
+    expect = [
+        "version 3 alignment 32 keys 33 tensors 272",
+        "arch llama layers 30 width 576 heads 9 kv_heads 3 ffn 1536 rope_base 100000.0 vocab 49152",
+        "token_types 49152 has_bos true",
+        "types Q4_1 210 Q8_0 1 F32 61 embd token_embd.weight Q8_0 [49152, 576]",
+    ]
+    for e in expect:
+        check(e in lines, "prints: " + e, p.stdout[:1500])
+    for name, m in meta.items():
+        got = np.load(os.path.join(out, name + ".npy"))
+        want = np.load(os.path.join(HERE, m["file"]))
+        same = got.shape == want.shape and np.array_equal(got.view(np.uint32), want.view(np.uint32))
+        check(same, "%s (%s) rows %s dequantized bitwise as gguf's reader" % (name, m["type"], m["rows"]),
+              "max |diff| %s" % (np.abs(got - want).max() if got.shape == want.shape else got.shape))
+    out2 = os.path.join(exe_dir, "rows2")
+    os.makedirs(out2)
+    p2 = subprocess.run([exe, "--path", model, "--rows", rows, "--out", out2, "--threads", "2"],
+                        capture_output=True, text=True, timeout=300)
+    ys = sorted(f for f in os.listdir(out) if f.startswith("y_"))
+    same = p2.returncode == 0 and len(ys) == 5 and all(
+        open(os.path.join(out, f), "rb").read() == open(os.path.join(out2, f), "rb").read() for f in ys)
+    check(same, "quant_matmul's 5 products bitwise the same at --threads 1 and 2", p2.stderr)
+    products = [l for l in lines if l.startswith("matmul ")]
+    check(len(products) == 5 and all(l.endswith("max_diff true") for l in products),
+          "quant_matmul within 1e-3 of the dequantized f32 product for 5 weights", "\n".join(products))
+
+
+def run_bad(exe, what, path, name, want):
+    args = [exe, "--what", what, "--path", path] + (["--name", name] if name else [])
+    p = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    ok = p.returncode == 70 and want in p.stderr and "internal" not in p.stderr
+    check(ok, "%s %s: exit %d, says %r" % (what, os.path.basename(path), p.returncode, want),
+          p.stderr.strip())
+
+
+def case_bad(exe_dir, sflowc, model):
+    exe = build(sflowc, "bad", exe_dir)
+    data = open(model, "rb").read()
+    trunc = os.path.join(exe_dir, "truncated.gguf")
+    with open(trunc, "wb") as f:
+        f.write(data[:len(data) // 2])
+    run_bad(exe, "gguf", trunc, "", "lie outside the file")
+    head = os.path.join(exe_dir, "header.gguf")
+    with open(head, "wb") as f:
+        f.write(data[:100000])
+    run_bad(exe, "gguf", head, "", "runs past the end of the file")
+    run_bad(exe, "bpe_gguf", head, "", "header.gguf: metadata")
+    foreign = os.path.join(exe_dir, "model.safetensors")
+    with open(foreign, "wb") as f:
+        f.write(struct.pack("<Q", 2) + b"{}")
+    run_bad(exe, "gguf", foreign, "", "model.safetensors: magic: the file does not start with \"GGUF\"")
+    run_bad(exe, "gguf", os.path.join(exe_dir, "missing.gguf"), "", "missing.gguf: cannot read it")
+    # token_embd.weight's type id (the first tensor info) changed to Q5_0,
+    # a quantization std.llm does not read, and to 99, none at all.
+    name = b"token_embd.weight"
+    at = data.index(struct.pack("<Q", len(name)) + name) + 8 + len(name) + 4 + 16
+    for tid, want, what in ((6, "is Q5_0, which std.llm does not read", "weight"),
+                            (99, "unknown ggml type id 99", "gguf")):
+        bad = bytearray(data)
+        bad[at:at + 4] = struct.pack("<I", tid)
+        path = os.path.join(exe_dir, "type%d.gguf" % tid)
+        with open(path, "wb") as f:
+            f.write(bad)
+        run_bad(exe, what, path, "token_embd.weight", want)
+    run_bad(exe, "meta_int", model, "general.name", "metadata \"general.name\" is a str, not an integer")
+    run_bad(exe, "meta_int", model, "llama.nope", "no metadata key \"llama.nope\"")
+    run_bad(exe, "weight", model, "blk.0.attn_norm.weight", "has 1 dimensions, not 2")
+    run_bad(exe, "encode", model, "", "id 49152 (at 0) is not in the vocabulary (0..49151)")
+    wp = os.path.join(exe_dir, "wordpiece.json")
+    with open(wp, "w") as f:
+        json.dump({"model": {"type": "WordPiece", "vocab": {"a": 0}}}, f)
+    run_bad(exe, "bpe_json", wp, "", "model.type is \"WordPiece\"")
+    broken = os.path.join(exe_dir, "broken.json")
+    with open(broken, "w") as f:
+        f.write('{"model": {"type": "BPE",\n  "vocab": {"a": 0,}}}')
+    run_bad(exe, "bpe_json", broken, "", "broken.json: 2:")
+
+
+def case_gpu_emu(exe_dir, sflowc, model):
+    """quant_matmul in a @gpus(1) actor under the host emulator (the
+    environment is the suite's): kernels/quant.cu against the CPU path,
+    and each weight uploaded once."""
+    if "SFLOW_CUDA" not in os.environ:
+        sys.exit("llm_test gpu_emu: run under the host emulator (ctest sets SFLOW_CUDA)")
+    exe = build(sflowc, "quant_actor", exe_dir)
+    p = subprocess.run([exe, "--path", model], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, SFLOW_GPU_STATS="1"))
+    check(p.returncode == 0, "quant_actor runs", p.stderr)
+    lines = [l for l in p.stdout.split("\n") if l.startswith("device ")]
+    check(len(lines) == 3 and all("rel_diff_below_1e-5 true" in l for l in lines),
+          "Q4_1 and Q8_0 products on the device within 1e-5 of the CPU's", "\n".join(lines))
+    stats = dict(kv.split("=") for l in p.stderr.split("\n") if l.startswith("sflow-gpu-stats:")
+                 for kv in l.split()[1:])
+    # The three weights once (207360 + 552960 + 30081024 bytes) and the
+    # three x's (2 rows each of 576, 1536, 576 floats): no weight twice.
+    want = 207360 + 552960 + 30081024 + 4 * 2 * (576 + 1536 + 576)
+    check(stats.get("h2d_bytes") == str(want) and int(stats.get("gpu_launches", "0")) >= 6,
+          "each weight uploaded once (h2d_bytes %s, want %d), kernels launched (%s)"
+          % (stats.get("h2d_bytes"), want, stats.get("gpu_launches")), p.stderr[-800:])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sflowc", required=True)
+    ap.add_argument("--case", required=True, choices=["bpe_gguf", "bpe_json", "chat", "gguf", "bad", "gpu_emu"])
+    ap.add_argument("--models", default=None, help="default: $SFLOW_MODELS or <build>/models")
+    args = ap.parse_args()
+    build_dir = os.path.dirname(os.path.dirname(os.path.abspath(args.sflowc)))
+    models = args.models or os.environ.get("SFLOW_MODELS") or os.path.join(build_dir, "models")
+    model = os.path.join(models, "smollm2-135m-instruct", GGUF)
+    if not os.path.isfile(model):
+        sys.exit("llm_test: no model at %s; run `bash scripts/install-models.sh` "
+                 "(make deps does)" % model)
+    with tempfile.TemporaryDirectory(prefix="sflow-llm-") as tmp:
+        if args.case.startswith("bpe_"):
+            case_bpe(tmp, args.sflowc, model, args.case[4:])
+        else:
+            globals()["case_" + args.case](tmp, args.sflowc, model)
+    if failures:
+        sys.exit("llm_test %s: %d check(s) failed" % (args.case, len(failures)))
+    print("llm_test %s: all checks passed" % args.case)
+
+
+if __name__ == "__main__":
+    main()
