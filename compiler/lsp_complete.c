@@ -326,11 +326,10 @@ static void type_members(cJSON *items, const char *prefix, Analysis *a, Type *t)
     for (Decl *m = t->decl->methods; m; m = m->next)
       decl_item(items, prefix, m);
   if (t->kind == TY_TENSOR) {
-    /* std.nn's @global functions of a tensor are its methods: x.sum(1). */
+    /* std.nn's functions of a tensor are its methods: x.sum(1). */
     Module *nn = std_nn(a);
     for (Decl *d = nn ? nn->decls : NULL; d; d = d->next)
-      if (d->kind == D_FN && d->is_global && d->params && d->params->type &&
-          d->params->type->kind == TY_TENSOR)
+      if (d->kind == D_FN && d->params && d->params->type && d->params->type->kind == TY_TENSOR)
         decl_item(items, prefix, d);
   }
   builtin_methods(items, prefix, t);

@@ -121,6 +121,10 @@ const char *lsp_signature(Decl *d) {
     b.len = 0;
     buf_puts(&b, "param ");
     param_put(&b, d);
+  } else if (d->kind == D_FIELD && d->parent && d->parent->kind == D_STRUCT) {
+    b.len = 0;
+    buf_printf(&b, "%s.%s: ", d->parent->name, d->name); /* a struct's field: Point.x: f64 */
+    type_put(&b, d->type, d->texpr);
   } else if (d->kind == D_CONST || d->kind == D_FIELD) {
     buf_puts(&b, ": ");
     type_put(&b, d->type, d->texpr);

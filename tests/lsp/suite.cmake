@@ -1,3 +1,8 @@
 # The language server, driven by a scripted client.
 add_test(NAME lsp/client
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/lsp/lsp_test.py $<TARGET_FILE:sflowc>)
+# Completion, signature help, references, rename, symbols, hover docs,
+# definition into std and formatting, by a scripted client over
+# tests/lsp/project; asserts completion within 50 ms on examples/finetune.sflow.
+add_test(NAME lsp/features
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/lsp/lsp_features_test.py $<TARGET_FILE:sflowc>)
