@@ -6,3 +6,7 @@ add_test(NAME lsp/client
 # tests/lsp/project; asserts completion within 50 ms on examples/finetune.sflow.
 add_test(NAME lsp/features
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/lsp/lsp_features_test.py $<TARGET_FILE:sflowc>)
+# The same features through a real client: Neovim 0.7's vim.lsp, headless
+# (scripts/install-deps.sh installs neovim).
+add_test(NAME lsp/nvim
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/lsp/nvim_test.py $<TARGET_FILE:sflowc>)
