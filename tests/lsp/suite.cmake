@@ -10,3 +10,7 @@ add_test(NAME lsp/features
 # (scripts/install-deps.sh installs neovim).
 add_test(NAME lsp/nvim
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/lsp/nvim_test.py $<TARGET_FILE:sflowc>)
+# sflowc fmt: the canonical layout on small inputs, the command line, and
+# every tracked .sflow file (idempotent; the same IR before and after).
+add_test(NAME lsp/fmt
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/lsp/fmt_test.py $<TARGET_FILE:sflowc>)
