@@ -264,7 +264,7 @@ static void collect_diag(void *ctx, DiagLevel lvl, Loc loc, const char *msg) {
  * previous analysis is freed first, so results are valid until the next
  * call.  Sema runs only on a program without syntax errors; it keeps going
  * after a type error, so the types of everything else are still there. */
-Analysis lsp_analyze_text(const char *path, const char *text, size_t len, cJSON *diags) {
+static Analysis run_front_end(const char *path, const char *text, size_t len, cJSON *diags, bool check) {
   char *keep_path = strdup(path); /* path may live in the arena freed below */
   arena_free_all();
   types_reset();
@@ -278,11 +278,19 @@ Analysis lsp_analyze_text(const char *path, const char *text, size_t len, cJSON 
   c.file = a.file;
   a.prog.main = parse_source(a.file);
   a.parsed = diag_error_count() == 0;
-  a.ok = a.parsed && sema_program(&a.prog) && diag_error_count() == 0;
+  a.ok = a.parsed && check && sema_program(&a.prog) && diag_error_count() == 0;
   diag_set_sink(NULL, NULL);
   if (!diags)
     cJSON_Delete(c.diags);
   return a;
+}
+
+Analysis lsp_analyze_text(const char *path, const char *text, size_t len, cJSON *diags) {
+  return run_front_end(path, text, len, diags, true);
+}
+
+Analysis lsp_parse_text(const char *path, const char *text, size_t len) {
+  return run_front_end(path, text, len, NULL, false);
 }
 
 Analysis lsp_analyze(Doc *doc, cJSON *diags) {
@@ -292,6 +300,12 @@ Analysis lsp_analyze(Doc *doc, cJSON *diags) {
 static void publish(Doc *doc) {
   cJSON *diags = cJSON_CreateArray();
   lsp_analyze(doc, diags);
+  /* A std module opened through go to definition is sflowc's own source,
+   * which only checks as a std module: nothing there for the user to fix. */
+  if (lsp_is_std_copy(lsp_uri_to_path(doc->uri))) {
+    cJSON_Delete(diags);
+    diags = cJSON_CreateArray();
+  }
   cJSON *m = cJSON_CreateObject();
   cJSON_AddStringToObject(m, "jsonrpc", "2.0");
   cJSON_AddStringToObject(m, "method", "textDocument/publishDiagnostics");

@@ -37,6 +37,8 @@ Doc *lsp_doc_find(const char *uri);
  * receives the diagnostics. */
 Analysis lsp_analyze_text(const char *path, const char *text, size_t len, cJSON *diags);
 Analysis lsp_analyze(Doc *doc, cJSON *diags);
+/* The parse alone: no imports loaded, no types. */
+Analysis lsp_parse_text(const char *path, const char *text, size_t len);
 const char *lsp_uri_to_path(const char *uri);
 const char *lsp_path_to_uri(const char *path);
 cJSON *lsp_range(Loc loc);
@@ -66,6 +68,8 @@ const char *lsp_doc_comment(Decl *d);
 /* Where a declaration in a std module can be opened: the embedded source
  * written once, read-only, under the user's cache folder. */
 const char *lsp_std_file(const char *std_path);
+/* Is path one of those copies?  (Its diagnostics are not the user's.) */
+bool lsp_is_std_copy(const char *path);
 /* The path to give the client for source s (std sources: lsp_std_file). */
 const char *lsp_source_path(Source *s);
 cJSON *lsp_hover(Analysis *a, cJSON *params);

@@ -567,6 +567,12 @@ const char *lsp_std_file(const char *name) {
   return path;
 }
 
+bool lsp_is_std_copy(const char *path) {
+  const char *dir = std_dir();
+  size_t n = strlen(dir);
+  return !strncmp(path, dir, n) && path[n] == '/';
+}
+
 const char *lsp_source_path(Source *s) {
   if (!s)
     return NULL;

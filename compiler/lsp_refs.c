@@ -357,13 +357,7 @@ static void sym(cJSON *out, const char *name, int kind, const char *container, c
 
 /* The items of one file, parsed only (no imports, no sema). */
 static void file_symbols(cJSON *out, const char *path, const char *text, size_t len, const char *query) {
-  Analysis a = lsp_analyze_text(path, text, len, NULL);
-  (void)a;
-  int file = 0;
-  for (int i = 0; i < src_count(); i++)
-    if (!strcmp(src_get(i)->path, path))
-      file = i;
-  (void)file;
+  Analysis a = lsp_parse_text(path, text, len);
   for (Decl *d = a.prog.main ? a.prog.main->decls : NULL; d; d = d->next) {
     if (d->kind == D_IMPORT)
       continue;

@@ -251,6 +251,11 @@ def main():
         check("fn zeros(" in lines[r["line"]] and lines[r["line"]][r["character"]:].startswith("zeros"),
               "the location names zeros in the std source")
         check(not os.stat(std_path).st_mode & 0o222, "the std copy is read-only")
+        std_uri = loc["uri"]
+        c.send("textDocument/didOpen", {"textDocument": {"uri": std_uri, "languageId": "sflow", "version": 1,
+                                                         "text": open(std_path).read()}}, request=False)
+        check(c.wait_diagnostics(std_uri) == [], "the opened std copy gets no diagnostics")
+        c.send("textDocument/didClose", {"textDocument": {"uri": std_uri}}, request=False)
     line, ch = find(text, "Point {")
     loc = c.request("textDocument/definition", at(main_uri, line, ch))
     check(loc and loc["uri"] == shapes_uri and loc["range"]["start"] == {"line": 3, "character": 7},
