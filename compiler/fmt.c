@@ -25,8 +25,9 @@
  *     `map<K, V>` and `f<T>(`; one after `,` and `:`, inside `{ }` written
  *     on one line, after keywords; `@` of an annotation sticks to its name;
  *   - comments keep their text; a comment after code keeps its gap (tables
- *     of trailing comments stay aligned); one on its own line is indented
- *     as code there would be.
+ *     of trailing comments stay aligned), and the comment lines written
+ *     under it stay under it; any other comment on its own line is indented
+ *     as code there would be (inside the block even before its `}`).
  *
  * Where sflow's lexer reads spaces (`f<T>(` is a type argument only
  * written without a space before `<`), the layout keeps the author's
@@ -58,6 +59,8 @@ typedef struct {
   int line_indent; /* indent (columns) of the statement the line is in */
   bool fresh;      /* the top of the stack was opened by the last token */
   bool annot_paren;/* the next '(' holds an annotation's arguments */
+  int trail_src;   /* source column of the comment ending the last line ... */
+  int trail_out;   /* ... and its column in the output; -1: none */
   bool cont;       /* the line before ended in a binary operator */
 } Fmt;
 
@@ -153,13 +156,15 @@ static int indent_for(Fmt *f, const Token *t) {
  * inside brackets opened on an earlier line, that line's statement. */
 static int statement_indent(Fmt *f, int c) {
   int k = f->depth - 1;
-  while (k >= 0 && paren_like(f->stack[k].kind))
+  /* A struct literal's brace that ends its line nests like a block. */
+  while (k >= 0 && paren_like(f->stack[k].kind) &&
+         !(f->stack[k].kind == TOK_LBRACE_STRUCT && f->stack[k].align < 0))
     k--;
   return k + 1 < f->depth ? f->stack[k + 1].base : c;
 }
 
 /* Writes the line breaks and comments between two tokens: text[a, b). */
-static void gap(Fmt *f, int a, int b, bool first_token_next, int next_level) {
+static void gap(Fmt *f, int a, int b, int next_level) {
   const char *s = f->src;
   int nl = 0;
   for (int i = a; i < b;) {
@@ -182,17 +187,27 @@ static void gap(Fmt *f, int a, int b, bool first_token_next, int next_level) {
         if (nl > 1)
           newline(f);
       }
+      int src_col = i;
+      while (src_col > 0 && s[src_col - 1] != '\n')
+        src_col--;
+      src_col = i - src_col;
       if (f->line_start || !f->out.len) {
-        indent(f, next_level);
+        /* The next line of a trailing comment, written under it, stays
+         * under it; other comment lines are indented as code. */
+        bool under = f->trail_out >= 0 && nl == 1 && src_col == f->trail_src;
+        indent(f, under ? f->trail_out : next_level);
+        if (!under)
+          f->trail_out = -1;
       } else {
         /* After code: the author's gap (at least one space). */
         int g = i;
         while (g > a && (s[g - 1] == ' ' || s[g - 1] == '\t'))
           g--;
         trim_line(f);
-        int n = i - g;
-        for (int k = 0; k < (n > 0 ? n : 1); k++)
-          buf_putc(&f->out, s[g + k] == '\t' ? ' ' : ' ');
+        for (int k = 0; k < (i > g ? i - g : 1); k++)
+          buf_putc(&f->out, ' ');
+        f->trail_src = src_col;
+        f->trail_out = column(f);
       }
       buf_putn(&f->out, s + i, (size_t)(e - i));
       f->line_start = false;
@@ -280,8 +295,10 @@ static void format_tokens(Fmt *f, Token *toks, int n, size_t len) {
     if (t->kind == TOK_NEWLINE || t->kind == 0)
       continue;
     t->text = arena_strndup(f->src + t->loc.off, (size_t)t->loc.len);
-    int lvl = indent_for(f, t);
-    gap(f, prev_end, t->loc.off, p == NULL, lvl);
+    /* A comment on its own line is indented as code there, even when a
+     * closer follows it (the last comment of a block stays inside). */
+    Token plain = {.kind = TOK_IDENT, .loc = t->loc};
+    gap(f, prev_end, t->loc.off, indent_for(f, &plain));
     bool generic_open = t->kind == '<' && p && (p->kind == TOK_MAP || (p->kind == TOK_IDENT &&
                         p->loc.off + p->loc.len == t->loc.off));
     bool annot_at = t->kind == '@' && i + 1 < n && toks[i + 1].kind == TOK_IDENT &&
@@ -311,6 +328,7 @@ static void format_tokens(Fmt *f, Token *toks, int n, size_t len) {
     f->fresh = false;
     buf_puts(&f->out, t->text);
     f->line_start = false;
+    f->trail_out = -1;
     /* What t leaves open or closes. */
     bool generic_close = false;
     if (generic_open || t->kind == TOK_TARGS)
@@ -355,7 +373,7 @@ static void format_tokens(Fmt *f, Token *toks, int n, size_t len) {
     p_annot_at = annot_at;
     prev_end = t->loc.off + t->loc.len;
   }
-  gap(f, prev_end, (int)len, false, 0);
+  gap(f, prev_end, (int)len, 0);
   trim_line(f);
   /* Exactly one newline at the end, none at the start. */
   while (f->out.len && f->out.data[f->out.len - 1] == '\n')
@@ -388,7 +406,7 @@ char *fmt_text(const char *path, const char *text, size_t len, const char **why)
   }
   if (bad)
     return NULL;
-  Fmt f = {.src = src_get(file)->text, .line_start = true};
+  Fmt f = {.src = src_get(file)->text, .line_start = true, .trail_out = -1};
   format_tokens(&f, toks, n, len);
   buf_putc(&f.out, 0);
   return f.out.data ? f.out.data : strdup("");
