@@ -188,6 +188,11 @@ static void walk_program(Refs *r, Analysis *a) {
 /* The symbol under the cursor: its key, name, and whether std declares it. */
 static bool symbol_at(Doc *doc, cJSON *params, Refs *r, char **name, bool *in_std, const char **err) {
   Analysis a = lsp_analyze(doc, NULL);
+  if (!a.parsed) {
+    /* Without sema nothing is resolved: the answer would be partial. */
+    *err = "the file has a syntax error; fix it first";
+    return false;
+  }
   int off = lsp_request_offset(&a, params);
   if (off < 0) {
     *err = "no position";
@@ -197,7 +202,7 @@ static bool symbol_at(Doc *doc, cJSON *params, Refs *r, char **name, bool *in_st
   Decl *d;
   Var *v;
   if (!lsp_target(&a, &h, &d, &v)) {
-    *err = a.parsed ? "no symbol here" : "the file has a syntax error; fix it first";
+    *err = "no symbol here";
     return false;
   }
   Loc at = d ? d->name_loc : v->loc;

@@ -139,7 +139,7 @@ def main():
     c.open(main_uri, text)
 
     # Completion after `nn.`: std.nn's members, with kinds, signatures and docs.
-    typed = text.replace("  print(offset", "  let q = nn.\n  print(offset")
+    typed = text.replace("  print(offset", "  let q = nn.\n  print(offset", 1)
     c.change(main_uri, typed)
     line, ch = find(typed, "= nn.\n")
     comp = c.request("textDocument/completion", at(main_uri, line, ch + 5))
@@ -160,7 +160,7 @@ def main():
     check(labels(comp) == ["Linear"], "nn.Li completes to Linear only, got %r" % labels(comp))
 
     # Members of a struct value (another file's struct) and of a tensor.
-    typed = text.replace("  print(offset", "  let q = p.\n  print(offset")
+    typed = text.replace("  print(offset", "  let q = p.\n  print(offset", 1)
     c.change(main_uri, typed)
     line, ch = find(typed, "p.\n")
     comp = c.request("textDocument/completion", at(main_uri, line, ch + 2))
@@ -168,7 +168,7 @@ def main():
     x = item(comp, "x")
     check(x and x["kind"] == 5 and x["detail"] == "Point.x: f64" and
           x.get("documentation", {}).get("value") == "the horizontal coordinate", "field item: %r" % x)
-    typed = text.replace("  print(offset", "  let q = t.\n  print(offset")
+    typed = text.replace("  print(offset", "  let q = t.\n  print(offset", 1)
     c.change(main_uri, typed)
     line, ch = find(typed, "t.\n")
     comp = c.request("textDocument/completion", at(main_uri, line, ch + 2))
@@ -176,14 +176,14 @@ def main():
           "t. lists tensor methods, got %r" % labels(comp)[:15])
 
     # Names in scope, keywords, annotations.
-    typed = text.replace("  print(offset", "  let q = of\n  print(offset")
+    typed = text.replace("  print(offset", "  let q = of\n  print(offset", 1)
     c.change(main_uri, typed)
     line, ch = find(typed, "of\n")
     comp = c.request("textDocument/completion", at(main_uri, line, ch + 2))
     off = item(comp, "offset")
     check(off and off["kind"] == 3 and "fn offset(p: Point, scale: f64 = 1.0) -> f64" in off["detail"]
           and "How far" in off.get("documentation", {}).get("value", ""), "scope completion of offset: %r" % off)
-    typed = text.replace("  print(offset", "  let q = 1\n  print(q\n  print(offset")
+    typed = text.replace("  print(offset", "  let q = 1\n  print(q\n  print(offset", 1)
     c.change(main_uri, typed)
     line, ch = find(typed, "print(q\n")
     comp = c.request("textDocument/completion", at(main_uri, line, ch + 7))
@@ -199,7 +199,7 @@ def main():
     check(labels(comp) == ["retry", "restarts", "replicas"], "@re completes annotations, got %r" % labels(comp))
 
     # Signature help: std functions, named arguments, the program's own.
-    typed = text.replace("  print(offset", "  let q = nn.attention(t, \n  print(offset")
+    typed = text.replace("  print(offset", "  let q = nn.attention(t, \n  print(offset", 1)
     c.change(main_uri, typed)
     line, ch = find(typed, "nn.attention(t, ")
     sh = c.request("textDocument/signatureHelp", at(main_uri, line, ch + 16))
@@ -207,7 +207,7 @@ def main():
     check(sig and sig["label"].startswith("fn attention(q: tensor, k: tensor, v: tensor") and sh["activeParameter"] == 1,
           "signature of nn.attention( at its second argument: %r" % sh)
     check(sig and "scaled dot-product" in sig.get("documentation", {}).get("value", ""), "attention's doc in the signature")
-    typed = text.replace("  print(offset", "  let q = offset(p, scale = \n  print(offset")
+    typed = text.replace("  print(offset", "  let q = offset(p, scale = \n  print(offset", 1)
     c.change(main_uri, typed)
     line, ch = find(typed, "offset(p, scale = ")
     sh = c.request("textDocument/signatureHelp", at(main_uri, line, ch + 18))
@@ -217,7 +217,7 @@ def main():
         check(sig["label"][lo:hi] == "scale: f64 = 1.0", "named argument scale = is the active one: %r" % sh)
     else:
         check(False, "signature help for offset(")
-    typed = text.replace("  print(offset", "  let q = nn.cross_entropy(t, [1], label_smoothing = \n  print(offset")
+    typed = text.replace("  print(offset", "  let q = nn.cross_entropy(t, [1], label_smoothing = \n  print(offset", 1)
     c.change(main_uri, typed)
     line, ch = find(typed, "label_smoothing = ")
     sh = c.request("textDocument/signatureHelp", at(main_uri, line, ch + 18))
@@ -273,7 +273,7 @@ def main():
     # A local: p in main.
     line, ch = find(text, "let p")
     refs = c.request("textDocument/references", dict(at(main_uri, line, ch + 4), context={"includeDeclaration": True}))
-    check(len(refs or []) == 4 and all(r["uri"] == main_uri for r in refs), "references of the local p: %r" % refs)
+    check(len(refs or []) == 5 and all(r["uri"] == main_uri for r in refs), "references of the local p: %r" % refs)
 
     # Rename the struct field across both files; refuse std names and bad names.
     line, ch = find(text, "p.x,")
@@ -295,6 +295,20 @@ def main():
             open(os.path.join(tmp, os.path.basename(uri)), "w").write(t)
         r = subprocess.run([SFLOWC, "--check", os.path.join(tmp, "main.sflow")], capture_output=True, text=True)
         check(r.returncode == 0 and "px" in new_texts[shapes_uri], "the renamed program checks: %s" % r.stderr)
+    # A parameter: its uses and the named argument `scale = ` follow.
+    line, ch = find(text, "scale: f64")
+    edit = c.request("textDocument/rename", dict(at(main_uri, line, ch), newName="factor"))
+    spots = sorted((e["range"]["start"]["line"], e["range"]["start"]["character"])
+                   for e in (edit or {}).get("changes", {}).get(main_uri, []))
+    want = sorted([find(text, "scale: f64"), (find(text, "* scale")[0], find(text, "* scale")[1] + 2),
+                   find(text, "scale = 2.0")])
+    check(spots == want, "rename of the parameter scale covers its use and the named argument: %r, want %r"
+          % (spots, want))
+    # A file with a syntax error is refused rather than half renamed.
+    c.change(main_uri, text + "fn broken( {\n")
+    r = c.call("textDocument/rename", dict(at(main_uri, line, ch), newName="factor"))
+    check("error" in r and "syntax error" in r["error"]["message"], "rename in a file that does not parse: %r" % r)
+    c.change(main_uri, text)
     line, ch = find(text, "zeros(")
     r = c.call("textDocument/rename", dict(at(main_uri, line, ch + 1), newName="zz"))
     check("error" in r and "standard library" in r["error"]["message"], "renaming a std name is refused: %r" % r)
