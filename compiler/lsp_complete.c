@@ -60,7 +60,7 @@ static bool in_string_or_comment(const char *t, int off) {
 
 /* Analyses doc with [from, to) replaced by repl; if that has a syntax
  * error, with the cursor's line blanked instead (offsets before the line
- * stay put).  *shift: how far text after `to` moved. */
+ * stay put).  *patched_ok: the first try parsed. */
 static Analysis analyze_patched(Doc *doc, int from, int to, const char *repl, bool *patched_ok) {
   const char *path = lsp_uri_to_path(doc->uri);
   char *keep = strdup(path);
@@ -601,13 +601,10 @@ static int callee_decls(Analysis *a, const char *t, int paren, Decl **out, int m
       if (d->name && !strcmp(d->name, name) && d->kind != D_FIELD)
         for (Decl *o = d; o && n < max; o = o->kind == D_FN ? o->overload : NULL)
           out[n++] = o;
-    if (n && *method) /* only the first match and its overloads */
-      return n;
     return n;
   }
-  Decl *fn, *actor;
+  Decl *actor;
   enclosing(a->prog.main, paren, &actor);
-  (void)fn;
   for (Decl *m = actor ? actor->methods : NULL; m && n < max; m = m->next)
     if (!strcmp(m->name, name))
       out[n++] = m;
