@@ -129,6 +129,11 @@ def layout():
         ("fn k() {\nlet xs = [\n1,\n2,\n]\n}\n", "fn k() {\n  let xs = [\n    1,\n    2,\n  ]\n}\n"),
         ("", ""),
     ]
+    # The snippet Vim's indent script is tested with (tests/editors/vim_test.py):
+    # the formatter and the indent script agree on it.
+    sys.path.insert(0, os.path.join(ROOT, "tests", "editors"))
+    import vim_test
+    cases.append(("\n".join(vim_test.UNINDENTED) + "\n", "\n".join(vim_test.INDENTED) + "\n"))
     for src, want in cases:
         rc, got, err = fmt(src.encode())
         check(rc == 0 and got.decode() == want, "layout of %r:\n got %r\nwant %r %s" % (src, got.decode(), want, err))
