@@ -40,6 +40,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 typedef struct {
   int kind;     /* '(' '[' '{', or TOK_LBRACE_STRUCT */
@@ -475,6 +476,9 @@ int fmt_main(int argc, char **argv) {
         FILE *fp = fopen(tmp, "w");
         bool ok = fp && fwrite(out, 1, strlen(out), fp) == strlen(out);
         ok = fp && !fclose(fp) && ok;
+        struct stat st; /* the file keeps its permissions */
+        if (ok && !stat(path, &st))
+          ok = !chmod(tmp, st.st_mode & 07777);
         if (!ok || rename(tmp, path)) {
           fprintf(stderr, "sflowc fmt: error: cannot write '%s'\n", path);
           remove(tmp);

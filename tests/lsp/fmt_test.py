@@ -152,8 +152,10 @@ def command_line():
     check(open(messy).read() == "fn f()->i64{ return 1 }\n", "--check writes nothing")
     r = subprocess.run([SFLOWC, "fmt", "--check", good], capture_output=True, text=True)
     check(r.returncode == 0 and r.stdout == "", "--check of a formatted file: exit 0, silent")
+    os.chmod(messy, 0o640)
     r = subprocess.run([SFLOWC, "fmt", messy], capture_output=True, text=True)
     check(r.returncode == 0 and open(messy).read() == "fn f() -> i64 { return 1 }\n", "fmt rewrites the file")
+    check(os.stat(messy).st_mode & 0o777 == 0o640, "... keeping its permissions")
     r = subprocess.run([SFLOWC, "fmt", bad], capture_output=True, text=True)
     check(r.returncode == 1 and "bad.sflow:2:11: error: unterminated string literal" in r.stderr
           and "was not formatted" in r.stderr, "a file that does not lex: its error and exit 1: %r" % r.stderr)
