@@ -13,6 +13,7 @@ wall times, which include waiting for a core on a busy machine, are printed).
 """
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -295,6 +296,7 @@ def main():
             open(os.path.join(tmp, os.path.basename(uri)), "w").write(t)
         r = subprocess.run([SFLOWC, "--check", os.path.join(tmp, "main.sflow")], capture_output=True, text=True)
         check(r.returncode == 0 and "px" in new_texts[shapes_uri], "the renamed program checks: %s" % r.stderr)
+        shutil.rmtree(tmp)
     # A parameter: its uses and the named argument `scale = ` follow.
     line, ch = find(text, "scale: f64")
     edit = c.request("textDocument/rename", dict(at(main_uri, line, ch), newName="factor"))
@@ -386,6 +388,10 @@ def main():
     c.request("shutdown", None)
     c.send("exit", None, request=False)
     check(c.p.wait(timeout=10) == 0, "exit code 0")
+    for root, dirs, files in os.walk(cache):
+        for f in files:
+            os.chmod(os.path.join(root, f), 0o644)
+    shutil.rmtree(cache)
     print("%d passed, %d failed" % (checks - len(failures), len(failures)))
     sys.exit(1 if failures else 0)
 

@@ -55,6 +55,7 @@ def main():
         sys.exit(1)
     if not os.path.exists(out):
         print("FAIL nvim wrote no results; rc %d\n%s%s" % (r.returncode, r.stdout, r.stderr))
+        shutil.rmtree(tmp, ignore_errors=True)
         sys.exit(1)
     res = json.load(open(out))
     for name, v in res.items():
@@ -87,6 +88,7 @@ def main():
     fmt = res.get("format", {}).get("lines", [])
     want = ["fn f(a: i64, b: i64) -> i64 {", "  return a + b", "}", "workflow main() { print(f(1, -2)) }"]
     check(fmt == want, "formatting through the client: %r" % fmt)
+    shutil.rmtree(tmp, ignore_errors=True)
     print("%d passed, %d failed" % (checks - len(failures), len(failures)))
     sys.exit(1 if failures else 0)
 
