@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 int lsp_main(void);
+int fmt_main(int argc, char **argv); /* fmt.c: `sflowc fmt` */
 
 typedef struct {
   const char *input;
@@ -64,6 +65,7 @@ static void usage(FILE *f) {
           "  --color=auto|always|never  colour diagnostics (auto: only on a terminal;\n"
           "                        NO_COLOR turns it off)\n"
           "  --lsp                 run the language server on stdin/stdout\n"
+          "  fmt [--check] FILE... rewrite FILEs in the canonical layout (sflowc fmt --help)\n"
           "  --version             print the version, commit, LLVM and default target\n"
           "  --help                print this help\n"
           "\n"
@@ -288,6 +290,8 @@ static char *default_output(const char *input) {
 
 int main(int argc, char **argv) {
   install_crash_handler();
+  if (argc > 1 && !strcmp(argv[1], "fmt"))
+    return fmt_main(argc - 2, argv + 2);
   Options o = parse_args(argc, argv);
   diag_init(o.format, o.color);
 

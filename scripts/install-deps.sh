@@ -10,6 +10,8 @@ pkgs=(
   libcunit1-dev                      # unit tests
   python3 python3-venv               # test harness
   vim-nox                            # editor tests: real headless Vim
+  neovim                             # lsp/nvim: a real LSP client (Neovim 0.7 headless, vim.lsp)
+  nodejs                             # editors/vscode: runs the VS Code extension's code
   libssh2-1-dev openssh-server openssh-client  # multi-node runs and their tests
   libopenblas-dev libcjson-dev zlib1g-dev valgrind gdb
   iproute2 procps                    # ip netns, ip link, ss: namespace cluster tests

@@ -1,7 +1,11 @@
 // The sflow extension's only code: start the language server, `sflowc --lsp`,
-// when sflowc can be found.  Highlighting, brackets and comments come from
-// package.json's grammar and language configuration and need none of this, so
-// every failure here (no sflowc, no node_modules) leaves them working.
+// when sflowc can be found, and the command that restarts it.  Completion,
+// signature help, hover, go to definition, references, rename, symbols and
+// formatting (Format Document runs `sflowc fmt`'s layout) all come from the
+// server through vscode-languageclient.  Highlighting, brackets and comments
+// come from package.json's grammar and language configuration and need none
+// of this, so every failure here (no sflowc, no node_modules) leaves them
+// working.
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -24,6 +28,13 @@ function findProgram(name) {
 }
 
 function activate(context) {
+  context.subscriptions.push(vscode.commands.registerCommand('sflow.restartServer', () => {
+    if (!client) {
+      vscode.window.showErrorMessage('sflow: no language server: sflowc was not found (setting sflow.server.path)');
+      return;
+    }
+    client.restart().catch((e) => vscode.window.showErrorMessage('sflow: restart failed: ' + e));
+  }));
   const name = vscode.workspace.getConfiguration('sflow').get('server.path') || 'sflowc';
   const command = findProgram(name);
   if (!command) return;  // highlighting only

@@ -116,13 +116,27 @@ SETTINGS = {
     "commentstring": "// %s",
     "comments": "s1:/*,mb:*,ex:*/,://",
     "current_syntax": "sflow",
+    # sflow's layout: two spaces, no tabs (so `gg=G` writes no tabs).
+    "shiftwidth": 2,
+    "softtabstop": 2,
+    "expandtab": 1,
 }
 
-# `=` over these lines (shiftwidth 2) must give INDENTED.
+# `=` over these lines (the ftplugin's settings) must give INDENTED: the
+# layout `sflowc fmt` writes.
 UNINDENTED = ["fn f(x: i64) -> i64 {", "if x > 0 {", "return 1", "}", "let xs = [",
-              "1, 2", "]", "return 0 // done {", "}"]
+              "1, 2", "]", "return 0 // done {", "}",
+              "fn g(a: i64,", "b: i64) -> i64 {", "let s = \"(\" + str(a) +", "str(b)",
+              "print(a, [b,", "a])", "let p = Point { x: 1.0,", "y: 2.0 }", "let t = zeros([2])",
+              ".sum(0)", "return a // the sum", "// of both", "}"]
 INDENTED = ["fn f(x: i64) -> i64 {", "  if x > 0 {", "    return 1", "  }", "  let xs = [",
-            "    1, 2", "  ]", "  return 0 // done {", "}"]
+            "    1, 2", "  ]", "  return 0 // done {", "}",
+            "fn g(a: i64,", "     b: i64) -> i64 {", "  let s = \"(\" + str(a) +", "    str(b)",
+            "  print(a, [b,", "            a])", "  let p = Point { x: 1.0,", "                  y: 2.0 }",
+            "  let t = zeros([2])", "    .sum(0)", "  return a // the sum", "  // of both", "}"]
+
+# Files in the canonical layout that `gg=G` must leave as they are.
+REINDENT = ["examples/finetune.sflow", "examples/scoring.sflow", "stdlib/nn.sflow", "stdlib/train.sflow"]
 
 
 def column(lines, line, text, nth):
@@ -151,6 +165,7 @@ endfunction
 let s:res = {'filetype': &filetype, 'commentstring': &commentstring,
       \ 'comments': &comments, 'current_syntax': get(b:, 'current_syntax', ''),
       \ 'undo_ftplugin': get(b:, 'undo_ftplugin', ''), 'indentexpr': &indentexpr,
+      \ 'shiftwidth': &shiftwidth, 'softtabstop': &softtabstop, 'expandtab': &expandtab,
       \ 'positions': []}
 for [s:l, s:c] in [%(pos)s]
   let s:id = synID(s:l, s:c, 1)
@@ -158,13 +173,24 @@ for [s:l, s:c] in [%(pos)s]
   call add(s:res.positions, [s:name, s:Link(s:name), synIDattr(synIDtrans(s:id), 'name')])
 endfor
 new
-setlocal filetype=sflow shiftwidth=2 expandtab
+setlocal filetype=sflow
 call setline(1, %(unindented)s)
 normal! gg=G
 let s:res.indented = getline(1, '$')
+let s:res.reindent = {}
+for s:f in %(reindent)s
+  execute 'edit! ' . fnameescape(s:f)
+  let s:before = getline(1, '$')
+  normal! gg=G
+  let s:after = getline(1, '$')
+  let s:res.reindent[s:f] = [len(filter(range(len(s:before)), 's:before[v:val] !=# s:after[v:val]')),
+        \ len(filter(copy(s:after), 'v:val =~# "\t"'))]
+  set nomodified
+endfor
 call writefile([json_encode(s:res)], %(out)s)
 qa!
-""" % {"pos": pos, "unindented": json.dumps(UNINDENTED), "out": json.dumps(out)}
+""" % {"pos": pos, "unindented": json.dumps(UNINDENTED), "out": json.dumps(out),
+       "reindent": json.dumps([os.path.join(REPO, f) for f in REINDENT])}
 
 
 def run_vim(vim, script_path):
@@ -223,6 +249,11 @@ def main():
     if res["indented"] != INDENTED:
         failures.append("indent: `=` gave\n    %s\nexpected\n    %s"
                         % ("\n    ".join(res["indented"]), "\n    ".join(INDENTED)))
+    for f in REINDENT:
+        total += 1
+        changed, tabs = res["reindent"].get(os.path.join(REPO, f), [-1, -1])
+        if changed or tabs:
+            failures.append("indent: gg=G on %s changed %d lines, left %d with tabs" % (f, changed, tabs))
     for msg in failures:
         print(msg)
     print("editors/vim: %d passed, %d failed" % (total - len(failures), len(failures)))
