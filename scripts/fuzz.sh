@@ -56,7 +56,7 @@ build() {
   local srcs=() f
   for f in "$ROOT"/compiler/*.c; do
     case $(basename "$f") in
-      main.c | codegen.c | link.c | cudagen.c | lsp.c | stubs*.c) continue ;;
+      main.c | codegen*.c | link.c | cudagen.c | lsp*.c | fmt.c | stubs*.c) continue ;;
     esac
     grep -q '#include <llvm-c/' "$f" && continue  # back-end code needs LLVM
     srcs+=("$f")
