@@ -41,7 +41,6 @@ typedef struct {
   int64_t rshape[SF__TMAX], rst[SF__TMAX];
   int64_t nout, nred, parts;
 } gred;
-enum { R_SUM = 0, R_MEAN = 1, R_MAX = 2, R_SUMSQ = 3 };
 
 static void *kern(const char *entry, const sf_loc *loc) {
   int block;
@@ -207,8 +206,8 @@ void sf__gpu_copy_into(sf_tensor *dst, const sf_tensor *src) {
 /* ---------------------------------------------------------- elementwise */
 
 /* out (contiguous, of the broadcast shape) = a op b. */
-static void binary_into(int32_t op, sf_tensor *out, const sf_tensor *a, const sf_tensor *b,
-                        const sf_loc *loc) {
+void sf__gpu_binary(int32_t op, sf_tensor *out, const sf_tensor *a, const sf_tensor *b,
+                    const sf_loc *loc) {
   int64_t n = out->numel;
   if (n == 0)
     return;
@@ -231,8 +230,8 @@ static void binary_into(int32_t op, sf_tensor *out, const sf_tensor *a, const sf
 }
 
 /* out = a op s (left: s op a), a new device tensor of a's shape. */
-static sf_tensor *scalar_raw(int32_t op, const sf_tensor *a, float s, bool left,
-                             const sf_loc *loc) {
+sf_tensor *sf__gpu_scalar(int32_t op, const sf_tensor *a, float s, bool left,
+                          const sf_loc *loc) {
   sf_tensor *out = sf__t_dempty(a->ndim, a->shape, loc);
   int64_t n = out->numel;
   if (n) {
@@ -250,101 +249,27 @@ static sf_tensor *scalar_raw(int32_t op, const sf_tensor *a, float s, bool left,
   return out;
 }
 
-static const char *op_name(int32_t op) {
-  switch (op) {
-  case SF_TOP_ADD: return "add";
-  case SF_TOP_SUB: return "sub";
-  case SF_TOP_MUL: return "mul";
-  default: return "div";
-  }
-}
-
-/* elementwise.c's rule: its ops run on the device in a GPU call (and read
- * back otherwise, after the device of g is made current). */
-static void bw_binary(sf__node *n, sf_tensor *g) {
-  bw_enter(g);
-  sf__bw_binary(n, g);
-}
-
-sf_tensor *sf__gpu_binary(int32_t op, sf_tensor *a, sf_tensor *b, int32_t nd,
-                          const int64_t *shape, const sf_loc *loc) {
-  sf_tensor *out = sf__t_dempty(nd, shape, loc);
-  binary_into(op, out, a, b, loc);
-  sf__node *n = sf__record(op_name(op), out, bw_binary, a, b);
-  if (n)
-    n->i0 = op;
-  return out;
-}
-
-static void bw_scalar(sf__node *n, sf_tensor *g) {
-  bw_enter(g);
-  sf_tensor *a = n->in[0];
-  bool left = n->i1 != 0;
-  float s = n->f0;
-  sf_tensor *ga;
-  switch ((int32_t)n->i0) {
-  case SF_TOP_ADD: ga = (sf_retain(g), g); break;
-  case SF_TOP_SUB: ga = left ? scalar_raw(SF_TOP_MUL, g, -1.0f, false, NULL) : (sf_retain(g), g); break;
-  case SF_TOP_MUL: ga = scalar_raw(SF_TOP_MUL, g, s, false, NULL); break;
-  default:
-    if (!left)
-      ga = scalar_raw(SF_TOP_DIV, g, s, false, NULL);
-    else { /* d(s / a) = -s / a^2 */
-      sf_tensor *a2 = sf__t_binary(SF_TOP_MUL, a, a, NULL);
-      sf_tensor *q = sf__t_binary(SF_TOP_DIV, g, a2, NULL);
-      ga = scalar_raw(SF_TOP_MUL, q, -s, false, NULL);
-      sf_release(a2);
-      sf_release(q);
-    }
-    break;
-  }
-  sf__grad_add(a, ga);
-}
-
-sf_tensor *sf__gpu_scalar(int32_t op, sf_tensor *a, float s, bool left, const sf_loc *loc) {
-  sf_tensor *out = scalar_raw(op, a, s, left, loc);
-  sf__node *n = sf__record(op_name(op), out, bw_scalar, a, NULL);
-  if (n) {
-    n->i0 = op;
-    n->i1 = left;
-    n->f0 = s;
-  }
-  return out;
-}
-
-static void bw_neg(sf__node *n, sf_tensor *g) {
-  bw_enter(g);
-  sf__grad_add(n->in[0], scalar_raw(SF_TOP_MUL, g, -1.0f, false, NULL));
-}
-
-sf_tensor *sf__gpu_neg(sf_tensor *a, const sf_loc *loc) {
-  sf_tensor *out = scalar_raw(SF_TOP_MUL, a, -1.0f, false, loc);
-  sf__record("neg", out, bw_neg, a, NULL);
-  return out;
-}
-
 /* ---------------------------------------------------------- activations */
 
-static void bw_unary(sf__node *n, sf_tensor *g) {
-  bw_enter(g);
-  int32_t kind = (int32_t)n->i0;
-  sf_tensor *x = sf__gpu_contig(n->in[0]), *gc = sf__gpu_contig(g);
+/* dx = f'(x) g (y: the output, for the kinds whose rule reads it). */
+sf_tensor *sf__gpu_unary_bw(int32_t kind, const sf_tensor *g, const sf_tensor *x,
+                            const sf_tensor *y) {
+  sf_tensor *gc = sf__gpu_contig((sf_tensor *)g);
   sf_tensor *dx = sf__t_dempty(x->ndim, x->shape, NULL);
   int64_t len = dx->numel;
   if (len) {
     uint64_t pd = dp(dx, NULL), pg = dp(gc, NULL), px = dp(x, NULL);
-    uint64_t py = n->saved ? dp(n->saved, NULL) : 0;
+    uint64_t py = y ? dp(y, NULL) : 0;
     void *args[] = {&pd, &pg, &px, &py, &len, &kind};
     launch_n("sf_nn_unary_bw", len, args, NULL);
   }
   sf__t_dwrote(dx);
-  sf_release(x);
   sf_release(gc);
-  sf__grad_add(n->in[0], dx);
+  return dx;
 }
 
-sf_tensor *sf__gpu_unary(int32_t kind, sf_tensor *a, const sf_loc *loc) {
-  sf_tensor *x = sf__gpu_contig(a);
+/* y = f(x), x contiguous. */
+sf_tensor *sf__gpu_unary(int32_t kind, const sf_tensor *x, const sf_loc *loc) {
   sf_tensor *out = sf__t_dempty(x->ndim, x->shape, loc);
   int64_t len = out->numel;
   if (len) {
@@ -353,13 +278,6 @@ sf_tensor *sf__gpu_unary(int32_t kind, sf_tensor *a, const sf_loc *loc) {
     launch_n("sf_nn_unary", len, args, loc);
   }
   sf__t_dwrote(out);
-  sf_release(x);
-  sf__node *n = sf__record(sf__unary_name(kind), out, bw_unary, a, NULL);
-  if (n) {
-    n->i0 = kind;
-    if (sf__unary_uses_output(kind))
-      n->saved = sf__t_view(out, out->ndim, out->shape, out->strides, out->offset);
-  }
   return out;
 }
 
@@ -386,15 +304,15 @@ static void run_reduce(int32_t kind, float div, uint64_t y, uint64_t yi, uint64_
     int64_t np = r.nout * parts;
     int32_t dev = sf__gpu_current_device();
     uint64_t pv = sf__dev_alloc((size_t)np * sizeof(float), loc);
-    uint64_t pi = kind == R_MAX ? sf__dev_alloc((size_t)np * 8, loc) : 0;
+    uint64_t pi = kind == SF__R_MAX ? sf__dev_alloc((size_t)np * 8, loc) : 0;
     r.parts = parts;
-    int32_t k1 = kind == R_MEAN ? R_SUM : kind;
+    int32_t k1 = kind == SF__R_MEAN ? SF__R_SUM : kind;
     float one = 1.0f;
     void *a1[] = {&pv, &pi, &x, &none, &k1, &one, &r};
     sf__nn_launch(f, np, NB, 0, a1, loc);
     gred r2 = {.nk = 1, .nr = 1, .kshape = {r.nout}, .kst = {parts}, .rshape = {parts},
                .rst = {1}, .nout = r.nout, .nred = parts, .parts = 1};
-    int32_t k2 = kind == R_SUMSQ ? R_SUM : kind;
+    int32_t k2 = kind == SF__R_SUMSQ ? SF__R_SUM : kind;
     void *a2[] = {&y, &yi, &pv, &pi, &k2, &div, &r2};
     sf__nn_launch(f, r.nout, NB, 0, a2, loc);
     /* Freed to the cache at once: stream order keeps the block until the
@@ -452,8 +370,7 @@ static void split(const sf_tensor *t, int32_t ax, int64_t *outer, int64_t *n, in
 
 /* The gradient spread back over the reduced axis (or everything: i1 < 0);
  * max's indices are saved as a device buffer of i64 in n->saved. */
-static void bw_reduce(sf__node *n, sf_tensor *g) {
-  bw_enter(g);
+sf_tensor *sf__gpu_reduce_bw(const sf__node *n, sf_tensor *g) {
   sf_tensor *x = n->in[0];
   int32_t kind = (int32_t)n->i0;
   int64_t outer = 1, len = x->numel, inner = 1;
@@ -461,7 +378,7 @@ static void bw_reduce(sf__node *n, sf_tensor *g) {
     split(x, (int32_t)n->i1, &outer, &len, &inner);
   sf_tensor *gc = sf__gpu_contig(g);
   sf_tensor *dx;
-  if (kind == R_MAX) {
+  if (kind == SF__R_MAX) {
     dx = sf__t_dzeros(x->ndim, x->shape, NULL);
     int64_t total = outer * inner;
     if (total) {
@@ -471,7 +388,7 @@ static void bw_reduce(sf__node *n, sf_tensor *g) {
     }
   } else {
     dx = sf__t_dempty(x->ndim, x->shape, NULL);
-    float scale = kind == R_MEAN ? 1.0f / (float)len : 1.0f;
+    float scale = kind == SF__R_MEAN ? 1.0f / (float)len : 1.0f;
     if (dx->numel) {
       uint64_t pd = dp(dx, NULL), pg = dp(gc, NULL);
       void *args[] = {&pd, &pg, &outer, &len, &inner, &scale};
@@ -480,19 +397,14 @@ static void bw_reduce(sf__node *n, sf_tensor *g) {
   }
   sf__t_dwrote(dx);
   sf_release(gc);
-  sf__grad_add(x, dx);
+  return dx;
 }
 
-sf_tensor *sf__gpu_reduce(int32_t kind, sf_tensor *a, int32_t ax, const sf_loc *loc) {
-  const char *name = kind == SF__R_SUM ? "sum" : kind == SF__R_MEAN ? "mean" : "max";
+sf_tensor *sf__gpu_reduce(int32_t kind, sf_tensor *a, int32_t ax, int32_t nd,
+                          const int64_t *shape, sf__keep *keep_, const sf_loc *loc) {
   bool keep[SF__TMAX] = {false};
-  int32_t nd = 0;
-  int64_t shape[SF__TMAX] = {0};
-  for (int32_t i = 0; i < a->ndim; i++) {
+  for (int32_t i = 0; i < a->ndim; i++)
     keep[i] = ax >= 0 && i != ax;
-    if (keep[i])
-      shape[nd++] = a->shape[i];
-  }
   gred r = reduction_of(a, keep);
   sf_tensor *out = sf__t_dempty(nd, shape, loc);
   sf_tensor *idx = NULL; /* max: the reduced position of each output, as i64 */
@@ -505,14 +417,7 @@ sf_tensor *sf__gpu_reduce(int32_t kind, sf_tensor *a, int32_t ax, const sf_loc *
   sf__t_dwrote(out);
   if (idx)
     sf__t_dwrote(idx);
-  sf__node *node = sf__record(name, out, bw_reduce, a, NULL);
-  if (node) {
-    node->i0 = kind;
-    node->i1 = ax;
-    node->saved = idx;
-  } else {
-    sf_release(idx);
-  }
+  keep_->saved = idx;
   return out;
 }
 
@@ -533,7 +438,7 @@ sf_tensor *sf__gpu_reduce_to(sf_tensor *g, int32_t ndim, const int64_t *shape) {
   gred r = reduction_of(g, keep);
   sf_tensor *out = sf__t_dempty(ndim, shape, NULL);
   if (out->numel)
-    run_reduce(R_SUM, 1.0f, dp(out, NULL), 0, dp(g, NULL), r, NULL);
+    run_reduce(SF__R_SUM, 1.0f, dp(out, NULL), 0, dp(g, NULL), r, NULL);
   sf__t_dwrote(out);
   return out;
 }
@@ -852,7 +757,7 @@ sf_tensor *sf__gpu_clip_grad_norm(sf_array *ps, double max_norm, const sf_loc *l
     if (!g || !g->numel)
       continue;
     bool keep[SF__TMAX] = {false};
-    run_reduce(R_SUMSQ, 1.0f, pss + (uint64_t)i * 4, 0, dp(g, loc), reduction_of(g, keep), loc);
+    run_reduce(SF__R_SUMSQ, 1.0f, pss + (uint64_t)i * 4, 0, dp(g, loc), reduction_of(g, keep), loc);
   }
   sf__t_dwrote(ss);
   sf_tensor *out = sf__t_dempty(1, (int64_t[]){2}, loc);
