@@ -18,8 +18,8 @@ _Static_assert((int)SF__B_ADD == (int)SF_TOP_ADD && (int)SF__B_SUB == (int)SF_TO
 
 #define SF__NN_CPU(name, ret, params) .name = sf__cpu_##name,
 #define SF__NN_GPU(name, ret, params) .name = sf__gpu_##name,
-const sf__nn_dev sf__nn_cpu = {.name = "cpu", SF__NN_KERNELS(SF__NN_CPU)};
-const sf__nn_dev sf__nn_gpu = {.name = "gpu", SF__NN_KERNELS(SF__NN_GPU)};
+const sf__nn_dev sf__nn_cpu = {.name = "cpu", .bf16_linear = false, SF__NN_KERNELS(SF__NN_CPU)};
+const sf__nn_dev sf__nn_gpu = {.name = "gpu", .bf16_linear = true, SF__NN_KERNELS(SF__NN_GPU)};
 #undef SF__NN_CPU
 #undef SF__NN_GPU
 

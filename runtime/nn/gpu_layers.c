@@ -1,22 +1,22 @@
 /*
- * gpu_layers.c — the GPU paths of std.nn's layers (docs/nn.md, "GPU"):
- * softmax and log-softmax over any axis, cross-entropy, layer norm,
- * embedding, the three dropouts, attention, cat and stack, argmax, and
- * the backward of t[i] and t[a..b] (views: their forward is shared), each
- * forward with its backward rule beside it, over the kernels of
- * kernels/nn_layers.cu.  The CPU forms (reduce.c, layers.c, index.c) call
- * these from a one-line hook after their argument checks when the running
- * call holds a GPU (sf__nn_gpu_here), so both paths share every check and
- * message.
+ * gpu_layers.c — the GPU kernels of std.nn's layers (docs/nn.md, "GPU"),
+ * the GPU's entries of the device kernel table (nn.h, "dev.c"): softmax
+ * and log-softmax over any axis, cross-entropy, layer norm, embedding, the
+ * dropouts' masks, attention's masked softmax and the fused attention,
+ * argmax, each forward and its gradient, over the kernels of
+ * kernels/nn_layers.cu.  The ops (reduce.c, layers.c, index.c) check
+ * their arguments, reach these through the table when the running call
+ * holds a GPU, and record their one node, so both devices share every
+ * check, message and backward rule.
  *
- * Key design choice: each GPU op records the node its CPU form records
- * (the same op name, inputs, parameters and saved values, so the tape and
- * its memory behave the same), with a backward rule of its own that runs
- * on the device; attention without dropout is one fused node as on the
+ * Key design choice: what an entry keeps for the backward (sf__keep) is
+ * the device's own — layer norm's row statistics, the ids and targets
+ * already uploaded, the dropout mask — and only its backward entry reads
+ * it; attention without dropout is one fused kernel sequence as on the
  * CPU (layers.c's attention_fused), its products strided-batched cuBLAS
  * calls straight on the heads' column blocks, and the composed ops
- * (attention with dropout, mse) are the CPU's composition of ops that have
- * GPU paths, so their tapes are the CPU's node for node.  Nothing here
+ * (attention with dropout, mse, cat, stack, narrow's backward) are
+ * written once in their family files over table entries.  Nothing here
  * reads the device back except argmax, whose result is an i64[] by
  * design: integer inputs (targets, ids, masks) are host arrays the checks
  * already read, queued to the device beside the kernels, and

@@ -1,24 +1,24 @@
 /*
- * gpu_ops.c — the GPU versions of the core tensor ops (docs/nn.md, "GPU"):
- * broadcasting + - * /, tensor op scalar, negation, the activations,
- * reductions, reduce_to, strided copies, matmul (cuBLAS, batched, bf16
- * under autocast), Linear forward and backward, SGD, AdamW and
- * clip_grad_norm, each forward with its device backward rule.
+ * gpu_ops.c — the GPU kernels of the core tensor ops (docs/nn.md, "GPU"),
+ * the GPU's entries of the device kernel table (nn.h, "dev.c"):
+ * broadcasting + - * /, tensor op scalar, the activations and their
+ * gradients, reductions and their spread back, reduce_to, strided copies,
+ * matmul (cuBLAS, batched, bf16 under autocast), Linear's products and
+ * their gradients, and the SGD, AdamW and clip_grad_norm steps.
  *
- * Each CPU op calls its GPU version from one hook line after its checks
- * (`if (sf__nn_gpu_here(loc)) return sf__gpu_<op>(...)`), so shapes and
- * error messages are the CPU path's own.  Results are device tensors
+ * The ops themselves (their checks, their nodes and their one backward
+ * rule each) live in their family files (elementwise.c, reduce.c,
+ * matmul.c); this file only launches.  Results are device tensors
  * (sf__t_dempty); inputs come through sf__t_dptr (a host input is uploaded
  * once and keeps its device copy); kernels (kernels/nn.cu) and cuBLAS go on
  * stream 0 and nothing here waits for them: no function in this file reads
  * a value back, except clip_grad_norm's f64 result, which its caller asked
  * for.
  *
- * Key design choice: the backward rules are written with the public ops
- * (sf__t_binary, sf__t_reduce_to, ...) wherever the CPU rule is, so they
- * dispatch to the device in the same GPU context and are the CPU rules
- * formula for formula; only what needs a kernel of its own (activation
- * gradients, a reduction's spread, products) launches one here.
+ * Key design choice: an entry does what its CPU twin does, formula for
+ * formula, on the device; where a rule is written with the public ops
+ * (sf__t_binary, sf__t_reduce_to, ...) those dispatch to the device in the
+ * same GPU context, so only what needs a kernel of its own is here.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -57,12 +57,6 @@ static void launch_n(const char *entry, int64_t n, void **params, const sf_loc *
 
 static uint64_t dp(const sf_tensor *t, const sf_loc *loc) { return sf__t_dptr((sf_tensor *)t, loc); }
 
-/* A backward rule of a GPU node run outside a GPU context (the loss taken
- * to another call): the device of g's values becomes this thread's. */
-static void bw_enter(const sf_tensor *g) {
-  if (!sf__nn_gpu_here(NULL) && g->st->dev)
-    sf__gpu_use_device(g->st->gpu - 1);
-}
 
 /* --------------------------------------------------------- index spaces */
 
@@ -586,41 +580,33 @@ static sf_tensor *last2_t(sf_tensor *x) { return sf__t_transpose(x, x->ndim - 2,
 
 /* dA = G · Bᵀ, dB = Aᵀ · G, each summed over the batch dimensions its
  * operand was broadcast along; bf16 products when the forward's was. */
-static void bw_matmul(sf__node *n, sf_tensor *g) {
-  bw_enter(g);
+void sf__gpu_matmul_bw(const sf__node *n, sf_tensor *g, sf_tensor **d) {
   sf_tensor *a = n->in[0], *b = n->in[1];
   bool bf16 = n->i0 != 0;
+  d[0] = d[1] = NULL;
   if (a->req) {
     sf_tensor *bt = last2_t(b);
-    sf_tensor *ga = bmm_raw(g, bt, bf16);
-    sf__grad_add(a, sf__t_reduce_to(ga, a->ndim, a->shape));
-    sf_release(ga);
+    d[0] = bmm_raw(g, bt, bf16);
     sf_release(bt);
   }
   if (b->req) {
     sf_tensor *at = last2_t(a);
-    sf_tensor *gb = bmm_raw(at, g, bf16);
-    sf__grad_add(b, sf__t_reduce_to(gb, b->ndim, b->shape));
-    sf_release(gb);
+    d[1] = bmm_raw(at, g, bf16);
     sf_release(at);
   }
 }
 
-sf_tensor *sf__gpu_matmul(sf_tensor *a, sf_tensor *b, int32_t nd, const int64_t *shape,
+sf_tensor *sf__gpu_matmul(sf_tensor *a, sf_tensor *b, int32_t nd, const int64_t *shape, bool bf16,
                           const sf_loc *loc) {
   sf_tensor *c = sf__t_dempty(nd, shape, loc);
-  bool bf16 = sf__autocast;
   bmm_into(c, a, b, bf16, loc);
-  sf__node *n = sf__record("matmul", c, bw_matmul, a, b);
-  if (n)
-    n->i0 = bf16;
   return c;
 }
 
 /* Linear's products over x (rows, in) and w (out, in), both contiguous. */
-static void bw_matmul_nt(sf__node *n, sf_tensor *g) {
-  bw_enter(g);
+void sf__gpu_matmul_nt_bw(const sf__node *n, sf_tensor *g, sf_tensor **d) {
   sf_tensor *x = n->in[0], *w = n->in[1];
+  d[0] = d[1] = NULL;
   bool bf16 = n->i0 != 0;
   int64_t out = w->shape[0], in = w->shape[1], rows = out ? g->numel / out : 0;
   sf_tensor *gc = sf__gpu_contig(g);
@@ -632,7 +618,7 @@ static void bw_matmul_nt(sf__node *n, sf_tensor *g) {
          out * in, 0.0f, dp(gx, NULL), in, 0, 1, NULL);
     sf__t_dwrote(gx);
     sf_release(wc);
-    sf__grad_add(x, gx);
+    d[0] = gx;
   }
   if (w->req) {
     sf_tensor *xc = sf__gpu_contig(x);
@@ -641,7 +627,7 @@ static void bw_matmul_nt(sf__node *n, sf_tensor *g) {
          rows * in, 0.0f, dp(gw, NULL), in, 0, 1, NULL);
     sf__t_dwrote(gw);
     sf_release(xc);
-    sf__grad_add(w, gw);
+    d[1] = gw;
   }
   sf_release(gc);
 }
@@ -668,27 +654,17 @@ static void out_shape(const sf_tensor *x, const sf_tensor *w, int64_t *shape) {
   shape[x->ndim - 1] = w->shape[0];
 }
 
-sf_tensor *sf__gpu_matmul_nt(sf_tensor *x, sf_tensor *w, const sf_loc *loc) {
+sf_tensor *sf__gpu_matmul_nt(sf_tensor *x, sf_tensor *w, bool bf16, const sf_loc *loc) {
   int64_t shape[SF__TMAX];
   out_shape(x, w, shape);
   sf_tensor *y = sf__t_dempty(x->ndim, shape, loc);
-  bool bf16 = sf__autocast;
   linear_product(y, x, w, 0.0f, bf16, loc);
   sf__t_dwrote(y);
-  sf__node *n = sf__record("linear", y, bw_matmul_nt, x, w);
-  if (n)
-    n->i0 = bf16;
   return y;
 }
 
-static void bw_linear(sf__node *n, sf_tensor *g) {
-  bw_matmul_nt(n, g);
-  sf_tensor *b = n->in[2];
-  if (b->req)
-    sf__grad_add(b, sf__t_reduce_to(g, 1, b->shape));
-}
-
-sf_tensor *sf__gpu_linear(sf_tensor *x, sf_tensor *w, sf_tensor *b, const sf_loc *loc) {
+sf_tensor *sf__gpu_linear(sf_tensor *x, sf_tensor *w, sf_tensor *b, bool bf16,
+                          const sf_loc *loc) {
   int64_t shape[SF__TMAX];
   out_shape(x, w, shape);
   sf_tensor *y = sf__t_dempty(x->ndim, shape, loc);
@@ -699,13 +675,9 @@ sf_tensor *sf__gpu_linear(sf_tensor *x, sf_tensor *w, sf_tensor *b, const sf_loc
     void *args[] = {&py, &pb, &rows, &out};
     launch_n("sf_nn_bias_rows", y->numel, args, loc);
   }
-  bool bf16 = sf__autocast;
   linear_product(y, x, w, 1.0f, bf16, loc);
   sf__t_dwrote(y);
   sf_release(bc);
-  sf__node *n = sf__record3("linear", y, bw_linear, x, w, b);
-  if (n)
-    n->i0 = bf16;
   return y;
 }
 

@@ -5,8 +5,8 @@
  * reductions, softmax and the losses (reduce.c), matmul over the gpu
  * layer's BLAS (matmul.c), the tape and backward (autograd.c), the
  * optimizers (optim.c), params/grads and safetensors (safetensors.c), the
- * encoder layers and gradient clipping (layers.c), the
- * `sf_std_nn_*` externs of stdlib/nn.sflow (std.c), and std.train's
+ * encoder layers and gradient clipping (layers.c), the device kernel
+ * table and the op kinds (dev.c, kinds.h), the `sf_std_nn_*` externs of stdlib/nn.sflow (std.c), and std.train's
  * member rank and collectives (train.c).
  *
  * Key design choice: a tensor is a small header (shape, strides, offset)
@@ -201,10 +201,6 @@ void sf__gpu_copy_into(sf_tensor *dst, const sf_tensor *src);
  * scattered back from (unpack, t then device-current) numel contiguous
  * floats at device pointer p on this thread's device, through t's strides. */
 void sf__gpu_pack(uint64_t p, sf_tensor *t, bool unpack, const sf_loc *loc);
-sf_tensor *sf__gpu_matmul(sf_tensor *a, sf_tensor *b, int32_t nd, const int64_t *shape,
-                          const sf_loc *loc);
-sf_tensor *sf__gpu_matmul_nt(sf_tensor *x, sf_tensor *w, const sf_loc *loc);
-sf_tensor *sf__gpu_linear(sf_tensor *x, sf_tensor *w, sf_tensor *b, const sf_loc *loc);
 void sf__gpu_sgd_step(sf_array *ps, sf_array *bufs, double lr, double momentum, double wd,
                       const sf_loc *loc);
 /* AdamW with the step's scalars as optim.c computes them on the host
@@ -291,11 +287,23 @@ typedef struct {
   X(masked_softmax_bw, sf_tensor *, (const sf__node *n, sf_tensor *g))                       \
   X(attention, sf_tensor *, (sf_tensor * q, sf_tensor *k, sf_tensor *v, sf_array *mask,      \
                              int64_t heads, float scale, sf__keep *keep, const sf_loc *loc)) \
-  X(attention_bw, void, (const sf__node *n, sf_tensor *g, sf_tensor **d))
+  X(attention_bw, void, (const sf__node *n, sf_tensor *g, sf_tensor **d))                    \
+  /* matmul.c: the batched product into the checked shape, Linear's x wᵀ                      \
+   * and x wᵀ + b (bf16: autocast's products), and their operands'                            \
+   * gradients into d (NULL where none is needed, or where dx was added                       \
+   * into x's gradient in place) */                                                           \
+  X(matmul, sf_tensor *, (sf_tensor * a, sf_tensor *b, int32_t nd, const int64_t *shape,     \
+                          bool bf16, const sf_loc *loc))                                     \
+  X(matmul_bw, void, (const sf__node *n, sf_tensor *g, sf_tensor **d))                       \
+  X(matmul_nt, sf_tensor *, (sf_tensor * x, sf_tensor *w, bool bf16, const sf_loc *loc))     \
+  X(matmul_nt_bw, void, (const sf__node *n, sf_tensor *g, sf_tensor **d))                    \
+  X(linear, sf_tensor *, (sf_tensor * x, sf_tensor *w, sf_tensor *b, bool bf16,              \
+                          const sf_loc *loc))
 
 #define SF__NN_FIELD(name, ret, params) ret(*name) params;
 typedef struct sf__nn_dev {
   const char *name; /* "cpu", "gpu" */
+  bool bf16_linear; /* linear fuses its bias under autocast; else matmul_nt + add */
   SF__NN_KERNELS(SF__NN_FIELD)
 } sf__nn_dev;
 #undef SF__NN_FIELD
@@ -334,12 +342,14 @@ static inline float sf__bf16_round(float x) {
 /* t's values rounded to bfloat16, in a new contiguous host tensor (no
  * node). */
 sf_tensor *sf__t_bf16_rounded(sf_tensor *t);
-/* The CPU forms under autocast: both operands rounded to bf16 before the
- * f32 product (as the GPU's bf16 product with f32 accumulation), the
- * backward's products likewise.  Shapes checked by the caller. */
+/* The CPU's bf16 products under autocast (matmul.c's kernels with bf16):
+ * both operands rounded to bf16 before the f32 product (as the GPU's bf16
+ * product with f32 accumulation), the backward's products likewise.
+ * Shapes checked by the caller. */
 sf_tensor *sf__ac_matmul(sf_tensor *a, sf_tensor *b, const sf_loc *loc);
+void sf__ac_matmul_bw(const sf__node *n, sf_tensor *g, sf_tensor **d);
 sf_tensor *sf__ac_matmul_nt(sf_tensor *x, sf_tensor *w, const sf_loc *loc);
-sf_tensor *sf__ac_linear(sf_tensor *x, sf_tensor *w, sf_tensor *b, const sf_loc *loc);
+void sf__ac_matmul_nt_bw(const sf__node *n, sf_tensor *g, sf_tensor **d);
 void sf_std_nn_autocast(bool on, const sf_loc *loc);
 
 /* --------------------------------------------------------- autograd.c */
