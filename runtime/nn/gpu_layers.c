@@ -295,6 +295,46 @@ sf_tensor *sf__gpu_layer_norm(sf_tensor *x, sf_tensor *weight, sf_tensor *bias, 
   return out;
 }
 
+/* ------------------------------------------------------------ RMSNorm */
+
+sf_tensor *sf__gpu_rms_norm(sf_tensor *x, sf_tensor *weight, double eps, sf__keep *keep,
+                            const sf_loc *loc) {
+  sf_tensor *xc = dcontig(x, loc), *wc = dcontig(weight, loc);
+  int64_t d = x->shape[x->ndim - 1], rows = d ? x->numel / d : 0, one = rows ? rows : 1;
+  sf_tensor *out = sf__t_dempty(xc->ndim, xc->shape, loc), *st = sf__t_dempty(1, &one, loc);
+  uint64_t px = dptr(xc, loc), pw = dptr(wc, loc), py = dptr(out, loc), ps = dptr(st, loc);
+  float e = (float)eps;
+  void *params[] = {&px, &pw, &py, &ps, &rows, &d, &e};
+  launch("sf_nnl_rms_fwd", rows, params, loc);
+  sf__t_dwrote(out);
+  sf__t_dwrote(st);
+  sf_release(xc);
+  sf_release(wc);
+  keep->saved = st;
+  return out;
+}
+
+void sf__gpu_rms_norm_bw(const sf__node *n, sf_tensor *g, sf_tensor **grads) {
+  sf_tensor *x = dcontig(n->in[0], NULL), *w = dcontig(n->in[1], NULL);
+  int64_t d = x->shape[x->ndim - 1], rows = d ? x->numel / d : 0;
+  sf_tensor *dx = sf__t_dempty(x->ndim, x->shape, NULL);
+  sf_tensor *dw = rows ? sf__t_dempty(1, &d, NULL) : sf__t_dzeros(1, &d, NULL);
+  if (rows) {
+    uint64_t px = dptr(x, NULL), pw = dptr(w, NULL), pg = dptr(g, NULL),
+             ps = dptr(n->saved, NULL), pdx = dptr(dx, NULL), pdw = dptr(dw, NULL);
+    void *p1[] = {&px, &pw, &pg, &ps, &pdx, &rows, &d};
+    launch("sf_nnl_rms_bw_dx", rows, p1, NULL);
+    void *p2[] = {&px, &pg, &ps, &pdw, &rows, &d};
+    launch("sf_nnl_rms_bw_dw", blocks_for(d), p2, NULL);
+    sf__t_dwrote(dx);
+    sf__t_dwrote(dw);
+  }
+  sf_release(x);
+  sf_release(w);
+  grads[0] = dx;
+  grads[1] = dw;
+}
+
 /* ---------------------------------------------------------- embedding */
 
 /* dW: the upstream rows added into the rows the ids picked (atomicAdd: a

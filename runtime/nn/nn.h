@@ -288,6 +288,10 @@ typedef struct {
   X(attention, sf_tensor *, (sf_tensor * q, sf_tensor *k, sf_tensor *v, sf_array *mask,      \
                              int64_t heads, float scale, sf__keep *keep, const sf_loc *loc)) \
   X(attention_bw, void, (const sf__node *n, sf_tensor *g, sf_tensor **d))                    \
+  /* norm.c: RMSNorm (keeps each row's rstd; d: dx, dw) */                                     \
+  X(rms_norm, sf_tensor *, (sf_tensor * x, sf_tensor *w, double eps, sf__keep *keep,         \
+                            const sf_loc *loc))                                              \
+  X(rms_norm_bw, void, (const sf__node *n, sf_tensor *g, sf_tensor **d))                     \
   /* matmul.c: the batched product into the checked shape, Linear's x wᵀ                      \
    * and x wᵀ + b (bf16: autocast's products), and their operands'                            \
    * gradients into d (NULL where none is needed, or where dx was added                       \
@@ -651,6 +655,13 @@ sf_tensor *sf_std_nn_attention_dropout(sf_tensor *q, sf_tensor *k, sf_tensor *v,
                                        int64_t stream, bool training, const sf_loc *loc);
 double sf_std_nn_clip_grad_norm(sf_array *ps, double max_norm, const sf_loc *loc);
 sf_tensor *sf_std_nn_clip_grad_norm_tensor(sf_array *ps, double max_norm, const sf_loc *loc);
+
+/* ------------------------------------------------------------- norm.c */
+
+/* x (..., d) / sqrt(mean(x²) + eps) over its last dimension, times weight
+ * (d): torch's F.rms_norm(x, [d], weight, eps). */
+sf_tensor *sf__t_rms_norm(sf_tensor *x, sf_tensor *weight, double eps, const sf_loc *loc);
+sf_tensor *sf_std_nn_rms_norm(sf_tensor *x, sf_tensor *weight, double eps, const sf_loc *loc);
 
 /* ------------------------------------------------------------ train.c */
 

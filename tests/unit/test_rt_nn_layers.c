@@ -263,6 +263,9 @@ static sf_tensor *f_embedding(sf_tensor **in, void *ctx) {
 static sf_tensor *f_layer_norm(sf_tensor **in, void *ctx) {
   return sf__t_layer_norm(in[0], in[1], in[2], 1e-5, &LOC);
 }
+static sf_tensor *f_rms_norm(sf_tensor **in, void *ctx) {
+  return sf__t_rms_norm(in[0], in[1], 1e-5, &LOC);
+}
 static sf_tensor *f_dropout(sf_tensor **in, void *ctx) {
   return sf__t_dropout(in[0], ((layer_ctx *)ctx)->p, 11, true, &LOC);
 }
@@ -284,6 +287,9 @@ static void test_grad_layers(void) {
                       rnd(1, SHAPE(5), -1, 1, true)};
   gradcheck("layer_norm", f_layer_norm, NULL, 3, ln);
   release_all(ln, 3);
+  sf_tensor *rn[2] = {rnd(3, SHAPE(2, 3, 5), -2, 2, true), rnd(1, SHAPE(5), 0.5f, 1.5f, true)};
+  gradcheck("rms_norm", f_rms_norm, NULL, 2, rn);
+  release_all(rn, 2);
   layer_ctx d = {.p = 0.4};
   sf_tensor *x[1] = {rnd(2, SHAPE(4, 5), -1, 1, true)};
   gradcheck("dropout p=0.4", f_dropout, &d, 1, x);
@@ -1072,6 +1078,25 @@ static void test_safetensors_save_halves(void) {
   unlink(path);
 }
 
+/* RMSNorm by hand: x = [3, 4] has mean(x²) = 12.5, so rstd = 1/sqrt(12.5
+ * + eps); times weight [1, 2].  And its errors, naming the shapes. */
+static void test_rms_norm(void) {
+  sf_tensor *x = mk(2, SHAPE(1, 2), (float[]){3, 4}), *w = mk(1, SHAPE(2), (float[]){1, 2});
+  sf_tensor *y = sf__t_rms_norm(x, w, 0.5, &LOC);
+  float r = (float)(1.0 / sqrt(12.5 + 0.5));
+  check_vals("rms_norm by hand", y, (float[]){3 * r, 4 * r * 2}, 2, 1e-6f);
+  sf_tensor *w3 = mk(1, SHAPE(3), NULL);
+  EXPECT_ERROR(sf__t_rms_norm(x, w3, 1e-5, &LOC),
+                  "t.sflow:3:7: runtime error: rms_norm: weight [3] must be [2], the last "
+                  "dimension of the input [1, 2]");
+  EXPECT_ERROR(sf__t_rms_norm(x, w, 0.0, &LOC),
+                  "t.sflow:3:7: runtime error: rms_norm: eps must be positive, not 0");
+  sf_release(y);
+  sf_release(w3);
+  sf_release(w);
+  sf_release(x);
+}
+
 int main(int argc, char **argv) {
   sf__nn_install();
   static const rt_test tests[] = {
@@ -1089,6 +1114,7 @@ int main(int argc, char **argv) {
       {"linear_fused", test_linear_fused},
       {"grad_acc_product", test_grad_acc_product},
       {"layer_norm_rows", test_layer_norm_rows},
+      {"rms_norm", test_rms_norm},
       {NULL, NULL},
   };
   return rt_run("nn_layers", tests, argc, argv);

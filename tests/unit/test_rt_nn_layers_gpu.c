@@ -189,6 +189,27 @@ static void test_layer_norm(void) {
     sf_release(ts[i]);
 }
 
+/* ------------------------------------------------------------ RMSNorm */
+
+static void test_rms_norm(void) {
+  sf_tensor *x = rnd(3, SHAPE(4, 6, 300), -2, 3), *w = rnd(1, SHAPE(300), -1, 1);
+  sf_tensor *xc = param_of(x), *wc = param_of(w), *xg = param_of(x), *wg = param_of(w);
+  sf_tensor *g = rnd(3, SHAPE(4, 6, 300), -1, 1);
+  sf_tensor *yc = sf__t_rms_norm(xc, wc, 1e-5, &LOC);
+  run_backward(yc, g);
+  uint64_t s0 = syncs();
+  sf_tensor *yg = ON_GPU(sf__t_rms_norm(xg, wg, 1e-5, &LOC));
+  run_backward(yg, g);
+  CU_ASSERT(syncs() == s0);
+  CU_ASSERT(sf__t_on_dev(yg) && sf__t_on_dev(xg->grad));
+  check("rms_norm (4, 6, 300) forward", yg, yc, 1e-5);
+  check("rms_norm dx", xg->grad, xc->grad, 1e-5);
+  check("rms_norm dweight", wg->grad, wc->grad, 1e-5);
+  sf_tensor *ts[] = {x, w, xc, wc, xg, wg, yc, yg, g};
+  for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
+    sf_release(ts[i]);
+}
+
 /* ---------------------------------------------------------- embedding */
 
 static void test_embedding(void) {
@@ -394,6 +415,7 @@ int main(int argc, char **argv) {
       {"softmax", test_softmax},
       {"cross_entropy", test_cross_entropy},
       {"layer_norm", test_layer_norm},
+      {"rms_norm", test_rms_norm},
       {"embedding", test_embedding},
       {"dropout", test_dropout},
       {"attention", test_attention},
