@@ -61,7 +61,11 @@ if [ "${1:-}" = prepare ]; then
   "$build/bin/sflowc" -O2 "$root/examples/digits_gpu.sflow" -o "$out/examples/digits_gpu" || exit 1
   cp "$root/examples/data/digits.csv" "$here/digits.py" "$out/examples/"
   mkdir -p "$out/cu"
-  cp "$root"/kernels/*.cu "$out/cu/"
+  # Each kernel file as the runtime embeds it (cmake/embed.cmake): the
+  # line that includes runtime/nn/kinds.h replaced by its text.
+  for cu in "$root"/kernels/*.cu; do
+    sed -e '/^#include "kinds.h"/{r '"$root"'/runtime/nn/kinds.h' -e 'd}' "$cu" >"$out/cu/$(basename "$cu")"
+  done
   for src in "$root"/tests/gpu/programs/*.sflow "$root"/tests/run/kernels/*.sflow; do
     "$build/bin/sflowc" --emit=cuda "$src" > "$out/cu/$(basename "$src" .sflow).cu" 2>/dev/null || rm -f "$out/cu/$(basename "$src" .sflow).cu"
   done

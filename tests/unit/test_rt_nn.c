@@ -1,15 +1,13 @@
 /*
- * test_rt_nn.c — the nn layer (runtime/nn/): every op's forward on small
- * cases checked by hand, every op's backward against central finite
- * differences, broadcasting, the error messages (shapes named), the tape
- * released after backward (live tensors and nodes counted over 10k
- * steps), printing and serialization through core's hooks, safetensors
- * (a round trip, the bytes of the format, a hand-made F16/BF16 file, the
- * strict errors), SGD/AdamW steps against PyTorch's formulas worked by
- * hand, the encoder layers (Embedding, LayerNorm, dropout, attention,
- * gradient clipping), indexing (rows, select, narrow, index_select,
- * gather, stack, cat), and f32 to f16/bf16 rounding (every half value,
- * nn.save's dtype, round_bf16).
+ * test_rt_nn.c — the nn layer (runtime/nn/), its first half: every op's
+ * forward on small cases checked by hand, every op's backward against
+ * central finite differences, broadcasting, the error messages (shapes
+ * named), the tape released after backward (live tensors and nodes
+ * counted over 10k steps), SGD/AdamW steps against PyTorch's formulas
+ * worked by hand, and the pool-split products, optimizer steps, clipping
+ * and attention bitwise against their serial forms.  The layers,
+ * serialization, safetensors, indexing and half rounding are
+ * test_rt_nn_layers.c's; the helpers both share are nn_test.h's.
  *
  * Gradient checks: the loss is sum(op(inputs) * W) for fixed random W, so
  * every output element's gradient counts; the forward runs in f32 (the
