@@ -20,6 +20,8 @@
 // second pass) per output value, a shared-memory tree over the block's 256
 // threads, accumulating in float.
 
+#include "kinds.h"
+
 #define SF_NB 256
 #define SF_ND 8
 
@@ -60,16 +62,22 @@ __device__ long long sf_off1(const sf_nd &d, long long i, long long *o1, long lo
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n);      \
        i += (long long)gridDim.x * blockDim.x)
 
-// sflow.h's SF_TOP_ADD .. SF_TOP_DIV.
-enum { SF_ADD = 1, SF_SUB = 2, SF_MUL = 3, SF_DIV = 4 };
+// The binary ops, one device function each; kinds.h lists them.
+__device__ float sf_b_add(float x, float y) { return x + y; }
+__device__ float sf_b_sub(float x, float y) { return x - y; }
+__device__ float sf_b_mul(float x, float y) { return x * y; }
+__device__ float sf_b_div(float x, float y) { return x / y; }
 
+// The host checks every kind before a launch (nn.h's sf__kind_check), so
+// the default is unreachable; it traps rather than compute another kind.
 __device__ float sf_apply(int op, float x, float y) {
   switch (op) {
-  case SF_ADD: return x + y;
-  case SF_SUB: return x - y;
-  case SF_MUL: return x * y;
-  default: return x / y;
+#define SF_X(K, name, v) case SF__B_##K: return sf_b_##name(x, y);
+    SF_NN_BINARY_KINDS(SF_X)
+#undef SF_X
   }
+  __trap();
+  return 0.0f;
 }
 
 extern "C" __global__ void sf_nn_fill(float *y, long long n, float v) {
@@ -118,53 +126,63 @@ extern "C" __global__ void sf_nn_copy(float *dst, const float *src, long long n,
 
 // ------------------------------------------------------------ activations
 
-enum { SF_RELU = 0, SF_GELU = 1, SF_SIGMOID = 2, SF_TANH = 3, SF_EXP = 4, SF_LOG = 5,
-       SF_GELU_TANH = 6 };
 #define SF_INV_SQRT2 0.70710678118654752440f
 #define SF_INV_SQRT_2PI 0.39894228040143267794f
 #define SF_GELU_K 0.79788456080286535588f
+
+// Each activation (kinds.h's SF_NN_UNARY_KINDS) is two device functions:
+// sf_u_<name>(x) and its gradient sf_ub_<name>(g, x, y), y the output.  A
+// kind without them does not compile.
+__device__ float sf_u_relu(float v) { return v > 0.0f ? v : 0.0f; }
+__device__ float sf_ub_relu(float g, float x, float y) { return x > 0.0f ? g : 0.0f; }
+__device__ float sf_u_gelu(float v) { return 0.5f * v * (1.0f + erff(v * SF_INV_SQRT2)); }
+__device__ float sf_ub_gelu(float g, float v, float y) {
+  float cdf = 0.5f * (1.0f + erff(v * SF_INV_SQRT2));
+  float pdf = SF_INV_SQRT_2PI * expf(-0.5f * v * v);
+  return g * (cdf + v * pdf);
+}
+__device__ float sf_u_sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
+__device__ float sf_ub_sigmoid(float g, float x, float y) { return g * y * (1.0f - y); }
+__device__ float sf_u_tanh(float v) { return tanhf(v); }
+__device__ float sf_ub_tanh(float g, float x, float y) { return g * (1.0f - y * y); }
+__device__ float sf_u_exp(float v) { return expf(v); }
+__device__ float sf_ub_exp(float g, float x, float y) { return g * y; }
+__device__ float sf_u_log(float v) { return logf(v); }
+__device__ float sf_ub_log(float g, float x, float y) { return g / x; }
+__device__ float sf_u_gelu_tanh(float v) {
+  return 0.5f * v * (1.0f + tanhf(SF_GELU_K * (v + 0.044715f * v * v * v)));
+}
+__device__ float sf_ub_gelu_tanh(float g, float v, float y) {
+  float v2 = v * v;
+  float t = tanhf(SF_GELU_K * (v + 0.044715f * v2 * v));
+  float du = SF_GELU_K * (1.0f + 3.0f * 0.044715f * v2);
+  return g * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+}
 
 extern "C" __global__ void sf_nn_unary(float *y, const float *x, long long n, int kind) {
   SF_LOOP(i, n) {
     float v = x[i], r;
     switch (kind) {
-    case SF_RELU: r = v > 0.0f ? v : 0.0f; break;
-    case SF_GELU: r = 0.5f * v * (1.0f + erff(v * SF_INV_SQRT2)); break;
-    case SF_SIGMOID: r = 1.0f / (1.0f + expf(-v)); break;
-    case SF_TANH: r = tanhf(v); break;
-    case SF_EXP: r = expf(v); break;
-    case SF_LOG: r = logf(v); break;
-    default: r = 0.5f * v * (1.0f + tanhf(SF_GELU_K * (v + 0.044715f * v * v * v))); break;
+#define SF_X(K, name, out) case SF__U_##K: r = sf_u_##name(v); break;
+      SF_NN_UNARY_KINDS(SF_X)
+#undef SF_X
+    default: __trap(); // the host checked the kind: unreachable
     }
     y[i] = r;
   }
 }
 
-// dx from g and the input x or the output y (the rule's own), contiguous.
+// dx from g and the input x or the output y (the rule's own), contiguous;
+// y is NULL for the kinds whose rule reads the input.
 extern "C" __global__ void sf_nn_unary_bw(float *dx, const float *g, const float *x,
                                           const float *y, long long n, int kind) {
   SF_LOOP(i, n) {
     float gi = g[i], r;
     switch (kind) {
-    case SF_RELU: r = x[i] > 0.0f ? gi : 0.0f; break;
-    case SF_GELU: {
-      float v = x[i];
-      float cdf = 0.5f * (1.0f + erff(v * SF_INV_SQRT2));
-      float pdf = SF_INV_SQRT_2PI * expf(-0.5f * v * v);
-      r = gi * (cdf + v * pdf);
-      break;
-    }
-    case SF_SIGMOID: r = gi * y[i] * (1.0f - y[i]); break;
-    case SF_TANH: r = gi * (1.0f - y[i] * y[i]); break;
-    case SF_EXP: r = gi * y[i]; break;
-    case SF_LOG: r = gi / x[i]; break;
-    default: {
-      float v = x[i], v2 = v * v;
-      float t = tanhf(SF_GELU_K * (v + 0.044715f * v2 * v));
-      float du = SF_GELU_K * (1.0f + 3.0f * 0.044715f * v2);
-      r = gi * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
-      break;
-    }
+#define SF_X(K, name, out) case SF__U_##K: r = sf_ub_##name(gi, x[i], out ? y[i] : 0.0f); break;
+      SF_NN_UNARY_KINDS(SF_X)
+#undef SF_X
+    default: __trap();
     }
     dx[i] = r;
   }
@@ -172,7 +190,6 @@ extern "C" __global__ void sf_nn_unary_bw(float *dx, const float *g, const float
 
 // ------------------------------------------------------------- reductions
 
-enum { SF_R_SUM = 0, SF_R_MEAN = 1, SF_R_MAX = 2, SF_R_SUMSQ = 3 };
 #define SF_NOIDX 0x7fffffffffffffffll
 
 __device__ long long sf_red_off(int n, const long long *shape, const long long *st,
@@ -210,18 +227,18 @@ extern "C" __global__ void sf_nn_reduce(float *y, long long *yi, const float *x,
   long long base = sf_red_off(r.nk, r.kshape, r.kst, out);
   unsigned t = threadIdx.x;
   // A thread with no value holds (-inf, SF_NOIDX), which never wins.
-  float acc = kind == SF_R_MAX ? -__int_as_float(0x7f800000) : 0.0f; // NVRTC has no math.h
+  float acc = kind == SF__R_MAX ? -__int_as_float(0x7f800000) : 0.0f; // NVRTC has no math.h
   long long at = SF_NOIDX;
   for (long long j = lo + t; j < hi; j += blockDim.x) {
     long long off = base + sf_red_off(r.nr, r.rshape, r.rst, j);
     float v = x[off];
-    if (kind == SF_R_MAX) {
+    if (kind == SF__R_MAX) {
       long long ij = xi ? xi[off] : j;
       if (sf_max_wins(v, ij, acc, at)) {
         acc = v;
         at = ij;
       }
-    } else if (kind == SF_R_SUMSQ) {
+    } else if (kind == SF__R_SUMSQ) {
       acc += v * v;
     } else {
       acc += v;
@@ -232,7 +249,7 @@ extern "C" __global__ void sf_nn_reduce(float *y, long long *yi, const float *x,
   __syncthreads();
   for (unsigned s = SF_NB / 2; s > 0; s >>= 1) {
     if (t < s) {
-      if (kind == SF_R_MAX) {
+      if (kind == SF__R_MAX) {
         if (sf_max_wins(sv[t + s], si[t + s], sv[t], si[t])) {
           sv[t] = sv[t + s];
           si[t] = si[t + s];
@@ -244,7 +261,7 @@ extern "C" __global__ void sf_nn_reduce(float *y, long long *yi, const float *x,
     __syncthreads();
   }
   if (t == 0) {
-    y[blockIdx.x] = kind == SF_R_MEAN ? sv[0] / div : sv[0];
+    y[blockIdx.x] = kind == SF__R_MEAN ? sv[0] / div : sv[0];
     if (yi)
       yi[blockIdx.x] = si[0];
   }

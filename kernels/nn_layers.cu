@@ -317,6 +317,52 @@ extern "C" __global__ void sf_nnl_ln_fwd(const float *x, const float *w, const f
     y[r * d + j] = ((xr[j] - mean) * rstd) * w[j] + b[j];
 }
 
+// RMSNorm (runtime/nn/norm.c): a block per row, y = x rstd w with
+// rstd = 1/sqrt(mean(x²) + eps) kept per row.
+extern "C" __global__ void sf_nnl_rms_fwd(const float *x, const float *w, float *y, float *rstd,
+                                          long long rows, long long d, float eps) {
+  long long r = blockIdx.x;
+  if (r >= rows)
+    return;
+  const float *xr = x + r * d;
+  float ss = 0.0f;
+  for (long long j = threadIdx.x; j < d; j += SF_NB)
+    ss += xr[j] * xr[j];
+  float rs = 1.0f / sqrtf(sf_block_sum(ss) / (float)d + eps);
+  if (threadIdx.x == 0)
+    rstd[r] = rs;
+  for (long long j = threadIdx.x; j < d; j += SF_NB)
+    y[r * d + j] = (xr[j] * rs) * w[j];
+}
+
+// dx = rstd (ĝ - x̂ mean(ĝ x̂)), x̂ = x rstd, ĝ = g w: a block per row.
+extern "C" __global__ void sf_nnl_rms_bw_dx(const float *x, const float *w, const float *g,
+                                            const float *rstd, float *dx, long long rows,
+                                            long long d) {
+  long long r = blockIdx.x;
+  if (r >= rows)
+    return;
+  const float *xr = x + r * d, *gr = g + r * d;
+  float rs = rstd[r], s = 0.0f;
+  for (long long j = threadIdx.x; j < d; j += SF_NB)
+    s += (gr[j] * w[j]) * (xr[j] * rs);
+  float m = sf_block_sum(s) / (float)d;
+  for (long long j = threadIdx.x; j < d; j += SF_NB)
+    dx[r * d + j] = rs * (gr[j] * w[j] - (xr[j] * rs) * m);
+}
+
+// dw[j] = Σ_rows g x̂: a thread per column, the rows in order.
+extern "C" __global__ void sf_nnl_rms_bw_dw(const float *x, const float *g, const float *rstd,
+                                            float *dw, long long rows, long long d) {
+  long long j = (long long)blockIdx.x * SF_NB + threadIdx.x;
+  if (j >= d)
+    return;
+  float s = 0.0f;
+  for (long long r = 0; r < rows; r++)
+    s += g[r * d + j] * (x[r * d + j] * rstd[r]);
+  dw[j] = s;
+}
+
 // dx = rstd (ĝ - mean(ĝ) - x̂ mean(ĝ x̂)) with x̂ = (x - mean) rstd, ĝ = g w.
 extern "C" __global__ void sf_nnl_ln_bw_dx(const float *x, const float *w, const float *g,
                                            const float *stats, float *dx, long long rows,

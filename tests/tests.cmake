@@ -26,6 +26,7 @@ set(RT_TEST_LAYER_test_rt_remote cluster)
 set(RT_TEST_LAYER_test_rt_data data)
 set(RT_TEST_LAYER_test_rt_nn nn)
 set(RT_TEST_LAYER_test_rt_llm nn)
+set(RT_TEST_LAYER_test_rt_nn_layers nn)
 set(RT_TEST_LAYER_test_rt_custom nn)
 set(RT_TEST_LAYER_test_rt_nn_device nn)
 set(RT_TEST_LAYER_test_rt_nn_layers_gpu nn)
@@ -91,12 +92,13 @@ add_test(NAME unit/blas_cores
 set_tests_properties(unit/blas_cores PROPERTIES TIMEOUT 600)
 foreach(core Haswell Zen)
   add_test(NAME unit/test_rt_nn_${core} COMMAND test_rt_nn)
+  add_test(NAME unit/test_rt_nn_layers_${core} COMMAND test_rt_nn_layers)
   add_test(NAME runtime/nn_resume_${core}
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/nn_resume_test.py
             --sflowc $<TARGET_FILE:sflowc>)
   add_test(NAME runtime/group_split_${core}
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/group_split_test.py
             --sflowc $<TARGET_FILE:sflowc>)
-  set_tests_properties(unit/test_rt_nn_${core} runtime/nn_resume_${core}
+  set_tests_properties(unit/test_rt_nn_${core} unit/test_rt_nn_layers_${core} runtime/nn_resume_${core}
                        runtime/group_split_${core} PROPERTIES ENVIRONMENT OPENBLAS_CORETYPE=${core})
 endforeach()

@@ -3,7 +3,7 @@
 #
 #   bench/gpu/run.sh prepare [BUILD [DIR]]  here (flex/bison/LLVM): build and
 #                                      compile everything into DIR (bench/gpu/out/),
-#                                      stripped (well under 30 MiB with the tree)
+#                                      stripped (well under 48 MiB with the tree)
 #   bench/gpu/run.sh [OUT]             on the GPU machine (only CUDA, Python,
 #                                      PyTorch needed): run it all, print the table
 #
@@ -61,7 +61,11 @@ if [ "${1:-}" = prepare ]; then
   "$build/bin/sflowc" -O2 "$root/examples/digits_gpu.sflow" -o "$out/examples/digits_gpu" || exit 1
   cp "$root/examples/data/digits.csv" "$here/digits.py" "$out/examples/"
   mkdir -p "$out/cu"
-  cp "$root"/kernels/*.cu "$out/cu/"
+  # Each kernel file as the runtime embeds it (cmake/embed.cmake): the
+  # line that includes runtime/nn/kinds.h replaced by its text.
+  for cu in "$root"/kernels/*.cu; do
+    sed -e '/^#include "kinds.h"/{r '"$root"'/runtime/nn/kinds.h' -e 'd}' "$cu" >"$out/cu/$(basename "$cu")"
+  done
   for src in "$root"/tests/gpu/programs/*.sflow "$root"/tests/run/kernels/*.sflow; do
     "$build/bin/sflowc" --emit=cuda "$src" > "$out/cu/$(basename "$src" .sflow).cu" 2>/dev/null || rm -f "$out/cu/$(basename "$src" .sflow).cu"
   done
@@ -75,7 +79,7 @@ if [ "${1:-}" = prepare ]; then
   tree_kb=$(git -C "$root" ls-files -z | (cd "$root" && du -skc --files0-from=- 2>/dev/null) | tail -1 | cut -f1)
   echo "prepared $out ($(ls "$out/progs" | grep -vc stats) programs, $(ls "$out/nn" | grep -c '^nn_[a-z_]*$') nn programs," \
        "$((kb / 1024)) MiB stripped, $(((kb + tree_kb) / 1024)) MiB with the tracked tree; glibc $(cat "$out/glibc.needed") or later); run: bench/gpu/run.sh"
-  [ $((kb + tree_kb)) -lt $((30 * 1024)) ] || { echo "run.sh prepare: over 30 MiB with the tree" >&2; exit 1; }
+  [ $((kb + tree_kb)) -lt $((48 * 1024)) ] || { echo "run.sh prepare: over 48 MiB with the tree" >&2; exit 1; }
   exit 0
 fi
 

@@ -13,9 +13,11 @@
  * operands rounded: the gradient and the saved operand), as PyTorch's
  * autocast gives; the gradients themselves are f32.
  *
- * Key design choice: the rounded operands are ordinary tensors and the
- * products the ordinary ops, run with the switch off and no tape; one node
- * over the original operands carries the bf16 backward.  So shapes,
+ * Key design choice: these are the CPU's bf16 kernels of matmul.c's
+ * device table entries (bf16 set): the rounded operands are ordinary
+ * tensors and the products the ordinary ops, run with the switch off and
+ * no tape; matmul.c's one node over the original operands (i0 = 1) calls
+ * the bf16 backward here.  So shapes,
  * broadcasting and the error messages are exactly matmul's.
  */
 #include "nn.h"
@@ -53,24 +55,22 @@ static void restore(switches s) {
 
 static sf_tensor *last2_t(sf_tensor *x) { return sf__t_transpose(x, x->ndim - 2, x->ndim - 1, NULL); }
 
-/* matmul's rule with bf16 products: dA = G · Bᵀ, dB = Aᵀ · G. */
-static void bw_ac_matmul(sf__node *n, sf_tensor *g) {
+/* matmul's gradients with bf16 products: dA = G · Bᵀ, dB = Aᵀ · G (the
+ * rule, matmul.c's, sums them over broadcast dimensions and adds them). */
+void sf__ac_matmul_bw(const sf__node *n, sf_tensor *g, sf_tensor **d) {
   sf_tensor *a = n->in[0], *b = n->in[1];
+  d[0] = d[1] = NULL;
   switches s = plain();
   sf_tensor *gr = sf__t_bf16_rounded(g);
   if (a->req) {
     sf_tensor *br = sf__t_bf16_rounded(b), *bt = last2_t(br);
-    sf_tensor *ga = sf__t_matmul(gr, bt, NULL);
-    sf__grad_add(a, sf__t_reduce_to(ga, a->ndim, a->shape));
-    sf_release(ga);
+    d[0] = sf__t_matmul(gr, bt, NULL);
     sf_release(bt);
     sf_release(br);
   }
   if (b->req) {
     sf_tensor *ar = sf__t_bf16_rounded(a), *at = last2_t(ar);
-    sf_tensor *gb = sf__t_matmul(at, gr, NULL);
-    sf__grad_add(b, sf__t_reduce_to(gb, b->ndim, b->shape));
-    sf_release(gb);
+    d[1] = sf__t_matmul(at, gr, NULL);
     sf_release(at);
     sf_release(ar);
   }
@@ -85,20 +85,19 @@ sf_tensor *sf__ac_matmul(sf_tensor *a, sf_tensor *b, const sf_loc *loc) {
   restore(s);
   sf_release(ar);
   sf_release(br);
-  sf__record("matmul", c, bw_ac_matmul, a, b);
   return c;
 }
 
-/* Linear's rule with bf16 products: dx = G W, dW = Gᵀ X (rows folded). */
-static void bw_ac_nt(sf__node *n, sf_tensor *g) {
+/* Linear's gradients with bf16 products: dx = G W, dW = Gᵀ X (rows folded). */
+void sf__ac_matmul_nt_bw(const sf__node *n, sf_tensor *g, sf_tensor **d) {
   sf_tensor *x = n->in[0], *w = n->in[1];
   int64_t out = w->shape[0], in = w->shape[1], rows = out ? g->numel / out : 0;
+  d[0] = d[1] = NULL;
   switches s = plain();
   sf_tensor *gr = sf__t_bf16_rounded(g);
   if (x->req) {
     sf_tensor *wr = sf__t_bf16_rounded(w);
-    sf_tensor *gx = sf__t_matmul(gr, wr, NULL);
-    sf__grad_add(x, gx);
+    d[0] = sf__t_matmul(gr, wr, NULL);
     sf_release(wr);
   }
   if (w->req) {
@@ -106,8 +105,7 @@ static void bw_ac_nt(sf__node *n, sf_tensor *g) {
     sf_tensor *g2 = sf__t_reshape(gr, 2, (int64_t[]){rows, out}, NULL);
     sf_tensor *x2 = sf__t_reshape(xr, 2, (int64_t[]){rows, in}, NULL);
     sf_tensor *gt = last2_t(g2);
-    sf_tensor *gw = sf__t_matmul(gt, x2, NULL);
-    sf__grad_add(w, gw);
+    d[1] = sf__t_matmul(gt, x2, NULL);
     sf_release(gt);
     sf_release(g2);
     sf_release(x2);
@@ -124,13 +122,5 @@ sf_tensor *sf__ac_matmul_nt(sf_tensor *x, sf_tensor *w, const sf_loc *loc) {
   restore(s);
   sf_release(xr);
   sf_release(wr);
-  sf__record("linear", y, bw_ac_nt, x, w);
-  return y;
-}
-
-sf_tensor *sf__ac_linear(sf_tensor *x, sf_tensor *w, sf_tensor *b, const sf_loc *loc) {
-  sf_tensor *h = sf__ac_matmul_nt(x, w, loc);
-  sf_tensor *y = sf__t_binary(SF_TOP_ADD, h, b, loc);
-  sf_release(h);
   return y;
 }

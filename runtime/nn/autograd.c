@@ -52,6 +52,10 @@ sf__node *sf__record3(const char *op, sf_tensor *out, sf__backward_fn bw, sf_ten
   sf_retain(c);
   n->ndim = out->ndim;
   memcpy(n->shape, out->shape, sizeof n->shape);
+  /* A device op's result is device-only when recorded, and a view made
+   * in a GPU call is the device's too: its backward's kernels run there
+   * (sf__nn_dev_of). */
+  n->gpu = out->st->where == SF__WHERE_DEVICE || sf__nn_dev_here(NULL) == &sf__nn_gpu;
   out->node = n;
   out->req = true;
   __atomic_fetch_add(&sf__node_live, 1, __ATOMIC_RELAXED);

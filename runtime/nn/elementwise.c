@@ -163,12 +163,14 @@ static void row_binary(const walk *w, int64_t n, float *const *p, const int64_t 
   case SF_TOP_ADD: ROW_CASES(x + y) break;
   case SF_TOP_SUB: ROW_CASES(x - y) break;
   case SF_TOP_MUL: ROW_CASES(x * y) break;
-  default: ROW_CASES(x / y) break;
+  case SF_TOP_DIV: ROW_CASES(x / y) break; /* the op was checked: no other */
   }
 }
 
 /* out = a op b, out contiguous of the broadcast shape. */
-static void binary_into(int32_t op, sf_tensor *out, const sf_tensor *a, const sf_tensor *b) {
+void sf__cpu_binary(int32_t op, sf_tensor *out, const sf_tensor *a, const sf_tensor *b,
+                    const sf_loc *loc) {
+  (void)loc;
   walk w = {.nd = out->ndim, .nops = 3, .op = op, .row = row_binary};
   memcpy(w.shape, out->shape, sizeof w.shape);
   memcpy(w.st[0], out->strides, sizeof w.st[0]);
@@ -180,18 +182,9 @@ static void binary_into(int32_t op, sf_tensor *out, const sf_tensor *a, const sf
   walk_run(&w, out->numel, true);
 }
 
-static const char *op_name(int32_t op) {
-  switch (op) {
-  case SF_TOP_ADD: return "add";
-  case SF_TOP_SUB: return "sub";
-  case SF_TOP_MUL: return "mul";
-  case SF_TOP_DIV: return "div";
-  default: return "matmul";
-  }
-}
-
 /* d(a op b): each input's share, summed back to its own shape. */
-void sf__bw_binary(sf__node *n, sf_tensor *g) {
+static void bw_binary(sf__node *n, sf_tensor *g) {
+  sf__nn_dev_of(n, g); /* a GPU node's device current: the ops below run there */
   sf_tensor *a = n->in[0], *b = n->in[1];
   int32_t op = (int32_t)n->i0;
   sf_tensor *ga = NULL, *gb = NULL;
@@ -208,7 +201,7 @@ void sf__bw_binary(sf__node *n, sf_tensor *g) {
     ga = a->req ? sf__t_binary(SF_TOP_MUL, g, b, NULL) : NULL;
     gb = b->req ? sf__t_binary(SF_TOP_MUL, g, a, NULL) : NULL;
     break;
-  default: { /* a / b: g / b, and -g a / b^2 = -(g / b) (a / b) */
+  case SF_TOP_DIV: { /* a / b: g / b, and -g a / b^2 = -(g / b) (a / b) */
     sf_tensor *gdb = sf__t_binary(SF_TOP_DIV, g, b, NULL);
     if (b->req) {
       sf_tensor *q = sf__t_binary(SF_TOP_DIV, a, b, NULL);
@@ -235,7 +228,7 @@ void sf__bw_binary(sf__node *n, sf_tensor *g) {
 }
 
 sf_tensor *sf__t_binary(int32_t op, sf_tensor *a, sf_tensor *b, const sf_loc *loc) {
-  const char *name = op_name(op);
+  const char *name = sf__binary_name(op);
   sf__t_arg(a, name, loc);
   sf__t_arg(b, name, loc);
   int32_t nd;
@@ -245,11 +238,10 @@ sf_tensor *sf__t_binary(int32_t op, sf_tensor *a, sf_tensor *b, const sf_loc *lo
     sf_runtime_error(loc, "%s: shapes %s and %s do not broadcast", name, SF__SHP(a, sa),
                      SF__SHP(b, sb));
   }
-  if (sf__nn_gpu_here(loc))
-    return sf__gpu_binary(op, a, b, nd, shape, loc);
-  sf_tensor *out = sf__t_empty(nd, shape, loc);
-  binary_into(op, out, a, b);
-  sf__node *n = sf__record(name, out, sf__bw_binary, a, b);
+  const sf__nn_dev *D = sf__nn_dev_here(loc);
+  sf_tensor *out = D->empty(nd, shape, loc);
+  D->binary(op, out, a, b, loc);
+  sf__node *n = sf__record(name, out, bw_binary, a, b);
   if (n)
     n->i0 = op;
   return out;
@@ -274,14 +266,16 @@ static void row_scalar(const walk *w, int64_t n, float *const *p, const int64_t 
   case SF_TOP_MUL:
     for (int64_t i = 0; i < n; i++) o[i] = a[i * sa] * s;
     break;
-  default:
+  case SF_TOP_DIV:
     if (left) for (int64_t i = 0; i < n; i++) o[i] = s / a[i * sa];
     else for (int64_t i = 0; i < n; i++) o[i] = a[i * sa] / s;
     break;
   }
 }
 
-static sf_tensor *scalar_raw(int32_t op, const sf_tensor *a, float s, bool left) {
+sf_tensor *sf__cpu_scalar(int32_t op, const sf_tensor *a, float s, bool left,
+                          const sf_loc *loc) {
+  (void)loc;
   sf_tensor *out = sf__t_like(a);
   walk w = {.nd = a->ndim, .nops = 2, .op = left ? -op : op, .s = s, .row = row_scalar};
   memcpy(w.shape, a->shape, sizeof w.shape);
@@ -294,21 +288,22 @@ static sf_tensor *scalar_raw(int32_t op, const sf_tensor *a, float s, bool left)
 }
 
 static void bw_scalar(sf__node *n, sf_tensor *g) {
+  const sf__nn_dev *D = sf__nn_dev_of(n, g);
   sf_tensor *a = n->in[0];
   bool left = n->i1 != 0;
   float s = n->f0;
   sf_tensor *ga;
   switch ((int32_t)n->i0) {
   case SF_TOP_ADD: ga = (sf_retain(g), g); break;
-  case SF_TOP_SUB: ga = left ? scalar_raw(SF_TOP_MUL, g, -1.0f, false) : (sf_retain(g), g); break;
-  case SF_TOP_MUL: ga = scalar_raw(SF_TOP_MUL, g, s, false); break;
-  default:
+  case SF_TOP_SUB: ga = left ? D->scalar(SF_TOP_MUL, g, -1.0f, false, NULL) : (sf_retain(g), g); break;
+  case SF_TOP_MUL: ga = D->scalar(SF_TOP_MUL, g, s, false, NULL); break;
+  default: /* SF_TOP_DIV: the op was checked */
     if (!left)
-      ga = scalar_raw(SF_TOP_DIV, g, s, false);
+      ga = D->scalar(SF_TOP_DIV, g, s, false, NULL);
     else { /* d(s / a) = -s / a^2 */
       sf_tensor *a2 = sf__t_binary(SF_TOP_MUL, a, a, NULL);
       sf_tensor *q = sf__t_binary(SF_TOP_DIV, g, a2, NULL);
-      ga = scalar_raw(SF_TOP_MUL, q, -s, false);
+      ga = D->scalar(SF_TOP_MUL, q, -s, false, NULL);
       sf_release(a2);
       sf_release(q);
     }
@@ -318,13 +313,11 @@ static void bw_scalar(sf__node *n, sf_tensor *g) {
 }
 
 sf_tensor *sf__t_scalar(int32_t op, sf_tensor *a, float s, bool left, const sf_loc *loc) {
-  sf__t_arg(a, op_name(op), loc);
+  sf__t_arg(a, sf__binary_name(op), loc);
   if (op < SF_TOP_ADD || op > SF_TOP_DIV)
     sf_runtime_error(loc, "internal error: tensor-scalar op %d", (int)op);
-  if (sf__nn_gpu_here(loc))
-    return sf__gpu_scalar(op, a, s, left, loc);
-  sf_tensor *out = scalar_raw(op, a, s, left);
-  sf__node *n = sf__record(op_name(op), out, bw_scalar, a, NULL);
+  sf_tensor *out = sf__nn_dev_here(loc)->scalar(op, a, s, left, loc);
+  sf__node *n = sf__record(sf__binary_name(op), out, bw_scalar, a, NULL);
   if (n) {
     n->i0 = op;
     n->i1 = left;
@@ -333,13 +326,13 @@ sf_tensor *sf__t_scalar(int32_t op, sf_tensor *a, float s, bool left, const sf_l
   return out;
 }
 
-static void bw_neg(sf__node *n, sf_tensor *g) { sf__grad_add(n->in[0], scalar_raw(SF_TOP_MUL, g, -1.0f, false)); }
+static void bw_neg(sf__node *n, sf_tensor *g) {
+  sf__grad_add(n->in[0], sf__nn_dev_of(n, g)->scalar(SF_TOP_MUL, g, -1.0f, false, NULL));
+}
 
 sf_tensor *sf__t_neg(sf_tensor *a, const sf_loc *loc) {
   sf__t_arg(a, "neg", loc);
-  if (sf__nn_gpu_here(loc))
-    return sf__gpu_neg(a, loc);
-  sf_tensor *out = scalar_raw(SF_TOP_MUL, a, -1.0f, false);
+  sf_tensor *out = sf__nn_dev_here(loc)->scalar(SF_TOP_MUL, a, -1.0f, false, loc);
   sf__record("neg", out, bw_neg, a, NULL);
   return out;
 }
@@ -655,34 +648,86 @@ static SF__AVX512 void gelu_bw_range_avx512(const float *restrict g, const float
 #define GELU_BW gelu_bw_range
 #endif
 
-static void unary_chunk(void *ctx, int64_t lo, int64_t hi) {
-  const unary_job *j = ctx;
-  const float *x = j->x;
-  float *y = j->y;
-  switch (j->kind) {
-  case SF__U_RELU: relu_range(x, y, lo, hi); break;
-  case SF__U_GELU: GELU(x, y, lo, hi); break;
-  case SF__U_GELU_TANH: /* the tanh form (GPT-2, torch's approximate="tanh") */
-    for (int64_t i = lo; i < hi; i++)
-      y[i] = 0.5f * x[i] * (1.0f + tanhf(GELU_K * (x[i] + 0.044715f * x[i] * x[i] * x[i])));
-    break;
-  case SF__U_SIGMOID:
-    for (int64_t i = lo; i < hi; i++) y[i] = 1.0f / (1.0f + expf(-x[i]));
-    break;
-  case SF__U_TANH:
-    for (int64_t i = lo; i < hi; i++) y[i] = tanhf(x[i]);
-    break;
-  case SF__U_EXP:
-    for (int64_t i = lo; i < hi; i++) y[i] = expf(x[i]);
-    break;
-  default:
-    for (int64_t i = lo; i < hi; i++) y[i] = logf(x[i]);
-    break;
-  }
+/* Each activation (kinds.h's SF_NN_UNARY_KINDS) is two range loops here,
+ * unary_<name> and unary_bw_<name>, found through the tables below: a
+ * kind without them does not compile. */
+typedef void (*unary_range_fn)(const float *restrict x, float *restrict y, int64_t lo, int64_t hi);
+typedef void (*unary_bw_range_fn)(const float *restrict g, const float *restrict x,
+                                  const float *restrict y, float *restrict d, int64_t lo,
+                                  int64_t hi);
+
+static void unary_relu(const float *restrict x, float *restrict y, int64_t lo, int64_t hi) {
+  relu_range(x, y, lo, hi);
+}
+static void unary_gelu(const float *restrict x, float *restrict y, int64_t lo, int64_t hi) {
+  GELU(x, y, lo, hi);
+}
+/* The tanh form (GPT-2, torch's approximate="tanh"). */
+static void unary_gelu_tanh(const float *restrict x, float *restrict y, int64_t lo, int64_t hi) {
+  for (int64_t i = lo; i < hi; i++)
+    y[i] = 0.5f * x[i] * (1.0f + tanhf(GELU_K * (x[i] + 0.044715f * x[i] * x[i] * x[i])));
+}
+static void unary_sigmoid(const float *restrict x, float *restrict y, int64_t lo, int64_t hi) {
+  for (int64_t i = lo; i < hi; i++) y[i] = 1.0f / (1.0f + expf(-x[i]));
+}
+static void unary_tanh(const float *restrict x, float *restrict y, int64_t lo, int64_t hi) {
+  for (int64_t i = lo; i < hi; i++) y[i] = tanhf(x[i]);
+}
+static void unary_exp(const float *restrict x, float *restrict y, int64_t lo, int64_t hi) {
+  for (int64_t i = lo; i < hi; i++) y[i] = expf(x[i]);
+}
+static void unary_log(const float *restrict x, float *restrict y, int64_t lo, int64_t hi) {
+  for (int64_t i = lo; i < hi; i++) y[i] = logf(x[i]);
 }
 
 /* The gradient of each activation from g and the input x or output y,
  * contiguous and of one shape. */
+static void unary_bw_relu(const float *restrict g, const float *restrict x,
+                          const float *restrict y, float *restrict d, int64_t lo, int64_t hi) {
+  relu_bw_range(g, x, d, lo, hi);
+}
+static void unary_bw_gelu(const float *restrict g, const float *restrict x,
+                          const float *restrict y, float *restrict d, int64_t lo, int64_t hi) {
+  GELU_BW(g, x, d, lo, hi);
+}
+/* d/dx of 0.5 x (1 + tanh(u)), u = k (x + 0.044715 x^3) */
+static void unary_bw_gelu_tanh(const float *restrict g, const float *restrict x,
+                               const float *restrict y, float *restrict d, int64_t lo,
+                               int64_t hi) {
+  for (int64_t i = lo; i < hi; i++) {
+    float x2 = x[i] * x[i];
+    float t = tanhf(GELU_K * (x[i] + 0.044715f * x2 * x[i]));
+    float du = GELU_K * (1.0f + 3.0f * 0.044715f * x2);
+    d[i] = g[i] * (0.5f * (1.0f + t) + 0.5f * x[i] * (1.0f - t * t) * du);
+  }
+}
+static void unary_bw_sigmoid(const float *restrict g, const float *restrict x,
+                             const float *restrict y, float *restrict d, int64_t lo, int64_t hi) {
+  for (int64_t i = lo; i < hi; i++) d[i] = g[i] * y[i] * (1.0f - y[i]);
+}
+static void unary_bw_tanh(const float *restrict g, const float *restrict x,
+                          const float *restrict y, float *restrict d, int64_t lo, int64_t hi) {
+  for (int64_t i = lo; i < hi; i++) d[i] = g[i] * (1.0f - y[i] * y[i]);
+}
+static void unary_bw_exp(const float *restrict g, const float *restrict x,
+                         const float *restrict y, float *restrict d, int64_t lo, int64_t hi) {
+  for (int64_t i = lo; i < hi; i++) d[i] = g[i] * y[i];
+}
+static void unary_bw_log(const float *restrict g, const float *restrict x,
+                         const float *restrict y, float *restrict d, int64_t lo, int64_t hi) {
+  for (int64_t i = lo; i < hi; i++) d[i] = g[i] / x[i];
+}
+
+#define UNARY_FWD(K, name, out) [SF__U_##K] = unary_##name,
+#define UNARY_BW(K, name, out) [SF__U_##K] = unary_bw_##name,
+static const unary_range_fn unary_fwd[SF__U_COUNT] = {SF_NN_UNARY_KINDS(UNARY_FWD)};
+static const unary_bw_range_fn unary_bwd[SF__U_COUNT] = {SF_NN_UNARY_KINDS(UNARY_BW)};
+
+static void unary_chunk(void *ctx, int64_t lo, int64_t hi) {
+  const unary_job *j = ctx;
+  unary_fwd[j->kind](j->x, j->y, lo, hi);
+}
+
 typedef struct {
   int32_t kind;
   const float *g, *x, *y;
@@ -691,52 +736,39 @@ typedef struct {
 
 static void unary_bw_chunk(void *ctx, int64_t lo, int64_t hi) {
   const unary_bw_job *j = ctx;
-  const float *g = j->g, *x = j->x, *y = j->y;
-  float *d = j->dx;
-  switch (j->kind) {
-  case SF__U_RELU: relu_bw_range(g, x, d, lo, hi); break;
-  case SF__U_GELU: GELU_BW(g, x, d, lo, hi); break;
-  case SF__U_GELU_TANH: /* d/dx of 0.5 x (1 + tanh(u)), u = k (x + 0.044715 x^3) */
-    for (int64_t i = lo; i < hi; i++) {
-      float x2 = x[i] * x[i];
-      float t = tanhf(GELU_K * (x[i] + 0.044715f * x2 * x[i]));
-      float du = GELU_K * (1.0f + 3.0f * 0.044715f * x2);
-      d[i] = g[i] * (0.5f * (1.0f + t) + 0.5f * x[i] * (1.0f - t * t) * du);
-    }
-    break;
-  case SF__U_SIGMOID:
-    for (int64_t i = lo; i < hi; i++) d[i] = g[i] * y[i] * (1.0f - y[i]);
-    break;
-  case SF__U_TANH:
-    for (int64_t i = lo; i < hi; i++) d[i] = g[i] * (1.0f - y[i] * y[i]);
-    break;
-  case SF__U_EXP:
-    for (int64_t i = lo; i < hi; i++) d[i] = g[i] * y[i];
-    break;
-  default:
-    for (int64_t i = lo; i < hi; i++) d[i] = g[i] / x[i];
-    break;
-  }
+  unary_bwd[j->kind](j->g, j->x, j->y, j->dx, lo, hi);
+}
+
+sf_tensor *sf__cpu_unary(int32_t kind, const sf_tensor *x, const sf_loc *loc) {
+  (void)loc;
+  sf_tensor *out = sf__t_like(x);
+  unary_job j = {.kind = kind, .x = sf__t_data(x), .y = sf__t_data(out)};
+  sf__t_run_chunks(out->numel, unary_chunk, &j);
+  return out;
+}
+
+sf_tensor *sf__cpu_unary_bw(int32_t kind, const sf_tensor *g, const sf_tensor *x,
+                            const sf_tensor *y) {
+  sf_tensor *dx = sf__t_like(x);
+  unary_bw_job j = {.kind = kind, .g = sf__t_data(g), .x = sf__t_data(x),
+                    .y = y ? sf__t_data(y) : NULL, .dx = sf__t_data(dx)};
+  sf__t_run_chunks(dx->numel, unary_bw_chunk, &j);
+  return dx;
 }
 
 static void bw_unary(sf__node *n, sf_tensor *g) {
-  sf_tensor *x = sf__t_contig(n->in[0]);
-  sf_tensor *dx = sf__t_like(x);
-  unary_bw_job j = {.kind = (int32_t)n->i0, .g = sf__t_data(g), .x = sf__t_data(x),
-                    .y = n->saved ? sf__t_data(n->saved) : NULL, .dx = sf__t_data(dx)};
-  sf__t_run_chunks(dx->numel, unary_bw_chunk, &j);
+  const sf__nn_dev *D = sf__nn_dev_of(n, g);
+  sf_tensor *x = D->contig(n->in[0]);
+  sf_tensor *dx = D->unary_bw((int32_t)n->i0, g, x, n->saved);
   sf_release(x);
   sf__grad_add(n->in[0], dx);
 }
 
 sf_tensor *sf__t_unary(int32_t kind, sf_tensor *a, const sf_loc *loc) {
   sf__t_arg(a, sf__unary_name(kind), loc);
-  if (sf__nn_gpu_here(loc))
-    return sf__gpu_unary(kind, a, loc);
-  sf_tensor *x = sf__t_contig(a);
-  sf_tensor *out = sf__t_like(x);
-  unary_job j = {.kind = kind, .x = sf__t_data(x), .y = sf__t_data(out)};
-  sf__t_run_chunks(out->numel, unary_chunk, &j);
+  const sf__nn_dev *D = sf__nn_dev_here(loc);
+  sf_tensor *x = D->contig(a);
+  sf_tensor *out = D->unary(kind, x, loc);
   sf_release(x);
   sf__node *n = sf__record(sf__unary_name(kind), out, bw_unary, a, NULL);
   if (n) {

@@ -1,22 +1,22 @@
 /*
- * gpu_layers.c — the GPU paths of std.nn's layers (docs/nn.md, "GPU"):
- * softmax and log-softmax over any axis, cross-entropy, layer norm,
- * embedding, the three dropouts, attention, cat and stack, argmax, and
- * the backward of t[i] and t[a..b] (views: their forward is shared), each
- * forward with its backward rule beside it, over the kernels of
- * kernels/nn_layers.cu.  The CPU forms (reduce.c, layers.c, index.c) call
- * these from a one-line hook after their argument checks when the running
- * call holds a GPU (sf__nn_gpu_here), so both paths share every check and
- * message.
+ * gpu_layers.c — the GPU kernels of std.nn's layers (docs/nn.md, "GPU"),
+ * the GPU's entries of the device kernel table (nn.h, "dev.c"): softmax
+ * and log-softmax over any axis, cross-entropy, layer norm, embedding, the
+ * dropouts' masks, attention's masked softmax and the fused attention,
+ * argmax, each forward and its gradient, over the kernels of
+ * kernels/nn_layers.cu.  The ops (reduce.c, layers.c, index.c) check
+ * their arguments, reach these through the table when the running call
+ * holds a GPU, and record their one node, so both devices share every
+ * check, message and backward rule.
  *
- * Key design choice: each GPU op records the node its CPU form records
- * (the same op name, inputs, parameters and saved values, so the tape and
- * its memory behave the same), with a backward rule of its own that runs
- * on the device; attention without dropout is one fused node as on the
+ * Key design choice: what an entry keeps for the backward (sf__keep) is
+ * the device's own — layer norm's row statistics, the ids and targets
+ * already uploaded, the dropout mask — and only its backward entry reads
+ * it; attention without dropout is one fused kernel sequence as on the
  * CPU (layers.c's attention_fused), its products strided-batched cuBLAS
  * calls straight on the heads' column blocks, and the composed ops
- * (attention with dropout, mse) are the CPU's composition of ops that have
- * GPU paths, so their tapes are the CPU's node for node.  Nothing here
+ * (attention with dropout, mse, cat, stack, narrow's backward) are
+ * written once in their family files over table entries.  Nothing here
  * reads the device back except argmax, whose result is an i64[] by
  * design: integer inputs (targets, ids, masks) are host arrays the checks
  * already read, queued to the device beside the kernels, and
@@ -133,25 +133,9 @@ static sf_tensor *upload_words(const void *v, int64_t n, const sf_loc *loc) {
 
 static uint64_t dptr(sf_tensor *t, const sf_loc *loc) { return sf__t_dptr(t, loc); }
 
-/* A backward rule of a GPU node run outside a GPU context (the loss taken
- * to another call, as gpu_ops.c allows): the device the node's values are
- * on becomes this thread's, so their device pointers are valid here. */
-static void bw_enter(sf__node *n, const sf_tensor *g) {
-  if (sf__nn_gpu_here(NULL))
-    return;
-  const sf_tensor *on = g->st->dev ? g : n->saved && n->saved->st->dev ? n->saved : NULL;
-  for (int32_t i = 0; !on && i < SF__NIN + n->nmore; i++) {
-    const sf_tensor *t = i < SF__NIN ? n->in[i] : n->more[i - SF__NIN];
-    on = t && t->st->dev ? t : NULL;
-  }
-  if (on)
-    sf__gpu_use_device(on->st->gpu - 1);
-}
-
 /* ------------------------------------------------------------ softmax */
 
-static void bw_softmax(sf__node *nd, sf_tensor *g) {
-  bw_enter(nd, g);
+sf_tensor *sf__gpu_softmax_bw(const sf__node *nd, sf_tensor *g) {
   sf_tensor *x = nd->in[0];
   int32_t log = nd->i1 != 0;
   int64_t outer, n, inner;
@@ -166,7 +150,7 @@ static void bw_softmax(sf__node *nd, sf_tensor *g) {
     launch("sf_nnl_softmax_bw_inner", n ? blocks_for(outer * inner) : 0, params, NULL);
   }
   sf__t_dwrote(dx);
-  sf__grad_add(x, dx);
+  return dx;
 }
 
 sf_tensor *sf__gpu_softmax(sf_tensor *a, int32_t ax, bool log, const sf_loc *loc) {
@@ -184,12 +168,6 @@ sf_tensor *sf__gpu_softmax(sf_tensor *a, int32_t ax, bool log, const sf_loc *loc
   }
   sf__t_dwrote(out);
   sf_release(x);
-  sf__node *nd = sf__record(log ? "log_softmax" : "softmax", out, bw_softmax, a, NULL);
-  if (nd) {
-    nd->i0 = ax;
-    nd->i1 = log;
-    nd->saved = sf__t_view(out, out->ndim, out->shape, out->strides, out->offset);
-  }
   return out;
 }
 
@@ -221,8 +199,7 @@ sf_array *sf__gpu_argmax(sf_tensor *a, int32_t ax, const sf_loc *loc) {
 
 /* d loss / d logits = g (softmax - q) / used on the rows kept; the node's
  * saved tensor holds the targets already on the device. */
-static void bw_cross_entropy(sf__node *nd, sf_tensor *g) {
-  bw_enter(nd, g);
+sf_tensor *sf__gpu_cross_entropy_bw(const sf__node *nd, sf_tensor *g) {
   sf_tensor *x = dcontig(nd->in[0], NULL);
   int64_t rows = x->shape[0], classes = x->shape[1], ignore = nd->i0, used = nd->i1;
   float eps = nd->f0;
@@ -233,11 +210,12 @@ static void bw_cross_entropy(sf__node *nd, sf_tensor *g) {
   launch("sf_nnl_ce_bw", rows, params, NULL);
   sf__t_dwrote(dx);
   sf_release(x);
-  sf__grad_add(nd->in[0], dx);
+  return dx;
 }
 
 sf_tensor *sf__gpu_cross_entropy(sf_tensor *logits, sf_array *targets, int64_t ignore_index,
-                                 float label_smoothing, int64_t used, const sf_loc *loc) {
+                                 float label_smoothing, int64_t used, sf__keep *keep,
+                                 const sf_loc *loc) {
   sf_tensor *x = dcontig(logits, loc);
   int64_t rows = x->shape[0], classes = x->shape[1], one = rows > 0 ? rows : 1;
   sf_tensor *tg = upload_words(rows ? targets->data : NULL, rows, loc);
@@ -251,17 +229,7 @@ sf_tensor *sf__gpu_cross_entropy(sf_tensor *logits, sf_array *targets, int64_t i
   sf__t_dwrote(out);
   sf_release(loss);
   sf_release(x);
-  sf__node *nd = sf__record("cross_entropy", out, bw_cross_entropy, logits, NULL);
-  if (nd) {
-    nd->i0 = ignore_index;
-    nd->i1 = used;
-    nd->f0 = label_smoothing;
-    nd->targets = targets;
-    sf_retain(targets);
-    nd->saved = tg;
-  } else {
-    sf_release(tg);
-  }
+  keep->saved = tg;
   return out;
 }
 
@@ -273,8 +241,7 @@ sf_tensor *sf__gpu_cross_entropy(sf_tensor *logits, sf_array *targets, int64_t i
  * alone. */
 #define LN_BLOCKS 256
 
-static void bw_layer_norm(sf__node *n, sf_tensor *g) {
-  bw_enter(n, g);
+void sf__gpu_layer_norm_bw(const sf__node *n, sf_tensor *g, sf_tensor **grads) {
   sf_tensor *x = dcontig(n->in[0], NULL), *w = dcontig(n->in[1], NULL);
   int64_t d = x->shape[x->ndim - 1], rows = d ? x->numel / d : 0;
   sf_tensor *dx = sf__t_dempty(x->ndim, x->shape, NULL);
@@ -304,13 +271,13 @@ static void bw_layer_norm(sf__node *n, sf_tensor *g) {
   }
   sf_release(x);
   sf_release(w);
-  sf__grad_add(n->in[0], dx);
-  sf__grad_add(n->in[1], dw);
-  sf__grad_add(n->in[2], db);
+  grads[0] = dx;
+  grads[1] = dw;
+  grads[2] = db;
 }
 
 sf_tensor *sf__gpu_layer_norm(sf_tensor *x, sf_tensor *weight, sf_tensor *bias, double eps,
-                              const sf_loc *loc) {
+                              sf__keep *keep, const sf_loc *loc) {
   sf_tensor *xc = dcontig(x, loc), *wc = dcontig(weight, loc), *bc = dcontig(bias, loc);
   int64_t d = x->shape[x->ndim - 1], rows = d ? x->numel / d : 0, ss[2] = {rows, 2};
   sf_tensor *out = sf__t_dempty(xc->ndim, xc->shape, loc), *stats = sf__t_dempty(2, ss, loc);
@@ -324,20 +291,55 @@ sf_tensor *sf__gpu_layer_norm(sf_tensor *x, sf_tensor *weight, sf_tensor *bias, 
   sf_release(xc);
   sf_release(wc);
   sf_release(bc);
-  sf__node *n = sf__record3("layer_norm", out, bw_layer_norm, x, weight, bias);
-  if (n)
-    n->saved = stats;
-  else
-    sf_release(stats);
+  keep->saved = stats;
   return out;
+}
+
+/* ------------------------------------------------------------ RMSNorm */
+
+sf_tensor *sf__gpu_rms_norm(sf_tensor *x, sf_tensor *weight, double eps, sf__keep *keep,
+                            const sf_loc *loc) {
+  sf_tensor *xc = dcontig(x, loc), *wc = dcontig(weight, loc);
+  int64_t d = x->shape[x->ndim - 1], rows = d ? x->numel / d : 0, one = rows ? rows : 1;
+  sf_tensor *out = sf__t_dempty(xc->ndim, xc->shape, loc), *st = sf__t_dempty(1, &one, loc);
+  uint64_t px = dptr(xc, loc), pw = dptr(wc, loc), py = dptr(out, loc), ps = dptr(st, loc);
+  float e = (float)eps;
+  void *params[] = {&px, &pw, &py, &ps, &rows, &d, &e};
+  launch("sf_nnl_rms_fwd", rows, params, loc);
+  sf__t_dwrote(out);
+  sf__t_dwrote(st);
+  sf_release(xc);
+  sf_release(wc);
+  keep->saved = st;
+  return out;
+}
+
+void sf__gpu_rms_norm_bw(const sf__node *n, sf_tensor *g, sf_tensor **grads) {
+  sf_tensor *x = dcontig(n->in[0], NULL), *w = dcontig(n->in[1], NULL);
+  int64_t d = x->shape[x->ndim - 1], rows = d ? x->numel / d : 0;
+  sf_tensor *dx = sf__t_dempty(x->ndim, x->shape, NULL);
+  sf_tensor *dw = rows ? sf__t_dempty(1, &d, NULL) : sf__t_dzeros(1, &d, NULL);
+  if (rows) {
+    uint64_t px = dptr(x, NULL), pw = dptr(w, NULL), pg = dptr(g, NULL),
+             ps = dptr(n->saved, NULL), pdx = dptr(dx, NULL), pdw = dptr(dw, NULL);
+    void *p1[] = {&px, &pw, &pg, &ps, &pdx, &rows, &d};
+    launch("sf_nnl_rms_bw_dx", rows, p1, NULL);
+    void *p2[] = {&px, &pg, &ps, &pdw, &rows, &d};
+    launch("sf_nnl_rms_bw_dw", blocks_for(d), p2, NULL);
+    sf__t_dwrote(dx);
+    sf__t_dwrote(dw);
+  }
+  sf_release(x);
+  sf_release(w);
+  grads[0] = dx;
+  grads[1] = dw;
 }
 
 /* ---------------------------------------------------------- embedding */
 
 /* dW: the upstream rows added into the rows the ids picked (atomicAdd: a
  * repeated id sums in the device's order). */
-static void bw_embedding(sf__node *n, sf_tensor *g) {
-  bw_enter(n, g);
+sf_tensor *sf__gpu_embedding_bw(const sf__node *n, sf_tensor *g) {
   sf_tensor *w = n->in[0];
   int64_t dim = w->shape[1], count = n->targets->len;
   sf_tensor *dw = sf__t_dzeros(2, w->shape, NULL);
@@ -345,11 +347,11 @@ static void bw_embedding(sf__node *n, sf_tensor *g) {
   void *params[] = {&pg, &pi, &pd, &count, &dim};
   launch("sf_nnl_scatter_add", blocks_for(count * dim), params, NULL);
   sf__t_dwrote(dw);
-  sf__grad_add(w, dw);
+  return dw;
 }
 
 sf_tensor *sf__gpu_embedding(sf_tensor *weight, sf_array *ids, int32_t nd, const int64_t *dims,
-                             const sf_loc *loc) {
+                             sf__keep *keep, const sf_loc *loc) {
   int64_t count = ids ? ids->len : 0, dim = weight->shape[1];
   sf_tensor *w = dcontig(weight, loc), *out = sf__t_dempty(nd, dims, loc);
   sf_tensor *it = upload_words(count ? ids->data : NULL, count, loc);
@@ -358,14 +360,7 @@ sf_tensor *sf__gpu_embedding(sf_tensor *weight, sf_array *ids, int32_t nd, const
   launch("sf_nnl_gather", blocks_for(count * dim), params, loc);
   sf__t_dwrote(out);
   sf_release(w);
-  sf__node *n = sf__record("embedding", out, bw_embedding, weight, NULL);
-  if (n) {
-    n->targets = ids;
-    sf_retain(ids);
-    n->saved = it;
-  } else {
-    sf_release(it);
-  }
+  keep->saved = it;
   return out;
 }
 
@@ -384,17 +379,12 @@ static void stream_start(uint64_t key, uint64_t *st) {
   st[1] = inc;
 }
 
-static void bw_dropout(sf__node *n, sf_tensor *g) {
-  bw_enter(n, g);
-  sf_tensor *dx = sf__t_binary(SF_TOP_MUL, g, n->saved, NULL);
-  sf__grad_add(n->in[0], dx);
-}
 
 /* x times the mask (keep = 1/(1-p) where the draw u >= p, else 0) drawn
  * from rows streams of x->numel / rows values each (states: rows pairs);
- * one dropout node holding the mask, as layers.c's apply_mask. */
+ * the mask kept for the backward, as layers.c's apply_mask. */
 static sf_tensor *masked(sf_tensor *x, double p, const uint64_t *states, int64_t rows,
-                         const sf_loc *loc) {
+                         sf__keep *kept, const sf_loc *loc) {
   sf_tensor *xc = dcontig(x, loc), *mask = sf__t_dempty(x->ndim, x->shape, loc);
   sf_tensor *out = sf__t_dempty(x->ndim, x->shape, loc);
   sf_tensor *st = upload_words(states, 2 * rows, loc);
@@ -412,25 +402,8 @@ static sf_tensor *masked(sf_tensor *x, double p, const uint64_t *states, int64_t
   sf__t_dwrote(out);
   sf_release(st);
   sf_release(xc);
-  sf__node *nd = sf__record("dropout", out, bw_dropout, x, NULL);
-  if (nd)
-    nd->saved = mask;
-  else
-    sf_release(mask);
+  kept->saved = mask;
   return out;
-}
-
-sf_tensor *sf__gpu_dropout(sf_tensor *x, double p, int64_t seed, const sf_loc *loc) {
-  /* nn.uniform(x.shape, 0, 1, seed)'s stream (std.c's stream_of): one key
-   * from the call's random stream for seed -1, as the CPU draws it. */
-  if (seed < -1)
-    sf_runtime_error(loc, "uniform: seed must be -1 (the call's random stream) or >= 0, not %"
-                     PRId64, seed);
-  uint64_t key = seed == -1 ? (uint64_t)sf_rand_int(INT64_MIN, INT64_MAX, loc)
-                            : sf__rng_mix((uint64_t)seed, 0x6e6e); /* "nn" */
-  uint64_t st[2];
-  stream_start(key, st);
-  return masked(x, p, st, 1, loc);
 }
 
 /* Row r's stream: the key layers.c's row_mask mixes from (seed, index[r],
@@ -444,11 +417,27 @@ static uint64_t *row_states(int64_t rows, int64_t seed, sf_array *index, int64_t
   return st;
 }
 
-sf_tensor *sf__gpu_dropout_rows(sf_tensor *x, double p, int64_t seed, sf_array *index,
-                                int64_t stream, const sf_loc *loc) {
+static sf_tensor *dropout_one(sf_tensor *x, double p, int64_t seed, sf__keep *keep,
+                              const sf_loc *loc) {
+  /* nn.uniform(x.shape, 0, 1, seed)'s stream (std.c's stream_of): one key
+   * from the call's random stream for seed -1, as the CPU draws it. */
+  if (seed < -1)
+    sf_runtime_error(loc, "uniform: seed must be -1 (the call's random stream) or >= 0, not %"
+                     PRId64, seed);
+  uint64_t key = seed == -1 ? (uint64_t)sf_rand_int(INT64_MIN, INT64_MAX, loc)
+                            : sf__rng_mix((uint64_t)seed, 0x6e6e); /* "nn" */
+  uint64_t st[2];
+  stream_start(key, st);
+  return masked(x, p, st, 1, keep, loc);
+}
+
+sf_tensor *sf__gpu_dropout(sf_tensor *x, double p, int64_t seed, sf_array *index, int64_t stream,
+                           sf__keep *keep, const sf_loc *loc) {
+  if (!index)
+    return dropout_one(x, p, seed, keep, loc);
   int64_t rows = x->shape[0];
   uint64_t *st = row_states(rows, seed, index, stream);
-  sf_tensor *out = masked(x, p, st, rows, loc);
+  sf_tensor *out = masked(x, p, st, rows, keep, loc);
   sf_free(st);
   return out;
 }
@@ -456,8 +445,7 @@ sf_tensor *sf__gpu_dropout_rows(sf_tensor *x, double p, int64_t seed, sf_array *
 /* ---------------------------------------------------------- attention */
 
 /* dx = scale y (g - Σ g y) per row of (B, H, T, S). */
-static void bw_masked_softmax(sf__node *n, sf_tensor *g) {
-  bw_enter(n, g);
+sf_tensor *sf__gpu_masked_softmax_bw(const sf__node *n, sf_tensor *g) {
   sf_tensor *y = n->saved;
   int64_t s = y->shape[y->ndim - 1], rows = s ? y->numel / s : 0;
   sf_tensor *dx = sf__t_dempty(y->ndim, y->shape, NULL);
@@ -466,7 +454,7 @@ static void bw_masked_softmax(sf__node *n, sf_tensor *g) {
   void *params[] = {&py, &pg, &pd, &rows, &s, &scale};
   launch("sf_nnl_attn_softmax_bw", rows, params, NULL);
   sf__t_dwrote(dx);
-  sf__grad_add(n->in[0], dx);
+  return dx;
 }
 
 /* p = softmax(x * scale) over rows of s keys, the keys the mask (B * S,
@@ -482,20 +470,14 @@ static void attn_softmax(uint64_t px, uint64_t py, int64_t rows, int64_t s, int6
   sf_release(mt);
 }
 
-/* softmax(scores * scale) over the keys the mask keeps; one "attention"
- * node, as layers.c's masked_softmax. */
-static sf_tensor *masked_softmax(sf_tensor *scores, sf_array *mask, float scale,
-                                 const sf_loc *loc) {
+/* softmax(scores * scale) over the keys the mask keeps. */
+sf_tensor *sf__gpu_masked_softmax(sf_tensor *scores, sf_array *mask, float scale,
+                                  const sf_loc *loc) {
   sf_tensor *x = dcontig(scores, loc), *out = sf__t_dempty(x->ndim, x->shape, loc);
   int64_t s = x->shape[3], rows = s ? x->numel / s : 0, per_batch = x->shape[1] * x->shape[2];
   attn_softmax(dptr(x, loc), dptr(out, loc), rows, s, per_batch, scale, mask, loc);
   sf__t_dwrote(out);
   sf_release(x);
-  sf__node *n = sf__record("attention", out, bw_masked_softmax, scores, NULL);
-  if (n) {
-    n->f0 = scale;
-    n->saved = sf__t_view(out, out->ndim, out->shape, out->strides, out->offset);
-  }
   return out;
 }
 
@@ -543,8 +525,7 @@ static void heads_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, uint64
 
 /* With ds the softmax's input gradient: dv = pᵀ g, dq = ds k, dk = dsᵀ q per
  * head, added in the CPU's order (v, k, q). */
-static void bw_attention(sf__node *n, sf_tensor *g) {
-  bw_enter(n, g);
+void sf__gpu_attention_bw(const sf__node *n, sf_tensor *g, sf_tensor **grads) {
   sf_tensor *q = dcontig(n->in[0], NULL), *k = dcontig(n->in[1], NULL);
   sf_tensor *v = dcontig(n->in[2], NULL);
   att_dims a = att_of(q, k, n->i0);
@@ -583,13 +564,13 @@ static void bw_attention(sf__node *n, sf_tensor *g) {
   sf_release(q);
   sf_release(k);
   sf_release(v);
-  sf__grad_add(n->in[2], dv);
-  sf__grad_add(n->in[1], dk);
-  sf__grad_add(n->in[0], dq);
+  grads[0] = dq;
+  grads[1] = dk;
+  grads[2] = dv;
 }
 
-static sf_tensor *attention_fused(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
-                                  int64_t heads, float scale, const sf_loc *loc) {
+sf_tensor *sf__gpu_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
+                             int64_t heads, float scale, sf__keep *keep, const sf_loc *loc) {
   sf_tensor *qc = dcontig(q, loc), *kc = dcontig(k, loc), *vc = dcontig(v, loc);
   att_dims a = att_of(q, k, heads);
   int64_t ts = a.t * a.s, ps[4] = {a.b, a.h, a.t, a.s};
@@ -615,134 +596,6 @@ static sf_tensor *attention_fused(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_a
   sf_release(qc);
   sf_release(kc);
   sf_release(vc);
-  sf__node *n = sf__record3("attention", out, bw_attention, q, k, v);
-  if (n) {
-    n->f0 = scale;
-    n->i0 = heads;
-    n->saved = p;
-  } else {
-    sf_release(p);
-  }
-  return out;
-}
-
-/* (B, L, D) -> (B, H, L, D/H): a reshape view and a strided transpose. */
-static sf_tensor *split_heads(sf_tensor *t, int64_t heads, const sf_loc *loc) {
-  int64_t shape[4] = {t->shape[0], t->shape[1], heads, t->shape[2] / heads};
-  sf_tensor *r = sf__t_reshape(t, 4, shape, loc), *h = sf__t_transpose(r, 1, 2, loc);
-  sf_release(r);
-  return h;
-}
-
-/* layers.c's choice, node for node: without dropout the fused node above;
- * with dropout the composition, its products through the GPU matmul, the
- * masked softmax and the probabilities' dropout (batch row b's mask from
- * (seed, index[b], stream)) through the kernels here.  Arguments already
- * checked; mask NULL for none. */
-sf_tensor *sf__gpu_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
-                             int64_t heads, double drop, int64_t seed, sf_array *index,
-                             int64_t stream, const sf_loc *loc) {
-  float scale = (float)(1.0 / sqrt((double)(q->shape[2] / heads)));
-  const char *e = getenv("SFLOW_NN_ATTENTION"); /* "composed": as on the CPU */
-  if (!(drop > 0.0 || q->numel == 0 || k->numel == 0 || (e && !strcmp(e, "composed"))))
-    return attention_fused(q, k, v, mask, heads, scale, loc);
-  sf_tensor *qh = split_heads(q, heads, loc), *kh = split_heads(k, heads, loc);
-  sf_tensor *vh = split_heads(v, heads, loc), *kt = sf__t_transpose(kh, 2, 3, loc);
-  sf_tensor *scores = sf__t_matmul(qh, kt, loc);              /* (B, H, T, S) */
-  sf_tensor *p = masked_softmax(scores, mask, scale, loc);
-  if (drop > 0.0) {
-    int64_t rows = p->shape[0];
-    uint64_t *st = row_states(rows, seed, index, stream);
-    sf_tensor *pd = masked(p, drop, st, rows, loc);
-    sf_free(st);
-    sf_release(p);
-    p = pd;
-  }
-  sf_tensor *o = sf__t_matmul(p, vh, loc);                    /* (B, H, T, D/H) */
-  sf_tensor *ot = sf__t_transpose(o, 1, 2, loc);              /* (B, T, H, D/H) */
-  sf_tensor *out = sf__t_reshape(ot, 3, q->shape, loc);       /* (B, T, D) */
-  sf_tensor *tmp[] = {qh, kh, vh, kt, scores, p, o, ot};
-  for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
-    sf_release(tmp[i]);
-  return out;
-}
-
-/* ------------------------------------------------------ t[i], t[a..b] */
-
-/* Zeros of the source's shape with g in the rows the view covered (n->i0
- * the first; n->i1 how many, or -1 for t[i], whose axis is dropped). */
-void sf__gpu_bw_narrow(sf__node *n, sf_tensor *g) {
-  sf_tensor *x = n->in[0];
-  sf_tensor *z = sf__t_dzeros(x->ndim, x->shape, NULL);
-  int32_t axis = (int32_t)n->i2;
-  bool drop = n->i1 < 0; /* a select: the axis is not in g */
-  int64_t shape[SF__TMAX], st[SF__TMAX];
-  int32_t nd = 0;
-  for (int32_t d = 0; d < x->ndim; d++) {
-    if (d == axis && drop)
-      continue;
-    shape[nd] = d == axis ? n->i1 : x->shape[d];
-    st[nd++] = z->strides[d];
-  }
-  int64_t count = 1;
-  for (int32_t i = 0; i < nd; i++)
-    count *= shape[i];
-  if (count)
-    copy_nd(dptr(g, NULL), g->strides, dptr(z, NULL) + (uint64_t)(n->i0 * z->strides[axis]) * 4u,
-            st, nd, shape, NULL);
-  sf__t_dwrote(z);
-  sf__grad_add(x, z);
-}
-
-/* ------------------------------------------------------- cat, stack */
-
-/* The offset (in floats, from r's first element) of input k's region in a
- * stack or cat result r: r[k], or r narrowed along axis from start. */
-static int64_t region_off(const sf_tensor *r, bool stack, int32_t axis, int64_t k,
-                          int64_t start) {
-  return stack ? k * r->strides[0] : start * r->strides[axis];
-}
-
-/* Each input's gradient is its region of g, copied out contiguous.  n->i0
- * is the axis, n->i1 1 for a stack. */
-static void bw_join(sf__node *n, sf_tensor *g) {
-  bw_enter(n, g);
-  bool stack = n->i1 != 0;
-  int32_t axis = (int32_t)n->i0;
-  int64_t start = 0;
-  uint64_t pg = dptr(g, NULL);
-  for (int32_t k = 0; k < n->nmore; k++) {
-    sf_tensor *in = n->more[k];
-    int64_t off = region_off(g, stack, axis, k, start);
-    start += stack ? 0 : in->shape[axis];
-    if (!in->req)
-      continue;
-    sf_tensor *c = sf__t_dempty(in->ndim, in->shape, NULL);
-    const int64_t *gst = stack ? g->strides + 1 : g->strides;
-    copy_nd(pg + (uint64_t)off * 4u, gst, dptr(c, NULL), c->strides, in->ndim, in->shape, NULL);
-    sf__t_dwrote(c);
-    sf__grad_add(in, c);
-  }
-}
-
-sf_tensor *sf__gpu_join(sf_tensor **in, int64_t n, bool stack, int32_t axis, int32_t nd,
-                        const int64_t *shape, const sf_loc *loc) {
-  sf_tensor *out = sf__t_dempty(nd, shape, loc);
-  uint64_t po = dptr(out, loc);
-  const int64_t *ost = stack ? out->strides + 1 : out->strides;
-  int64_t start = 0;
-  for (int64_t k = 0; k < n; k++) {
-    int64_t off = region_off(out, stack, axis, k, start);
-    start += stack ? 0 : in[k]->shape[axis];
-    if (in[k]->numel)
-      copy_nd(dptr(in[k], loc), in[k]->strides, po + (uint64_t)off * 4u, ost, in[k]->ndim,
-              in[k]->shape, loc);
-  }
-  sf__t_dwrote(out);
-  sf__node *nd_ = sf__record_n(stack ? "stack" : "cat", out, bw_join, in, (int32_t)n);
-  if (nd_) {
-    nd_->i0 = axis;
-    nd_->i1 = stack;
-  }
+  keep->saved = p;
   return out;
 }

@@ -1,24 +1,24 @@
 /*
- * gpu_ops.c — the GPU versions of the core tensor ops (docs/nn.md, "GPU"):
- * broadcasting + - * /, tensor op scalar, negation, the activations,
- * reductions, reduce_to, strided copies, matmul (cuBLAS, batched, bf16
- * under autocast), Linear forward and backward, SGD, AdamW and
- * clip_grad_norm, each forward with its device backward rule.
+ * gpu_ops.c — the GPU kernels of the core tensor ops (docs/nn.md, "GPU"),
+ * the GPU's entries of the device kernel table (nn.h, "dev.c"):
+ * broadcasting + - * /, tensor op scalar, the activations and their
+ * gradients, reductions and their spread back, reduce_to, strided copies,
+ * matmul (cuBLAS, batched, bf16 under autocast), Linear's products and
+ * their gradients, and the SGD, AdamW and clip_grad_norm steps.
  *
- * Each CPU op calls its GPU version from one hook line after its checks
- * (`if (sf__nn_gpu_here(loc)) return sf__gpu_<op>(...)`), so shapes and
- * error messages are the CPU path's own.  Results are device tensors
+ * The ops themselves (their checks, their nodes and their one backward
+ * rule each) live in their family files (elementwise.c, reduce.c,
+ * matmul.c); this file only launches.  Results are device tensors
  * (sf__t_dempty); inputs come through sf__t_dptr (a host input is uploaded
  * once and keeps its device copy); kernels (kernels/nn.cu) and cuBLAS go on
  * stream 0 and nothing here waits for them: no function in this file reads
  * a value back, except clip_grad_norm's f64 result, which its caller asked
  * for.
  *
- * Key design choice: the backward rules are written with the public ops
- * (sf__t_binary, sf__t_reduce_to, ...) wherever the CPU rule is, so they
- * dispatch to the device in the same GPU context and are the CPU rules
- * formula for formula; only what needs a kernel of its own (activation
- * gradients, a reduction's spread, products) launches one here.
+ * Key design choice: an entry does what its CPU twin does, formula for
+ * formula, on the device; where a rule is written with the public ops
+ * (sf__t_binary, sf__t_reduce_to, ...) those dispatch to the device in the
+ * same GPU context, so only what needs a kernel of its own is here.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -41,7 +41,6 @@ typedef struct {
   int64_t rshape[SF__TMAX], rst[SF__TMAX];
   int64_t nout, nred, parts;
 } gred;
-enum { R_SUM = 0, R_MEAN = 1, R_MAX = 2, R_SUMSQ = 3 };
 
 static void *kern(const char *entry, const sf_loc *loc) {
   int block;
@@ -58,12 +57,6 @@ static void launch_n(const char *entry, int64_t n, void **params, const sf_loc *
 
 static uint64_t dp(const sf_tensor *t, const sf_loc *loc) { return sf__t_dptr((sf_tensor *)t, loc); }
 
-/* A backward rule of a GPU node run outside a GPU context (the loss taken
- * to another call): the device of g's values becomes this thread's. */
-static void bw_enter(const sf_tensor *g) {
-  if (!sf__nn_gpu_here(NULL) && g->st->dev)
-    sf__gpu_use_device(g->st->gpu - 1);
-}
 
 /* --------------------------------------------------------- index spaces */
 
@@ -207,8 +200,8 @@ void sf__gpu_copy_into(sf_tensor *dst, const sf_tensor *src) {
 /* ---------------------------------------------------------- elementwise */
 
 /* out (contiguous, of the broadcast shape) = a op b. */
-static void binary_into(int32_t op, sf_tensor *out, const sf_tensor *a, const sf_tensor *b,
-                        const sf_loc *loc) {
+void sf__gpu_binary(int32_t op, sf_tensor *out, const sf_tensor *a, const sf_tensor *b,
+                    const sf_loc *loc) {
   int64_t n = out->numel;
   if (n == 0)
     return;
@@ -231,8 +224,8 @@ static void binary_into(int32_t op, sf_tensor *out, const sf_tensor *a, const sf
 }
 
 /* out = a op s (left: s op a), a new device tensor of a's shape. */
-static sf_tensor *scalar_raw(int32_t op, const sf_tensor *a, float s, bool left,
-                             const sf_loc *loc) {
+sf_tensor *sf__gpu_scalar(int32_t op, const sf_tensor *a, float s, bool left,
+                          const sf_loc *loc) {
   sf_tensor *out = sf__t_dempty(a->ndim, a->shape, loc);
   int64_t n = out->numel;
   if (n) {
@@ -250,101 +243,27 @@ static sf_tensor *scalar_raw(int32_t op, const sf_tensor *a, float s, bool left,
   return out;
 }
 
-static const char *op_name(int32_t op) {
-  switch (op) {
-  case SF_TOP_ADD: return "add";
-  case SF_TOP_SUB: return "sub";
-  case SF_TOP_MUL: return "mul";
-  default: return "div";
-  }
-}
-
-/* elementwise.c's rule: its ops run on the device in a GPU call (and read
- * back otherwise, after the device of g is made current). */
-static void bw_binary(sf__node *n, sf_tensor *g) {
-  bw_enter(g);
-  sf__bw_binary(n, g);
-}
-
-sf_tensor *sf__gpu_binary(int32_t op, sf_tensor *a, sf_tensor *b, int32_t nd,
-                          const int64_t *shape, const sf_loc *loc) {
-  sf_tensor *out = sf__t_dempty(nd, shape, loc);
-  binary_into(op, out, a, b, loc);
-  sf__node *n = sf__record(op_name(op), out, bw_binary, a, b);
-  if (n)
-    n->i0 = op;
-  return out;
-}
-
-static void bw_scalar(sf__node *n, sf_tensor *g) {
-  bw_enter(g);
-  sf_tensor *a = n->in[0];
-  bool left = n->i1 != 0;
-  float s = n->f0;
-  sf_tensor *ga;
-  switch ((int32_t)n->i0) {
-  case SF_TOP_ADD: ga = (sf_retain(g), g); break;
-  case SF_TOP_SUB: ga = left ? scalar_raw(SF_TOP_MUL, g, -1.0f, false, NULL) : (sf_retain(g), g); break;
-  case SF_TOP_MUL: ga = scalar_raw(SF_TOP_MUL, g, s, false, NULL); break;
-  default:
-    if (!left)
-      ga = scalar_raw(SF_TOP_DIV, g, s, false, NULL);
-    else { /* d(s / a) = -s / a^2 */
-      sf_tensor *a2 = sf__t_binary(SF_TOP_MUL, a, a, NULL);
-      sf_tensor *q = sf__t_binary(SF_TOP_DIV, g, a2, NULL);
-      ga = scalar_raw(SF_TOP_MUL, q, -s, false, NULL);
-      sf_release(a2);
-      sf_release(q);
-    }
-    break;
-  }
-  sf__grad_add(a, ga);
-}
-
-sf_tensor *sf__gpu_scalar(int32_t op, sf_tensor *a, float s, bool left, const sf_loc *loc) {
-  sf_tensor *out = scalar_raw(op, a, s, left, loc);
-  sf__node *n = sf__record(op_name(op), out, bw_scalar, a, NULL);
-  if (n) {
-    n->i0 = op;
-    n->i1 = left;
-    n->f0 = s;
-  }
-  return out;
-}
-
-static void bw_neg(sf__node *n, sf_tensor *g) {
-  bw_enter(g);
-  sf__grad_add(n->in[0], scalar_raw(SF_TOP_MUL, g, -1.0f, false, NULL));
-}
-
-sf_tensor *sf__gpu_neg(sf_tensor *a, const sf_loc *loc) {
-  sf_tensor *out = scalar_raw(SF_TOP_MUL, a, -1.0f, false, loc);
-  sf__record("neg", out, bw_neg, a, NULL);
-  return out;
-}
-
 /* ---------------------------------------------------------- activations */
 
-static void bw_unary(sf__node *n, sf_tensor *g) {
-  bw_enter(g);
-  int32_t kind = (int32_t)n->i0;
-  sf_tensor *x = sf__gpu_contig(n->in[0]), *gc = sf__gpu_contig(g);
+/* dx = f'(x) g (y: the output, for the kinds whose rule reads it). */
+sf_tensor *sf__gpu_unary_bw(int32_t kind, const sf_tensor *g, const sf_tensor *x,
+                            const sf_tensor *y) {
+  sf_tensor *gc = sf__gpu_contig((sf_tensor *)g);
   sf_tensor *dx = sf__t_dempty(x->ndim, x->shape, NULL);
   int64_t len = dx->numel;
   if (len) {
     uint64_t pd = dp(dx, NULL), pg = dp(gc, NULL), px = dp(x, NULL);
-    uint64_t py = n->saved ? dp(n->saved, NULL) : 0;
+    uint64_t py = y ? dp(y, NULL) : 0;
     void *args[] = {&pd, &pg, &px, &py, &len, &kind};
     launch_n("sf_nn_unary_bw", len, args, NULL);
   }
   sf__t_dwrote(dx);
-  sf_release(x);
   sf_release(gc);
-  sf__grad_add(n->in[0], dx);
+  return dx;
 }
 
-sf_tensor *sf__gpu_unary(int32_t kind, sf_tensor *a, const sf_loc *loc) {
-  sf_tensor *x = sf__gpu_contig(a);
+/* y = f(x), x contiguous. */
+sf_tensor *sf__gpu_unary(int32_t kind, const sf_tensor *x, const sf_loc *loc) {
   sf_tensor *out = sf__t_dempty(x->ndim, x->shape, loc);
   int64_t len = out->numel;
   if (len) {
@@ -353,13 +272,6 @@ sf_tensor *sf__gpu_unary(int32_t kind, sf_tensor *a, const sf_loc *loc) {
     launch_n("sf_nn_unary", len, args, loc);
   }
   sf__t_dwrote(out);
-  sf_release(x);
-  sf__node *n = sf__record(sf__unary_name(kind), out, bw_unary, a, NULL);
-  if (n) {
-    n->i0 = kind;
-    if (sf__unary_uses_output(kind))
-      n->saved = sf__t_view(out, out->ndim, out->shape, out->strides, out->offset);
-  }
   return out;
 }
 
@@ -386,15 +298,15 @@ static void run_reduce(int32_t kind, float div, uint64_t y, uint64_t yi, uint64_
     int64_t np = r.nout * parts;
     int32_t dev = sf__gpu_current_device();
     uint64_t pv = sf__dev_alloc((size_t)np * sizeof(float), loc);
-    uint64_t pi = kind == R_MAX ? sf__dev_alloc((size_t)np * 8, loc) : 0;
+    uint64_t pi = kind == SF__R_MAX ? sf__dev_alloc((size_t)np * 8, loc) : 0;
     r.parts = parts;
-    int32_t k1 = kind == R_MEAN ? R_SUM : kind;
+    int32_t k1 = kind == SF__R_MEAN ? SF__R_SUM : kind;
     float one = 1.0f;
     void *a1[] = {&pv, &pi, &x, &none, &k1, &one, &r};
     sf__nn_launch(f, np, NB, 0, a1, loc);
     gred r2 = {.nk = 1, .nr = 1, .kshape = {r.nout}, .kst = {parts}, .rshape = {parts},
                .rst = {1}, .nout = r.nout, .nred = parts, .parts = 1};
-    int32_t k2 = kind == R_SUMSQ ? R_SUM : kind;
+    int32_t k2 = kind == SF__R_SUMSQ ? SF__R_SUM : kind;
     void *a2[] = {&y, &yi, &pv, &pi, &k2, &div, &r2};
     sf__nn_launch(f, r.nout, NB, 0, a2, loc);
     /* Freed to the cache at once: stream order keeps the block until the
@@ -452,8 +364,7 @@ static void split(const sf_tensor *t, int32_t ax, int64_t *outer, int64_t *n, in
 
 /* The gradient spread back over the reduced axis (or everything: i1 < 0);
  * max's indices are saved as a device buffer of i64 in n->saved. */
-static void bw_reduce(sf__node *n, sf_tensor *g) {
-  bw_enter(g);
+sf_tensor *sf__gpu_reduce_bw(const sf__node *n, sf_tensor *g) {
   sf_tensor *x = n->in[0];
   int32_t kind = (int32_t)n->i0;
   int64_t outer = 1, len = x->numel, inner = 1;
@@ -461,7 +372,7 @@ static void bw_reduce(sf__node *n, sf_tensor *g) {
     split(x, (int32_t)n->i1, &outer, &len, &inner);
   sf_tensor *gc = sf__gpu_contig(g);
   sf_tensor *dx;
-  if (kind == R_MAX) {
+  if (kind == SF__R_MAX) {
     dx = sf__t_dzeros(x->ndim, x->shape, NULL);
     int64_t total = outer * inner;
     if (total) {
@@ -471,7 +382,7 @@ static void bw_reduce(sf__node *n, sf_tensor *g) {
     }
   } else {
     dx = sf__t_dempty(x->ndim, x->shape, NULL);
-    float scale = kind == R_MEAN ? 1.0f / (float)len : 1.0f;
+    float scale = kind == SF__R_MEAN ? 1.0f / (float)len : 1.0f;
     if (dx->numel) {
       uint64_t pd = dp(dx, NULL), pg = dp(gc, NULL);
       void *args[] = {&pd, &pg, &outer, &len, &inner, &scale};
@@ -480,19 +391,14 @@ static void bw_reduce(sf__node *n, sf_tensor *g) {
   }
   sf__t_dwrote(dx);
   sf_release(gc);
-  sf__grad_add(x, dx);
+  return dx;
 }
 
-sf_tensor *sf__gpu_reduce(int32_t kind, sf_tensor *a, int32_t ax, const sf_loc *loc) {
-  const char *name = kind == SF__R_SUM ? "sum" : kind == SF__R_MEAN ? "mean" : "max";
+sf_tensor *sf__gpu_reduce(int32_t kind, sf_tensor *a, int32_t ax, int32_t nd,
+                          const int64_t *shape, sf__keep *keep_, const sf_loc *loc) {
   bool keep[SF__TMAX] = {false};
-  int32_t nd = 0;
-  int64_t shape[SF__TMAX] = {0};
-  for (int32_t i = 0; i < a->ndim; i++) {
+  for (int32_t i = 0; i < a->ndim; i++)
     keep[i] = ax >= 0 && i != ax;
-    if (keep[i])
-      shape[nd++] = a->shape[i];
-  }
   gred r = reduction_of(a, keep);
   sf_tensor *out = sf__t_dempty(nd, shape, loc);
   sf_tensor *idx = NULL; /* max: the reduced position of each output, as i64 */
@@ -505,14 +411,7 @@ sf_tensor *sf__gpu_reduce(int32_t kind, sf_tensor *a, int32_t ax, const sf_loc *
   sf__t_dwrote(out);
   if (idx)
     sf__t_dwrote(idx);
-  sf__node *node = sf__record(name, out, bw_reduce, a, NULL);
-  if (node) {
-    node->i0 = kind;
-    node->i1 = ax;
-    node->saved = idx;
-  } else {
-    sf_release(idx);
-  }
+  keep_->saved = idx;
   return out;
 }
 
@@ -533,7 +432,7 @@ sf_tensor *sf__gpu_reduce_to(sf_tensor *g, int32_t ndim, const int64_t *shape) {
   gred r = reduction_of(g, keep);
   sf_tensor *out = sf__t_dempty(ndim, shape, NULL);
   if (out->numel)
-    run_reduce(R_SUM, 1.0f, dp(out, NULL), 0, dp(g, NULL), r, NULL);
+    run_reduce(SF__R_SUM, 1.0f, dp(out, NULL), 0, dp(g, NULL), r, NULL);
   sf__t_dwrote(out);
   return out;
 }
@@ -681,43 +580,37 @@ static sf_tensor *last2_t(sf_tensor *x) { return sf__t_transpose(x, x->ndim - 2,
 
 /* dA = G · Bᵀ, dB = Aᵀ · G, each summed over the batch dimensions its
  * operand was broadcast along; bf16 products when the forward's was. */
-static void bw_matmul(sf__node *n, sf_tensor *g) {
-  bw_enter(g);
+void sf__gpu_matmul_bw(const sf__node *n, sf_tensor *g, sf_tensor **d) {
   sf_tensor *a = n->in[0], *b = n->in[1];
   bool bf16 = n->i0 != 0;
+  d[0] = d[1] = NULL;
   if (a->req) {
     sf_tensor *bt = last2_t(b);
-    sf_tensor *ga = bmm_raw(g, bt, bf16);
-    sf__grad_add(a, sf__t_reduce_to(ga, a->ndim, a->shape));
-    sf_release(ga);
+    d[0] = bmm_raw(g, bt, bf16);
     sf_release(bt);
   }
   if (b->req) {
     sf_tensor *at = last2_t(a);
-    sf_tensor *gb = bmm_raw(at, g, bf16);
-    sf__grad_add(b, sf__t_reduce_to(gb, b->ndim, b->shape));
-    sf_release(gb);
+    d[1] = bmm_raw(at, g, bf16);
     sf_release(at);
   }
 }
 
-sf_tensor *sf__gpu_matmul(sf_tensor *a, sf_tensor *b, int32_t nd, const int64_t *shape,
+sf_tensor *sf__gpu_matmul(sf_tensor *a, sf_tensor *b, int32_t nd, const int64_t *shape, bool bf16,
                           const sf_loc *loc) {
   sf_tensor *c = sf__t_dempty(nd, shape, loc);
-  bool bf16 = sf__autocast;
   bmm_into(c, a, b, bf16, loc);
-  sf__node *n = sf__record("matmul", c, bw_matmul, a, b);
-  if (n)
-    n->i0 = bf16;
   return c;
 }
 
 /* Linear's products over x (rows, in) and w (out, in), both contiguous;
- * with bias (Linear's, needing its gradient) the bias gradient too, in the
- * weight gradient's cuBLASLt call where it can be (else reduce_to). */
-static void bw_products(sf__node *n, sf_tensor *g, sf_tensor *bias) {
-  bw_enter(g);
+ * for Linear (a third input, its (out) bias, needing its gradient) the
+ * bias gradient too, into d[2], in the weight gradient's cuBLASLt call
+ * where it can be (else d[2] stays NULL and the rule reduces g). */
+void sf__gpu_matmul_nt_bw(const sf__node *n, sf_tensor *g, sf_tensor **d) {
+  sf_tensor *bias = n->nin == 3 && n->in[2]->req ? n->in[2] : NULL;
   sf_tensor *x = n->in[0], *w = n->in[1];
+  d[0] = d[1] = NULL;
   bool bf16 = n->i0 != 0;
   int64_t out = w->shape[0], in = w->shape[1], rows = out ? g->numel / out : 0;
   sf_tensor *gc = sf__gpu_contig(g);
@@ -729,7 +622,7 @@ static void bw_products(sf__node *n, sf_tensor *g, sf_tensor *bias) {
          out * in, 0.0f, dp(gx, NULL), in, 0, 1, NULL);
     sf__t_dwrote(gx);
     sf_release(wc);
-    sf__grad_add(x, gx);
+    d[0] = gx;
   }
   if (w->req) {
     sf_tensor *xc = sf__gpu_contig(x);
@@ -747,19 +640,14 @@ static void bw_products(sf__node *n, sf_tensor *g, sf_tensor *bias) {
            rows * in, 0.0f, dp(gw, NULL), in, 0, 1, NULL);
     sf__t_dwrote(gw);
     sf_release(xc);
-    sf__grad_add(w, gw);
+    d[1] = gw;
     if (gb) {
       sf__t_dwrote(gb);
-      sf__grad_add(bias, gb);
-      bias = NULL;
+      d[2] = gb;
     }
   }
   sf_release(gc);
-  if (bias)
-    sf__grad_add(bias, sf__t_reduce_to(g, 1, bias->shape));
 }
-
-static void bw_matmul_nt(sf__node *n, sf_tensor *g) { bw_products(n, g, NULL); }
 
 /* y (..., out) = x wᵀ (+ the bias rows already in y when beta is 1). */
 static void linear_product(sf_tensor *y, sf_tensor *x, sf_tensor *w, float beta, bool bf16,
@@ -783,31 +671,23 @@ static void out_shape(const sf_tensor *x, const sf_tensor *w, int64_t *shape) {
   shape[x->ndim - 1] = w->shape[0];
 }
 
-sf_tensor *sf__gpu_matmul_nt(sf_tensor *x, sf_tensor *w, const sf_loc *loc) {
+sf_tensor *sf__gpu_matmul_nt(sf_tensor *x, sf_tensor *w, bool bf16, const sf_loc *loc) {
   int64_t shape[SF__TMAX];
   out_shape(x, w, shape);
   sf_tensor *y = sf__t_dempty(x->ndim, shape, loc);
-  bool bf16 = sf__autocast;
   linear_product(y, x, w, 0.0f, bf16, loc);
   sf__t_dwrote(y);
-  sf__node *n = sf__record("linear", y, bw_matmul_nt, x, w);
-  if (n)
-    n->i0 = bf16;
   return y;
 }
 
-static void bw_linear(sf__node *n, sf_tensor *g) {
-  sf_tensor *b = n->in[2];
-  bw_products(n, g, b->req ? b : NULL);
-}
-
-sf_tensor *sf__gpu_linear(sf_tensor *x, sf_tensor *w, sf_tensor *b, const sf_loc *loc) {
+sf_tensor *sf__gpu_linear(sf_tensor *x, sf_tensor *w, sf_tensor *b, bool bf16,
+                          const sf_loc *loc) {
   int64_t shape[SF__TMAX];
   out_shape(x, w, shape);
   sf_tensor *y = sf__t_dempty(x->ndim, shape, loc);
   int64_t out = w->shape[0], rows = out ? y->numel / out : 0;
   sf_tensor *bc = sf__gpu_contig(b);
-  bool bf16 = sf__autocast, fused = false;
+  bool fused = false;
   int64_t in = w->shape[1];
   if (!bf16 && y->numel && in) { /* one cuBLASLt call with the bias epilogue */
     sf_tensor *xc = sf__gpu_contig(x), *wc = sf__gpu_contig(w);
@@ -825,9 +705,6 @@ sf_tensor *sf__gpu_linear(sf_tensor *x, sf_tensor *w, sf_tensor *b, const sf_loc
     linear_product(y, x, w, 1.0f, bf16, loc);
   sf__t_dwrote(y);
   sf_release(bc);
-  sf__node *n = sf__record3("linear", y, bw_linear, x, w, b);
-  if (n)
-    n->i0 = bf16;
   return y;
 }
 
@@ -942,7 +819,7 @@ sf_tensor *sf__gpu_clip_grad_norm(sf_array *ps, double max_norm, const sf_loc *l
     if (!g || !g->numel)
       continue;
     bool keep[SF__TMAX] = {false};
-    run_reduce(R_SUMSQ, 1.0f, pss + (uint64_t)i * 4, 0, dp(g, loc), reduction_of(g, keep), loc);
+    run_reduce(SF__R_SUMSQ, 1.0f, pss + (uint64_t)i * 4, 0, dp(g, loc), reduction_of(g, keep), loc);
   }
   sf__t_dwrote(ss);
   sf_tensor *out = sf__t_dempty(1, (int64_t[]){2}, loc);

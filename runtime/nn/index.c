@@ -42,12 +42,11 @@ static sf_tensor *narrow_view(const sf_tensor *t, int32_t axis, int64_t start, i
  * forward view covered (n->i2 the axis, n->i0 its first index, n->i1 the
  * length taken or -1 for a select, whose axis is dropped). */
 static void bw_narrow(sf__node *n, sf_tensor *g) {
-  if (sf__nn_gpu_here(NULL))
-    return sf__gpu_bw_narrow(n, g);
+  const sf__nn_dev *D = sf__nn_dev_of(n, g);
   sf_tensor *x = n->in[0];
-  sf_tensor *z = sf__t_zeros(x->ndim, x->shape, NULL);
+  sf_tensor *z = D->zeros(x->ndim, x->shape, NULL);
   sf_tensor *v = narrow_view(z, (int32_t)n->i2, n->i0, n->i1);
-  sf__t_assign(v, g);
+  D->assign(v, g);
   sf_release(v);
   sf__grad_add(x, z);
 }
@@ -279,6 +278,7 @@ static sf_tensor *region(const sf_tensor *r, bool stack, int32_t axis, int64_t k
 /* Each input's gradient is its region of g, made contiguous.  n->i0 is
  * the axis, n->i1 1 for a stack. */
 static void bw_join(sf__node *n, sf_tensor *g) {
+  const sf__nn_dev *D = sf__nn_dev_of(n, g);
   int64_t start = 0;
   for (int32_t k = 0; k < n->nmore; k++) {
     sf_tensor *in = n->more[k];
@@ -288,7 +288,7 @@ static void bw_join(sf__node *n, sf_tensor *g) {
       sf_release(v);
       continue;
     }
-    sf_tensor *c = sf__t_contig(v);
+    sf_tensor *c = D->contig(v);
     sf_release(v);
     sf__grad_add(in, c);
   }
@@ -340,14 +340,14 @@ static sf_tensor *join(sf_array *ts, bool stack, int64_t axis_arg, const sf_loc 
     memcpy(shape, t0->shape, sizeof(int64_t) * (size_t)nd);
     shape[axis] = total;
   }
-  if (sf__nn_gpu_here(loc))
-    return sf__gpu_join(in, n, stack, axis, nd, shape, loc);
-  sf_tensor *out = sf__t_empty(nd, shape, loc);
+  const sf__nn_dev *D = sf__nn_dev_here(loc);
+  sf_tensor *out = D->empty(nd, shape, loc);
   int64_t start = 0;
   for (int64_t k = 0; k < n; k++) {
     sf_tensor *v = region(out, stack, axis, k, start, in[k]);
     start += stack ? 0 : in[k]->shape[axis];
-    sf__t_assign(v, in[k]);
+    if (in[k]->numel)
+      D->assign(v, in[k]);
     sf_release(v);
   }
   sf__node *nd_ = sf__record_n(op, out, bw_join, in, (int32_t)n);

@@ -56,7 +56,7 @@ static int64_t prod(int32_t nd, const int64_t *shape) {
 /* ---------------------------------------------------------- embedding */
 
 /* dW: the upstream rows added into the rows the ids picked. */
-static void bw_embedding(sf__node *n, sf_tensor *g) {
+sf_tensor *sf__cpu_embedding_bw(const sf__node *n, sf_tensor *g) {
   sf_tensor *w = n->in[0];
   int64_t dim = w->shape[1], count = n->targets->len;
   const int64_t *ids = n->targets->data;
@@ -66,7 +66,25 @@ static void bw_embedding(sf__node *n, sf_tensor *g) {
   for (int64_t i = 0; i < count; i++)
     for (int64_t j = 0; j < dim; j++)
       d[ids[i] * dim + j] += gd[i * dim + j];
-  sf__grad_add(w, dw);
+  return dw;
+}
+
+static void bw_embedding(sf__node *n, sf_tensor *g) {
+  sf__grad_add(n->in[0], sf__nn_dev_of(n, g)->embedding_bw(n, g));
+}
+
+sf_tensor *sf__cpu_embedding(sf_tensor *weight, sf_array *ids, int32_t nd, const int64_t *dims,
+                             sf__keep *keep, const sf_loc *loc) {
+  (void)keep;
+  int64_t count = ids ? ids->len : 0, dim = weight->shape[1];
+  const int64_t *id = count ? ids->data : NULL;
+  sf_tensor *w = sf__t_contig(weight), *out = sf__t_empty(nd, dims, loc);
+  const float *wd = sf__t_data(w);
+  float *o = sf__t_data(out);
+  for (int64_t i = 0; i < count; i++)
+    memcpy(o + i * dim, wd + id[i] * dim, (size_t)dim * sizeof(float));
+  sf_release(w);
+  return out;
 }
 
 sf_tensor *sf__t_embedding(sf_tensor *weight, sf_array *ids, sf_array *shape, const sf_loc *loc) {
@@ -92,18 +110,15 @@ sf_tensor *sf__t_embedding(sf_tensor *weight, sf_array *ids, sf_array *shape, co
                        "for %" PRId64 " embeddings (weight shape %s)", id[i], i, num,
                        SF__SHP(weight, sb));
   dims[nd++] = dim;
-  if (sf__nn_gpu_here(loc))
-    return sf__gpu_embedding(weight, ids, nd, dims, loc);
-  sf_tensor *w = sf__t_contig(weight), *out = sf__t_empty(nd, dims, loc);
-  const float *wd = sf__t_data(w);
-  float *o = sf__t_data(out);
-  for (int64_t i = 0; i < count; i++)
-    memcpy(o + i * dim, wd + id[i] * dim, (size_t)dim * sizeof(float));
-  sf_release(w);
+  sf__keep keep = {0};
+  sf_tensor *out = sf__nn_dev_here(loc)->embedding(weight, ids, nd, dims, &keep, loc);
   sf__node *n = sf__record("embedding", out, bw_embedding, weight, NULL);
   if (n) {
     n->targets = ids;
     sf_retain(ids);
+    n->saved = keep.saved;
+  } else {
+    sf_release(keep.saved);
   }
   return out;
 }
@@ -298,7 +313,7 @@ static void bw_layer_norm_dwdb(void *vc, int64_t lo, int64_t hi) {
 
 /* With x̂ = (x - mean) rstd and ĝ = g w: dx = rstd (ĝ - mean(ĝ) - x̂
  * mean(ĝ x̂)), dw = Σ_rows g x̂, db = Σ_rows g. */
-static void bw_layer_norm(sf__node *n, sf_tensor *g) {
+void sf__cpu_layer_norm_bw(const sf__node *n, sf_tensor *g, sf_tensor **grads) {
   sf_tensor *x = sf__t_contig(n->in[0]), *w = sf__t_contig(n->in[1]);
   int64_t d = x->shape[x->ndim - 1], rows = d ? x->numel / d : 0;
   sf_tensor *dx = sf__t_like(x), *dw = sf__t_zeros(1, &d, NULL), *db = sf__t_zeros(1, &d, NULL);
@@ -322,9 +337,32 @@ static void bw_layer_norm(sf__node *n, sf_tensor *g) {
   sf_release(part);
   sf_release(x);
   sf_release(w);
-  sf__grad_add(n->in[0], dx);
-  sf__grad_add(n->in[1], dw);
-  sf__grad_add(n->in[2], db);
+  grads[0] = dx;
+  grads[1] = dw;
+  grads[2] = db;
+}
+
+static void bw_layer_norm(sf__node *n, sf_tensor *g) {
+  sf_tensor *d[3];
+  sf__nn_dev_of(n, g)->layer_norm_bw(n, g, d);
+  for (int i = 0; i < 3; i++)
+    sf__grad_add(n->in[i], d[i]);
+}
+
+sf_tensor *sf__cpu_layer_norm(sf_tensor *x, sf_tensor *weight, sf_tensor *bias, double eps,
+                              sf__keep *keep, const sf_loc *loc) {
+  int64_t d = x->shape[x->ndim - 1];
+  sf_tensor *xc = sf__t_contig(x), *wc = sf__t_contig(weight), *bc = sf__t_contig(bias);
+  int64_t rows = d ? x->numel / d : 0, ss[2] = {rows, 2};
+  sf_tensor *out = sf__t_like(xc), *stats = sf__t_empty(2, ss, loc);
+  ln_ctx c = {.x = sf__t_data(xc), .w = sf__t_data(wc), .b = sf__t_data(bc),
+              .y = sf__t_data(out), .stats = sf__t_data(stats), .rows = rows, .d = d, .eps = eps};
+  over_rows(rows, d, LN_FWD, &c);
+  sf_release(xc);
+  sf_release(wc);
+  sf_release(bc);
+  keep->saved = stats;
+  return out;
 }
 
 sf_tensor *sf__t_layer_norm(sf_tensor *x, sf_tensor *weight, sf_tensor *bias, double eps,
@@ -343,33 +381,57 @@ sf_tensor *sf__t_layer_norm(sf_tensor *x, sf_tensor *weight, sf_tensor *bias, do
                      SF__SHP(bias, sb), d, SF__SHP(x, sx));
   if (!(eps > 0))
     sf_runtime_error(loc, "layer_norm: eps must be positive, not %g", eps);
-  if (sf__nn_gpu_here(loc))
-    return sf__gpu_layer_norm(x, weight, bias, eps, loc);
-  sf_tensor *xc = sf__t_contig(x), *wc = sf__t_contig(weight), *bc = sf__t_contig(bias);
-  int64_t rows = d ? x->numel / d : 0, ss[2] = {rows, 2};
-  sf_tensor *out = sf__t_like(xc), *stats = sf__t_empty(2, ss, loc);
-  ln_ctx c = {.x = sf__t_data(xc), .w = sf__t_data(wc), .b = sf__t_data(bc),
-              .y = sf__t_data(out), .stats = sf__t_data(stats), .rows = rows, .d = d, .eps = eps};
-  over_rows(rows, d, LN_FWD, &c);
-  sf_release(xc);
-  sf_release(wc);
-  sf_release(bc);
+  sf__keep keep = {0};
+  sf_tensor *out = sf__nn_dev_here(loc)->layer_norm(x, weight, bias, eps, &keep, loc);
   sf__node *n = sf__record3("layer_norm", out, bw_layer_norm, x, weight, bias);
   if (n)
-    n->saved = stats;
+    n->saved = keep.saved;
   else
-    sf_release(stats);
+    sf_release(keep.saved);
   return out;
 }
 
 /* ------------------------------------------------------------ dropout */
 
 static void bw_dropout(sf__node *n, sf_tensor *g) {
+  sf__nn_dev_of(n, g); /* a GPU node's device current: the product runs there */
   sf_tensor *dx = sf__t_binary(SF_TOP_MUL, g, n->saved, NULL);
   sf__grad_add(n->in[0], dx);
 }
 
 static sf_tensor *apply_mask(sf_tensor *x, sf_tensor *mask, double p, const sf_loc *loc);
+static sf_tensor *row_mask(sf_tensor *x, int64_t seed, sf_array *index, int64_t stream);
+
+/* x times the mask, one dropout node holding it (each device's own). */
+static sf_tensor *dropout_rec(sf_tensor *x, double p, int64_t seed, sf_array *index,
+                              int64_t stream, const sf_loc *loc) {
+  sf__keep keep = {0};
+  sf_tensor *out = sf__nn_dev_here(loc)->dropout(x, p, seed, index, stream, &keep, loc);
+  sf__node *n = sf__record("dropout", out, bw_dropout, x, NULL);
+  if (n)
+    n->saved = keep.saved;
+  else
+    sf_release(keep.saved);
+  return out;
+}
+
+sf_tensor *sf__cpu_dropout(sf_tensor *x, double p, int64_t seed, sf_array *index, int64_t stream,
+                           sf__keep *keep, const sf_loc *loc) {
+  sf_tensor *mask;
+  if (index) {
+    mask = row_mask(x, seed, index, stream);
+  } else {
+    /* The mask from a uniform draw of x's shape: kept where u >= p, so a
+     * seed gives the same mask on every run, and each kept value is
+     * scaled by 1/(1 - p) as torch does, so the expectation is unchanged. */
+    sf_array *shape = sf_array_new(&sf_type_i64, x->ndim, loc);
+    memcpy(shape->data, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    mask = sf_std_nn_uniform(shape, 0.0f, 1.0f, seed, loc);
+    sf_release(shape);
+  }
+  keep->saved = mask;
+  return apply_mask(x, mask, p, loc);
+}
 
 sf_tensor *sf__t_dropout(sf_tensor *x, double p, int64_t seed, bool training, const sf_loc *loc) {
   sf__t_arg(x, "dropout", loc);
@@ -379,20 +441,11 @@ sf_tensor *sf__t_dropout(sf_tensor *x, double p, int64_t seed, bool training, co
     sf_retain(x);
     return x;
   }
-  if (sf__nn_gpu_here(loc))
-    return sf__gpu_dropout(x, p, seed, loc);
-  /* The mask from a uniform draw of x's shape: kept where u >= p, so a
-   * seed gives the same mask on every run, and each kept value is scaled
-   * by 1/(1 - p) as torch does, so the expectation is unchanged. */
-  sf_array *shape = sf_array_new(&sf_type_i64, x->ndim, loc);
-  memcpy(shape->data, x->shape, sizeof(int64_t) * (size_t)x->ndim);
-  sf_tensor *mask = sf_std_nn_uniform(shape, 0.0f, 1.0f, seed, loc);
-  sf_release(shape);
-  return apply_mask(x, mask, p, loc);
+  return dropout_rec(x, p, seed, NULL, 0, loc);
 }
 
-/* x times the mask made from mask's uniform draws: kept where u >= p,
- * scaled by 1/(1 - p); one dropout node holding the mask. */
+/* x times the mask made from mask's uniform draws (in place: kept where
+ * u >= p, scaled by 1/(1 - p)). */
 typedef struct {
   float *m;
   double p;
@@ -413,11 +466,6 @@ static sf_tensor *apply_mask(sf_tensor *x, sf_tensor *mask, double p, const sf_l
   sf__no_grad = true; /* the product is this op's node, not mul's */
   sf_tensor *out = sf__t_binary(SF_TOP_MUL, x, mask, loc);
   sf__no_grad = saved;
-  sf__node *n = sf__record("dropout", out, bw_dropout, x, NULL);
-  if (n)
-    n->saved = mask;
-  else
-    sf_release(mask);
   return out;
 }
 
@@ -475,9 +523,7 @@ sf_tensor *sf__t_dropout_rows(sf_tensor *x, double p, int64_t seed, sf_array *in
     sf_retain(x);
     return x;
   }
-  if (sf__nn_gpu_here(loc))
-    return sf__gpu_dropout_rows(x, p, seed, index, stream, loc);
-  return apply_mask(x, row_mask(x, seed, index, stream), p, loc);
+  return dropout_rec(x, p, seed, index, stream, loc);
 }
 
 /* ---------------------------------------------------------- attention */
@@ -665,18 +711,23 @@ static void bw_masked_softmax_chunk(void *vc, int64_t lo, int64_t hi) {
   softmax_bw_rows(c->x + lo * s, c->g + lo * s, c->y + lo * s, hi - lo, s, c->scale);
 }
 
-static void bw_masked_softmax(sf__node *n, sf_tensor *g) {
+sf_tensor *sf__cpu_masked_softmax_bw(const sf__node *n, sf_tensor *g) {
   sf_tensor *y = n->saved;
   int64_t s = y->shape[y->ndim - 1], rows = s ? y->numel / s : 0;
   sf_tensor *dx = sf__t_like(y);
   sm_ctx c = {.x = sf__t_data(y), .g = sf__t_data(g), .y = sf__t_data(dx), .s = s,
               .scale = (float)n->f0};
   over_rows(rows, s, bw_masked_softmax_chunk, &c);
-  sf__grad_add(n->in[0], dx);
+  return dx;
 }
 
-static sf_tensor *masked_softmax(sf_tensor *scores, sf_array *mask, float scale,
-                                 const sf_loc *loc) {
+static void bw_masked_softmax(sf__node *n, sf_tensor *g) {
+  sf__grad_add(n->in[0], sf__nn_dev_of(n, g)->masked_softmax_bw(n, g));
+}
+
+sf_tensor *sf__cpu_masked_softmax(sf_tensor *scores, sf_array *mask, float scale,
+                                  const sf_loc *loc) {
+  (void)loc;
   sf_tensor *x = sf__t_contig(scores), *out = sf__t_like(x);
   int64_t s = x->shape[3], batch = x->shape[0];
   int64_t *prefix = NULL;
@@ -690,6 +741,14 @@ static sf_tensor *masked_softmax(sf_tensor *scores, sf_array *mask, float scale,
   over_rows(s ? x->numel / s : 0, s, masked_softmax_chunk, &c);
   free(prefix);
   sf_release(x);
+  return out;
+}
+
+/* softmax(scores * scale) over the keys the mask keeps: one "attention"
+ * node. */
+static sf_tensor *masked_softmax(sf_tensor *scores, sf_array *mask, float scale,
+                                 const sf_loc *loc) {
+  sf_tensor *out = sf__nn_dev_here(loc)->masked_softmax(scores, mask, scale, loc);
   sf__node *n = sf__record("attention", out, bw_masked_softmax, scores, NULL);
   if (n) {
     n->f0 = scale;
@@ -736,7 +795,7 @@ static sf_tensor *attention_composed(sf_tensor *q, sf_tensor *k, sf_tensor *v, s
   sf_tensor *scores = sf__t_matmul(qh, kt, loc);              /* (B, H, T, S) */
   sf_tensor *p = masked_softmax(scores, mask, scale, loc);
   if (drop > 0.0) {
-    sf_tensor *pd = apply_mask(p, row_mask(p, seed, index, stream), drop, loc);
+    sf_tensor *pd = dropout_rec(p, drop, seed, index, stream, loc);
     sf_release(p);
     p = pd;
   }
@@ -842,7 +901,7 @@ static int64_t *att_prefix(sf_array *mask, int64_t batch, int64_t s) {
   return prefix;
 }
 
-static void bw_attention(sf__node *n, sf_tensor *g) {
+void sf__cpu_attention_bw(const sf__node *n, sf_tensor *g, sf_tensor **grads) {
   sf_tensor *q = sf__t_contig(n->in[0]), *k = sf__t_contig(n->in[1]), *v = sf__t_contig(n->in[2]);
   int64_t batch = q->shape[0], t = q->shape[1], s = k->shape[1], d = q->shape[2];
   sf_tensor *dq = sf__t_like(q), *dk = sf__t_like(k), *dv = sf__t_like(v);
@@ -854,13 +913,22 @@ static void bw_attention(sf__node *n, sf_tensor *g) {
   sf_release(q);
   sf_release(k);
   sf_release(v);
-  sf__grad_add(n->in[2], dv);
-  sf__grad_add(n->in[1], dk);
-  sf__grad_add(n->in[0], dq);
+  grads[0] = dq;
+  grads[1] = dk;
+  grads[2] = dv;
 }
 
-static sf_tensor *attention_fused(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
-                                  int64_t heads, float scale, const sf_loc *loc) {
+/* The gradients added in the composition's order (v, k, q), which
+ * matters when they are one tensor. */
+static void bw_attention(sf__node *n, sf_tensor *g) {
+  sf_tensor *d[3];
+  sf__nn_dev_of(n, g)->attention_bw(n, g, d);
+  for (int i = 2; i >= 0; i--)
+    sf__grad_add(n->in[i], d[i]);
+}
+
+sf_tensor *sf__cpu_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
+                             int64_t heads, float scale, sf__keep *keep, const sf_loc *loc) {
   sf_tensor *qc = sf__t_contig(q), *kc = sf__t_contig(k), *vc = sf__t_contig(v);
   int64_t batch = q->shape[0], t = q->shape[1], s = k->shape[1], d = q->shape[2];
   bool rec = !sf__no_grad && (q->req || k->req || v->req);
@@ -876,6 +944,15 @@ static sf_tensor *attention_fused(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_a
   sf_release(qc);
   sf_release(kc);
   sf_release(vc);
+  keep->saved = p;
+  return out;
+}
+
+static sf_tensor *attention_fused(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
+                                  int64_t heads, float scale, const sf_loc *loc) {
+  sf__keep keep = {0};
+  sf_tensor *out = sf__nn_dev_here(loc)->attention(q, k, v, mask, heads, scale, &keep, loc);
+  sf_tensor *p = keep.saved;
   sf__node *n = sf__record3("attention", out, bw_attention, q, k, v);
   if (n) {
     n->f0 = scale;
@@ -904,8 +981,6 @@ static sf_tensor *attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *
   check_attention(q, k, v, mask, heads, loc);
   if (mask && !mask->len)
     mask = NULL;
-  if (sf__nn_gpu_here(loc))
-    return sf__gpu_attention(q, k, v, mask, heads, drop, seed, index, stream, loc);
   float scale = (float)(1.0 / sqrt((double)(q->shape[2] / heads)));
   if (drop > 0.0 || q->numel == 0 || k->numel == 0 || attention_composed_asked())
     return attention_composed(q, k, v, mask, heads, scale, drop, seed, index, stream, loc);

@@ -239,24 +239,46 @@ static sf_tensor *last2_t(sf_tensor *x) {
   return sf__t_transpose(x, x->ndim - 2, x->ndim - 1, NULL);
 }
 
-/* dA = G · Bᵀ, dB = Aᵀ · G, each summed over the batch dimensions its
- * operand was broadcast along. */
-static void bw_matmul(sf__node *n, sf_tensor *g) {
+/* dA = G · Bᵀ, dB = Aᵀ · G (d[0], d[1]; NULL for an operand that needs
+ * none), before the sum over the batch dimensions it was broadcast along;
+ * bf16 products when the forward's were (autocast.c). */
+void sf__cpu_matmul_bw(const sf__node *n, sf_tensor *g, sf_tensor **d) {
+  if (n->i0) {
+    sf__ac_matmul_bw(n, g, d);
+    return;
+  }
   sf_tensor *a = n->in[0], *b = n->in[1];
+  d[0] = d[1] = NULL;
   if (a->req) {
     sf_tensor *bt = last2_t(b);
-    sf_tensor *ga = bmm_raw(g, bt);
-    sf__grad_add(a, sf__t_reduce_to(ga, a->ndim, a->shape));
-    sf_release(ga);
+    d[0] = bmm_raw(g, bt);
     sf_release(bt);
   }
   if (b->req) {
     sf_tensor *at = last2_t(a);
-    sf_tensor *gb = bmm_raw(at, g);
-    sf__grad_add(b, sf__t_reduce_to(gb, b->ndim, b->shape));
-    sf_release(gb);
+    d[1] = bmm_raw(at, g);
     sf_release(at);
   }
+}
+
+sf_tensor *sf__cpu_matmul(sf_tensor *a, sf_tensor *b, int32_t nd, const int64_t *shape, bool bf16,
+                          const sf_loc *loc) {
+  if (bf16)
+    return sf__ac_matmul(a, b, loc);
+  sf_tensor *c = sf__t_empty(nd, shape, loc);
+  bmm_into(c, a, b);
+  return c;
+}
+
+/* matmul's one rule, over the device's products. */
+static void bw_matmul(sf__node *n, sf_tensor *g) {
+  sf_tensor *d[2];
+  sf__nn_dev_of(n, g)->matmul_bw(n, g, d);
+  for (int i = 0; i < 2; i++)
+    if (d[i]) {
+      sf__grad_add(n->in[i], sf__t_reduce_to(d[i], n->in[i]->ndim, n->in[i]->shape));
+      sf_release(d[i]);
+    }
 }
 
 static _Noreturn void no_fit(const sf_tensor *a, const sf_tensor *b, int64_t ka, int64_t kb,
@@ -317,13 +339,11 @@ sf_tensor *sf__t_matmul(sf_tensor *a, sf_tensor *b, const sf_loc *loc) {
   if (!bmm_shape(a, b, &nd, shape))
     sf_runtime_error(loc, "matmul: shapes %s and %s do not broadcast (batch dimensions)",
                      SF__SHP(a, sa), SF__SHP(b, sb));
-  if (sf__nn_gpu_here(loc))
-    return sf__gpu_matmul(a, b, nd, shape, loc);
-  if (sf__autocast)
-    return sf__ac_matmul(a, b, loc);
-  sf_tensor *c = sf__t_empty(nd, shape, loc);
-  bmm_into(c, a, b);
-  sf__record("matmul", c, bw_matmul, a, b);
+  bool bf16 = sf__autocast;
+  sf_tensor *c = sf__nn_dev_here(loc)->matmul(a, b, nd, shape, bf16, loc);
+  sf__node *n = sf__record("matmul", c, bw_matmul, a, b);
+  if (n)
+    n->i0 = bf16;
   return c;
 }
 
@@ -335,7 +355,12 @@ sf_tensor *sf__t_matmul(sf_tensor *a, sf_tensor *b, const sf_loc *loc) {
  * dx = g W and dW = g^T x, both contiguous, where x @ transpose(W) gave dW
  * as a transposed view that accumulating had to copy element by element
  * (a quarter of an MLP step). */
-static void bw_matmul_nt(sf__node *n, sf_tensor *g) {
+void sf__cpu_matmul_nt_bw(const sf__node *n, sf_tensor *g, sf_tensor **d) {
+  if (n->i0) {
+    sf__ac_matmul_nt_bw(n, g, d);
+    return;
+  }
+  d[0] = d[1] = NULL;
   sf_tensor *x = n->in[0], *w = n->in[1];
   int64_t out = w->shape[0], in = w->shape[1], rows = g->numel / out;
   sf_tensor *gc = sf__t_contig(g);
@@ -354,7 +379,7 @@ static void bw_matmul_nt(sf__node *n, sf_tensor *g) {
     sf_tensor *gx = sf__t_empty(x->ndim, x->shape, NULL);
     sf__sgemm(false, false, rows, in, out, 1.0f, sf__t_data(gc), out, sf__t_data(w), in, 0.0f,
               sf__t_data(gx), in);
-    sf__grad_add(x, gx);
+    d[0] = gx;
   }
   if (w->req) {
     sf_tensor *xc = sf__t_contig(x);
@@ -362,21 +387,23 @@ static void bw_matmul_nt(sf__node *n, sf_tensor *g) {
     sf__sgemm(true, false, out, in, rows, 1.0f, sf__t_data(gc), out, sf__t_data(xc), in, 0.0f,
               sf__t_data(gw), in);
     sf_release(xc);
-    sf__grad_add(w, gw);
+    d[1] = gw;
   }
   sf_release(gc);
 }
 
-sf_tensor *sf__t_matmul_nt(sf_tensor *x, sf_tensor *w, const sf_loc *loc) {
-  sf__t_arg(x, "linear", loc);
-  sf__t_arg(w, "linear", loc);
-  char sx[SF__SHAPE_BUF], sw[SF__SHAPE_BUF];
-  if (w->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1])
-    sf_runtime_error(loc, "linear: input of shape %s does not fit a weight of shape %s "
-                     "(the weight is (out, in), the input (..., in))", SF__SHP(x, sx), SF__SHP(w, sw));
-  if (sf__nn_gpu_here(loc))
-    return sf__gpu_matmul_nt(x, w, loc);
-  if (sf__autocast)
+/* Linear's one rule: dx (when the device did not add it into x's gradient
+ * in place) and dW from the device's products. */
+static void bw_matmul_nt(sf__node *n, sf_tensor *g) {
+  sf_tensor *d[3] = {NULL, NULL, NULL};
+  sf__nn_dev_of(n, g)->matmul_nt_bw(n, g, d);
+  for (int i = 0; i < 2; i++)
+    if (d[i])
+      sf__grad_add(n->in[i], d[i]);
+}
+
+sf_tensor *sf__cpu_matmul_nt(sf_tensor *x, sf_tensor *w, bool bf16, const sf_loc *loc) {
+  if (bf16)
     return sf__ac_matmul_nt(x, w, loc);
   int64_t out = w->shape[0], in = w->shape[1];
   int64_t rows = in ? x->numel / in : 0;
@@ -388,9 +415,23 @@ sf_tensor *sf__t_matmul_nt(sf_tensor *x, sf_tensor *w, const sf_loc *loc) {
   if (rows && out)
     sf__sgemm(false, true, rows, out, in, 1.0f, sf__t_data(xc), in, sf__t_data(wc), in, 0.0f,
               sf__t_data(y), out);
-  sf__record("linear", y, bw_matmul_nt, x, w);
   sf_release(xc);
   sf_release(wc);
+  return y;
+}
+
+sf_tensor *sf__t_matmul_nt(sf_tensor *x, sf_tensor *w, const sf_loc *loc) {
+  sf__t_arg(x, "linear", loc);
+  sf__t_arg(w, "linear", loc);
+  char sx[SF__SHAPE_BUF], sw[SF__SHAPE_BUF];
+  if (w->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1])
+    sf_runtime_error(loc, "linear: input of shape %s does not fit a weight of shape %s "
+                     "(the weight is (out, in), the input (..., in))", SF__SHP(x, sx), SF__SHP(w, sw));
+  bool bf16 = sf__autocast;
+  sf_tensor *y = sf__nn_dev_here(loc)->matmul_nt(x, w, bf16, loc);
+  sf__node *n = sf__record("linear", y, bw_matmul_nt, x, w);
+  if (n)
+    n->i0 = bf16;
   return y;
 }
 
@@ -402,12 +443,14 @@ sf_tensor *sf__t_matmul_nt(sf_tensor *x, sf_tensor *w, const sf_loc *loc) {
  * rows, as `matmul_nt(x, w) + b` gives.  A bias that is not (out) goes the
  * composed way. */
 static void bw_linear(sf__node *n, sf_tensor *g) {
-  bw_matmul_nt(n, g);
+  sf_tensor *d[3] = {NULL, NULL, NULL}; /* d[2]: b's, where the device's product gave it */
+  sf__nn_dev_of(n, g)->matmul_nt_bw(n, g, d);
+  for (int i = 0; i < 2; i++)
+    if (d[i])
+      sf__grad_add(n->in[i], d[i]);
   sf_tensor *b = n->in[2];
-  if (b->req) {
-    sf_tensor *gb = sf__t_reduce_to(g, 1, b->shape);
-    sf__grad_add(b, gb);
-  }
+  if (b->req)
+    sf__grad_add(b, d[2] ? d[2] : sf__t_reduce_to(g, 1, b->shape));
 }
 
 /* Linear's output starts as the bias in every row (the product adds into
@@ -439,10 +482,23 @@ sf_tensor *sf__t_linear(sf_tensor *x, sf_tensor *w, sf_tensor *b, const sf_loc *
   if (x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1])
     sf_runtime_error(loc, "linear: input of shape %s does not fit a weight of shape %s "
                      "(the weight is (out, in), the input (..., in))", SF__SHP(x, sx), SF__SHP(w, sw));
-  if (sf__nn_gpu_here(loc))
-    return sf__gpu_linear(x, w, b, loc);
-  if (sf__autocast)
-    return sf__ac_linear(x, w, b, loc);
+  const sf__nn_dev *D = sf__nn_dev_here(loc);
+  bool bf16 = sf__autocast;
+  if (bf16 && !D->bf16_linear) { /* the bias added after the bf16 product */
+    sf_tensor *h = sf__t_matmul_nt(x, w, loc), *y = sf__t_binary(SF_TOP_ADD, h, b, loc);
+    sf_release(h);
+    return y;
+  }
+  sf_tensor *y = D->linear(x, w, b, bf16, loc);
+  sf__node *n = sf__record3("linear", y, bw_linear, x, w, b);
+  if (n)
+    n->i0 = bf16;
+  return y;
+}
+
+sf_tensor *sf__cpu_linear(sf_tensor *x, sf_tensor *w, sf_tensor *b, bool bf16,
+                          const sf_loc *loc) {
+  (void)bf16; /* false: the CPU composes a bf16 linear (bf16_linear) */
   int64_t out = w->shape[0], in = w->shape[1];
   int64_t rows = in ? x->numel / in : 0;
   int64_t shape[SF__TMAX];
@@ -461,7 +517,6 @@ sf_tensor *sf__t_linear(sf_tensor *x, sf_tensor *w, sf_tensor *b, const sf_loc *
   }
   if (rows && out && in)
     sf__sgemm(false, true, rows, out, in, 1.0f, sf__t_data(xc), in, sf__t_data(wc), in, 1.0f, yd, out);
-  sf__record3("linear", y, bw_linear, x, w, b);
   sf_release(xc);
   sf_release(wc);
   sf_release(bc);

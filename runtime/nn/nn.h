@@ -5,8 +5,8 @@
  * reductions, softmax and the losses (reduce.c), matmul over the gpu
  * layer's BLAS (matmul.c), the tape and backward (autograd.c), the
  * optimizers (optim.c), params/grads and safetensors (safetensors.c), the
- * encoder layers and gradient clipping (layers.c), the
- * `sf_std_nn_*` externs of stdlib/nn.sflow (std.c), and std.train's
+ * encoder layers and gradient clipping (layers.c), the device kernel
+ * table and the op kinds (dev.c, kinds.h), the `sf_std_nn_*` externs of stdlib/nn.sflow (std.c), and std.train's
  * member rank and collectives (train.c).
  *
  * Key design choice: a tensor is a small header (shape, strides, offset)
@@ -27,6 +27,7 @@
 
 #include "data.h"
 #include "gpu.h"
+#include "kinds.h"
 
 /* ------------------------------------------------------------ tensor.c */
 
@@ -47,7 +48,7 @@ typedef struct sf__storage {
   int32_t gpu;   /* 1 + the device of dev; 0 when dev is NULL */
 } sf__storage;
 
-struct sf__node;
+typedef struct sf__node sf__node;
 struct sf_tensor {
   sf_obj hdr;                /* tag SF_OBJ_TENSOR */
   int32_t ndim;              /* 0..SF__TMAX */
@@ -193,25 +194,13 @@ int64_t sf__t_numel_checked(int32_t ndim, const int64_t *shape, const sf_loc *lo
 /* The GPU versions of the ops (gpu_ops.c), called from each op's hook
  * after its checks: device results, nodes with device backward rules.
  * Shapes passed are the result's, already checked. */
-sf_tensor *sf__gpu_binary(int32_t op, sf_tensor *a, sf_tensor *b, int32_t nd,
-                          const int64_t *shape, const sf_loc *loc);
-sf_tensor *sf__gpu_scalar(int32_t op, sf_tensor *a, float s, bool left, const sf_loc *loc);
-sf_tensor *sf__gpu_neg(sf_tensor *a, const sf_loc *loc);
-sf_tensor *sf__gpu_unary(int32_t kind, sf_tensor *a, const sf_loc *loc);
-sf_tensor *sf__gpu_reduce(int32_t kind, sf_tensor *a, int32_t ax, const sf_loc *loc);
 sf_tensor *sf__gpu_reduce_to(sf_tensor *g, int32_t ndim, const int64_t *shape);
-void sf__gpu_assign(sf_tensor *dst, const sf_tensor *src);
 void sf__gpu_add_into(sf_tensor *dst, const sf_tensor *src);
 void sf__gpu_copy_into(sf_tensor *dst, const sf_tensor *src);
 /* A collective's bucket (collective.c): t's values gathered into (pack) or
  * scattered back from (unpack, t then device-current) numel contiguous
  * floats at device pointer p on this thread's device, through t's strides. */
 void sf__gpu_pack(uint64_t p, sf_tensor *t, bool unpack, const sf_loc *loc);
-sf_tensor *sf__gpu_contig(sf_tensor *t);
-sf_tensor *sf__gpu_matmul(sf_tensor *a, sf_tensor *b, int32_t nd, const int64_t *shape,
-                          const sf_loc *loc);
-sf_tensor *sf__gpu_matmul_nt(sf_tensor *x, sf_tensor *w, const sf_loc *loc);
-sf_tensor *sf__gpu_linear(sf_tensor *x, sf_tensor *w, sf_tensor *b, const sf_loc *loc);
 void sf__gpu_sgd_step(sf_array *ps, sf_array *bufs, double lr, double momentum, double wd,
                       const sf_loc *loc);
 /* AdamW with the step's scalars as optim.c computes them on the host
@@ -228,6 +217,117 @@ sf_tensor *sf__gpu_full(int32_t ndim, const int64_t *shape, float v, const sf_lo
 /* A host tensor just made by a creation op, uploaded when the call holds
  * a GPU (its host copy kept: where BOTH); t itself either way. */
 sf_tensor *sf__t_place(sf_tensor *t, const sf_loc *loc);
+
+/* --------------------------------------------------------------- dev.c */
+
+/*
+ * The device kernel table (docs/nn.md, "Code layout").  Each op is defined
+ * once, in its family's file (elementwise.c, reduce.c, layers.c, index.c):
+ * its checks, its result's allocation, its tape record and its one
+ * backward rule.  What differs between the CPU and the GPU is only the
+ * kernels, and those the op reaches through this table: sf__nn_dev_here
+ * chooses it once per forward call (the GPU's when the running call holds
+ * one), sf__nn_dev_of once per backward rule (the device the node's
+ * forward ran on).  The CPU's entries are the family files' loops
+ * (sf__cpu_*), the GPU's the launchers of gpu_ops.c and gpu_layers.c
+ * (sf__gpu_*) over kernels/nn.cu and kernels/nn_layers.cu.  A kernel
+ * entry that may save state for the backward fills an sf__keep: what the
+ * node keeps (its saved tensor, max's argmax) is each device's own, and
+ * only that device's backward kernel reads it.
+ */
+typedef struct {
+  sf_tensor *saved; /* becomes node->saved (owned) */
+  int64_t *idx;     /* becomes node->idx (owned, sf_free) */
+} sf__keep;
+
+/* X(field, return type, parameters): every entry of the table, in the
+ * order of the families.  tests/abi/nn_kernels checks that both tables
+ * fill each one (nn_kernel_table in test_rt_nn_ops.c). */
+#define SF__NN_KERNELS(X)                                                                     \
+  /* allocation and copies */                                                               \
+  X(empty, sf_tensor *, (int32_t ndim, const int64_t *shape, const sf_loc *loc))            \
+  X(zeros, sf_tensor *, (int32_t ndim, const int64_t *shape, const sf_loc *loc))            \
+  X(contig, sf_tensor *, (sf_tensor * t))                                                    \
+  X(assign, void, (sf_tensor * dst, const sf_tensor *src))                                   \
+  /* elementwise.c: out (contiguous, the broadcast shape) = a op b; a new                    \
+   * tensor a op s (left: s op a); y = f(x) and dx = f'(x) g, x contiguous */               \
+  X(binary, void, (int32_t op, sf_tensor * out, const sf_tensor *a, const sf_tensor *b,      \
+                   const sf_loc *loc))                                                       \
+  X(scalar, sf_tensor *, (int32_t op, const sf_tensor *a, float s, bool left,                \
+                          const sf_loc *loc))                                                \
+  X(unary, sf_tensor *, (int32_t kind, const sf_tensor *x, const sf_loc *loc))               \
+  X(unary_bw, sf_tensor *, (int32_t kind, const sf_tensor *g, const sf_tensor *x,            \
+                            const sf_tensor *y))                                             \
+  /* reduce.c: over axis ax (or everything, ax < 0) into shape; softmax;                     \
+   * cross-entropy over checked targets (used: the rows kept) */                             \
+  X(reduce, sf_tensor *, (int32_t kind, sf_tensor * a, int32_t ax, int32_t nd,               \
+                          const int64_t *shape, sf__keep *keep, const sf_loc *loc))          \
+  X(reduce_bw, sf_tensor *, (const sf__node *n, sf_tensor *g))                               \
+  X(argmax, sf_array *, (sf_tensor * a, int32_t ax, const sf_loc *loc))                      \
+  X(softmax, sf_tensor *, (sf_tensor * a, int32_t ax, bool log, const sf_loc *loc))          \
+  X(softmax_bw, sf_tensor *, (const sf__node *n, sf_tensor *g))                              \
+  X(cross_entropy, sf_tensor *, (sf_tensor * logits, sf_array *targets, int64_t ignore,      \
+                                 float smoothing, int64_t used, sf__keep *keep,              \
+                                 const sf_loc *loc))                                         \
+  X(cross_entropy_bw, sf_tensor *, (const sf__node *n, sf_tensor *g))                        \
+  /* layers.c: the embedding's rows (result shape dims); layer norm (its                     \
+   * three gradients into d); dropout's mask times x (index NULL: one                         \
+   * stream, else a stream per row); attention's masked softmax of                            \
+   * scores (B, H, T, S) and the fused attention (d: dq, dk, dv) */                           \
+  X(embedding, sf_tensor *, (sf_tensor * weight, sf_array *ids, int32_t nd,                  \
+                             const int64_t *dims, sf__keep *keep, const sf_loc *loc))        \
+  X(embedding_bw, sf_tensor *, (const sf__node *n, sf_tensor *g))                            \
+  X(layer_norm, sf_tensor *, (sf_tensor * x, sf_tensor *w, sf_tensor *b, double eps,         \
+                              sf__keep *keep, const sf_loc *loc))                            \
+  X(layer_norm_bw, void, (const sf__node *n, sf_tensor *g, sf_tensor **d))                   \
+  X(dropout, sf_tensor *, (sf_tensor * x, double p, int64_t seed, sf_array *index,           \
+                           int64_t stream, sf__keep *keep, const sf_loc *loc))               \
+  X(masked_softmax, sf_tensor *, (sf_tensor * scores, sf_array *mask, float scale,           \
+                                  const sf_loc *loc))                                        \
+  X(masked_softmax_bw, sf_tensor *, (const sf__node *n, sf_tensor *g))                       \
+  X(attention, sf_tensor *, (sf_tensor * q, sf_tensor *k, sf_tensor *v, sf_array *mask,      \
+                             int64_t heads, float scale, sf__keep *keep, const sf_loc *loc)) \
+  X(attention_bw, void, (const sf__node *n, sf_tensor *g, sf_tensor **d))                    \
+  /* norm.c: RMSNorm (keeps each row's rstd; d: dx, dw) */                                     \
+  X(rms_norm, sf_tensor *, (sf_tensor * x, sf_tensor *w, double eps, sf__keep *keep,         \
+                            const sf_loc *loc))                                              \
+  X(rms_norm_bw, void, (const sf__node *n, sf_tensor *g, sf_tensor **d))                     \
+  /* matmul.c: the batched product into the checked shape, Linear's x wᵀ                      \
+   * and x wᵀ + b (bf16: autocast's products), and their operands'                            \
+   * gradients into d (NULL where none is needed, or where dx was added                       \
+   * into x's gradient in place); matmul_nt_bw's d has 3 slots: for a                         \
+   * linear node the device may put b's gradient in d[2] (cuBLASLt's                          \
+   * bias-gradient epilogue), else it stays NULL */                                           \
+  X(matmul, sf_tensor *, (sf_tensor * a, sf_tensor *b, int32_t nd, const int64_t *shape,     \
+                          bool bf16, const sf_loc *loc))                                     \
+  X(matmul_bw, void, (const sf__node *n, sf_tensor *g, sf_tensor **d))                       \
+  X(matmul_nt, sf_tensor *, (sf_tensor * x, sf_tensor *w, bool bf16, const sf_loc *loc))     \
+  X(matmul_nt_bw, void, (const sf__node *n, sf_tensor *g, sf_tensor **d))                    \
+  X(linear, sf_tensor *, (sf_tensor * x, sf_tensor *w, sf_tensor *b, bool bf16,              \
+                          const sf_loc *loc))
+
+#define SF__NN_FIELD(name, ret, params) ret(*name) params;
+typedef struct sf__nn_dev {
+  const char *name; /* "cpu", "gpu" */
+  bool bf16_linear; /* linear fuses its bias under autocast; else matmul_nt + add */
+  SF__NN_KERNELS(SF__NN_FIELD)
+} sf__nn_dev;
+#undef SF__NN_FIELD
+extern const sf__nn_dev sf__nn_cpu, sf__nn_gpu;
+/* The table of the device a forward call runs on (sf__nn_gpu_here). */
+const sf__nn_dev *sf__nn_dev_here(const sf_loc *loc);
+/* Tests: this thread's forward calls use d (NULL: the choice above again),
+ * so one op runs on each device in one process and the two are compared. */
+void sf__nn_dev_force(const sf__nn_dev *d);
+/* The table of the device node n's forward ran on; for a GPU node run
+ * outside a GPU context (the loss taken to another call), the device its
+ * values are on becomes this thread's first, so their pointers are valid. */
+const sf__nn_dev *sf__nn_dev_of(const sf__node *n, const sf_tensor *g);
+/* Each entry, declared for both devices (the families' loops and the
+ * launchers). */
+#define SF__NN_DECL(name, ret, params) ret sf__cpu_##name params; ret sf__gpu_##name params;
+SF__NN_KERNELS(SF__NN_DECL)
+#undef SF__NN_DECL
 
 /* ------------------------------------------------------------ autocast.c */
 
@@ -248,12 +348,14 @@ static inline float sf__bf16_round(float x) {
 /* t's values rounded to bfloat16, in a new contiguous host tensor (no
  * node). */
 sf_tensor *sf__t_bf16_rounded(sf_tensor *t);
-/* The CPU forms under autocast: both operands rounded to bf16 before the
- * f32 product (as the GPU's bf16 product with f32 accumulation), the
- * backward's products likewise.  Shapes checked by the caller. */
+/* The CPU's bf16 products under autocast (matmul.c's kernels with bf16):
+ * both operands rounded to bf16 before the f32 product (as the GPU's bf16
+ * product with f32 accumulation), the backward's products likewise.
+ * Shapes checked by the caller. */
 sf_tensor *sf__ac_matmul(sf_tensor *a, sf_tensor *b, const sf_loc *loc);
+void sf__ac_matmul_bw(const sf__node *n, sf_tensor *g, sf_tensor **d);
 sf_tensor *sf__ac_matmul_nt(sf_tensor *x, sf_tensor *w, const sf_loc *loc);
-sf_tensor *sf__ac_linear(sf_tensor *x, sf_tensor *w, sf_tensor *b, const sf_loc *loc);
+void sf__ac_matmul_nt_bw(const sf__node *n, sf_tensor *g, sf_tensor **d);
 void sf_std_nn_autocast(bool on, const sf_loc *loc);
 
 /* --------------------------------------------------------- autograd.c */
@@ -262,7 +364,6 @@ void sf_std_nn_autocast(bool on, const sf_loc *loc);
  * the graph), what the rule needs besides them, and the gradient that
  * reaches its output.  Owned by the tensor it made (and, during backward,
  * by the walk). */
-typedef struct sf__node sf__node;
 #define SF__NIN 3 /* inputs a node may hold */
 typedef void (*sf__backward_fn)(sf__node *n, sf_tensor *g); /* g: (out shape), contiguous */
 struct sf__node {
@@ -286,6 +387,8 @@ struct sf__node {
   uint64_t mark;           /* the backward walk that reached it last */
   bool released;           /* backward ran through it: edges dropped */
   const sf_loc *at;        /* nn.custom: the call, for errors of its backward */
+  bool gpu;                /* the forward ran on the device (its output is a
+                            * device tensor): the backward's kernels do too */
 };
 
 /* sf__no_grad lives in core (core.h), so the scheduler resets it per call. */
@@ -320,20 +423,17 @@ sf_tensor *sf__t_grad(sf_tensor *t);
 
 /* a op b with NumPy broadcasting, op SF_TOP_ADD..SF_TOP_DIV. */
 sf_tensor *sf__t_binary(int32_t op, sf_tensor *a, sf_tensor *b, const sf_loc *loc);
-/* Its backward rule (the GPU path records it too). */
-void sf__bw_binary(sf__node *n, sf_tensor *g);
 sf_tensor *sf__t_scalar(int32_t op, sf_tensor *a, float s, bool left, const sf_loc *loc);
 sf_tensor *sf__t_neg(sf_tensor *a, const sf_loc *loc);
-enum { SF__U_RELU, SF__U_GELU, SF__U_SIGMOID, SF__U_TANH, SF__U_EXP, SF__U_LOG, SF__U_GELU_TANH };
-static inline const char *sf__unary_name(int32_t kind) {
-  static const char *const names[] = {"relu", "gelu", "sigmoid", "tanh", "exp", "log", "gelu_tanh"};
-  return kind >= 0 && kind <= SF__U_GELU_TANH ? names[kind] : "unary";
-}
+/* The kinds (kinds.h) by name; an unknown kind is an internal error at
+ * loc (an explicit stop, never another kind's loop). */
+const char *sf__unary_name(int32_t kind);
+const char *sf__binary_name(int32_t op);
+const char *sf__reduce_name(int32_t kind);
+int32_t sf__kind_check(const char *list, int32_t kind, int32_t lo, int32_t end, const sf_loc *loc);
 /* The backward rules that need the output keep a header over its values
  * (saved, which holds no node); the others keep the input as in[0]. */
-static inline bool sf__unary_uses_output(int32_t kind) {
-  return kind == SF__U_SIGMOID || kind == SF__U_TANH || kind == SF__U_EXP;
-}
+bool sf__unary_uses_output(int32_t kind);
 sf_tensor *sf__t_unary(int32_t kind, sf_tensor *a, const sf_loc *loc);
 /* The broadcast shape of a and b, or false. */
 bool sf__broadcast_shape(int32_t na, const int64_t *sa, int32_t nb, const int64_t *sb,
@@ -350,7 +450,6 @@ void sf__t_add_into(sf_tensor *dst, const sf_tensor *src);
 /* ----------------------------------------------------------- reduce.c */
 
 #define SF__ALL_AXES INT64_MIN
-enum { SF__R_SUM, SF__R_MEAN, SF__R_MAX };
 /* Over an axis (dropped from the shape) or over everything (a 0-d
  * tensor) with axis SF__ALL_AXES. */
 sf_tensor *sf__t_reduce(int32_t kind, sf_tensor *a, int64_t axis, const sf_loc *loc);
@@ -559,35 +658,12 @@ sf_tensor *sf_std_nn_attention_dropout(sf_tensor *q, sf_tensor *k, sf_tensor *v,
 double sf_std_nn_clip_grad_norm(sf_array *ps, double max_norm, const sf_loc *loc);
 sf_tensor *sf_std_nn_clip_grad_norm_tensor(sf_array *ps, double max_norm, const sf_loc *loc);
 
-/* -------------------------------------------------------- gpu_layers.c */
+/* ------------------------------------------------------------- norm.c */
 
-/* The GPU paths of the layers (kernels/nn_layers.cu; docs/nn.md, "GPU"),
- * called by the CPU forms' one-line hooks after their checks when
- * sf__nn_gpu_here: device results, the CPU's nodes with device backward
- * rules.  ax is the checked axis; used is cross_entropy's count of kept
- * rows (from the host targets); dims the embedding's result shape; mask
- * NULL for none; in, nd and shape are join's checked inputs and result
- * shape. */
-sf_tensor *sf__gpu_softmax(sf_tensor *a, int32_t ax, bool log, const sf_loc *loc);
-sf_array *sf__gpu_argmax(sf_tensor *a, int32_t ax, const sf_loc *loc);
-sf_tensor *sf__gpu_cross_entropy(sf_tensor *logits, sf_array *targets, int64_t ignore_index,
-                                 float label_smoothing, int64_t used, const sf_loc *loc);
-sf_tensor *sf__gpu_layer_norm(sf_tensor *x, sf_tensor *weight, sf_tensor *bias, double eps,
-                              const sf_loc *loc);
-sf_tensor *sf__gpu_embedding(sf_tensor *weight, sf_array *ids, int32_t nd, const int64_t *dims,
-                             const sf_loc *loc);
-/* Training and 0 < p <= 1 (the identity is the caller's). */
-sf_tensor *sf__gpu_dropout(sf_tensor *x, double p, int64_t seed, const sf_loc *loc);
-sf_tensor *sf__gpu_dropout_rows(sf_tensor *x, double p, int64_t seed, sf_array *index,
-                                int64_t stream, const sf_loc *loc);
-sf_tensor *sf__gpu_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
-                             int64_t heads, double drop, int64_t seed, sf_array *index,
-                             int64_t stream, const sf_loc *loc);
-sf_tensor *sf__gpu_join(sf_tensor **in, int64_t n, bool stack, int32_t axis, int32_t nd,
-                        const int64_t *shape, const sf_loc *loc);
-/* The backward rule of t[i] and t[a..b] (index.c's bw_rows) on the device:
- * g written into zeros of the source's shape. */
-void sf__gpu_bw_narrow(sf__node *n, sf_tensor *g);
+/* x (..., d) / sqrt(mean(x²) + eps) over its last dimension, times weight
+ * (d): torch's F.rms_norm(x, [d], weight, eps). */
+sf_tensor *sf__t_rms_norm(sf_tensor *x, sf_tensor *weight, double eps, const sf_loc *loc);
+sf_tensor *sf_std_nn_rms_norm(sf_tensor *x, sf_tensor *weight, double eps, const sf_loc *loc);
 
 /* ------------------------------------------------------------ train.c */
 

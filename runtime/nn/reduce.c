@@ -30,10 +30,6 @@ static void split(const sf_tensor *t, int32_t ax, int64_t *outer, int64_t *n, in
   *n = t->shape[ax];
 }
 
-static const char *reduce_name(int32_t kind) {
-  return kind == SF__R_SUM ? "sum" : kind == SF__R_MEAN ? "mean" : "max";
-}
-
 /* ------------------------------------------------------- reductions */
 
 /* The reduction over (outer, n, inner) into y (outer, inner); for max
@@ -77,7 +73,7 @@ static void reduce_block(int32_t kind, const float *x, float *y, int64_t *idx, i
 }
 
 /* The gradient spread back over the reduced axis. */
-static void bw_reduce(sf__node *n, sf_tensor *g) {
+sf_tensor *sf__cpu_reduce_bw(const sf__node *n, sf_tensor *g) {
   sf_tensor *x = n->in[0];
   int32_t kind = (int32_t)n->i0;
   int64_t outer = 1, len = x->numel, inner = 1;
@@ -96,11 +92,31 @@ static void bw_reduce(sf__node *n, sf_tensor *g) {
         for (int64_t i = 0; i < len; i++)
           d[(o * len + i) * inner + j] = v;
     }
-  sf__grad_add(x, dx);
+  return dx;
+}
+
+static void bw_reduce(sf__node *n, sf_tensor *g) {
+  sf__grad_add(n->in[0], sf__nn_dev_of(n, g)->reduce_bw(n, g));
+}
+
+sf_tensor *sf__cpu_reduce(int32_t kind, sf_tensor *a, int32_t ax, int32_t nd,
+                          const int64_t *shape, sf__keep *keep, const sf_loc *loc) {
+  int64_t outer = 1, n = a->numel, inner = 1;
+  if (ax >= 0)
+    split(a, ax, &outer, &n, &inner);
+  sf_tensor *x = sf__t_contig(a);
+  sf_tensor *out = sf__t_empty(nd, shape, loc);
+  int64_t *idx = kind == SF__R_MAX ? sf__alloc_n((size_t)(outer * inner), sizeof *idx) : NULL;
+  reduce_block(kind, sf__t_data(x), sf__t_data(out), idx, outer, n, inner);
+  sf_release(x);
+  keep->idx = idx;
+  return out;
 }
 
 sf_tensor *sf__t_reduce(int32_t kind, sf_tensor *a, int64_t axis, const sf_loc *loc) {
-  const char *name = reduce_name(kind);
+  if (kind != SF__R_SUM && kind != SF__R_MEAN && kind != SF__R_MAX)
+    sf_runtime_error(loc, "internal error: reduction kind %d", (int)kind);
+  const char *name = sf__reduce_name(kind);
   sf__t_arg(a, name, loc);
   bool all = axis == SF__ALL_AXES;
   int32_t ax = all ? -1 : sf__t_axis(name, a, axis, loc);
@@ -117,20 +133,18 @@ sf_tensor *sf__t_reduce(int32_t kind, sf_tensor *a, int64_t axis, const sf_loc *
     char sb[SF__SHAPE_BUF];
     sf_runtime_error(loc, "max: the reduced axis of shape %s is empty", SF__SHP(a, sb));
   }
-  if (sf__nn_gpu_here(loc))
-    return sf__gpu_reduce(kind, a, ax, loc);
-  sf_tensor *x = sf__t_contig(a);
-  sf_tensor *out = sf__t_empty(nd, shape, loc);
-  int64_t *idx = kind == SF__R_MAX ? sf__alloc_n((size_t)(outer * inner), sizeof *idx) : NULL;
-  reduce_block(kind, sf__t_data(x), sf__t_data(out), idx, outer, n, inner);
-  sf_release(x);
+  sf__keep keep = {0};
+  sf_tensor *out = sf__nn_dev_here(loc)->reduce(kind, a, ax, nd, shape, &keep, loc);
   sf__node *node = sf__record(name, out, bw_reduce, a, NULL);
   if (node) {
     node->i0 = kind;
     node->i1 = ax;
-    node->idx = idx;
-  } else
-    sf_free(idx);
+    node->idx = keep.idx;
+    node->saved = keep.saved;
+  } else {
+    sf_free(keep.idx);
+    sf_release(keep.saved);
+  }
   return out;
 }
 
@@ -143,8 +157,12 @@ sf_array *sf__t_argmax(sf_tensor *a, int64_t axis, const sf_loc *loc) {
     char sb[SF__SHAPE_BUF];
     sf_runtime_error(loc, "argmax: the reduced axis of shape %s is empty", SF__SHP(a, sb));
   }
-  if (sf__nn_gpu_here(loc))
-    return sf__gpu_argmax(a, ax, loc);
+  return sf__nn_dev_here(loc)->argmax(a, ax, loc);
+}
+
+sf_array *sf__cpu_argmax(sf_tensor *a, int32_t ax, const sf_loc *loc) {
+  int64_t outer, n, inner;
+  split(a, ax, &outer, &n, &inner);
   sf_tensor *x = sf__t_contig(a);
   float *y = sf__alloc_n((size_t)(outer * inner), sizeof *y);
   sf_array *r = sf_array_new(&sf_type_i64, outer * inner, loc);
@@ -188,7 +206,7 @@ static void softmax_rows(const float *x, float *y, int64_t outer, int64_t n, int
 }
 
 /* softmax: dx = y (g - sum g y); log_softmax: dx = g - softmax sum g. */
-static void bw_softmax(sf__node *nd, sf_tensor *g) {
+sf_tensor *sf__cpu_softmax_bw(const sf__node *nd, sf_tensor *g) {
   sf_tensor *x = nd->in[0];
   bool log = nd->i1 != 0;
   int64_t outer, n, inner;
@@ -207,21 +225,29 @@ static void bw_softmax(sf__node *nd, sf_tensor *g) {
         d[k] = log ? gd[k] - expf(y[k]) * (float)s : y[k] * (gd[k] - (float)s);
       }
     }
-  sf__grad_add(x, dx);
+  return dx;
 }
 
-sf_tensor *sf__t_softmax(sf_tensor *a, int64_t axis, bool log, const sf_loc *loc) {
-  const char *name = log ? "log_softmax" : "softmax";
-  sf__t_arg(a, name, loc);
-  int32_t ax = sf__t_axis(name, a, axis, loc);
-  if (sf__nn_gpu_here(loc))
-    return sf__gpu_softmax(a, ax, log, loc);
+static void bw_softmax(sf__node *n, sf_tensor *g) {
+  sf__grad_add(n->in[0], sf__nn_dev_of(n, g)->softmax_bw(n, g));
+}
+
+sf_tensor *sf__cpu_softmax(sf_tensor *a, int32_t ax, bool log, const sf_loc *loc) {
+  (void)loc;
   int64_t outer, n, inner;
   split(a, ax, &outer, &n, &inner);
   sf_tensor *x = sf__t_contig(a);
   sf_tensor *out = sf__t_like(x);
   softmax_rows(sf__t_data(x), sf__t_data(out), outer, n, inner, log);
   sf_release(x);
+  return out;
+}
+
+sf_tensor *sf__t_softmax(sf_tensor *a, int64_t axis, bool log, const sf_loc *loc) {
+  const char *name = log ? "log_softmax" : "softmax";
+  sf__t_arg(a, name, loc);
+  int32_t ax = sf__t_axis(name, a, axis, loc);
+  sf_tensor *out = sf__nn_dev_here(loc)->softmax(a, ax, log, loc);
   sf__node *nd = sf__record(name, out, bw_softmax, a, NULL);
   if (nd) {
     nd->i0 = ax;
@@ -257,7 +283,7 @@ static int64_t check_targets(const sf_tensor *x, sf_array *targets, int64_t igno
 }
 
 /* d loss / d logits = g (softmax - q) / used on the rows used. */
-static void bw_cross_entropy(sf__node *nd, sf_tensor *g) {
+sf_tensor *sf__cpu_cross_entropy_bw(const sf__node *nd, sf_tensor *g) {
   sf_tensor *x = sf__t_contig(nd->in[0]);
   int64_t rows = x->shape[0], classes = x->shape[1], used = nd->i1;
   const int64_t *tg = nd->targets->data;
@@ -275,7 +301,11 @@ static void bw_cross_entropy(sf__node *nd, sf_tensor *g) {
     }
   }
   sf_release(x);
-  sf__grad_add(nd->in[0], dx);
+  return dx;
+}
+
+static void bw_cross_entropy(sf__node *n, sf_tensor *g) {
+  sf__grad_add(n->in[0], sf__nn_dev_of(n, g)->cross_entropy_bw(n, g));
 }
 
 sf_tensor *sf__t_cross_entropy(sf_tensor *logits, sf_array *targets, int64_t ignore_index,
@@ -285,8 +315,27 @@ sf_tensor *sf__t_cross_entropy(sf_tensor *logits, sf_array *targets, int64_t ign
     sf_runtime_error(loc, "cross_entropy: label_smoothing must be in [0, 1], not %g",
                      (double)label_smoothing);
   int64_t used = check_targets(logits, targets, ignore_index, loc);
-  if (sf__nn_gpu_here(loc))
-    return sf__gpu_cross_entropy(logits, targets, ignore_index, label_smoothing, used, loc);
+  sf__keep keep = {0};
+  sf_tensor *out = sf__nn_dev_here(loc)->cross_entropy(logits, targets, ignore_index,
+                                                        label_smoothing, used, &keep, loc);
+  sf__node *nd = sf__record("cross_entropy", out, bw_cross_entropy, logits, NULL);
+  if (nd) {
+    nd->i0 = ignore_index;
+    nd->i1 = used;
+    nd->f0 = label_smoothing;
+    nd->targets = targets;
+    sf_retain(targets);
+    nd->saved = keep.saved;
+  } else {
+    sf_release(keep.saved);
+  }
+  return out;
+}
+
+sf_tensor *sf__cpu_cross_entropy(sf_tensor *logits, sf_array *targets, int64_t ignore_index,
+                                 float label_smoothing, int64_t used, sf__keep *keep,
+                                 const sf_loc *loc) {
+  (void)keep;
   sf_tensor *x = sf__t_contig(logits);
   int64_t rows = x->shape[0], classes = x->shape[1];
   const int64_t *tg = targets ? targets->data : NULL;
@@ -311,14 +360,6 @@ sf_tensor *sf__t_cross_entropy(sf_tensor *logits, sf_array *targets, int64_t ign
   sf_release(x);
   sf_tensor *out = sf__t_empty(0, NULL, loc);
   sf__t_data(out)[0] = (float)(total / (double)used); /* no row used: nan, as torch */
-  sf__node *nd = sf__record("cross_entropy", out, bw_cross_entropy, logits, NULL);
-  if (nd) {
-    nd->i0 = ignore_index;
-    nd->i1 = used;
-    nd->f0 = label_smoothing;
-    nd->targets = targets;
-    sf_retain(targets);
-  }
   return out;
 }
 

@@ -9,3 +9,9 @@ add_test(NAME abi/runtime_entry_points
 add_test(NAME abi/std_externs
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/abi/extern_test.py
           --cc ${CMAKE_C_COMPILER})
+# One definition per op (issue 28, tests/abi/nn_ops_test.py): no backward
+# rule, kind list or kind enum of runtime/nn and kernels/ defined twice, no
+# device file recording a node, and every kind and device-table entry with
+# its CPU and its GPU kernel.
+add_test(NAME abi/nn_one_definition
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/abi/nn_ops_test.py)

@@ -9,6 +9,31 @@ import argparse, glob, os, subprocess, sys, tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+INCLUDE_DIR = os.path.join(ROOT, "runtime", "nn")
+
+def inline_headers(path, tmp):
+    """path as the runtime embeds it (cmake/embed.cmake): each line
+    `#include "x.h"` naming a file of runtime/nn replaced by its text, in a
+    copy under tmp (path itself when it includes none)."""
+    with open(path, "rb") as f:
+        text = f.read()
+    out, changed = [], False
+    for line in text.split(b"\n"):
+        s = line.strip()
+        if s.startswith(b'#include "') and s.endswith(b'"'):
+            h = os.path.join(INCLUDE_DIR, s[10:-1].decode())
+            if os.path.exists(h):
+                with open(h, "rb") as f:
+                    line = f.read().rstrip(b"\n")
+                changed = True
+        out.append(line)
+    if not changed:
+        return path
+    copy = os.path.join(tmp, "kernels__" + os.path.basename(path))
+    with open(copy, "wb") as f:
+        f.write(b"\n".join(out))
+    return copy
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sflowc", required=True)
@@ -20,6 +45,7 @@ def main():
     sources = sorted(glob.glob(os.path.join(ROOT, "tests", "**", "*.sflow"), recursive=True) +
                      glob.glob(os.path.join(ROOT, "examples", "**", "*.sflow"), recursive=True))
     tmp = tempfile.mkdtemp(prefix="sflow-nvrtc-")
+    files = [inline_headers(f, tmp) for f in files]
     nkernels = 0
     for src in sources:
         with open(src, "rb") as f:

@@ -7,7 +7,8 @@
  * softmax, cross-entropy and layer norm, 1e-6 for embedding's scatter,
  * exact for dropout's masks, cat/stack and argmax).
  *
- * The GPU ops are called directly (sf__gpu_*) on a thread where
+ * The GPU ops run through their public entries with the GPU's kernel
+ * table forced (ON_GPU, sf__nn_dev_force) on a thread where
  * sf__gpu_ready succeeded, the CPU ones through their public entries on
  * the main thread, which holds no GPU; backward rules are run on their own
  * (node->backward with a host gradient), so each check isolates one op.
@@ -25,6 +26,15 @@ const sf_program sf_program_desc = {SF_ABI_VERSION, "test_rt_nn_layers_gpu", "",
 static const sf_loc LOC = {"t.sflow", 3, 7};
 
 #define SHAPE(...) ((int64_t[]){__VA_ARGS__})
+/* e with the GPU's kernel table (its forward; the node it records keeps
+ * the device for the backward). */
+#define ON_GPU(e)                                                              \
+  ({                                                                           \
+    sf__nn_dev_force(&sf__nn_gpu);                                             \
+    __typeof__(e) r_ = (e);                                                    \
+    sf__nn_dev_force(NULL);                                                    \
+    r_;                                                                        \
+  })
 
 static uint64_t rng = 88172645463325252ULL;
 static float frand(float lo, float hi) {
@@ -97,7 +107,7 @@ static void softmax_case(const char *what, int32_t nd, const int64_t *shape, int
   sf_tensor *yc = sf__t_softmax(xc, ax, log, &LOC);
   run_backward(yc, g);
   uint64_t s0 = syncs();
-  sf_tensor *yg = sf__gpu_softmax(xg, ax, log, &LOC);
+  sf_tensor *yg = ON_GPU(sf__t_softmax(xg, ax, log, &LOC));
   run_backward(yg, g);
   CU_ASSERT(syncs() == s0);
   CU_ASSERT(sf__t_on_dev(yg) && sf__t_on_dev(xg->grad));
@@ -128,7 +138,7 @@ static void ce_case(const char *what, float smoothing) {
   sf_tensor *lc = sf__t_cross_entropy(xc, tg, -100, smoothing, &LOC);
   run_backward(lc, g);
   uint64_t s0 = syncs();
-  sf_tensor *lg = sf__gpu_cross_entropy(xg, tg, -100, smoothing, 5, &LOC);
+  sf_tensor *lg = ON_GPU(sf__t_cross_entropy(xg, tg, -100, smoothing, &LOC));
   run_backward(lg, g);
   CU_ASSERT(syncs() == s0); /* the loss and the count of kept rows stay on the device */
   CU_ASSERT(sf__t_on_dev(lg));
@@ -149,7 +159,7 @@ static void test_cross_entropy(void) {
   /* Every row ignored: nan, as torch and the CPU. */
   sf_tensor *x = rnd(2, SHAPE(2, 3), -1, 1);
   sf_array *tg = i64s(2, (int64_t[]){-100, -100});
-  sf_tensor *l = sf__gpu_cross_entropy(x, tg, -100, 0.0f, 0, &LOC);
+  sf_tensor *l = ON_GPU(sf__t_cross_entropy(x, tg, -100, 0.0f, &LOC));
   CU_ASSERT(isnan(sf__t_data(l)[0]));
   sf_release(l);
   sf_release(x);
@@ -167,7 +177,7 @@ static void test_layer_norm(void) {
   sf_tensor *yc = sf__t_layer_norm(xc, wc, bc, 1e-5, &LOC);
   run_backward(yc, g);
   uint64_t s0 = syncs();
-  sf_tensor *yg = sf__gpu_layer_norm(xg, wg, bg, 1e-5, &LOC);
+  sf_tensor *yg = ON_GPU(sf__t_layer_norm(xg, wg, bg, 1e-5, &LOC));
   run_backward(yg, g);
   CU_ASSERT(syncs() == s0);
   check("layer_norm (4, 6, 300) forward", yg, yc, 1e-5);
@@ -175,6 +185,27 @@ static void test_layer_norm(void) {
   check("layer_norm dweight", wg->grad, wc->grad, 1e-5);
   check("layer_norm dbias", bg->grad, bc->grad, 1e-5);
   sf_tensor *ts[] = {x, w, b, xc, wc, bc, xg, wg, bg, yc, yg, g};
+  for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
+    sf_release(ts[i]);
+}
+
+/* ------------------------------------------------------------ RMSNorm */
+
+static void test_rms_norm(void) {
+  sf_tensor *x = rnd(3, SHAPE(4, 6, 300), -2, 3), *w = rnd(1, SHAPE(300), -1, 1);
+  sf_tensor *xc = param_of(x), *wc = param_of(w), *xg = param_of(x), *wg = param_of(w);
+  sf_tensor *g = rnd(3, SHAPE(4, 6, 300), -1, 1);
+  sf_tensor *yc = sf__t_rms_norm(xc, wc, 1e-5, &LOC);
+  run_backward(yc, g);
+  uint64_t s0 = syncs();
+  sf_tensor *yg = ON_GPU(sf__t_rms_norm(xg, wg, 1e-5, &LOC));
+  run_backward(yg, g);
+  CU_ASSERT(syncs() == s0);
+  CU_ASSERT(sf__t_on_dev(yg) && sf__t_on_dev(xg->grad));
+  check("rms_norm (4, 6, 300) forward", yg, yc, 1e-5);
+  check("rms_norm dx", xg->grad, xc->grad, 1e-5);
+  check("rms_norm dweight", wg->grad, wc->grad, 1e-5);
+  sf_tensor *ts[] = {x, w, xc, wc, xg, wg, yc, yg, g};
   for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
     sf_release(ts[i]);
 }
@@ -189,7 +220,7 @@ static void test_embedding(void) {
   sf_tensor *yc = sf__t_embedding(wc, ids, shape, &LOC);
   run_backward(yc, g);
   uint64_t s0 = syncs();
-  sf_tensor *yg = sf__gpu_embedding(wg, ids, 3, SHAPE(2, 4, 40), &LOC);
+  sf_tensor *yg = ON_GPU(sf__t_embedding(wg, ids, shape, &LOC));
   run_backward(yg, g);
   CU_ASSERT(syncs() == s0);
   check("embedding forward", yg, yc, 0);
@@ -211,7 +242,7 @@ static void test_dropout(void) {
   for (size_t i = 0; i < sizeof ps / sizeof *ps; i++) {
     sf_tensor *yc = sf__t_dropout(xc, ps[i], 52, true, &LOC);
     uint64_t s0 = syncs();
-    sf_tensor *yg = sf__gpu_dropout(xg, ps[i], 52, &LOC);
+    sf_tensor *yg = ON_GPU(sf__t_dropout(xg, ps[i], 52, true, &LOC));
     CU_ASSERT(syncs() == s0);
     char name[64];
     snprintf(name, sizeof name, "dropout p=%g output", ps[i]);
@@ -227,14 +258,14 @@ static void test_dropout(void) {
   sf_tensor *rc = sf__t_dropout(xc, 0.5, -1, true, &LOC);
   sf__rng after = sf__rng_cur;
   sf__rng_cur = at;
-  sf_tensor *rg = sf__gpu_dropout(xg, 0.5, -1, &LOC);
+  sf_tensor *rg = ON_GPU(sf__t_dropout(xg, 0.5, -1, true, &LOC));
   CU_ASSERT(memcmp(&after, &sf__rng_cur, sizeof after) == 0);
   check("dropout seed -1 output", rg, rc, 0);
   sf_release(rc);
   sf_release(rg);
   sf_array *index = i64s(8, (int64_t[]){5, 2, 9, 0, 5, 1000000007, 3, 4});
   sf_tensor *yc = sf__t_dropout_rows(xc, 0.25, 62, index, 3, true, &LOC);
-  sf_tensor *yg = sf__gpu_dropout_rows(xg, 0.25, 62, index, 3, &LOC);
+  sf_tensor *yg = ON_GPU(sf__t_dropout_rows(xg, 0.25, 62, index, 3, true, &LOC));
   check("dropout_rows output", yg, yc, 0);
   check("dropout_rows mask", yg->node->saved, yc->node->saved, 0);
   sf_tensor *ts[] = {x, xc, xg, yc, yg};
@@ -265,7 +296,7 @@ static void test_attention(void) {
   sf_tensor *loss = sf__t_reduce(SF__R_SUM, prod, SF__ALL_AXES, &LOC);
   sf__backward(loss, &LOC);
   uint64_t s0 = syncs();
-  sf_tensor *yg = sf__gpu_attention(g[0], g[1], g[2], mask, 2, 0.0, 0, NULL, 0, &LOC);
+  sf_tensor *yg = ON_GPU(sf__t_attention(g[0], g[1], g[2], mask, 2, &LOC));
   CU_ASSERT_FATAL(yg->node && !strcmp(yg->node->op, "attention") && yg->node->in[2] == g[2]);
   run_backward(yg, w);
   CU_ASSERT(syncs() == s0);
@@ -304,7 +335,7 @@ static void join_case(const char *what, bool stack, int64_t axis) {
   sf_tensor *yc = stack ? sf__t_stack(tc, &LOC) : sf__t_cat(tc, axis, &LOC);
   int64_t shape[SF__TMAX];
   memcpy(shape, yc->shape, sizeof shape);
-  sf_tensor *yg = sf__gpu_join(ing, 3, stack, (int32_t)axis, yc->ndim, shape, &LOC);
+  sf_tensor *yg = ON_GPU(stack ? sf__t_stack(tg, &LOC) : sf__t_cat(tg, axis, &LOC));
   char name[64];
   snprintf(name, sizeof name, "%s forward", what);
   check(name, yg, yc, 0);
@@ -333,16 +364,16 @@ static void test_join(void) {
 /* ------------------------------------------------------ t[i], t[a..b] */
 
 /* The views' forward is shared; their backward rule on the device
- * (sf__gpu_bw_narrow, what index.c's rule hands over to in a GPU call). */
+ * (index.c's one rule, over the GPU's table for a node made there). */
 static void test_rows(void) {
   for (int k = 0; k < 2; k++) {
     sf_tensor *x = rnd(3, SHAPE(5, 4, 3), -1, 1), *xc = param_of(x), *xg = param_of(x);
     sf_tensor *yc = k ? sf__t_rows(xc, 1, 4, &LOC) : sf__t_row(xc, 2, &LOC);
-    sf_tensor *yg = k ? sf__t_rows(xg, 1, 4, &LOC) : sf__t_row(xg, 2, &LOC);
+    sf_tensor *yg = ON_GPU(k ? sf__t_rows(xg, 1, 4, &LOC) : sf__t_row(xg, 2, &LOC));
     sf_tensor *g = rnd(yc->ndim, yc->shape, -1, 1);
     run_backward(yc, g);
     uint64_t s0 = syncs();
-    sf__gpu_bw_narrow(yg->node, g);
+    yg->node->backward(yg->node, g);
     CU_ASSERT(syncs() == s0);
     CU_ASSERT(sf__t_on_dev(xg->grad));
     check(k ? "x[1..4] backward" : "x[2] backward", xg->grad, xc->grad, 0);
@@ -384,6 +415,7 @@ int main(int argc, char **argv) {
       {"softmax", test_softmax},
       {"cross_entropy", test_cross_entropy},
       {"layer_norm", test_layer_norm},
+      {"rms_norm", test_rms_norm},
       {"embedding", test_embedding},
       {"dropout", test_dropout},
       {"attention", test_attention},
