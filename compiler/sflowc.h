@@ -507,7 +507,7 @@ typedef struct {
   bool debug;       /* -g */
   const char *emit; /* NULL (link), "llvm", "obj", "cuda" */
   const char *out;  /* output path */
-  const char *argv0;/* to find the runtime library */
+  const char *runtime_lib; /* libsflowrt.a to link with (the driver finds it) */
   TargetRequest target;
 } CodegenOptions;
 
@@ -546,13 +546,8 @@ const char *cudagen_entry(Decl *kernel);
 
 /* Optimises the module mod (an LLVMModuleRef, made for t) at
  * opts->opt_level, then writes what opts->emit asks for to opts->out: IR
- * text, an object, or an executable linked with the runtime by the system
- * C compiler driver.  0, or non-zero after a message. */
+ * text, an object, or an executable linked with opts->runtime_lib by the
+ * system C compiler driver.  0, or non-zero after a message. */
 int link_program(void *mod, const Target *t, const CodegenOptions *opts);
-
-/* ---------------------------------------------------------------- main.c */
-
-/* Directory of the running sflowc binary, for finding the runtime. */
-const char *driver_self_dir(void);
 
 #endif
