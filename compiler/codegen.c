@@ -39,7 +39,9 @@
  * point is called through its row of rtabi.h (RT(sf_name, ...)).
  *
  * codegen_program is the back end's pipeline: settle points (settle.c),
- * the target machine (target.c), lowering here (with the copies of
+ * the target machine (target.c), lowering (functions, actors and the
+ * program here; expressions, statements and the domains in the files
+ * codegen_internal.h lists; with the copies of
  * recursion unrolling decided by unroll.c, and kernels' CUDA C from
  * cudagen.c), the verifier, unroll_chains (unroll.c), then optimisation,
  * object and linking (link.c).

@@ -11,7 +11,7 @@
 /* ----------------------------------------------------- the data core */
 
 /* Math, random numbers, sort/argsort/join and the methods of str and
- * arrays (sema.c's "data core" section).  Every runtime call borrows its
+ * arrays (sema_data.c).  Every runtime call borrows its
  * arguments, so operands are dropped after the call; results the runtime
  * makes are owned. */
 

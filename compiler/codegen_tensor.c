@@ -6,7 +6,7 @@
 
 /* ------------------------------------------------------- tensors */
 
-/* The tensor operators (sema.c "tensors"): each is one call of the nn
+/* The tensor operators (sema_tensor.c): each is one call of the nn
  * layer's ABI (sflow.h, "tensors"), which borrows its operands and returns
  * a new tensor (owned).  A scalar operand is an f32, passed with which
  * side it was written on, since - and / do not commute. */

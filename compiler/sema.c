@@ -275,7 +275,7 @@ static void check_annot(Decl *d, Annot *a) {
     return;
   }
   if (!strcmp(a->name, "global")) {
-    /* Seen by lookup_global in the importers (sema's "tensors" section). */
+    /* Seen by lookup_global in the importers (sema_builtin.c). */
     if (a->args)
       diag_error(a->loc, "@global takes no arguments");
     else if (!d->is_std)

@@ -63,14 +63,10 @@ Type *call_map_method(Node *call, Node *recv, Type *mt, const char *name) {
 
 /* ----------------------------------------------------------- data core */
 
-/* The data-language additions of the design sketch (docs/language.md):
- * math and random builtins, sort/argsort/join, the methods of str and
- * arrays, slices a[i..j], string indexing s[i], array concatenation and
- * the constant PI.  Each hook in the general checks above and below is one
- * call into this section, so the rest of sema does not know the details.
- * The hooks are DATA_HOOK (noinline): inlined, their locals would grow the
- * frame of check_expr, which recurses once per level of a 2000-deep
- * expression (SEMA_MAX_EXPR_DEPTH) and must stay as small as it was. */
+/* The data-language additions of the design sketch (docs/language.md).
+ * The hooks are called through sema.dom, never inlined: inlined, their
+ * locals would grow the frame of check_expr, which recurses once per level
+ * of a 2000-deep expression (SEMA_MAX_EXPR_DEPTH). */
 
 /* An element type sort/argsort can order: numbers and strings. */
 static Type *sortable_arg(Node *a, const char *fname) {

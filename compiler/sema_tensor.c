@@ -11,12 +11,9 @@
 
 /* The tensor type of std.nn (docs/language.md, "Tensors"): the operators
  * + - * / between tensors and with an f32 on either side, unary minus and
- * `@` (matmul); @global functions, which a std module's importers see
- * unqualified; and tensor methods, x.name(args) being std.nn's
- * name(x, args) (UFCS).  As with the data core, each hook in the general
- * checks is one call into this section, noinline so that check_expr's
- * frame stays small. */
-
+ * `@` (matmul), and tensor methods, x.name(args) being std.nn's
+ * name(x, args) (UFCS).  As with the data core, each hook is called
+ * through sema.dom, out of line, so that check_expr's frame stays small. */
 
 /* t[i] (row i; negative from the end) and t[a..b] (rows a to b-1): both
  * tensors, views the runtime checks against the length. */
