@@ -56,7 +56,7 @@ build() {
   local srcs=() f
   for f in "$ROOT"/compiler/*.c; do
     case $(basename "$f") in
-      main.c | codegen.c | link.c | cudagen.c | lsp.c | stubs*.c) continue ;;
+      main.c | codegen*.c | link.c | cudagen.c | lsp.c | stubs*.c) continue ;;
     esac
     grep -q '#include <llvm-c/' "$f" && continue  # back-end code needs LLVM
     srcs+=("$f")
@@ -71,7 +71,8 @@ build() {
   for f in "${srcs[@]}"; do
     o=$OUT/obj/$(basename "${f%.c}").o
     objs+=("$o")
-    if [[ ! -f $o || $f -nt $o || $ROOT/compiler/sflowc.h -nt $o || $BUILD/gen/parser.h -nt $o ]]; then
+    if [[ ! -f $o || $f -nt $o || $ROOT/compiler/sflowc.h -nt $o || $ROOT/compiler/sema_internal.h -nt $o ||
+          $BUILD/gen/parser.h -nt $o ]]; then
       todo+=("$f")
     fi
   done
