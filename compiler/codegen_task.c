@@ -5,6 +5,8 @@
  */
 #include "codegen_internal.h"
 
+/* spawn A(args) [* n]: the init arguments in an argument block (args_block)
+ * for sf_actor_spawn or sf_group_spawn; the handle it returns is owned. */
 Val spawn_expr(Node *n) {
   Node *c = n->lhs;
   Decl *actor = c->decl;

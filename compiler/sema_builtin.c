@@ -12,6 +12,10 @@
 #include "sema_internal.h"
 
 #include <string.h>
+
+/* ----------------------------------------------------------- builtins */
+
+/* The builtins a kernel body may call: CUDA C has each of them. */
 static bool kernel_builtin_ok(Builtin b) {
   switch (b) {
   case B_LEN: case B_SQRT: case B_EXP: case B_LOG: case B_TANH: case B_ABS: case B_MIN:

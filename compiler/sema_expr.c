@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* ------------------------------------------------------ expected types */
+
 /* Checks e against the type want and settles its literals; reports a
  * mismatch in the words of what (e.g. "argument 'x' of 'f'"). */
 bool expect_type(Node *e, Type *want, const char *what) {
