@@ -4,9 +4,9 @@
  * executable linked with the runtime.
  *
  * Key design choice: sflowc links through the system C compiler driver
- * (`cc`, or $CC), handing it one temporary object, libsflowrt.a from
- * ../lib/sflow next to the sflowc binary (the build tree and an installed
- * tree have the same layout) and -lm -lpthread -ldl.  The driver knows the
+ * (`cc`, or $CC), handing it one temporary object, the runtime library
+ * the driver named in CodegenOptions.runtime_lib (main.c finds it next to
+ * the sflowc binary) and -lm -lpthread -ldl.  The driver knows the
  * platform's start files, libc and linker flags, which sflowc would
  * otherwise have to track per distribution; the runtime needs nothing
  * else, since it dlopens CUDA, NVRTC, BLAS and libssh2.
@@ -78,9 +78,8 @@ static int run_cmd(char **argv) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-static int link_exe(LLVMModuleRef mod, LLVMTargetMachineRef tm, const char *out) {
-  char rtlib[4096];
-  snprintf(rtlib, sizeof rtlib, "%s/../lib/sflow/libsflowrt.a", driver_self_dir());
+static int link_exe(LLVMModuleRef mod, LLVMTargetMachineRef tm, const char *out,
+                    const char *rtlib) {
   struct stat st;
   if (stat(rtlib, &st) != 0) {
     fprintf(stderr, "sflowc: error: runtime library not found at '%s'\n", rtlib);
@@ -99,7 +98,7 @@ static int link_exe(LLVMModuleRef mod, LLVMTargetMachineRef tm, const char *out)
   int rc = emit_obj(mod, tm, obj);
   if (!rc) {
     const char *cc = getenv("CC");
-    char *argv[] = {(char *)(cc && *cc ? cc : "cc"), "-o", (char *)out, obj, rtlib, "-lm",
+    char *argv[] = {(char *)(cc && *cc ? cc : "cc"), "-o", (char *)out, obj, (char *)rtlib, "-lm",
                     "-lpthread", "-ldl", NULL};
     int st = run_cmd(argv);
     if (st != 0) {
@@ -135,5 +134,5 @@ int link_program(void *mod, const Target *t, const CodegenOptions *opts) {
     return write_ir(mod, opts->out);
   if (opts->emit && !strcmp(opts->emit, "obj"))
     return emit_obj(mod, t->tm, opts->out);
-  return link_exe(mod, t->tm, opts->out);
+  return link_exe(mod, t->tm, opts->out, opts->runtime_lib);
 }

@@ -212,18 +212,18 @@ static Options parse_args(int argc, char **argv) {
 
 /* ---------------------------------------------------------- self path */
 
-static char self_dir[PATH_MAX];
-
-const char *driver_self_dir(void) {
-  if (!self_dir[0]) {
-    char buf[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-    if (n <= 0)
-      return ".";
+/* The runtime library the link step uses: ../lib/sflow/libsflowrt.a from
+ * the directory of the running sflowc (the build tree and an installed
+ * tree have the same layout). */
+static const char *runtime_lib(void) {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  const char *dir = ".";
+  if (n > 0) {
     buf[n] = 0;
-    snprintf(self_dir, sizeof self_dir, "%s", dirname(buf));
+    dir = dirname(buf);
   }
-  return self_dir;
+  return arena_printf("%s/../lib/sflow/libsflowrt.a", dir);
 }
 
 /* A crash is a compiler bug: say so, with the rustc-style exit code. */
@@ -351,7 +351,7 @@ int main(int argc, char **argv) {
       .debug = o.debug,
       .emit = o.emit,
       .out = o.output ? o.output : (o.emit ? (strcmp(o.emit, "obj") ? "-" : "out.o") : default_output(o.input)),
-      .argv0 = argv[0],
+      .runtime_lib = runtime_lib(),
       .target = o.target,
   };
   int rc = codegen_program(&prog, &co);

@@ -4,11 +4,12 @@
  * One section per compiler file, in pipeline order: the arena and sources
  * (util.c), diagnostics (diag.c), tokens and the lexer (lexer.c over the
  * flex scanner grammar/sflow.l), the AST (ast.c, built by grammar/sflow.y),
- * types (types.c), semantic analysis (sema.c), GPU settle points
- * (settle.c), the target machine (target.c), LLVM host code (codegen.c,
- * calling the runtime through the rows of rtabi.h), recursion unrolling
- * (unroll.c), CUDA C for kernels (cudagen.c), optimisation, object and
- * linking (link.c), and the driver (main.c).
+ * types (types.c), semantic analysis (sema.c, its files sharing
+ * sema_internal.h), GPU settle points (settle.c), the target machine
+ * (target.c), LLVM host code (codegen.c, its files sharing
+ * codegen_internal.h, calling the runtime through the rows of rtabi.h),
+ * recursion unrolling (unroll.c), CUDA C for kernels (cudagen.c),
+ * optimisation, object and linking (link.c), and the driver (main.c).
  *
  * Memory policy: everything the front end allocates lives in one arena that
  * is freed once, when the compilation ends.  Nothing in the AST is freed
@@ -257,7 +258,7 @@ typedef enum {
   B_SPLIT,   /* a.split(k) */
   B_MATMUL,
   B_FAILURE, /* failure(f): std.tune's await that does not raise */
-  /* the data core (sema.c and codegen.c "data core" sections): math,
+  /* the data core (sema_data.c and codegen_data.c): math,
    * random numbers, sort/argsort/join, and the methods of str and arrays
    * (N_CALL.recv is the receiver); keep B_SIN first and B_POP last */
   B_SIN, B_COS, B_TAN, B_ATAN2, B_CEIL, B_ROUND, B_RAND_INT, B_RANDN_F32,
@@ -507,7 +508,7 @@ typedef struct {
   bool debug;       /* -g */
   const char *emit; /* NULL (link), "llvm", "obj", "cuda" */
   const char *out;  /* output path */
-  const char *argv0;/* to find the runtime library */
+  const char *runtime_lib; /* libsflowrt.a to link with (the driver finds it) */
   TargetRequest target;
 } CodegenOptions;
 
@@ -546,13 +547,8 @@ const char *cudagen_entry(Decl *kernel);
 
 /* Optimises the module mod (an LLVMModuleRef, made for t) at
  * opts->opt_level, then writes what opts->emit asks for to opts->out: IR
- * text, an object, or an executable linked with the runtime by the system
- * C compiler driver.  0, or non-zero after a message. */
+ * text, an object, or an executable linked with opts->runtime_lib by the
+ * system C compiler driver.  0, or non-zero after a message. */
 int link_program(void *mod, const Target *t, const CodegenOptions *opts);
-
-/* ---------------------------------------------------------------- main.c */
-
-/* Directory of the running sflowc binary, for finding the runtime. */
-const char *driver_self_dir(void);
 
 #endif

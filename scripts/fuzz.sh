@@ -71,7 +71,8 @@ build() {
   for f in "${srcs[@]}"; do
     o=$OUT/obj/$(basename "${f%.c}").o
     objs+=("$o")
-    if [[ ! -f $o || $f -nt $o || $ROOT/compiler/sflowc.h -nt $o || $BUILD/gen/parser.h -nt $o ]]; then
+    if [[ ! -f $o || $f -nt $o || $ROOT/compiler/sflowc.h -nt $o || $ROOT/compiler/sema_internal.h -nt $o ||
+          $BUILD/gen/parser.h -nt $o ]]; then
       todo+=("$f")
     fi
   done

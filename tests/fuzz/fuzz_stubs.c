@@ -18,4 +18,3 @@ __attribute__((weak)) char *cudagen_kernel(Decl *k) {
   return strdup("");
 }
 __attribute__((weak)) int lsp_main(void) { return 0; }
-__attribute__((weak)) const char *driver_self_dir(void) { return "."; }
