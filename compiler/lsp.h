@@ -33,6 +33,9 @@ typedef struct {
 extern Doc *lsp_docs;
 extern char *lsp_root; /* the workspace folder from initialize, or NULL */
 Doc *lsp_doc_find(const char *uri);
+/* didOpen/didChange and didClose (lsp_doc.c). */
+void lsp_doc_set(const char *uri, const char *text);
+void lsp_doc_close(const char *uri);
 /* Runs the front end on text as if it were the file path; diags (or NULL)
  * receives the diagnostics. */
 Analysis lsp_analyze_text(const char *path, const char *text, size_t len, cJSON *diags);
