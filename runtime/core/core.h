@@ -185,6 +185,9 @@ static inline void sf__buf_put(sf__buf *b, const char *s, size_t n) {
   b->len += n;
 }
 void sf__buf_free(sf__buf *b);
+/* Appends printf-formatted text, whatever its length (the Prometheus
+ * writers of sched/metrics.c and serve/metrics.c). */
+void sf__buf_printf(sf__buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void sf__format_value(sf__buf *b, const sf_type *t, const void *p, bool nested);
 /* write(2) all of buf to fd, retrying on EINTR and partial writes. */
 bool sf__write_all(int fd, const char *buf, size_t n);

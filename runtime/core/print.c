@@ -17,8 +17,10 @@
  * The compiler must evaluate all arguments of a print before
  * sf_print_begin: an argument that itself prints would reset the line.
  */
+#include <stdarg.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -52,6 +54,25 @@ void sf__buf_free(sf__buf *b) {
   if (b->data != b->inline_data)
     sf_free(b->data);
   sf__buf_init(b, b->inline_data, b->inline_cap);
+}
+
+void sf__buf_printf(sf__buf *b, const char *fmt, ...) {
+  char line[512];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  if (n <= 0)
+    return;
+  if ((size_t)n < sizeof line) {
+    sf__buf_put(b, line, (size_t)n);
+    return;
+  }
+  sf__buf_grow(b, (size_t)n + 1);
+  va_start(ap, fmt);
+  vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  b->len += (size_t)n;
 }
 
 static void put_c(sf__buf *b, const char *s) { sf__buf_put(b, s, strlen(s)); }

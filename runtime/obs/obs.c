@@ -61,19 +61,7 @@ static enum MHD_Result respond(struct MHD_Connection *c, unsigned status, const 
   return ok;
 }
 
-static bool token_ok(struct MHD_Connection *c) {
-  if (!token_len)
-    return true;
-  const char *a = sf__mhd.lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-  if (!a || strncasecmp(a, "Bearer ", 7))
-    return false;
-  a += 7;
-  size_t n = strlen(a);
-  unsigned char d = n != token_len;
-  for (size_t i = 0; i < token_len; i++)
-    d |= (unsigned char)(token[i] ^ (i < n ? a[i] : 0));
-  return d == 0;
-}
+static bool token_ok(struct MHD_Connection *c) { return sf__bearer_ok(c, token, token_len); }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version,

@@ -212,17 +212,6 @@ void sf__metric_event(const char *text) {
 
 /* ------------------------------------------------------------ output */
 
-static void putf(sf__buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void putf(sf__buf *b, const char *fmt, ...) {
-  char line[512];
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(line, sizeof line, fmt, ap);
-  va_end(ap);
-  if (n > 0)
-    sf__buf_put(b, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
-}
-
 /* Prometheus' number text: NaN, +Inf, -Inf, else the shortest repr. */
 static void num(sf__buf *b, double v) {
   char t[SF__FLOAT_BUF];
@@ -237,9 +226,9 @@ static void num(sf__buf *b, double v) {
 
 static void sample(sf__buf *b, const char *name, const char *suffix, const char *labels,
                    const char *extra, double v) {
-  putf(b, "%s%s", name, suffix);
+  sf__buf_printf(b, "%s%s", name, suffix);
   if (*labels || *extra)
-    putf(b, "{%s%s%s}", labels, *labels && *extra ? "," : "", extra);
+    sf__buf_printf(b, "{%s%s%s}", labels, *labels && *extra ? "," : "", extra);
   sf__buf_put(b, " ", 1);
   num(b, v);
   sf__buf_put(b, "\n", 1);
@@ -256,8 +245,8 @@ static void prom(sf__buf *b, bool flat) {
     if (!f->n || (flat && f->kind == SF__M_HISTOGRAM))
       continue; /* declared, never set: absent (a GPU family without a GPU) */
     if (f->declared && !flat)
-      putf(b, "# HELP %s %s\n", f->name, f->help);
-    putf(b, "# TYPE %s %s\n", f->name, kind_text(f->kind));
+      sf__buf_printf(b, "# HELP %s %s\n", f->name, f->help);
+    sf__buf_printf(b, "# TYPE %s %s\n", f->name, kind_text(f->kind));
     for (int j = 0; j < f->n; j++) {
       series *s = &f->s[j];
       if (f->kind != SF__M_HISTOGRAM) {
@@ -361,9 +350,9 @@ static void jstr(sf__buf *b, const char *s) {
   for (; *s; s++) {
     unsigned char c = (unsigned char)*s;
     if (c == '"' || c == '\\')
-      putf(b, "\\%c", c);
+      sf__buf_printf(b, "\\%c", c);
     else if (c < 0x20)
-      putf(b, "\\u%04x", c);
+      sf__buf_printf(b, "\\u%04x", c);
     else
       sf__buf_put(b, (const char *)&c, 1);
   }
@@ -386,7 +375,7 @@ void sf__metrics_json(sf__buf *b) {
     family *f = &fams[i];
     if (!f->n)
       continue;
-    putf(b, "%s\"%s\":[", first ? "" : ",", f->name);
+    sf__buf_printf(b, "%s\"%s\":[", first ? "" : ",", f->name);
     first = false;
     for (int j = 0; j < f->n; j++) {
       series *s = &f->s[j];
@@ -394,7 +383,7 @@ void sf__metrics_json(sf__buf *b) {
       jstr(b, s->labels);
       sf__buf_put(b, ",", 1);
       if (f->kind == SF__M_HISTOGRAM) {
-        putf(b, "%llu,", (unsigned long long)s->count);
+        sf__buf_printf(b, "%llu,", (unsigned long long)s->count);
         jnum(b, s->sum);
       } else {
         jnum(b, s->v);
@@ -406,7 +395,7 @@ void sf__metrics_json(sf__buf *b) {
   sf__buf_put(b, "},\"series\":{", 12);
   for (int i = 0; i < ncurves; i++) {
     curve *c = &curves[i];
-    putf(b, "%s\"%s\":[", i ? "," : "", c->name);
+    sf__buf_printf(b, "%s\"%s\":[", i ? "," : "", c->name);
     for (int k = 0; k < c->n; k++) {
       sf__buf_put(b, k ? ",[" : "[", k ? 2 : 1);
       jnum(b, c->pt[k][0]);
@@ -423,6 +412,6 @@ void sf__metrics_json(sf__buf *b) {
       sf__buf_put(b, ",", 1);
     jstr(b, errors[k % MAX_ERRORS]);
   }
-  putf(b, "],\"errors_total\":%lld}", (long long)nerrors);
+  sf__buf_printf(b, "],\"errors_total\":%lld}", (long long)nerrors);
   pthread_mutex_unlock(&mu);
 }

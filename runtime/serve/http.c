@@ -76,6 +76,10 @@ static enum MHD_Result respond_error(sf__server *s, sf__route *rt, struct MHD_Co
 static bool token_ok(sf__server *s, sf__route *rt, struct MHD_Connection *c) {
   const char *token = rt && rt->token_len ? rt->token : s->token;
   size_t len = rt && rt->token_len ? rt->token_len : s->token_len;
+  return sf__bearer_ok(c, token, len);
+}
+
+bool sf__bearer_ok(struct MHD_Connection *c, const char *token, size_t len) {
   if (!len)
     return true;
   const char *a = sf__mhd.lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");

@@ -11,16 +11,6 @@
  */
 #include "serve.h"
 
-static void put(sf__buf *b, const char *fmt, ...) {
-  char line[512];
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(line, sizeof line, fmt, ap);
-  va_end(ap);
-  if (n > 0)
-    sf__buf_put(b, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
-}
-
 static void le_text(double le, char *buf, size_t n) { snprintf(buf, n, "%g", le); }
 
 static void route_lines(sf__buf *b, sf__route *r, int part) {
@@ -33,7 +23,7 @@ static void route_lines(sf__buf *b, sf__route *r, int part) {
           snprintf(code, sizeof code, "%d", sf__codes[i]);
         else
           snprintf(code, sizeof code, "other");
-        put(b, "sflow_serve_requests_total{route=\"%s\",code=\"%s\"} %llu\n", r->path, code,
+        sf__buf_printf(b, "sflow_serve_requests_total{route=\"%s\",code=\"%s\"} %llu\n", r->path, code,
             (unsigned long long)r->codes[i]);
       }
   } else {
@@ -43,13 +33,13 @@ static void route_lines(sf__buf *b, sf__route *r, int part) {
       char le[32] = "+Inf";
       if (i < SF__LAT_BUCKETS)
         le_text(sf__lat_le[i], le, sizeof le);
-      put(b, "sflow_serve_request_seconds_bucket{route=\"%s\",le=\"%s\"} %llu\n", r->path, le,
+      sf__buf_printf(b, "sflow_serve_request_seconds_bucket{route=\"%s\",le=\"%s\"} %llu\n", r->path, le,
           (unsigned long long)cum);
     }
     char sum[SF__FLOAT_BUF]; /* the shortest text that reads back, as Prometheus' Go writes */
     sf__fmt_f64_repr(r->lat_sum, sum);
-    put(b, "sflow_serve_request_seconds_sum{route=\"%s\"} %s\n", r->path, sum);
-    put(b, "sflow_serve_request_seconds_count{route=\"%s\"} %llu\n", r->path,
+    sf__buf_printf(b, "sflow_serve_request_seconds_sum{route=\"%s\"} %s\n", r->path, sum);
+    sf__buf_printf(b, "sflow_serve_request_seconds_count{route=\"%s\"} %llu\n", r->path,
         (unsigned long long)r->lat_count);
   }
   pthread_mutex_unlock(&r->mu);
@@ -61,7 +51,7 @@ static void endpoint_lines(sf__buf *b, sf__endpoint *e, int part) {
   switch (part) {
   case 0:
     for (int64_t i = 0; i < e->nreps; i++)
-      put(b, "sflow_serve_queue_length{route=\"%s\",version=\"%s\",replica=\"%lld\"} %lld\n", path,
+      sf__buf_printf(b, "sflow_serve_queue_length{route=\"%s\",version=\"%s\",replica=\"%lld\"} %lld\n", path,
           v, (long long)i, (long long)e->reps[i]->qlen);
     break;
   case 1: {
@@ -71,12 +61,12 @@ static void endpoint_lines(sf__buf *b, sf__endpoint *e, int part) {
       char le[32] = "+Inf";
       if (i < SF__BATCH_BUCKETS)
         le_text(sf__batch_le[i], le, sizeof le);
-      put(b, "sflow_serve_batch_size_bucket{route=\"%s\",version=\"%s\",le=\"%s\"} %llu\n", path, v,
+      sf__buf_printf(b, "sflow_serve_batch_size_bucket{route=\"%s\",version=\"%s\",le=\"%s\"} %llu\n", path, v,
           le, (unsigned long long)cum);
     }
-    put(b, "sflow_serve_batch_size_sum{route=\"%s\",version=\"%s\"} %llu\n", path, v,
+    sf__buf_printf(b, "sflow_serve_batch_size_sum{route=\"%s\",version=\"%s\"} %llu\n", path, v,
         (unsigned long long)e->batch_sum);
-    put(b, "sflow_serve_batch_size_count{route=\"%s\",version=\"%s\"} %llu\n", path, v,
+    sf__buf_printf(b, "sflow_serve_batch_size_count{route=\"%s\",version=\"%s\"} %llu\n", path, v,
         (unsigned long long)e->batch_count);
     break;
   }
@@ -84,15 +74,15 @@ static void endpoint_lines(sf__buf *b, sf__endpoint *e, int part) {
     int64_t live = 0;
     for (int64_t i = 0; i < e->nreps; i++)
       live += !e->reps[i]->removed;
-    put(b, "sflow_serve_replicas{route=\"%s\",version=\"%s\"} %lld\n", path, v, (long long)live);
+    sf__buf_printf(b, "sflow_serve_replicas{route=\"%s\",version=\"%s\"} %lld\n", path, v, (long long)live);
     break;
   }
   case 3:
-    put(b, "sflow_serve_weight{route=\"%s\",version=\"%s\"} %lld\n", path, v,
+    sf__buf_printf(b, "sflow_serve_weight{route=\"%s\",version=\"%s\"} %lld\n", path, v,
         (long long)atomic_load(&e->weight));
     break;
   case 4:
-    put(b, "sflow_serve_retries_total{route=\"%s\",version=\"%s\"} %llu\n", path, v,
+    sf__buf_printf(b, "sflow_serve_retries_total{route=\"%s\",version=\"%s\"} %llu\n", path, v,
         (unsigned long long)e->retries);
     break;
   }
@@ -108,34 +98,34 @@ static void each_endpoint(sf__server *s, sf__buf *b, int part) {
 
 void sf__metrics_text(sf__server *s, sf__buf *b) {
   int64_t n = atomic_load(&s->nroutes);
-  put(b, "# HELP sflow_serve_requests_total Requests answered, by route and status code.\n"
+  sf__buf_printf(b, "# HELP sflow_serve_requests_total Requests answered, by route and status code.\n"
          "# TYPE sflow_serve_requests_total counter\n");
   for (int64_t i = 0; i < n; i++)
     route_lines(b, s->routes[i], 0);
   route_lines(b, &s->other, 0);
-  put(b, "# HELP sflow_serve_request_seconds Seconds from a request's whole body to its answer.\n"
+  sf__buf_printf(b, "# HELP sflow_serve_request_seconds Seconds from a request's whole body to its answer.\n"
          "# TYPE sflow_serve_request_seconds histogram\n");
   for (int64_t i = 0; i < n; i++)
     route_lines(b, s->routes[i], 1);
-  put(b, "# HELP sflow_serve_queue_length Requests waiting in a replica's queue.\n"
+  sf__buf_printf(b, "# HELP sflow_serve_queue_length Requests waiting in a replica's queue.\n"
          "# TYPE sflow_serve_queue_length gauge\n");
   each_endpoint(s, b, 0);
-  put(b, "# HELP sflow_serve_batch_size Requests per batch handed to a replica.\n"
+  sf__buf_printf(b, "# HELP sflow_serve_batch_size Requests per batch handed to a replica.\n"
          "# TYPE sflow_serve_batch_size histogram\n");
   each_endpoint(s, b, 1);
-  put(b, "# HELP sflow_serve_replicas Replicas taking requests, per version.\n"
+  sf__buf_printf(b, "# HELP sflow_serve_replicas Replicas taking requests, per version.\n"
          "# TYPE sflow_serve_replicas gauge\n");
   each_endpoint(s, b, 2);
-  put(b, "# HELP sflow_serve_weight A version's weight in its route's traffic.\n"
+  sf__buf_printf(b, "# HELP sflow_serve_weight A version's weight in its route's traffic.\n"
          "# TYPE sflow_serve_weight gauge\n");
   each_endpoint(s, b, 3);
-  put(b, "# HELP sflow_serve_retries_total Requests sent to another replica after theirs failed.\n"
+  sf__buf_printf(b, "# HELP sflow_serve_retries_total Requests sent to another replica after theirs failed.\n"
          "# TYPE sflow_serve_retries_total counter\n");
   each_endpoint(s, b, 4);
   pthread_mutex_lock(&s->mu);
   int64_t fl = s->in_flight;
   pthread_mutex_unlock(&s->mu);
-  put(b, "# HELP sflow_serve_in_flight Requests being decoded, queued or computed.\n"
+  sf__buf_printf(b, "# HELP sflow_serve_in_flight Requests being decoded, queued or computed.\n"
          "# TYPE sflow_serve_in_flight gauge\n"
          "sflow_serve_in_flight %lld\n", (long long)fl);
 }

@@ -271,4 +271,9 @@ sf_str *sf_std_serve_url(const void *s, const sf_type *s_type, const sf_loc *loc
 void sf_std_serve_wait(const void *s, const sf_type *s_type, const sf_loc *loc);
 void sf_std_serve_stop(const void *s, const sf_type *s_type, const sf_loc *loc);
 
+/* Whether the request carries "Authorization: Bearer TOKEN" with TOKEN
+ * equal to token (len bytes; compared in constant time); true when len is
+ * 0 (http.c; obs.c's endpoints use it too). */
+bool sf__bearer_ok(struct MHD_Connection *c, const char *token, size_t len);
+
 #endif
