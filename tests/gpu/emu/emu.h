@@ -31,39 +31,6 @@
 #include <unistd.h>
 #if !defined(__x86_64__)
 #include <ucontext.h>
-static inline bool valid_function(const Function *f) { return f && f->magic == FUNCTION_MAGIC; }
-
-/* bfloat16 <-> float (cuBLAS's and NCCL's bf16). */
-static inline float bf16_to_f32(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-static inline uint16_t f32_to_bf16(float f) { /* round to nearest even */
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u)
-    return (uint16_t)((u >> 16) | 0x40); /* a quiet NaN */
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
-
-size_t upper(uintptr_t p);
-void insert_alloc(Alloc al);
-const char *nccl_uses(uintptr_t base, size_t size);
-
-/* What a kernel's module calls back (emu_launch.c): a barrier, the end of
- * a thread, a trap, a pointer parameter's check. */
-void emu_sync(void);
-void emu_exit_thread(void);
-void emu_fail(const char *what);
-int emu_check_ptr(const void *p, int index);
-
-/* Counts one device operation (emu.c, "counting device operations"). */
-enum { EMU_LAUNCH, EMU_BLAS, EMU_COPY, EMU_SET, EMU_KINDS };
-void emu_count(int kind, const char *name);
-
 #endif
 
 #define API __attribute__((visibility("default")))
