@@ -20,6 +20,8 @@ import sys
 import tempfile
 import time
 
+from rpc import Rpc
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 PROJECT = os.path.join(HERE, "project")
@@ -36,35 +38,9 @@ def check(cond, what):
         print("FAIL", what)
 
 
-class Client:
+class Client(Rpc):
     def __init__(self, env):
-        self.p = subprocess.Popen([SFLOWC, "--lsp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
-        self.next_id = 1
-
-    def send(self, method, params=None, request=True):
-        msg = {"jsonrpc": "2.0", "method": method}
-        if params is not None:
-            msg["params"] = params
-        if request:
-            msg["id"] = self.next_id
-            self.next_id += 1
-        body = json.dumps(msg).encode()
-        self.p.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
-        self.p.stdin.flush()
-        return msg.get("id")
-
-    def read(self):
-        headers = {}
-        while True:
-            line = self.p.stdout.readline()
-            if not line:
-                raise EOFError("server closed its output")
-            line = line.decode().strip()
-            if not line:
-                break
-            k, v = line.split(":", 1)
-            headers[k.lower()] = v.strip()
-        return json.loads(self.p.stdout.read(int(headers["content-length"])))
+        super().__init__(SFLOWC, env)
 
     def call(self, method, params):
         """The whole response (result or error)."""

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 
+from rpc import Rpc
+
 SFLOWC = sys.argv[1] if len(sys.argv) > 1 else "build/bin/sflowc"
 failures = []
 checks = 0
@@ -23,39 +25,9 @@ def check(cond, what):
         print("FAIL", what)
 
 
-class Client:
+class Client(Rpc):
     def __init__(self):
-        self.p = subprocess.Popen([SFLOWC, "--lsp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        self.next_id = 1
-
-    def send_raw(self, data):
-        self.p.stdin.write(data)
-        self.p.stdin.flush()
-
-    def send(self, method, params=None, request=True):
-        msg = {"jsonrpc": "2.0", "method": method}
-        if params is not None:
-            msg["params"] = params
-        if request:
-            msg["id"] = self.next_id
-            self.next_id += 1
-        body = json.dumps(msg).encode()
-        self.send_raw(b"Content-Length: %d\r\n\r\n" % len(body) + body)
-        return msg.get("id")
-
-    def read(self):
-        headers = {}
-        while True:
-            line = self.p.stdout.readline()
-            if not line:
-                raise EOFError("server closed its output")
-            line = line.decode().strip()
-            if not line:
-                break
-            k, v = line.split(":", 1)
-            headers[k.lower()] = v.strip()
-        n = int(headers["content-length"])
-        return json.loads(self.p.stdout.read(n))
+        super().__init__(SFLOWC)
 
     def wait(self, pred, what):
         for _ in range(50):
