@@ -36,6 +36,7 @@ Usage: finetune_test.py --sflowc PATH [--models DIR]
 """
 import argparse
 import csv
+import difflib
 import json
 import os
 import re
@@ -185,7 +186,12 @@ def case_repeat_and_resume(r, ref):
           "--resume: the final weights are bitwise the uninterrupted run's")
     check(same_columns(metrics(os.path.join(r.tmp, "kill.csv")), m_ref),
           "--resume: the metrics file equals the uninterrupted run's (timings aside)")
-    check(masked(p.stdout) == masked(out_ref), "--resume: the uninterrupted run's lines")
+    same = masked(p.stdout) == masked(out_ref)
+    check(same, "--resume: the uninterrupted run's lines")
+    if not same:
+        sys.stdout.writelines(difflib.unified_diff(
+            masked(out_ref).splitlines(True), masked(p.stdout).splitlines(True),
+            "uninterrupted", "resumed"))
 
 
 def case_reference(r):
