@@ -72,6 +72,14 @@ void sf__str_free(sf_str *s);
  * them is set.  len 0 gives a fresh empty string, not the shared one. */
 sf_str *sf__str_alloc(int64_t len);
 
+/* ----------------------------------------------------------- text.c */
+
+/* Bytes of the well-formed UTF-8 sequence at s[0..n), or 0 when s starts
+ * an ill-formed one (overlong, surrogate, past U+10FFFF, truncated); *bad
+ * is then the length of its maximal subpart, the bytes one U+FFFD stands
+ * for (Unicode's "substitution of maximal subparts").  n >= 1. */
+size_t sf__utf8_seq(const unsigned char *s, size_t n, size_t *bad);
+
 /* Python repr() of a double / float into buf (NUL-terminated, returns the
  * length).  SF__FLOAT_BUF bytes always suffice. */
 #define SF__FLOAT_BUF 32
@@ -188,6 +196,12 @@ void sf__buf_free(sf__buf *b);
 /* Appends printf-formatted text, whatever its length (the Prometheus
  * writers of sched/metrics.c and serve/metrics.c). */
 void sf__buf_printf(sf__buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* s[0..n) as a JSON string literal, quotes included: '"' and '\\' escaped,
+ * \n \r \t short, other control bytes and DEL as \u00XX, well-formed
+ * UTF-8 passed through and each ill-formed subpart as \ufffd, so the
+ * result is always valid JSON (trace files, metrics, error bodies,
+ * safetensors headers, std.data's encoder). */
+void sf__buf_json_str(sf__buf *b, const char *s, size_t n);
 void sf__format_value(sf__buf *b, const sf_type *t, const void *p, bool nested);
 /* write(2) all of buf to fd, retrying on EINTR and partial writes. */
 bool sf__write_all(int fd, const char *buf, size_t n);

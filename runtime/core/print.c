@@ -75,6 +75,41 @@ void sf__buf_printf(sf__buf *b, const char *fmt, ...) {
   b->len += (size_t)n;
 }
 
+void sf__buf_json_str(sf__buf *b, const char *s, size_t n) {
+  const unsigned char *p = (const unsigned char *)s;
+  sf__buf_put(b, "\"", 1);
+  size_t run = 0, i = 0; /* p[run..i) passes through as it is */
+  while (i < n) {
+    unsigned char c = p[i];
+    if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
+      i++;
+      continue;
+    }
+    size_t bad = 0, k = c < 0x80 ? 1 : sf__utf8_seq(p + i, n - i, &bad);
+    if (k > 1) {
+      i += k;
+      continue;
+    }
+    sf__buf_put(b, s + run, i - run);
+    switch (c) {
+    case '"': sf__buf_put(b, "\\\"", 2); break;
+    case '\\': sf__buf_put(b, "\\\\", 2); break;
+    case '\n': sf__buf_put(b, "\\n", 2); break;
+    case '\r': sf__buf_put(b, "\\r", 2); break;
+    case '\t': sf__buf_put(b, "\\t", 2); break;
+    default:
+      if (k == 0)
+        sf__buf_put(b, "\\ufffd", 6);
+      else
+        sf__buf_printf(b, "\\u%04x", c);
+    }
+    i += k ? k : bad;
+    run = i;
+  }
+  sf__buf_put(b, s + run, n - run);
+  sf__buf_put(b, "\"", 1);
+}
+
 static void put_c(sf__buf *b, const char *s) { sf__buf_put(b, s, strlen(s)); }
 
 bool sf__write_all(int fd, const char *buf, size_t n) {

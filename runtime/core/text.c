@@ -35,6 +35,43 @@ static bool is_space(unsigned char c) {
 /* A UTF-8 continuation byte (10xxxxxx) never starts a character. */
 static bool is_cont(unsigned char c) { return (c & 0xC0) == 0x80; }
 
+/* -------------------------------------------------------------- UTF-8 */
+
+size_t sf__utf8_seq(const unsigned char *s, size_t n, size_t *bad) {
+  unsigned char c = s[0];
+  size_t need;
+  unsigned char lo = 0x80, hi = 0xBF; /* range of the second byte */
+  if (c < 0x80)
+    return 1;
+  if (c >= 0xC2 && c <= 0xDF)
+    need = 2;
+  else if (c >= 0xE0 && c <= 0xEF) {
+    need = 3;
+    if (c == 0xE0)
+      lo = 0xA0; /* no overlong forms */
+    else if (c == 0xED)
+      hi = 0x9F; /* no surrogates */
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    need = 4;
+    if (c == 0xF0)
+      lo = 0x90;
+    else if (c == 0xF4)
+      hi = 0x8F; /* nothing above U+10FFFF */
+  } else {
+    *bad = 1;
+    return 0;
+  }
+  for (size_t i = 1; i < need; i++) {
+    unsigned char b = i < n ? s[i] : 0;
+    bool ok = i == 1 ? b >= lo && b <= hi : b >= 0x80 && b <= 0xBF;
+    if (!ok) {
+      *bad = i;
+      return 0;
+    }
+  }
+  return need;
+}
+
 /* ------------------------------------------------------------- split */
 
 /* An owned str[] of n empty slots. */

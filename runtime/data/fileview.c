@@ -144,37 +144,10 @@ size_t sf__utf8_valid_prefix(const char *str, size_t n) {
     }
     if (i >= n)
       break;
-    unsigned c = s[i];
-    if (c < 0x80) {
-      i++;
-      continue;
-    }
-    size_t need;
-    unsigned lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF)
-      need = 1;
-    else if (c >= 0xE0 && c <= 0xEF) {
-      need = 2;
-      if (c == 0xE0)
-        lo = 0xA0; /* overlong */
-      if (c == 0xED)
-        hi = 0x9F; /* surrogates */
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      need = 3;
-      if (c == 0xF0)
-        lo = 0x90;
-      if (c == 0xF4)
-        hi = 0x8F; /* past U+10FFFF */
-    } else
+    size_t bad, k = s[i] < 0x80 ? 1 : sf__utf8_seq(s + i, n - i, &bad);
+    if (!k)
       return i;
-    if (i + need >= n) /* truncated sequence */
-      return i;
-    if (s[i + 1] < lo || s[i + 1] > hi)
-      return i;
-    for (size_t k = 2; k <= need; k++)
-      if ((s[i + k] & 0xC0) != 0x80)
-        return i;
-    i += need + 1;
+    i += k;
   }
   return n;
 }

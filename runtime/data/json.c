@@ -573,28 +573,7 @@ static void epop(enc *e, size_t old) {
 static void put_json_string(enc *e, const char *s, size_t n) {
   if (sf__utf8_valid_prefix(s, n) < n)
     eerr(e, "a string that is not valid UTF-8");
-  sf__buf_put(&e->b, "\"", 1);
-  size_t run = 0;
-  for (size_t i = 0; i < n; i++) {
-    unsigned char c = (unsigned char)s[i];
-    if (c >= 0x20 && c != '"' && c != '\\')
-      continue;
-    sf__buf_put(&e->b, s + run, i - run);
-    run = i + 1;
-    char esc[8];
-    switch (c) {
-    case '"': sf__buf_put(&e->b, "\\\"", 2); break;
-    case '\\': sf__buf_put(&e->b, "\\\\", 2); break;
-    case '\n': sf__buf_put(&e->b, "\\n", 2); break;
-    case '\r': sf__buf_put(&e->b, "\\r", 2); break;
-    case '\t': sf__buf_put(&e->b, "\\t", 2); break;
-    default:
-      snprintf(esc, sizeof esc, "\\u%04x", c);
-      sf__buf_put(&e->b, esc, 6);
-    }
-  }
-  sf__buf_put(&e->b, s + run, n - run);
-  sf__buf_put(&e->b, "\"", 1);
+  sf__buf_json_str(&e->b, s, n);
 }
 
 static void put_float(enc *e, double v, bool f32) {

@@ -238,22 +238,7 @@ static void put_s(sf__buf *b, const char *s) { sf__buf_put(b, s, strlen(s)); }
 
 /* A JSON string: names are field paths, but a struct field may hold any
  * identifier, so quotes, backslashes and control bytes are escaped. */
-static void put_json_str(sf__buf *b, const char *s) {
-  sf__buf_put(b, "\"", 1);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') {
-      char e[2] = {'\\', (char)c};
-      sf__buf_put(b, e, 2);
-    } else if (c < 0x20) {
-      char e[8];
-      snprintf(e, sizeof e, "\\u%04x", c);
-      put_s(b, e);
-    } else
-      sf__buf_put(b, (const char *)&c, 1);
-  }
-  sf__buf_put(b, "\"", 1);
-}
+static void put_json_str(sf__buf *b, const char *s) { sf__buf_json_str(b, s, strlen(s)); }
 
 static void save_one(void *ctx, const char *path, sf_tensor *t) {
   saver *s = ctx;

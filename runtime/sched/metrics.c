@@ -345,19 +345,7 @@ void sf__metrics_take_remote(int node, const char *text, size_t n) {
 }
 
 /* s as a JSON string (labels carry quotes; errors any text). */
-static void jstr(sf__buf *b, const char *s) {
-  sf__buf_put(b, "\"", 1);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\')
-      sf__buf_printf(b, "\\%c", c);
-    else if (c < 0x20)
-      sf__buf_printf(b, "\\u%04x", c);
-    else
-      sf__buf_put(b, (const char *)&c, 1);
-  }
-  sf__buf_put(b, "\"", 1);
-}
+static void jstr(sf__buf *b, const char *s) { sf__buf_json_str(b, s, strlen(s)); }
 
 /* JSON has no NaN or infinity: null in their place. */
 static void jnum(sf__buf *b, double v) {

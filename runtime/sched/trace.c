@@ -258,67 +258,14 @@ void sf__trace_counter(const char *name, double value) {
 
 /* ------------------------------------------------------------ writing */
 
-/* Bytes of the well-formed UTF-8 sequence at s[0..n), or 0 when s starts
- * an ill-formed one; *bad is then the length of its maximal subpart (the
- * bytes one U+FFFD stands for). */
-static size_t utf8_seq(const unsigned char *s, size_t n, size_t *bad) {
-  unsigned char c = s[0];
-  size_t need;
-  unsigned char lo = 0x80, hi = 0xBF; /* range of the second byte */
-  if (c < 0x80)
-    return 1;
-  if (c >= 0xC2 && c <= 0xDF)
-    need = 2;
-  else if (c >= 0xE0 && c <= 0xEF) {
-    need = 3;
-    if (c == 0xE0)
-      lo = 0xA0; /* no overlong forms */
-    else if (c == 0xED)
-      hi = 0x9F; /* no surrogates */
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    need = 4;
-    if (c == 0xF0)
-      lo = 0x90;
-    else if (c == 0xF4)
-      hi = 0x8F; /* nothing above U+10FFFF */
-  } else {
-    *bad = 1;
-    return 0;
-  }
-  for (size_t i = 1; i < need; i++) {
-    unsigned char b = i < n ? s[i] : 0;
-    bool ok = i == 1 ? b >= lo && b <= hi : b >= 0x80 && b <= 0xBF;
-    if (!ok) {
-      *bad = i;
-      return 0;
-    }
-  }
-  return need;
-}
-
 static void put_json_str(FILE *f, const char *s) {
-  fputc('"', f);
-  const unsigned char *p = (const unsigned char *)(s ? s : "");
-  size_t n = strlen((const char *)p);
-  while (n) {
-    unsigned char c = *p;
-    size_t bad = 0, k = utf8_seq(p, n, &bad);
-    if (!k) {
-      fputs("\\ufffd", f);
-      p += bad;
-      n -= bad;
-      continue;
-    }
-    if (c == '"' || c == '\\')
-      fprintf(f, "\\%c", c);
-    else if (c < 0x20 || c == 0x7f)
-      fprintf(f, "\\u%04x", c);
-    else
-      fwrite(p, 1, k, f);
-    p += k;
-    n -= k;
-  }
-  fputc('"', f);
+  sf__buf b;
+  char small[256];
+  sf__buf_init(&b, small, sizeof small);
+  s = s ? s : "";
+  sf__buf_json_str(&b, s, strlen(s));
+  fwrite(b.data, 1, b.len, f);
+  sf__buf_free(&b);
 }
 
 /* ---------------------------------------------------- the trace file */

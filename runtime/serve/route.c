@@ -307,21 +307,9 @@ void sf__route_wake_all(sf__server *s) {
 char *sf__error_body(const char *msg, size_t *len) {
   sf__buf b;
   sf__buf_init(&b, NULL, 0);
-  sf__buf_put(&b, "{\"error\": \"", 11);
-  for (const char *p = msg; *p; p++) {
-    unsigned char c = (unsigned char)*p;
-    char esc[8];
-    if (c == '"' || c == '\\') {
-      esc[0] = '\\', esc[1] = (char)c;
-      sf__buf_put(&b, esc, 2);
-    } else if (c < 0x20) {
-      snprintf(esc, sizeof esc, "\\u%04x", c);
-      sf__buf_put(&b, esc, 6);
-    } else {
-      sf__buf_put(&b, (const char *)&c, 1);
-    }
-  }
-  sf__buf_put(&b, "\"}\n", 4); /* the NUL, not counted */
+  sf__buf_put(&b, "{\"error\": ", 10);
+  sf__buf_json_str(&b, msg, strlen(msg));
+  sf__buf_put(&b, "}\n", 3); /* the NUL, not counted */
   *len = b.len - 1;
   return b.data;
 }

@@ -69,27 +69,13 @@ void sf_std_tune_show(sf_str *text, const sf_loc *loc) {
 }
 
 /* A trial's error as a JSON string literal, quotes included: the
- * summary's "error" field.  Control bytes become \u00XX; other bytes,
- * UTF-8 included, pass through (the runtime's messages are UTF-8). */
+ * summary's "error" field (sf__buf_json_str: control bytes escaped,
+ * UTF-8 passed through, an ill-formed byte as \ufffd). */
 sf_str *sf_std_tune_json_text(sf_str *text, const sf_loc *loc) {
   (void)loc;
   sf__buf b;
   sf__buf_init(&b, NULL, 0);
-  sf__buf_put(&b, "\"", 1);
-  for (int64_t i = 0; i < text->len; i++) {
-    unsigned char c = (unsigned char)text->data[i];
-    char esc[8];
-    if (c == '"' || c == '\\') {
-      esc[0] = '\\', esc[1] = (char)c;
-      sf__buf_put(&b, esc, 2);
-    } else if (c < 0x20) {
-      snprintf(esc, sizeof esc, "\\u%04x", c);
-      sf__buf_put(&b, esc, 6);
-    } else {
-      sf__buf_put(&b, (const char *)&c, 1);
-    }
-  }
-  sf__buf_put(&b, "\"", 1);
+  sf__buf_json_str(&b, text->data, (size_t)text->len);
   sf_str *out = sf_str_new(b.data, (int64_t)b.len);
   sf__buf_free(&b);
   return out;

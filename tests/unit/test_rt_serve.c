@@ -321,8 +321,9 @@ static void test_reply_status(void) {
 
 static void test_error_body(void) {
   size_t n;
-  char *b = sf__error_body("a \"quote\", a \\ and a\nline", &n);
-  CHECK_STR(b, "{\"error\": \"a \\\"quote\\\", a \\\\ and a\\u000aline\"}\n");
+  char *b = sf__error_body("a \"quote\", a \\ and a\nline, \x01, caf\xc3\xa9, \xff", &n);
+  CHECK_STR(b, "{\"error\": \"a \\\"quote\\\", a \\\\ and a\\nline, \\u0001, caf\xc3\xa9, "
+               "\\ufffd\"}\n");
   CHECK_INT((int64_t)n, (int64_t)strlen(b));
   sf_free(b);
 }
