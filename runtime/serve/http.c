@@ -287,6 +287,11 @@ static enum MHD_Result serve_route(sf__server *s, sf__route *rt, struct MHD_Conn
   memset(q, 0, sizeof *q);
   q->value = value;
   q->arrived_ns = sf__mono_ns();
+  q->rt = rt;
+  const union MHD_ConnectionInfo *fd =
+      sf__mhd.get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+  q->fd = fd ? fd->connect_fd : -1;
+  sf__buf_init(&q->out, NULL, 0);
   atomic_store(&q->refs, 2); /* this thread, and the queue until the answer */
   pthread_mutex_init(&q->mu, NULL);
   sf__cond_init_mono(&q->cv);
@@ -302,7 +307,9 @@ static enum MHD_Result serve_route(sf__server *s, sf__route *rt, struct MHD_Conn
   }
   int64_t until = s->request_timeout_ns > 0 ? q->arrived_ns + s->request_timeout_ns : INT64_MAX;
   pthread_mutex_lock(&q->mu);
-  while (!q->done) {
+  /* Until the answer, or the first event of a stream (serve.send): the
+   * timeout bounds the time to the first byte, not a stream's length. */
+  while (!q->done && !q->streaming) {
     if (until == INT64_MAX) {
       pthread_cond_wait(&q->cv, &q->mu);
     } else if (sf__mono_ns() >= until) {
@@ -312,6 +319,22 @@ static enum MHD_Result serve_route(sf__server *s, sf__route *rt, struct MHD_Conn
       struct timespec ts = {.tv_sec = until / 1000000000, .tv_nsec = until % 1000000000};
       pthread_cond_timedwait(&q->cv, &q->mu, &ts);
     }
+  }
+  if (q->streaming && !q->done) {
+    pthread_mutex_unlock(&q->mu);
+    /* This thread's hold passes to the response (sf__stream_free). */
+    struct MHD_Response *resp = sf__mhd.create_response_from_callback(
+        MHD_SIZE_UNKNOWN, 16384, sf__stream_read, q, sf__stream_free);
+    if (!resp) {
+      sf__stream_free(q);
+      return MHD_NO;
+    }
+    sf__mhd.add_response_header(resp, "Content-Type", "text/event-stream");
+    sf__mhd.add_response_header(resp, "Cache-Control", "no-cache");
+    enum MHD_Result ok = sf__mhd.queue_response(c, 200, resp);
+    sf__mhd.destroy_response(resp);
+    sf__route_count(s, rt, 200, (double)(sf__mono_ns() - t0) * 1e-9);
+    return ok;
   }
   int status = q->done ? q->status : 504;
   char *body = q->body;

@@ -1,7 +1,8 @@
 /*
  * metrics.c — /metrics in the Prometheus text format, version 0.0.4:
  * requests by route and code, request seconds and batch sizes as
- * histograms, queue lengths per replica, replicas, weights, in flight.
+ * histograms, event streams open, events sent and seconds to the first,
+ * queue lengths per replica, replicas, weights, in flight.
  *
  * Key design choice: the numbers are read under the same mutexes that
  * guard them (a route's counters, a version's queues), one at a time, so a
@@ -26,6 +27,27 @@ static void route_lines(sf__buf *b, sf__route *r, int part) {
         sf__buf_printf(b, "sflow_serve_requests_total{route=\"%s\",code=\"%s\"} %llu\n", r->path, code,
             (unsigned long long)r->codes[i]);
       }
+  } else if (part == 2) {
+    sf__buf_printf(b, "sflow_serve_streams_open{route=\"%s\"} %lld\n", r->path,
+        (long long)r->streams_open);
+  } else if (part == 3) {
+    sf__buf_printf(b, "sflow_serve_stream_events_total{route=\"%s\"} %llu\n", r->path,
+        (unsigned long long)r->events);
+  } else if (part == 4) {
+    uint64_t cum = 0;
+    for (int i = 0; i <= SF__LAT_BUCKETS; i++) {
+      cum += r->first_hist[i];
+      char le[32] = "+Inf";
+      if (i < SF__LAT_BUCKETS)
+        le_text(sf__lat_le[i], le, sizeof le);
+      sf__buf_printf(b, "sflow_serve_stream_first_event_seconds_bucket{route=\"%s\",le=\"%s\"} %llu\n",
+          r->path, le, (unsigned long long)cum);
+    }
+    char sum[SF__FLOAT_BUF];
+    sf__fmt_f64_repr(r->first_sum, sum);
+    sf__buf_printf(b, "sflow_serve_stream_first_event_seconds_sum{route=\"%s\"} %s\n", r->path, sum);
+    sf__buf_printf(b, "sflow_serve_stream_first_event_seconds_count{route=\"%s\"} %llu\n", r->path,
+        (unsigned long long)r->first_count);
   } else {
     uint64_t cum = 0;
     for (int i = 0; i <= SF__LAT_BUCKETS; i++) {
@@ -107,6 +129,18 @@ void sf__metrics_text(sf__server *s, sf__buf *b) {
          "# TYPE sflow_serve_request_seconds histogram\n");
   for (int64_t i = 0; i < n; i++)
     route_lines(b, s->routes[i], 1);
+  sf__buf_printf(b, "# HELP sflow_serve_streams_open Event streams (serve.send) being sent.\n"
+         "# TYPE sflow_serve_streams_open gauge\n");
+  for (int64_t i = 0; i < n; i++)
+    route_lines(b, s->routes[i], 2);
+  sf__buf_printf(b, "# HELP sflow_serve_stream_events_total Server-sent events sent (serve.send).\n"
+         "# TYPE sflow_serve_stream_events_total counter\n");
+  for (int64_t i = 0; i < n; i++)
+    route_lines(b, s->routes[i], 3);
+  sf__buf_printf(b, "# HELP sflow_serve_stream_first_event_seconds Seconds from a request's whole body to its stream's first event.\n"
+         "# TYPE sflow_serve_stream_first_event_seconds histogram\n");
+  for (int64_t i = 0; i < n; i++)
+    route_lines(b, s->routes[i], 4);
   sf__buf_printf(b, "# HELP sflow_serve_queue_length Requests waiting in a replica's queue.\n"
          "# TYPE sflow_serve_queue_length gauge\n");
   each_endpoint(s, b, 0);

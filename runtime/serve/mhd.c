@@ -36,6 +36,7 @@ static void mhd_open(void) {
   MHD_SYM(stop_daemon, "MHD_stop_daemon");
   MHD_SYM(quiesce_daemon, "MHD_quiesce_daemon");
   MHD_SYM(create_response_from_buffer, "MHD_create_response_from_buffer");
+  MHD_SYM(create_response_from_callback, "MHD_create_response_from_callback");
   MHD_SYM(add_response_header, "MHD_add_response_header");
   MHD_SYM(queue_response, "MHD_queue_response");
   MHD_SYM(destroy_response, "MHD_destroy_response");

@@ -198,7 +198,14 @@ static sf__replica *replica(sf__endpoint *e, int64_t r, const char *what, const 
   return e->reps[r];
 }
 
-static int64_t load(const sf__replica *p) { return p->qlen + p->batch_len; }
+sf__replica *sf__replica_at(sf__endpoint *e, int64_t r, const char *what, const sf_loc *loc) {
+  return replica(e, r, what, loc);
+}
+
+bool sf__same_type(const sf_type *a, const sf_type *b) { return same_type(a, b); }
+
+/* Queued, in a batch of next, or running after take. */
+static int64_t load(const sf__replica *p) { return p->qlen + p->batch_len + p->nrunning; }
 
 /* The version: weighted at random among those with a live replica. */
 static sf__endpoint *pick_version(sf__route *r) {
@@ -320,6 +327,7 @@ void sf__sreq_drop(sf__sreq *q) {
   pthread_cond_destroy(&q->cv);
   pthread_mutex_destroy(&q->mu);
   sf_free(q->body);
+  sf__buf_free(&q->out);
   sf_free(q);
 }
 
@@ -395,6 +403,9 @@ static void disarm(void) {
   }
 }
 
+void sf__replica_arm(sf__endpoint *e, int64_t r) { arm(e, r); }
+void sf__replica_disarm(void) { disarm(); }
+
 /* A request back to the route: another replica, or 503 when none can. */
 static void retry(sf__endpoint *e, sf__sreq *q, const char *msg) {
   if (++q->tries > 3) {
@@ -420,10 +431,10 @@ static void replica_died(sf__endpoint *e, int64_t r, const char *msg) {
   pthread_mutex_lock(&e->mu);
   sf__replica *p = e->reps[r];
   p->removed = p->dead = true;
-  sf__sreq *held = p->batch, *queued = p->head;
+  sf__sreq *held = p->batch, *queued = p->head, *running = p->running;
   uint64_t n = (uint64_t)(p->batch_len + p->qlen);
-  p->batch = p->head = p->tail = NULL;
-  p->batch_len = p->qlen = 0;
+  p->batch = p->head = p->tail = p->running = NULL;
+  p->batch_len = p->qlen = p->nrunning = 0;
   if (e->ndead < 64)
     e->dead[e->ndead++] = r;
   e->retries += n;
@@ -437,6 +448,31 @@ static void replica_died(sf__endpoint *e, int64_t r, const char *msg) {
   for (sf__sreq *q = queued, *next; q; q = next) {
     next = q->next;
     retry(e, q, msg);
+  }
+  /* take's requests: those that sent nothing yet go elsewhere as a
+   * batch's do; a stream already begun cannot, and ends with an error
+   * event. */
+  for (sf__sreq *q = running, *next; q; q = next) {
+    next = q->next;
+    pthread_mutex_lock(&q->mu);
+    bool begun = q->streaming;
+    pthread_mutex_unlock(&q->mu);
+    if (begun) {
+      if (q->copy) {
+        sf_value_release(e->T, q->copy);
+        sf_free(q->copy);
+        q->copy = NULL;
+      }
+      sf__stream_abort(q, msg);
+    } else {
+      pthread_mutex_lock(&e->mu);
+      e->retries++;
+      pthread_mutex_unlock(&e->mu);
+      q->value = q->copy;
+      q->copy = NULL;
+      q->id = 0;
+      retry(e, q, msg);
+    }
   }
 }
 

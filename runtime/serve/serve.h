@@ -42,6 +42,7 @@ typedef struct sf__mhd_api {
   __typeof__(&MHD_stop_daemon) stop_daemon;
   __typeof__(&MHD_quiesce_daemon) quiesce_daemon;
   __typeof__(&MHD_create_response_from_buffer) create_response_from_buffer;
+  __typeof__(&MHD_create_response_from_callback) create_response_from_callback;
   __typeof__(&MHD_add_response_header) add_response_header;
   __typeof__(&MHD_queue_response) queue_response;
   __typeof__(&MHD_destroy_response) destroy_response;
@@ -78,6 +79,16 @@ typedef struct sf__sreq {
   int status;
   char *body; /* sf_alloc'ed answer */
   size_t body_len;
+  /* Requests taken by serve.take (stream.c, docs/serve.md, "Continuous
+   * batching"), under mu but for id and rt: */
+  int64_t id;         /* > 0 once taken */
+  struct sf__route *rt;
+  int fd;             /* the connection's socket, to notice a client gone */
+  bool streaming;     /* send began an event stream: the connection answers it */
+  bool finished;      /* finish: the stream ends once out is sent */
+  bool cancelled;     /* the client went away mid-stream */
+  sf__buf out;        /* event bytes not yet handed to libmicrohttpd */
+  size_t out_off;
 } sf__sreq;
 
 typedef struct sf__replica {
@@ -85,6 +96,8 @@ typedef struct sf__replica {
   int64_t qlen;
   sf__sreq *batch; /* taken by next, not yet replied */
   int64_t batch_len;
+  sf__sreq *running; /* taken by take, not yet answered or finished */
+  int64_t nrunning;
   bool removed;
   bool dead; /* its loop failed holding a batch (route.c, on_replica_error) */
   pthread_cond_t cv; /* next waits here */
@@ -131,6 +144,13 @@ typedef struct sf__route {
   uint64_t lat_hist[SF__LAT_BUCKETS + 1];
   uint64_t lat_count;
   double lat_sum;
+  /* event streams (serve.send): open now, events sent, seconds from the
+   * whole body to the first event */
+  int64_t streams_open;
+  uint64_t events;
+  uint64_t first_hist[SF__LAT_BUCKETS + 1];
+  uint64_t first_count;
+  double first_sum;
 } sf__route;
 
 enum { SF__RUNNING = 0, SF__DRAINING, SF__CLOSED };
@@ -215,6 +235,41 @@ int64_t sf__endpoint_answered(sf__endpoint *e);
 void sf__sreq_answer(sf__sreq *q, int status, char *body, size_t len);
 /* Lets go of one hold; the last frees the request. */
 void sf__sreq_drop(sf__sreq *q);
+/* Replica r of e, with e->mu held; a runtime error at loc (mu let go)
+ * naming serve.<what> when r was never added. */
+sf__replica *sf__replica_at(sf__endpoint *e, int64_t r, const char *what, const sf_loc *loc);
+/* Whether two descriptors are of the same request type. */
+bool sf__same_type(const sf_type *a, const sf_type *b);
+/* From take until the replica holds nothing: a runtime error unwinding
+ * its loop takes it out (route.c, "Replicas that fail"). */
+void sf__replica_arm(sf__endpoint *e, int64_t r);
+void sf__replica_disarm(void);
+/* Ends a request's stream with an error event (a replica died holding it);
+ * lets go of the running set's hold. */
+void sf__stream_abort(sf__sreq *q, const char *msg);
+
+/* ---------------------------------------------------------- stream.c */
+
+/* Up to max requests of replica r's queue into its running set, each with
+ * an id, as J[] (J a struct { id: i64, req: T }); waits for one as long as
+ * timeout_ms (< 0: until the server stops or r is removed; 0: not). */
+sf_array *sf__endpoint_take(sf__endpoint *e, int64_t r, const sf_type *J, int64_t max,
+                            double timeout_ms, const sf_loc *loc);
+/* Answers request id of r's running set as one JSON body. */
+void sf__endpoint_answer(sf__endpoint *e, int64_t r, int64_t id, const void *value,
+                         const sf_type *T, int64_t status, const sf_loc *loc);
+/* Appends one server-sent event to request id's stream (the first starts
+ * it); false when its client is gone. */
+bool sf__endpoint_send(sf__endpoint *e, int64_t r, int64_t id, const char *data, size_t len,
+                       const sf_loc *loc);
+/* Ends request id's stream (an empty one if nothing was sent). */
+void sf__endpoint_finish(sf__endpoint *e, int64_t r, int64_t id, const sf_loc *loc);
+/* Whether request id's client went away (or was answered 504). */
+bool sf__endpoint_cancelled(sf__endpoint *e, int64_t r, int64_t id, const sf_loc *loc);
+/* libmicrohttpd's reader and release of a stream's response (http.c). */
+ssize_t sf__stream_read(void *cls, uint64_t pos, char *buf, size_t max);
+void sf__stream_free(void *cls);
+
 /* A condition variable on CLOCK_MONOTONIC (sf__mono_ns deadlines). */
 void sf__cond_init_mono(pthread_cond_t *cv);
 /* An sf_alloc'ed {"error": msg} body. */
@@ -252,6 +307,16 @@ void sf_std_serve_reply_status(const void *ep, const sf_type *ep_type, int64_t r
                                sf_array *answers, sf_array *statuses, const sf_type *T,
                                const sf_loc *loc);
 int64_t sf_std_serve_answered(const void *ep, const sf_type *ep_type, const sf_loc *loc);
+sf_array *sf_std_serve_take(const void *ep, const sf_type *ep_type, int64_t replica, int64_t max,
+                            double timeout_ms, const sf_type *J, const sf_loc *loc);
+void sf_std_serve_answer(const void *ep, const sf_type *ep_type, int64_t replica, int64_t id,
+                         const void *value, const sf_type *T, int64_t status, const sf_loc *loc);
+bool sf_std_serve_send(const void *ep, const sf_type *ep_type, int64_t replica, int64_t id,
+                       sf_str *data, const sf_loc *loc);
+void sf_std_serve_finish(const void *ep, const sf_type *ep_type, int64_t replica, int64_t id,
+                         const sf_loc *loc);
+bool sf_std_serve_cancelled(const void *ep, const sf_type *ep_type, int64_t replica, int64_t id,
+                            const sf_loc *loc);
 sf_str *sf_std_serve_new_token(const sf_loc *loc);
 int64_t sf_std_serve_add_replica(const void *ep, const sf_type *ep_type, const sf_loc *loc);
 sf_array *sf_std_serve_next(const void *ep, const sf_type *ep_type, int64_t replica,

@@ -93,6 +93,32 @@ void sf_std_serve_set_weight(const void *ep, const sf_type *ep_type, int64_t wei
   atomic_store(&endpoint(ep, ep_type, loc)->weight, weight);
 }
 
+sf_array *sf_std_serve_take(const void *ep, const sf_type *ep_type, int64_t replica, int64_t max,
+                            double timeout_ms, const sf_type *J, const sf_loc *loc) {
+  return sf__endpoint_take(endpoint(ep, ep_type, loc), replica, J, max, timeout_ms, loc);
+}
+
+void sf_std_serve_answer(const void *ep, const sf_type *ep_type, int64_t replica, int64_t id,
+                         const void *value, const sf_type *T, int64_t status, const sf_loc *loc) {
+  sf__endpoint_answer(endpoint(ep, ep_type, loc), replica, id, value, T, status, loc);
+}
+
+bool sf_std_serve_send(const void *ep, const sf_type *ep_type, int64_t replica, int64_t id,
+                       sf_str *data, const sf_loc *loc) {
+  return sf__endpoint_send(endpoint(ep, ep_type, loc), replica, id, sf__str_data(data),
+                           (size_t)sf__str_len(data), loc);
+}
+
+void sf_std_serve_finish(const void *ep, const sf_type *ep_type, int64_t replica, int64_t id,
+                         const sf_loc *loc) {
+  sf__endpoint_finish(endpoint(ep, ep_type, loc), replica, id, loc);
+}
+
+bool sf_std_serve_cancelled(const void *ep, const sf_type *ep_type, int64_t replica, int64_t id,
+                            const sf_loc *loc) {
+  return sf__endpoint_cancelled(endpoint(ep, ep_type, loc), replica, id, loc);
+}
+
 int64_t sf_std_serve_answered(const void *ep, const sf_type *ep_type, const sf_loc *loc) {
   return sf__endpoint_answered(endpoint(ep, ep_type, loc));
 }
