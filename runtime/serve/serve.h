@@ -310,7 +310,8 @@ int64_t sf_std_serve_answered(const void *ep, const sf_type *ep_type, const sf_l
 sf_array *sf_std_serve_take(const void *ep, const sf_type *ep_type, int64_t replica, int64_t max,
                             double timeout_ms, const sf_type *J, const sf_loc *loc);
 void sf_std_serve_answer(const void *ep, const sf_type *ep_type, int64_t replica, int64_t id,
-                         const void *value, const sf_type *T, int64_t status, const sf_loc *loc);
+                         const void *value, const sf_type *T, int64_t status, const sf_type *T_again,
+                         const sf_loc *loc);
 bool sf_std_serve_send(const void *ep, const sf_type *ep_type, int64_t replica, int64_t id,
                        sf_str *data, const sf_loc *loc);
 void sf_std_serve_finish(const void *ep, const sf_type *ep_type, int64_t replica, int64_t id,

@@ -99,7 +99,8 @@ sf_array *sf_std_serve_take(const void *ep, const sf_type *ep_type, int64_t repl
 }
 
 void sf_std_serve_answer(const void *ep, const sf_type *ep_type, int64_t replica, int64_t id,
-                         const void *value, const sf_type *T, int64_t status, const sf_loc *loc) {
+                         const void *value, const sf_type *T, int64_t status, const sf_type *T_again,
+                         const sf_loc *loc) {
   sf__endpoint_answer(endpoint(ep, ep_type, loc), replica, id, value, T, status, loc);
 }
 

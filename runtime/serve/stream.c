@@ -146,7 +146,11 @@ sf_array *sf__endpoint_take(sf__endpoint *e, int64_t r, const sf_type *J, int64_
   bool blocked = false;
   int64_t give_up = timeout_ms > 0 ? sf__mono_ns() + (int64_t)(timeout_ms * 1e6)
                     : timeout_ms == 0 ? 0 : INT64_MAX;
-  while (max > 0 && p->qlen == 0) {
+  /* Nothing to take (an empty queue, or max 0): wait; with max 0 only
+   * for a timeout_ms > 0, which paces a loop at its capacity. */
+  if (max == 0 && give_up == INT64_MAX)
+    give_up = 0;
+  while (max == 0 || p->qlen == 0) {
     if (e->srv->state == SF__CLOSED || p->removed || sf__mono_ns() >= give_up)
       break;
     if (!blocked) {
