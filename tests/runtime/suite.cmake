@@ -138,6 +138,16 @@ add_test(NAME runtime/serve
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/serve_test.py
           --sflowc $<TARGET_FILE:sflowc>)
 set_tests_properties(runtime/serve PROPERTIES TIMEOUT 300)
+# std.serve's request-level answers for continuous batching over real
+# HTTP on loopback (tests/runtime/serve_stream.sflow, a stand-in decoder):
+# out-of-order answers, server-sent events read as they come, streaming
+# and plain requests at once, a client gone mid-stream dropped by the
+# replica, SIGTERM letting a stream finish, the timeout to the first
+# byte, misused ids as runtime errors naming them.
+add_test(NAME runtime/serve_stream
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/serve_stream_test.py
+          --sflowc $<TARGET_FILE:sflowc>)
+set_tests_properties(runtime/serve_stream PROPERTIES TIMEOUT 120)
 # A task failing under @retry releases its locals (every owned kind, in the
 # fns it calls, in a failing actor method): peak RSS after 160 failed
 # attempts of ~800 KB each within 8 MB of 60 (a leak adds ~80 MB).
