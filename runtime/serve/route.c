@@ -404,6 +404,11 @@ static void disarm(void) {
 }
 
 void sf__replica_arm(sf__endpoint *e, int64_t r) { arm(e, r); }
+
+void sf__replica_misused(sf__endpoint *e, int64_t r) {
+  if (!tl.armed || tl.e != e || tl.r != r)
+    arm(e, r);
+}
 void sf__replica_disarm(void) { disarm(); }
 
 /* A request back to the route: another replica, or 503 when none can. */

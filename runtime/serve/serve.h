@@ -244,6 +244,9 @@ bool sf__same_type(const sf_type *a, const sf_type *b);
  * its loop takes it out (route.c, "Replicas that fail"). */
 void sf__replica_arm(sf__endpoint *e, int64_t r);
 void sf__replica_disarm(void);
+/* Before a runtime error of the replica's own making (an id misused):
+ * armed, so the error takes the replica out as one in its handler does. */
+void sf__replica_misused(sf__endpoint *e, int64_t r);
 /* Ends a request's stream with an error event (a replica died holding it);
  * lets go of the running set's hold. */
 void sf__stream_abort(sf__sreq *q, const char *msg);

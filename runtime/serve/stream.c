@@ -39,6 +39,7 @@ static sf__sreq *held(sf__endpoint *e, int64_t r, int64_t id, const char *what, 
   }
   if (!q) {
     pthread_mutex_unlock(&e->mu);
+    sf__replica_misused(e, r);
     if (id <= 0 || id >= atomic_load(&next_id))
       sf_runtime_error(loc, "serve.%s: no request %" PRId64 " was ever taken (ids come from "
                        "serve.take)", what, id);
@@ -221,6 +222,7 @@ void sf__endpoint_answer(sf__endpoint *e, int64_t r, int64_t id, const void *val
   pthread_mutex_unlock(&q->mu);
   if (streaming) {
     pthread_mutex_unlock(&e->mu);
+    sf__replica_misused(e, r);
     sf_runtime_error(loc, "serve.answer: request %" PRId64 " is a stream (serve.send began it): "
                      "end it with serve.finish", id);
   }
@@ -232,6 +234,7 @@ void sf__endpoint_answer(sf__endpoint *e, int64_t r, int64_t id, const void *val
     snprintf(msg, sizeof msg, "the handler gave status %" PRId64 ", not in 200..599", status);
     size_t n;
     sf__sreq_answer(q, 500, sf__error_body(msg, &n), n);
+    sf__replica_misused(e, r);
     sf_runtime_error(loc, "serve.answer: request %" PRId64 ": status %" PRId64
                      " is not in 200..599 (answered 500)", id, status);
   }

@@ -29,7 +29,8 @@ SSE parser below reads line by line; no openai package) checks:
   errors        a request answered twice, send after finish, finish of an
                 id never taken: each a runtime error naming the id (the
                 client of the first two got its answer; that of the third
-                503, its replica gone), no crash
+                503, its replica gone), the replica taken out (the next
+                request 503 at once), no crash
 
     serve_stream_test.py --sflowc build/bin/sflowc [CASE ...]
 """
@@ -404,6 +405,10 @@ def case_errors(exe):
             else:
                 s, body, _ = srv.post({"prompt": "x", "n": 3, "stream": False})
                 check(s == 503 and "failed" in body, "%s: %d %r" % (fault, s, body))
+            # The replica's loop failed: it is out, so a new request is
+            # answered 503 at once rather than left waiting.
+            s, body, _ = srv.post({"prompt": "y", "n": 1, "stream": False}, timeout=5)
+            check(s == 503 and "no replica" in body, "%s: after: %d %r" % (fault, s, body))
             rc, out, err = srv.stop()
             check(rc != 0 and msg in err, "%s: exit %d, stderr %r" % (fault, rc, err))
             check("serve_stream.sflow:" in err, "%s: no line named: %r" % (fault, err))
