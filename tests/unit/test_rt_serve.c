@@ -3,8 +3,9 @@
  * route.c): the power of two choices by load, bounded queues, batches cut
  * at max_batch and held for wait_ms, weighted versions, removed replicas,
  * a replica whose loop fails (its batch and queue sent to the other, the
- * death reported), answers encoded per request (a NaN answered 500), and
- * the error body's escaping.
+ * death reported), answers encoded per request (a NaN answered 500),
+ * take's running set answered by id (events, finish, misused ids, a death
+ * with requests running), and the error body's escaping.
  *
  * Key design choice: a server is built by hand (no daemon, no socket), so
  * each property is checked on exact queue contents instead of through the
@@ -319,6 +320,127 @@ static void test_reply_status(void) {
   sf_release(ans);
 }
 
+/* take's element type: struct Job { id: i64, req: i64 } for a route of i64. */
+static const sf_field job_fields[2] = {{"id", 0, &sf_type_i64}, {"req", 8, &sf_type_i64}};
+static const sf_type job_type = {SF_STRUCT, 16, 8, 2, NULL, job_fields, "Job"};
+
+static int64_t job_id(sf_array *a, int64_t i) { return ((int64_t *)a->data)[2 * i]; }
+static int64_t job_req(sf_array *a, int64_t i) { return ((int64_t *)a->data)[2 * i + 1]; }
+
+/* take: up to max of the queue into the running set in arrival order,
+ * with increasing ids, counted in the load; answers by id in any order;
+ * send's event bytes (a line of data per line); finish; misused ids are
+ * errors naming them and take the replica out. */
+static void test_take(void) {
+  sf__server *s = new_server();
+  sf__endpoint *e = sf__endpoint_new(s, "/g", "v1", &sf_type_i64, 10, 10.0, 64, 100, "", &LOC);
+  sf__endpoint_add_replica(e);
+  sf__sreq *q[3];
+  for (int i = 0; i < 3; i++) {
+    sf__route_dispatch(e->route, q[i] = req(10 + i), &why);
+    q[i]->rt = e->route;
+  }
+  sf_array *a = sf__endpoint_take(e, 0, &job_type, 2, 0.0, &LOC);
+  CHECK_INT(a->len, 2);
+  CHECK_INT(job_req(a, 0), 10);
+  CHECK_INT(job_req(a, 1), 11);
+  int64_t id0 = job_id(a, 0), id1 = job_id(a, 1);
+  CU_ASSERT(id0 > 0 && id1 == id0 + 1);
+  CHECK_INT(qlen(e, 0), 1);
+  CHECK_INT(sf__endpoint_queued(e), 3); /* 1 queued, 2 running */
+  sf_release(a);
+  /* The later one first. */
+  int64_t v = 5;
+  sf__endpoint_answer(e, 0, id1, &v, &sf_type_i64, 201, &LOC);
+  CU_ASSERT(q[1]->done);
+  CHECK_INT(q[1]->status, 201);
+  CHECK_STR(q[1]->body, "5");
+  CU_ASSERT(!q[0]->done);
+  CU_ASSERT(sf__endpoint_send(e, 0, id0, "a\nb", 3, &LOC));
+  CU_ASSERT(sf__endpoint_send(e, 0, id0, "[DONE]", 6, &LOC));
+  CU_ASSERT(q[0]->streaming && !q[0]->finished);
+  CHECK_INT((int64_t)q[0]->out.len, 31);
+  CU_ASSERT(!memcmp(q[0]->out.data, "data: a\ndata: b\n\ndata: [DONE]\n\n", 31));
+  CHECK_INT(e->route->events, 2);
+  CHECK_INT(e->route->streams_open, 1);
+  CHECK_INT(e->route->first_count, 1);
+  CU_ASSERT(!sf__endpoint_cancelled(e, 0, id0, &LOC));
+  sf__endpoint_finish(e, 0, id0, &LOC);
+  CU_ASSERT(q[0]->finished);
+  CHECK_INT(sf__endpoint_answered(e), 2);
+  CHECK_INT(sf__endpoint_queued(e), 1);
+  /* A gone client: send is false and drops the event. */
+  a = sf__endpoint_take(e, 0, &job_type, 5, 0.0, &LOC);
+  CHECK_INT(a->len, 1);
+  int64_t id2 = job_id(a, 0);
+  sf_release(a);
+  q[2]->cancelled = true;
+  CU_ASSERT(!sf__endpoint_send(e, 0, id2, "x", 1, &LOC));
+  CU_ASSERT(sf__endpoint_cancelled(e, 0, id2, &LOC));
+  CHECK_INT((int64_t)q[2]->out.len, 0);
+  sf__endpoint_finish(e, 0, id2, &LOC);
+  /* Nothing queued, max 0 or timeout 0: [] at once. */
+  a = sf__endpoint_take(e, 0, &job_type, 0, 0.0, &LOC);
+  CHECK_INT(a->len, 0);
+  sf_release(a);
+  /* Misuse: each an error naming the id. */
+  char want[300];
+  snprintf(want, sizeof want, "t.sflow:3:7: runtime error: serve.answer: request %" PRId64
+           " is not held by replica 0 of /g (v1): it was already answered or finished, or "
+           "another replica took it", id1);
+  EXPECT_ERROR(sf__endpoint_answer(e, 0, id1, &v, &sf_type_i64, 200, &LOC), want);
+  EXPECT_ERROR(sf__endpoint_send(e, 0, 999999, "x", 1, &LOC),
+               "t.sflow:3:7: runtime error: serve.send: no request 999999 was ever taken (ids "
+               "come from serve.take)");
+  EXPECT_ERROR(sf__endpoint_take(e, 0, &sf_type_i64, 1, 0.0, &LOC),
+               "t.sflow:3:7: runtime error: serve.take: i64 must be a struct of two fields, id: "
+               "i64 and req: i64 (the request type of /g (v1))");
+  /* The misused id's error took the replica out (its loop unwinds). */
+  CHECK_INT(sf__endpoint_live(e), 0);
+  sf__error_handler = NULL;
+}
+
+/* answer on a stream is an error; a replica dying with requests running:
+ * the one that sent nothing goes to the other replica, the stream ends
+ * with an error event. */
+static void test_take_dies(void) {
+  sf__server *s = new_server();
+  sf__endpoint *e = sf__endpoint_new(s, "/g", "v1", &sf_type_i64, 10, 10.0, 64, 100, "", &LOC);
+  sf__endpoint_add_replica(e);
+  sf__sreq *q[2];
+  for (int i = 0; i < 2; i++) {
+    sf__route_dispatch(e->route, q[i] = req(20 + i), &why);
+    q[i]->rt = e->route;
+  }
+  jmp_buf jb;
+  sf__error_jmp = &jb;
+  int64_t id0 = 0;
+  if (setjmp(jb) == 0) {
+    sf_array *a = sf__endpoint_take(e, 0, &job_type, 2, 0.0, &LOC);
+    CHECK_INT(a->len, 2);
+    id0 = job_id(a, 0);
+    sf_release(a);
+    sf__endpoint_add_replica(e); /* the one the retry goes to */
+    CU_ASSERT(sf__endpoint_send(e, 0, id0, "t", 1, &LOC));
+    int64_t v = 1;
+    sf__endpoint_answer(e, 0, id0, &v, &sf_type_i64, 200, &LOC); /* a stream: an error */
+    CU_FAIL("no error from answer on a stream");
+  }
+  sf__error_jmp = NULL;
+  char want[200];
+  snprintf(want, sizeof want, "t.sflow:3:7: runtime error: serve.answer: request %" PRId64
+           " is a stream (serve.send began it): end it with serve.finish", id0);
+  CHECK_STR(sf__error_message, want);
+  CHECK_INT(sf__endpoint_live(e), 1);
+  CU_ASSERT(q[0]->finished);
+  CHECK_STR_HAS(q[0]->out.data, "data: t\n\nevent: error\ndata: {\"error\": ");
+  CHECK_INT(qlen(e, 1), 1); /* the other, retried */
+  sf_array *a = sf__endpoint_take(e, 1, &job_type, 2, 0.0, &LOC);
+  CHECK_INT(a->len, 1);
+  CHECK_INT(job_req(a, 0), 21);
+  sf_release(a);
+}
+
 static void test_error_body(void) {
   size_t n;
   char *b = sf__error_body("a \"quote\", a \\ and a\nline, \x01, caf\xc3\xa9, \xff", &n);
@@ -340,6 +462,8 @@ int main(int argc, char **argv) {
       {"replica_dies", test_replica_dies},
       {"answers", test_answers},
       {"reply_status", test_reply_status},
+      {"take", test_take},
+      {"take_dies", test_take_dies},
       {"error_body", test_error_body},
       {NULL, NULL},
   };
