@@ -2,7 +2,7 @@
 # Runs the task runtime's tests under ThreadSanitizer: builds sflowc and a
 # TSan-instrumented runtime into build-tsan/, then compiles and runs the
 # run tests of tasks, actors, futures, the scheduler, the stress suite and
-# strings, plus the fault, observation, many-threads and serve tests, linking
+# strings, plus the fault, observation, many-threads, serve and serve_stream tests, linking
 # every program with -fsanitize=thread.  Any data race report fails the run (halt_on_error).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,4 +35,7 @@ python3 tests/runtime/fault_test.py --sflowc "$build/bin/sflowc" kill-at-30% che
 # queues, a replica dying mid-batch, a rolling update, SIGTERM in flight.
 python3 tests/runtime/serve_test.py --sflowc "$build/bin/sflowc" answers shutdown killed_replica \
   rollout canary || status=1
+# Continuous batching: replica loops answering by id, server-sent events
+# drained by connection threads, a client gone mid-stream, SIGTERM.
+python3 tests/runtime/serve_stream_test.py --sflowc "$build/bin/sflowc" || status=1
 exit $status
