@@ -265,6 +265,27 @@ static void leave(sf__server *s) {
   pthread_mutex_unlock(&s->mu);
 }
 
+/* Whether T is std.data's Json (its name and six fields): a route of it
+ * takes any JSON body, decoded as data.parse_json does, so a handler reads
+ * optional fields (OpenAI's clients leave out every field not set). */
+static bool dynamic_json(const sf_type *T) {
+  static const struct {
+    const char *name;
+    int kind;
+  } want[6] = {{"kind", SF_STR},  {"flag", SF_BOOL},  {"number", SF_F64},
+               {"text", SF_STR},  {"items", SF_ARRAY}, {"keys", SF_ARRAY}};
+  if (T->kind != SF_STRUCT || !T->name || strcmp(T->name, "Json") || T->nfields != 6)
+    return false;
+  for (int i = 0; i < 6; i++) {
+    bool found = false;
+    for (int32_t k = 0; k < 6; k++)
+      found |= !strcmp(T->fields[k].name, want[i].name) && T->fields[k].type->kind == want[i].kind;
+    if (!found)
+      return false;
+  }
+  return true;
+}
+
 /* A route's request with its whole body: decoded, queued, answered. */
 static enum MHD_Result serve_route(sf__server *s, sf__route *rt, struct MHD_Connection *c,
                                    conn *k, int64_t t0) {
@@ -279,7 +300,8 @@ static enum MHD_Result serve_route(sf__server *s, sf__route *rt, struct MHD_Conn
   void *value = sf_alloc((size_t)T->size);
   memset(value, 0, (size_t)T->size);
   char err[600];
-  if (!sf__json_decode(k->body.data, k->body.len - 1, "<body>", T, false, value, err, sizeof err)) {
+  if (!sf__json_decode(k->body.data, k->body.len - 1, "<body>", T, dynamic_json(T), value, err,
+                       sizeof err)) {
     sf_free(value);
     return respond_error(s, rt, c, 400, err, NULL, NULL, false, t0);
   }
