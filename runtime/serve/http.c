@@ -330,17 +330,34 @@ static enum MHD_Result serve_route(sf__server *s, sf__route *rt, struct MHD_Conn
   int64_t until = s->request_timeout_ns > 0 ? q->arrived_ns + s->request_timeout_ns : INT64_MAX;
   pthread_mutex_lock(&q->mu);
   /* Until the answer, or the first event of a stream (serve.send): the
-   * timeout bounds the time to the first byte, not a stream's length. */
-  while (!q->done && !q->streaming) {
-    if (until == INT64_MAX) {
-      pthread_cond_wait(&q->cv, &q->mu);
-    } else if (sf__mono_ns() >= until) {
+   * timeout bounds the time to the first byte, not a stream's length.
+   * Once serve.take has it (an id), the client's leaving is looked for
+   * every 100 ms, so serve.cancelled tells the replica to drop it; the
+   * replica's finish then releases this thread with nothing to send. */
+  while (!q->done && !q->streaming && !q->finished) {
+    int64_t now = sf__mono_ns();
+    if (now >= until) {
       q->abandoned = true; /* a late answer is dropped (sf__sreq_answer) */
       break;
-    } else {
-      struct timespec ts = {.tv_sec = until / 1000000000, .tv_nsec = until % 1000000000};
-      pthread_cond_timedwait(&q->cv, &q->mu, &ts);
     }
+    int64_t at = until;
+    if (q->id > 0 && !q->cancelled && now + 100000000 < at)
+      at = now + 100000000;
+    if (at == INT64_MAX) {
+      pthread_cond_wait(&q->cv, &q->mu);
+    } else {
+      struct timespec ts = {.tv_sec = at / 1000000000, .tv_nsec = at % 1000000000};
+      if (pthread_cond_timedwait(&q->cv, &q->mu, &ts) == ETIMEDOUT && q->id > 0 &&
+          !q->cancelled && sf__peer_gone(q->fd))
+        q->cancelled = true;
+    }
+  }
+  if (q->finished && !q->streaming && !q->done) {
+    /* Finished with nothing sent after its client left: nobody to answer. */
+    pthread_mutex_unlock(&q->mu);
+    sf__sreq_drop(q);
+    sf__route_count(s, rt, 499, (double)(sf__mono_ns() - t0) * 1e-9);
+    return MHD_NO;
   }
   if (q->streaming && !q->done) {
     pthread_mutex_unlock(&q->mu);

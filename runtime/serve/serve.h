@@ -81,12 +81,12 @@ typedef struct sf__sreq {
   size_t body_len;
   /* Requests taken by serve.take (stream.c, docs/serve.md, "Continuous
    * batching"), under mu but for id and rt: */
-  int64_t id;         /* > 0 once taken */
+  int64_t id;         /* > 0 once taken (written under mu too) */
   struct sf__route *rt;
   int fd;             /* the connection's socket, to notice a client gone */
   bool streaming;     /* send began an event stream: the connection answers it */
   bool finished;      /* finish: the stream ends once out is sent */
-  bool cancelled;     /* the client went away mid-stream */
+  bool cancelled;     /* the client went away (noticed once taken) */
   sf__buf out;        /* event bytes not yet handed to libmicrohttpd */
   size_t out_off;
 } sf__sreq;
@@ -269,6 +269,9 @@ bool sf__endpoint_send(sf__endpoint *e, int64_t r, int64_t id, const char *data,
 void sf__endpoint_finish(sf__endpoint *e, int64_t r, int64_t id, const sf_loc *loc);
 /* Whether request id's client went away (or was answered 504). */
 bool sf__endpoint_cancelled(sf__endpoint *e, int64_t r, int64_t id, const sf_loc *loc);
+/* Whether the client of socket fd closed its end (nothing to read but
+ * the end, or an error): how a connection notices a client gone. */
+bool sf__peer_gone(int fd);
 /* libmicrohttpd's reader and release of a stream's response (http.c). */
 ssize_t sf__stream_read(void *cls, uint64_t pos, char *buf, size_t max);
 void sf__stream_free(void *cls);

@@ -170,7 +170,10 @@ sf_array *sf__endpoint_take(sf__endpoint *e, int64_t r, const sf_type *J, int64_
   for (int64_t i = 0; i < n; i++) {
     sf__sreq *q = p->head;
     p->head = q->next;
+    pthread_mutex_lock(&q->mu);
     q->id = atomic_fetch_add(&next_id, 1);
+    pthread_cond_signal(&q->cv); /* its connection now watches for the client leaving */
+    pthread_mutex_unlock(&q->mu);
   }
   if (!p->head)
     p->tail = NULL;
@@ -307,8 +310,7 @@ void sf__stream_abort(sf__sreq *q, const char *msg) {
 
 /* ------------------------------------------------- the connection's side */
 
-/* Whether the client closed its end: nothing to read but the end. */
-static bool peer_gone(int fd) {
+bool sf__peer_gone(int fd) {
   if (fd < 0)
     return false;
   struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
@@ -349,7 +351,7 @@ ssize_t sf__stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     int64_t at = sf__mono_ns() + 100000000;
     struct timespec ts = {.tv_sec = at / 1000000000, .tv_nsec = at % 1000000000};
     pthread_cond_timedwait(&q->cv, &q->mu, &ts);
-    if (q->out.len == q->out_off && !q->finished && peer_gone(q->fd))
+    if (q->out.len == q->out_off && !q->finished && sf__peer_gone(q->fd))
       q->cancelled = true;
   }
 }

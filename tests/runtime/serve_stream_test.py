@@ -20,6 +20,10 @@ SSE parser below reads line by line; no openai package) checks:
   disconnect    a client that reads 5 events of a 100000-token stream and
                 closes its socket: the replica drops it within 1 s (send
                 false), no more events are made, streams_open back to 0
+  plain_disconnect  a client that waits for a 100000-token answer as one
+                body and closes its socket after 0.3 s: serve.cancelled
+                turns true within 1 s (100 ms looks), the replica drops
+                it, the server serves on
   sigterm       SIGTERM after a stream's 3rd event: the stream finishes
                 (all 40 events and [DONE]), new connections refused, exit 0
   first_byte    request_timeout_s 0.5 with one sequence at a time: a
@@ -325,6 +329,29 @@ def case_disconnect(exe):
         srv.kill()
 
 
+def case_plain_disconnect(exe):
+    srv = Server(exe, "--step_ms", "10")
+    try:
+        c = srv.conn()
+        c.request("POST", ROUTE, body=json.dumps({"prompt": "left", "n": 100000, "stream": False}))
+        time.sleep(0.3)
+        c.sock.shutdown(socket.SHUT_RDWR)
+        c.close()
+        t0 = time.time()
+        while "dropped left" not in srv.stdout() and time.time() - t0 < 5:
+            time.sleep(0.02)
+        took = time.time() - t0
+        check("dropped left" in srv.stdout(), "the replica did not drop it within 5 s: %r" % srv.stdout())
+        check(took < 1.0, "dropped after %.2f s" % took)
+        results = {}
+        read_plain(srv, "plain", 3, results)
+        check(results == {"plain": "ok"}, "after the drop: %r" % results)
+        rc, out, err = srv.stop()
+        check(rc == 0 and "served 1 dropped 1" in out, "exit %d, %r %s" % (rc, out, err))
+    finally:
+        srv.kill()
+
+
 def case_sigterm(exe):
     srv = Server(exe, "--step_ms", "25")
     try:
@@ -451,6 +478,7 @@ CASES = {
     "stream": case_stream,
     "mixed": case_mixed,
     "disconnect": case_disconnect,
+    "plain_disconnect": case_plain_disconnect,
     "sigterm": case_sigterm,
     "first_byte": case_first_byte,
     "bad_request": case_bad_request,
