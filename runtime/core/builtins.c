@@ -45,12 +45,12 @@ static double start_time;
 
 __attribute__((constructor)) static void start_clock(void) { start_time = mono_seconds(); }
 
-double (*sf__value_tap)(double live);
+double (*sf__value_tap)(double live, bool clock);
 
 /* On main, through the journal's tap: recorded, or on --resume replayed. */
-static double tapped(double v) { return sf__value_tap ? sf__value_tap(v) : v; }
+static double tapped(double v, bool clock) { return sf__value_tap ? sf__value_tap(v, clock) : v; }
 
-double sf_now(void) { return tapped(mono_seconds() - start_time); }
+double sf_now(void) { return tapped(mono_seconds() - start_time, true); }
 
 /* --------------------------------------------------------------- rand */
 
@@ -107,14 +107,14 @@ float sf_rand_f32(void) {
   /* The top 24 bits, scaled by 2^-24: every value is exact in an f32 and
    * the result is in [0, 1), never rounded up to 1.0. */
   float v = (float)(pcg32_next(r) >> 8) * 0x1p-24f;
-  return (float)tapped(v); /* main's draws are journaled */
+  return (float)tapped(v, false); /* main's draws are journaled */
 }
 
 static uint32_t draw32(void) {
   sf__rng *r = &sf__rng_cur;
   if (!r->live)
     rng_start(r);
-  return (uint32_t)tapped((double)pcg32_next(r));
+  return (uint32_t)tapped((double)pcg32_next(r), false);
 }
 
 static uint64_t draw64(void) {

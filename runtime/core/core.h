@@ -371,10 +371,11 @@ void sf__sha256_hex(const void *data, size_t n, char out[65]);
 /* -------------------------------------------------------- builtins.c */
 
 extern int64_t sf__node_id; /* 0 on the head, k on the k-th --nodes host */
-/* The value tap of now() and the random draws (sf__durable_install): on
- * main, a live value is recorded, or on --resume replaced by the recorded
- * one.  NULL: the live value. */
-extern double (*sf__value_tap)(double live);
+/* The value tap of now() (clock true) and the random draws
+ * (sf__durable_install): on main, a live value is recorded, or on --resume
+ * replaced by the recorded one (and now()'s live values after the replay
+ * go on from the last replayed one).  NULL: the live value. */
+extern double (*sf__value_tap)(double live, bool clock);
 
 /* The random stream of the call running on this thread (main, a task
  * attempt, an actor message): its identity, the count of calls and spawns

@@ -25,7 +25,8 @@ void sf__journal_call_result(sf_actor *a, int64_t seq, const sf_method_desc *m, 
 void sf__journal_call_done(sf_actor *a, int64_t seq, const sf_method_desc *m, void *res,
                            const char *out, size_t n);
 int64_t sf__journal_route_any(int64_t seq, sf_actor **members, int64_t n, int64_t best);
-double sf__journal_value(double live); /* now()/rand on main: replayed or recorded */
+/* now() (clock) or a random draw on main: replayed or recorded */
+double sf__journal_value(double live, bool clock);
 void sf__journal_begin(const sf_program *prog, sf_value *args);
 /* Installs durability's hooks (main.c, before any thread): task.c's
  * sf__durable (journal and checkpoints) and the core's value tap of now()

@@ -998,11 +998,27 @@ int64_t sf__journal_route_any(int64_t seq, sf_actor **members, int64_t n, int64_
   return best;
 }
 
-double sf__journal_value(double live) {
+/* A resumed run's clock started at 0 when it did, while the values it
+ * replays are the killed run's readings: a live now() read after them,
+ * taken as is, could come out before the last replayed one, and an
+ * elapsed time measured across the end of the replay (t1 replayed, t2
+ * live) negative.  So main's clock goes on from each replayed value: a
+ * live reading is shifted by (last replayed value - this run's clock when
+ * main read it), and journaled shifted, so that a resume of the resumed
+ * run replays the same, monotonic, sequence.  Main thread only. */
+static double clock_shift;
+
+double sf__journal_value(double live, bool clock) {
   if (!main_level())
     return live;
-  if (J.replay && J.next_value < J.nvalues)
-    return J.values[J.next_value++];
+  if (J.replay && J.next_value < J.nvalues) {
+    double v = J.values[J.next_value++];
+    if (clock)
+      clock_shift = v - live;
+    return v;
+  }
+  if (clock)
+    live += clock_shift;
   if (!J.failed)
     append(R_VALUE, -1, -1, -1, 0, NULL, &sf_type_f64, &live, NULL);
   return live;

@@ -88,6 +88,13 @@ set_tests_properties(runtime/resources_race PROPERTIES TIMEOUT 600)
 add_test(NAME runtime/maps_resume
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/maps_resume_test.py
           --sflowc $<TARGET_FILE:sflowc>)
+# now() across --resume: runs killed right after an actor's line (main
+# has journaled the now() before the call, not the one after) resume to
+# the uninterrupted output, main's clock never going backwards.
+add_test(NAME runtime/clock_resume
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/clock_resume_test.py
+          --sflowc $<TARGET_FILE:sflowc>)
+set_tests_properties(runtime/clock_resume PROPERTIES TIMEOUT 300)
 # std.data's formats against Python's csv, json and numpy, both directions
 # (numpy from scripts/install-pydeps.sh's build/pydeps).
 add_test(NAME runtime/data_interop
