@@ -1,0 +1,163 @@
+/*
+ * sample.c — std.llm's sampler (stdlib/llm.sflow, "Sampling"; docs/llm.md):
+ * the next token from one position's logits, as Hugging Face's generate
+ * filters them — temperature, then top-k, then top-p — and one draw.
+ *
+ * Key design choice: stateless.  The draw for token `step` is counter.h's
+ * uniform of (seed, step), never a stream's state, so a seeded request
+ * gives the same text every time, on any replica, whatever ran before it.
+ * The filters never sort the vocabulary in full unless they must: top-k
+ * keeps its k through a heap (select.c's topk order: larger first, ties to
+ * the lower index), and top-p takes the most probable 64, 256, 1024, ...
+ * tokens in order until their mass reaches top_p.  Probabilities are in
+ * double, exp(z - max) over the tokens the earlier filters kept.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+
+#include "counter.h"
+#include "nn.h"
+
+/* The first index of the largest logit. */
+static int64_t greedy(const float *x, int64_t v) {
+  int64_t b = 0;
+  for (int64_t i = 1; i < v; i++)
+    if (x[i] > x[b])
+      b = i;
+  return b;
+}
+
+int64_t sf_std_llm_sample_logits(sf_tensor *logits, double temperature, int64_t top_k,
+                                 double top_p, int64_t seed, int64_t step, const sf_loc *loc) {
+  sf__t_arg(logits, "sample", loc);
+  if (!(temperature >= 0) || isinf(temperature))
+    sf_runtime_error(loc, "sample: Sampling.temperature must be >= 0 (0: greedy), not %g",
+                     temperature);
+  if (top_k < 0)
+    sf_runtime_error(loc, "sample: Sampling.top_k must be >= 0 (0: off), not %" PRId64, top_k);
+  if (!(top_p > 0 && top_p <= 1))
+    sf_runtime_error(loc, "sample: Sampling.top_p must be in (0, 1] (1: off), not %g", top_p);
+  if (step < 0)
+    sf_runtime_error(loc, "sample: step must be >= 0, not %" PRId64, step);
+  int64_t v = logits->numel;
+  char sl[SF__SHAPE_BUF];
+  if (v == 0 || logits->shape[logits->ndim > 0 ? logits->ndim - 1 : 0] != v)
+    sf_runtime_error(loc, "sample: logits must be one position's (vocab) values, not shape %s",
+                     SF__SHP(logits, sl));
+  sf_tensor *lc = sf__t_contig(logits);
+  const float *x = sf__t_data(lc); /* on a GPU: the one read-back of the step */
+  for (int64_t i = 0; i < v; i++)
+    if (isnan(x[i]) || x[i] == INFINITY) {
+      double bad = x[i];
+      sf_release(lc);
+      sf_runtime_error(loc, "sample: logits[%" PRId64 "] is %g", i, bad);
+    }
+  if (temperature == 0 || top_k == 1) {
+    int64_t t = greedy(x, v);
+    sf_release(lc);
+    return t;
+  }
+  /* The kept tokens, in order (by logit when a filter ordered them). */
+  int64_t kept = top_k > 0 && top_k < v ? top_k : v;
+  int64_t *ord = malloc(sizeof(int64_t) * (size_t)v);
+  double *e = malloc(sizeof(double) * (size_t)v);
+  if (!ord || !e)
+    sf_runtime_error(loc, "sample: out of memory for %" PRId64 " logits", v);
+  bool ordered = kept < v;
+  if (ordered)
+    sf__topk_row(x, v, kept, ord);
+  else
+    for (int64_t i = 0; i < v; i++)
+      ord[i] = i;
+  double m = x[greedy(x, v)], s = 0;
+  if (m == -INFINITY) {
+    free(ord);
+    free(e);
+    sf_release(lc);
+    sf_runtime_error(loc, "sample: every logit is -inf");
+  }
+  for (int64_t r = 0; r < kept; r++)
+    s += e[r] = exp(((double)x[ord[r]] - m) / temperature);
+  if (top_p < 1) {
+    /* The smallest prefix in order whose mass before each token is < top_p. */
+    int64_t take = kept;
+    for (int64_t want = 64;; want *= 4) {
+      int64_t w = want < kept ? want : kept;
+      if (!ordered) {
+        sf__topk_row(x, v, w, ord);
+        for (int64_t r = 0; r < w; r++)
+          e[r] = exp(((double)x[ord[r]] - m) / temperature);
+      }
+      double before = 0;
+      int64_t r = 0;
+      while (r < w && (r == 0 || before < top_p * s)) {
+        before += e[r];
+        r++;
+      }
+      if (r < w || w == kept) {
+        take = r;
+        break;
+      }
+    }
+    kept = take;
+    s = 0;
+    for (int64_t r = 0; r < kept; r++)
+      s += e[r];
+  }
+  double target = sf_ctr_unit((uint64_t)seed, (uint64_t)step, 0) * s, acc = 0;
+  int64_t pick = -1, last = ord[0];
+  for (int64_t r = 0; r < kept; r++) {
+    if (e[r] > 0)
+      last = ord[r];
+    acc += e[r];
+    if (acc > target) {
+      pick = ord[r];
+      break;
+    }
+  }
+  free(ord);
+  free(e);
+  sf_release(lc);
+  return pick >= 0 ? pick : last;
+}
+
+/* ------------------------------------------------------ stop strings */
+
+static sf_str *stop_of(sf_array *stops, int64_t i) { return ((sf_str **)stops->data)[i]; }
+
+int64_t sf_std_llm_stop_at(sf_str *text, sf_array *stops, const sf_loc *loc) {
+  (void)loc;
+  int64_t best = -1, n = stops ? stops->len : 0;
+  for (int64_t i = 0; i < n; i++) {
+    sf_str *s = stop_of(stops, i);
+    if (!s || s->len == 0 || s->len > text->len)
+      continue;
+    int64_t end = best < 0 ? text->len - s->len : best - 1; /* only an earlier one matters */
+    for (int64_t at = 0; at <= end; at++)
+      if (!memcmp(text->data + at, s->data, (size_t)s->len)) {
+        best = at;
+        break;
+      }
+  }
+  return best;
+}
+
+int64_t sf_std_llm_stop_hold(sf_str *text, sf_array *stops, const sf_loc *loc) {
+  (void)loc;
+  int64_t hold = 0, n = stops ? stops->len : 0;
+  for (int64_t i = 0; i < n; i++) {
+    sf_str *s = stop_of(stops, i);
+    if (!s)
+      continue;
+    int64_t m = s->len - 1 < text->len ? s->len - 1 : text->len;
+    for (; m > hold; m--)
+      if (!memcmp(text->data + text->len - m, s->data, (size_t)m)) {
+        hold = m;
+        break;
+      }
+  }
+  return hold;
+}
