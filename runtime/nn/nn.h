@@ -712,8 +712,8 @@ sf_array *sf_std_nn_multinomial(sf_tensor *probs, int64_t n, int64_t seed, const
 /* std.llm's sampling (stdlib/llm.sflow, "Sampling"): the next token from
  * the logits (vocab), temperature, then top-k, then top-p as Hugging Face's
  * generate, the draw from (seed, step) alone. */
-int64_t sf_std_llm_sample_logits(sf_tensor *logits, double temperature, int64_t top_k,
-                                 double top_p, int64_t seed, int64_t step, const sf_loc *loc);
+int64_t sf_std_llm_sample(sf_tensor *logits, const void *s, const sf_type *s_type, int64_t step,
+                          const sf_loc *loc);
 /* Streaming's stop strings: the byte offset where the earliest begins in
  * text (-1: none), and how many trailing bytes could begin one. */
 int64_t sf_std_llm_stop_at(sf_str *text, sf_array *stops, const sf_loc *loc);

@@ -30,8 +30,13 @@ static int64_t greedy(const float *x, int64_t v) {
   return b;
 }
 
-int64_t sf_std_llm_sample_logits(sf_tensor *logits, double temperature, int64_t top_k,
-                                 double top_p, int64_t seed, int64_t step, const sf_loc *loc) {
+int64_t sf_std_llm_sample(sf_tensor *logits, const void *sv, const sf_type *st, int64_t step,
+                          const sf_loc *loc) {
+  void *sm = (void *)sv; /* sf__field reads through a mutable base */
+  double temperature = *(double *)sf__field(st, sm, "temperature", SF_F64, loc);
+  int64_t top_k = *(int64_t *)sf__field(st, sm, "top_k", SF_I64, loc);
+  double top_p = *(double *)sf__field(st, sm, "top_p", SF_F64, loc);
+  int64_t seed = *(int64_t *)sf__field(st, sm, "seed", SF_I64, loc);
   sf__t_arg(logits, "sample", loc);
   if (!(temperature >= 0) || isinf(temperature))
     sf_runtime_error(loc, "sample: Sampling.temperature must be >= 0 (0: greedy), not %g",
