@@ -30,6 +30,68 @@ static int64_t greedy(const float *x, int64_t v) {
   return b;
 }
 
+/* (ord[i], e[i]) comes before (ord[j], e[j]): the larger logit, ties to
+ * the lower index (select.c's topk order; no NaN reaches here). */
+static inline bool first(const float *x, int64_t i, int64_t j) {
+  return x[i] > x[j] || (x[i] == x[j] && i < j);
+}
+
+static inline void swap2(int64_t *ord, double *e, int64_t a, int64_t b) {
+  int64_t t = ord[a];
+  ord[a] = ord[b];
+  ord[b] = t;
+  double u = e[a];
+  e[a] = e[b];
+  e[b] = u;
+}
+
+/* Top-p over the n tokens ord[] with weights e[] (any order): rearranges
+ * them so the kept ones come first and returns how many.  Kept: the
+ * fewest most probable tokens whose mass reaches need (each token whose
+ * mass before it, in order, is < top_p — Hugging Face's rule), at least
+ * one.  A quickselect on mass: partition around a pivot, keep the better
+ * side whole when it does not reach need, else look inside it; O(n)
+ * expected, and only runs of 16 or fewer are sorted. */
+static int64_t top_p_keep(const float *x, int64_t *ord, double *e, int64_t n, double need) {
+  int64_t lo = 0, hi = n;
+  double have = 0;
+  while (hi - lo > 16) {
+    int64_t mid = lo + (hi - lo) / 2;
+    /* median of three to hi - 1 */
+    if (first(x, ord[mid], ord[lo]))
+      swap2(ord, e, mid, lo);
+    if (first(x, ord[hi - 1], ord[lo]))
+      swap2(ord, e, hi - 1, lo);
+    if (first(x, ord[mid], ord[hi - 1]))
+      swap2(ord, e, mid, hi - 1);
+    int64_t piv = ord[hi - 1], k = lo;
+    double mass = 0;
+    for (int64_t i = lo; i < hi - 1; i++)
+      if (first(x, ord[i], piv)) {
+        mass += e[i];
+        swap2(ord, e, i, k++);
+      }
+    swap2(ord, e, k, hi - 1); /* the pivot after the better side */
+    if (have + mass >= need && k > lo) {
+      hi = k; /* the kept ones are all on the better side */
+    } else {
+      have += mass + e[k];
+      if (have >= need)
+        return k + 1;
+      lo = k + 1;
+    }
+  }
+  for (int64_t i = lo + 1; i < hi; i++) /* insertion sort of the last run */
+    for (int64_t j = i; j > lo && first(x, ord[j], ord[j - 1]); j--)
+      swap2(ord, e, j, j - 1);
+  for (int64_t i = lo; i < hi; i++) {
+    have += e[i];
+    if (have >= need || i + 1 == n)
+      return i + 1;
+  }
+  return hi > 0 ? hi : 1;
+}
+
 int64_t sf_std_llm_sample(sf_tensor *logits, const void *sv, const sf_type *st, int64_t step,
                           const sf_loc *loc) {
   void *sm = (void *)sv; /* sf__field reads through a mutable base */
@@ -77,7 +139,7 @@ int64_t sf_std_llm_sample(sf_tensor *logits, const void *sv, const sf_type *st, 
   else
     for (int64_t i = 0; i < v; i++)
       ord[i] = i;
-  double m = x[greedy(x, v)], s = 0;
+  double m = x[greedy(x, v)], s = 0, inv_t = 1.0 / temperature;
   if (m == -INFINITY) {
     free(ord);
     free(e);
@@ -85,33 +147,12 @@ int64_t sf_std_llm_sample(sf_tensor *logits, const void *sv, const sf_type *st, 
     sf_runtime_error(loc, "sample: every logit is -inf");
   }
   for (int64_t r = 0; r < kept; r++)
-    s += e[r] = exp(((double)x[ord[r]] - m) / temperature);
-  if (top_p < 1) {
-    /* The smallest prefix in order whose mass before each token is < top_p. */
-    int64_t take = kept;
-    for (int64_t want = 64;; want *= 4) {
-      int64_t w = want < kept ? want : kept;
-      if (!ordered) {
-        sf__topk_row(x, v, w, ord);
-        for (int64_t r = 0; r < w; r++)
-          e[r] = exp(((double)x[ord[r]] - m) / temperature);
-      }
-      double before = 0;
-      int64_t r = 0;
-      while (r < w && (r == 0 || before < top_p * s)) {
-        before += e[r];
-        r++;
-      }
-      if (r < w || w == kept) {
-        take = r;
-        break;
-      }
-    }
-    kept = take;
-    s = 0;
-    for (int64_t r = 0; r < kept; r++)
-      s += e[r];
-  }
+    s += e[r] = exp(((double)x[ord[r]] - m) * inv_t);
+  if (top_p < 1)
+    kept = top_p_keep(x, ord, e, kept, top_p * s);
+  s = 0;
+  for (int64_t r = 0; r < kept; r++)
+    s += e[r];
   double target = sf_ctr_unit((uint64_t)seed, (uint64_t)step, 0) * s, acc = 0;
   int64_t pick = -1, last = ord[0];
   for (int64_t r = 0; r < kept; r++) {
