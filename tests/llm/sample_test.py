@@ -12,7 +12,8 @@ the sampler's order (index order; largest first for top-k); with top_p
 (alone and after top_k) every token lies in the set Hugging Face keeps
 (sorted ascending, cumulative softmax <= 1 - top_p removed, the most
 probable always kept), and the counts pass a chi-square against the kept
-tokens' renormalized probabilities (fixed seeds: no flake).  numpy only.
+tokens' renormalized probabilities (fixed seeds: no flake).  numpy only
+(build/pydeps: the script re-executes itself there, as tests/pydeps.py does).
 """
 import argparse
 import math
@@ -21,7 +22,11 @@ import subprocess
 import sys
 import tempfile
 
-import numpy as np
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import pydeps  # noqa: E402
+
+pydeps.ensure("sample_test", "numpy")
+import numpy as np  # noqa: E402
 
 M64 = (1 << 64) - 1
 V, N = 2000, 3000
