@@ -707,7 +707,7 @@ void sf__topk_row(const float *x, int64_t n, int64_t k, int64_t *out);
  * (seed, row, draw) alone. */
 sf_array *sf_std_nn_multinomial(sf_tensor *probs, int64_t n, int64_t seed, const sf_loc *loc);
 
-/* ------------------------------------------------------------ sample.c */
+/* ---------------------------------------------------------- sampling.c */
 
 /* std.llm's sampling (stdlib/llm.sflow, "Sampling"): the next token from
  * the logits (vocab), temperature, then top-k, then top-p as Hugging Face's

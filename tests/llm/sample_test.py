@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""sample_test.py — std.llm's sampler (runtime/nn/sample.c) against an
+"""sample_test.py — std.llm's sampler (runtime/nn/sampling.c) against an
 independent Python form of Hugging Face's filters (temperature, then
 TopKLogitsWarper, then TopPLogitsWarper) over 2000 random logits.
 

@@ -1,5 +1,5 @@
 /*
- * sample.c — std.llm's sampler (stdlib/llm.sflow, "Sampling"; docs/llm.md):
+ * sampling.c — std.llm's sampler (stdlib/llm.sflow, "Sampling"; docs/llm.md):
  * the next token from one position's logits, as Hugging Face's generate
  * filters them — temperature, then top-k, then top-p — and one draw.
  *
