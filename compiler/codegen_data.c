@@ -101,6 +101,9 @@ Val data_builtin(Node *n) {
   case B_SORT: r = RT(sf_array_sort, desc_arg(t->elem), v[0], L); break;
   case B_ARGSORT: r = RT(sf_array_argsort, desc_arg(n->argv[0]->ty->elem), v[0], L); break;
   case B_JOIN: r = RT(sf_str_join, v[0], v[1]); break;
+  case B_ORD: r = RT(sf_str_ord, v[0], L); owned = false; break;
+  case B_CHR: r = RT(sf_str_chr, v[0], L); break;
+  case B_STR_CODEPOINTS: r = RT(sf_str_codepoints, v[0], L); break;
   case B_STR_SPLIT: r = RT(sf_str_split, v[0], v[1], L); break;
   case B_STR_SPLIT_WS: r = RT(sf_str_split_ws, v[0]); break;
   case B_STR_FIND: r = RT(sf_str_find, v[0], v[1]); owned = false; break;

@@ -63,6 +63,7 @@ const char *const sflow_builtin_names[] = {
     /* the data core */
     "sin",       "cos",        "tan",           "atan2",          "ceil",      "round",
     "rand_int",  "randn_f32",  "sort",          "argsort",        "join",      "PI",
+    "ord",       "chr",
     /* std.tune */
     "failure",
 };

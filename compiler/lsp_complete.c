@@ -291,7 +291,8 @@ static void builtin_methods(cJSON *items, const char *prefix, Type *t) {
       {"upper", "str.upper() -> str (ASCII letters)"},
       {"replace", "str.replace(from: str, to: str) -> str"},
       {"starts_with", "str.starts_with(t: str) -> bool"},
-      {"ends_with", "str.ends_with(t: str) -> bool"}};
+      {"ends_with", "str.ends_with(t: str) -> bool"},
+      {"codepoints", "str.codepoints() -> i64[] (one per character)"}};
   static const char *const map_m[][2] = {
       {"get", "get(k: K) -> V (an error when k is missing)"}, {"has", "has(k: K) -> bool"},
       {"remove", "remove(k: K)"}, {"keys", "keys() -> K[] (in insertion order)"},

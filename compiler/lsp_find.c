@@ -276,6 +276,9 @@ static const char *data_core_doc(Node *call) {
                                    ty_str(call->ty), ty_str(call->ty));
   case B_ARGSORT: return "builtin argsort(xs: T[]) -> i64[] (stable)";
   case B_JOIN: return "builtin join(sep: str, parts: str[]) -> str";
+  case B_ORD: return "builtin ord(c: str) -> i64 (the code point of one character)";
+  case B_CHR: return "builtin chr(cp: i64) -> str (the character, UTF-8)";
+  case B_STR_CODEPOINTS: return "str.codepoints() -> i64[] (one per character)";
   case B_STR_SPLIT: return "str.split(sep: str) -> str[]";
   case B_STR_SPLIT_WS: return "str.split() -> str[] (on runs of whitespace)";
   case B_STR_FIND: return "str.find(t: str) -> i64 (byte offset, or -1)";

@@ -55,6 +55,9 @@ enum { RTA_NONE = 0, RTA_ARRAY = 1, RTA_NORETURN = 2 };
   X(sf_str_starts_with, "bpp", RTA_NONE)    \
   X(sf_str_ends_with, "bpp", RTA_NONE)      \
   X(sf_str_join, "ppp", RTA_NONE)           \
+  X(sf_str_ord, "lpp", RTA_NONE)            \
+  X(sf_str_chr, "plp", RTA_NONE)            \
+  X(sf_str_codepoints, "ppp", RTA_ARRAY)    \
   X(sf_str_from_i64, "pl", RTA_NONE)        \
   X(sf_str_from_f64, "pd", RTA_NONE)        \
   X(sf_str_from_f32, "pf", RTA_NONE)        \

@@ -112,6 +112,18 @@ Type *check_data_builtin(Node *call, Builtin b, const char *name, Node **argv, i
     if (is_err(t))
       return T_ERR;
     return b == B_SORT ? t : ty_array(T_I64);
+  case B_ORD:
+    if (!builtin_arity(call, name, 1, argc))
+      return T_ERR;
+    set_argv(call, argv, 1);
+    expect_type(argv[0], T_STR, "the character of 'ord'");
+    return T_I64;
+  case B_CHR:
+    if (!builtin_arity(call, name, 1, argc))
+      return T_ERR;
+    set_argv(call, argv, 1);
+    expect_type(argv[0], T_I64, "the code point of 'chr'");
+    return T_STR;
   case B_JOIN:
     if (!builtin_arity(call, name, 2, argc))
       return T_ERR;
@@ -136,6 +148,7 @@ static const DataMethod str_methods[] = {
     {"strip", B_STR_STRIP, 0},      {"lower", B_STR_LOWER, 0},
     {"upper", B_STR_UPPER, 0},      {"replace", B_STR_REPLACE, 2},
     {"starts_with", B_STR_STARTS_WITH, 1}, {"ends_with", B_STR_ENDS_WITH, 1},
+    {"codepoints", B_STR_CODEPOINTS, 0},
 };
 static const DataMethod array_methods[] = {
     {"push", B_PUSH, 1}, {"pop", B_POP, 0}, {"split", B_SPLIT, 1},
@@ -204,6 +217,8 @@ Type *check_data_method(Node *call, Node *recv, Type *rt, const char *name) {
   case B_STR_STARTS_WITH: case B_STR_ENDS_WITH:
     expect_type(argv[0], T_STR, arena_printf("the argument of '%s'", name));
     return T_BOOL;
+  case B_STR_CODEPOINTS:
+    return ty_array(T_I64);
   case B_PUSH:
     expect_type(argv[0], rt->elem, arena_printf("the value pushed onto %s", ty_str(rt)));
     return T_VOID;

@@ -430,7 +430,8 @@ static const struct {
     /* the data core */
     {"sin", B_SIN}, {"cos", B_COS}, {"tan", B_TAN}, {"atan2", B_ATAN2}, {"ceil", B_CEIL},
     {"round", B_ROUND}, {"rand_int", B_RAND_INT}, {"randn_f32", B_RANDN_F32}, {"sort", B_SORT},
-    {"argsort", B_ARGSORT}, {"join", B_JOIN}, {"failure", B_FAILURE},
+    {"argsort", B_ARGSORT}, {"join", B_JOIN}, {"ord", B_ORD}, {"chr", B_CHR},
+    {"failure", B_FAILURE},
 };
 
 Builtin builtin_of(const char *name) {

@@ -262,9 +262,9 @@ typedef enum {
    * random numbers, sort/argsort/join, and the methods of str and arrays
    * (N_CALL.recv is the receiver); keep B_SIN first and B_POP last */
   B_SIN, B_COS, B_TAN, B_ATAN2, B_CEIL, B_ROUND, B_RAND_INT, B_RANDN_F32,
-  B_SORT, B_ARGSORT, B_JOIN,
+  B_SORT, B_ARGSORT, B_JOIN, B_ORD, B_CHR,
   B_STR_SPLIT, B_STR_SPLIT_WS, B_STR_FIND, B_STR_STRIP, B_STR_LOWER, B_STR_UPPER,
-  B_STR_REPLACE, B_STR_STARTS_WITH, B_STR_ENDS_WITH, B_PUSH, B_POP,
+  B_STR_REPLACE, B_STR_STARTS_WITH, B_STR_ENDS_WITH, B_STR_CODEPOINTS, B_PUSH, B_POP,
   /* runtime-backed helpers used by std modules (names start with __) */
   B_RT_READ_FILE, B_RT_WRITE_FILE, B_RT_APPEND_FILE, B_RT_FILE_EXISTS,
   B_RT_READ_LINES,

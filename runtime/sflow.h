@@ -149,6 +149,13 @@ sf_str *sf_str_replace(sf_str *s, sf_str *from, sf_str *to, const sf_loc *loc);
 bool sf_str_starts_with(sf_str *s, sf_str *t);
 bool sf_str_ends_with(sf_str *s, sf_str *t);
 sf_str *sf_str_join(sf_str *sep, sf_array *xs);  /* join(sep, xs: str[]) */
+/* ord(c), chr(cp) and s.codepoints(): UTF-8 decoded strictly (overlong
+ * forms, surrogates and truncated sequences are runtime errors at loc
+ * naming the byte offset); chr of a surrogate or of a value outside
+ * [0, 0x10FFFF] is one too. */
+int64_t sf_str_ord(sf_str *s, const sf_loc *loc);
+sf_str *sf_str_chr(int64_t cp, const sf_loc *loc);
+sf_array *sf_str_codepoints(sf_str *s, const sf_loc *loc); /* i64[] */
 sf_str *sf_str_from_i64(int64_t v);
 sf_str *sf_str_from_f64(double v); /* shortest round trip, Python style */
 sf_str *sf_str_from_f32(float v);  /* shortest that reads back as the f32 */

@@ -1,6 +1,7 @@
 /*
  * text.c — the string methods: split, slices, find, strip, lower/upper,
- * replace, starts_with/ends_with, join.
+ * replace, starts_with/ends_with, join, and code points (ord, chr,
+ * codepoints: UTF-8 decoded strictly).
  *
  * Key design choice: offsets are bytes, as in Go and Rust, so s[a..b] and
  * s.find(t) are O(1) and O(n) and agree with len(s); a slice may only cut
@@ -305,6 +306,90 @@ sf_str *sf_str_join(sf_str *sep, sf_array *xs) {
     }
     memcpy(w, sf__str_data(v[i]), (size_t)sf__str_len(v[i]));
     w += sf__str_len(v[i]);
+  }
+  return r;
+}
+
+/* ------------------------------------------------------ code points */
+
+/* The code point of the UTF-8 sequence at p[i] (n bytes in all), its
+ * length into *len; a malformed sequence (a stray continuation byte, a
+ * truncated or overlong one, a surrogate, past U+10FFFF) is a runtime
+ * error at loc naming what and the offset. */
+static int64_t decode_at(const unsigned char *p, int64_t n, int64_t i, int64_t *len,
+                         const char *what, const sf_loc *loc) {
+  unsigned char c = p[i];
+  int64_t k = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3
+              : (c & 0xF8) == 0xF0 ? 4 : 0;
+  if (k == 0 || k > n - i)
+    sf_runtime_error(loc, "%s: invalid UTF-8 at byte %" PRId64 " (0x%02x)", what, i, c);
+  int64_t cp = k == 1 ? c : c & (0x7F >> k);
+  for (int64_t j = 1; j < k; j++) {
+    if (!is_cont(p[i + j]))
+      sf_runtime_error(loc, "%s: invalid UTF-8 at byte %" PRId64 " (0x%02x)", what, i, c);
+    cp = cp << 6 | (p[i + j] & 0x3F);
+  }
+  static const int64_t least[5] = {0, 0, 0x80, 0x800, 0x10000};
+  if (cp < least[k] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+    sf_runtime_error(loc, "%s: invalid UTF-8 at byte %" PRId64 " (0x%02x)", what, i, c);
+  *len = k;
+  return cp;
+}
+
+int64_t sf_str_ord(sf_str *s, const sf_loc *loc) {
+  const unsigned char *p = (const unsigned char *)sf__str_data(s);
+  int64_t n = sf__str_len(s), k = 0;
+  if (n == 0)
+    sf_runtime_error(loc, "ord: expected one character, found the empty string");
+  int64_t cp = decode_at(p, n, 0, &k, "ord", loc);
+  if (k != n)
+    sf_runtime_error(loc, "ord: expected one character, found a string of %" PRId64 " bytes "
+                     "(its first character takes %" PRId64 ")", n, k);
+  return cp;
+}
+
+sf_str *sf_str_chr(int64_t cp, const sf_loc *loc) {
+  if (cp < 0 || cp > 0x10FFFF)
+    sf_runtime_error(loc, "chr: %" PRId64 " is outside the Unicode range [0, 0x10FFFF]", cp);
+  if (cp >= 0xD800 && cp <= 0xDFFF)
+    sf_runtime_error(loc, "chr: %" PRId64 " (U+%04" PRIX64 ") is a surrogate, not a character",
+                     cp, cp);
+  char b[4];
+  int64_t k;
+  if (cp < 0x80) {
+    b[0] = (char)cp;
+    k = 1;
+  } else if (cp < 0x800) {
+    b[0] = (char)(0xC0 | cp >> 6);
+    b[1] = (char)(0x80 | (cp & 0x3F));
+    k = 2;
+  } else if (cp < 0x10000) {
+    b[0] = (char)(0xE0 | cp >> 12);
+    b[1] = (char)(0x80 | (cp >> 6 & 0x3F));
+    b[2] = (char)(0x80 | (cp & 0x3F));
+    k = 3;
+  } else {
+    b[0] = (char)(0xF0 | cp >> 18);
+    b[1] = (char)(0x80 | (cp >> 12 & 0x3F));
+    b[2] = (char)(0x80 | (cp >> 6 & 0x3F));
+    b[3] = (char)(0x80 | (cp & 0x3F));
+    k = 4;
+  }
+  return sf_str_new(b, k);
+}
+
+sf_array *sf_str_codepoints(sf_str *s, const sf_loc *loc) {
+  const unsigned char *p = (const unsigned char *)sf__str_data(s);
+  int64_t n = sf__str_len(s), count = 0;
+  for (int64_t i = 0; i < n; i++)
+    count += !is_cont(p[i]);
+  sf_array *r = sf_array_new(&sf_type_i64, count, loc);
+  int64_t *d = r->data, m = 0;
+  for (int64_t i = 0, k = 0; i < n; i += k) {
+    int64_t cp = decode_at(p, n, i, &k, "codepoints", loc);
+    if (m < count)
+      d[m] = cp;
+    m++;
   }
   return r;
 }

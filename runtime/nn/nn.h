@@ -304,7 +304,18 @@ typedef struct {
   X(matmul_nt, sf_tensor *, (sf_tensor * x, sf_tensor *w, bool bf16, const sf_loc *loc))     \
   X(matmul_nt_bw, void, (const sf__node *n, sf_tensor *g, sf_tensor **d))                    \
   X(linear, sf_tensor *, (sf_tensor * x, sf_tensor *w, sf_tensor *b, bool bf16,              \
-                          const sf_loc *loc))
+                          const sf_loc *loc))                                                \
+  /* create.c, select.c: x's last two dimensions with the elements below                      \
+   * (upper) or above diagonal k zeroed, contiguous; out (contiguous, the                     \
+   * broadcast shape) = c != 0 ? a : b; the indices of each row's k largest                   \
+   * into idx (rows x k, sorted, ties to the lower index); n draws from                       \
+   * each row of probs p (rows x n, counter-based from seed) */                               \
+  X(tri, sf_tensor *, (sf_tensor * x, int64_t k, bool upper, const sf_loc *loc))             \
+  X(where, void, (sf_tensor * out, sf_tensor *c, sf_tensor *a, sf_tensor *b,                 \
+                  const sf_loc *loc))                                                        \
+  X(topk, void, (sf_tensor * x, int64_t k, int64_t *idx, const sf_loc *loc))                 \
+  X(multinomial, void, (sf_tensor * p, int64_t n, uint64_t seed, int64_t *out,               \
+                        const sf_loc *loc))
 
 #define SF__NN_FIELD(name, ret, params) ret(*name) params;
 typedef struct sf__nn_dev {
@@ -664,6 +675,49 @@ sf_tensor *sf_std_nn_clip_grad_norm_tensor(sf_array *ps, double max_norm, const 
  * (d): torch's F.rms_norm(x, [d], weight, eps). */
 sf_tensor *sf__t_rms_norm(sf_tensor *x, sf_tensor *weight, double eps, const sf_loc *loc);
 sf_tensor *sf_std_nn_rms_norm(sf_tensor *x, sf_tensor *weight, double eps, const sf_loc *loc);
+
+/* ------------------------------------------------- create.c, select.c */
+
+/* torch.arange(start, end, step) (f32 values start + i step, i <
+ * ceil((end - start) / step)), torch.full(shape, value), torch.tril /
+ * torch.triu(x, diagonal): the last two dimensions of x, elements with
+ * j - i > k (tril) or j - i < k (triu) zeroed; the gradient likewise. */
+sf_tensor *sf_std_nn_arange(double start, double end, double step, const sf_loc *loc);
+sf_tensor *sf_std_nn_full(sf_array *shape, double value, const sf_loc *loc);
+sf_tensor *sf__t_tri(sf_tensor *x, int64_t k, bool upper, const sf_loc *loc);
+sf_tensor *sf_std_nn_tril(sf_tensor *x, int64_t k, const sf_loc *loc);
+sf_tensor *sf_std_nn_triu(sf_tensor *x, int64_t k, const sf_loc *loc);
+/* torch.where(cond, a, b) with cond a tensor whose non-zero values are
+ * true, the three broadcast together; the gradient flows to a where cond
+ * holds and to b elsewhere.  masked_fill(x, mask, value): where(mask,
+ * value, x), mask broadcast to x's shape. */
+sf_tensor *sf__t_where(sf_tensor *c, sf_tensor *a, sf_tensor *b, const sf_loc *loc);
+sf_tensor *sf_std_nn_where(sf_tensor *c, sf_tensor *a, sf_tensor *b, const sf_loc *loc);
+sf_tensor *sf_std_nn_masked_fill(sf_tensor *x, sf_tensor *mask, double value, const sf_loc *loc);
+/* torch.topk(x, k) along the last dimension into struct TopK { values:
+ * tensor, indices: i64[] } at out: the indices row-major (rows x k,
+ * largest first, ties to the lower index, NaN the largest), the values
+ * gathered with them (so their gradient is gather's). */
+void sf_std_nn_topk(void *out, const sf_type *out_type, sf_tensor *x, int64_t k,
+                    const sf_loc *loc);
+/* The indices of row x's (n values) k first elements in topk's order. */
+void sf__topk_row(const float *x, int64_t n, int64_t k, int64_t *out);
+/* torch.multinomial(probs, n, replacement=True): n indices per row of
+ * probs (1-D or 2-D, non-negative, a positive finite sum), drawn from
+ * (seed, row, draw) alone. */
+sf_array *sf_std_nn_multinomial(sf_tensor *probs, int64_t n, int64_t seed, const sf_loc *loc);
+
+/* ---------------------------------------------------------- sampling.c */
+
+/* std.llm's sampling (stdlib/llm.sflow, "Sampling"): the next token from
+ * the logits (vocab), temperature, then top-k, then top-p as Hugging Face's
+ * generate, the draw from (seed, step) alone. */
+int64_t sf_std_llm_sample(sf_tensor *logits, const void *s, const sf_type *s_type, int64_t step,
+                          const sf_loc *loc);
+/* Streaming's stop strings: the byte offset where the earliest begins in
+ * text (-1: none), and how many trailing bytes could begin one. */
+int64_t sf_std_llm_stop_at(sf_str *text, sf_array *stops, const sf_loc *loc);
+int64_t sf_std_llm_stop_hold(sf_str *text, sf_array *stops, const sf_loc *loc);
 
 /* ------------------------------------------------------------ train.c */
 

@@ -28,3 +28,10 @@ add_test(NAME llm/gpu_emu
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/llm/llm_test.py
           --sflowc $<TARGET_FILE:sflowc> --case gpu_emu)
 set_tests_properties(llm/gpu_emu PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV}" TIMEOUT 300)
+# llm.sample against an independent Python form of Hugging Face's filters
+# (tests/llm/sample_test.py): token for token with temperature or top-k
+# alone, the kept set and a chi-square with top-p; numpy only, no model.
+add_test(NAME llm/sample_hf
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/llm/sample_test.py
+          --sflowc $<TARGET_FILE:sflowc>)
+set_tests_properties(llm/sample_hf PROPERTIES TIMEOUT 300)

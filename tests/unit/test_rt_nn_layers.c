@@ -309,6 +309,58 @@ static void test_grad_layers(void) {
     sf_release(arrs[i]);
 }
 
+/* tril/triu, where (broadcast), masked_fill and topk's values against
+ * finite differences (select.c, create.c). */
+static sf_tensor *g_cond; /* where's and masked_fill's condition */
+static sf_tensor *f_tril(sf_tensor **in, void *ctx) {
+  (void)ctx;
+  sf_tensor *t = sf__t_transpose(in[0], 0, 1, &LOC), *y = sf__t_tri(t, -1, false, &LOC);
+  sf_release(t);
+  return y;
+}
+static sf_tensor *f_triu(sf_tensor **in, void *ctx) {
+  (void)ctx;
+  return sf__t_tri(in[0], 1, true, &LOC);
+}
+static sf_tensor *f_where(sf_tensor **in, void *ctx) {
+  (void)ctx;
+  return sf__t_where(g_cond, in[0], in[1], &LOC);
+}
+static sf_tensor *f_masked_fill(sf_tensor **in, void *ctx) {
+  (void)ctx;
+  return sf_std_nn_masked_fill(in[0], g_cond, -3.0, &LOC);
+}
+/* topk's values as sf_std_nn_topk makes them: its indices, then gather. */
+static sf_tensor *f_topk(sf_tensor **in, void *ctx) {
+  (void)ctx;
+  int64_t rows = in[0]->numel / in[0]->shape[in[0]->ndim - 1];
+  sf_array *idx = sf_array_new(&sf_type_i64, rows * 3, &LOC);
+  sf__nn_dev_here(&LOC)->topk(in[0], 3, idx->data, &LOC);
+  sf_tensor *v = sf__t_gather(in[0], -1, idx, &LOC);
+  sf_release(idx);
+  return v;
+}
+
+static void test_grad_select(void) {
+  sf_tensor *x[1] = {rnd(3, SHAPE(2, 4, 3), -1, 1, true)};
+  gradcheck("tril(-1) of a transposed view", f_tril, NULL, 1, x);
+  gradcheck("triu(1)", f_triu, NULL, 1, x);
+  release_all(x, 1);
+  g_cond = rnd(3, SHAPE(2, 1, 4), -1, 1, false);
+  for (int64_t i = 0; i < g_cond->numel; i++)
+    sf__t_wdata(g_cond)[i] = sf__t_data(g_cond)[i] > 0 ? 1.0f : 0.0f;
+  sf_tensor *ab[2] = {rnd(2, SHAPE(3, 4), -1, 1, true), rnd(3, SHAPE(2, 3, 1), -1, 1, true)};
+  gradcheck("where (2,1,4) (3,4) (2,3,1)", f_where, NULL, 2, ab);
+  release_all(ab, 2);
+  sf_tensor *m[1] = {rnd(3, SHAPE(2, 3, 4), -1, 1, true)};
+  gradcheck("masked_fill", f_masked_fill, NULL, 1, m);
+  release_all(m, 1);
+  sf_release(g_cond);
+  sf_tensor *t[1] = {rnd(2, SHAPE(3, 7), -1, 1, true)};
+  gradcheck("topk k=3 values", f_topk, NULL, 1, t);
+  release_all(t, 1);
+}
+
 /* Layer norm runs its row sums four rows at a time, a row per vector
  * lane, and the rest of the rows one by one: each row's output and input
  * gradient equal, bit for bit, that row normalised alone (one row: the
@@ -1106,6 +1158,7 @@ int main(int argc, char **argv) {
       {"randn", test_randn},
       {"layers_forward", test_layers_forward},
       {"grad_layers", test_grad_layers},
+      {"grad_select", test_grad_select},
       {"index_stack_cat", test_index_stack_cat},
       {"select_narrow_gather", test_select_narrow_gather},
       {"half_rounding", test_half_rounding},

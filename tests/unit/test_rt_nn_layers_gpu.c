@@ -405,6 +405,89 @@ static void test_argmax(void) {
   sf_release(big);
 }
 
+/* ------------------------------------------- masks and selection (select.c) */
+
+/* tril/triu of a transposed (strided) view, forward and backward: masks,
+ * so the devices agree exactly. */
+static void test_tri(void) {
+  sf_tensor *x = rnd(3, SHAPE(3, 7, 5), -2, 2), *g = rnd(3, SHAPE(3, 5, 7), -1, 1);
+  for (int upper = 0; upper < 2; upper++)
+    for (int64_t k = -2; k <= 3; k += 5) {
+      sf_tensor *xc = param_of(x), *xg = param_of(x);
+      sf_tensor *tc = sf__t_transpose(xc, 1, 2, &LOC), *tg = sf__t_transpose(xg, 1, 2, &LOC);
+      sf_tensor *yc = sf__t_tri(tc, k, upper, &LOC);
+      run_backward(yc, g);
+      uint64_t s0 = syncs();
+      sf_tensor *yg = ON_GPU(sf__t_tri(tg, k, upper, &LOC));
+      run_backward(yg, g);
+      CU_ASSERT(syncs() == s0);
+      CU_ASSERT(sf__t_on_dev(yg));
+      check(upper ? "triu of a transposed view" : "tril of a transposed view", yg, yc, 0);
+      check(upper ? "triu backward" : "tril backward", tg->node->grad, tc->node->grad, 0);
+      sf_tensor *ts[] = {xc, xg, tc, tg, yc, yg};
+      for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
+        sf_release(ts[i]);
+    }
+  sf_release(x);
+  sf_release(g);
+}
+
+/* where over three broadcast shapes and masked_fill, forward and both
+ * gradients. */
+static void test_where(void) {
+  sf_tensor *c = rnd(3, SHAPE(2, 1, 5), -1, 1), *a = rnd(2, SHAPE(3, 5), -3, 3),
+            *b = rnd(3, SHAPE(2, 3, 1), -3, 3), *g = rnd(3, SHAPE(2, 3, 5), -1, 1);
+  float *cd = sf__t_wdata(c);
+  for (int64_t i = 0; i < c->numel; i++)
+    cd[i] = cd[i] > 0 ? 1.0f : 0.0f;
+  sf_tensor *ac = param_of(a), *bc = param_of(b), *ag = param_of(a), *bg = param_of(b);
+  sf_tensor *yc = sf__t_where(c, ac, bc, &LOC);
+  run_backward(yc, g);
+  sf_tensor *yg = ON_GPU(sf__t_where(c, ag, bg, &LOC));
+  CU_ASSERT(sf__t_on_dev(yg));
+  run_backward(yg, g);
+  check("where (2,1,5) (3,5) (2,3,1) forward", yg, yc, 0);
+  check("where da", ag->grad, ac->grad, 1e-6);
+  check("where db", bg->grad, bc->grad, 1e-6);
+  sf_tensor *m = rnd(2, SHAPE(3, 1), -1, 1);
+  for (int64_t i = 0; i < 3; i++)
+    sf__t_wdata(m)[i] = sf__t_data(m)[i] > 0 ? 1.0f : 0.0f;
+  sf_tensor *fc = sf_std_nn_masked_fill(ac, m, -7.0, &LOC);
+  sf_tensor *fg = ON_GPU(sf_std_nn_masked_fill(ag, m, -7.0, &LOC));
+  check("masked_fill forward", fg, fc, 0);
+  sf_tensor *ts[] = {c, a, b, g, ac, bc, ag, bg, yc, yg, fc, fg, m};
+  for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
+    sf_release(ts[i]);
+}
+
+/* topk's indices (ties and a NaN included) and multinomial's draws: the
+ * CPU's exactly. */
+static void test_topk_multinomial(void) {
+  sf_tensor *x = rnd(2, SHAPE(6, 700), -3, 3);
+  float *xd = sf__t_wdata(x);
+  for (int64_t j = 0; j < 700; j += 7)
+    xd[j] = 1.5f; /* row 0: 100 ties at 1.5 */
+  xd[700 + 123] = NAN;
+  int64_t kc[6 * 40], kg[6 * 40];
+  sf__cpu_topk(x, 40, kc, &LOC);
+  sf__gpu_topk(x, 40, kg, &LOC);
+  CU_ASSERT(memcmp(kc, kg, sizeof kc) == 0);
+  CU_ASSERT(kc[40] == 123); /* the NaN first */
+  bool sorted = true;
+  for (int i = 1; i < 40; i++)
+    sorted = sorted && (xd[kc[i - 1]] > xd[kc[i]] || (xd[kc[i - 1]] == xd[kc[i]] && kc[i - 1] < kc[i]));
+  CU_ASSERT(sorted);
+  sf_tensor *p = rnd(2, SHAPE(3, 500), 0, 1);
+  sf__t_wdata(p)[17] = 0;
+  int64_t mc[3 * 64], mg[3 * 64];
+  sf__cpu_multinomial(p, 64, 99, mc, &LOC);
+  sf__gpu_multinomial(p, 64, 99, mg, &LOC);
+  CU_ASSERT(memcmp(mc, mg, sizeof mc) == 0);
+  printf("\n    topk (6, 700) k 40, multinomial (3, 500) x 64: indices equal");
+  sf_release(x);
+  sf_release(p);
+}
+
 int main(int argc, char **argv) {
   sf__nn_install();
   if (!sf__gpu_ready(NULL)) {
@@ -422,6 +505,9 @@ int main(int argc, char **argv) {
       {"join", test_join},
       {"rows", test_rows},
       {"argmax", test_argmax},
+      {"tri", test_tri},
+      {"where", test_where},
+      {"topk_multinomial", test_topk_multinomial},
       {NULL, NULL},
   };
   return rt_run("nn_gpu", tests, argc, argv);

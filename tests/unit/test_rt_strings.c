@@ -273,6 +273,42 @@ static void test_float_to_int(void) {
                "t.sflow:3:7: runtime error: cannot convert -inf to i32");
 }
 
+/* ord, chr and codepoints (text.c): every UTF-8 length at its bounds,
+ * and malformed sequences refused with their byte offset. */
+static void test_codepoints(void) {
+  static const int64_t cps[] = {0, 0x7F, 0x80, 0x7FF, 0x800, 0xD7FF, 0xE000, 0xFFFF, 0x10000,
+                                0x10FFFF};
+  for (size_t i = 0; i < sizeof cps / sizeof *cps; i++) {
+    sf_str *c = sf_str_chr(cps[i], &LOC);
+    CU_ASSERT(sf_str_ord(c, &LOC) == cps[i]);
+    sf_array *a = sf_str_codepoints(c, &LOC);
+    CU_ASSERT(a->len == 1 && ((int64_t *)a->data)[0] == cps[i]);
+    sf_release(a);
+    sf_release(c);
+  }
+  const char *bad[][2] = {
+      {"a\x80", "t.sflow:3:7: runtime error: codepoints: invalid UTF-8 at byte 1 (0x80)"},
+      {"\xC3", "t.sflow:3:7: runtime error: codepoints: invalid UTF-8 at byte 0 (0xc3)"},
+      {"ab\xC0\xAF", "t.sflow:3:7: runtime error: codepoints: invalid UTF-8 at byte 2 (0xc0)"},
+      {"\xED\xA0\x80", "t.sflow:3:7: runtime error: codepoints: invalid UTF-8 at byte 0 (0xed)"},
+      {"\xF4\x90\x80\x80", "t.sflow:3:7: runtime error: codepoints: invalid UTF-8 at byte 0 (0xf4)"},
+      {"\xFF", "t.sflow:3:7: runtime error: codepoints: invalid UTF-8 at byte 0 (0xff)"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    sf_str *t = S(bad[i][0]);
+    EXPECT_ERROR(sf_str_codepoints(t, &LOC), bad[i][1]);
+    sf_release(t);
+  }
+  sf_str *e = S("");
+  EXPECT_ERROR(sf_str_ord(e, &LOC),
+               "t.sflow:3:7: runtime error: ord: expected one character, found the empty string");
+  sf_release(e);
+  EXPECT_ERROR(sf_str_chr(-1, &LOC),
+               "t.sflow:3:7: runtime error: chr: -1 is outside the Unicode range [0, 0x10FFFF]");
+  EXPECT_ERROR(sf_str_chr(0xDFFF, &LOC),
+               "t.sflow:3:7: runtime error: chr: 57343 (U+DFFF) is a surrogate, not a character");
+}
+
 int main(int argc, char **argv) {
   static const rt_test tests[] = {
       {"basics", test_basics},
@@ -287,6 +323,7 @@ int main(int argc, char **argv) {
       {"str_to_float", test_str_to_float},
       {"str_to_bool", test_str_to_bool},
       {"float_to_int", test_float_to_int},
+      {"codepoints", test_codepoints},
       {NULL, NULL},
   };
   return rt_run("rt_strings", tests, argc, argv);
