@@ -318,21 +318,13 @@ sf_str *sf_str_join(sf_str *sep, sf_array *xs) {
  * error at loc naming what and the offset. */
 static int64_t decode_at(const unsigned char *p, int64_t n, int64_t i, int64_t *len,
                          const char *what, const sf_loc *loc) {
-  unsigned char c = p[i];
-  int64_t k = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3
-              : (c & 0xF8) == 0xF0 ? 4 : 0;
-  if (k == 0 || k > n - i)
-    sf_runtime_error(loc, "%s: invalid UTF-8 at byte %" PRId64 " (0x%02x)", what, i, c);
-  int64_t cp = k == 1 ? c : c & (0x7F >> k);
-  for (int64_t j = 1; j < k; j++) {
-    if (!is_cont(p[i + j]))
-      sf_runtime_error(loc, "%s: invalid UTF-8 at byte %" PRId64 " (0x%02x)", what, i, c);
+  size_t bad = 0, k = sf__utf8_seq(p + i, (size_t)(n - i), &bad);
+  if (k == 0)
+    sf_runtime_error(loc, "%s: invalid UTF-8 at byte %" PRId64 " (0x%02x)", what, i, p[i]);
+  int64_t cp = k == 1 ? p[i] : p[i] & (0x7F >> k);
+  for (size_t j = 1; j < k; j++)
     cp = cp << 6 | (p[i + j] & 0x3F);
-  }
-  static const int64_t least[5] = {0, 0, 0x80, 0x800, 0x10000};
-  if (cp < least[k] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-    sf_runtime_error(loc, "%s: invalid UTF-8 at byte %" PRId64 " (0x%02x)", what, i, c);
-  *len = k;
+  *len = (int64_t)k;
   return cp;
 }
 
