@@ -19,9 +19,12 @@
  * runtime placed here), not here: a member restored by --resume skips
  * init, and train.start with it.
  */
+#include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 #include "nn.h"
@@ -139,4 +142,273 @@ void sf_std_train_observe(int64_t step, int64_t epoch, double loss, double lr, d
   for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++)
     if (!sf__tb_scalar(dir, tags[i], step, vals[i], wall, err, sizeof err))
       sf_runtime_error(loc, "train: %s", err);
+}
+
+/* ------------------------------------------------------------ shards
+ *
+ * Sharded data parallelism (ZeRO-1 and -2, docs/train.md "Shards"): the
+ * params are cut in the gradient allreduce's buckets (sf__bucket_end over
+ * params(m), SFLOW_BUCKET_MB) and member r of n owns the shard
+ * sf__coll_shard(bucket length, r, n) of each bucket, contiguous within
+ * it.  The member keeps its shards of the params as flat tensors of their
+ * own (one per bucket, maybe empty), with their own gradients: AdamW runs
+ * over those alone, so its moments are 1/n of the model's.  A step:
+ * reduce_scatter of the params' gradients into the shards' gradients (the
+ * allreduce's bits, sched's reduce_scatter), the global norm from the
+ * members' sums of squares, AdamW on the shards, then all_gather of the
+ * updated shards into every member's params.  AdamW is elementwise, so a
+ * value's update does not depend on the tensor it sits in: the shards step
+ * exactly as the whole params would. */
+
+/* A bucket buffer of room floats or more, kept per thread as
+ * collective.c's. */
+static sf_array *shard_bucket(int64_t room, const sf_loc *loc) {
+  static _Thread_local sf_array *kept;
+  if (!kept || kept->cap < room) {
+    sf_release(kept);
+    kept = sf_array_new(&sf_type_f32, room, loc);
+  }
+  return kept;
+}
+
+static sf_tensor **tensors_of(sf_array *a, int64_t *n, const char *what, const sf_loc *loc) {
+  *n = a ? a->len : 0;
+  sf_tensor **ts = *n ? a->data : NULL;
+  for (int64_t i = 0; i < *n; i++)
+    sf__t_arg(ts[i], what, loc);
+  return ts;
+}
+
+/* Copies the floats [lo, hi) of the bucket ts[i..j) (packed in order) from
+ * the tensors' values (or their gradients) to buf[0..hi-lo), or back. */
+static void segment(sf_tensor *const *ts, int64_t i, int64_t j, int64_t lo, int64_t hi,
+                    float *buf, bool grads, bool to_tensors, const sf_loc *loc) {
+  int64_t off = 0;
+  for (int64_t k = i; k < j && off < hi; off += ts[k++]->numel) {
+    int64_t a = lo > off ? lo : off, b = hi < off + ts[k]->numel ? hi : off + ts[k]->numel;
+    if (b <= a)
+      continue;
+    sf_tensor *t = grads ? NULL : ts[k];
+    if (grads) {
+      t = sf__t_grad(ts[k]); /* a param no gradient reached gets zeros, as grads(ps) */
+      sf_release(t);         /* the param holds it */
+    }
+    if (!sf__t_is_contig(t))
+      sf_runtime_error(loc, "train: shards need contiguous params (param %" PRId64 " is a "
+                       "strided view)", k);
+    if (to_tensors)
+      memcpy(sf__t_wdata(t) + (a - off), buf + (a - lo), (size_t)(b - a) * sizeof(float));
+    else
+      memcpy(buf + (a - lo), sf__t_data(t) + (a - off), (size_t)(b - a) * sizeof(float));
+  }
+}
+
+/* Calls f(ts, i, j, len, lo, hi, k) for each bucket k = [i, j) of len
+ * floats, this member's shard [lo, hi) of it. */
+#define FOR_BUCKETS(ts, n, ...)                                                           \
+  do {                                                                                    \
+    int64_t cap_ = sf__bucket_floats(), rank_ = sf_group_rank(), size_ = sf_group_size(); \
+    for (int64_t i = 0, k = 0; i < (n); k++) {                                            \
+      int64_t len, j = sf__bucket_end((ts), (n), i, cap_, &len), lo, hi;                  \
+      sf__coll_shard(len, rank_, size_, &lo, &hi);                                        \
+      __VA_ARGS__;                                                                        \
+      i = j;                                                                              \
+    }                                                                                     \
+  } while (0)
+
+/* This member's shards of the params: one flat param per bucket, holding
+ * the params' values there. */
+sf_array *sf_std_train_shard_init(sf_array *ps, const sf_loc *loc) {
+  int64_t n;
+  sf_tensor **ts = tensors_of(ps, &n, "train.start", loc);
+  sf_array *out = sf_array_new(&sf__type_tensor, 0, loc);
+  FOR_BUCKETS(ts, n, {
+    int64_t shape[1] = {hi - lo};
+    sf_tensor *s = sf__t_zeros(1, shape, loc);
+    s->req = true;
+    segment(ts, i, j, lo, hi, sf__t_wdata(s), false, false, loc);
+    sf_array_push(out, &s, loc);
+    sf_release(s);
+  });
+  return out;
+}
+
+static void check_shards(sf_array *sh, int64_t buckets, const char *what, const sf_loc *loc) {
+  int64_t m = sh ? sh->len : 0;
+  if (m != buckets)
+    sf_runtime_error(loc, "%s: %" PRId64 " shards for %" PRId64 " buckets of params (the params "
+                     "or SFLOW_BUCKET_MB changed since train.start)", what, m, buckets);
+}
+
+static int64_t bucket_count(sf_tensor *const *ts, int64_t n) {
+  int64_t count = 0;
+  FOR_BUCKETS(ts, n, { count = k + 1; (void)lo; (void)hi; });
+  return count;
+}
+
+/* The params' gradients reduce-scattered into the shards' gradients
+ * (summed over the group: the allreduce_sum's values). */
+void sf_std_train_shard_reduce(sf_array *ps, sf_array *sh, const sf_loc *loc) {
+  int64_t n;
+  sf_tensor **ts = tensors_of(ps, &n, "train.step", loc);
+  check_shards(sh, bucket_count(ts, n), "train.step", loc);
+  FOR_BUCKETS(ts, n, {
+    sf_tensor *s = ((sf_tensor **)sh->data)[k];
+    if (s->numel != hi - lo)
+      sf_runtime_error(loc, "train.step: shard %" PRId64 " has %" PRId64 " values, not %" PRId64
+                       " (the group's size changed since train.start)", k, s->numel, hi - lo);
+    if (!s->grad)
+      s->grad = sf__t_zeros(1, s->shape, loc);
+    float *g = sf__t_wdata(s->grad);
+    sf_tensor *g0 = sf__t_grad(ts[i]);
+    sf_release(g0);
+    if (j == i + 1 && sf__t_is_contig(g0)) {
+      /* One contiguous tensor: reduced where it lives, as the allreduce. */
+      sf_array view = {.hdr = {1, SF_OBJ_ARRAY, 0}, .len = len, .elem = &sf_type_f32,
+                       .data = sf__t_wdata(g0), .cap = len};
+      sf__reduce_scatter(&view, false, loc);
+      memcpy(g, (float *)view.data + lo, (size_t)(hi - lo) * sizeof(float));
+    } else {
+      sf_array *b = shard_bucket(len, loc);
+      b->len = len;
+      segment(ts, i, j, 0, len, b->data, true, false, loc);
+      sf__reduce_scatter(b, false, loc);
+      memcpy(g, (float *)b->data + lo, (size_t)(hi - lo) * sizeof(float));
+    }
+  });
+}
+
+/* The global gradient norm over the group's shards, and the shards'
+ * gradients scaled as nn.clip_grad_norm scales (max_norm / (norm + 1e-6)
+ * when under 1).  Each member's sum of squares goes into its own slot of
+ * an f64[n] that is summed over the group (x + 0 is exact, so every member
+ * gets every sum unchanged), and the sums are added in rank order: the
+ * same norm on every member, the same every run. */
+double sf_std_train_shard_clip(sf_array *sh, double max_norm, const sf_loc *loc) {
+  int64_t m;
+  sf_tensor **s = tensors_of(sh, &m, "train.step", loc);
+  double ss = 0;
+  for (int64_t k = 0; k < m; k++)
+    if (s[k]->grad)
+      ss += sf__sum_squares(sf__t_data(s[k]->grad), s[k]->grad->numel);
+  int64_t size = sf_group_size();
+  sf_array *v = sf_array_new(&sf_type_f64, size, loc);
+  ((double *)v->data)[sf_group_rank()] = ss;
+  sf_allreduce_sum(v, loc);
+  double total = 0;
+  for (int64_t r = 0; r < size; r++)
+    total += ((double *)v->data)[r];
+  sf_release(v);
+  double norm = sqrt(total), coef = max_norm / (norm + 1e-6);
+  if (coef < 1.0)
+    for (int64_t k = 0; k < m; k++)
+      if (s[k]->grad)
+        sf__scale_floats(sf__t_wdata(s[k]->grad), s[k]->grad->numel, (float)coef);
+  return norm;
+}
+
+/* Every member's updated shards all-gathered into every member's params. */
+void sf_std_train_shard_gather(sf_array *ps, sf_array *sh, const sf_loc *loc) {
+  int64_t n;
+  sf_tensor **ts = tensors_of(ps, &n, "train.step", loc);
+  check_shards(sh, bucket_count(ts, n), "train.step", loc);
+  FOR_BUCKETS(ts, n, {
+    sf_tensor *s = ((sf_tensor **)sh->data)[k];
+    const float *v = sf__t_data(s);
+    if (j == i + 1 && sf__t_is_contig(ts[i])) {
+      sf_array view = {.hdr = {1, SF_OBJ_ARRAY, 0}, .len = len, .elem = &sf_type_f32,
+                       .data = sf__t_wdata(ts[i]), .cap = len};
+      memcpy((float *)view.data + lo, v, (size_t)(hi - lo) * sizeof(float));
+      sf__all_gather(&view, loc);
+    } else {
+      sf_array *b = shard_bucket(len, loc);
+      b->len = len;
+      memcpy((float *)b->data + lo, v, (size_t)(hi - lo) * sizeof(float));
+      sf__all_gather(b, loc);
+      segment(ts, i, j, 0, len, b->data, false, true, loc);
+    }
+  });
+}
+
+/* The sharded collectives over tensors (for tests and users of the
+ * group's buckets): see collective.c. */
+void sf_std_train_reduce_scatter_tensors(sf_array *ts, const sf_loc *loc) {
+  sf__reduce_scatter_tensors(ts, loc);
+}
+void sf_std_train_all_gather_tensors(sf_array *ts, const sf_loc *loc) {
+  sf__all_gather_tensors(ts, loc);
+}
+
+/* ------------------------------------------------------- memory plan */
+
+/* Bytes per member for the params, their gradients, AdamW's state and the
+ * communication buffers, as [params, grads, optimizer, comm], for
+ * shard "none", "optimizer" or "gradients" over a group of workers.  The
+ * shards' own copies count with the params and gradients they shadow
+ * (1/n each).  comm is the largest packing bucket (collective.c's and
+ * the shards', a bucket of one contiguous tensor needing none). */
+sf_array *sf_std_train_plan_bytes(sf_array *ps, sf_str *shard, int64_t workers,
+                                  const sf_loc *loc) {
+  int64_t n;
+  sf_tensor **ts = tensors_of(ps, &n, "train.plan", loc);
+  if (workers < 1)
+    sf_runtime_error(loc, "train.plan: workers must be at least 1, not %" PRId64, workers);
+  int64_t sl = sf__str_len(shard);
+  const char *sd = sf__str_data(shard);
+  int mode = sl == 4 && !memcmp(sd, "none", 4)        ? 0
+             : sl == 9 && !memcmp(sd, "optimizer", 9) ? 1
+             : sl == 9 && !memcmp(sd, "gradients", 9) ? 2
+                                                      : -1;
+  if (mode < 0)
+    sf_runtime_error(loc, "train.plan: shard \"%.*s\" is not none, optimizer or gradients",
+                     (int)(sl < 64 ? sl : 64), sd);
+  int64_t cap = sf__bucket_floats(), total = 0, comm = 0, mine = 0;
+  for (int64_t i = 0; i < n;) {
+    int64_t len, j = sf__bucket_end(ts, n, i, cap, &len), lo, hi;
+    total += len;
+    if (j > i + 1 && len > comm)
+      comm = len;
+    /* the largest shard a member gets: member n-1's is never smaller */
+    sf__coll_shard(len, workers - 1, workers, &lo, &hi);
+    mine += hi - lo;
+    i = j;
+  }
+  int64_t f = (int64_t)sizeof(float);
+  int64_t params = total * f, grads = total * f, opt = 2 * total * f;
+  if (mode >= 1) {
+    params += mine * f;     /* the shards' own values */
+    opt = 2 * mine * f;     /* AdamW's moments of the shards */
+    grads = mode == 1 ? (total + mine) * f /* the params' gradients and the shards' */
+                      : mine * f;          /* between steps only the shards' */
+  }
+  sf_array *out = sf_array_new(&sf_type_i64, 4, loc);
+  int64_t *o = out->data;
+  o[0] = params;
+  o[1] = grads;
+  o[2] = opt;
+  o[3] = comm * f;
+  return out;
+}
+
+/* The runtime's tensor storage counters: [bytes in use now, the most in
+ * use since the last call with reset (or the process's start)]. */
+sf_array *sf_std_train_memory(bool reset, const sf_loc *loc) {
+  sf_array *out = sf_array_new(&sf_type_i64, 2, loc);
+  ((int64_t *)out->data)[0] = __atomic_load_n(&sf__tensor_bytes, __ATOMIC_RELAXED);
+  ((int64_t *)out->data)[1] = __atomic_load_n(&sf__tensor_bytes_peak, __ATOMIC_RELAXED);
+  if (reset)
+    sf__tensor_bytes_reset();
+  return out;
+}
+
+/* The params' values copied into this member's shards (after sync's
+ * broadcast, which sets the params only). */
+void sf_std_train_shard_fill(sf_array *ps, sf_array *sh, const sf_loc *loc) {
+  int64_t n;
+  sf_tensor **ts = tensors_of(ps, &n, "train.sync", loc);
+  check_shards(sh, bucket_count(ts, n), "train.sync", loc);
+  FOR_BUCKETS(ts, n, {
+    sf_tensor *s = ((sf_tensor **)sh->data)[k];
+    segment(ts, i, j, lo, hi, sf__t_wdata(s), false, false, loc);
+  });
 }
