@@ -227,8 +227,7 @@ sf_array *sf_std_train_shard_init(sf_array *ps, const sf_loc *loc) {
     sf_tensor *s = sf__t_zeros(1, shape, loc);
     s->req = true;
     segment(ts, i, j, lo, hi, sf__t_wdata(s), false, false, loc);
-    sf_array_push(out, &s, loc);
-    sf_release(s);
+    sf_array_push(out, &s, loc); /* the array takes the reference */
   });
   return out;
 }
