@@ -150,15 +150,20 @@ void sf_std_train_observe(int64_t step, int64_t epoch, double loss, double lr, d
  * params are cut in the gradient allreduce's buckets (sf__bucket_end over
  * params(m), SFLOW_BUCKET_MB) and member r of n owns the shard
  * sf__coll_shard(bucket length, r, n) of each bucket, contiguous within
- * it.  The member keeps its shards of the params as flat tensors of their
- * own (one per bucket, maybe empty), with their own gradients: AdamW runs
- * over those alone, so its moments are 1/n of the model's.  A step:
- * reduce_scatter of the params' gradients into the shards' gradients (the
+ * it.  The member's shards are "pieces": for each param its shard crosses,
+ * a flat view of that range of the param's own storage (no copy of the
+ * values), a leaf with a gradient of its own.  AdamW runs over the pieces
+ * alone, so its moments are 1/n of the model's, and it updates the
+ * params' values in place.  A step: reduce_scatter of the params'
+ * gradients, bucket by bucket, into the pieces' gradients (the
  * allreduce's bits, sched's reduce_scatter), the global norm from the
- * members' sums of squares, AdamW on the shards, then all_gather of the
- * updated shards into every member's params.  AdamW is elementwise, so a
- * value's update does not depend on the tensor it sits in: the shards step
- * exactly as the whole params would. */
+ * members' sums of squares, AdamW on the pieces, then all_gather of every
+ * member's pieces into every member's params.  AdamW is elementwise, so a
+ * value's update does not depend on the tensor it sits in: the pieces step
+ * exactly as the whole params would.  After a checkpoint's restore the
+ * pieces may be copies rather than views (a checkpoint keeps a view's
+ * values, not its aliasing): the step copies the pieces' values into the
+ * params before the all_gather, so it is right either way. */
 
 /* A bucket buffer of room floats or more, kept per thread as
  * collective.c's. */
@@ -174,121 +179,133 @@ static sf_array *shard_bucket(int64_t room, const sf_loc *loc) {
 static sf_tensor **tensors_of(sf_array *a, int64_t *n, const char *what, const sf_loc *loc) {
   *n = a ? a->len : 0;
   sf_tensor **ts = *n ? a->data : NULL;
-  for (int64_t i = 0; i < *n; i++)
+  for (int64_t i = 0; i < *n; i++) {
     sf__t_arg(ts[i], what, loc);
+    if (!sf__t_is_contig(ts[i]))
+      sf_runtime_error(loc, "%s: shards need contiguous params (param %" PRId64 " is a strided "
+                       "view)", what, i);
+  }
   return ts;
 }
 
-/* Copies the floats [lo, hi) of the bucket ts[i..j) (packed in order) from
- * the tensors' values (or their gradients) to buf[0..hi-lo), or back. */
-static void segment(sf_tensor *const *ts, int64_t i, int64_t j, int64_t lo, int64_t hi,
-                    float *buf, bool grads, bool to_tensors, const sf_loc *loc) {
-  int64_t off = 0;
-  for (int64_t k = i; k < j && off < hi; off += ts[k++]->numel) {
-    int64_t a = lo > off ? lo : off, b = hi < off + ts[k]->numel ? hi : off + ts[k]->numel;
-    if (b <= a)
-      continue;
-    sf_tensor *t = grads ? NULL : ts[k];
-    if (grads) {
-      t = sf__t_grad(ts[k]); /* a param no gradient reached gets zeros, as grads(ps) */
-      sf_release(t);         /* the param holds it */
-    }
-    if (!sf__t_is_contig(t))
-      sf_runtime_error(loc, "train: shards need contiguous params (param %" PRId64 " is a "
-                       "strided view)", k);
-    if (to_tensors)
-      memcpy(sf__t_wdata(t) + (a - off), buf + (a - lo), (size_t)(b - a) * sizeof(float));
-    else
-      memcpy(buf + (a - lo), sf__t_data(t) + (a - off), (size_t)(b - a) * sizeof(float));
-  }
-}
-
-/* Calls f(ts, i, j, len, lo, hi, k) for each bucket k = [i, j) of len
- * floats, this member's shard [lo, hi) of it. */
-#define FOR_BUCKETS(ts, n, ...)                                                           \
+/* Runs BODY for each piece of this member's shards, in order: param k
+ * (of the bucket [i, j) of len floats, this member's shard [lo, hi) of
+ * it), its floats [pa, pb), at [ba, bb) of the bucket; p counts the
+ * pieces. */
+#define FOR_PIECES(ts, n, ...)                                                             \
   do {                                                                                    \
     int64_t cap_ = sf__bucket_floats(), rank_ = sf_group_rank(), size_ = sf_group_size(); \
-    for (int64_t i = 0, k = 0; i < (n); k++) {                                            \
-      int64_t len, j = sf__bucket_end((ts), (n), i, cap_, &len), lo, hi;                  \
+    int64_t p = 0;                                                                        \
+    for (int64_t i = 0; i < (n);) {                                                       \
+      int64_t len, j = sf__bucket_end((ts), (n), i, cap_, &len), lo, hi, off = 0;         \
       sf__coll_shard(len, rank_, size_, &lo, &hi);                                        \
-      __VA_ARGS__;                                                                        \
+      for (int64_t k = i; k < j; off += (ts)[k++]->numel) {                               \
+        int64_t ba = lo > off ? lo : off;                                                 \
+        int64_t bb = hi < off + (ts)[k]->numel ? hi : off + (ts)[k]->numel;               \
+        if (bb <= ba)                                                                     \
+          continue;                                                                       \
+        int64_t pa = ba - off, pb = bb - off;                                             \
+        (void)pa, (void)pb;                                                               \
+        __VA_ARGS__;                                                                      \
+        p++;                                                                              \
+      }                                                                                   \
       i = j;                                                                              \
     }                                                                                     \
+    (void)p;                                                                              \
   } while (0)
 
-/* This member's shards of the params: one flat param per bucket, holding
- * the params' values there. */
+static int64_t piece_count(sf_tensor *const *ts, int64_t n) {
+  int64_t count = 0;
+  FOR_PIECES(ts, n, { count++; });
+  return count;
+}
+
+static sf_tensor *piece(sf_array *sh, int64_t p, int64_t want, const sf_loc *loc) {
+  sf_tensor *s = sf__t_arg(((sf_tensor **)sh->data)[p], "train.step", loc);
+  if (s->numel != want)
+    sf_runtime_error(loc, "train.step: shard piece %" PRId64 " has %" PRId64 " values, not %"
+                     PRId64 " (the group's size or the params changed since train.start)", p,
+                     s->numel, want);
+  return s;
+}
+
+static void check_pieces(sf_tensor *const *ts, int64_t n, sf_array *sh, const char *what,
+                         const sf_loc *loc) {
+  int64_t m = sh ? sh->len : 0, want = piece_count(ts, n);
+  if (m != want)
+    sf_runtime_error(loc, "%s: %" PRId64 " shard pieces where this member of %" PRId64 " has %"
+                     PRId64 " (the group's size, the params or SFLOW_BUCKET_MB changed since "
+                     "train.start)", what, m, sf_group_size(), want);
+}
+
+/* This member's shards of the params, as pieces: views of the params'
+ * storage. */
 sf_array *sf_std_train_shard_init(sf_array *ps, const sf_loc *loc) {
   int64_t n;
   sf_tensor **ts = tensors_of(ps, &n, "train.start", loc);
   sf_array *out = sf_array_new(&sf__type_tensor, 0, loc);
-  FOR_BUCKETS(ts, n, {
-    int64_t shape[1] = {hi - lo};
-    sf_tensor *s = sf__t_zeros(1, shape, loc);
-    s->req = true;
-    segment(ts, i, j, lo, hi, sf__t_wdata(s), false, false, loc);
-    sf_array_push(out, &s, loc); /* the array takes the reference */
+  FOR_PIECES(ts, n, {
+    int64_t shape[1] = {pb - pa}, stride[1] = {1};
+    sf_tensor *v = sf__t_view(ts[k], 1, shape, stride, ts[k]->offset + pa);
+    v->req = true;
+    sf_array_push(out, &v, loc); /* the array takes the reference */
   });
   return out;
 }
 
-static void check_shards(sf_array *sh, int64_t buckets, const char *what, const sf_loc *loc) {
-  int64_t m = sh ? sh->len : 0;
-  if (m != buckets)
-    sf_runtime_error(loc, "%s: %" PRId64 " shards for %" PRId64 " buckets of params (the params "
-                     "or SFLOW_BUCKET_MB changed since train.start)", what, m, buckets);
-}
-
-static int64_t bucket_count(sf_tensor *const *ts, int64_t n) {
-  int64_t count = 0;
-  FOR_BUCKETS(ts, n, { count = k + 1; (void)lo; (void)hi; });
-  return count;
-}
-
-/* The params' gradients reduce-scattered into the shards' gradients
+/* The params' gradients reduce-scattered into the pieces' gradients
  * (summed over the group: the allreduce_sum's values). */
 void sf_std_train_shard_reduce(sf_array *ps, sf_array *sh, const sf_loc *loc) {
   int64_t n;
   sf_tensor **ts = tensors_of(ps, &n, "train.step", loc);
-  check_shards(sh, bucket_count(ts, n), "train.step", loc);
-  FOR_BUCKETS(ts, n, {
-    sf_tensor *s = ((sf_tensor **)sh->data)[k];
-    if (s->numel != hi - lo)
-      sf_runtime_error(loc, "train.step: shard %" PRId64 " has %" PRId64 " values, not %" PRId64
-                       " (the group's size changed since train.start)", k, s->numel, hi - lo);
-    if (!s->grad)
-      s->grad = sf__t_zeros(1, s->shape, loc);
-    float *g = sf__t_wdata(s->grad);
-    sf_tensor *g0 = sf__t_grad(ts[i]);
-    sf_release(g0);
-    if (j == i + 1 && sf__t_is_contig(g0)) {
-      /* One contiguous tensor: reduced where it lives, as the allreduce. */
-      sf_array view = {.hdr = {1, SF_OBJ_ARRAY, 0}, .len = len, .elem = &sf_type_f32,
-                       .data = sf__t_wdata(g0), .cap = len};
-      sf__reduce_scatter(&view, false, loc);
-      memcpy(g, (float *)view.data + lo, (size_t)(hi - lo) * sizeof(float));
+  check_pieces(ts, n, sh, "train.step", loc);
+  int64_t cap = sf__bucket_floats();
+  for (int64_t i = 0, p = 0, rank = sf_group_rank(), size = sf_group_size(); i < n;) {
+    int64_t len, j = sf__bucket_end(ts, n, i, cap, &len), lo, hi, off = 0;
+    sf__coll_shard(len, rank, size, &lo, &hi);
+    float *buf;
+    sf_tensor *g0 = sf__t_grad(ts[i]); /* a param no gradient reached gets zeros, as grads(ps) */
+    sf_release(g0);                    /* the param holds it */
+    sf_array view, *b = &view;
+    if (j == i + 1) { /* one tensor: reduced where it lives, as the allreduce */
+      view = (sf_array){.hdr = {1, SF_OBJ_ARRAY, 0}, .len = len, .elem = &sf_type_f32,
+                        .data = sf__t_wdata(g0), .cap = len};
     } else {
-      sf_array *b = shard_bucket(len, loc);
+      b = shard_bucket(len, loc);
       b->len = len;
-      segment(ts, i, j, 0, len, b->data, true, false, loc);
-      sf__reduce_scatter(b, false, loc);
-      memcpy(g, (float *)b->data + lo, (size_t)(hi - lo) * sizeof(float));
+      for (int64_t k = i, o = 0; k < j; o += ts[k++]->numel) {
+        sf_tensor *g = sf__t_grad(ts[k]);
+        sf_release(g);
+        memcpy((float *)b->data + o, sf__t_data(g), (size_t)g->numel * sizeof(float));
+      }
     }
-  });
+    sf__reduce_scatter(b, false, loc);
+    buf = b->data;
+    for (int64_t k = i; k < j; off += ts[k++]->numel) {
+      int64_t ba = lo > off ? lo : off, bb = hi < off + ts[k]->numel ? hi : off + ts[k]->numel;
+      if (bb <= ba)
+        continue;
+      sf_tensor *s = piece(sh, p++, bb - ba, loc);
+      if (!s->grad)
+        s->grad = sf__t_zeros(1, s->shape, loc);
+      memcpy(sf__t_wdata(s->grad), buf + ba, (size_t)(bb - ba) * sizeof(float));
+    }
+    i = j;
+  }
 }
 
-/* The global gradient norm over the group's shards, and the shards'
+/* The global gradient norm over the group's pieces, and the pieces'
  * gradients scaled as nn.clip_grad_norm scales (max_norm / (norm + 1e-6)
  * when under 1).  Each member's sum of squares goes into its own slot of
  * an f64[n] that is summed over the group (x + 0 is exact, so every member
  * gets every sum unchanged), and the sums are added in rank order: the
  * same norm on every member, the same every run. */
 double sf_std_train_shard_clip(sf_array *sh, double max_norm, const sf_loc *loc) {
-  int64_t m;
-  sf_tensor **s = tensors_of(sh, &m, "train.step", loc);
+  int64_t m = sh ? sh->len : 0;
+  sf_tensor **s = m ? sh->data : NULL;
   double ss = 0;
   for (int64_t k = 0; k < m; k++)
-    if (s[k]->grad)
+    if (s[k] && s[k]->grad)
       ss += sf__sum_squares(sf__t_data(s[k]->grad), s[k]->grad->numel);
   int64_t size = sf_group_size();
   sf_array *v = sf_array_new(&sf_type_f64, size, loc);
@@ -301,32 +318,46 @@ double sf_std_train_shard_clip(sf_array *sh, double max_norm, const sf_loc *loc)
   double norm = sqrt(total), coef = max_norm / (norm + 1e-6);
   if (coef < 1.0)
     for (int64_t k = 0; k < m; k++)
-      if (s[k]->grad)
+      if (s[k] && s[k]->grad)
         sf__scale_floats(sf__t_wdata(s[k]->grad), s[k]->grad->numel, (float)coef);
   return norm;
 }
 
-/* Every member's updated shards all-gathered into every member's params. */
+/* Every member's updated pieces all-gathered into every member's params. */
 void sf_std_train_shard_gather(sf_array *ps, sf_array *sh, const sf_loc *loc) {
   int64_t n;
   sf_tensor **ts = tensors_of(ps, &n, "train.step", loc);
-  check_shards(sh, bucket_count(ts, n), "train.step", loc);
-  FOR_BUCKETS(ts, n, {
-    sf_tensor *s = ((sf_tensor **)sh->data)[k];
-    const float *v = sf__t_data(s);
-    if (j == i + 1 && sf__t_is_contig(ts[i])) {
+  check_pieces(ts, n, sh, "train.step", loc);
+  int64_t cap = sf__bucket_floats();
+  for (int64_t i = 0, p = 0, rank = sf_group_rank(), size = sf_group_size(); i < n;) {
+    int64_t len, j = sf__bucket_end(ts, n, i, cap, &len), lo, hi, off = 0;
+    sf__coll_shard(len, rank, size, &lo, &hi);
+    /* The pieces into the params (nothing to move when they are views). */
+    for (int64_t k = i; k < j; off += ts[k++]->numel) {
+      int64_t ba = lo > off ? lo : off, bb = hi < off + ts[k]->numel ? hi : off + ts[k]->numel;
+      if (bb <= ba)
+        continue;
+      sf_tensor *s = piece(sh, p++, bb - ba, loc);
+      float *dst = sf__t_wdata(ts[k]) + (ba - off);
+      const float *src = sf__t_data(s);
+      if (src != dst)
+        memcpy(dst, src, (size_t)(bb - ba) * sizeof(float));
+    }
+    if (j == i + 1) {
       sf_array view = {.hdr = {1, SF_OBJ_ARRAY, 0}, .len = len, .elem = &sf_type_f32,
                        .data = sf__t_wdata(ts[i]), .cap = len};
-      memcpy((float *)view.data + lo, v, (size_t)(hi - lo) * sizeof(float));
       sf__all_gather(&view, loc);
     } else {
       sf_array *b = shard_bucket(len, loc);
       b->len = len;
-      memcpy((float *)b->data + lo, v, (size_t)(hi - lo) * sizeof(float));
+      for (int64_t k = i, o = 0; k < j; o += ts[k++]->numel)
+        memcpy((float *)b->data + o, sf__t_data(ts[k]), (size_t)ts[k]->numel * sizeof(float));
       sf__all_gather(b, loc);
-      segment(ts, i, j, 0, len, b->data, false, true, loc);
+      for (int64_t k = i, o = 0; k < j; o += ts[k++]->numel)
+        memcpy(sf__t_wdata(ts[k]), (float *)b->data + o, (size_t)ts[k]->numel * sizeof(float));
     }
-  });
+    i = j;
+  }
 }
 
 /* The sharded collectives over tensors (for tests and users of the
@@ -343,8 +374,8 @@ void sf_std_train_all_gather_tensors(sf_array *ts, const sf_loc *loc) {
 /* Bytes per member for the params, their gradients, AdamW's state and the
  * communication buffers, as [params, grads, optimizer, comm], for
  * shard "none", "optimizer" or "gradients" over a group of workers.  The
- * shards' own copies count with the params and gradients they shadow
- * (1/n each).  comm is the largest packing bucket (collective.c's and
+ * shards' gradients count with the gradients (1/n; their values are
+ * views of the params).  comm is the largest packing bucket (collective.c's and
  * the shards', a bucket of one contiguous tensor needing none). */
 sf_array *sf_std_train_plan_bytes(sf_array *ps, sf_str *shard, int64_t workers,
                                   const sf_loc *loc) {
@@ -375,8 +406,7 @@ sf_array *sf_std_train_plan_bytes(sf_array *ps, sf_str *shard, int64_t workers,
   int64_t f = (int64_t)sizeof(float);
   int64_t params = total * f, grads = total * f, opt = 2 * total * f;
   if (mode >= 1) {
-    params += mine * f;     /* the shards' own values */
-    opt = 2 * mine * f;     /* AdamW's moments of the shards */
+    opt = 2 * mine * f;     /* AdamW's moments of the shards (views of the params: no copy) */
     grads = mode == 1 ? (total + mine) * f /* the params' gradients and the shards' */
                       : mine * f;          /* between steps only the shards' */
   }
@@ -400,14 +430,17 @@ sf_array *sf_std_train_memory(bool reset, const sf_loc *loc) {
   return out;
 }
 
-/* The params' values copied into this member's shards (after sync's
- * broadcast, which sets the params only). */
+/* The params' values copied into this member's pieces (after sync's
+ * broadcast; nothing to move when the pieces are views). */
 void sf_std_train_shard_fill(sf_array *ps, sf_array *sh, const sf_loc *loc) {
   int64_t n;
   sf_tensor **ts = tensors_of(ps, &n, "train.sync", loc);
-  check_shards(sh, bucket_count(ts, n), "train.sync", loc);
-  FOR_BUCKETS(ts, n, {
-    sf_tensor *s = ((sf_tensor **)sh->data)[k];
-    segment(ts, i, j, lo, hi, sf__t_wdata(s), false, false, loc);
+  check_pieces(ts, n, sh, "train.sync", loc);
+  FOR_PIECES(ts, n, {
+    sf_tensor *s = piece(sh, p, pb - pa, loc);
+    const float *src = sf__t_data(ts[k]) + pa;
+    float *dst = sf__t_wdata(s);
+    if (src != dst)
+      memcpy(dst, src, (size_t)(pb - pa) * sizeof(float));
   });
 }
