@@ -702,5 +702,17 @@ void sf_std_train_observe(int64_t step, int64_t epoch, double loss, double lr, d
 void sf_std_train_sum_tensors(sf_array *ts, const sf_loc *loc);
 void sf_std_train_sum_f64(sf_array *xs, const sf_loc *loc);
 void sf_std_train_broadcast_tensors(sf_array *ts, int64_t root, const sf_loc *loc);
+/* std.train's sharded step, its collectives over tensors, the memory plan
+ * and the tensor storage counters (train.c; docs/train.md, "Shards"). */
+sf_array *sf_std_train_shard_init(sf_array *ps, const sf_loc *loc);
+void sf_std_train_shard_reduce(sf_array *ps, sf_array *sh, const sf_loc *loc);
+double sf_std_train_shard_clip(sf_array *sh, double max_norm, const sf_loc *loc);
+void sf_std_train_shard_gather(sf_array *ps, sf_array *sh, const sf_loc *loc);
+void sf_std_train_shard_fill(sf_array *ps, sf_array *sh, const sf_loc *loc);
+void sf_std_train_reduce_scatter_tensors(sf_array *ts, const sf_loc *loc);
+void sf_std_train_all_gather_tensors(sf_array *ts, const sf_loc *loc);
+sf_array *sf_std_train_plan_bytes(sf_array *ps, sf_str *shard, int64_t workers,
+                                  const sf_loc *loc);
+sf_array *sf_std_train_memory(bool reset, const sf_loc *loc);
 
 #endif
