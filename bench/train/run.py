@@ -3,7 +3,8 @@
 Ray Train in one run, one table (`make bench-train`):
 
     python3 bench/train/run.py [--build build] [--full] [--nodes HOSTS]
-                               [--threads 1,2] [--workers 1,2,4] [--no-ray] [--no-sflow]
+                               [--threads 1,2] [--workers 1,2,4] [--shard none,optimizer]
+                               [--no-ray] [--no-sflow]
 
 Sets up the peers first (bench/train/setup.sh: PyTorch, transformers, Ray
 in build/peers/torch; network once), then runs, each in a process of its
@@ -18,7 +19,8 @@ samples, epochs, seq-len, lr, batch, seed):
           each of --threads with 1 worker; the largest with more), and with
           --nodes HOSTS --workers 2 when a hosts file is given, or on 2
           simulated nodes (sshd on 127.0.0.2 and .3, tests/cluster's set-up)
-          with --loopback-nodes
+          with --loopback-nodes; with 2 or more workers once per --shard
+          value (rows "sflow/optimizer", ...)
   ray     bench/train/ray_startup.py: TorchTrainer, 4 CPU workers, start-up
           to the end of the first step
 
@@ -155,6 +157,9 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", default="1,2", help="thread counts of the 1-worker runs (default 1,2)")
     ap.add_argument("--workers", default="1,2,4", help="sflow worker counts (default 1,2,4)")
+    ap.add_argument("--shard", default="none",
+                    help="examples/finetune --shard values of the runs with 2 or more workers, "
+                         "comma-separated (default none; e.g. none,optimizer)")
     ap.add_argument("--nodes", help="a hosts file: also run sflow --nodes FILE --workers 2")
     ap.add_argument("--loopback-nodes", action="store_true",
                     help="also run sflow on 2 simulated nodes: sshd on 127.0.0.2 and .3, "
@@ -228,11 +233,13 @@ def main():
         if exe:
             for w in workers:
                 for n in (threads if w == 1 else [most]):
-                    # --threads is the process's pool, shared by its members.
-                    # Each run in a fresh folder: the program keeps its journal
-                    # and the members' checkpoints in ./.sflow/finetune/.
-                    one("sflow", w, n / w, [exe, "--workers", str(w), "--threads", str(n), *flags],
-                        cwd=tempfile.mkdtemp(dir=tmp))
+                    for sh in (["none"] if w == 1 else a.shard.split(",")):
+                        # --threads is the process's pool, shared by its members.
+                        # Each run in a fresh folder: the program keeps its journal
+                        # and the members' checkpoints in ./.sflow/finetune/.
+                        side = "sflow" if sh == "none" else "sflow/" + sh
+                        one(side, w, n / w, [exe, "--workers", str(w), "--threads", str(n),
+                                             "--shard", sh, *flags], cwd=tempfile.mkdtemp(dir=tmp))
             if a.nodes:
                 one("sflow-nodes", 2, most, [exe, "--nodes", os.path.abspath(a.nodes), "--workers", "2",
                                              "--threads", str(most), *flags], cwd=tempfile.mkdtemp(dir=tmp))

@@ -414,7 +414,8 @@ bool sf__nccl_barrier(sf__nccl_comm *c, const sf__nccl_watch *w, char *err, size
 /* ------------------------------------------------ the NCCL transport */
 
 /* One device collective of a group, described for sf__nccl_run. */
-enum { SF__DEV_ALLREDUCE, SF__DEV_BROADCAST, SF__DEV_ALLGATHER };
+/* SF__DEV_SHARDS: all_gather of shards, in place (sf__coll_shard's). */
+enum { SF__DEV_ALLREDUCE, SF__DEV_BROADCAST, SF__DEV_ALLGATHER, SF__DEV_SHARDS };
 typedef struct sf__dev_op {
   int kind;
   const char *what;   /* "allreduce_sum", ... for messages */

@@ -848,6 +848,37 @@ static sf_array *nccl_allgather(void *s, int64_t rank, sf__coll_buf *b, const sf
   return op.out;
 }
 
+/* reduce_scatter on the device is NCCL's allreduce, of which the member
+ * keeps its shard: ncclReduceScatter takes one count per rank (shards
+ * here differ by one element) and need not sum in the allreduce's order,
+ * and the shard must hold the allreduce's bits.  The host path is the
+ * host transport's reduce_scatter, as the allreduce's is its allreduce. */
+static void nccl_reduce_scatter(void *s, int64_t rank, sf__coll_buf *b, bool mean,
+                                const sf_loc *loc) {
+  nstate *g = s;
+  b->reduce = b->same_len = true;
+  if (!device_ok(g, rank, b, loc)) {
+    g->host->reduce_scatter(g->hs, rank, b, mean, loc);
+    return;
+  }
+  sf__dev_op op = {.kind = SF__DEV_ALLREDUCE, .what = b->what, .mean = mean};
+  run_on_device(g, rank, b->a, &op, loc);
+}
+
+/* all_gather of shards on the device: one ncclBroadcast per member of its
+ * shard, in place (the shards' counts differ, which ncclAllGather does not
+ * take). */
+static void nccl_all_gather(void *s, int64_t rank, sf__coll_buf *b, const sf_loc *loc) {
+  nstate *g = s;
+  b->same_len = true;
+  if (!device_ok(g, rank, b, loc)) {
+    g->host->all_gather(g->hs, rank, b, loc);
+    return;
+  }
+  sf__dev_op op = {.kind = SF__DEV_SHARDS, .what = b->what};
+  run_on_device(g, rank, b->a, &op, loc);
+}
+
 /* A barrier moves no array: the host transport's. */
 static void nccl_barrier(void *s, int64_t rank, const char *what, const sf_loc *loc) {
   nstate *g = s;
@@ -871,7 +902,8 @@ static bool nccl_failed(void *s, char *why, size_t n) {
 
 const sf__coll_transport sf__coll_nccl = {
     .name = "nccl", .init = nccl_init, .allreduce = nccl_allreduce,
-    .broadcast = nccl_broadcast, .allgather = nccl_allgather, .barrier = nccl_barrier,
+    .broadcast = nccl_broadcast, .allgather = nccl_allgather,
+    .reduce_scatter = nccl_reduce_scatter, .all_gather = nccl_all_gather, .barrier = nccl_barrier,
     .abort = nccl_abort, .member_failed = nccl_member_failed, .failed = nccl_failed,
     .destroy = nccl_destroy};
 
@@ -890,6 +922,17 @@ bool sf__nccl_run(sf__nccl_comm *nc, sf_array *a, int64_t n, sf__dev_op *op,
   case SF__DEV_BROADCAST:
     ok = sf__nccl_broadcast(nc, p, a->len, a->elem, (int)op->root, w, err, errn);
     break;
+  case SF__DEV_SHARDS: {
+    ok = true;
+    size_t es = (size_t)a->elem->size;
+    for (int64_t k = 0; k < n && ok; k++) {
+      int64_t lo, hi;
+      sf__coll_shard(a->len, k, n, &lo, &hi);
+      if (hi > lo)
+        ok = sf__nccl_broadcast(nc, p + (uint64_t)lo * es, hi - lo, a->elem, (int)k, w, err, errn);
+    }
+    break;
+  }
   default: {
     sf_array *out = sf_array_new(a->elem, a->len * n, loc);
     uint64_t q = sf__gpu_device_alloc(out, loc);

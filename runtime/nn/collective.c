@@ -1,6 +1,6 @@
 /*
- * collective.c — allreduce_sum, allreduce_mean and broadcast over a
- * tensor or a tensor[] (`allreduce_mean(grads(m))`), inside the methods
+ * collective.c — allreduce_sum, allreduce_mean, broadcast, reduce_scatter
+ * and all_gather (of shards) over a tensor or a tensor[] (`allreduce_mean(grads(m))`), inside the methods
  * of a group's actors (docs/nn.md, "Collectives over tensors").
  *
  * Key design choices:
@@ -44,7 +44,7 @@
 
 /* The bucket cap in floats: SFLOW_BUCKET_MB (a positive number of
  * megabytes, 10^6 bytes as DDP counts), 25 when unset or malformed. */
-static int64_t bucket_floats(void) {
+int64_t sf__bucket_floats(void) {
   static _Atomic int64_t cached;
   int64_t n = atomic_load_explicit(&cached, memory_order_relaxed);
   if (n)
@@ -65,10 +65,20 @@ static int64_t bucket_floats(void) {
 }
 
 /* Which collective a call over tensors is. */
-enum { T_SUM, T_MEAN, T_BCAST };
+enum { T_SUM, T_MEAN, T_BCAST, T_RS, T_AG };
 
 static const char *op_name(int op) {
-  return op == T_SUM ? "allreduce_sum" : op == T_MEAN ? "allreduce_mean" : "broadcast";
+  static const char *names[] = {"allreduce_sum", "allreduce_mean", "broadcast", "reduce_scatter",
+                                "all_gather"};
+  return names[op];
+}
+
+int64_t sf__bucket_end(sf_tensor *const *ts, int64_t n, int64_t i, int64_t cap, int64_t *len) {
+  int64_t j = i, l = 0;
+  while (j < n && (j == i || l + ts[j]->numel <= cap))
+    l += ts[j++]->numel;
+  *len = l;
+  return j;
 }
 
 /* ts[i], checked: an unset tensor (a field never assigned) is an error. */
@@ -101,6 +111,10 @@ static void unpack(sf_tensor *t, const float *src) {
 static void run_bucket(sf_array *b, int op, int64_t root, const sf_loc *loc) {
   if (op == T_BCAST)
     sf_broadcast(b, root, loc);
+  else if (op == T_RS)
+    sf__reduce_scatter(b, false, loc);
+  else if (op == T_AG)
+    sf__all_gather(b, loc);
   else if (op == T_MEAN)
     sf_allreduce_mean(b, loc);
   else
@@ -202,7 +216,7 @@ static void device_bucket(sf_tensor *const *ts, int64_t i, int64_t j, int64_t le
  * nothing (after the checks sched's entry points make: broadcast's root). */
 static void tensors_collective(sf_tensor *const *ts, int64_t n, int op, int64_t root,
                                const sf_loc *loc) {
-  int64_t cap = bucket_floats(), total = 0;
+  int64_t cap = sf__bucket_floats(), total = 0;
   for (int64_t i = 0; i < n; i++)
     total += nth(ts, i, op, loc)->numel;
   if (sf_group_size() <= 1) {
@@ -226,9 +240,7 @@ static void tensors_collective(sf_tensor *const *ts, int64_t n, int op, int64_t 
     /* [i, j): the tensors of this bucket; at least one, so a tensor over
      * the cap goes alone.  No tensors at all is one empty call, so the
      * members still meet (and a member bringing some fails with both). */
-    int64_t j = i, len = 0;
-    while (j < n && (j == i || len + ts[j]->numel <= cap))
-      len += ts[j++]->numel;
+    int64_t len, j = sf__bucket_end(ts, n, i, cap, &len);
     if (dev) {
       device_bucket(ts, i, j, len, room, op, root, loc);
       i = j;
@@ -281,6 +293,15 @@ void sf_allreduce_tensor(sf_tensor *t, bool mean, const sf_loc *loc) {
 void sf_allreduce_tensors(sf_array *ts, bool mean, const sf_loc *loc) {
   many(ts, mean ? T_MEAN : T_SUM, 0, loc);
 }
+
+/* The sharded collectives over tensors, in the allreduce's buckets:
+ * reduce_scatter leaves the group's sum in this member's shard of every
+ * bucket (sf__coll_shard of the bucket's length, over the tensors packed
+ * in order), bitwise the allreduce_sum's values there, the rest of the
+ * values unspecified; all_gather fills every member's tensors from every
+ * member's shards.  reduce_scatter then all_gather is allreduce_sum. */
+void sf__reduce_scatter_tensors(sf_array *ts, const sf_loc *loc) { many(ts, T_RS, 0, loc); }
+void sf__all_gather_tensors(sf_array *ts, const sf_loc *loc) { many(ts, T_AG, 0, loc); }
 
 void sf_broadcast_tensor(sf_tensor *t, int64_t root, const sf_loc *loc) {
   one(t, T_BCAST, root, loc);

@@ -1010,7 +1010,7 @@ sf_tensor *sf__t_attention_dropout(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_
 typedef float sf__f2 __attribute__((vector_size(8)));
 typedef double sf__d2 __attribute__((vector_size(16)));
 
-static double sum_squares(const float *g, int64_t n) {
+double sf__sum_squares(const float *g, int64_t n) {
   sf__d2 s0 = {0, 0}, s1 = {0, 0}, s2 = {0, 0}, s3 = {0, 0};
   int64_t j = 0;
   for (; j + 8 <= n; j += 8) {
@@ -1031,7 +1031,7 @@ static double sum_squares(const float *g, int64_t n) {
 }
 
 /* g *= c in f32, as torch's g.mul_(clip_coef) does, four lanes at a time. */
-static void scale(float *g, int64_t n, float c) {
+void sf__scale_floats(float *g, int64_t n, float c) {
   int64_t j = 0;
   for (; j + SF__V <= n; j += SF__V)
     sf__st4(g + j, sf__ld4(g + j) * sf__splat4(c));
@@ -1054,7 +1054,7 @@ static void clip_sums(void *ctx, int64_t lo, int64_t hi) {
   const clip_job *c = ctx;
   for (int64_t i = lo; i < hi; i++) {
     const sf_tensor *g = c->p[i] ? c->p[i]->grad : NULL;
-    c->ss[i] = g ? sum_squares(sf__t_data(g), g->numel) : 0;
+    c->ss[i] = g ? sf__sum_squares(sf__t_data(g), g->numel) : 0;
   }
 }
 
@@ -1062,7 +1062,7 @@ static void clip_scale(void *ctx, int64_t lo, int64_t hi) {
   const clip_job *c = ctx;
   for (int64_t i = lo; i < hi; i++)
     if (c->p[i] && c->p[i]->grad)
-      scale(sf__t_wdata(c->p[i]->grad), c->p[i]->grad->numel, c->coef);
+      sf__scale_floats(sf__t_wdata(c->p[i]->grad), c->p[i]->grad->numel, c->coef);
 }
 
 double sf__clip_grad_norm(sf_array *ps, double max_norm, const sf_loc *loc) {

@@ -66,6 +66,11 @@ struct sf_tensor {
 extern const sf_type sf__type_tensor;
 /* Live tensors and tape nodes (atomic counters, for tests of memory). */
 extern int64_t sf__tensor_live, sf__node_live;
+/* Bytes of tensor storage on the host in use now, and the most there
+ * were since the process started or the last sf__tensor_bytes_reset
+ * (atomic counters; std.train's measured memory plan). */
+extern int64_t sf__tensor_bytes, sf__tensor_bytes_peak;
+void sf__tensor_bytes_reset(void);
 
 /* A new contiguous tensor of the shape, zero-filled or not (owned).  A
  * negative dimension or more than SF__TMAX is a runtime error at loc,
@@ -653,6 +658,22 @@ void sf__uniform_key(float *d, int64_t n, uint64_t key);
 /* Scales the params' gradients so their global L2 norm is at most
  * max_norm (torch's clip_grad_norm_); the norm before clipping. */
 double sf__clip_grad_norm(sf_array *ps, double max_norm, const sf_loc *loc);
+/* The clip's two passes over n floats (layers.c): the sum of squares in
+ * f64, and g *= c. */
+double sf__sum_squares(const float *g, int64_t n);
+void sf__scale_floats(float *g, int64_t n, float c);
+
+/* collective.c: the buckets of the collectives over a tensor[] (docs/nn.md,
+ * "Collectives over tensors"): the cap in floats (SFLOW_BUCKET_MB), and
+ * the end of the bucket that starts at tensor i (its floats in *len): at
+ * least one tensor, more while they fit the cap.  std.train's shards
+ * (train.c) are cut in the same buckets. */
+int64_t sf__bucket_floats(void);
+int64_t sf__bucket_end(sf_tensor *const *ts, int64_t n, int64_t i, int64_t cap, int64_t *len);
+/* reduce_scatter (sum) and all_gather of shards over a tensor[], bucket by
+ * bucket: see collective.c. */
+void sf__reduce_scatter_tensors(sf_array *ts, const sf_loc *loc);
+void sf__all_gather_tensors(sf_array *ts, const sf_loc *loc);
 sf_tensor *sf_std_nn_embedding_lookup(sf_tensor *weight, sf_array *ids, sf_array *shape,
                                       const sf_loc *loc);
 sf_tensor *sf_std_nn_layer_norm_apply(sf_tensor *x, sf_tensor *weight, sf_tensor *bias,
@@ -735,5 +756,17 @@ void sf_std_train_observe(int64_t step, int64_t epoch, double loss, double lr, d
 void sf_std_train_sum_tensors(sf_array *ts, const sf_loc *loc);
 void sf_std_train_sum_f64(sf_array *xs, const sf_loc *loc);
 void sf_std_train_broadcast_tensors(sf_array *ts, int64_t root, const sf_loc *loc);
+/* std.train's sharded step, its collectives over tensors, the memory plan
+ * and the tensor storage counters (train.c; docs/train.md, "Shards"). */
+sf_array *sf_std_train_shard_init(sf_array *ps, const sf_loc *loc);
+void sf_std_train_shard_reduce(sf_array *ps, sf_array *sh, const sf_loc *loc);
+double sf_std_train_shard_clip(sf_array *sh, double max_norm, const sf_loc *loc);
+void sf_std_train_shard_gather(sf_array *ps, sf_array *sh, const sf_loc *loc);
+void sf_std_train_shard_fill(sf_array *ps, sf_array *sh, const sf_loc *loc);
+void sf_std_train_reduce_scatter_tensors(sf_array *ts, const sf_loc *loc);
+void sf_std_train_all_gather_tensors(sf_array *ts, const sf_loc *loc);
+sf_array *sf_std_train_plan_bytes(sf_array *ps, sf_str *shard, int64_t workers,
+                                  const sf_loc *loc);
+sf_array *sf_std_train_memory(bool reset, const sf_loc *loc);
 
 #endif

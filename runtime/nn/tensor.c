@@ -24,6 +24,22 @@
 
 const sf_type sf__type_tensor = {.kind = SF_TENSOR, .size = 8, .align = 8, .name = "tensor"};
 int64_t sf__tensor_live, sf__node_live;
+int64_t sf__tensor_bytes, sf__tensor_bytes_peak;
+
+/* A host buffer of bytes came (+) or went (-): the counters in use and
+ * their peak. */
+static void count_bytes(int64_t bytes) {
+  int64_t now = __atomic_add_fetch(&sf__tensor_bytes, bytes, __ATOMIC_RELAXED);
+  int64_t peak = __atomic_load_n(&sf__tensor_bytes_peak, __ATOMIC_RELAXED);
+  while (now > peak && !__atomic_compare_exchange_n(&sf__tensor_bytes_peak, &peak, now, true,
+                                                     __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+    ;
+}
+
+void sf__tensor_bytes_reset(void) {
+  __atomic_store_n(&sf__tensor_bytes_peak, __atomic_load_n(&sf__tensor_bytes, __ATOMIC_RELAXED),
+                   __ATOMIC_RELAXED);
+}
 
 /* ----------------------------------------------------------- storage */
 
@@ -64,13 +80,19 @@ static void *buffer_alloc(size_t bytes) {
         break;
       }
     pthread_mutex_unlock(&C.mu);
-    if (p)
+    if (p) {
+      count_bytes((int64_t)bytes);
       return p;
+    }
   }
-  return aligned_alloc(64, bytes);
+  void *p = aligned_alloc(64, bytes);
+  if (p)
+    count_bytes((int64_t)bytes);
+  return p;
 }
 
 static void buffer_free(void *p, size_t bytes) {
+  count_bytes(-(int64_t)bytes);
   if (bytes >= CACHE_MIN && bytes <= CACHE_BYTES) {
     void *evict = NULL;
     pthread_mutex_lock(&C.mu);

@@ -19,9 +19,12 @@
  * runtime placed here), not here: a member restored by --resume skips
  * init, and train.start with it.
  */
+#include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 #include "nn.h"
@@ -139,4 +142,305 @@ void sf_std_train_observe(int64_t step, int64_t epoch, double loss, double lr, d
   for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++)
     if (!sf__tb_scalar(dir, tags[i], step, vals[i], wall, err, sizeof err))
       sf_runtime_error(loc, "train: %s", err);
+}
+
+/* ------------------------------------------------------------ shards
+ *
+ * Sharded data parallelism (ZeRO-1 and -2, docs/train.md "Shards"): the
+ * params are cut in the gradient allreduce's buckets (sf__bucket_end over
+ * params(m), SFLOW_BUCKET_MB) and member r of n owns the shard
+ * sf__coll_shard(bucket length, r, n) of each bucket, contiguous within
+ * it.  The member's shards are "pieces": for each param its shard crosses,
+ * a flat view of that range of the param's own storage (no copy of the
+ * values), a leaf with a gradient of its own.  AdamW runs over the pieces
+ * alone, so its moments are 1/n of the model's, and it updates the
+ * params' values in place.  A step: reduce_scatter of the params'
+ * gradients, bucket by bucket, into the pieces' gradients (the
+ * allreduce's bits, sched's reduce_scatter), the global norm from the
+ * members' sums of squares, AdamW on the pieces, then all_gather of every
+ * member's pieces into every member's params.  AdamW is elementwise, so a
+ * value's update does not depend on the tensor it sits in: the pieces step
+ * exactly as the whole params would.  After a checkpoint's restore the
+ * pieces may be copies rather than views (a checkpoint keeps a view's
+ * values, not its aliasing): the step copies the pieces' values into the
+ * params before the all_gather, so it is right either way. */
+
+/* A bucket buffer of room floats or more, kept per thread as
+ * collective.c's. */
+static sf_array *shard_bucket(int64_t room, const sf_loc *loc) {
+  static _Thread_local sf_array *kept;
+  if (!kept || kept->cap < room) {
+    sf_release(kept);
+    kept = sf_array_new(&sf_type_f32, room, loc);
+  }
+  return kept;
+}
+
+static sf_tensor **tensors_of(sf_array *a, int64_t *n, const char *what, const sf_loc *loc) {
+  *n = a ? a->len : 0;
+  sf_tensor **ts = *n ? a->data : NULL;
+  for (int64_t i = 0; i < *n; i++) {
+    sf__t_arg(ts[i], what, loc);
+    if (!sf__t_is_contig(ts[i]))
+      sf_runtime_error(loc, "%s: shards need contiguous params (param %" PRId64 " is a strided "
+                       "view)", what, i);
+  }
+  return ts;
+}
+
+/* Runs BODY for each piece of this member's shards, in order: param k
+ * (of the bucket [i, j) of len floats, this member's shard [lo, hi) of
+ * it), its floats [pa, pb), at [ba, bb) of the bucket; p counts the
+ * pieces. */
+#define FOR_PIECES(ts, n, ...)                                                             \
+  do {                                                                                    \
+    int64_t cap_ = sf__bucket_floats(), rank_ = sf_group_rank(), size_ = sf_group_size(); \
+    int64_t p = 0;                                                                        \
+    for (int64_t i = 0; i < (n);) {                                                       \
+      int64_t len, j = sf__bucket_end((ts), (n), i, cap_, &len), lo, hi, off = 0;         \
+      sf__coll_shard(len, rank_, size_, &lo, &hi);                                        \
+      for (int64_t k = i; k < j; off += (ts)[k++]->numel) {                               \
+        int64_t ba = lo > off ? lo : off;                                                 \
+        int64_t bb = hi < off + (ts)[k]->numel ? hi : off + (ts)[k]->numel;               \
+        if (bb <= ba)                                                                     \
+          continue;                                                                       \
+        int64_t pa = ba - off, pb = bb - off;                                             \
+        (void)pa, (void)pb;                                                               \
+        __VA_ARGS__;                                                                      \
+        p++;                                                                              \
+      }                                                                                   \
+      i = j;                                                                              \
+    }                                                                                     \
+    (void)p;                                                                              \
+  } while (0)
+
+static int64_t piece_count(sf_tensor *const *ts, int64_t n) {
+  int64_t count = 0;
+  FOR_PIECES(ts, n, { count++; });
+  return count;
+}
+
+static sf_tensor *piece(sf_array *sh, int64_t p, int64_t want, const sf_loc *loc) {
+  sf_tensor *s = sf__t_arg(((sf_tensor **)sh->data)[p], "train.step", loc);
+  if (s->numel != want)
+    sf_runtime_error(loc, "train.step: shard piece %" PRId64 " has %" PRId64 " values, not %"
+                     PRId64 " (the group's size or the params changed since train.start)", p,
+                     s->numel, want);
+  return s;
+}
+
+static void check_pieces(sf_tensor *const *ts, int64_t n, sf_array *sh, const char *what,
+                         const sf_loc *loc) {
+  int64_t m = sh ? sh->len : 0, want = piece_count(ts, n);
+  if (m != want)
+    sf_runtime_error(loc, "%s: %" PRId64 " shard pieces where this member of %" PRId64 " has %"
+                     PRId64 " (the group's size, the params or SFLOW_BUCKET_MB changed since "
+                     "train.start)", what, m, sf_group_size(), want);
+}
+
+/* This member's shards of the params, as pieces: views of the params'
+ * storage. */
+sf_array *sf_std_train_shard_init(sf_array *ps, const sf_loc *loc) {
+  int64_t n;
+  sf_tensor **ts = tensors_of(ps, &n, "train.start", loc);
+  sf_array *out = sf_array_new(&sf__type_tensor, 0, loc);
+  FOR_PIECES(ts, n, {
+    int64_t shape[1] = {pb - pa}, stride[1] = {1};
+    sf_tensor *v = sf__t_view(ts[k], 1, shape, stride, ts[k]->offset + pa);
+    v->req = true;
+    sf_array_push(out, &v, loc); /* the array takes the reference */
+  });
+  return out;
+}
+
+/* The params' gradients reduce-scattered into the pieces' gradients
+ * (summed over the group: the allreduce_sum's values). */
+void sf_std_train_shard_reduce(sf_array *ps, sf_array *sh, const sf_loc *loc) {
+  int64_t n;
+  sf_tensor **ts = tensors_of(ps, &n, "train.step", loc);
+  check_pieces(ts, n, sh, "train.step", loc);
+  int64_t cap = sf__bucket_floats();
+  for (int64_t i = 0, p = 0, rank = sf_group_rank(), size = sf_group_size(); i < n;) {
+    int64_t len, j = sf__bucket_end(ts, n, i, cap, &len), lo, hi, off = 0;
+    sf__coll_shard(len, rank, size, &lo, &hi);
+    float *buf;
+    sf_tensor *g0 = sf__t_grad(ts[i]); /* a param no gradient reached gets zeros, as grads(ps) */
+    sf_release(g0);                    /* the param holds it */
+    sf_array view, *b = &view;
+    if (j == i + 1) { /* one tensor: reduced where it lives, as the allreduce */
+      view = (sf_array){.hdr = {1, SF_OBJ_ARRAY, 0}, .len = len, .elem = &sf_type_f32,
+                        .data = sf__t_wdata(g0), .cap = len};
+    } else {
+      b = shard_bucket(len, loc);
+      b->len = len;
+      for (int64_t k = i, o = 0; k < j; o += ts[k++]->numel) {
+        sf_tensor *g = sf__t_grad(ts[k]);
+        sf_release(g);
+        memcpy((float *)b->data + o, sf__t_data(g), (size_t)g->numel * sizeof(float));
+      }
+    }
+    sf__reduce_scatter(b, false, loc);
+    buf = b->data;
+    for (int64_t k = i; k < j; off += ts[k++]->numel) {
+      int64_t ba = lo > off ? lo : off, bb = hi < off + ts[k]->numel ? hi : off + ts[k]->numel;
+      if (bb <= ba)
+        continue;
+      sf_tensor *s = piece(sh, p++, bb - ba, loc);
+      if (!s->grad)
+        s->grad = sf__t_zeros(1, s->shape, loc);
+      memcpy(sf__t_wdata(s->grad), buf + ba, (size_t)(bb - ba) * sizeof(float));
+    }
+    i = j;
+  }
+}
+
+/* The global gradient norm over the group's pieces, and the pieces'
+ * gradients scaled as nn.clip_grad_norm scales (max_norm / (norm + 1e-6)
+ * when under 1).  Each member's sum of squares goes into its own slot of
+ * an f64[n] that is summed over the group (x + 0 is exact, so every member
+ * gets every sum unchanged), and the sums are added in rank order: the
+ * same norm on every member, the same every run. */
+double sf_std_train_shard_clip(sf_array *sh, double max_norm, const sf_loc *loc) {
+  int64_t m = sh ? sh->len : 0;
+  sf_tensor **s = m ? sh->data : NULL;
+  double ss = 0;
+  for (int64_t k = 0; k < m; k++)
+    if (s[k] && s[k]->grad)
+      ss += sf__sum_squares(sf__t_data(s[k]->grad), s[k]->grad->numel);
+  int64_t size = sf_group_size();
+  sf_array *v = sf_array_new(&sf_type_f64, size, loc);
+  ((double *)v->data)[sf_group_rank()] = ss;
+  sf_allreduce_sum(v, loc);
+  double total = 0;
+  for (int64_t r = 0; r < size; r++)
+    total += ((double *)v->data)[r];
+  sf_release(v);
+  double norm = sqrt(total), coef = max_norm / (norm + 1e-6);
+  if (coef < 1.0)
+    for (int64_t k = 0; k < m; k++)
+      if (s[k] && s[k]->grad)
+        sf__scale_floats(sf__t_wdata(s[k]->grad), s[k]->grad->numel, (float)coef);
+  return norm;
+}
+
+/* Every member's updated pieces all-gathered into every member's params. */
+void sf_std_train_shard_gather(sf_array *ps, sf_array *sh, const sf_loc *loc) {
+  int64_t n;
+  sf_tensor **ts = tensors_of(ps, &n, "train.step", loc);
+  check_pieces(ts, n, sh, "train.step", loc);
+  int64_t cap = sf__bucket_floats();
+  for (int64_t i = 0, p = 0, rank = sf_group_rank(), size = sf_group_size(); i < n;) {
+    int64_t len, j = sf__bucket_end(ts, n, i, cap, &len), lo, hi, off = 0;
+    sf__coll_shard(len, rank, size, &lo, &hi);
+    /* The pieces into the params (nothing to move when they are views). */
+    for (int64_t k = i; k < j; off += ts[k++]->numel) {
+      int64_t ba = lo > off ? lo : off, bb = hi < off + ts[k]->numel ? hi : off + ts[k]->numel;
+      if (bb <= ba)
+        continue;
+      sf_tensor *s = piece(sh, p++, bb - ba, loc);
+      float *dst = sf__t_wdata(ts[k]) + (ba - off);
+      const float *src = sf__t_data(s);
+      if (src != dst)
+        memcpy(dst, src, (size_t)(bb - ba) * sizeof(float));
+    }
+    if (j == i + 1) {
+      sf_array view = {.hdr = {1, SF_OBJ_ARRAY, 0}, .len = len, .elem = &sf_type_f32,
+                       .data = sf__t_wdata(ts[i]), .cap = len};
+      sf__all_gather(&view, loc);
+    } else {
+      sf_array *b = shard_bucket(len, loc);
+      b->len = len;
+      for (int64_t k = i, o = 0; k < j; o += ts[k++]->numel)
+        memcpy((float *)b->data + o, sf__t_data(ts[k]), (size_t)ts[k]->numel * sizeof(float));
+      sf__all_gather(b, loc);
+      for (int64_t k = i, o = 0; k < j; o += ts[k++]->numel)
+        memcpy(sf__t_wdata(ts[k]), (float *)b->data + o, (size_t)ts[k]->numel * sizeof(float));
+    }
+    i = j;
+  }
+}
+
+/* The sharded collectives over tensors (for tests and users of the
+ * group's buckets): see collective.c. */
+void sf_std_train_reduce_scatter_tensors(sf_array *ts, const sf_loc *loc) {
+  sf__reduce_scatter_tensors(ts, loc);
+}
+void sf_std_train_all_gather_tensors(sf_array *ts, const sf_loc *loc) {
+  sf__all_gather_tensors(ts, loc);
+}
+
+/* ------------------------------------------------------- memory plan */
+
+/* Bytes per member for the params, their gradients, AdamW's state and the
+ * communication buffers, as [params, grads, optimizer, comm], for
+ * shard "none", "optimizer" or "gradients" over a group of workers.  The
+ * shards' gradients count with the gradients (1/n; their values are
+ * views of the params).  comm is the largest packing bucket (collective.c's and
+ * the shards', a bucket of one contiguous tensor needing none). */
+sf_array *sf_std_train_plan_bytes(sf_array *ps, sf_str *shard, int64_t workers,
+                                  const sf_loc *loc) {
+  int64_t n;
+  sf_tensor **ts = tensors_of(ps, &n, "train.plan", loc);
+  if (workers < 1)
+    sf_runtime_error(loc, "train.plan: workers must be at least 1, not %" PRId64, workers);
+  int64_t sl = sf__str_len(shard);
+  const char *sd = sf__str_data(shard);
+  int mode = sl == 4 && !memcmp(sd, "none", 4)        ? 0
+             : sl == 9 && !memcmp(sd, "optimizer", 9) ? 1
+             : sl == 9 && !memcmp(sd, "gradients", 9) ? 2
+                                                      : -1;
+  if (mode < 0)
+    sf_runtime_error(loc, "train.plan: shard \"%.*s\" is not none, optimizer or gradients",
+                     (int)(sl < 64 ? sl : 64), sd);
+  int64_t cap = sf__bucket_floats(), total = 0, comm = 0, mine = 0;
+  for (int64_t i = 0; i < n;) {
+    int64_t len, j = sf__bucket_end(ts, n, i, cap, &len), lo, hi;
+    total += len;
+    if (j > i + 1 && len > comm)
+      comm = len;
+    /* the largest shard a member gets: member n-1's is never smaller */
+    sf__coll_shard(len, workers - 1, workers, &lo, &hi);
+    mine += hi - lo;
+    i = j;
+  }
+  int64_t f = (int64_t)sizeof(float);
+  int64_t params = total * f, grads = total * f, opt = 2 * total * f;
+  if (mode >= 1) {
+    opt = 2 * mine * f;     /* AdamW's moments of the shards (views of the params: no copy) */
+    grads = mode == 1 ? (total + mine) * f /* the params' gradients and the shards' */
+                      : mine * f;          /* between steps only the shards' */
+  }
+  sf_array *out = sf_array_new(&sf_type_i64, 4, loc);
+  int64_t *o = out->data;
+  o[0] = params;
+  o[1] = grads;
+  o[2] = opt;
+  o[3] = comm * f;
+  return out;
+}
+
+/* The runtime's tensor storage counters: [bytes in use now, the most in
+ * use since the last call with reset (or the process's start)]. */
+sf_array *sf_std_train_memory(bool reset, const sf_loc *loc) {
+  sf_array *out = sf_array_new(&sf_type_i64, 2, loc);
+  ((int64_t *)out->data)[0] = __atomic_load_n(&sf__tensor_bytes, __ATOMIC_RELAXED);
+  ((int64_t *)out->data)[1] = __atomic_load_n(&sf__tensor_bytes_peak, __ATOMIC_RELAXED);
+  if (reset)
+    sf__tensor_bytes_reset();
+  return out;
+}
+
+/* The params' values copied into this member's pieces (after sync's
+ * broadcast; nothing to move when the pieces are views). */
+void sf_std_train_shard_fill(sf_array *ps, sf_array *sh, const sf_loc *loc) {
+  int64_t n;
+  sf_tensor **ts = tensors_of(ps, &n, "train.sync", loc);
+  check_pieces(ts, n, sh, "train.sync", loc);
+  FOR_PIECES(ts, n, {
+    sf_tensor *s = piece(sh, p, pb - pa, loc);
+    const float *src = sf__t_data(ts[k]) + pa;
+    float *dst = sf__t_wdata(s);
+    if (src != dst)
+      memcpy(dst, src, (size_t)(pb - pa) * sizeof(float));
+  });
 }

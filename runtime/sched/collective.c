@@ -1,6 +1,7 @@
 /*
- * collective.c — allreduce, broadcast, allgather and barrier over the
- * members of an actor group, on one machine.
+ * collective.c — allreduce, broadcast, allgather, reduce_scatter,
+ * all_gather (of shards) and barrier over the members of an actor group,
+ * on one machine.
  *
  * Key design choices:
  *  - The members' threads meet in a generation barrier (a mutex for the
@@ -529,6 +530,47 @@ static void shm_allreduce(void *s, int64_t rank, sf__coll_buf *b, bool mean, con
   barrier(c, rank, what, loc); /* every slice is written before anyone returns */
 }
 
+/* reduce_scatter: the first half of shm_allreduce.  Member r sums its
+ * shard (the allreduce's slice r) of every array into its own array, its
+ * own value first and then the others in rank order, as the sliced and
+ * the small allreduce both do, so the shard holds the allreduce's bits;
+ * a barrier, and no member returns while another may still read its
+ * array. */
+static void shm_reduce_scatter(void *s, int64_t rank, sf__coll_buf *b, bool mean,
+                               const sf_loc *loc) {
+  shm *c = s;
+  const char *what = b->what;
+  shm_begin(c, rank, b, loc);
+  check_same(c, rank, what, true, loc);
+  const sf_type *t = c->slot[0]->elem;
+  int64_t lo, hi;
+  sf__coll_shard(c->slot[0]->count, rank, c->n, &lo, &hi);
+  if (hi > lo) {
+    char *mine_data = at(b, lo);
+    for (int64_t k = 0; k < c->n; k++)
+      if (k != rank)
+        add_into(t, mine_data, at(c->slot[k], lo), hi - lo);
+    if (mean)
+      divide(t, mine_data, hi - lo, c->n);
+  }
+  barrier(c, rank, what, loc); /* every array is read before anyone returns */
+}
+
+/* all_gather: the second half of shm_allreduce, each member copying its
+ * shard into every other member's array. */
+static void shm_all_gather(void *s, int64_t rank, sf__coll_buf *b, const sf_loc *loc) {
+  shm *c = s;
+  shm_begin(c, rank, b, loc);
+  check_same(c, rank, b->what, true, loc);
+  int64_t lo, hi;
+  sf__coll_shard(c->slot[0]->count, rank, c->n, &lo, &hi);
+  size_t esz = (size_t)c->slot[0]->elem->size;
+  for (int64_t k = 0; k < c->n && hi > lo; k++)
+    if (k != rank)
+      memcpy(at(c->slot[k], lo), at(b, lo), (size_t)(hi - lo) * esz);
+  barrier(c, rank, b->what, loc); /* every shard is written before anyone returns */
+}
+
 static void shm_broadcast(void *s, int64_t rank, sf__coll_buf *b, int64_t root,
                           const sf_loc *loc) {
   shm *c = s;
@@ -604,7 +646,7 @@ static void shm_barrier(void *s, int64_t rank, const char *what, const sf_loc *l
 const sf__coll_transport sf__coll_shm = {
     .name = "shared memory", .shared_memory = true, .init = shm_init,
     .allreduce = shm_allreduce, .broadcast = shm_broadcast, .allgather = shm_allgather,
-    .barrier = shm_barrier, .meet = shm_meet, .abort = shm_abort,
+    .reduce_scatter = shm_reduce_scatter, .all_gather = shm_all_gather, .barrier = shm_barrier, .meet = shm_meet, .abort = shm_abort,
     .member_failed = shm_member_failed, .failed = shm_failed, .destroy = shm_destroy};
 
 /* -------------------------------------------------------- entry points */
@@ -659,6 +701,40 @@ static void allreduce(sf_array *a, bool mean, const char *what, const sf_loc *lo
 
 void sf_allreduce_sum(sf_array *a, const sf_loc *loc) { allreduce(a, false, "allreduce_sum", loc); }
 void sf_allreduce_mean(sf_array *a, const sf_loc *loc) { allreduce(a, true, "allreduce_mean", loc); }
+
+/* The sharded collectives: one call of the group's transport, a group of
+ * one changes nothing (its shard is the whole array). */
+void sf__reduce_scatter(sf_array *a, bool mean, const sf_loc *loc) {
+  const char *what = "reduce_scatter";
+  int64_t rank;
+  sf__comm *c = mine(&rank);
+  if (a && !numeric(a->elem))
+    sf_runtime_error(loc, "%s: arrays of %s cannot be reduced", what, a->elem->name);
+  if (!c || c->n <= 1)
+    return;
+  sf__coll_buf b = buf_of(a, &sf_type_f32, what);
+  double t0 = sf__trace_now();
+  int64_t m0 = count_start();
+  c->t->reduce_scatter(c->ts, rank, &b, mean, loc);
+  traced(what, t0);
+  counted(what, m0, &b);
+}
+
+void sf__all_gather(sf_array *a, const sf_loc *loc) {
+  const char *what = "all_gather";
+  int64_t rank;
+  sf__comm *c = mine(&rank);
+  if (a && !numeric(a->elem))
+    sf_runtime_error(loc, "%s: arrays of %s cannot be gathered in shards", what, a->elem->name);
+  if (!c || c->n <= 1)
+    return;
+  sf__coll_buf b = buf_of(a, &sf_type_f32, what);
+  double t0 = sf__trace_now();
+  int64_t m0 = count_start();
+  c->t->all_gather(c->ts, rank, &b, loc);
+  traced(what, t0);
+  counted(what, m0, &b);
+}
 
 void sf_broadcast(sf_array *a, int64_t root, const sf_loc *loc) {
   int64_t rank;

@@ -176,6 +176,18 @@ extern sf__placer sf__place;
 /* ---------------------------------------------------------- actor.c */
 
 typedef struct sf__comm sf__comm;
+/* Member rank's shard of an array of len elements over n members:
+ * [len*rank/n, len*(rank+1)/n), the slices shared memory's allreduce sums
+ * (so shards differ in size by at most one element). */
+static inline void sf__coll_shard(int64_t len, int64_t rank, int64_t n, int64_t *lo, int64_t *hi) {
+  *lo = n > 0 ? len * rank / n : 0;
+  *hi = n > 0 ? len * (rank + 1) / n : len;
+}
+/* The sharded collectives over the current actor's group (a group of one
+ * changes nothing): reduce_scatter sums (mean) into this member's shard of
+ * a, all_gather fills every member's a from every member's shard. */
+void sf__reduce_scatter(sf_array *a, bool mean, const sf_loc *loc);
+void sf__all_gather(sf_array *a, const sf_loc *loc);
 /* Where the result of a call to an actor on another node goes: actor.c
  * makes it, ractor_head.c completes it with sf__actor_complete. */
 typedef struct sf__sink {
@@ -275,6 +287,14 @@ typedef struct sf__coll_transport {
   void (*allreduce)(void *s, int64_t rank, sf__coll_buf *b, bool mean, const sf_loc *loc);
   void (*broadcast)(void *s, int64_t rank, sf__coll_buf *b, int64_t root, const sf_loc *loc);
   sf_array *(*allgather)(void *s, int64_t rank, sf__coll_buf *b, const sf_loc *loc); /* owned */
+  /* Sharded collectives (ZeRO, docs/train.md): every member brings the
+   * whole array of one length, member r's shard is sf__coll_shard's.
+   * reduce_scatter leaves the group's sum (mean) in this member's shard of
+   * b, bitwise the allreduce's values there; the rest of b is unspecified.
+   * all_gather copies every member's shard of its b into every member's b
+   * (in place). */
+  void (*reduce_scatter)(void *s, int64_t rank, sf__coll_buf *b, bool mean, const sf_loc *loc);
+  void (*all_gather)(void *s, int64_t rank, sf__coll_buf *b, const sf_loc *loc);
   void (*barrier)(void *s, int64_t rank, const char *what, const sf_loc *loc);
   /* The members meet with their buffers (a device transport asks; NULL in
    * a device transport): checks one element type (and length) and fills v. */

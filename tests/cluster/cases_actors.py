@@ -307,6 +307,115 @@ def case_nn_allreduce_nodes(c):
     c.expect_no_workers()
 
 
+SHARD_PROGRAM = """import std.nn
+import std.train
+fn draw(sizes: i64[], r: i64) -> tensor[] {
+  var out: tensor[] = []
+  for k in 0..len(sizes) {
+    out.push(randn([sizes[k]], seed = 100 * k + r) * f32(pow(10.0, f64((k + r) % 4))))
+  }
+  return out
+}
+fn flat(ts: tensor[]) -> f32[] {
+  var out: f32[] = []
+  for t in ts { out = out + t.data() }
+  return out
+}
+struct Mlp { fc1: nn.Linear, fc2: nn.Linear }
+fn forward(m: Mlp, x: tensor) -> tensor { return nn.forward(m.fc2, relu(nn.forward(m.fc1, x))) }
+fn model() -> Mlp { return Mlp { fc1: nn.linear(4, 16, seed = 1), fc2: nn.linear(16, 3, seed = 2) } }
+actor M {
+  var m: Mlp
+  var t: train.State
+  init(shard: str) {
+    m = model()
+    t = train.start(train.config(40, 10, 2, 0.05, clip = 100.0, shard = shard), params(m))
+  }
+  fn check(sizes: i64[]) -> bool {
+    let r = train.rank()
+    let n = train.workers()
+    let a = draw(sizes, r)
+    let b = [tensor(x.data(), shape(x)) for x in a]
+    allreduce_sum(a)
+    train.reduce_scatter_tensors(b)
+    let fa = flat(a)
+    let fb = flat(b)
+    var ok = true
+    for i in len(fa) * r / n..len(fa) * (r + 1) / n { ok = ok && fa[i] == fb[i] }
+    train.all_gather_tensors(b)
+    let fg = flat(b)
+    for i in 0..len(fa) { ok = ok && fa[i] == fg[i] }
+    return ok
+  }
+  fn epoch(e: i64) -> f64[] {
+    var out: f64[] = []
+    for idx in train.batches(t, e) {
+      let x = randn([len(idx), 4], seed = 7 + idx[0])
+      train.step(t, nn.cross_entropy(forward(m, x), [i % 3 for i in idx]), len(idx))
+    }
+    for s in train.report(t).steps { out.push(s.loss) }
+    return out
+  }
+  fn weights() -> f32[] {
+    var out: f32[] = []
+    for p in params(m) { out = out + p.data() }
+    return out
+  }
+  fn where() -> i64 { return node_id() }
+}
+workflow main(size: i64 = 3) {
+  var ws: f32[][] = []
+  for shard in ["none", "optimizer", "gradients"] {
+    let g = spawn M(shard) * size
+    if shard == "none" {
+      let a = await g.all.check([7, 1, 13, 5])
+      let b = await g.all.check([9])
+      var ok = true
+      for k in 0..size { ok = ok && a[k] && b[k] }
+      print("shards and gathers equal the allreduce", ok)
+    }
+    for e in 0..2 { let l = await g.all.epoch(e) }
+    let w = await g.all.weights()
+    var same = true
+    for k in 1..size { for i in 0..len(w[0]) { same = same && w[k][i] == w[0][i] } }
+    ws.push(w[0])
+    var ref = true
+    for i in 0..len(w[0]) { ref = ref && w[0][i] == ws[0][i] }
+    print(shard, "replicas equal", same, "weights bitwise none's", ref)
+    if shard == "gradients" {
+      let nodes = await g.all.where()
+      var distinct = true
+      for k in 0..len(nodes) {
+        for j in 0..k { if nodes[j] == nodes[k] { distinct = false } }
+        if nodes[k] == 0 { distinct = false }
+      }
+      print("members on distinct workers", distinct)
+    }
+  }
+}
+"""
+
+
+def case_shard_nodes(c):
+    """std.train's sharded collectives and sharded step over the TCP ring:
+    a group of 3, one member per worker: reduce_scatter_tensors leaves the
+    allreduce_sum's bits in each member's shard and all_gather_tensors then
+    gives every member the whole sum (uneven sizes); shard = optimizer and
+    gradients train to bitwise the weights of shard = none, as on one node."""
+    exe = c.compile("shard", SHARD_PROGRAM)
+    want = ["shards and gathers equal the allreduce true",
+            "none replicas equal true weights bitwise none's true",
+            "optimizer replicas equal true weights bitwise none's true",
+            "gradients replicas equal true weights bitwise none's true"]
+    got = single_node(exe).splitlines()
+    check(got == want + ["members on distinct workers false"], "single-node run", got)
+    r = c.run("--head-runs-work=false", prog=exe, timeout=120)
+    check(r.returncode == 0, f"exit {r.returncode}", r.stdout, r.stderr)
+    check(unprefixed(r.stdout.splitlines()) == want + ["members on distinct workers true"],
+          "over the ring: the same", r.stdout, r.stderr)
+    c.expect_no_workers()
+
+
 def case_group_allreduce_nodes(c):
     """A group of 3 on 3 workers (one member each) runs allreduce_sum in a
     loop, barrier, broadcast and allgather through the TCP ring: exact

@@ -103,6 +103,7 @@ CASES = {
     "actor_restarts_exhausted": (2, case_actor_restarts_exhausted),
     "group_allreduce_nodes": (3, case_group_allreduce_nodes),
     "nn_allreduce_nodes": (3, case_nn_allreduce_nodes),
+    "shard_nodes": (3, case_shard_nodes),
     "ring_listener_preauth": (2, case_ring_listener_preauth),
     "group_worker_killed": (4, case_group_worker_killed),
     "group_resume": (3, case_group_resume),

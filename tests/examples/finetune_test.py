@@ -24,6 +24,11 @@ all-MiniLM-L6-v2 that scripts/install-models.sh installs:
     scripts/gen_finetune_reference.py from bench/train/peer_finetune.py):
     every step's loss within 1e-5 relative, gradient norms within 1e-4,
     the same learning rates and eval accuracies;
+  - --shard optimizer and gradients (ZeRO-1, -2; 1, 2 and 4 workers): step
+    losses and gradient norms within 1e-6 (relative) of --shard none's, the
+    same accuracies (bitwise equality of losses and weights is printed);
+    a sharded run killed in epoch 2 and resumed saves bitwise the
+    uninterrupted sharded run's weights; --shard params is an error;
   - bad input, each a message naming it and a non-zero exit: a missing
     model folder, a safetensors file of another model, an empty category
     file, a missing category, --seq-len over max_position_embeddings.
@@ -116,10 +121,10 @@ class Runner:
             print(p.stdout + p.stderr)
         return p
 
-    def killed(self, workers, name, marker):
+    def killed(self, workers, name, marker, *extra):
         """Runs until a line starts with marker, SIGKILLs the head, and
         returns what it printed."""
-        p = subprocess.Popen(self.args(workers, name), stdout=subprocess.PIPE,
+        p = subprocess.Popen(self.args(workers, name, *extra), stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
         out = ""
         for line in p.stdout:
@@ -158,7 +163,53 @@ def case_workers(r):
               "%d workers: the same learning rates and samples per step" % w)
         check(acc[w] == acc[1] and len(acc[1]) == 2,
               "%d workers: eval accuracy per epoch %s = %s" % (w, acc[w], acc[1]))
+    r.unsharded = runs
     return runs[2]
+
+
+def case_shard(r):
+    """--shard optimizer and gradients (ZeRO-1, -2) against --shard none
+    for 1, 2 and 4 workers: every step's loss within 1e-6 (relative) of the
+    unsharded run's, the gradient norms too, the same accuracies; said
+    whether the losses and the final weights are bitwise equal (they are on
+    this machine; the norm is summed in another order over 2 or more
+    members, so a clip that bites need not give the same bits).  Then a
+    sharded run killed in epoch 2 and resumed: bitwise the uninterrupted
+    sharded run's weights.  A bad --shard is an error naming it."""
+    for w, shard in ((1, "optimizer"), (2, "optimizer"), (4, "optimizer"), (2, "gradients"),
+                     (4, "gradients")):
+        name = "s%d%s" % (w, shard)
+        p = r.run(w, name, "--journal=false", "--shard", shard)
+        check(p.returncode == 0, "%d workers --shard %s: exit %d" % (w, shard, p.returncode))
+        if p.returncode != 0:
+            continue
+        out, base = r.unsharded[w]
+        m = metrics(os.path.join(r.tmp, name + ".csv"))
+        rel = lambda k: max(abs(float(a[k]) / float(b[k]) - 1) for a, b in zip(base, m))
+        bitwise = [a["loss"] for a in base] == [b["loss"] for b in m]
+        wsame = read(os.path.join(r.tmp, name + ".safetensors")) == \
+            read(os.path.join(r.tmp, "w%d.safetensors" % w))
+        check(len(m) == len(base) and rel("loss") < 1e-6,
+              "%d workers --shard %s: step losses within 1e-6 of --shard none's (max relative "
+              "difference %.3g; bitwise %s, weights bitwise %s)" % (w, shard, rel("loss"), bitwise,
+                                                                  wsame))
+        check(rel("grad_norm") < 1e-6, "%d workers --shard %s: gradient norms within 1e-6 (%.3g)"
+              % (w, shard, rel("grad_norm")))
+        check(re.findall(r"accuracy (\d\.\d+)", p.stdout) == re.findall(r"accuracy (\d\.\d+)", out),
+              "%d workers --shard %s: the same accuracies" % (w, shard))
+    rc, part, err = r.killed(2, "skill", "step 3 ", "--shard", "optimizer")
+    check(rc == -signal.SIGKILL and "epoch 2/2" not in part,
+          "--shard optimizer: the head was killed in epoch 2 (exit %s)" % rc)
+    p = r.run(2, "skill", "--resume", "--shard", "optimizer")
+    check(p.returncode == 0 and re.search(r"\b2 actors restored", p.stderr) is not None,
+          "--shard optimizer --resume: exit %d, both members restored" % p.returncode)
+    check(read(os.path.join(r.tmp, "skill.safetensors")) ==
+          read(os.path.join(r.tmp, "s2optimizer.safetensors")),
+          "--shard optimizer --resume: the final weights are bitwise the uninterrupted run's")
+    p = subprocess.run(r.args(2, "sbad", "--shard", "params"), capture_output=True, text=True,
+                       timeout=120, stdin=subprocess.DEVNULL)
+    check(p.returncode == 70 and "--shard params is not none, optimizer or gradients" in p.stderr,
+          "--shard params: exit %d, %s" % (p.returncode, p.stderr.strip()[:200]))
 
 
 def case_repeat_and_resume(r, ref):
@@ -274,7 +325,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sflowc", required=True)
     ap.add_argument("--models", default=None, help="default: $SFLOW_MODELS or <build>/models")
-    ap.add_argument("--only", choices=("workers", "resume", "bad", "reference"), default=None)
+    ap.add_argument("--only", choices=("workers", "resume", "bad", "reference", "shard"),
+                    default=None)
     args = ap.parse_args()
     build = os.path.dirname(os.path.dirname(os.path.abspath(args.sflowc)))
     models = args.models or os.environ.get("SFLOW_MODELS") or os.path.join(build, "models")
@@ -296,10 +348,12 @@ def main():
             case_bad_input(r, model)
         if args.only in (None, "reference"):
             case_reference(r)
-        if args.only in (None, "workers", "resume"):
+        if args.only in (None, "workers", "resume", "shard"):
             ref = case_workers(r)
-            if ref and args.only != "workers":
+            if ref and args.only in (None, "resume"):
                 case_repeat_and_resume(r, ref)
+            if ref and args.only in (None, "shard"):
+                case_shard(r)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(ck, ignore_errors=True)

@@ -156,6 +156,20 @@ add_test(NAME gpu/nn_collectives
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/nn_coll.py
           --sflowc $<TARGET_FILE:sflowc>)
 set_tests_properties(gpu/nn_collectives PROPERTIES SKIP_RETURN_CODE 77)
+# std.train's reduce_scatter_tensors and all_gather_tensors over device
+# tensors of a @gpus(1) group of 2 (tests/gpu/shard_coll.py): every shard
+# bitwise the allreduce_sum's and the gather of the shards alone the whole
+# sum, on the CPU, through NCCL on the device (the emulator's NCCL with
+# --emu) and staged through the host (SFLOW_NCCL=off).
+add_test(NAME gpu/shard_collectives
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/shard_coll.py
+          --sflowc $<TARGET_FILE:sflowc>)
+set_tests_properties(gpu/shard_collectives PROPERTIES SKIP_RETURN_CODE 77)
+add_test(NAME gpu_emu/shard_collectives
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/shard_coll.py
+          --sflowc $<TARGET_FILE:sflowc> --emu $<TARGET_FILE:sflow_emu>)
+set_tests_properties(gpu_emu/shard_collectives PROPERTIES ENVIRONMENT
+  "SFLOW_KERNEL_CACHE=${CMAKE_BINARY_DIR}/tests/emu-kernel-cache")
 add_test(NAME gpu_emu/nn_collectives
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/nn_coll.py
           --sflowc $<TARGET_FILE:sflowc> --emu $<TARGET_FILE:sflow_emu>)

@@ -406,6 +406,37 @@ static sf_array *ring_allgather(void *s, int64_t rank, sf__coll_buf *b, const sf
   return out;
 }
 
+/* reduce_scatter: the ring's allreduce, of which this member keeps its
+ * shard: the shard's values are then the allreduce's bits by
+ * construction (a ring reduce-scatter alone would end each chunk at the
+ * member the ring's order gives, not at sf__coll_shard's owner).  It moves
+ * twice the bytes of a reduce-scatter; what sharding saves here is the
+ * optimizer's work and state, not the wire. */
+static void ring_reduce_scatter(void *s, int64_t rank, sf__coll_buf *b, bool mean,
+                                const sf_loc *loc) {
+  ring_allreduce(s, rank, b, mean, loc);
+}
+
+/* all_gather: each member's shard broadcast from it, in rank order (as
+ * ring_allgather's parts). */
+static void ring_all_gather(void *s, int64_t rank, sf__coll_buf *b, const sf_loc *loc) {
+  b->same_len = true;
+  wring *w = ring_begin(s, b, loc);
+  plain_only(b, loc);
+  if (!b->a || !b->count)
+    return;
+  size_t es = (size_t)b->elem->size;
+  char err[300];
+  for (int k = 0; k < w->size; k++) {
+    int64_t lo, hi;
+    sf__coll_shard(b->count, k, w->size, &lo, &hi);
+    if (hi > lo && r_broadcast(w, (char *)b->data + lo * (int64_t)es, (size_t)(hi - lo) * es, k,
+                               err, sizeof err))
+      ring_fail(w, b->what, err, loc);
+  }
+  (void)rank;
+}
+
 static void ring_barrier(void *s, int64_t rank, const char *what, const sf_loc *loc) {
   (void)rank;
   wring *w = ring_for(s, what, loc);
@@ -469,7 +500,8 @@ static void *ring_init(int64_t n, const void *arg) {
 
 const sf__coll_transport sf__coll_ring = {
     .name = "tcp ring", .init = ring_init, .allreduce = ring_allreduce,
-    .broadcast = ring_broadcast, .allgather = ring_allgather, .barrier = ring_barrier,
+    .broadcast = ring_broadcast, .allgather = ring_allgather,
+    .reduce_scatter = ring_reduce_scatter, .all_gather = ring_all_gather, .barrier = ring_barrier,
     .meet = ring_meet, .abort = ring_abort, .member_failed = ring_member_failed,
     .failed = ring_failed, .destroy = ring_free};
 
