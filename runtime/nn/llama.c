@@ -39,6 +39,7 @@
 #include <stdlib.h>
 
 #include "llama.h"
+#include "simd.h"
 
 /* ---------------------------------------------------------- the model */
 
@@ -369,6 +370,169 @@ static void scratch(cache *k, int64_t T) {
   k->tmax = T;
 }
 
+/* ---------------------------------------------------------- products */
+
+/* A prefill's product, y (n × rows) = x (n × cols) · Wᵀ for n of 4 and
+ * more: each row of W dequantized once into f32 (the cost shared by the n
+ * rows of x), then dotted with four rows of x at a time, so each vector of
+ * W loaded serves four products.  sf__q_matmul's kernels convert every
+ * block again for every row of x, which makes a prefill of 128 tokens
+ * compute-bound on the conversions (4× slower here).  Split over the pool
+ * by rows of W; each product is one fixed order of operations, so the bits
+ * do not depend on the thread count. */
+typedef struct {
+  const sf__qmat *w;
+  const float *x;
+  int64_t n;
+  float *y;
+} pjob;
+
+#define PREFILL(SFX, F, L, ATTR)                                                       \
+  static ATTR float hsum_##SFX(F a) {                                                  \
+    float s = 0;                                                                       \
+    for (int k = 0; k < L; k++)                                                        \
+      s += a[k];                                                                       \
+    return s;                                                                          \
+  }                                                                                    \
+  static ATTR void pf_##SFX(void *ctx, int64_t lo, int64_t hi) {                       \
+    const pjob *J = ctx;                                                               \
+    const sf__qmat *w = J->w;                                                          \
+    int64_t c = w->cols, n = J->n, rows = w->rows;                                     \
+    float *wr = sf_alloc(sizeof(float) * (size_t)c);                                   \
+    for (int64_t r = lo; r < hi; r++) {                                                \
+      sf__q_dequant_row(w, r, wr);                                                     \
+      int64_t i = 0;                                                                   \
+      for (; i + 4 <= n; i += 4) {                                                     \
+        const float *x0 = J->x + i * c, *x1 = x0 + c, *x2 = x1 + c, *x3 = x2 + c;     \
+        F a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, v, u;                                \
+        int64_t j = 0;                                                                 \
+        for (; j + L <= c; j += L) {                                                   \
+          memcpy(&v, wr + j, sizeof v);                                                \
+          memcpy(&u, x0 + j, sizeof u);                                                \
+          a0 += v * u;                                                                 \
+          memcpy(&u, x1 + j, sizeof u);                                                \
+          a1 += v * u;                                                                 \
+          memcpy(&u, x2 + j, sizeof u);                                                \
+          a2 += v * u;                                                                 \
+          memcpy(&u, x3 + j, sizeof u);                                                \
+          a3 += v * u;                                                                 \
+        }                                                                              \
+        float s0 = hsum_##SFX(a0), s1 = hsum_##SFX(a1), s2 = hsum_##SFX(a2),           \
+              s3 = hsum_##SFX(a3);                                                     \
+        for (; j < c; j++) {                                                           \
+          s0 += wr[j] * x0[j];                                                         \
+          s1 += wr[j] * x1[j];                                                         \
+          s2 += wr[j] * x2[j];                                                         \
+          s3 += wr[j] * x3[j];                                                         \
+        }                                                                              \
+        J->y[i * rows + r] = s0;                                                       \
+        J->y[(i + 1) * rows + r] = s1;                                                 \
+        J->y[(i + 2) * rows + r] = s2;                                                 \
+        J->y[(i + 3) * rows + r] = s3;                                                 \
+      }                                                                                \
+      for (; i < n; i++) {                                                             \
+        const float *x0 = J->x + i * c;                                                \
+        F a0 = {0}, v, u;                                                              \
+        int64_t j = 0;                                                                 \
+        for (; j + L <= c; j += L) {                                                   \
+          memcpy(&v, wr + j, sizeof v);                                                \
+          memcpy(&u, x0 + j, sizeof u);                                                \
+          a0 += v * u;                                                                 \
+        }                                                                              \
+        float s0 = hsum_##SFX(a0);                                                     \
+        for (; j < c; j++)                                                             \
+          s0 += wr[j] * x0[j];                                                         \
+        J->y[i * rows + r] = s0;                                                       \
+      }                                                                                \
+    }                                                                                  \
+    sf_free(wr);                                                                       \
+  }
+
+PREFILL(sse, sf__f4, 4, )
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+PREFILL(avx2, sf__f8, 8, __attribute__((target("avx2,fma"))))
+PREFILL(avx512, sf__f16, 16, __attribute__((target("avx512f"))))
+#pragma GCC diagnostic pop
+#define PF_WIDE 1
+#endif
+
+typedef void (*pf_fn)(void *, int64_t, int64_t);
+
+static pf_fn pf_pick(void) {
+#ifdef PF_WIDE
+  /* the kernel sf__q_matmul chose (SFLOW_QUANT_KERNEL forces both) */
+  const char *k = sf__q_kernel();
+  if (!strcmp(k, "avx512"))
+    return pf_avx512;
+  if (!strcmp(k, "avx2"))
+    return pf_avx2;
+#endif
+  return pf_sse;
+}
+
+/* y = x · Wᵀ for n rows of x: the prefill product above from 4 rows on,
+ * else quant.c's streaming kernels (decode: each block read once). */
+static void product(const sf__qmat *w, const float *x, int64_t n, float *y) {
+  if (n < 4) {
+    sf__q_matmul(w, x, n, y);
+    return;
+  }
+  pjob J = {w, x, n, y};
+  int64_t grain = (int64_t)((1 << 20) / (w->cols * n));
+  sf__parallel_for(w->rows, grain > 4 ? grain : 4, pf_pick(), &J);
+}
+
+/* Decode's products that share their input (Wq, Wk, Wv; Wgate, Wup) as
+ * one split over the pool: their rows side by side, each chunk of rows
+ * through sf__q_matmul on that part of its weight.  Apart, each of
+ * SmolLM2's 576 × 576 products is below quant.c's bound for splitting and
+ * runs on one thread; together they split, and a layer waits for the pool
+ * four times instead of seven.  Each row's sum is the one sf__q_matmul
+ * computes, so the bits are its. */
+typedef struct {
+  const sf__qmat *w[3];
+  float *y[3];
+  int nw;
+  const float *x;
+} fjob;
+
+static void fused_rows(void *ctx, int64_t lo, int64_t hi) {
+  const fjob *J = ctx;
+  int64_t base = 0;
+  for (int i = 0; i < J->nw && lo < hi; i++) {
+    const sf__qmat *w = J->w[i];
+    int64_t a = lo - base, b = hi - base;
+    if (a < w->rows && b > 0) {
+      a = a > 0 ? a : 0;
+      b = b < w->rows ? b : w->rows;
+      sf__qmat sub = *w;
+      sub.rows = b - a;
+      sub.data = (const char *)w->data + (uint64_t)a * w->row_bytes;
+      sf__q_matmul(&sub, J->x, 1, J->y[i] + a);
+    }
+    base += w->rows;
+  }
+}
+
+static void products(int nw, const sf__qmat *const *w, const float *x, int64_t n, float **y) {
+  if (n != 1 || sf__pool_size() < 2) {
+    for (int i = 0; i < nw; i++)
+      product(w[i], x, n, y[i]);
+    return;
+  }
+  fjob J = {{0}, {0}, nw, x};
+  int64_t rows = 0;
+  for (int i = 0; i < nw; i++) {
+    J.w[i] = w[i];
+    J.y[i] = y[i];
+    rows += w[i]->rows;
+  }
+  int64_t grain = (int64_t)((64 << 10) / w[0]->row_bytes);
+  sf__parallel_for(rows, grain > 1 ? grain : 1, fused_rows, &J);
+}
+
 /* ---------------------------------------------------------- the layers */
 
 /* y = x / sqrt(mean(x²) + eps) * w, each of n rows of d. */
@@ -424,8 +588,15 @@ static void attn_rows(void *ctx, int64_t lo, int64_t hi) {
     float mx = -INFINITY;
     for (int64_t s = 0; s < n; s++) {
       const float *ks = K + s * hd;
-      float d = 0;
-      for (int64_t j = 0; j < hd; j++)
+      sf__f4 a = {0}, b = {0};
+      int64_t j = 0;
+      for (; j + 8 <= hd; j += 8) {
+        a += sf__ld4(q + j) * sf__ld4(ks + j);
+        b += sf__ld4(q + j + 4) * sf__ld4(ks + j + 4);
+      }
+      a += b;
+      float d = (a[0] + a[1]) + (a[2] + a[3]);
+      for (; j < hd; j++)
         d += q[j] * ks[j];
       sc[s] = d * scale;
       if (sc[s] > mx)
@@ -439,10 +610,16 @@ static void attn_rows(void *ctx, int64_t lo, int64_t hi) {
     float *o = k->att + (t * m->heads + h) * hd;
     for (int64_t j = 0; j < hd; j++)
       o[j] = 0;
+    float inv = 1.0f / sum;
     for (int64_t s = 0; s < n; s++) {
-      float p = sc[s] / sum;
+      float p = sc[s] * inv;
       const float *vs = V + s * hd;
-      for (int64_t j = 0; j < hd; j++)
+      int64_t j = 0;
+      for (; j + 4 <= hd; j += 4) {
+        sf__f4 acc = sf__ld4(o + j) + sf__ld4(vs + j) * p;
+        memcpy(o + j, &acc, sizeof acc);
+      }
+      for (; j < hd; j++)
         o[j] += p * vs[j];
     }
   }
@@ -453,9 +630,9 @@ static void layer(model *m, cache *k, int64_t l, int64_t T, int64_t pos0) {
   const layer_w *w = &m->L[l];
   int64_t d = m->dim, hd = m->head_dim, kvd = m->kv_heads * hd;
   rms(k->x, w->attn_norm, T, d, m->eps, k->h);
-  sf__q_matmul(&w->wq, k->h, T, k->q);
-  sf__q_matmul(&w->wk, k->h, T, k->kk);
-  sf__q_matmul(&w->wv, k->h, T, k->vv);
+  const sf__qmat *qkv[] = {&w->wq, &w->wk, &w->wv};
+  float *qkv_y[] = {k->q, k->kk, k->vv};
+  products(3, qkv, k->h, T, qkv_y);
   rope(m, k->q, T, m->heads, pos0);
   rope(m, k->kk, T, m->kv_heads, pos0);
   for (int64_t t = 0; t < T; t++)
@@ -471,17 +648,18 @@ static void layer(model *m, cache *k, int64_t l, int64_t T, int64_t pos0) {
     sf__parallel_for(tasks, 1, attn_rows, &J);
   else
     attn_rows(&J, 0, tasks);
-  sf__q_matmul(&w->wo, k->att, T, k->h);
+  product(&w->wo, k->att, T, k->h);
   for (int64_t i = 0; i < T * d; i++)
     k->x[i] += k->h[i];
   rms(k->x, w->ffn_norm, T, d, m->eps, k->h);
-  sf__q_matmul(&w->gate, k->h, T, k->g);
-  sf__q_matmul(&w->up, k->h, T, k->u);
+  const sf__qmat *gu[] = {&w->gate, &w->up};
+  float *gu_y[] = {k->g, k->u};
+  products(2, gu, k->h, T, gu_y);
   for (int64_t i = 0; i < T * m->ffn; i++) {
     float g = k->g[i];
     k->g[i] = g / (1.0f + expf(-g)) * k->u[i];
   }
-  sf__q_matmul(&w->down, k->g, T, k->h);
+  product(&w->down, k->g, T, k->h);
   for (int64_t i = 0; i < T * d; i++)
     k->x[i] += k->h[i];
 }
@@ -516,7 +694,7 @@ sf_tensor *sf_std_llm_forward(const void *mv, const sf_type *mt, const void *c, 
   rms(last, m->out_norm, n, m->dim, m->eps, k->h);
   int64_t shape[2] = {n, m->vocab};
   sf_tensor *y = sf__t_empty(2, shape, loc);
-  sf__q_matmul(&m->out, k->h, n, sf__t_wdata(y));
+  product(&m->out, k->h, n, sf__t_wdata(y));
   return y;
 }
 
