@@ -317,6 +317,24 @@ extern "C" __global__ void sf_nnl_ln_fwd(const float *x, const float *w, const f
     y[r * d + j] = ((xr[j] - mean) * rstd) * w[j] + b[j];
 }
 
+// Rotary embeddings (runtime/nn/rope.c): a thread per (row, pair i) of
+// (B·H·T, D), row r at position pos0 + r % T; sign -1 rotates back (the
+// backward).  The angle in f32 as the CPU's.
+extern "C" __global__ void sf_nnl_rope(const float *x, float *y, long long n, long long T,
+                                       long long D, long long pos0, float theta, float sign) {
+  long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (k >= n)
+    return;
+  long long half = D / 2, r = k / half, i = k % half;
+  float pos = (float)(pos0 + r % T);
+  float inv = 1.0f / powf(theta, (float)(2 * i) / (float)D);
+  float a = pos * inv, co = cosf(a), si = sign * sinf(a);
+  const float *xr = x + r * D;
+  float x0 = xr[i], x1 = xr[i + half];
+  y[r * D + i] = x0 * co - x1 * si;
+  y[r * D + i + half] = x1 * co + x0 * si;
+}
+
 // RMSNorm (runtime/nn/norm.c): a block per row, y = x rstd w with
 // rstd = 1/sqrt(mean(x²) + eps) kept per row.
 extern "C" __global__ void sf_nnl_rms_fwd(const float *x, const float *w, float *y, float *rstd,

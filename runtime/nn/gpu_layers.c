@@ -314,6 +314,31 @@ sf_tensor *sf__gpu_rms_norm(sf_tensor *x, sf_tensor *weight, double eps, sf__kee
   return out;
 }
 
+/* rope.c's rotation: a thread per (row, pair), sign -1 for the backward. */
+static sf_tensor *gpu_rope(sf_tensor *x, int64_t pos0, double theta, float sign, const sf_loc *loc) {
+  sf_tensor *xc = dcontig(x, loc);
+  sf_tensor *out = sf__t_dempty(xc->ndim, xc->shape, loc);
+  long long D = x->shape[3], T = x->shape[2], rows = D ? x->numel / D : 0, p0 = pos0;
+  long long n = rows * (D / 2);
+  uint64_t px = dptr(xc, loc), py = dptr(out, loc);
+  float th = (float)theta;
+  void *params[] = {&px, &py, &n, &T, &D, &p0, &th, &sign};
+  launch("sf_nnl_rope", blocks_for(n), params, loc);
+  sf__t_dwrote(out);
+  sf_release(xc);
+  return out;
+}
+
+sf_tensor *sf__gpu_rope(sf_tensor *x, int64_t pos0, double theta, const sf_loc *loc) {
+  return gpu_rope(x, pos0, theta, 1.0f, loc);
+}
+
+sf_tensor *sf__gpu_rope_bw(const sf__node *n, sf_tensor *g) {
+  double theta;
+  memcpy(&theta, &n->i1, sizeof theta);
+  return gpu_rope(g, n->i0, theta, -1.0f, NULL);
+}
+
 void sf__gpu_rms_norm_bw(const sf__node *n, sf_tensor *g, sf_tensor **grads) {
   sf_tensor *x = dcontig(n->in[0], NULL), *w = dcontig(n->in[1], NULL);
   int64_t d = x->shape[x->ndim - 1], rows = d ? x->numel / d : 0;

@@ -210,6 +210,32 @@ static void test_rms_norm(void) {
     sf_release(ts[i]);
 }
 
+/* Rotary embeddings (rope.c) from position 5, and SiLU (a unary kind). */
+static void test_rope(void) {
+  sf_tensor *x = rnd(4, SHAPE(2, 3, 7, 64), -2, 2);
+  sf_tensor *xc = param_of(x), *xg = param_of(x), *g = rnd(4, SHAPE(2, 3, 7, 64), -1, 1);
+  sf_tensor *yc = sf__t_rope(xc, 5, 100000.0, &LOC);
+  run_backward(yc, g);
+  uint64_t s0 = syncs();
+  sf_tensor *yg = ON_GPU(sf__t_rope(xg, 5, 100000.0, &LOC));
+  run_backward(yg, g);
+  CU_ASSERT(syncs() == s0);
+  CU_ASSERT(sf__t_on_dev(yg) && sf__t_on_dev(xg->grad));
+  check("rope (2, 3, 7, 64) forward", yg, yc, 1e-5);
+  check("rope dx", xg->grad, xc->grad, 1e-5);
+  sf_tensor *s = rnd(2, SHAPE(9, 33), -4, 4), *sc = param_of(s), *sg = param_of(s);
+  sf_tensor *gs = rnd(2, SHAPE(9, 33), -1, 1);
+  sf_tensor *zc = sf__t_unary(SF__U_SILU, sc, &LOC);
+  run_backward(zc, gs);
+  sf_tensor *zg = ON_GPU(sf__t_unary(SF__U_SILU, sg, &LOC));
+  run_backward(zg, gs);
+  check("silu forward", zg, zc, 1e-5);
+  check("silu dx", sg->grad, sc->grad, 1e-5);
+  sf_tensor *ts[] = {x, xc, xg, g, yc, yg, s, sc, sg, gs, zc, zg};
+  for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
+    sf_release(ts[i]);
+}
+
 /* ---------------------------------------------------------- embedding */
 
 static void test_embedding(void) {
@@ -416,6 +442,7 @@ int main(int argc, char **argv) {
       {"cross_entropy", test_cross_entropy},
       {"layer_norm", test_layer_norm},
       {"rms_norm", test_rms_norm},
+      {"rope", test_rope},
       {"embedding", test_embedding},
       {"dropout", test_dropout},
       {"attention", test_attention},
