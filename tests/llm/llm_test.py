@@ -24,7 +24,8 @@ Cases:
              the logits of every prompt position within 1e-3 of transformers'
              relative to the position's largest (the top-20 entries), a
              decode step on the cache equal to the prefill's last row, the
-             greedy tokens identical, at --threads 1 and bitwise the same at 2
+             greedy tokens identical (12, and 32 or to the EOS), at --threads 1
+             and bitwise the same at 2
   chat_answer  examples/chat.sflow's answer to logits.json's chat question,
              as transformers' greedy generate gives it (when the oracle has it),
              and its --logits-out array against the prefill's
@@ -276,6 +277,12 @@ def case_decoder(exe_dir, sflowc, model):
         check(got_line and parse_ids(got_line[0])[1:] == [str(i) for i in pr["greedy"]],
               "prompt %d: the 12 greedy tokens are transformers'" % n,
               "got %s want %s" % (got_line, want))
+        if "greedy32" in pr:
+            g32 = [l for l in lines if l.startswith("g32 %d [" % n)]
+            check(g32 and parse_ids(g32[0])[2:] == [str(i) for i in pr["greedy32"]],
+                  "prompt %d: the greedy continuation of up to 32 tokens (to the EOS) is "
+                  "transformers' (%d tokens)" % (n, len(pr["greedy32"])),
+                  "got %s want %s" % (g32, pr["greedy32"]))
     out2, lines2 = outs["2"]
     same = lines == lines2 and all(
         open(os.path.join(out, f), "rb").read() == open(os.path.join(out2, f), "rb").read()
