@@ -161,19 +161,22 @@ extern "C" __global__ void sf_nnl_softmax_bw_inner(const float *y, const float *
 // per_batch = H * T rows per batch row): softmax(x * scale) with the keys
 // whose mask entry (B, S) is 0 at probability 0; a row with no key left is
 // zeros, as the CPU and torch give.  Without a mask (has_mask 0) mask is
-// any valid device pointer, never read.
+// any valid device pointer, never read.  causal: row r is query r % t,
+// which sees keys 0 .. s - t + r % t only.
 extern "C" __global__ void sf_nnl_attn_softmax(const float *x, float *y, const long long *mask,
                                                int has_mask, long long rows, long long s,
-                                               long long per_batch, float scale) {
+                                               long long per_batch, float scale, long long t,
+                                               int causal) {
   long long r = blockIdx.x;
   if (r >= rows)
     return;
   const float *xr = x + r * s;
   float *yr = y + r * s;
   const long long *mr = has_mask ? mask + (r / per_batch) * s : 0;
+  long long lim = causal ? s - t + r % t + 1 : s;
   float m = sf_neg_inf();
   for (long long j = threadIdx.x; j < s; j += SF_NB) {
-    float v = (!mr || mr[j]) ? xr[j] * scale : sf_neg_inf();
+    float v = ((!mr || mr[j]) && j < lim) ? xr[j] * scale : sf_neg_inf();
     m = v > m ? v : m;
   }
   m = sf_block_max(m);
@@ -184,12 +187,12 @@ extern "C" __global__ void sf_nnl_attn_softmax(const float *x, float *y, const l
   }
   float sum = 0.0f;
   for (long long j = threadIdx.x; j < s; j += SF_NB)
-    if (!mr || mr[j])
+    if ((!mr || mr[j]) && j < lim)
       sum += expf(xr[j] * scale - m);
   sum = sf_block_sum(sum);
   float inv = 1.0f / sum;
   for (long long j = threadIdx.x; j < s; j += SF_NB)
-    yr[j] = (!mr || mr[j]) ? expf(xr[j] * scale - m) * inv : 0.0f;
+    yr[j] = ((!mr || mr[j]) && j < lim) ? expf(xr[j] * scale - m) * inv : 0.0f;
 }
 
 // dx = scale y (g - Σ g y) per row; masked keys have y = 0 and get 0.

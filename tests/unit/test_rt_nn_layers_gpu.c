@@ -336,6 +336,42 @@ static void test_attention(void) {
   sf_release(mask);
 }
 
+/* Causal attention: 5 queries at the end of 7 keys with a mask, 4 heads;
+ * then grouped-query (4 query heads on 2 key/value heads, k and v of width
+ * 4: repeat_kv's recorded copies, then the fused node, whose one level of
+ * backward gives dq here; dk and dv reach k and v through index_select's
+ * rule, which the CPU test run/nn/attention_causal checks). */
+static void test_attention_causal(void) {
+  sf_array *mask = i64s(21, (int64_t[]){1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1,
+                                        1, 1, 1, 1, 1, 0, 0});
+  sf_tensor *w = rnd(3, SHAPE(3, 5, 8), -1, 1);
+  for (int gqa = 0; gqa < 2; gqa++) {
+    int64_t kw = gqa ? 4 : 8, kvh = gqa ? 2 : 4;
+    sf_tensor *x[3] = {rnd(3, SHAPE(3, 5, 8), -1, 1), rnd(3, SHAPE(3, 7, kw), -1, 1),
+                       rnd(3, SHAPE(3, 7, kw), -1, 1)};
+    sf_tensor *c[3], *g[3];
+    for (int i = 0; i < 3; i++) {
+      c[i] = param_of(x[i]);
+      g[i] = param_of(x[i]);
+    }
+    sf_tensor *yc = sf__t_attention_ex(c[0], c[1], c[2], mask, 4, true, kvh, &LOC);
+    run_backward(yc, w);
+    sf_tensor *yg = ON_GPU(sf__t_attention_ex(g[0], g[1], g[2], mask, 4, true, kvh, &LOC));
+    run_backward(yg, w);
+    check(gqa ? "attention causal GQA forward" : "attention causal forward", yg, yc, 1e-4);
+    check(gqa ? "attention causal GQA dq" : "attention causal dq", g[0]->grad, c[0]->grad, 1e-4);
+    if (!gqa) {
+      check("attention causal dk", g[1]->grad, c[1]->grad, 1e-4);
+      check("attention causal dv", g[2]->grad, c[2]->grad, 1e-4);
+    }
+    sf_tensor *ts[] = {x[0], x[1], x[2], c[0], c[1], c[2], g[0], g[1], g[2], yc, yg};
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
+      sf_release(ts[i]);
+  }
+  sf_release(w);
+  sf_release(mask);
+}
+
 /* ---------------------------------------------------------- cat, stack */
 
 static void join_case(const char *what, bool stack, int64_t axis) {
@@ -446,6 +482,7 @@ int main(int argc, char **argv) {
       {"embedding", test_embedding},
       {"dropout", test_dropout},
       {"attention", test_attention},
+      {"attention_causal", test_attention_causal},
       {"join", test_join},
       {"rows", test_rows},
       {"argmax", test_argmax},
