@@ -304,6 +304,10 @@ def case_chat_answer(exe_dir, sflowc, model):
     p = subprocess.run([exe, "--model", model, "--prompt", question, "--max-tokens", "64",
                         "--logits-out", lg], capture_output=True, text=True, timeout=300)
     check(p.returncode == 0, "chat runs", p.stderr)
+    if chat and p.returncode == 0:
+        check(np.load(lg).shape == (len(chat["ids"]), 49152),
+              "the templated question is transformers' apply_chat_template rendering's %d tokens"
+              % len(chat["ids"]), str(np.load(lg).shape))
     if chat:
         check(p.stdout.rstrip("\n") == chat["answer"], "chat answers %r as transformers does: %r"
               % (question, chat["answer"]), "got %r" % p.stdout)
