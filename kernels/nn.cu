@@ -143,6 +143,11 @@ __device__ float sf_ub_gelu(float g, float v, float y) {
 }
 __device__ float sf_u_sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
 __device__ float sf_ub_sigmoid(float g, float x, float y) { return g * y * (1.0f - y); }
+__device__ float sf_u_silu(float v) { return v / (1.0f + expf(-v)); }
+__device__ float sf_ub_silu(float g, float x, float y) {
+  float s = 1.0f / (1.0f + expf(-x));
+  return g * (s * (1.0f + x * (1.0f - s)));
+}
 __device__ float sf_u_tanh(float v) { return tanhf(v); }
 __device__ float sf_ub_tanh(float g, float x, float y) { return g * (1.0f - y * y); }
 __device__ float sf_u_exp(float v) { return expf(v); }

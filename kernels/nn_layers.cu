@@ -161,19 +161,22 @@ extern "C" __global__ void sf_nnl_softmax_bw_inner(const float *y, const float *
 // per_batch = H * T rows per batch row): softmax(x * scale) with the keys
 // whose mask entry (B, S) is 0 at probability 0; a row with no key left is
 // zeros, as the CPU and torch give.  Without a mask (has_mask 0) mask is
-// any valid device pointer, never read.
+// any valid device pointer, never read.  causal: row r is query r % t,
+// which sees keys 0 .. s - t + r % t only.
 extern "C" __global__ void sf_nnl_attn_softmax(const float *x, float *y, const long long *mask,
                                                int has_mask, long long rows, long long s,
-                                               long long per_batch, float scale) {
+                                               long long per_batch, float scale, long long t,
+                                               int causal) {
   long long r = blockIdx.x;
   if (r >= rows)
     return;
   const float *xr = x + r * s;
   float *yr = y + r * s;
   const long long *mr = has_mask ? mask + (r / per_batch) * s : 0;
+  long long lim = causal ? s - t + r % t + 1 : s;
   float m = sf_neg_inf();
   for (long long j = threadIdx.x; j < s; j += SF_NB) {
-    float v = (!mr || mr[j]) ? xr[j] * scale : sf_neg_inf();
+    float v = ((!mr || mr[j]) && j < lim) ? xr[j] * scale : sf_neg_inf();
     m = v > m ? v : m;
   }
   m = sf_block_max(m);
@@ -184,12 +187,12 @@ extern "C" __global__ void sf_nnl_attn_softmax(const float *x, float *y, const l
   }
   float sum = 0.0f;
   for (long long j = threadIdx.x; j < s; j += SF_NB)
-    if (!mr || mr[j])
+    if ((!mr || mr[j]) && j < lim)
       sum += expf(xr[j] * scale - m);
   sum = sf_block_sum(sum);
   float inv = 1.0f / sum;
   for (long long j = threadIdx.x; j < s; j += SF_NB)
-    yr[j] = (!mr || mr[j]) ? expf(xr[j] * scale - m) * inv : 0.0f;
+    yr[j] = ((!mr || mr[j]) && j < lim) ? expf(xr[j] * scale - m) * inv : 0.0f;
 }
 
 // dx = scale y (g - Σ g y) per row; masked keys have y = 0 and get 0.
@@ -315,6 +318,24 @@ extern "C" __global__ void sf_nnl_ln_fwd(const float *x, const float *w, const f
   }
   for (long long j = threadIdx.x; j < d; j += SF_NB)
     y[r * d + j] = ((xr[j] - mean) * rstd) * w[j] + b[j];
+}
+
+// Rotary embeddings (runtime/nn/rope.c): a thread per (row, pair i) of
+// (B·H·T, D), row r at position pos0 + r % T; sign -1 rotates back (the
+// backward).  The angle in f32 as the CPU's.
+extern "C" __global__ void sf_nnl_rope(const float *x, float *y, long long n, long long T,
+                                       long long D, long long pos0, float theta, float sign) {
+  long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (k >= n)
+    return;
+  long long half = D / 2, r = k / half, i = k % half;
+  float pos = (float)(pos0 + r % T);
+  float inv = 1.0f / powf(theta, (float)(2 * i) / (float)D);
+  float a = pos * inv, co = cosf(a), si = sign * sinf(a);
+  const float *xr = x + r * D;
+  float x0 = xr[i], x1 = xr[i + half];
+  y[r * D + i] = x0 * co - x1 * si;
+  y[r * D + i + half] = x1 * co + x0 * si;
 }
 
 // RMSNorm (runtime/nn/norm.c): a block per row, y = x rstd w with

@@ -28,14 +28,24 @@ from the Python reference implementations (docs/llm.md, "Testing"):
                       Face transformers loading the same GGUF
                       (from_pretrained(dir, gguf_file=...), dequantized to
                       f32) on a few ChatML prompts: per position the top-20
-                      logits and their ids, and 12 greedy tokens
+                      logits and their ids, 12 greedy tokens and up to 32
+                      (to the EOS, generate's default stop); and "chat":
+                      "What is the capital of France?" through the file's
+                      chat template (apply_chat_template,
+                      add_generation_prompt=True), its greedy answer
+                      (64 tokens at most, special tokens skipped).
+                      --logits-only writes this file alone, the others
+                      untouched.  (install-benchdeps.sh --llm's pins of
+                      tokenizers 0.23.3 and transformers 4.57.3 conflict:
+                      pip installed transformers with its own tokenizers
+                      for the run of 2026-12-02.)
 
 Needs a venv with gguf, tokenizers, jinja2 and numpy
 (scripts/install-benchdeps.sh --llm makes build/llmref; --logits also
 torch, transformers and accelerate) and the model of
 scripts/install-models.sh.
 
-    build/llmref/bin/python scripts/gen_llm_reference.py [--model PATH] [--logits]
+    build/llmref/bin/python scripts/gen_llm_reference.py [--model PATH] [--logits | --logits-only]
 """
 import argparse
 import glob
@@ -192,21 +202,39 @@ def logits(model, tok):
             lg = m(torch.tensor([ids])).logits[0]
             top = torch.topk(lg, 20, dim=-1)
             gen = m.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False)[0][len(ids):]
+            gen32 = m.generate(torch.tensor([ids]), max_new_tokens=32, do_sample=False)[0][len(ids):]
             out.append({"text": p, "ids": ids, "top_ids": top.indices.tolist(),
                         "top_logits": [[round(float(v), 5) for v in row] for row in top.values],
-                        "greedy": gen.tolist()})
+                        "greedy": gen.tolist(), "greedy32": gen32.tolist()})
+        # examples/chat.sflow's question through the file's own chat template
+        from transformers import AutoTokenizer
+        ht = AutoTokenizer.from_pretrained(os.path.dirname(model), gguf_file=os.path.basename(model))
+        q = "What is the capital of France?"
+        text = ht.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,
+                                      tokenize=False)
+        ids = tok.encode(text).ids
+        gen = m.generate(torch.tensor([ids]), max_new_tokens=64, do_sample=False)[0][len(ids):]
+        chat = {"question": q, "text": text, "ids": ids, "tokens": gen.tolist(),
+                "answer": ht.decode(gen, skip_special_tokens=True),
+                "eos": m.generation_config.eos_token_id}
     import transformers
-    return {"transformers": transformers.__version__, "torch": torch.__version__, "prompts": out}
+    return {"transformers": transformers.__version__, "torch": torch.__version__, "prompts": out,
+            "chat": chat}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default=MODEL)
     ap.add_argument("--logits", action="store_true", help="also logits.json (torch, transformers)")
+    ap.add_argument("--logits-only", action="store_true", help="logits.json alone")
     args = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
     reader = GGUFReader(args.model)
     tok = gguf_tokenizer(reader)
+    if args.logits_only:
+        with open(os.path.join(OUT, "logits.json"), "w") as f:
+            json.dump(logits(args.model, tok), f)
+        return
     recs = corpus()
     with open(os.path.join(OUT, "corpus.txt"), "w", encoding="utf-8", newline="") as f:
         f.write(SEP.join(recs))

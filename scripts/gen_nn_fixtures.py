@@ -200,7 +200,8 @@ def op_cases():
     unary = [("relu", "relu(x)", "torch.relu(x)"), ("gelu", "gelu(x)", "F.gelu(x)"),
              ("gelu_tanh", "nn.gelu_tanh(x)", "F.gelu(x, approximate='tanh')"),
              ("sigmoid", "sigmoid(x)", "torch.sigmoid(x)"), ("tanh", "tanh(x)", "torch.tanh(x)"),
-             ("exp", "exp(x)", "torch.exp(x)"), ("log", "log(x)", "torch.log(x)")]
+             ("exp", "exp(x)", "torch.exp(x)"), ("log", "log(x)", "torch.log(x)"),
+             ("silu", "nn.silu(x)", "F.silu(x)")]
     for k, (op, sf, te) in enumerate(unary):
         seed = 1000 + 10 * k
         if op == "log":
@@ -345,8 +346,33 @@ def mha(q, k, v, mask, heads):
     return o.transpose(1, 2).reshape(b, t, d)
 
 
+def mha_causal(q, k, v, heads, kv_heads):
+    """std.nn's attention(..., causal = true, kv_heads): query t of T sees keys
+    0 .. S - T + t (bottom-right aligned), k and v repeated per query head as
+    transformers' repeat_kv."""
+    b, t, d = q.shape
+    s, dh = k.shape[1], d // heads
+    split = lambda x, h: x.reshape(x.shape[0], x.shape[1], h, dh).transpose(1, 2)
+    kh = split(k, kv_heads).repeat_interleave(heads // kv_heads, dim=1)
+    vh = split(v, kv_heads).repeat_interleave(heads // kv_heads, dim=1)
+    keep = torch.arange(s).reshape(1, s) <= (torch.arange(t).reshape(t, 1) + (s - t))
+    o = F.scaled_dot_product_attention(split(q, heads), kh, vh, attn_mask=keep)
+    return o.transpose(1, 2).reshape(b, t, d)
+
+
+def rope_hf(x, pos0, theta):
+    """std.nn's rope on (B, H, T, D): transformers' Llama rotary embedding
+    (inv_freq over arange(0, D, 2) / D, cat(freqs, freqs), rotate_half)."""
+    d, t = x.shape[-1], x.shape[-2]
+    inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=x.dtype) / d))
+    freqs = torch.outer(torch.arange(pos0, pos0 + t, dtype=x.dtype), inv)
+    emb = torch.cat([freqs, freqs], -1)
+    rot = torch.cat([-x[..., d // 2:], x[..., :d // 2]], -1)
+    return x * emb.cos() + rot * emb.sin()
+
+
 def op_env():
-    return {"torch": torch, "F": F, "mha": mha}
+    return {"torch": torch, "F": F, "mha": mha, "mha_causal": mha_causal, "rope_hf": rope_hf}
 
 
 def layer_cases():
@@ -388,6 +414,23 @@ def layer_cases():
                         {"q": vals([b, t, d], seed, -1, 1), "k": vals([b, s, d], seed + 1, -1, 1),
                          "v": vals([b, s, d], seed + 2, -1, 1), "mask": T([b, s], mask, "i64")}, seed, note))
     ops.append(("attention", att))
+    causal = []
+    for k, (name, b, t, s, d, heads, kvh, note) in enumerate((
+            ("self_causal", 2, 4, 4, 6, 2, 2, None),
+            ("after_cache_gqa", 1, 2, 5, 8, 4, 2, "T < S: the queries are the last T positions; 2 key/value heads"),
+            ("one_kv_head", 2, 3, 3, 6, 3, 1, "multi-query: every head on one key/value head"))):
+        seed = 3400 + 10 * k
+        kd = d // heads * kvh
+        causal.append(case(name, f"nn.attention(q, k, v, [], {heads}, causal = true, kv_heads = {kvh})",
+                           f"mha_causal(q, k, v, {heads}, {kvh})",
+                           {"q": vals([b, t, d], seed, -1, 1), "k": vals([b, s, kd], seed + 1, -1, 1),
+                            "v": vals([b, s, kd], seed + 2, -1, 1)}, seed, note))
+    ops.append(("attention_causal", causal))
+    ops.append(("rope", [case("from_0", "nn.rope(x, 0, 10000.0)", "rope_hf(x, 0, 10000.0)",
+                              {"x": vals([1, 2, 3, 4], 3500, -2, 2)}, 3500),
+                         case("from_5_llama_theta", "nn.rope(x, 5, 100000.0)", "rope_hf(x, 5, 100000.0)",
+                              {"x": vals([2, 1, 3, 8], 3510, -2, 2)}, 3510,
+                              "SmolLM2's rope_theta; positions 5..7 as a decode step after a cache")]))
     return ops
 
 

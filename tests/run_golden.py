@@ -8,7 +8,8 @@ Expectations live in the test file itself (wren/Go style):
   // expect warning:COL: REGEX      likewise for warnings (notes: `note`)
   // expect: TEXT                   (run tests) one line of the program's stdout
   // expect runtime error: REGEX    (run tests) stderr matches, exit code 70
-  // args: --flag value ...         (run tests) command-line arguments
+  // args: --flag value ...         (run tests) command-line arguments, split as
+                                   a POSIX shell would ("a b" is one argument)
   // exit: N                        (run tests) the expected exit code
   // module: WHO                    the file is a module that other tests
                                     import (WHO says which): it is only
@@ -38,6 +39,7 @@ import difflib
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -150,7 +152,7 @@ def parse_expectations(path):
             continue
         m = ARGS.search(line)
         if m:
-            exp["args"] = m.group(1).split()
+            exp["args"] = shlex.split(m.group(1))
             continue
         m = EXIT.search(line)
         if m:

@@ -7,6 +7,9 @@
     each of SmolLM2-135M's product shapes with its own Q4_1 / Q8_0
     weights (microseconds, GB/s of weights, GFLOP/s), and the decode
     tokens/s that the products alone allow;
+  - bench/llm/decode.sflow at --threads 1 and 2: the decoder (llm.forward)
+    at batch 1, prefill tokens/s of a 128-token prompt and decode tokens/s
+    of 64 greedy steps on the KV cache, best of 3;
   - bench/llm/bpe.sflow against the Python tokenizers package (the venv
     scripts/install-benchdeps.sh --llm makes, build/llmref), both
     encoding tests/llm/corpus.txt record by record on one thread.
@@ -34,12 +37,16 @@ def main():
     corpus = os.path.join(ROOT, "tests", "llm", "corpus.txt")
     sflowc = os.path.join(args.build, "bin", "sflowc")
     with tempfile.TemporaryDirectory() as tmp:
-        for name in ("quant", "bpe"):
+        for name in ("quant", "decode", "bpe"):
             subprocess.run([sflowc, os.path.join(ROOT, "bench", "llm", name + ".sflow"), "-o",
                             os.path.join(tmp, name)], check=True)
         for t in (1, 2):
             print("== quant_matmul, --threads %d" % t, flush=True)
             subprocess.run([os.path.join(tmp, "quant"), "--path", model, "--threads", str(t)], check=True)
+        for t in (1, 2):
+            print("== decoder (llm.forward), batch 1, --threads %d" % t, flush=True)
+            subprocess.run([os.path.join(tmp, "decode"), "--path", model, "--threads", str(t)],
+                           check=True)
         print("== BPE encode, one thread, %s" % os.path.relpath(corpus, ROOT), flush=True)
         subprocess.run([os.path.join(tmp, "bpe"), "--path", model, "--corpus", corpus, "--sep", SEP,
                         "--reps", str(args.reps), "--threads", "1"], check=True)

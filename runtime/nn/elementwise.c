@@ -670,6 +670,10 @@ static void unary_gelu_tanh(const float *restrict x, float *restrict y, int64_t 
 static void unary_sigmoid(const float *restrict x, float *restrict y, int64_t lo, int64_t hi) {
   for (int64_t i = lo; i < hi; i++) y[i] = 1.0f / (1.0f + expf(-x[i]));
 }
+/* x sigmoid(x) (SiLU, Llama's and SwiGLU's activation, torch's F.silu) */
+static void unary_silu(const float *restrict x, float *restrict y, int64_t lo, int64_t hi) {
+  for (int64_t i = lo; i < hi; i++) y[i] = x[i] / (1.0f + expf(-x[i]));
+}
 static void unary_tanh(const float *restrict x, float *restrict y, int64_t lo, int64_t hi) {
   for (int64_t i = lo; i < hi; i++) y[i] = tanhf(x[i]);
 }
@@ -704,6 +708,14 @@ static void unary_bw_gelu_tanh(const float *restrict g, const float *restrict x,
 static void unary_bw_sigmoid(const float *restrict g, const float *restrict x,
                              const float *restrict y, float *restrict d, int64_t lo, int64_t hi) {
   for (int64_t i = lo; i < hi; i++) d[i] = g[i] * y[i] * (1.0f - y[i]);
+}
+/* d/dx of x s(x) = s (1 + x (1 - s)) */
+static void unary_bw_silu(const float *restrict g, const float *restrict x,
+                          const float *restrict y, float *restrict d, int64_t lo, int64_t hi) {
+  for (int64_t i = lo; i < hi; i++) {
+    float s = 1.0f / (1.0f + expf(-x[i]));
+    d[i] = g[i] * (s * (1.0f + x[i] * (1.0f - s)));
+  }
 }
 static void unary_bw_tanh(const float *restrict g, const float *restrict x,
                           const float *restrict y, float *restrict d, int64_t lo, int64_t hi) {

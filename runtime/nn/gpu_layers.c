@@ -314,6 +314,31 @@ sf_tensor *sf__gpu_rms_norm(sf_tensor *x, sf_tensor *weight, double eps, sf__kee
   return out;
 }
 
+/* rope.c's rotation: a thread per (row, pair), sign -1 for the backward. */
+static sf_tensor *gpu_rope(sf_tensor *x, int64_t pos0, double theta, float sign, const sf_loc *loc) {
+  sf_tensor *xc = dcontig(x, loc);
+  sf_tensor *out = sf__t_dempty(xc->ndim, xc->shape, loc);
+  long long D = x->shape[3], T = x->shape[2], rows = D ? x->numel / D : 0, p0 = pos0;
+  long long n = rows * (D / 2);
+  uint64_t px = dptr(xc, loc), py = dptr(out, loc);
+  float th = (float)theta;
+  void *params[] = {&px, &py, &n, &T, &D, &p0, &th, &sign};
+  launch("sf_nnl_rope", blocks_for(n), params, loc);
+  sf__t_dwrote(out);
+  sf_release(xc);
+  return out;
+}
+
+sf_tensor *sf__gpu_rope(sf_tensor *x, int64_t pos0, double theta, const sf_loc *loc) {
+  return gpu_rope(x, pos0, theta, 1.0f, loc);
+}
+
+sf_tensor *sf__gpu_rope_bw(const sf__node *n, sf_tensor *g) {
+  double theta;
+  memcpy(&theta, &n->i1, sizeof theta);
+  return gpu_rope(g, n->i0, theta, -1.0f, NULL);
+}
+
 void sf__gpu_rms_norm_bw(const sf__node *n, sf_tensor *g, sf_tensor **grads) {
   sf_tensor *x = dcontig(n->in[0], NULL), *w = dcontig(n->in[1], NULL);
   int64_t d = x->shape[x->ndim - 1], rows = d ? x->numel / d : 0;
@@ -460,12 +485,14 @@ sf_tensor *sf__gpu_masked_softmax_bw(const sf__node *n, sf_tensor *g) {
 /* p = softmax(x * scale) over rows of s keys, the keys the mask (B * S,
  * or NULL) drops at 0; x may be p (in place: each thread reads only the
  * keys it writes). */
+/* causal: row r is query r % t, which sees keys 0 .. s - t + r % t. */
 static void attn_softmax(uint64_t px, uint64_t py, int64_t rows, int64_t s, int64_t per_batch,
-                         float scale, sf_array *mask, const sf_loc *loc) {
+                         float scale, sf_array *mask, int64_t t, bool causal, const sf_loc *loc) {
   sf_tensor *mt = mask ? upload_words(mask->data, mask->len, loc) : NULL;
   uint64_t pm = mt ? dptr(mt, loc) : px;
-  int32_t has_mask = mt != NULL;
-  void *params[] = {&px, &py, &pm, &has_mask, &rows, &s, &per_batch, &scale};
+  int32_t has_mask = mt != NULL, is_causal = causal;
+  long long tt = t > 0 ? t : 1;
+  void *params[] = {&px, &py, &pm, &has_mask, &rows, &s, &per_batch, &scale, &tt, &is_causal};
   launch("sf_nnl_attn_softmax", rows, params, loc);
   sf_release(mt);
 }
@@ -475,7 +502,7 @@ sf_tensor *sf__gpu_masked_softmax(sf_tensor *scores, sf_array *mask, float scale
                                   const sf_loc *loc) {
   sf_tensor *x = dcontig(scores, loc), *out = sf__t_dempty(x->ndim, x->shape, loc);
   int64_t s = x->shape[3], rows = s ? x->numel / s : 0, per_batch = x->shape[1] * x->shape[2];
-  attn_softmax(dptr(x, loc), dptr(out, loc), rows, s, per_batch, scale, mask, loc);
+  attn_softmax(dptr(x, loc), dptr(out, loc), rows, s, per_batch, scale, mask, 1, false, loc);
   sf__t_dwrote(out);
   sf_release(x);
   return out;
@@ -570,7 +597,8 @@ void sf__gpu_attention_bw(const sf__node *n, sf_tensor *g, sf_tensor **grads) {
 }
 
 sf_tensor *sf__gpu_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
-                             int64_t heads, float scale, sf__keep *keep, const sf_loc *loc) {
+                             int64_t heads, bool causal, float scale, sf__keep *keep,
+                             const sf_loc *loc) {
   sf_tensor *qc = dcontig(q, loc), *kc = dcontig(k, loc), *vc = dcontig(v, loc);
   att_dims a = att_of(q, k, heads);
   int64_t ts = a.t * a.s, ps[4] = {a.b, a.h, a.t, a.s};
@@ -588,7 +616,7 @@ sf_tensor *sf__gpu_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array 
   sf_free(tab);
   uint64_t pt = dptr(tt, loc);
   heads_gemm(false, true, a.t, a.s, a.dh, pt, 0, a.d, a.d, a.s, a, loc);
-  attn_softmax(pp, pp, a.b * a.h * a.t, a.s, a.h * a.t, scale, mask, loc);
+  attn_softmax(pp, pp, a.b * a.h * a.t, a.s, a.h * a.t, scale, mask, a.t, causal, loc);
   heads_gemm(false, false, a.t, a.dh, a.s, pt, 1, a.s, a.d, a.d, a, loc);
   sf_release(tt);
   sf__t_dwrote(p);

@@ -22,7 +22,7 @@
  * the backward rule reads the output (saved) rather than the input. */
 #define SF_NN_UNARY_KINDS(X)                                                                  \
   X(RELU, relu, 0) X(GELU, gelu, 0) X(SIGMOID, sigmoid, 1) X(TANH, tanh, 1) X(EXP, exp, 1)   \
-  X(LOG, log, 0) X(GELU_TANH, gelu_tanh, 0)
+  X(LOG, log, 0) X(GELU_TANH, gelu_tanh, 0) X(SILU, silu, 0)
 
 /* X(KIND, name): the reductions; SUMSQ (the sum of squares) serves only
  * clip_grad_norm on the device. */

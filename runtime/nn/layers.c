@@ -837,7 +837,25 @@ typedef struct {
   float *o, *dq, *dk, *dv;
   sm_ctx sm;                  /* mask, prefix, s, scale for the rows */
   int64_t heads, t, s, dh, d;
+  bool causal;                /* query r sees keys 0 .. s - t + r */
 } att_ctx;
+
+/* A causal row: masked_softmax_row over the first lim keys, zeros after
+ * (the backward needs nothing more: masked keys have p = 0, so ds = 0). */
+static void causal_row(const sm_ctx *c, const float *xr, float *yr, int64_t b, int64_t lim) {
+  int64_t s = c->s;
+  lim = lim < 0 ? 0 : lim > s ? s : lim;
+  const int64_t *mr = c->mask ? c->mask + b * s : NULL;
+  int64_t n = c->prefix ? c->prefix[b] : -1;
+  if (n >= 0 || !mr) {
+    n = n >= 0 && n < lim ? n : lim;
+    softmax_row(xr, yr, NULL, n, c->scale);
+    memset(yr + n, 0, (size_t)(s - n) * sizeof(float));
+  } else {
+    softmax_row(xr, yr, mr, lim, c->scale);
+    memset(yr + lim, 0, (size_t)(s - lim) * sizeof(float));
+  }
+}
 
 static void att_fwd_chunk(void *vc, int64_t lo, int64_t hi) {
   const att_ctx *c = vc;
@@ -849,8 +867,12 @@ static void att_fwd_chunk(void *vc, int64_t lo, int64_t hi) {
                 *vb = c->v + b * s * d + h * dh;
     float *pb = c->p ? c->p + bh * t * s : scratch;
     sf__sgemm(false, true, t, s, dh, 1.0f, qb, d, kb, d, 0.0f, pb, s);
-    for (int64_t r = 0; r < t; r++)
-      masked_softmax_row(&c->sm, pb + r * s, pb + r * s, b);
+    for (int64_t r = 0; r < t; r++) {
+      if (c->causal)
+        causal_row(&c->sm, pb + r * s, pb + r * s, b, s - t + r + 1);
+      else
+        masked_softmax_row(&c->sm, pb + r * s, pb + r * s, b);
+    }
     sf__sgemm(false, false, t, dh, s, 1.0f, pb, s, vb, d, 0.0f, c->o + b * t * d + h * dh, d);
   }
   free(scratch);
@@ -928,7 +950,8 @@ static void bw_attention(sf__node *n, sf_tensor *g) {
 }
 
 sf_tensor *sf__cpu_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
-                             int64_t heads, float scale, sf__keep *keep, const sf_loc *loc) {
+                             int64_t heads, bool causal, float scale, sf__keep *keep,
+                             const sf_loc *loc) {
   sf_tensor *qc = sf__t_contig(q), *kc = sf__t_contig(k), *vc = sf__t_contig(v);
   int64_t batch = q->shape[0], t = q->shape[1], s = k->shape[1], d = q->shape[2];
   bool rec = !sf__no_grad && (q->req || k->req || v->req);
@@ -938,7 +961,7 @@ sf_tensor *sf__cpu_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array 
   att_ctx c = {.q = sf__t_data(qc), .k = sf__t_data(kc), .v = sf__t_data(vc),
                .p = p ? sf__t_data(p) : NULL, .o = sf__t_data(out),
                .sm = {.mask = mask ? mask->data : NULL, .prefix = prefix, .s = s, .scale = scale},
-               .heads = heads, .t = t, .s = s, .dh = d / heads, .d = d};
+               .heads = heads, .t = t, .s = s, .dh = d / heads, .d = d, .causal = causal};
   att_over_heads(&c, batch, att_fwd_chunk);
   free(prefix);
   sf_release(qc);
@@ -949,14 +972,15 @@ sf_tensor *sf__cpu_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array 
 }
 
 static sf_tensor *attention_fused(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
-                                  int64_t heads, float scale, const sf_loc *loc) {
+                                  int64_t heads, bool causal, float scale, const sf_loc *loc) {
   sf__keep keep = {0};
-  sf_tensor *out = sf__nn_dev_here(loc)->attention(q, k, v, mask, heads, scale, &keep, loc);
+  sf_tensor *out = sf__nn_dev_here(loc)->attention(q, k, v, mask, heads, causal, scale, &keep, loc);
   sf_tensor *p = keep.saved;
   sf__node *n = sf__record3("attention", out, bw_attention, q, k, v);
   if (n) {
     n->f0 = scale;
     n->i0 = heads;
+    n->i1 = causal;
     n->saved = p;
   } else {
     sf_release(p);
@@ -972,24 +996,71 @@ static bool attention_composed_asked(void) {
   return e && strcmp(e, "composed") == 0;
 }
 
+/* Grouped-query attention's keys or values (B, S, kv_heads · dh) with
+ * each head repeated for its heads / kv_heads query heads, (B, S, heads ·
+ * dh), as transformers' repeat_kv: a reshape and an index_select, so the
+ * gradient of each copy is summed back by index_select's rule. */
+static sf_tensor *repeat_kv(sf_tensor *t, int64_t heads, int64_t kv_heads, const sf_loc *loc) {
+  int64_t dh = t->shape[2] / kv_heads, group = heads / kv_heads;
+  int64_t s4[4] = {t->shape[0], t->shape[1], kv_heads, dh};
+  sf_tensor *r = sf__t_reshape(t, 4, s4, loc);
+  sf_array *idx = sf_array_new(&sf_type_i64, heads, loc);
+  for (int64_t h = 0; h < heads; h++)
+    ((int64_t *)idx->data)[h] = h / group;
+  sf_tensor *e = sf__t_index_select(r, 2, idx, loc);
+  int64_t s3[3] = {t->shape[0], t->shape[1], heads * dh};
+  sf_tensor *out = sf__t_reshape(e, 3, s3, loc);
+  sf_release(idx);
+  sf_release(r);
+  sf_release(e);
+  return out;
+}
+
 static sf_tensor *attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
-                            int64_t heads, double drop, int64_t seed, sf_array *index,
-                            int64_t stream, const sf_loc *loc) {
+                            int64_t heads, bool causal, int64_t kv_heads, double drop,
+                            int64_t seed, sf_array *index, int64_t stream, const sf_loc *loc) {
   sf__t_arg(q, "attention", loc);
   sf__t_arg(k, "attention", loc);
   sf__t_arg(v, "attention", loc);
+  if (kv_heads && kv_heads != heads) {
+    char sq[SF__SHAPE_BUF], sk[SF__SHAPE_BUF], sv[SF__SHAPE_BUF];
+    bool ok = kv_heads > 0 && heads > 0 && heads % kv_heads == 0 && q->ndim == 3 &&
+              k->ndim == 3 && v->ndim == 3 && q->shape[2] % heads == 0 &&
+              k->shape[2] == q->shape[2] / heads * kv_heads && v->shape[2] == k->shape[2];
+    if (!ok)
+      sf_runtime_error(loc, "attention: %" PRId64 " key/value heads for %" PRId64 " query heads: "
+                       "q %s, k %s and v %s must be (B, T, heads · d), (B, S, kv_heads · d) and "
+                       "(B, S, kv_heads · d), kv_heads dividing heads", kv_heads, heads,
+                       SF__SHP(q, sq), SF__SHP(k, sk), SF__SHP(v, sv));
+    sf_tensor *ke = repeat_kv(k, heads, kv_heads, loc), *ve = repeat_kv(v, heads, kv_heads, loc);
+    sf_tensor *out = attention(q, ke, ve, mask, heads, causal, 0, drop, seed, index, stream, loc);
+    sf_release(ke);
+    sf_release(ve);
+    return out;
+  }
   check_attention(q, k, v, mask, heads, loc);
+  if (causal && k->shape[1] < q->shape[1])
+    sf_runtime_error(loc, "attention: causal with %" PRId64 " queries and %" PRId64 " keys (a "
+                     "query's position is S - T + t, so S must be at least T)", q->shape[1],
+                     k->shape[1]);
   if (mask && !mask->len)
     mask = NULL;
   float scale = (float)(1.0 / sqrt((double)(q->shape[2] / heads)));
-  if (drop > 0.0 || q->numel == 0 || k->numel == 0 || attention_composed_asked())
+  if (!causal && (drop > 0.0 || q->numel == 0 || k->numel == 0 || attention_composed_asked()))
     return attention_composed(q, k, v, mask, heads, scale, drop, seed, index, stream, loc);
-  return attention_fused(q, k, v, mask, heads, scale, loc);
+  if (causal && drop > 0.0)
+    sf_runtime_error(loc, "attention_dropout: no causal option (dropout runs the composition)");
+  return attention_fused(q, k, v, mask, heads, causal, scale, loc);
 }
 
 sf_tensor *sf__t_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
                            int64_t heads, const sf_loc *loc) {
-  return attention(q, k, v, mask, heads, 0.0, 0, NULL, 0, loc);
+  return attention(q, k, v, mask, heads, false, 0, 0.0, 0, NULL, 0, loc);
+}
+
+sf_tensor *sf__t_attention_ex(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
+                              int64_t heads, bool causal, int64_t kv_heads, const sf_loc *loc) {
+  return attention(q, k, v, mask, heads, causal, kv_heads, 0.0, 0, NULL, 0, loc);
 }
 
 sf_tensor *sf__t_attention_dropout(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
@@ -997,7 +1068,7 @@ sf_tensor *sf__t_attention_dropout(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_
                                    int64_t stream, bool training, const sf_loc *loc) {
   sf__t_arg(q, "attention_dropout", loc);
   check_rows("attention_dropout", q, p, seed, index, loc);
-  return attention(q, k, v, mask, heads, training ? p : 0.0, seed, index, stream, loc);
+  return attention(q, k, v, mask, heads, false, 0, training ? p : 0.0, seed, index, stream, loc);
 }
 
 /* --------------------------------------------------------- clipping */
@@ -1112,8 +1183,8 @@ sf_tensor *sf_std_nn_dropout(sf_tensor *x, double p, int64_t seed, bool training
   return sf__t_dropout(x, p, seed, training, loc);
 }
 sf_tensor *sf_std_nn_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
-                               int64_t heads, const sf_loc *loc) {
-  return sf__t_attention(q, k, v, mask, heads, loc);
+                               int64_t heads, bool causal, int64_t kv_heads, const sf_loc *loc) {
+  return sf__t_attention_ex(q, k, v, mask, heads, causal, kv_heads, loc);
 }
 sf_tensor *sf_std_nn_dropout_rows(sf_tensor *x, double p, int64_t seed, sf_array *index,
                                   int64_t stream, bool training, const sf_loc *loc) {

@@ -291,8 +291,13 @@ typedef struct {
                                   const sf_loc *loc))                                        \
   X(masked_softmax_bw, sf_tensor *, (const sf__node *n, sf_tensor *g))                       \
   X(attention, sf_tensor *, (sf_tensor * q, sf_tensor *k, sf_tensor *v, sf_array *mask,      \
-                             int64_t heads, float scale, sf__keep *keep, const sf_loc *loc)) \
+                             int64_t heads, bool causal, float scale, sf__keep *keep,        \
+                             const sf_loc *loc))                                             \
   X(attention_bw, void, (const sf__node *n, sf_tensor *g, sf_tensor **d))                    \
+  /* rope.c: rotary embeddings of (B, H, T, D) from position pos0 (the                        \
+   * backward: the rotation by the opposite angles) */                                        \
+  X(rope, sf_tensor *, (sf_tensor * x, int64_t pos0, double theta, const sf_loc *loc))      \
+  X(rope_bw, sf_tensor *, (const sf__node *n, sf_tensor *g))                                 \
   /* norm.c: RMSNorm (keeps each row's rstd; d: dx, dw) */                                     \
   X(rms_norm, sf_tensor *, (sf_tensor * x, sf_tensor *w, double eps, sf__keep *keep,         \
                             const sf_loc *loc))                                              \
@@ -587,6 +592,7 @@ sf_tensor *sf__t_linear(sf_tensor *x, sf_tensor *w, sf_tensor *b, const sf_loc *
 sf_tensor *sf_std_nn_linear_apply(sf_tensor *x, sf_tensor *w, sf_tensor *b, const sf_loc *loc);
 sf_tensor *sf_std_nn_max_all(sf_tensor *t, const sf_loc *loc);
 sf_tensor *sf_std_nn_sigmoid(sf_tensor *t, const sf_loc *loc);
+sf_tensor *sf_std_nn_silu(sf_tensor *t, const sf_loc *loc);
 sf_tensor *sf_std_nn_tanh(sf_tensor *t, const sf_loc *loc);
 sf_tensor *sf_std_nn_exp(sf_tensor *t, const sf_loc *loc);
 sf_tensor *sf_std_nn_log(sf_tensor *t, const sf_loc *loc);
@@ -681,7 +687,12 @@ sf_tensor *sf_std_nn_layer_norm_apply(sf_tensor *x, sf_tensor *weight, sf_tensor
 sf_tensor *sf_std_nn_dropout(sf_tensor *x, double p, int64_t seed, bool training,
                              const sf_loc *loc);
 sf_tensor *sf_std_nn_attention(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
-                               int64_t heads, const sf_loc *loc);
+                               int64_t heads, bool causal, int64_t kv_heads, const sf_loc *loc);
+/* attention with a causal mask (query t of T sees keys 0 .. S - T + t) and
+ * grouped-query attention (k and v of kv_heads heads, each serving
+ * heads / kv_heads query heads; 0: heads). */
+sf_tensor *sf__t_attention_ex(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
+                              int64_t heads, bool causal, int64_t kv_heads, const sf_loc *loc);
 sf_tensor *sf_std_nn_dropout_rows(sf_tensor *x, double p, int64_t seed, sf_array *index,
                                   int64_t stream, bool training, const sf_loc *loc);
 sf_tensor *sf_std_nn_attention_dropout(sf_tensor *q, sf_tensor *k, sf_tensor *v, sf_array *mask,
@@ -696,6 +707,9 @@ sf_tensor *sf_std_nn_clip_grad_norm_tensor(sf_array *ps, double max_norm, const 
  * (d): torch's F.rms_norm(x, [d], weight, eps). */
 sf_tensor *sf__t_rms_norm(sf_tensor *x, sf_tensor *weight, double eps, const sf_loc *loc);
 sf_tensor *sf_std_nn_rms_norm(sf_tensor *x, sf_tensor *weight, double eps, const sf_loc *loc);
+/* rope.c: nn.rope(x (B, H, T, D), pos0, theta), Hugging Face Llama's rotate_half. */
+sf_tensor *sf__t_rope(sf_tensor *x, int64_t pos0, double theta, const sf_loc *loc);
+sf_tensor *sf_std_nn_rope(sf_tensor *x, int64_t pos0, double theta, const sf_loc *loc);
 
 /* ------------------------------------------------- create.c, select.c */
 

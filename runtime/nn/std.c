@@ -186,6 +186,7 @@ sf_tensor *sf_std_nn_gelu_tanh(sf_tensor *t, const sf_loc *loc) {
   return sf__t_unary(SF__U_GELU_TANH, t, loc);
 }
 sf_tensor *sf_std_nn_sigmoid(sf_tensor *t, const sf_loc *loc) { return sf__t_unary(SF__U_SIGMOID, t, loc); }
+sf_tensor *sf_std_nn_silu(sf_tensor *t, const sf_loc *loc) { return sf__t_unary(SF__U_SILU, t, loc); }
 sf_tensor *sf_std_nn_tanh(sf_tensor *t, const sf_loc *loc) { return sf__t_unary(SF__U_TANH, t, loc); }
 sf_tensor *sf_std_nn_exp(sf_tensor *t, const sf_loc *loc) { return sf__t_unary(SF__U_EXP, t, loc); }
 sf_tensor *sf_std_nn_log(sf_tensor *t, const sf_loc *loc) { return sf__t_unary(SF__U_LOG, t, loc); }

@@ -20,6 +20,15 @@ Cases:
   gpu_emu    quant_matmul in a @gpus(1) actor under the host emulator:
              kernels/quant.cu on SmolLM2's weights within 1e-5 of the CPU
              product, each weight uploaded once
+  decoder    llm.forward (runtime/nn/llama.c) against transformers (logits.json):
+             the logits of every prompt position within 1e-3 of transformers'
+             relative to the position's largest (the top-20 entries), a
+             decode step on the cache equal to the prefill's last row, the
+             greedy tokens identical (12, and 32 or to the EOS), at --threads 1
+             and bitwise the same at 2
+  chat_answer  examples/chat.sflow's answer to logits.json's chat question,
+             as transformers' greedy generate gives it (when the oracle has it),
+             and its --logits-out array against the prefill's
   bad        bad input: a truncated GGUF, a foreign file, a tensor of an
              unknown quantization, a missing key, a tokenizer.json that is
              not BPE, an id outside the vocabulary: each a runtime error
@@ -216,6 +225,107 @@ def case_bad(exe_dir, sflowc, model):
     with open(broken, "w") as f:
         f.write('{"model": {"type": "BPE",\n  "vocab": {"a": 0,}}}')
     run_bad(exe, "bpe_json", broken, "", "broken.json: 2:")
+    run_bad(exe, "llama", foreign, "", "model.safetensors: magic")
+    run_bad(exe, "llama", os.path.join(exe_dir, "type6.gguf"), "", "is Q5_0, which std.llm does not read")
+    run_bad(exe, "forward_long", model, "", "2 tokens after the 3 the cache holds exceed its capacity of 4")
+    run_bad(exe, "forward_id", model, "", "ids[1] = 49152 is not a token id (0 to 49151)")
+    run_bad(exe, "kv_free", model, "", "no KV cache 1 in this process")
+
+
+def load_logits():
+    return json.load(open(os.path.join(HERE, "logits.json")))
+
+
+def case_decoder(exe_dir, sflowc, model):
+    sys.path.insert(0, os.path.dirname(HERE))
+    import pydeps
+    pydeps.ensure("llm_test", "numpy")
+    import numpy as np
+    exe = build(sflowc, "decoder", exe_dir)
+    ref = load_logits()
+    prompts = os.path.join(exe_dir, "prompts.txt")
+    with open(prompts, "w") as f:
+        for p in ref["prompts"]:
+            f.write(" ".join(str(i) for i in p["ids"]) + "\n")
+    outs = {}
+    for threads in ("1", "2"):
+        out = os.path.join(exe_dir, "out" + threads)
+        os.makedirs(out)
+        p = subprocess.run([exe, "--gguf", model, "--prompts", prompts, "--out", out,
+                            "--threads", threads], capture_output=True, text=True, timeout=600)
+        check(p.returncode == 0, "decoder runs at --threads " + threads, p.stderr)
+        outs[threads] = (out, p.stdout.split("\n"))
+    out, lines = outs["1"]
+    check("llama 30 576 9 3 64 1536 49152 8192 100000.0 true" in lines,
+          "llama_open: the file's hyperparameters", "\n".join(lines[:2]))
+    for n, pr in enumerate(ref["prompts"]):
+        got = np.load(os.path.join(out, "%d.npy" % n))
+        ok = got.shape == (len(pr["ids"]), 49152)
+        worst = 0.0
+        if ok:
+            for t, (ids, vals) in enumerate(zip(pr["top_ids"], pr["top_logits"])):
+                want = np.array(vals)
+                d = np.abs(got[t, ids] - want).max() / np.abs(want).max()
+                worst = max(worst, d)
+        check(ok and worst <= 1e-3, "prompt %d: logits of its %d positions within 1e-3 of "
+              "transformers' (relative; worst %.2e)" % (n, len(pr["ids"]), worst), str(got.shape))
+        check("step %d len %d rel_diff_below_1e-5 true" % (n, len(pr["ids"])) in lines,
+              "prompt %d: its last token as a decode step on the cache gives the prefill's logits" % n,
+              "\n".join(l for l in lines if l.startswith("step")))
+        want = "%d %s" % (n, json.dumps(pr["greedy"]))
+        got_line = [l for l in lines if l.startswith("%d [" % n)]
+        check(got_line and parse_ids(got_line[0])[1:] == [str(i) for i in pr["greedy"]],
+              "prompt %d: the 12 greedy tokens are transformers'" % n,
+              "got %s want %s" % (got_line, want))
+        if "greedy32" in pr:
+            g32 = [l for l in lines if l.startswith("g32 %d [" % n)]
+            check(g32 and parse_ids(g32[0])[2:] == [str(i) for i in pr["greedy32"]],
+                  "prompt %d: the greedy continuation of up to 32 tokens (to the EOS) is "
+                  "transformers' (%d tokens)" % (n, len(pr["greedy32"])),
+                  "got %s want %s" % (g32, pr["greedy32"]))
+    out2, lines2 = outs["2"]
+    same = lines == lines2 and all(
+        open(os.path.join(out, f), "rb").read() == open(os.path.join(out2, f), "rb").read()
+        for f in os.listdir(out))
+    check(same, "the same logits, bitwise, and tokens at --threads 2")
+
+
+def case_chat_answer(exe_dir, sflowc, model):
+    sys.path.insert(0, os.path.dirname(HERE))
+    import pydeps
+    pydeps.ensure("llm_test", "numpy")
+    import numpy as np
+    exe = os.path.join(exe_dir, "chat")
+    subprocess.run([sflowc, os.path.join(ROOT, "examples", "chat.sflow"), "-o", exe], check=True)
+    ref = load_logits()
+    chat = ref.get("chat")
+    question = chat["question"] if chat else "What is 2+2?"
+    lg = os.path.join(exe_dir, "l.npy")
+    p = subprocess.run([exe, "--model", model, "--prompt", question, "--max-tokens", "64",
+                        "--logits-out", lg], capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0, "chat runs", p.stderr)
+    if chat and p.returncode == 0:
+        check(np.load(lg).shape == (len(chat["ids"]), 49152),
+              "the templated question is transformers' apply_chat_template rendering's %d tokens"
+              % len(chat["ids"]), str(np.load(lg).shape))
+    if chat:
+        check(p.stdout.rstrip("\n") == chat["answer"], "chat answers %r as transformers does: %r"
+              % (question, chat["answer"]), "got %r" % p.stdout)
+    # logits.json's second prompt is this template around "What is 2+2?"
+    pr = ref["prompts"][1]
+    p2 = subprocess.run([exe, "--model", model, "--prompt", "What is 2+2?", "--max-tokens", "1",
+                         "--logits-out", lg], capture_output=True, text=True, timeout=300)
+    got = np.load(lg) if p2.returncode == 0 else np.zeros((0, 0))
+    ok = got.shape == (len(pr["ids"]), 49152) and all(
+        int(np.argmax(got[t])) == ids[0] for t, ids in enumerate(pr["top_ids"]))
+    check(ok, "chat --logits-out: [T, vocab] for the templated prompt, each row's argmax "
+          "transformers'", "%s %s" % (got.shape, p2.stderr))
+    for args, want in ((["--max-tokens", "0"], "--max-tokens is 0 (at least 1)"),
+                       (["--temperature", "0.7"], "only 0 (greedy) is supported")):
+        p3 = subprocess.run([exe, "--model", model, "--prompt", "hi"] + args,
+                            capture_output=True, text=True, timeout=60)
+        check(p3.returncode != 0 and want in p3.stderr and "internal" not in p3.stderr,
+              "chat %s: says %r" % (" ".join(args), want), p3.stderr.strip())
 
 
 def case_gpu_emu(exe_dir, sflowc, model):
@@ -244,7 +354,7 @@ def case_gpu_emu(exe_dir, sflowc, model):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sflowc", required=True)
-    ap.add_argument("--case", required=True, choices=["bpe_gguf", "bpe_json", "chat", "gguf", "bad", "gpu_emu"])
+    ap.add_argument("--case", required=True, choices=["bpe_gguf", "bpe_json", "chat", "gguf", "bad", "gpu_emu", "decoder", "chat_answer"])
     ap.add_argument("--models", default=None, help="default: $SFLOW_MODELS or <build>/models")
     args = ap.parse_args()
     build_dir = os.path.dirname(os.path.dirname(os.path.abspath(args.sflowc)))

@@ -2,9 +2,10 @@
 # (tests/llm/llm_test.py says what each case checks) against the committed
 # oracle files of scripts/gen_llm_reference.py: the Python tokenizers'
 # ids of a 215 KB corpus from both loaders, the chat template's
-# renderings, gguf's dequantized rows, and bad input.  Needs the model of
+# renderings, gguf's dequantized rows, the decoder's logits and greedy
+# tokens against transformers', examples/chat.sflow, and bad input.  Needs the model of
 # scripts/install-models.sh (make deps installs it).
-foreach(c bpe_gguf bpe_json chat gguf bad)
+foreach(c bpe_gguf bpe_json chat gguf bad decoder chat_answer)
   add_test(NAME llm/${c}
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/llm/llm_test.py
             --sflowc $<TARGET_FILE:sflowc> --case ${c})

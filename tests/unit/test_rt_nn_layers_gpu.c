@@ -210,6 +210,32 @@ static void test_rms_norm(void) {
     sf_release(ts[i]);
 }
 
+/* Rotary embeddings (rope.c) from position 5, and SiLU (a unary kind). */
+static void test_rope(void) {
+  sf_tensor *x = rnd(4, SHAPE(2, 3, 7, 64), -2, 2);
+  sf_tensor *xc = param_of(x), *xg = param_of(x), *g = rnd(4, SHAPE(2, 3, 7, 64), -1, 1);
+  sf_tensor *yc = sf__t_rope(xc, 5, 100000.0, &LOC);
+  run_backward(yc, g);
+  uint64_t s0 = syncs();
+  sf_tensor *yg = ON_GPU(sf__t_rope(xg, 5, 100000.0, &LOC));
+  run_backward(yg, g);
+  CU_ASSERT(syncs() == s0);
+  CU_ASSERT(sf__t_on_dev(yg) && sf__t_on_dev(xg->grad));
+  check("rope (2, 3, 7, 64) forward", yg, yc, 1e-5);
+  check("rope dx", xg->grad, xc->grad, 1e-5);
+  sf_tensor *s = rnd(2, SHAPE(9, 33), -4, 4), *sc = param_of(s), *sg = param_of(s);
+  sf_tensor *gs = rnd(2, SHAPE(9, 33), -1, 1);
+  sf_tensor *zc = sf__t_unary(SF__U_SILU, sc, &LOC);
+  run_backward(zc, gs);
+  sf_tensor *zg = ON_GPU(sf__t_unary(SF__U_SILU, sg, &LOC));
+  run_backward(zg, gs);
+  check("silu forward", zg, zc, 1e-5);
+  check("silu dx", sg->grad, sc->grad, 1e-5);
+  sf_tensor *ts[] = {x, xc, xg, g, yc, yg, s, sc, sg, gs, zc, zg};
+  for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
+    sf_release(ts[i]);
+}
+
 /* ---------------------------------------------------------- embedding */
 
 static void test_embedding(void) {
@@ -307,6 +333,42 @@ static void test_attention(void) {
   sf_tensor *ts[] = {x[0], x[1], x[2], c[0], c[1], c[2], g[0], g[1], g[2], w, yc, prod, loss, yg};
   for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
     sf_release(ts[i]);
+  sf_release(mask);
+}
+
+/* Causal attention: 5 queries at the end of 7 keys with a mask, 4 heads;
+ * then grouped-query (4 query heads on 2 key/value heads, k and v of width
+ * 4: repeat_kv's recorded copies, then the fused node, whose one level of
+ * backward gives dq here; dk and dv reach k and v through index_select's
+ * rule, which the CPU test run/nn/attention_causal checks). */
+static void test_attention_causal(void) {
+  sf_array *mask = i64s(21, (int64_t[]){1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1,
+                                        1, 1, 1, 1, 1, 0, 0});
+  sf_tensor *w = rnd(3, SHAPE(3, 5, 8), -1, 1);
+  for (int gqa = 0; gqa < 2; gqa++) {
+    int64_t kw = gqa ? 4 : 8, kvh = gqa ? 2 : 4;
+    sf_tensor *x[3] = {rnd(3, SHAPE(3, 5, 8), -1, 1), rnd(3, SHAPE(3, 7, kw), -1, 1),
+                       rnd(3, SHAPE(3, 7, kw), -1, 1)};
+    sf_tensor *c[3], *g[3];
+    for (int i = 0; i < 3; i++) {
+      c[i] = param_of(x[i]);
+      g[i] = param_of(x[i]);
+    }
+    sf_tensor *yc = sf__t_attention_ex(c[0], c[1], c[2], mask, 4, true, kvh, &LOC);
+    run_backward(yc, w);
+    sf_tensor *yg = ON_GPU(sf__t_attention_ex(g[0], g[1], g[2], mask, 4, true, kvh, &LOC));
+    run_backward(yg, w);
+    check(gqa ? "attention causal GQA forward" : "attention causal forward", yg, yc, 1e-4);
+    check(gqa ? "attention causal GQA dq" : "attention causal dq", g[0]->grad, c[0]->grad, 1e-4);
+    if (!gqa) {
+      check("attention causal dk", g[1]->grad, c[1]->grad, 1e-4);
+      check("attention causal dv", g[2]->grad, c[2]->grad, 1e-4);
+    }
+    sf_tensor *ts[] = {x[0], x[1], x[2], c[0], c[1], c[2], g[0], g[1], g[2], yc, yg};
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
+      sf_release(ts[i]);
+  }
+  sf_release(w);
   sf_release(mask);
 }
 
@@ -499,9 +561,11 @@ int main(int argc, char **argv) {
       {"cross_entropy", test_cross_entropy},
       {"layer_norm", test_layer_norm},
       {"rms_norm", test_rms_norm},
+      {"rope", test_rope},
       {"embedding", test_embedding},
       {"dropout", test_dropout},
       {"attention", test_attention},
+      {"attention_causal", test_attention_causal},
       {"join", test_join},
       {"rows", test_rows},
       {"argmax", test_argmax},

@@ -1,0 +1,714 @@
+/*
+ * llama.c — std.llm's decoder: a Llama-architecture model (SmolLM2, Llama
+ * 2/3, ...) read from a GGUF file, its KV caches, and its forward pass:
+ * prefill of a prompt, then decode token by token reusing the cache.
+ *
+ * One layer, as Hugging Face's LlamaDecoderLayer computes it:
+ *   h = x + Wo · attn(rope(Wq · rms(x)), rope(Wk · rms(x)), Wv · rms(x))
+ *   y = h + Wdown · (silu(Wgate · rms(h)) * (Wup · rms(h)))
+ * with causal grouped-query attention (query head i reads key/value head
+ * i / (heads / kv_heads)), then rms and the LM head (output.weight, or the
+ * token embedding when tied).
+ *
+ * Key design choice: a C fast path rather than the model written in std.nn
+ * ops.  A decode step at batch 1 is 211 quantized GEMVs and some vector
+ * work per token; through the tensor API each of the ~20 ops a layer would
+ * allocate a tensor and record nothing (inference), costing more than the
+ * work itself at width 576.  Here every buffer a step needs lives in the
+ * cache (grown once, for the longest chunk seen), the weights are read in
+ * their block format straight from the mapped file by quant.c's kernels
+ * (sf__q_matmul, split over the pool by rows), and nothing is dequantized
+ * ahead.  The std.nn ops (rope, causal and grouped-query attention, silu)
+ * compute the same layer with gradients for training.
+ *
+ * RoPE: llama.cpp's converter permutes the rows of Wq and Wk within each
+ * head so that the pairs rotated together are adjacent (x[2i], x[2i+1]);
+ * transformers un-permutes them on loading and rotates halves (x[i],
+ * x[i + d/2]).  The two agree exactly: q·k is the same sum in another
+ * order of the head's dimensions.  This file reads the file's rows as they
+ * are, so it rotates adjacent pairs, with frequency theta^(-2i/d).
+ *
+ * A model and a cache are plain values on the sflow side (a path, an id);
+ * the loaded model is process-wide by path, a cache's memory is the
+ * process's until kv_free.  Cache ids are of this process only.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "llama.h"
+#include "simd.h"
+
+/* ---------------------------------------------------------- the model */
+
+typedef struct {
+  const float *attn_norm, *ffn_norm;
+  sf__qmat wq, wk, wv, wo, gate, up, down;
+} layer_w;
+
+typedef struct {
+  char *path;
+  const sf__gguf *g;
+  char arch[64];
+  int64_t layers, dim, heads, kv_heads, head_dim, ffn, vocab, context, rope_dim;
+  double theta, eps;
+  bool tied;
+  sf__qmat embd, out;
+  const float *out_norm;
+  float *inv_freq; /* rope_dim / 2 */
+  layer_w *L;
+} model;
+
+#define MODELS_MAX 16
+static pthread_mutex_t models_lock = PTHREAD_MUTEX_INITIALIZER;
+static model *models[MODELS_MAX];
+static int nmodels;
+
+#define FIELD(t, base, name, kind, T) (*(T *)sf__field((t), (void *)(base), (name), (kind), loc))
+
+static const sf__gguf *open_file(const char *p, const sf_loc *loc) {
+  sf__gguf *g = sf_alloc(sizeof *g);
+  char err[700];
+  if (!sf__gguf_open(g, p, err, sizeof err)) {
+    sf_free(g);
+    sf_runtime_error(loc, "llm.llama_open: %s", err);
+  }
+  return g;
+}
+
+static const sf__gguf_kv *kv_at(const sf__gguf *g, const char *arch, const char *key) {
+  char k[160];
+  snprintf(k, sizeof k, "%s.%s", arch, key);
+  return sf__gguf_find(g, k);
+}
+
+static int64_t meta_i(const sf__gguf *g, const char *arch, const char *key, int64_t dflt,
+                      const sf_loc *loc) {
+  const sf__gguf_kv *kv = kv_at(g, arch, key);
+  int64_t v;
+  if (!kv) {
+    if (dflt >= 0)
+      return dflt;
+    sf_runtime_error(loc, "llm.llama_open: %s: no metadata key \"%s.%s\"", g->view.name, arch, key);
+  }
+  if (!sf__gguf_int(kv, &v) || v <= 0 || v > (1 << 24))
+    sf_runtime_error(loc, "llm.llama_open: %s: metadata \"%s.%s\" is not a positive integer",
+                     g->view.name, arch, key);
+  return v;
+}
+
+static double meta_f(const sf__gguf *g, const char *arch, const char *key, double dflt,
+                     const sf_loc *loc) {
+  const sf__gguf_kv *kv = kv_at(g, arch, key);
+  double v;
+  if (!kv) {
+    if (dflt > 0)
+      return dflt;
+    sf_runtime_error(loc, "llm.llama_open: %s: no metadata key \"%s.%s\"", g->view.name, arch, key);
+  }
+  if (kv->type == SF__GGUF_BOOL || !sf__gguf_float(kv, &v) || !(v > 0))
+    sf_runtime_error(loc, "llm.llama_open: %s: metadata \"%s.%s\" is not a positive number",
+                     g->view.name, arch, key);
+  return v;
+}
+
+/* The weight name of the file, rows × cols checked. */
+static sf__qmat weight_of(const sf__gguf *g, const char *name, int64_t rows, int64_t cols,
+                          const sf_loc *loc) {
+  const sf__gguf_tensor *t = sf__gguf_tensor_named(g, name);
+  if (!t)
+    sf_runtime_error(loc, "llm.llama_open: %s: no tensor \"%s\"", g->view.name, name);
+  if (!sf__q_supported(t->type))
+    sf_runtime_error(loc, "llm.llama_open: %s: tensor \"%s\" is %s, which std.llm does not read "
+                     "(F32, F16, BF16, Q4_0, Q4_1, Q8_0)", g->view.name, name,
+                     sf__ggml_type_name(t->type));
+  int64_t r = t->ndim == 2 ? t->dims[1] : 1;
+  if (t->ndim > 2 || t->dims[0] != cols || (rows > 0 && r != rows))
+    sf_runtime_error(loc, "llm.llama_open: %s: tensor \"%s\" is %" PRId64 " × %" PRId64
+                     ", not %" PRId64 " × %" PRId64, g->view.name, name, r, t->dims[0],
+                     rows > 0 ? rows : r, cols);
+  if ((t->type == SF__GGML_Q4_0 || t->type == SF__GGML_Q4_1 || t->type == SF__GGML_Q8_0) &&
+      cols % 32)
+    sf_runtime_error(loc, "llm.llama_open: %s: tensor \"%s\" has %" PRId64 " columns, not a "
+                     "multiple of 32", g->view.name, name, cols);
+  sf__qmat m = {t->type, r, cols, sf__ggml_bytes(t->type, cols), t->data};
+  return m;
+}
+
+static const float *norm_of(const sf__gguf *g, const char *name, int64_t n, const sf_loc *loc) {
+  const sf__gguf_tensor *t = sf__gguf_tensor_named(g, name);
+  if (!t)
+    sf_runtime_error(loc, "llm.llama_open: %s: no tensor \"%s\"", g->view.name, name);
+  if (t->type != SF__GGML_F32 || t->ndim != 1 || t->dims[0] != n)
+    sf_runtime_error(loc, "llm.llama_open: %s: tensor \"%s\" is not an F32 vector of %" PRId64,
+                     g->view.name, name, n);
+  return (const float *)t->data;
+}
+
+static model *load(const char *p, const sf_loc *loc) {
+  const sf__gguf *g = open_file(p, loc);
+  model *m = sf_alloc(sizeof *m);
+  memset(m, 0, sizeof *m);
+  m->g = g;
+  m->path = strdup(p);
+  const sf__gguf_kv *a = sf__gguf_find(g, "general.architecture");
+  if (!a || a->type != SF__GGUF_STR)
+    sf_runtime_error(loc, "llm.llama_open: %s: no metadata key \"general.architecture\" (a str)",
+                     g->view.name);
+  const char *ap = a->val;
+  uint64_t an;
+  const char *as = sf__gguf_next_str(&ap, &an);
+  if (an >= sizeof m->arch)
+    an = sizeof m->arch - 1;
+  memcpy(m->arch, as, an);
+  if (strcmp(m->arch, "llama"))
+    sf_runtime_error(loc, "llm.llama_open: %s: architecture \"%s\", not \"llama\"", g->view.name,
+                     m->arch);
+  const char *A = m->arch;
+  m->layers = meta_i(g, A, "block_count", -1, loc);
+  m->dim = meta_i(g, A, "embedding_length", -1, loc);
+  m->heads = meta_i(g, A, "attention.head_count", -1, loc);
+  m->kv_heads = meta_i(g, A, "attention.head_count_kv", m->heads, loc);
+  m->ffn = meta_i(g, A, "feed_forward_length", -1, loc);
+  m->context = meta_i(g, A, "context_length", -1, loc);
+  m->theta = meta_f(g, A, "rope.freq_base", 10000.0, loc);
+  m->eps = meta_f(g, A, "attention.layer_norm_rms_epsilon", -1, loc);
+  if (m->dim % m->heads || m->heads % m->kv_heads)
+    sf_runtime_error(loc, "llm.llama_open: %s: width %" PRId64 " over %" PRId64 " heads and %" PRId64
+                     " key/value heads does not divide", g->view.name, m->dim, m->heads, m->kv_heads);
+  m->head_dim = m->dim / m->heads;
+  m->rope_dim = meta_i(g, A, "rope.dimension_count", m->head_dim, loc);
+  if (m->rope_dim > m->head_dim || m->rope_dim % 2)
+    sf_runtime_error(loc, "llm.llama_open: %s: rope.dimension_count %" PRId64 " for heads of %" PRId64,
+                     g->view.name, m->rope_dim, m->head_dim);
+  m->embd = weight_of(g, "token_embd.weight", 0, m->dim, loc);
+  m->vocab = m->embd.rows;
+  m->tied = !sf__gguf_tensor_named(g, "output.weight");
+  m->out = m->tied ? m->embd : weight_of(g, "output.weight", m->vocab, m->dim, loc);
+  m->out_norm = norm_of(g, "output_norm.weight", m->dim, loc);
+  m->inv_freq = sf_alloc(sizeof(float) * (size_t)(m->rope_dim / 2));
+  for (int64_t i = 0; i < m->rope_dim / 2; i++)
+    m->inv_freq[i] = (float)(1.0 / pow(m->theta, (double)(2 * i) / (double)m->rope_dim));
+  m->L = sf_alloc(sizeof(layer_w) * (size_t)m->layers);
+  int64_t kvd = m->kv_heads * m->head_dim;
+  for (int64_t l = 0; l < m->layers; l++) {
+    char n[96];
+    layer_w *w = &m->L[l];
+#define W(field, suffix, r, c)                                   \
+  snprintf(n, sizeof n, "blk.%" PRId64 "." suffix, l);           \
+  w->field = weight_of(g, n, r, c, loc)
+    W(wq, "attn_q.weight", m->dim, m->dim);
+    W(wk, "attn_k.weight", kvd, m->dim);
+    W(wv, "attn_v.weight", kvd, m->dim);
+    W(wo, "attn_output.weight", m->dim, m->dim);
+    W(gate, "ffn_gate.weight", m->ffn, m->dim);
+    W(up, "ffn_up.weight", m->ffn, m->dim);
+    W(down, "ffn_down.weight", m->dim, m->ffn);
+#undef W
+    snprintf(n, sizeof n, "blk.%" PRId64 ".attn_norm.weight", l);
+    w->attn_norm = norm_of(g, n, m->dim, loc);
+    snprintf(n, sizeof n, "blk.%" PRId64 ".ffn_norm.weight", l);
+    w->ffn_norm = norm_of(g, n, m->dim, loc);
+  }
+  return m;
+}
+
+static model *model_of_path(const char *p, const sf_loc *loc) {
+  pthread_mutex_lock(&models_lock);
+  for (int i = 0; i < nmodels; i++)
+    if (!strcmp(models[i]->path, p)) {
+      model *m = models[i];
+      pthread_mutex_unlock(&models_lock);
+      return m;
+    }
+  if (nmodels == MODELS_MAX) {
+    pthread_mutex_unlock(&models_lock);
+    sf_runtime_error(loc, "llm.llama_open: %s: more than %d models open in one process", p,
+                     MODELS_MAX);
+  }
+  pthread_mutex_unlock(&models_lock);
+  model *m = load(p, loc); /* errors leave the table as it was */
+  pthread_mutex_lock(&models_lock);
+  models[nmodels++] = m;
+  pthread_mutex_unlock(&models_lock);
+  return m;
+}
+
+static model *model_of(const void *v, const sf_type *t, const sf_loc *loc) {
+  sf_str *path = FIELD(t, v, "path", SF_STR, sf_str *);
+  return model_of_path(sf__data_path(path, "read", loc), loc);
+}
+
+void sf_std_llm_llama_open(void *out, const sf_type *ot, sf_str *path, const sf_loc *loc) {
+  const char *p = sf__data_path(path, "read", loc);
+  model *m = model_of_path(p, loc);
+  sf_str **slot = &FIELD(ot, out, "path", SF_STR, sf_str *);
+  sf_release(*slot);
+  *slot = sf_str_new(sf__str_data(path), sf__str_len(path));
+  slot = &FIELD(ot, out, "arch", SF_STR, sf_str *);
+  sf_release(*slot);
+  *slot = sf_str_new(m->arch, (int64_t)strlen(m->arch));
+  FIELD(ot, out, "layers", SF_I64, int64_t) = m->layers;
+  FIELD(ot, out, "dim", SF_I64, int64_t) = m->dim;
+  FIELD(ot, out, "heads", SF_I64, int64_t) = m->heads;
+  FIELD(ot, out, "kv_heads", SF_I64, int64_t) = m->kv_heads;
+  FIELD(ot, out, "head_dim", SF_I64, int64_t) = m->head_dim;
+  FIELD(ot, out, "ffn", SF_I64, int64_t) = m->ffn;
+  FIELD(ot, out, "vocab", SF_I64, int64_t) = m->vocab;
+  FIELD(ot, out, "context", SF_I64, int64_t) = m->context;
+  FIELD(ot, out, "rope_theta", SF_F64, double) = m->theta;
+  FIELD(ot, out, "rms_eps", SF_F64, double) = m->eps;
+  FIELD(ot, out, "tied", SF_BOOL, bool) = m->tied;
+}
+
+/* ---------------------------------------------------------- the caches */
+
+typedef struct {
+  model *m;
+  int64_t cap, len;
+  float *k, *v;  /* [layer][kv_head][cap][head_dim] */
+  int64_t tmax;  /* the scratch below holds tmax tokens */
+  float *x, *h, *q, *kk, *vv, *att, *g, *u;
+} cache;
+
+#define CACHES_MAX 4096
+static pthread_mutex_t caches_lock = PTHREAD_MUTEX_INITIALIZER;
+static cache *caches[CACHES_MAX];
+
+static cache *cache_of(const void *c, const sf_type *ct, const char *fn, const sf_loc *loc) {
+  int64_t id = FIELD(ct, c, "id", SF_I64, int64_t);
+  pthread_mutex_lock(&caches_lock);
+  cache *k = id >= 1 && id <= CACHES_MAX ? caches[id - 1] : NULL;
+  pthread_mutex_unlock(&caches_lock);
+  if (!k)
+    sf_runtime_error(loc, "llm.%s: no KV cache %" PRId64 " in this process (freed, or made by "
+                     "another process)", fn, id);
+  return k;
+}
+
+void sf_std_llm_kv_cache(void *out, const sf_type *ot, const void *mv, const sf_type *mt,
+                         int64_t capacity, const sf_loc *loc) {
+  model *m = model_of(mv, mt, loc);
+  if (capacity == 0)
+    capacity = m->context;
+  if (capacity < 1 || capacity > m->context)
+    sf_runtime_error(loc, "llm.kv_cache: capacity %" PRId64 " (from 1 to the model's context, %"
+                     PRId64 ")", capacity, m->context);
+  cache *k = sf_alloc(sizeof *k);
+  memset(k, 0, sizeof *k);
+  k->m = m;
+  k->cap = capacity;
+  size_t n = (size_t)(m->layers * m->kv_heads * capacity * m->head_dim);
+  k->k = sf_alloc(n * sizeof(float));
+  k->v = sf_alloc(n * sizeof(float));
+  pthread_mutex_lock(&caches_lock);
+  int64_t id = 0;
+  for (int i = 0; i < CACHES_MAX && !id; i++)
+    if (!caches[i]) {
+      caches[i] = k;
+      id = i + 1;
+    }
+  pthread_mutex_unlock(&caches_lock);
+  if (!id) {
+    sf_free(k->k);
+    sf_free(k->v);
+    sf_free(k);
+    sf_runtime_error(loc, "llm.kv_cache: more than %d KV caches live in one process", CACHES_MAX);
+  }
+  FIELD(ot, out, "id", SF_I64, int64_t) = id;
+  FIELD(ot, out, "capacity", SF_I64, int64_t) = capacity;
+}
+
+int64_t sf_std_llm_kv_len(const void *c, const sf_type *ct, const sf_loc *loc) {
+  return cache_of(c, ct, "kv_len", loc)->len;
+}
+
+void sf_std_llm_kv_truncate(const void *c, const sf_type *ct, int64_t n, const sf_loc *loc) {
+  cache *k = cache_of(c, ct, "kv_truncate", loc);
+  if (n < 0 || n > k->len)
+    sf_runtime_error(loc, "llm.kv_truncate: %" PRId64 " tokens of a cache holding %" PRId64, n,
+                     k->len);
+  k->len = n;
+}
+
+static void scratch_free(cache *k) {
+  float **b[] = {&k->x, &k->h, &k->q, &k->kk, &k->vv, &k->att, &k->g, &k->u};
+  for (size_t i = 0; i < sizeof b / sizeof *b; i++) {
+    sf_free(*b[i]);
+    *b[i] = NULL;
+  }
+}
+
+void sf_std_llm_kv_free(const void *c, const sf_type *ct, const sf_loc *loc) {
+  cache *k = cache_of(c, ct, "kv_free", loc);
+  int64_t id = FIELD(ct, c, "id", SF_I64, int64_t);
+  pthread_mutex_lock(&caches_lock);
+  caches[id - 1] = NULL;
+  pthread_mutex_unlock(&caches_lock);
+  scratch_free(k);
+  sf_free(k->k);
+  sf_free(k->v);
+  sf_free(k);
+}
+
+static void scratch(cache *k, int64_t T) {
+  if (T <= k->tmax)
+    return;
+  scratch_free(k);
+  model *m = k->m;
+  size_t t = (size_t)T, kvd = (size_t)(m->kv_heads * m->head_dim);
+  k->x = sf_alloc(t * (size_t)m->dim * sizeof(float));
+  k->h = sf_alloc(t * (size_t)m->dim * sizeof(float));
+  k->q = sf_alloc(t * (size_t)m->dim * sizeof(float));
+  k->att = sf_alloc(t * (size_t)m->dim * sizeof(float));
+  k->kk = sf_alloc(t * kvd * sizeof(float));
+  k->vv = sf_alloc(t * kvd * sizeof(float));
+  k->g = sf_alloc(t * (size_t)m->ffn * sizeof(float));
+  k->u = sf_alloc(t * (size_t)m->ffn * sizeof(float));
+  k->tmax = T;
+}
+
+/* ---------------------------------------------------------- products */
+
+/* A prefill's product, y (n × rows) = x (n × cols) · Wᵀ for n of 4 and
+ * more: each row of W dequantized once into f32 (the cost shared by the n
+ * rows of x), then dotted with four rows of x at a time, so each vector of
+ * W loaded serves four products.  sf__q_matmul's kernels convert every
+ * block again for every row of x, which makes a prefill of 128 tokens
+ * compute-bound on the conversions (4× slower here).  Split over the pool
+ * by rows of W; each product is one fixed order of operations, so the bits
+ * do not depend on the thread count. */
+typedef struct {
+  const sf__qmat *w;
+  const float *x;
+  int64_t n;
+  float *y;
+} pjob;
+
+#define PREFILL(SFX, F, L, ATTR)                                                       \
+  static ATTR float hsum_##SFX(F a) {                                                  \
+    float s = 0;                                                                       \
+    for (int k = 0; k < L; k++)                                                        \
+      s += a[k];                                                                       \
+    return s;                                                                          \
+  }                                                                                    \
+  static ATTR void pf_##SFX(void *ctx, int64_t lo, int64_t hi) {                       \
+    const pjob *J = ctx;                                                               \
+    const sf__qmat *w = J->w;                                                          \
+    int64_t c = w->cols, n = J->n, rows = w->rows;                                     \
+    float *wr = sf_alloc(sizeof(float) * (size_t)c);                                   \
+    for (int64_t r = lo; r < hi; r++) {                                                \
+      sf__q_dequant_row(w, r, wr);                                                     \
+      int64_t i = 0;                                                                   \
+      for (; i + 4 <= n; i += 4) {                                                     \
+        const float *x0 = J->x + i * c, *x1 = x0 + c, *x2 = x1 + c, *x3 = x2 + c;     \
+        F a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, v, u;                                \
+        int64_t j = 0;                                                                 \
+        for (; j + L <= c; j += L) {                                                   \
+          memcpy(&v, wr + j, sizeof v);                                                \
+          memcpy(&u, x0 + j, sizeof u);                                                \
+          a0 += v * u;                                                                 \
+          memcpy(&u, x1 + j, sizeof u);                                                \
+          a1 += v * u;                                                                 \
+          memcpy(&u, x2 + j, sizeof u);                                                \
+          a2 += v * u;                                                                 \
+          memcpy(&u, x3 + j, sizeof u);                                                \
+          a3 += v * u;                                                                 \
+        }                                                                              \
+        float s0 = hsum_##SFX(a0), s1 = hsum_##SFX(a1), s2 = hsum_##SFX(a2),           \
+              s3 = hsum_##SFX(a3);                                                     \
+        for (; j < c; j++) {                                                           \
+          s0 += wr[j] * x0[j];                                                         \
+          s1 += wr[j] * x1[j];                                                         \
+          s2 += wr[j] * x2[j];                                                         \
+          s3 += wr[j] * x3[j];                                                         \
+        }                                                                              \
+        J->y[i * rows + r] = s0;                                                       \
+        J->y[(i + 1) * rows + r] = s1;                                                 \
+        J->y[(i + 2) * rows + r] = s2;                                                 \
+        J->y[(i + 3) * rows + r] = s3;                                                 \
+      }                                                                                \
+      for (; i < n; i++) {                                                             \
+        const float *x0 = J->x + i * c;                                                \
+        F a0 = {0}, v, u;                                                              \
+        int64_t j = 0;                                                                 \
+        for (; j + L <= c; j += L) {                                                   \
+          memcpy(&v, wr + j, sizeof v);                                                \
+          memcpy(&u, x0 + j, sizeof u);                                                \
+          a0 += v * u;                                                                 \
+        }                                                                              \
+        float s0 = hsum_##SFX(a0);                                                     \
+        for (; j < c; j++)                                                             \
+          s0 += wr[j] * x0[j];                                                         \
+        J->y[i * rows + r] = s0;                                                       \
+      }                                                                                \
+    }                                                                                  \
+    sf_free(wr);                                                                       \
+  }
+
+PREFILL(sse, sf__f4, 4, )
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+PREFILL(avx2, sf__f8, 8, __attribute__((target("avx2,fma"))))
+PREFILL(avx512, sf__f16, 16, __attribute__((target("avx512f"))))
+#pragma GCC diagnostic pop
+#define PF_WIDE 1
+#endif
+
+typedef void (*pf_fn)(void *, int64_t, int64_t);
+
+static pf_fn pf_pick(void) {
+#ifdef PF_WIDE
+  /* the kernel sf__q_matmul chose (SFLOW_QUANT_KERNEL forces both) */
+  const char *k = sf__q_kernel();
+  if (!strcmp(k, "avx512"))
+    return pf_avx512;
+  if (!strcmp(k, "avx2"))
+    return pf_avx2;
+#endif
+  return pf_sse;
+}
+
+/* y = x · Wᵀ for n rows of x: the prefill product above from 4 rows on,
+ * else quant.c's streaming kernels (decode: each block read once). */
+static void product(const sf__qmat *w, const float *x, int64_t n, float *y) {
+  if (n < 4) {
+    sf__q_matmul(w, x, n, y);
+    return;
+  }
+  pjob J = {w, x, n, y};
+  int64_t grain = (int64_t)((1 << 20) / (w->cols * n));
+  sf__parallel_for(w->rows, grain > 4 ? grain : 4, pf_pick(), &J);
+}
+
+/* Decode's products that share their input (Wq, Wk, Wv; Wgate, Wup) as
+ * one split over the pool: their rows side by side, each chunk of rows
+ * through sf__q_matmul on that part of its weight.  Apart, each of
+ * SmolLM2's 576 × 576 products is below quant.c's bound for splitting and
+ * runs on one thread; together they split, and a layer waits for the pool
+ * four times instead of seven.  Each row's sum is the one sf__q_matmul
+ * computes, so the bits are its. */
+typedef struct {
+  const sf__qmat *w[3];
+  float *y[3];
+  int nw;
+  const float *x;
+} fjob;
+
+static void fused_rows(void *ctx, int64_t lo, int64_t hi) {
+  const fjob *J = ctx;
+  int64_t base = 0;
+  for (int i = 0; i < J->nw && lo < hi; i++) {
+    const sf__qmat *w = J->w[i];
+    int64_t a = lo - base, b = hi - base;
+    if (a < w->rows && b > 0) {
+      a = a > 0 ? a : 0;
+      b = b < w->rows ? b : w->rows;
+      sf__qmat sub = *w;
+      sub.rows = b - a;
+      sub.data = (const char *)w->data + (uint64_t)a * w->row_bytes;
+      sf__q_matmul(&sub, J->x, 1, J->y[i] + a);
+    }
+    base += w->rows;
+  }
+}
+
+static void products(int nw, const sf__qmat *const *w, const float *x, int64_t n, float **y) {
+  if (n != 1 || sf__pool_size() < 2) {
+    for (int i = 0; i < nw; i++)
+      product(w[i], x, n, y[i]);
+    return;
+  }
+  fjob J = {{0}, {0}, nw, x};
+  int64_t rows = 0;
+  for (int i = 0; i < nw; i++) {
+    J.w[i] = w[i];
+    J.y[i] = y[i];
+    rows += w[i]->rows;
+  }
+  int64_t grain = (int64_t)((64 << 10) / w[0]->row_bytes);
+  sf__parallel_for(rows, grain > 1 ? grain : 1, fused_rows, &J);
+}
+
+/* ---------------------------------------------------------- the layers */
+
+/* y = x / sqrt(mean(x²) + eps) * w, each of n rows of d. */
+static void rms(const float *x, const float *w, int64_t n, int64_t d, double eps, float *y) {
+  for (int64_t r = 0; r < n; r++) {
+    const float *xr = x + r * d;
+    double s = 0;
+    for (int64_t j = 0; j < d; j++)
+      s += (double)xr[j] * xr[j];
+    float f = (float)(1.0 / sqrt(s / (double)d + eps));
+    for (int64_t j = 0; j < d; j++)
+      y[r * d + j] = w[j] * (xr[j] * f);
+  }
+}
+
+/* Rotates adjacent pairs of the first rope_dim values of each head of n
+ * rows (heads × head_dim), row r at position pos0 + r. */
+static void rope(const model *m, float *x, int64_t n, int64_t heads, int64_t pos0) {
+  int64_t hd = m->head_dim, half = m->rope_dim / 2;
+  for (int64_t r = 0; r < n; r++)
+    for (int64_t i = 0; i < half; i++) {
+      float a = (float)(pos0 + r) * m->inv_freq[i];
+      float c = cosf(a), s = sinf(a);
+      for (int64_t h = 0; h < heads; h++) {
+        float *p = x + (r * heads + h) * hd + 2 * i;
+        float x0 = p[0], x1 = p[1];
+        p[0] = x0 * c - x1 * s;
+        p[1] = x0 * s + x1 * c;
+      }
+    }
+}
+
+typedef struct {
+  const model *m;
+  const cache *k;
+  int64_t layer, T, pos0;
+} attn_job;
+
+/* Tasks (t, h) of [lo, hi): query t's head h against keys 0 .. pos0 + t. */
+static void attn_rows(void *ctx, int64_t lo, int64_t hi) {
+  const attn_job *J = ctx;
+  const model *m = J->m;
+  const cache *k = J->k;
+  int64_t hd = m->head_dim, group = m->heads / m->kv_heads;
+  float *sc = sf_alloc(sizeof(float) * (size_t)(J->pos0 + J->T));
+  float scale = (float)(1.0 / sqrt((double)hd));
+  for (int64_t task = lo; task < hi; task++) {
+    int64_t t = task / m->heads, h = task % m->heads, kvh = h / group;
+    int64_t n = J->pos0 + t + 1;
+    const float *q = k->q + (t * m->heads + h) * hd;
+    size_t base = (size_t)((J->layer * m->kv_heads + kvh) * k->cap) * (size_t)hd;
+    const float *K = k->k + base, *V = k->v + base;
+    float mx = -INFINITY;
+    for (int64_t s = 0; s < n; s++) {
+      const float *ks = K + s * hd;
+      sf__f4 a = {0}, b = {0};
+      int64_t j = 0;
+      for (; j + 8 <= hd; j += 8) {
+        a += sf__ld4(q + j) * sf__ld4(ks + j);
+        b += sf__ld4(q + j + 4) * sf__ld4(ks + j + 4);
+      }
+      a += b;
+      float d = (a[0] + a[1]) + (a[2] + a[3]);
+      for (; j < hd; j++)
+        d += q[j] * ks[j];
+      sc[s] = d * scale;
+      if (sc[s] > mx)
+        mx = sc[s];
+    }
+    float sum = 0;
+    for (int64_t s = 0; s < n; s++) {
+      sc[s] = expf(sc[s] - mx);
+      sum += sc[s];
+    }
+    float *o = k->att + (t * m->heads + h) * hd;
+    for (int64_t j = 0; j < hd; j++)
+      o[j] = 0;
+    float inv = 1.0f / sum;
+    for (int64_t s = 0; s < n; s++) {
+      float p = sc[s] * inv;
+      const float *vs = V + s * hd;
+      int64_t j = 0;
+      for (; j + 4 <= hd; j += 4) {
+        sf__f4 acc = sf__ld4(o + j) + sf__ld4(vs + j) * p;
+        memcpy(o + j, &acc, sizeof acc);
+      }
+      for (; j < hd; j++)
+        o[j] += p * vs[j];
+    }
+  }
+  sf_free(sc);
+}
+
+static void layer(model *m, cache *k, int64_t l, int64_t T, int64_t pos0) {
+  const layer_w *w = &m->L[l];
+  int64_t d = m->dim, hd = m->head_dim, kvd = m->kv_heads * hd;
+  rms(k->x, w->attn_norm, T, d, m->eps, k->h);
+  const sf__qmat *qkv[] = {&w->wq, &w->wk, &w->wv};
+  float *qkv_y[] = {k->q, k->kk, k->vv};
+  products(3, qkv, k->h, T, qkv_y);
+  rope(m, k->q, T, m->heads, pos0);
+  rope(m, k->kk, T, m->kv_heads, pos0);
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t h = 0; h < m->kv_heads; h++) {
+      size_t at = ((size_t)((l * m->kv_heads + h) * k->cap + pos0 + t)) * (size_t)hd;
+      memcpy(k->k + at, k->kk + t * kvd + h * hd, sizeof(float) * (size_t)hd);
+      memcpy(k->v + at, k->vv + t * kvd + h * hd, sizeof(float) * (size_t)hd);
+    }
+  attn_job J = {m, k, l, T, pos0};
+  int64_t tasks = T * m->heads;
+  /* a task is about 2 · (pos0 + t) · head_dim multiply-adds */
+  if (tasks > 1 && (pos0 + T) * T * m->heads * hd >= (1 << 18))
+    sf__parallel_for(tasks, 1, attn_rows, &J);
+  else
+    attn_rows(&J, 0, tasks);
+  product(&w->wo, k->att, T, k->h);
+  for (int64_t i = 0; i < T * d; i++)
+    k->x[i] += k->h[i];
+  rms(k->x, w->ffn_norm, T, d, m->eps, k->h);
+  const sf__qmat *gu[] = {&w->gate, &w->up};
+  float *gu_y[] = {k->g, k->u};
+  products(2, gu, k->h, T, gu_y);
+  for (int64_t i = 0; i < T * m->ffn; i++) {
+    float g = k->g[i];
+    k->g[i] = g / (1.0f + expf(-g)) * k->u[i];
+  }
+  product(&w->down, k->g, T, k->h);
+  for (int64_t i = 0; i < T * d; i++)
+    k->x[i] += k->h[i];
+}
+
+sf_tensor *sf_std_llm_forward(const void *mv, const sf_type *mt, const void *c, const sf_type *ct,
+                              sf_array *ids, bool all, const sf_loc *loc) {
+  model *m = model_of(mv, mt, loc);
+  cache *k = cache_of(c, ct, "forward", loc);
+  if (k->m != m)
+    sf_runtime_error(loc, "llm.forward: the KV cache was made for %s, not %s", k->m->path, m->path);
+  int64_t T = ids ? ids->len : 0;
+  if (T < 1)
+    sf_runtime_error(loc, "llm.forward: no tokens (ids is empty)");
+  if (k->len + T > k->cap)
+    sf_runtime_error(loc, "llm.forward: %" PRId64 " tokens after the %" PRId64 " the cache holds "
+                     "exceed its capacity of %" PRId64 " (the model's context is %" PRId64 ")", T,
+                     k->len, k->cap, m->context);
+  const int64_t *id = ids->data;
+  for (int64_t t = 0; t < T; t++)
+    if (id[t] < 0 || id[t] >= m->vocab)
+      sf_runtime_error(loc, "llm.forward: ids[%" PRId64 "] = %" PRId64 " is not a token id (0 to %"
+                       PRId64 ")", t, id[t], m->vocab - 1);
+  scratch(k, T);
+  for (int64_t t = 0; t < T; t++)
+    sf__q_dequant_row(&m->embd, id[t], k->x + t * m->dim);
+  int64_t pos0 = k->len;
+  for (int64_t l = 0; l < m->layers; l++)
+    layer(m, k, l, T, pos0);
+  k->len += T;
+  int64_t n = all ? T : 1;
+  const float *last = k->x + (T - n) * m->dim;
+  rms(last, m->out_norm, n, m->dim, m->eps, k->h);
+  int64_t shape[2] = {n, m->vocab};
+  sf_tensor *y = sf__t_empty(2, shape, loc);
+  product(&m->out, k->h, n, sf__t_wdata(y));
+  return y;
+}
+
+int64_t sf_std_llm_argmax(sf_tensor *logits, const sf_loc *loc) {
+  logits = sf__t_arg(logits, "argmax", loc);
+  if (logits->numel < 1 || logits->ndim < 1)
+    sf_runtime_error(loc, "llm.argmax: an empty tensor");
+  int64_t v = logits->shape[logits->ndim - 1];
+  sf_tensor *c = sf__t_contig(logits);
+  const float *p = sf__t_data(c) + (c->numel - v);
+  int64_t best = 0;
+  for (int64_t i = 1; i < v; i++)
+    if (p[i] > p[best])
+      best = i;
+  sf_release(c);
+  return best;
+}
