@@ -320,8 +320,24 @@ def case_chat_answer(exe_dir, sflowc, model):
         int(np.argmax(got[t])) == ids[0] for t, ids in enumerate(pr["top_ids"]))
     check(ok, "chat --logits-out: [T, vocab] for the templated prompt, each row's argmax "
           "transformers'", "%s %s" % (got.shape, p2.stderr))
+    # Sampled: the same seed the same text, run after run; another seed
+    # (at a temperature where the top two tokens trade places) other text.
+    sampled = {}
+    for seed in ("1", "1", "2", "3"):
+        p4 = subprocess.run([exe, "--model", model, "--prompt", "Write a haiku about rain.",
+                             "--max-tokens", "24", "--temperature", "1.0", "--top-k", "50",
+                             "--top-p", "0.95", "--seed", seed],
+                            capture_output=True, text=True, timeout=300)
+        check(p4.returncode == 0, "chat --temperature 1 --seed %s runs" % seed, p4.stderr)
+        sampled.setdefault(seed, []).append(p4.stdout)
+    check(sampled["1"][0] == sampled["1"][1] and sampled["1"][0].strip(),
+          "chat --seed 1 twice: the same sampled text", repr(sampled["1"]))
+    check(len({sampled["1"][0], sampled["2"][0], sampled["3"][0]}) > 1,
+          "chat --seed 1, 2, 3: not all the same text", repr(sampled))
     for args, want in ((["--max-tokens", "0"], "--max-tokens is 0 (at least 1)"),
-                       (["--temperature", "0.7"], "only 0 (greedy) is supported")):
+                       (["--temperature", "-0.5"], "--temperature is -0.5"),
+                       (["--top-p", "0"], "--top-p is 0"),
+                       (["--top-k", "-1"], "--top-k is -1")):
         p3 = subprocess.run([exe, "--model", model, "--prompt", "hi"] + args,
                             capture_output=True, text=True, timeout=60)
         check(p3.returncode != 0 and want in p3.stderr and "internal" not in p3.stderr,
