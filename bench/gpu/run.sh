@@ -61,10 +61,17 @@ if [ "${1:-}" = prepare ]; then
   "$build/bin/sflowc" -O2 "$root/examples/digits_gpu.sflow" -o "$out/examples/digits_gpu" || exit 1
   cp "$root/examples/data/digits.csv" "$here/digits.py" "$out/examples/"
   mkdir -p "$out/cu"
-  # Each kernel file as the runtime embeds it (cmake/embed.cmake): the
-  # line that includes runtime/nn/kinds.h replaced by its text.
+  # Each kernel file as the runtime embeds it (cmake/embed.cmake): every
+  # line `#include "x.h"` replaced by the text of runtime/nn/x.h (kinds.h,
+  # counter.h, ...).
   for cu in "$root"/kernels/*.cu; do
-    sed -e '/^#include "kinds.h"/{r '"$root"'/runtime/nn/kinds.h' -e 'd}' "$cu" >"$out/cu/$(basename "$cu")"
+    awk -v dir="$root/runtime/nn" '
+      /^#include "[A-Za-z0-9_.]+"/ {
+        f = $2; gsub(/"/, "", f)
+        while ((getline line < (dir "/" f)) > 0) print line
+        close(dir "/" f); next
+      }
+      { print }' "$cu" >"$out/cu/$(basename "$cu")"
   done
   for src in "$root"/tests/gpu/programs/*.sflow "$root"/tests/run/kernels/*.sflow; do
     "$build/bin/sflowc" --emit=cuda "$src" > "$out/cu/$(basename "$src" .sflow).cu" 2>/dev/null || rm -f "$out/cu/$(basename "$src" .sflow).cu"
