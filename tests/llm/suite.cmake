@@ -3,9 +3,10 @@
 # oracle files of scripts/gen_llm_reference.py: the Python tokenizers'
 # ids of a 215 KB corpus from both loaders, the chat template's
 # renderings, gguf's dequantized rows, the decoder's logits and greedy
-# tokens against transformers', examples/chat.sflow, and bad input.  Needs the model of
+# tokens against transformers', examples/chat.sflow, llm.forward_batch
+# against forward row for row, and bad input.  Needs the model of
 # scripts/install-models.sh (make deps installs it).
-foreach(c bpe_gguf bpe_json chat gguf bad decoder chat_answer)
+foreach(c bpe_gguf bpe_json chat gguf bad decoder chat_answer batch)
   add_test(NAME llm/${c}
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/llm/llm_test.py
             --sflowc $<TARGET_FILE:sflowc> --case ${c})
