@@ -37,3 +37,12 @@ add_test(NAME llm/sample_hf
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/llm/sample_test.py
           --sflowc $<TARGET_FILE:sflowc>)
 set_tests_properties(llm/sample_hf PROPERTIES TIMEOUT 300)
+# examples/llm_serve.sflow over loopback HTTP (tests/llm/serve_test.py):
+# the real openai client streaming a greedy chat answer equal to
+# examples/chat.sflow's, 6 concurrent requests each equal to it alone and
+# batched together, bad fields answered 400 naming them, a client gone
+# mid-stream dropped while another completes.
+add_test(NAME llm/serve
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/llm/serve_test.py
+          --sflowc $<TARGET_FILE:sflowc>)
+set_tests_properties(llm/serve PROPERTIES TIMEOUT 600)
