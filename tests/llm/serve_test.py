@@ -15,6 +15,8 @@ Starts the server (SmolLM2-135M-Instruct, --port 0) and checks:
   bad       each bad field a 400 with an OpenAI error body naming it
   cancel    a client that disconnects mid-stream is dropped ("dropped" in
             the log) while a concurrent request completes unchanged
+  budget    --max-batch-tokens 100: 3 requests of 45 KV tokens run at most 2
+            at a time (the third waits), each equal to alone; 125 is a 400
 """
 import argparse
 import json
@@ -50,9 +52,9 @@ def check(ok, what, detail=""):
 
 
 class Server:
-    def __init__(self, exe, model):
+    def __init__(self, exe, model, extra=()):
         self.log = tempfile.NamedTemporaryFile(prefix="llm-serve-", suffix=".log", delete=False)
-        self.p = subprocess.Popen([exe, "--model", model, "--port", "0", "--max-batch", "16"],
+        self.p = subprocess.Popen([exe, "--model", model, "--port", "0", "--max-batch", "16"] + list(extra),
                                   stdout=self.log, stderr=subprocess.STDOUT)
         t0 = time.time()
         while True:
@@ -240,6 +242,31 @@ def case_cancel(srv):
     check(output(srv.url, "/v1/completions", other) == alone, "the server still answers after")
 
 
+def case_budget(exe, model):
+    """--max-batch-tokens 100: requests of 5 + 40 tokens run two at a time,
+    the third waits for room, all equal to alone; one of 120 is a 400."""
+    srv = Server(exe, model, ["--max-batch-tokens", "100"])
+    try:
+        body = {"prompt": "Once upon a time", "temperature": 0, "max_tokens": 40}
+        alone = output(srv.url, "/v1/completions", body)
+        got = [None] * 3
+        ts = [threading.Thread(target=lambda i=i: got.__setitem__(
+            i, output(srv.url, "/v1/completions", body))) for i in range(3)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        sizes = [int(l.split()[1]) for l in srv.text().splitlines() if l.startswith("batch ")]
+        check(all(g == alone for g in got) and sizes and max(sizes) <= 2,
+              "--max-batch-tokens 100: 3 requests of 45 tokens, batches %s, each equal to alone"
+              % sorted(set(sizes)), got)
+        status, text = post(srv.url, "/v1/completions", dict(body, max_tokens=120))
+        check(status == 400 and "--max-batch-tokens" in text and '"max_tokens"' in text,
+              "a request larger than --max-batch-tokens: 400 naming max_tokens", text)
+    finally:
+        srv.stop()
+
+
 def build(sflowc, src, out):
     subprocess.run([sflowc, src, "-o", out], check=True)
     return out
@@ -268,6 +295,7 @@ def main():
             case_cancel(srv)
         finally:
             srv.stop()
+        case_budget(exe, model)
     if failures:
         sys.exit("serve_test: %d check(s) failed" % len(failures))
     print("serve_test: all checks passed")
