@@ -18,12 +18,13 @@ pins=(
   babi-grammars==0.0.74 identify==2.6.20 cffi==2.1.1 pycparser==3.12
   numpy==2.4.6           # .npy files std.data must agree with (the same pin as the benches')
   prometheus-client==0.26.0  # its text-format parser reads std.serve's /metrics
+  openai==3.57.0         # the OpenAI Python client, against examples/llm_serve.sflow (tests/llm/serve_test.py)
 )
 stamp="$venv/sflow-pydeps.txt"
 want="${pins[*]}"
 
 if [ -x "$venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] &&
-   "$venv/bin/python" -c 'import babi.highlight, numpy, prometheus_client' 2>/dev/null; then
+   "$venv/bin/python" -c 'import babi.highlight, numpy, prometheus_client, openai' 2>/dev/null; then
   exit 0
 fi
 

@@ -571,6 +571,54 @@ typedef struct {
   int64_t layer, T, pos0;
 } attn_job;
 
+/* One query head q against the first n keys and values of kv head kvh of
+ * layer l of cache k: o (head_dim) = softmax(q · K / sqrt(hd)) · V, sc a
+ * scratch of n.  The one order of operations of prefill, decode and a
+ * batch's rows, so their bits agree. */
+static void attend(const model *m, const cache *k, int64_t l, int64_t kvh, const float *q,
+                   int64_t n, float *sc, float *o) {
+  int64_t hd = m->head_dim;
+  float scale = (float)(1.0 / sqrt((double)hd));
+  size_t base = (size_t)((l * m->kv_heads + kvh) * k->cap) * (size_t)hd;
+  const float *K = k->k + base, *V = k->v + base;
+  float mx = -INFINITY;
+  for (int64_t s = 0; s < n; s++) {
+    const float *ks = K + s * hd;
+    sf__f4 a = {0}, b = {0};
+    int64_t j = 0;
+    for (; j + 8 <= hd; j += 8) {
+      a += sf__ld4(q + j) * sf__ld4(ks + j);
+      b += sf__ld4(q + j + 4) * sf__ld4(ks + j + 4);
+    }
+    a += b;
+    float d = (a[0] + a[1]) + (a[2] + a[3]);
+    for (; j < hd; j++)
+      d += q[j] * ks[j];
+    sc[s] = d * scale;
+    if (sc[s] > mx)
+      mx = sc[s];
+  }
+  float sum = 0;
+  for (int64_t s = 0; s < n; s++) {
+    sc[s] = expf(sc[s] - mx);
+    sum += sc[s];
+  }
+  for (int64_t j = 0; j < hd; j++)
+    o[j] = 0;
+  float inv = 1.0f / sum;
+  for (int64_t s = 0; s < n; s++) {
+    float p = sc[s] * inv;
+    const float *vs = V + s * hd;
+    int64_t j = 0;
+    for (; j + 4 <= hd; j += 4) {
+      sf__f4 acc = sf__ld4(o + j) + sf__ld4(vs + j) * p;
+      memcpy(o + j, &acc, sizeof acc);
+    }
+    for (; j < hd; j++)
+      o[j] += p * vs[j];
+  }
+}
+
 /* Tasks (t, h) of [lo, hi): query t's head h against keys 0 .. pos0 + t. */
 static void attn_rows(void *ctx, int64_t lo, int64_t hi) {
   const attn_job *J = ctx;
@@ -578,50 +626,10 @@ static void attn_rows(void *ctx, int64_t lo, int64_t hi) {
   const cache *k = J->k;
   int64_t hd = m->head_dim, group = m->heads / m->kv_heads;
   float *sc = sf_alloc(sizeof(float) * (size_t)(J->pos0 + J->T));
-  float scale = (float)(1.0 / sqrt((double)hd));
   for (int64_t task = lo; task < hi; task++) {
-    int64_t t = task / m->heads, h = task % m->heads, kvh = h / group;
-    int64_t n = J->pos0 + t + 1;
-    const float *q = k->q + (t * m->heads + h) * hd;
-    size_t base = (size_t)((J->layer * m->kv_heads + kvh) * k->cap) * (size_t)hd;
-    const float *K = k->k + base, *V = k->v + base;
-    float mx = -INFINITY;
-    for (int64_t s = 0; s < n; s++) {
-      const float *ks = K + s * hd;
-      sf__f4 a = {0}, b = {0};
-      int64_t j = 0;
-      for (; j + 8 <= hd; j += 8) {
-        a += sf__ld4(q + j) * sf__ld4(ks + j);
-        b += sf__ld4(q + j + 4) * sf__ld4(ks + j + 4);
-      }
-      a += b;
-      float d = (a[0] + a[1]) + (a[2] + a[3]);
-      for (; j < hd; j++)
-        d += q[j] * ks[j];
-      sc[s] = d * scale;
-      if (sc[s] > mx)
-        mx = sc[s];
-    }
-    float sum = 0;
-    for (int64_t s = 0; s < n; s++) {
-      sc[s] = expf(sc[s] - mx);
-      sum += sc[s];
-    }
-    float *o = k->att + (t * m->heads + h) * hd;
-    for (int64_t j = 0; j < hd; j++)
-      o[j] = 0;
-    float inv = 1.0f / sum;
-    for (int64_t s = 0; s < n; s++) {
-      float p = sc[s] * inv;
-      const float *vs = V + s * hd;
-      int64_t j = 0;
-      for (; j + 4 <= hd; j += 4) {
-        sf__f4 acc = sf__ld4(o + j) + sf__ld4(vs + j) * p;
-        memcpy(o + j, &acc, sizeof acc);
-      }
-      for (; j < hd; j++)
-        o[j] += p * vs[j];
-    }
+    int64_t t = task / m->heads, h = task % m->heads;
+    attend(m, k, J->layer, h / group, k->q + (t * m->heads + h) * hd, J->pos0 + t + 1, sc,
+           k->att + (t * m->heads + h) * hd);
   }
   sf_free(sc);
 }
@@ -695,6 +703,129 @@ sf_tensor *sf_std_llm_forward(const void *mv, const sf_type *mt, const void *c, 
   int64_t shape[2] = {n, m->vocab};
   sf_tensor *y = sf__t_empty(2, shape, loc);
   product(&m->out, k->h, n, sf__t_wdata(y));
+  return y;
+}
+
+/* ---------------------------------------------------------- a batch */
+
+/* One decode step of n sequences: token ids[i] at position len(caches[i])
+ * of caches[i].  The products run once over the n rows, through
+ * sf__q_matmul (not the prefill kernel of product, whose sums for n >= 4
+ * are in another order): each row of W is read once for the n rows of x
+ * and dotted with each by the kernel decode uses, so row i's bits are
+ * forward(m, caches[i], [ids[i]])'s whatever n and the thread count.
+ * Attention, RoPE and the norms run per row against the row's own cache.
+ * The scratch is the batch's, allocated per call (a step's cost is the
+ * weights, not these few hundred KB). */
+typedef struct {
+  const model *m;
+  cache **c;
+  const int64_t *pos;
+  int64_t n, layer, maxn;
+  const float *q;
+  float *att;
+} battn_job;
+
+static void battn_rows(void *ctx, int64_t lo, int64_t hi) {
+  const battn_job *J = ctx;
+  const model *m = J->m;
+  int64_t hd = m->head_dim, group = m->heads / m->kv_heads;
+  float *sc = sf_alloc(sizeof(float) * (size_t)J->maxn);
+  for (int64_t task = lo; task < hi; task++) {
+    int64_t i = task / m->heads, h = task % m->heads;
+    attend(m, J->c[i], J->layer, h / group, J->q + (i * m->heads + h) * hd, J->pos[i] + 1, sc,
+           J->att + (i * m->heads + h) * hd);
+  }
+  sf_free(sc);
+}
+
+sf_tensor *sf_std_llm_forward_batch(const void *mv, const sf_type *mt, sf_array *cs, sf_array *ids,
+                                    const sf_loc *loc) {
+  model *m = model_of(mv, mt, loc);
+  int64_t n = cs ? cs->len : 0;
+  if (n < 1)
+    sf_runtime_error(loc, "llm.forward_batch: no sequences (caches is empty)");
+  if (!ids || ids->len != n)
+    sf_runtime_error(loc, "llm.forward_batch: %" PRId64 " caches but %" PRId64 " ids (one token "
+                     "per sequence)", n, ids ? ids->len : 0);
+  const int64_t *id = ids->data;
+  cache **c = sf_alloc(sizeof(cache *) * (size_t)n);
+  int64_t *pos = sf_alloc(sizeof(int64_t) * (size_t)n);
+  int64_t maxn = 1, work = 0;
+  for (int64_t i = 0; i < n; i++) {
+    c[i] = cache_of(sf__array_at(cs, i), cs->elem, "forward_batch", loc);
+    if (c[i]->m != m)
+      sf_runtime_error(loc, "llm.forward_batch: caches[%" PRId64 "] was made for %s, not %s", i,
+                       c[i]->m->path, m->path);
+    for (int64_t j = 0; j < i; j++)
+      if (c[j] == c[i])
+        sf_runtime_error(loc, "llm.forward_batch: caches[%" PRId64 "] and caches[%" PRId64 "] are "
+                         "the same cache", j, i);
+    if (c[i]->len + 1 > c[i]->cap)
+      sf_runtime_error(loc, "llm.forward_batch: caches[%" PRId64 "] is full (%" PRId64 " tokens, "
+                       "its capacity)", i, c[i]->cap);
+    if (id[i] < 0 || id[i] >= m->vocab)
+      sf_runtime_error(loc, "llm.forward_batch: ids[%" PRId64 "] = %" PRId64 " is not a token id "
+                       "(0 to %" PRId64 ")", i, id[i], m->vocab - 1);
+    pos[i] = c[i]->len;
+    if (pos[i] + 1 > maxn)
+      maxn = pos[i] + 1;
+    work += (pos[i] + 1) * m->heads * m->head_dim;
+  }
+  int64_t d = m->dim, hd = m->head_dim, kvd = m->kv_heads * hd;
+  size_t N = (size_t)n;
+  float *x = sf_alloc(N * (size_t)d * sizeof(float)), *h = sf_alloc(N * (size_t)d * sizeof(float));
+  float *q = sf_alloc(N * (size_t)d * sizeof(float)), *att = sf_alloc(N * (size_t)d * sizeof(float));
+  float *kk = sf_alloc(N * (size_t)kvd * sizeof(float)), *vv = sf_alloc(N * (size_t)kvd * sizeof(float));
+  float *g = sf_alloc(N * (size_t)m->ffn * sizeof(float)), *u = sf_alloc(N * (size_t)m->ffn * sizeof(float));
+  for (int64_t i = 0; i < n; i++)
+    sf__q_dequant_row(&m->embd, id[i], x + i * d);
+  for (int64_t l = 0; l < m->layers; l++) {
+    const layer_w *w = &m->L[l];
+    rms(x, w->attn_norm, n, d, m->eps, h);
+    sf__q_matmul(&w->wq, h, n, q);
+    sf__q_matmul(&w->wk, h, n, kk);
+    sf__q_matmul(&w->wv, h, n, vv);
+    for (int64_t i = 0; i < n; i++) {
+      rope(m, q + i * d, 1, m->heads, pos[i]);
+      rope(m, kk + i * kvd, 1, m->kv_heads, pos[i]);
+      for (int64_t k = 0; k < m->kv_heads; k++) {
+        size_t at = ((size_t)((l * m->kv_heads + k) * c[i]->cap + pos[i])) * (size_t)hd;
+        memcpy(c[i]->k + at, kk + i * kvd + k * hd, sizeof(float) * (size_t)hd);
+        memcpy(c[i]->v + at, vv + i * kvd + k * hd, sizeof(float) * (size_t)hd);
+      }
+    }
+    battn_job J = {m, c, pos, n, l, maxn, q, att};
+    int64_t tasks = n * m->heads;
+    if (work >= (1 << 18))
+      sf__parallel_for(tasks, 1, battn_rows, &J);
+    else
+      battn_rows(&J, 0, tasks);
+    sf__q_matmul(&w->wo, att, n, h);
+    for (int64_t i = 0; i < n * d; i++)
+      x[i] += h[i];
+    rms(x, w->ffn_norm, n, d, m->eps, h);
+    sf__q_matmul(&w->gate, h, n, g);
+    sf__q_matmul(&w->up, h, n, u);
+    for (int64_t i = 0; i < n * m->ffn; i++) {
+      float gi = g[i];
+      g[i] = gi / (1.0f + expf(-gi)) * u[i];
+    }
+    sf__q_matmul(&w->down, g, n, h);
+    for (int64_t i = 0; i < n * d; i++)
+      x[i] += h[i];
+  }
+  for (int64_t i = 0; i < n; i++)
+    c[i]->len++;
+  rms(x, m->out_norm, n, d, m->eps, h);
+  int64_t shape[2] = {n, m->vocab};
+  sf_tensor *y = sf__t_empty(2, shape, loc);
+  sf__q_matmul(&m->out, h, n, sf__t_wdata(y));
+  float *bufs[] = {x, h, q, att, kk, vv, g, u};
+  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+    sf_free(bufs[i]);
+  sf_free(c);
+  sf_free(pos);
   return y;
 }
 

@@ -23,6 +23,8 @@ sf_tensor *sf_std_llm_forward(const void *m, const sf_type *mt, const void *c, c
                               sf_array *ids, bool all, const sf_loc *loc);
 /* argmax(logits) -> i64: the index of the largest value of the last row
  * (the first of equal ones, as torch.argmax). */
+sf_tensor *sf_std_llm_forward_batch(const void *m, const sf_type *mt, sf_array *caches,
+                                    sf_array *ids, const sf_loc *loc);
 int64_t sf_std_llm_argmax(sf_tensor *logits, const sf_loc *loc);
 
 #endif

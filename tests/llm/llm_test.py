@@ -236,6 +236,34 @@ def load_logits():
     return json.load(open(os.path.join(HERE, "logits.json")))
 
 
+def case_batch(exe_dir, sflowc, model):
+    """llm.forward_batch: rows bitwise forward's alone, at 1 and 2 threads,
+    n = 1, 2, 5 at different lengths, regrouped; bad batches named."""
+    exe = build(sflowc, "batch", exe_dir)
+    for threads in ("1", "2"):
+        p = subprocess.run([exe, "--gguf", model, "--threads", threads], capture_output=True,
+                           text=True, timeout=600)
+        check(p.returncode == 0, "batch runs at --threads " + threads, p.stderr)
+        for n in (1, 2, 5):
+            check("batch %d bitwise true" % n in p.stdout,
+                  "forward_batch of %d sequences: every row bitwise forward's (threads %s)"
+                  % (n, threads), p.stdout)
+        for n in (2, 5):
+            check("regrouped %d true" % n in p.stdout,
+                  "a batch regrouped from %d: rows still forward's" % n, p.stdout)
+    other = os.path.join(exe_dir, "other.gguf")
+    os.symlink(model, other)
+    for what, want in (("len", "1 caches but 2 ids"),
+                       ("same", "caches[0] and caches[1] are the same cache"),
+                       ("full", "caches[0] is full (4 tokens, its capacity)"),
+                       ("model", "caches[1] was made for " + other),
+                       ("empty", "no sequences (caches is empty)")):
+        p = subprocess.run([exe, "--gguf", model, "--what", what, "--other", other],
+                           capture_output=True, text=True, timeout=60)
+        check(p.returncode == 70 and "llm.forward_batch: " + want in p.stderr,
+              "forward_batch %s: exit %d, says %r" % (what, p.returncode, want), p.stderr.strip())
+
+
 def case_decoder(exe_dir, sflowc, model):
     sys.path.insert(0, os.path.dirname(HERE))
     import pydeps
@@ -370,7 +398,7 @@ def case_gpu_emu(exe_dir, sflowc, model):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sflowc", required=True)
-    ap.add_argument("--case", required=True, choices=["bpe_gguf", "bpe_json", "chat", "gguf", "bad", "gpu_emu", "decoder", "chat_answer"])
+    ap.add_argument("--case", required=True, choices=["bpe_gguf", "bpe_json", "chat", "gguf", "bad", "gpu_emu", "decoder", "chat_answer", "batch"])
     ap.add_argument("--models", default=None, help="default: $SFLOW_MODELS or <build>/models")
     args = ap.parse_args()
     build_dir = os.path.dirname(os.path.dirname(os.path.abspath(args.sflowc)))

@@ -3,9 +3,10 @@
 # oracle files of scripts/gen_llm_reference.py: the Python tokenizers'
 # ids of a 215 KB corpus from both loaders, the chat template's
 # renderings, gguf's dequantized rows, the decoder's logits and greedy
-# tokens against transformers', examples/chat.sflow, and bad input.  Needs the model of
+# tokens against transformers', examples/chat.sflow, llm.forward_batch
+# against forward row for row, and bad input.  Needs the model of
 # scripts/install-models.sh (make deps installs it).
-foreach(c bpe_gguf bpe_json chat gguf bad decoder chat_answer)
+foreach(c bpe_gguf bpe_json chat gguf bad decoder chat_answer batch)
   add_test(NAME llm/${c}
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/llm/llm_test.py
             --sflowc $<TARGET_FILE:sflowc> --case ${c})
@@ -36,3 +37,12 @@ add_test(NAME llm/sample_hf
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/llm/sample_test.py
           --sflowc $<TARGET_FILE:sflowc>)
 set_tests_properties(llm/sample_hf PROPERTIES TIMEOUT 300)
+# examples/llm_serve.sflow over loopback HTTP (tests/llm/serve_test.py):
+# the real openai client streaming a greedy chat answer equal to
+# examples/chat.sflow's, 6 concurrent requests each equal to it alone and
+# batched together, bad fields answered 400 naming them, a client gone
+# mid-stream dropped while another completes.
+add_test(NAME llm/serve
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/llm/serve_test.py
+          --sflowc $<TARGET_FILE:sflowc>)
+set_tests_properties(llm/serve PROPERTIES TIMEOUT 600)
