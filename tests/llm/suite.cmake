@@ -28,3 +28,10 @@ add_test(NAME llm/gpu_emu
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/llm/llm_test.py
           --sflowc $<TARGET_FILE:sflowc> --case gpu_emu)
 set_tests_properties(llm/gpu_emu PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV}" TIMEOUT 300)
+# bench/llm/llamacpp.py's serving client (SSE over loopback against a
+# paced Python server) and its table with nothing built (no figure
+# invented); needs neither llama.cpp nor the model.
+add_test(NAME llm/bench_harness
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/llm/bench_harness_test.py
+          --root ${CMAKE_SOURCE_DIR})
+set_tests_properties(llm/bench_harness PROPERTIES TIMEOUT 120)
