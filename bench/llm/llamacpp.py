@@ -231,7 +231,7 @@ class LlamaCpp:
                                      "--no-warmup", "--ignore-eos"])
         if rc != 0:
             raise RuntimeError("llama-completion exited %d: %s" % (rc, err[-500:]))
-        info = [l for l in err.splitlines() if l.startswith("system_info")]
+        info = [l[l.index("system_info"):] for l in (err + out).splitlines() if "system_info" in l]
         return {"rss_mib": mib, "system_info": info[0] if info else None}
 
     def serve(self, model, threads, clients_list):
