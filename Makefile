@@ -5,7 +5,7 @@ PREFIX  ?= /usr/local
 JOBS    ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build demo test install clean fuzz bench bench-embed bench-tasks bench-collectives bench-floatfmt bench-data bench-tokenizer bench-wordcount bench-serve bench-train golden-update tsan soak-resume soak-journal
+.PHONY: all deps configure build demo test install clean fuzz bench bench-embed bench-tasks bench-collectives bench-floatfmt bench-data bench-tokenizer bench-wordcount bench-llm bench-serve bench-train golden-update tsan soak-resume soak-journal
 
 all: build
 
@@ -99,6 +99,15 @@ bench-tokenizer: build
 # Python, collections.Counter and a C hash table (bench/wordcount/run.py).
 bench-wordcount: build
 	@python3 bench/wordcount/run.py --sflowc $(BUILD)/bin/sflowc
+
+# SmolLM2-135M-Instruct (Q4_1 GGUF) beside llama.cpp, built from the pinned
+# llama-cpp-python sdist on first use (bench/llm/setup-llamacpp.sh, many
+# minutes on 2 cores), and transformers where build/llmref has it: prompt
+# and decode tokens/s, peak RSS, serving 1 and 16 clients with TTFT
+# (bench/llm/llamacpp.py; docs/performance.md).
+bench-llm: build
+	@bash bench/llm/setup-llamacpp.sh
+	@python3 bench/llm/llamacpp.py --build $(BUILD)
 
 # std.serve beside Ray Serve 2.60.0: requests/s and p50/p99 under wrk on
 # loopback, a no-op and the digits MLP, batching on and off

@@ -46,3 +46,10 @@ add_test(NAME llm/serve
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/llm/serve_test.py
           --sflowc $<TARGET_FILE:sflowc>)
 set_tests_properties(llm/serve PROPERTIES TIMEOUT 600)
+# bench/llm/llamacpp.py's serving client (SSE over loopback against a
+# paced Python server) and its table with nothing built (no figure
+# invented); needs neither llama.cpp nor the model.
+add_test(NAME llm/bench_harness
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/llm/bench_harness_test.py
+          --root ${CMAKE_SOURCE_DIR})
+set_tests_properties(llm/bench_harness PROPERTIES TIMEOUT 120)
