@@ -27,8 +27,8 @@ $SFLOW_LLAMACPP/bin): `llama-bench -p 128 -n 64 -t T -o json`,
 (continuous batching, its default) for serving.
 
 sflow: `build/bin/sflowc` compiles
-  - bench/llm/decode.sflow (`--path FILE --threads T`, printing the lines
-    `RESULT pp128 <tok/s>` and `RESULT tg64 <tok/s>`) for decode();
+  - bench/llm/decode.sflow (`--path FILE --threads T`, printing
+    `RESULT llm_decode prompt=128 gen=64 prefill_tok_s=X decode_tok_s=Y`) for decode();
   - examples/chat.sflow (`--model FILE --prompt TEXT --max-tokens 64
     --temperature 0 --threads T`) under wait4() for rss();
   - examples/llm_serve.sflow (`--model FILE --port P --threads T`) for
@@ -284,10 +284,12 @@ class Sflow:
         out = {}
         for l in p.stdout.splitlines():
             f = l.split()
-            if len(f) >= 3 and f[0] == "RESULT" and f[1] in ("pp128", "tg64"):
-                out[f[1]] = float(f[2])
+            if len(f) >= 2 and f[0] == "RESULT" and f[1] == "llm_decode":
+                kv = dict(x.split("=", 1) for x in f[2:] if "=" in x)
+                out["pp128"] = float(kv["prefill_tok_s"])
+                out["tg64"] = float(kv["decode_tok_s"])
         if not out:
-            raise RuntimeError("bench/llm/decode.sflow printed no RESULT pp128/tg64 line:\n" + p.stdout[-500:])
+            raise RuntimeError("bench/llm/decode.sflow printed no RESULT llm_decode line:\n" + p.stdout[-500:])
         return out
 
     def rss(self, model, threads):
@@ -307,7 +309,7 @@ class Sflow:
             return None
         port = free_port()
         argv = [exe, "--model", model, "--port", str(port), "--threads", str(threads)]
-        return serve_with(argv, port, "/v1/models", clients_list, self.args.requests, self.args.tokens,
+        return serve_with(argv, port, "/healthz", clients_list, self.args.requests, self.args.tokens,
                           os.path.join(self.args.logdir, "llm_serve-t%d.log" % threads))
 
 
