@@ -684,56 +684,42 @@ static void counted(const char *what, int64_t m0, const sf__coll_buf *b) {
 
 static int64_t count_start(void) { return sf__metrics_on ? sf__mono_ns() : 0; }
 
-static void allreduce(sf_array *a, bool mean, const char *what, const sf_loc *loc) {
+/* The reducing collectives, one path: the checks, one call of the
+ * group's transport, its trace span and its metrics.  A group of one
+ * changes nothing (its shard is the whole array). */
+enum { ALLREDUCE, REDUCE_SCATTER, ALL_GATHER };
+
+static void reduce_call(int op, sf_array *a, bool mean, const char *what, const sf_loc *loc) {
   int64_t rank;
   sf__comm *c = mine(&rank);
   if (a && !numeric(a->elem))
-    sf_runtime_error(loc, "%s: arrays of %s cannot be reduced", what, a->elem->name);
+    sf_runtime_error(loc, "%s: arrays of %s cannot be %s", what, a->elem->name,
+                     op == ALL_GATHER ? "gathered in shards" : "reduced");
   if (!c || c->n <= 1)
     return;
   sf__coll_buf b = buf_of(a, &sf_type_f32, what);
   double t0 = sf__trace_now();
   int64_t m0 = count_start();
-  c->t->allreduce(c->ts, rank, &b, mean, loc);
+  switch (op) {
+  case ALLREDUCE: c->t->allreduce(c->ts, rank, &b, mean, loc); break;
+  case REDUCE_SCATTER: c->t->reduce_scatter(c->ts, rank, &b, mean, loc); break;
+  default: c->t->all_gather(c->ts, rank, &b, loc); break;
+  }
   traced(what, t0);
   counted(what, m0, &b);
 }
 
-void sf_allreduce_sum(sf_array *a, const sf_loc *loc) { allreduce(a, false, "allreduce_sum", loc); }
-void sf_allreduce_mean(sf_array *a, const sf_loc *loc) { allreduce(a, true, "allreduce_mean", loc); }
-
-/* The sharded collectives: one call of the group's transport, a group of
- * one changes nothing (its shard is the whole array). */
+void sf_allreduce_sum(sf_array *a, const sf_loc *loc) {
+  reduce_call(ALLREDUCE, a, false, "allreduce_sum", loc);
+}
+void sf_allreduce_mean(sf_array *a, const sf_loc *loc) {
+  reduce_call(ALLREDUCE, a, true, "allreduce_mean", loc);
+}
 void sf__reduce_scatter(sf_array *a, bool mean, const sf_loc *loc) {
-  const char *what = "reduce_scatter";
-  int64_t rank;
-  sf__comm *c = mine(&rank);
-  if (a && !numeric(a->elem))
-    sf_runtime_error(loc, "%s: arrays of %s cannot be reduced", what, a->elem->name);
-  if (!c || c->n <= 1)
-    return;
-  sf__coll_buf b = buf_of(a, &sf_type_f32, what);
-  double t0 = sf__trace_now();
-  int64_t m0 = count_start();
-  c->t->reduce_scatter(c->ts, rank, &b, mean, loc);
-  traced(what, t0);
-  counted(what, m0, &b);
+  reduce_call(REDUCE_SCATTER, a, mean, "reduce_scatter", loc);
 }
-
 void sf__all_gather(sf_array *a, const sf_loc *loc) {
-  const char *what = "all_gather";
-  int64_t rank;
-  sf__comm *c = mine(&rank);
-  if (a && !numeric(a->elem))
-    sf_runtime_error(loc, "%s: arrays of %s cannot be gathered in shards", what, a->elem->name);
-  if (!c || c->n <= 1)
-    return;
-  sf__coll_buf b = buf_of(a, &sf_type_f32, what);
-  double t0 = sf__trace_now();
-  int64_t m0 = count_start();
-  c->t->all_gather(c->ts, rank, &b, loc);
-  traced(what, t0);
-  counted(what, m0, &b);
+  reduce_call(ALL_GATHER, a, false, "all_gather", loc);
 }
 
 void sf_broadcast(sf_array *a, int64_t root, const sf_loc *loc) {
