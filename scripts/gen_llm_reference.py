@@ -35,10 +35,11 @@ from the Python reference implementations (docs/llm.md, "Testing"):
                       add_generation_prompt=True), its greedy answer
                       (64 tokens at most, special tokens skipped).
                       --logits-only writes this file alone, the others
-                      untouched.  (install-benchdeps.sh --llm's pins of
-                      tokenizers 0.23.3 and transformers 4.57.3 conflict:
-                      pip installed transformers with its own tokenizers
-                      for the run of 2026-12-02.)
+                      untouched.  transformers 4.57.3 takes tokenizers
+                      <= 0.23.0, so the SFLOW_LLMREF_LOGITS=1 venv holds
+                      tokenizers 0.22.2 and serves --logits-only alone:
+                      the BPE oracle is made with 0.23.3 (the venv without
+                      SFLOW_LLMREF_LOGITS), and the script refuses another.
 
 Needs a venv with gguf, tokenizers, jinja2 and numpy
 (scripts/install-benchdeps.sh --llm makes build/llmref; --logits also
@@ -61,6 +62,7 @@ from gguf.quants import dequantize
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "tests", "llm")
 SEP = "\n=====sflow-record=====\n"
+BPE_TOKENIZERS = "0.23.3"  # the ids of corpus_ids.txt.gz (install-benchdeps.sh --llm's pin)
 MODEL = os.path.join(ROOT, "build", "models", "smollm2-135m-instruct",
                      "SmolLM2-135M-Instruct.Q4_1.gguf")
 
@@ -235,6 +237,11 @@ def main():
         with open(os.path.join(OUT, "logits.json"), "w") as f:
             json.dump(logits(args.model, tok), f)
         return
+    import tokenizers
+    if tokenizers.__version__ != BPE_TOKENIZERS:
+        raise SystemExit("gen_llm_reference: the BPE oracle is tokenizers %s's, this venv has %s "
+                         "(the SFLOW_LLMREF_LOGITS=1 venv serves --logits-only alone)"
+                         % (BPE_TOKENIZERS, tokenizers.__version__))
     recs = corpus()
     with open(os.path.join(OUT, "corpus.txt"), "w", encoding="utf-8", newline="") as f:
         f.write(SEP.join(recs))

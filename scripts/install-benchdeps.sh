@@ -28,6 +28,11 @@ if [ "${1:-}" = "--llm" ]; then
     numpy==2.4.6        # gguf's arrays, the .npy oracle files
   )
   if [ "${SFLOW_LLMREF_LOGITS:-}" = 1 ]; then
+    # transformers 4.57.3 takes tokenizers <= 0.23.0, so this venv holds
+    # 0.22.2 in place of the BPE oracle's 0.23.3: make the BPE oracle
+    # (gen_llm_reference.py without --logits-only) in a venv made without
+    # SFLOW_LLMREF_LOGITS (the script refuses another tokenizers there).
+    pins=("${pins[@]/tokenizers==0.23.3/tokenizers==0.22.2}")
     pins+=(
       torch==2.9.1         # transformers' model (CPU is enough)
       transformers==4.57.3 # loads the GGUF, dequantized: the logits oracle

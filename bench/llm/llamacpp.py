@@ -37,7 +37,7 @@ A program that is missing prints "sflow: not built yet (... missing)";
 no figure is ever filled in for it.
 
 transformers: the venv scripts/install-benchdeps.sh --llm makes with
-SFLOW_LLMREF_LOGITS=1 (build/llmref, /work/llmref, or $SFLOW_LLMREF):
+SFLOW_LLMREF_LOGITS=1 (build/llmref, or $SFLOW_LLMREF):
 transformers loads the same GGUF dequantized to f32, torch at T threads,
 prefill of 128 tokens and 64 greedy steps with the KV cache.
 
@@ -352,7 +352,7 @@ class Transformers:
     def __init__(self, args):
         self.args = args
         self.py = None
-        for d in (os.environ.get("SFLOW_LLMREF"), os.path.join(args.build, "llmref"), "/work/llmref"):
+        for d in (os.environ.get("SFLOW_LLMREF"), os.path.join(args.build, "llmref")):
             if d and os.access(os.path.join(d, "bin", "python"), os.X_OK):
                 py = os.path.join(d, "bin", "python")
                 if subprocess.run([py, "-c", "import torch, transformers, gguf"],
