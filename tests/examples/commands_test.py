@@ -129,7 +129,8 @@ def adapt(cmds, tmp, where):
                 notes.append("not run (needs SSH hosts): " + orig)
                 continue
             c = re.sub(r"(\./finetune\b[^#&]*?)(\s*#.*)?$", lambda m: m.group(1) + SMALL_FINETUNE, c)
-        if re.search(r"\./serve\b", c):
+        if re.search(r"\./\w+\b[^#]*--port\b", c):
+            # A server (an executable given --port: ./serve, ./llm_serve).
             # `sflowc ... && ./serve ...`: the compile first, then the
             # server alone in the background, so that %1 is the server.
             if " && " in c:
