@@ -80,7 +80,11 @@ def main():
     import llamacpp as L
 
     fails = []
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    # 16 clients connect at once: socketserver's default backlog of 5
+    # resets the rest when the machine is loaded (ECONNRESET seen in CI-like runs).
+    class Server(http.server.ThreadingHTTPServer):
+        request_queue_size = 128
+    srv = Server(("127.0.0.1", 0), Handler)
     port = srv.server_address[1]
     threading.Thread(target=srv.serve_forever, daemon=True).start()
 
