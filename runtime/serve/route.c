@@ -288,10 +288,7 @@ void sf__route_count(sf__server *s, sf__route *r, int status, double seconds) {
       c = i;
   pthread_mutex_lock(&r->mu);
   r->codes[c]++;
-  int b = 0;
-  while (b < SF__LAT_BUCKETS && seconds > sf__lat_le[b])
-    b++;
-  r->lat_hist[b]++;
+  r->lat_hist[sf__lat_bucket(seconds)]++;
   r->lat_count++;
   r->lat_sum += seconds;
   pthread_mutex_unlock(&r->mu);
@@ -309,6 +306,13 @@ void sf__route_wake_all(sf__server *s) {
       pthread_mutex_unlock(&e->mu);
     }
   }
+}
+
+int sf__lat_bucket(double seconds) {
+  int b = 0;
+  while (b < SF__LAT_BUCKETS && seconds > sf__lat_le[b])
+    b++;
+  return b;
 }
 
 char *sf__error_body(const char *msg, size_t *len) {

@@ -57,6 +57,8 @@ extern sf__mhd_api sf__mhd;
 #define SF__LAT_BUCKETS 14
 #define SF__BATCH_BUCKETS 9
 extern const double sf__lat_le[SF__LAT_BUCKETS];
+/* The histogram bucket of a latency in seconds (SF__LAT_BUCKETS: +Inf). */
+int sf__lat_bucket(double seconds);
 extern const double sf__batch_le[SF__BATCH_BUCKETS];
 
 /* One request, from its whole body to its answer.  The connection's

@@ -86,10 +86,7 @@ static void begin_stream(sf__sreq *q) {
   double first = (double)(sf__mono_ns() - q->arrived_ns) * 1e-9;
   pthread_mutex_lock(&rt->mu);
   rt->streams_open++;
-  int b = 0;
-  while (b < SF__LAT_BUCKETS && first > sf__lat_le[b])
-    b++;
-  rt->first_hist[b]++;
+  rt->first_hist[sf__lat_bucket(first)]++;
   rt->first_count++;
   rt->first_sum += first;
   pthread_mutex_unlock(&rt->mu);
