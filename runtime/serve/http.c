@@ -101,8 +101,13 @@ bool sf__bearer_ok(struct MHD_Connection *c, const char *token, size_t len) {
  * Each connection therefore has a deadline for its next request's head:
  * head_timeout_s after it opened or after its previous answer was sent;
  * the head's arrival (on_request's first call) lifts it.  The reaper
- * thread answers a connection past it 408 and shuts its socket down,
- * which ends libmicrohttpd's read on it and so the connection.  One that
+ * thread answers a connection past it 408 and shuts its sending side
+ * down; a linger later it shuts the reading side too, which ends
+ * libmicrohttpd's read on it and so the connection.  The linger is what
+ * lets the client read the 408: a byte it trickles into a socket already
+ * closed draws a reset, and a reset makes the client's kernel drop the
+ * answer it has not read yet.  A head that completes in the linger is
+ * not served.  One that
  * was answered before is closed without a 408: it may be an idle
  * keep-alive connection, whose client could take an unasked-for answer
  * for that of a request it sends at the same moment. */
@@ -143,18 +148,26 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
   *socket_context = NULL;
 }
 
-/* The deadline of c's next head: now + head_timeout_s, or none. */
-static void head_deadline(sf__server *s, struct MHD_Connection *c, bool waiting) {
+/* The deadline of c's next head: now + head_timeout_s, or none.  True
+ * when c was answered 408 already (it lingers), and nothing changes. */
+static bool head_deadline(sf__server *s, struct MHD_Connection *c, bool waiting) {
   const union MHD_ConnectionInfo *i =
       sf__mhd.get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
   sf__sconn *k = i ? i->socket_context : NULL;
   if (!k)
-    return;
+    return false;
   pthread_mutex_lock(&s->conns_mu);
-  k->head_by = waiting ? sf__mono_ns() + s->head_timeout_ns : INT64_MAX;
-  k->answered |= waiting;
+  bool lingering = k->lingering;
+  if (!lingering) {
+    k->head_by = waiting ? sf__mono_ns() + s->head_timeout_ns : INT64_MAX;
+    k->answered |= waiting;
+  }
   pthread_mutex_unlock(&s->conns_mu);
+  return lingering;
 }
+
+/* How long a connection answered 408 keeps reading before it is shut. */
+#define LINGER_NS 500000000LL
 
 static void *reaper_main(void *arg) {
   sf__server *s = arg;
@@ -175,19 +188,26 @@ static void *reaper_main(void *arg) {
         if (k->fd >= 0) {
           /* Nothing of this request was answered, so the 408 cannot
            * interleave with libmicrohttpd's own writes. */
-          if (!k->answered) {
+          if (!k->answered && !k->lingering) {
             ssize_t w = send(k->fd, answer, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
             (void)w;
             sf__route_count(s, NULL, 408, (double)s->head_timeout_ns * 1e-9);
+            shutdown(k->fd, SHUT_WR);
+            k->lingering = true;
+            k->head_by = now + LINGER_NS;
+            if (k->head_by < soonest)
+              soonest = k->head_by;
+          } else {
+            shutdown(k->fd, SHUT_RDWR);
           }
-          shutdown(k->fd, SHUT_RDWR);
         }
       } else if (k->head_by < soonest) {
         soonest = k->head_by;
       }
     }
     /* A new deadline is never sooner than soonest (each is now + the
-     * same timeout), so no one needs to wake this wait early. */
+     * same timeout, and a linger starts here), so no one needs to wake
+     * this wait early. */
     struct timespec ts = {.tv_sec = soonest / 1000000000, .tv_nsec = soonest % 1000000000};
     pthread_cond_timedwait(&s->conns_cv, &s->conns_mu, &ts);
   }
@@ -399,13 +419,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   sf__server *s = cls;
   conn *k = *con_cls;
   if (!k) {
+    /* A head that completes after its 408 is not served. */
+    if (head_deadline(s, c, false))
+      return MHD_NO;
     /* The headers are in: refuse a declared body over the limit before
      * reading it (libmicrohttpd closes the connection after). */
     k = sf_alloc(sizeof *k);
     memset(k, 0, sizeof *k);
     sf__buf_init(&k->body, NULL, 0);
     *con_cls = k;
-    head_deadline(s, c, false);
     const char *cl = sf__mhd.lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     if (cl && strtoll(cl, NULL, 10) > s->max_body) {
       open_begin(s, k);

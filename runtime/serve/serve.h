@@ -163,7 +163,8 @@ typedef struct sf__sconn {
   struct sf__sconn *prev, *next;
   int fd;
   int64_t head_by;
-  bool answered; /* a request of it was answered: idle keep-alive, no 408 */
+  bool answered;  /* a request of it was answered: idle keep-alive, no 408 */
+  bool lingering; /* answered 408 and half closed; read shut at head_by */
 } sf__sconn;
 
 typedef struct sf__server {
