@@ -117,6 +117,14 @@ void sf__metric_declare(const char *name, int kind, const char *help) {
   pthread_mutex_unlock(&mu);
 }
 
+int sf__metric_kind(const char *name) {
+  pthread_mutex_lock(&mu);
+  family *f = family_of(name, false);
+  int kind = f && f->declared ? f->kind : -1;
+  pthread_mutex_unlock(&mu);
+  return kind;
+}
+
 static void update(const char *name, const char *labels, double v, int how) {
   if (!sf__metrics_on)
     return;
@@ -402,4 +410,123 @@ void sf__metrics_json(sf__buf *b) {
   }
   sf__buf_printf(b, "],\"errors_total\":%lld}", (long long)nerrors);
   pthread_mutex_unlock(&mu);
+}
+
+/* ------------------------------------------------- std.metrics' externs */
+
+/* stdlib/metrics.sflow: a program's own families.  The name and label
+ * text are checked on every call, with the flags or without, so a bad
+ * one fails the same way in every run. */
+
+static bool name_ok(const char *s, bool colon) {
+  if (!*s)
+    return false;
+  for (const char *p = s; *p; p++) {
+    char c = *p;
+    bool letter = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || (colon && c == ':');
+    if (!letter && !(p > s && c >= '0' && c <= '9'))
+      return false;
+  }
+  return true;
+}
+
+/* `k="v",k2="v2"` with \\, \" and \n the only escapes; where it goes
+ * wrong into *why. */
+static bool labels_ok(const char *s, const char **why) {
+  const char *p = s;
+  while (*p) {
+    const char *k = p;
+    while ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || *p == '_' ||
+           (p > k && *p >= '0' && *p <= '9'))
+      p++;
+    if (p == k) {
+      *why = "a label name ([a-zA-Z_][a-zA-Z0-9_]*)";
+      return false;
+    }
+    if (p - k >= 2 && k[0] == '_' && k[1] == '_') {
+      *why = "a label name not starting with __ (Prometheus keeps those)";
+      return false;
+    }
+    if (*p++ != '=' || *p++ != '"') {
+      *why = "=\" after the label name";
+      return false;
+    }
+    while (*p && *p != '"') {
+      if (*p == '\n') {
+        *why = "a value without a raw newline (write \\n)";
+        return false;
+      }
+      if (*p == '\\') {
+        p++;
+        if (*p != '\\' && *p != '"' && *p != 'n') {
+          *why = "an escape \\\\, \\\" or \\n in the value";
+          return false;
+        }
+      }
+      p++;
+    }
+    if (*p++ != '"') {
+      *why = "a closing \" of the value";
+      return false;
+    }
+    if (*p == ',' && p[1])
+      p++;
+    else if (*p) {
+      *why = ", between labels";
+      return false;
+    }
+  }
+  return true;
+}
+
+static const char *const kind_names[] = {"counter", "gauge", "histogram"};
+
+static void std_update(const char *fn, int kind, sf_str *name, sf_str *labels, sf_str *help,
+                       double v, const sf_loc *loc) {
+  const char *n = name->data, *l = labels->data, *why = NULL;
+  if ((size_t)name->len != strlen(n) || !name_ok(n, true) || (size_t)name->len >= sizeof fams[0].name)
+    sf_runtime_error(loc, "metrics.%s: \"%s\" is not a metric name ([a-zA-Z_:][a-zA-Z0-9_:]*, under %zu "
+                     "bytes)", fn, n, sizeof fams[0].name);
+  if (!strncmp(n, "sflow_", 6))
+    sf_runtime_error(loc, "metrics.%s: \"%s\": names starting with sflow_ are the runtime's", fn, n);
+  if ((size_t)labels->len != strlen(l) || !labels_ok(l, &why))
+    sf_runtime_error(loc, "metrics.%s: the labels of %s, '%s', are not Prometheus label text: expected %s",
+                     fn, n, l, why ? why : "no NUL byte");
+  if (isnan(v) && kind != SF__M_GAUGE)
+    sf_runtime_error(loc, "metrics.%s: %s by NaN", fn, n);
+  if (kind == SF__M_COUNTER && v < 0)
+    sf_runtime_error(loc, "metrics.count: %s by %g: a counter only rises (use metrics.gauge)", n, v);
+  int was = sf__metric_kind(n);
+  if (was < 0) {
+    sf__metric_declare(n, kind, help->len ? help->data : n);
+    was = sf__metric_kind(n);
+  }
+  if (was >= 0 && was != kind)
+    sf_runtime_error(loc, "metrics.%s: %s is a %s (its first use), not a %s", fn, n, kind_names[was],
+                     kind_names[kind]);
+  if (kind == SF__M_GAUGE)
+    sf__metric_set(n, l, v);
+  else if (kind == SF__M_COUNTER)
+    sf__metric_add(n, l, v);
+  else
+    sf__metric_observe(n, l, v);
+}
+
+void sf_std_metrics_gauge(sf_str *name, double v, sf_str *labels, sf_str *help, const sf_loc *loc) {
+  std_update("gauge", SF__M_GAUGE, name, labels, help, v, loc);
+}
+
+void sf_std_metrics_count(sf_str *name, double by, sf_str *labels, sf_str *help, const sf_loc *loc) {
+  std_update("count", SF__M_COUNTER, name, labels, help, by, loc);
+}
+
+void sf_std_metrics_observe(sf_str *name, double s, sf_str *labels, sf_str *help, const sf_loc *loc) {
+  std_update("observe", SF__M_HISTOGRAM, name, labels, help, s, loc);
+}
+
+void sf_std_metrics_point(sf_str *series, double x, double y, const sf_loc *loc) {
+  if (!series->len || (size_t)series->len >= sizeof curves[0].name || (size_t)series->len != strlen(series->data))
+    sf_runtime_error(loc, "metrics.point: the series name '%s' is empty, has a NUL byte or is %zu bytes or "
+                     "more", series->data, sizeof curves[0].name);
+  sf__metric_point(series->data, x, y);
 }

@@ -29,6 +29,8 @@ extern bool sf__metrics_on;
 /* Declares a family once (later calls are ignored): its kind and its
  * # HELP text.  A family set before it is declared is an untyped gauge. */
 void sf__metric_declare(const char *family, int kind, const char *help);
+/* The kind family was declared with, or -1 if it was not. */
+int sf__metric_kind(const char *family);
 /* A gauge's value; a counter's total (a counter only rises: the sampler
  * copies the scheduler's own totals); labels may be "" for none. */
 void sf__metric_set(const char *family, const char *labels, double v);
@@ -58,5 +60,13 @@ void sf__metrics_take_remote(int node, const char *text, size_t n);
  *  "errors":[...]}: the dashboard's view (a histogram as its count and
  * sum). */
 void sf__metrics_json(sf__buf *b);
+
+/* std.metrics' externs (stdlib/metrics.sflow): checked names and label
+ * text, then the calls above; a bad one is a runtime error at loc. */
+void sf_std_metrics_gauge(sf_str *name, double value, sf_str *labels, sf_str *help, const sf_loc *loc);
+void sf_std_metrics_count(sf_str *name, double by, sf_str *labels, sf_str *help, const sf_loc *loc);
+void sf_std_metrics_observe(sf_str *name, double seconds, sf_str *labels, sf_str *help,
+                            const sf_loc *loc);
+void sf_std_metrics_point(sf_str *series, double x, double y, const sf_loc *loc);
 
 #endif

@@ -180,6 +180,17 @@ def case_batching(srv, chat_exe, model):
     sizes = [int(l.split()[1]) for l in srv.text()[len(before):].splitlines()
              if l.startswith("batch ")]
     check(sizes and max(sizes) > 1, "the log shows batches of %s sequences" % sorted(set(sizes)))
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % srv.metrics_port, timeout=10) as r:
+        prom = r.read().decode()
+    val = {}
+    for l in prom.splitlines():
+        if l and not l.startswith("#"):
+            k, v = l.rsplit(" ", 1)
+            val[k] = float(v)
+    steps, tokens = val.get("llm_decode_step_seconds_count", 0), val.get("llm_decode_tokens_total", 0)
+    check("# TYPE llm_batch_sequences gauge" in prom and steps > 0 and tokens > steps,
+          "--metrics-port has the program's batch figures (std.metrics): %d tokens in %d decode steps"
+          % (tokens, steps), prom[:600])
 
 
 def case_bad(srv):
@@ -287,7 +298,12 @@ def main():
                     os.path.join(tmp, "llm_serve"))
         chat_exe = build(args.sflowc, os.path.join(ROOT, "examples", "chat.sflow"),
                          os.path.join(tmp, "chat"))
-        srv = Server(exe, model)
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        metrics_port = sock.getsockname()[1]
+        sock.close()
+        srv = Server(exe, model, ["--metrics-port", str(metrics_port)])
+        srv.metrics_port = metrics_port
         try:
             case_openai(srv, chat_exe, model)
             case_batching(srv, chat_exe, model)

@@ -42,6 +42,12 @@ Cases (one ctest each, tests/obs/suite.cmake):
                calls under its node="K", a heartbeat round trip per worker,
                member 0's loss from its worker equal to a CSV step's; a
                scrape answers within 50 ms (median of 20)
+  own          tests/obs/own_metrics.sflow: a program's own gauge, counter
+               (from main and from tasks), histogram and dashboard curve
+               through std.metrics in /metrics (prometheus_client's parser)
+               and /api/state, with their labels and help; each bad use (a
+               bad name, an sflow_ name, bad label text, a second kind, a
+               falling counter) a runtime error naming it, exit 70
   serve        examples/serve.sflow with --metrics-port: std.serve's families
                in the run's /metrics, 7 requests counted
   gpu_emu      tests/gpu/nn/mlp_ce.sflow under the GPU emulator with no NVML:
@@ -705,6 +711,49 @@ def case_nodes(c):
         cl.expect_no_workers()
     finally:
         cl.close()
+
+
+def case_own(c):
+    exe = compile_to(c.sflowc, os.path.join(HERE, "own_metrics.sflow"), os.path.join(c.tmp, "own"))
+    port = free_port()
+    p = subprocess.Popen([exe, "--metrics-port", str(port), "--steps", "6", "--pace-ms", "400"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    wait_port(port, p)
+    time.sleep(1.2)
+    body = get(port, "/metrics")[2].decode()
+    state = json.loads(get(port, "/api/state")[2])
+    out, err = p.communicate(timeout=60)
+    check(p.returncode == 0 and "own done 6" in out, "the run ends with 0 (%s)" % err[-300:])
+    fams = {f.name: f for f in text_string_to_metric_families(body)}
+    kinds = {"own_value": "gauge", "own_steps": "counter", "own_tasks": "counter",
+             "own_pause_seconds": "histogram"}
+    for name, kind in kinds.items():
+        check(name in fams and fams[name].type == kind, "%s is a %s" % (name, kind))
+    check(fams["own_value"].documentation == "Half the step, by parity.", "own_value's help line")
+    val = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in fams.values() for s in f.samples}
+    steps = val[("own_steps_total", ())]
+    check(2 <= steps <= 5, "own_steps_total counts the steps so far (%g)" % steps)
+    check(val[("own_tasks_total", (("where", "task"),))] >= steps,
+          "own_tasks_total, counted in the tasks, has its label")
+    par = {k[1]: v for k, v in val.items() if k[0] == "own_value"}
+    check(len(par) == 2 and all(dict(l)["kind"] == "half" for l in par),
+          "own_value has a series per parity label: %r" % par)
+    check(val[("own_pause_seconds_count", ())] == steps and
+          abs(val[("own_pause_seconds_sum", ())] - 0.02 * steps) < 1e-9,
+          "own_pause_seconds' count and sum")
+    curve = state["series"].get("own_curve", [])
+    check(len(curve) >= 2 and all(y == (x * 0.5) ** 2 for x, y in curve),
+          "/api/state has the program's curve own_curve (%d points)" % len(curve))
+    bad = {"name": 'metrics.gauge: "9lives" is not a metric name',
+           "reserved": "names starting with sflow_ are the runtime's",
+           "labels": "are not Prometheus label text",
+           "kind": "own_twice_total is a counter (its first use), not a gauge",
+           "negative": "a counter only rises"}
+    for flag, msg in bad.items():
+        r = subprocess.run([exe, "--bad", flag, "--steps", "1"], capture_output=True, text=True,
+                           timeout=60, cwd=ROOT)
+        check(r.returncode == 70 and "tests/obs/own_metrics.sflow:" in r.stderr and msg in r.stderr,
+              "--bad %s: exit %d, %r" % (flag, r.returncode, r.stderr.strip()[-160:]))
 
 
 def case_serve(c):

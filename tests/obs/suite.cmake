@@ -6,7 +6,7 @@
 # build/tests/obs/dashboard.png.  One ctest per case; prometheus_* and
 # dashboard exit 77 (a skip) when their program is missing,
 # prometheus_train also without the model of scripts/install-models.sh.
-set(OBS_CASES metrics flags token trace tfevents nothing nodes serve gpu_emu prometheus_train
+set(OBS_CASES metrics flags token trace tfevents nothing nodes own serve gpu_emu prometheus_train
               prometheus_sweep dashboard)
 foreach(c IN LISTS OBS_CASES)
   add_test(NAME obs/${c}
