@@ -191,6 +191,10 @@ def case_batching(srv, chat_exe, model):
     check("# TYPE llm_batch_sequences gauge" in prom and steps > 0 and tokens > steps,
           "--metrics-port has the program's batch figures (std.metrics): %d tokens in %d decode steps"
           % (tokens, steps), prom[:600])
+    chunks = val.get("llm_prefill_chunks_total", 0)
+    check(chunks >= len(reqs) + 7,
+          "--prefill-chunk 8: %d prompts prefilled in %d chunks (%d tokens), each answer as alone" % (
+              len(reqs), chunks, val.get("llm_prefill_tokens_total", 0)))
 
 
 def case_bad(srv):
@@ -302,7 +306,8 @@ def main():
         sock.bind(("127.0.0.1", 0))
         metrics_port = sock.getsockname()[1]
         sock.close()
-        srv = Server(exe, model, ["--metrics-port", str(metrics_port)])
+        # Prefill chunks of 8: the 60-token prompts below take 8 steps, beside the others' decode.
+        srv = Server(exe, model, ["--metrics-port", str(metrics_port), "--prefill-chunk", "8"])
         srv.metrics_port = metrics_port
         try:
             case_openai(srv, chat_exe, model)
