@@ -25,6 +25,11 @@
  *  - Every blocking call runs under the session's timeout (--connect-timeout)
  *    and the TCP connect under a poll deadline, so an unreachable host fails
  *    fast with its name.
+ *  - ProxyJump and ProxyCommand hand the session a socketpair instead of a
+ *    TCP socket, so everything above the transport is one code path: a
+ *    jump host is a whole session of its own (host key, auth) whose
+ *    direct-tcpip channel a thread pumps to the socketpair, and a command
+ *    gets the other end as stdin and stdout.  Errors name the hop.
  */
 #include <arpa/inet.h>
 #include <dlfcn.h>
