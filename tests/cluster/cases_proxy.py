@@ -113,6 +113,8 @@ exec ssh -F {cfg} -W "[$2]:$3" bastion
     r = run_proxied(c, cfg)
     check(r.returncode == 0, f"exit {r.returncode}", r.stderr)
     check(r.stdout == "head says 42\n", "workflow output", r.stdout)
+    # The command ended at the end of its input, before any SIGHUP.
+    check("Killed by signal" not in r.stderr, "ssh -W was killed", r.stderr)
     with open(counter) as f:
         runs = sorted(f.read().splitlines())
     (a1, p1, _), (a2, p2, _) = c.hosts[1], c.hosts[2]

@@ -983,6 +983,32 @@ int sf__ssh_pump(sf__ssh *s, int fd, const char *prefix) {
   return L.libssh2_channel_eof(s->chan) ? 0 : 1;
 }
 
+/* Waits up to ms for the child to end; true when it has. */
+static bool reaped(pid_t pid, int ms) {
+  int st;
+  for (int i = 0; i <= ms / 10; i++) {
+    if (waitpid(pid, &st, WNOHANG) != 0)
+      return true;
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  return false;
+}
+
+/* The ProxyCommand, once its socket is closed: most commands (ssh -W, nc)
+ * end by themselves at the end of their input; one that does not gets
+ * SIGHUP, as from ssh, and then SIGKILL.  Waiting first spares the user
+ * the "Killed by signal 1." an ssh -W prints on SIGHUP. */
+static void end_proxy(pid_t pid) {
+  if (reaped(pid, 500))
+    return;
+  kill(pid, SIGHUP);
+  if (reaped(pid, 1000))
+    return;
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+}
+
 void sf__ssh_close(sf__ssh *s, bool abrupt) {
   if (!s)
     return;
@@ -1010,18 +1036,7 @@ void sf__ssh_close(sf__ssh *s, bool abrupt) {
     pthread_join(s->pump, NULL);
   if (s->tunnel_fd >= 0)
     close(s->tunnel_fd);
-  if (s->proxy_pid > 0) {
-    /* As ssh: SIGHUP to the command, which should end with its socket. */
-    kill(s->proxy_pid, SIGHUP);
-    int st, i = 0;
-    while (waitpid(s->proxy_pid, &st, WNOHANG) == 0 && i++ < 100) {
-      struct timespec ts = {0, 10 * 1000 * 1000};
-      nanosleep(&ts, NULL);
-    }
-    if (i > 100) {
-      kill(s->proxy_pid, SIGKILL);
-      waitpid(s->proxy_pid, &st, 0);
-    }
-  }
+  if (s->proxy_pid > 0)
+    end_proxy(s->proxy_pid);
   free(s);
 }
