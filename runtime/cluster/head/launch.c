@@ -370,6 +370,7 @@ static void teardown(void) {
     sf__ssh_close(nd->ssh, nd->lost || !nd->ready);
     nd->ssh = NULL;
     nd->ssh_open = false;
+    sf__ssh_target_free(&nd->target); /* its jump hosts */
   }
   for (int i = 0; i < H.nlisten; i++)
     close(H.listen_fd[i]);
