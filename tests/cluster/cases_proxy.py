@@ -130,8 +130,8 @@ exec ssh -F {cfg} -W "[$2]:$3" bastion
 
 
 def case_proxy_unreachable(c):
-    """A bastion nobody listens at, and a bastion that cannot reach the
-    host: each error names the hop that failed, at once."""
+    """A bastion nobody listens at, one that refuses the login, and one
+    that cannot reach the host: each error names the hop that failed."""
     dead = free_port("127.0.0.2")
     cfg = proxy_config(c, "ProxyJump bastion", "ProxyJump bastion", bastion_port=dead)
     r = run_proxied(c, cfg)
@@ -139,6 +139,17 @@ def case_proxy_unreachable(c):
     check(re.search(rf"t1 \(\S+ port \d+ via bastion\): jump host bastion \(127.0.0.2 port "
                     rf"{dead}\): cannot connect: Connection refused", r.stderr),
           "message names the unreachable bastion", r.stderr)
+    # A login the bastion refuses.
+    cfg = proxy_config(c, "ProxyJump bastion", "ProxyJump bastion")
+    with open(cfg) as f:
+        text = f.read()
+    with open(cfg, "w") as f:
+        f.write(text.replace("Host bastion\n", "Host bastion\n  User nobody-sflow-test\n"))
+    r = run_proxied(c, cfg)
+    check(r.returncode == 69, f"exit {r.returncode}", r.stderr)
+    check(re.search(r"t1 \(\S+ port \d+ via bastion\): jump host bastion \(\S+ port \d+\): "
+                    r"authentication as nobody-sflow-test failed", r.stderr),
+          "message names the bastion's refused login", r.stderr)
     (a1, p1, _) = c.hosts[1]
     gone = free_port("127.0.0.9")
     cfg = proxy_config(c, "ProxyJump bastion", "ProxyJump bastion")

@@ -481,8 +481,8 @@ static void *pump_tunnel(void *arg) {
         memmove(up, up + w, nup - (size_t)w);
         nup -= (size_t)w;
         moved = true;
-      } else if (w != LIBSSH2_ERROR_EAGAIN) {
-        lost = true;
+      } else if (w < 0 && w != LIBSSH2_ERROR_EAGAIN) {
+        lost = true; /* 0 and EAGAIN: the channel's window is full for now */
       }
     }
     if (ours_closed && !nup)
