@@ -9,9 +9,10 @@ direct-tcpip channel it opens, with its destination.
 import os
 import pwd
 import re
+import shutil
 import subprocess
 
-from harness import Cluster, Fail, check, free_port
+from harness import Cluster, Skip, check, free_port
 from cases_start import alias_args
 
 
@@ -97,6 +98,8 @@ def case_proxy_command(c):
     """ProxyCommand with %n %h %p %r, run through /bin/sh: a script that
     records its arguments in a counter file and execs OpenSSH's own
     `ssh -W [%h]:%p bastion`; a command that fails says how it ended."""
+    if not shutil.which("ssh"):
+        raise Skip("needs OpenSSH's ssh (openssh-client; scripts/install-deps.sh installs it)")
     me = pwd.getpwuid(os.getuid()).pw_name
     counter = os.path.join(c.dir, "proxy_runs")
     cfg = os.path.join(c.dir, "proxy_config")
