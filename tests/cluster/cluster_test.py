@@ -34,6 +34,7 @@ from cases_tasks import *  # noqa: E402,F401,F403
 from cases_objects import *  # noqa: E402,F401,F403
 from cases_actors import *  # noqa: E402,F401,F403
 from cases_env import *  # noqa: E402,F401,F403
+from cases_proxy import *  # noqa: E402,F401,F403
 
 
 CASES = {
@@ -65,6 +66,9 @@ CASES = {
     "bad_hostfile": (1, case_bad_hostfile),
     "ssh_config_alias": (2, case_ssh_config_alias,
                          lambda sflowc, n: Cluster(sflowc, n, port=free_port("127.0.0.2"))),
+    "proxy_jump": (3, case_proxy_jump, make_bastion_cluster),
+    "proxy_command": (3, case_proxy_command, make_bastion_cluster),
+    "proxy_unreachable": (3, case_proxy_unreachable, make_bastion_cluster),
     "ssh_config_identities_only": (1, case_ssh_config_identities_only,
                                    lambda sflowc, n: Cluster(sflowc, n,
                                                              port=free_port("127.0.0.2"))),

@@ -373,10 +373,12 @@ static void test_labels_and_warnings(void) {
                   "Host p\n  Port 2000\n"),
             0);
   CHECK_INT(resolve("j"), 0);
-  CHECK_STR(T.warning, "j: config:2 sets ProxyJump, which sflow does not support: it connects "
-                       "directly");
+  CHECK_STR(T.warning, "");
+  CHECK_STR(T.label, "j (via bastion)");
+  sf__ssh_target_free(&T);
   CHECK_INT(resolve("k"), 0);
   CHECK_STR(T.warning, "");
+  CU_ASSERT(!T.jump && !T.proxy_command[0]);
   CHECK_INT(resolve("p"), 0);
   CHECK_STR(T.label, "p (port 2000)");
   CHECK_INT(resolve("::1"), 0);
@@ -384,6 +386,49 @@ static void test_labels_and_warnings(void) {
   CHECK_STR(T.host, "::1");
   CHECK_INT(resolve_port(NULL, "::1", 2222), 0);
   CHECK_STR(T.name, "[::1]:2222");
+}
+
+/* ProxyJump as ssh -J: the first hop through its own config, the later
+ * ones only through the hop before; ProxyCommand's tokens expanded. */
+static void test_proxies(void) {
+  CHECK_INT(parse("Host t1\n  HostName 10.1.0.9\n  Port 2201\n  User bob\n"
+                  "  ProxyJump carol@b2:2022,[::1]:23\n"
+                  "Host b2\n  HostName 192.0.2.7\n  ProxyJump outer\n"
+                  "Host ::1\n  ProxyJump ignored-for-a-later-hop\n"
+                  "Host outer\n  User olga\n"
+                  "Host pc\n  ProxyCommand ssh -W '%h:%p' -l %r \"%n\" %% \n"
+                  "Host * \n  ProxyJump outer\n"),
+            0);
+  CHECK_INT(resolve("t1"), 0);
+  CHECK_STR(T.label, "t1 (10.1.0.9 port 2201 via [::1]:23)");
+  CU_ASSERT_FATAL(T.jump != NULL);
+  CHECK_STR(T.jump->name, "[::1]:23");
+  CHECK_STR(T.jump->user, me); /* not the destination's User */
+  CU_ASSERT_FATAL(T.jump->jump != NULL);
+  const sf__ssh_target *b2 = T.jump->jump;
+  CHECK_STR(b2->host, "192.0.2.7");
+  CHECK_STR(b2->user, "carol");
+  CHECK_INT(b2->port, 2022);
+  CU_ASSERT_FATAL(b2->jump != NULL); /* the first hop's own ProxyJump */
+  CHECK_STR(b2->jump->name, "outer");
+  CHECK_STR(b2->jump->user, "olga");
+  CU_ASSERT(b2->jump->jump == NULL); /* Host * ProxyJump outer: not through itself */
+  sf__ssh_target_free(&T);
+  CHECK_INT(resolve_port("eve", "pc", 2200), 0);
+  CHECK_STR(T.proxy_command, "ssh -W 'pc:2200' -l eve \"pc\" %");
+  CU_ASSERT(T.jump == NULL);
+  CHECK_STR(T.label, "[pc]:2200 (via ProxyCommand)");
+  expect_parse_error("Host a\n  ProxyJump\n", "config:2: ProxyJump needs an argument");
+  CHECK_INT(parse("Host a\n  ProxyJump x:0\nHost b\n  ProxyCommand nc %z\n"
+                  "Host c\n  ProxyJump c2\nHost c2\n  ProxyJump c3\nHost c3\n  ProxyJump c2\n"),
+            0);
+  CHECK_INT(resolve("a"), -1);
+  CHECK_STR(err, "config:2: invalid port '0' in ProxyJump (expected 1 to 65535)");
+  CHECK_INT(resolve("b"), -1);
+  CHECK_STR(err, "config:4: unsupported token %z in ProxyCommand (ssh expands %h %n %p %r %% "
+                 "there)");
+  CHECK_INT(resolve("c"), -1);
+  CU_ASSERT(strstr(err, "more than 8 jump hosts") != NULL);
 }
 
 static void test_errors(void) {
@@ -466,6 +511,7 @@ int main(int argc, char **argv) {
       {"precedence", test_precedence},
       {"host_keys", test_host_keys},
       {"labels_and_warnings", test_labels_and_warnings},
+      {"proxies", test_proxies},
       {"errors", test_errors},
       {"load", test_load},
       {NULL, NULL},

@@ -192,7 +192,11 @@ static void *check_host(void *arg) {
   int64_t t0 = sf__now_ms();
   struct sockaddr_storage ss;
   socklen_t sl;
-  sf__ssh_local_addr(nd->ssh, &ss, &sl);
+  if (sf__ssh_local_addr(nd->ssh, &ss, &sl)) {
+    snprintf(err, errlen, "%s: cannot tell which address of this machine the worker can reach "
+             "(no route to the host outside its ProxyCommand)", nd->label);
+    return NULL;
+  }
   sf__addr_str((struct sockaddr *)&ss, sl, nd->listen_addr, sizeof nd->listen_addr, NULL);
   pthread_mutex_lock(&H.mu);
   char lerr[256];
@@ -366,6 +370,7 @@ static void teardown(void) {
     sf__ssh_close(nd->ssh, nd->lost || !nd->ready);
     nd->ssh = NULL;
     nd->ssh_open = false;
+    sf__ssh_target_free(&nd->target); /* its jump hosts */
   }
   for (int i = 0; i < H.nlisten; i++)
     close(H.listen_fd[i]);

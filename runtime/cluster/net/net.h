@@ -125,7 +125,13 @@ typedef struct sf__ssh_target {
   char known[SF__SSH_KH_MAX][SF__SSH_PATH]; /* known_hosts files; new keys go to [0] */
   int nknown;
   bool accept_new;     /* record an unknown key (a changed one is still refused) */
-  char warning[600];   /* one line for the user (ProxyJump ignored ...), or "" */
+  char warning[600];   /* one line for the user (more IdentityFiles than used), or "" */
+  /* How the connection gets there, as ssh (ProxyJump, ProxyCommand): at
+   * most one of the two is set.  jump is the host before this one, itself
+   * resolved (its own jump before it, for a chain); the command has its
+   * %-tokens expanded, for /bin/sh -c. */
+  struct sf__ssh_target *jump; /* owned: sf__ssh_target_free */
+  char proxy_command[2048];
 } sf__ssh_target;
 
 typedef struct sf__sshcfg sf__sshcfg;
@@ -144,6 +150,8 @@ const char *sf__sshcfg_warnings(const sf__sshcfg *c);
 int sf__sshcfg_resolve(const sf__sshcfg *c, const sf__host *h, const sf__ssh_opts *o,
                        sf__ssh_target *t, char *err, size_t errlen);
 void sf__sshcfg_free(sf__sshcfg *c);
+/* Frees what a resolved target owns (its jump hosts), not t itself. */
+void sf__ssh_target_free(sf__ssh_target *t);
 
 /* ----------------------------------------------------- knownhosts.c */
 

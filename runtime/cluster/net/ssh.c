@@ -25,6 +25,11 @@
  *  - Every blocking call runs under the session's timeout (--connect-timeout)
  *    and the TCP connect under a poll deadline, so an unreachable host fails
  *    fast with its name.
+ *  - ProxyJump and ProxyCommand hand the session a socketpair instead of a
+ *    TCP socket, so everything above the transport is one code path: a
+ *    jump host is a whole session of its own (host key, auth) whose
+ *    direct-tcpip channel a thread pumps to the socketpair, and a command
+ *    gets the other end as stdin and stdout.  Errors name the hop.
  */
 #include <arpa/inet.h>
 #include <dlfcn.h>
@@ -37,12 +42,16 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -65,7 +74,8 @@
   X(libssh2_channel_open_ex) X(libssh2_channel_process_startup) X(libssh2_channel_write_ex) \
   X(libssh2_channel_read_ex) X(libssh2_channel_eof) X(libssh2_channel_close)                \
   X(libssh2_channel_free) X(libssh2_channel_wait_closed) X(libssh2_channel_get_exit_status)   \
-  X(libssh2_channel_get_exit_signal) X(libssh2_free)
+  X(libssh2_channel_get_exit_signal) X(libssh2_free) X(libssh2_channel_direct_tcpip_ex)        \
+  X(libssh2_channel_send_eof) X(libssh2_session_block_directions)
 
 static struct {
 #define FIELD(name) __typeof__(name) *name;
@@ -117,6 +127,19 @@ struct sf__ssh {
   char label[600];   /* the host for messages (sf__ssh_target.label) */
   bool mid_line[2];  /* pump: the last byte copied of stdout/stderr was not '\n' */
   char signal[16];   /* read_until: the signal that ended the command, or "" */
+  /* Through a jump host: via is its session, which the pump thread owns
+   * from the tunnel's opening on (tunnel.c's part below); fd is then our
+   * end of a socketpair whose other end, via->tunnel_fd, the pump joins
+   * to via's direct-tcpip channel (via->chan).  Through a ProxyCommand:
+   * fd is our end of the socketpair the command's shell has as its stdin
+   * and stdout. */
+  struct sf__ssh *via;
+  pthread_t pump;
+  bool pumping;
+  int tunnel_fd;
+  pid_t proxy_pid;
+  char host[256]; /* what was connected to, for local_addr */
+  int port;
 };
 
 __attribute__((format(printf, 4, 5))) static int fail(const sf__ssh *s, char *err, size_t errlen,
@@ -423,20 +446,190 @@ static int authenticate(sf__ssh *s, const sf__ssh_target *t, char *err, size_t e
 
 /* ------------------------------------------------------------ connect */
 
-int sf__ssh_connect(const sf__ssh_target *t, const sf__ssh_opts *o, sf__ssh **out, char *err,
-                    size_t errlen) {
-  *out = NULL;
-  if (!sf__ssh_load(err, errlen))
+/* ------------------------------------------------------------ proxies */
+
+/* A jump host's direct-tcpip channel, joined to one end of a socketpair
+ * whose other end the next session uses as its socket: libssh2 wants a
+ * file descriptor, and this keeps every session on the next hop the same
+ * code as on TCP.  The thread owns the jump host's session (libssh2
+ * sessions are not thread-safe) and runs it non-blocking, with a buffer
+ * each way, so that neither side waits on the other: a full socketpair
+ * never stops the channel's reads, and a closed window never stops the
+ * socketpair's.  It ends when our side closes (the session over it is
+ * over) or the channel does (the host closed or the jump host is gone),
+ * and then closes the jump host's session, and so the one before. */
+static void *pump_tunnel(void *arg) {
+  sf__ssh *h = arg;
+  enum { CAP = 1 << 16 };
+  char *up = malloc(CAP), *down = malloc(CAP);
+  size_t nup = 0, ndown = 0;
+  bool ours_closed = false, theirs_closed = false, lost = !up || !down;
+  int fd = h->tunnel_fd;
+  L.libssh2_session_set_blocking(h->sess, 0);
+  while (!lost) {
+    bool moved = false;
+    if (!ours_closed && nup < CAP) {
+      ssize_t k = recv(fd, up + nup, CAP - nup, MSG_DONTWAIT);
+      if (k > 0)
+        nup += (size_t)k, moved = true;
+      else if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+        ours_closed = moved = true;
+    }
+    if (nup) {
+      ssize_t w = L.libssh2_channel_write_ex(h->chan, 0, up, nup);
+      if (w > 0) {
+        memmove(up, up + w, nup - (size_t)w);
+        nup -= (size_t)w;
+        moved = true;
+      } else if (w < 0 && w != LIBSSH2_ERROR_EAGAIN) {
+        lost = true; /* 0 and EAGAIN: the channel's window is full for now */
+      }
+    }
+    if (ours_closed && !nup)
+      break;
+    if (!theirs_closed && ndown < CAP) {
+      ssize_t r = L.libssh2_channel_read_ex(h->chan, 0, down + ndown, CAP - ndown);
+      if (r > 0)
+        ndown += (size_t)r, moved = true;
+      else if ((r == 0 && L.libssh2_channel_eof(h->chan)) || (r < 0 && r != LIBSSH2_ERROR_EAGAIN))
+        theirs_closed = moved = true;
+    }
+    if (ndown) {
+      ssize_t w = send(fd, down, ndown, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (w > 0) {
+        memmove(down, down + w, ndown - (size_t)w);
+        ndown -= (size_t)w;
+        moved = true;
+      } else if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        break;
+      }
+    }
+    if (theirs_closed && !ndown)
+      break;
+    if (moved)
+      continue;
+    int dirs = L.libssh2_session_block_directions(h->sess);
+    struct pollfd pf[2] = {
+        {fd, (short)((!ours_closed && nup < CAP ? POLLIN : 0) | (ndown ? POLLOUT : 0)), 0},
+        {h->fd, (short)((ndown < CAP || nup ? POLLIN : 0) |
+                        (dirs & LIBSSH2_SESSION_BLOCK_OUTBOUND ? POLLOUT : 0)), 0}};
+    poll(pf, 2, 100); /* bounded: libssh2 may hold data it read already */
+  }
+  /* The session over the tunnel sees the end as a closed socket. */
+  shutdown(fd, SHUT_RDWR);
+  free(up);
+  free(down);
+  sf__ssh_close(h, lost || theirs_closed);
+  return NULL;
+}
+
+static int connect_one(const sf__ssh_target *t, const sf__ssh_opts *o, sf__ssh **out, char *err,
+                       size_t errlen);
+
+/* ProxyJump: the jump host as a host of its own (its host key checked,
+ * its user authenticated), then a direct-tcpip channel from it to t. */
+static int tunnel_through(sf__ssh *s, const sf__ssh_target *t, const sf__ssh_opts *o, char *err,
+                          size_t errlen) {
+  sf__ssh *h;
+  char why[1024];
+  if (connect_one(t->jump, o, &h, why, sizeof why))
+    return fail(s, err, errlen, "jump host %s", why);
+  h->chan = L.libssh2_channel_direct_tcpip_ex(h->sess, t->host, t->port, "127.0.0.1", 22);
+  if (!h->chan) {
+    fail(s, err, errlen, "jump host %s could not open a connection to %s port %d: %s",
+         h->label, t->host, t->port, lib_error(h));
+    sf__ssh_close(h, true);
     return -1;
+  }
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv)) {
+    fail(s, err, errlen, "cannot make a socketpair: %s", strerror(errno));
+    sf__ssh_close(h, true);
+    return -1;
+  }
+  s->fd = sv[0];
+  h->tunnel_fd = sv[1];
+  if (pthread_create(&s->pump, NULL, pump_tunnel, h)) {
+    sf__ssh_close(h, true);
+    return fail(s, err, errlen, "cannot start the tunnel's thread");
+  }
+  s->via = h;
+  s->pumping = true;
+  return 0;
+}
+
+/* ProxyCommand: /bin/sh -c 'exec COMMAND' with one end of a socketpair
+ * as its stdin and stdout, as ssh runs it (stderr stays ours). */
+static int spawn_proxy(sf__ssh *s, const sf__ssh_target *t, char *err, size_t errlen) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv))
+    return fail(s, err, errlen, "cannot make a socketpair: %s", strerror(errno));
+  char cmd[sizeof t->proxy_command + 8];
+  snprintf(cmd, sizeof cmd, "exec %s", t->proxy_command);
+  char *argv[] = {"sh", "-c", cmd, NULL};
+  extern char **environ;
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t at;
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, sv[1], 0);
+  posix_spawn_file_actions_adddup2(&fa, sv[1], 1);
+  posix_spawnattr_init(&at);
+  posix_spawnattr_setsigmask(&at, &none); /* not the connect thread's mask */
+  posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK);
+  pid_t pid;
+  int rc = posix_spawn(&pid, "/bin/sh", &fa, &at, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&at);
+  close(sv[1]);
+  if (rc) {
+    close(sv[0]);
+    return fail(s, err, errlen, "cannot run ProxyCommand: %s", strerror(rc));
+  }
+  s->fd = sv[0];
+  s->proxy_pid = pid;
+  return 0;
+}
+
+/* Why the ProxyCommand ended, when it did: " (ProxyCommand 'nc x 22'
+ * exited with status 1)", or "". */
+static void proxy_exit(sf__ssh *s, const sf__ssh_target *t, char *buf, size_t n) {
+  buf[0] = '\0';
+  int st;
+  for (int i = 0; s->proxy_pid > 0 && i < 20; i++) {
+    if (waitpid(s->proxy_pid, &st, WNOHANG) == s->proxy_pid) {
+      s->proxy_pid = 0;
+      if (WIFEXITED(st))
+        snprintf(buf, n, " (ProxyCommand '%.300s' exited with status %d)", t->proxy_command,
+                 WEXITSTATUS(st));
+      else
+        snprintf(buf, n, " (ProxyCommand '%.300s' was killed by signal %d)", t->proxy_command,
+                 WTERMSIG(st));
+      return;
+    }
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL); /* it may be on its way out: the socket closed first */
+  }
+}
+
+/* ------------------------------------------------------------ connect */
+
+static int connect_one(const sf__ssh_target *t, const sf__ssh_opts *o, sf__ssh **out, char *err,
+                       size_t errlen) {
+  *out = NULL;
   sf__ssh *s = calloc(1, sizeof *s);
   if (!s)
     return -1;
-  s->fd = -1;
+  s->fd = s->tunnel_fd = -1;
   s->timeout_ms = (o->timeout_s > 0 ? o->timeout_s : 10) * 1000;
   snprintf(s->label, sizeof s->label, "%s", t->label);
+  snprintf(s->host, sizeof s->host, "%s", t->host);
+  s->port = t->port;
   int64_t deadline = sf__now_ms() + s->timeout_ms;
-  s->fd = tcp_connect(s, t, deadline, err, errlen);
-  if (s->fd < 0)
+  if (t->jump ? tunnel_through(s, t, o, err, errlen)
+      : t->proxy_command[0] ? spawn_proxy(s, t, err, errlen)
+                           : (s->fd = tcp_connect(s, t, deadline, err, errlen)) < 0)
     goto fail;
   s->sess = L.libssh2_session_init_ex(NULL, NULL, NULL, NULL);
   if (!s->sess) {
@@ -453,7 +646,9 @@ int sf__ssh_connect(const sf__ssh_target *t, const sf__ssh_opts *o, sf__ssh **ou
     goto fail;
   prefer_known_types(s, &kr);
   if (L.libssh2_session_handshake(s->sess, s->fd)) {
-    fail(s, err, errlen, "SSH handshake failed: %s", lib_error(s));
+    char why[400];
+    proxy_exit(s, t, why, sizeof why);
+    fail(s, err, errlen, "SSH handshake failed: %s%s", lib_error(s), why);
     goto fail;
   }
   if (check_host_key(s, t, err, errlen))
@@ -468,9 +663,49 @@ fail:
   return -1;
 }
 
+int sf__ssh_connect(const sf__ssh_target *t, const sf__ssh_opts *o, sf__ssh **out, char *err,
+                    size_t errlen) {
+  *out = NULL;
+  if (!sf__ssh_load(err, errlen))
+    return -1;
+  return connect_one(t, o, out, err, errlen);
+}
+
+/* The address this machine sends from to host:port, if it has a route
+ * there (a UDP connect sends nothing). */
+static int route_source(const char *host, int port, struct sockaddr_storage *addr,
+                        socklen_t *len) {
+  char ps[8];
+  snprintf(ps, sizeof ps, "%d", port);
+  struct addrinfo hints = {.ai_socktype = SOCK_DGRAM}, *ai = NULL;
+  if (getaddrinfo(host, ps, &hints, &ai))
+    return -1;
+  int rc = -1;
+  for (struct addrinfo *a = ai; a && rc; a = a->ai_next) {
+    int fd = socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+      continue;
+    *len = sizeof *addr;
+    if (!connect(fd, a->ai_addr, a->ai_addrlen) &&
+        !getsockname(fd, (struct sockaddr *)addr, len))
+      rc = 0;
+    close(fd);
+  }
+  freeaddrinfo(ai);
+  return rc;
+}
+
 int sf__ssh_local_addr(sf__ssh *s, struct sockaddr_storage *addr, socklen_t *len) {
   *len = sizeof *addr;
-  return getsockname(s->fd, (struct sockaddr *)addr, len);
+  if (!s->via && !s->proxy_pid)
+    return getsockname(s->fd, (struct sockaddr *)addr, len);
+  /* Through a jump host or a command the socket is a socketpair, and the
+   * worker still dials the head directly (docs/cluster.md): from where
+   * this machine reaches the host, else from where it reached the first
+   * jump host. */
+  if (!route_source(s->host, s->port, addr, len))
+    return 0;
+  return s->via ? sf__ssh_local_addr(s->via, addr, len) : -1;
 }
 
 int sf__ssh_socket(sf__ssh *s) { return s->fd; }
@@ -748,6 +983,32 @@ int sf__ssh_pump(sf__ssh *s, int fd, const char *prefix) {
   return L.libssh2_channel_eof(s->chan) ? 0 : 1;
 }
 
+/* Waits up to ms for the child to end; true when it has. */
+static bool reaped(pid_t pid, int ms) {
+  int st;
+  for (int i = 0; i <= ms / 10; i++) {
+    if (waitpid(pid, &st, WNOHANG) != 0)
+      return true;
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  return false;
+}
+
+/* The ProxyCommand, once its socket is closed: most commands (ssh -W, nc)
+ * end by themselves at the end of their input; one that does not gets
+ * SIGHUP, as from ssh, and then SIGKILL.  Waiting first spares the user
+ * the "Killed by signal 1." an ssh -W prints on SIGHUP. */
+static void end_proxy(pid_t pid) {
+  if (reaped(pid, 500))
+    return;
+  kill(pid, SIGHUP);
+  if (reaped(pid, 1000))
+    return;
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+}
+
 void sf__ssh_close(sf__ssh *s, bool abrupt) {
   if (!s)
     return;
@@ -770,5 +1031,12 @@ void sf__ssh_close(sf__ssh *s, bool abrupt) {
   }
   if (s->fd >= 0)
     close(s->fd);
+  /* Our end closed, the tunnel's thread ends and closes the jump hosts. */
+  if (s->pumping)
+    pthread_join(s->pump, NULL);
+  if (s->tunnel_fd >= 0)
+    close(s->tunnel_fd);
+  if (s->proxy_pid > 0)
+    end_proxy(s->proxy_pid);
   free(s);
 }

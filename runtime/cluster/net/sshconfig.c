@@ -17,8 +17,9 @@
  *
  * Used: HostName (%h), Port, User, IdentityFile and UserKnownHostsFile (~,
  * %d %h %i %k %L %l %n %p %r %u %%), HostKeyAlias, IdentitiesOnly,
- * StrictHostKeyChecking; ProxyJump/ProxyCommand only draw a warning (sflow
- * connects directly).  Other keywords are ignored.
+ * StrictHostKeyChecking, and ProxyJump / ProxyCommand (%h %n %p %r %%), which
+ * resolve into the hops before the host (ssh.c connects through them).
+ * Other keywords are ignored.
  *
  * Key design choices:
  *  - Two steps: load parses and validates every line once (a bad Port
@@ -402,6 +403,22 @@ static int parse_line(parse_state *ps, const char *s, size_t n, const char *wher
     return sf__net_fail(ps->err, ps->errlen, "%s: unterminated quote in %s", where, name);
   int num = 0, rc = 0;
   dkind kind = KEYWORDS[k].kind;
+  if (kind == D_PROXYCOMMAND && argc > 0) {
+    /* As ssh: the command is the rest of the line as written, for
+     * /bin/sh to split (quotes and all), not sflow's words. */
+    size_t e = n;
+    while (e > i && is_blank(s[e - 1]))
+      e--;
+    char *raw = strndup(s + i, e - i);
+    free_argv(argv, argc);
+    argv = raw ? calloc(2, sizeof *argv) : NULL;
+    if (!argv) {
+      free(raw);
+      return sf__net_fail(ps->err, ps->errlen, "%s: out of memory", where);
+    }
+    argv[0] = raw;
+    argc = 1;
+  }
   if (argc < KEYWORDS[k].min)
     rc = sf__net_fail(ps->err, ps->errlen, "%s: %s needs an argument", where, name);
   else if (KEYWORDS[k].max && argc > KEYWORDS[k].max)
@@ -792,6 +809,10 @@ static void make_label(const sf__host *h, sf__ssh_target *t) {
     snprintf(via, sizeof via, "%s", t->host);
   if (!h->port && t->port != 22)
     snprintf(via + strlen(via), sizeof via - strlen(via), "%sport %d", *via ? " " : "", t->port);
+  /* "via bastion" or "via ProxyCommand": where a failure may lie */
+  if (t->jump || t->proxy_command[0])
+    snprintf(via + strlen(via), sizeof via - strlen(via), "%svia %.200s", *via ? " " : "",
+             t->jump ? t->jump->name : "ProxyCommand");
   if (*via)
     snprintf(t->label, sizeof t->label, "%s (%s)", t->name, via);
   else
@@ -833,8 +854,168 @@ static int resolve_files(const found *f, const sf__ssh_opts *o, const xctx *x,
   return 0;
 }
 
+/* ----------------------------------------------------------- proxies */
+
+#define JUMP_DEPTH_MAX 8 /* jump hosts before one host, all chains together */
+
+static int resolve_at(const sf__sshcfg *c, const sf__host *h, const sf__ssh_opts *o,
+                      sf__ssh_target *t, int depth, bool own_proxy, char *err, size_t errlen);
+
+void sf__ssh_target_free(sf__ssh_target *t) {
+  if (!t)
+    return;
+  for (sf__ssh_target *j = t->jump, *next; j; j = next) {
+    next = j->jump;
+    free(j);
+  }
+  t->jump = NULL;
+}
+
+/* ProxyCommand's tokens, as ssh_config(5) lists them for it: %% %h %n %p
+ * %r.  The values go to /bin/sh as they are, as in ssh. */
+static int expand_command(const directive *d, const sf__ssh_target *t, const char *original,
+                          char *out, size_t n, char *err, size_t errlen) {
+  size_t k = 0;
+  for (const char *p = d->argv[0]; *p; p++) {
+    char port[8];
+    const char *v = NULL;
+    if (*p != '%') {
+      if (k + 1 < n)
+        out[k++] = *p;
+      continue;
+    }
+    switch (*++p) {
+    case '%': v = "%"; break;
+    case 'h': v = t->host; break;
+    case 'n': v = original; break;
+    case 'r': v = t->user; break;
+    case 'p': snprintf(port, sizeof port, "%d", t->port), v = port; break;
+    default:
+      return sf__net_fail(err, errlen, "%s: unsupported token %%%c in ProxyCommand (ssh "
+                          "expands %%h %%n %%p %%r %%%% there)", d->where, *p ? *p : ' ');
+    }
+    k += (size_t)snprintf(out + k, n - k, "%s", v);
+    if (k >= n)
+      break;
+  }
+  if (k >= n)
+    return sf__net_fail(err, errlen, "%s: ProxyCommand longer than %zu characters", d->where,
+                        n - 1);
+  out[k] = '\0';
+  return 0;
+}
+
+/* One ProxyJump hop, as ssh reads it: [user@]host[:port],
+ * [user@][v6addr]:port or ssh://[user@]host[:port].  The strings point
+ * into s, which is cut up. */
+static int parse_jump(char *s, const directive *d, sf__host *h, char *err, size_t errlen) {
+  *h = (sf__host){.slots = -1, .gpus = -1, .line = 0};
+  if (!strncasecmp(s, "ssh://", 6))
+    s += 6;
+  char *at = strrchr(s, '@');
+  if (at) {
+    *at = '\0';
+    h->user = s;
+    s = at + 1;
+  }
+  char *port = NULL;
+  if (*s == '[') {
+    char *close = strchr(s, ']');
+    if (!close || (close[1] && close[1] != ':'))
+      return sf__net_fail(err, errlen, "%s: bad ProxyJump host '%s'", d->where, s);
+    *close = '\0';
+    port = close[1] ? close + 2 : NULL;
+    s++;
+  } else if (strchr(s, ':') && strchr(s, ':') == strrchr(s, ':')) {
+    port = strchr(s, ':');
+    *port++ = '\0';
+  }
+  if (port) {
+    char *end;
+    long v = strtol(port, &end, 10);
+    if (!isdigit((unsigned char)*port) || *end || v < 1 || v > 65535)
+      return sf__net_fail(err, errlen, "%s: invalid port '%s' in ProxyJump (expected 1 to "
+                          "65535)", d->where, port);
+    h->port = (int)v;
+  }
+  if (!*s || (h->user && !*h->user) || *s == '-' || (h->user && *h->user == '-'))
+    return sf__net_fail(err, errlen, "%s: bad ProxyJump host '%s%s%s'", d->where,
+                        h->user ? h->user : "", h->user ? "@" : "", s);
+  h->name = s;
+  return 0;
+}
+
+/* ProxyJump a,b,c: t is reached through c, c through b, b through a, as
+ * `ssh -J a,b,c` does: a is reached as `ssh a` would be (its own
+ * ProxyJump or ProxyCommand applies), b and c only through the hop
+ * before them.  Every hop is a host of its own: its HostName, Port,
+ * User, keys and known_hosts from the config, and the flags but
+ * --ssh-user (ssh's -l names the destination's user only). */
+static int resolve_jumps(const sf__sshcfg *c, const directive *d, const sf__ssh_opts *o,
+                         sf__ssh_target *t, int depth, char *err, size_t errlen) {
+  char list[1024];
+  if (strlen(d->argv[0]) >= sizeof list)
+    return sf__net_fail(err, errlen, "%s: ProxyJump longer than %zu characters", d->where,
+                        sizeof list - 1);
+  snprintf(list, sizeof list, "%s", d->argv[0]);
+  sf__ssh_opts ho = *o;
+  ho.user = NULL;
+  int i = 0;
+  for (char *save = NULL, *e = strtok_r(list, ",", &save); e; e = strtok_r(NULL, ",", &save)) {
+    if (depth + i >= JUMP_DEPTH_MAX)
+      return sf__net_fail(err, errlen, "%s: more than %d jump hosts before %s (a ProxyJump "
+                          "loop?)", d->where, JUMP_DEPTH_MAX, t->name);
+    sf__host hh;
+    if (parse_jump(e, d, &hh, err, errlen))
+      return -1;
+    sf__ssh_target *hop = malloc(sizeof *hop);
+    if (!hop)
+      return sf__net_fail(err, errlen, "out of memory");
+    if (resolve_at(c, &hh, &ho, hop, depth + i + 1, i == 0, err, errlen)) {
+      sf__ssh_target_free(hop);
+      free(hop);
+      return -1;
+    }
+    if (i > 0)
+      hop->jump = t->jump; /* the hop before; the first keeps its own way */
+    t->jump = hop;
+    i++;
+  }
+  return i ? 0 : sf__net_fail(err, errlen, "%s: ProxyJump names no host", d->where);
+}
+
+/* The config's ProxyJump or ProxyCommand for t, when it has one: "none"
+ * is none, and a hop's ProxyJump that names the hop itself is ignored,
+ * so that `Host * ProxyJump bastion` does not send the bastion through
+ * itself. */
+static int resolve_proxy(const sf__sshcfg *c, const found *f, const sf__ssh_opts *o,
+                         sf__ssh_target *t, const char *original, int depth, char *err,
+                         size_t errlen) {
+  const directive *d = f->proxy;
+  if (!d || !strcasecmp(d->argv[0], "none"))
+    return 0;
+  if (d->kind == D_PROXYCOMMAND)
+    return expand_command(d, t, original, t->proxy_command, sizeof t->proxy_command, err,
+                          errlen);
+  {
+    char first[1024];
+    sf__host hh;
+    snprintf(first, sizeof first, "%s", d->argv[0]);
+    first[strcspn(first, ",")] = '\0';
+    if (!parse_jump(first, d, &hh, err, errlen) && !strcasecmp(hh.name, original))
+      return 0;
+    err[0] = '\0';
+  }
+  return resolve_jumps(c, d, o, t, depth, err, errlen);
+}
+
 int sf__sshcfg_resolve(const sf__sshcfg *c, const sf__host *h, const sf__ssh_opts *o,
                        sf__ssh_target *t, char *err, size_t errlen) {
+  return resolve_at(c, h, o, t, 0, true, err, errlen);
+}
+
+static int resolve_at(const sf__sshcfg *c, const sf__host *h, const sf__ssh_opts *o,
+                      sf__ssh_target *t, int depth, bool own_proxy, char *err, size_t errlen) {
   memset(t, 0, sizeof *t);
   char original[sizeof t->host], lbuf[256], hb[1024];
   snprintf(original, sizeof original, "%s", h->name);
@@ -872,12 +1053,12 @@ int sf__sshcfg_resolve(const sf__sshcfg *c, const sf__host *h, const sf__ssh_opt
     x.k = original;
   if (resolve_files(&f, o, &x, t, err, errlen))
     return -1;
+  if (own_proxy && resolve_proxy(c, &f, o, t, original, depth, err, errlen)) {
+    sf__ssh_target_free(t);
+    return -1;
+  }
   make_label(h, t);
-  if (f.proxy && strcasecmp(f.proxy->argv[0], "none"))
-    snprintf(t->warning, sizeof t->warning,
-             "%.200s: %.280s sets %s, which sflow does not support: it connects directly", t->name,
-             f.proxy->where, f.proxy->kind == D_PROXYJUMP ? "ProxyJump" : "ProxyCommand");
-  else if (f.ids_dropped)
+  if (f.ids_dropped)
     snprintf(t->warning, sizeof t->warning, "%s: more than %d IdentityFile lines apply; sflow "
              "tries the first %d", t->name, SF__SSH_IDS_MAX, SF__SSH_IDS_MAX);
   return 0;
