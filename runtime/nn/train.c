@@ -422,16 +422,18 @@ void sf_std_train_all_gather_tensors(sf_array *ts, const sf_loc *loc) {
 /* ------------------------------------------------------- memory plan */
 
 /* Bytes per member for the params, their gradients, AdamW's state and the
- * communication buffers, and the step's peak of all that, as [params,
- * grads, optimizer, comm, peak], for shard "none", "optimizer",
+ * communication buffers, and the tensors held at three points, as [params,
+ * grads, optimizer, comm, rest, backward, update], for shard "none", "optimizer",
  * "gradients" or "parameters" over a group of workers.  The shards'
  * gradients count with the gradients (1/n; their values are views of the
  * params, but copies under "parameters", whose params figure is the
  * pieces plus the whole params gathered during a training call; between
  * calls only the pieces).  comm is the largest packing bucket
  * (collective.c's and the shards', a bucket of one contiguous tensor
- * needing none).  peak adds the whole gradients the backward builds in
- * every mode; activations are not in it (measure them on one step). */
+ * needing none; an array, not a tensor, so train.memory does not count
+ * it).  rest, backward and update are the tensors held between calls, at
+ * the backward's end (add the activations) and at the update: the
+ * step's peak is max(backward + activations, update). */
 sf_array *sf_std_train_plan_bytes(sf_array *ps, sf_str *shard, int64_t workers,
                                   const sf_loc *loc) {
   int64_t n;
@@ -469,16 +471,23 @@ sf_array *sf_std_train_plan_bytes(sf_array *ps, sf_str *shard, int64_t workers,
   }
   if (mode == 3) /* the pieces are copies; the whole params are gathered in a training call */
     params = (total + mine) * f;
-  /* The step's peak of state: the backward builds the params' whole
-   * gradients in every mode (no backward hooks), beside the pieces'. */
-  int64_t peak = params + total * f + (mode >= 1 ? mine * f : 0) + opt + comm * f;
-  sf_array *out = sf_array_new(&sf_type_i64, 5, loc);
+  /* The tensors held: between calls the values (the pieces alone under
+   * "parameters") and AdamW's state; at the backward's end the whole
+   * gradients too (every mode builds them: no backward hooks), and the
+   * whole params under "parameters"; at the update the pieces' gradients
+   * beside them, after the tape (the activations) is gone. */
+  int64_t rest = (mode == 3 ? mine : total) * f + opt;
+  int64_t back = rest + (mode == 3 ? total * f : 0) + total * f;
+  int64_t upd = back + (mode >= 1 ? mine * f : 0);
+  sf_array *out = sf_array_new(&sf_type_i64, 7, loc);
   int64_t *o = out->data;
   o[0] = params;
   o[1] = grads;
   o[2] = opt;
   o[3] = comm * f;
-  o[4] = peak;
+  o[4] = rest;
+  o[5] = back;
+  o[6] = upd;
   return out;
 }
 

@@ -24,10 +24,10 @@ all-MiniLM-L6-v2 that scripts/install-models.sh installs:
     scripts/gen_finetune_reference.py from bench/train/peer_finetune.py):
     every step's loss within 1e-5 relative, gradient norms within 1e-4,
     the same learning rates and eval accuracies;
-  - --shard optimizer and gradients (ZeRO-1, -2; 1, 2 and 4 workers): step
+  - --shard optimizer, gradients and parameters (ZeRO-1, -2, -3; 1, 2 and 4 workers): step
     losses and gradient norms within 1e-6 (relative) of --shard none's, the
     same accuracies (bitwise equality of losses and weights is printed);
-    a sharded run killed in epoch 2 and resumed saves bitwise the
+    a sharded run (optimizer, parameters) killed in epoch 2 and resumed saves bitwise the
     uninterrupted sharded run's weights; --shard params is an error;
   - bad input, each a message naming it and a non-zero exit: a missing
     model folder, a safetensors file of another model, an empty category
@@ -177,7 +177,7 @@ def case_shard(r):
     sharded run killed in epoch 2 and resumed: bitwise the uninterrupted
     sharded run's weights.  A bad --shard is an error naming it."""
     for w, shard in ((1, "optimizer"), (2, "optimizer"), (4, "optimizer"), (2, "gradients"),
-                     (4, "gradients")):
+                     (4, "gradients"), (1, "parameters"), (2, "parameters"), (4, "parameters")):
         name = "s%d%s" % (w, shard)
         p = r.run(w, name, "--journal=false", "--shard", shard)
         check(p.returncode == 0, "%d workers --shard %s: exit %d" % (w, shard, p.returncode))
@@ -206,9 +206,21 @@ def case_shard(r):
     check(read(os.path.join(r.tmp, "skill.safetensors")) ==
           read(os.path.join(r.tmp, "s2optimizer.safetensors")),
           "--shard optimizer --resume: the final weights are bitwise the uninterrupted run's")
+    # "parameters": the checkpoint holds the pieces and zeros for the freed
+    # whole params, which the resumed run gathers again from the pieces.
+    rc, part, err = r.killed(2, "pkill", "step 3 ", "--shard", "parameters")
+    check(rc == -signal.SIGKILL and "epoch 2/2" not in part,
+          "--shard parameters: the head was killed in epoch 2 (exit %s)" % rc)
+    p = r.run(2, "pkill", "--resume", "--shard", "parameters")
+    check(p.returncode == 0 and re.search(r"\b2 actors restored", p.stderr) is not None,
+          "--shard parameters --resume: exit %d, both members restored" % p.returncode)
+    check(read(os.path.join(r.tmp, "pkill.safetensors")) ==
+          read(os.path.join(r.tmp, "s2parameters.safetensors")),
+          "--shard parameters --resume: the final weights are bitwise the uninterrupted run's")
     p = subprocess.run(r.args(2, "sbad", "--shard", "params"), capture_output=True, text=True,
                        timeout=120, stdin=subprocess.DEVNULL)
-    check(p.returncode == 70 and "--shard params is not none, optimizer or gradients" in p.stderr,
+    check(p.returncode == 70 and
+          "--shard params is not none, optimizer, gradients or parameters" in p.stderr,
           "--shard params: exit %d, %s" % (p.returncode, p.stderr.strip()[:200]))
 
 
