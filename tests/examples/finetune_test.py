@@ -179,7 +179,8 @@ def case_shard(r):
     for w, shard in ((1, "optimizer"), (2, "optimizer"), (4, "optimizer"), (2, "gradients"),
                      (4, "gradients"), (1, "parameters"), (2, "parameters"), (4, "parameters")):
         name = "s%d%s" % (w, shard)
-        p = r.run(w, name, "--journal=false", "--shard", shard)
+        plan = ("--plan",) if shard == "parameters" and w == 4 else ()
+        p = r.run(w, name, "--journal=false", "--shard", shard, *plan)
         check(p.returncode == 0, "%d workers --shard %s: exit %d" % (w, shard, p.returncode))
         if p.returncode != 0:
             continue
@@ -197,6 +198,16 @@ def case_shard(r):
               % (w, shard, rel("grad_norm")))
         check(re.findall(r"accuracy (\d\.\d+)", p.stdout) == re.findall(r"accuracy (\d\.\d+)", out),
               "%d workers --shard %s: the same accuracies" % (w, shard))
+        if plan:
+            # Between calls the 4 members hold their pieces and moments only:
+            # the plan's figure, a quarter of --shard none's params + moments.
+            m = re.search(r"memory --shard parameters: at rest ([\d.]+) MB \(plan ([\d.]+)\)",
+                          p.stdout)
+            none = re.search(r"plan none: [^;]*; ([\d.]+),", p.stdout)
+            check(m is not None and none is not None and m.group(1) == m.group(2) and
+                  abs(float(m.group(1)) - float(none.group(1))) < 0.5,
+                  "4 workers --shard parameters: the tensors at rest are the plan's, one "
+                  "worker's unsharded state for the 4 (%s)" % (m.group(0) if m else p.stdout[-300:]))
     rc, part, err = r.killed(2, "skill", "step 3 ", "--shard", "optimizer")
     check(rc == -signal.SIGKILL and "epoch 2/2" not in part,
           "--shard optimizer: the head was killed in epoch 2 (exit %s)" % rc)
