@@ -181,6 +181,9 @@ static inline int64_t sf__nn_grid(int64_t n, int block) { return n > 0 ? (n + bl
 
 /* Device storages and the storage's host buffer (tensor.c, for device.c). */
 void *sf__storage_host_alloc(int64_t len);
+/* Frees a host-only storage's buffer and leaves data NULL, len kept
+ * (std.train's shard "parameters"; tensor.c). */
+void sf__storage_host_free(sf__storage *s);
 /* bytes from host memory src to device memory dst, queued on stream 0
  * through pinned staging buffers (device.c): the host waits only when the
  * device is several uploads behind, counted in h2d_waits. */

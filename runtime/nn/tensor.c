@@ -129,6 +129,16 @@ void *sf__storage_host_alloc(int64_t len) {
   return p;
 }
 
+/* Frees a host storage's buffer, keeping the storage (its len): std.train's
+ * shard "parameters" frees the whole params between training calls and
+ * sf__storage_host_alloc gives them a buffer again before their use. */
+void sf__storage_host_free(sf__storage *s) {
+  if (s->data && !s->dev) {
+    buffer_free(s->data, storage_bytes(s->len));
+    s->data = NULL;
+  }
+}
+
 static sf__storage *storage_new(int64_t len, bool zero) {
   sf__storage *s = sf_alloc(sizeof *s);
   size_t bytes = storage_bytes(len);
@@ -362,6 +372,13 @@ static void tensor_ser(sf__buf *b, const void *p) {
    * from a checkpoint must go on training.  Its gradient is not kept: it
    * is rebuilt by the next backward, as after zero_grad. */
   sf__ser_u64(b, t->req && !t->node ? 1 : 0);
+  if (!t->st->data && !t->st->dev) { /* a param freed by std.train's shard "parameters": zeros */
+    size_t bytes = (size_t)t->numel * sizeof(float);
+    char zero[4096] = {0};
+    for (size_t k = 0; k < bytes; k += sizeof zero)
+      sf__buf_put(b, zero, bytes - k < sizeof zero ? bytes - k : sizeof zero);
+    return;
+  }
   sf_tensor *c = sf__t_contig(t);
   sf__buf_put(b, (const char *)sf__t_data(c), (size_t)c->numel * sizeof(float));
   sf_release(c);

@@ -253,6 +253,54 @@ sf_array *sf_std_train_shard_init(sf_array *ps, const sf_loc *loc) {
   return out;
 }
 
+/* shard "parameters" (ZeRO-3): this member's shards as pieces of their
+ * own (copies of the params' ranges), so that the params' whole values can
+ * be freed between training calls (shard_release) and gathered again from
+ * the pieces before their use (shard_gather). */
+sf_array *sf_std_train_shard_copy(sf_array *ps, const sf_loc *loc) {
+  int64_t n;
+  sf_tensor **ts = tensors_of(ps, &n, "train.start", loc);
+  sf_array *out = sf_array_new(&sf__type_tensor, 0, loc);
+  FOR_PIECES(ts, n, {
+    int64_t shape[1] = {pb - pa};
+    sf_tensor *v = sf__t_empty(1, shape, loc);
+    memcpy(sf__t_wdata(v), sf__t_data(ts[k]) + pa, (size_t)(pb - pa) * sizeof(float));
+    v->req = true;
+    sf_array_push(out, &v, loc);
+  });
+  return out;
+}
+
+/* The params' whole values and gradients freed (shard "parameters"): the
+ * storages stay, with no buffer, until shard_gather gives them one.  A
+ * param whose storage another tensor views (a tied weight, a view kept by
+ * the model) cannot be freed: an error naming it. */
+void sf_std_train_shard_release(sf_array *ps, const sf_loc *loc) {
+  int64_t n;
+  sf_tensor **ts = tensors_of(ps, &n, "train.step", loc);
+  for (int64_t k = 0; k < n; k++) {
+    sf__storage *st = ts[k]->st;
+    if (st->dev)
+      sf_runtime_error(loc, "train.step: shard \"parameters\" runs on the host; param %" PRId64
+                       " lives on a device", k);
+    if (__atomic_load_n(&st->rc, __ATOMIC_ACQUIRE) != 1 || ts[k]->offset != 0 ||
+        st->len != ts[k]->numel)
+      sf_runtime_error(loc, "train.step: shard \"parameters\" frees each param's storage, and "
+                       "param %" PRId64 "'s is shared with another tensor (a tied weight or a "
+                       "view of it)", k);
+    sf_release(ts[k]->grad);
+    ts[k]->grad = NULL;
+    sf__storage_host_free(st);
+  }
+}
+
+/* A freed param's storage given a buffer again (its values are then
+ * written by shard_gather). */
+static void ensure_host(sf_tensor *t) {
+  if (!t->st->data && !t->st->dev)
+    t->st->data = sf__storage_host_alloc(t->st->len);
+}
+
 /* The params' gradients reduce-scattered into the pieces' gradients
  * (summed over the group: the allreduce_sum's values). */
 void sf_std_train_shard_reduce(sf_array *ps, sf_array *sh, const sf_loc *loc) {
@@ -329,6 +377,8 @@ void sf_std_train_shard_gather(sf_array *ps, sf_array *sh, const sf_loc *loc) {
   sf_tensor **ts = tensors_of(ps, &n, "train.step", loc);
   check_pieces(ts, n, sh, "train.step", loc);
   int64_t cap = sf__bucket_floats();
+  for (int64_t k = 0; k < n; k++)
+    ensure_host(ts[k]);
   for (int64_t i = 0, p = 0, rank = sf_group_rank(), size = sf_group_size(); i < n;) {
     int64_t len, j = sf__bucket_end(ts, n, i, cap, &len), lo, hi, off = 0;
     sf__coll_shard(len, rank, size, &lo, &hi);
@@ -372,11 +422,18 @@ void sf_std_train_all_gather_tensors(sf_array *ts, const sf_loc *loc) {
 /* ------------------------------------------------------- memory plan */
 
 /* Bytes per member for the params, their gradients, AdamW's state and the
- * communication buffers, as [params, grads, optimizer, comm], for
- * shard "none", "optimizer" or "gradients" over a group of workers.  The
- * shards' gradients count with the gradients (1/n; their values are
- * views of the params).  comm is the largest packing bucket (collective.c's and
- * the shards', a bucket of one contiguous tensor needing none). */
+ * communication buffers, and the tensors held at three points, as [params,
+ * grads, optimizer, comm, rest, backward, update], for shard "none", "optimizer",
+ * "gradients" or "parameters" over a group of workers.  The shards'
+ * gradients count with the gradients (1/n; their values are views of the
+ * params, but copies under "parameters", whose params figure is the
+ * pieces plus the whole params gathered during a training call; between
+ * calls only the pieces).  comm is the largest packing bucket
+ * (collective.c's and the shards', a bucket of one contiguous tensor
+ * needing none; an array, not a tensor, so train.memory does not count
+ * it).  rest, backward and update are the tensors held between calls, at
+ * the backward's end (add the activations) and at the update: the
+ * step's peak is max(backward + activations, update). */
 sf_array *sf_std_train_plan_bytes(sf_array *ps, sf_str *shard, int64_t workers,
                                   const sf_loc *loc) {
   int64_t n;
@@ -388,9 +445,11 @@ sf_array *sf_std_train_plan_bytes(sf_array *ps, sf_str *shard, int64_t workers,
   int mode = sl == 4 && !memcmp(sd, "none", 4)        ? 0
              : sl == 9 && !memcmp(sd, "optimizer", 9) ? 1
              : sl == 9 && !memcmp(sd, "gradients", 9) ? 2
-                                                      : -1;
+             : sl == 10 && !memcmp(sd, "parameters", 10) ? 3
+                                                       : -1;
   if (mode < 0)
-    sf_runtime_error(loc, "train.plan: shard \"%.*s\" is not none, optimizer or gradients",
+    sf_runtime_error(loc, "train.plan: shard \"%.*s\" is not none, optimizer, gradients or "
+                     "parameters",
                      (int)(sl < 64 ? sl : 64), sd);
   int64_t cap = sf__bucket_floats(), total = 0, comm = 0, mine = 0;
   for (int64_t i = 0; i < n;) {
@@ -410,12 +469,25 @@ sf_array *sf_std_train_plan_bytes(sf_array *ps, sf_str *shard, int64_t workers,
     grads = mode == 1 ? (total + mine) * f /* the params' gradients and the shards' */
                       : mine * f;          /* between steps only the shards' */
   }
-  sf_array *out = sf_array_new(&sf_type_i64, 4, loc);
+  if (mode == 3) /* the pieces are copies; the whole params are gathered in a training call */
+    params = (total + mine) * f;
+  /* The tensors held: between calls the values (the pieces alone under
+   * "parameters") and AdamW's state; at the backward's end the whole
+   * gradients too (every mode builds them: no backward hooks), and the
+   * whole params under "parameters"; at the update the pieces' gradients
+   * beside them, after the tape (the activations) is gone. */
+  int64_t rest = (mode == 3 ? mine : total) * f + opt;
+  int64_t back = rest + (mode == 3 ? total * f : 0) + total * f;
+  int64_t upd = back + (mode >= 1 ? mine * f : 0);
+  sf_array *out = sf_array_new(&sf_type_i64, 7, loc);
   int64_t *o = out->data;
   o[0] = params;
   o[1] = grads;
   o[2] = opt;
   o[3] = comm * f;
+  o[4] = rest;
+  o[5] = back;
+  o[6] = upd;
   return out;
 }
 

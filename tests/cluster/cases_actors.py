@@ -357,15 +357,17 @@ actor M {
     return out
   }
   fn weights() -> f32[] {
+    train.gather(t)
     var out: f32[] = []
     for p in params(m) { out = out + p.data() }
+    train.release(t)
     return out
   }
   fn where() -> i64 { return node_id() }
 }
 workflow main(size: i64 = 3) {
   var ws: f32[][] = []
-  for shard in ["none", "optimizer", "gradients"] {
+  for shard in ["none", "optimizer", "gradients", "parameters"] {
     let g = spawn M(shard) * size
     if shard == "none" {
       let a = await g.all.check([7, 1, 13, 5])
@@ -400,18 +402,21 @@ def case_shard_nodes(c):
     """std.train's sharded collectives and sharded step over the TCP ring:
     a group of 3, one member per worker: reduce_scatter_tensors leaves the
     allreduce_sum's bits in each member's shard and all_gather_tensors then
-    gives every member the whole sum (uneven sizes); shard = optimizer and
-    gradients train to bitwise the weights of shard = none, as on one node."""
+    gives every member the whole sum (uneven sizes); shard = optimizer,
+    gradients and parameters train to bitwise the weights of shard = none,
+    as on one node."""
     exe = c.compile("shard", SHARD_PROGRAM)
     want = ["shards and gathers equal the allreduce true",
             "none replicas equal true weights bitwise none's true",
             "optimizer replicas equal true weights bitwise none's true",
-            "gradients replicas equal true weights bitwise none's true"]
+            "gradients replicas equal true weights bitwise none's true",
+            "members on distinct workers %s",
+            "parameters replicas equal true weights bitwise none's true"]
     got = single_node(exe).splitlines()
-    check(got == want + ["members on distinct workers false"], "single-node run", got)
+    check(got == [w.replace("%s", "false") for w in want], "single-node run", got)
     r = c.run("--head-runs-work=false", prog=exe, timeout=120)
     check(r.returncode == 0, f"exit {r.returncode}", r.stdout, r.stderr)
-    check(unprefixed(r.stdout.splitlines()) == want + ["members on distinct workers true"],
+    check(unprefixed(r.stdout.splitlines()) == [w.replace("%s", "true") for w in want],
           "over the ring: the same", r.stdout, r.stderr)
     c.expect_no_workers()
 

@@ -24,10 +24,10 @@ all-MiniLM-L6-v2 that scripts/install-models.sh installs:
     scripts/gen_finetune_reference.py from bench/train/peer_finetune.py):
     every step's loss within 1e-5 relative, gradient norms within 1e-4,
     the same learning rates and eval accuracies;
-  - --shard optimizer and gradients (ZeRO-1, -2; 1, 2 and 4 workers): step
+  - --shard optimizer, gradients and parameters (ZeRO-1, -2, -3; 1, 2 and 4 workers): step
     losses and gradient norms within 1e-6 (relative) of --shard none's, the
     same accuracies (bitwise equality of losses and weights is printed);
-    a sharded run killed in epoch 2 and resumed saves bitwise the
+    a sharded run (optimizer, parameters) killed in epoch 2 and resumed saves bitwise the
     uninterrupted sharded run's weights; --shard params is an error;
   - bad input, each a message naming it and a non-zero exit: a missing
     model folder, a safetensors file of another model, an empty category
@@ -177,9 +177,10 @@ def case_shard(r):
     sharded run killed in epoch 2 and resumed: bitwise the uninterrupted
     sharded run's weights.  A bad --shard is an error naming it."""
     for w, shard in ((1, "optimizer"), (2, "optimizer"), (4, "optimizer"), (2, "gradients"),
-                     (4, "gradients")):
+                     (4, "gradients"), (1, "parameters"), (2, "parameters"), (4, "parameters")):
         name = "s%d%s" % (w, shard)
-        p = r.run(w, name, "--journal=false", "--shard", shard)
+        plan = ("--plan",) if shard == "parameters" and w == 4 else ()
+        p = r.run(w, name, "--journal=false", "--shard", shard, *plan)
         check(p.returncode == 0, "%d workers --shard %s: exit %d" % (w, shard, p.returncode))
         if p.returncode != 0:
             continue
@@ -197,6 +198,16 @@ def case_shard(r):
               % (w, shard, rel("grad_norm")))
         check(re.findall(r"accuracy (\d\.\d+)", p.stdout) == re.findall(r"accuracy (\d\.\d+)", out),
               "%d workers --shard %s: the same accuracies" % (w, shard))
+        if plan:
+            # Between calls the 4 members hold their pieces and moments only:
+            # the plan's figure, a quarter of --shard none's params + moments.
+            m = re.search(r"memory --shard parameters: at rest ([\d.]+) MB \(plan ([\d.]+)\)",
+                          p.stdout)
+            none = re.search(r"plan none: [^;]*; ([\d.]+),", p.stdout)
+            check(m is not None and none is not None and m.group(1) == m.group(2) and
+                  abs(float(m.group(1)) - float(none.group(1))) < 0.5,
+                  "4 workers --shard parameters: the tensors at rest are the plan's, one "
+                  "worker's unsharded state for the 4 (%s)" % (m.group(0) if m else p.stdout[-300:]))
     rc, part, err = r.killed(2, "skill", "step 3 ", "--shard", "optimizer")
     check(rc == -signal.SIGKILL and "epoch 2/2" not in part,
           "--shard optimizer: the head was killed in epoch 2 (exit %s)" % rc)
@@ -206,9 +217,21 @@ def case_shard(r):
     check(read(os.path.join(r.tmp, "skill.safetensors")) ==
           read(os.path.join(r.tmp, "s2optimizer.safetensors")),
           "--shard optimizer --resume: the final weights are bitwise the uninterrupted run's")
+    # "parameters": the checkpoint holds the pieces and zeros for the freed
+    # whole params, which the resumed run gathers again from the pieces.
+    rc, part, err = r.killed(2, "pkill", "step 3 ", "--shard", "parameters")
+    check(rc == -signal.SIGKILL and "epoch 2/2" not in part,
+          "--shard parameters: the head was killed in epoch 2 (exit %s)" % rc)
+    p = r.run(2, "pkill", "--resume", "--shard", "parameters")
+    check(p.returncode == 0 and re.search(r"\b2 actors restored", p.stderr) is not None,
+          "--shard parameters --resume: exit %d, both members restored" % p.returncode)
+    check(read(os.path.join(r.tmp, "pkill.safetensors")) ==
+          read(os.path.join(r.tmp, "s2parameters.safetensors")),
+          "--shard parameters --resume: the final weights are bitwise the uninterrupted run's")
     p = subprocess.run(r.args(2, "sbad", "--shard", "params"), capture_output=True, text=True,
                        timeout=120, stdin=subprocess.DEVNULL)
-    check(p.returncode == 70 and "--shard params is not none, optimizer or gradients" in p.stderr,
+    check(p.returncode == 70 and
+          "--shard params is not none, optimizer, gradients or parameters" in p.stderr,
           "--shard params: exit %d, %s" % (p.returncode, p.stderr.strip()[:200]))
 
 
