@@ -15,10 +15,9 @@
  *    Arrays of up to 4 KiB skip the slicing: each member reduces all of
  *    it (in the same order), one barrier fewer.
  *  - Waiting is blocking and prompt: a member that is not the last to
- *    arrive spins for a few microseconds (not when the machine has more
- *    runnable threads than cores, sf__spin_ns, nor when a member it waits
- *    for last ran on this CPU), then sleeps on a futex
- *    that the last arriving member wakes.  No sched_yield: under CPU
+ *    arrive spins for an adaptive budget of up to 50 us (spin_for_round;
+ *    not when a member it waits for last ran on this CPU), then sleeps on
+ *    a futex that the last arriving member wakes.  No sched_yield: under CPU
  *    contention it hands the core to a busy process for a whole time slice
  *    (a 10-element allreduce took 4 ms beside two busy loops on 2 cores;
  *    docs/performance.md).  A sleeping member counts itself out of the

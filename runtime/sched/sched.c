@@ -31,11 +31,12 @@
  *    looking and no wake-up is already on its way, so the fast path has no
  *    system call and --threads far above the CPU count costs idle threads
  *    nothing (Go's and Tokio's rule: see "idle workers" below).
- *    (Collectives wait differently: a pure spin bounded by sf__spin_ns,
- *    then a futex, never sched_yield, which on a machine with busy
- *    processes hands the core away for a whole time slice.  Here the
- *    yields stay: with a pure spin instead, tiny tasks ran 3-5x slower in
- *    bench/tasks on 2 shared cores; docs/performance.md.)
+ *    (Collectives wait differently: an adaptive pure spin, then a futex,
+ *    never sched_yield, which on a machine with busy processes hands the
+ *    core away for a whole time slice.  Here the yields stay: with a pure
+ *    spin instead, tiny tasks ran 3-5x slower in bench/tasks on 2 shared
+ *    cores; docs/performance.md.  But a thread whose yield came back a
+ *    time slice late stops yielding for a while: yield_fast.)
  */
 #define _GNU_SOURCE
 #include <errno.h>
