@@ -19,7 +19,7 @@ echo "== tasks, actors, futures, allreduce: sflow vs OpenMP, C and Ray"
 bash bench/tasks/run.sh "$build"
 echo "== std.tune: sweep overhead vs Ray Tune and a plain loop; ASHA vs FIFO on examples/tune"
 python3 bench/tune/run.py || echo "bench/tune: failed"
-echo "== a small allreduce, idle and under CPU contention: sflow vs a pthread_barrier peer"
+echo "== small allreduces (f32[10], f32[1K]), idle and beside two busy loops: sflow vs a pthread_barrier peer"
 python3 bench/collectives/run.py --sflowc "$build/bin/sflowc"
 
 echo "== cluster: start-up and allreduce, sflow vs OpenMPI over the same sshd hosts"

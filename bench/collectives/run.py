@@ -2,8 +2,8 @@
 """`make bench-collectives`: the latency of a small group collective, idle and
 under CPU contention, beside a peer.
 
-Each side does ITERS calls of allreduce_mean on 10 f32 elements between 2
-members, every call timed by member 0 (`allreduce_small.sflow`; the peer,
+Each side does ITERS calls of allreduce_mean on SIZE f32 elements (10 and
+1024 by default, --sizes) between 2 members, every call timed by member 0 (`allreduce_small.sflow`; the peer,
 `barrier_peer.c`, is the same algorithm on two pthreads meeting in glibc's
 futex-based pthread_barrier_wait).  Idle, then with two busy loops (python
 `while True: pass`) pinned to the first two CPUs this process may use,
@@ -51,6 +51,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--iters", type=int, default=2000, help="calls per idle run")
     ap.add_argument("--busy-iters", type=int, default=200, help="calls per contended run")
+    ap.add_argument("--sizes", default="10,1024", help="f32 elements per call, comma-separated")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="sflow-bench-coll-")
     try:
@@ -61,35 +62,40 @@ def main():
             exe = os.path.join(tmp, name.replace(" ", "_"))
             subprocess.run([sflowc, "-O2", os.path.join(HERE, "allreduce_small.sflow"), "-o",
                             exe], check=True)
-            sides.append((name, lambda n, exe=exe: [exe, "--iters", str(n), "--journal=false",
-                                                     "--quiet"]))
+            sides.append((name, lambda n, size, exe=exe: [exe, "--iters", str(n), "--size",
+                                                           str(size), "--journal=false",
+                                                           "--quiet"]))
         peer = os.path.join(tmp, "barrier_peer")
         subprocess.run(["cc", "-O2", "-pthread", os.path.join(HERE, "barrier_peer.c"), "-o",
                         peer], check=True)
-        sides.append(("C pthread_barrier", lambda n: [peer, "10", "2", str(n)]))
-        res = {(s, m): [] for s, _ in sides for m in ("idle", "busy")}
+        sides.append(("C pthread_barrier", lambda n, size: [peer, str(size), "2", str(n)]))
+        sizes = [int(x) for x in a.sizes.split(",")]
+        res = {(s, z, m): [] for s, _ in sides for z in sizes for m in ("idle", "busy")}
         for _ in range(a.rounds):
-            for s, cmd in sides:
-                res[(s, "idle")].append(once(cmd(a.iters)))
+            for z in sizes:
+                for s, cmd in sides:
+                    res[(s, z, "idle")].append(once(cmd(a.iters, z)))
             procs = busy_loops()
             try:
-                for s, cmd in sides:
-                    res[(s, "busy")].append(once(cmd(a.busy_iters)))
+                for z in sizes:
+                    for s, cmd in sides:
+                        res[(s, z, "busy")].append(once(cmd(a.busy_iters, z)))
             finally:
                 for p in procs:
                     p.kill()
                     p.wait()
         load = open("/proc/loadavg").read().split()[:3]
-        print("== allreduce_mean, f32[10], 2 members: median us per call (median of %d runs); "
+        print("== allreduce_mean, 2 members: median us per call (median of %d runs); "
               "%d CPUs, load average %s" % (a.rounds, os.cpu_count(), " ".join(load)))
-        print("| side | idle | 2 busy loops | busy/idle | 200 calls busy (s) |")
-        print("| --- | --- | --- | --- | --- |")
-        for s, _ in sides:
-            idle = statistics.median(m for m, _ in res[(s, "idle")])
-            busy = statistics.median(m for m, _ in res[(s, "busy")])
-            total = statistics.median(t for _, t in res[(s, "busy")]) * 200 / a.busy_iters
-            print("| %s | %.2f us | %.2f us | %.1fx | %.3f |" % (s, idle, busy, busy / idle,
-                                                              total))
+        print("| side | f32[n] | idle | 2 busy loops | busy/idle | 200 calls busy (s) |")
+        print("| --- | --- | --- | --- | --- | --- |")
+        for z in sizes:
+            for s, _ in sides:
+                idle = statistics.median(m for m, _ in res[(s, z, "idle")])
+                busy = statistics.median(m for m, _ in res[(s, z, "busy")])
+                total = statistics.median(t for _, t in res[(s, z, "busy")]) * 200 / a.busy_iters
+                print("| %s | %d | %.2f us | %.2f us | %.1fx | %.3f |" % (s, z, idle, busy,
+                                                                       busy / idle, total))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

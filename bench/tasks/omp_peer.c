@@ -7,12 +7,17 @@
  *                                 nothing: N created then one taskwait
  *                                 (pipelined); N_ONE each followed by a
  *                                 taskwait (one by one)
+ *   omp_peer cold N               one pipelined round of N tasks in a fresh
+ *                                 process, no warm-up (the peer of
+ *                                 cold.sflow; run.sh also times the process)
  *   omp_peer chain N REPS         N tasks chained by depend(inout: x)
- *   omp_peer allreduce SIZE MEMBERS ITERS REPS
+ *   omp_peer allreduce SIZE MEMBERS ITERS REPS [in]
  *                                 a plain C allreduce of MEMBERS host f32
  *                                 arrays on one thread: sum into member 0,
  *                                 memcpy back to the others (filled as in
- *                                 allreduce.sflow, so every sum is 0)
+ *                                 allreduce.sflow, so every sum is 0);
+ *                                 "in" names it allreduce_in_SIZE, the peer
+ *                                 of allreduce.sflow --inside 1
  *
  *   gcc -O2 -fopenmp bench/tasks/omp_peer.c -o omp_peer
  */
@@ -136,6 +141,13 @@ int main(int argc, char **argv) {
       printf("RESULT tasks_one_by_one %ld %.9g\n", m, best);
     }
     free(out);
+  } else if (!strcmp(argv[1], "cold") && argc == 3) {
+    long n = atol(argv[2]);
+    long *out = malloc((size_t)n * sizeof *out);
+#pragma omp parallel
+#pragma omp single
+    printf("RESULT tasks_cold %ld %.9g\n", n, pipelined(n, out));
+    free(out);
   } else if (!strcmp(argv[1], "chain") && argc == 4) {
     long n = atol(argv[2]);
     int reps = atoi(argv[3]);
@@ -145,14 +157,14 @@ int main(int argc, char **argv) {
       BEST(chain(n), reps, best);
       printf("RESULT chain %ld %.9g\n", n, best);
     }
-  } else if (!strcmp(argv[1], "allreduce") && argc == 6) {
+  } else if (!strcmp(argv[1], "allreduce") && (argc == 6 || (argc == 7 && !strcmp(argv[6], "in")))) {
     long size = atol(argv[2]), iters = atol(argv[4]);
     int members = atoi(argv[3]), reps = atoi(argv[5]);
     float **bufs = malloc((size_t)members * sizeof *bufs);
     for (int m = 0; m < members; m++)
       bufs[m] = malloc((size_t)size * sizeof(float));
     BEST(allreduce_round(bufs, size, members, iters), reps, best);
-    printf("RESULT allreduce_%ld %ld %.9g\n", size, iters, best);
+    printf("RESULT allreduce_%s%ld %ld %.9g\n", argc == 7 ? "in_" : "", size, iters, best);
     for (int m = 0; m < members; m++)
       free(bufs[m]);
     free(bufs);

@@ -29,12 +29,14 @@ raw="$tmp/raw.txt"
 if [ "${SFLOW_BENCH_QUICK:-0}" = 1 ]; then
   n_tasks=100000 n_tasks_one=20000 n_calls=100000 n_calls_one=20000 n_chain=10000
   r_tasks=200 r_tasks_one=100 r_calls=200 r_calls_one=100 r_chain=100
-  ar_sizes=(1024 1048576) ar_iters=(100 5) ar_ray_iters=(3 2)
+  ar_sizes=(1024 1048576) ar_iters=(100 5) ar_ray_iters=(3 2) n_cold=20000
 else
   n_tasks=1000000 n_tasks_one=200000 n_calls=1000000 n_calls_one=200000 n_chain=100000
   r_tasks=2000 r_tasks_one=500 r_calls=2000 r_calls_one=500 r_chain=500
   ar_sizes=(1024 65536 1048576 16777216) ar_iters=(1000 200 20 5) ar_ray_iters=(10 10 5 2)
+  n_cold=200000
 fi
+in_sizes=(1024 65536) in_iters=(20000 2000) # allreduce inside the members' method
 members=2
 limit=${SFLOW_BENCH_TIMEOUT:-60}    # seconds for one program (Ray: twice that)
 
@@ -61,7 +63,7 @@ run_side() {
 
 # ------------------------------------------------------------------ build
 [ -x "$sflowc" ] || { echo "bench-tasks: no $sflowc (run make first)" >&2; exit 1; }
-for p in tasks actors chain allreduce; do
+for p in tasks actors chain allreduce cold; do
   "$sflowc" -O2 "$here/$p.sflow" -o "$tmp/$p" || { echo "bench-tasks: $p.sflow failed to compile" >&2; exit 1; }
 done
 have_omp=1
@@ -76,6 +78,20 @@ if [ "${SFLOW_BENCH_RAY:-1}" != 0 ]; then
   fi
 fi
 
+# run_cold SIDE CMD...: REPS fresh processes of CMD (one cold round each),
+# alternating with the other side by the caller; keeps the best round as
+# tasks_cold and the best whole-process wall time as tasks_cold_process.
+run_cold() {
+  local side=$1
+  shift
+  local t0 t1
+  t0=$(date +%s.%N)
+  run_side "$side" tasks_cold "$@"
+  t1=$(date +%s.%N)
+  grep -q "^$side ERROR tasks_cold" "$raw" ||
+    echo "$side RESULT tasks_cold_process $n_cold $(awk "BEGIN { print $t1 - $t0 }")" >>"$raw"
+}
+
 # -------------------------------------------------------------------- run
 run_side sflow "tasks_pipelined tasks_one_by_one" \
   "$tmp/tasks" --n $n_tasks --n_one $n_tasks_one --reps "$reps"
@@ -85,6 +101,19 @@ run_side sflow chain "$tmp/chain" --n $n_chain --reps "$reps"
 for i in "${!ar_sizes[@]}"; do
   run_side sflow "allreduce_${ar_sizes[$i]}" "$tmp/allreduce" --size "${ar_sizes[$i]}" \
     --members $members --iters "${ar_iters[$i]}" --reps "$reps"
+done
+
+for i in "${!in_sizes[@]}"; do
+  run_side sflow "allreduce_in_${in_sizes[$i]}" "$tmp/allreduce" --size "${in_sizes[$i]}" \
+    --members $members --iters "${in_iters[$i]}" --reps "$reps" --inside 1
+  [ $have_omp = 0 ] || run_side c "allreduce_in_${in_sizes[$i]}" "$tmp/omp_peer" allreduce \
+    "${in_sizes[$i]}" $members "${in_iters[$i]}" "$reps" in
+done
+# Cold rounds, alternating sides, each in a fresh process; report.py keeps
+# the best of the REPS processes of each side.
+for r in $(seq "$reps"); do
+  run_cold sflow "$tmp/cold" --n $n_cold
+  [ $have_omp = 0 ] || run_cold omp "$tmp/omp_peer" cold $n_cold
 done
 
 if [ $have_omp = 1 ]; then

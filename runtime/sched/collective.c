@@ -15,10 +15,9 @@
  *    Arrays of up to 4 KiB skip the slicing: each member reduces all of
  *    it (in the same order), one barrier fewer.
  *  - Waiting is blocking and prompt: a member that is not the last to
- *    arrive spins for a few microseconds (not when the machine has more
- *    runnable threads than cores, sf__spin_ns, nor when a member it waits
- *    for last ran on this CPU), then sleeps on a futex
- *    that the last arriving member wakes.  No sched_yield: under CPU
+ *    arrive spins for an adaptive budget of up to 50 us (spin_for_round;
+ *    not when a member it waits for last ran on this CPU), then sleeps on
+ *    a futex that the last arriving member wakes.  No sched_yield: under CPU
  *    contention it hands the core to a busy process for a whole time slice
  *    (a 10-element allreduce took 4 ms beside two busy loops on 2 cores;
  *    docs/performance.md).  A sleeping member counts itself out of the
@@ -55,6 +54,13 @@
 #include "sched.h"
 #include "metrics.h"
 
+/* A member's spin budget (spin_for_round), touched by that member only;
+ * a cache line each, so the members' updates do not bounce. */
+typedef struct spin_state {
+  _Alignas(64) int64_t budget; /* ns; below SPIN_MIN_NS: sleep at once */
+  int32_t skipped;             /* waits slept without spinning since the last probe */
+} spin_state;
+
 /* The state of the shared-memory transport: one per group, shared by
  * the members' threads. */
 typedef struct shm {
@@ -65,6 +71,7 @@ typedef struct shm {
   _Atomic uint32_t word;     /* futex: bumped when a round ends or the group aborts */
   _Atomic int32_t sleepers;  /* members asleep on word (a wake only when > 0) */
   _Atomic int32_t *cpu;      /* per member: the CPU it last arrived on */
+  spin_state *spin;          /* per member: how long it spins before it sleeps */
   char *aborted; /* why the group can no longer meet, or NULL */
   sf__coll_buf **slot;      /* per member: what it brought to this round */
   _Atomic int64_t *pending; /* per member: calls queued or running (sf__comm's) */
@@ -89,6 +96,10 @@ struct sf__comm {
  * members cannot arrive unless new calls reach them. */
 #define STUCK_SECONDS 3
 #define CHECK_NS 1000000000LL /* how often a sleeping member looks for stuck ones */
+/* A waiting member's spin budget (spin_for_round). */
+#define SPIN_MAX_NS 50000 /* about what a futex sleep and wake-up cost */
+#define SPIN_MIN_NS 2000  /* below it, sleep at once */
+#define SPIN_PROBE 16     /* ...spinning only every 16th wait, to see if spins pay again */
 
 const sf__coll_transport *sf__coll_transports[SF__COLL_KINDS] = {[SF__COLL_SHM] = &sf__coll_shm};
 
@@ -108,6 +119,11 @@ static void *shm_init(int64_t n, const void *arg) {
   memset(c->where, 0, (size_t)n * sizeof *c->where);
   c->cpu = sf__alloc_n((size_t)n, sizeof *c->cpu);
   memset((void *)c->cpu, 0xff, (size_t)n * sizeof *c->cpu); /* -1: not seen yet */
+  c->spin = aligned_alloc(64, (size_t)n * sizeof *c->spin);
+  if (!c->spin)
+    sf_runtime_error(NULL, "out of memory for a group of %" PRId64, n);
+  for (int64_t k = 0; k < n; k++)
+    c->spin[k] = (spin_state){.budget = SPIN_MAX_NS};
   return c;
 }
 
@@ -119,6 +135,7 @@ static void shm_destroy(void *s) {
   sf_free(c->here);
   sf_free(c->where);
   sf_free((void *)c->cpu);
+  free(c->spin);
   sf_free(c);
 }
 
@@ -255,17 +272,23 @@ static bool round_over(shm *c, int64_t gen) {
 }
 
 /* Members usually arrive within microseconds of each other: a pure spin
- * catches them without a system call on either side.  It is skipped when
- * another member last ran on this CPU (it cannot arrive while we hold the
- * core; members that wake each other through the futex tend to end up on
- * one CPU) and on an oversubscribed machine (sf__spin_ns is 0). */
-static bool spin_for_round(shm *c, int64_t rank, int32_t cpu, int64_t gen) {
-  int64_t budget = sf__spin_ns();
-  if (budget <= 0 || cpu < 0)
-    return false;
-  for (int64_t k = 0; k < c->n; k++)
-    if (k != rank && atomic_load_explicit(&c->cpu[k], memory_order_relaxed) == cpu)
-      return false;
+ * catches them without a system call on either side, and a futex sleep
+ * costs far more than its system call (the sleeper's CPU may idle, and
+ * waking it took 50 us on the 2-core development VM; a member woken late
+ * arrives late at the next barrier, so one sleep tends to start a chain of
+ * them).  So a member spins for about as long as a sleep would cost, then
+ * sleeps: spin-then-block.  The spin adapts per member, as glibc's
+ * adaptive mutexes and Go's spinning do: a spin that catches the round
+ * doubles the member's next budget (up to SPIN_MAX_NS), one that times
+ * out halves it, and below SPIN_MIN_NS the member sleeps at once, probing
+ * with a short spin only every SPIN_PROBE-th wait.  Beside busy processes
+ * the partner is often preempted, spins fail, and within a few calls the
+ * member only sleeps: busy neighbours lose a few short spins, never a
+ * core.  Spinning is skipped outright when another member last ran on
+ * this CPU (it cannot arrive while we hold the core; members that wake
+ * each other through the futex tend to end up on one CPU). */
+
+static bool spin_until(shm *c, int64_t gen, int64_t budget) {
   int64_t end = sf__mono_ns() + budget;
   for (int i = 1;; i++) {
     if (round_over(c, gen))
@@ -274,6 +297,25 @@ static bool spin_for_round(shm *c, int64_t rank, int32_t cpu, int64_t gen) {
     if (i % 64 == 0 && sf__mono_ns() > end)
       return round_over(c, gen);
   }
+}
+
+static bool spin_for_round(shm *c, int64_t rank, int32_t cpu, int64_t gen) {
+  if (cpu < 0)
+    return false;
+  for (int64_t k = 0; k < c->n; k++)
+    if (k != rank && atomic_load_explicit(&c->cpu[k], memory_order_relaxed) == cpu)
+      return false;
+  spin_state *sp = &c->spin[rank];
+  int64_t budget = sp->budget;
+  if (budget < SPIN_MIN_NS) {
+    if (++sp->skipped < SPIN_PROBE)
+      return false;
+    sp->skipped = 0;
+    budget = SPIN_MIN_NS;
+  }
+  bool caught = spin_until(c, gen, budget);
+  sp->budget = caught ? (budget * 2 < SPIN_MAX_NS ? budget * 2 : SPIN_MAX_NS) : budget / 2;
+  return caught;
 }
 
 /* With c->lock held, once per CHECK_NS of sleeping: after STUCK_SECONDS

@@ -31,11 +31,12 @@
  *    looking and no wake-up is already on its way, so the fast path has no
  *    system call and --threads far above the CPU count costs idle threads
  *    nothing (Go's and Tokio's rule: see "idle workers" below).
- *    (Collectives wait differently: a pure spin bounded by sf__spin_ns,
- *    then a futex, never sched_yield, which on a machine with busy
- *    processes hands the core away for a whole time slice.  Here the
- *    yields stay: with a pure spin instead, tiny tasks ran 3-5x slower in
- *    bench/tasks on 2 shared cores; docs/performance.md.)
+ *    (Collectives wait differently: an adaptive pure spin, then a futex,
+ *    never sched_yield, which on a machine with busy processes hands the
+ *    core away for a whole time slice.  Here the yields stay: with a pure
+ *    spin instead, tiny tasks ran 3-5x slower in bench/tasks on 2 shared
+ *    cores; docs/performance.md.  But a thread whose yield came back a
+ *    time slice late stops yielding for a while: yield_fast.)
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -131,6 +132,31 @@ int64_t sf__spin_ns(void) {
   if (now - last >= LOAD_CHECK_NS && atomic_compare_exchange_strong(&spin_checked, &last, now))
     atomic_store_explicit(&spin_budget, oversubscribed() ? 0 : SPIN_NS, memory_order_relaxed);
   return atomic_load_explicit(&spin_budget, memory_order_relaxed);
+}
+
+/* sched_yield, unless yields were slow on this thread lately; false when
+ * it did not yield or the yield came back late.  A yield that takes long
+ * handed the core to another process for a time slice, and a waiter that
+ * goes on yielding sees its event a slice late each time: beside two busy
+ * loops a 1K allreduce through g.all took 2 ms a call, main and the idle
+ * workers each yielding to a busy loop while the answer or the job waited.
+ * Such a waiter sleeps on its futex instead, which its waker ends at once
+ * (and the scheduler favours a woken sleeper).  After a slow yield the
+ * thread skips yielding for YIELD_BACKOFF_NS, then tries again. */
+#define YIELD_SLOW_NS 50000LL
+#define YIELD_BACKOFF_NS 100000000LL
+static _Thread_local int64_t slow_yield_at = INT64_MIN / 2;
+
+static bool yield_fast(void) {
+  int64_t t0 = sf__mono_ns();
+  if (t0 - slow_yield_at < YIELD_BACKOFF_NS)
+    return false;
+  sched_yield();
+  int64_t t1 = sf__mono_ns();
+  if (t1 - t0 < YIELD_SLOW_NS)
+    return true;
+  slow_yield_at = t1;
+  return false;
 }
 
 /* ------------------------------------------------------------- deques */
@@ -424,8 +450,10 @@ static sf__job *find_work(worker *w, bool spinning, bool may_spin) {
   if (!spinning && (j || !may_spin || !spin_begin()))
     return j;
   for (int spin = 0; !j && spin < SPIN_ROUNDS; spin++) {
-    sched_yield();
+    bool fast = yield_fast();
     j = look_once(w);
+    if (!fast)
+      break; /* park: a submitter's futex wake reaches it at once */
   }
   spin_end(j != NULL);
   return j;
@@ -667,7 +695,8 @@ void sf__sched_wait(_Atomic uint32_t *word, uint32_t done_mask, uint32_t waiters
       }
     }
     if (++spins < 64) {
-      sched_yield();
+      if (!yield_fast())
+        spins = 64; /* look once more, then sleep (yield_fast) */
       continue;
     }
     if (!(s & waiters_bit) &&

@@ -10,6 +10,14 @@ sleeps on a futex the last member wakes takes a few milliseconds.  The
 best of three runs must stay under LIMIT seconds, a wide margin on both
 sides.
 
+Then the same beside the busy loops with one g.all call per allreduce
+(bench/tasks/allreduce.sflow, f32[1K], 200 calls): main and the idle
+workers waited by sched_yield, each yield handing the core to a busy loop
+for a time slice, and 200 calls took 0.3-0.4 s (1.5-1.9 ms each); a
+thread whose yield came back late now sleeps on its futex instead
+(sched.c, yield_fast): about 15 ms.  The best of three must stay under
+GALL_LIMIT seconds.
+
 Usage: contention_test.py --sflowc PATH
 """
 import argparse
@@ -21,6 +29,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LIMIT = 0.25
+GALL_LIMIT = 0.15
 CALLS = 200
 
 
@@ -65,6 +74,25 @@ def main():
         if min(totals) >= LIMIT:
             print("FAIL: the best of 3 runs took %.3f s, over the %.2f s limit"
                   % (min(totals), LIMIT))
+            return 1
+        gall = os.path.join(tmp, "allreduce_gall")
+        subprocess.run([a.sflowc, "-O2", os.path.join(ROOT, "bench", "tasks", "allreduce.sflow"),
+                        "-o", gall], check=True)
+        totals = []
+        for _ in range(3):
+            r = subprocess.run([gall, "--size", "1024", "--iters", str(CALLS), "--reps", "1",
+                                "--journal=false", "--quiet"],
+                               capture_output=True, text=True, timeout=120)
+            line = [l for l in r.stdout.splitlines() if l.startswith("RESULT ")]
+            if r.returncode != 0 or not line:
+                print("FAIL: allreduce.sflow: exit %d\n%s%s" % (r.returncode, r.stdout, r.stderr))
+                return 1
+            totals.append(float(line[0].split()[3]))
+            print("%d g.all calls of allreduce_sum(f32[1K]) beside 2 busy loops: %.4f s"
+                  % (CALLS, totals[-1]))
+        if min(totals) >= GALL_LIMIT:
+            print("FAIL: the best of 3 g.all runs took %.3f s, over the %.2f s limit"
+                  % (min(totals), GALL_LIMIT))
             return 1
         print("PASS")
         return 0
