@@ -98,14 +98,21 @@ bool sf__t_is_contig(const sf_tensor *t);
  * sf__t_empty/zeros/like/full is a host one and may be written through
  * either.  On the CPU path both are this inline test of `where`. */
 float *sf__t_host_sync(const sf_tensor *t, bool write); /* device.c */
+/* A host storage without a buffer: NULL when it holds no values, else a
+ * runtime error (a param std.train's shard "parameters" released; tensor.c). */
+float *sf__t_released(const sf_tensor *t);
 static inline float *sf__t_data(const sf_tensor *t) {
   if (__builtin_expect(t->st->where == SF__WHERE_DEVICE, 0))
     return sf__t_host_sync(t, false);
+  if (__builtin_expect(!t->st->data, 0))
+    return sf__t_released(t);
   return t->st->data + t->offset;
 }
 static inline float *sf__t_wdata(sf_tensor *t) {
   if (__builtin_expect(t->st->where != SF__WHERE_HOST, 0))
     return sf__t_host_sync(t, true);
+  if (__builtin_expect(!t->st->data, 0))
+    return sf__t_released(t);
   return t->st->data + t->offset;
 }
 /* "[2, 3]" into buf (SF__SHAPE_BUF bytes always suffice). */

@@ -139,6 +139,16 @@ void sf__storage_host_free(sf__storage *s) {
   }
 }
 
+float *sf__t_released(const sf_tensor *t) {
+  if (t->st->len == 0)
+    return NULL;
+  char shape[SF__SHAPE_BUF];
+  sf_runtime_error(NULL, "a tensor of shape %s was read while released: std.train's shard "
+                   "\"parameters\" keeps only each member's shard of a param between training "
+                   "calls; bracket a use outside train.batches with train.gather(t) and "
+                   "train.release(t) (docs/train.md, \"Shards\")", SF__SHP(t, shape));
+}
+
 static sf__storage *storage_new(int64_t len, bool zero) {
   sf__storage *s = sf_alloc(sizeof *s);
   size_t bytes = storage_bytes(len);
