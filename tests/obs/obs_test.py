@@ -433,7 +433,7 @@ def case_tfevents(c):
     td = os.path.join(c.tmp, "tbt")
     out = os.path.join(c.tmp, "sweep.csv")
     p = subprocess.run([tune, "--samples", "3", "--epochs", "2", "--tensorboard", td, "--out", out,
-                        "--quiet"], capture_output=True, text=True, cwd=os.path.join(ROOT, "examples"))
+                        "--quiet", "--checkpoint-dir", os.path.join(c.tmp, "ckpt-tune")], capture_output=True, text=True, cwd=os.path.join(ROOT, "examples"))
     check(p.returncode == 0, "the sweep with --tensorboard ends with 0 (%s)" % p.stderr[-200:])
     res = [r for r in read_csv(out) if r["metric"]]
     for t in range(3):
@@ -551,7 +551,7 @@ def case_prometheus_sweep(c):
             t0 = time.time()
             p = subprocess.run([exe, "--samples", str(samples), "--epochs", str(epochs),
                                 "--concurrent", "2", "--out", out, "--metrics-port", str(port),
-                                "--quiet"],
+                                "--quiet", "--checkpoint-dir", os.path.join(c.tmp, "ckpt-sweep")],
                                capture_output=True, text=True, timeout=600,
                                cwd=os.path.join(ROOT, "examples"))
             t1 = time.time()
@@ -763,7 +763,8 @@ def case_serve(c):
     exe = compile_to(c.sflowc, os.path.join(ROOT, "examples", "serve.sflow"),
                      os.path.join(c.tmp, "serve"))
     sport, mport = free_port(), free_port()
-    p = subprocess.Popen([exe, "--port", str(sport), "--metrics-port", str(mport)],
+    p = subprocess.Popen([exe, "--port", str(sport), "--metrics-port", str(mport),
+                          "--checkpoint-dir", os.path.join(c.tmp, "ckpt-serve")],
                          cwd=os.path.join(ROOT, "examples"), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     try:

@@ -173,7 +173,9 @@ class Server:
     def __init__(self, exe, tmp, *flags, auth=False):
         self.weights = os.path.join(tmp, "weights.safetensors")
         self.auth = {"Authorization": "Bearer " + flag(flags, "--token")} if auth else {}
-        cmd = [exe, "--port", "0", "--weights", self.weights] + list(flags)
+        # The journal in tmp: a killed server leaves it, and examples/ is the source tree.
+        cmd = [exe, "--port", "0", "--weights", self.weights,
+               "--checkpoint-dir", os.path.join(tmp, "ckpt-%d" % id(self))] + list(flags)
         self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   cwd=os.path.join(ROOT, "examples"))
         self.out = b""
@@ -806,7 +808,8 @@ def case_admin_token(exe, tmp):
         srv.alive()
     finally:
         srv.kill()
-    p = subprocess.run([exe, "--port", "0", "--faults", "--weights", os.path.join(tmp, "weights.safetensors")],
+    p = subprocess.run([exe, "--port", "0", "--faults", "--weights", os.path.join(tmp, "weights.safetensors"),
+                        "--checkpoint-dir", os.path.join(tmp, "ckpt-faults")],
                        capture_output=True, text=True, timeout=60, cwd=os.path.join(ROOT, "examples"))
     check(p.returncode != 0 and "--faults needs --token" in p.stderr,
           "--faults without --token: exit %d, %s" % (p.returncode, p.stderr[-300:]))
