@@ -785,6 +785,10 @@ void sf_std_train_broadcast_tensors(sf_array *ts, int64_t root, const sf_loc *lo
 sf_array *sf_std_train_shard_init(sf_array *ps, const sf_loc *loc);
 void sf_std_train_shard_reduce(sf_array *ps, sf_array *sh, const sf_loc *loc);
 double sf_std_train_shard_clip(sf_array *sh, double max_norm, const sf_loc *loc);
+/* shard "parameters": each piece's values copied into storage of its own
+ * (the member's shard), and the whole params' buffers freed (train.c). */
+sf_array *sf_std_train_shard_copy(sf_array *ps, const sf_loc *loc);
+void sf_std_train_shard_release(sf_array *ps, const sf_loc *loc);
 void sf_std_train_shard_gather(sf_array *ps, sf_array *sh, const sf_loc *loc);
 void sf_std_train_shard_fill(sf_array *ps, sf_array *sh, const sf_loc *loc);
 void sf_std_train_reduce_scatter_tensors(sf_array *ts, const sf_loc *loc);
