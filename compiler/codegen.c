@@ -389,6 +389,7 @@ static void declare_actor(Decl *a) {
     in->name = "init";
     in->parent = a;
     in->module = a->module;
+    in->reached = true;
     ai->init_decl = in;
   }
   Decl *in = ai->init_decl;
@@ -592,9 +593,12 @@ static void gen_program_desc(Decl *wf) {
   LLVMSetGlobalConstant(g, 1);
 }
 
+/* Declares every item reach.c marked: nothing else is lowered. */
 static void declare_all(Program *p) {
   for (Module *m = p->modules; m; m = m->next)
-    for (Decl *d = m->decls; d; d = d->next)
+    for (Decl *d = m->decls; d; d = d->next) {
+      if (!d->reached)
+        continue;
       switch (d->kind) {
       case D_FN: {
         if (d->is_extern) {
@@ -644,6 +648,7 @@ static void declare_all(Program *p) {
         break;
       default: break;
       }
+    }
 }
 
 /* A kernel's runtime face: `k.range(lo, hi, args)` runs the CPU version
@@ -693,7 +698,9 @@ static void gen_kernel_glue(Decl *d) {
 
 static void gen_all(Program *p) {
   for (Module *m = p->modules; m; m = m->next)
-    for (Decl *d = m->decls; d; d = d->next)
+    for (Decl *d = m->decls; d; d = d->next) {
+      if (!d->reached)
+        continue;
       switch (d->kind) {
       case D_FN:
         if (d->is_extern)
@@ -716,6 +723,7 @@ static void gen_all(Program *p) {
       case D_ACTOR: gen_actor(d); break;
       default: break;
       }
+    }
 }
 
 /* ------------------------------------------------------ the module */
@@ -816,6 +824,7 @@ int codegen_program(Program *p, const CodegenOptions *opts) {
     }
 
   settle_program(p);
+  reach_program(p);
   declare_all(p);
   gen_all(p);
   gen_fn_table();

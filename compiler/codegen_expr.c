@@ -221,9 +221,16 @@ static Val unary(Node *n) {
 
 /* ------------------------------------------------- calls and tasks */
 
+/* What codegen holds for an item.  Only items reach.c marked are
+ * declared, so asking for another function-like one is a bug of the walk. */
 DInfo *info(Decl *d) {
-  if (!d->llvm2)
+  if (!d->llvm2) {
+    bool fnlike = d->kind == D_FN || d->kind == D_TASK || d->kind == D_KERNEL ||
+                  d->kind == D_ACTOR || d->kind == D_METHOD || d->kind == D_WORKFLOW;
+    if (fnlike && !d->reached)
+      ice("'%s' is used but reach.c did not reach it", d->mangled ? d->mangled : d->name);
     d->llvm2 = arena_alloc(sizeof(DInfo));
+  }
   return d->llvm2;
 }
 

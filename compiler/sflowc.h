@@ -398,6 +398,7 @@ struct Decl {
   Loc tparam_loc;
   const char *tparam2; /* D_FN: the second, R of `fn name<T, R>(...)`, or NULL */
   Loc tparam2_loc;
+  bool reached;  /* reach.c: codegen lowers it (reachable from the workflow) */
   void *llvm;    /* codegen: LLVMValueRef of the function */
   void *llvm2;   /* codegen: a second function (e.g. the task's thunk) */
 };
@@ -469,6 +470,14 @@ const char *stdlib_lookup(const char *name, size_t *len); /* "math" -> text */
  * "filled by settle.c" fields of Node); codegen_program runs it before
  * lowering anything. */
 void settle_program(Program *p);
+
+/* --------------------------------------------------------------- reach.c */
+
+/* Marks Decl.reached on every item codegen must lower: what the workflow
+ * main reaches through calls, function values, spawns, launches and
+ * constants, actors whole; everything when there is no workflow or
+ * SFLOWC_EMIT_ALL is set.  codegen_program runs it before declaring. */
+void reach_program(Program *p);
 
 /* -------------------------------------------------------------- target.c */
 

@@ -40,7 +40,10 @@ static struct {
   _Atomic int64_t blocks;   /* the unit test's block count; 0: the pool's size */
   _Atomic int64_t splits;   /* products split so far (the unit test's witness) */
   _Atomic uint64_t ways_seen; /* bit w: a split ran on w threads (SFLOW_BLAS_STATS) */
-} B;
+  int lib_threads;          /* the threads each library call starts (>1: env_threads) */
+  pthread_mutex_t lib_mu;   /* one threaded library call at a time (gemm_split) */
+  _Atomic int64_t in_lib, most_in_lib; /* threaded calls in flight, and the most at once */
+} B = {.lib_threads = 1, .lib_mu = PTHREAD_MUTEX_INITIALIZER};
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 
 /* The row blocks' alignment on the kernels where splitting a product
@@ -97,6 +100,11 @@ static void blas_threads(void *h) {
     B.set_threads = set;
     B.env_threads = getenv("MKL_NUM_THREADS") != NULL;
   }
+  int (*get)(void) = (int (*)(void))dlsym(h, "openblas_get_num_threads");
+  if (!get)
+    get = (int (*)(void))dlsym(h, "MKL_Get_Max_Threads");
+  if (B.env_threads && get && get() > 1)
+    B.lib_threads = get();
   if (B.set_threads && !B.env_threads) {
     B.set_threads(1);
     B.align = split_align(h);
@@ -188,8 +196,9 @@ static void blas_stats(void) {
     if (B.ways_seen >> w & 1)
       at += (size_t)snprintf(ways + at, sizeof ways - at, "%s%d", at ? "," : "", w);
   fprintf(stderr, "sflow-blas-stats: library=%s core=%s align=%" PRId64 " splits=%" PRId64
-          " ways=%s\n", B.name ? B.name : "none", B.core && *B.core ? B.core : "-", B.align,
-          (int64_t)B.splits, at ? ways : "-");
+          " ways=%s lib_threads=%d most_at_once=%" PRId64 "\n", B.name ? B.name : "none",
+          B.core && *B.core ? B.core : "-", B.align, (int64_t)B.splits, at ? ways : "-",
+          B.lib_threads, (int64_t)B.most_in_lib);
 }
 
 __attribute__((constructor)) static void blas_stats_hook(void) {
@@ -300,6 +309,21 @@ static void gemm_blocks(void *ctx, int64_t lo, int64_t hi) {
  * or 1). */
 static void gemm_split(gemm_split_job *j) {
   j->per = split_rows(j->m, j->n, j->k);
+  if (j->per == 0 && B.lib_threads > 1) {
+    /* The user's OPENBLAS_NUM_THREADS (or MKL_NUM_THREADS) threads every
+     * call: two tasks' products at once would run two teams on the same
+     * cores, each spinning for the other's (exec_blas_async, issue 34).
+     * One call at a time keeps the threads at the user's count; a call
+     * is the same call whoever waits, so the bits do not change. */
+    pthread_mutex_lock(&B.lib_mu);
+    int64_t now = atomic_fetch_add(&B.in_lib, 1) + 1;
+    if (now > B.most_in_lib)
+      B.most_in_lib = now;
+    gemm_rows(j, 0, j->m);
+    atomic_fetch_sub(&B.in_lib, 1);
+    pthread_mutex_unlock(&B.lib_mu);
+    return;
+  }
   if (j->per == 0) {
     gemm_rows(j, 0, j->m);
     return;
