@@ -14,8 +14,9 @@
 # venv of its own, build/llmref (or $SFLOW_LLMREF), so the tests' venv
 # never holds them: gguf's reader, Hugging Face tokenizers, Jinja2 (the
 # chat template) and numpy; with SFLOW_LLMREF_LOGITS=1 also torch,
-# transformers and accelerate, for gen_llm_reference.py --logits (PyPI's
-# torch wheel pulls CUDA libraries: about 5 GB on disk).
+# transformers, accelerate and peft, for gen_llm_reference.py --logits and
+# gen_lm_reference.py (PyPI's torch wheel pulls CUDA libraries: about 5 GB
+# on disk).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,6 +38,7 @@ if [ "${1:-}" = "--llm" ]; then
       torch==2.9.1         # transformers' model (CPU is enough)
       transformers==4.57.3 # loads the GGUF, dequantized: the logits oracle
       accelerate==1.12.0   # transformers' GGUF loading path wants it
+      peft==0.17.1         # LoRA: scripts/gen_lm_reference.py's reference for std.lm
     )
   fi
   stamp="$venv/sflow-llmref.txt"

@@ -643,6 +643,8 @@ void sf_std_nn_save(const void *m, const sf_type *T, sf_str *path, sf_str *dtype
                     const sf_type *T_again, const sf_loc *loc);
 void sf_std_nn_load(const void *m, const sf_type *T, sf_str *path, bool strict,
                     const sf_type *T_again, const sf_loc *loc);
+void sf_std_nn_save_tensors(sf_array *names, sf_array *ts, sf_str *path, const sf_loc *loc);
+void sf_std_nn_load_tensors(sf_array *names, sf_array *ts, sf_str *path, const sf_loc *loc);
 
 /* ----------------------------------------------------------- layers.c */
 

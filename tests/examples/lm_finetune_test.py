@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""examples/lm_finetune.sflow against transformers + PEFT, and its files.
+
+Cases:
+  reference  the LoRA recipe (rank 4 on q, v and down, batch 1, two
+             micro-batches per step) and the full fine-tune (batch 2) take
+             the per-step losses that transformers + PEFT took on the same
+             weights, rows, order and recipe, within 1e-4
+             (tests/examples/lm_finetune/reference.json, made by
+             scripts/gen_lm_reference.py); the LoRA run starts from the
+             adapters its --init-out writes, which PEFT read there
+  files      --out writes adapter_model.safetensors with PEFT's names and
+             shapes and an adapter_config.json of the recipe
+  decoder    tests/llm/lm_decoder.sflow: std.lm's logits against llm.forward's
+             (the C fast path), batching, merge, adapter files, padding,
+             which gradients a LoRA backward reaches
+  bad        a missing --data, a --model that is no GGUF, an unknown
+             --lora-targets entry: a clear error, non-zero exit
+
+Needs SmolLM2 (scripts/install-models.sh) and the Debian package fortunes;
+without them it exits 77 (skipped).
+"""
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GGUF = os.path.join(ROOT, "build", "models", "smollm2-135m-instruct", "SmolLM2-135M-Instruct.Q4_1.gguf")
+SCIENCE = "/usr/share/games/fortunes/science"
+REFERENCE = os.path.join(ROOT, "tests", "examples", "lm_finetune", "reference.json")
+COMMON = ["--data", SCIENCE, "--steps", "3", "--seq-len", "32", "--seed", "0"]
+RECIPES = {
+    "lora": COMMON + ["--batch", "1", "--accum", "2", "--lr", "1e-3", "--lora-rank", "4",
+                      "--lora-alpha", "8", "--lora-targets", "q_proj,v_proj,down_proj"],
+    "full": COMMON + ["--batch", "2", "--accum", "1", "--lr", "1e-5", "--lora-rank", "0"],
+}
+failures = []
+
+
+def flag(flags, name):
+    return flags[flags.index(name) + 1]
+
+
+def step_losses(out):
+    return [float(x) for x in re.findall(r"^step \d+ loss (\S+)", out, re.M)]
+
+
+def check(ok, what):
+    print(("ok    " if ok else "FAIL  ") + what)
+    if not ok:
+        failures.append(what)
+
+
+def run(exe, *flags, cwd=None):
+    return subprocess.run([exe, "--model", GGUF, *flags], capture_output=True, text=True, timeout=300,
+                          stdin=subprocess.DEVNULL, cwd=cwd)
+
+
+def case_reference(exe, tmp):
+    with open(REFERENCE) as f:
+        ref = json.load(f)
+    check(ref["recipes"] == RECIPES, "the reference was made for these recipes (else rerun "
+          "scripts/gen_lm_reference.py)")
+    for kind, flags in RECIPES.items():
+        t0 = time.time()
+        rows = os.path.join(tmp, "rows-%s.txt" % kind)
+        p = run(exe, *flags, "--rows-out", rows, "--timing=false", cwd=tmp)
+        secs = time.time() - t0
+        check(p.returncode == 0, "%s: exit %d %s" % (kind, p.returncode, p.stderr.strip()[-300:]))
+        mine = step_losses(p.stdout)
+        want = ref[kind]
+        if os.path.exists(rows):
+            with open(rows) as f:
+                ids = [[int(x) for x in line.split()] for line in f]
+            sha = hashlib.sha256(json.dumps(ids).encode()).hexdigest()
+            check(sha == ref["rows_" + kind], "%s: the %d packed rows are the reference's (SHA-256 of their ids)"
+                  % (kind, len(ids)))
+        print("  sflow         " + " ".join("%.6f" % x for x in mine))
+        print("  transformers  " + " ".join("%.6f" % x for x in want) + "   (%.1f s)" % secs)
+        check(len(mine) == len(want), "%s: %d steps, the reference %d" % (kind, len(mine), len(want)))
+        if len(mine) == len(want):
+            d = max(abs(a - b) for a, b in zip(mine, want))
+            check(d < 1e-4, "%s: step losses within 1e-4 of transformers + PEFT (largest difference %.3g)"
+                  % (kind, d))
+
+
+def header(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        return json.loads(f.read(n))
+
+
+def case_files(exe, tmp):
+    out = os.path.join(tmp, "adapter")
+    os.makedirs(out)
+    p = run(exe, "--data", SCIENCE, "--steps", "1", "--seq-len", "8", "--batch", "1", "--lora-rank", "2",
+            "--lora-targets", "q_proj,gate_proj", "--out", out, "--timing=false", cwd=tmp)
+    check(p.returncode == 0 and "saved the adapters to" in p.stdout,
+          "--out: exit %d %s" % (p.returncode, p.stderr.strip()[-300:]))
+    if p.returncode != 0:
+        return
+    h = header(os.path.join(out, "adapter_model.safetensors"))
+    names = sorted(k for k in h if k != "__metadata__")
+    check(len(names) == 30 * 2 * 2, "--out: 120 tensors (30 layers, 2 projections, A and B), %d" % len(names))
+    a = h.get("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight", {})
+    b = h.get("base_model.model.model.layers.29.mlp.gate_proj.lora_B.weight", {})
+    check(a.get("shape") == [2, 576] and b.get("shape") == [1536, 2],
+          "--out: PEFT's names and shapes (q_proj A %s, gate_proj B %s)" % (a.get("shape"), b.get("shape")))
+    with open(os.path.join(out, "adapter_config.json")) as f:
+        c = json.load(f)
+    check(c["peft_type"] == "LORA" and c["r"] == 2 and c["lora_alpha"] == 16.0 and
+          c["target_modules"] == ["q_proj", "gate_proj"],
+          "--out: adapter_config.json of the recipe (%s)" % {k: c.get(k) for k in ("r", "lora_alpha", "target_modules")})
+
+
+def case_bad(exe, tmp):
+    notgguf = os.path.join(tmp, "x.gguf")
+    with open(notgguf, "w") as f:
+        f.write("not a gguf\n")
+    cases = [
+        ("a missing --data", ["--data", os.path.join(tmp, "nowhere")], r"--data \S*nowhere does not exist"),
+        ("an unknown --lora-targets entry", ["--data", SCIENCE, "--lora-targets", "q_proj,qkv"],
+         r"\"qkv\" is not a projection"),
+        ("--seq-len 1", ["--data", SCIENCE, "--seq-len", "1"], r"--seq-len must be at least 2"),
+    ]
+    for what, flags, want in cases:
+        p = run(exe, "--steps", "1", *flags, cwd=tmp)
+        check(p.returncode != 0 and re.search(want, p.stderr) is not None,
+              "%s: exit %d, %s" % (what, p.returncode, p.stderr.strip()[-200:]))
+    p = subprocess.run([exe, "--model", notgguf, "--data", SCIENCE, "--steps", "1"], capture_output=True,
+                       text=True, timeout=60, stdin=subprocess.DEVNULL)
+    check(p.returncode != 0 and "x.gguf" in p.stderr, "a --model that is no GGUF: exit %d, %s"
+          % (p.returncode, p.stderr.strip()[-200:]))
+
+
+def case_decoder(sflowc, tmp):
+    exe = os.path.join(tmp, "lm_decoder")
+    subprocess.run([sflowc, os.path.join(ROOT, "tests", "llm", "lm_decoder.sflow"), "-o", exe], check=True)
+    d = os.path.join(tmp, "decoder")
+    os.makedirs(d)
+    p = subprocess.run([exe, "--gguf", GGUF, "--dir", d], capture_output=True, text=True, timeout=300,
+                       stdin=subprocess.DEVNULL)
+    sys.stdout.write(p.stdout)
+    check(p.returncode == 0 and p.stdout.count("ok ") == 7,
+          "lm_decoder: exit %d, %d checks ok %s" % (p.returncode, p.stdout.count("ok "), p.stderr.strip()[-300:]))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sflowc", required=True)
+    ap.add_argument("--only", choices=("reference", "files", "bad", "decoder", "example"),
+                    default=None, help="example: reference, files and bad")
+    args = ap.parse_args()
+    if not os.path.isfile(GGUF) or not os.path.isfile(SCIENCE):
+        print("skipped: needs %s (scripts/install-models.sh) and %s (the Debian package fortunes)"
+              % (GGUF, SCIENCE))
+        return 77
+    tmp = tempfile.mkdtemp(prefix="sflow-lm-finetune-test-")
+    try:
+        exe = os.path.join(tmp, "lm_finetune")
+        subprocess.run([args.sflowc, os.path.join(ROOT, "examples", "lm_finetune.sflow"), "-o", exe], check=True)
+        if args.only in (None, "decoder"):
+            case_decoder(args.sflowc, tmp)
+        if args.only in (None, "bad", "example"):
+            case_bad(exe, tmp)
+        if args.only in (None, "files", "example"):
+            case_files(exe, tmp)
+        if args.only in (None, "reference", "example"):
+            case_reference(exe, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if failures:
+        print("%d check(s) failed" % len(failures))
+        return 1
+    print("all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
