@@ -596,6 +596,19 @@ static void convert(const entry *e, const char *src, float *dst, int64_t n) {
   }
 }
 
+/* The end of a load: everything given back before an error is raised (a
+ * runtime error inside a task unwinds with longjmp), then the error. */
+static void load_end(loader *l, const sf_loc *loc) {
+  sf_free(l->entries);
+  sf__cjson_delete(l->root);
+  char err[sizeof l->err];
+  bool failed = l->failed;
+  memcpy(err, l->err, sizeof err);
+  sf__view_close(&l->view);
+  if (failed)
+    sf_runtime_error(loc, "%s", err);
+}
+
 /* First pass: every tensor of the struct is in the file with its shape
  * and a dtype we read; second pass (copying): the values go in. */
 static void load_one(void *ctx, const char *path, sf_tensor *t) {
@@ -652,16 +665,7 @@ void sf_std_nn_load(const void *m, const sf_type *T, sf_str *path, bool strict,
       sf__walk_tensors(m, T, load_one, &l);
     }
   }
-  /* Everything is given back before an error is raised: a runtime error
-   * inside a task unwinds with longjmp. */
-  sf_free(l.entries);
-  sf__cjson_delete(l.root);
-  char err[sizeof l.err];
-  bool failed = l.failed;
-  memcpy(err, l.err, sizeof err);
-  sf__view_close(&l.view);
-  if (failed)
-    sf_runtime_error(loc, "%s", err);
+  load_end(&l, loc);
 }
 
 /* ------------------------------------------------ by explicit names */
@@ -726,12 +730,5 @@ void sf_std_nn_load_tensors(sf_array *names, sf_array *ts, sf_str *path, const s
       }
     }
   }
-  sf_free(l.entries);
-  sf__cjson_delete(l.root);
-  char err[sizeof l.err];
-  bool failed = l.failed;
-  memcpy(err, l.err, sizeof err);
-  sf__view_close(&l.view);
-  if (failed)
-    sf_runtime_error(loc, "%s", err);
+  load_end(&l, loc);
 }
