@@ -191,6 +191,7 @@ typedef struct run {
   const char *why;          /* NULL, or why the message failed */
   void *res;                /* the result slot: small, or on the heap */
   sf__capture cap;          /* a journaled call's lines, until its record */
+  bool unloaded;            /* its place in the actor's load given back */
   _Alignas(16) unsigned char small[256];
 } run;
 
@@ -203,6 +204,7 @@ static void run_begin(sf_actor *a, msg *m, run *r) {
   r->res = size <= (int32_t)sizeof r->small ? r->small : sf_alloc((size_t)size);
   memset(r->res, 0, (size_t)size);
   r->why = NULL;
+  r->unloaded = false;
   r->mode = m->kind == MSG_CALL ? journal_call_mode(a, m->seq) : SF__REPLAY_LIVE;
   /* What a journaled call prints is recorded with its result, so the sink
    * lives until the record is appended (run_end; popped as soon as the
@@ -287,6 +289,11 @@ static void call_end(sf_actor *a, msg *m, run *r) {
   }
   size_t on;
   const char *out = sf__capture_out(&r->cap, &on);
+  /* Out of the load before the answer: a caller that has it and calls
+   * g.any next must see this member idle (tests/run/actors
+   * group_all_any_one: ties round robin). */
+  atomic_fetch_sub_explicit(a->pending, 1, memory_order_relaxed);
+  r->unloaded = true;
   if (m->f) {
     if (r->why) {
       sf__future_fail(m->f, "call of '%s' failed: %s", md->name, r->why);
@@ -324,7 +331,8 @@ static void run_free(sf_actor *a, msg *m, run *r) {
   sf__capture_free(&r->cap);
   if (r->res != r->small)
     sf_free(r->res);
-  atomic_fetch_sub_explicit(a->pending, 1, memory_order_relaxed);
+  if (!r->unloaded)
+    atomic_fetch_sub_explicit(a->pending, 1, memory_order_relaxed);
   sf_future *f = m->f;
   if (m->heap)
     sf_free(m);
