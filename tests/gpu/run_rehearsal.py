@@ -110,7 +110,9 @@ def main():
     skipped = [r[0] for r in rs if r[1].startswith("skipped: ") and "budget left" in r[1]]
     print(f"12 s budget: {took:.0f} s, skipped: {skipped}")
     check(pr.returncode == 0, f"12 s budget: exit 0 (got {pr.returncode})")
-    check(len(skipped) >= 5, f"12 s budget: the steps it cannot hold say 'skipped' ({len(skipped)})")
+    # The four steps that need more than 12 s (nn op checkers, digits, NCCL,
+    # nn @) are always skipped; others only when the machine is slow.
+    check(len(skipped) >= 4, f"12 s budget: the steps it cannot hold say 'skipped' ({len(skipped)})")
     check(took < 12 + 20, f"12 s budget: ended in {took:.0f} s")
 
     # No CPU BLAS (SFLOW_BLAS names a file that does not load): the
