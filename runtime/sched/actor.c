@@ -182,7 +182,8 @@ void sf__actor_set_restore_epoch(sf_actor *a, int64_t e) { a->restore_epoch = e;
 
 static void drain(sf__job *j);
 static void gather_put(gather *g, sf_actor *a, const sf_method_desc *md, int64_t idx, void *res,
-                       const char *why, int64_t journal_seq, const char *out, size_t on);
+                       const char *why, int64_t journal_seq, const char *out, size_t on,
+                       sf_actor *drop);
 
 /* One message's run, as its steps below hand it on. */
 typedef struct run {
@@ -304,7 +305,7 @@ static void call_end(sf_actor *a, msg *m, run *r) {
     }
   } else if (m->g) {
     gather_put(m->g, a, md, m->idx, r->res, r->why, r->mode == SF__REPLAY_LIVE ? m->seq : -1,
-               out, on);
+               out, on, NULL);
   } else if (!r->why) {
     sf_value_release(md->result, r->res);
   }
@@ -360,7 +361,8 @@ static void journal_call(sf_actor *a, int64_t seq, const sf_method_desc *md, voi
 /* Member idx of a g.all call is done: its value (res, moved in) or why it
  * failed.  The last member completes the call's future. */
 static void gather_put(gather *g, sf_actor *a, const sf_method_desc *md, int64_t idx, void *res,
-                       const char *why, int64_t journal_seq, const char *out, size_t on) {
+                       const char *why, int64_t journal_seq, const char *out, size_t on,
+                       sf_actor *drop) {
   if (why) {
     pthread_mutex_lock(&g->lock);
     if (!g->error) {
@@ -378,6 +380,7 @@ static void gather_put(gather *g, sf_actor *a, const sf_method_desc *md, int64_t
     else
       sf_value_release(md->result, res);
   }
+  sf_release(drop); /* before the waiter wakes: see sf__actor_complete_drop */
   if (atomic_fetch_sub(&g->left, 1) == 1) {
     if (g->error) {
       sf_release(g->out);
@@ -399,24 +402,39 @@ void sf__actor_complete(sf_actor *a, const sf_method_desc *md, const sf__sink *s
 
 void sf__actor_complete_out(sf_actor *a, const sf_method_desc *md, const sf__sink *s, void *res,
                             const char *why, const char *out, size_t on) {
+  sf_retain(a);
+  sf__actor_complete_drop(a, md, s, res, why, out, on);
+}
+
+/* Everything that reads the actor (its call count, the journal, the
+ * pending count) happens before the reference is given back, and the
+ * reference is given back before the waiter wakes: a program that drops
+ * its handle right after the await then drops the actor's last
+ * reference itself, so a remote actor's slots are free for its next
+ * spawn (a group spawned right after another was dropped otherwise found
+ * a slot still held and stayed on the head: cluster/shard_nodes). */
+void sf__actor_complete_drop(sf_actor *a, const sf_method_desc *md, const sf__sink *s, void *res,
+                             const char *why, const char *out, size_t on) {
   if (s->seq >= 0 && !why)
     a->calls = s->calls; /* the handle's count, for the journal's index */
-  if (s->f) {
-    if (why) {
-      sf__future_fail(s->f, "call of '%s' failed: %s", md->name, why);
-    } else {
-      if (s->seq >= 0)
-        journal_call(a, s->seq, md, res, out, on);
-      sf__future_set(s->f, res);
-    }
-    sf_release(s->f);
-  } else if (s->gather) {
-    gather_put(s->gather, a, md, s->idx, res, why, s->seq, out, on);
-  } else if (!why) {
-    sf_value_release(md->result, res);
-  }
   SF__COUNT(calls_done);
   atomic_fetch_sub_explicit(a->pending, 1, memory_order_relaxed);
+  if (s->f) {
+    if (!why && s->seq >= 0)
+      journal_call(a, s->seq, md, res, out, on);
+    sf_release(a);
+    if (why)
+      sf__future_fail(s->f, "call of '%s' failed: %s", md->name, why);
+    else
+      sf__future_set(s->f, res);
+    sf_release(s->f);
+  } else if (s->gather) {
+    gather_put(s->gather, a, md, s->idx, res, why, s->seq, out, on, a);
+  } else {
+    if (!why)
+      sf_value_release(md->result, res);
+    sf_release(a);
+  }
 }
 
 #define DRAIN_BATCH 64

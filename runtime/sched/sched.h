@@ -204,6 +204,10 @@ void sf__actor_complete(sf_actor *a, const sf_method_desc *md, const sf__sink *s
  * as the head printed it). */
 void sf__actor_complete_out(sf_actor *a, const sf_method_desc *md, const sf__sink *s, void *res,
                             const char *why, const char *out, size_t on);
+/* The same, giving back the caller's reference to a before the waiter
+ * wakes (a remote call's reference: the waiter may drop the last one). */
+void sf__actor_complete_drop(sf_actor *a, const sf_method_desc *md, const sf__sink *s, void *res,
+                             const char *why, const char *out, size_t on);
 struct sf__ractor;
 void sf__actor_set_remote(sf_actor *a, struct sf__ractor *r);
 /* Worker side of actor.c: an actor with a given identity, from init args

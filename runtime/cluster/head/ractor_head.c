@@ -653,9 +653,8 @@ static void on_result(int node, const sf__frame *f) {
   if (good && f->u.actor_result.output.n && sink.seq >= 0)
     sf__remote_printed_as(node, (const char *)f->u.actor_result.output.p,
                           f->u.actor_result.output.n, &pb);
-  sf__actor_complete_out(a, md, &sink, good ? res : NULL, good ? NULL : why, pb.data, pb.len);
+  sf__actor_complete_drop(a, md, &sink, good ? res : NULL, good ? NULL : why, pb.data, pb.len);
   sf__buf_free(&pb);
-  sf_release(a);
   if (res != rbuf)
     free(res);
 }
