@@ -78,6 +78,7 @@ import argparse
 import faulthandler
 import http.client
 import json
+import re
 import os
 import select
 import signal
@@ -909,21 +910,24 @@ def case_slowloris(exe, tmp):
                 for k in slow:
                     if k[3] is not None:
                         continue
+                    # Read before sending: a byte sent after the server
+                    # closed draws a reset, which drops an unread 408.
+                    try:
+                        chunk = k[0].recv(4096, socket.MSG_DONTWAIT)
+                    except BlockingIOError:
+                        chunk = None
+                    except OSError:
+                        chunk = b""
+                    if chunk is not None:
+                        k[2] += chunk
+                        if not chunk:
+                            k[3] = time.time()
+                        continue
                     try:
                         k[0].send(head[k[1]:k[1] + 1])
                         k[1] += 1
                     except OSError:
                         k[3] = time.time()  # cut off (or refused)
-                        continue
-                    try:
-                        chunk = k[0].recv(4096, socket.MSG_DONTWAIT)
-                    except BlockingIOError:
-                        continue
-                    except OSError:
-                        chunk = b""
-                    k[2] += chunk
-                    if not chunk:
-                        k[3] = time.time()
                 stop.wait(0.5)
         t = threading.Thread(target=trickle)
         t.start()
@@ -972,9 +976,18 @@ def case_slowloris(exe, tmp):
               "a client from the slow ones' address: %s after %.2f s of the attack (%d resets); "
               "head_timeout_s is 2" % (same[2], same_at, same[1]))
         cut = [k for k in slow if k[2].startswith(b"HTTP/1.1 408")]
-        check(16 <= len(cut) <= 17 and b"head_timeout_s" in cut[0][2],
-              "%d slow connections answered 408 (16 taken per address): %r" %
-              (len(cut), [k[2][:60] for k in slow if k[2]][:3]))
+        _, mbody = metrics(srv)
+        sent = sum(int(float(v)) for v in
+                   re.findall(r'^sflow_serve_requests_total\{[^}]*code="408"\} (\S+)$', mbody, re.M))
+        print("  slowloris: the server answered %d connections 408, the clients read %d" %
+              (sent, len(cut)))
+        check(16 <= sent <= 17, "the server answered %d slow connections 408 (16 taken per "
+              "address)" % sent)
+        # A client starved past the linger can still lose its 408 to a
+        # reset (its kernel drops what it had not read): allow one.
+        check(sent - 1 <= len(cut) <= sent and cut and b"head_timeout_s" in cut[0][2],
+              "%d slow connections read a 408 of the %d sent: %r" %
+              (len(cut), sent, [k[2][:60] for k in slow if k[2]][:3]))
         late = [k[3] - t_attack for k in cut if k[3] is not None and k[3] - t_attack > 2 + 1.5]
         check(not late, "slow connections lasting past the 2 s head deadline: %s" % late)
         idle.settimeout(3)
