@@ -78,6 +78,26 @@ def main():
             if int(resumed[3]) == 0:
                 print("FAIL the resumed run split no product")
                 failures += 1
+        # OPENBLAS_NUM_THREADS set by the user: the library threads each
+        # product, so sflow does not split them, and the two members'
+        # products must run one at a time (issue 34: two threaded calls at
+        # once oversubscribe the cores); the bits stay the fresh run's.
+        os.environ["OPENBLAS_NUM_THREADS"] = "2"
+        try:
+            rc, lib, err = kill_resume.run(exe, os.path.join(tmp, "lib"),
+                                           ["--threads", "2", "--journal=false"])
+        finally:
+            del os.environ["OPENBLAS_NUM_THREADS"]
+        m = re.search(r"lib_threads=(\d+) most_at_once=(\d+)", err)
+        print("OPENBLAS_NUM_THREADS=2: %s" % (m.group(0) if m else "no stats"))
+        if fresh[0] == "OpenBLAS":
+            if rc != 0 or not m or m.groups() != ("2", "1"):
+                print("FAIL with OPENBLAS_NUM_THREADS=2 (rc %d) the products were not one at a "
+                      "time on the library's 2 threads:\n%s" % (rc, err))
+                failures += 1
+            if lib != ref:
+                print("FAIL with OPENBLAS_NUM_THREADS=2 the output is not the fresh run's")
+                failures += 1
     print("FAIL" if failures else "PASS")
     return 1 if failures else 0
 
