@@ -58,6 +58,22 @@ Val await_expr(Node *n) {
   return mkval(r, true);
 }
 
+/* A kernel with tensor parameters reaches them through the nn layer's
+ * hooks (gpu.h), so the program links that layer even when it never
+ * calls a tensor op (an unset tensor field passed to a kernel): an
+ * external constant naming sf__nn_install pulls it in (main.c's own
+ * reference is weak). */
+static void link_nn_layer(void) {
+  if (LLVMGetNamedGlobal(cg.mod, "sf__program_links_nn"))
+    return;
+  LLVMValueRef fn = LLVMGetNamedFunction(cg.mod, "sf__nn_install");
+  if (!fn)
+    fn = LLVMAddFunction(cg.mod, "sf__nn_install", LLVMFunctionType(cg.vd, NULL, 0, 0));
+  LLVMValueRef g = LLVMAddGlobal(cg.mod, cg.P, "sf__program_links_nn");
+  LLVMSetInitializer(g, LLVMConstPointerCast(fn, cg.P));
+  LLVMSetGlobalConstant(g, 1);
+}
+
 /* launch k[n](args): the arguments go BORROWED into the kernel's argument
  * block (the launch ends before sf_launch returns) and the runtime picks
  * the GPU or the CPU version (gen_kernel_glue). */
@@ -72,6 +88,9 @@ void launch_expr(Node *n) {
     for (Node *a = n->args; a; a = a->next)
       argv[i++] = a;
   }
+  for (Decl *p = k->params; p; p = p->next)
+    if (p->type->kind == TY_TENSOR)
+      link_nn_layer();
   Val *vals = arena_alloc(sizeof(Val) * (size_t)(argc + 1));
   LLVMValueRef blk = argc ? entry_alloca(di->args_ty, "kargs") : LLVMConstNull(cg.P);
   for (int i = 0; i < argc; i++) {

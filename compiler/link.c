@@ -79,7 +79,7 @@ static int run_cmd(char **argv) {
 }
 
 static int link_exe(LLVMModuleRef mod, LLVMTargetMachineRef tm, const char *out,
-                    const char *rtlib) {
+                    const char *rtlib, bool debug) {
   struct stat st;
   if (stat(rtlib, &st) != 0) {
     fprintf(stderr, "sflowc: error: runtime library not found at '%s'\n", rtlib);
@@ -98,8 +98,11 @@ static int link_exe(LLVMModuleRef mod, LLVMTargetMachineRef tm, const char *out,
   int rc = emit_obj(mod, tm, obj);
   if (!rc) {
     const char *cc = getenv("CC");
+    /* Without -g the executable carries no debug information, the
+     * runtime's included (three quarters of a hello's bytes): it is the
+     * file --nodes copies to every host. */
     char *argv[] = {(char *)(cc && *cc ? cc : "cc"), "-o", (char *)out, obj, (char *)rtlib, "-lm",
-                    "-lpthread", "-ldl", NULL};
+                    "-lpthread", "-ldl", debug ? NULL : "-Wl,--strip-debug", NULL};
     int st = run_cmd(argv);
     if (st != 0) {
       fprintf(stderr, "sflowc: error: linking '%s' failed (%s exited with %d)\n", out, argv[0], st);
@@ -134,5 +137,5 @@ int link_program(void *mod, const Target *t, const CodegenOptions *opts) {
     return write_ir(mod, opts->out);
   if (opts->emit && !strcmp(opts->emit, "obj"))
     return emit_obj(mod, t->tm, opts->out);
-  return link_exe(mod, t->tm, opts->out, opts->runtime_lib);
+  return link_exe(mod, t->tm, opts->out, opts->runtime_lib, opts->debug);
 }

@@ -28,6 +28,14 @@
 
 #define EXIT_INTERNAL 101
 
+/* The nn layer is linked only into programs that use it: this reference
+ * is weak, so it pulls no archive member by itself, and the tensors' code
+ * (225 KB of a hello's 754 KB of text, kernels' sources included) comes
+ * in only with a call the program makes.  Where it is absent no tensor
+ * can exist (every one is made in tensor.c), so core's tensor hooks are
+ * never needed. */
+#pragma weak sf__nn_install
+
 /* Also runs when a runtime error ends the run with exit(70): the trace and
  * the journal are written either way. */
 static void at_exit(void) {
@@ -51,7 +59,8 @@ int main(int argc, char **argv) {
   sf__gpu_install();
   sf__blas_env();
   sf__cluster_install();
-  sf__nn_install();
+  if (sf__nn_install)
+    sf__nn_install();
   const sf_program *prog = &sf_program_desc;
   const char *name = prog->name && *prog->name ? prog->name : "program";
   if (prog->abi_version != SF_ABI_VERSION) {

@@ -131,8 +131,9 @@ void sf__gpu_launch(void *f, int block, int64_t n, void **params, const sf_loc *
 
 /* How sf_launch reaches a kernel's tensor parameters (SF_TENSOR fields of
  * its argument block).  gpu stands below nn, so the nn layer fills these
- * in (runtime/nn/custom.c, from sf__nn_install); a launch of a kernel that
- * takes tensors in a program without them cannot happen.  `on_gpu` picks
+ * in (runtime/nn/custom.c, from sf__nn_install); a program that launches
+ * a kernel taking tensors always links the nn layer (the compiler's
+ * sf__program_links_nn, codegen_task.c), even when it makes no tensor.  `on_gpu` picks
  * the path (the tensor rule: the running call holds a GPU); `begin` gives
  * the argument block the launch uses (owned): on the CPU each tensor slot
  * holds an f32[] header over the tensor's contiguous host values, on the
