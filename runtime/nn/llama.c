@@ -48,6 +48,14 @@ typedef struct {
   sf__qmat wq, wk, wv, wo, gate, up, down;
 } layer_w;
 
+/* A model's pool of KV blocks: at most bound in use (0: no bound). */
+typedef struct {
+  pthread_mutex_t lock;
+  int64_t bound, in_use, allocated, peak;
+  float **free; /* blocks given back, reused before new ones */
+  int64_t nfree, free_cap;
+} kv_pool;
+
 typedef struct {
   char *path;
   const sf__gguf *g;
@@ -59,6 +67,7 @@ typedef struct {
   const float *out_norm;
   float *inv_freq; /* rope_dim / 2 */
   layer_w *L;
+  kv_pool pool;    /* the KV blocks of this model's caches (below, "the caches") */
 } model;
 
 #define MODELS_MAX 16
@@ -153,6 +162,7 @@ static model *load(const char *p, const sf_loc *loc) {
   memset(m, 0, sizeof *m);
   m->g = g;
   m->path = strdup(p);
+  pthread_mutex_init(&m->pool.lock, NULL);
   const sf__gguf_kv *a = sf__gguf_find(g, "general.architecture");
   if (!a || a->type != SF__GGUF_STR)
     sf_runtime_error(loc, "llm.llama_open: %s: no metadata key \"general.architecture\" (a str)",
@@ -265,13 +275,103 @@ void sf_std_llm_llama_open(void *out, const sf_type *ot, sf_str *path, const sf_
 
 /* ---------------------------------------------------------- the caches */
 
+/* The KV cache is paged (vLLM's PagedAttention): the keys and values of a
+ * sequence live in blocks of KV_BLOCK tokens taken from the model's pool
+ * as the sequence grows, listed in its block table, and given back when it
+ * is truncated or freed, so the memory held follows the tokens held rather
+ * than each sequence's capacity.  A block holds every layer's keys, then
+ * every layer's values, for its tokens: [2][layer][kv_head][KV_BLOCK][head_dim],
+ * so one head's keys of a block are contiguous.  A contiguous cache (the
+ * layout before paging, kept as the reference the tests compare against)
+ * is the same thing with one block of `capacity` tokens outside the pool.
+ * Attention reads the keys in position order whatever the blocks, so the
+ * bits are the contiguous cache's. */
+#define KV_BLOCK 16
+
 typedef struct {
   model *m;
   int64_t cap, len;
-  float *k, *v;  /* [layer][kv_head][cap][head_dim] */
-  int64_t tmax;  /* the scratch below holds tmax tokens */
+  int64_t bt;      /* tokens per block: KV_BLOCK, or cap for a contiguous cache */
+  bool pooled;     /* blocks from m's pool (not a contiguous cache) */
+  float **blk;     /* the block table: nblk blocks, room for cap / bt rounded up */
+  int64_t nblk;
+  int64_t tmax;    /* the scratch below holds tmax tokens */
   float *x, *h, *q, *kk, *vv, *att, *g, *u;
 } cache;
+
+/* The floats of one block of bt tokens. */
+static size_t block_floats(const model *m, int64_t bt) {
+  return 2 * (size_t)(m->layers * m->kv_heads * bt * m->head_dim);
+}
+
+/* Token s's keys (v = 0) or values (v = 1) of kv head h of layer l. */
+static inline float *kv_row(const cache *k, int64_t l, int64_t h, int64_t s, int v) {
+  const model *m = k->m;
+  int64_t b = s / k->bt, o = s % k->bt;
+  size_t half = (size_t)(m->layers * m->kv_heads * k->bt * m->head_dim);
+  return k->blk[b] + (v ? half : 0) + (size_t)((l * m->kv_heads + h) * k->bt + o) * (size_t)m->head_dim;
+}
+
+/* n blocks from m's pool into out, all or none: false (nothing taken) when
+ * the bound leaves fewer than n free.  Freed blocks are kept and reused, so
+ * the pool's memory is its high-water mark of blocks in use. */
+static bool pool_take(model *m, int64_t n, float **out) {
+  kv_pool *p = &m->pool;
+  pthread_mutex_lock(&p->lock);
+  if (p->bound > 0 && p->in_use + n > p->bound) {
+    pthread_mutex_unlock(&p->lock);
+    return false;
+  }
+  int64_t reused = n < p->nfree ? n : p->nfree;
+  for (int64_t i = 0; i < reused; i++)
+    out[i] = p->free[--p->nfree];
+  p->in_use += n;
+  p->allocated += n - reused;
+  if (p->in_use > p->peak)
+    p->peak = p->in_use;
+  pthread_mutex_unlock(&p->lock);
+  for (int64_t i = reused; i < n; i++)
+    out[i] = sf_alloc(block_floats(m, KV_BLOCK) * sizeof(float));
+  return true;
+}
+
+static void pool_give(model *m, float **blocks, int64_t n) {
+  kv_pool *p = &m->pool;
+  pthread_mutex_lock(&p->lock);
+  if (p->nfree + n > p->free_cap) {
+    p->free_cap = (p->nfree + n) * 2;
+    float **f = sf_alloc(sizeof(float *) * (size_t)p->free_cap);
+    if (p->nfree)
+      memcpy(f, p->free, sizeof(float *) * (size_t)p->nfree);
+    sf_free(p->free);
+    p->free = f;
+  }
+  for (int64_t i = 0; i < n; i++)
+    p->free[p->nfree++] = blocks[i];
+  p->in_use -= n;
+  pthread_mutex_unlock(&p->lock);
+}
+
+/* The blocks cache k lacks to hold len tokens. */
+static int64_t blocks_short(const cache *k, int64_t len) {
+  int64_t want = (len + k->bt - 1) / k->bt;
+  return want > k->nblk ? want - k->nblk : 0;
+}
+
+/* The pool is out of blocks: the error of fn, naming the pool's figures. */
+static void pool_full(const model *m, const char *fn, int64_t need, const sf_loc *loc) {
+  sf_runtime_error(loc, "llm.%s: the KV pool has no %" PRId64 " free block%s of %d tokens (%" PRId64
+                   " of its bound of %" PRId64 " in use; llm.kv_pool sets the bound)", fn, need,
+                   need == 1 ? "" : "s", KV_BLOCK, m->pool.in_use, m->pool.bound);
+}
+
+/* Takes the blocks k lacks to hold len tokens (checked to be available). */
+static void blocks_grow(cache *k, int64_t len, const char *fn, const sf_loc *loc) {
+  int64_t need = blocks_short(k, len);
+  if (need && !pool_take(k->m, need, k->blk + k->nblk))
+    pool_full(k->m, fn, need, loc);
+  k->nblk += need;
+}
 
 #define CACHES_MAX 4096
 static pthread_mutex_t caches_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -288,8 +388,18 @@ static cache *cache_of(const void *c, const sf_type *ct, const char *fn, const s
   return k;
 }
 
+static void cache_release(cache *k) {
+  if (k->pooled)
+    pool_give(k->m, k->blk, k->nblk);
+  else
+    for (int64_t i = 0; i < k->nblk; i++)
+      sf_free(k->blk[i]);
+  sf_free(k->blk);
+  sf_free(k);
+}
+
 void sf_std_llm_kv_cache(void *out, const sf_type *ot, const void *mv, const sf_type *mt,
-                         int64_t capacity, const sf_loc *loc) {
+                         int64_t capacity, bool contiguous, const sf_loc *loc) {
   model *m = model_of(mv, mt, loc);
   if (capacity == 0)
     capacity = m->context;
@@ -300,9 +410,13 @@ void sf_std_llm_kv_cache(void *out, const sf_type *ot, const void *mv, const sf_
   memset(k, 0, sizeof *k);
   k->m = m;
   k->cap = capacity;
-  size_t n = (size_t)(m->layers * m->kv_heads * capacity * m->head_dim);
-  k->k = sf_alloc(n * sizeof(float));
-  k->v = sf_alloc(n * sizeof(float));
+  k->pooled = !contiguous;
+  k->bt = contiguous ? capacity : KV_BLOCK;
+  k->blk = sf_alloc(sizeof(float *) * (size_t)((capacity + k->bt - 1) / k->bt));
+  if (contiguous) {
+    k->blk[0] = sf_alloc(block_floats(m, capacity) * sizeof(float));
+    k->nblk = 1;
+  }
   pthread_mutex_lock(&caches_lock);
   int64_t id = 0;
   for (int i = 0; i < CACHES_MAX && !id; i++)
@@ -312,9 +426,7 @@ void sf_std_llm_kv_cache(void *out, const sf_type *ot, const void *mv, const sf_
     }
   pthread_mutex_unlock(&caches_lock);
   if (!id) {
-    sf_free(k->k);
-    sf_free(k->v);
-    sf_free(k);
+    cache_release(k);
     sf_runtime_error(loc, "llm.kv_cache: more than %d KV caches live in one process", CACHES_MAX);
   }
   FIELD(ot, out, "id", SF_I64, int64_t) = id;
@@ -331,6 +443,11 @@ void sf_std_llm_kv_truncate(const void *c, const sf_type *ct, int64_t n, const s
     sf_runtime_error(loc, "llm.kv_truncate: %" PRId64 " tokens of a cache holding %" PRId64, n,
                      k->len);
   k->len = n;
+  int64_t keep = (n + k->bt - 1) / k->bt;
+  if (k->pooled && keep < k->nblk) {
+    pool_give(k->m, k->blk + keep, k->nblk - keep);
+    k->nblk = keep;
+  }
 }
 
 static void scratch_free(cache *k) {
@@ -348,9 +465,34 @@ void sf_std_llm_kv_free(const void *c, const sf_type *ct, const sf_loc *loc) {
   caches[id - 1] = NULL;
   pthread_mutex_unlock(&caches_lock);
   scratch_free(k);
-  sf_free(k->k);
-  sf_free(k->v);
-  sf_free(k);
+  cache_release(k);
+}
+
+void sf_std_llm_kv_pool(const void *mv, const sf_type *mt, int64_t blocks, const sf_loc *loc) {
+  model *m = model_of(mv, mt, loc);
+  kv_pool *p = &m->pool;
+  pthread_mutex_lock(&p->lock);
+  int64_t used = p->in_use;
+  bool ok = blocks == 0 || (blocks > 0 && blocks >= used);
+  if (ok)
+    p->bound = blocks;
+  pthread_mutex_unlock(&p->lock);
+  if (!ok)
+    sf_runtime_error(loc, "llm.kv_pool: a bound of %" PRId64 " blocks (0: none, else at least the "
+                     "%" PRId64 " in use)", blocks, used);
+}
+
+void sf_std_llm_kv_blocks(void *out, const sf_type *ot, const void *mv, const sf_type *mt,
+                          const sf_loc *loc) {
+  model *m = model_of(mv, mt, loc);
+  kv_pool *p = &m->pool;
+  pthread_mutex_lock(&p->lock);
+  int64_t f[] = {KV_BLOCK, p->in_use, p->bound, p->allocated, p->peak};
+  pthread_mutex_unlock(&p->lock);
+  const char *names[] = {"block_tokens", "in_use", "bound", "allocated", "peak"};
+  for (int i = 0; i < 5; i++)
+    FIELD(ot, out, names[i], SF_I64, int64_t) = f[i];
+  FIELD(ot, out, "block_bytes", SF_I64, int64_t) = (int64_t)(block_floats(m, KV_BLOCK) * sizeof(float));
 }
 
 static void scratch(cache *k, int64_t T) {
@@ -574,29 +716,33 @@ typedef struct {
 /* One query head q against the first n keys and values of kv head kvh of
  * layer l of cache k: o (head_dim) = softmax(q · K / sqrt(hd)) · V, sc a
  * scratch of n.  The one order of operations of prefill, decode and a
- * batch's rows, so their bits agree. */
+ * batch's rows, so their bits agree; the keys are read block by block in
+ * position order, so a paged cache gives a contiguous one's bits. */
 static void attend(const model *m, const cache *k, int64_t l, int64_t kvh, const float *q,
                    int64_t n, float *sc, float *o) {
-  int64_t hd = m->head_dim;
+  int64_t hd = m->head_dim, bt = k->bt;
   float scale = (float)(1.0 / sqrt((double)hd));
-  size_t base = (size_t)((l * m->kv_heads + kvh) * k->cap) * (size_t)hd;
-  const float *K = k->k + base, *V = k->v + base;
   float mx = -INFINITY;
-  for (int64_t s = 0; s < n; s++) {
-    const float *ks = K + s * hd;
-    sf__f4 a = {0}, b = {0};
-    int64_t j = 0;
-    for (; j + 8 <= hd; j += 8) {
-      a += sf__ld4(q + j) * sf__ld4(ks + j);
-      b += sf__ld4(q + j + 4) * sf__ld4(ks + j + 4);
+  for (int64_t b0 = 0; b0 < n; b0 += bt) {
+    const float *K = kv_row(k, l, kvh, b0, 0);
+    int64_t e = n - b0 < bt ? n - b0 : bt;
+    for (int64_t t = 0; t < e; t++) {
+      const float *ks = K + t * hd;
+      sf__f4 a = {0}, b = {0};
+      int64_t j = 0;
+      for (; j + 8 <= hd; j += 8) {
+        a += sf__ld4(q + j) * sf__ld4(ks + j);
+        b += sf__ld4(q + j + 4) * sf__ld4(ks + j + 4);
+      }
+      a += b;
+      float d = (a[0] + a[1]) + (a[2] + a[3]);
+      for (; j < hd; j++)
+        d += q[j] * ks[j];
+      float v = d * scale;
+      sc[b0 + t] = v;
+      if (v > mx)
+        mx = v;
     }
-    a += b;
-    float d = (a[0] + a[1]) + (a[2] + a[3]);
-    for (; j < hd; j++)
-      d += q[j] * ks[j];
-    sc[s] = d * scale;
-    if (sc[s] > mx)
-      mx = sc[s];
   }
   float sum = 0;
   for (int64_t s = 0; s < n; s++) {
@@ -606,16 +752,20 @@ static void attend(const model *m, const cache *k, int64_t l, int64_t kvh, const
   for (int64_t j = 0; j < hd; j++)
     o[j] = 0;
   float inv = 1.0f / sum;
-  for (int64_t s = 0; s < n; s++) {
-    float p = sc[s] * inv;
-    const float *vs = V + s * hd;
-    int64_t j = 0;
-    for (; j + 4 <= hd; j += 4) {
-      sf__f4 acc = sf__ld4(o + j) + sf__ld4(vs + j) * p;
-      memcpy(o + j, &acc, sizeof acc);
+  for (int64_t b0 = 0; b0 < n; b0 += bt) {
+    const float *V = kv_row(k, l, kvh, b0, 1);
+    int64_t e = n - b0 < bt ? n - b0 : bt;
+    for (int64_t t = 0; t < e; t++) {
+      float p = sc[b0 + t] * inv;
+      const float *vs = V + t * hd;
+      int64_t j = 0;
+      for (; j + 4 <= hd; j += 4) {
+        sf__f4 acc = sf__ld4(o + j) + sf__ld4(vs + j) * p;
+        memcpy(o + j, &acc, sizeof acc);
+      }
+      for (; j < hd; j++)
+        o[j] += p * vs[j];
     }
-    for (; j < hd; j++)
-      o[j] += p * vs[j];
   }
 }
 
@@ -645,9 +795,8 @@ static void layer(model *m, cache *k, int64_t l, int64_t T, int64_t pos0) {
   rope(m, k->kk, T, m->kv_heads, pos0);
   for (int64_t t = 0; t < T; t++)
     for (int64_t h = 0; h < m->kv_heads; h++) {
-      size_t at = ((size_t)((l * m->kv_heads + h) * k->cap + pos0 + t)) * (size_t)hd;
-      memcpy(k->k + at, k->kk + t * kvd + h * hd, sizeof(float) * (size_t)hd);
-      memcpy(k->v + at, k->vv + t * kvd + h * hd, sizeof(float) * (size_t)hd);
+      memcpy(kv_row(k, l, h, pos0 + t, 0), k->kk + t * kvd + h * hd, sizeof(float) * (size_t)hd);
+      memcpy(kv_row(k, l, h, pos0 + t, 1), k->vv + t * kvd + h * hd, sizeof(float) * (size_t)hd);
     }
   attn_job J = {m, k, l, T, pos0};
   int64_t tasks = T * m->heads;
@@ -690,6 +839,7 @@ sf_tensor *sf_std_llm_forward(const void *mv, const sf_type *mt, const void *c, 
     if (id[t] < 0 || id[t] >= m->vocab)
       sf_runtime_error(loc, "llm.forward: ids[%" PRId64 "] = %" PRId64 " is not a token id (0 to %"
                        PRId64 ")", t, id[t], m->vocab - 1);
+  blocks_grow(k, k->len + T, "forward", loc);
   scratch(k, T);
   for (int64_t t = 0; t < T; t++)
     sf__q_dequant_row(&m->embd, id[t], k->x + t * m->dim);
@@ -717,6 +867,27 @@ sf_tensor *sf_std_llm_forward(const void *mv, const sf_type *mt, const void *c, 
  * Attention, RoPE and the norms run per row against the row's own cache.
  * The scratch is the batch's, allocated per call (a step's cost is the
  * weights, not these few hundred KB). */
+/* The blocks the n caches lack for one more token each, taken from the
+ * pool at once: all or none, so a pool too small fails before any cache
+ * changes. */
+static void batch_blocks(model *m, cache **c, int64_t n, const sf_loc *loc) {
+  int64_t need = 0;
+  for (int64_t i = 0; i < n; i++)
+    need += c[i]->pooled ? blocks_short(c[i], c[i]->len + 1) : 0;
+  if (!need)
+    return;
+  float **got = sf_alloc(sizeof(float *) * (size_t)need);
+  if (!pool_take(m, need, got)) {
+    sf_free(got);
+    pool_full(m, "forward_batch", need, loc);
+  }
+  int64_t j = 0;
+  for (int64_t i = 0; i < n; i++)
+    if (c[i]->pooled && blocks_short(c[i], c[i]->len + 1))
+      c[i]->blk[c[i]->nblk++] = got[j++];
+  sf_free(got);
+}
+
 typedef struct {
   const model *m;
   cache **c;
@@ -772,6 +943,7 @@ sf_tensor *sf_std_llm_forward_batch(const void *mv, const sf_type *mt, sf_array 
       maxn = pos[i] + 1;
     work += (pos[i] + 1) * m->heads * m->head_dim;
   }
+  batch_blocks(m, c, n, loc);
   int64_t d = m->dim, hd = m->head_dim, kvd = m->kv_heads * hd;
   size_t N = (size_t)n;
   float *x = sf_alloc(N * (size_t)d * sizeof(float)), *h = sf_alloc(N * (size_t)d * sizeof(float));
@@ -790,9 +962,8 @@ sf_tensor *sf_std_llm_forward_batch(const void *mv, const sf_type *mt, sf_array 
       rope(m, q + i * d, 1, m->heads, pos[i]);
       rope(m, kk + i * kvd, 1, m->kv_heads, pos[i]);
       for (int64_t k = 0; k < m->kv_heads; k++) {
-        size_t at = ((size_t)((l * m->kv_heads + k) * c[i]->cap + pos[i])) * (size_t)hd;
-        memcpy(c[i]->k + at, kk + i * kvd + k * hd, sizeof(float) * (size_t)hd);
-        memcpy(c[i]->v + at, vv + i * kvd + k * hd, sizeof(float) * (size_t)hd);
+        memcpy(kv_row(c[i], l, k, pos[i], 0), kk + i * kvd + k * hd, sizeof(float) * (size_t)hd);
+        memcpy(kv_row(c[i], l, k, pos[i], 1), vv + i * kvd + k * hd, sizeof(float) * (size_t)hd);
       }
     }
     battn_job J = {m, c, pos, n, l, maxn, q, att};
