@@ -359,10 +359,13 @@ static int64_t blocks_short(const cache *k, int64_t len) {
 }
 
 /* The pool is out of blocks: the error of fn, naming the pool's figures. */
-static void pool_full(const model *m, const char *fn, int64_t need, const sf_loc *loc) {
-  sf_runtime_error(loc, "llm.%s: the KV pool has no %" PRId64 " free block%s of %d tokens (%" PRId64
-                   " of its bound of %" PRId64 " in use; llm.kv_pool sets the bound)", fn, need,
-                   need == 1 ? "" : "s", KV_BLOCK, m->pool.in_use, m->pool.bound);
+static void pool_full(model *m, const char *fn, int64_t need, const sf_loc *loc) {
+  pthread_mutex_lock(&m->pool.lock);
+  int64_t used = m->pool.in_use, bound = m->pool.bound;
+  pthread_mutex_unlock(&m->pool.lock);
+  sf_runtime_error(loc, "llm.%s: %" PRId64 " more KV block%s of %d tokens needed, but %" PRId64
+                   " of the pool's bound of %" PRId64 " are in use (llm.kv_pool sets the bound; "
+                   "nothing was appended)", fn, need, need == 1 ? "" : "s", KV_BLOCK, used, bound);
 }
 
 /* Takes the blocks k lacks to hold len tokens (checked to be available). */

@@ -29,6 +29,9 @@ Cases:
   chat_answer  examples/chat.sflow's answer to logits.json's chat question,
              as transformers' greedy generate gives it (when the oracle has it),
              and its --logits-out array against the prefill's
+  paged      the paged KV cache bitwise the contiguous one (prefill, decode,
+             truncate, forward_batch), blocks in use at each point and back
+             to 0, a full pool or a bound below the blocks in use named
   bad        bad input: a truncated GGUF, a foreign file, a tensor of an
              unknown quantization, a missing key, a tokenizer.json that is
              not BPE, an id outside the vocabulary: each a runtime error
@@ -264,6 +267,39 @@ def case_batch(exe_dir, sflowc, model):
               "forward_batch %s: exit %d, says %r" % (what, p.returncode, want), p.stderr.strip())
 
 
+def case_paged(exe_dir, sflowc, model):
+    """The paged KV cache: logits bitwise the contiguous cache's (prefill,
+    decode across block boundaries, truncate then prefill, forward_batch,
+    a batch of both kinds), the pool's blocks in use at each point (back to
+    0 once every cache is freed), and a full pool a runtime error naming it."""
+    exe = build(sflowc, "paged", exe_dir)
+    p = subprocess.run([exe, "--gguf", model, "--threads", "2"], capture_output=True, text=True,
+                       timeout=600)
+    check(p.returncode == 0, "paged runs", p.stderr)
+    for name in ("prefill", "decode", "truncated", "batch", "mixed"):
+        check(name + " bitwise true" in p.stdout,
+              "paged cache: %s logits bitwise the contiguous cache's" % name, p.stdout)
+    # blocks of 16 tokens: 37 tokens hold 3, 67 hold 5, 10 hold 1, 33 hold 3;
+    # the batch's caches of 36, 37 and 53 tokens hold 3 + 3 + 4
+    for when, n in (("empty", 0), ("at 37", 3), ("at 67", 5), ("at 10", 1), ("at 33", 3),
+                    ("batch", 10)):
+        check("blocks %s %d\n" % (when, n) in p.stdout,
+              "blocks in use %s: %d" % (when, n), p.stdout)
+    check("blocks freed 0 peak 10 allocated 10" in p.stdout,
+          "every block back in the pool once the caches are freed; freed blocks reused "
+          "(10 made for a peak of 10)", p.stdout)
+    for what, want in (
+            ("exhaust", "llm.forward: 1 more KV block of 16 tokens needed, but 3 of the pool's "
+                        "bound of 3 are in use"),
+            ("batch_exhaust", "llm.forward_batch: 1 more KV block of 16 tokens needed, but 4 of "
+                              "the pool's bound of 4 are in use"),
+            ("bound", "llm.kv_pool: a bound of 2 blocks (0: none, else at least the 3 in use)")):
+        p = subprocess.run([exe, "--gguf", model, "--what", what], capture_output=True, text=True,
+                           timeout=60)
+        check(p.returncode == 70 and want in p.stderr and "no error" not in p.stdout,
+              "%s: exit %d, says %r" % (what, p.returncode, want), p.stderr.strip())
+
+
 def case_decoder(exe_dir, sflowc, model):
     sys.path.insert(0, os.path.dirname(HERE))
     import pydeps
@@ -398,7 +434,7 @@ def case_gpu_emu(exe_dir, sflowc, model):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sflowc", required=True)
-    ap.add_argument("--case", required=True, choices=["bpe_gguf", "bpe_json", "chat", "gguf", "bad", "gpu_emu", "decoder", "chat_answer", "batch"])
+    ap.add_argument("--case", required=True, choices=["bpe_gguf", "bpe_json", "chat", "gguf", "bad", "gpu_emu", "decoder", "chat_answer", "batch", "paged", "safetensors"])
     ap.add_argument("--models", default=None, help="default: $SFLOW_MODELS or <build>/models")
     args = ap.parse_args()
     build_dir = os.path.dirname(os.path.dirname(os.path.abspath(args.sflowc)))
