@@ -32,11 +32,15 @@
  * the loaded model is process-wide by path, a cache's memory is the
  * process's until kv_free.  Cache ids are of this process only.
  */
+#include <cjson/cJSON.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 
 #include "llama.h"
 #include "simd.h"
@@ -156,13 +160,27 @@ static const float *norm_of(const sf__gguf *g, const char *name, int64_t n, cons
   return (const float *)t->data;
 }
 
+static void inv_freq_of(model *m) {
+  m->inv_freq = sf_alloc(sizeof(float) * (size_t)(m->rope_dim / 2));
+  for (int64_t i = 0; i < m->rope_dim / 2; i++)
+    m->inv_freq[i] = (float)(1.0 / pow(m->theta, (double)(2 * i) / (double)m->rope_dim));
+}
+
+static void load_hf(model *m, const char *dir, const sf_loc *loc);
+
 static model *load(const char *p, const sf_loc *loc) {
-  const sf__gguf *g = open_file(p, loc);
   model *m = sf_alloc(sizeof *m);
   memset(m, 0, sizeof *m);
-  m->g = g;
   m->path = strdup(p);
   pthread_mutex_init(&m->pool.lock, NULL);
+  struct stat sb;
+  if (!stat(p, &sb) && S_ISDIR(sb.st_mode)) {
+    load_hf(m, p, loc);
+    inv_freq_of(m);
+    return m;
+  }
+  const sf__gguf *g = open_file(p, loc);
+  m->g = g;
   const sf__gguf_kv *a = sf__gguf_find(g, "general.architecture");
   if (!a || a->type != SF__GGUF_STR)
     sf_runtime_error(loc, "llm.llama_open: %s: no metadata key \"general.architecture\" (a str)",
@@ -198,9 +216,7 @@ static model *load(const char *p, const sf_loc *loc) {
   m->tied = !sf__gguf_tensor_named(g, "output.weight");
   m->out = m->tied ? m->embd : weight_of(g, "output.weight", m->vocab, m->dim, loc);
   m->out_norm = norm_of(g, "output_norm.weight", m->dim, loc);
-  m->inv_freq = sf_alloc(sizeof(float) * (size_t)(m->rope_dim / 2));
-  for (int64_t i = 0; i < m->rope_dim / 2; i++)
-    m->inv_freq[i] = (float)(1.0 / pow(m->theta, (double)(2 * i) / (double)m->rope_dim));
+  inv_freq_of(m);
   m->L = sf_alloc(sizeof(layer_w) * (size_t)m->layers);
   int64_t kvd = m->kv_heads * m->head_dim;
   for (int64_t l = 0; l < m->layers; l++) {
@@ -223,6 +239,239 @@ static model *load(const char *p, const sf_loc *loc) {
     w->ffn_norm = norm_of(g, n, m->dim, loc);
   }
   return m;
+}
+
+/* ----------------------------------------- Hugging Face checkpoints */
+
+/* A folder as transformers saves a LlamaForCausalLM: config.json (the
+ * hyperparameters) and model.safetensors (the weights, F32, F16 or BF16,
+ * PyTorch's names and [out, in] rows).  The weights are read where they
+ * lie in the mapped file, as a GGUF's are, but for Wq and Wk: transformers
+ * keeps them in the rotate-half order and this file's RoPE rotates
+ * adjacent pairs, so each is copied once with llama.cpp's permutation
+ * (within each head, row j · d/2 + i becomes row 2i + j), which makes the
+ * model exactly the one its GGUF conversion gives. */
+typedef struct {
+  const char *dir, *cfg_path, *st_path;
+  const cJSON *cfg;
+  const sf__st_file *st;
+} hf_src;
+
+static const cJSON *cfg_get(const hf_src *h, const char *key) {
+  for (const cJSON *c = h->cfg->child; c; c = c->next)
+    if (c->string && !strcmp(c->string, key))
+      return (c->type & 0xff) == cJSON_NULL ? NULL : c;
+  return NULL;
+}
+
+/* An integer key (dflt when absent and dflt >= 0, else an error). */
+static int64_t cfg_int(const hf_src *h, const char *key, int64_t dflt, const sf_loc *loc) {
+  const cJSON *c = cfg_get(h, key);
+  if (!c) {
+    if (dflt >= 0)
+      return dflt;
+    sf_runtime_error(loc, "llm.llama_open: %s: no key \"%s\"", h->cfg_path, key);
+  }
+  double v = c->valuedouble;
+  if ((c->type & 0xff) != cJSON_Number || v != (double)(int64_t)v || v <= 0 || v > (1 << 24))
+    sf_runtime_error(loc, "llm.llama_open: %s: \"%s\" is not a positive integer", h->cfg_path, key);
+  return (int64_t)v;
+}
+
+static double cfg_num(const hf_src *h, const char *key, double dflt, const sf_loc *loc) {
+  const cJSON *c = cfg_get(h, key);
+  if (!c) {
+    if (dflt > 0)
+      return dflt;
+    sf_runtime_error(loc, "llm.llama_open: %s: no key \"%s\"", h->cfg_path, key);
+  }
+  if ((c->type & 0xff) != cJSON_Number || !(c->valuedouble > 0))
+    sf_runtime_error(loc, "llm.llama_open: %s: \"%s\" is not a positive number", h->cfg_path, key);
+  return c->valuedouble;
+}
+
+static bool cfg_bool(const hf_src *h, const char *key, bool dflt, const sf_loc *loc) {
+  const cJSON *c = cfg_get(h, key);
+  if (!c)
+    return dflt;
+  int t = c->type & 0xff;
+  if (t != cJSON_True && t != cJSON_False)
+    sf_runtime_error(loc, "llm.llama_open: %s: \"%s\" is not a boolean", h->cfg_path, key);
+  return t == cJSON_True;
+}
+
+/* A string key, or NULL when absent. */
+static const char *cfg_str(const hf_src *h, const char *key, const sf_loc *loc) {
+  const cJSON *c = cfg_get(h, key);
+  if (c && (c->type & 0xff) != cJSON_String)
+    sf_runtime_error(loc, "llm.llama_open: %s: \"%s\" is not a string", h->cfg_path, key);
+  return c ? c->valuestring : NULL;
+}
+
+/* Only a plain Llama: its model_type, its architectures, SiLU, no biases,
+ * no RoPE scaling; anything else is named rather than run wrong. */
+static void cfg_check_arch(const hf_src *h, const sf_loc *loc) {
+  const char *mt = cfg_str(h, "model_type", loc);
+  const cJSON *ar = cfg_get(h, "architectures");
+  if (!mt && !ar)
+    sf_runtime_error(loc, "llm.llama_open: %s: no key \"model_type\" (nor \"architectures\")",
+                     h->cfg_path);
+  if (mt && strcmp(mt, "llama"))
+    sf_runtime_error(loc, "llm.llama_open: %s: model_type \"%s\", not \"llama\" (std.llm runs "
+                     "Llama-architecture decoders)", h->cfg_path, mt);
+  for (const cJSON *c = ar && (ar->type & 0xff) == cJSON_Array ? ar->child : NULL; c; c = c->next)
+    if ((c->type & 0xff) != cJSON_String || strcmp(c->valuestring, "LlamaForCausalLM"))
+      sf_runtime_error(loc, "llm.llama_open: %s: architectures holds \"%s\", not "
+                       "\"LlamaForCausalLM\"", h->cfg_path,
+                       (c->type & 0xff) == cJSON_String ? c->valuestring : "(not a string)");
+  const char *act = cfg_str(h, "hidden_act", loc);
+  if (act && strcmp(act, "silu"))
+    sf_runtime_error(loc, "llm.llama_open: %s: hidden_act \"%s\", not \"silu\"", h->cfg_path, act);
+  if (cfg_get(h, "rope_scaling"))
+    sf_runtime_error(loc, "llm.llama_open: %s: \"rope_scaling\" is set; std.llm reads only "
+                     "unscaled RoPE (rope_scaling null)", h->cfg_path);
+  if (cfg_bool(h, "attention_bias", false, loc) || cfg_bool(h, "mlp_bias", false, loc))
+    sf_runtime_error(loc, "llm.llama_open: %s: attention_bias or mlp_bias is true; std.llm's "
+                     "Llama has no biases", h->cfg_path);
+}
+
+/* The checkpoint's tensor name, checked: F32, F16 or BF16 of shape
+ * [rows, cols] (cols 0: a vector of rows). */
+static const sf__st_tensor *st_tensor(const hf_src *h, const char *name, int64_t rows,
+                                      int64_t cols, const sf_loc *loc) {
+  const sf__st_tensor *t = sf__st_find(h->st, name);
+  if (!t)
+    sf_runtime_error(loc, "llm.llama_open: %s: no tensor \"%s\"", h->st_path, name);
+  if (!t->dtype)
+    sf_runtime_error(loc, "llm.llama_open: %s: tensor \"%s\" is %s; std.llm reads F32, F16 and "
+                     "BF16 checkpoints", h->st_path, name, t->dtype_name);
+  bool ok = cols ? t->ndim == 2 && t->shape[0] == rows && t->shape[1] == cols
+                 : t->ndim == 1 && t->shape[0] == rows;
+  if (!ok) {
+    char got[SF__SHAPE_BUF], want[64];
+    if (cols)
+      snprintf(want, sizeof want, "[%" PRId64 ", %" PRId64 "]", rows, cols);
+    else
+      snprintf(want, sizeof want, "[%" PRId64 "]", rows);
+    sf_runtime_error(loc, "llm.llama_open: %s: tensor \"%s\" has shape %s, not %s", h->st_path,
+                     name, sf__shape_str(t->ndim, t->shape, got), want);
+  }
+  return t;
+}
+
+static uint32_t st_ggml_type(const sf__st_tensor *t) {
+  return t->dtype == SF__ST_F32 ? SF__GGML_F32 : t->dtype == SF__ST_F16 ? SF__GGML_F16
+                                                                         : SF__GGML_BF16;
+}
+
+/* A weight where it lies, or with heads > 0 copied in llama.cpp's
+ * adjacent-pair order (above). */
+static sf__qmat st_weight(const hf_src *h, const char *name, int64_t rows, int64_t cols,
+                          int64_t heads, const sf_loc *loc) {
+  const sf__st_tensor *t = st_tensor(h, name, rows, cols, loc);
+  uint32_t ty = st_ggml_type(t);
+  sf__qmat m = {ty, rows, cols, sf__ggml_bytes(ty, cols), t->data};
+  if (heads > 0) {
+    int64_t d = rows / heads, half = d / 2;
+    char *p = sf_alloc((size_t)(m.row_bytes * (uint64_t)rows));
+    for (int64_t hh = 0; hh < heads; hh++)
+      for (int64_t i = 0; i < half; i++)
+        for (int64_t j = 0; j < 2; j++)
+          memcpy(p + (uint64_t)(hh * d + 2 * i + j) * m.row_bytes,
+                 (const char *)t->data + (uint64_t)(hh * d + j * half + i) * m.row_bytes,
+                 m.row_bytes);
+    m.data = p;
+  }
+  return m;
+}
+
+/* A norm's weight as f32 (any of the three dtypes). */
+static const float *st_norm(const hf_src *h, const char *name, int64_t n, const sf_loc *loc) {
+  const sf__st_tensor *t = st_tensor(h, name, n, 0, loc);
+  sf__qmat v = {st_ggml_type(t), 1, n, sf__ggml_bytes(st_ggml_type(t), n), t->data};
+  float *out = sf_alloc(sizeof(float) * (size_t)n);
+  sf__q_dequant_row(&v, 0, out);
+  return out;
+}
+
+static void load_hf(model *m, const char *dir, const sf_loc *loc) {
+  hf_src h = {dir, NULL, NULL, NULL, NULL};
+  size_t n = strlen(dir) + 32;
+  char *cp = sf_alloc(n), *sp = sf_alloc(n);
+  snprintf(cp, n, "%s/config.json", dir);
+  snprintf(sp, n, "%s/model.safetensors", dir);
+  h.cfg_path = cp;
+  h.st_path = sp;
+  sf__view v;
+  if (!sf__view_open(&v, cp))
+    sf_runtime_error(loc, "llm.llama_open: %s: a model folder needs config.json (cannot read %s: "
+                     "%s)", dir, cp, strerror(errno));
+  char err[800];
+  if (!sf__cjson_load(err, sizeof err))
+    sf_runtime_error(loc, "llm.llama_open: %s: %s", cp, err);
+  const char *end = NULL;
+  cJSON *cfg = sf__cjson_parse(v.data, v.len, &end);
+  if (!cfg || (cfg->type & 0xff) != cJSON_Object)
+    sf_runtime_error(loc, "llm.llama_open: %s: not a JSON object (bad JSON at byte %td)", cp,
+                     end ? end - v.data : (ptrdiff_t)0);
+  h.cfg = cfg; /* kept: the model is the process's */
+  cfg_check_arch(&h, loc);
+  struct stat sb;
+  char *ip = sf_alloc(n + 16);
+  snprintf(ip, n + 16, "%s/model.safetensors.index.json", dir);
+  if (stat(sp, &sb) && !stat(ip, &sb))
+    sf_runtime_error(loc, "llm.llama_open: %s: a sharded checkpoint (model.safetensors.index.json); "
+                     "std.llm reads one model.safetensors", dir);
+  sf_free(ip);
+  sf__st_file *st = sf__st_open(sp, err, sizeof err);
+  if (!st)
+    sf_runtime_error(loc, "llm.llama_open: %s", err);
+  h.st = st;
+  snprintf(m->arch, sizeof m->arch, "llama");
+  m->layers = cfg_int(&h, "num_hidden_layers", -1, loc);
+  m->dim = cfg_int(&h, "hidden_size", -1, loc);
+  m->heads = cfg_int(&h, "num_attention_heads", -1, loc);
+  m->kv_heads = cfg_int(&h, "num_key_value_heads", m->heads, loc);
+  m->ffn = cfg_int(&h, "intermediate_size", -1, loc);
+  m->context = cfg_int(&h, "max_position_embeddings", -1, loc);
+  m->vocab = cfg_int(&h, "vocab_size", -1, loc);
+  m->theta = cfg_num(&h, "rope_theta", 10000.0, loc);
+  m->eps = cfg_num(&h, "rms_norm_eps", -1, loc);
+  if (m->dim % m->heads || m->heads % m->kv_heads || (m->dim / m->heads) % 2)
+    sf_runtime_error(loc, "llm.llama_open: %s: hidden_size %" PRId64 " over %" PRId64 " heads and %"
+                     PRId64 " key/value heads does not divide (into even heads)", cp, m->dim,
+                     m->heads, m->kv_heads);
+  m->head_dim = m->dim / m->heads;
+  if (cfg_int(&h, "head_dim", m->head_dim, loc) != m->head_dim)
+    sf_runtime_error(loc, "llm.llama_open: %s: head_dim %" PRId64 " is not hidden_size / "
+                     "num_attention_heads (%" PRId64 ")", cp, cfg_int(&h, "head_dim", 0, loc),
+                     m->head_dim);
+  m->rope_dim = m->head_dim;
+  m->embd = st_weight(&h, "model.embed_tokens.weight", m->vocab, m->dim, 0, loc);
+  m->tied = cfg_bool(&h, "tie_word_embeddings", false, loc);
+  m->out = m->tied ? m->embd : st_weight(&h, "lm_head.weight", m->vocab, m->dim, 0, loc);
+  m->out_norm = st_norm(&h, "model.norm.weight", m->dim, loc);
+  m->L = sf_alloc(sizeof(layer_w) * (size_t)m->layers);
+  int64_t kvd = m->kv_heads * m->head_dim;
+  for (int64_t l = 0; l < m->layers; l++) {
+    char nm[128];
+    layer_w *w = &m->L[l];
+#define W(field, suffix, r, c, hh)                                        \
+  snprintf(nm, sizeof nm, "model.layers.%" PRId64 "." suffix, l);        \
+  w->field = st_weight(&h, nm, r, c, hh, loc)
+    W(wq, "self_attn.q_proj.weight", m->dim, m->dim, m->heads);
+    W(wk, "self_attn.k_proj.weight", kvd, m->dim, m->kv_heads);
+    W(wv, "self_attn.v_proj.weight", kvd, m->dim, 0);
+    W(wo, "self_attn.o_proj.weight", m->dim, m->dim, 0);
+    W(gate, "mlp.gate_proj.weight", m->ffn, m->dim, 0);
+    W(up, "mlp.up_proj.weight", m->ffn, m->dim, 0);
+    W(down, "mlp.down_proj.weight", m->dim, m->ffn, 0);
+#undef W
+    snprintf(nm, sizeof nm, "model.layers.%" PRId64 ".input_layernorm.weight", l);
+    w->attn_norm = st_norm(&h, nm, m->dim, loc);
+    snprintf(nm, sizeof nm, "model.layers.%" PRId64 ".post_attention_layernorm.weight", l);
+    w->ffn_norm = st_norm(&h, nm, m->dim, loc);
+  }
 }
 
 static model *model_of_path(const char *p, const sf_loc *loc) {
