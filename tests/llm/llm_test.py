@@ -403,6 +403,18 @@ def case_safetensors(exe_dir, sflowc, model):
             check(any(l.startswith("greedy %d equal true" % n) for l in lines),
                   "%s prompt %d: greedy tokens equal the GGUF's" % (dtype, n), p.stdout)
         check("batch bitwise true" in lines, "%s: forward_batch rows bitwise forward's" % dtype)
+        if dtype == "f32":
+            chat = os.path.join(exe_dir, "chat")
+            subprocess.run([sflowc, os.path.join(ROOT, "examples", "chat.sflow"), "-o", chat],
+                           check=True)
+            q = "What is the capital of France?"
+            a = subprocess.run([chat, "--model", hf, "--prompt", q], capture_output=True, text=True,
+                               timeout=300)
+            b = subprocess.run([chat, "--model", model, "--prompt", q], capture_output=True,
+                               text=True, timeout=300)
+            check(a.returncode == 0 and a.stdout == b.stdout and "Paris" in a.stdout,
+                  "examples/chat.sflow --model FOLDER answers as with the GGUF: %r" % a.stdout,
+                  a.stderr)
         if dtype == "f16":
             shutil.rmtree(hf)
     good = os.path.join(exe_dir, "tiny")
