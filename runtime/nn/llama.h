@@ -10,9 +10,15 @@
 
 /* llama_open(path) -> Llama: the hyperparameters of the file's metadata. */
 void sf_std_llm_llama_open(void *out, const sf_type *out_type, sf_str *path, const sf_loc *loc);
-/* kv_cache(m, capacity) -> KvCache: an empty cache of capacity tokens. */
+/* kv_cache(m, capacity, contiguous) -> KvCache: an empty cache of capacity
+ * tokens, paged from m's pool of KV blocks (or one contiguous block). */
 void sf_std_llm_kv_cache(void *out, const sf_type *out_type, const void *m, const sf_type *mt,
-                         int64_t capacity, const sf_loc *loc);
+                         int64_t capacity, bool contiguous, const sf_loc *loc);
+/* kv_pool(m, blocks): the bound on m's KV blocks in use (0: none);
+ * kv_blocks(m) -> KvBlocks: the pool's figures. */
+void sf_std_llm_kv_pool(const void *m, const sf_type *mt, int64_t blocks, const sf_loc *loc);
+void sf_std_llm_kv_blocks(void *out, const sf_type *out_type, const void *m, const sf_type *mt,
+                          const sf_loc *loc);
 /* Tokens a cache holds; truncate keeps the first n; free releases it. */
 int64_t sf_std_llm_kv_len(const void *c, const sf_type *ct, const sf_loc *loc);
 void sf_std_llm_kv_truncate(const void *c, const sf_type *ct, int64_t n, const sf_loc *loc);

@@ -643,7 +643,24 @@ void sf_std_nn_save(const void *m, const sf_type *T, sf_str *path, sf_str *dtype
                     const sf_type *T_again, const sf_loc *loc);
 void sf_std_nn_load(const void *m, const sf_type *T, sf_str *path, bool strict,
                     const sf_type *T_again, const sf_loc *loc);
-void sf_std_nn_save_tensors(sf_array *names, sf_array *ts, sf_str *path, const sf_loc *loc);
+void sf_std_nn_save_tensors(sf_array *names, sf_array *ts, sf_str *path, sf_str *dtype,
+                            const sf_loc *loc);
+/* A safetensors file opened for pointers into its data (safetensors.c): the
+ * header checked as nn.load checks it, the file mapped for the process. */
+enum { SF__ST_F32 = 1, SF__ST_F16, SF__ST_BF16 };
+typedef struct {
+  const char *name;
+  int32_t dtype;          /* SF__ST_*, 0 for a dtype std.nn does not read */
+  const char *dtype_name; /* "F32", "I64", ... */
+  int32_t ndim;
+  int64_t shape[SF__TMAX];
+  const void *data;
+} sf__st_tensor;
+typedef struct sf__st_file sf__st_file;
+/* NULL with the reason in err when the file cannot be read or breaks the
+ * format. */
+sf__st_file *sf__st_open(const char *path, char *err, size_t errlen);
+const sf__st_tensor *sf__st_find(const sf__st_file *f, const char *name);
 void sf_std_nn_load_tensors(sf_array *names, sf_array *ts, sf_str *path, const sf_loc *loc);
 
 /* ----------------------------------------------------------- layers.c */

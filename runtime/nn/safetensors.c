@@ -22,6 +22,7 @@
  * that and for its file views and atomic writes.
  */
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -692,9 +693,10 @@ static void check_pairs(const char *fn, sf_array *names, sf_array *ts, const sf_
 
 /* nn.save_tensors: what nn.save writes, the names given rather than
  * field paths (a file another library names, such as PEFT's adapters). */
-void sf_std_nn_save_tensors(sf_array *names, sf_array *ts, sf_str *path, const sf_loc *loc) {
+void sf_std_nn_save_tensors(sf_array *names, sf_array *ts, sf_str *path, sf_str *dtype,
+                            const sf_loc *loc) {
   check_pairs("nn.save_tensors", names, ts, loc);
-  saver s = {.loc = loc, .dtype = DT_F32};
+  saver s = {.loc = loc, .dtype = save_dtype(dtype, loc)};
   sf__buf_init(&s.head, NULL, 0);
   sf__buf_init(&s.data, NULL, 0);
   sf__buf_put(&s.head, "\0\0\0\0\0\0\0\0", 8);
@@ -731,4 +733,57 @@ void sf_std_nn_load_tensors(sf_array *names, sf_array *ts, sf_str *path, const s
     }
   }
   load_end(&l, loc);
+}
+
+/* ------------------------------------------- a file kept open (std.llm) */
+
+/* A reader that keeps pointers into the file (std.llm's decoder reads a
+ * checkpoint's F32/F16/BF16 weights where they lie): the header checked
+ * by the rules nn.load applies, the mapping kept for the process. */
+struct sf__st_file {
+  loader l;
+  sf__st_tensor *t;
+};
+
+sf__st_file *sf__st_open(const char *path, char *err, size_t errlen) {
+  sf__st_file *f = sf_alloc(sizeof *f);
+  memset(f, 0, sizeof *f);
+  f->l.file = path;
+  if (!sf__view_open(&f->l.view, path)) {
+    snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+    sf_free(f);
+    return NULL;
+  }
+  if (!parse_header(&f->l)) {
+    /* the loader's messages begin "nn.load: "; the caller names itself */
+    const char *m = f->l.err;
+    if (!strncmp(m, "nn.load: ", 9))
+      m += 9;
+    snprintf(err, errlen, "%s", m);
+    sf_free(f->l.entries);
+    sf__cjson_delete(f->l.root);
+    sf__view_close(&f->l.view);
+    sf_free(f);
+    return NULL;
+  }
+  f->t = sf__alloc_n((size_t)(f->l.nentries ? f->l.nentries : 1), sizeof *f->t);
+  for (int64_t i = 0; i < f->l.nentries; i++) {
+    const entry *e = &f->l.entries[i];
+    sf__st_tensor *t = &f->t[i];
+    t->name = e->name;
+    t->dtype = e->dtype == DT_F32 ? SF__ST_F32 : e->dtype == DT_F16 ? SF__ST_F16
+               : e->dtype == DT_BF16 ? SF__ST_BF16 : 0;
+    t->dtype_name = e->dtype_name;
+    t->ndim = e->ndim;
+    memcpy(t->shape, e->shape, sizeof t->shape);
+    t->data = f->l.data + e->begin;
+  }
+  return f;
+}
+
+const sf__st_tensor *sf__st_find(const sf__st_file *f, const char *name) {
+  for (int64_t i = 0; i < f->l.nentries; i++)
+    if (!strcmp(f->t[i].name, name))
+      return &f->t[i];
+  return NULL;
 }

@@ -29,6 +29,14 @@ Cases:
   chat_answer  examples/chat.sflow's answer to logits.json's chat question,
              as transformers' greedy generate gives it (when the oracle has it),
              and its --logits-out array against the prefill's
+  paged      the paged KV cache bitwise the contiguous one (prefill, decode,
+             truncate, forward_batch), blocks in use at each point and back
+             to 0, a full pool or a bound below the blocks in use named
+  safetensors  a Hugging Face folder made from the GGUF by
+             scripts/gguf_to_hf.sflow (F32 and F16) opened by llm.llama_open:
+             logits and greedy tokens against the GGUF's, tokenizer.json's
+             ids; bad folders (config keys, architecture, a missing tensor, a
+             wrong shape, a dtype) named
   bad        bad input: a truncated GGUF, a foreign file, a tensor of an
              unknown quantization, a missing key, a tokenizer.json that is
              not BPE, an id outside the vocabulary: each a runtime error
@@ -264,6 +272,184 @@ def case_batch(exe_dir, sflowc, model):
               "forward_batch %s: exit %d, says %r" % (what, p.returncode, want), p.stderr.strip())
 
 
+def case_paged(exe_dir, sflowc, model):
+    """The paged KV cache: logits bitwise the contiguous cache's (prefill,
+    decode across block boundaries, truncate then prefill, forward_batch,
+    a batch of both kinds), the pool's blocks in use at each point (back to
+    0 once every cache is freed), and a full pool a runtime error naming it."""
+    exe = build(sflowc, "paged", exe_dir)
+    p = subprocess.run([exe, "--gguf", model, "--threads", "2"], capture_output=True, text=True,
+                       timeout=600)
+    check(p.returncode == 0, "paged runs", p.stderr)
+    for name in ("prefill", "decode", "truncated", "batch", "mixed"):
+        check(name + " bitwise true" in p.stdout,
+              "paged cache: %s logits bitwise the contiguous cache's" % name, p.stdout)
+    # blocks of 16 tokens: 37 tokens hold 3, 67 hold 5, 10 hold 1, 33 hold 3;
+    # the batch's caches of 36, 37 and 53 tokens hold 3 + 3 + 4
+    for when, n in (("empty", 0), ("at 37", 3), ("at 67", 5), ("at 10", 1), ("at 33", 3),
+                    ("batch", 10)):
+        check("blocks %s %d\n" % (when, n) in p.stdout,
+              "blocks in use %s: %d" % (when, n), p.stdout)
+    check("blocks freed 0 peak 10 allocated 10" in p.stdout,
+          "every block back in the pool once the caches are freed; freed blocks reused "
+          "(10 made for a peak of 10)", p.stdout)
+    for what, want in (
+            ("exhaust", "llm.forward: 1 more KV block of 16 tokens needed, but 3 of the pool's "
+                        "bound of 3 are in use"),
+            ("batch_exhaust", "llm.forward_batch: 1 more KV block of 16 tokens needed, but 4 of "
+                              "the pool's bound of 4 are in use"),
+            ("bound", "llm.kv_pool: a bound of 2 blocks (0: none, else at least the 3 in use)")):
+        p = subprocess.run([exe, "--gguf", model, "--what", what], capture_output=True, text=True,
+                           timeout=60)
+        check(p.returncode == 70 and want in p.stderr and "no error" not in p.stdout,
+              "%s: exit %d, says %r" % (what, p.returncode, want), p.stderr.strip())
+
+
+def write_safetensors(path, tensors):
+    """tensors: [(name, numpy array or (dtype name, shape, raw bytes))] as a
+    safetensors file (the format's header, data in order, 8-byte aligned)."""
+    import numpy as np
+    head, blobs, at = {}, [], 0
+    for name, t in tensors:
+        if isinstance(t, tuple):
+            dt, shape, raw = t
+        else:
+            dt, shape, raw = {np.dtype("float32"): "F32", np.dtype("float16"): "F16"}[t.dtype], \
+                list(t.shape), t.tobytes()
+        head[name] = {"dtype": dt, "shape": shape, "data_offsets": [at, at + len(raw)]}
+        blobs.append(raw)
+        at += len(raw)
+    h = json.dumps(head).encode()
+    h += b" " * ((8 - (8 + len(h)) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def tiny_llama(folder, config=None, drop=(), reshape=None, int_embed=False):
+    """A 1-layer Llama of width 8 (2 heads, 1 key/value head) of random
+    weights in transformers' layout: the folder for the bad-input checks."""
+    import numpy as np
+    rng = np.random.default_rng(0)
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+           "hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1,
+           "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 64,
+           "vocab_size": 32, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+           "tie_word_embeddings": True}
+    cfg.update(config or {})
+    cfg = {k: v for k, v in cfg.items() if v != "DROP"}
+    shapes = [("model.embed_tokens.weight", [32, 8]), ("model.norm.weight", [8])]
+    p = "model.layers.0."
+    shapes += [(p + "input_layernorm.weight", [8]), (p + "post_attention_layernorm.weight", [8]),
+               (p + "self_attn.q_proj.weight", [8, 8]), (p + "self_attn.k_proj.weight", [4, 8]),
+               (p + "self_attn.v_proj.weight", [4, 8]), (p + "self_attn.o_proj.weight", [8, 8]),
+               (p + "mlp.gate_proj.weight", [16, 8]), (p + "mlp.up_proj.weight", [16, 8]),
+               (p + "mlp.down_proj.weight", [8, 16])]
+    ts = []
+    for name, shape in shapes:
+        if name in drop:
+            continue
+        if reshape and name == reshape[0]:
+            shape = reshape[1]
+        a = rng.standard_normal(shape).astype(np.float32)
+        if int_embed and name == "model.embed_tokens.weight":
+            ts.append((name, ("I32", shape, a.astype(np.int32).tobytes())))
+        else:
+            ts.append((name, a))
+    os.makedirs(folder)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    write_safetensors(os.path.join(folder, "model.safetensors"), ts)
+
+
+def case_safetensors(exe_dir, sflowc, model):
+    """A Hugging Face folder (config.json + model.safetensors +
+    tokenizer.json) made from the GGUF by scripts/gguf_to_hf.sflow (the only
+    pretrained Llama installed is the GGUF): its logits against the GGUF's,
+    F32 within 1e-5 (prefill bitwise: both dequantize to the same f32) and
+    F16 within 1e-2 of each position's largest, greedy tokens equal; bad
+    folders named."""
+    sys.path.insert(0, os.path.dirname(HERE))
+    import pydeps
+    pydeps.ensure("llm_test", "numpy")
+    conv = os.path.join(exe_dir, "gguf_to_hf")
+    subprocess.run([sflowc, os.path.join(ROOT, "scripts", "gguf_to_hf.sflow"), "-o", conv], check=True)
+    exe = build(sflowc, "safetensors", exe_dir)
+    with gzip.open(os.path.join(HERE, "tokenizer.json.gz"), "rb") as f:
+        tok = f.read()
+    for dtype, tol in (("f32", 1e-5), ("f16", 1e-2)):
+        hf = os.path.join(exe_dir, "hf-" + dtype)
+        os.makedirs(hf)
+        p = subprocess.run([conv, "--gguf", model, "--out", hf, "--dtype", dtype],
+                           capture_output=True, text=True, timeout=300)
+        check(p.returncode == 0 and "272 tensors" in p.stdout, "gguf_to_hf --dtype " + dtype,
+              p.stderr)
+        with open(os.path.join(hf, "tokenizer.json"), "wb") as f:
+            f.write(tok)
+        p = subprocess.run([exe, "--gguf", model, "--hf", hf], capture_output=True, text=True,
+                           timeout=600)
+        check(p.returncode == 0, "safetensors runs (%s)" % dtype, p.stderr)
+        lines = p.stdout.splitlines()
+        check("hf llama 30 576 9 3 64 1536 49152 8192 100000.0 true true" in lines,
+              "%s: config.json read as the GGUF's hyperparameters" % dtype, p.stdout[:300])
+        for n in range(3):
+            rel = [float(l.split()[2]) for l in lines if l.startswith("rel %d " % n)]
+            step = [float(l.split()[2]) for l in lines if l.startswith("step %d " % n)]
+            check("ids %d equal true" % n in lines, "prompt %d: tokenizer.json's ids are the GGUF's" % n)
+            check(rel and rel[0] <= tol and step and step[0] <= tol,
+                  "%s prompt %d: logits of every position within %g of the GGUF's (%s), a decode "
+                  "step's too (%s)" % (dtype, n, tol, rel, step))
+            if dtype == "f32":
+                check(rel and rel[0] == 0.0, "f32 prompt %d: the prefill bitwise the GGUF's" % n)
+            check(any(l.startswith("greedy %d equal true" % n) for l in lines),
+                  "%s prompt %d: greedy tokens equal the GGUF's" % (dtype, n), p.stdout)
+        check("batch bitwise true" in lines, "%s: forward_batch rows bitwise forward's" % dtype)
+        if dtype == "f32":
+            chat = os.path.join(exe_dir, "chat")
+            subprocess.run([sflowc, os.path.join(ROOT, "examples", "chat.sflow"), "-o", chat],
+                           check=True)
+            q = "What is the capital of France?"
+            a = subprocess.run([chat, "--model", hf, "--prompt", q], capture_output=True, text=True,
+                               timeout=300)
+            b = subprocess.run([chat, "--model", model, "--prompt", q], capture_output=True,
+                               text=True, timeout=300)
+            check(a.returncode == 0 and a.stdout == b.stdout and "Paris" in a.stdout,
+                  "examples/chat.sflow --model FOLDER answers as with the GGUF: %r" % a.stdout,
+                  a.stderr)
+        if dtype == "f16":
+            shutil.rmtree(hf)
+    good = os.path.join(exe_dir, "tiny")
+    tiny_llama(good)
+    p = subprocess.run([exe, "--gguf", model, "--hf", good, "--what", "open"], capture_output=True,
+                       text=True, timeout=60)
+    check(p.returncode == 0 and "no error 1" in p.stdout, "a tiny random Llama folder opens", p.stderr)
+    f32 = os.path.join(exe_dir, "hf-f32")
+    bad = [
+        ("no_config", dict(), "a model folder needs config.json"),
+        ("no_key", dict(config={"num_hidden_layers": "DROP"}), 'config.json: no key "num_hidden_layers"'),
+        ("arch", dict(config={"model_type": "mistral"}), 'model_type "mistral", not "llama"'),
+        ("arch2", dict(config={"architectures": ["GPT2LMHeadModel"]}),
+         'architectures holds "GPT2LMHeadModel", not "LlamaForCausalLM"'),
+        ("scaling", dict(config={"rope_scaling": {"type": "linear", "factor": 2.0}}), '"rope_scaling" is set'),
+        ("not_int", dict(config={"hidden_size": 8.5}), '"hidden_size" is not a positive integer'),
+        ("missing", dict(drop=("model.layers.0.mlp.up_proj.weight",)),
+         'model.safetensors: no tensor "model.layers.0.mlp.up_proj.weight"'),
+        ("shape", dict(reshape=("model.layers.0.self_attn.k_proj.weight", [8, 8])),
+         'tensor "model.layers.0.self_attn.k_proj.weight" has shape [8, 8], not [4, 8]'),
+        ("dtype", dict(int_embed=True), 'tensor "model.embed_tokens.weight" is I32; std.llm reads F32, F16 and BF16'),
+        ("untied", dict(config={"tie_word_embeddings": False}), 'no tensor "lm_head.weight"'),
+    ]
+    for name, kw, want in bad:
+        d = os.path.join(exe_dir, "bad-" + name)
+        tiny_llama(d, **kw)
+        if name == "no_config":
+            os.unlink(os.path.join(d, "config.json"))
+        p = subprocess.run([exe, "--gguf", model, "--hf", d, "--what", "open"], capture_output=True,
+                           text=True, timeout=60)
+        check(p.returncode == 70 and "llm.llama_open: " in p.stderr and want in p.stderr,
+              "bad folder %s: exit %d, says %r" % (name, p.returncode, want), p.stderr.strip())
+    shutil.rmtree(f32)
+
+
 def case_decoder(exe_dir, sflowc, model):
     sys.path.insert(0, os.path.dirname(HERE))
     import pydeps
@@ -398,7 +584,7 @@ def case_gpu_emu(exe_dir, sflowc, model):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sflowc", required=True)
-    ap.add_argument("--case", required=True, choices=["bpe_gguf", "bpe_json", "chat", "gguf", "bad", "gpu_emu", "decoder", "chat_answer", "batch"])
+    ap.add_argument("--case", required=True, choices=["bpe_gguf", "bpe_json", "chat", "gguf", "bad", "gpu_emu", "decoder", "chat_answer", "batch", "paged", "safetensors"])
     ap.add_argument("--models", default=None, help="default: $SFLOW_MODELS or <build>/models")
     args = ap.parse_args()
     build_dir = os.path.dirname(os.path.dirname(os.path.abspath(args.sflowc)))

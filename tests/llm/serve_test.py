@@ -15,8 +15,10 @@ Starts the server (SmolLM2-135M-Instruct, --port 0) and checks:
   bad       each bad field a 400 with an OpenAI error body naming it
   cancel    a client that disconnects mid-stream is dropped ("dropped" in
             the log) while a concurrent request completes unchanged
-  budget    --max-batch-tokens 100: 3 requests of 45 KV tokens run at most 2
-            at a time (the third waits), each equal to alone; 125 is a 400
+  budget    --max-batch-tokens 100 (a pool of 7 KV blocks): 3 requests of 45
+            KV tokens (3 blocks) run at most 2 at a time (the third waits for
+            blocks), each equal to alone; /metrics has the blocks in use (at
+            most 7, back to 0 after) and total; 125 tokens is a 400
 """
 import argparse
 import json
@@ -257,24 +259,57 @@ def case_cancel(srv):
     check(output(srv.url, "/v1/completions", other) == alone, "the server still answers after")
 
 
+def free_port():
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return port
+
+
+def metric_values(port):
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as r:
+        prom = r.read().decode()
+    val = {}
+    for l in prom.splitlines():
+        if l and not l.startswith("#"):
+            k, v = l.rsplit(" ", 1)
+            val[k] = float(v)
+    return val
+
+
 def case_budget(exe, model):
-    """--max-batch-tokens 100: requests of 5 + 40 tokens run two at a time,
-    the third waits for room, all equal to alone; one of 120 is a 400."""
-    srv = Server(exe, model, ["--max-batch-tokens", "100"])
+    """--max-batch-tokens 100 (a pool of 7 blocks of 16 tokens): requests of
+    5 + 40 tokens (3 blocks each) run two at a time, the third waits for
+    blocks, all equal to alone; /metrics has the pool's blocks in use
+    (never above 7, back to 0) and total; one of 125 tokens is a 400."""
+    mport = free_port()
+    srv = Server(exe, model, ["--max-batch-tokens", "100", "--metrics-port", str(mport)])
     try:
         body = {"prompt": "Once upon a time", "temperature": 0, "max_tokens": 40}
         alone = output(srv.url, "/v1/completions", body)
         got = [None] * 3
         ts = [threading.Thread(target=lambda i=i: got.__setitem__(
             i, output(srv.url, "/v1/completions", body))) for i in range(3)]
+        seen = []
         for t in ts:
             t.start()
+        while any(t.is_alive() for t in ts):
+            seen.append(metric_values(mport).get("llm_kv_blocks_in_use", -1))
+            time.sleep(0.02)
         for t in ts:
             t.join()
         sizes = [int(l.split()[1]) for l in srv.text().splitlines() if l.startswith("batch ")]
         check(all(g == alone for g in got) and sizes and max(sizes) <= 2,
               "--max-batch-tokens 100: 3 requests of 45 tokens, batches %s, each equal to alone"
               % sorted(set(sizes)), got)
+        time.sleep(0.2)
+        val = metric_values(mport)
+        check(val.get("llm_kv_blocks_total") == 7 and seen and 0 < max(seen) <= 7
+              and val.get("llm_kv_blocks_in_use") == 0 and val.get("llm_kv_blocks_reserved") == 0,
+              "/metrics: a pool of %s KV blocks, in use up to %s while the requests ran (of 7), "
+              "%s once they ended" % (val.get("llm_kv_blocks_total"), max(seen) if seen else None,
+                                      val.get("llm_kv_blocks_in_use")), str(val))
         status, text = post(srv.url, "/v1/completions", dict(body, max_tokens=120))
         check(status == 400 and "--max-batch-tokens" in text and '"max_tokens"' in text,
               "a request larger than --max-batch-tokens: 400 naming max_tokens", text)

@@ -4,9 +4,11 @@
 # ids of a 215 KB corpus from both loaders, the chat template's
 # renderings, gguf's dequantized rows, the decoder's logits and greedy
 # tokens against transformers', examples/chat.sflow, llm.forward_batch
-# against forward row for row, and bad input.  Needs the model of
+# against forward row for row, the paged KV cache against the contiguous
+# one and its block accounting, a Hugging Face safetensors folder made
+# from the GGUF (scripts/gguf_to_hf.sflow) against the GGUF, and bad input.  Needs the model of
 # scripts/install-models.sh (make deps installs it).
-foreach(c bpe_gguf bpe_json chat gguf bad decoder chat_answer batch)
+foreach(c bpe_gguf bpe_json chat gguf bad decoder chat_answer batch paged safetensors)
   add_test(NAME llm/${c}
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/llm/llm_test.py
             --sflowc $<TARGET_FILE:sflowc> --case ${c})
