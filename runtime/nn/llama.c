@@ -589,6 +589,16 @@ static bool pool_reserve(model *m, char *err, size_t errlen) {
   size_t bytes = block_floats(m, KV_BLOCK) * sizeof(float) * (size_t)slots;
   void *a = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                  -1, 0);
+  /* Without a bound, where the address space is limited (ulimit -v, or
+   * overcommit 2, which ignores MAP_NORESERVE), take what there is, down
+   * to one whole context: the pool's bound is then what was reserved. */
+  int64_t least = (m->context + KV_BLOCK - 1) / KV_BLOCK;
+  while (a == MAP_FAILED && p->bound <= 0 && slots / 2 >= least) {
+    slots /= 2;
+    bytes = block_floats(m, KV_BLOCK) * sizeof(float) * (size_t)slots;
+    a = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+             -1, 0);
+  }
   if (a == MAP_FAILED) {
     snprintf(err, errlen, "cannot reserve %zu bytes of address space for %" PRId64 " KV blocks: %s",
              bytes, slots, strerror(errno));
