@@ -85,6 +85,23 @@ int main(int argc, char **argv) {
     sf_free(args);
     return SF__EXIT_NODES;
   }
+  /* Started by a launcher (srun, mpirun, torchrun): rank 0 is the head of
+   * the run, the other ranks its workers (docs/cluster.md, "Started by a
+   * launcher").  The secret is read here, before anything listens. */
+  if (!sf__options.worker && sf__launch_setup(err, sizeof err)) {
+    fprintf(stderr, "%s: error: %s\n", name, err);
+    sf__flags_release(prog, args);
+    sf_free(args);
+    return SF__EXIT_NODES;
+  }
+  sf__launch_mark(); /* a program a task of ours starts is not a rank */
+  if (sf__launched.kind != SF__LAUNCH_NONE && sf__launched.rank > 0) {
+    sf__flags_release(prog, args); /* the workflow's arguments come from rank 0 */
+    sf_free(args);
+    int rc = sf__worker_launched();
+    fflush(stdout);
+    return rc;
+  }
   if (sf__options.worker) {
     sf__flags_release(prog, args);
     sf_free(args);
