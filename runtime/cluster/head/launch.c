@@ -388,6 +388,8 @@ static void teardown(void) {
     if (H.greet[i].conn.fd >= 0)
       sf__conn_close(&H.greet[i].conn);
   memset(H.secret, 0, sizeof H.secret);
+  if (H.launch && H.launch->rdv[0]) /* the next job must not find our address */
+    unlink(H.launch->rdv);
 }
 
 /* How long the head waits for every worker's hello. */
