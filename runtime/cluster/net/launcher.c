@@ -476,14 +476,16 @@ static int expand_entry(const char *e, size_t el, char ***v, int *n, int *cap, c
   size_t sl = el - (size_t)(suf - e);
   if (memchr(suf, '[', sl) || memchr(suf, ']', sl))
     return sf__net_fail(err, errlen, "more than one bracket group in '%.*s'", (int)el, e);
-  for (const char *r = open + 1; r < close;) {
+  /* Every piece between the brackets' commas, empty ones too (refused). */
+  for (const char *r = open + 1;;) {
     const char *comma = memchr(r, ',', (size_t)(close - r));
     const char *re = comma ? comma : close;
     if (expand_range(e, (size_t)(open - e), r, (size_t)(re - r), suf, sl, v, n, cap, err, errlen))
       return -1;
+    if (!comma)
+      return 0;
     r = re + 1;
   }
-  return 0;
 }
 
 int sf__slurm_hosts(const char *list, char ***hosts, char *err, size_t errlen) {
