@@ -361,6 +361,102 @@ def case_nested_not_rank(sflowc, tmp):
           r.stderr)
 
 
+
+def start_env_ranks(d, n, dirs, args, port):
+    procs = {}
+    for k in reversed(range(n)):
+        env = clean_env(RANK=k, WORLD_SIZE=n, LOCAL_RANK=k, LOCAL_WORLD_SIZE=n,
+                        MASTER_ADDR="127.0.0.1", MASTER_PORT=port, SFLOW_SECRET=SECRET)
+        procs[k] = subprocess.Popen([d.exe] + args + ["--cluster-log"], cwd=dirs[k], env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return procs
+
+
+def wait_rows(path, rows, procs, tag):
+    """Until the metrics CSV has `rows` steps (the run is well under way)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if os.path.exists(path) and sum(1 for _ in open(path)) > rows:
+            return
+        check(all(p.poll() is None for p in procs.values()), f"{tag}: a rank ended early")
+        time.sleep(0.02)
+    raise Fail(f"{tag}: no {rows} steps within 60 s")
+
+
+LONG = "30"  # epochs: long enough to kill a rank partway
+
+
+def long_args(d, n, dirs):
+    a = d.args(n, os.path.join(dirs[0], "metrics.csv"), "")
+    a[a.index("--epochs") + 1] = LONG
+    return a
+
+
+def long_single(d, n):
+    dd = os.path.join(d.tmp, f"single_long{n}")
+    os.makedirs(dd)
+    r = subprocess.run([d.exe] + long_args(d, n, [dd]), capture_output=True, text=True, cwd=dd,
+                       env=clean_env(), timeout=90)
+    check(r.returncode == 0, "the single run failed", r.stderr)
+    return r.stdout
+
+
+def case_rank_killed(sflowc, tmp):
+    """A worker rank SIGKILLed mid-training: the launcher cannot start it
+    again, so the group restarts from its checkpoint on the live ranks, as
+    on --nodes, and the run prints what an uninterrupted one prints."""
+    d = Digits(sflowc, tmp)
+    want = long_single(d, 4)
+    dirs = rank_dirs(tmp, 4, "killed")
+    procs = start_env_ranks(d, 4, dirs, long_args(d, 4, dirs), free_port())
+    wait_rows(os.path.join(dirs[0], "metrics.csv"), 24 * 3, procs, "rank_killed")
+    procs[2].kill()
+    res = {k: p.communicate(timeout=90) + (p.returncode,) for k, p in procs.items()}
+    out, err, rc = res[0]
+    check(rc == 0, f"rank 0 exited {rc}", err[-3000:])
+    check(re.search(r"^sflow: node 2 \(rank 2\) lost: ", err, re.M), "no 'node 2 lost' line",
+          err[-3000:])
+    m = re.search(r"the group of 4 restarted [^\n]*", err)
+    check(m, "no group restart noted", err[-3000:])
+    check(out == want, "the output differs from an uninterrupted run's",
+          f"--- want:\n{want}--- got:\n{out}\n--- stderr:\n{err[-3000:]}")
+    for k in (1, 3):
+        check(res[k][2] == 0, f"rank {k} exited {res[k][2]}", res[k][1][-2000:])
+    print(f"rank_killed: rank 2 SIGKILLed: '{m.group(0)}'; output exact")
+
+
+def case_head_killed_resume(sflowc, tmp):
+    """Rank 0 SIGKILLed mid-training: every other rank exits within a few
+    seconds (its control connection closed); the job started again with
+    --resume finishes from rank 0's journal and checkpoints with the
+    output of an uninterrupted run."""
+    d = Digits(sflowc, tmp)
+    want = long_single(d, 4)
+    dirs = rank_dirs(tmp, 4, "resume")
+    args = long_args(d, 4, dirs)
+    procs = start_env_ranks(d, 4, dirs, args, free_port())
+    wait_rows(os.path.join(dirs[0], "metrics.csv"), 24 * 3, procs, "head_killed_resume")
+    procs[0].kill()
+    t0 = time.monotonic()
+    for k in (1, 2, 3):
+        try:
+            procs[k].communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            raise Fail(f"rank {k} still runs 10 s after rank 0 was killed")
+        check(procs[k].returncode == 69, f"rank {k} exited {procs[k].returncode}, not 69")
+    gone = time.monotonic() - t0
+    procs[0].communicate()
+    procs = start_env_ranks(d, 4, dirs, args + ["--resume"], free_port())
+    res = {k: p.communicate(timeout=90) + (p.returncode,) for k, p in procs.items()}
+    out, err, rc = res[0]
+    check(rc == 0, f"the resumed rank 0 exited {rc}", err[-3000:])
+    check(out == want, "the resumed output differs from an uninterrupted run's",
+          f"--- want:\n{want}--- got:\n{out}\n--- stderr:\n{err[-3000:]}")
+    check(re.search(r"^sflow: group 'Worker' placed on nodes ", err, re.M),
+          "the resumed group is not on the ranks", err[-2000:])
+    print(f"head_killed_resume: the other ranks gone {gone:.2f} s after rank 0's SIGKILL; "
+          f"--resume exact")
+
 CASES = {
     "env_digits_2": lambda s, t: case_env_digits(s, t, 2),
     "env_digits_4": lambda s, t: case_env_digits(s, t, 4),
@@ -370,6 +466,8 @@ CASES = {
     "wrong_secret": case_wrong_secret,
     "secret_refused": case_secret_refused,
     "nested_not_rank": case_nested_not_rank,
+    "rank_killed": case_rank_killed,
+    "head_killed_resume": case_head_killed_resume,
 }
 
 
