@@ -557,8 +557,10 @@ int sf__worker_main(const char *spec) {
 
 /* A launched rank dials rank 0, which the launcher started at the same
  * time: "connection refused" (not listening yet) and a rendezvous file
- * not written yet are tried again, every 100 ms, until the bound. */
+ * not written yet are tried again, after 5 ms, doubling to 100 ms, until
+ * the bound (rank 0 is usually listening within tens of ms). */
 static int dial_launched(const sf__launch *L, int64_t deadline, char *err, size_t errlen) {
+  long wait_ms = 5;
   for (;;) {
     char host[256], port[16];
     unsigned p = L->port;
@@ -579,8 +581,9 @@ static int dial_launched(const sf__launch *L, int64_t deadline, char *err, size_
     }
     if (!again || sf__now_ms() > deadline)
       return -1;
-    struct timespec ts = {0, 100 * 1000000L};
+    struct timespec ts = {0, wait_ms * 1000000L};
     nanosleep(&ts, NULL);
+    wait_ms = wait_ms * 2 > 100 ? 100 : wait_ms * 2;
   }
 }
 
