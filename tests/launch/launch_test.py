@@ -34,7 +34,7 @@ SECRET = "launch-test-secret-0123456789abcdefghijklmnop"
 # the test's own (a CI runner under Slurm) do not leak in.
 ENGINE_VARS = re.compile(r"^(SLURM_|OMPI_|PMI_|PMIX_|MPI_LOCAL|RANK$|WORLD_SIZE$|LOCAL_RANK$|"
                          r"LOCAL_WORLD_SIZE$|MASTER_ADDR$|MASTER_PORT$|SFLOW_SECRET|"
-                         r"SFLOW_LAUNCH_MARK$|TORCHELASTIC)")
+                         r"SFLOW_LAUNCH_MARK$|SFLOW_HEAD_PORT$|TORCHELASTIC)")
 
 
 class Fail(Exception):

@@ -63,7 +63,8 @@ static const char *const vars[] = {
     "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
     "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID",
     "MPI_LOCALNRANKS", "PMI_KVSNAME", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-    "MASTER_ADDR", "MASTER_PORT", "SFLOW_LAUNCH_MARK", "SFLOW_SECRET_FILE", "SFLOW_SECRET"};
+    "MASTER_ADDR", "MASTER_PORT", "SFLOW_LAUNCH_MARK", "SFLOW_SECRET_FILE", "SFLOW_SECRET",
+    "SFLOW_HEAD_PORT", "TORCHELASTIC_RUN_ID"};
 
 static void clear(void) {
   for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
@@ -137,6 +138,15 @@ static void test_mpi_and_env(void) {
   CHECK_INT(L.local_size, 1);
   CHECK_STR(L.host, "trainer-0.trainer");
   CHECK_INT(L.port, 23456);
+  setenv("TORCHELASTIC_RUN_ID", "job7", 1); /* torchrun's agent holds MASTER_PORT */
+  CHECK_INT(sf__launch_detect(SF__LAUNCHER_AUTO, false, &L, err, sizeof err), 0);
+  CHECK_INT(L.port, 23457);
+  CHECK_STR(L.job, "job7");
+  setenv("SFLOW_HEAD_PORT", "24000", 1);
+  CHECK_INT(sf__launch_detect(SF__LAUNCHER_AUTO, false, &L, err, sizeof err), 0);
+  CHECK_INT(L.port, 24000);
+  unsetenv("SFLOW_HEAD_PORT");
+  unsetenv("TORCHELASTIC_RUN_ID");
   setenv("RANK", "3", 1);
   CHECK_INT(sf__launch_detect(SF__LAUNCHER_AUTO, false, &L, err, sizeof err), -1);
   CHECK_STR(err, "env: rank 3 of a world of 3");

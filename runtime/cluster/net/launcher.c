@@ -43,7 +43,8 @@ sf__launch sf__launched;
 static const char *const launch_vars[] = {
     "SLURM_PROCID", "SLURM_NTASKS", "SLURM_JOB_ID", "SLURM_STEP_ID",
     "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_MCA_ess_base_jobid",
-    "PMI_RANK", "PMI_SIZE", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"};
+    "PMI_RANK", "PMI_SIZE", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID"};
 
 static const char *env(const char *name) {
   const char *v = getenv(name);
@@ -210,10 +211,15 @@ static int from_env(sf__launch *L, char *err, size_t errlen) {
   return 0;
 }
 
-/* Where rank 0 listens: MASTER_ADDR:MASTER_PORT when set; Slurm's first
- * host (from_slurm); for MPI a rendezvous file next to the secret file. */
+/* Where rank 0 listens: MASTER_ADDR:MASTER_PORT when set (but the port
+ * after it under torchrun, whose agent on node 0 holds MASTER_PORT for its
+ * own store); Slurm's first host (from_slurm); for MPI a rendezvous file
+ * next to the secret file.  SFLOW_HEAD_PORT, when set, is the port. */
 static int launch_head(sf__launch *L, char *err, size_t errlen) {
   const char *ma = env("MASTER_ADDR");
+  int hp = 0;
+  if (num("SFLOW_HEAD_PORT", 65535, &hp, err, errlen) < 0)
+    return -1;
   if (ma) {
     snprintf(L->host, sizeof L->host, "%s", ma);
     int p = DEFAULT_PORT;
@@ -221,9 +227,10 @@ static int launch_head(sf__launch *L, char *err, size_t errlen) {
       return -1;
     if (p < 1)
       return sf__net_fail(err, errlen, "MASTER_PORT=0 in the environment is not a port");
-    L->port = (unsigned)p;
-    return 0;
+    L->port = (unsigned)p + (L->kind == SF__LAUNCH_ENV && env("TORCHELASTIC_RUN_ID") && p < 65535);
   }
+  if (hp > 0)
+    L->port = (unsigned)hp;
   if (L->host[0])
     return 0;
   const char *sf = env("SFLOW_SECRET_FILE");
