@@ -98,7 +98,20 @@ int main(int argc, char **argv) {
   if (sf__launched.kind != SF__LAUNCH_NONE && sf__launched.rank > 0) {
     sf__flags_release(prog, args); /* the workflow's arguments come from rank 0 */
     sf_free(args);
+    /* The flags a --nodes head would give its worker (launch.c,
+     * worker_args): every rank has the same command line, but the trace,
+     * the metrics ports, the journal's --resume and the progress line
+     * are rank 0's; a worker ships its events and figures there. */
+    sf__options.worker_trace = sf__options.trace != NULL;
+    sf__options.worker_metrics = sf__options.metrics_port || sf__options.dashboard_port;
+    sf__options.trace = NULL;
+    sf__options.metrics_port = sf__options.dashboard_port = 0;
+    sf__options.resume = false;
+    sf__options.progress = SF__PROGRESS_NEVER;
+    if (!sf__obs_start(err, sizeof err))
+      fprintf(stderr, "%s: notice: %s\n", name, err);
     int rc = sf__worker_launched();
+    sf__obs_stop();
     fflush(stdout);
     return rc;
   }

@@ -454,8 +454,31 @@ def case_head_killed_resume(sflowc, tmp):
           f"--- want:\n{want}--- got:\n{out}\n--- stderr:\n{err[-3000:]}")
     check(re.search(r"^sflow: group 'Worker' placed on nodes ", err, re.M),
           "the resumed group is not on the ranks", err[-2000:])
+    for k in (1, 2, 3):
+        check(os.listdir(dirs[k]) == [], f"rank {k} wrote {os.listdir(dirs[k])}")
     print(f"head_killed_resume: the other ranks gone {gone:.2f} s after rank 0's SIGKILL; "
           f"--resume exact")
+
+
+def case_trace_2(sflowc, tmp):
+    """--trace on every rank's command line: rank 0 writes the one trace,
+    with rank 1's events in it as node 1; rank 1 writes nothing."""
+    import json
+    d = Digits(sflowc, tmp)
+    dirs = rank_dirs(tmp, 2, "trace")
+    args = ["--workers", "2", "--epochs", "2", "--path", CSV_PATH, "--out", "", "--threads", "2",
+            "--trace", "trace.json"]
+    res, _ = run_env_ranks(d, 2, dirs, {"SFLOW_SECRET": SECRET}, "trace_2", args=args)
+    check(res[0][0] == 0 and res[1][0] == 0, "a rank failed", res[0][2] + res[1][2])
+    check(os.listdir(dirs[1]) == [], f"rank 1 wrote {os.listdir(dirs[1])}")
+    with open(os.path.join(dirs[0], "trace.json")) as f:
+        t = json.load(f)
+    ev = t["traceEvents"] if isinstance(t, dict) else t
+    names = {e["args"]["name"] for e in ev if e.get("name") == "process_name"}
+    check("node 1: rank 1" in names, f"no 'node 1: rank 1' process in the trace: {names}")
+    on1 = sum(1 for e in ev if e.get("pid") == 1 and e.get("ph") != "M")
+    check(on1 > 0, "no events of rank 1 in rank 0's trace")
+    print(f"trace_2: rank 0's trace holds {on1} events of rank 1; rank 1 wrote nothing")
 
 CASES = {
     "env_digits_2": lambda s, t: case_env_digits(s, t, 2),
@@ -468,6 +491,7 @@ CASES = {
     "nested_not_rank": case_nested_not_rank,
     "rank_killed": case_rank_killed,
     "head_killed_resume": case_head_killed_resume,
+    "trace_2": case_trace_2,
 }
 
 
