@@ -541,8 +541,14 @@ static int cpu_share(const sf__launch *L) {
 
 int sf__launch_setup(char *err, size_t errlen) {
   sf__launch *L = &sf__launched;
-  if (sf__launch_detect(sf__options.launcher, sf__options.nodes != NULL, L, err, errlen))
+  if (sf__launch_detect(sf__options.launcher, sf__options.nodes != NULL, L, err, errlen)) {
+    /* Stale variables in a shell should not trap a plain run. */
+    if (sf__options.launcher == SF__LAUNCHER_AUTO) {
+      size_t k = strlen(err);
+      snprintf(err + k, errlen - k, " (--launcher ssh runs without the launcher's variables)");
+    }
     return -1;
+  }
   if (L->kind == SF__LAUNCH_NONE)
     return 0;
   if (sf__launch_secret(L, err, errlen))
