@@ -480,6 +480,40 @@ def case_trace_2(sflowc, tmp):
     check(on1 > 0, "no events of rank 1 in rank 0's trace")
     print(f"trace_2: rank 0's trace holds {on1} events of rank 1; rank 1 wrote nothing")
 
+
+def case_pmi_rendezvous_2(sflowc, tmp):
+    """MPICH/Hydra's PMI variables set by hand, no MASTER_ADDR: rank 0
+    publishes its address in the rendezvous file next to the secret file.
+    The file holds a stale address (a closed port, as a crashed run of the
+    same job id leaves it) and rank 1 starts 1 s before rank 0: it polls,
+    finds the stale address refused, and reads again until rank 0's."""
+    d = Digits(sflowc, tmp)
+    ref = d.single(2)
+    dirs = rank_dirs(tmp, 2, "pmi")
+    secret = secret_file(tmp)
+    rdv = os.path.join(tmp, ".sflow-rendezvous-kvs_4242_0")
+    with open(rdv, "w") as f:
+        f.write(f"127.0.0.1 {free_port()}\n")
+    metrics = os.path.join(dirs[0], "metrics.csv")
+    procs = {}
+    for k in (1, 0):
+        env = clean_env(PMI_RANK=k, PMI_SIZE=2, MPI_LOCALRANKID=k, MPI_LOCALNRANKS=2,
+                        PMI_KVSNAME="kvs_4242_0", SFLOW_SECRET_FILE=secret)
+        procs[k] = subprocess.Popen(
+            [d.exe] + d.args(2, metrics, os.path.join(dirs[0], "w.safetensors")) +
+            ["--cluster-log"], cwd=dirs[k], env=env, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True)
+        if k == 1:
+            time.sleep(1)
+    res = {k: p.communicate(timeout=90) + (p.returncode,) for k, p in procs.items()}
+    for k in (0, 1):
+        check(res[k][2] == 0, f"PMI rank {k} exited {res[k][2]}", res[k][1][-2000:])
+    check(f"published in {rdv}" in res[0][1], "rank 0 did not publish in the rendezvous file",
+          res[0][1][-2000:])
+    check(not os.path.exists(rdv), "the rendezvous file is left after the run")
+    check_like_single("pmi_rendezvous_2", 2, ref, res[0][0], res[0][1], metrics, dirs,
+                      [res[1][0]])
+
 CASES = {
     "env_digits_2": lambda s, t: case_env_digits(s, t, 2),
     "env_digits_4": lambda s, t: case_env_digits(s, t, 4),
@@ -492,6 +526,7 @@ CASES = {
     "rank_killed": case_rank_killed,
     "head_killed_resume": case_head_killed_resume,
     "trace_2": case_trace_2,
+    "pmi_rendezvous_2": case_pmi_rendezvous_2,
 }
 
 
