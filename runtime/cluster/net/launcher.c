@@ -287,7 +287,8 @@ int sf__launch_detect(int flag, bool nodes, sf__launch *L, char *err, size_t err
     /* A step of srun, not the batch script (step ids from 4294967290 on
      * are Slurm's batch, extern and interactive steps), which has
      * SLURM_PROCID=0 and the allocation's SLURM_NTASKS too. */
-    else if (env("SLURM_PROCID") && env("SLURM_NTASKS") && step && strtoul(step, NULL, 10) < 4294967290UL)
+    else if (env("SLURM_PROCID") && env("SLURM_NTASKS") && step &&
+             strtoul(step, NULL, 10) < 4294967290UL)
       rc = from_slurm(L, err, errlen);
     else if (env("RANK") && env("WORLD_SIZE"))
       rc = from_env(L, err, errlen);
