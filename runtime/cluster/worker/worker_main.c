@@ -320,8 +320,10 @@ static int dial_head(const char *addr, const char *port, bool numeric, bool *ref
                            .ai_socktype = SOCK_STREAM};
   struct addrinfo *ai = NULL;
   int gr = getaddrinfo(addr, port, &hints, &ai);
+  /* A name not there yet: a Kubernetes pod's DNS record appears when
+   * the pod runs, and rank 0's may start after ours. */
   if (refused)
-    *refused = gr == EAI_AGAIN;
+    *refused = gr == EAI_AGAIN || gr == EAI_NONAME || gr == EAI_FAIL;
   if (gr) {
     snprintf(err, errlen, "bad head address %s:%s%s%s", addr, port, numeric ? "" : ": ",
              numeric ? "" : gai_strerror(gr));
@@ -336,7 +338,8 @@ static int dial_head(const char *addr, const char *port, bool numeric, bool *ref
      * nonsense in the message. */
     int e = errno;
     if (refused)
-      *refused = e == ECONNREFUSED || e == EHOSTUNREACH || e == ENETUNREACH;
+      *refused = e == ECONNREFUSED || e == EHOSTUNREACH || e == ENETUNREACH ||
+                 e == EINPROGRESS || e == EAGAIN || e == ETIMEDOUT;
     char why[64];
     snprintf(why, sizeof why, "no answer within %d s", DIAL_TIMEOUT_S);
     snprintf(err, errlen, "cannot connect to the head at %s:%s: %s", addr, port,
