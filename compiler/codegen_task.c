@@ -66,9 +66,7 @@ Val await_expr(Node *n) {
 static void link_nn_layer(void) {
   if (LLVMGetNamedGlobal(cg.mod, "sf__program_links_nn"))
     return;
-  LLVMValueRef fn = LLVMGetNamedFunction(cg.mod, "sf__nn_install");
-  if (!fn)
-    fn = LLVMAddFunction(cg.mod, "sf__nn_install", LLVMFunctionType(cg.vd, NULL, 0, 0));
+  LLVMValueRef fn = rt(RT_sf__nn_install);
   LLVMValueRef g = LLVMAddGlobal(cg.mod, cg.P, "sf__program_links_nn");
   LLVMSetInitializer(g, LLVMConstPointerCast(fn, cg.P));
   LLVMSetGlobalConstant(g, 1);

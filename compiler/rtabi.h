@@ -148,7 +148,9 @@ enum { RTA_NONE = 0, RTA_ARRAY = 1, RTA_NORETURN = 2 };
   /* kernels, matmul */                     \
   X(sf_launch, "vplpp", RTA_NONE)           \
   X(sf_gpu_settle, "v", RTA_NONE)           \
-  X(sf_matmul, "ppplllip", RTA_ARRAY)
+  X(sf_matmul, "ppplllip", RTA_ARRAY)       \
+  /* the program (sf__program_links_nn names it, never calls it) */ \
+  X(sf__nn_install, "v", RTA_NONE)
 
 /* The runtime's structs that codegen.c spells out by hand (init_types, its
  * descriptors, str_literal, gen_program_desc), field by field as

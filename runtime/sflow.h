@@ -495,6 +495,13 @@ typedef struct sf_program {
 /* Emitted by the compiler in every executable; read by the runtime's main. */
 extern const sf_program sf_program_desc;
 
+/* The nn layer's install, which main calls when the layer is linked (its
+ * reference there is weak).  A program that launches a kernel with tensor
+ * parameters defines sf__program_links_nn = &sf__nn_install, which links
+ * the layer even when the program itself makes no tensor. */
+void sf__nn_install(void);
+extern void (*const sf__program_links_nn)(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -160,6 +160,7 @@ def compiler_side(header, table):
         text = open(os.path.join(ROOT, "compiler", fn)).read()
         text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
         called |= set(re.findall(r"\bRT0?\(\s*(sf_\w+)", text))
+        called |= set(re.findall(r"\brt\(\s*RT_(sf_\w+)", text))  # named, not called
         # cudagen.c writes CUDA C whose sf_ helpers are its own prelude's.
         if fn != "cudagen.c":
             for lit in re.findall(r'"(sf_\w+)"', text):
