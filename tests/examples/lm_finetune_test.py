@@ -144,6 +144,26 @@ def case_bad(exe, tmp):
          r"\"qkv\" is not a projection"),
         ("--seq-len 1", ["--data", SCIENCE, "--seq-len", "1"], r"--seq-len must be at least 2"),
     ]
+    small = os.path.join(tmp, "small-bad.txt")
+    with open(small, "w") as f:
+        f.write(SMALL_TEXT)
+    four, junk = os.path.join(tmp, "state-rank4"), os.path.join(tmp, "state-junk")
+    os.makedirs(four)
+    os.makedirs(junk)
+    with open(os.path.join(junk, "state.bin"), "w") as f:
+        f.write("not a state\n")
+    tiny = ["--data", small, "--seq-len", "8", "--journal=false"]
+    p = run(exe, "--steps", "1", *tiny, "--lora-rank", "4", "--state", four, cwd=tmp)
+    check(p.returncode == 0 and "saved the state at step 1" in p.stdout,
+          "--state: a rank-4 run saves its state (exit %d)" % p.returncode)
+    cases += [
+        ("--state of a run with another LoRA rank", tiny + ["--lora-rank", "2", "--state", four],
+         r"train.load_state: saved tensor 0 has 2304 values where param 0 has 1152 \(another model\)"),
+        ("--state holding a file io.save did not write", tiny + ["--state", junk],
+         r"state.bin\S* not a file written by io.save"),
+        ("--state that is no folder", tiny + ["--state", os.path.join(tmp, "nowhere")],
+         r"--state \S*nowhere is not a folder"),
+    ]
     for what, flags, want in cases:
         p = run(exe, "--steps", "1", *flags, cwd=tmp)
         check(p.returncode != 0 and re.search(want, p.stderr) is not None,
