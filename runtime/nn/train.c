@@ -19,6 +19,8 @@
  * runtime placed here), not here: a member restored by --resume skips
  * init, and train.start with it.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
@@ -26,6 +28,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "nn.h"
 #include "metrics.h"
@@ -515,4 +518,101 @@ void sf_std_train_shard_fill(sf_array *ps, sf_array *sh, const sf_loc *loc) {
     if (src != dst)
       memcpy(dst, src, (size_t)(pb - pa) * sizeof(float));
   });
+}
+
+/* ------------------------------------------------- re-sharding on load
+ *
+ * train.save_state writes the run's logical state: every param's whole
+ * values and whole AdamW moments, whatever the group's size and shard
+ * value, so train.load_state can cut it again for another group (another
+ * size, another shard value).  These three move floats between the whole
+ * tensors and this member's pieces, in FOR_PIECES' layout of the params
+ * (their sizes only: a freed param of shard "parameters" has one). */
+
+static void same_sizes(sf_tensor *const *ts, int64_t n, sf_array *whole, const char *what,
+                       const sf_loc *loc) {
+  int64_t m = whole ? whole->len : 0;
+  if (m != n)
+    sf_runtime_error(loc, "%s: the saved state has %" PRId64 " tensors where the model has %"
+                     PRId64 " params", what, m, n);
+  for (int64_t k = 0; k < n; k++) {
+    sf_tensor *w = sf__t_arg(((sf_tensor **)whole->data)[k], what, loc);
+    if (w->numel != ts[k]->numel)
+      sf_runtime_error(loc, "%s: saved tensor %" PRId64 " has %" PRId64 " values where param %"
+                       PRId64 " has %" PRId64 " (another model)", what, k, w->numel, k,
+                       ts[k]->numel);
+  }
+}
+
+/* Whole tensors shaped as the params, zeros but for this member's pieces'
+ * values (of an array parallel to its pieces: AdamW's moments of them):
+ * summed over the group, every member's pieces make the whole (x + 0 is
+ * exact). */
+sf_array *sf_std_train_shard_whole(sf_array *ps, sf_array *pieces, const sf_loc *loc) {
+  int64_t n;
+  sf_tensor **ts = tensors_of(ps, &n, "train.save_state", loc);
+  check_pieces(ts, n, pieces, "train.save_state", loc);
+  sf_array *out = sf_array_new(&sf__type_tensor, 0, loc);
+  for (int64_t k = 0; k < n; k++) {
+    sf_tensor *z = sf__t_zeros(ts[k]->ndim, ts[k]->shape, loc);
+    sf_array_push(out, &z, loc);
+  }
+  sf_tensor **w = out->data;
+  FOR_PIECES(ts, n, {
+    sf_tensor *s = piece(pieces, p, pb - pa, loc);
+    memcpy(sf__t_wdata(w[k]) + pa, sf__t_data(s), (size_t)(pb - pa) * sizeof(float));
+  });
+  return out;
+}
+
+/* This member's pieces (or an array parallel to them) filled from whole
+ * tensors in the params' order: the saved state cut for this group. */
+void sf_std_train_shard_slice(sf_array *ps, sf_array *whole, sf_array *pieces, const sf_loc *loc) {
+  int64_t n;
+  sf_tensor **ts = tensors_of(ps, &n, "train.load_state", loc);
+  same_sizes(ts, n, whole, "train.load_state", loc);
+  check_pieces(ts, n, pieces, "train.load_state", loc);
+  sf_tensor **w = whole->data;
+  FOR_PIECES(ts, n, {
+    sf_tensor *s = piece(pieces, p, pb - pa, loc);
+    memcpy(sf__t_wdata(s), sf__t_data(w[k]) + pa, (size_t)(pb - pa) * sizeof(float));
+  });
+}
+
+/* Each tensor of dst given the values of src's (the same sizes). */
+void sf_std_train_copy_values(sf_array *dst, sf_array *src, const sf_loc *loc) {
+  int64_t n;
+  sf_tensor **ts = tensors_of(dst, &n, "train.load_state", loc);
+  same_sizes(ts, n, src, "train.load_state", loc);
+  for (int64_t k = 0; k < n; k++) {
+    sf_tensor *s = ((sf_tensor **)src->data)[k];
+    memcpy(sf__t_wdata(ts[k]), sf__t_data(s), (size_t)ts[k]->numel * sizeof(float));
+  }
+}
+
+/* from renamed to `to` and the folder synced: a state file is whole or
+ * the previous one (a kill while writing leaves only the .tmp). */
+void sf_std_train_rename_file(sf_str *from, sf_str *to, const sf_loc *loc) {
+  char a[4096], b[4096];
+  snprintf(a, sizeof a, "%.*s", (int)sf__str_len(from), sf__str_data(from));
+  snprintf(b, sizeof b, "%.*s", (int)sf__str_len(to), sf__str_data(to));
+  int fd = open(a, O_RDONLY);
+  if (fd >= 0) {
+    fsync(fd);
+    close(fd);
+  }
+  if (rename(a, b) != 0)
+    sf_runtime_error(loc, "train.save_state: cannot rename %s to %s: %s", a, b, strerror(errno));
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", b);
+  char *slash = strrchr(dir, '/');
+  if (slash)
+    *slash = 0;
+  else
+    snprintf(dir, sizeof dir, ".");
+  fd = open(dir, O_RDONLY | O_DIRECTORY);
+  if (fd >= 0) {
+    fsync(fd);
+    close(fd);
+  }
 }

@@ -607,6 +607,46 @@ def case_finetune_nodes(c):
     c.expect_no_workers(within=10)
 
 
+def case_lm_finetune_nodes(c):
+    """examples/lm_finetune.sflow (LoRA) with 2 members, one per worker,
+    over the TCP ring, --shard none and parameters: on rows of which one
+    is padded the step losses are the single-node 1-worker run's within
+    1e-6 relative (std.train weighting the members by their targets,
+    train.step's items; by rows they differ by 1e-2)."""
+    import importlib.util
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    spec = importlib.util.spec_from_file_location(
+        "lm_finetune_test", os.path.join(root, "tests", "examples", "lm_finetune_test.py"))
+    lmt = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lmt)
+    if not os.path.isfile(lmt.GGUF):
+        raise Skip(f"no model at {lmt.GGUF}: run scripts/install-models.sh (make deps does)")
+    text = os.path.join(c.dir, "small.txt")
+    with open(text, "w") as f:
+        f.write(lmt.SMALL_TEXT)
+    with open(os.path.join(root, "examples", "lm_finetune.sflow")) as f:
+        exe = c.compile("lm_finetune", f.read())
+    flags, _ = lmt.WORKERS["workers_lora"]
+    args = ["--model", lmt.GGUF, "--data", text, "--seq-len", "16", "--batch", "4", *flags,
+            "--timing=false"]
+    one = os.path.join(c.dir, "one.csv")
+    single_node(exe, *args, "--metrics", one, "--journal=false")
+    base = lmt.metrics_losses(one)
+    for shard in ("none", "parameters"):
+        m = os.path.join(c.dir, f"nodes-{shard}.csv")
+        r = c.run("--head-runs-work=false", *args, "--workers", "2", "--shard", shard, "--metrics", m,
+                  prog=exe, timeout=200)
+        check(r.returncode == 0, f"--shard {shard}: exit {r.returncode}", r.stdout, r.stderr)
+        got = lmt.metrics_losses(m)
+        d = max(abs(a - b) / abs(b) for a, b in zip(got, base)) if len(got) == len(base) else 1.0
+        print(f"  --shard {shard} over the ring: {got} (1 worker {base}; largest relative "
+              f"difference {d:.2g})")
+        check(len(got) == len(base) and d < 1e-6,
+              f"--shard {shard}: over the ring the 1-worker step losses within 1e-6 ({d:.2g})",
+              got, base, r.stderr)
+    c.expect_no_workers(within=10)
+
+
 TRAIN_PROGRAM = """import std.data
 import std.nn
 import std.train

@@ -112,6 +112,7 @@ CASES = {
     "group_worker_killed": (4, case_group_worker_killed),
     "group_resume": (3, case_group_resume),
     "finetune_nodes": (2, case_finetune_nodes),
+    "lm_finetune_nodes": (2, case_lm_finetune_nodes),
     "train_worker_killed": (3, case_train_worker_killed),
     "finetune_worker_killed": (3, case_finetune_worker_killed),
     "campaign_nodes_resume": (2, case_campaign_nodes_resume),

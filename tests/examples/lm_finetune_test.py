@@ -16,6 +16,18 @@ Cases:
              which gradients a LoRA backward reaches
   bad        a missing --data, a --model that is no GGUF, an unknown
              --lora-targets entry: a clear error, non-zero exit
+  workers_lora, workers_full
+             1, 2 and 4 workers (and every --shard value) take the 1-worker
+             run's step losses within 1e-6 relative, LoRA and full, on six
+             packed rows of which the last is padded: the parts of a global
+             batch hold different counts of targets, so weighting the
+             members by rows instead of targets (train.step's items) fails
+             it (5.35 against 5.28 at step 1)
+  resume     --state: a LoRA run SIGKILLed in its second epoch, resumed from
+             its first epoch's state at another --workers count and --shard
+             value (2 optimizer -> 4 optimizer, 4 gradients; 4 parameters ->
+             2 parameters, 1 none): the uninterrupted run's steps within
+             1e-6 relative, bitwise when resumed as it ran (2 optimizer)
 
 Needs SmolLM2 (scripts/install-models.sh) and the Debian package fortunes;
 without them it exits 77 (skipped).
@@ -26,6 +38,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -131,6 +144,26 @@ def case_bad(exe, tmp):
          r"\"qkv\" is not a projection"),
         ("--seq-len 1", ["--data", SCIENCE, "--seq-len", "1"], r"--seq-len must be at least 2"),
     ]
+    small = os.path.join(tmp, "small-bad.txt")
+    with open(small, "w") as f:
+        f.write(SMALL_TEXT)
+    four, junk = os.path.join(tmp, "state-rank4"), os.path.join(tmp, "state-junk")
+    os.makedirs(four)
+    os.makedirs(junk)
+    with open(os.path.join(junk, "state.bin"), "w") as f:
+        f.write("not a state\n")
+    tiny = ["--data", small, "--seq-len", "8", "--journal=false"]
+    p = run(exe, "--steps", "1", *tiny, "--lora-rank", "4", "--state", four, cwd=tmp)
+    check(p.returncode == 0 and "saved the state at step 1" in p.stdout,
+          "--state: a rank-4 run saves its state (exit %d)" % p.returncode)
+    cases += [
+        ("--state of a run with another LoRA rank", tiny + ["--lora-rank", "2", "--state", four],
+         r"train.load_state: saved tensor 0 has 2304 values where param 0 has 1152 \(another model\)"),
+        ("--state holding a file io.save did not write", tiny + ["--state", junk],
+         r"state.bin\S* not a file written by io.save"),
+        ("--state that is no folder", tiny + ["--state", os.path.join(tmp, "nowhere")],
+         r"--state \S*nowhere is not a folder"),
+    ]
     for what, flags, want in cases:
         p = run(exe, "--steps", "1", *flags, cwd=tmp)
         check(p.returncode != 0 and re.search(want, p.stderr) is not None,
@@ -139,6 +172,141 @@ def case_bad(exe, tmp):
                        text=True, timeout=60, stdin=subprocess.DEVNULL)
     check(p.returncode != 0 and "x.gguf" in p.stderr, "a --model that is no GGUF: exit %d, %s"
           % (p.returncode, p.stderr.strip()[-200:]))
+
+
+# Six short paragraphs packed into rows of 16 tokens: six rows, the last
+# with 10 targets and 5 padding tokens where the others have 15, so every
+# epoch (batch 4: a micro-batch of 4 rows, then of 2) has a step with the
+# padded row, split over 2 or 4 members (4: one with no rows).
+SMALL_TEXT = """The sea was calm and the boats came home before the sun went down.
+
+A cat sat by the window and watched the rain fall on the garden all day.
+
+Two trains left the station at noon, one going north and one going south.
+
+The old clock in the hall struck nine, and everyone went to bed.
+
+She planted tomatoes in spring and picked them red in late summer.
+
+Bread rises slowly in a cold kitchen.
+"""
+WORKERS = {
+    # (flags, [(workers, shard)]): the first is the 1-worker run the others match
+    "workers_lora": (["--steps", "3", "--lora-rank", "4", "--lr", "1e-3"],
+                     [(1, "none"), (2, "none"), (4, "none"), (2, "optimizer"), (4, "gradients"),
+                      (4, "parameters")]),
+    "workers_full": (["--steps", "2", "--lora-rank", "0", "--lr", "1e-5"],
+                     [(1, "none"), (2, "gradients"), (4, "parameters")]),
+}
+
+
+def metrics_losses(path):
+    with open(path) as f:
+        return [float(line.split(",")[2]) for line in f.read().splitlines()[1:]]
+
+
+def case_workers(exe, tmp, which):
+    text = os.path.join(tmp, "small.txt")
+    with open(text, "w") as f:
+        f.write(SMALL_TEXT)
+    flags, runs = WORKERS[which]
+    base = None
+    for workers, shard in runs:
+        what = "%s: %d workers, --shard %s" % (which, workers, shard)
+        m, rows = os.path.join(tmp, "m.csv"), os.path.join(tmp, "rows.txt")
+        t0 = time.time()
+        p = run(exe, "--data", text, "--seq-len", "16", "--batch", "4", *flags, "--workers", str(workers),
+                "--shard", shard, "--metrics", m, "--rows-out", rows, "--timing=false",
+                "--journal=false", cwd=tmp)
+        check(p.returncode == 0, "%s: exit %d %s" % (what, p.returncode, p.stderr.strip()[-300:]))
+        if p.returncode != 0:
+            continue
+        losses = metrics_losses(m)
+        if base is None:
+            with open(rows) as f:
+                ids = [line.split() for line in f]
+            # the pad is the eos (2) here: the last row ends in 5 of them after its own eos
+            check(len(ids) == 6 and ids[-1][-6:] == ["2"] * 6 and ids[-2][-1] != "2",
+                  "%s: six rows, the last padded (%s)" % (which, ids[-1] if ids else None))
+            base = losses
+            print("  1 worker  " + " ".join(repr(x) for x in losses) + "   (%.1f s)" % (time.time() - t0))
+            continue
+        d = max(abs(a - b) / abs(b) for a, b in zip(losses, base)) if len(losses) == len(base) else 1.0
+        print("  %d %-10s " % (workers, shard) + " ".join(repr(x) for x in losses) +
+              "   (%.1f s, largest relative difference %.2g)" % (time.time() - t0, d))
+        check(len(losses) == len(base) and d < 1e-6,
+              "%s: the 1-worker step losses within 1e-6 relative (%.2g)" % (what, d))
+
+
+# Two epochs of 2 steps (six rows, batch 3, the padded row in each epoch);
+# --state saves after each epoch.
+RESUME = ["--seq-len", "16", "--batch", "3", "--steps", "4", "--lora-rank", "4", "--lr", "1e-3",
+          "--timing=false", "--journal=false"]
+
+
+def case_resume(exe, tmp):
+    """SIGKILL in epoch 2 (after epoch 1's state was saved), then a run with
+    another --workers (and --shard) resumes from the state: its steps are
+    the uninterrupted run's within 1e-6 relative, bitwise at the same
+    count."""
+    text = os.path.join(tmp, "small.txt")
+    with open(text, "w") as f:
+        f.write(SMALL_TEXT)
+    common = ["--model", GGUF, "--data", text, *RESUME]
+
+    def go(workers, shard, *extra):
+        m = os.path.join(tmp, "m.csv")
+        p = subprocess.run([exe, *common, "--workers", str(workers), "--shard", shard, "--metrics", m, *extra],
+                           capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, cwd=tmp)
+        check(p.returncode == 0, "%d workers --shard %s %s: exit %d %s" % (workers, shard, " ".join(extra),
+                                                                          p.returncode, p.stderr.strip()[-300:]))
+        return p.stdout, (metrics_losses(m) if p.returncode == 0 else [])
+
+    def killed(workers, shard, state):
+        os.makedirs(state)
+        p = subprocess.Popen([exe, *common, "--workers", str(workers), "--shard", shard, "--state", state],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             stdin=subprocess.DEVNULL, cwd=tmp)
+        out = ""
+        for line in p.stdout:
+            out += line
+            if line.startswith("saved the state at step 2"):
+                break
+        p.send_signal(signal.SIGKILL)
+        rest, _ = p.communicate(timeout=60)
+        out += rest
+        # epoch 2's steps print when its call returns: none means the kill landed in it
+        check(p.returncode == -signal.SIGKILL and "step 3 " not in out and "saved the state at step 2" in out,
+              "%d workers --shard %s: SIGKILLed in epoch 2, after epoch 1's state (exit %s)"
+              % (workers, shard, p.returncode))
+
+    cases = [
+        # (killed run's workers and shard, the resumed runs' [(workers, shard)])
+        ((2, "optimizer"), [(2, "optimizer"), (4, "optimizer"), (4, "gradients")]),
+        ((4, "parameters"), [(2, "parameters"), (1, "none")]),
+    ]
+    for (w0, sh0), resumes in cases:
+        _, whole = go(w0, sh0)
+        print("  %d --shard %-10s uninterrupted %s" % (w0, sh0, " ".join(repr(x) for x in whole)))
+        state = os.path.join(tmp, "state-%d-%s" % (w0, sh0))
+        killed(w0, sh0, state)
+        saved = os.path.join(tmp, "saved.bin")
+        shutil.copyfile(os.path.join(state, "state.bin"), saved)
+        for w, sh in resumes:
+            shutil.copyfile(saved, os.path.join(state, "state.bin"))
+            out, got = go(w, sh, "--state", state)
+            what = "killed at %d --shard %s, resumed at %d --shard %s" % (w0, sh0, w, sh)
+            check(re.search(r"^resumed from \S+ at step 2 on %d workers$" % w, out, re.M) is not None,
+                  "%s: resumed at step 2" % what)
+            want = whole[2:]
+            d = max(abs(a - b) / abs(b) for a, b in zip(got, want)) if len(got) == len(want) == 2 else 1.0
+            print("  resumed at %d --shard %-10s %s   (largest relative difference %.2g)"
+                  % (w, sh, " ".join(repr(x) for x in got), d))
+            if w == w0 and sh == sh0:
+                check(got == want, "%s: bitwise the uninterrupted run's steps 3 and 4" % what)
+            else:
+                check(len(got) == 2 and d < 1e-6, "%s: steps 3 and 4 within 1e-6 of the uninterrupted "
+                      "run's (%.2g)" % (what, d))
 
 
 def case_decoder(sflowc, tmp):
@@ -156,7 +324,8 @@ def case_decoder(sflowc, tmp):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sflowc", required=True)
-    ap.add_argument("--only", choices=("reference", "files", "bad", "decoder", "example"),
+    ap.add_argument("--only", choices=("reference", "files", "bad", "decoder", "example", "workers_lora",
+                                       "workers_full", "resume"),
                     default=None, help="example: reference, files and bad")
     args = ap.parse_args()
     if not os.path.isfile(GGUF) or not os.path.isfile(SCIENCE):
@@ -175,6 +344,11 @@ def main():
             case_files(exe, tmp)
         if args.only in (None, "reference", "example"):
             case_reference(exe, tmp)
+        for which in WORKERS:
+            if args.only in (None, which):
+                case_workers(exe, tmp, which)
+        if args.only in (None, "resume"):
+            case_resume(exe, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if failures:
