@@ -810,6 +810,15 @@ sf_array *sf_std_train_shard_copy(sf_array *ps, const sf_loc *loc);
 void sf_std_train_shard_release(sf_array *ps, const sf_loc *loc);
 void sf_std_train_shard_gather(sf_array *ps, sf_array *sh, const sf_loc *loc);
 void sf_std_train_shard_fill(sf_array *ps, sf_array *sh, const sf_loc *loc);
+/* train.save_state / load_state (train.c, "Re-sharding on load" in
+ * docs/train.md): whole tensors from this member's pieces (zeros
+ * elsewhere, summed over the group), the pieces cut from whole tensors,
+ * values copied tensor by tensor, and a state file renamed into place with
+ * its folder synced. */
+sf_array *sf_std_train_shard_whole(sf_array *ps, sf_array *pieces, const sf_loc *loc);
+void sf_std_train_shard_slice(sf_array *ps, sf_array *whole, sf_array *pieces, const sf_loc *loc);
+void sf_std_train_copy_values(sf_array *dst, sf_array *src, const sf_loc *loc);
+void sf_std_train_rename_file(sf_str *from, sf_str *to, const sf_loc *loc);
 void sf_std_train_reduce_scatter_tensors(sf_array *ts, const sf_loc *loc);
 void sf_std_train_all_gather_tensors(sf_array *ts, const sf_loc *loc);
 sf_array *sf_std_train_plan_bytes(sf_array *ps, sf_str *shard, int64_t workers,
