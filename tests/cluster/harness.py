@@ -192,7 +192,7 @@ MaxSessions 50
     def run(self, *extra, timeout=60, hostfile=None, prog=None):
         t0 = time.time()
         r = subprocess.run(self.args(*extra, hostfile=hostfile, prog=prog), capture_output=True,
-                           text=True,
+                           text=True, errors="backslashreplace",
                            timeout=timeout, stdin=subprocess.DEVNULL)
         r.seconds = time.time() - t0
         return r
