@@ -78,13 +78,14 @@ bench-floatfmt: build
 	@bash bench/floatfmt/run.sh $(BUILD)
 
 # Reading a numeric CSV (1e6 rows x 8 f64 columns) into typed columns:
-# std.data beside pandas.read_csv (C engine) and pyarrow.csv, one table
-# (bench/data/run.sh; installs pandas and pyarrow into build/pydeps).
+# std.data at 1 and all threads beside pandas.read_csv (C engine; pandas
+# 3.1.1 and 2.3.3) and pyarrow.csv, alternating rounds, one table
+# (bench/data/run.sh; installs the peers into build/peers/data).
 bench-data: build
 	@bash bench/data/run.sh $(BUILD)
 
 # std.tokenizer beside the Python tokenizers package on 13.7 MB of Debian
-# fortunes, single-threaded (bench/tokenizer/run.py; installs its peers into
+# fortunes, at 1 and 2 threads (bench/tokenizer/run.py; installs its peers into
 # build/peers/tokenizer on first use, which also un-skips runtime/tokenizer_ids).
 # examples/embed.sflow's sentence embeddings beside PyTorch (transformers)
 # on the same 512 Debian fortunes and threads (bench/nn/embed.py; its peer

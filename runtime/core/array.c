@@ -38,6 +38,24 @@ sf_array *sf_array_new(const sf_type *elem, int64_t len, const sf_loc *loc) {
   return a;
 }
 
+sf_array *sf__array_new_uninit(const sf_type *elem, int64_t len, const sf_loc *loc) {
+  return array_alloc(elem, len, loc);
+}
+
+void (*sf__par_hook)(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t lo, int64_t hi),
+                     void *ctx);
+int32_t (*sf__par_threads_hook)(void);
+
+void sf__par_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t lo, int64_t hi),
+                 void *ctx) {
+  if (sf__par_hook)
+    sf__par_hook(n, grain, fn, ctx);
+  else if (n > 0)
+    fn(ctx, 0, n);
+}
+
+int32_t sf__par_threads(void) { return sf__par_threads_hook ? sf__par_threads_hook() : 1; }
+
 /* A new array holding copies of a[from, from+n), references retained. */
 static sf_array *slice_copy(const sf_array *a, int64_t from, int64_t n) {
   sf_array *c = array_alloc(a->elem, n, NULL);

@@ -138,6 +138,21 @@ enum { SF__WHERE_HOST = 0, SF__WHERE_BOTH = 1, SF__WHERE_DEVICE = 2 };
  * the host reads the data: serial.c, collectives). */
 extern void (*sf__array_dev_free)(sf_array *a);
 extern void (*sf__array_to_host)(sf_array *a);
+/* An array of len elements left unwritten, for a maker that writes every
+ * element itself (no zero fill: a fresh block's pages are touched once,
+ * by the writes, not twice).  elem must hold no references. */
+sf_array *sf__array_new_uninit(const sf_type *elem, int64_t len, const sf_loc *loc);
+
+/* fn(ctx, lo, hi) over [0, n) split over the pool's threads, the caller
+ * taking part, when the sched layer is there (it installs sf__par_hook:
+ * sf__parallel_for); else one call fn(ctx, 0, n) on the caller.  For the
+ * layers below sched (data: CSV, encode_batch).  A runtime error in a
+ * chunk is raised on the caller. */
+extern void (*sf__par_hook)(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t lo, int64_t hi),
+                            void *ctx);
+void sf__par_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t lo, int64_t hi), void *ctx);
+int32_t sf__par_threads(void); /* threads sf__par_for may use: 1 without the hook */
+extern int32_t (*sf__par_threads_hook)(void);
 
 /* ------------------------------------------------------------ map.c */
 

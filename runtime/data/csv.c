@@ -39,6 +39,7 @@ typedef struct parser {
   const char *name;
   char sep;
   bool header;            /* the first record named the columns */
+  const char *stop;       /* no record starts at or after it (a chunk's end) */
   int64_t line;           /* line number of p */
   const char *line_start; /* first byte of that line */
   sf__buf scratch;        /* a quoted field's content */
@@ -233,6 +234,18 @@ static int bool_word(const char *s, size_t n) {
   return -1;
 }
 
+/* An inferred column read the integer "-0" (as f64, -0.0; as i64 before
+ * it widened, 0.0): which of the two it holds depends on the order the
+ * values came in, so the chunked reader leaves such a column to one pass. */
+static void note_neg_zero(sf__csv_col *c, const char *s, const char *e) {
+  if (!c->inferred || s == e || *s != '-')
+    return;
+  for (s++; s < e; s++)
+    if (*s < '0' || *s > '9')
+      return;
+  c->neg_zero = true;
+}
+
 /* The general path of a field: any quoting, blanks around numbers, empty
  * fields, and the errors and widening of inferred columns. */
 static void field_slow(parser *ps, sf__csv_col *c) {
@@ -259,6 +272,8 @@ static void field_slow(parser *ps, sf__csv_col *c) {
     int64_t v;
     bool ovf = false;
     if (n && sf__parse_int64(s, e, &v, &ovf) == e) {
+      if (v == 0)
+        note_neg_zero(c, s, e);
       push_i64(c, v);
       return;
     }
@@ -278,6 +293,8 @@ static void field_slow(parser *ps, sf__csv_col *c) {
   } else if (c->kind == SF__COL_F64) {
     double d = NAN;
     if (n == 0 || sf__parse_double(s, e, &d) == e) {
+      if (d == 0 && signbit(d))
+        note_neg_zero(c, s, e);
       push_f64(c, d);
       return;
     }
@@ -308,6 +325,8 @@ static inline void field(parser *ps, sf__csv_col *c) {
       double d;
       e = sf__parse_double(p, ps->end, &d);
       if (e && is_term(ps, e)) {
+        if (d == 0 && signbit(d))
+          note_neg_zero(c, p, e);
         push_f64(c, d);
         ps->p = e;
         return;
@@ -319,6 +338,8 @@ static inline void field(parser *ps, sf__csv_col *c) {
       bool ovf;
       e = sf__parse_int64(p, ps->end, &v, &ovf);
       if (e && is_term(ps, e)) {
+        if (v == 0)
+          note_neg_zero(c, p, e);
         push_i64(c, v);
         ps->p = e;
         return;
@@ -455,7 +476,7 @@ static int read_rows(parser *ps, sf__csv *out) {
     return r;
   int64_t ncols = out->ncols;
   sf__csv_col *cols = out->cols;
-  while (skip_blank(ps)) {
+  while (skip_blank(ps) && ps->p < ps->stop) {
     for (int64_t i = 0; i < ncols; i++) {
       field(ps, &cols[i]);
       if (i + 1 < ncols) {
@@ -488,9 +509,197 @@ static void presize(sf__csv *out, const char *start, const char *end) {
   }
 }
 
+/* ------------------------------------------------- reading in chunks */
+
+/* A large body is read in chunks over the pool: it is cut after a line
+ * end near each n-th of it, each chunk parsed alone from its cut (its own
+ * parser and columns, stopping at the first record that starts at or
+ * after the next cut), and the chunks are then checked in order.  A cut
+ * holds when the chunk before it, parsed from a cut that holds, ended its
+ * last record exactly there; a cut inside a quoted field (which may hold
+ * line ends) fails that check, and its chunk is parsed again, on the
+ * caller, from where the chunk before really ended.  What chunks cannot
+ * settle alone goes to one pass over the whole body, so the table and any
+ * message are the one-thread reader's: an error in a chunk (the one pass
+ * finds the first, with its line), and inferred kinds that differ between
+ * chunks beyond i64 against f64 (a bool column's first value, a column
+ * that turned str in one chunk only) or that hold an integer "-0". */
+enum { CSV_PAR_BYTES = 1 << 20, CSV_CHUNK_MIN = 256 << 10, CSV_CHUNKS_MAX = 64 };
+
+typedef struct csv_chunk {
+  const char *from, *stop; /* its cut, and the next one */
+  const char *first;       /* its first record (blank lines skipped) */
+  const char *last;        /* where it ended: the first record at or past stop */
+  sf__csv t;               /* its values; the names are the reader's */
+  int r;                   /* read_rows' answer: 0, or 1 on bad input */
+} csv_chunk;
+
+typedef struct csv_par {
+  const parser *proto; /* the reader's settings */
+  const sf__csv *out;  /* the columns as the header left them */
+  csv_chunk *ch;
+} csv_par;
+
+static void chunk_free(csv_chunk *c) {
+  for (int64_t i = 0; i < c->t.ncols; i++)
+    col_clear(&c->t.cols[i]);
+  sf_free(c->t.cols);
+  c->t = (sf__csv){0};
+}
+
+static void chunk_parse(const csv_par *cp, csv_chunk *c, const char *from) {
+  const sf__csv *k = cp->out;
+  char err[256]; /* a chunk's message is never shown: the one pass gives it */
+  parser ps = {.buf = cp->proto->buf, .p = from, .end = cp->proto->end, .stop = c->stop,
+               .name = cp->proto->name, .sep = cp->proto->sep, .header = cp->proto->header,
+               .line = 1, .line_start = from, .err = err, .errlen = sizeof err};
+  sf__buf_init(&ps.scratch, NULL, 0);
+  c->t.ncols = k->ncols;
+  c->t.nrows = 0;
+  c->t.cols = sf__alloc_n((size_t)(k->ncols ? k->ncols : 1), sizeof *c->t.cols);
+  for (int64_t i = 0; i < k->ncols; i++)
+    c->t.cols[i] = (sf__csv_col){.name = k->cols[i].name, .kind = k->cols[i].kind,
+                                 .inferred = k->cols[i].inferred};
+  ps.out = &c->t;
+  skip_blank(&ps);
+  const char *first = ps.p, *first_ls = ps.line_start;
+  int64_t first_line = ps.line;
+  c->first = first;
+  const char *stop = c->stop > first ? c->stop : first;
+  presize(&c->t, first, stop);
+  int r;
+  while ((r = read_rows(&ps, &c->t)) == 2) {
+    for (int64_t i = 0; i < c->t.ncols; i++)
+      col_clear(&c->t.cols[i]);
+    c->t.nrows = 0;
+    ps.p = first;
+    ps.line = first_line;
+    ps.line_start = first_ls;
+    presize(&c->t, first, stop);
+  }
+  c->r = r;
+  c->last = ps.p;
+  sf__buf_free(&ps.scratch);
+}
+
+static void chunks_parse(void *ctx, int64_t lo, int64_t hi) {
+  csv_par *cp = ctx;
+  for (int64_t k = lo; k < hi; k++)
+    chunk_parse(cp, &cp->ch[k], cp->ch[k].from);
+}
+
+/* Each chunk's values into their place in the table's columns (the
+ * column data and row offsets set by parse_chunks). */
+typedef struct csv_join {
+  csv_chunk *ch;
+  sf__csv *out;
+  int64_t *row0;
+} csv_join;
+
+static void chunks_join(void *ctx, int64_t lo, int64_t hi) {
+  csv_join *j = ctx;
+  for (int64_t k = lo; k < hi; k++) {
+    csv_chunk *c = &j->ch[k];
+    for (int64_t i = 0; i < j->out->ncols; i++) {
+      sf__csv_col *to = &j->out->cols[i], *from = &c->t.cols[i];
+      if (from->kind == SF__COL_I64 && to->kind == SF__COL_F64)
+        widen_to_f64(from);
+      size_t size = kind_size(to->kind);
+      memcpy((char *)to->data + (size_t)j->row0[k] * size, from->data, (size_t)from->len * size);
+      from->len = 0; /* a str column's values moved: not released here */
+    }
+    chunk_free(c);
+  }
+}
+
+/* The kind of column i over all chunks, or -1 when they leave it to one
+ * pass (above). */
+static int32_t joined_kind(const csv_chunk *ch, int64_t n, int64_t i, int32_t kind) {
+  bool any = false, neg_zero = false;
+  for (int64_t k = 0; k < n; k++) {
+    const sf__csv_col *c = &ch[k].t.cols[i];
+    neg_zero |= c->neg_zero;
+    if (!ch[k].t.nrows)
+      continue; /* no values: its kind says nothing */
+    if (!any || c->kind == kind)
+      kind = c->kind;
+    else if ((kind == SF__COL_I64 || kind == SF__COL_F64) &&
+             (c->kind == SF__COL_I64 || c->kind == SF__COL_F64))
+      kind = SF__COL_F64;
+    else
+      return -1;
+    any = true;
+  }
+  return neg_zero && kind == SF__COL_F64 ? -1 : kind;
+}
+
+/* Reads the body [start, end) in chunks into out: true, or false when it
+ * is small, the pool has one thread, or the chunks leave it to one pass
+ * (out is then as it was). */
+static bool parse_chunks(parser *ps, sf__csv *out, const char *start) {
+  size_t body = (size_t)(ps->end - start);
+  int64_t n = (int64_t)sf__par_threads() * 4;
+  if (n > CSV_CHUNKS_MAX)
+    n = CSV_CHUNKS_MAX;
+  if ((int64_t)(body / CSV_CHUNK_MIN) < n)
+    n = (int64_t)(body / CSV_CHUNK_MIN);
+  if (sf__par_threads() < 2 || body < CSV_PAR_BYTES || n < 2 || !out->ncols)
+    return false;
+  csv_chunk *ch = sf__alloc_n((size_t)n, sizeof *ch);
+  memset(ch, 0, (size_t)n * sizeof *ch);
+  ch[0].from = start;
+  for (int64_t k = 1; k < n; k++) {
+    const char *at = start + body / (size_t)n * (size_t)k;
+    if (at < ch[k - 1].from)
+      at = ch[k - 1].from;
+    const char *nl = memchr(at, '\n', (size_t)(ps->end - at));
+    ch[k].from = nl ? nl + 1 : ps->end;
+  }
+  for (int64_t k = 0; k < n; k++)
+    ch[k].stop = k + 1 < n ? ch[k + 1].from : ps->end;
+  csv_par cp = {.proto = ps, .out = out, .ch = ch};
+  sf__par_for(n, 1, chunks_parse, &cp);
+  bool ok = true;
+  for (int64_t k = 0; k < n && ok; k++) {
+    if (k && ch[k].first != ch[k - 1].last) { /* the cut fell inside a record */
+      chunk_free(&ch[k]);
+      chunk_parse(&cp, &ch[k], ch[k - 1].last);
+    }
+    ok = ch[k].r == 0;
+  }
+  int32_t *kinds = sf__alloc_n((size_t)out->ncols, sizeof *kinds);
+  for (int64_t i = 0; i < out->ncols && ok; i++)
+    ok = (kinds[i] = joined_kind(ch, n, i, out->cols[i].kind)) >= 0;
+  if (!ok) {
+    for (int64_t k = 0; k < n; k++)
+      chunk_free(&ch[k]);
+    sf_free(ch);
+    sf_free(kinds);
+    return false;
+  }
+  int64_t *row0 = sf__alloc_n((size_t)n, sizeof *row0), rows = 0;
+  for (int64_t k = 0; k < n; k++) {
+    row0[k] = rows;
+    rows += ch[k].t.nrows;
+  }
+  for (int64_t i = 0; i < out->ncols; i++) {
+    sf__csv_col *c = &out->cols[i];
+    c->kind = kinds[i];
+    c->data = sf__alloc_n((size_t)(rows ? rows : 1), kind_size(c->kind));
+    c->len = c->cap = rows;
+  }
+  out->nrows = rows;
+  csv_join j = {.ch = ch, .out = out, .row0 = row0};
+  sf__par_for(n, 1, chunks_join, &j);
+  sf_free(row0);
+  sf_free(kinds);
+  sf_free(ch);
+  return true;
+}
+
 bool sf__csv_parse(const char *buf, size_t len, const char *name, const sf__csv_opts *o,
                    sf__csv *out, char *err, size_t errlen) {
-  parser ps = {.buf = buf, .p = buf, .end = buf + len, .name = name, .sep = o->sep,
+  parser ps = {.buf = buf, .p = buf, .end = buf + len, .stop = buf + len, .name = name, .sep = o->sep,
                .header = o->header, .line = 1, .line_start = buf, .out = out, .err = err,
                .errlen = errlen};
   *out = (sf__csv){0};
@@ -520,6 +729,11 @@ bool sf__csv_parse(const char *buf, size_t len, const char *name, const sf__csv_
   ps.names = NULL;
   const char *start = ps.p, *start_ls = ps.line_start;
   int64_t start_line = ps.line;
+  ps.stop = ps.end;
+  if (parse_chunks(&ps, out, start)) {
+    sf__buf_free(&ps.scratch);
+    return true;
+  }
   presize(out, start, ps.end);
   int r;
   while ((r = read_rows(&ps, out)) == 2) {
@@ -765,3 +979,4 @@ void sf_std_data_write_csv(sf_str *path, const void *table, const sf_type *table
   sf_str *s = sf_std_data_format_csv(table, table_type, sep, loc);
   sf__write_or_fail(path, sf__str_data(s), (size_t)sf__str_len(s), sf_release, s, loc);
 }
+

@@ -86,6 +86,7 @@ typedef struct sf__csv_col {
   char *name;      /* NUL-terminated, owned */
   int32_t kind;    /* sf__col_kind, never AUTO once parsed */
   bool inferred;   /* the caller left the type to the parser */
+  bool neg_zero;   /* an inferred i64 column read "-0" (csv.c's parallel merge) */
   int64_t len, cap;
   void *data;      /* int64_t, double, float or sf_str* values */
 } sf__csv_col;
@@ -101,7 +102,9 @@ typedef struct sf__csv_opts {
 } sf__csv_opts;
 /* Parses buf[0, len) (buf[len] must be readable: a NUL) named `name` for
  * messages.  On bad input: false, with "name:line:col: ..." in err (and
- * nothing left allocated); otherwise true and *out filled. */
+ * nothing left allocated); otherwise true and *out filled.  A large input
+ * is read in chunks over the pool (sf__par_for), with the same result and
+ * the same message as one thread gives. */
 bool sf__csv_parse(const char *buf, size_t len, const char *name, const sf__csv_opts *o,
                    sf__csv *out, char *err, size_t errlen);
 void sf__csv_free(sf__csv *c);

@@ -150,6 +150,26 @@ static double slow_strtod(const char *p, const char *e, bool f32) {
   return v;
 }
 
+/* Whether the 8 bytes at p are all digits, and their value (SWAR, as
+ * fast_float does): 17-digit values spend most of the parse in the digit
+ * loops, and 8 digits at a time take the same digits into m as one at a
+ * time would, so w and q, and the result, are the same. */
+static inline bool eight_digits(const char *p, uint64_t *v) {
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+  (void)p, (void)v;
+  return false; /* the arithmetic below reads the first digit as the low byte */
+#else
+  uint64_t x;
+  memcpy(&x, p, 8);
+  if (((x + 0x4646464646464646ull) | (x - 0x3030303030303030ull)) & 0x8080808080808080ull)
+    return false; /* a byte below '0' or above '9' */
+  x = (x & 0x0F0F0F0F0F0F0F0Full) * 2561 >> 8;
+  x = (x & 0x00FF00FF00FF00FFull) * 6553601 >> 16;
+  *v = (uint32_t)((x & 0x0000FFFF0000FFFFull) * 42949672960001ull >> 32);
+  return true;
+#endif
+}
+
 /* Scans a decimal number; on success sets *w, *q, *many (more than 19
  * significant digits) and returns its end. */
 static const char *scan(const char *p, const char *end, bool *neg, uint64_t *w, int64_t *q,
@@ -167,6 +187,10 @@ static const char *scan(const char *p, const char *end, bool *neg, uint64_t *w, 
   bool dropped = false;
   while (p < end && *p == '0')
     p++;
+  for (uint64_t v8; sig + 8 <= 19 && end - p >= 8 && eight_digits(p, &v8); p += 8) {
+    m = m * 100000000 + v8;
+    sig += 8;
+  }
   for (; p < end && is_digit(*p); p++) {
     if (sig < 19) {
       m = m * 10 + (uint64_t)(*p - '0');
@@ -184,6 +208,11 @@ static const char *scan(const char *p, const char *end, bool *neg, uint64_t *w, 
     if (m == 0)
       for (; p < end && *p == '0'; p++)
         exp10--;
+    for (uint64_t v8; sig + 8 <= 19 && end - p >= 8 && eight_digits(p, &v8); p += 8) {
+      m = m * 100000000 + v8;
+      sig += 8;
+      exp10 -= 8;
+    }
     for (; p < end && is_digit(*p); p++) {
       if (sig < 19) {
         m = m * 10 + (uint64_t)(*p - '0');

@@ -813,6 +813,102 @@ void sf_std_tokenizer_encode_pair(void *out, const sf_type *out_type, const void
   write_encoding(out, out_type, &v, s->ids, n1, s->ids2, n2, true, max_length, loc);
 }
 
+/* encode_batch: the rows go in chunks over the pool (sf__par_for), each
+ * chunk tokenizing its rows with its thread's own scratch, so the ids do
+ * not depend on which thread ran which chunk.  With a fixed width
+ * (max_length, not pad_to_longest) a chunk writes its rows into the
+ * result as it goes; else it keeps their ids back to back in its buffer
+ * until the longest row is known, and a second pass writes them. */
+enum { BATCH_CHUNKS = 16, BATCH_PAR_BYTES = 4 << 10 };
+
+typedef struct batch_job {
+  const tok_view *v;
+  tok_index *x;
+  sf_str **texts;
+  int64_t rows, step, max_length, cols; /* cols 0: not known yet */
+  int64_t *ids, *types, *mask;          /* rows x cols, once cols is known */
+  int32_t **buf;                        /* chunk k's ids (the caller's, reused) */
+  size_t *cap, *len;                    /* len[r]: row r's ids, truncated */
+  const sf_loc *loc;
+} batch_job;
+
+/* The caller thread's chunk buffers, kept from batch to batch. */
+static _Thread_local int32_t *batch_buf[BATCH_CHUNKS];
+static _Thread_local size_t batch_cap[BATCH_CHUNKS];
+
+static void batch_row_ids(batch_job *b, int64_t r) {
+  scratch *s = &tls; /* this thread's */
+  tokenize(b->v, b->x, b->texts[r], &s->ids, &s->nids, &s->ids_cap, "tokenizer.encode_batch",
+           b->loc);
+  size_t n = s->nids;
+  if (b->max_length > 0 && (int64_t)n > b->max_length - 2)
+    n = (size_t)(b->max_length - 2);
+  b->len[r] = n;
+}
+
+static void batch_fill(const batch_job *b, int64_t r, const int32_t *a) {
+  int64_t c = b->cols;
+  fill_row(b->v, a, b->len[r], NULL, 0, false, c, b->ids + r * c, b->types + r * c,
+           b->mask + r * c);
+}
+
+static void batch_tokenize(void *ctx, int64_t lo, int64_t hi) {
+  batch_job *b = ctx;
+  for (int64_t k = lo; k < hi; k++) {
+    int64_t r0 = k * b->step, r1 = r0 + b->step < b->rows ? r0 + b->step : b->rows;
+    size_t used = 0;
+    for (int64_t r = r0; r < r1; r++) {
+      batch_row_ids(b, r);
+      if (b->cols) {
+        batch_fill(b, r, tls.ids);
+        continue;
+      }
+      grow((void **)&b->buf[k], &b->cap[k], used + b->len[r], sizeof(int32_t));
+      memcpy(b->buf[k] + used, tls.ids, b->len[r] * sizeof(int32_t));
+      used += b->len[r];
+    }
+  }
+}
+
+static void batch_write(void *ctx, int64_t lo, int64_t hi) {
+  batch_job *b = ctx;
+  for (int64_t k = lo; k < hi; k++) {
+    int64_t r0 = k * b->step, r1 = r0 + b->step < b->rows ? r0 + b->step : b->rows;
+    const int32_t *a = b->buf[k];
+    for (int64_t r = r0; r < r1; r++) {
+      batch_fill(b, r, a);
+      a += b->len[r];
+    }
+  }
+}
+
+/* The caller thread's last result arrays, one reference each: when the
+ * program has let go of them (the cache's is the only reference left, so
+ * no other thread can reach them) the next batch of the same size writes
+ * into them.  A fresh 256 x 128 batch is three 256 KiB blocks, which
+ * malloc maps and unmaps (or trims) each time: page faults on every
+ * element, twice as costly as the tokenizing (docs/performance.md). */
+static _Thread_local sf_array *batch_cache[3];
+
+static sf_array *batch_array(int slot, const sf_type *field_type, int64_t n, const sf_loc *loc) {
+  sf_array *a = batch_cache[slot];
+  if (a && __atomic_load_n(&a->hdr.rc, __ATOMIC_ACQUIRE) == 1 && a->elem == field_type->elem &&
+      !a->dev && a->cap >= n && a->cap <= 2 * n + 1024) {
+    a->len = n;
+    a->where = SF__WHERE_HOST;
+    return a; /* batch_keep adds the result's reference */
+  }
+  return sf__array_new_uninit(field_type->elem, n, loc);
+}
+
+static void batch_keep(int slot, sf_array *a) {
+  sf_retain(a); /* the result's reference, or the cache's of a fresh one */
+  if (batch_cache[slot] != a) {
+    sf_release(batch_cache[slot]);
+    batch_cache[slot] = a;
+  }
+}
+
 void sf_std_tokenizer_encode_batch(void *out, const sf_type *out_type, const void *tok,
                                    const sf_type *tok_type, sf_array *texts,
                                    int64_t max_length, bool pad_to_longest,
@@ -820,52 +916,68 @@ void sf_std_tokenizer_encode_batch(void *out, const sf_type *out_type, const voi
   check_max_length(max_length, 2, "tokenizer.encode_batch", loc);
   tok_view v;
   view_of(&v, tok, tok_type, loc);
-  tok_index *x = index_for(v.vocab, v.prefix);
-  scratch *s = &tls;
   int64_t rows = texts ? texts->len : 0;
   if (rows)
     sf_array_host(texts);
-  /* All ids first (the row width may be the longest row), back to back in
-   * ids2 with each row's start in a separate array. */
-  size_t *start = sf__alloc_n((size_t)rows + 1, sizeof(size_t));
-  size_t total = 0;
-  int64_t longest = 0;
-  for (int64_t r = 0; r < rows; r++) {
-    tokenize(&v, x, ((sf_str **)texts->data)[r], &s->ids, &s->nids, &s->ids_cap,
-             "tokenizer.encode_batch", loc);
-    size_t n = s->nids;
-    if (max_length > 0 && (int64_t)n > max_length - 2)
-      n = (size_t)(max_length - 2);
-    grow((void **)&s->ids2, &s->ids2_cap, total + n, sizeof(int32_t));
-    memcpy(s->ids2 + total, s->ids, n * sizeof(int32_t));
-    start[r] = total;
-    total += n;
-    if ((int64_t)n + 2 > longest)
-      longest = (int64_t)n + 2;
-  }
-  start[rows] = total;
-  int64_t cols = max_length > 0 && !pad_to_longest ? max_length : longest;
+  batch_job b = {.v = &v, .x = index_for(v.vocab, v.prefix),
+                 .texts = rows ? (sf_str **)texts->data : NULL, .rows = rows,
+                 .max_length = max_length, .buf = batch_buf, .cap = batch_cap, .loc = loc};
+  b.len = sf__alloc_n((size_t)rows + 1, sizeof(size_t));
   const sf_field *fi = field_named(out_type, "ids", loc);
   const sf_field *ft = field_named(out_type, "type_ids", loc);
   const sf_field *fm = field_named(out_type, "attention_mask", loc);
   const sf_field *fr = field_named(out_type, "rows", loc);
   const sf_field *fc = field_named(out_type, "cols", loc);
-  if (rows && cols > INT64_MAX / rows)
-    sf_runtime_error(loc, "tokenizer.encode_batch: %lld rows of %lld ids is too large",
-                     (long long)rows, (long long)cols);
-  sf_array *ids = i64_array(fi->type, rows * cols, loc);
-  sf_array *types = i64_array(ft->type, rows * cols, loc);
-  sf_array *mask = i64_array(fm->type, rows * cols, loc);
-  for (int64_t r = 0; r < rows; r++)
-    fill_row(&v, s->ids2 + start[r], start[r + 1] - start[r], NULL, 0, false, cols,
-             (int64_t *)ids->data + r * cols, (int64_t *)types->data + r * cols,
-             (int64_t *)mask->data + r * cols);
-  sf_free(start);
+  sf_array *ids = NULL, *types = NULL, *mask = NULL;
+  if (max_length > 0 && !pad_to_longest) {
+    if (rows && max_length > INT64_MAX / rows)
+      sf_runtime_error(loc, "tokenizer.encode_batch: %lld rows of %lld ids is too large",
+                       (long long)rows, (long long)max_length);
+    b.cols = max_length;
+    ids = batch_array(0, fi->type, rows * b.cols, loc);
+    types = batch_array(1, ft->type, rows * b.cols, loc);
+    mask = batch_array(2, fm->type, rows * b.cols, loc);
+    b.ids = ids->data, b.types = types->data, b.mask = mask->data;
+  }
+  /* Over the pool only when there is enough text to pay for the hand-off. */
+  int64_t bytes = 0;
+  for (int64_t r = 0; r < rows && bytes < BATCH_PAR_BYTES; r++)
+    bytes += sf__str_len(b.texts[r]);
+  bool par = rows > 1 && bytes >= BATCH_PAR_BYTES && sf__par_threads() > 1;
+  int64_t nchunks = par ? (rows < BATCH_CHUNKS ? rows : BATCH_CHUNKS) : 1;
+  b.step = rows ? (rows + nchunks - 1) / nchunks : 1;
+  nchunks = rows ? (rows + b.step - 1) / b.step : 0;
+  if (par)
+    sf__par_for(nchunks, 1, batch_tokenize, &b);
+  else
+    batch_tokenize(&b, 0, nchunks);
+  if (!b.cols) {
+    int64_t longest = 0;
+    for (int64_t r = 0; r < rows; r++)
+      if ((int64_t)b.len[r] + 2 > longest)
+        longest = (int64_t)b.len[r] + 2;
+    b.cols = max_length > 0 && !pad_to_longest ? max_length : longest;
+    if (rows && b.cols > INT64_MAX / rows)
+      sf_runtime_error(loc, "tokenizer.encode_batch: %lld rows of %lld ids is too large",
+                       (long long)rows, (long long)b.cols);
+    ids = batch_array(0, fi->type, rows * b.cols, loc);
+    types = batch_array(1, ft->type, rows * b.cols, loc);
+    mask = batch_array(2, fm->type, rows * b.cols, loc);
+    b.ids = ids->data, b.types = types->data, b.mask = mask->data;
+    if (par)
+      sf__par_for(nchunks, 1, batch_write, &b);
+    else
+      batch_write(&b, 0, nchunks);
+  }
+  sf_free(b.len);
+  batch_keep(0, ids);
+  batch_keep(1, types);
+  batch_keep(2, mask);
   AT(out, fi->offset, sf_array *) = ids;
   AT(out, ft->offset, sf_array *) = types;
   AT(out, fm->offset, sf_array *) = mask;
   AT(out, fr->offset, int64_t) = rows;
-  AT(out, fc->offset, int64_t) = cols;
+  AT(out, fc->offset, int64_t) = b.cols;
 }
 
 /* ----------------------------------------------------------- decode */

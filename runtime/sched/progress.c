@@ -398,4 +398,6 @@ void sf__run_end(void) {
 void sf__sched_install(void) {
   sf__out_writer = sf__out_write;
   sf__before_stderr = sf__progress_clear;
+  sf__par_hook = sf__parallel_for;
+  sf__par_threads_hook = sf__pool_size;
 }

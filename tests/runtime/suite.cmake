@@ -100,6 +100,11 @@ set_tests_properties(runtime/clock_resume PROPERTIES TIMEOUT 300)
 add_test(NAME runtime/data_interop
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/data_interop_test.py
           --sflowc $<TARGET_FILE:sflowc>)
+# The CSV reader in chunks over the pool (--threads 4) against one thread:
+# random files with quoted line ends, CRLF, blanks, late kinds and errors.
+add_test(NAME runtime/csv_chunks
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/csv_chunks_test.py
+          --sflowc $<TARGET_FILE:sflowc>)
 # A collective of mismatched arrays is an error every time, never a crash
 # (a member raised while another read its slot: ~15% of runs segfaulted).
 add_test(NAME runtime/collective_errors_race
