@@ -26,7 +26,9 @@ Cases:
   gpt_sample           examples/gpt.sflow on a short run: the step losses fall
                        from about ln(vocab), two runs with one --seed sample
                        the same text (another seed another), bad flags are
-                       clear errors.  Needs Debian's fortunes package.
+                       clear errors; --checkpoint-blocks gives byte-identical
+                       weights after 10 steps (the same gradients bit for bit)
+                       at a lower peak of tensor memory.  Needs Debian's fortunes package.
 """
 import argparse
 import csv
@@ -121,6 +123,19 @@ def case_gpt_sample(sflowc, tmp, args):
     check(run("--seed", "3").stdout == p.stdout, "the same seed gives the same losses and text")
     check(run("--seed", "4").stdout.split("\nsample:\n", 1)[-1] != sample,
           "another seed samples another text")
+    # Activation checkpointing: the same gradients bit for bit (so the
+    # weights after the steps are byte-identical files), less peak memory.
+    outs, peaks = [], []
+    for extra in [[], ["--checkpoint-blocks"]]:
+        w = os.path.join(tmp, "w%d.safetensors" % len(outs))
+        q = subprocess.run([exe, "--steps", "10", "--log-every", "5", "--sample", "0", "--layers", "3",
+                            "--out", w] + extra, capture_output=True, text=True, timeout=300)
+        check(q.returncode == 0, "gpt %s exits 0" % extra, q.stderr[-400:])
+        outs.append(open(w, "rb").read() if os.path.exists(w) else b"")
+        m = re.search(r"peak tensor memory ([\d.]+) MiB", q.stdout)
+        peaks.append(float(m.group(1)) if m else 0.0)
+    check(outs[0] and outs[0] == outs[1], "--checkpoint-blocks: bitwise the same weights after 10 steps")
+    check(0 < peaks[1] < peaks[0] * 0.9, "--checkpoint-blocks: peak tensor memory lower", peaks)
     for flags, msg in [(["--width", "30", "--heads", "4"], "--width 30 must be a positive multiple of --heads 4"),
                        (["--steps", "0"], "--steps must be at least 1"),
                        (["--data", os.path.join(tmp, "none")], "does not exist")]:
