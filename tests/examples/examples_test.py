@@ -23,6 +23,12 @@ Cases:
                        epoch lines or in std.train's step lines.  Needs the
                        model of scripts/install-models.sh ($SFLOW_MODELS or
                        <build>/models) and Debian's fortunes package.
+  gpt_sample           examples/gpt.sflow on a short run: the step losses fall
+                       from about ln(vocab), two runs with one --seed sample
+                       the same text (another seed another), bad flags are
+                       clear errors; --checkpoint-blocks gives byte-identical
+                       weights after 10 steps (the same gradients bit for bit)
+                       at a lower peak of tensor memory.  Needs Debian's fortunes package.
 """
 import argparse
 import csv
@@ -99,6 +105,43 @@ def case_finetune_timing_off(sflowc, tmp, args):
     check(not re.search(r"\d s\b|RESULT", p.stdout), "no seconds and no RESULT line", p.stdout)
     check("epoch 1/1: 16 samples in 1 steps" in p.stdout, "the epoch line without figures",
           p.stdout)
+
+
+def case_gpt_sample(sflowc, tmp, args):
+    exe = compile_example(sflowc, "gpt", tmp)
+    run = lambda *a: subprocess.run([exe, "--steps", "60", "--log-every", "20", "--out", "",
+                                     "--sample", "80"] + list(a),
+                                    capture_output=True, text=True, timeout=300)
+    p = run("--seed", "3")
+    if not check(p.returncode == 0, "gpt exits 0", (p.returncode, p.stderr[-800:])):
+        return
+    losses = [float(l.split()[3]) for l in p.stdout.splitlines() if l.startswith("step ")]
+    check(len(losses) == 3 and losses[-1] < losses[0] and losses[0] < 4.6,
+          "three step lines, the loss falling from below ln(99)", p.stdout)
+    sample = p.stdout.split("\nsample:\n", 1)[-1]
+    check(len(sample) >= 40, "a sample is printed", p.stdout)
+    check(run("--seed", "3").stdout == p.stdout, "the same seed gives the same losses and text")
+    check(run("--seed", "4").stdout.split("\nsample:\n", 1)[-1] != sample,
+          "another seed samples another text")
+    # Activation checkpointing: the same gradients bit for bit (so the
+    # weights after the steps are byte-identical files), less peak memory.
+    outs, peaks = [], []
+    for extra in [[], ["--checkpoint-blocks"]]:
+        w = os.path.join(tmp, "w%d.safetensors" % len(outs))
+        q = subprocess.run([exe, "--steps", "10", "--log-every", "5", "--sample", "0", "--layers", "3",
+                            "--out", w] + extra, capture_output=True, text=True, timeout=300)
+        check(q.returncode == 0, "gpt %s exits 0" % extra, q.stderr[-400:])
+        outs.append(open(w, "rb").read() if os.path.exists(w) else b"")
+        m = re.search(r"peak tensor memory ([\d.]+) MiB", q.stdout)
+        peaks.append(float(m.group(1)) if m else 0.0)
+    check(outs[0] and outs[0] == outs[1], "--checkpoint-blocks: bitwise the same weights after 10 steps")
+    check(0 < peaks[1] < peaks[0] * 0.9, "--checkpoint-blocks: peak tensor memory lower", peaks)
+    for flags, msg in [(["--width", "30", "--heads", "4"], "--width 30 must be a positive multiple of --heads 4"),
+                       (["--steps", "0"], "--steps must be at least 1"),
+                       (["--data", os.path.join(tmp, "none")], "does not exist")]:
+        q = subprocess.run([exe] + flags, capture_output=True, text=True, timeout=60)
+        check(q.returncode != 0 and msg in q.stderr, "gpt %s is a clear error" % " ".join(flags),
+              (q.returncode, q.stderr[-400:]))
 
 
 HELP_PROGRAM = """workflow main(
@@ -186,7 +229,7 @@ def case_io_resolve(sflowc, tmp, args):
 
 
 CASES = {"io_resolve": case_io_resolve, "fortunes_utf8": case_fortunes_utf8, "finetune_timing_off": case_finetune_timing_off,
-         "help_descriptions": case_help_descriptions}
+         "help_descriptions": case_help_descriptions, "gpt_sample": case_gpt_sample}
 
 
 def main():
