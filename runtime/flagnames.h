@@ -87,6 +87,8 @@
     "folder on the hosts for the executable (default .cache/sflow)")                          \
   R(X, CLUSTER_LOG, "cluster-log", BOOL, cluster_log, false, 0, 0, NULL, NULL, NULL,          \
     "report each node's start, readiness and stop")                                           \
+  R(X, LAUNCHER, "launcher", ENUM, launcher, 0, 0, 0, NULL, NULL, "auto|ssh|slurm|mpi|env",   \
+    "who started the ranks (default auto: srun's, mpirun's or torchrun's variables)")         \
   /* Hidden: the head's command line for a worker (cluster/launch.c). */                      \
   R(X, WORKER, "sflow-worker", STR, worker, NULL, 0, 0, NULL, NULL, "SPEC", NULL)             \
   R(X, WORKER_CWD, "sflow-cwd", STR, worker_cwd, NULL, 0, 0, NULL, NULL, "HEX", NULL)         \

@@ -85,6 +85,36 @@ int main(int argc, char **argv) {
     sf_free(args);
     return SF__EXIT_NODES;
   }
+  /* Started by a launcher (srun, mpirun, torchrun): rank 0 is the head of
+   * the run, the other ranks its workers (docs/cluster.md, "Started by a
+   * launcher").  The secret is read here, before anything listens. */
+  if (!sf__options.worker && sf__launch_setup(err, sizeof err)) {
+    fprintf(stderr, "%s: error: %s\n", name, err);
+    sf__flags_release(prog, args);
+    sf_free(args);
+    return SF__EXIT_NODES;
+  }
+  sf__launch_mark(); /* a program a task of ours starts is not a rank */
+  if (sf__launched.kind != SF__LAUNCH_NONE && sf__launched.rank > 0) {
+    sf__flags_release(prog, args); /* the workflow's arguments come from rank 0 */
+    sf_free(args);
+    /* The flags a --nodes head would give its worker (launch.c,
+     * worker_args): every rank has the same command line, but the trace,
+     * the metrics ports, the journal's --resume and the progress line
+     * are rank 0's; a worker ships its events and figures there. */
+    sf__options.worker_trace = sf__options.trace != NULL;
+    sf__options.worker_metrics = sf__options.metrics_port || sf__options.dashboard_port;
+    sf__options.trace = NULL;
+    sf__options.metrics_port = sf__options.dashboard_port = 0;
+    sf__options.resume = false;
+    sf__options.progress = SF__PROGRESS_NEVER;
+    if (!sf__obs_start(err, sizeof err))
+      fprintf(stderr, "%s: notice: %s\n", name, err);
+    int rc = sf__worker_launched();
+    sf__obs_stop();
+    fflush(stdout);
+    return rc;
+  }
   if (sf__options.worker) {
     sf__flags_release(prog, args);
     sf_free(args);

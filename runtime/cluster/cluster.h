@@ -26,6 +26,8 @@
  *   net/sshconfig.c  ~/.ssh/config: each host -> sf__ssh_target (where, who, keys)
  *   net/knownhosts.c which known_hosts lines name a host; trusted, unknown,
  *                    changed or revoked (OpenSSH's rules, markers and ports)
+ *   net/launcher.c   srun, mpirun, torchrun: this process's rank, rank 0's
+ *                    address, the job's secret (a run with no --nodes)
  *   net/hostcheck.c  whether a host can run this executable: architecture,
  *                    glibc version, CPU features
  *   net/crypto.c     file hashing and HMAC-SHA256 on sha256.c (no libcrypto), random

@@ -22,7 +22,8 @@
  * does not wait (a custom op inside a training step), and its record is
  * checked at the next point that waits anyway ("deferred kernel checks").
  *
- * Devices: the process uses device SFLOW_DEVICE (default 0), except for
+ * Devices: the process uses device SFLOW_DEVICE (default 0; a rank a
+ * launcher started, LOCAL_RANK modulo the visible devices), except for
  * the members of a group whose actor asks @gpus(g): member r runs on
  * device SFLOW_DEVICE + floor(r * g), modulo the device count, so that
  * @gpus(1) spreads a group over the GPUs (one NCCL rank per GPU, nccl.c)
@@ -162,6 +163,8 @@ static bool load_driver(void) {
   }
   if ((e = getenv("SFLOW_DEVICE")) && *e)
     ord = atoi(e);
+  else if ((e = getenv("SFLOW_LOCAL_RANK")) && *e && atoi(e) >= 0)
+    ord = atoi(e) % n; /* a launched rank (cluster/net/launcher.c): its LOCAL_RANK-th device */
   CUdevice dev;
   if (ord < 0 || ord >= n || D.dev_get(&dev, ord) != 0) {
     snprintf(D.why, sizeof D.why, "no CUDA device %d (SFLOW_DEVICE)", ord);

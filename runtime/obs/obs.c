@@ -162,7 +162,7 @@ bool sf__obs_start(char *err, size_t errlen) {
   int64_t ports[2] = {sf__options.metrics_port, sf__options.dashboard_port};
   bool serve = ports[0] || ports[1];
   /* A worker of such a run samples for the head (cluster/metrics_ship.c). */
-  bool worker = sf__options.worker && sf__options.worker_metrics;
+  bool worker = (sf__options.worker || sf__launched.rank > 0) && sf__options.worker_metrics;
   if (!serve && !sf__trace_on && !worker)
     return true;
   if (worker)

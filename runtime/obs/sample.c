@@ -160,9 +160,10 @@ void sf__obs_sample(void) {
   sf__metric_set("sflow_object_bytes_total", "", (double)atomic_load(&sf__stats.object_bytes));
   sf__metric_set("sflow_checkpoints_total", "", (double)atomic_load(&sf__stats.checkpoints));
   /* A worker's figures get their node="K" on the head. */
-  const char *self = sf__options.worker ? "" : "node=\"0\"";
+  bool worker = sf__options.worker || sf__launched.rank > 0; /* --nodes or launched */
+  const char *self = worker ? "" : "node=\"0\"";
   sf__metric_set("sflow_process_resident_memory_bytes", self, rss);
   sf__metric_set("sflow_process_cpu_seconds_total", self, cpu_seconds());
-  if (!sf__options.worker)
+  if (!worker)
     nodes();
 }

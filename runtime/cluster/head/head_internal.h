@@ -84,6 +84,9 @@ typedef struct greeter {
 
 typedef struct sf__head {
   bool started;
+  /* A run whose ranks a launcher started (net/launcher.c): no SSH, the
+   * nodes are ranks 1..size-1 dialling in; NULL for --nodes. */
+  const sf__launch *launch;
   sf__hostlist hosts;
   node *nodes; /* nodes[i] is node id i + 1 */
   int n;

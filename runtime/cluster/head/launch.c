@@ -27,6 +27,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <netdb.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -38,6 +39,12 @@
 
 #include "head_internal.h"
 #include "metrics.h"
+
+/* Extra seconds beyond --connect-timeout a launched run's rank 0 waits
+ * for the other ranks (their hosts may still be starting them). */
+#define LAUNCH_WAIT_S 50
+
+static int wait_ready(char *err, size_t errlen);
 
 sf__head sf__head_table = {
     .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .wake = {-1, -1}};
@@ -360,6 +367,8 @@ static void *launch(void *arg) {
 
 /* ============================================ failure, stop, node table */
 
+static void stop_at_exit(void) { sf__cluster_stop(); }
+
 /* Everything the head holds, closed (workers see their stdin close). */
 static void teardown(void) {
   for (int i = 0; i < H.n; i++) {
@@ -379,6 +388,13 @@ static void teardown(void) {
     if (H.greet[i].conn.fd >= 0)
       sf__conn_close(&H.greet[i].conn);
   memset(H.secret, 0, sizeof H.secret);
+  if (H.launch && H.launch->rdv[0]) /* the next job must not find our address */
+    unlink(H.launch->rdv);
+}
+
+/* How long the head waits for every worker's hello. */
+static int64_t wait_s(void) {
+  return sf__options.connect_timeout + (H.launch ? LAUNCH_WAIT_S : 20);
 }
 
 static int start_failed(char *err, size_t errlen) {
@@ -399,10 +415,15 @@ static int start_failed(char *err, size_t errlen) {
       continue;
     if (nd->error[0])
       o += (size_t)snprintf(err + o, errlen - o, "\n  %s", nd->error);
+    else if (H.launch) /* nobody here started it */
+      o += (size_t)snprintf(err + o, errlen - o,
+                            "\n  %s: did not connect within %d s (not started by the launcher, "
+                            "or started with another secret or head address?)",
+                            nd->label, (int)wait_s());
     else /* it started and said its executable is intact, then went quiet */
       o += (size_t)snprintf(err + o, errlen - o,
                             "\n  %s: the worker did not connect back within %d s of its start",
-                            nd->label, (int)sf__options.connect_timeout + 20);
+                            nd->label, (int)wait_s());
   }
   /* Shut down the workers that did start before leaving. */
   sf__frame sd = {.type = SF__F_SHUTDOWN};
@@ -414,7 +435,6 @@ static int start_failed(char *err, size_t errlen) {
   return -1;
 }
 
-static void stop_at_exit(void) { sf__cluster_stop(); }
 
 /* The head is rank 0 under torchrun's names; its MASTER_ADDR is the
  * address node 1 dials (with several interfaces each worker gets its own).
@@ -478,10 +498,119 @@ static int resolve_hosts(char *err, size_t errlen) {
   return rc;
 }
 
+/* ======================================================= launched runs */
+
+/* Rank 0's listener, before which the secret was read (main.c): on
+ * MASTER_ADDR itself when it is a numeric address of this machine, else
+ * on every interface, since a name may resolve to another address here
+ * than on the other ranks' hosts (Debian maps its own host name to
+ * 127.0.1.1; a Kubernetes Service's address is not the pod's); the HMAC
+ * handshake keeps out whoever does not know the secret.  With a
+ * rendezvous file: a port of the kernel's choosing, published there. */
+static int listen_launched(const sf__launch *L, char *err, size_t errlen) {
+  struct sockaddr_storage ss = {0};
+  socklen_t sl = sizeof(struct sockaddr_in);
+  struct sockaddr_in *in = (struct sockaddr_in *)&ss;
+  struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
+  uint16_t port = L->rdv[0] ? 0 : (uint16_t)L->port;
+  in->sin_family = AF_INET;
+  in->sin_port = htons(port);
+  in->sin_addr.s_addr = htonl(INADDR_ANY);
+  if (inet_pton(AF_INET6, L->host, &in6->sin6_addr) == 1) {
+    in6->sin6_family = AF_INET6;
+    in6->sin6_port = htons(port);
+    sl = sizeof *in6;
+  } else if (inet_pton(AF_INET, L->host, &in->sin_addr) != 1) {
+    in->sin_addr.s_addr = htonl(INADDR_ANY);
+  }
+  int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  int rc = fd < 0 ? -1 : bind(fd, (struct sockaddr *)&ss, sl);
+  if (rc && errno == EADDRNOTAVAIL) { /* not this machine's address: every interface */
+    if (ss.ss_family == AF_INET6)
+      in6->sin6_addr = in6addr_any;
+    else
+      in->sin_addr.s_addr = htonl(INADDR_ANY);
+    rc = bind(fd, (struct sockaddr *)&ss, sl);
+  }
+  if (rc || listen(fd, 256)) {
+    int e = errno;
+    snprintf(err, errlen, "rank 0 cannot listen on port %u for the other ranks: %s%s", port,
+             strerror(e), e == EADDRINUSE ? " (another job's? set MASTER_PORT, or srun "
+                                             "--resv-ports under Slurm)" : "");
+    if (fd >= 0)
+      close(fd);
+    return -1;
+  }
+  sl = sizeof ss;
+  getsockname(fd, (struct sockaddr *)&ss, &sl);
+  sf__addr_str((struct sockaddr *)&ss, sl, H.listen_addr[0], sizeof H.listen_addr[0], &H.port);
+  H.listen_fd[0] = fd;
+  H.nlisten = 1;
+  if (L->rdv[0]) {
+    char self[256] = "";
+    gethostname(self, sizeof self - 1);
+    if (sf__launch_publish(L, self, H.port, err, errlen))
+      return -1;
+  }
+  if (logging())
+    sf__cluster_note("sflow: %s rank 0 of %d: control plane listening on %s:%u%s%s", L->engine,
+                     L->size, H.listen_addr[0], H.port, L->rdv[0] ? ", published in " : "",
+                     L->rdv);
+  return 0;
+}
+
+/* The node table of a launched run: ranks 1..size-1, named by rank. */
+static int launched_nodes(const sf__launch *L, char *err, size_t errlen) {
+  H.n = L->size - 1;
+  H.hosts.n = H.n;
+  H.hosts.hosts = calloc((size_t)H.n, sizeof *H.hosts.hosts);
+  H.nodes = calloc((size_t)H.n, sizeof *H.nodes);
+  if (!H.nodes || !H.hosts.hosts) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  for (int i = 0; i < H.n; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "rank %d", i + 1);
+    H.hosts.hosts[i] = (sf__host){.name = strdup(name), .slots = -1, .gpus = -1};
+    H.nodes[i].host = &H.hosts.hosts[i];
+    H.nodes[i].conn.fd = -1;
+    snprintf(H.nodes[i].label, sizeof H.nodes[i].label, "%s", name);
+  }
+  return 0;
+}
+
+/* Rank 0 of a launched run: listen, then wait for the other ranks, which
+ * the launcher started beside us, to dial in and authenticate. */
+static int start_launched(const sf__launch *L, char *err, size_t errlen) {
+  H.launch = L;
+  memcpy(H.secret, L->key, sizeof H.secret);
+  if (pipe2(H.wake, O_CLOEXEC | O_NONBLOCK)) {
+    snprintf(err, errlen, "pipe: %s", strerror(errno));
+    return -1;
+  }
+  for (int i = 0; i < PREAUTH_MAX; i++)
+    sf__conn_init(&H.greet[i].conn, -1);
+  if (launched_nodes(L, err, errlen) || listen_launched(L, err, errlen))
+    return -1;
+  H.started = true;
+  atexit(stop_at_exit);
+  return 0;
+}
+
 int sf__cluster_start(char *err, size_t errlen) {
-  if (!sf__options.nodes || H.started)
+  const sf__launch *L = sf__launched.kind != SF__LAUNCH_NONE ? &sf__launched : NULL;
+  if ((!sf__options.nodes && !L) || H.started)
     return 0;
   H.t0 = sf__now_ms();
+  if (L) {
+    if (sf__sha256_file("/proc/self/exe", H.exe_hash, err, errlen) ||
+        start_launched(L, err, errlen))
+      return -1;
+    return wait_ready(err, errlen);
+  }
   if (sf__hosts_from_arg(sf__options.nodes, &H.hosts, err, errlen))
     return -1;
   /* MASTER_PORT: the user's, or torchrun's default.  It is a port for the
@@ -561,9 +690,22 @@ int sf__cluster_start(char *err, size_t errlen) {
   if (!failed)
     failed = on_every_host(th, launch);
   free(th);
-  /* Wait for every worker to connect back and say hello.  A worker whose
-   * channel closes first fails at once, with its output shown. */
-  int64_t deadline = sf__now_ms() + (int64_t)(sf__options.connect_timeout + 20) * 1000;
+  if (failed) {
+    pthread_mutex_lock(&H.mu);
+    int r = start_failed(err, errlen);
+    pthread_mutex_unlock(&H.mu);
+    return r;
+  }
+  return wait_ready(err, errlen);
+}
+
+/* Waits for every worker to connect back and say hello, then starts the
+ * control thread.  A worker whose channel closes first fails at once,
+ * with its output shown.  A launched run's ranks start beside rank 0,
+ * on hosts the launcher was still setting up: they get longer. */
+static int wait_ready(char *err, size_t errlen) {
+  bool failed = false;
+  int64_t deadline = sf__now_ms() + wait_s() * 1000;
   int64_t next_hb = 0;
   pthread_mutex_lock(&H.mu);
   while (!failed) {
@@ -588,7 +730,9 @@ int sf__cluster_start(char *err, size_t errlen) {
   if (logging())
     sf__cluster_note("sflow: %d %s ready in %.2f s", H.n, sf__plural(H.n, "node", "nodes"),
                      (double)(sf__now_ms() - H.t0) / 1000.0);
-  set_head_env();
+  if (!H.launch)
+    set_head_env();
+  sf__launch_mark(); /* a program a task starts is not a rank of this run */
   /* Running from before the thread exists, so that no frame sent from now
    * on takes the blocking start-up path beside it. */
   H.thread_running = true;

@@ -416,6 +416,14 @@ bool sf__ractor_spawn(sf_actor **members, int64_t n, void *args) {
     ractor *r = g ? g->m[i] : RA.list;
     send_create(r, r->nck ? &r->ck[0] : NULL, NULL);
   }
+  if (sf__options.cluster_log) { /* where it went: tests/launch checks the ranks hold it */
+    char where[16 * SF__GROUP_MAX / 4] = "";
+    for (int64_t i = 0; i < n && strlen(where) + 16 < sizeof where; i++)
+      snprintf(where + strlen(where), sizeof where - strlen(where), "%s%d", i ? "," : "",
+               nodes[i]);
+    sf__cluster_note("sflow: %s '%s' placed on node%s %s", n > 1 ? "group" : "actor", d->name,
+                     n > 1 ? "s" : "", where);
+  }
   /* A node lost between placement and now was handled before this actor
    * was in the list: handle it here (the hook skips actors moved since). */
   done *fails = NULL;

@@ -151,12 +151,16 @@ static void print_ready(void) {
   for (size_t i = 0; i < sizeof names / sizeof *names; i++)
     printf(" %s=%s", names[i], getenv(names[i]) ? getenv(names[i]) : "(unset)");
   printf("\n");
+  /* What a program started from here inherits to tell it is not a rank
+   * (net/launcher.c); tests/launch starts one with it. */
+  const char *mark = getenv("SFLOW_LAUNCH_MARK");
+  printf("head mark SFLOW_LAUNCH_MARK=%s\n", mark ? mark : "(unset)");
   fflush(stdout);
 }
 
 int sf__cluster_selftest(const char *spec) {
   if (!H.started) {
-    sf__cluster_note("sflow: --sflow-selftest needs --nodes");
+    sf__cluster_note("sflow: --sflow-selftest needs --nodes or a launcher");
     return SF__EXIT_USAGE;
   }
   if (!strcmp(spec, "ready")) {

@@ -70,6 +70,77 @@ bool sf__ct_equal(const void *a, const void *b, size_t n);
 void sf__hex(const uint8_t *in, size_t n, char *out);
 bool sf__unhex(const char *in, uint8_t *out, size_t n);
 
+/* ------------------------------------------------------- launcher.c */
+
+/* --launcher's values, in the order of its row's "auto|ssh|slurm|mpi|env"
+ * (flagnames.h). */
+typedef enum {
+  SF__LAUNCHER_AUTO = 0,
+  SF__LAUNCHER_SSH,
+  SF__LAUNCHER_SLURM,
+  SF__LAUNCHER_MPI,
+  SF__LAUNCHER_ENV
+} sf__launcher_flag;
+
+/* Which engine started this process as one rank of a run
+ * (docs/cluster.md, "Started by a launcher"). */
+typedef enum {
+  SF__LAUNCH_NONE = 0, /* a plain run, or the head of a --nodes run */
+  SF__LAUNCH_SLURM,    /* srun: SLURM_PROCID, SLURM_NTASKS, ... */
+  SF__LAUNCH_OMPI,     /* Open MPI's mpirun: OMPI_COMM_WORLD_* */
+  SF__LAUNCH_PMI,      /* MPICH/Hydra and other PMI launchers: PMI_RANK, PMI_SIZE */
+  SF__LAUNCH_ENV       /* torchrun, Kubernetes: RANK, WORLD_SIZE, MASTER_ADDR */
+} sf__launch_kind;
+
+/* This process's place in a launched run: rank 0 is the head, ranks
+ * 1..size-1 its workers (node id = rank).  The head is at host:port, or,
+ * when rdv is set (MPI without MASTER_ADDR), at what rank 0 publishes in
+ * the rendezvous file rdv. */
+typedef struct sf__launch {
+  sf__launch_kind kind;
+  const char *engine; /* "Slurm", "Open MPI", "PMI", "env" for messages */
+  int rank, size, local_rank, local_size;
+  char host[256];     /* the head's address or name; "" with rdv */
+  unsigned port;
+  char rdv[1100];     /* rendezvous file, or "" */
+  char job[96];       /* the job's id where the engine gives one */
+  uint8_t key[SF__SECRET_LEN]; /* SHA-256 of the job's secret (sf__launch_secret) */
+} sf__launch;
+
+/* The process's launch: kind SF__LAUNCH_NONE unless sf__launch_detect found one. */
+extern sf__launch sf__launched;
+
+/* Reads the launcher's variables for --launcher `flag` (nodes: --nodes was
+ * given, which means ssh unless a launcher is named).  0 with L filled
+ * (kind NONE: not launched, or a world of one in auto), -1 with err. */
+int sf__launch_detect(int flag, bool nodes, sf__launch *L, char *err, size_t errlen);
+/* The job's secret, from SFLOW_SECRET_FILE (owned by this user, readable
+ * by nobody else) or SFLOW_SECRET, at least 32 bytes, into L->key.  -1
+ * with err when missing or unsafe: nothing may listen before this. */
+int sf__launch_secret(sf__launch *L, char *err, size_t errlen);
+/* Sets SFLOW_LAUNCH_MARK to a hash of the launcher variables in the
+ * environment now, so that a sflow program started from inside this
+ * process (a task's sh) finds them inherited and is not a rank; called
+ * again whenever sflow itself changes them. */
+void sf__launch_mark(void);
+/* main.c, before any thread: sf__launch_detect for --launcher, then the
+ * secret, this rank's CPU share (--threads when not given), its GPU
+ * (SFLOW_LOCAL_RANK for gpu.c) and torchrun's names for Slurm and MPI
+ * ranks.  -1 with err: the run must not start (exit 69). */
+int sf__launch_setup(char *err, size_t errlen);
+/* Slurm's compressed host list ("node[01-03,7],gpu2") expanded in order:
+ * the number of hosts, with *hosts an array of malloc'ed names
+ * (sf__launch_hosts_free), or -1 with err. */
+int sf__slurm_hosts(const char *list, char ***hosts, char *err, size_t errlen);
+void sf__launch_hosts_free(char **hosts, int n);
+/* Rendezvous file (rdv mode): rank 0 writes "ADDR PORT\n" there (mode
+ * 0600, renamed into place); the others read it, 1 while it is not there
+ * yet. */
+int sf__launch_publish(const sf__launch *L, const char *addr, unsigned port, char *err,
+                       size_t errlen);
+int sf__launch_lookup(const sf__launch *L, char *addr, size_t an, unsigned *port, char *err,
+                      size_t errlen);
+
 /* ------------------------------------------------------- hostcheck.c */
 
 /* POSIX sh commands whose output sf__host_check reads (arch, glibc, CPU);

@@ -14,6 +14,9 @@
 /* Worker: the whole life of a worker process (--sflow-worker SPEC).
  * Returns the process exit code. */
 int sf__worker_main(const char *spec);
+/* Worker: rank K > 0 of a run a launcher started (sf__launched): dials
+ * rank 0 (retrying while it is not listening yet), then as above. */
+int sf__worker_launched(void);
 /* Worker: its data-plane listener (-1: none) and the run's secret. */
 int sf__worker_data_fd(void);
 const uint8_t *sf__worker_secret(void);

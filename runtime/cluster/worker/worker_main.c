@@ -310,12 +310,23 @@ static int read_secret(uint8_t secret[SF__SECRET_LEN]) {
   return ok ? 0 : -1;
 }
 
-static int dial_head(const char *addr, const char *port, char *err, size_t errlen) {
-  struct addrinfo hints = {.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV,
+/* The head at addr:port (numeric: the address the head gave; else a
+ * name a launcher gave, resolved here).  *refused (when not NULL) says
+ * the head is not listening yet, or not reachable yet: worth another
+ * try. */
+static int dial_head(const char *addr, const char *port, bool numeric, bool *refused, char *err,
+                     size_t errlen) {
+  struct addrinfo hints = {.ai_flags = AI_NUMERICSERV | (numeric ? AI_NUMERICHOST : 0),
                            .ai_socktype = SOCK_STREAM};
   struct addrinfo *ai = NULL;
-  if (getaddrinfo(addr, port, &hints, &ai)) {
-    snprintf(err, errlen, "bad head address %s:%s", addr, port);
+  int gr = getaddrinfo(addr, port, &hints, &ai);
+  /* A name not there yet: a Kubernetes pod's DNS record appears when
+   * the pod runs, and rank 0's may start after ours. */
+  if (refused)
+    *refused = gr == EAI_AGAIN || gr == EAI_NONAME || gr == EAI_FAIL;
+  if (gr) {
+    snprintf(err, errlen, "bad head address %s:%s%s%s", addr, port, numeric ? "" : ": ",
+             numeric ? "" : gai_strerror(gr));
     return -1;
   }
   int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -326,6 +337,9 @@ static int dial_head(const char *addr, const char *port, char *err, size_t errle
      * drops, a cut link) Linux says EINPROGRESS, which would read as
      * nonsense in the message. */
     int e = errno;
+    if (refused)
+      *refused = e == ECONNREFUSED || e == EHOSTUNREACH || e == ENETUNREACH ||
+                 e == EINPROGRESS || e == EAGAIN || e == ETIMEDOUT;
     char why[64];
     snprintf(why, sizeof why, "no answer within %d s", DIAL_TIMEOUT_S);
     snprintf(err, errlen, "cannot connect to the head at %s:%s: %s", addr, port,
@@ -347,7 +361,9 @@ static void worker_hello(worker *w, const char *data_addr, uint16_t data_port,
   gethostname(host, sizeof host - 1);
   sf__frame f = {.type = SF__F_HELLO};
   f.u.hello.pid = (uint32_t)getpid();
-  f.u.hello.cpus = (uint32_t)sysconf(_SC_NPROCESSORS_ONLN);
+  /* Its slots: --threads when given (a launched rank's CPU share). */
+  f.u.hello.cpus = (uint32_t)(sf__options.threads > 0 ? sf__options.threads
+                                                      : sysconf(_SC_NPROCESSORS_ONLN));
   f.u.hello.gpus = (uint32_t)sf__gpu_devices(); /* the head's hostfile gpus=N wins */
   f.u.hello.data_port = data_port;
   f.u.hello.obj_port = obj_port;
@@ -358,14 +374,16 @@ static void worker_hello(worker *w, const char *data_addr, uint16_t data_port,
 }
 
 /* Serves the head until shutdown or until the head is gone. */
-static int worker_loop(worker *w) {
+/* watch_stdin: stdin is the head's SSH channel (a launched rank's stdin
+ * is the launcher's, often /dev/null). */
+static int worker_loop(worker *w, bool watch_stdin) {
   int64_t last_rx = sf__now_ms();
   char err[256];
   on_loop = true;
   for (;;) {
     struct pollfd pf[2] = {{w->conn.fd, POLLIN, 0}, {0, POLLIN, 0}};
-    poll(pf, 2, 250);
-    if (pf[1].revents) {
+    poll(pf, watch_stdin ? 2 : 1, 250);
+    if (watch_stdin && pf[1].revents) {
       char buf[256];
       ssize_t k = read(0, buf, sizeof buf);
       if (k == 0 || (k < 0 && errno != EINTR && errno != EAGAIN)) {
@@ -449,6 +467,52 @@ static void worker_chdir(unsigned node) {
         node, dir, strerror(errno));
 }
 
+/* A worker connected to the head (fd): proves the secret, listens for
+ * the data plane and objects, says hello and serves until told to stop. */
+static int serve(worker *w, int fd, const uint8_t hash[SF__HASH_LEN], bool watch_stdin) {
+  char err[512];
+  sf__conn_init(&w->conn, fd);
+  if (sf__auth_worker(&w->conn, w->secret, w->node, AUTH_TIMEOUT_MS, err, sizeof err)) {
+    sf__cluster_note("sflow worker %u: %s", w->node, err);
+    sf__conn_close(&w->conn);
+    return SF__EXIT_NODES;
+  }
+  /* The data plane listens on the address the head reached us by. */
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
+  char local[64];
+  getsockname(fd, (struct sockaddr *)&ss, &sl);
+  sf__addr_str((struct sockaddr *)&ss, sl, local, sizeof local, NULL);
+  uint16_t dport = 0;
+  w->data_fd = sf__ring_listen(local, &dport, err, sizeof err);
+  if (w->data_fd < 0)
+    sf__cluster_note("sflow worker %u: %s (group collectives unavailable)", w->node, err);
+  /* A second listener for the object store: the ring accepts on its own
+   * one synchronously during group set-up, so they must not share. */
+  uint16_t oport = 0;
+  int obj_fd = sf__ring_listen(local, &oport, err, sizeof err);
+  if (obj_fd < 0)
+    sf__cluster_note("sflow worker %u: %s (objects go through the head)", w->node, err);
+  sf__node_id = w->node;
+  W = w;
+  if (sf__options.worker_trace)
+    sf__trace_worker_begin();
+  sf__remote_worker_start();
+  if (obj_fd >= 0)
+    sf__remote_objects_listen(obj_fd); /* its thread owns obj_fd for the process's life */
+  worker_hello(w, local, dport, obj_fd >= 0 ? oport : 0, hash);
+  int rc = worker_loop(w, watch_stdin);
+  if (w->group_running) {
+    /* A collective still running is bounded by its ring timeout. */
+    pthread_join(w->group_thread, NULL);
+  }
+  sf__conn_close(&w->conn);
+  if (w->data_fd >= 0)
+    close(w->data_fd);
+  memset(w->secret, 0, sizeof w->secret);
+  return rc;
+}
+
 int sf__worker_main(const char *spec) {
   /* If the SSH session process above us goes, so do we. */
   prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -486,49 +550,66 @@ int sf__worker_main(const char *spec) {
     return SF__EXIT_NODES;
   }
   worker_chdir(w.node);
-  int fd = dial_head(addr, port, err, sizeof err);
+  int fd = dial_head(addr, port, true, NULL, err, sizeof err);
   if (fd < 0) {
     sf__cluster_note("sflow worker %u: %s", w.node, err);
     return SF__EXIT_NODES;
   }
-  sf__conn_init(&w.conn, fd);
-  if (sf__auth_worker(&w.conn, w.secret, w.node, AUTH_TIMEOUT_MS, err, sizeof err)) {
+  return serve(&w, fd, hash, true);
+}
+
+/* A launched rank dials rank 0, which the launcher started at the same
+ * time: "connection refused" (not listening yet) and a rendezvous file
+ * not written yet are tried again, after 5 ms, doubling to 100 ms, until
+ * the bound (rank 0 is usually listening within tens of ms). */
+static int dial_launched(const sf__launch *L, int64_t deadline, char *err, size_t errlen) {
+  long wait_ms = 5;
+  for (;;) {
+    char host[256], port[16];
+    unsigned p = L->port;
+    int lr = 0;
+    snprintf(host, sizeof host, "%s", L->host);
+    if (L->rdv[0])
+      lr = sf__launch_lookup(L, host, sizeof host, &p, err, errlen);
+    if (lr < 0)
+      return -1;
+    bool again = lr == 1;
+    if (lr == 1)
+      snprintf(err, errlen, "rank 0 has not published its address in %s", L->rdv);
+    else {
+      snprintf(port, sizeof port, "%u", p);
+      int fd = dial_head(host, port, false, &again, err, errlen);
+      if (fd >= 0)
+        return fd;
+    }
+    if (!again || sf__now_ms() > deadline)
+      return -1;
+    struct timespec ts = {0, wait_ms * 1000000L};
+    nanosleep(&ts, NULL);
+    wait_ms = wait_ms * 2 > 100 ? 100 : wait_ms * 2;
+  }
+}
+
+int sf__worker_launched(void) {
+  const sf__launch *L = &sf__launched;
+  /* If the launcher's daemon above us goes, so do we. */
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  signal(SIGPIPE, SIG_IGN);
+  static worker w;
+  w.data_fd = -1;
+  w.node = (uint32_t)L->rank;
+  memcpy(w.secret, L->key, sizeof w.secret);
+  pthread_mutex_init(&w.send_mu, NULL);
+  char err[1400];
+  uint8_t hash[SF__HASH_LEN] = {0}; /* the head refuses a rank running another executable */
+  if (sf__sha256_file("/proc/self/exe", hash, err, sizeof err))
     sf__cluster_note("sflow worker %u: %s", w.node, err);
-    sf__conn_close(&w.conn);
+  int64_t deadline = sf__now_ms() + (sf__options.connect_timeout + 50) * 1000;
+  int fd = dial_launched(L, deadline, err, sizeof err);
+  if (fd < 0) {
+    sf__cluster_note("sflow worker %u (%s rank %d of %d): %s", w.node, L->engine, L->rank,
+                     L->size, err);
     return SF__EXIT_NODES;
   }
-  /* The data plane listens on the address the head reached us by. */
-  struct sockaddr_storage ss;
-  socklen_t sl = sizeof ss;
-  char local[64];
-  getsockname(fd, (struct sockaddr *)&ss, &sl);
-  sf__addr_str((struct sockaddr *)&ss, sl, local, sizeof local, NULL);
-  uint16_t dport = 0;
-  w.data_fd = sf__ring_listen(local, &dport, err, sizeof err);
-  if (w.data_fd < 0)
-    sf__cluster_note("sflow worker %u: %s (group collectives unavailable)", w.node, err);
-  /* A second listener for the object store: the ring accepts on its own
-   * one synchronously during group set-up, so they must not share. */
-  uint16_t oport = 0;
-  int obj_fd = sf__ring_listen(local, &oport, err, sizeof err);
-  if (obj_fd < 0)
-    sf__cluster_note("sflow worker %u: %s (objects go through the head)", w.node, err);
-  sf__node_id = w.node;
-  W = &w;
-  if (sf__options.worker_trace)
-    sf__trace_worker_begin();
-  sf__remote_worker_start();
-  if (obj_fd >= 0)
-    sf__remote_objects_listen(obj_fd); /* its thread owns obj_fd for the process's life */
-  worker_hello(&w, local, dport, obj_fd >= 0 ? oport : 0, hash);
-  int rc = worker_loop(&w);
-  if (w.group_running) {
-    /* A collective still running is bounded by its ring timeout. */
-    pthread_join(w.group_thread, NULL);
-  }
-  sf__conn_close(&w.conn);
-  if (w.data_fd >= 0)
-    close(w.data_fd);
-  memset(w.secret, 0, sizeof w.secret);
-  return rc;
+  return serve(&w, fd, hash, false);
 }
