@@ -143,10 +143,51 @@ def case_sbatch_requeue(sflowc, work):
               "job:\n" + got, "plain:\n" + want)
 
 
+def case_srun_ranks(sflowc, work, n):
+    """srun -n N of digits is one run: rank 0 the head, the others its
+    workers (the launch detection, docs/cluster.md "Started by a
+    launcher"), training like one process with --workers N."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "launch"))
+    import launch_test as lt
+    d = lt.Digits(sflowc, work)
+    ref_out, ref_rows = d.single(n)
+    secret = lt.secret_file(work)
+    run = os.path.join(work, "srun")
+    os.makedirs(run)
+    metrics = os.path.join(run, "metrics.csv")
+    with Slurm() as s:
+        r = subprocess.run(["srun", "-n", str(n), "--chdir", run, "--output", run + "/out.%t",
+                            "--error", run + "/err.%t", d.exe,
+                            *d.args(n, metrics, os.path.join(run, "w.safetensors"))],
+                           capture_output=True, text=True, timeout=80,
+                           env=s.env(lt.clean_env(SFLOW_SECRET_FILE=secret)))
+        outs = []
+        for k in range(n):
+            with open(os.path.join(run, f"out.{k}")) as f:
+                outs.append(f.read())
+        with open(os.path.join(run, "err.0")) as f:
+            err0 = f.read()
+        check(r.returncode == 0, f"srun -n{n} exited {r.returncode}", r.stderr, err0[-3000:])
+    strip = lambda t: lt.re.sub(r" to \S+w\.safetensors$", " to W", t, flags=lt.re.M)
+    check(strip(outs[0]) == strip(ref_out), f"srun -n{n}: rank 0 printed other than one process "
+          f"with --workers {n}", outs[0], ref_out, err0[-2000:])
+    for k in range(1, n):
+        check(outs[k] == "", f"srun -n{n}: rank {k} printed to its stdout", outs[k])
+    rows = lt.read_metrics(metrics)
+    steps = [int(x["step"]) for x in rows]
+    check(len(steps) == len(set(steps)), f"srun -n{n}: duplicate rows in the metrics CSV")
+    check(len(rows) == len(ref_rows), f"srun -n{n}: {len(rows)} metrics rows, not {len(ref_rows)}")
+    worst = max(abs(float(a["loss"]) - float(b["loss"])) for a, b in zip(rows, ref_rows))
+    check(worst <= 1e-6, f"srun -n{n}: losses differ from one process's by {worst:g}")
+    print(f"srun -n{n}: {len(rows)} steps, largest loss difference {worst:g}")
+
+
 CASES = {
     "srun_digits": case_srun_digits,
     "sbatch_requeue": case_sbatch_requeue,
     "kill_term_resume": case_kill_term_resume,
+    "srun_digits_2": lambda sflowc, work: case_srun_ranks(sflowc, work, 2),
+    "srun_digits_4": lambda sflowc, work: case_srun_ranks(sflowc, work, 4),
 }
 
 
