@@ -134,9 +134,9 @@ PartitionName=test Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSub
         e.update(extra or {})
         return e
 
-    def cmd(self, *argv, timeout=30, check_rc=True):
+    def cmd(self, *argv, timeout=30, check_rc=True, env=None):
         r = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
-                           env=self.env(), stdin=subprocess.DEVNULL)
+                           env=self.env(env), stdin=subprocess.DEVNULL)
         if check_rc:
             check(r.returncode == 0, f"{' '.join(argv)} exited {r.returncode}", r.stdout, r.stderr,
                   self.logs())

@@ -4,7 +4,9 @@
     slurm_test.py --sflowc PATH CASE     run one case
     slurm_test.py --list                 the case names
 
-srun_digits: `srun -n1` of examples/digits prints what the plain run prints.
+srun_digits: `srun -n1` of examples/digits prints what the plain run prints;
+  srun_digits_2/_4: `srun -n2/-n4` train like one process with --workers 2/4.
+sbatch_requeue_srun2: the same requeue with `srun -n2` in the script.
 sbatch_requeue: an `sbatch --requeue` job running digits with a journal gets
   `scancel --signal=TERM` mid-run, exits 75, which RequeueExit=75 requeues;
   the requeued job's `--resume` prints exactly the uninterrupted output.
@@ -101,20 +103,40 @@ exec {exe} {args} --checkpoint-dir {work}/ckpt-$SLURM_JOB_ID --resume
 """
 
 
-def case_sbatch_requeue(sflowc, work):
+# Two ranks in one step: scancel --signal=TERM reaches both; rank 0 syncs
+# and exits 75, rank 1 exits 75, and the script passes srun's status on.
+BATCH_SRUN = """#!/bin/bash
+#SBATCH --requeue
+#SBATCH --open-mode=truncate
+#SBATCH --ntasks=2
+srun -n2 {exe} --workers 2 {args} --checkpoint-dir {work}/ckpt-$SLURM_JOB_ID --resume
+exit $?
+"""
+
+
+def case_sbatch_requeue(sflowc, work, ranks=1):
     exe = build_digits(sflowc, work)
-    want = plain(exe, work, *DIGITS_ARGS)
+    want = plain(exe, work, *DIGITS_ARGS, *(["--workers", "2"] if ranks > 1 else []))
     os.chmod(work, 0o755)
     script = os.path.join(work, "job.sh")
     with open(script, "w") as f:
-        f.write(BATCH.format(exe=exe, args=" ".join(DIGITS_ARGS), work=work))
+        f.write((BATCH_SRUN if ranks > 1 else BATCH).format(exe=exe, args=" ".join(DIGITS_ARGS),
+                                                             work=work))
     out = os.path.join(work, "job.out")
+    secret = os.path.join(work, "job.secret")
+    with open(secret, "w") as f:
+        f.write("sbatch-requeue-secret-0123456789abcdefghij\n")
+    os.chmod(secret, 0o600)
     with Slurm() as s:
         r = s.cmd("sbatch", "--parsable", "--chdir", work, "--output", out,
-                  "--error", os.path.join(work, "job.err"), script)
+                  "--error", os.path.join(work, "job.err"), script,
+                  env={"SFLOW_SECRET_FILE": secret})
         jobid = r.stdout.strip().split(";")[0]
         wait_lines(out, 3, 30, "the job did not start printing")
-        s.cmd("scancel", "--signal=TERM", "--batch", jobid)
+        if ranks > 1:
+            s.cmd("scancel", "--signal=TERM", jobid)  # the steps: every rank
+        else:
+            s.cmd("scancel", "--signal=TERM", "--batch", jobid)
         # A requeued job is held back: Slurm gives it a BeginTime in the
         # future (now + about 120 s, Reason=BeginTime).  The test moves it.
         seen = []
@@ -186,6 +208,7 @@ CASES = {
     "srun_digits": case_srun_digits,
     "sbatch_requeue": case_sbatch_requeue,
     "kill_term_resume": case_kill_term_resume,
+    "sbatch_requeue_srun2": lambda sflowc, work: case_sbatch_requeue(sflowc, work, 2),
     "srun_digits_2": lambda sflowc, work: case_srun_ranks(sflowc, work, 2),
     "srun_digits_4": lambda sflowc, work: case_srun_ranks(sflowc, work, 4),
 }
