@@ -18,6 +18,7 @@ pkgs=(
   openmpi-bin                        # tests/launch: mpirun starts a run's ranks
   fortunes-min                       # a real text data set for examples/fortunes.sflow
   fortunes                           # labelled text (one category per file) for examples/finetune.sflow
+  munge slurmctld slurmd slurm-client  # tests/slurm: a private Slurm 22.05 (munged, slurmctld, slurmd) on this host
   libmicrohttpd-dev                  # std.serve's HTTP server (header; libmicrohttpd12 dlopen'ed)
   wrk                                # bench/serve's load generator
   prometheus                         # tests/obs: a real Prometheus scrapes --metrics-port

@@ -811,6 +811,62 @@ uint64_t sf__journal_records(void) { return J.nrecs; }
 
 /* ------------------------------------------------------ the run's ends */
 
+/* ------------------------------------------------------ stop signals */
+
+/* SIGTERM (scancel, a time limit's warning, `kill`) and SIGUSR1
+ * (`sbatch --signal=USR1@60`) end a journaled run as a checkpoint: the
+ * journal is flushed and synced and the run exits 75 (EX_TEMPFAIL), which
+ * a batch script or Slurm's RequeueExit=75 turns into a requeue whose
+ * `--resume` finishes the run (docs/runtime.md, "Stop signals").  What the
+ * file holds at any moment is a causally closed prefix, so any moment is
+ * a consistent point.  The handler only writes a byte to a pipe: the
+ * flush takes locks, so it runs on a thread of its own.  std.serve
+ * installs its own SIGTERM handler when a server starts (its graceful
+ * stop), which replaces this one. */
+#define EX_TEMPFAIL 75
+static int stop_pipe[2] = {-1, -1};
+
+static void on_stop_signal(int sig) {
+  unsigned char b = (unsigned char)sig;
+  ssize_t n = write(stop_pipe[1], &b, 1);
+  (void)n;
+}
+
+static void *stopper_main(void *arg) {
+  (void)arg;
+  unsigned char sig;
+  while (read(stop_pipe[0], &sig, 1) != 1) {
+    if (errno != EINTR)
+      return NULL;
+  }
+  sf__jpos pos;
+  bool ok = sf__journal_flush(&pos);
+  sf__notice("%s: %s; exiting %d so the run can be requeued and finished with --resume",
+             strsignal(sig), ok ? "journal synced" : "the journal could not be synced",
+             EX_TEMPFAIL);
+  fflush(stderr);
+  _exit(ok ? EX_TEMPFAIL : 1);
+}
+
+static void install_stop_signals(void) {
+  if (pipe2(stop_pipe, O_CLOEXEC) != 0)
+    return;
+  pthread_t t;
+  pthread_attr_t a;
+  pthread_attr_init(&a);
+  pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+  int rc = pthread_create(&t, &a, stopper_main, NULL);
+  pthread_attr_destroy(&a);
+  if (rc != 0)
+    return;
+  struct sigaction sa = {0};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGUSR1, &sa, NULL);
+}
+
 void sf__journal_begin(const sf_program *prog, sf_value *args) {
   J.prog = prog;
   J.main_thread = pthread_self();
@@ -834,8 +890,10 @@ void sf__journal_begin(const sf_program *prog, sf_value *args) {
   }
   J.args_crc = sf__crc32c(0, b.data, b.len);
   sf__buf_free(&b);
-  if (J.enabled)
+  if (J.enabled) {
     J.run_id = new_run_id(); /* a resumed run keeps the journal's (load) */
+    install_stop_signals();
+  }
   if (!sf__options.resume)
     return;
   if (!J.enabled)

@@ -590,11 +590,23 @@ static int dial_launched(const sf__launch *L, int64_t deadline, char *err, size_
   }
 }
 
+static void exit_tempfail(int sig) {
+  (void)sig;
+  _exit(75); /* EX_TEMPFAIL: requeue and --resume */
+}
+
 int sf__worker_launched(void) {
   const sf__launch *L = &sf__launched;
   /* If the launcher's daemon above us goes, so do we. */
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   signal(SIGPIPE, SIG_IGN);
+  /* scancel --signal=TERM and a time limit's warning reach every rank at
+   * once: rank 0 syncs its journal and exits 75 (journal.c, "stop
+   * signals"), and a worker's state is rebuilt by the head's --resume, so
+   * a rank exits 75 too, never with a different failure for srun to
+   * report. */
+  signal(SIGTERM, exit_tempfail);
+  signal(SIGUSR1, exit_tempfail);
   static worker w;
   w.data_fd = -1;
   w.node = (uint32_t)L->rank;
