@@ -266,3 +266,42 @@ def case_campaign_nodes_resume(c):
     check(killed >= kills, f"only {killed} runs were killed", *log)
     print(log[-1])
     c.expect_no_workers()
+
+
+def case_head_sigterm_resume(c):
+    """A --nodes head stopped by SIGTERM mid-run (what scancel or a batch
+    system's time limit sends): it syncs its journal and exits 75, its
+    workers on the hosts end too (their stdin closes), and --resume then
+    prints exactly the single-node run's lines."""
+    runtime_tests = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                 "runtime")
+    exe = os.path.join(c.dir, "campaign")
+    r = subprocess.run([c.sflowc, os.path.join(runtime_tests, "campaign.sflow"), "-o", exe],
+                       capture_output=True, text=True)
+    check(r.returncode == 0, "sflowc failed", r.stderr)
+    args = ("--n", "12", "--spin-n", "50000000")  # 7-8 s: the signal comes mid-run
+    single = subprocess.run([exe, "--journal=false", *args], capture_output=True, text=True)
+    check(single.returncode == 0, "single-node run", single.stderr)
+    ck = os.path.join(c.dir, "ck-sigterm")
+    out_path, err_path = os.path.join(c.dir, "sigterm.out"), os.path.join(c.dir, "sigterm.err")
+    with open(out_path, "w") as out, open(err_path, "w") as err:
+        head = subprocess.Popen(c.args("--checkpoint-dir", ck, *args, prog=exe), stdout=out,
+                                stderr=err, stdin=subprocess.DEVNULL)
+    try:
+        time.sleep(1.5)
+        check(head.poll() is None, "the run was still going after 1.5 s", open(err_path).read())
+        head.send_signal(signal.SIGTERM)
+        head.wait(timeout=30)
+    finally:
+        if head.poll() is None:
+            head.kill()
+            head.wait()
+    err = open(err_path).read()
+    check(head.returncode == 75, f"SIGTERM: exit {head.returncode}, want 75", err)
+    check("journal synced" in err, "SIGTERM says the journal was synced", err)
+    c.expect_no_workers()
+    r = c.run("--checkpoint-dir", ck, *args, "--resume", prog=exe, timeout=120)
+    check(r.returncode == 0, f"--resume: exit {r.returncode}", r.stderr)
+    got = re.sub(r"(?m)^\[node \d+\] ", "", r.stdout)
+    check(got == single.stdout, "--resume prints the single-node run's lines", got, single.stdout)
+    c.expect_no_workers()

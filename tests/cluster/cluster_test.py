@@ -116,6 +116,7 @@ CASES = {
     "train_worker_killed": (3, case_train_worker_killed),
     "finetune_worker_killed": (3, case_finetune_worker_killed),
     "campaign_nodes_resume": (2, case_campaign_nodes_resume),
+    "head_sigterm_resume": (2, case_head_sigterm_resume),
     "worker_env": (2, case_worker_env,
                    lambda sflowc, n: Cluster(sflowc, n,
                                              sshd_extra={0: "SetEnv CUDA_VISIBLE_DEVICES=1\n"})),
