@@ -7,6 +7,11 @@ Expectations live in the test file itself (wren/Go style):
   // expect error at L:C: REGEX     an error at another place (e.g. end of file)
   // expect warning:COL: REGEX      likewise for warnings (notes: `note`)
   // expect: TEXT                   (run tests) one line of the program's stdout
+  // expect~REL: TEXT               (run tests) a line whose numbers may differ
+                                    from TEXT's by REL relative (the words and
+                                    the count of numbers exactly): for figures
+                                    that hold only to rounding under another
+                                    BLAS kernel (OPENBLAS_CORETYPE)
   // expect runtime error: REGEX    (run tests) stderr matches, exit code 70
   // args: --flag value ...         (run tests) command-line arguments, split as
                                    a POSIX shell would ("a b" is one argument)
@@ -48,6 +53,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXPECT_DIAG = re.compile(r"//\s*expect (error|warning|note)(?::(\d+)| at (\d+):(\d+)):\s?(.*)$")
 EXPECT_OUT = re.compile(r"//\s*expect:\s?(.*)$")
+EXPECT_APPROX = re.compile(r"//\s*expect~([0-9.eE+-]+):\s?(.*)$")
+NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 EXPECT_RT = re.compile(r"//\s*expect runtime error:\s?(.*)$")
 ARGS = re.compile(r"//\s*args:\s?(.*)$")
 EXIT = re.compile(r"//\s*exit:\s*(\d+)")
@@ -149,6 +156,10 @@ def parse_expectations(path):
         m = EXPECT_OUT.search(line)
         if m:
             exp["out"].append(m.group(1))
+            continue
+        m = EXPECT_APPROX.search(line)
+        if m:
+            exp["out"].append((m.group(2), float(m.group(1))))
             continue
         m = ARGS.search(line)
         if m:
@@ -321,10 +332,25 @@ def check_run(sflowc, path, exp, res, tmp):
     got = out.split("\n")
     if got and got[-1] == "":
         got.pop()
-    if got != exp["out"]:
-        diff = "".join(difflib.unified_diff([l + "\n" for l in exp["out"]], [l + "\n" for l in got],
+    if len(got) != len(exp["out"]) or not all(line_matches(e, g) for e, g in zip(exp["out"], got)):
+        want = [e if isinstance(e, str) else e[0] for e in exp["out"]]
+        diff = "".join(difflib.unified_diff([l + "\n" for l in want], [l + "\n" for l in got],
                                             "expected", "actual"))
         res.fail("stdout differs:\n" + diff)
+
+
+def line_matches(want, got):
+    """An `expect:` line matches exactly; an `expect~REL:` line (a
+    (text, rel) pair) when the words between its numbers are the same and
+    each number is within rel of the expected one, relative to it."""
+    if isinstance(want, str):
+        return want == got
+    text, rel = want
+    if NUMBER.split(text) != NUMBER.split(got):
+        return False
+    wn, gn = NUMBER.findall(text), NUMBER.findall(got)
+    return len(wn) == len(gn) and all(
+        abs(float(g) - float(w)) <= rel * max(abs(float(w)), 1e-30) for w, g in zip(wn, gn))
 
 
 def run_one(sflowc, path, run_mode, tmp):
