@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <setjmp.h>
+#include <stdio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -62,8 +63,17 @@ static int64_t spin_ns = -1;
 
 static void spin_init(void) {
   const char *v = getenv("SFLOW_SERVE_SPIN_US");
-  double us = v && *v ? strtod(v, NULL) : 20.0;
-  spin_ns = us > 0 && us <= 1e6 ? (int64_t)(us * 1e3) : 0;
+  double us = 20.0;
+  if (v && *v) {
+    char *end;
+    double x = strtod(v, &end);
+    if (*end || !(x >= 0 && x <= 1e6))
+      fprintf(stderr, "sflow: SFLOW_SERVE_SPIN_US=%.40s is not a number of microseconds in "
+              "0..1000000; using 20\n", v);
+    else
+      us = x;
+  }
+  spin_ns = (int64_t)(us * 1e3);
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   spin_cap = n > 1 ? (int)n - 1 : 0;
 }
