@@ -56,7 +56,8 @@ static uint64_t rnd(void) {
  * little while on the state it waits for; a signal that finds no sleeper
  * makes no system call.  At most one thread fewer than the cores spins at
  * once, so spinners never take every core from the threads they wait on;
- * the others sleep at once, as before. */
+ * the others sleep at once, as before; and a thread whose spins miss
+ * backs off (sf__spin). */
 static _Atomic int spinners;
 static int spin_cap = -1;
 static int64_t spin_ns = -1;
@@ -91,6 +92,14 @@ bool sf__spin(bool (*ready)(void *), void *arg) {
   pthread_once(&once, spin_init);
   if (!spin_ns || ready(arg))
     return ready(arg);
+  /* A thread whose spins keep running out (the other side is not
+   * running: a loaded machine) spins ever more rarely: after each miss it
+   * sleeps at once the next 1, 2, 4 ... 64 times; a hit starts over. */
+  static _Thread_local uint32_t skip, backoff;
+  if (skip) {
+    skip--;
+    return false;
+  }
   if (atomic_fetch_add(&spinners, 1) >= spin_cap) {
     atomic_fetch_sub(&spinners, 1);
     return false;
@@ -105,6 +114,8 @@ bool sf__spin(bool (*ready)(void *), void *arg) {
       break;
   }
   atomic_fetch_sub(&spinners, 1);
+  backoff = ok ? 0 : backoff ? (backoff < 64 ? 2 * backoff : 64) : 1;
+  skip = backoff;
   return ok;
 }
 
@@ -295,7 +306,6 @@ static void enqueue(sf__replica *p, sf__sreq *q) {
     p->head = q;
   p->tail = q;
   __atomic_store_n(&p->qlen, p->qlen + 1, __ATOMIC_RELEASE); /* read by a spinning next */
-  pthread_cond_signal(&p->cv);
 }
 
 int sf__route_dispatch(sf__route *r, sf__sreq *q, const char **why) {
@@ -332,14 +342,16 @@ int sf__route_dispatch(sf__route *r, sf__sreq *q, const char **why) {
   int status = 503;
   *why = live ? "every queue of the replicas chosen is full; retry later"
               : "no replica of this version is ready yet (starting, or every one failed); retry later";
-  if (a && a->qlen < e->qcap) {
-    enqueue(a, q);
-    status = 0;
-  } else if (b && b->qlen < e->qcap) {
-    enqueue(b, q);
+  sf__replica *to = a && a->qlen < e->qcap ? a : b && b->qlen < e->qcap ? b : NULL;
+  if (to) {
+    enqueue(to, q);
     status = 0;
   }
   pthread_mutex_unlock(&e->mu);
+  /* After the unlock, so the replica it wakes does not wake into a held
+   * mutex (a replica is never freed, only removed). */
+  if (to)
+    pthread_cond_signal(&to->cv);
   return status;
 }
 
@@ -409,9 +421,13 @@ void sf__sreq_answer(sf__sreq *q, int status, char *body, size_t len) {
     q->body_len = len;
     q->done = true;
     atomic_store_explicit(&q->ready, true, memory_order_release);
-    pthread_cond_signal(&q->cv);
   }
+  bool wake = !q->abandoned;
   pthread_mutex_unlock(&q->mu);
+  /* After the unlock (the queue's hold keeps q until the drop), so the
+   * connection's thread does not wake into a held mutex. */
+  if (wake)
+    pthread_cond_signal(&q->cv);
   sf__sreq_drop(q);
 }
 
