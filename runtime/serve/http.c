@@ -306,6 +306,10 @@ static bool dynamic_json(const sf_type *T) {
   return true;
 }
 
+static bool answered(void *q) {
+  return atomic_load_explicit(&((sf__sreq *)q)->ready, memory_order_acquire);
+}
+
 /* A route's request with its whole body: decoded, queued, answered. */
 static enum MHD_Result serve_route(sf__server *s, sf__route *rt, struct MHD_Connection *c,
                                    conn *k, int64_t t0) {
@@ -348,6 +352,9 @@ static enum MHD_Result serve_route(sf__server *s, sf__route *rt, struct MHD_Conn
     return respond_error(s, rt, c, busy, why, "Retry-After", "1", false, t0);
   }
   int64_t until = s->request_timeout_ns > 0 ? q->arrived_ns + s->request_timeout_ns : INT64_MAX;
+  /* A short spin first: a replica that is idle or quick answers within it,
+   * and this thread then neither sleeps nor needs waking (route.c). */
+  sf__spin(answered, q);
   pthread_mutex_lock(&q->mu);
   /* Until the answer, or the first event of a stream (serve.send): the
    * timeout bounds the time to the first byte, not a stream's length.

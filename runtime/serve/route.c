@@ -11,7 +11,9 @@
  */
 #include <errno.h>
 #include <setjmp.h>
+#include <stdio.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "serve.h"
 
@@ -42,6 +44,79 @@ static uint64_t rnd(void) {
   x ^= x << 25;
   x ^= x >> 27;
   return x * 2685821657736338717ull;
+}
+
+/* ------------------------------------------ spinning before sleeping */
+
+/* A request's round trip is two hand-offs: the connection's thread to the
+ * replica's (the queue) and back (the answer).  Each one that finds its
+ * thread asleep on a condition costs a futex wake and two context
+ * switches, most of a no-op request's time (docs/performance.md, "HTTP
+ * floor (issue 34)").  A thread about to sleep therefore first spins a
+ * little while on the state it waits for; a signal that finds no sleeper
+ * makes no system call.  At most one thread fewer than the cores spins at
+ * once, so spinners never take every core from the threads they wait on;
+ * the others sleep at once, as before; and a thread whose spins miss
+ * backs off (sf__spin). */
+static _Atomic int spinners;
+static int spin_cap = -1;
+static int64_t spin_ns = -1;
+
+static void spin_init(void) {
+  const char *v = getenv("SFLOW_SERVE_SPIN_US");
+  double us = 20.0;
+  if (v && *v) {
+    char *end;
+    double x = strtod(v, &end);
+    if (*end || !(x >= 0 && x <= 1e6))
+      fprintf(stderr, "sflow: SFLOW_SERVE_SPIN_US=%.40s is not a number of microseconds in "
+              "0..1000000; using 20\n", v);
+    else
+      us = x;
+  }
+  spin_ns = (int64_t)(us * 1e3);
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  spin_cap = n > 1 ? (int)n - 1 : 0;
+}
+
+static void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+bool sf__spin(bool (*ready)(void *), void *arg) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, spin_init);
+  if (!spin_ns || ready(arg))
+    return ready(arg);
+  /* A thread whose spins keep running out (the other side is not
+   * running: a loaded machine) spins ever more rarely: after each miss it
+   * sleeps at once the next 1, 2, 4 ... 64 times; a hit starts over. */
+  static _Thread_local uint32_t skip, backoff;
+  if (skip) {
+    skip--;
+    return false;
+  }
+  if (atomic_fetch_add(&spinners, 1) >= spin_cap) {
+    atomic_fetch_sub(&spinners, 1);
+    return false;
+  }
+  int64_t until = sf__mono_ns() + spin_ns;
+  bool ok = false;
+  for (int i = 1;; i++) {
+    if ((ok = ready(arg)))
+      break;
+    cpu_relax();
+    if (!(i & 63) && sf__mono_ns() >= until)
+      break;
+  }
+  atomic_fetch_sub(&spinners, 1);
+  backoff = ok ? 0 : backoff ? (backoff < 64 ? 2 * backoff : 64) : 1;
+  skip = backoff;
+  return ok;
 }
 
 void sf__cond_init_mono(pthread_cond_t *cv) {
@@ -230,8 +305,7 @@ static void enqueue(sf__replica *p, sf__sreq *q) {
   else
     p->head = q;
   p->tail = q;
-  p->qlen++;
-  pthread_cond_signal(&p->cv);
+  __atomic_store_n(&p->qlen, p->qlen + 1, __ATOMIC_RELEASE); /* read by a spinning next */
 }
 
 int sf__route_dispatch(sf__route *r, sf__sreq *q, const char **why) {
@@ -268,14 +342,16 @@ int sf__route_dispatch(sf__route *r, sf__sreq *q, const char **why) {
   int status = 503;
   *why = live ? "every queue of the replicas chosen is full; retry later"
               : "no replica of this version is ready yet (starting, or every one failed); retry later";
-  if (a && a->qlen < e->qcap) {
-    enqueue(a, q);
-    status = 0;
-  } else if (b && b->qlen < e->qcap) {
-    enqueue(b, q);
+  sf__replica *to = a && a->qlen < e->qcap ? a : b && b->qlen < e->qcap ? b : NULL;
+  if (to) {
+    enqueue(to, q);
     status = 0;
   }
   pthread_mutex_unlock(&e->mu);
+  /* After the unlock, so the replica it wakes does not wake into a held
+   * mutex (a replica is never freed, only removed). */
+  if (to)
+    pthread_cond_signal(&to->cv);
   return status;
 }
 
@@ -344,9 +420,14 @@ void sf__sreq_answer(sf__sreq *q, int status, char *body, size_t len) {
     q->body = body;
     q->body_len = len;
     q->done = true;
-    pthread_cond_signal(&q->cv);
+    atomic_store_explicit(&q->ready, true, memory_order_release);
   }
+  bool wake = !q->abandoned;
   pthread_mutex_unlock(&q->mu);
+  /* After the unlock (the queue's hold keeps q until the drop), so the
+   * connection's thread does not wake into a held mutex. */
+  if (wake)
+    pthread_cond_signal(&q->cv);
   sf__sreq_drop(q);
 }
 
@@ -439,11 +520,13 @@ static void retry(sf__endpoint *e, sf__sreq *q, const char *msg) {
 static void replica_died(sf__endpoint *e, int64_t r, const char *msg) {
   pthread_mutex_lock(&e->mu);
   sf__replica *p = e->reps[r];
-  p->removed = p->dead = true;
+  p->dead = true;
+  __atomic_store_n(&p->removed, true, __ATOMIC_RELAXED);
   sf__sreq *held = p->batch, *queued = p->head, *running = p->running;
   uint64_t n = (uint64_t)(p->batch_len + p->qlen);
   p->batch = p->head = p->tail = p->running = NULL;
-  p->batch_len = p->qlen = p->nrunning = 0;
+  p->batch_len = p->nrunning = 0;
+  __atomic_store_n(&p->qlen, 0, __ATOMIC_RELAXED);
   if (e->ndead < 64)
     e->dead[e->ndead++] = r;
   e->retries += n;
@@ -528,6 +611,19 @@ int64_t sf__endpoint_live(sf__endpoint *e) {
 
 /* ------------------------------------------------------- next, reply */
 
+/* What a replica's next waits for: a request queued, or the end. */
+struct spin_on {
+  sf__endpoint *e;
+  sf__replica *p;
+};
+
+static bool replica_ready(void *arg) {
+  struct spin_on *w = arg;
+  return __atomic_load_n(&w->p->qlen, __ATOMIC_ACQUIRE) > 0 ||
+         __atomic_load_n(&w->p->removed, __ATOMIC_RELAXED) ||
+         atomic_load_explicit(&w->e->srv->state, memory_order_relaxed) == SF__CLOSED;
+}
+
 sf_array *sf__endpoint_next(sf__endpoint *e, int64_t r, const sf_type *T, double timeout_ms,
                             const sf_loc *loc) {
   disarm();
@@ -545,7 +641,7 @@ sf_array *sf__endpoint_next(sf__endpoint *e, int64_t r, const sf_type *T, double
     fail_list(e, left, "the replica asked for its next batch without answering this one");
     pthread_mutex_lock(&e->mu);
   }
-  bool blocked = false;
+  bool blocked = false, spun = false;
   int64_t give_up = timeout_ms > 0 ? sf__mono_ns() + (int64_t)(timeout_ms * 1e6) : INT64_MAX;
   for (;;) {
     bool closed = e->srv->state == SF__CLOSED || p->removed;
@@ -556,6 +652,15 @@ sf_array *sf__endpoint_next(sf__endpoint *e, int64_t r, const sf_type *T, double
     bool due = p->qlen > 0 && now >= p->head->arrived_ns + e->wait_ns;
     if (full || due || (p->qlen > 0 && closed))
       break;
+    if (p->qlen == 0 && !spun) {
+      /* Once per call, a spin for the next request before sleeping. */
+      spun = true;
+      struct spin_on w = {e, p};
+      pthread_mutex_unlock(&e->mu);
+      sf__spin(replica_ready, &w);
+      pthread_mutex_lock(&e->mu);
+      continue;
+    }
     if (!blocked) {
       sf__sched_block_begin();
       blocked = true;
@@ -581,7 +686,7 @@ sf_array *sf__endpoint_next(sf__endpoint *e, int64_t r, const sf_type *T, double
     if (!p->head)
       p->tail = NULL;
     last->next = NULL;
-    p->qlen -= n;
+    __atomic_store_n(&p->qlen, p->qlen - n, __ATOMIC_RELAXED);
     p->batch = first;
     p->batch_len = n;
     int b = 0;
@@ -680,7 +785,7 @@ void sf__endpoint_reply_status(sf__endpoint *e, int64_t r, sf_array *answers,
 void sf__endpoint_remove(sf__endpoint *e, int64_t r, const sf_loc *loc) {
   pthread_mutex_lock(&e->mu);
   sf__replica *p = replica(e, r, "remove_replica", loc);
-  p->removed = true;
+  __atomic_store_n(&p->removed, true, __ATOMIC_RELAXED);
   pthread_cond_broadcast(&p->cv);
   pthread_mutex_unlock(&e->mu);
 }

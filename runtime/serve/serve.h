@@ -78,6 +78,7 @@ typedef struct sf__sreq {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   bool done;
+  _Atomic bool ready; /* done, read without mu by a spinning wait (sf__spin) */
   int status;
   char *body; /* sf_alloc'ed answer */
   size_t body_len;
@@ -279,6 +280,13 @@ bool sf__peer_gone(int fd);
 ssize_t sf__stream_read(void *cls, uint64_t pos, char *buf, size_t max);
 void sf__stream_free(void *cls);
 
+/* Waits by spinning, up to the spin budget (SFLOW_SERVE_SPIN_US, default
+ * 20 µs; 0: never), until ready(arg) holds: true when it does, false when
+ * the budget ran out or as many threads as the machine has cores but one
+ * spin already (then the caller sleeps as before).  A hand-off that
+ * arrives within the budget then costs no sleep and no wake-up (route.c,
+ * "Spinning before sleeping"). */
+bool sf__spin(bool (*ready)(void *), void *arg);
 /* A condition variable on CLOCK_MONOTONIC (sf__mono_ns deadlines). */
 void sf__cond_init_mono(pthread_cond_t *cv);
 /* An sf_alloc'ed {"error": msg} body. */

@@ -174,7 +174,7 @@ sf_array *sf__endpoint_take(sf__endpoint *e, int64_t r, const sf_type *J, int64_
   }
   if (!p->head)
     p->tail = NULL;
-  p->qlen -= n;
+  __atomic_store_n(&p->qlen, p->qlen - n, __ATOMIC_RELAXED);
   /* The taken ones, in arrival order, go to the front of the running set. */
   sf__sreq *last = NULL;
   for (sf__sreq *q = first; n && q != p->head; q = q->next)
