@@ -88,21 +88,28 @@ extern "C" __global__ void sflow_quant_matmul(int type, const unsigned char *w, 
 // batches, where sflow_quant_matmul above would read each weight block
 // again for every row of x.
 
-// Weight j of row p (a row of `type` blocks), as quant.c's
-// sf__q_dequant_row computes it: q d (Q8_0), q d + m (Q4_1), (q - 8) d
-// written q d + (-8 d) (Q4_0).
-__device__ float sf_q_at(int type, const unsigned char *p, int j) {
-  int b = j / 32, k = j % 32;
+// Weights j0 .. j0 + 7 (within one quantization block) of row p into
+// out, as quant.c's sf__q_dequant_row computes them: q d (Q8_0), q d + m
+// (Q4_1), (q - 8) d written q d + (-8 d) (Q4_0); the block's scales read
+// once.
+__device__ void sf_q_at8(int type, const unsigned char *p, int j0, float *out) {
+  int b = j0 / 32, k0 = j0 % 32;
   if (type == 8) {
     const unsigned char *blk = p + (long long)b * 34;
-    return (float)(signed char)blk[2 + k] * sf_q_f16(blk);
+    float d = sf_q_f16(blk);
+    for (int k = 0; k < 8; k++)
+      out[k] = (float)(signed char)blk[2 + k0 + k] * d;
+    return;
   }
   bool q41 = type == 3;
   const unsigned char *blk = p + (long long)b * (q41 ? 20 : 18);
   float d = sf_q_f16(blk), m = q41 ? sf_q_f16(blk + 2) : -8.0f * d;
   const unsigned char *qs = blk + (q41 ? 4 : 2);
-  unsigned q = k < 16 ? (qs[k] & 15u) : (qs[k - 16] >> 4);
-  return (float)q * d + m;
+  for (int k = 0; k < 8; k++) {
+    int j = k0 + k;
+    unsigned q = j < 16 ? (qs[j] & 15u) : (qs[j - 16] >> 4);
+    out[k] = (float)q * d + m;
+  }
 }
 
 // y (n × cols) = rows ids[0..n) of W dequantized.  Grid: n blocks.
@@ -112,8 +119,8 @@ extern "C" __global__ void sflow_quant_rows(int type, const unsigned char *w, lo
   if (i >= n)
     return;
   const unsigned char *row = w + (long long)ids[i] * row_bytes;
-  for (int j = threadIdx.x; j < cols; j += blockDim.x)
-    y[(long long)i * cols + j] = sf_q_at(type, row, j);
+  for (int j = threadIdx.x * 8; j < cols; j += blockDim.x * 8)
+    sf_q_at8(type, row, j, y + (long long)i * cols + j);
 }
 
 // y (n × rows) = x (n × cols) · Wᵀ, tiled: a block of 256 threads holds
@@ -137,16 +144,14 @@ extern "C" __global__ void sflow_quant_matmul_tiled(int type, const unsigned cha
   for (int c0 = 0; c0 < cols; c0 += 32) {
     // 64 × 32 weights, 8 a thread; 16 × 32 x values, 2 a thread
     int lr = t / 4, lc = (t % 4) * 8;
-    for (int k = 0; k < 8; k++)
-      ws[lr][lc + k] = r0 + lr < rows
-                           ? sf_q_at(type, w + (long long)(r0 + lr) * row_bytes, c0 + lc + k)
-                           : 0.0f;
+    if (r0 + lr < rows)
+      sf_q_at8(type, w + (long long)(r0 + lr) * row_bytes, c0 + lc, &ws[lr][lc]);
     for (int k = 0; k < 2; k++) {
       int e = t * 2 + k, xi = e / 32, xc = e % 32;
       xs[xi][xc] = x0 + xi < n ? x[(long long)(x0 + xi) * cols + c0 + xc] : 0.0f;
     }
     __syncthreads();
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 4 && x0 + xr + 4 * k < n && r0 + wr < rows; k++) {
       float s = acc[k];
       for (int j = 0; j < 32; j++)
         s += ws[wr][j] * xs[xr + 4 * k][j];
