@@ -8,7 +8,7 @@ embeddings), the same types (Q4_1 products, Q8_0 embedding, F32 norms),
 so the same bytes move per token; no tokenizer (the bench feeds ids).
 Standard library only; about 2 s.
 
-Usage: llm_gguf.py OUT.gguf [--layers N]
+Usage: llm_gguf.py OUT.gguf [--layers N] [--vocab V]
 """
 import argparse, random, struct
 
@@ -42,9 +42,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--layers", type=int, default=30)
+    ap.add_argument("--vocab", type=int, default=49152, help="smaller for the emulator's rehearsal")
     a = ap.parse_args()
     rng = random.Random(7)
-    L, d, ffn, V, heads, kvh = a.layers, 576, 1536, 49152, 9, 3
+    L, d, ffn, V, heads, kvh = a.layers, 576, 1536, a.vocab, 9, 3
     kvd = d // heads * kvh
     meta = [kv("general.architecture", 8, "llama"), kv("llama.block_count", 4, L),
             kv("llama.embedding_length", 4, d), kv("llama.attention.head_count", 4, heads),

@@ -28,7 +28,7 @@
 # For a rehearsal under the host emulator (tests/gpu/run_rehearsal.py):
 # RUN_CHECK_ARGS (gpu_check's, "--bench"), RUN_MLP_ARGS (mlp_bench's),
 # RUN_GROUP_ARGS (group_allreduce's: "--sizes 2"),
-# RUN_DIGITS_EPOCHS (15), RUN_LLM_LAYERS (30), RUN_LLM_TOKENS (8),
+# RUN_DIGITS_EPOCHS (15), RUN_LLM_GGUF_ARGS (llm_gguf.py's: "--layers 1"), RUN_LLM_TOKENS (8),
 # RUN_LLM_ARGS (llm_bench's: "--prompt 4 --decode 2"), RUN_SANITIZER (the compute-sanitizer to use;
 # "none": not run) and nn.sh's NN_* sizes.
 set -uo pipefail
@@ -236,7 +236,7 @@ fi
 #    is not known to hold transformers and gguf.
 if want 9 && [ $gpu_ok = 1 ] && room "llm decoder on the GPU" 30 100; then
   step="llm_gguf"; gg=$logs/smollm2_shapes.gguf
-  guard "$(left 30)" "$logs/llm_gguf.log" python3 "$out/llm/llm_gguf.py" "$gg" --layers "${RUN_LLM_LAYERS:-30}"
+  guard "$(left 30)" "$logs/llm_gguf.log" python3 "$out/llm/llm_gguf.py" "$gg" ${RUN_LLM_GGUF_ARGS:-}
   if [ $rc != 0 ]; then row "llm decoder: random SmolLM2-shaped GGUF|FAIL (rc $rc): $(tail -1 "$logs/llm_gguf.log" | cut -c1-60)|-|-"; failed=1
   else
     step="llm_decoder"

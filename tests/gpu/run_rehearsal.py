@@ -24,7 +24,7 @@ RUN = os.path.join(ROOT, "bench", "gpu", "run.sh")
 TINY = {"RUN_CHECK_ARGS": "", "RUN_MLP_ARGS": "--batch 8 --dim 8 --hidden 16 --classes 4 --reps 2",
         "RUN_DIGITS_EPOCHS": "1", "RUN_GROUP_ARGS": "--sizes 2", "RUN_SANITIZER": "none",
         "NN_DEVICE": "emulator", "NN_CHECK_N": "8", "NN_STEPS": "1", "NN_WARMUP": "0",
-        "NN_BATCH": "1", "NN_MATMUL_N": "64", "RUN_LLM_LAYERS": "2", "RUN_LLM_TOKENS": "2",
+        "NN_BATCH": "1", "NN_MATMUL_N": "64", "RUN_LLM_GGUF_ARGS": "--layers 1 --vocab 8192", "RUN_LLM_TOKENS": "2",
         "RUN_LLM_ARGS": "--prompt 4 --decode 2 --clients 2 --steps 1"}
 fails = []
 
