@@ -81,3 +81,87 @@ extern "C" __global__ void sflow_quant_matmul(int type, const unsigned char *w, 
   if (lane == 0 && r < rows && xi < n)
     y[(long long)xi * rows + r] = part[threadIdx.x];
 }
+
+// ---------------------------------------------------------------------
+// The decoder's side of the block formats (runtime/nn/gpu_llama.c): rows
+// dequantized (the token embedding), and a tiled product for prefill and
+// batches, where sflow_quant_matmul above would read each weight block
+// again for every row of x.
+
+// Weights j0 .. j0 + 7 (within one quantization block) of row p into
+// out, as quant.c's sf__q_dequant_row computes them: q d (Q8_0), q d + m
+// (Q4_1), (q - 8) d written q d + (-8 d) (Q4_0); the block's scales read
+// once.
+__device__ void sf_q_at8(int type, const unsigned char *p, int j0, float *out) {
+  int b = j0 / 32, k0 = j0 % 32;
+  if (type == 8) {
+    const unsigned char *blk = p + (long long)b * 34;
+    float d = sf_q_f16(blk);
+    for (int k = 0; k < 8; k++)
+      out[k] = (float)(signed char)blk[2 + k0 + k] * d;
+    return;
+  }
+  bool q41 = type == 3;
+  const unsigned char *blk = p + (long long)b * (q41 ? 20 : 18);
+  float d = sf_q_f16(blk), m = q41 ? sf_q_f16(blk + 2) : -8.0f * d;
+  const unsigned char *qs = blk + (q41 ? 4 : 2);
+  for (int k = 0; k < 8; k++) {
+    int j = k0 + k;
+    unsigned q = j < 16 ? (qs[j] & 15u) : (qs[j - 16] >> 4);
+    out[k] = (float)q * d + m;
+  }
+}
+
+// y (n × cols) = rows ids[0..n) of W dequantized.  Grid: n blocks.
+extern "C" __global__ void sflow_quant_rows(int type, const unsigned char *w, long long row_bytes,
+                                            const int *ids, float *y, int cols, int n) {
+  int i = blockIdx.x;
+  if (i >= n)
+    return;
+  const unsigned char *row = w + (long long)ids[i] * row_bytes;
+  for (int j = threadIdx.x * 8; j < cols; j += blockDim.x * 8)
+    sf_q_at8(type, row, j, y + (long long)i * cols + j);
+}
+
+// y (n × rows) = x (n × cols) · Wᵀ, tiled: a block of 256 threads holds
+// 64 rows of W and 16 rows of x, one quantization block (32 columns) at a
+// time in shared memory, each weight dequantized once for the 16 rows of
+// x; thread t computes W row t % 64 against x rows t / 64 + 4k, k < 4,
+// each sum over the columns in order.  Grid: ceil(rows / 64) *
+// ceil(n / 16) blocks, block i on W rows 64 (i % wt) .. and x rows
+// 16 (i / wt) ..
+#define SF_QT_W 64
+#define SF_QT_X 16
+extern "C" __global__ void sflow_quant_matmul_tiled(int type, const unsigned char *w,
+                                                    long long row_bytes, const float *x, float *y,
+                                                    int rows, int cols, int n) {
+  __shared__ float ws[SF_QT_W][33];
+  __shared__ float xs[SF_QT_X][33];
+  int wt = (rows + SF_QT_W - 1) / SF_QT_W;
+  int r0 = (blockIdx.x % wt) * SF_QT_W, x0 = (blockIdx.x / wt) * SF_QT_X;
+  int t = threadIdx.x, wr = t % SF_QT_W, xr = t / SF_QT_W;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int c0 = 0; c0 < cols; c0 += 32) {
+    // 64 × 32 weights, 8 a thread; 16 × 32 x values, 2 a thread
+    int lr = t / 4, lc = (t % 4) * 8;
+    if (r0 + lr < rows)
+      sf_q_at8(type, w + (long long)(r0 + lr) * row_bytes, c0 + lc, &ws[lr][lc]);
+    for (int k = 0; k < 2; k++) {
+      int e = t * 2 + k, xi = e / 32, xc = e % 32;
+      xs[xi][xc] = x0 + xi < n ? x[(long long)(x0 + xi) * cols + c0 + xc] : 0.0f;
+    }
+    __syncthreads();
+    for (int k = 0; k < 4 && x0 + xr + 4 * k < n && r0 + wr < rows; k++) {
+      float s = acc[k];
+      for (int j = 0; j < 32; j++)
+        s += ws[wr][j] * xs[xr + 4 * k][j];
+      acc[k] = s;
+    }
+    __syncthreads();
+  }
+  for (int k = 0; k < 4; k++) {
+    int xi = x0 + xr + 4 * k;
+    if (r0 + wr < rows && xi < n)
+      y[(long long)xi * rows + r0 + wr] = acc[k];
+  }
+}

@@ -28,7 +28,8 @@
 # For a rehearsal under the host emulator (tests/gpu/run_rehearsal.py):
 # RUN_CHECK_ARGS (gpu_check's, "--bench"), RUN_MLP_ARGS (mlp_bench's),
 # RUN_GROUP_ARGS (group_allreduce's: "--sizes 2"),
-# RUN_DIGITS_EPOCHS (15), RUN_SANITIZER (the compute-sanitizer to use;
+# RUN_DIGITS_EPOCHS (15), RUN_LLM_GGUF_ARGS (llm_gguf.py's: "--layers 1"), RUN_LLM_TOKENS (8),
+# RUN_LLM_ARGS (llm_bench's: "--prompt 4 --decode 2"), RUN_SANITIZER (the compute-sanitizer to use;
 # "none": not run) and nn.sh's NN_* sizes.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -60,6 +61,13 @@ if [ "${1:-}" = prepare ]; then
   mkdir -p "$out/examples"
   "$build/bin/sflowc" -O2 "$root/examples/digits_gpu.sflow" -o "$out/examples/digits_gpu" || exit 1
   cp "$root/examples/data/digits.csv" "$here/digits.py" "$out/examples/"
+  # std.llm's decoder on the device (section 9): the benchmark, the GPU
+  # against CPU check, and the writer of a random model of SmolLM2's
+  # shapes (the real file, 98 MB, does not fit what travels).
+  mkdir -p "$out/llm"
+  "$build/bin/sflowc" -O2 "$here/llm_bench.sflow" -o "$out/llm/llm_bench" || exit 1
+  "$build/bin/sflowc" -O2 "$root/tests/gpu/llm/decoder.sflow" -o "$out/llm/llm_decoder" || exit 1
+  cp "$here/llm_gguf.py" "$out/llm/"
   mkdir -p "$out/cu"
   # Each kernel file as the runtime embeds it (cmake/embed.cmake): every
   # line `#include "x.h"` replaced by the text of runtime/nn/x.h (kinds.h,
@@ -112,11 +120,11 @@ export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo} NCCL_IB_DISABLE=${NCCL_IB_DI
 export SFLOW_NCCL_TIMEOUT=${SFLOW_NCCL_TIMEOUT:-20}
 failed=0
 row() { echo "TABLE|$*" >> "$table"; echo "TABLE|$*"; }
-# GPU_SECTIONS="5 5b" runs only those sections (ids 0 1 2 3 4 5 5b 6 7 8;
+# GPU_SECTIONS="5 5b" runs only those sections (ids 0 1 2 3 4 5 5b 6 7 8 9;
 # all when unset), so a short device session can split the run in two calls.
 want() { [ -z "${GPU_SECTIONS:-}" ] || [[ " $GPU_SECTIONS " == *" $1 "* ]]; }
 for id in ${GPU_SECTIONS:-}; do
-  case $id in 0|1|2|3|4|5|5b|6|7|8) ;; *) echo "run.sh: GPU_SECTIONS: no section '$id' (sections: 0 1 2 3 4 5 5b 6 7 8)" >&2; exit 2;; esac
+  case $id in 0|1|2|3|4|5|5b|6|7|8|9) ;; *) echo "run.sh: GPU_SECTIONS: no section '$id' (sections: 0 1 2 3 4 5 5b 6 7 8 9)" >&2; exit 2;; esac
 done
 print_table() {
   echo
@@ -215,6 +223,41 @@ if want 5 && room "nn op checkers, MLP step, encoder layer" 15 150; then
   step="nn.sh check steps"
   NN_PARTS="check steps" NN_BUDGET_S=$lim "$here/nn.sh" "$out" "$table" > "$logs/nn.log" 2>&1 &
   child=$!; wait $child || failed=1; child=
+fi
+
+# 9. std.llm's decoder on the device (runtime/nn/gpu_llama.c), never run
+#    on a GPU before this script: a random GGUF of SmolLM2-135M's shapes
+#    and types written here (llm_gguf.py), the GPU decoder's logits,
+#    greedy tokens and batches against the CPU decoder's
+#    (tests/gpu/llm/decoder.sflow), then prompt tokens/s, decode tokens/s
+#    at batch 1 and 16 clients' aggregate tokens/s (llm_bench.sflow) on
+#    the GPU and, as the peer, the CPU decoder on this machine.  No
+#    transformers peer: run.sh installs nothing, and the device's Python
+#    is not known to hold transformers and gguf.
+if want 9 && [ $gpu_ok = 1 ] && room "llm decoder on the GPU" 30 100; then
+  step="llm_gguf"; gg=$logs/smollm2_shapes.gguf
+  guard "$(left 30)" "$logs/llm_gguf.log" python3 "$out/llm/llm_gguf.py" "$gg" ${RUN_LLM_GGUF_ARGS:-}
+  if [ $rc != 0 ]; then row "llm decoder: random SmolLM2-shaped GGUF|FAIL (rc $rc): $(tail -1 "$logs/llm_gguf.log" | cut -c1-60)|-|-"; failed=1
+  else
+    step="llm_decoder"
+    SFLOW_GPU_STATS=1 guard "$(left 60)" "$logs/llm_decoder.log" "$out/llm/llm_decoder" --require-gpu --raw --path "$gg" --tokens "${RUN_LLM_TOKENS:-8}"
+    worst=$(grep -oE 'rel_diff [0-9.e+-]+' "$logs/llm_decoder.log" | awk '{ if ($2 > w) w = $2 } END { print w + 0 }')
+    greedy=$(grep -c '^greedy' "$logs/llm_decoder.log"); same=$(grep '^greedy' "$logs/llm_decoder.log" | cut -d' ' -f3- | uniq | wc -l)
+    ok=$([ $rc = 0 ] && [ "$greedy" = 2 ] && awk -v w="$worst" 'BEGIN { exit !(w < 1e-4) }' && echo ok || echo FAIL)
+    [ $ok = ok ] || failed=1
+    row "llm decoder GPU vs CPU (logits, ${RUN_LLM_TOKENS:-8} greedy, batch 2/5)|$ok: rel diff $worst, greedy $([ "$same" = 1 ] && echo identical || echo DIFFERENT) (rc $rc)|CPU decoder|< 1e-4, identical"
+    for side in gpu cpu; do
+      room "llm bench ($side)" 10 60 || continue
+      step="llm_bench $side"
+      if [ $side = gpu ]; then guard "$lim" "$logs/llm_bench.gpu.log" "$out/llm/llm_bench" --require-gpu --path "$gg" ${RUN_LLM_ARGS:-}
+      else guard "$lim" "$logs/llm_bench.cpu.log" "$out/llm/llm_bench" --cpu --path "$gg" ${RUN_LLM_ARGS:-}; fi
+      [ $rc = 0 ] || row "llm bench ($side)|FAIL (rc $rc$(timed_out $rc && echo ", timed out after $lim s"))|-|-"
+    done
+    fig() { grep -oE "^llm_bench $2 [0-9.]+" "$logs/llm_bench.$1.log" 2>/dev/null | awk '{print $3}'; }
+    for what in $(grep -oE '^llm_bench (prefill|decode|serve)[_a-z0-9]*' "$logs/llm_bench.gpu.log" 2>/dev/null | cut -d' ' -f2); do
+      row "llm SmolLM2-135M shapes ($(grep -o '[0-9]* layers' "$logs/llm_gguf.log")) Q4_1: $what tokens/s|$(fig gpu $what || true)|CPU decoder $(fig cpu $what || true)|> CPU"
+    done
+  fi
 fi
 
 # 3. sflow programs: GPU against the CPU version, identical output (both

@@ -43,15 +43,13 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 
+#include "gpu_llama.h"
 #include "llama.h"
 #include "simd.h"
 
 /* ---------------------------------------------------------- the model */
 
-typedef struct {
-  const float *attn_norm, *ffn_norm;
-  sf__qmat wq, wk, wv, wo, gate, up, down;
-} layer_w;
+typedef sf__llama_layer layer_w; /* gpu_llama.h: the GPU decoder reads it too */
 
 /* A model's pool of KV blocks: at most bound in use (0: no bound), in
  * `slots` slots of address space reserved at its first cache ("the
@@ -562,6 +560,8 @@ typedef struct {
   int64_t *blk;    /* the block table: each block's offset in a plane (floats),
                       nblk of them, room for cap / bt rounded up */
   int64_t nblk;
+  int32_t on;      /* where its values are: 0 none yet, 1 this process's memory,
+                      2 + g GPU g's KV store (gpu_llama.c) */
   int64_t tmax;    /* the scratch below holds tmax tokens */
   float *x, *h, *q, *kk, *vv, *att, *g, *u;
 } cache;
@@ -1156,6 +1156,42 @@ static void layer(model *m, cache *k, int64_t l, int64_t T, int64_t pos0) {
     k->x[i] += k->h[i];
 }
 
+/* ------------------------------------------------------ on the device */
+
+static sf__llama_desc desc_of(const model *m) {
+  sf__llama_desc D = {m, m->layers, m->dim, m->heads, m->kv_heads, m->head_dim, m->ffn, m->vocab,
+                      m->rope_dim, m->eps, &m->embd, &m->out, m->out_norm, m->inv_freq, m->L};
+  return D;
+}
+
+/* Does this step of the n caches run on the GPU (gpu_llama.c)?  When the
+ * call holds one, the model's products all read block formats and the
+ * caches are paged (a contiguous cache, the tests' reference layout,
+ * stays on the CPU).  A cache's values live where its first token was
+ * run until it is emptied: a step elsewhere is a runtime error. */
+static bool on_gpu(model *m, cache **c, int64_t n, const char *fn, const sf_loc *loc) {
+  bool gpu = sf__nn_gpu_here(loc);
+  for (int64_t i = 0; i < n && gpu; i++)
+    gpu = c[i]->pooled;
+  if (gpu) {
+    sf__llama_desc D = desc_of(m);
+    gpu = sf__gpu_llama_runs(&D);
+  }
+  int32_t on = gpu ? 2 + sf__gpu_current_device() : 1;
+  for (int64_t i = 0; i < n; i++)
+    if (c[i]->len && c[i]->on != on) {
+      char was[32], now[32];
+      snprintf(was, sizeof was, c[i]->on > 1 ? "GPU %d's memory" : "host memory", c[i]->on - 2);
+      snprintf(now, sizeof now, on > 1 ? "GPU %d" : "the CPU", on - 2);
+      sf_runtime_error(loc, "llm.%s: the KV cache's %" PRId64 " tokens are in %s, but this call "
+                       "runs on %s (a cache stays where its first token ran until "
+                       "kv_truncate(c, 0))", fn, c[i]->len, was, now);
+    }
+  for (int64_t i = 0; i < n; i++)
+    c[i]->on = on;
+  return gpu;
+}
+
 sf_tensor *sf_std_llm_forward(const void *mv, const sf_type *mt, const void *c, const sf_type *ct,
                               sf_array *ids, bool all, const sf_loc *loc) {
   model *m = model_of(mv, mt, loc);
@@ -1174,6 +1210,20 @@ sf_tensor *sf_std_llm_forward(const void *mv, const sf_type *mt, const void *c, 
     if (id[t] < 0 || id[t] >= m->vocab)
       sf_runtime_error(loc, "llm.forward: ids[%" PRId64 "] = %" PRId64 " is not a token id (0 to %"
                        PRId64 ")", t, id[t], m->vocab - 1);
+  if (on_gpu(m, &k, 1, "forward", loc)) {
+    blocks_grow(k, k->len + T, "forward", loc);
+    int64_t *pos = sf_alloc(sizeof(int64_t) * (size_t)T), *seq = sf_alloc(sizeof(int64_t) * (size_t)T);
+    for (int64_t t = 0; t < T; t++)
+      pos[t] = k->len + t, seq[t] = 0;
+    const int64_t *blk = k->blk;
+    sf__llama_desc D = desc_of(m);
+    sf__llama_step S = {T, 1, all ? T : 1, id, pos, seq, &blk, &k->nblk};
+    sf_tensor *y = sf__gpu_llama_forward(&D, &S, loc);
+    sf_free(pos);
+    sf_free(seq);
+    k->len += T;
+    return y;
+  }
   blocks_grow(k, k->len + T, "forward", loc);
   scratch(k, T);
   for (int64_t t = 0; t < T; t++)
@@ -1277,6 +1327,20 @@ sf_tensor *sf_std_llm_forward_batch(const void *mv, const sf_type *mt, sf_array 
     if (pos[i] + 1 > maxn)
       maxn = pos[i] + 1;
     work += (pos[i] + 1) * m->heads * m->head_dim;
+  }
+  if (on_gpu(m, c, n, "forward_batch", loc)) {
+    batch_blocks(m, c, n, loc);
+    int64_t *seq = sf_alloc(sizeof(int64_t) * (size_t)n), *nb = sf_alloc(sizeof(int64_t) * (size_t)n);
+    const int64_t **blk = sf_alloc(sizeof(int64_t *) * (size_t)n);
+    for (int64_t i = 0; i < n; i++)
+      seq[i] = i, nb[i] = c[i]->nblk, blk[i] = c[i]->blk;
+    sf__llama_desc D = desc_of(m);
+    sf__llama_step S = {n, n, n, id, pos, seq, blk, nb};
+    sf_tensor *y = sf__gpu_llama_forward(&D, &S, loc);
+    for (int64_t i = 0; i < n; i++)
+      c[i]->len++;
+    sf_free(seq), sf_free(nb), sf_free(blk), sf_free(c), sf_free(pos);
+    return y;
   }
   batch_blocks(m, c, n, loc);
   int64_t d = m->dim, hd = m->head_dim, kvd = m->kv_heads * hd;

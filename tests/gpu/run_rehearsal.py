@@ -24,7 +24,8 @@ RUN = os.path.join(ROOT, "bench", "gpu", "run.sh")
 TINY = {"RUN_CHECK_ARGS": "", "RUN_MLP_ARGS": "--batch 8 --dim 8 --hidden 16 --classes 4 --reps 2",
         "RUN_DIGITS_EPOCHS": "1", "RUN_GROUP_ARGS": "--sizes 2", "RUN_SANITIZER": "none",
         "NN_DEVICE": "emulator", "NN_CHECK_N": "8", "NN_STEPS": "1", "NN_WARMUP": "0",
-        "NN_BATCH": "1", "NN_MATMUL_N": "64"}
+        "NN_BATCH": "1", "NN_MATMUL_N": "64", "RUN_LLM_GGUF_ARGS": "--layers 1 --vocab 8192", "RUN_LLM_TOKENS": "2",
+        "RUN_LLM_ARGS": "--prompt 4 --decode 2 --clients 2 --steps 1"}
 fails = []
 
 
@@ -93,6 +94,10 @@ def main():
     check(bool(find(rs, "sum_f32 vs CPU")), "full run: gpu_check's rows")
     check(bool(find(rs, "nn relu")), "full run: the op checker's rows")
     check(bool(find(rs, "examples/digits")), "full run: the digits row")
+    llm = find(rs, "llm decoder GPU vs CPU")
+    check(llm and llm[0][1].startswith("ok: ") and "greedy identical" in llm[0][1],
+          f"full run: the GPU decoder against the CPU's: {llm}")
+    check(len(find(rs, "llm SmolLM2-135M shapes")) == 3, "full run: the decoder's three speed rows")
     check(any("not run: RUN_SANITIZER=none" in r[1] for r in find(rs, "compute-sanitizer")),
           "full run: the sanitizer row says why it did not run")
     check(not any("skipped" in r[1] for r in rs), "full run: nothing skipped in a 240 s budget")

@@ -256,3 +256,14 @@ add_test(NAME gpu_emu/opcount
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/opcount.py
           --sflowc $<TARGET_FILE:sflowc>)
 set_tests_properties(gpu_emu/opcount PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV}" TIMEOUT 600)
+# std.llm's decoder on the device (runtime/nn/gpu_llama.c, kernels/llama.cu
+# and quant.cu) against the CPU decoder on SmolLM2 (tests/gpu/llm_gpu.py):
+# logits, greedy tokens, forward_batch, uploads and read-backs; on a GPU
+# (gpu/llm_decoder, not run without one) and under the emulator.
+foreach(t gpu/llm_decoder gpu_emu/llm_decoder)
+  add_test(NAME ${t}
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu/llm_gpu.py
+            --sflowc $<TARGET_FILE:sflowc>)
+  set_tests_properties(${t} PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77)
+endforeach()
+set_tests_properties(gpu_emu/llm_decoder PROPERTIES ENVIRONMENT "${SFLOW_EMU_ENV}")
