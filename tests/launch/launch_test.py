@@ -567,33 +567,43 @@ def case_bind_master_addr(sflowc, tmp):
           "rank 0 does not say it listens on 127.0.0.1", err[-2000:])
     check("every interface" not in err, "rank 0 fell back to every interface", err[-2000:])
     check_like_single("bind_master_addr", 2, ref, out, err, metrics, dirs, [worker.stdout])
-    # The fallback, and its notice.
+    # A name: rank 0 of ranks all on this host (LOCAL_WORLD_SIZE 2 of 2)
+    # listens on what it resolves to alone; with ranks elsewhere (1 of 2)
+    # on every interface, saying so.
+    local, _ = probe_head(d, tmp, "localhost", 2)
+    check(local == "ConnectionRefusedError",
+          f"rank 0 with MASTER_ADDR=localhost answers on 127.0.0.2 ({local})")
+    other, err = probe_head(d, tmp, "localhost", 1)
+    check(other == "ok", f"rank 0 falling back to every interface refuses 127.0.0.2 ({other})")
+    want = ("'localhost' is 127.0.0.1 here, a loopback address, and 1 of the 2 ranks run on "
+            "other hosts, so the control plane listens on every interface")
+    check(want in err, "no notice of the fallback", err[-2000:])
+    print(f"bind: 127.0.0.2 refused under MASTER_ADDR=127.0.0.1 and localhost; fallback notice: "
+          f"{[line for line in err.splitlines() if 'every interface' in line][0]}")
+
+
+def probe_head(d, tmp, master_addr, local_size):
+    """Rank 0 of 2 alone, MASTER_ADDR master_addr: once it listens on
+    127.0.0.1, what a connection to 127.0.0.2 gets ('ok' or the error's
+    name), and its stderr (it is killed then)."""
     port = free_port()
-    fb = os.path.join(tmp, "fallback")
-    os.makedirs(fb)
+    fb = tempfile.mkdtemp(dir=tmp)
     head = subprocess.Popen([d.exe] + d.args(2, os.path.join(fb, "m.csv"), os.path.join(fb, "w")) +
                             ["--cluster-log"], cwd=fb,
-                            env=clean_env(RANK=0, WORLD_SIZE=2, LOCAL_WORLD_SIZE=1,
-                                          MASTER_ADDR="localhost", MASTER_PORT=port,
+                            env=clean_env(RANK=0, WORLD_SIZE=2, LOCAL_WORLD_SIZE=local_size,
+                                          MASTER_ADDR=master_addr, MASTER_PORT=port,
                                           SFLOW_SECRET=SECRET),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 30
         while dial("127.0.0.1", port) != "ok":
             check(head.poll() is None and time.monotonic() < deadline,
-                  f"rank 0 (MASTER_ADDR=localhost) never listened on 127.0.0.1:{port}")
+                  f"rank 0 (MASTER_ADDR={master_addr}) never listened on 127.0.0.1:{port}")
             time.sleep(0.05)
         other = dial("127.0.0.2", port)
     finally:
         head.kill()
-    err = head.communicate()[1]
-    check(other == "ok", f"rank 0 falling back to every interface refuses 127.0.0.2 ({other})")
-    want = ("'localhost' is 127.0.0.1 here, a loopback address, and 1 of the 2 ranks run on "
-            "other hosts, so the control plane listens on every interface")
-    check(want in err, "no notice of the fallback", err[-2000:])
-    print(f"bind: 127.0.0.2 refused under MASTER_ADDR=127.0.0.1; fallback notice: "
-          f"{[l for l in err.splitlines() if 'every interface' in l][0]}")
-
+    return other, head.communicate()[1]
 
 FORTUNES = "/usr/share/games/fortunes"
 
