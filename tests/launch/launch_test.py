@@ -678,7 +678,7 @@ class Example:
                     for a, b in zip(rows, ref))
         check(worst <= 1e-6, f"{tag}: step losses differ from one process's (--workers "
               f"{self.ref_workers or n}) by {worst:g} relative (> 1e-6)",
-              str([r["loss"] for r in rows]), str([r["loss"] for r in ref]))
+              f"launched: {[r['loss'] for r in rows]}\none process: {[r['loss'] for r in ref]}")
         print(f"{tag}: {len(rows)} steps, largest relative loss difference {worst:g}")
 
     def close(self):
