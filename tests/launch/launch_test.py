@@ -13,6 +13,10 @@ same lines printed), the group's members must sit on the other ranks
 once, and the ranks other than 0 print and write nothing (each runs in a
 folder of its own, which must stay empty).  Open MPI's cases need mpirun
 (openmpi-bin, scripts/install-deps.sh) and skip (77) without it.
+`mpirun -np 2/4` of examples/finetune (MiniLM) and lm_finetune (LoRA) give
+one process's step losses within 1e-6 relative (Example, which
+tests/slurm/slurm_test.py's srun cases use too).  bind_master_addr: rank 0
+listens only on the address its ranks dial.
 """
 import argparse
 import csv
@@ -228,8 +232,10 @@ def case_slurm_env_2(sflowc, tmp):
     for k in range(n):
         check(res[k][2] == 0, f"Slurm rank {k} exited {res[k][2]}", res[k][1][-2000:])
     want_port = 20000 + (job * 16) % 12768
-    check(f"Slurm rank 0 of 2: control plane listening on 0.0.0.0:{want_port}" in res[0][1],
-          f"rank 0 does not listen on port {want_port} derived from job {job}", res[0][1])
+    # On the first host's address alone (localhost; both tasks on this node).
+    check(f"Slurm rank 0 of 2: control plane listening on 127.0.0.1:{want_port}" in res[0][1],
+          f"rank 0 does not listen on 127.0.0.1:{want_port} (the port derived from job {job})",
+          res[0][1])
     check_like_single("slurm_env_2", n, ref, res[0][0], res[0][1], metrics, dirs, [res[1][0]])
 
 
@@ -514,6 +520,201 @@ def case_pmi_rendezvous_2(sflowc, tmp):
     check_like_single("pmi_rendezvous_2", 2, ref, res[0][0], res[0][1], metrics, dirs,
                       [res[1][0]])
 
+
+def dial(addr, port):
+    """'ok' when a TCP connection to addr:port opens, else the error's name."""
+    c = socket.socket()
+    c.settimeout(5)
+    try:
+        c.connect((addr, port))
+        return "ok"
+    except OSError as e:
+        return type(e).__name__
+    finally:
+        c.close()
+
+
+def case_bind_master_addr(sflowc, tmp):
+    """Rank 0 listens only on the address its workers dial: with
+    MASTER_ADDR=127.0.0.1 another local address (127.0.0.2: Linux routes
+    all of 127/8 to lo) is refused, and the run goes on exactly.  A name
+    that is loopback here while ranks run on other hosts (LOCAL_WORLD_SIZE
+    1 of 2) makes it listen on every interface, with a notice."""
+    d = Digits(sflowc, tmp)
+    ref = d.single(2)
+    dirs = rank_dirs(tmp, 2, "bind")
+    port = free_port()
+    metrics = os.path.join(dirs[0], "metrics.csv")
+    base = dict(WORLD_SIZE=2, LOCAL_WORLD_SIZE=2, MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
+                SFLOW_SECRET=SECRET)
+    head = subprocess.Popen([d.exe] + d.args(2, metrics, os.path.join(dirs[0], "w.safetensors")) +
+                            ["--cluster-log"], cwd=dirs[0],
+                            env=clean_env(RANK=0, LOCAL_RANK=0, **base),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while dial("127.0.0.1", port) != "ok":
+            check(head.poll() is None and time.monotonic() < deadline,
+                  f"rank 0 never listened on 127.0.0.1:{port}")
+            time.sleep(0.05)
+        other = dial("127.0.0.2", port)
+        check(other == "ConnectionRefusedError",
+              f"rank 0 with MASTER_ADDR=127.0.0.1 answers on 127.0.0.2 too ({other})")
+        worker = subprocess.run([d.exe] + d.args(2, metrics,
+                                                 os.path.join(dirs[0], "w.safetensors")),
+                                cwd=dirs[1], env=clean_env(RANK=1, LOCAL_RANK=1, **base),
+                                capture_output=True, text=True, timeout=90)
+        out, err = head.communicate(timeout=90)
+    finally:
+        head.kill()
+    check(head.returncode == 0 and worker.returncode == 0,
+          f"rank 0 exited {head.returncode}, rank 1 {worker.returncode}", err[-2000:])
+    check(f"control plane listening on 127.0.0.1:{port}" in err,
+          "rank 0 does not say it listens on 127.0.0.1", err[-2000:])
+    check("every interface" not in err, "rank 0 fell back to every interface", err[-2000:])
+    check_like_single("bind_master_addr", 2, ref, out, err, metrics, dirs, [worker.stdout])
+    # A name: rank 0 of ranks all on this host (LOCAL_WORLD_SIZE 2 of 2)
+    # listens on what it resolves to alone; with ranks elsewhere (1 of 2)
+    # on every interface, saying so.
+    local, _ = probe_head(d, tmp, "localhost", 2)
+    check(local == "ConnectionRefusedError",
+          f"rank 0 with MASTER_ADDR=localhost answers on 127.0.0.2 ({local})")
+    other, err = probe_head(d, tmp, "localhost", 1)
+    check(other == "ok", f"rank 0 falling back to every interface refuses 127.0.0.2 ({other})")
+    want = ("'localhost' is 127.0.0.1 here, a loopback address, and 1 of the 2 ranks run on "
+            "other hosts, so the control plane listens on every interface")
+    check(want in err, "no notice of the fallback", err[-2000:])
+    print(f"bind: 127.0.0.2 refused under MASTER_ADDR=127.0.0.1 and localhost; fallback notice: "
+          f"{[line for line in err.splitlines() if 'every interface' in line][0]}")
+
+
+def probe_head(d, tmp, master_addr, local_size):
+    """Rank 0 of 2 alone, MASTER_ADDR master_addr: once it listens on
+    127.0.0.1, what a connection to 127.0.0.2 gets ('ok' or the error's
+    name), and its stderr (it is killed then)."""
+    port = free_port()
+    fb = tempfile.mkdtemp(dir=tmp)
+    head = subprocess.Popen([d.exe] + d.args(2, os.path.join(fb, "m.csv"), os.path.join(fb, "w")) +
+                            ["--cluster-log"], cwd=fb,
+                            env=clean_env(RANK=0, WORLD_SIZE=2, LOCAL_WORLD_SIZE=local_size,
+                                          MASTER_ADDR=master_addr, MASTER_PORT=port,
+                                          SFLOW_SECRET=SECRET),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while dial("127.0.0.1", port) != "ok":
+            check(head.poll() is None and time.monotonic() < deadline,
+                  f"rank 0 (MASTER_ADDR={master_addr}) never listened on 127.0.0.1:{port}")
+            time.sleep(0.05)
+        other = dial("127.0.0.2", port)
+    finally:
+        head.kill()
+    return other, head.communicate()[1]
+
+FORTUNES = "/usr/share/games/fortunes"
+
+
+class Example:
+    """examples/finetune (MiniLM on fortune categories) or
+    examples/lm_finetune (LoRA on SmolLM2, rows of which one is padded),
+    compiled once, with the smallest flags that still run several steps on
+    real data: what a launched run of N ranks is checked against is one
+    process's run, with --workers N for finetune and one worker for
+    lm_finetune (whose std.train weights the members by their targets)."""
+
+    def __init__(self, sflowc, tmp, name):
+        self.name, self.tmp = name, tmp
+        self.exe = os.path.join(tmp, name)
+        r = subprocess.run([sflowc, os.path.join(ROOT, "examples", name + ".sflow"), "-o",
+                            self.exe], capture_output=True, text=True)
+        check(r.returncode == 0, "sflowc failed", r.stderr)
+        models = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(sflowc))), "models")
+        # Checkpoints (finetune's: 90 MB a member) in memory when it has room.
+        st = os.statvfs("/dev/shm")
+        self.ck = tempfile.mkdtemp(prefix="sflow-launch-ck-", dir="/dev/shm"
+                                   if st.f_bavail * st.f_frsize > 4 << 30 else tmp)
+        if name == "finetune":
+            model = os.path.join(models, "all-minilm-l6-v2")
+            check(os.path.isfile(os.path.join(model, "model.safetensors")),
+                  f"no model at {model}: run scripts/install-models.sh")
+            check(os.path.isfile(os.path.join(FORTUNES, "computers")),
+                  f"no {FORTUNES}/computers: scripts/install-deps.sh installs fortunes")
+            # 24 samples in global batches of 8: 3 optimizer steps.
+            self.flags = ["--model", model, "--data", FORTUNES, "--categories", "computers,science",
+                          "--samples", "24", "--eval-samples", "8", "--epochs", "1", "--seq-len",
+                          "16", "--batch", "8", "--log-every", "1", "--timing=false"]
+            self.ref_workers = None
+        else:
+            import importlib.util
+            spec = importlib.util.spec_from_file_location(
+                "lm_finetune_test", os.path.join(ROOT, "tests", "examples", "lm_finetune_test.py"))
+            lmt = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(lmt)
+            check(os.path.isfile(lmt.GGUF),
+                  f"no model at {lmt.GGUF}: run scripts/install-models.sh")
+            text = os.path.join(tmp, "small.txt")
+            with open(text, "w") as f:
+                f.write(lmt.SMALL_TEXT)
+            self.flags = ["--model", lmt.GGUF, "--data", text, "--seq-len", "16", "--batch", "4",
+                          *lmt.WORKERS["workers_lora"][0], "--timing=false"]
+            self.ref_workers = 1
+        self.flags += ["--threads", "2", "--journal=false"]
+
+    def args(self, n, metrics, tag):
+        return self.flags + ["--workers", str(n), "--metrics", metrics,
+                             "--checkpoint-dir", os.path.join(self.ck, tag)]
+
+    def reference(self, n):
+        w = self.ref_workers or n
+        m = os.path.join(self.tmp, f"one{w}.csv")
+        r = subprocess.run([self.exe] + self.args(w, m, f"one{w}"), capture_output=True, text=True,
+                           timeout=100, cwd=self.tmp, env=clean_env())
+        check(r.returncode == 0, f"{self.name}: one process with --workers {w} exited "
+              f"{r.returncode}", r.stderr[-3000:])
+        return read_metrics(m)
+
+    def check_like(self, tag, n, metrics, ref):
+        """rank 0's metrics: every step once, the losses within 1e-6 relative."""
+        rows = read_metrics(metrics)
+        steps = [int(r["step"]) for r in rows]
+        check(len(steps) == len(set(steps)), f"{tag}: duplicate rows in the metrics CSV", steps)
+        check(len(rows) == len(ref) and len(rows) >= 3, f"{tag}: {len(rows)} metrics rows, one "
+              f"process wrote {len(ref)}")
+        worst = max(abs(float(a["loss"]) - float(b["loss"])) / max(abs(float(b["loss"])), 1e-12)
+                    for a, b in zip(rows, ref))
+        check(worst <= 1e-6, f"{tag}: step losses differ from one process's (--workers "
+              f"{self.ref_workers or n}) by {worst:g} relative (> 1e-6)",
+              f"launched: {[r['loss'] for r in rows]}\none process: {[r['loss'] for r in ref]}")
+        print(f"{tag}: {len(rows)} steps, largest relative loss difference {worst:g}")
+
+    def close(self):
+        shutil.rmtree(self.ck, ignore_errors=True)
+
+
+def mpirun_example(sflowc, tmp, name, n):
+    """`mpirun -np N` of examples/finetune or lm_finetune with --workers N:
+    rank 0's metrics are one process's (Example)."""
+    mpirun = shutil.which("mpirun")
+    if not mpirun:
+        print("SKIP: no mpirun (apt-get install openmpi-bin)")
+        sys.exit(77)
+    ex = Example(sflowc, tmp, name)
+    try:
+        ref = ex.reference(n)
+        run = os.path.join(tmp, "mpi")
+        os.makedirs(run)
+        metrics = os.path.join(run, "metrics.csv")
+        env = clean_env(OMPI_ALLOW_RUN_AS_ROOT=1, OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1,
+                        SFLOW_SECRET_FILE=secret_file(tmp))
+        r = subprocess.run([mpirun, "--oversubscribe", "-np", str(n), "-x", "SFLOW_SECRET_FILE",
+                            "--wdir", run, ex.exe] + ex.args(n, metrics, "mpi"),
+                           capture_output=True, text=True, env=env, timeout=110)
+        check(r.returncode == 0, f"mpirun -np {n} exited {r.returncode}",
+              (r.stdout + r.stderr)[-3000:])
+        ex.check_like(f"mpirun_{name}_{n}", n, metrics, ref)
+    finally:
+        ex.close()
+
 CASES = {
     "env_digits_2": lambda s, t: case_env_digits(s, t, 2),
     "env_digits_4": lambda s, t: case_env_digits(s, t, 4),
@@ -527,6 +728,11 @@ CASES = {
     "head_killed_resume": case_head_killed_resume,
     "trace_2": case_trace_2,
     "pmi_rendezvous_2": case_pmi_rendezvous_2,
+    "bind_master_addr": case_bind_master_addr,
+    "mpirun_finetune_2": lambda s, t: mpirun_example(s, t, "finetune", 2),
+    "mpirun_finetune_4": lambda s, t: mpirun_example(s, t, "finetune", 4),
+    "mpirun_lm_finetune_2": lambda s, t: mpirun_example(s, t, "lm_finetune", 2),
+    "mpirun_lm_finetune_4": lambda s, t: mpirun_example(s, t, "lm_finetune", 4),
 }
 
 

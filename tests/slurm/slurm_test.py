@@ -8,6 +8,9 @@ srun_digits: `srun -n1` of examples/digits prints what the plain run prints;
   srun_digits_2/_4: `srun -n2/-n4` train like one process with --workers 2/4.
 srun_lm_finetune_2/_4: `srun -n2/-n4` of the LoRA lm_finetune with
   --workers N give one worker's step losses within 1e-6 relative.
+srun_finetune_2/_4: `srun -n2/-n4` of examples/finetune (MiniLM, 3 steps on
+  two fortune categories) give one process's --workers N step losses within
+  1e-6 relative, every step once in the metrics CSV.
 sbatch_requeue_srun2: the same requeue with `srun -n2` in the script.
 sbatch_requeue: an `sbatch --requeue` job running digits with a journal gets
   `scancel --signal=TERM` mid-run, exits 75, which RequeueExit=75 requeues;
@@ -206,53 +209,33 @@ def case_srun_ranks(sflowc, work, n):
     print(f"srun -n{n}: {len(rows)} steps, largest loss difference {worst:g}")
 
 
-def case_srun_lm_finetune(sflowc, work, n):
-    """srun -n N of examples/lm_finetune (LoRA on SmolLM2, rows of which
-    one is padded) with --workers N: rank 0's step losses are one process's
-    1-worker run's within 1e-6 relative (std.train weighting the members
-    by their targets), and only rank 0 writes the metrics."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        "lm_finetune_test", os.path.join(ROOT, "tests", "examples", "lm_finetune_test.py"))
-    lmt = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(lmt)
-    check(os.path.isfile(lmt.GGUF), f"no model at {lmt.GGUF}: run scripts/install-models.sh")
+def case_srun_example(sflowc, work, name, n):
+    """srun -n N of examples/finetune (MiniLM) or examples/lm_finetune (LoRA
+    on SmolLM2) with --workers N: rank 0's step losses are one process's
+    within 1e-6 relative (launch_test.Example says which run's), every
+    step once in the metrics CSV, which only rank 0 writes."""
     sys.path.insert(0, os.path.join(ROOT, "tests", "launch"))
     import launch_test as lt
-    exe = os.path.join(work, "lm_finetune")
-    r = subprocess.run([sflowc, os.path.join(ROOT, "examples", "lm_finetune.sflow"), "-o", exe],
-                       capture_output=True, text=True)
-    check(r.returncode == 0, "sflowc failed", r.stderr)
-    text = os.path.join(work, "small.txt")
-    with open(text, "w") as f:
-        f.write(lmt.SMALL_TEXT)
-    flags, _ = lmt.WORKERS["workers_lora"]
-    args = ["--model", lmt.GGUF, "--data", text, "--seq-len", "16", "--batch", "4", *flags,
-            "--timing=false", "--threads", "2"]
-    one = os.path.join(work, "one.csv")
-    r = subprocess.run([exe, *args, "--metrics", one, "--journal=false"], capture_output=True,
-                       text=True, timeout=100, cwd=work)
-    check(r.returncode == 0, f"the 1-worker run exited {r.returncode}", r.stderr)
-    base = lmt.metrics_losses(one)
-    run = os.path.join(work, "srun")
-    os.makedirs(run)
-    metrics = os.path.join(run, "metrics.csv")
-    secret = lt.secret_file(work)
-    with Slurm() as s:
-        r = subprocess.run(["srun", "-n", str(n), "--chdir", run, "--output", run + "/out.%t",
-                            "--error", run + "/err.%t", exe, *args, "--workers", str(n),
-                            "--metrics", metrics, "--journal=false"],
-                           capture_output=True, text=True, timeout=110,
-                           env=s.env(lt.clean_env(SFLOW_SECRET_FILE=secret)))
-        with open(os.path.join(run, "err.0")) as f:
-            err0 = f.read()
-        check(r.returncode == 0, f"srun -n{n} exited {r.returncode}", r.stderr, err0[-3000:])
-    got = lmt.metrics_losses(metrics)
-    check(len(got) == len(base), f"srun -n{n}: {len(got)} steps, not {len(base)}", got, base)
-    worst = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(got, base))
-    check(worst <= 1e-6, f"srun -n{n}: step losses differ from one worker's by {worst:g} "
-          "relative", got, base)
-    print(f"srun -n{n} lm_finetune: {len(got)} steps, largest relative difference {worst:g}")
+    ex = lt.Example(sflowc, work, name)
+    try:
+        ref = ex.reference(n)
+        run = os.path.join(work, "srun")
+        os.makedirs(run)
+        metrics = os.path.join(run, "metrics.csv")
+        secret = lt.secret_file(work)
+        with Slurm() as s:
+            r = subprocess.run(["srun", "-n", str(n), "--chdir", run, "--output", run + "/out.%t",
+                                "--error", run + "/err.%t", ex.exe,
+                                *ex.args(n, metrics, "srun")],
+                               capture_output=True, text=True, timeout=110,
+                               env=s.env(lt.clean_env(SFLOW_SECRET_FILE=secret)))
+            with open(os.path.join(run, "err.0")) as f:
+                err0 = f.read()
+            check(r.returncode == 0, f"srun -n{n} exited {r.returncode}", r.stderr,
+                  err0[-3000:])
+        ex.check_like(f"srun_{name}_{n}", n, metrics, ref)
+    finally:
+        ex.close()
 
 
 CASES = {
@@ -262,8 +245,10 @@ CASES = {
     "sbatch_requeue_srun2": lambda sflowc, work: case_sbatch_requeue(sflowc, work, 2),
     "srun_digits_2": lambda sflowc, work: case_srun_ranks(sflowc, work, 2),
     "srun_digits_4": lambda sflowc, work: case_srun_ranks(sflowc, work, 4),
-    "srun_lm_finetune_2": lambda sflowc, work: case_srun_lm_finetune(sflowc, work, 2),
-    "srun_lm_finetune_4": lambda sflowc, work: case_srun_lm_finetune(sflowc, work, 4),
+    "srun_lm_finetune_2": lambda sflowc, work: case_srun_example(sflowc, work, "lm_finetune", 2),
+    "srun_lm_finetune_4": lambda sflowc, work: case_srun_example(sflowc, work, "lm_finetune", 4),
+    "srun_finetune_2": lambda sflowc, work: case_srun_example(sflowc, work, "finetune", 2),
+    "srun_finetune_4": lambda sflowc, work: case_srun_example(sflowc, work, "finetune", 4),
 }
 
 
@@ -284,7 +269,9 @@ def main():
         CASES[a.case](a.sflowc, work)
         print(f"{a.case}: ok in {time.time() - t0:.1f} s")
         return 0
-    except Fail as e:
+    except Exception as e:  # harness.Fail, or launch_test.Fail from its helpers
+        if type(e).__name__ != "Fail":
+            raise
         print(f"{a.case}: FAIL: {e}", file=sys.stderr)
         return 1
     finally:

@@ -2,7 +2,8 @@
  * test_rt_launch.c — a launched run's plumbing (cluster/net/launcher.c):
  * Slurm's compressed host lists expanded as Slurm writes them, and every
  * malformed list refused with its reason; the engines' variables read into
- * a rank, a world of one or sflow's own inherited variables not a rank.
+ * a rank, a world of one or sflow's own inherited variables not a rank;
+ * where rank 0 listens.
  */
 #include "cluster.h"
 #include "rt_test.h"
@@ -183,6 +184,32 @@ static void test_mark(void) {
   clear();
 }
 
+/* Where rank 0 listens: the name's first address when it is this
+ * machine's, else every interface, with the reason. */
+static const char *bind_for(const char *name, int local_size, int size) {
+  static char out[600];
+  sf__launch B = {.size = size, .local_size = local_size};
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
+  char why[512] = "";
+  if (sf__launch_bind_addr(&B, name, &ss, &sl, why, sizeof why) == 1)
+    sf__addr_str((struct sockaddr *)&ss, sl, out, sizeof out, NULL);
+  else
+    snprintf(out, sizeof out, "ANY: %s", why);
+  return out;
+}
+
+static void test_bind(void) {
+  CHECK_STR(bind_for("127.0.0.1", 2, 2), "127.0.0.1");
+  CHECK_STR(bind_for("127.0.0.1", 1, 4), "127.0.0.1"); /* a number is the user's choice */
+  CHECK_STR(bind_for("localhost", 4, 4), "127.0.0.1");
+  CHECK_STR(bind_for("localhost", 1, 4), "ANY: 'localhost' is 127.0.0.1 here, a loopback "
+                                         "address, and 3 of the 4 ranks run on other hosts");
+  /* TEST-NET-1 (RFC 5737): no machine's address. */
+  CHECK_STR(bind_for("192.0.2.7", 2, 2), "ANY: '192.0.2.7' is 192.0.2.7, not an address of "
+                                         "this machine");
+}
+
 int main(int argc, char **argv) {
   static const rt_test tests[] = {
       {"plain", test_plain},
@@ -191,6 +218,7 @@ int main(int argc, char **argv) {
       {"slurm", test_slurm},
       {"mpi_and_env", test_mpi_and_env},
       {"mark", test_mark},
+      {"bind", test_bind},
       {NULL, NULL},
   };
   return rt_run("launch", tests, argc, argv);

@@ -500,40 +500,42 @@ static int resolve_hosts(char *err, size_t errlen) {
 
 /* ======================================================= launched runs */
 
-/* Rank 0's listener, before which the secret was read (main.c): on
- * MASTER_ADDR itself when it is a numeric address of this machine, else
- * on every interface, since a name may resolve to another address here
- * than on the other ranks' hosts (Debian maps its own host name to
- * 127.0.1.1; a Kubernetes Service's address is not the pod's); the HMAC
- * handshake keeps out whoever does not know the secret.  With a
- * rendezvous file: a port of the kernel's choosing, published there. */
+/* Rank 0's listener, before which the secret was read (main.c): only on
+ * the address the other ranks are told to dial (MASTER_ADDR, Slurm's
+ * first host, or this host's name published in the rendezvous file), as
+ * sf__launch_bind_addr finds it here; on every interface, with a notice,
+ * when that is not an address of this machine (a Kubernetes Service's is
+ * not the pod's) or is loopback while ranks run on other hosts.  The HMAC
+ * handshake keeps out whoever does not know the secret either way.  With
+ * a rendezvous file: a port of the kernel's choosing, published there as
+ * the numeric address listened on. */
 static int listen_launched(const sf__launch *L, char *err, size_t errlen) {
   struct sockaddr_storage ss = {0};
   socklen_t sl = sizeof(struct sockaddr_in);
   struct sockaddr_in *in = (struct sockaddr_in *)&ss;
   struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
   uint16_t port = L->rdv[0] ? 0 : (uint16_t)L->port;
-  in->sin_family = AF_INET;
-  in->sin_port = htons(port);
-  in->sin_addr.s_addr = htonl(INADDR_ANY);
-  if (inet_pton(AF_INET6, L->host, &in6->sin6_addr) == 1) {
-    in6->sin6_family = AF_INET6;
-    in6->sin6_port = htons(port);
-    sl = sizeof *in6;
-  } else if (inet_pton(AF_INET, L->host, &in->sin_addr) != 1) {
+  char self[256] = "", why[512] = "";
+  gethostname(self, sizeof self - 1);
+  const char *name = L->rdv[0] ? self : L->host;
+  bool one_addr = sf__launch_bind_addr(L, name, &ss, &sl, why, sizeof why) == 1;
+  if (!one_addr) {
+    ss = (struct sockaddr_storage){0};
+    sl = sizeof *in;
+    in->sin_family = AF_INET;
     in->sin_addr.s_addr = htonl(INADDR_ANY);
+    sf__cluster_note("sflow: %s rank 0: %s, so the control plane listens on every interface "
+                     "(the secret's handshake still admits only the job's ranks)", L->engine,
+                     why);
   }
+  if (ss.ss_family == AF_INET6)
+    in6->sin6_port = htons(port);
+  else
+    in->sin_port = htons(port);
   int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   int rc = fd < 0 ? -1 : bind(fd, (struct sockaddr *)&ss, sl);
-  if (rc && errno == EADDRNOTAVAIL) { /* not this machine's address: every interface */
-    if (ss.ss_family == AF_INET6)
-      in6->sin6_addr = in6addr_any;
-    else
-      in->sin_addr.s_addr = htonl(INADDR_ANY);
-    rc = bind(fd, (struct sockaddr *)&ss, sl);
-  }
   if (rc || listen(fd, 256)) {
     int e = errno;
     snprintf(err, errlen, "rank 0 cannot listen on port %u for the other ranks: %s%s", port,
@@ -548,12 +550,9 @@ static int listen_launched(const sf__launch *L, char *err, size_t errlen) {
   sf__addr_str((struct sockaddr *)&ss, sl, H.listen_addr[0], sizeof H.listen_addr[0], &H.port);
   H.listen_fd[0] = fd;
   H.nlisten = 1;
-  if (L->rdv[0]) {
-    char self[256] = "";
-    gethostname(self, sizeof self - 1);
-    if (sf__launch_publish(L, self, H.port, err, errlen))
-      return -1;
-  }
+  const char *published = one_addr ? H.listen_addr[0] : self;
+  if (L->rdv[0] && sf__launch_publish(L, published, H.port, err, errlen))
+    return -1;
   if (logging())
     sf__cluster_note("sflow: %s rank 0 of %d: control plane listening on %s:%u%s%s", L->engine,
                      L->size, H.listen_addr[0], H.port, L->rdv[0] ? ", published in " : "",

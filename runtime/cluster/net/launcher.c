@@ -14,8 +14,11 @@
  * and is a plain run, not a rank of a world it was never part of.
  */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -417,6 +420,64 @@ int sf__launch_lookup(const sf__launch *L, char *addr, size_t an, unsigned *port
   snprintf(addr, an, "%s", a);
   *port = p;
   return 0;
+}
+
+/* ------------------------------------------------------------ bind */
+
+static bool loopback(const struct sockaddr *sa) {
+  if (sa->sa_family == AF_INET)
+    return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+  const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+  return IN6_IS_ADDR_LOOPBACK(a) ||
+         (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+}
+
+/* Whether this machine has the address (a bind to it, port 0, works). */
+static bool local_address(const struct sockaddr *sa, socklen_t sl) {
+  int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return false;
+  struct sockaddr_storage probe;
+  memcpy(&probe, sa, sl);
+  if (sa->sa_family == AF_INET6)
+    ((struct sockaddr_in6 *)&probe)->sin6_port = 0;
+  else
+    ((struct sockaddr_in *)&probe)->sin_port = 0;
+  bool ok = bind(fd, (struct sockaddr *)&probe, sl) == 0;
+  close(fd);
+  return ok;
+}
+
+int sf__launch_bind_addr(const sf__launch *L, const char *name, struct sockaddr_storage *ss,
+                         socklen_t *sl, char *why, size_t whylen) {
+  /* The hints of the workers' dial (worker_main.c, dial_head): the
+   * first answer is the address a rank on this host connects to. */
+  struct addrinfo hints = {.ai_flags = AI_NUMERICSERV, .ai_socktype = SOCK_STREAM};
+  struct addrinfo *ai = NULL;
+  int g = getaddrinfo(name, "0", &hints, &ai);
+  if (g) {
+    snprintf(why, whylen, "'%s' does not resolve here (%s)", name, gai_strerror(g));
+    return 0;
+  }
+  memcpy(ss, ai->ai_addr, ai->ai_addrlen);
+  *sl = ai->ai_addrlen;
+  freeaddrinfo(ai);
+  char a[64];
+  sf__addr_str((struct sockaddr *)ss, *sl, a, sizeof a, NULL);
+  unsigned char lit[sizeof(struct in6_addr)];
+  bool numeric = inet_pton(AF_INET, name, lit) == 1 || inet_pton(AF_INET6, name, lit) == 1;
+  if (!local_address((struct sockaddr *)ss, *sl)) {
+    snprintf(why, whylen, "'%s' is %s, not an address of this machine", name, a);
+    return 0;
+  }
+  /* Debian maps its own name to 127.0.1.1: a rank on another host would
+   * find the name elsewhere, which a loopback listener does not answer. */
+  if (loopback((struct sockaddr *)ss) && !numeric && L->local_size < L->size) {
+    snprintf(why, whylen, "'%s' is %s here, a loopback address, and %d of the %d ranks run "
+             "on other hosts", name, a, L->size - L->local_size, L->size);
+    return 0;
+  }
+  return 1;
 }
 
 /* ------------------------------------------------------- host list */

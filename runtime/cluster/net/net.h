@@ -141,6 +141,14 @@ int sf__launch_publish(const sf__launch *L, const char *addr, unsigned port, cha
 int sf__launch_lookup(const sf__launch *L, char *addr, size_t an, unsigned *port, char *err,
                       size_t errlen);
 
+/* Where rank 0 listens (head/launch.c): the first address `name` (the
+ * head's host as the workers are told it) resolves to, as a worker dials
+ * it.  1 with *ss (port 0): only there.  0 with why: every interface,
+ * since the name does not resolve, is not an address of this machine
+ * (a Kubernetes Service), or is loopback here while ranks run elsewhere. */
+int sf__launch_bind_addr(const sf__launch *L, const char *name, struct sockaddr_storage *ss,
+                         socklen_t *sl, char *why, size_t whylen);
+
 /* ------------------------------------------------------- hostcheck.c */
 
 /* POSIX sh commands whose output sf__host_check reads (arch, glibc, CPU);
