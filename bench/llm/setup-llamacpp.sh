@@ -18,7 +18,7 @@
 # CPU has them), OpenMP threads (GCC's libgomp), static libraries (the
 # binaries stand alone in bin/), no libcurl/OpenSSL (models are local
 # files), no web UI download.  Override the place with $SFLOW_LLAMACPP and
-# the parallelism with $JOBS (default: nproc).
+# the parallelism with $JOBS (default: nproc), the targets with $TARGETS.
 #
 # Needs only build-essential and cmake (scripts/install-deps.sh has both)
 # and pip (python3 -m pip) to fetch the sdist; pip's isolated build env
@@ -31,7 +31,9 @@ sha=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 commit=0c1e57098
 dir="${SFLOW_LLAMACPP:-$PWD/build/llamacpp}"
 jobs="${JOBS:-$(nproc)}"
-targets=(llama-bench llama-cli llama-completion llama-server)
+# $TARGETS (space-separated) builds fewer, e.g. TARGETS=llama-bench for
+# the decode columns alone (the stamp names them, so a later full run builds the rest).
+read -r -a targets <<<"${TARGETS:-llama-bench llama-cli llama-completion llama-server}"
 flags=(
   -DCMAKE_BUILD_TYPE=Release
   -DGGML_NATIVE=ON
