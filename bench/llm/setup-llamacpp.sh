@@ -58,7 +58,7 @@ tgz="$dir/dl/llama_cpp_python-$ver.tar.gz"
 if ! echo "$sha  $tgz" | sha256sum -c --status 2>/dev/null; then
   echo "setup-llamacpp: downloading llama-cpp-python $ver (sdist, ~77 MB)" >&2
   python3 -m pip download --quiet --disable-pip-version-check --no-input \
-    --no-deps --no-binary :all: "llama-cpp-python==$ver" -d "$dir/dl"
+    --no-deps --no-binary llama-cpp-python "llama-cpp-python==$ver" -d "$dir/dl"
   echo "$sha  $tgz" | sha256sum -c --status ||
     { echo "setup-llamacpp: $tgz: sha256 is not $sha" >&2; exit 1; }
 fi

@@ -395,16 +395,22 @@ struct sf__qx {
   float *d, *s;   /* n × nb: each block's scale dx and sum of x */
 };
 
-#ifdef __clang__
-#pragma STDC FP_CONTRACT OFF
-#define Q_NOFMA
-#elif defined(__GNUC__)
-#define Q_NOFMA __attribute__((optimize("fp-contract=off")))
+/* Q_BAR(v): v is opaque to the compiler from here, so a product before it
+ * is never fused with an addition after it (GCC contracts a * b + c into
+ * a fused multiply-add where the target has one, at -std=gnu11). */
+#if defined(__x86_64__) || defined(__i386__)
+#define Q_BAR(v) __asm__("" : "+x"(v))
+#elif defined(__aarch64__)
+#define Q_BAR(v) __asm__("" : "+w"(v))
 #else
-#define Q_NOFMA
+#define Q_BAR(v)                                                                        \
+  do {                                                                                  \
+    volatile __typeof__(v) q_bar_ = (v);                                                \
+    (v) = q_bar_;                                                                       \
+  } while (0)
 #endif
 
-Q_NOFMA sf__qx *sf__qx_prep(const float *x, int64_t n, int64_t cols) {
+sf__qx *sf__qx_prep(const float *x, int64_t n, int64_t cols) {
   sf__qx *p = sf_alloc(sizeof *p);
   int64_t nb = cols / 32;
   p->n = n, p->cols = cols, p->nb = nb, p->x = x;
@@ -423,8 +429,11 @@ Q_NOFMA sf__qx *sf__qx_prep(const float *x, int64_t n, int64_t cols) {
       }
       float id = amax > 0 ? 127.0f / amax : 0.0f;
       /* round to nearest, ties to even, by 1.5 · 2^23 (|x · id| <= 127) */
-      for (int j = 0; j < 32; j++)
-        q[j] = (int8_t)(int)((xb[j] * id + 12582912.0f) - 12582912.0f);
+      for (int j = 0; j < 32; j++) {
+        float v = xb[j] * id;
+        Q_BAR(v);
+        q[j] = (int8_t)(int)((v + 12582912.0f) - 12582912.0f);
+      }
       p->d[i * nb + b] = amax / 127.0f;
       p->s[i * nb + b] = s;
     }
@@ -441,16 +450,18 @@ void sf__qx_free(sf__qx *p) {
  * t = isum · (dw · dx) + mw · xs (mw: Q4_1's m, Q4_0's -8 dw, Q8_0 none)
  * added to lane b mod 4 of four accumulators, which are then added
  * (a0 + a1) + (a2 + a3).  Never contracted into fused multiply-adds. */
-static Q_NOFMA float fold(const uint8_t *p, uint32_t type, const int32_t *isum, const float *dx,
-                          const float *xs, int64_t nb) {
+static float fold(const uint8_t *p, uint32_t type, const int32_t *isum, const float *dx,
+                  const float *xs, int64_t nb) {
   float a[4] = {0, 0, 0, 0};
   int stride = type == SF__GGML_Q8_0 ? 34 : type == SF__GGML_Q4_1 ? 20 : 18;
   for (int64_t b = 0; b < nb; b++, p += stride) {
-    float dw = f16_at(p), t = (float)isum[b] * (dw * dx[b]);
-    if (type == SF__GGML_Q4_1)
-      t = t + f16_at(p + 2) * xs[b];
-    else if (type == SF__GGML_Q4_0)
-      t = t + (-8.0f * dw) * xs[b];
+    float dw = f16_at(p), dd = dw * dx[b], t = (float)isum[b] * dd;
+    Q_BAR(t);
+    if (type != SF__GGML_Q8_0) {
+      float o = (type == SF__GGML_Q4_1 ? f16_at(p + 2) : -8.0f * dw) * xs[b];
+      Q_BAR(o);
+      t = t + o;
+    }
     a[b & 3] = a[b & 3] + t;
   }
   return (a[0] + a[1]) + (a[2] + a[3]);
@@ -548,15 +559,109 @@ static inline Q_VNNI __m256i dot_u8_vnni(__m256i w, __m256i x) {
     for (; b < nb; b++, p += 34, x += 32)                                                \
       out[b] = hsum1_avx2(dot_s8_##SFX(p + 2, x));                                       \
   }
+/* One output: the integer sums four blocks at a time, each four then
+ * folded in four lanes as fold() does (F16C converts f16 exactly, as
+ * f16_at does); at the row's end the missing lanes add +0, which leaves a
+ * lane (never -0: it starts at +0) as it is.  KIND 0 Q4_0, 1 Q4_1, 2 Q8_0
+ * (constant in each instantiation). */
+#define IDOT_WIDE(SFX, ATTR)                                                            \
+  static inline __attribute__((always_inline)) ATTR __m256i bdot_##SFX(                 \
+      const uint8_t *pb, const int8_t *x, int kind) {                                    \
+    if (kind == 2)                                                                       \
+      return dot_s8_##SFX(pb + 2, x);                                                    \
+    __m128i v = _mm_loadu_si128((const __m128i *)(pb + (kind ? 4 : 2)));                 \
+    __m128i m = _mm_set1_epi8(15);                                                       \
+    __m256i w = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m),                 \
+                                 _mm_and_si128(v, m));                                   \
+    return dot_u8_##SFX(w, _mm256_loadu_si256((const __m256i *)x));                      \
+  }                                                                                      \
+  static inline __attribute__((always_inline)) ATTR __m128 fold4_##SFX(                 \
+      __m128 acc, __m128i is, __m128 dw, __m128 mw, __m128 dx, __m128 xs, int kind) {    \
+    __m128 t = _mm_mul_ps(_mm_cvtepi32_ps(is), _mm_mul_ps(dw, dx));                      \
+    Q_BAR(t);                                                                            \
+    if (kind != 2) {                                                                     \
+      __m128 o = _mm_mul_ps(kind == 1 ? mw : _mm_mul_ps(_mm_set1_ps(-8.0f), dw), xs);    \
+      Q_BAR(o);                                                                          \
+      t = _mm_add_ps(t, o);                                                              \
+    }                                                                                    \
+    return _mm_add_ps(acc, t);                                                           \
+  }                                                                                      \
+  static inline __attribute__((always_inline)) ATTR float idotk_##SFX(                  \
+      const uint8_t *p, const int8_t *x, const float *dx, const float *xs, int64_t nb,   \
+      const int stride, const int kind) {                                                \
+    __m128 acc = _mm_setzero_ps();                                                       \
+    int64_t b = 0;                                                                       \
+    for (; b + 4 <= nb; b += 4, p += 4 * stride, x += 128) {                             \
+      __m128i is = hsum4_avx2(bdot_##SFX(p, x, kind), bdot_##SFX(p + stride, x + 32, kind), \
+                              bdot_##SFX(p + 2 * stride, x + 64, kind),                  \
+                              bdot_##SFX(p + 3 * stride, x + 96, kind));                 \
+      __m128 dw, mw = _mm_setzero_ps();                                                  \
+      if (kind == 1) {                                                                   \
+        uint32_t h[4];                                                                   \
+        for (int k = 0; k < 4; k++)                                                      \
+          memcpy(&h[k], p + k * stride, 4);                                              \
+        __m256 f = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));                 \
+        __m128 lo = _mm256_castps256_ps128(f), hi = _mm256_extractf128_ps(f, 1);         \
+        dw = _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0));                            \
+        mw = _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1));                            \
+      } else {                                                                           \
+        uint16_t h[4];                                                                   \
+        for (int k = 0; k < 4; k++)                                                      \
+          memcpy(&h[k], p + k * stride, 2);                                              \
+        dw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)h));                          \
+      }                                                                                  \
+      acc = fold4_##SFX(acc, is, dw, mw, _mm_loadu_ps(dx + b), _mm_loadu_ps(xs + b), kind); \
+    }                                                                                    \
+    if (b < nb) {                                                                        \
+      __m256i s[4];                                                                      \
+      uint16_t dh[4] = {0}, mh[4] = {0};                                                 \
+      float dxv[4] = {0}, xsv[4] = {0};                                                  \
+      for (int k = 0; k < 4; k++) {                                                      \
+        s[k] = _mm256_setzero_si256();                                                   \
+        if (b + k < nb) {                                                                \
+          s[k] = bdot_##SFX(p + k * stride, x + 32 * k, kind);                           \
+          memcpy(&dh[k], p + k * stride, 2);                                             \
+          if (kind == 1)                                                                 \
+            memcpy(&mh[k], p + k * stride + 2, 2);                                       \
+          dxv[k] = dx[b + k], xsv[k] = xs[b + k];                                        \
+        }                                                                                \
+      }                                                                                  \
+      acc = fold4_##SFX(acc, hsum4_avx2(s[0], s[1], s[2], s[3]),                         \
+                        _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)dh)),              \
+                        _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)mh)),              \
+                        _mm_loadu_ps(dxv), _mm_loadu_ps(xsv), kind);                     \
+    }                                                                                    \
+    float a[4];                                                                          \
+    _mm_storeu_ps(a, acc);                                                               \
+    return (a[0] + a[1]) + (a[2] + a[3]);                                                \
+  }                                                                                      \
+  static ATTR float idot_##SFX(const uint8_t *p, const uint8_t *u, const int8_t *x,      \
+                               const float *dx, const float *xs, int64_t nb, int stride, \
+                               int kind) {                                               \
+    (void)u;                                                                             \
+    if (kind == 2)                                                                       \
+      return idotk_##SFX(p, x, dx, xs, nb, 34, 2);                                       \
+    if (kind == 1)                                                                       \
+      return idotk_##SFX(p, x, dx, xs, nb, 20, 1);                                       \
+    return idotk_##SFX(p, x, dx, xs, nb, 18, 0);                                         \
+  }
+#define Q_AVX2F __attribute__((target("avx2,fma,f16c")))
+#define Q_VNNIF __attribute__((target("avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 ISUM_WIDE(avx2, Q_AVX2)
 ISUM_WIDE(vnni, Q_VNNI)
+IDOT_WIDE(avx2, Q_AVX2F)
+IDOT_WIDE(vnni, Q_VNNIF)
 #pragma GCC diagnostic pop
 #endif
 
 typedef void (*isum_fn)(const uint8_t *, const int8_t *, int64_t, int32_t *);
+/* kind: 0 Q4_0, 1 Q4_1, 2 Q8_0; u: the unpacked nibbles (Q4 only) */
+typedef float (*idot_fn)(const uint8_t *p, const uint8_t *u, const int8_t *x, const float *dx,
+                         const float *xs, int64_t nb, int stride, int kind);
 typedef struct {
   const char *name;
   isum_fn u8, s8;
+  idot_fn dot; /* NULL: isum then fold */
 } ikernel;
 
 static ikernel ipick(void) {
@@ -567,12 +672,12 @@ static ikernel ipick(void) {
   if (!scalar && !no512 && __builtin_cpu_supports("avx512vnni") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx2"))
-    return (ikernel){"avx512vnni", isum_u8_vnni, isum_s8_vnni};
+    return (ikernel){"avx512vnni", isum_u8_vnni, isum_s8_vnni, idot_vnni};
   if (!scalar && __builtin_cpu_supports("avx2"))
-    return (ikernel){"avx2", isum_u8_avx2, isum_s8_avx2};
+    return (ikernel){"avx2", isum_u8_avx2, isum_s8_avx2, idot_avx2};
 #endif
   (void)scalar, (void)no512;
-  return (ikernel){"scalar", isum_u8_scalar, isum_s8_scalar};
+  return (ikernel){"scalar", isum_u8_scalar, isum_s8_scalar, NULL};
 }
 
 const char *sf__q_int_kernel(void) { return ipick().name; }
@@ -597,14 +702,19 @@ static void irows(void *ctx, int64_t lo, int64_t hi) {
   const sf__qx *x = J->x;
   int64_t nb = w->cols / 32;
   bool q8 = w->type == SF__GGML_Q8_0, q41 = w->type == SF__GGML_Q4_1;
-  uint8_t *u = q8 ? NULL : sf_alloc((size_t)(nb > 0 ? nb : 1) * 32);
+  uint8_t *u = q8 || J->k.dot ? NULL : sf_alloc((size_t)(nb > 0 ? nb : 1) * 32);
   int32_t *is = sf_alloc(sizeof(int32_t) * (size_t)(nb > 0 ? nb : 1));
   for (int64_t r = lo; r < hi; r++) {
     const uint8_t *p = (const uint8_t *)w->data + (uint64_t)r * w->row_bytes;
-    if (!q8)
+    if (u)
       unpack_q4(p, q41 ? 20 : 18, q41 ? 4 : 2, nb, u);
+    int stride = q8 ? 34 : q41 ? 20 : 18, kind = q8 ? 2 : q41 ? 1 : 0;
     for (int64_t i = 0; i < x->n; i++) {
       const int8_t *xq = x->q + i * x->cols;
+      if (J->k.dot) {
+        J->y[i * w->rows + r] = J->k.dot(p, u, xq, x->d + i * nb, x->s + i * nb, nb, stride, kind);
+        continue;
+      }
       if (q8)
         J->k.s8(p, xq, nb, is);
       else
