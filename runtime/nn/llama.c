@@ -949,15 +949,17 @@ static pf_fn pf_pick(void) {
   return pf_sse;
 }
 
-/* Decode's products: quant.c's integer products (x quantized per block to
- * 8 bits, as llama.cpp does), or with SFLOW_LLM_ACT=f32 its f32 kernels
- * (each block converted to floats).  Both compute each row in one order
- * whatever the batch, so forward_batch's row i is forward's bits. */
+/* Decode's products: quant.c's f32 kernels (each block converted to
+ * floats), or with SFLOW_LLM_ACT=q8 its integer products (x quantized per
+ * block to 8 bits, as llama.cpp does).  Both compute each row in one order
+ * whatever the batch, so forward_batch's row i is forward's bits.  q8 is
+ * not the default: against transformers a decode step's logits move by up
+ * to 8.8e-2 of the largest (tests/llm decoder wants 1e-3; docs/llm.md). */
 static bool act_f32(void) {
   static int v = -1;
   if (v < 0) {
     const char *e = getenv("SFLOW_LLM_ACT");
-    v = e && !strcmp(e, "f32");
+    v = !(e && !strcmp(e, "q8"));
   }
   return v;
 }
