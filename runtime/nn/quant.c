@@ -12,6 +12,9 @@
  * are converted into a scratch row, then dotted.  The lanes' partial sums
  * are added left to right at the end of the row.
  *
+ * The integer products (below, "integer products") name their AVX-512
+ * VNNI code *_vnni_avx512 for the same rule.
+ *
  * The kernel is defined once (QKERNELS) for three vector widths: four
  * lanes (SSE2, the x86-64 baseline), eight (compiled for AVX2 and FMA, run
  * where the CPU has both) and sixteen (AVX-512F), through GCC's vector
@@ -522,7 +525,7 @@ static inline Q_AVX2 int32_t hsum1_avx2(__m256i a) {
 static inline Q_AVX2 __m256i dot_u8_avx2(__m256i w, __m256i x) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
 }
-static inline Q_VNNI __m256i dot_u8_vnni(__m256i w, __m256i x) {
+static inline Q_VNNI __m256i dot_u8_vnni_avx512(__m256i w, __m256i x) {
   return _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, x);
 }
 /* Signed × signed as |w| × (x with w's sign), the unsigned × signed the
@@ -648,9 +651,9 @@ static inline Q_VNNI __m256i dot_u8_vnni(__m256i w, __m256i x) {
 #define Q_AVX2F __attribute__((target("avx2,fma,f16c")))
 #define Q_VNNIF __attribute__((target("avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 ISUM_WIDE(avx2, Q_AVX2)
-ISUM_WIDE(vnni, Q_VNNI)
+ISUM_WIDE(vnni_avx512, Q_VNNI)
 IDOT_WIDE(avx2, Q_AVX2F)
-IDOT_WIDE(vnni, Q_VNNIF)
+IDOT_WIDE(vnni_avx512, Q_VNNIF)
 #pragma GCC diagnostic pop
 #endif
 
@@ -672,7 +675,7 @@ static ikernel ipick(void) {
   if (!scalar && !no512 && __builtin_cpu_supports("avx512vnni") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx2"))
-    return (ikernel){"avx512vnni", isum_u8_vnni, isum_s8_vnni, idot_vnni};
+    return (ikernel){"avx512vnni", isum_u8_vnni_avx512, isum_s8_vnni_avx512, idot_vnni_avx512};
   if (!scalar && __builtin_cpu_supports("avx2"))
     return (ikernel){"avx2", isum_u8_avx2, isum_s8_avx2, idot_avx2};
 #endif
