@@ -953,8 +953,9 @@ static pf_fn pf_pick(void) {
  * floats), or with SFLOW_LLM_ACT=q8 its integer products (x quantized per
  * block to 8 bits, as llama.cpp does).  Both compute each row in one order
  * whatever the batch, so forward_batch's row i is forward's bits.  q8 is
- * not the default: against transformers a decode step's logits move by up
- * to 8.8e-2 of the largest (tests/llm decoder wants 1e-3; docs/llm.md). */
+ * not the default: a decode step's logits move by up to 8.8e-2 of the
+ * largest from the f32 products', and tests/llm decoder's greedy
+ * continuations leave transformers' (docs/llm.md). */
 static bool act_f32(void) {
   static int v = -1;
   if (v < 0) {
