@@ -18,7 +18,7 @@
 # CPU has them), OpenMP threads (GCC's libgomp), static libraries (the
 # binaries stand alone in bin/), no libcurl/OpenSSL (models are local
 # files), no web UI download.  Override the place with $SFLOW_LLAMACPP and
-# the parallelism with $JOBS (default: nproc).
+# the parallelism with $JOBS (default: nproc), the targets with $TARGETS.
 #
 # Needs only build-essential and cmake (scripts/install-deps.sh has both)
 # and pip (python3 -m pip) to fetch the sdist; pip's isolated build env
@@ -31,7 +31,9 @@ sha=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 commit=0c1e57098
 dir="${SFLOW_LLAMACPP:-$PWD/build/llamacpp}"
 jobs="${JOBS:-$(nproc)}"
-targets=(llama-bench llama-cli llama-completion llama-server)
+# $TARGETS (space-separated) builds fewer, e.g. TARGETS=llama-bench for
+# the decode columns alone (the stamp names them, so a later full run builds the rest).
+read -r -a targets <<<"${TARGETS:-llama-bench llama-cli llama-completion llama-server}"
 flags=(
   -DCMAKE_BUILD_TYPE=Release
   -DGGML_NATIVE=ON
@@ -56,7 +58,7 @@ tgz="$dir/dl/llama_cpp_python-$ver.tar.gz"
 if ! echo "$sha  $tgz" | sha256sum -c --status 2>/dev/null; then
   echo "setup-llamacpp: downloading llama-cpp-python $ver (sdist, ~77 MB)" >&2
   python3 -m pip download --quiet --disable-pip-version-check --no-input \
-    --no-deps --no-binary :all: "llama-cpp-python==$ver" -d "$dir/dl"
+    --no-deps --no-binary llama-cpp-python "llama-cpp-python==$ver" -d "$dir/dl"
   echo "$sha  $tgz" | sha256sum -c --status ||
     { echo "setup-llamacpp: $tgz: sha256 is not $sha" >&2; exit 1; }
 fi

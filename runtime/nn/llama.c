@@ -949,11 +949,34 @@ static pf_fn pf_pick(void) {
   return pf_sse;
 }
 
+/* Decode's products: quant.c's f32 kernels (each block converted to
+ * floats), or with SFLOW_LLM_ACT=q8 its integer products (x quantized per
+ * block to 8 bits, as llama.cpp does).  Both compute each row in one order
+ * whatever the batch, so forward_batch's row i is forward's bits.  q8 is
+ * not the default: a decode step's logits move by up to 8.8e-2 of the
+ * largest from the f32 products', and tests/llm decoder's greedy
+ * continuations leave transformers' (docs/llm.md). */
+static bool act_f32(void) {
+  static int v = -1;
+  if (v < 0) {
+    const char *e = getenv("SFLOW_LLM_ACT");
+    v = !(e && !strcmp(e, "q8"));
+  }
+  return v;
+}
+
+static void dec_product(const sf__qmat *w, const float *x, int64_t n, float *y) {
+  if (act_f32())
+    sf__q_matmul(w, x, n, y);
+  else
+    sf__q_matmul_q8(w, x, n, y);
+}
+
 /* y = x · Wᵀ for n rows of x: the prefill product above from 4 rows on,
- * else quant.c's streaming kernels (decode: each block read once). */
+ * else the decode products (each block read once). */
 static void product(const sf__qmat *w, const float *x, int64_t n, float *y) {
   if (n < 4) {
-    sf__q_matmul(w, x, n, y);
+    dec_product(w, x, n, y);
     return;
   }
   pjob J = {w, x, n, y};
@@ -973,6 +996,7 @@ typedef struct {
   float *y[3];
   int nw;
   const float *x;
+  const sf__qx *qx; /* x quantized once for the chunks (NULL: f32 products) */
 } fjob;
 
 static void fused_rows(void *ctx, int64_t lo, int64_t hi) {
@@ -987,7 +1011,10 @@ static void fused_rows(void *ctx, int64_t lo, int64_t hi) {
       sf__qmat sub = *w;
       sub.rows = b - a;
       sub.data = (const char *)w->data + (uint64_t)a * w->row_bytes;
-      sf__q_matmul(&sub, J->x, 1, J->y[i] + a);
+      if (J->qx)
+        sf__q_matmul_qx(&sub, J->qx, J->y[i] + a);
+      else
+        sf__q_matmul(&sub, J->x, 1, J->y[i] + a);
     }
     base += w->rows;
   }
@@ -999,7 +1026,7 @@ static void products(int nw, const sf__qmat *const *w, const float *x, int64_t n
       product(w[i], x, n, y[i]);
     return;
   }
-  fjob J = {{0}, {0}, nw, x};
+  fjob J = {{0}, {0}, nw, x, act_f32() ? NULL : sf__qx_prep(x, 1, w[0]->cols)};
   int64_t rows = 0;
   for (int i = 0; i < nw; i++) {
     J.w[i] = w[i];
@@ -1008,6 +1035,7 @@ static void products(int nw, const sf__qmat *const *w, const float *x, int64_t n
   }
   int64_t grain = (int64_t)((64 << 10) / w[0]->row_bytes);
   sf__parallel_for(rows, grain > 1 ? grain : 1, fused_rows, &J);
+  sf__qx_free((sf__qx *)J.qx);
 }
 
 /* ---------------------------------------------------------- the layers */
@@ -1354,9 +1382,9 @@ sf_tensor *sf_std_llm_forward_batch(const void *mv, const sf_type *mt, sf_array 
   for (int64_t l = 0; l < m->layers; l++) {
     const layer_w *w = &m->L[l];
     rms(x, w->attn_norm, n, d, m->eps, h);
-    sf__q_matmul(&w->wq, h, n, q);
-    sf__q_matmul(&w->wk, h, n, kk);
-    sf__q_matmul(&w->wv, h, n, vv);
+    dec_product(&w->wq, h, n, q);
+    dec_product(&w->wk, h, n, kk);
+    dec_product(&w->wv, h, n, vv);
     for (int64_t i = 0; i < n; i++) {
       rope(m, q + i * d, 1, m->heads, pos[i]);
       rope(m, kk + i * kvd, 1, m->kv_heads, pos[i]);
@@ -1371,17 +1399,17 @@ sf_tensor *sf_std_llm_forward_batch(const void *mv, const sf_type *mt, sf_array 
       sf__parallel_for(tasks, 1, battn_rows, &J);
     else
       battn_rows(&J, 0, tasks);
-    sf__q_matmul(&w->wo, att, n, h);
+    dec_product(&w->wo, att, n, h);
     for (int64_t i = 0; i < n * d; i++)
       x[i] += h[i];
     rms(x, w->ffn_norm, n, d, m->eps, h);
-    sf__q_matmul(&w->gate, h, n, g);
-    sf__q_matmul(&w->up, h, n, u);
+    dec_product(&w->gate, h, n, g);
+    dec_product(&w->up, h, n, u);
     for (int64_t i = 0; i < n * m->ffn; i++) {
       float gi = g[i];
       g[i] = gi / (1.0f + expf(-gi)) * u[i];
     }
-    sf__q_matmul(&w->down, g, n, h);
+    dec_product(&w->down, g, n, h);
     for (int64_t i = 0; i < n * d; i++)
       x[i] += h[i];
   }
@@ -1390,7 +1418,7 @@ sf_tensor *sf_std_llm_forward_batch(const void *mv, const sf_type *mt, sf_array 
   rms(x, m->out_norm, n, d, m->eps, h);
   int64_t shape[2] = {n, m->vocab};
   sf_tensor *y = sf__t_empty(2, shape, loc);
-  sf__q_matmul(&m->out, h, n, sf__t_wdata(y));
+  dec_product(&m->out, h, n, sf__t_wdata(y));
   float *bufs[] = {x, h, q, att, kk, vv, g, u};
   for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
     sf_free(bufs[i]);

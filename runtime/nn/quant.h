@@ -52,6 +52,23 @@ void sf__q_matmul_ref(const sf__qmat *w, const float *x, int64_t n, float *y);
  * tests, SFLOW_QUANT_KERNEL=sse|avx2|avx512 forces one the CPU has. */
 const char *sf__q_kernel(void);
 
+/* Integer products (the decoder's): x quantized per 32-block to int8
+ * with an f32 scale (sf__qx), each block's sum of products an exact
+ * int32, the float part one fixed order (quant.c, "integer products"), so
+ * y is bitwise the same for every ISA path, thread count and batch size.
+ * Q4_0, Q4_1 and Q8_0 weights; other types go to sf__q_matmul.
+ * sf__q_matmul_q8: split over the pool by rows like sf__q_matmul.
+ * sf__qx_prep / sf__q_matmul_qx: x quantized once, then any number of
+ * products on the caller's thread (a split the caller makes).
+ * sf__q_int_kernel: "avx512vnni", "avx2" or "scalar" (SFLOW_QUANT_KERNEL
+ * =avx2 or =scalar/sse forces a narrower one). */
+typedef struct sf__qx sf__qx;
+sf__qx *sf__qx_prep(const float *x, int64_t n, int64_t cols);
+void sf__qx_free(sf__qx *x);
+void sf__q_matmul_qx(const sf__qmat *w, const sf__qx *x, float *y);
+void sf__q_matmul_q8(const sf__qmat *w, const float *x, int64_t n, float *y);
+const char *sf__q_int_kernel(void);
+
 /* ------------------------------------------------------------- llm.c */
 
 /* std.llm's externs (stdlib/llm.sflow); each names the file and the key

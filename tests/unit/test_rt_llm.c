@@ -375,6 +375,128 @@ static void test_quant_products(void) {
   fprintf(stderr, "\n  ");
 }
 
+/* The integer products' documented arithmetic, written again here from
+ * quant.h / quant.c's comment: x per 32-block to int8 (scale amax / 127,
+ * round to nearest even), each block's exact int32 sum, then t = isum ·
+ * (dw · dx) + mw · xs into lane b mod 4, lanes added (a0 + a1) + (a2 + a3).
+ * volatile stores keep each operation a separate IEEE one. */
+static float q8_spec(const sf__qmat *w, int64_t r, const float *x) {
+  int64_t nb = w->cols / 32;
+  int stride = w->type == SF__GGML_Q8_0 ? 34 : w->type == SF__GGML_Q4_1 ? 20 : 18;
+  const uint8_t *p = (const uint8_t *)w->data + (uint64_t)r * w->row_bytes;
+  volatile float a[4] = {0, 0, 0, 0};
+  for (int64_t b = 0; b < nb; b++, p += stride) {
+    const float *xb = x + 32 * b;
+    float amax = 0, xs = 0;
+    for (int j = 0; j < 32; j++) {
+      amax = fabsf(xb[j]) > amax ? fabsf(xb[j]) : amax;
+      volatile float t = xs + xb[j];
+      xs = t;
+    }
+    float id = amax > 0 ? 127.0f / amax : 0.0f;
+    volatile float dx = amax / 127.0f;
+    int32_t isum = 0;
+    for (int j = 0; j < 32; j++) {
+      volatile float v = xb[j] * id;
+      int q = (int)rintf(v); /* ties to even in the default mode */
+      int wq = w->type == SF__GGML_Q8_0 ? (int8_t)p[2 + j]
+               : j < 16 ? p[stride - 16 + j] & 15 : p[stride - 32 + j] >> 4;
+      isum += q * wq;
+    }
+    float dw = sf__f16_to_f32((uint16_t)(p[0] | p[1] << 8));
+    volatile float dd = dw * dx;
+    volatile float t = (float)isum * dd;
+    if (w->type != SF__GGML_Q8_0) {
+      float mw = w->type == SF__GGML_Q4_1 ? sf__f16_to_f32((uint16_t)(p[2] | p[3] << 8)) : -8.0f * dw;
+      volatile float o = mw * xs;
+      t = t + o;
+    }
+    a[b & 3] = a[b & 3] + t;
+  }
+  volatile float l = a[0] + a[1], h = a[2] + a[3];
+  return l + h;
+}
+
+/* Integer products (sf__q_matmul_q8): every ISA path the CPU has gives
+ * the spec's bits above, so bitwise each other; a batch of 3 bitwise three
+ * batches of 1; prepared x (sf__q_matmul_qx) over rows split at odd places
+ * (as a pool of any size splits them) the same bits; and within 1e-2 of
+ * the f32 reference relative to Σ|x||w| (8-bit x; printed). */
+static void test_quant_int_products(void) {
+  static const int64_t shapes[][2] = {{576, 576}, {1536, 576}, {576, 1536}, {192, 576}, {64, 96}};
+  static const uint32_t types[] = {SF__GGML_Q4_1, SF__GGML_Q8_0, SF__GGML_Q4_0};
+  static const char *const kernels[] = {"scalar", "avx2", "avx512vnni"};
+  static const char *const force[] = {"scalar", "avx2", "avx512"};
+  int ran = 0;
+  for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+      int64_t rows = shapes[s][0], cols = shapes[s][1], n = 3;
+      uint64_t rb;
+      uint8_t *wd = random_weight(types[ti], rows, cols, &rb);
+      sf__qmat w = {types[ti], rows, cols, rb, wd};
+      float *x = malloc(sizeof(float) * (size_t)(n * cols));
+      float *ref = malloc(sizeof(float) * (size_t)(n * rows)), *y = malloc(sizeof(float) * (size_t)(n * rows));
+      float *spec = malloc(sizeof(float) * (size_t)(n * rows)), *y1 = malloc(sizeof(float) * (size_t)rows);
+      float *row = malloc(sizeof(float) * (size_t)cols);
+      for (int64_t i = 0; i < n * cols; i++)
+        x[i] = frand(-2, 2);
+      for (int64_t j = 0; j < 32; j++)
+        x[j] = 0; /* an all-zero block: scale 0 */
+      x[40] = 0.5f, x[41] = -0.5f; /* exact ties after scaling by 127/amax are rare; these are not ties */
+      for (int64_t i = 0; i < n; i++)
+        for (int64_t r = 0; r < rows; r++)
+          spec[i * rows + r] = q8_spec(&w, r, x + i * cols);
+      sf__q_matmul_ref(&w, x, n, ref);
+      for (int k = 0; k < 3; k++) {
+        setenv("SFLOW_QUANT_KERNEL", force[k], 1);
+        if (strcmp(sf__q_int_kernel(), kernels[k]))
+          continue; /* the CPU lacks it */
+        ran |= 1 << k;
+        sf__q_matmul_q8(&w, x, n, y);
+        int as_spec = !memcmp(y, spec, sizeof(float) * (size_t)(n * rows));
+        int same = 1;
+        for (int64_t i = 0; i < n; i++) {
+          sf__q_matmul_q8(&w, x + i * cols, 1, y1);
+          same &= !memcmp(y1, y + i * rows, sizeof(float) * (size_t)rows);
+        }
+        /* prepared once, rows in chunks of 1, 7, 13, ... */
+        sf__qx *qx = sf__qx_prep(x, 1, cols);
+        for (int64_t lo = 0, c = 1; lo < rows; lo += c, c += 6) {
+          sf__qmat sub = w;
+          sub.rows = lo + c <= rows ? c : rows - lo;
+          sub.data = wd + (uint64_t)lo * rb;
+          sf__q_matmul_qx(&sub, qx, y1 + lo);
+        }
+        sf__qx_free(qx);
+        int split = !memcmp(y1, y, sizeof(float) * (size_t)rows);
+        double worst = 0;
+        for (int64_t r = 0; r < rows; r++) {
+          sf__q_dequant_row(&w, r, row);
+          for (int64_t i = 0; i < n; i++) {
+            double scale = 0;
+            for (int64_t j = 0; j < cols; j++)
+              scale += fabs((double)x[i * cols + j] * row[j]);
+            double e = fabs((double)y[i * rows + r] - ref[i * rows + r]) / (scale + 1e-30);
+            worst = e > worst ? e : worst;
+          }
+        }
+        fprintf(stderr, "\n    q8 %s %s %lldx%lld: max |y - ref| / sum|xw| = %.2e%s%s%s", kernels[k],
+                sf__ggml_type_name(types[ti]), (long long)rows, (long long)cols, worst,
+                as_spec ? "" : " (not the spec's bits)", same ? "" : " (batch 3 differs)",
+                split ? "" : " (split rows differ)");
+        CU_ASSERT(as_spec);
+        CU_ASSERT(same);
+        CU_ASSERT(split);
+        CU_ASSERT(worst < 1e-2);
+      }
+      free(wd), free(x), free(ref), free(y), free(spec), free(y1), free(row);
+    }
+  unsetenv("SFLOW_QUANT_KERNEL");
+  CU_ASSERT(ran & 1); /* the portable path runs everywhere */
+  fprintf(stderr, "\n    integer paths run here: %s%s%s\n  ", ran & 1 ? "scalar " : "",
+          ran & 2 ? "avx2 " : "", ran & 4 ? "avx512vnni" : "");
+}
+
 int main(int argc, char **argv) {
   static const rt_test tests[] = {
       {"gguf_reads", test_gguf_reads},
@@ -383,6 +505,7 @@ int main(int argc, char **argv) {
       {"gguf_open_errors", test_gguf_open_errors},
       {"f16", test_f16},
       {"quant_products", test_quant_products},
+      {"quant_int_products", test_quant_int_products},
       {NULL, NULL},
   };
   return rt_run("rt_llm", tests, argc, argv);
