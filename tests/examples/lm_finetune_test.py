@@ -19,7 +19,9 @@ Cases:
              lower measured activations, bf16 autocast's losses within 5e-3
              of f32's; then lm_finetune --checkpoint-blocks all and 0,2 give
              the plain run's step losses in full (its --metrics file)
-             bitwise, --autocast bf16 within 5e-3, and a bad spec or
+             bitwise, --autocast bf16 within 5e-3, --plan's activations
+             fall with checkpointing and predict a later micro-batch's
+             growth within 10%, and a bad spec, --plan with 2 workers or
              --autocast value a clear error
   bad        a missing --data, a --model that is no GGUF, an unknown
              --lora-targets entry: a clear error, non-zero exit
@@ -341,13 +343,20 @@ def case_memory(sflowc, exe, tmp):
         f.write(SMALL_TEXT)
     base = ["--data", small, "--steps", "2", "--seq-len", "16", "--batch", "2", "--lora-rank", "4",
             "--lr", "1e-3", "--journal=false"]
-    losses = {}
+    losses, acts = {}, {}
     for name, extra in [("plain", []), ("all", ["--checkpoint-blocks", "all"]),
                         ("list", ["--checkpoint-blocks", "0,2"]), ("bf16", ["--autocast", "bf16"])]:
         m = os.path.join(tmp, "memory-%s.csv" % name)
-        q = run(exe, *base, *extra, "--metrics", m, cwd=tmp)
+        q = run(exe, *base, *extra, "--metrics", m, "--plan", cwd=tmp)
         check(q.returncode == 0, "lm_finetune %s: exit %d %s" % (extra, q.returncode, q.stderr.strip()[-200:]))
         losses[name] = metrics_losses(m) if q.returncode == 0 else []
+        a = re.search(r"activations ([\d.]+) \(measured", q.stdout)
+        g = re.search(r"growth: predicted ([\d.]+) MB, measured ([\d.]+) MB", q.stdout)
+        acts[name] = float(a.group(1)) if a else 0.0
+        check(g is not None and abs(float(g.group(1)) - float(g.group(2))) <= 0.1 * float(g.group(2)),
+              "--plan %s: a later micro-batch's growth within 10%% of the plan's (%s)" % (extra, g and g.groups()))
+    check(0 < acts["all"] < acts["list"] < acts["plain"],
+          "--plan: the measured activations fall with checkpointing (%s)" % acts)
     check(len(losses["plain"]) == 2 and losses["all"] == losses["plain"] and losses["list"] == losses["plain"],
           "--checkpoint-blocks all and 0,2: the step losses bitwise (%s)" % losses)
     worst = max([abs(a - b) / abs(b) for a, b in zip(losses["bf16"], losses["plain"])] or [1.0])
@@ -356,7 +365,8 @@ def case_memory(sflowc, exe, tmp):
     for flags, want in [(["--checkpoint-blocks", "30"], r"checkpoint block 30 of a model with 30 blocks"),
                         (["--checkpoint-blocks", "every:0"], r"every:K needs a whole K of at least 1"),
                         (["--checkpoint-blocks", "some"], r"\"some\" is not none, all, every:K or a list"),
-                        (["--autocast", "fp16"], r"--autocast must be f32 or bf16, not fp16")]:
+                        (["--autocast", "fp16"], r"--autocast must be f32 or bf16, not fp16"),
+                        (["--plan", "--workers", "2"], r"--plan measures this process's tensors: use it with --workers 1")]:
         q = run(exe, *base, *flags, cwd=tmp)
         check(q.returncode != 0 and re.search(want, q.stderr) is not None,
               "%s: exit %d, %s" % (flags, q.returncode, q.stderr.strip()[-200:]))
