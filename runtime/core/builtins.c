@@ -60,6 +60,7 @@ double sf_now(void) { return tapped(mono_seconds() - start_time, true); }
 _Thread_local sf__rng sf__rng_cur; /* zero: main before any rand_seed, key mix64(0) = 0 */
 _Thread_local bool sf__no_grad; /* std.nn: off; the scheduler resets it per call */
 _Thread_local bool sf__autocast; /* std.nn: off; reset per call as no_grad */
+_Thread_local int32_t sf__nn_ckpt_depth; /* std.nn: 0; reset per call as no_grad */
 
 /* The splitmix64 finalizer (Steele, Lea, Flood): a bijection of 64-bit
  * words whose outputs for neighbouring inputs look unrelated. */

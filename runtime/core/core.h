@@ -411,6 +411,10 @@ extern _Thread_local bool sf__no_grad;
 /* std.nn's autocast switch (matmul and Linear in bf16 with f32
  * accumulation), held and reset exactly like no_grad. */
 extern _Thread_local bool sf__autocast;
+/* std.nn's nn.checkpoint: > 0 while a checkpointed function's forward
+ * runs on this thread, when no_grad(false) leaves recording off (custom.c);
+ * held and reset per call exactly like no_grad. */
+extern _Thread_local int32_t sf__nn_ckpt_depth;
 uint64_t sf__rng_mix(uint64_t key, uint64_t index); /* the key of child `index` of key */
 /* The key of the next task call or spawn the running call makes. */
 static inline uint64_t sf__rng_child(void) {

@@ -201,28 +201,22 @@ static int64_t collect(sf__node *root, sf__node ***out, const sf_loc *loc) {
   return n;
 }
 
-void sf__backward(sf_tensor *loss, const sf_loc *loc) {
-  char sb[SF__SHAPE_BUF];
-  sf__t_arg(loss, "backward", loc);
-  if (loss->numel != 1)
-    sf_runtime_error(loc, "backward: the loss must have one element, but its shape is %s "
-                     "(reduce it first, e.g. with mean or sum)", SF__SHP(loss, sb));
-  if (!loss->req)
-    sf_runtime_error(loc, "backward: the loss (shape %s) has no path to a param: it was made "
-                     "from no param, or under no_grad(true)", SF__SHP(loss, sb));
-  if (!loss->node) { /* the loss is a param itself */
-    sf__grad_add(loss, sf__nn_gpu_here(loc) ? sf__gpu_full(loss->ndim, loss->shape, 1.0f, loc)
-                                            : sf__t_full(loss->ndim, loss->shape, 1.0f));
+/* Runs the tape out reaches with seed (out's shape, borrowed) as out's
+ * gradient: every node once, newest first, then releases them all. */
+static void run_backward(sf_tensor *out, sf_tensor *seed, const sf_loc *loc) {
+  if (!out->node) { /* out is a param itself */
+    sf_retain(seed);
+    sf__grad_add(out, seed);
     return;
   }
   sf__node **nodes;
-  int64_t n = collect(loss->node, &nodes, loc);
+  int64_t n = collect(out->node, &nodes, loc);
   qsort(nodes, (size_t)n, sizeof *nodes, newest_first);
   bool saved = sf__no_grad;
   sf__no_grad = true;
-  sf_release(loss->node->grad);
-  loss->node->grad = sf__nn_gpu_here(loc) ? sf__gpu_full(loss->ndim, loss->shape, 1.0f, loc)
-                                          : sf__t_full(loss->ndim, loss->shape, 1.0f);
+  sf_retain(seed);
+  sf_release(out->node->grad);
+  out->node->grad = seed;
   for (int64_t i = 0; i < n; i++) {
     sf__node *x = nodes[i];
     sf_tensor *g = x->grad;
@@ -239,6 +233,26 @@ void sf__backward(sf_tensor *loss, const sf_loc *loc) {
   for (int64_t i = 0; i < n; i++)
     sf__node_unref(nodes[i]);
   sf_free(nodes);
+}
+
+void sf__backward(sf_tensor *loss, const sf_loc *loc) {
+  char sb[SF__SHAPE_BUF];
+  sf__t_arg(loss, "backward", loc);
+  if (loss->numel != 1)
+    sf_runtime_error(loc, "backward: the loss must have one element, but its shape is %s "
+                     "(reduce it first, e.g. with mean or sum)", SF__SHP(loss, sb));
+  if (!loss->req)
+    sf_runtime_error(loc, "backward: the loss (shape %s) has no path to a param: it was made "
+                     "from no param, or under no_grad(true)", SF__SHP(loss, sb));
+  sf_tensor *one = sf__nn_gpu_here(loc) ? sf__gpu_full(loss->ndim, loss->shape, 1.0f, loc)
+                                        : sf__t_full(loss->ndim, loss->shape, 1.0f);
+  run_backward(loss, one, loc);
+  sf_release(one);
+}
+
+void sf__backward_from(sf_tensor *out, sf_tensor *g, const sf_loc *loc) {
+  if (out->req)
+    run_backward(out, g, loc);
 }
 
 sf_tensor *sf__t_grad(sf_tensor *t) {

@@ -218,6 +218,133 @@ sf_tensor *sf_std_nn_custom(sf_tensor *out, sf_array *inputs, int64_t backward,
   return r;
 }
 
+/* ----------------------------------------------------- nn.checkpoint */
+
+/* f(inputs, args) -> its output, as generated code calls a value of type
+ * fn(tensor[], f64[]) -> tensor: arguments borrowed, the result owned. */
+typedef sf_tensor *(*ckpt_fn)(sf_array *inputs, sf_array *args);
+
+/* What the recompute must see as the forward did: the random stream
+ * (dropout with seed -1 draws the same mask) and the autocast switch.
+ * Kept in node->idx (malloc'ed, freed with the node). */
+typedef struct {
+  sf__rng rng;
+  bool autocast;
+} ckpt_state;
+
+static sf_tensor *ckpt_call(int64_t f, sf_array *ins, sf_array *args, const sf_loc *loc,
+                            const char *when) {
+  sf_tensor *y = ((ckpt_fn)sf__fns[f])(ins, args);
+  if (!y)
+    sf_runtime_error(loc, "nn.checkpoint: function '%s' returned an unset tensor (%s)",
+                     fn_name(f), when);
+  return y;
+}
+
+/* The node's rule: n->more the inputs, n->targets a copy of args, n->i0
+ * the function value, n->idx the forward's ckpt_state, n->shape the
+ * forward's output shape, n->at the nn.checkpoint call.  The function
+ * runs again with recording on, over fresh leaves for the inputs that
+ * have a history (a leaf, a param or a plain tensor, is used as it is, so
+ * a weight's gradient is added to it directly), and a backward inside
+ * this backward takes g through that recomputed tape alone. */
+static void ckpt_backward(sf__node *n, sf_tensor *g) {
+  char sa[SF__SHAPE_BUF], sb[SF__SHAPE_BUF];
+  const sf_loc *loc = n->at;
+  const ckpt_state *st = (const ckpt_state *)n->idx;
+  sf_array *ins = sf_array_new(&sf__type_tensor, n->nmore, loc);
+  sf_tensor **leaf = ins->data;
+  for (int32_t i = 0; i < n->nmore; i++) {
+    sf_tensor *x = n->more[i];
+    if (x->node) {
+      leaf[i] = sf__t_view(x, x->ndim, x->shape, x->strides, x->offset);
+      leaf[i]->req = true;
+    } else {
+      sf_retain(x);
+      leaf[i] = x;
+    }
+  }
+  sf__rng rng = sf__rng_cur;
+  bool autocast = sf__autocast;
+  int32_t depth = sf__nn_ckpt_depth;
+  sf__rng_cur = st->rng;
+  sf__autocast = st->autocast;
+  sf__nn_ckpt_depth = 0;
+  sf__no_grad = false;
+  sf_tensor *y = ckpt_call(n->i0, ins, n->targets, loc, "in the recompute of backward");
+  sf__no_grad = true; /* the outer backward's rules record nothing */
+  sf__rng_cur = rng;
+  sf__autocast = autocast;
+  sf__nn_ckpt_depth = depth;
+  if (y->ndim != n->ndim || memcmp(y->shape, n->shape, sizeof(int64_t) * (size_t)n->ndim)) {
+    sf__shape_str(n->ndim, n->shape, sb);
+    SF__SHP(y, sa);
+    sf_release(y);
+    sf_release(ins);
+    sf_runtime_error(loc, "nn.checkpoint: function '%s' gave shape %s in the recompute of "
+                     "backward but %s in the forward (it must compute the same thing both "
+                     "times)", fn_name(n->i0), sa, sb);
+  }
+  sf__backward_from(y, g, loc);
+  sf_release(y);
+  for (int32_t i = 0; i < n->nmore; i++) {
+    sf_tensor *x = n->more[i];
+    if (x->node && leaf[i]->grad) {
+      sf_retain(leaf[i]->grad);
+      sf__grad_add(x, leaf[i]->grad);
+    }
+  }
+  sf_release(ins);
+}
+
+sf_tensor *sf_std_nn_checkpoint(int64_t f, sf_array *inputs, sf_array *args, const sf_loc *loc) {
+  if (f <= 0 || f >= sf__nfns)
+    sf_fn_unset(loc);
+  int32_t nin = inputs ? (int32_t)inputs->len : 0;
+  sf_tensor **ins = nin ? (sf_tensor **)inputs->data : NULL;
+  bool req = false;
+  for (int32_t i = 0; i < nin; i++) {
+    if (!ins[i])
+      sf_runtime_error(loc, "nn.checkpoint: input %d is unset (a field or variable never "
+                       "assigned)", i);
+    req = req || ins[i]->req;
+  }
+  if (!req || sf__no_grad) /* nothing to record: a plain call */
+    return ckpt_call(f, inputs, args, loc, "in the forward");
+  ckpt_state *st = malloc(sizeof *st);
+  if (!st)
+    sf_runtime_error(loc, "nn.checkpoint: out of memory");
+  st->rng = sf__rng_cur;
+  st->autocast = sf__autocast;
+  /* A copy of args, whose caller may change the array later. */
+  int64_t na = args ? args->len : 0;
+  sf_array *a = sf_array_new(&sf_type_f64, na, loc);
+  if (na)
+    memcpy(a->data, args->data, sizeof(double) * (size_t)na);
+  sf__nn_ckpt_depth++;
+  sf__no_grad = true;
+  sf_tensor *y = ((ckpt_fn)sf__fns[f])(inputs, a);
+  sf__nn_ckpt_depth--;
+  sf__no_grad = false; /* recording was on (checked above) */
+  sf__autocast = st->autocast; /* f's own switches end with it */
+  if (!y) {
+    free(st);
+    sf_release(a);
+    sf_runtime_error(loc, "nn.checkpoint: function '%s' returned an unset tensor (in the "
+                     "forward)", fn_name(f));
+  }
+  /* A fresh header: the output's own history (none, under no_grad) is not
+   * followed; its values are what the node's output holds. */
+  sf_tensor *r = sf__t_view(y, y->ndim, y->shape, y->strides, y->offset);
+  sf_release(y);
+  sf__node *n = sf__record_n("checkpoint", r, ckpt_backward, ins, nin);
+  n->i0 = f;
+  n->targets = a;
+  n->idx = (int64_t *)st;
+  n->at = loc;
+  return r;
+}
+
 /* ------------------------------------------------------ outputs */
 
 /* Made where the running call's tensors live (the tensor rule), so that a

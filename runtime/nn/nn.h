@@ -139,6 +139,9 @@ void sf__custom_install(void);
  * node calls the function value backward(inputs, out, grad). */
 sf_tensor *sf_std_nn_custom(sf_tensor *out, sf_array *inputs, int64_t backward,
                             const sf_loc *loc);
+/* nn.checkpoint(f, inputs, args): f(inputs, args) without its
+ * activations on the tape, recomputed in backward. */
+sf_tensor *sf_std_nn_checkpoint(int64_t f, sf_array *inputs, sf_array *args, const sf_loc *loc);
 sf_tensor *sf_std_nn_empty_like(sf_tensor *t, const sf_loc *loc);
 sf_tensor *sf_std_nn_zeros_like(sf_tensor *t, const sf_loc *loc);
 int64_t sf_std_nn_numel(sf_tensor *t, const sf_loc *loc);
@@ -446,6 +449,10 @@ float *sf__grad_acc_buf(sf_tensor *x);
 void sf__node_unref(sf__node *n);
 /* backward(loss): loss has one element and a path to a param. */
 void sf__backward(sf_tensor *loss, const sf_loc *loc);
+/* The same from any tensor out, g (out's shape, contiguous, borrowed) its
+ * gradient: nn.checkpoint's backward inside a backward.  Nothing when out
+ * requires no gradient. */
+void sf__backward_from(sf_tensor *out, sf_tensor *g, const sf_loc *loc);
 /* The gradient of a param (created as zeros and kept when none yet; a
  * tensor that is no param gets fresh zeros). Owned. */
 sf_tensor *sf__t_grad(sf_tensor *t);

@@ -163,7 +163,9 @@ sf_tensor *sf_std_nn_grad(sf_tensor *t, const sf_loc *loc) {
   return sf__t_grad(sf__t_arg(t, "grad", loc));
 }
 
-void sf_std_nn_no_grad(bool on, const sf_loc *loc) { sf__no_grad = on; }
+/* Inside a checkpointed function's forward (nn.checkpoint) recording
+ * stays off whatever the function asks: its recompute records. */
+void sf_std_nn_no_grad(bool on, const sf_loc *loc) { sf__no_grad = on || sf__nn_ckpt_depth > 0; }
 
 void sf_std_nn_zero_grad(sf_array *ps, const sf_loc *loc) {
   for (int64_t i = 0; ps && i < ps->len; i++) {

@@ -253,6 +253,8 @@ static void run_method(sf_actor *a, msg *m, run *r) {
   sf__no_grad = false;
   bool was_autocast = sf__autocast; /* and in f32 */
   sf__autocast = false;
+  int32_t was_ckpt = sf__nn_ckpt_depth; /* outside any nn.checkpoint's forward */
+  sf__nn_ckpt_depth = 0;
   sf__print_mute = was_muted || m->mute;
   if (m->keep)
     sf__print_keep = m->keep;
@@ -263,6 +265,7 @@ static void run_method(sf_actor *a, msg *m, run *r) {
   sf__rng_cur = was_rng;
   sf__no_grad = was_no_grad;
   sf__autocast = was_autocast;
+  sf__nn_ckpt_depth = was_ckpt;
   sf__capture_end(&r->cap);
   sf__running_actor = saved;
   sf__trace_event(r->md->name, m->kind == MSG_INIT ? "init" : "call", t0, 0, r->why);

@@ -222,6 +222,8 @@ static void run_task(task_rec *t) {
   sf__no_grad = false;
   bool saved_autocast = sf__autocast; /* and in f32 */
   sf__autocast = false;
+  int32_t saved_ckpt = sf__nn_ckpt_depth; /* outside any nn.checkpoint's forward */
+  sf__nn_ckpt_depth = 0;
   int32_t attempt = atomic_load(&t->owner);
   for (;;) {
     memset(res, 0, (size_t)size);
@@ -289,6 +291,7 @@ static void run_task(task_rec *t) {
   sf__rng_cur = saved_rng;
   sf__no_grad = saved_no_grad;
   sf__autocast = saved_autocast;
+  sf__nn_ckpt_depth = saved_ckpt;
   if (res != small)
     sf_free(res);
   sf__resources_give(t->need, dev);

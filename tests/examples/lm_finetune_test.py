@@ -14,6 +14,15 @@ Cases:
   decoder    tests/llm/lm_decoder.sflow: std.lm's logits against llm.forward's
              (the C fast path), batching, merge, adapter files, padding,
              which gradients a LoRA backward reaches
+  memory     tests/llm/lm_memory.sflow: std.lm's forward_with checkpointing
+             (all, every:2) bitwise as without over three AdamW steps with
+             lower measured activations, bf16 autocast's losses within 5e-3
+             of f32's; then lm_finetune --checkpoint-blocks all and 0,2 give
+             the plain run's step losses in full (its --metrics file)
+             bitwise, --autocast bf16 within 5e-3, --plan's activations
+             fall with checkpointing and predict a later micro-batch's
+             growth within 10%, and a bad spec, --plan with 2 workers or
+             --autocast value a clear error
   bad        a missing --data, a --model that is no GGUF, an unknown
              --lora-targets entry: a clear error, non-zero exit
   workers_lora, workers_full
@@ -321,10 +330,52 @@ def case_decoder(sflowc, tmp):
           "lm_decoder: exit %d, %d checks ok %s" % (p.returncode, p.stdout.count("ok "), p.stderr.strip()[-300:]))
 
 
+def case_memory(sflowc, exe, tmp):
+    prog = os.path.join(tmp, "lm_memory")
+    subprocess.run([sflowc, os.path.join(ROOT, "tests", "llm", "lm_memory.sflow"), "-o", prog], check=True)
+    p = subprocess.run([prog, "--gguf", GGUF], capture_output=True, text=True, timeout=600,
+                       stdin=subprocess.DEVNULL)
+    sys.stdout.write(p.stdout)
+    check(p.returncode == 0 and p.stdout.count("ok ") == 5,
+          "lm_memory: exit %d, %d checks ok %s" % (p.returncode, p.stdout.count("ok "), p.stderr.strip()[-300:]))
+    small = os.path.join(tmp, "small-memory.txt")
+    with open(small, "w") as f:
+        f.write(SMALL_TEXT)
+    base = ["--data", small, "--steps", "2", "--seq-len", "16", "--batch", "2", "--lora-rank", "4",
+            "--lr", "1e-3", "--journal=false"]
+    losses, acts = {}, {}
+    for name, extra in [("plain", []), ("all", ["--checkpoint-blocks", "all"]),
+                        ("list", ["--checkpoint-blocks", "0,2"]), ("bf16", ["--autocast", "bf16"])]:
+        m = os.path.join(tmp, "memory-%s.csv" % name)
+        q = run(exe, *base, *extra, "--metrics", m, "--plan", cwd=tmp)
+        check(q.returncode == 0, "lm_finetune %s: exit %d %s" % (extra, q.returncode, q.stderr.strip()[-200:]))
+        losses[name] = metrics_losses(m) if q.returncode == 0 else []
+        a = re.search(r"activations ([\d.]+) \(measured", q.stdout)
+        g = re.search(r"growth: predicted ([\d.]+) MB, measured ([\d.]+) MB", q.stdout)
+        acts[name] = float(a.group(1)) if a else 0.0
+        check(g is not None and abs(float(g.group(1)) - float(g.group(2))) <= 0.1 * float(g.group(2)),
+              "--plan %s: a later micro-batch's growth within 10%% of the plan's (%s)" % (extra, g and g.groups()))
+    check(0 < acts["all"] < acts["list"] < acts["plain"],
+          "--plan: the measured activations fall with checkpointing (%s)" % acts)
+    check(len(losses["plain"]) == 2 and losses["all"] == losses["plain"] and losses["list"] == losses["plain"],
+          "--checkpoint-blocks all and 0,2: the step losses bitwise (%s)" % losses)
+    worst = max([abs(a - b) / abs(b) for a, b in zip(losses["bf16"], losses["plain"])] or [1.0])
+    check(len(losses["bf16"]) == 2 and 0 < worst < 5e-3,
+          "--autocast bf16: step losses within 5e-3 relative of f32's (%.2g)" % worst)
+    for flags, want in [(["--checkpoint-blocks", "30"], r"checkpoint block 30 of a model with 30 blocks"),
+                        (["--checkpoint-blocks", "every:0"], r"every:K needs a whole K of at least 1"),
+                        (["--checkpoint-blocks", "some"], r"\"some\" is not none, all, every:K or a list"),
+                        (["--autocast", "fp16"], r"--autocast must be f32 or bf16, not fp16"),
+                        (["--plan", "--workers", "2"], r"--plan measures this process's tensors: use it with --workers 1")]:
+        q = run(exe, *base, *flags, cwd=tmp)
+        check(q.returncode != 0 and re.search(want, q.stderr) is not None,
+              "%s: exit %d, %s" % (flags, q.returncode, q.stderr.strip()[-200:]))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sflowc", required=True)
-    ap.add_argument("--only", choices=("reference", "files", "bad", "decoder", "example", "workers_lora",
+    ap.add_argument("--only", choices=("reference", "files", "bad", "decoder", "memory", "example", "workers_lora",
                                        "workers_full", "resume"),
                     default=None, help="example: reference, files and bad")
     args = ap.parse_args()
@@ -338,6 +389,8 @@ def main():
         subprocess.run([args.sflowc, os.path.join(ROOT, "examples", "lm_finetune.sflow"), "-o", exe], check=True)
         if args.only in (None, "decoder"):
             case_decoder(args.sflowc, tmp)
+        if args.only in (None, "memory"):
+            case_memory(args.sflowc, exe, tmp)
         if args.only in (None, "bad", "example"):
             case_bad(exe, tmp)
         if args.only in (None, "files", "example"):

@@ -45,6 +45,13 @@ set_tests_properties(examples/finetune PROPERTIES TIMEOUT 900)
 add_test(NAME lm/decoder
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/examples/lm_finetune_test.py
           --sflowc $<TARGET_FILE:sflowc> --only decoder)
+# Activation checkpointing and bf16 autocast (std.lm's forward_with,
+# lm_finetune --checkpoint-blocks / --autocast): bitwise, less memory,
+# bf16 within 5e-3 of f32 (lm/memory).
+add_test(NAME lm/memory
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/examples/lm_finetune_test.py
+          --sflowc $<TARGET_FILE:sflowc> --only memory)
+set_tests_properties(lm/memory PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77)
 add_test(NAME examples/lm_finetune
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/examples/lm_finetune_test.py
           --sflowc $<TARGET_FILE:sflowc> --only example)
