@@ -113,4 +113,6 @@ foreach(isa avx512 avx2 portable)
   set_tests_properties(unit/test_rt_nn_gemm_${isa} PROPERTIES ENVIRONMENT SFLOW_GEMM_ISA=${isa})
 endforeach()
 add_test(NAME unit/test_rt_nn_sflow_blas COMMAND test_rt_nn)
-set_tests_properties(unit/test_rt_nn_sflow_blas PROPERTIES ENVIRONMENT SFLOW_BLAS=sflow)
+add_test(NAME unit/test_rt_nn_layers_sflow_blas COMMAND test_rt_nn_layers)
+set_tests_properties(unit/test_rt_nn_sflow_blas unit/test_rt_nn_layers_sflow_blas
+                     PROPERTIES ENVIRONMENT SFLOW_BLAS=sflow)
