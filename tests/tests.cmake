@@ -103,3 +103,16 @@ foreach(core Haswell Zen)
   set_tests_properties(unit/test_rt_nn_${core} unit/test_rt_nn_layers_${core} runtime/nn_resume_${core}
                        runtime/group_split_${core} PROPERTIES ENVIRONMENT OPENBLAS_CORETYPE=${core})
 endforeach()
+
+# sflow's own GEMM (runtime/gpu/gemm.c) bitwise the one fma chain per
+# element under each kernel (one the CPU lacks falls back to the best it
+# has, so each still runs), over 1, 2 and 3 threads; and the nn tests with
+# every f32 product on it (SFLOW_BLAS=sflow).
+foreach(isa avx512 avx2 portable)
+  add_test(NAME unit/test_rt_nn_gemm_${isa} COMMAND test_rt_nn sgemm_sflow)
+  set_tests_properties(unit/test_rt_nn_gemm_${isa} PROPERTIES ENVIRONMENT SFLOW_GEMM_ISA=${isa})
+endforeach()
+add_test(NAME unit/test_rt_nn_sflow_blas COMMAND test_rt_nn)
+add_test(NAME unit/test_rt_nn_layers_sflow_blas COMMAND test_rt_nn_layers)
+set_tests_properties(unit/test_rt_nn_sflow_blas unit/test_rt_nn_layers_sflow_blas
+                     PROPERTIES ENVIRONMENT SFLOW_BLAS=sflow)

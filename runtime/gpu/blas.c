@@ -42,6 +42,7 @@ static struct {
   _Atomic uint64_t ways_seen; /* bit w: a split ran on w threads (SFLOW_BLAS_STATS) */
   int lib_threads;          /* the threads each library call starts (>1: env_threads) */
   pthread_mutex_t lib_mu;   /* one threaded library call at a time (gemm_split) */
+  bool sflow;               /* f32 products by sflow's own GEMM (gemm.c), not the library */
   _Atomic int64_t in_lib, most_in_lib; /* threaded calls in flight, and the most at once */
 } B = {.lib_threads = 1, .lib_mu = PTHREAD_MUTEX_INITIALIZER};
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
@@ -147,6 +148,15 @@ static void blas_init(void) {
       {"libcblas.so.3", "CBLAS"},       {"libblas.so.3", "BLAS"},
   };
   const char *e = getenv("SFLOW_BLAS");
+  /* sflow: f32 products by gemm.c whatever the CPU (f64 ones by the
+   * library); openblas: the library's; auto (or unset): gemm.c where it
+   * (or unset): the library, as measured: on the encoder's shapes
+   * gemm.c's AVX2 kernel runs at 0.6-1.3x OpenBLAS's (slower on the
+   * backward pass's Gᵀ·X), docs/performance.md "sflow's own GEMM". */
+  if (e && strcmp(e, "sflow") == 0)
+    B.sflow = true;
+  if (e && (strcmp(e, "sflow") == 0 || strcmp(e, "openblas") == 0 || strcmp(e, "auto") == 0))
+    e = NULL;
   if (e && strcmp(e, "mkl") == 0)
     e = "libmkl_rt.so.2";
   for (size_t i = 0; i < sizeof libs / sizeof *libs; i++) {
@@ -196,9 +206,9 @@ static void blas_stats(void) {
     if (B.ways_seen >> w & 1)
       at += (size_t)snprintf(ways + at, sizeof ways - at, "%s%d", at ? "," : "", w);
   fprintf(stderr, "sflow-blas-stats: library=%s core=%s align=%" PRId64 " splits=%" PRId64
-          " ways=%s lib_threads=%d most_at_once=%" PRId64 "\n", B.name ? B.name : "none",
+          " ways=%s lib_threads=%d most_at_once=%" PRId64 " sgemm=%s\n", B.name ? B.name : "none",
           B.core && *B.core ? B.core : "-", B.align, (int64_t)B.splits, at ? ways : "-",
-          B.lib_threads, (int64_t)B.most_in_lib);
+          B.lib_threads, (int64_t)B.most_in_lib, sf__blas_sgemm());
 }
 
 __attribute__((constructor)) static void blas_stats_hook(void) {
@@ -346,6 +356,30 @@ const char *sf__blas_name(void) {
   return B.name;
 }
 
+const char *sf__blas_sgemm(void) {
+  pthread_once(&blas_once, blas_init);
+  if (!B.sflow)
+    return B.sgemm ? B.name : "reference";
+  return sf__gemm_isa();
+}
+
+/* sflow's GEMM over the threads gemm_split would use: --threads shared
+ * among the group members here (or the unit test's block count); any
+ * split gives the same bits, so only the speed depends on it. */
+static void sgemm_sflow(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                        const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                        float *c, int64_t ldc) {
+  int64_t members = sf__group_members_here();
+  int64_t ways = B.blocks > 0 ? B.blocks : sf__pool_size() / (members > 1 ? members : 1);
+  int64_t used = sf__gemm_sflow(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+                                ways < 1 ? 1 : ways);
+  if (used > 1) {
+    atomic_fetch_add_explicit(&B.splits, 1, memory_order_relaxed);
+    atomic_fetch_or_explicit(&B.ways_seen, 1ull << (used < 63 ? used : 63),
+                             memory_order_relaxed);
+  }
+}
+
 /* The reference: i-k-j order so the inner loop streams rows of b and c. */
 #define REF_GEMM(T)                                                          \
   static void ref_##T(const T *a, const T *b, T *c, int64_t m, int64_t k,   \
@@ -377,6 +411,8 @@ void sf__gemm_cpu(bool f64, const void *a, const void *b, void *c, int64_t m, in
                                    .ldc = n, .alpha = 1.0f, .beta = 0.0f, .a = a, .b = b, .c = c});
     else
       ref_double(a, b, c, m, k, n);
+  } else if (B.sflow) {
+    sgemm_sflow(false, false, m, n, k, 1.0f, a, k, b, n, 0.0f, c, n);
   } else {
     if (B.sgemm && fits)
       gemm_split(&(gemm_split_job){.m = m, .n = n, .k = k, .lda = k, .ldb = n, .ldc = n,
@@ -415,6 +451,10 @@ void sf__sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, c
   pthread_once(&blas_once, blas_init);
   if (m == 0 || n == 0)
     return;
+  if (B.sflow) {
+    sgemm_sflow(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
   bool fits = m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX && lda <= INT32_MAX &&
               ldb <= INT32_MAX && ldc <= INT32_MAX;
   if (B.sgemm && fits && k > 0)

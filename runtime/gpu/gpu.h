@@ -217,6 +217,18 @@ const char *sf__blas_core(void); /* OpenBLAS's kernel (openblas_get_corename), o
  * backward, through the same library or the reference loop. */
 void sf__sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+/* The f32 products' implementation: "sflow-avx512", "sflow-avx2",
+ * "sflow-portable" (gemm.c) or the library's name (SFLOW_BLAS). */
+const char *sf__blas_sgemm(void);
+/* sflow's own f32 GEMM (gemm.c), the same arguments as sf__sgemm, over
+ * at most `ways` pool threads; every element one chain of fmas over k,
+ * so the bits depend on neither the kernel nor the split.  Returns the
+ * parts it ran in. */
+int64_t sf__gemm_sflow(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                       const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                       float *c, int64_t ldc, int64_t ways);
+const char *sf__gemm_isa(void); /* gemm.c's kernel: "sflow-avx2", ... */
+bool sf__gemm_fast(void);       /* it has a vector kernel for this CPU */
 
 /* The nn layer's products on the device (device pointers as integers),
  * row-major as sf__sgemm: C = alpha op(A) op(B) + beta C, on this

@@ -915,17 +915,86 @@ static void test_sgemm_split(void) {
    * reference loop, another library or an unmeasured kernel). */
   CHECK_INT(sf__blas_splits() - splits, align ? calls : 0);
   /* Below 2^24 multiply-adds (two blocks of OpenBLAS's small-product
-   * paths' sizes) a product is one call. */
+   * paths' sizes) a library's product is one call (sflow's own GEMM,
+   * SFLOW_BLAS=sflow, splits from 2^21: any split has its bits). */
   float *a = calloc(128 * 256, sizeof *a), *b = calloc(256 * 256, sizeof *b);
   float *c = calloc(128 * 256, sizeof *c);
   splits = sf__blas_splits();
   sf__blas_split_blocks(2);
   sf__sgemm(false, false, 128, 256, 256, 1.0f, a, 256, b, 256, 0.0f, c, 256);
-  CHECK_INT(sf__blas_splits() - splits, 0);
+  if (strncmp(sf__blas_sgemm(), "sflow", 5) != 0)
+    CHECK_INT(sf__blas_splits() - splits, 0);
   free(a);
   free(b);
   free(c);
   sf__blas_split_blocks(was);
+}
+
+/* sflow's own GEMM (runtime/gpu/gemm.c) gives every element the one
+ * chain of fmas over k that the plain loop below makes, so its bits are
+ * the same under every kernel (SFLOW_GEMM_ISA=avx512|avx2|portable: the
+ * ctest runs this under each) and every split over 1, 2 and 3 threads:
+ * random shapes with odd edges and padded leading dimensions, k past the
+ * kernel's kc blocks, every transpose pair, alpha 1 and not, beta 0, 1
+ * and 0.5 (beta 0 overwrites a NaN in C). */
+static float chain_ref(bool ta, bool tb, const float *a, int64_t lda, const float *b, int64_t ldb,
+                       int64_t i, int64_t j, int64_t k, float alpha, float beta, float c) {
+  float acc = beta == 0.0f ? 0.0f : beta == 1.0f ? c : beta * c;
+  for (int64_t p = 0; p < k; p++) {
+    float x = ta ? a[p * lda + i] : a[i * lda + p];
+    if (alpha != 1.0f)
+      x = alpha * x;
+    acc = fmaf(x, tb ? b[j * ldb + p] : b[p * ldb + j], acc);
+  }
+  return acc;
+}
+
+static void test_sgemm_sflow(void) {
+  fprintf(stderr, "\n    kernel %s ", sf__gemm_isa());
+  for (int it = 0; it < 96; it++) {
+    int64_t m = 1 + (int64_t)(frand(0, 1) * 70), n = 1 + (int64_t)(frand(0, 1) * 90);
+    int64_t k = (int64_t)(frand(0, 1) * 700);
+    if (it % 8 == 0) { /* big enough to split over the threads */
+      m += 250;
+      n += 130;
+    }
+    bool ta = it & 1, tb = it & 2;
+    float beta = (float[]){0.0f, 1.0f, 0.5f}[it % 3], alpha = it % 5 == 4 ? -0.75f : 1.0f;
+    int64_t lda = (ta ? m : k) + it % 3, ldb = (tb ? k : n) + it % 2, ldc = n + it % 4;
+    int64_t na = (ta ? k : m) * lda + 1, nb = (tb ? n : k) * ldb + 1;
+    float *a = malloc((size_t)na * sizeof *a), *b = malloc((size_t)nb * sizeof *b);
+    float *c0 = malloc((size_t)(m * ldc) * sizeof *c0), *c = malloc((size_t)(m * ldc) * sizeof *c);
+    for (int64_t i = 0; i < na; i++)
+      a[i] = frand(-1.0f, 1.0f);
+    for (int64_t i = 0; i < nb; i++)
+      b[i] = frand(-1.0f, 1.0f);
+    for (int64_t i = 0; i < m * ldc; i++)
+      c0[i] = frand(-1.0f, 1.0f);
+    if (beta == 0.0f)
+      c0[0] = NAN;
+    for (int64_t ways = 1; ways <= 3; ways++) {
+      memcpy(c, c0, (size_t)(m * ldc) * sizeof *c);
+      sf__gemm_sflow(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ways);
+      int64_t bad = -1;
+      float want = 0;
+      for (int64_t i = 0; i < m && bad < 0; i++)
+        for (int64_t j = 0; j < ldc && bad < 0; j++) {
+          want = j < n ? chain_ref(ta, tb, a, lda, b, ldb, i, j, k, alpha, beta, c0[i * ldc + j])
+                       : c0[i * ldc + j]; /* past n: untouched */
+          if (memcmp(&want, &c[i * ldc + j], sizeof want))
+            bad = i * ldc + j;
+        }
+      if (bad >= 0)
+        fprintf(stderr, "\n  sgemm_sflow %lldx%lldx%lld ta %d tb %d alpha %g beta %g ways %lld: "
+                "element %lld is %.9g, the chain %.9g\n", (long long)m, (long long)n,
+                (long long)k, ta, tb, alpha, beta, (long long)ways, (long long)bad, c[bad], want);
+      CHECK_INT(bad, -1);
+    }
+    free(a);
+    free(b);
+    free(c0);
+    free(c);
+  }
 }
 
 /* Clipping a parameter list big enough to split over the pool gives
@@ -1033,6 +1102,7 @@ int main(int argc, char **argv) {
       {"bias_grad_split", test_bias_grad_split},
       {"bmm_split", test_bmm_split},
       {"sgemm_split", test_sgemm_split},
+      {"sgemm_sflow", test_sgemm_sflow},
       {"attention_fused", test_attention_fused},
       {"dropout_rows_split", test_dropout_rows_split},
       {"clip_split", test_clip_split},

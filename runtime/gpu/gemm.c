@@ -1,0 +1,371 @@
+/*
+ * gemm.c — sflow's own f32 product on the CPU (issue 34).
+ *
+ * C = alpha op(A)·op(B) + beta C, row-major with leading dimensions, op a
+ * transpose when ta/tb is set, as sf__sgemm (blas.c) takes it.  Packed
+ * panels of A (MR rows) and B (NR columns), cache blocks of kc × nc of B
+ * and mc × kc of A, and a register-blocked microkernel per instruction
+ * set, chosen at run time from the CPU's features: AVX-512 (12 × 32),
+ * AVX2 with FMA (6 × 16), and a portable one (4 × 8) on fmaf.
+ *
+ * Key design choice: every element of C is one sequential chain of fused
+ * multiply-adds over k, in the order p = 0, 1, ..., k-1, starting from 0
+ * (beta 0), from C (beta 1) or from beta·C rounded once (other betas),
+ * each term alpha·op(A)[i][p] (rounded once when alpha is not 1) times
+ * op(B)[p][j].  The kernels vectorise only across C's rows and columns,
+ * never across k, and the accumulators are f32, so a kc block that
+ * stores C and the next one that loads it continue the chain exactly.
+ * So the AVX-512, AVX2 and portable kernels give the same bits, and so
+ * does any split of C over threads (by tiles of rows or columns): the
+ * result depends on the operands alone, not on the machine, the thread
+ * count or the blocking (tests/unit/test_rt_nn.c, sgemm_sflow).
+ *
+ * SFLOW_GEMM_ISA=avx512|avx2|portable forces a kernel (the unit test
+ * runs each; a kernel the CPU lacks falls back to the best it has).
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <pthread.h>
+
+#include "gpu.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define GEMM_X86 1
+#endif
+
+typedef void (*micro_fn)(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                         bool load);
+
+typedef struct {
+  const char *name;
+  int mr, nr;
+  int64_t kc, mc, nc; /* mc a multiple of mr, nc of nr */
+  micro_fn micro;
+} gemm_kernel;
+
+/* ------------------------------------------------------------ kernels
+ *
+ * Each computes one full MR × NR tile of C (ldc apart) from kc steps of
+ * a packed A panel (MR values a step) and a packed B panel (NR values a
+ * step): acc = load ? C : 0, then acc = fma(a[p][r], b[p][j], acc) for
+ * p in order, then C = acc. */
+
+static void micro_portable(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                           bool load) {
+  enum { MR = 4, NR = 8 };
+  float acc[MR][NR];
+  for (int r = 0; r < MR; r++)
+    for (int j = 0; j < NR; j++)
+      acc[r][j] = load ? c[r * ldc + j] : 0.0f;
+  for (int64_t p = 0; p < kc; p++, a += MR, b += NR)
+    for (int r = 0; r < MR; r++)
+      for (int j = 0; j < NR; j++)
+        acc[r][j] = fmaf(a[r], b[j], acc[r][j]);
+  for (int r = 0; r < MR; r++)
+    for (int j = 0; j < NR; j++)
+      c[r * ldc + j] = acc[r][j];
+}
+
+#ifdef GEMM_X86
+__attribute__((target("avx2,fma"))) static void micro_avx2(int64_t kc, const float *a,
+                                                           const float *b, float *c,
+                                                           int64_t ldc, bool load) {
+#define ROW(r) __m256 c##r##0, c##r##1;
+  ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5)
+#undef ROW
+#define INIT(r)                                                              \
+  c##r##0 = load ? _mm256_loadu_ps(c + r * ldc) : _mm256_setzero_ps();       \
+  c##r##1 = load ? _mm256_loadu_ps(c + r * ldc + 8) : _mm256_setzero_ps();
+  INIT(0) INIT(1) INIT(2) INIT(3) INIT(4) INIT(5)
+#undef INIT
+  for (int64_t p = 0; p < kc; p++, a += 6, b += 16) {
+    __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8), x;
+#define STEP(r)                                                              \
+  x = _mm256_broadcast_ss(a + r);                                            \
+  c##r##0 = _mm256_fmadd_ps(x, b0, c##r##0);                                 \
+  c##r##1 = _mm256_fmadd_ps(x, b1, c##r##1);
+    STEP(0) STEP(1) STEP(2) STEP(3) STEP(4) STEP(5)
+#undef STEP
+  }
+#define STORE(r)                                                             \
+  _mm256_storeu_ps(c + r * ldc, c##r##0);                                    \
+  _mm256_storeu_ps(c + r * ldc + 8, c##r##1);
+  STORE(0) STORE(1) STORE(2) STORE(3) STORE(4) STORE(5)
+#undef STORE
+}
+
+__attribute__((target("avx512f"))) static void micro_avx512(int64_t kc, const float *a,
+                                                            const float *b, float *c,
+                                                            int64_t ldc, bool load) {
+#define ROW(r) __m512 c##r##0, c##r##1;
+  ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5) ROW(6) ROW(7) ROW(8) ROW(9) ROW(10) ROW(11)
+#undef ROW
+#define INIT(r)                                                              \
+  c##r##0 = load ? _mm512_loadu_ps(c + r * ldc) : _mm512_setzero_ps();       \
+  c##r##1 = load ? _mm512_loadu_ps(c + r * ldc + 16) : _mm512_setzero_ps();
+  INIT(0) INIT(1) INIT(2) INIT(3) INIT(4) INIT(5) INIT(6) INIT(7) INIT(8) INIT(9) INIT(10)
+  INIT(11)
+#undef INIT
+  for (int64_t p = 0; p < kc; p++, a += 12, b += 32) {
+    __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16), x;
+#define STEP(r)                                                              \
+  x = _mm512_set1_ps(a[r]);                                                  \
+  c##r##0 = _mm512_fmadd_ps(x, b0, c##r##0);                                 \
+  c##r##1 = _mm512_fmadd_ps(x, b1, c##r##1);
+    STEP(0) STEP(1) STEP(2) STEP(3) STEP(4) STEP(5) STEP(6) STEP(7) STEP(8) STEP(9) STEP(10)
+    STEP(11)
+#undef STEP
+  }
+#define STORE(r)                                                             \
+  _mm512_storeu_ps(c + r * ldc, c##r##0);                                    \
+  _mm512_storeu_ps(c + r * ldc + 16, c##r##1);
+  STORE(0) STORE(1) STORE(2) STORE(3) STORE(4) STORE(5) STORE(6) STORE(7) STORE(8) STORE(9)
+  STORE(10) STORE(11)
+#undef STORE
+}
+#endif
+
+/* Blocking: B's kc × NR panel near L1 (32 KB for AVX2 at kc 512, for
+ * AVX-512 at kc 256), A's mc × kc block in L2, B's kc × nc block in L3.
+ * AVX2's 512 × 96 was the fastest of 256×144, 512×96, 512×144 and
+ * 768×72 on the encoder's shapes (Zen 4 without AVX-512, 2026-12-02);
+ * AVX-512's are untuned (no such CPU measured yet). */
+static const gemm_kernel k_portable = {"sflow-portable", 4, 8, 256, 128, 2048, micro_portable};
+#ifdef GEMM_X86
+static const gemm_kernel k_avx2 = {"sflow-avx2", 6, 16, 512, 96, 4080, micro_avx2};
+static const gemm_kernel k_avx512 = {"sflow-avx512", 12, 32, 256, 144, 4096, micro_avx512};
+#endif
+
+static const gemm_kernel *kernel_best(void) {
+#ifdef GEMM_X86
+  __builtin_cpu_init();
+  bool has512 = __builtin_cpu_supports("avx512f");
+  bool has2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const char *e = getenv("SFLOW_GEMM_ISA");
+  if (e && strcmp(e, "portable") == 0)
+    return &k_portable;
+  if (e && strcmp(e, "avx2") == 0 && has2)
+    return &k_avx2;
+  if (has512 && !(e && strcmp(e, "avx2") == 0))
+    return &k_avx512;
+  if (has2)
+    return &k_avx2;
+#endif
+  return &k_portable;
+}
+
+static const gemm_kernel *K;
+static pthread_once_t k_once = PTHREAD_ONCE_INIT;
+static void k_init(void) { K = kernel_best(); }
+
+const char *sf__gemm_isa(void) {
+  pthread_once(&k_once, k_init);
+  return K->name;
+}
+
+bool sf__gemm_fast(void) {
+  pthread_once(&k_once, k_init);
+  return K != &k_portable;
+}
+
+/* ------------------------------------------------------------ packing */
+
+typedef struct {
+  bool ta, tb;
+  int64_t m, n, k, lda, ldb, ldc;
+  float alpha, beta;
+  const float *a, *b;
+  float *c;
+  int64_t parts, per; /* the split: parts of per rows (by_rows) or columns */
+  bool by_rows;
+} gemm_job;
+
+/* op(A)[i0.., p0..] rows × kc into panels of mr rows, alpha applied,
+ * rows past m zero. */
+static void pack_a(const gemm_job *j, int mr, int64_t i0, int64_t rows, int64_t p0, int64_t kc,
+                   float *out) {
+  for (int64_t r0 = 0; r0 < rows; r0 += mr, out += mr * kc) {
+    int64_t h = rows - r0 < mr ? rows - r0 : mr;
+    if (j->ta) {
+      /* op(A)'s rows are A's columns: a step's mr values lie together. */
+      for (int64_t p = 0; p < kc; p++) {
+        const float *src = j->a + (p0 + p) * j->lda + i0 + r0;
+        float *dst = out + p * mr;
+        int64_t r = 0;
+        for (; r < h; r++)
+          dst[r] = src[r];
+        for (; r < mr; r++)
+          dst[r] = 0.0f;
+      }
+    } else {
+      for (int64_t r = 0; r < h; r++) {
+        const float *src = j->a + (i0 + r0 + r) * j->lda + p0;
+        for (int64_t p = 0; p < kc; p++)
+          out[p * mr + r] = src[p];
+      }
+      for (int64_t r = h; r < mr; r++)
+        for (int64_t p = 0; p < kc; p++)
+          out[p * mr + r] = 0.0f;
+    }
+    if (j->alpha != 1.0f)
+      for (int64_t q = 0; q < mr * kc; q++)
+        out[q] = j->alpha * out[q];
+  }
+}
+
+/* op(B)[p0.., j0..] kc × cols into panels of nr columns, columns past n
+ * zero. */
+static void pack_b(const gemm_job *j, int nr, int64_t p0, int64_t kc, int64_t j0, int64_t cols,
+                   float *out) {
+  for (int64_t c0 = 0; c0 < cols; c0 += nr, out += nr * kc) {
+    int64_t w = cols - c0 < nr ? cols - c0 : nr;
+    if (j->tb) {
+      for (int64_t c = 0; c < w; c++) {
+        const float *src = j->b + (j0 + c0 + c) * j->ldb + p0;
+        for (int64_t p = 0; p < kc; p++)
+          out[p * nr + c] = src[p];
+      }
+      for (int64_t c = w; c < nr; c++)
+        for (int64_t p = 0; p < kc; p++)
+          out[p * nr + c] = 0.0f;
+    } else {
+      for (int64_t p = 0; p < kc; p++) {
+        const float *src = j->b + (p0 + p) * j->ldb + j0 + c0;
+        float *dst = out + p * nr;
+        int64_t c = 0;
+        for (; c < w; c++)
+          dst[c] = src[c];
+        for (; c < nr; c++)
+          dst[c] = 0.0f;
+      }
+    }
+  }
+}
+
+/* This thread's packing buffers, grown as needed and kept. */
+static _Thread_local float *buf_a, *buf_b;
+static _Thread_local size_t cap_a, cap_b;
+
+static float *grow(float **buf, size_t *cap, size_t n) {
+  if (n > *cap) {
+    free(*buf);
+    size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
+    *buf = aligned_alloc(64, bytes);
+    if (!*buf) {
+      *cap = 0;
+      return NULL;
+    }
+    *cap = n;
+  }
+  return *buf;
+}
+
+/* --------------------------------------------------------- the blocks */
+
+/* C[i0..i0+m, j0..j0+n) of the job, on this thread. */
+static void gemm_region(const gemm_job *j, int64_t i0, int64_t m, int64_t j0, int64_t n) {
+  const gemm_kernel *kn = K;
+  int mr = kn->mr, nr = kn->nr;
+  int64_t kc_max = j->k < kn->kc ? j->k : kn->kc;
+  int64_t mc_max = (m < kn->mc ? (m + mr - 1) / mr * mr : kn->mc);
+  int64_t nc_max = (n < kn->nc ? (n + nr - 1) / nr * nr : kn->nc);
+  float *pa = grow(&buf_a, &cap_a, (size_t)(mc_max * kc_max));
+  float *pb = grow(&buf_b, &cap_b, (size_t)(nc_max * kc_max));
+  if (!pa || !pb)
+    sf_runtime_error(NULL, "matmul: out of memory packing a %lld×%lld×%lld product",
+                     (long long)j->m, (long long)j->n, (long long)j->k);
+  float edge[12 * 32]; /* the largest MR × NR */
+  int64_t ldc = j->ldc;
+  if (j->beta != 0.0f && j->beta != 1.0f)
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t c = 0; c < n; c++) {
+        float *x = j->c + (i0 + i) * ldc + j0 + c;
+        *x = j->beta * *x;
+      }
+  for (int64_t jc = 0; jc < n; jc += kn->nc) {
+    int64_t nc = n - jc < kn->nc ? n - jc : kn->nc;
+    for (int64_t pc = 0; pc < j->k; pc += kn->kc) {
+      int64_t kc = j->k - pc < kn->kc ? j->k - pc : kn->kc;
+      bool load = pc > 0 || j->beta != 0.0f;
+      pack_b(j, nr, pc, kc, j0 + jc, nc, pb);
+      for (int64_t ic = 0; ic < m; ic += kn->mc) {
+        int64_t mc = m - ic < kn->mc ? m - ic : kn->mc;
+        pack_a(j, mr, i0 + ic, mc, pc, kc, pa);
+        for (int64_t jr = 0; jr < nc; jr += nr) {
+          int64_t w = nc - jr < nr ? nc - jr : nr;
+          const float *bp = pb + jr * kc;
+          for (int64_t ir = 0; ir < mc; ir += mr) {
+            int64_t h = mc - ir < mr ? mc - ir : mr;
+            const float *ap = pa + ir * kc;
+            float *ct = j->c + (i0 + ic + ir) * ldc + j0 + jc + jr;
+            if (h == mr && w == nr) {
+              kn->micro(kc, ap, bp, ct, ldc, load);
+              continue;
+            }
+            /* An edge tile: through a full one, only C's part kept. */
+            if (load)
+              for (int64_t r = 0; r < h; r++)
+                memcpy(edge + r * nr, ct + r * ldc, (size_t)w * sizeof(float));
+            kn->micro(kc, ap, bp, edge, nr, load);
+            for (int64_t r = 0; r < h; r++)
+              memcpy(ct + r * ldc, edge + r * nr, (size_t)w * sizeof(float));
+          }
+        }
+      }
+    }
+  }
+}
+
+static void gemm_parts(void *ctx, int64_t lo, int64_t hi) {
+  const gemm_job *j = ctx;
+  for (int64_t t = lo; t < hi; t++) {
+    int64_t total = j->by_rows ? j->m : j->n, s = t * j->per;
+    int64_t len = total - s < j->per ? total - s : j->per;
+    if (len <= 0)
+      continue;
+    if (j->by_rows)
+      gemm_region(j, s, len, 0, j->n);
+    else
+      gemm_region(j, 0, j->m, s, len);
+  }
+}
+
+/* Products under this many multiply-adds are one thread's: a part of
+ * fewer than 2^20 spends as long waking a thread as multiplying. */
+#define GEMM_PART_MNK (1 << 20)
+
+int64_t sf__gemm_sflow(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                    const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                    float *c, int64_t ldc, int64_t ways) {
+  pthread_once(&k_once, k_init);
+  if (m <= 0 || n <= 0)
+    return 1;
+  if (k <= 0) {
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t x = 0; x < n; x++)
+        c[i * ldc + x] = beta == 0.0f ? 0.0f : beta == 1.0f ? c[i * ldc + x] : beta * c[i * ldc + x];
+    return 1;
+  }
+  gemm_job j = {.ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb, .ldc = ldc,
+                .alpha = alpha, .beta = beta, .a = a, .b = b, .c = c};
+  int64_t work = m * n * k;
+  if (ways > work / GEMM_PART_MNK)
+    ways = work / GEMM_PART_MNK;
+  /* Rows where there are enough of them for every part to fill its
+   * panels, else columns; whichever, every element is its same chain. */
+  j.by_rows = m >= n || m >= ways * 4 * K->mr;
+  int64_t unit = j.by_rows ? K->mr : K->nr, total = j.by_rows ? m : n;
+  if (ways > (total + unit - 1) / unit)
+    ways = (total + unit - 1) / unit;
+  if (ways <= 1) {
+    gemm_region(&j, 0, m, 0, n);
+    return 1;
+  }
+  j.per = ((total + ways - 1) / ways + unit - 1) / unit * unit;
+  j.parts = (total + j.per - 1) / j.per;
+  sf__parallel_for(j.parts, 1, gemm_parts, &j);
+  return j.parts;
+}
