@@ -201,7 +201,7 @@ def main():
     most = max(threads)
     workers = [int(w) for w in a.workers.split(",")]
     if a.peers:
-        py = a.peers
+        py = os.path.abspath(a.peers)   # the runs' folders are their own
     else:
         peers = os.path.join(a.build, "peers", "torch")
         subprocess.run(["bash", os.path.join(HERE, "setup.sh"), peers], check=True)
