@@ -5,6 +5,19 @@ loop in one process or as DistributedDataParallel over gloo (loopback):
 
     build/peers/torch/venv/bin/python bench/train/peer_finetune.py --mode plain --threads 2
     build/peers/torch/venv/bin/python bench/train/peer_finetune.py --mode ddp --workers 2 --threads 1
+    build/peers/torch/venv/bin/python bench/train/peer_finetune.py --mode fsdp --workers 2 --threads 1
+
+FSDP (--mode fsdp): the same processes and gloo group as DDP, the model
+wrapped with FSDP2's fully_shard (torch.distributed.fsdp), one unit per
+BertLayer (the encoder's blocks, as std.train's blocks) and the root for
+the rest (embeddings, head), on the CPU: --fsdp-reshard full (the default)
+frees each unit's gathered parameters after its forward and gathers them
+again for its backward (FULL_SHARD, std.train's shard "parameters");
+--fsdp-reshard grad-op keeps them from the forward to the backward
+(SHARD_GRAD_OP, std.train's "gradients").  The gradients are
+reduce-scattered per unit as its backward ends, averaged over the ranks
+as DDP's are, so the loss scaling below is the same; AdamW steps each
+rank's shards (DTensors) and clip_grad_norm_ takes the global norm.
 
 The recipe, each part as the sflow example does it: all-MiniLM-L6-v2
 (transformers' BertModel from --model, no pooler) and a Linear head on the
@@ -83,8 +96,11 @@ def default_model():
 
 def args_of(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--mode", choices=("plain", "ddp"), default="plain")
+    ap.add_argument("--mode", choices=("plain", "ddp", "fsdp"), default="plain")
     ap.add_argument("--workers", type=int, default=0, help="ddp processes (default 2; plain: 1)")
+    ap.add_argument("--fsdp-reshard", choices=("full", "grad-op"), default="full",
+                    help="fsdp: free each unit's parameters after its forward (full: FULL_SHARD) "
+                         "or keep them for its backward (grad-op: SHARD_GRAD_OP)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per process")
     ap.add_argument("--model", default=default_model())
     ap.add_argument("--data", default="/usr/share/games/fortunes")
@@ -109,7 +125,7 @@ def args_of(argv=None):
     ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.workers == 0:
-        a.workers = 2 if a.mode == "ddp" else 1
+        a.workers = 1 if a.mode == "plain" else 2
     if a.mode == "plain" and a.workers != 1:
         ap.error("--mode plain runs 1 worker")
     if a.eval_samples < 0:
@@ -138,7 +154,8 @@ def main():
     # Before torch loads, so that its OpenMP pool starts with this many threads.
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(a.threads)
-    ddp = a.mode == "ddp"
+    fsdp = a.mode == "fsdp"
+    ddp = a.mode in ("ddp", "fsdp")     # a process group either way
     if ddp and a.rank == 0:
         a.port = free_port()
         children = spawn_ranks(a)
@@ -215,7 +232,19 @@ def main():
             return self.head(self.drop(pooled))                              # (B, classes)
 
     model = Classifier()
-    net = torch.nn.parallel.DistributedDataParallel(model) if ddp else model
+    if fsdp:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+        mesh = init_device_mesh("cpu", (a.workers,))
+        keep = a.fsdp_reshard == "grad-op"
+        for layer in bert.encoder.layer:
+            fully_shard(layer, mesh=mesh, reshard_after_forward=not keep)
+        fully_shard(model, mesh=mesh, reshard_after_forward=not keep)
+        net = model                     # the params are DTensor shards now: AdamW after this
+    elif ddp:
+        net = torch.nn.parallel.DistributedDataParallel(model)
+    else:
+        net = model
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.999), eps=1e-8,
                             weight_decay=a.weight_decay)
     steps_per_epoch = (len(train) + a.batch - 1) // a.batch
@@ -234,6 +263,13 @@ def main():
                 x, m = tensors(evals, idx, 0)
                 pred = model(x, m).argmax(-1)
                 correct += int((pred == torch.tensor([ev_y[i] for i in idx])).sum())
+            if fsdp:
+                # Every unit's forward all-gathers: a rank with fewer
+                # batches runs the others' count (on one row, not counted).
+                most = (len(evals) + a.workers - 1) // a.workers
+                for _ in range((len(eval_idx) + a.batch - 1) // a.batch,
+                               (most + a.batch - 1) // a.batch):
+                    model(*tensors(evals, [0], 0))
         model.train()
         if ddp:
             t = torch.tensor([correct], dtype=torch.long)
@@ -270,6 +306,8 @@ def main():
             loss = F.cross_entropy(logits, y, reduction="sum") * (a.workers / gsize)
             loss.backward()
             norm = torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip if a.clip > 0 else float("inf"))
+            if hasattr(norm, "full_tensor"):
+                norm = norm.full_tensor()       # fsdp: a DTensor over the ranks' shards
             lr_now = opt.param_groups[0]["lr"]
             opt.step()
             sched.step()
@@ -303,7 +341,7 @@ def main():
     if lead:
         import resource
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        peer = "ddp" if ddp else "torch"
+        peer = ("fsdp" if a.fsdp_reshard == "full" else "fsdp/grad-op") if fsdp else "ddp" if ddp else "torch"
         print(f"RESULT finetune peer={peer} workers={a.workers} threads={a.threads} "
               f"samples={len(train)} epochs={a.epochs} train_s={train_s:.3f} eval_s={eval_s:.3f} "
               f"samples_per_s={len(train) * a.epochs / train_s:.1f} accuracy={acc:.4f} "

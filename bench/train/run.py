@@ -21,6 +21,10 @@ samples, epochs, seq-len, lr, batch, seed):
           simulated nodes (sshd on 127.0.0.2 and .3, tests/cluster's set-up)
           with --loopback-nodes; with 2 or more workers once per --shard
           value (rows "sflow/optimizer", ...)
+  fsdp    the same over FSDP2's fully_shard (gloo, CPU), one unit per
+          BertLayer, 2 processes of 1 thread: "fsdp" frees each unit's
+          gathered params after its forward (FULL_SHARD), "fsdp/grad-op"
+          keeps them for the backward (SHARD_GRAD_OP)
   ray     bench/train/ray_startup.py: TorchTrainer, 4 CPU workers, start-up
           to the end of the first step
 
@@ -33,6 +37,10 @@ sflow run 1 or more; a --nodes run's remote workers are not counted).
 The "cpu s" column is the whole run's CPU time (user + sys, start-up and
 evaluation included): on a shared machine whose load swings, it is the
 steadier figure of the work each side does.
+--vs-fsdp R runs only the 2-worker duel instead: R rounds of DDP, FSDP
+(both reshard values) and sflow --workers 2 with each --shard value (all
+four by default), the order reversed every other round, then the table
+of every run and each sflow row's mean samples/s over each peer's mean.
 --parity checks the arithmetic instead of the speed: sflow with 1 and 2
 workers and the torch loop, all from sflow's head init (--init-out,
 peer_finetune.py --init) with every dropout off (--dropout 0), so that
@@ -172,6 +180,9 @@ def main():
     ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch fine-tune peers")
     ap.add_argument("--peers", help="a ready peers venv's python instead of setup.sh's "
                     "(development: build/peers/torch/venv/bin/python)")
+    ap.add_argument("--vs-fsdp", type=int, default=0, metavar="R",
+                    help="only the 2-worker duel: R alternated rounds of DDP, FSDP and sflow "
+                         "--workers 2 with each --shard value (default all four)")
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per run")
     ap.add_argument("--parity", action="store_true",
                     help="check the arithmetic instead of timing: sflow (1 and 2 workers) and the "
@@ -190,7 +201,7 @@ def main():
     most = max(threads)
     workers = [int(w) for w in a.workers.split(",")]
     if a.peers:
-        py = a.peers
+        py = os.path.abspath(a.peers)   # the runs' folders are their own
     else:
         peers = os.path.join(a.build, "peers", "torch")
         subprocess.run(["bash", os.path.join(HERE, "setup.sh"), peers], check=True)
@@ -198,6 +209,8 @@ def main():
     flags = recipe_flags(r, a)
     if a.parity:
         sys.exit(parity(a, r, py, flags))
+    if a.vs_fsdp:
+        sys.exit(duel(a, r, py, flags))
     print(f"INFO recipe samples {r['samples']} eval {r['eval_samples']} epochs {r['epochs']} "
           f"seq-len {r['seq_len']} batch {a.batch} lr {a.lr} seed {a.seed} model {a.model} "
           f"data {a.data} categories {a.categories}", flush=True)
@@ -218,6 +231,10 @@ def main():
                                 "--threads", str(n), *flags])
         one("ddp", 2, 1, [py, os.path.join(HERE, "peer_finetune.py"), "--mode", "ddp",
                           "--workers", "2", "--threads", "1", *flags])
+        for rs in ("full", "grad-op"):
+            one("fsdp" if rs == "full" else "fsdp/grad-op", 2, 1,
+                [py, os.path.join(HERE, "peer_finetune.py"), "--mode", "fsdp", "--fsdp-reshard", rs,
+                 "--workers", "2", "--threads", "1", *flags])
     sflowc = os.path.join(a.build, "bin", "sflowc")
     with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp:
         exe = os.path.join(tmp, "finetune")
@@ -338,6 +355,56 @@ def parity(a, r, py, flags):
     ok &= acc_ok
     print("PARITY " + ("ok" if ok else "FAILED"))
     return 0 if ok else 1
+
+
+def duel(a, r, py, flags):
+    """--vs-fsdp: 2 workers of 1 thread each, sflow beside DDP and FSDP,
+    alternated over rounds; the table and the ratios of the means."""
+    shards = a.shard.split(",") if a.shard != "none" else ["none", "optimizer", "gradients", "parameters"]
+    peer = os.path.join(HERE, "peer_finetune.py")
+    rows = []   # (side, round, fields, peak MB, load)
+    with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp:
+        exe = os.path.join(tmp, "finetune")
+        subprocess.run([os.path.join(a.build, "bin", "sflowc"), "-O2", EXAMPLE, "-o", exe], check=True)
+        runs = [("ddp", [py, peer, "--mode", "ddp", "--workers", "2", "--threads", "1", *flags]),
+                ("fsdp", [py, peer, "--mode", "fsdp", "--workers", "2", "--threads", "1", *flags]),
+                ("fsdp/grad-op", [py, peer, "--mode", "fsdp", "--fsdp-reshard", "grad-op",
+                                  "--workers", "2", "--threads", "1", *flags])]
+        if a.no_torch:
+            runs = []
+        runs += [("sflow/" + sh, [exe, "--workers", "2", "--threads", "2", "--shard", sh, *flags])
+                 for sh in shards]
+        for k in range(a.vs_fsdp):
+            for side, cmd in (runs if k % 2 == 0 else runs[::-1]):
+                print(f"== round {k + 1} {side}: {' '.join(cmd)}", flush=True)
+                before = load()
+                out, peak, cpu = measured(cmd, os.environ, side, a.timeout, tempfile.mkdtemp(dir=tmp))
+                if out is not None:
+                    x = parse(out)
+                    x["cpu_s"] = f"{cpu:.1f}"
+                    rows.append((side, k + 1, x, peak, before))
+    print(f"\nINFO recipe: {r['samples']} train / {r['eval_samples']} eval samples, {r['epochs']} "
+          f"epochs, seq-len {r['seq_len']}; 2 workers, 2 threads in all; {os.cpu_count()} CPUs")
+    head = f"{'side':<17} {'round':>5} {'samples/s':>9} {'train s':>8} {'accuracy':>8} {'peak MB':>8} {'cpu s':>7}  load"
+    print(head)
+    print("-" * len(head))
+    for side, k, x, peak, ld in rows:
+        print(f"{side:<17} {k:>5} {float(x.get('samples_per_s', 0)):>9.1f} {float(x.get('train_s', 0)):>8.2f} "
+              f"{float(x.get('accuracy', 0)):>8.4f} {peak:>8.0f} {x.get('cpu_s', '-'):>7}  {ld}")
+    mean = {}
+    for side, _, x, peak, _ in rows:
+        mean.setdefault(side, []).append((float(x.get("samples_per_s", 0)), peak))
+    print()
+    for side, v in mean.items():
+        sps = sum(s for s, _ in v) / len(v)
+        pk = max(p for _, p in v)
+        line = f"{side:<17} mean {sps:.1f} samples/s, peak {pk:.0f} MB"
+        if side.startswith("sflow"):
+            for p in ("ddp", "fsdp", "fsdp/grad-op"):
+                if mean.get(p):
+                    line += f"; vs {p} {sps / (sum(s for s, _ in mean[p]) / len(mean[p])):.2f}x"
+        print(line)
+    return 0 if rows else 1
 
 
 def report(rows, r, most):
