@@ -504,7 +504,7 @@ static bool retire(void) {
  * of a parked worker (main queueing a stream of tiny tasks while the pool
  * drains it) handed the core over at once: one cold round of 200,000
  * tiny tasks made 9,000-14,000 voluntary and as many involuntary context
- * switches, about 250-600 under SCHED_BATCH, and the process's CPU time
+ * switches, 230-600 under SCHED_BATCH, and the process's CPU time
  * fell from 0.18-0.28 s to 0.13-0.14 s (docs/performance.md, issue #34).
  * A woken worker still runs at once on an idle core; only when every core
  * is busy does it wait for the running thread's slice.  Nice values and
