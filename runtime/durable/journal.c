@@ -298,6 +298,9 @@ typedef struct jbuf {
                   * fresh one each flush would grow by doubling (copies,
                   * page faults) all over again */
   size_t at;     /* the flusher's merge position in its batch */
+  bool asked;    /* past FLUSH_BYTES and the flusher told once: each later
+                  * append signalling again was a futex wake per record
+                  * while the flusher waited for a core */
 } jbuf;
 
 static _Atomic uint64_t tickets;
@@ -386,6 +389,7 @@ static void write_pending_locked(void) {
     j->b.len = 0;
     j->spare = batch;
     j->at = 0;
+    j->asked = false;
   }
   for (jbuf *j = jbufs; j; j = j->next)
     pthread_mutex_unlock(&j->lock);
@@ -531,7 +535,9 @@ static void append(int32_t kind, int64_t seq, int64_t spawn, int64_t rank, int64
   uint32_t frame[2] = {(uint32_t)(b->len - start - 8), 0};
   frame[1] = sf__crc32c(0, b->data + start + 8, frame[0]);
   memcpy(b->data + start, frame, 8);
-  bool big = b->len > FLUSH_BYTES;
+  bool big = b->len > FLUSH_BYTES && !j->asked;
+  if (big)
+    j->asked = true;
   pthread_mutex_unlock(&j->lock);
   if (big)
     pthread_cond_signal(&J.cond);

@@ -444,6 +444,7 @@ void sf__actor_complete_drop(sf_actor *a, const sf_method_desc *md, const sf__si
 
 static void drain(sf__job *j) {
   sf_actor *a = (sf_actor *)((char *)j - offsetof(sf_actor, drain));
+  sf__sched_prompt();
   for (int k = 0; k < DRAIN_BATCH; k++) {
     pthread_mutex_lock(&a->lock);
     msg *m = a->head;

@@ -200,23 +200,36 @@ sf_str *sf_future_error(sf_future *f, const sf_loc *loc) {
 sf_array *sf_future_get_all(sf_array *futures, const sf_type *t, const sf_loc *loc) {
   int64_t n = futures ? futures->len : 0;
   sf_future **fs = n ? futures->data : NULL;
-  /* Wait for all first, so the first error reported is the first in
-   * order and no half-built array is left behind.  Held values (objects.c
-   * objects) are all asked for before the first wait, so they come in
-   * parallel. */
+  /* Every future is waited for before an error is raised, so the first
+   * error reported is the first in order (a failed or unset future) and
+   * no half-built array is left behind.  Held values (objects.c objects)
+   * are all asked for before the first wait, so they come in parallel.
+   * One pass waits and copies: a cold array of 200,000 futures is read
+   * twice, not three times (each future its own cache line). */
   for (int64_t i = 0; i < n; i++)
     if (fs[i])
       future_want(fs[i]);
-  for (int64_t i = 0; i < n; i++)
-    if (fs[i])
-      sf__future_wait(fs[i]);
   sf_array *out = sf_array_new(t, n, loc);
+  int64_t bad = -1;
   for (int64_t i = 0; i < n; i++) {
-    if (fs[i] && (atomic_load(&fs[i]->state) & FUT_STATUS) == FUT_FAILED) {
-      sf_release(out);
-      sf_runtime_error(loc, "%s", fs[i]->error ? fs[i]->error : "failed");
+    if (!fs[i]) {
+      if (bad < 0)
+        bad = i;
+      continue;
     }
-    sf_future_get(fs[i], sf__array_at(out, i), loc);
+    sf__future_wait(fs[i]);
+    if (bad >= 0)
+      continue;
+    if ((atomic_load(&fs[i]->state) & FUT_STATUS) == FUT_FAILED)
+      bad = i;
+    else
+      sf_future_get(fs[i], sf__array_at(out, i), loc);
+  }
+  if (bad >= 0) {
+    sf_release(out);
+    if (!fs[bad])
+      sf_runtime_error(loc, "await on a future that was never set");
+    sf_runtime_error(loc, "%s", fs[bad]->error ? fs[bad]->error : "failed");
   }
   return out;
 }

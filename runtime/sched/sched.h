@@ -27,6 +27,10 @@ typedef struct sf__job {
 
 void sf__sched_start(void);              /* idempotent; first task or spawn */
 void sf__sched_push_task(sf__job *j);    /* the caller's own deque */
+/* A pool worker about to run a task job (SCHED_BATCH) or an actor's
+ * messages (the default policy): sched.c, batch_policy. */
+void sf__sched_batch(void);
+void sf__sched_prompt(void);
 void sf__sched_push_shared(sf__job *j);  /* the shared FIFO (actors, retries) */
 int64_t sf__sched_queue_len(void);      /* tasks waiting in the caller's deque */
 /* Waits until (*word & done_mask) != 0, sleeping on the futex with

@@ -139,6 +139,7 @@ static sf_future *task_submit(const sf_task_desc *d, void *args, int64_t seq, sf
 static void run_task_job(sf__job *j) {
   task_rec *t = TASK_FROM_JOB(j);
   sf_future *f = t->f;
+  sf__sched_batch();
   if (atomic_exchange_explicit(&t->claimed, 1, memory_order_acq_rel) == 0)
     run_task(t);
   sf_release(f);
