@@ -669,7 +669,13 @@ static void on_result(int node, const sf__frame *f) {
 
 /* Checkpoint files are written by one thread, not the control thread (an
  * fsync must not hold up heartbeats and results of every node); a newer
- * state of an actor replaces its older one still waiting. */
+ * state of a single actor replaces its older one still waiting.  A group
+ * member's never does: --resume needs an epoch every member has on disk,
+ * and a member whose epoch 2 gave way to its epoch 4 in the queue, while
+ * another member's node died before shipping its epoch 4, would leave the
+ * group none (tests/cluster group_resume under load).  Its waiting files
+ * are only trimmed to the newest the folder keeps (@checkpoint(keep)),
+ * since checkpoint.c would delete older ones as soon as they are written. */
 typedef struct wfile {
   struct wfile *next;
   const sf_actor_desc *d;
@@ -725,16 +731,48 @@ static void writer_drain(void) {
 
 /* The writer shares the state's bytes with the actor's list (a
  * reference, not a copy: this runs on the control thread). */
-static void queue_file(const sf_actor_desc *d, int64_t id, int64_t rank, const ckpt *c) {
+static void queue_file(const sf_actor_desc *d, int64_t id, int64_t rank, bool member,
+                       const ckpt *c) {
   ckpt ref = {c->calls, c->epoch, sf__shared_ref(c->b), c->p, c->n};
+  int keep = d->checkpoint_keep > 0 ? d->checkpoint_keep : 3; /* checkpoint.c's KEEP */
   pthread_mutex_lock(&WF.mu);
+  int waiting = 0;
+  wfile *oldest = NULL;
   for (wfile *w = WF.head; w; w = w->next)
     if (w->d == d && w->id == id && w->rank == rank) {
-      ckpt_free(&w->c);
-      w->c = ref;
-      pthread_mutex_unlock(&WF.mu);
-      return;
+      if (!member) {
+        ckpt_free(&w->c);
+        w->c = ref;
+        pthread_mutex_unlock(&WF.mu);
+        return;
+      }
+      if (!oldest)
+        oldest = w;
+      waiting++;
     }
+  if (oldest && waiting >= keep) { /* the oldest waiting one would be deleted at once */
+    ckpt_free(&oldest->c);
+    oldest->c = ref;
+    /* now the newest, out of queue order: move it to the tail */
+    wfile **pp = &WF.head;
+    while (*pp != oldest)
+      pp = &(*pp)->next;
+    *pp = oldest->next;
+    if (WF.tail == oldest) {
+      WF.tail = NULL;
+      for (wfile *t = WF.head; t; t = t->next)
+        WF.tail = t;
+    }
+    oldest->next = NULL;
+    if (WF.tail)
+      WF.tail->next = oldest;
+    else
+      WF.head = oldest;
+    WF.tail = oldest;
+    pthread_cond_signal(&WF.cv);
+    pthread_mutex_unlock(&WF.mu);
+    return;
+  }
   wfile *w = calloc(1, sizeof *w);
   if (w) {
     *w = (wfile){NULL, d, id, rank, ref};
@@ -777,7 +815,7 @@ void sf__ractor_on_state(int node, const sf__frame *f, sf__shared *bytes) {
   r->nck++;
   trim_log(r);
   /* The same file a single-node run writes, for --resume. */
-  queue_file(r->d, r->id, r->rank, &c);
+  queue_file(r->d, r->id, r->rank, r->g != NULL, &c);
   pthread_mutex_unlock(&RA.mu);
 }
 
