@@ -183,64 +183,102 @@ typedef struct {
   bool by_rows;
 } gemm_job;
 
-/* op(A)[i0.., p0..] rows × kc into panels of mr rows, alpha applied,
- * rows past m zero. */
+/* One panel of op(A): h ≤ mr rows from i (op(A)'s row) and kc steps
+ * from p0, mr values a step, rows past h zero, alpha applied (one
+ * rounding, as the chain's term requires).  Inlined with mr a constant,
+ * so the full panels' copies are a few vector moves a step. */
+static inline __attribute__((always_inline)) void pack_a_panel(const gemm_job *j, int mr,
+                                                               int64_t i, int64_t h, int64_t p0,
+                                                               int64_t kc, float *out) {
+  float alpha = j->alpha;
+  if (j->ta) {
+    /* op(A)'s rows are A's columns: a step's mr values lie together. */
+    const float *src = j->a + p0 * j->lda + i;
+    for (int64_t p = 0; p < kc; p++, src += j->lda, out += mr) {
+      if (h == mr && alpha == 1.0f) {
+        memcpy(out, src, (size_t)mr * sizeof(float));
+        continue;
+      }
+      int64_t r = 0;
+      for (; r < h; r++)
+        out[r] = alpha * src[r];
+      for (; r < mr; r++)
+        out[r] = 0.0f;
+    }
+    return;
+  }
+  /* Rows of A, read side by side a step at a time. */
+  const float *row[12];
+  for (int64_t r = 0; r < mr; r++)
+    row[r] = j->a + (i + (r < h ? r : 0)) * j->lda + p0;
+  for (int64_t p = 0; p < kc; p++, out += mr) {
+    if (h == mr && alpha == 1.0f) {
+      for (int r = 0; r < mr; r++)
+        out[r] = row[r][p];
+      continue;
+    }
+    for (int64_t r = 0; r < mr; r++)
+      out[r] = r < h ? alpha * row[r][p] : 0.0f;
+  }
+}
+
+/* op(A)[i0.., p0..] rows × kc into panels of mr rows. */
 static void pack_a(const gemm_job *j, int mr, int64_t i0, int64_t rows, int64_t p0, int64_t kc,
                    float *out) {
   for (int64_t r0 = 0; r0 < rows; r0 += mr, out += mr * kc) {
     int64_t h = rows - r0 < mr ? rows - r0 : mr;
-    if (j->ta) {
-      /* op(A)'s rows are A's columns: a step's mr values lie together. */
-      for (int64_t p = 0; p < kc; p++) {
-        const float *src = j->a + (p0 + p) * j->lda + i0 + r0;
-        float *dst = out + p * mr;
-        int64_t r = 0;
-        for (; r < h; r++)
-          dst[r] = src[r];
-        for (; r < mr; r++)
-          dst[r] = 0.0f;
-      }
-    } else {
-      for (int64_t r = 0; r < h; r++) {
-        const float *src = j->a + (i0 + r0 + r) * j->lda + p0;
-        for (int64_t p = 0; p < kc; p++)
-          out[p * mr + r] = src[p];
-      }
-      for (int64_t r = h; r < mr; r++)
-        for (int64_t p = 0; p < kc; p++)
-          out[p * mr + r] = 0.0f;
+    switch (mr) {
+    case 4: pack_a_panel(j, 4, i0 + r0, h, p0, kc, out); break;
+    case 6: pack_a_panel(j, 6, i0 + r0, h, p0, kc, out); break;
+    default: pack_a_panel(j, 12, i0 + r0, h, p0, kc, out); break;
     }
-    if (j->alpha != 1.0f)
-      for (int64_t q = 0; q < mr * kc; q++)
-        out[q] = j->alpha * out[q];
   }
 }
 
-/* op(B)[p0.., j0..] kc × cols into panels of nr columns, columns past n
- * zero. */
+/* One panel of op(B): kc steps from p0, w ≤ nr columns from c, nr
+ * values a step, columns past w zero. */
+static inline __attribute__((always_inline)) void pack_b_panel(const gemm_job *j, int nr,
+                                                               int64_t p0, int64_t kc, int64_t c,
+                                                               int64_t w, float *out) {
+  if (!j->tb) {
+    const float *src = j->b + p0 * j->ldb + c;
+    for (int64_t p = 0; p < kc; p++, src += j->ldb, out += nr) {
+      if (w == nr) {
+        memcpy(out, src, (size_t)nr * sizeof(float));
+        continue;
+      }
+      int64_t x = 0;
+      for (; x < w; x++)
+        out[x] = src[x];
+      for (; x < nr; x++)
+        out[x] = 0.0f;
+    }
+    return;
+  }
+  /* op(B)'s columns are B's rows: read side by side a step at a time. */
+  const float *col[32];
+  for (int64_t x = 0; x < nr; x++)
+    col[x] = j->b + (c + (x < w ? x : 0)) * j->ldb + p0;
+  for (int64_t p = 0; p < kc; p++, out += nr) {
+    if (w == nr) {
+      for (int x = 0; x < nr; x++)
+        out[x] = col[x][p];
+      continue;
+    }
+    for (int64_t x = 0; x < nr; x++)
+      out[x] = x < w ? col[x][p] : 0.0f;
+  }
+}
+
+/* op(B)[p0.., j0..] kc × cols into panels of nr columns. */
 static void pack_b(const gemm_job *j, int nr, int64_t p0, int64_t kc, int64_t j0, int64_t cols,
                    float *out) {
   for (int64_t c0 = 0; c0 < cols; c0 += nr, out += nr * kc) {
     int64_t w = cols - c0 < nr ? cols - c0 : nr;
-    if (j->tb) {
-      for (int64_t c = 0; c < w; c++) {
-        const float *src = j->b + (j0 + c0 + c) * j->ldb + p0;
-        for (int64_t p = 0; p < kc; p++)
-          out[p * nr + c] = src[p];
-      }
-      for (int64_t c = w; c < nr; c++)
-        for (int64_t p = 0; p < kc; p++)
-          out[p * nr + c] = 0.0f;
-    } else {
-      for (int64_t p = 0; p < kc; p++) {
-        const float *src = j->b + (p0 + p) * j->ldb + j0 + c0;
-        float *dst = out + p * nr;
-        int64_t c = 0;
-        for (; c < w; c++)
-          dst[c] = src[c];
-        for (; c < nr; c++)
-          dst[c] = 0.0f;
-      }
+    switch (nr) {
+    case 8: pack_b_panel(j, 8, p0, kc, j0 + c0, w, out); break;
+    case 16: pack_b_panel(j, 16, p0, kc, j0 + c0, w, out); break;
+    default: pack_b_panel(j, 32, p0, kc, j0 + c0, w, out); break;
     }
   }
 }
@@ -265,19 +303,60 @@ static float *grow(float **buf, size_t *cap, size_t n) {
 
 /* --------------------------------------------------------- the blocks */
 
-/* C[i0..i0+m, j0..j0+n) of the job, on this thread. */
+/* The tiles of one mc × nc block of C at ct from packed pa (mc × kc)
+ * and pb (kc × nc): load says whether C's values start the chains. */
+static void gemm_block(const gemm_kernel *kn, int64_t kc, int64_t mc, int64_t nc,
+                       const float *pa, const float *pb, float *ct0, int64_t ldc, bool load) {
+  int mr = kn->mr, nr = kn->nr;
+  float edge[12 * 32]; /* the largest MR × NR */
+  for (int64_t jr = 0; jr < nc; jr += nr) {
+    int64_t w = nc - jr < nr ? nc - jr : nr;
+    const float *bp = pb + jr * kc;
+    for (int64_t ir = 0; ir < mc; ir += mr) {
+      int64_t h = mc - ir < mr ? mc - ir : mr;
+      const float *ap = pa + ir * kc;
+      float *ct = ct0 + ir * ldc + jr;
+      if (h == mr && w == nr) {
+        kn->micro(kc, ap, bp, ct, ldc, load);
+        continue;
+      }
+      /* An edge tile: through a full one, only C's part kept. */
+      if (load)
+        for (int64_t r = 0; r < h; r++)
+          memcpy(edge + r * nr, ct + r * ldc, (size_t)w * sizeof(float));
+      kn->micro(kc, ap, bp, edge, nr, load);
+      for (int64_t r = 0; r < h; r++)
+        memcpy(ct + r * ldc, edge + r * nr, (size_t)w * sizeof(float));
+    }
+  }
+}
+
+/* Packed B of a column block may take this many floats (4 MiB) when
+ * all of k is packed at once (below). */
+#define GEMM_B_WHOLE (1 << 20)
+
+/* C[i0..i0+m, j0..j0+n) of the job, on this thread.
+ *
+ * The usual order (B's kc × nc block packed, then every mc block of A
+ * against it) passes over the whole of C once per kc block; when k
+ * needs several passes and C is tall, that is C through memory k / kc
+ * times (a 4096 × 384 C is 6 MB).  So where B's column block packed
+ * for all of k fits GEMM_B_WHOLE, it is packed once and each mc block
+ * of C runs all its kc passes while it is in L2.  Either order runs
+ * every element's chain over p in the same order, so the bits are the
+ * same. */
 static void gemm_region(const gemm_job *j, int64_t i0, int64_t m, int64_t j0, int64_t n) {
   const gemm_kernel *kn = K;
   int mr = kn->mr, nr = kn->nr;
   int64_t kc_max = j->k < kn->kc ? j->k : kn->kc;
   int64_t mc_max = (m < kn->mc ? (m + mr - 1) / mr * mr : kn->mc);
   int64_t nc_max = (n < kn->nc ? (n + nr - 1) / nr * nr : kn->nc);
+  bool whole = j->k > kn->kc && m > kn->mc && j->k * nc_max <= GEMM_B_WHOLE;
   float *pa = grow(&buf_a, &cap_a, (size_t)(mc_max * kc_max));
-  float *pb = grow(&buf_b, &cap_b, (size_t)(nc_max * kc_max));
+  float *pb = grow(&buf_b, &cap_b, (size_t)(nc_max * (whole ? j->k : kc_max)));
   if (!pa || !pb)
     sf_runtime_error(NULL, "matmul: out of memory packing a %lld×%lld×%lld product",
                      (long long)j->m, (long long)j->n, (long long)j->k);
-  float edge[12 * 32]; /* the largest MR × NR */
   int64_t ldc = j->ldc;
   if (j->beta != 0.0f && j->beta != 1.0f)
     for (int64_t i = 0; i < m; i++)
@@ -287,33 +366,32 @@ static void gemm_region(const gemm_job *j, int64_t i0, int64_t m, int64_t j0, in
       }
   for (int64_t jc = 0; jc < n; jc += kn->nc) {
     int64_t nc = n - jc < kn->nc ? n - jc : kn->nc;
+    if (whole) {
+      /* B's block pc starts at pb + pc * nc_max: each kc block packed
+       * as the usual order packs it. */
+      for (int64_t pc = 0; pc < j->k; pc += kn->kc) {
+        int64_t kc = j->k - pc < kn->kc ? j->k - pc : kn->kc;
+        pack_b(j, nr, pc, kc, j0 + jc, nc, pb + pc * nc_max);
+      }
+      for (int64_t ic = 0; ic < m; ic += kn->mc) {
+        int64_t mc = m - ic < kn->mc ? m - ic : kn->mc;
+        for (int64_t pc = 0; pc < j->k; pc += kn->kc) {
+          int64_t kc = j->k - pc < kn->kc ? j->k - pc : kn->kc;
+          pack_a(j, mr, i0 + ic, mc, pc, kc, pa);
+          gemm_block(kn, kc, mc, nc, pa, pb + pc * nc_max, j->c + (i0 + ic) * ldc + j0 + jc,
+                     ldc, pc > 0 || j->beta != 0.0f);
+        }
+      }
+      continue;
+    }
     for (int64_t pc = 0; pc < j->k; pc += kn->kc) {
       int64_t kc = j->k - pc < kn->kc ? j->k - pc : kn->kc;
-      bool load = pc > 0 || j->beta != 0.0f;
       pack_b(j, nr, pc, kc, j0 + jc, nc, pb);
       for (int64_t ic = 0; ic < m; ic += kn->mc) {
         int64_t mc = m - ic < kn->mc ? m - ic : kn->mc;
         pack_a(j, mr, i0 + ic, mc, pc, kc, pa);
-        for (int64_t jr = 0; jr < nc; jr += nr) {
-          int64_t w = nc - jr < nr ? nc - jr : nr;
-          const float *bp = pb + jr * kc;
-          for (int64_t ir = 0; ir < mc; ir += mr) {
-            int64_t h = mc - ir < mr ? mc - ir : mr;
-            const float *ap = pa + ir * kc;
-            float *ct = j->c + (i0 + ic + ir) * ldc + j0 + jc + jr;
-            if (h == mr && w == nr) {
-              kn->micro(kc, ap, bp, ct, ldc, load);
-              continue;
-            }
-            /* An edge tile: through a full one, only C's part kept. */
-            if (load)
-              for (int64_t r = 0; r < h; r++)
-                memcpy(edge + r * nr, ct + r * ldc, (size_t)w * sizeof(float));
-            kn->micro(kc, ap, bp, edge, nr, load);
-            for (int64_t r = 0; r < h; r++)
-              memcpy(ct + r * ldc, edge + r * nr, (size_t)w * sizeof(float));
-          }
-        }
+        gemm_block(kn, kc, mc, nc, pa, pb, j->c + (i0 + ic) * ldc + j0 + jc, ldc,
+                   pc > 0 || j->beta != 0.0f);
       }
     }
   }

@@ -962,12 +962,17 @@ static void test_sgemm_sflow(void) {
             sf__gemm_isa());
     exit(77);
   }
-  for (int it = 0; it < 96; it++) {
+  for (int it = 0; it < 100; it++) {
     int64_t m = 1 + (int64_t)(frand(0, 1) * 70), n = 1 + (int64_t)(frand(0, 1) * 90);
     int64_t k = (int64_t)(frand(0, 1) * 700);
     if (it % 8 == 0) { /* big enough to split over the threads */
       m += 250;
       n += 130;
+    }
+    if (it >= 96) { /* several kc passes over a tall C: B packed whole */
+      m = 150 + 37 * (it - 96);
+      n = 40 + 9 * (it - 96);
+      k = 1030 + it;
     }
     bool ta = it & 1, tb = it & 2;
     float beta = (float[]){0.0f, 1.0f, 0.5f}[it % 3], alpha = it % 5 == 4 ? -0.75f : 1.0f;
