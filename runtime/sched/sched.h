@@ -33,6 +33,7 @@ void sf__sched_batch(void);
 void sf__sched_prompt(void);
 void sf__sched_push_shared(sf__job *j);  /* the shared FIFO (actors, retries) */
 int64_t sf__sched_queue_len(void);      /* tasks waiting in the caller's deque */
+bool sf__sched_queue_at_least(int64_t n); /* the same, compared: no read of top while clearly under */
 /* Waits until (*word & done_mask) != 0, sleeping on the futex with
  * waiters_bit set in *word; may_help runs queued tasks meanwhile. */
 void sf__sched_wait(_Atomic uint32_t *word, uint32_t done_mask, uint32_t waiters_bit,

@@ -370,7 +370,7 @@ static bool run_on_the_spot(const sf_task_desc *d, sf__demand need, bool may_go_
                             size_t asize) {
   return d->timeout <= 0 && need.cpus == 0 && need.gpu == 0 && asize <= INLINE_ARGS &&
          sf__inline_depth < MAX_INLINE_DEPTH && (!may_go_remote || !sf__options.nodes) &&
-         sf__sched_queue_len() >= THROTTLE * (int64_t)sf__pool_size() && !future_args(d);
+         sf__sched_queue_at_least(THROTTLE * (int64_t)sf__pool_size()) && !future_args(d);
 }
 
 /* Fills a task record for f: a first attempt not yet claimed (claimed 1:
@@ -450,7 +450,7 @@ static void task_schedule(task_rec *t) {
     }
   if (t->d->timeout > 0) {
     sf__sched_push_shared(&t->job); /* never run by a helping main thread */
-  } else if (sf__sched_queue_len() >= THROTTLE * (int64_t)sf__pool_size() &&
+  } else if (sf__sched_queue_at_least(THROTTLE * (int64_t)sf__pool_size()) &&
              t->need.cpus == 0 && t->need.gpu == 0 && sf__inline_depth < MAX_INLINE_DEPTH) {
     /* Plenty queued already: run this one here, now (as libgomp does past
      * its queue limit).  The workers stay busy with the queue, and the
