@@ -270,6 +270,14 @@ bool sf__fault(const char *point) {
   return atomic_fetch_add(&count, 1) + 1 == atoll(spec + n + 1);
 }
 
+int64_t sf__fault_value(const char *point) {
+  const char *spec = fault_spec;
+  size_t n = strlen(point);
+  if (!spec || strncmp(spec, point, n) != 0 || spec[n] != ':')
+    return 0;
+  return atoll(spec + n + 1);
+}
+
 static bool in_group(sf_actor *a) { return sf__actor_comm(a) != NULL; }
 
 /* The end of a successful run removes the checkpoints while actors may

@@ -75,6 +75,7 @@ void sf__checkpoint_write_state(const sf_actor_desc *d, int64_t id, int64_t rank
                                 int64_t epochs, const void *p, size_t n);
 void sf__checkpoint_finish(void); /* a successful end: clear, and write no more */
 bool sf__fault(const char *point); /* SFLOW_FAULT fault injection, tests only */
+int64_t sf__fault_value(const char *point); /* SFLOW_FAULT=point:N's N, else 0 */
 
 
 #endif

@@ -546,6 +546,49 @@ def case_group_resume(c):
 
 
 
+def case_group_resume_slow_disk(c):
+    """As group_resume, with the head's checkpoint writes held up 300 ms
+    each (SFLOW_FAULT=head-checkpoint-slow:300: a slow disk) and a
+    checkpoint after every call, so the members' newer checkpoints
+    arrive while older ones still wait to be written.  The folder must
+    still hold, for every member, the newest epoch the member furthest
+    behind shipped (a member's waiting epoch was once replaced by its
+    next, leaving the group no common epoch), and --resume finishes with
+    a clean run's results."""
+    # Member 0 prints the marker after call 4's allreduce and then stays in
+    # the call for 2 s: the others ship epoch 4 (when the head still takes
+    # it before it exits), member 0 (its node killed at the marker) never
+    # does, so the group's common epoch is 3.
+    marked = 'if i == 3 && group_rank() == 0 { print("running", i) }'
+    check(marked in GROUP_PROGRAM, "GROUP_PROGRAM prints its marker as this case expects")
+    exe = c.compile("grp1", GROUP_PROGRAM.replace("@restarts(2)", "@restarts(0)").replace(
+        marked, 'if i == 3 && group_rank() == 0 {\n      print("running", i)\n'
+        '      let t1 = now()\n      while now() - t1 < 2.0 { }\n    }'))
+    ckdir = os.path.join(c.dir, "ck")
+    os.environ["SFLOW_FAULT"] = "head-checkpoint-slow:300"
+    try:
+        code, out, err, node = kill_when_running(c, exe, r"running 3", "--slow", "0.05",
+                                                 "--checkpoint-dir", ckdir)
+    finally:
+        del os.environ["SFLOW_FAULT"]
+    check(code == 70, f"head exit {code}", out, err)
+    files = sorted(os.listdir(os.path.join(ckdir, "ckpt")))
+    mine = [[int(f.rsplit(".", 1)[1]) for f in files if f.startswith(f"Member-0-{r}.")]
+            for r in range(3)]
+    check(all(mine), "every member has a checkpoint", files)
+    behind = min(max(e) for e in mine)
+    check(all(behind in e for e in mine),
+          f"every member's file at epoch {behind}, the newest of the member furthest behind",
+          files)
+    r = c.run("--head-runs-work=false", "--slow", "0.05", "--checkpoint-dir", ckdir, "--resume",
+              prog=exe)
+    check(r.returncode == 0, f"resume exit {r.returncode}", r.stdout, r.stderr)
+    want = single_node(exe).splitlines()
+    check(r.stdout.splitlines()[-4:-1] == want[-4:-1], "resumed results", r.stdout, want)
+    check(re.search(r"3 actors restored from checkpoints", r.stderr), "restored", r.stderr)
+    c.expect_no_workers(within=6)
+
+
 # ------------------------------------------------- std.train fine-tune
 
 FORTUNES = "/usr/share/games/fortunes"

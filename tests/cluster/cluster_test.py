@@ -111,6 +111,7 @@ CASES = {
     "ring_listener_preauth": (2, case_ring_listener_preauth),
     "group_worker_killed": (4, case_group_worker_killed),
     "group_resume": (3, case_group_resume),
+    "group_resume_slow_disk": (3, case_group_resume_slow_disk),
     "finetune_nodes": (2, case_finetune_nodes),
     "lm_finetune_nodes": (2, case_lm_finetune_nodes),
     "train_worker_killed": (3, case_train_worker_killed),

@@ -704,6 +704,9 @@ static void *writer_main(void *arg) {
       WF.tail = NULL;
     WF.busy = true;
     pthread_mutex_unlock(&WF.mu);
+    int64_t slow = sf__fault_value("head-checkpoint-slow"); /* tests: a slow disk, in ms */
+    if (slow > 0)
+      nanosleep(&(struct timespec){slow / 1000, slow % 1000 * 1000000}, NULL);
     sf__checkpoint_write_state(w->d, w->id, w->rank, (int64_t)w->c.calls, (int64_t)w->c.epoch,
                                w->c.p, w->c.n);
     ckpt_free(&w->c);
