@@ -31,13 +31,18 @@ all-MiniLM-L6-v2 that scripts/install-models.sh installs:
     uninterrupted sharded run's weights; --shard params is an error;
   - bad input, each a message naming it and a non-zero exit: a missing
     model folder, a safetensors file of another model, an empty category
-    file, a missing category, --seq-len over max_position_embeddings.
+    file, a missing category, --seq-len over max_position_embeddings;
+  - --only plan (ctest examples/finetune_plan, 16 tokens): train.plan's
+    training peak within 10% of the measured one at 2 and 4 workers for
+    every --shard value, the tensors at rest the plan's, and --shard
+    parameters' peak above --shard gradients' by the plan's difference
+    (within 2% of the peak).
 
 Checkpoints (280 MB per member) go to /dev/shm when it has room, so the
 test costs CPU, not disk syncs.  The model is found at
 $SFLOW_MODELS/all-minilm-l6-v2 or <build>/models/all-minilm-l6-v2.
 
-Usage: finetune_test.py --sflowc PATH [--models DIR]
+Usage: finetune_test.py --sflowc PATH [--models DIR] [--only workers|resume|bad|reference|shard|plan]
 """
 import argparse
 import csv
@@ -165,6 +170,63 @@ def case_workers(r):
               "%d workers: eval accuracy per epoch %s = %s" % (w, acc[w], acc[1]))
     r.unsharded = runs
     return runs[2]
+
+
+# The memory plan's recipe (docs/train.md, "The memory plan"): smaller rows
+# than RECIPE's, so that 9 runs fit in a few minutes.
+PLAN_RECIPE = ["--seq-len", "16", "--journal=false", "--timing=false", "--plan"]
+SHARDS = ("none", "optimizer", "gradients", "parameters")
+
+
+def case_plan(r):
+    """train.plan against the measured tensors (docs/train.md, "The memory
+    plan").  The activations of a global batch are measured once: a
+    1-worker --shard none run's training peak less its plan's backward
+    figure.  Then, at 2 and 4 workers and for each --shard value, the
+    predicted training peak is within 10% of the measured one, the
+    tensors at rest are the plan's exactly, and the measured peak of
+    --shard parameters sits above --shard gradients' by what the plan says
+    within 2% of the peak (the pieces' copies, 1/n of the params per
+    worker: the whole params are gathered for a training call, not per
+    block)."""
+    peak_re = r"memory --shard %s: at rest ([\d.]+) MB \(plan ([\d.]+)\), training peak " \
+              r"([\d.]+) MB \(plan ([\d.]+) "
+    p = r.run(1, "plan1", *PLAN_RECIPE)
+    m = re.search(peak_re % "none", p.stdout)
+    b = re.search(r"plan none: [^;]*; [\d.]+, ([\d.]+),", p.stdout)
+    check(p.returncode == 0 and m is not None and b is not None,
+          "1 worker --plan: the measured peak and the plan%s"
+          % ("" if m and b else " (%s)" % p.stdout[-300:]))
+    if not (m and b):
+        return
+    act = float(m.group(3)) - float(b.group(1))
+    check(act > 1.0, "1 worker: the activations of a global batch %.1f MB" % act)
+    for w in (2, 4):
+        peaks = {}
+        for shard in SHARDS:
+            name = "plan%d%s" % (w, shard)
+            p = r.run(w, name, *PLAN_RECIPE, "--shard", shard, "--plan-activations", "%.1f" % act)
+            m = re.search(peak_re % shard, p.stdout)
+            check(p.returncode == 0 and m is not None,
+                  "%d workers --shard %s --plan: exit %d, figures printed" % (w, shard, p.returncode))
+            if not m:
+                continue
+            rest, rest_plan, got, want = (float(x) for x in m.groups())
+            peaks[shard] = (got, want)
+            check(rest == rest_plan, "%d workers --shard %s: at rest %.1f MB, the plan's %.1f"
+                  % (w, shard, rest, rest_plan))
+            check(abs(want - got) <= 0.10 * got,
+                  "%d workers --shard %s: training peak %.1f MB, the plan's %.1f within 10%% (%+.1f%%)"
+                  % (w, shard, got, want, 100 * (want - got) / got))
+        if "gradients" in peaks and "parameters" in peaks:
+            dgot = peaks["parameters"][0] - peaks["gradients"][0]
+            dwant = peaks["parameters"][1] - peaks["gradients"][1]
+            # Two peaks of members out of lockstep: the difference is held to
+            # 2% of the peak, not of itself.
+            check(dwant > 0 and dgot > 0 and abs(dgot - dwant) <= 0.02 * peaks["gradients"][0],
+                  "%d workers: --shard parameters' peak over --shard gradients' by %.1f MB, the "
+                  "plan's %.1f within 2%% of the peak (the whole params gathered per call)"
+                  % (w, dgot, dwant))
 
 
 def case_shard(r):
@@ -348,7 +410,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sflowc", required=True)
     ap.add_argument("--models", default=None, help="default: $SFLOW_MODELS or <build>/models")
-    ap.add_argument("--only", choices=("workers", "resume", "bad", "reference", "shard"),
+    ap.add_argument("--only", choices=("workers", "resume", "bad", "reference", "shard", "plan"),
                     default=None)
     args = ap.parse_args()
     build = os.path.dirname(os.path.dirname(os.path.abspath(args.sflowc)))
@@ -371,6 +433,8 @@ def main():
             case_bad_input(r, model)
         if args.only in (None, "reference"):
             case_reference(r)
+        if args.only == "plan":  # its own ctest, examples/finetune_plan
+            case_plan(r)
         if args.only in (None, "workers", "resume", "shard"):
             ref = case_workers(r)
             if ref and args.only in (None, "resume"):

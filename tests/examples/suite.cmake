@@ -35,6 +35,12 @@ add_test(NAME examples/finetune
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/examples/finetune_test.py
           --sflowc $<TARGET_FILE:sflowc>)
 set_tests_properties(examples/finetune PROPERTIES TIMEOUT 900)
+# train.plan against the measured tensors at 2 and 4 workers, every --shard
+# value (docs/train.md, "The memory plan").
+add_test(NAME examples/finetune_plan
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/examples/finetune_test.py
+          --sflowc $<TARGET_FILE:sflowc> --only plan)
+set_tests_properties(examples/finetune_plan PROPERTIES TIMEOUT 900)
 
 # examples/lm_finetune.sflow and std.lm (tests/examples/lm_finetune_test.py):
 # the decoder in std.nn ops against llm.forward's logits, merge, adapter
