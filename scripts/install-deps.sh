@@ -16,6 +16,7 @@ pkgs=(
   libopenblas-dev libcjson-dev zlib1g-dev valgrind gdb
   iproute2 procps                    # ip netns, ip link, ss: namespace cluster tests
   openmpi-bin                        # tests/launch: mpirun starts a run's ranks
+  mpich                              # tests/launch: MPICH's mpiexec.hydra (PMI variables) starts them
   fortunes-min                       # a real text data set for examples/fortunes.sflow
   fortunes                           # labelled text (one category per file) for examples/finetune.sflow
   munge slurmctld slurmd slurm-client  # tests/slurm: a private Slurm 22.05 (munged, slurmctld, slurmd) on this host

@@ -171,11 +171,27 @@ def secret_file(tmp, text=None, mode=0o600):
     return path
 
 
-def case_mpirun_digits(sflowc, tmp, n):
-    mpirun = shutil.which("mpirun")
+def open_mpi_mpirun():
+    """Open MPI's mpirun: its own name first, since with MPICH installed
+    too the alternatives may point plain `mpirun` at MPICH's Hydra."""
+    mpirun = shutil.which("mpirun.openmpi") or shutil.which("mpirun")
     if not mpirun:
         print("SKIP: no mpirun (apt-get install openmpi-bin)")
         sys.exit(77)
+    return mpirun
+
+
+def mpich_mpiexec():
+    """MPICH's Hydra launcher (mpich, scripts/install-deps.sh)."""
+    exe = shutil.which("mpiexec.hydra") or shutil.which("mpiexec.mpich")
+    if not exe:
+        print("SKIP: no mpiexec.hydra (apt-get install mpich)")
+        sys.exit(77)
+    return exe
+
+
+def case_mpirun_digits(sflowc, tmp, n):
+    mpirun = open_mpi_mpirun()
     d = Digits(sflowc, tmp)
     ref = d.single(n)
     dirs = rank_dirs(tmp, n, "mpi")
@@ -205,6 +221,49 @@ def case_mpirun_digits(sflowc, tmp, n):
     check(not left, f"the rendezvous file is left after the run: {left}")
     check_like_single(f"mpirun_digits_{n}", n, ref, rank_file(0, "stdout"),
                       rank_file(0, "stderr"), metrics, dirs,
+                      [rank_file(k, "stdout") for k in range(1, n)])
+
+
+def case_mpich_digits(sflowc, tmp, n):
+    """MPICH's `mpiexec.hydra -np N`: the ranks know themselves by PMI_RANK,
+    PMI_SIZE and MPI_LOCALRANKID alone (Hydra gives no job id and no
+    MASTER_ADDR), so rank 0 publishes its address in the rendezvous file
+    next to the secret file; the run is one process's with --workers N."""
+    mpiexec = mpich_mpiexec()
+    d = Digits(sflowc, tmp)
+    ref = d.single(n)
+    dirs = rank_dirs(tmp, n, "mpich")
+    secret = secret_file(tmp)
+    metrics = os.path.join(dirs[0], "metrics.csv")
+    script = os.path.join(tmp, "rank.sh")
+    with open(script, "w") as f:
+        f.write('#!/bin/sh\ncd "$1_rank$PMI_RANK" && shift && exec "$@"\n')
+    os.chmod(script, 0o755)
+    out = os.path.join(tmp, "mpich_out")
+    os.makedirs(out)
+    env = clean_env(SFLOW_SECRET_FILE=secret)
+    # Hydra passes the whole environment (-genvall); -genv names the secret
+    # file all the same, as a job script would.
+    cmd = [mpiexec, "-np", str(n), "-genv", "SFLOW_SECRET_FILE", secret,
+           "-outfile-pattern", os.path.join(out, "stdout.%r"),
+           "-errfile-pattern", os.path.join(out, "stderr.%r"), script,
+           os.path.join(tmp, "mpich"), d.exe] + \
+        d.args(n, metrics, os.path.join(dirs[0], "w.safetensors")) + ["--cluster-log"]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+
+    def rank_file(k, which):
+        p = os.path.join(out, f"{which}.{k}")
+        return open(p).read() if os.path.exists(p) else ""
+    check(r.returncode == 0, f"mpiexec.hydra -np {n} exited {r.returncode}",
+          r.stdout + r.stderr + "".join(rank_file(k, "stderr")[-1500:] for k in range(n)))
+    err0 = rank_file(0, "stderr")
+    check(re.search(r"^sflow: PMI rank 0 of %d: .*published in %s" %
+                    (n, re.escape(os.path.join(tmp, ".sflow-rendezvous-job"))), err0, re.M),
+          "rank 0 did not say it is PMI rank 0 and published in the rendezvous file",
+          err0[-2000:])
+    left = [f for f in os.listdir(tmp) if f.startswith(".sflow-rendezvous-")]
+    check(not left, f"the rendezvous file is left after the run: {left}")
+    check_like_single(f"mpich_digits_{n}", n, ref, rank_file(0, "stdout"), err0, metrics, dirs,
                       [rank_file(k, "stdout") for k in range(1, n)])
 
 
@@ -694,10 +753,7 @@ class Example:
 def mpirun_example(sflowc, tmp, name, n):
     """`mpirun -np N` of examples/finetune or lm_finetune with --workers N:
     rank 0's metrics are one process's (Example)."""
-    mpirun = shutil.which("mpirun")
-    if not mpirun:
-        print("SKIP: no mpirun (apt-get install openmpi-bin)")
-        sys.exit(77)
+    mpirun = open_mpi_mpirun()
     ex = Example(sflowc, tmp, name)
     try:
         ref = ex.reference(n)
@@ -720,6 +776,8 @@ CASES = {
     "env_digits_4": lambda s, t: case_env_digits(s, t, 4),
     "mpirun_digits_2": lambda s, t: case_mpirun_digits(s, t, 2),
     "mpirun_digits_4": lambda s, t: case_mpirun_digits(s, t, 4),
+    "mpich_digits_2": lambda s, t: case_mpich_digits(s, t, 2),
+    "mpich_digits_4": lambda s, t: case_mpich_digits(s, t, 4),
     "slurm_env_2": case_slurm_env_2,
     "wrong_secret": case_wrong_secret,
     "secret_refused": case_secret_refused,

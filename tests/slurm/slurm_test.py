@@ -6,6 +6,8 @@
 
 srun_digits: `srun -n1` of examples/digits prints what the plain run prints;
   srun_digits_2/_4: `srun -n2/-n4` train like one process with --workers 2/4.
+srun_2nodes_digits_4: `srun -N2 -n4` over two nodes, the second slurmd in a
+  network namespace (harness.py, Slurm(nodes=2)), like --workers 4.
 srun_lm_finetune_2/_4: `srun -n2/-n4` of the LoRA lm_finetune with
   --workers N give one worker's step losses within 1e-6 relative.
 srun_finetune_2/_4: `srun -n2/-n4` of examples/finetune (MiniLM, 3 steps on
@@ -170,10 +172,14 @@ def case_sbatch_requeue(sflowc, work, ranks=1):
               "job:\n" + got, "plain:\n" + want)
 
 
-def case_srun_ranks(sflowc, work, n):
+def case_srun_ranks(sflowc, work, n, nodes=1):
     """srun -n N of digits is one run: rank 0 the head, the others its
     workers (the launch detection, docs/cluster.md "Started by a
-    launcher"), training like one process with --workers N."""
+    launcher"), training like one process with --workers N.  nodes=2:
+    `srun -N2 -n N` over the harness's two nodes, the second in a network
+    namespace: ranks N/2.. run there (checked first by their network
+    namespaces) and reach rank 0 over the veth, at the first host of
+    Slurm's node list 10.A.B.[1-2]."""
     sys.path.insert(0, os.path.join(ROOT, "tests", "launch"))
     import launch_test as lt
     d = lt.Digits(sflowc, work)
@@ -182,10 +188,22 @@ def case_srun_ranks(sflowc, work, n):
     run = os.path.join(work, "srun")
     os.makedirs(run)
     metrics = os.path.join(run, "metrics.csv")
-    with Slurm() as s:
-        r = subprocess.run(["srun", "-n", str(n), "--chdir", run, "--output", run + "/out.%t",
-                            "--error", run + "/err.%t", d.exe,
-                            *d.args(n, metrics, os.path.join(run, "w.safetensors"))],
+    spread = ["-N", str(nodes)] if nodes > 1 else []
+    with Slurm(cpus=n // nodes if nodes > 1 else 4, nodes=nodes) as s:
+        if nodes > 1:
+            r = s.cmd("srun", *spread, "-n", str(n), "-l", "sh", "-c",
+                      "echo $SLURMD_NODENAME $(readlink /proc/self/ns/net)", timeout=30)
+            where = dict(line.split(": ", 1) for line in r.stdout.splitlines())
+            per = n // nodes
+            got = [where[str(k)].split() for k in range(n)]
+            check([g[0] for g in got] == [s.addrs[k // per] for k in range(n)],
+                  f"srun -N{nodes} -n{n}: the tasks are not {per} a node in order", r.stdout)
+            check(got[0][1] != got[n - 1][1], "the second node's tasks share the first's network "
+                  "namespace", r.stdout)
+        r = subprocess.run(["srun", *spread, "-n", str(n), "--chdir", run, "--output",
+                            run + "/out.%t", "--error", run + "/err.%t", d.exe,
+                            *d.args(n, metrics, os.path.join(run, "w.safetensors")),
+                            *(["--cluster-log"] if nodes > 1 else [])],
                            capture_output=True, text=True, timeout=80,
                            env=s.env(lt.clean_env(SFLOW_SECRET_FILE=secret)))
         outs = []
@@ -195,6 +213,13 @@ def case_srun_ranks(sflowc, work, n):
         with open(os.path.join(run, "err.0")) as f:
             err0 = f.read()
         check(r.returncode == 0, f"srun -n{n} exited {r.returncode}", r.stderr, err0[-3000:])
+        if nodes > 1:
+            m = lt.re.search(r"^sflow: Slurm rank 0 of %d: control plane listening on %s:\d+$" %
+                             (n, lt.re.escape(s.addrs[0])), err0, lt.re.M)
+            check(m, "rank 0 does not listen on the first node's address", err0[-3000:])
+            m = lt.re.search(r"^sflow: group 'Worker' placed on nodes ([\d,]+)$", err0, lt.re.M)
+            check(m and sorted(set(int(x) for x in m.group(1).split(","))) == list(range(1, n)),
+                  "the group is not on every other rank", err0[-3000:])
     strip = lambda t: lt.re.sub(r" to \S+w\.safetensors$", " to W", t, flags=lt.re.M)
     check(strip(outs[0]) == strip(ref_out), f"srun -n{n}: rank 0 printed other than one process "
           f"with --workers {n}", outs[0], ref_out, err0[-2000:])
@@ -206,7 +231,8 @@ def case_srun_ranks(sflowc, work, n):
     check(len(rows) == len(ref_rows), f"srun -n{n}: {len(rows)} metrics rows, not {len(ref_rows)}")
     worst = max(abs(float(a["loss"]) - float(b["loss"])) for a, b in zip(rows, ref_rows))
     check(worst <= 1e-6, f"srun -n{n}: losses differ from one process's by {worst:g}")
-    print(f"srun -n{n}: {len(rows)} steps, largest loss difference {worst:g}")
+    print(f"srun {' '.join(spread + ['-n', str(n)])}: {len(rows)} steps, largest loss "
+          f"difference {worst:g}")
 
 
 def case_srun_example(sflowc, work, name, n):
@@ -245,6 +271,7 @@ CASES = {
     "sbatch_requeue_srun2": lambda sflowc, work: case_sbatch_requeue(sflowc, work, 2),
     "srun_digits_2": lambda sflowc, work: case_srun_ranks(sflowc, work, 2),
     "srun_digits_4": lambda sflowc, work: case_srun_ranks(sflowc, work, 4),
+    "srun_2nodes_digits_4": lambda sflowc, work: case_srun_ranks(sflowc, work, 4, nodes=2),
     "srun_lm_finetune_2": lambda sflowc, work: case_srun_example(sflowc, work, "lm_finetune", 2),
     "srun_lm_finetune_4": lambda sflowc, work: case_srun_example(sflowc, work, "lm_finetune", 4),
     "srun_finetune_2": lambda sflowc, work: case_srun_example(sflowc, work, "finetune", 2),

@@ -1,8 +1,9 @@
 # Slurm tests (tests/slurm/slurm_test.py; the harness in harness.py): a
 # private, real Slurm 22.05 on this host (munged on its own socket,
 # slurmctld and slurmd with a temp slurm.conf), started and torn down by
-# each case.  No skips: without the packages (scripts/install-deps.sh) or
-# root a case fails saying why.  The cases share the cluster lock: they
+# each case (srun_2nodes_digits_4: two nodes, the second slurmd in a
+# network namespace the harness makes and removes).  No skips: without the
+# packages (scripts/install-deps.sh) or root a case fails saying why.  The cases share the cluster lock: they
 # start daemons and time a mid-run signal.
 execute_process(COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/slurm/slurm_test.py --list
                 OUTPUT_VARIABLE SLURM_CASES OUTPUT_STRIP_TRAILING_WHITESPACE)

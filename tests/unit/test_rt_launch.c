@@ -63,7 +63,7 @@ static const char *const vars[] = {
     "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_STEP_RESV_PORTS", "OMPI_COMM_WORLD_RANK",
     "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
     "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID",
-    "MPI_LOCALNRANKS", "PMI_KVSNAME", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+    "MPI_LOCALNRANKS", "PMI_LOCAL_RANK", "PMI_LOCAL_SIZE", "PMI_KVSNAME", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
     "MASTER_ADDR", "MASTER_PORT", "SFLOW_LAUNCH_MARK", "SFLOW_SECRET_FILE", "SFLOW_SECRET",
     "SFLOW_HEAD_PORT", "TORCHELASTIC_RUN_ID"};
 
@@ -164,6 +164,52 @@ static void test_mpi_and_env(void) {
                  "it with srun)");
 }
 
+/* MPICH's Hydra (mpiexec.hydra, 4.0): PMI_RANK, PMI_SIZE, PMI_FD,
+ * MPI_LOCALRANKID and MPI_LOCALNRANKS, no job id; other PMI launchers
+ * give the local rank as PMI_LOCAL_RANK and PMI_LOCAL_SIZE. */
+static void test_pmi(void) {
+  clear();
+  setenv("PMI_RANK", "3", 1);
+  setenv("PMI_SIZE", "4", 1);
+  setenv("PMI_FD", "6", 1);
+  setenv("MPI_LOCALRANKID", "1", 1);
+  setenv("MPI_LOCALNRANKS", "2", 1);
+  setenv("SFLOW_SECRET_FILE", "/shared/job/secret", 1);
+  CHECK_INT(sf__launch_detect(SF__LAUNCHER_AUTO, false, &L, err, sizeof err), 0);
+  CHECK_INT(L.kind, SF__LAUNCH_PMI);
+  CHECK_STR(L.engine, "PMI");
+  CHECK_INT(L.rank, 3);
+  CHECK_INT(L.size, 4);
+  CHECK_INT(L.local_rank, 1);
+  CHECK_INT(L.local_size, 2);
+  CHECK_STR(L.rdv, "/shared/job/.sflow-rendezvous-job");
+  unsetenv("MPI_LOCALRANKID");
+  unsetenv("MPI_LOCALNRANKS");
+  setenv("PMI_LOCAL_RANK", "0", 1);
+  setenv("PMI_LOCAL_SIZE", "3", 1);
+  setenv("PMI_KVSNAME", "kvs_77_0", 1);
+  CHECK_INT(sf__launch_detect(SF__LAUNCHER_MPI, false, &L, err, sizeof err), 0);
+  CHECK_INT(L.kind, SF__LAUNCH_PMI);
+  CHECK_INT(L.local_rank, 0);
+  CHECK_INT(L.local_size, 3);
+  CHECK_STR(L.rdv, "/shared/job/.sflow-rendezvous-kvs_77_0");
+  setenv("MPI_LOCALRANKID", "2", 1); /* Hydra's wins */
+  CHECK_INT(sf__launch_detect(SF__LAUNCHER_MPI, false, &L, err, sizeof err), 0);
+  CHECK_INT(L.local_rank, 2);
+  CHECK_INT(L.local_size, 3);
+  setenv("PMI_LOCAL_SIZE", "two", 1);
+  CHECK_INT(sf__launch_detect(SF__LAUNCHER_MPI, false, &L, err, sizeof err), -1);
+  CHECK_STR(err, "PMI_LOCAL_SIZE='two' in the environment is not a number from 0 to 1048576");
+  /* A world of one (mpiexec -np 1) is a plain run. */
+  unsetenv("PMI_LOCAL_SIZE");
+  setenv("PMI_RANK", "0", 1);
+  setenv("PMI_SIZE", "1", 1);
+  CHECK_INT(sf__launch_detect(SF__LAUNCHER_AUTO, false, &L, err, sizeof err), 0);
+  CHECK_INT(L.kind, SF__LAUNCH_NONE);
+  unsetenv("PMI_FD");
+  clear();
+}
+
 /* The mark: sflow's own variables, inherited, are no rank; set anew they are. */
 static void test_mark(void) {
   clear();
@@ -217,6 +263,7 @@ int main(int argc, char **argv) {
       {"errors", test_errors},
       {"slurm", test_slurm},
       {"mpi_and_env", test_mpi_and_env},
+      {"pmi", test_pmi},
       {"mark", test_mark},
       {"bind", test_bind},
       {NULL, NULL},

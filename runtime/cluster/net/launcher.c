@@ -190,10 +190,16 @@ static int from_ompi(sf__launch *L, char *err, size_t errlen) {
 static int from_pmi(sf__launch *L, char *err, size_t errlen) {
   L->kind = SF__LAUNCH_PMI;
   L->engine = "PMI";
+  /* The host's share: MPICH's and Intel MPI's Hydra set MPI_LOCALRANKID
+   * and MPI_LOCALNRANKS; other PMI launchers PMI_LOCAL_RANK and
+   * PMI_LOCAL_SIZE. */
+  int got;
   if (num("PMI_RANK", 1 << 20, &L->rank, err, errlen) < 0 ||
       num("PMI_SIZE", 1 << 20, &L->size, err, errlen) < 0 ||
-      num("MPI_LOCALRANKID", 1 << 20, &L->local_rank, err, errlen) < 0 ||
-      num("MPI_LOCALNRANKS", 1 << 20, &L->local_size, err, errlen) < 0)
+      (got = num("MPI_LOCALRANKID", 1 << 20, &L->local_rank, err, errlen)) < 0 ||
+      (!got && num("PMI_LOCAL_RANK", 1 << 20, &L->local_rank, err, errlen) < 0) ||
+      (got = num("MPI_LOCALNRANKS", 1 << 20, &L->local_size, err, errlen)) < 0 ||
+      (!got && num("PMI_LOCAL_SIZE", 1 << 20, &L->local_size, err, errlen) < 0))
     return -1;
   job_id(L, env("PMI_KVSNAME") ? env("PMI_KVSNAME") : env("PMIX_NAMESPACE"), NULL);
   return 0;
