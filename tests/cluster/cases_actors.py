@@ -515,6 +515,18 @@ def case_group_worker_killed(c):
 
 
 
+def resume_group(c, exe, ckdir):
+    """--resume of a killed GROUP_PROGRAM run: exit 0, a clean run's sums,
+    gather and len lines, the three members restored; returns the run."""
+    r = c.run("--head-runs-work=false", "--slow", "0.05", "--checkpoint-dir", ckdir, "--resume",
+              prog=exe)
+    check(r.returncode == 0, f"resume exit {r.returncode}", r.stdout, r.stderr)
+    want = single_node(exe).splitlines()
+    check(r.stdout.splitlines()[-4:-1] == want[-4:-1], "resumed results", r.stdout, want)
+    check(re.search(r"3 actors restored from checkpoints", r.stderr), "restored", r.stderr)
+    return r
+
+
 def case_group_resume(c):
     """A group without restarts loses a member's node: every pending call
     fails with the cause (exit 70); the members' checkpoints, shipped to the
@@ -532,12 +544,7 @@ def case_group_resume(c):
     files = sorted(os.listdir(os.path.join(ckdir, "ckpt")))
     check(all(f"Member-0-{r}.2" in files for r in range(3)), "every member's epoch-2 file",
           files)
-    r = c.run("--head-runs-work=false", "--slow", "0.05", "--checkpoint-dir", ckdir, "--resume",
-              prog=exe)
-    check(r.returncode == 0, f"resume exit {r.returncode}", r.stdout, r.stderr)
-    want = single_node(exe).splitlines()
-    check(r.stdout.splitlines()[-4:-1] == want[-4:-1], "resumed results", r.stdout, want)
-    check(re.search(r"3 actors restored from checkpoints", r.stderr), "restored", r.stderr)
+    r = resume_group(c, exe, ckdir)
     check(r.stdout.splitlines()[-1] == "members on distinct workers true",
           "the resumed group runs on workers again", r.stdout)
     check(re.search(r"\d+ answered from the journal", r.stderr), "answered from the journal",
@@ -580,12 +587,7 @@ def case_group_resume_slow_disk(c):
     check(all(behind in e for e in mine),
           f"every member's file at epoch {behind}, the newest of the member furthest behind",
           files)
-    r = c.run("--head-runs-work=false", "--slow", "0.05", "--checkpoint-dir", ckdir, "--resume",
-              prog=exe)
-    check(r.returncode == 0, f"resume exit {r.returncode}", r.stdout, r.stderr)
-    want = single_node(exe).splitlines()
-    check(r.stdout.splitlines()[-4:-1] == want[-4:-1], "resumed results", r.stdout, want)
-    check(re.search(r"3 actors restored from checkpoints", r.stderr), "restored", r.stderr)
+    resume_group(c, exe, ckdir)
     c.expect_no_workers(within=6)
 
 
