@@ -754,27 +754,16 @@ static void queue_file(const sf_actor_desc *d, int64_t id, int64_t rank, bool me
       waiting++;
     }
   if (oldest && waiting >= keep) { /* the oldest waiting one would be deleted at once */
-    ckpt_free(&oldest->c);
-    oldest->c = ref;
-    /* now the newest, out of queue order: move it to the tail */
-    wfile **pp = &WF.head;
-    while (*pp != oldest)
+    wfile **pp = &WF.head, *prev = NULL;
+    while (*pp != oldest) {
+      prev = *pp;
       pp = &(*pp)->next;
-    *pp = oldest->next;
-    if (WF.tail == oldest) {
-      WF.tail = NULL;
-      for (wfile *t = WF.head; t; t = t->next)
-        WF.tail = t;
     }
-    oldest->next = NULL;
-    if (WF.tail)
-      WF.tail->next = oldest;
-    else
-      WF.head = oldest;
-    WF.tail = oldest;
-    pthread_cond_signal(&WF.cv);
-    pthread_mutex_unlock(&WF.mu);
-    return;
+    *pp = oldest->next;
+    if (WF.tail == oldest)
+      WF.tail = prev;
+    ckpt_free(&oldest->c);
+    free(oldest);
   }
   wfile *w = calloc(1, sizeof *w);
   if (w) {
