@@ -159,6 +159,48 @@ float *sf__grad_acc_buf(sf_tensor *x) {
   return sf__t_wdata(s);
 }
 
+/* ---------------------------------------------------- after-hooks
+ *
+ * A rule may ask for a function to run once the backward it runs in has
+ * passed a point of the tape: before the first node recorded at or before
+ * seq (sf__seq_now when the point was made), or at the end.  std.train's
+ * units (train.c) use it to reduce-scatter a unit's gradients as soon as
+ * every node of the unit has run: its nodes are exactly those recorded
+ * after its forward began.  The hooks of one backward sit above its base
+ * in a per-thread stack, so a backward inside a rule (nn.checkpoint's)
+ * has its own, and newest-first order makes the stack's top the next one
+ * due (the points of a backward's hooks nest, as the calls that made
+ * them). */
+typedef struct {
+  uint64_t seq;
+  void (*fn)(void *arg, const sf_loc *loc);
+  void *arg;
+} bw_hook;
+
+static _Thread_local bw_hook *hooks;
+static _Thread_local int64_t nhooks, hooks_cap, hooks_base = -1;
+
+uint64_t sf__seq_now(void) { return __atomic_load_n(&seq_counter, __ATOMIC_RELAXED); }
+
+bool sf__backward_after(uint64_t seq, void (*fn)(void *arg, const sf_loc *loc), void *arg) {
+  if (hooks_base < 0)
+    return false; /* no backward runs on this thread */
+  if (nhooks == hooks_cap) {
+    hooks_cap = hooks_cap ? 2 * hooks_cap : 16;
+    hooks = sf__realloc(hooks, (size_t)hooks_cap * sizeof *hooks);
+  }
+  hooks[nhooks++] = (bw_hook){seq, fn, arg};
+  return true;
+}
+
+/* Runs the hooks due before a node of seq `before` (all of them: 0). */
+static void run_hooks(int64_t base, uint64_t before, const sf_loc *loc) {
+  while (nhooks > base && hooks[nhooks - 1].seq >= before) {
+    bw_hook h = hooks[--nhooks];
+    h.fn(h.arg, loc);
+  }
+}
+
 static int newest_first(const void *a, const void *b) {
   uint64_t x = (*(sf__node *const *)a)->seq, y = (*(sf__node *const *)b)->seq;
   return x < y ? 1 : x > y ? -1 : 0;
@@ -217,14 +259,22 @@ static void run_backward(sf_tensor *out, sf_tensor *seed, const sf_loc *loc) {
   sf_retain(seed);
   sf_release(out->node->grad);
   out->node->grad = seed;
+  /* This backward's hooks: above the stack's height now (a backward an
+   * error abandoned left its own below: never run, never in the way). */
+  int64_t outer = hooks_base, base = nhooks;
+  hooks_base = base;
   for (int64_t i = 0; i < n; i++) {
     sf__node *x = nodes[i];
+    if (nhooks > base)
+      run_hooks(base, x->seq, loc);
     sf_tensor *g = x->grad;
     x->grad = NULL;
     if (g)
       x->backward(x, g); /* g is borrowed by the rule */
     sf_release(g);
   }
+  run_hooks(base, 0, loc);
+  hooks_base = outer;
   sf__no_grad = saved;
   /* Every node is still held by the walk, so releasing one's inputs frees
    * at most their headers: no deep recursion, and no node freed under us. */

@@ -142,6 +142,12 @@ sf_tensor *sf_std_nn_custom(sf_tensor *out, sf_array *inputs, int64_t backward,
 /* nn.checkpoint(f, inputs, args): f(inputs, args) without its
  * activations on the tape, recomputed in backward. */
 sf_tensor *sf_std_nn_checkpoint(int64_t f, sf_array *inputs, sf_array *args, const sf_loc *loc);
+/* nn.unit_begin(ps) / nn.unit_end(ps, y): the forward of an FSDP unit
+ * (train.c): its params gathered for it and freed after, again for its
+ * backward, its gradients reduce-scattered as that ends; nothing when no
+ * unit of std.train holds ps's params. */
+void sf_std_nn_unit_begin(sf_array *ps, const sf_loc *loc);
+sf_tensor *sf_std_nn_unit_end(sf_array *ps, sf_tensor *y, const sf_loc *loc);
 sf_tensor *sf_std_nn_empty_like(sf_tensor *t, const sf_loc *loc);
 sf_tensor *sf_std_nn_zeros_like(sf_tensor *t, const sf_loc *loc);
 int64_t sf_std_nn_numel(sf_tensor *t, const sf_loc *loc);
@@ -453,6 +459,12 @@ void sf__backward(sf_tensor *loss, const sf_loc *loc);
  * gradient: nn.checkpoint's backward inside a backward.  Nothing when out
  * requires no gradient. */
 void sf__backward_from(sf_tensor *out, sf_tensor *g, const sf_loc *loc);
+/* The tape's clock: every node recorded from now on has a larger seq. */
+uint64_t sf__seq_now(void);
+/* From a backward rule: fn(arg) runs once this backward has run every
+ * node newer than seq (before the first node at or before it, or at the
+ * end).  false (nothing scheduled) when no backward runs on this thread. */
+bool sf__backward_after(uint64_t seq, void (*fn)(void *arg, const sf_loc *loc), void *arg);
 /* The gradient of a param (created as zeros and kept when none yet; a
  * tensor that is no param gets fresh zeros). Owned. */
 sf_tensor *sf__t_grad(sf_tensor *t);
@@ -809,26 +821,36 @@ void sf_std_train_broadcast_tensors(sf_array *ts, int64_t root, const sf_loc *lo
 /* std.train's sharded step, its collectives over tensors, the memory plan
  * and the tensor storage counters (train.c; docs/train.md, "Shards"). */
 sf_array *sf_std_train_shard_init(sf_array *ps, const sf_loc *loc);
-void sf_std_train_shard_reduce(sf_array *ps, sf_array *sh, const sf_loc *loc);
+void sf_std_train_shard_reduce(sf_array *ps, sf_array *sh, sf_array *unit, const sf_loc *loc);
 double sf_std_train_shard_clip(sf_array *sh, double max_norm, const sf_loc *loc);
 /* shard "parameters": each piece's values copied into storage of its own
  * (the member's shard), and the whole params' buffers freed (train.c). */
-sf_array *sf_std_train_shard_copy(sf_array *ps, const sf_loc *loc);
+sf_array *sf_std_train_shard_copy(sf_array *ps, sf_array *unit, const sf_loc *loc);
 void sf_std_train_shard_release(sf_array *ps, const sf_loc *loc);
-void sf_std_train_shard_gather(sf_array *ps, sf_array *sh, const sf_loc *loc);
-void sf_std_train_shard_fill(sf_array *ps, sf_array *sh, const sf_loc *loc);
+void sf_std_train_shard_gather(sf_array *ps, sf_array *sh, sf_array *unit, bool all,
+                               const sf_loc *loc);
+void sf_std_train_shard_fill(sf_array *ps, sf_array *sh, sf_array *unit, const sf_loc *loc);
+/* shard "parameters" with units (FSDP's schedule; train.c "units"): the
+ * unit of each param from train.start's lists, the State's units
+ * registered for nn.unit_begin, and a micro-step's end (a member that ran
+ * no backward replays the units' collectives). */
+sf_array *sf_std_train_unit_ids(sf_array *ps, sf_array *units, const sf_loc *loc);
+void sf_std_train_shard_units(sf_array *ps, sf_array *sh, sf_array *unit, const sf_loc *loc);
+void sf_std_train_shard_units_step(sf_array *ps, sf_array *unit, bool ran, const sf_loc *loc);
 /* train.save_state / load_state (train.c, "Re-sharding on load" in
  * docs/train.md): whole tensors from this member's pieces (zeros
  * elsewhere, summed over the group), the pieces cut from whole tensors,
  * values copied tensor by tensor, and a state file renamed into place with
  * its folder synced. */
-sf_array *sf_std_train_shard_whole(sf_array *ps, sf_array *pieces, const sf_loc *loc);
-void sf_std_train_shard_slice(sf_array *ps, sf_array *whole, sf_array *pieces, const sf_loc *loc);
+sf_array *sf_std_train_shard_whole(sf_array *ps, sf_array *pieces, sf_array *unit,
+                                   const sf_loc *loc);
+void sf_std_train_shard_slice(sf_array *ps, sf_array *whole, sf_array *pieces, sf_array *unit,
+                              const sf_loc *loc);
 void sf_std_train_copy_values(sf_array *dst, sf_array *src, const sf_loc *loc);
 void sf_std_train_rename_file(sf_str *from, sf_str *to, const sf_loc *loc);
 void sf_std_train_reduce_scatter_tensors(sf_array *ts, const sf_loc *loc);
 void sf_std_train_all_gather_tensors(sf_array *ts, const sf_loc *loc);
-sf_array *sf_std_train_plan_bytes(sf_array *ps, sf_str *shard, int64_t workers,
+sf_array *sf_std_train_plan_bytes(sf_array *ps, sf_str *shard, int64_t workers, sf_array *unit,
                                   const sf_loc *loc);
 sf_array *sf_std_train_memory(bool reset, const sf_loc *loc);
 

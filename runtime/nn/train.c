@@ -26,6 +26,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -191,16 +192,17 @@ static sf_tensor **tensors_of(sf_array *a, int64_t *n, const char *what, const s
   return ts;
 }
 
-/* Runs BODY for each piece of this member's shards, in order: param k
- * (of the bucket [i, j) of len floats, this member's shard [lo, hi) of
- * it), its floats [pa, pb), at [ba, bb) of the bucket; p counts the
- * pieces. */
-#define FOR_PIECES(ts, n, ...)                                                             \
+/* Runs BODY for each piece of this member's shards of the params [a, b)
+ * of ts, in order: param k (of the bucket [i, j) of len floats, this
+ * member's shard [lo, hi) of it), its floats [pa, pb), at [ba, bb) of the
+ * bucket; p counts the pieces from p0. */
+#define FOR_PIECES_IN(ts, a, b, p0, ...)                                                  \
   do {                                                                                    \
     int64_t cap_ = sf__bucket_floats(), rank_ = sf_group_rank(), size_ = sf_group_size(); \
-    int64_t p = 0;                                                                        \
-    for (int64_t i = 0; i < (n);) {                                                       \
-      int64_t len, j = sf__bucket_end((ts), (n), i, cap_, &len), lo, hi, off = 0;         \
+    int64_t p = (p0);                                                                     \
+    for (int64_t i = (a); i < (b);) {                                                     \
+      int64_t len, j = (a) + sf__bucket_end((ts) + (a), (b) - (a), i - (a), cap_, &len);  \
+      int64_t lo, hi, off = 0;                                                            \
       sf__coll_shard(len, rank_, size_, &lo, &hi);                                        \
       for (int64_t k = i; k < j; off += (ts)[k++]->numel) {                               \
         int64_t ba = lo > off ? lo : off;                                                 \
@@ -217,14 +219,85 @@ static sf_tensor **tensors_of(sf_array *a, int64_t *n, const char *what, const s
     (void)p;                                                                              \
   } while (0)
 
-static int64_t piece_count(sf_tensor *const *ts, int64_t n) {
-  int64_t count = 0;
-  FOR_PIECES(ts, n, { count++; });
-  return count;
+/* ------------------------------------------------------------ the layout
+ *
+ * Without units the params are one group, cut in buckets in params order.
+ * With units (shard "parameters" with train.start's units: FSDP's), each
+ * unit is a group of its own and the params in none (the root) another:
+ * the root's params first, then unit 0's, 1's, ..., each group in params
+ * order and cut in buckets of its own, so that a unit's gather and
+ * reduce-scatter touch its params alone.  The pieces follow the groups.
+ * `unit` is the State's: one entry per param (its unit, -1 for the root),
+ * or empty (no units). */
+typedef struct {
+  int64_t n;      /* params */
+  sf_tensor **ts; /* (n) in the layout's order */
+  int64_t *idx;   /* (n) each one's index in params order */
+  int64_t ng;     /* groups that have params */
+  int64_t *ga;    /* (ng + 1) group g is ts[ga[g], ga[g + 1]) */
+  int64_t *gu;    /* (ng) its unit, -1 for the root */
+  int64_t *gp;    /* (ng + 1) its first piece; gp[ng] the member's pieces */
+} layout;
+
+static void layout_free(layout *L) {
+  sf_free(L->ts);
+  sf_free(L->idx);
+  sf_free(L->ga);
+  sf_free(L->gu);
+  sf_free(L->gp);
 }
 
-static sf_tensor *piece(sf_array *sh, int64_t p, int64_t want, const sf_loc *loc) {
-  sf_tensor *s = sf__t_arg(((sf_tensor **)sh->data)[p], "train.step", loc);
+static void layout_of(layout *L, sf_array *ps, sf_array *unit, const char *what,
+                      const sf_loc *loc) {
+  int64_t n, nu = unit ? unit->len : 0, units = 0;
+  sf_tensor **ts = tensors_of(ps, &n, what, loc);
+  const int64_t *u = nu ? unit->data : NULL;
+  if (nu && nu != n)
+    sf_runtime_error(loc, "%s: %" PRId64 " unit entries for %" PRId64 " params (the params "
+                     "changed since train.start)", what, nu, n);
+  for (int64_t k = 0; k < nu; k++) {
+    if (u[k] < -1)
+      sf_runtime_error(loc, "%s: param %" PRId64 " has unit %" PRId64, what, k, u[k]);
+    if (u[k] + 1 > units)
+      units = u[k] + 1;
+  }
+  L->n = n;
+  L->ts = sf__alloc_n((size_t)(n ? n : 1), sizeof *L->ts);
+  L->idx = sf__alloc_n((size_t)(n ? n : 1), sizeof *L->idx);
+  L->ga = sf__alloc_n((size_t)units + 2, sizeof *L->ga);
+  L->gu = sf__alloc_n((size_t)units + 1, sizeof *L->gu);
+  L->gp = sf__alloc_n((size_t)units + 2, sizeof *L->gp);
+  L->ng = 0;
+  int64_t m = 0;
+  for (int64_t g = -1; g < units; g++) {
+    int64_t a = m;
+    for (int64_t k = 0; k < n; k++)
+      if ((nu ? u[k] : -1) == g) {
+        L->idx[m] = k;
+        L->ts[m++] = ts[k];
+      }
+    if (m > a) {
+      L->ga[L->ng] = a;
+      L->gu[L->ng++] = g;
+    }
+  }
+  L->ga[L->ng] = m;
+  int64_t count = 0;
+  for (int64_t g = 0; g < L->ng; g++) {
+    L->gp[g] = count;
+    FOR_PIECES_IN(L->ts, L->ga[g], L->ga[g + 1], 0, { count++; });
+  }
+  L->gp[L->ng] = count;
+}
+
+/* Every piece of the layout: FOR_PIECES_IN over each group, with k an
+ * index into L->ts (L->idx[k] its param). */
+#define FOR_PIECES(L, ...)                                                      \
+  for (int64_t g_ = 0; g_ < (L)->ng; g_++)                                      \
+  FOR_PIECES_IN((L)->ts, (L)->ga[g_], (L)->ga[g_ + 1], (L)->gp[g_], __VA_ARGS__)
+
+static sf_tensor *piece_of(sf_tensor **pcs, int64_t p, int64_t want, const sf_loc *loc) {
+  sf_tensor *s = sf__t_arg(pcs[p], "train.step", loc);
   if (s->numel != want)
     sf_runtime_error(loc, "train.step: shard piece %" PRId64 " has %" PRId64 " values, not %"
                      PRId64 " (the group's size or the params changed since train.start)", p,
@@ -232,47 +305,54 @@ static sf_tensor *piece(sf_array *sh, int64_t p, int64_t want, const sf_loc *loc
   return s;
 }
 
-static void check_pieces(sf_tensor *const *ts, int64_t n, sf_array *sh, const char *what,
-                         const sf_loc *loc) {
-  int64_t m = sh ? sh->len : 0, want = piece_count(ts, n);
+static sf_tensor *piece(sf_array *sh, int64_t p, int64_t want, const sf_loc *loc) {
+  return piece_of(sh->data, p, want, loc);
+}
+
+static void check_pieces(const layout *L, sf_array *sh, const char *what, const sf_loc *loc) {
+  int64_t m = sh ? sh->len : 0, want = L->gp[L->ng];
   if (m != want)
     sf_runtime_error(loc, "%s: %" PRId64 " shard pieces where this member of %" PRId64 " has %"
-                     PRId64 " (the group's size, the params or SFLOW_BUCKET_MB changed since "
-                     "train.start)", what, m, sf_group_size(), want);
+                     PRId64 " (the group's size, the params, their units or SFLOW_BUCKET_MB "
+                     "changed since train.start)", what, m, sf_group_size(), want);
 }
 
 /* This member's shards of the params, as pieces: views of the params'
  * storage. */
 sf_array *sf_std_train_shard_init(sf_array *ps, const sf_loc *loc) {
-  int64_t n;
-  sf_tensor **ts = tensors_of(ps, &n, "train.start", loc);
+  layout L;
+  layout_of(&L, ps, NULL, "train.start", loc);
   sf_array *out = sf_array_new(&sf__type_tensor, 0, loc);
-  FOR_PIECES(ts, n, {
+  FOR_PIECES(&L, {
     int64_t shape[1] = {pb - pa}, stride[1] = {1};
-    sf_tensor *v = sf__t_view(ts[k], 1, shape, stride, ts[k]->offset + pa);
+    sf_tensor *v = sf__t_view(L.ts[k], 1, shape, stride, L.ts[k]->offset + pa);
     v->req = true;
     sf_array_push(out, &v, loc); /* the array takes the reference */
   });
+  layout_free(&L);
   return out;
 }
 
 /* shard "parameters" (ZeRO-3): this member's shards as pieces of their
  * own (copies of the params' ranges), so that the params' whole values can
  * be freed between training calls (shard_release) and gathered again from
- * the pieces before their use (shard_gather). */
-sf_array *sf_std_train_shard_copy(sf_array *ps, const sf_loc *loc) {
-  int64_t n;
-  sf_tensor **ts = tensors_of(ps, &n, "train.start", loc);
+ * the pieces before their use (shard_gather, or a unit's nn.unit_begin). */
+sf_array *sf_std_train_shard_copy(sf_array *ps, sf_array *unit, const sf_loc *loc) {
+  layout L;
+  layout_of(&L, ps, unit, "train.start", loc);
   sf_array *out = sf_array_new(&sf__type_tensor, 0, loc);
-  FOR_PIECES(ts, n, {
+  FOR_PIECES(&L, {
     int64_t shape[1] = {pb - pa};
     sf_tensor *v = sf__t_empty(1, shape, loc);
-    memcpy(sf__t_wdata(v), sf__t_data(ts[k]) + pa, (size_t)(pb - pa) * sizeof(float));
+    memcpy(sf__t_wdata(v), sf__t_data(L.ts[k]) + pa, (size_t)(pb - pa) * sizeof(float));
     v->req = true;
     sf_array_push(out, &v, loc);
   });
+  layout_free(&L);
   return out;
 }
+
+static void units_released(sf_array *ps);
 
 /* The params' whole values and gradients freed (shard "parameters"): the
  * storages stay, with no buffer, until shard_gather gives them one.  A
@@ -295,54 +375,111 @@ void sf_std_train_shard_release(sf_array *ps, const sf_loc *loc) {
     ts[k]->grad = NULL;
     sf__storage_host_free(st);
   }
+  units_released(ps);
 }
 
 /* A freed param's storage given a buffer again (its values are then
- * written by shard_gather). */
+ * written by the gather). */
 static void ensure_host(sf_tensor *t) {
   if (!t->st->data && !t->st->dev)
     t->st->data = sf__storage_host_alloc(t->st->len);
 }
 
-/* The params' gradients reduce-scattered into the pieces' gradients
- * (summed over the group: the allreduce_sum's values). */
-void sf_std_train_shard_reduce(sf_array *ps, sf_array *sh, const sf_loc *loc) {
-  int64_t n;
-  sf_tensor **ts = tensors_of(ps, &n, "train.step", loc);
-  check_pieces(ts, n, sh, "train.step", loc);
-  int64_t cap = sf__bucket_floats();
-  for (int64_t i = 0, p = 0, rank = sf_group_rank(), size = sf_group_size(); i < n;) {
-    int64_t len, j = sf__bucket_end(ts, n, i, cap, &len), lo, hi, off = 0;
+/* The gradients of the params ts[a, b) reduce-scattered, bucket by bucket,
+ * into their pieces' gradients pcs[p0...] (summed over the group: the
+ * allreduce_sum's values): copied there, or added to what they hold
+ * (a unit's, reduced once per micro-batch). */
+static void reduce_group(sf_tensor **ts, int64_t a, int64_t b, sf_tensor **pcs, int64_t p0,
+                         bool add, const sf_loc *loc) {
+  int64_t cap = sf__bucket_floats(), rank = sf_group_rank(), size = sf_group_size(), p = p0;
+  for (int64_t i = a; i < b;) {
+    int64_t len, j = a + sf__bucket_end(ts + a, b - a, i - a, cap, &len), lo, hi, off = 0;
     sf__coll_shard(len, rank, size, &lo, &hi);
-    float *buf;
     sf_tensor *g0 = sf__t_grad(ts[i]); /* a param no gradient reached gets zeros, as grads(ps) */
     sf_release(g0);                    /* the param holds it */
-    sf_array view, *b = &view;
+    sf_array view, *buf = &view;
     if (j == i + 1) { /* one tensor: reduced where it lives, as the allreduce */
       view = (sf_array){.hdr = {1, SF_OBJ_ARRAY, 0}, .len = len, .elem = &sf_type_f32,
                         .data = sf__t_wdata(g0), .cap = len};
     } else {
-      b = shard_bucket(len, loc);
-      b->len = len;
+      buf = shard_bucket(len, loc);
+      buf->len = len;
       for (int64_t k = i, o = 0; k < j; o += ts[k++]->numel) {
         sf_tensor *g = sf__t_grad(ts[k]);
         sf_release(g);
-        memcpy((float *)b->data + o, sf__t_data(g), (size_t)g->numel * sizeof(float));
+        memcpy((float *)buf->data + o, sf__t_data(g), (size_t)g->numel * sizeof(float));
       }
     }
-    sf__reduce_scatter(b, false, loc);
-    buf = b->data;
+    sf__reduce_scatter(buf, false, loc);
+    const float *src = buf->data;
     for (int64_t k = i; k < j; off += ts[k++]->numel) {
       int64_t ba = lo > off ? lo : off, bb = hi < off + ts[k]->numel ? hi : off + ts[k]->numel;
       if (bb <= ba)
         continue;
-      sf_tensor *s = piece(sh, p++, bb - ba, loc);
+      sf_tensor *s = piece_of(pcs, p++ - p0, bb - ba, loc);
       if (!s->grad)
         s->grad = sf__t_zeros(1, s->shape, loc);
-      memcpy(sf__t_wdata(s->grad), buf + ba, (size_t)(bb - ba) * sizeof(float));
+      float *dst = sf__t_wdata(s->grad);
+      if (add)
+        for (int64_t x = 0; x < bb - ba; x++)
+          dst[x] += src[ba + x];
+      else
+        memcpy(dst, src + ba, (size_t)(bb - ba) * sizeof(float));
     }
     i = j;
   }
+}
+
+/* Every member's pieces pcs[p0...] all-gathered into the params ts[a, b)
+ * (given buffers first when freed). */
+static void gather_group(sf_tensor **ts, int64_t a, int64_t b, sf_tensor **pcs, int64_t p0,
+                         const sf_loc *loc) {
+  int64_t cap = sf__bucket_floats(), rank = sf_group_rank(), size = sf_group_size(), p = p0;
+  for (int64_t k = a; k < b; k++)
+    ensure_host(ts[k]);
+  for (int64_t i = a; i < b;) {
+    int64_t len, j = a + sf__bucket_end(ts + a, b - a, i - a, cap, &len), lo, hi, off = 0;
+    sf__coll_shard(len, rank, size, &lo, &hi);
+    /* The pieces into the params (nothing to move when they are views). */
+    for (int64_t k = i; k < j; off += ts[k++]->numel) {
+      int64_t ba = lo > off ? lo : off, bb = hi < off + ts[k]->numel ? hi : off + ts[k]->numel;
+      if (bb <= ba)
+        continue;
+      sf_tensor *s = piece_of(pcs, p++ - p0, bb - ba, loc);
+      float *dst = sf__t_wdata(ts[k]) + (ba - off);
+      const float *src = sf__t_data(s);
+      if (src != dst)
+        memcpy(dst, src, (size_t)(bb - ba) * sizeof(float));
+    }
+    if (j == i + 1) {
+      sf_array view = {.hdr = {1, SF_OBJ_ARRAY, 0}, .len = len, .elem = &sf_type_f32,
+                       .data = sf__t_wdata(ts[i]), .cap = len};
+      sf__all_gather(&view, loc);
+    } else {
+      sf_array *buf = shard_bucket(len, loc);
+      buf->len = len;
+      for (int64_t k = i, o = 0; k < j; o += ts[k++]->numel)
+        memcpy((float *)buf->data + o, sf__t_data(ts[k]), (size_t)ts[k]->numel * sizeof(float));
+      sf__all_gather(buf, loc);
+      for (int64_t k = i, o = 0; k < j; o += ts[k++]->numel)
+        memcpy(sf__t_wdata(ts[k]), (float *)buf->data + o, (size_t)ts[k]->numel * sizeof(float));
+    }
+    i = j;
+  }
+}
+
+/* The params' gradients reduce-scattered into the pieces' gradients
+ * (summed over the group: the allreduce_sum's values).  With units, the
+ * root's alone: a unit's were reduced in the backward, as it ended. */
+void sf_std_train_shard_reduce(sf_array *ps, sf_array *sh, sf_array *unit, const sf_loc *loc) {
+  layout L;
+  layout_of(&L, ps, unit, "train.step", loc);
+  check_pieces(&L, sh, "train.step", loc);
+  for (int64_t g = 0; g < L.ng; g++)
+    if (L.gu[g] < 0)
+      reduce_group(L.ts, L.ga[g], L.ga[g + 1], (sf_tensor **)sh->data + L.gp[g], L.gp[g], false,
+                   loc);
+  layout_free(&L);
 }
 
 /* The global gradient norm over the group's pieces, and the pieces'
@@ -374,43 +511,487 @@ double sf_std_train_shard_clip(sf_array *sh, double max_norm, const sf_loc *loc)
   return norm;
 }
 
-/* Every member's updated pieces all-gathered into every member's params. */
-void sf_std_train_shard_gather(sf_array *ps, sf_array *sh, const sf_loc *loc) {
-  int64_t n;
-  sf_tensor **ts = tensors_of(ps, &n, "train.step", loc);
-  check_pieces(ts, n, sh, "train.step", loc);
-  int64_t cap = sf__bucket_floats();
-  for (int64_t k = 0; k < n; k++)
-    ensure_host(ts[k]);
-  for (int64_t i = 0, p = 0, rank = sf_group_rank(), size = sf_group_size(); i < n;) {
-    int64_t len, j = sf__bucket_end(ts, n, i, cap, &len), lo, hi, off = 0;
-    sf__coll_shard(len, rank, size, &lo, &hi);
-    /* The pieces into the params (nothing to move when they are views). */
-    for (int64_t k = i; k < j; off += ts[k++]->numel) {
-      int64_t ba = lo > off ? lo : off, bb = hi < off + ts[k]->numel ? hi : off + ts[k]->numel;
-      if (bb <= ba)
-        continue;
-      sf_tensor *s = piece(sh, p++, bb - ba, loc);
-      float *dst = sf__t_wdata(ts[k]) + (ba - off);
-      const float *src = sf__t_data(s);
-      if (src != dst)
-        memcpy(dst, src, (size_t)(bb - ba) * sizeof(float));
-    }
-    if (j == i + 1) {
-      sf_array view = {.hdr = {1, SF_OBJ_ARRAY, 0}, .len = len, .elem = &sf_type_f32,
-                       .data = sf__t_wdata(ts[i]), .cap = len};
-      sf__all_gather(&view, loc);
-    } else {
-      sf_array *b = shard_bucket(len, loc);
-      b->len = len;
-      for (int64_t k = i, o = 0; k < j; o += ts[k++]->numel)
-        memcpy((float *)b->data + o, sf__t_data(ts[k]), (size_t)ts[k]->numel * sizeof(float));
-      sf__all_gather(b, loc);
-      for (int64_t k = i, o = 0; k < j; o += ts[k++]->numel)
-        memcpy(sf__t_wdata(ts[k]), (float *)b->data + o, (size_t)ts[k]->numel * sizeof(float));
-    }
-    i = j;
+static void units_gathered(sf_array *ps);
+
+/* Every member's updated pieces all-gathered into every member's params:
+ * all of them (all), or with units the root's alone (a training call's:
+ * a unit is gathered by nn.unit_begin when its forward needs it).  A
+ * gather of all counts as a hold of every unit (until shard_release), so
+ * a forward under it (an evaluation) gathers and frees nothing. */
+void sf_std_train_shard_gather(sf_array *ps, sf_array *sh, sf_array *unit, bool all,
+                               const sf_loc *loc) {
+  layout L;
+  layout_of(&L, ps, unit, "train.step", loc);
+  check_pieces(&L, sh, "train.step", loc);
+  for (int64_t g = 0; g < L.ng; g++)
+    if (all || L.gu[g] < 0)
+      gather_group(L.ts, L.ga[g], L.ga[g + 1], (sf_tensor **)sh->data + L.gp[g], L.gp[g], loc);
+  layout_free(&L);
+  if (all)
+    units_gathered(ps);
+}
+
+/* ---------------------------------------------------------------- units
+ *
+ * FSDP's schedule for shard "parameters" (docs/train.md, "Units"): the
+ * params of a unit (a block, the embeddings) are whole only while its
+ * forward or its backward runs.  A model marks a unit's forward with
+ * nn.unit_begin(ps) and y = nn.unit_end(ps, y) (std.nn; nothing at all
+ * when no unit holds ps's params); std.train's batches registers the
+ * State's units here, keyed by their params.
+ *
+ *   - unit_begin all-gathers the unit from the members' pieces (a hold;
+ *     the first hold gathers);
+ *   - unit_end drops the hold (the last frees the values) and, when
+ *     recording, puts a node over y: the first of the unit's nodes that
+ *     backward reaches.  Its rule gathers the unit again, passes y's
+ *     gradient on, and asks autograd (sf__backward_after) to run, once
+ *     every node recorded since unit_begin has run, the post-backward
+ *     step: the unit's whole gradients reduce-scattered and added into
+ *     its pieces' gradients, then freed with its values.
+ *
+ * The nodes of the unit's forward keep the params' headers, which read
+ * the values through their storage: the gather gives the storage a
+ * buffer again and every header and view sees it.
+ *
+ * Every member must meet the same collectives in the same order.  The
+ * model's forward and backward do that when every member runs them; a
+ * member with no rows in a micro-batch (train.step with 0 rows) runs
+ * neither, so each set of units logs its events (hold and drop in the
+ * forward, in the backward) and train.step replays the last full
+ * micro-step's events from where the member stopped: the same gathers and
+ * reduce-scatters, with zeros for its gradients. */
+
+enum { EV_FG, EV_FR, EV_BG, EV_BR }; /* forward hold and drop, backward hold and reduce */
+
+typedef struct {
+  int64_t a, b;   /* its params: set->ts[a, b) */
+  int64_t p0;     /* its pieces: set->pcs + p0 */
+  int32_t held;   /* holds: the values are whole while above 0 */
+  int32_t depth;  /* nested unit_begin's */
+  uint64_t s0[8]; /* their tape clocks */
+  uint64_t mark;  /* units_mark's last stamp */
+} unit_rec;
+
+typedef struct unit_set {
+  int64_t refs;   /* registry entries that point here */
+  int64_t n, np, nu;
+  sf_tensor **ts; /* (n) the params in the layout's order, retained */
+  sf_tensor **pcs; /* (np) the member's pieces, retained */
+  unit_rec *u;    /* (nu) */
+  int32_t *ev, *script;
+  int64_t nev, evcap, nscript;
+  bool scripted;
+} unit_set;
+
+typedef struct {
+  sf_tensor *key;
+  unit_set *set;
+  int64_t r;
+} unit_slot;
+
+static pthread_mutex_t units_mu = PTHREAD_MUTEX_INITIALIZER;
+static unit_slot *slots;
+static int64_t nslots, used;
+static int64_t units_live; /* atomic: entries, for the fast path */
+
+static uint64_t hash_ptr(const void *p) {
+  uint64_t x = (uint64_t)(uintptr_t)p;
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  return x;
+}
+
+static unit_slot *slot_find(const sf_tensor *t) {
+  if (!nslots)
+    return NULL;
+  for (uint64_t i = hash_ptr(t) & (uint64_t)(nslots - 1);; i = (i + 1) & (uint64_t)(nslots - 1)) {
+    if (slots[i].key == t)
+      return &slots[i];
+    if (!slots[i].key)
+      return NULL;
   }
+}
+
+static void set_unref(unit_set *s) {
+  if (--s->refs > 0)
+    return;
+  for (int64_t k = 0; k < s->n; k++)
+    sf_release(s->ts[k]);
+  for (int64_t k = 0; k < s->np; k++)
+    sf_release(s->pcs[k]);
+  sf_free(s->ts);
+  sf_free(s->pcs);
+  sf_free(s->u);
+  free(s->ev);
+  free(s->script);
+  sf_free(s);
+}
+
+static void slot_put(sf_tensor *t, unit_set *set, int64_t r) {
+  if (2 * (used + 1) > nslots) { /* grow: rehash every live entry */
+    int64_t old = nslots;
+    unit_slot *was = slots;
+    nslots = nslots ? 2 * nslots : 256;
+    slots = sf__alloc_n((size_t)nslots, sizeof *slots);
+    memset(slots, 0, (size_t)nslots * sizeof *slots);
+    used = 0;
+    for (int64_t i = 0; i < old; i++)
+      if (was[i].key) {
+        uint64_t h = hash_ptr(was[i].key) & (uint64_t)(nslots - 1);
+        while (slots[h].key)
+          h = (h + 1) & (uint64_t)(nslots - 1);
+        slots[h] = was[i];
+        used++;
+      }
+    sf_free(was);
+  }
+  unit_slot *e = slot_find(t);
+  if (e) {
+    set_unref(e->set);
+  } else {
+    uint64_t h = hash_ptr(t) & (uint64_t)(nslots - 1);
+    while (slots[h].key)
+      h = (h + 1) & (uint64_t)(nslots - 1);
+    e = &slots[h];
+    e->key = t;
+    used++;
+    __atomic_add_fetch(&units_live, 1, __ATOMIC_RELAXED);
+  }
+  e->set = set;
+  e->r = r;
+  set->refs++;
+}
+
+/* The unit that holds t, or NULL (the set in *set). */
+static unit_rec *unit_of(const sf_tensor *t, unit_set **set) {
+  pthread_mutex_lock(&units_mu);
+  unit_slot *e = slot_find(t);
+  unit_rec *u = e ? &e->set->u[e->r] : NULL;
+  *set = e ? e->set : NULL;
+  pthread_mutex_unlock(&units_mu);
+  return u;
+}
+
+static void log_ev(unit_set *s, unit_rec *u, int32_t kind) {
+  if (s->nev == s->evcap) {
+    s->evcap = s->evcap ? 2 * s->evcap : 64;
+    int32_t *ev = realloc(s->ev, (size_t)s->evcap * sizeof *ev);
+    if (!ev)
+      sf_runtime_error(NULL, "train: out of memory for the units' events");
+    s->ev = ev;
+  }
+  s->ev[s->nev++] = (int32_t)(u - s->u) << 2 | kind;
+}
+
+static void unit_hold(unit_set *s, unit_rec *u, int32_t kind, const sf_loc *loc) {
+  log_ev(s, u, kind);
+  if (u->held++ == 0)
+    gather_group(s->ts, u->a, u->b, s->pcs + u->p0, 0, loc);
+}
+
+static void unit_drop(unit_set *s, unit_rec *u, const sf_loc *loc) {
+  if (u->held <= 0)
+    sf_runtime_error(loc, "nn.unit_end: the unit of these params was not begun (nn.unit_begin "
+                     "before the unit's forward, nn.unit_end after it)");
+  if (--u->held == 0)
+    for (int64_t k = u->a; k < u->b; k++)
+      sf__storage_host_free(s->ts[k]->st);
+}
+
+/* The post-backward step: the unit's whole gradients reduce-scattered
+ * into its pieces' (added: a window's micro-batches, a tied weight's two
+ * uses), then freed, and the backward's hold dropped. */
+static void unit_reduce(unit_set *s, unit_rec *u, const sf_loc *loc) {
+  log_ev(s, u, EV_BR);
+  reduce_group(s->ts, u->a, u->b, s->pcs + u->p0, 0, true, loc);
+  for (int64_t k = u->a; k < u->b; k++) {
+    sf_release(s->ts[k]->grad);
+    s->ts[k]->grad = NULL;
+  }
+  unit_drop(s, u, loc);
+}
+
+/* The distinct units that hold ps's params, in order (at most cap). */
+static int64_t units_in(sf_array *ps, unit_set **sets, unit_rec **us, int64_t cap,
+                        const char *what, const sf_loc *loc) {
+  int64_t n = ps ? ps->len : 0, m = 0;
+  if (!__atomic_load_n(&units_live, __ATOMIC_RELAXED))
+    return 0;
+  for (int64_t i = 0; i < n; i++) {
+    sf_tensor *t = ((sf_tensor **)ps->data)[i];
+    if (!t)
+      sf_runtime_error(loc, "%s: param %" PRId64 " is unset", what, i);
+    unit_set *s;
+    unit_rec *u = unit_of(t, &s);
+    if (!u)
+      continue;
+    bool seen = false;
+    for (int64_t j = 0; j < m && !seen; j++)
+      seen = us[j] == u;
+    if (seen)
+      continue;
+    if (m == cap)
+      sf_runtime_error(loc, "%s: the params are in more than %" PRId64 " units", what, cap);
+    sets[m] = s;
+    us[m++] = u;
+  }
+  return m;
+}
+
+enum { UNITS_MAX = 64 };
+
+void sf_std_nn_unit_begin(sf_array *ps, const sf_loc *loc) {
+  unit_set *sets[UNITS_MAX];
+  unit_rec *us[UNITS_MAX];
+  int64_t m = units_in(ps, sets, us, UNITS_MAX, "nn.unit_begin", loc);
+  uint64_t now = sf__seq_now();
+  for (int64_t j = 0; j < m; j++) {
+    if (us[j]->depth == (int32_t)(sizeof us[j]->s0 / sizeof us[j]->s0[0]))
+      sf_runtime_error(loc, "nn.unit_begin: a unit begun %d times without nn.unit_end",
+                       us[j]->depth);
+    us[j]->s0[us[j]->depth++] = now;
+    unit_hold(sets[j], us[j], EV_FG, loc);
+  }
+}
+
+/* The node unit_end puts over y: more[0] y, more[1..] the unit_end's
+ * params, i0 the tape's clock at the earliest unit_begin. */
+typedef struct {
+  unit_set *set;
+  unit_rec *u;
+} unit_due;
+
+static void unit_due_run(void *arg, const sf_loc *loc) {
+  unit_due d = *(unit_due *)arg;
+  free(arg);
+  unit_reduce(d.set, d.u, loc);
+}
+
+static void unit_backward(sf__node *n, sf_tensor *g) {
+  unit_set *sets[UNITS_MAX];
+  unit_rec *us[UNITS_MAX];
+  sf_array ps = {.hdr = {1, SF_OBJ_ARRAY, 0}, .len = n->nmore - 1, .elem = &sf__type_tensor,
+                 .data = n->more + 1, .cap = n->nmore - 1};
+  int64_t m = units_in(&ps, sets, us, UNITS_MAX, "backward of nn.unit_end", n->at);
+  for (int64_t j = 0; j < m; j++) {
+    unit_hold(sets[j], us[j], EV_BG, n->at);
+    unit_due *d = malloc(sizeof *d);
+    if (!d)
+      sf_runtime_error(n->at, "backward: out of memory");
+    *d = (unit_due){sets[j], us[j]};
+    if (!sf__backward_after((uint64_t)n->i0, unit_due_run, d))
+      unit_due_run(d, n->at);
+  }
+  sf_retain(g);
+  sf__grad_add(n->more[0], g);
+}
+
+sf_tensor *sf_std_nn_unit_end(sf_array *ps, sf_tensor *y, const sf_loc *loc) {
+  sf__t_arg(y, "nn.unit_end", loc);
+  unit_set *sets[UNITS_MAX];
+  unit_rec *us[UNITS_MAX];
+  int64_t m = units_in(ps, sets, us, UNITS_MAX, "nn.unit_end", loc);
+  uint64_t s0 = UINT64_MAX;
+  for (int64_t j = 0; j < m; j++) {
+    if (us[j]->depth == 0)
+      sf_runtime_error(loc, "nn.unit_end: the unit of these params was not begun (nn.unit_begin "
+                       "before the unit's forward, nn.unit_end after it)");
+    uint64_t b = us[j]->s0[--us[j]->depth];
+    if (b < s0)
+      s0 = b;
+    for (int64_t k = us[j]->a; k < us[j]->b; k++)
+      if (sets[j]->ts[k]->st == y->st)
+        sf_runtime_error(loc, "nn.unit_end: the unit's output is a view of its param %" PRId64
+                         " (freed at the unit's end); return a computed tensor", k - us[j]->a);
+    log_ev(sets[j], us[j], EV_FR);
+    unit_drop(sets[j], us[j], loc);
+  }
+  if (!m || sf__no_grad || !y->req) {
+    sf_retain(y);
+    return y;
+  }
+  int64_t np = ps->len;
+  sf_tensor **ins = sf__alloc_n((size_t)np + 1, sizeof *ins);
+  ins[0] = y;
+  memcpy(ins + 1, ps->data, (size_t)np * sizeof *ins);
+  sf_tensor *r = sf__t_view(y, y->ndim, y->shape, y->strides, y->offset);
+  sf__node *n = sf__record_n("unit", r, unit_backward, ins, (int32_t)np + 1);
+  sf_free(ins);
+  if (n) {
+    n->i0 = (int64_t)s0;
+    n->at = loc;
+  }
+  return r;
+}
+
+/* The State's units registered for nn.unit_begin (std.train's batches,
+ * every training call: a member restored from a checkpoint has new
+ * tensors).  The same params and pieces keep their set, and its log
+ * starts again. */
+void sf_std_train_shard_units(sf_array *ps, sf_array *sh, sf_array *unit, const sf_loc *loc) {
+  layout L;
+  layout_of(&L, ps, unit, "train.batches", loc);
+  check_pieces(&L, sh, "train.batches", loc);
+  int64_t first = L.ng && L.gu[0] < 0 ? 1 : 0;
+  if (first == L.ng) {
+    layout_free(&L);
+    return;
+  }
+  pthread_mutex_lock(&units_mu);
+  unit_slot *e = slot_find(L.ts[L.ga[first]]);
+  bool same = e && e->set->n == L.n && e->set->np == sh->len &&
+              !memcmp(e->set->ts, L.ts, (size_t)L.n * sizeof *L.ts) &&
+              !memcmp(e->set->pcs, sh->data, (size_t)sh->len * sizeof *e->set->pcs);
+  if (same) {
+    e->set->nev = 0;
+    pthread_mutex_unlock(&units_mu);
+    layout_free(&L);
+    return;
+  }
+  unit_set *s = sf_alloc(sizeof *s);
+  memset(s, 0, sizeof *s);
+  s->n = L.n;
+  s->np = sh->len;
+  s->nu = L.ng - first;
+  s->ts = sf__alloc_n((size_t)L.n, sizeof *s->ts);
+  s->pcs = sf__alloc_n((size_t)(s->np ? s->np : 1), sizeof *s->pcs);
+  s->u = sf__alloc_n((size_t)s->nu, sizeof *s->u);
+  for (int64_t k = 0; k < L.n; k++) {
+    sf_retain(L.ts[k]);
+    s->ts[k] = L.ts[k];
+  }
+  for (int64_t k = 0; k < s->np; k++) {
+    s->pcs[k] = ((sf_tensor **)sh->data)[k];
+    sf_retain(s->pcs[k]);
+  }
+  s->refs = 1; /* held while registering */
+  for (int64_t g = first; g < L.ng; g++) {
+    unit_rec *u = &s->u[g - first];
+    memset(u, 0, sizeof *u);
+    u->a = L.ga[g];
+    u->b = L.ga[g + 1];
+    u->p0 = L.gp[g];
+    for (int64_t k = u->a; k < u->b; k++)
+      slot_put(L.ts[k], s, g - first);
+  }
+  set_unref(s);
+  pthread_mutex_unlock(&units_mu);
+  layout_free(&L);
+}
+
+/* The units of ps's params: held by a gather of all of them
+ * (train.gather), or all freed (shard_release). */
+static uint64_t mark_clock; /* atomic */
+
+static void units_mark(sf_array *ps, bool gathered) {
+  if (!__atomic_load_n(&units_live, __ATOMIC_RELAXED))
+    return;
+  uint64_t stamp = __atomic_add_fetch(&mark_clock, 1, __ATOMIC_RELAXED);
+  int64_t n = ps ? ps->len : 0;
+  for (int64_t k = 0; k < n; k++) {
+    unit_set *s;
+    unit_rec *u = unit_of(((sf_tensor **)ps->data)[k], &s);
+    if (!u || u->mark == stamp)
+      continue;
+    u->mark = stamp;
+    if (gathered)
+      u->held++;
+    else
+      u->held = 0;
+  }
+}
+
+static void units_gathered(sf_array *ps) { units_mark(ps, true); }
+static void units_released(sf_array *ps) { units_mark(ps, false); }
+
+/* After a micro-batch's train.step: a member that ran the forward and
+ * backward (ran) keeps its log as the script of a micro-step; one that
+ * did not (no rows, or no items) replays the script from where its log
+ * stops, so it meets the others' gathers and reduce-scatters. */
+void sf_std_train_shard_units_step(sf_array *ps, sf_array *unit, bool ran, const sf_loc *loc) {
+  int64_t n = ps ? ps->len : 0, nu = unit ? unit->len : 0;
+  unit_set *s = NULL;
+  for (int64_t k = 0; k < n && k < nu && !s; k++)
+    if (((int64_t *)unit->data)[k] >= 0)
+      unit_of(((sf_tensor **)ps->data)[k], &s);
+  if (!s)
+    return;
+  if (ran) {
+    int32_t *sc = realloc(s->script, (size_t)(s->nev ? s->nev : 1) * sizeof *sc);
+    if (!sc)
+      sf_runtime_error(loc, "train.step: out of memory for the units' events");
+    memcpy(sc, s->ev, (size_t)s->nev * sizeof *sc);
+    s->script = sc;
+    s->nscript = s->nev;
+    s->scripted = true;
+    s->nev = 0;
+    return;
+  }
+  if (!s->scripted)
+    sf_runtime_error(loc, "train.step: member %" PRId64 " has no rows in its first micro-batch, "
+                     "and with units (shard \"parameters\") it must still meet the others' "
+                     "gathers, which it learns from a micro-batch it ran: make the global "
+                     "batch at least the group's size", sf_group_rank());
+  if (s->nev > s->nscript || memcmp(s->ev, s->script, (size_t)s->nev * sizeof *s->ev))
+    sf_runtime_error(loc, "train.step: member %" PRId64 "'s units ran another sequence than in "
+                     "the micro-batches before (with units every micro-batch must begin and "
+                     "end the same units in the same order)", sf_group_rank());
+  for (int64_t i = s->nev; i < s->nscript; i++) {
+    unit_rec *u = &s->u[s->script[i] >> 2];
+    switch (s->script[i] & 3) {
+    case EV_FG:
+    case EV_BG:
+      unit_hold(s, u, s->script[i] & 3, loc);
+      break;
+    case EV_FR:
+      log_ev(s, u, EV_FR);
+      unit_drop(s, u, loc);
+      break;
+    default:
+      unit_reduce(s, u, loc);
+      break;
+    }
+  }
+  s->nev = 0;
+}
+
+/* The unit of each param (-1: in none) from train.start's units: lists
+ * of the params' own tensors, each in one unit at most. */
+sf_array *sf_std_train_unit_ids(sf_array *ps, sf_array *units, const sf_loc *loc) {
+  int64_t n = ps ? ps->len : 0, nu = units ? units->len : 0;
+  sf_array *out = sf_array_new(&sf_type_i64, nu ? n : 0, loc);
+  if (!nu)
+    return out;
+  int64_t *id = out->data;
+  for (int64_t k = 0; k < n; k++)
+    id[k] = -1;
+  for (int64_t u = 0; u < nu; u++) {
+    sf_array *l = ((sf_array **)units->data)[u];
+    int64_t m = l ? l->len : 0;
+    for (int64_t j = 0; j < m; j++) {
+      sf_tensor *t = ((sf_tensor **)l->data)[j];
+      int64_t k = 0;
+      while (k < n && ((sf_tensor **)ps->data)[k] != t)
+        k++;
+      if (k == n) {
+        sf_release(out);
+        sf_runtime_error(loc, "train.start: tensor %" PRId64 " of unit %" PRId64 " is not one "
+                         "of the params (a unit lists params of the model, as params(block) "
+                         "gives them)", j, u);
+      }
+      if (id[k] >= 0 && id[k] != u) {
+        int64_t was = id[k];
+        sf_release(out);
+        sf_runtime_error(loc, "train.start: param %" PRId64 " is in unit %" PRId64 " and in "
+                         "unit %" PRId64 " (a param belongs to one unit; a tied weight to "
+                         "the unit of its first use)", k, was, u);
+      }
+      id[k] = u;
+    }
+  }
+  return out;
 }
 
 /* The sharded collectives over tensors (for tests and users of the
@@ -437,10 +1018,8 @@ void sf_std_train_all_gather_tensors(sf_array *ts, const sf_loc *loc) {
  * it).  rest, backward and update are the tensors held between calls, at
  * the backward's end (add the activations) and at the update: the
  * step's peak is max(backward + activations, update). */
-sf_array *sf_std_train_plan_bytes(sf_array *ps, sf_str *shard, int64_t workers,
+sf_array *sf_std_train_plan_bytes(sf_array *ps, sf_str *shard, int64_t workers, sf_array *unit,
                                   const sf_loc *loc) {
-  int64_t n;
-  sf_tensor **ts = tensors_of(ps, &n, "train.plan", loc);
   if (workers < 1)
     sf_runtime_error(loc, "train.plan: workers must be at least 1, not %" PRId64, workers);
   int64_t sl = sf__str_len(shard);
@@ -454,17 +1033,29 @@ sf_array *sf_std_train_plan_bytes(sf_array *ps, sf_str *shard, int64_t workers,
     sf_runtime_error(loc, "train.plan: shard \"%.*s\" is not none, optimizer, gradients or "
                      "parameters",
                      (int)(sl < 64 ? sl : 64), sd);
-  int64_t cap = sf__bucket_floats(), total = 0, comm = 0, mine = 0;
-  for (int64_t i = 0; i < n;) {
-    int64_t len, j = sf__bucket_end(ts, n, i, cap, &len), lo, hi;
-    total += len;
-    if (j > i + 1 && len > comm)
-      comm = len;
-    /* the largest shard a member gets: member n-1's is never smaller */
-    sf__coll_shard(len, workers - 1, workers, &lo, &hi);
-    mine += hi - lo;
-    i = j;
+  layout L;
+  layout_of(&L, ps, mode == 3 ? unit : NULL, "train.plan", loc);
+  int64_t cap = sf__bucket_floats(), total = 0, comm = 0, mine = 0, root = 0, umax = 0;
+  for (int64_t g = 0; g < L.ng; g++) {
+    int64_t a = L.ga[g], b = L.ga[g + 1], floats = 0;
+    for (int64_t i = a; i < b;) {
+      int64_t len, j = a + sf__bucket_end(L.ts + a, b - a, i - a, cap, &len), lo, hi;
+      floats += len;
+      if (j > i + 1 && len > comm)
+        comm = len;
+      /* the largest shard a member gets: member n-1's is never smaller */
+      sf__coll_shard(len, workers - 1, workers, &lo, &hi);
+      mine += hi - lo;
+      i = j;
+    }
+    total += floats;
+    if (L.gu[g] < 0)
+      root = floats;
+    else if (floats > umax)
+      umax = floats;
   }
+  bool units = mode == 3 && L.ng && L.gu[L.ng - 1] >= 0;
+  layout_free(&L);
   int64_t f = (int64_t)sizeof(float);
   int64_t params = total * f, grads = total * f, opt = 2 * total * f;
   if (mode >= 1) {
@@ -482,6 +1073,16 @@ sf_array *sf_std_train_plan_bytes(sf_array *ps, sf_str *shard, int64_t workers,
   int64_t rest = (mode == 3 ? mine : total) * f + opt;
   int64_t back = rest + (mode == 3 ? total * f : 0) + total * f;
   int64_t upd = back + (mode >= 1 ? mine * f : 0);
+  if (units) {
+    /* With units only the root is whole for a call and a unit while it
+     * runs: at the worst of the backward the root's values and gradients,
+     * the pieces' gradients (each unit's added as its backward ends) and
+     * the largest unit's values and whole gradients; at the update the
+     * root's and the pieces' */
+    params = (mine + root + umax) * f;
+    back = rest + 2 * root * f + mine * f + 2 * umax * f;
+    upd = rest + 2 * root * f + mine * f;
+  }
   sf_array *out = sf_array_new(&sf_type_i64, 7, loc);
   int64_t *o = out->data;
   o[0] = params;
@@ -507,17 +1108,18 @@ sf_array *sf_std_train_memory(bool reset, const sf_loc *loc) {
 
 /* The params' values copied into this member's pieces (after sync's
  * broadcast; nothing to move when the pieces are views). */
-void sf_std_train_shard_fill(sf_array *ps, sf_array *sh, const sf_loc *loc) {
-  int64_t n;
-  sf_tensor **ts = tensors_of(ps, &n, "train.sync", loc);
-  check_pieces(ts, n, sh, "train.sync", loc);
-  FOR_PIECES(ts, n, {
+void sf_std_train_shard_fill(sf_array *ps, sf_array *sh, sf_array *unit, const sf_loc *loc) {
+  layout L;
+  layout_of(&L, ps, unit, "train.sync", loc);
+  check_pieces(&L, sh, "train.sync", loc);
+  FOR_PIECES(&L, {
     sf_tensor *s = piece(sh, p, pb - pa, loc);
-    const float *src = sf__t_data(ts[k]) + pa;
+    const float *src = sf__t_data(L.ts[k]) + pa;
     float *dst = sf__t_wdata(s);
     if (src != dst)
       memcpy(dst, src, (size_t)(pb - pa) * sizeof(float));
   });
+  layout_free(&L);
 }
 
 /* ------------------------------------------------- re-sharding on load
@@ -548,35 +1150,40 @@ static void same_sizes(sf_tensor *const *ts, int64_t n, sf_array *whole, const c
  * values (of an array parallel to its pieces: AdamW's moments of them):
  * summed over the group, every member's pieces make the whole (x + 0 is
  * exact). */
-sf_array *sf_std_train_shard_whole(sf_array *ps, sf_array *pieces, const sf_loc *loc) {
-  int64_t n;
-  sf_tensor **ts = tensors_of(ps, &n, "train.save_state", loc);
-  check_pieces(ts, n, pieces, "train.save_state", loc);
+sf_array *sf_std_train_shard_whole(sf_array *ps, sf_array *pieces, sf_array *unit,
+                                   const sf_loc *loc) {
+  layout L;
+  layout_of(&L, ps, unit, "train.save_state", loc);
+  check_pieces(&L, pieces, "train.save_state", loc);
   sf_array *out = sf_array_new(&sf__type_tensor, 0, loc);
-  for (int64_t k = 0; k < n; k++) {
-    sf_tensor *z = sf__t_zeros(ts[k]->ndim, ts[k]->shape, loc);
+  for (int64_t k = 0; k < L.n; k++) {
+    sf_tensor *p = ((sf_tensor **)ps->data)[k];
+    sf_tensor *z = sf__t_zeros(p->ndim, p->shape, loc);
     sf_array_push(out, &z, loc);
   }
   sf_tensor **w = out->data;
-  FOR_PIECES(ts, n, {
+  FOR_PIECES(&L, {
     sf_tensor *s = piece(pieces, p, pb - pa, loc);
-    memcpy(sf__t_wdata(w[k]) + pa, sf__t_data(s), (size_t)(pb - pa) * sizeof(float));
+    memcpy(sf__t_wdata(w[L.idx[k]]) + pa, sf__t_data(s), (size_t)(pb - pa) * sizeof(float));
   });
+  layout_free(&L);
   return out;
 }
 
 /* This member's pieces (or an array parallel to them) filled from whole
  * tensors in the params' order: the saved state cut for this group. */
-void sf_std_train_shard_slice(sf_array *ps, sf_array *whole, sf_array *pieces, const sf_loc *loc) {
-  int64_t n;
-  sf_tensor **ts = tensors_of(ps, &n, "train.load_state", loc);
-  same_sizes(ts, n, whole, "train.load_state", loc);
-  check_pieces(ts, n, pieces, "train.load_state", loc);
+void sf_std_train_shard_slice(sf_array *ps, sf_array *whole, sf_array *pieces, sf_array *unit,
+                              const sf_loc *loc) {
+  layout L;
+  layout_of(&L, ps, unit, "train.load_state", loc);
+  same_sizes((sf_tensor **)ps->data, L.n, whole, "train.load_state", loc);
+  check_pieces(&L, pieces, "train.load_state", loc);
   sf_tensor **w = whole->data;
-  FOR_PIECES(ts, n, {
+  FOR_PIECES(&L, {
     sf_tensor *s = piece(pieces, p, pb - pa, loc);
-    memcpy(sf__t_wdata(s), sf__t_data(w[k]) + pa, (size_t)(pb - pa) * sizeof(float));
+    memcpy(sf__t_wdata(s), sf__t_data(w[L.idx[k]]) + pa, (size_t)(pb - pa) * sizeof(float));
   });
+  layout_free(&L);
 }
 
 /* Each tensor of dst given the values of src's (the same sizes). */
