@@ -51,3 +51,10 @@ add_test(NAME nn/save_halves_torch
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/nn/save_halves_test.py
           --sflowc $<TARGET_FILE:sflowc> --torch ${CMAKE_BINARY_DIR}/peers/torch/venv/bin/python)
 set_tests_properties(nn/save_halves_torch PROPERTIES SKIP_RETURN_CODE 77)
+# std.train's FSDP units (shard "parameters" with train.start_units): the
+# step's peak within 10% of train.plan_units, below "gradients" with 2 and
+# 4 members, and under the issue's bound per worker (a quarter of the
+# state plus the largest unit); one process per case, about 2 s.
+add_test(NAME nn/units_memory
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/nn/units_memory_test.py
+          --sflowc $<TARGET_FILE:sflowc>)
