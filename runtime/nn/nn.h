@@ -836,7 +836,7 @@ void sf_std_train_shard_fill(sf_array *ps, sf_array *sh, sf_array *unit, const s
  * no backward replays the units' collectives). */
 sf_array *sf_std_train_unit_ids(sf_array *ps, sf_array *units, const sf_loc *loc);
 void sf_std_train_shard_units(sf_array *ps, sf_array *sh, sf_array *unit, const sf_loc *loc);
-void sf_std_train_shard_units_step(sf_array *ps, sf_array *unit, bool ran, const sf_loc *loc);
+void sf_std_train_shard_units_step(sf_array *ps, sf_array *unit, int64_t at, const sf_loc *loc);
 /* train.save_state / load_state (train.c, "Re-sharding on load" in
  * docs/train.md): whole tensors from this member's pieces (zeros
  * elsewhere, summed over the group), the pieces cut from whole tensors,

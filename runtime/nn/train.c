@@ -906,11 +906,15 @@ static void units_mark(sf_array *ps, bool gathered) {
 static void units_gathered(sf_array *ps) { units_mark(ps, true); }
 static void units_released(sf_array *ps) { units_mark(ps, false); }
 
-/* After a micro-batch's train.step: a member that ran the forward and
- * backward (ran) keeps its log as the script of a micro-step; one that
- * did not (no rows, or no items) replays the script from where its log
- * stops, so it meets the others' gathers and reduce-scatters. */
-void sf_std_train_shard_units_step(sf_array *ps, sf_array *unit, bool ran, const sf_loc *loc) {
+/* train.step's three points of a micro-step: at 0 (its start: the
+ * forward's end) a member that ran no forward replays the forward's
+ * events (holds and drops before the first backward one), so it meets
+ * the others' gathers before the step's own collectives; at 1 (it ran
+ * the backward) the log becomes the script of a micro-step; at 2 (it ran
+ * none: no rows, or no items) it replays the rest of the script.  The
+ * replay is the same holds, drops and reduce-scatters, with zeros for the
+ * member's gradients. */
+void sf_std_train_shard_units_step(sf_array *ps, sf_array *unit, int64_t at, const sf_loc *loc) {
   int64_t n = ps ? ps->len : 0, nu = unit ? unit->len : 0;
   unit_set *s = NULL;
   for (int64_t k = 0; k < n && k < nu && !s; k++)
@@ -918,7 +922,7 @@ void sf_std_train_shard_units_step(sf_array *ps, sf_array *unit, bool ran, const
       unit_of(((sf_tensor **)ps->data)[k], &s);
   if (!s)
     return;
-  if (ran) {
+  if (at == 1) {
     int32_t *sc = realloc(s->script, (size_t)(s->nev ? s->nev : 1) * sizeof *sc);
     if (!sc)
       sf_runtime_error(loc, "train.step: out of memory for the units' events");
@@ -929,21 +933,41 @@ void sf_std_train_shard_units_step(sf_array *ps, sf_array *unit, bool ran, const
     s->nev = 0;
     return;
   }
-  if (!s->scripted)
-    sf_runtime_error(loc, "train.step: member %" PRId64 " has no rows in its first micro-batch, "
-                     "and with units (shard \"parameters\") it must still meet the others' "
-                     "gathers, which it learns from a micro-batch it ran: make the global "
-                     "batch at least the group's size", sf_group_rank());
+  if (!s->scripted) {
+    if (at == 0 && s->nev > 0)
+      return; /* the first micro-step, its forward run: nothing to replay */
+    /* A member that has run no micro-step yet (a global batch smaller
+     * than the group leaves it none from the start) takes the units'
+     * order: each unit's forward in start_units' order, their backwards
+     * in reverse, the order of std.bert's and std.lm's (a unit inside
+     * nn.checkpoint, or one used twice, runs other collectives: such a
+     * model must give every member rows in its first micro-batch). */
+    int32_t *sc = realloc(s->script, (size_t)(4 * s->nu) * sizeof *sc);
+    if (!sc)
+      sf_runtime_error(loc, "train.step: out of memory for the units' events");
+    for (int64_t u = 0; u < s->nu; u++) {
+      sc[2 * u] = (int32_t)u << 2 | EV_FG;
+      sc[2 * u + 1] = (int32_t)u << 2 | EV_FR;
+      sc[2 * s->nu + 2 * u] = (int32_t)(s->nu - 1 - u) << 2 | EV_BG;
+      sc[2 * s->nu + 2 * u + 1] = (int32_t)(s->nu - 1 - u) << 2 | EV_BR;
+    }
+    s->script = sc;
+    s->nscript = 4 * s->nu;
+    s->scripted = true;
+  }
   if (s->nev > s->nscript || memcmp(s->ev, s->script, (size_t)s->nev * sizeof *s->ev))
     sf_runtime_error(loc, "train.step: member %" PRId64 "'s units ran another sequence than in "
                      "the micro-batches before (with units every micro-batch must begin and "
                      "end the same units in the same order)", sf_group_rank());
   for (int64_t i = s->nev; i < s->nscript; i++) {
     unit_rec *u = &s->u[s->script[i] >> 2];
-    switch (s->script[i] & 3) {
+    int32_t kind = s->script[i] & 3;
+    if (at == 0 && (kind == EV_BG || kind == EV_BR))
+      return; /* the forward's events replayed */
+    switch (kind) {
     case EV_FG:
     case EV_BG:
-      unit_hold(s, u, s->script[i] & 3, loc);
+      unit_hold(s, u, kind, loc);
       break;
     case EV_FR:
       log_ev(s, u, EV_FR);
@@ -954,7 +978,8 @@ void sf_std_train_shard_units_step(sf_array *ps, sf_array *unit, bool ran, const
       break;
     }
   }
-  s->nev = 0;
+  if (at == 2)
+    s->nev = 0;
 }
 
 /* The unit of each param (-1: in none) from train.start's units: lists
@@ -985,8 +1010,7 @@ sf_array *sf_std_train_unit_ids(sf_array *ps, sf_array *units, const sf_loc *loc
         int64_t was = id[k];
         sf_release(out);
         sf_runtime_error(loc, "train.start: param %" PRId64 " is in unit %" PRId64 " and in "
-                         "unit %" PRId64 " (a param belongs to one unit; a tied weight to "
-                         "the unit of its first use)", k, was, u);
+                         "unit %" PRId64 " (a param belongs to one unit at most)", k, was, u);
       }
       id[k] = u;
     }
