@@ -12,7 +12,8 @@
  * method they reduce over its group, and anywhere else they act as a
  * group of one (rank 0 of 1, a collective that changes nothing).  No
  * compiler change, and nothing here a user program can reach except
- * through std.train.
+ * through std.train (and std.nn's unit marks, nn.unit_begin / unit_end,
+ * whose registry is the State's units: "units" below).
  *
  * The pool's threads are shared among the members in this process by the
  * products themselves (gpu layer's gemm_split, from the members the
