@@ -835,6 +835,11 @@ void sf_std_train_shard_fill(sf_array *ps, sf_array *sh, sf_array *unit, const s
  * registered for nn.unit_begin, and a micro-step's end (a member that ran
  * no backward replays the units' collectives). */
 sf_array *sf_std_train_unit_ids(sf_array *ps, sf_array *units, const sf_loc *loc);
+/* The units' registry holds no reference to a param: a param freed
+ * leaves it (tensor.c's destructor calls this while any unit is
+ * registered), and a set of units whose params are all gone is freed. */
+extern int64_t sf__units_live;
+void sf__units_forget(const sf_tensor *t);
 void sf_std_train_shard_units(sf_array *ps, sf_array *sh, sf_array *unit, const sf_loc *loc);
 void sf_std_train_shard_units_step(sf_array *ps, sf_array *unit, int64_t at, const sf_loc *loc);
 /* train.save_state / load_state (train.c, "Re-sharding on load" in

@@ -359,6 +359,8 @@ sf_tensor *sf__t_arg(sf_tensor *t, const char *op, const sf_loc *loc) {
 
 static void tensor_dtor(sf_obj *o) {
   sf_tensor *t = (sf_tensor *)o;
+  if (__builtin_expect(__atomic_load_n(&sf__units_live, __ATOMIC_RELAXED) != 0, 0))
+    sf__units_forget(t); /* a param of std.train's units (train.c) */
   storage_release(t->st);
   sf_release(t->grad);
   if (t->node)

@@ -20,6 +20,7 @@
  * runtime placed here), not here: a member restored by --resume skips
  * init, and train.start with it.
  */
+#define _GNU_SOURCE /* PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -572,12 +573,13 @@ typedef struct {
   int32_t depth;  /* nested unit_begin's */
   uint64_t s0[8]; /* their tape clocks */
   uint64_t mark;  /* units_mark's last stamp */
+  bool dead;      /* a param of it was freed */
 } unit_rec;
 
 typedef struct unit_set {
   int64_t refs;   /* registry entries that point here */
   int64_t n, np, nu;
-  sf_tensor **ts; /* (n) the params in the layout's order, retained */
+  sf_tensor **ts; /* (n) the params in the layout's order (not retained: sf__units_forget) */
   sf_tensor **pcs; /* (np) the member's pieces, retained */
   unit_rec *u;    /* (nu) */
   int32_t *ev, *script;
@@ -591,10 +593,13 @@ typedef struct {
   int64_t r;
 } unit_slot;
 
-static pthread_mutex_t units_mu = PTHREAD_MUTEX_INITIALIZER;
+/* Recursive: a set freed under it releases its pieces, whose destructor
+ * asks the registry again (sf__units_forget). */
+static pthread_mutex_t units_mu = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 static unit_slot *slots;
-static int64_t nslots, used;
-static int64_t units_live; /* atomic: entries, for the fast path */
+static int64_t nslots, used; /* used: live entries and tombstones */
+int64_t sf__units_live;       /* atomic: live entries, for the fast paths */
+#define TOMB ((sf_tensor *)(uintptr_t)1) /* a removed entry */
 
 static uint64_t hash_ptr(const void *p) {
   uint64_t x = (uint64_t)(uintptr_t)p;
@@ -615,11 +620,12 @@ static unit_slot *slot_find(const sf_tensor *t) {
   }
 }
 
+/* A set dies with its last entry: its params are not retained (the
+ * registry must not keep a dead model alive), its pieces are. */
+
 static void set_unref(unit_set *s) {
   if (--s->refs > 0)
     return;
-  for (int64_t k = 0; k < s->n; k++)
-    sf_release(s->ts[k]);
   for (int64_t k = 0; k < s->np; k++)
     sf_release(s->pcs[k]);
   sf_free(s->ts);
@@ -639,7 +645,7 @@ static void slot_put(sf_tensor *t, unit_set *set, int64_t r) {
     memset(slots, 0, (size_t)nslots * sizeof *slots);
     used = 0;
     for (int64_t i = 0; i < old; i++)
-      if (was[i].key) {
+      if (was[i].key && was[i].key != TOMB) {
         uint64_t h = hash_ptr(was[i].key) & (uint64_t)(nslots - 1);
         while (slots[h].key)
           h = (h + 1) & (uint64_t)(nslots - 1);
@@ -658,18 +664,31 @@ static void slot_put(sf_tensor *t, unit_set *set, int64_t r) {
     e = &slots[h];
     e->key = t;
     used++;
-    __atomic_add_fetch(&units_live, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&sf__units_live, 1, __ATOMIC_RELAXED);
   }
   e->set = set;
   e->r = r;
   set->refs++;
 }
 
+void sf__units_forget(const sf_tensor *t) {
+  pthread_mutex_lock(&units_mu);
+  unit_slot *e = slot_find(t);
+  if (e) {
+    e->set->u[e->r].dead = true; /* its other params no longer gather it */
+    set_unref(e->set);
+    e->key = TOMB;
+    e->set = NULL;
+    __atomic_sub_fetch(&sf__units_live, 1, __ATOMIC_RELAXED);
+  }
+  pthread_mutex_unlock(&units_mu);
+}
+
 /* The unit that holds t, or NULL (the set in *set). */
 static unit_rec *unit_of(const sf_tensor *t, unit_set **set) {
   pthread_mutex_lock(&units_mu);
   unit_slot *e = slot_find(t);
-  unit_rec *u = e ? &e->set->u[e->r] : NULL;
+  unit_rec *u = e && !e->set->u[e->r].dead ? &e->set->u[e->r] : NULL;
   *set = e ? e->set : NULL;
   pthread_mutex_unlock(&units_mu);
   return u;
@@ -718,7 +737,7 @@ static void unit_reduce(unit_set *s, unit_rec *u, const sf_loc *loc) {
 static int64_t units_in(sf_array *ps, unit_set **sets, unit_rec **us, int64_t cap,
                         const char *what, const sf_loc *loc) {
   int64_t n = ps ? ps->len : 0, m = 0;
-  if (!__atomic_load_n(&units_live, __ATOMIC_RELAXED))
+  if (!__atomic_load_n(&sf__units_live, __ATOMIC_RELAXED))
     return 0;
   for (int64_t i = 0; i < n; i++) {
     sf_tensor *t = ((sf_tensor **)ps->data)[i];
@@ -860,7 +879,6 @@ void sf_std_train_shard_units(sf_array *ps, sf_array *sh, sf_array *unit, const 
   s->pcs = sf__alloc_n((size_t)(s->np ? s->np : 1), sizeof *s->pcs);
   s->u = sf__alloc_n((size_t)s->nu, sizeof *s->u);
   for (int64_t k = 0; k < L.n; k++) {
-    sf_retain(L.ts[k]);
     s->ts[k] = L.ts[k];
   }
   for (int64_t k = 0; k < s->np; k++) {
@@ -887,7 +905,7 @@ void sf_std_train_shard_units(sf_array *ps, sf_array *sh, sf_array *unit, const 
 static uint64_t mark_clock; /* atomic */
 
 static void units_mark(sf_array *ps, bool gathered) {
-  if (!__atomic_load_n(&units_live, __ATOMIC_RELAXED))
+  if (!__atomic_load_n(&sf__units_live, __ATOMIC_RELAXED))
     return;
   uint64_t stamp = __atomic_add_fetch(&mark_clock, 1, __ATOMIC_RELAXED);
   int64_t n = ps ? ps->len : 0;
