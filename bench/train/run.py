@@ -360,7 +360,10 @@ def parity(a, r, py, flags):
 def duel(a, r, py, flags):
     """--vs-fsdp: 2 workers of 1 thread each, sflow beside DDP and FSDP,
     alternated over rounds; the table and the ratios of the means."""
-    shards = a.shard.split(",") if a.shard != "none" else ["none", "optimizer", "gradients", "parameters"]
+    # "parameters" runs FSDP's units (bert.units), "parameters-whole" one
+    # unit (--units=false: the whole params gathered per training call)
+    shards = a.shard.split(",") if a.shard != "none" else ["none", "optimizer", "gradients", "parameters",
+                                                          "parameters-whole"]
     peer = os.path.join(HERE, "peer_finetune.py")
     rows = []   # (side, round, fields, peak MB, load)
     with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp:
@@ -372,7 +375,9 @@ def duel(a, r, py, flags):
                                   "--workers", "2", "--threads", "1", *flags])]
         if a.no_torch:
             runs = []
-        runs += [("sflow/" + sh, [exe, "--workers", "2", "--threads", "2", "--shard", sh, *flags])
+        runs += [("sflow/" + sh, [exe, "--workers", "2", "--threads", "2", "--shard",
+                                  "parameters" if sh == "parameters-whole" else sh,
+                                  *(["--units=false"] if sh == "parameters-whole" else []), *flags])
                  for sh in shards]
         for k in range(a.vs_fsdp):
             for side, cmd in (runs if k % 2 == 0 else runs[::-1]):
