@@ -312,6 +312,7 @@ static _Thread_local jbuf *my_jbuf;
 static jbuf *mine(void) {
   if (!my_jbuf) {
     jbuf *j = sf_alloc(sizeof *j);
+    *j = (jbuf){0}; /* `asked` and `at` are read before anything sets them */
     pthread_mutex_init(&j->lock, NULL);
     sf__buf_init(&j->b, NULL, 0);
     sf__buf_init(&j->spare, NULL, 0);
