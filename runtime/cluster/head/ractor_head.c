@@ -52,7 +52,9 @@
  * A member's neighbours often see it die (a reset link) before the head
  * sees its control connection close, so a failure that a broken ring
  * caused (actor-result status 2) is held back until the loss arrives, or
- * for the heartbeat timeout plus a second, before it is delivered.
+ * for the heartbeat timeout plus a second, before it is delivered.  It is
+ * held also when the group has no restarts left, so the call fails with
+ * the node's loss, not with a neighbour's "closed the connection".
  *
  * --resume.  Actors are placed as in any run.  Each handle here is first
  * restored from the checkpoint folder as a local actor would be (a
@@ -614,12 +616,14 @@ static void on_result(int node, const sf__frame *f) {
     pthread_mutex_unlock(&RA.mu);
     return;
   }
-  if (f->u.actor_result.status == 2 && r->g && may_restart(r)) {
+  if (f->u.actor_result.status == 2 && r->g) {
     /* The member failed in a collective because its ring broke: most
      * likely a member's node died, and its loss may not have reached us
      * yet (the neighbours' sockets can tell before the control
      * connection does).  Wait for the loss, which restarts the group and
-     * reruns this call; without one, the failure is delivered. */
+     * reruns this call, or (no restarts left) fails it with the loss as
+     * its cause rather than the ring's symptom; without one, the failure
+     * is delivered. */
     c->held = strndup((const char *)f->u.actor_result.value.p, f->u.actor_result.value.n);
     c->held_until = sf__now_ms() + SF__HEARTBEAT_TIMEOUT_MS + 1000;
     start_holder();
