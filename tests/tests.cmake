@@ -81,12 +81,13 @@ foreach(s IN LISTS SUITES)
   include(${s})
 endforeach()
 
-# The product split over the pool under each OpenBLAS kernel it is measured
-# on (tests/unit/blas_cores_test.py runs unit/test_rt_nn's sgemm_split with
-# OPENBLAS_CORETYPE set to each), and the bitwise tests under the Haswell
-# and Zen kernels, whose 12-row blocks a 16-row block edge used to cut
-# (issue 26).  Each sets OPENBLAS_CORETYPE itself, so the caller's does
-# not matter.
+# OpenBLAS for f32 products (SFLOW_BLAS=openblas; the default is sflow's
+# own GEMM): the product split over the pool under each OpenBLAS kernel it
+# is measured on (tests/unit/blas_cores_test.py runs unit/test_rt_nn's
+# sgemm_split with OPENBLAS_CORETYPE set to each), and the bitwise tests
+# under the Haswell and Zen kernels, whose 12-row blocks a 16-row block
+# edge used to cut (issue 26).  Each sets OPENBLAS_CORETYPE itself, so the
+# caller's does not matter.
 add_test(NAME unit/blas_cores
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/unit/blas_cores_test.py
           --unit $<TARGET_FILE:test_rt_nn>)
@@ -101,19 +102,21 @@ foreach(core Haswell Zen)
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/group_split_test.py
             --sflowc $<TARGET_FILE:sflowc>)
   set_tests_properties(unit/test_rt_nn_${core} unit/test_rt_nn_layers_${core} runtime/nn_resume_${core}
-                       runtime/group_split_${core} PROPERTIES ENVIRONMENT OPENBLAS_CORETYPE=${core})
+                       runtime/group_split_${core} PROPERTIES ENVIRONMENT
+                       "OPENBLAS_CORETYPE=${core};SFLOW_BLAS=openblas")
 endforeach()
 
-# sflow's own GEMM (runtime/gpu/gemm.c) bitwise the one fma chain per
-# element under each kernel (one the CPU lacks falls back to the best it
-# has, so each still runs), over 1, 2 and 3 threads; and the nn tests with
-# every f32 product on it (SFLOW_BLAS=sflow).
+# sflow's own GEMM (runtime/gpu/gemm.c, the default) bitwise the one fma
+# chain per element under each kernel (one the CPU lacks falls back to the
+# best it has, so each still runs), over 1, 2 and 3 threads; and the nn
+# tests with every f32 product on OpenBLAS (SFLOW_BLAS=openblas), which
+# stays a choice.
 foreach(isa avx512 avx2 portable)
   add_test(NAME unit/test_rt_nn_gemm_${isa} COMMAND test_rt_nn sgemm_sflow)
   set_tests_properties(unit/test_rt_nn_gemm_${isa} PROPERTIES ENVIRONMENT SFLOW_GEMM_ISA=${isa}
                        SKIP_RETURN_CODE 77)
 endforeach()
-add_test(NAME unit/test_rt_nn_sflow_blas COMMAND test_rt_nn)
-add_test(NAME unit/test_rt_nn_layers_sflow_blas COMMAND test_rt_nn_layers)
-set_tests_properties(unit/test_rt_nn_sflow_blas unit/test_rt_nn_layers_sflow_blas
-                     PROPERTIES ENVIRONMENT SFLOW_BLAS=sflow)
+add_test(NAME unit/test_rt_nn_openblas COMMAND test_rt_nn)
+add_test(NAME unit/test_rt_nn_layers_openblas COMMAND test_rt_nn_layers)
+set_tests_properties(unit/test_rt_nn_openblas unit/test_rt_nn_layers_openblas
+                     PROPERTIES ENVIRONMENT SFLOW_BLAS=openblas)

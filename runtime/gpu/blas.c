@@ -1,9 +1,11 @@
 /*
- * blas.c — matmul: cuBLAS on a GPU, OpenBLAS on the CPU.
+ * blas.c — matmul: cuBLAS on a GPU, sflow's GEMM and OpenBLAS on the CPU.
  *
  * matmul(a, b, m, k, n) multiplies a row-major m×k matrix by a row-major
- * k×n one into a new m×n array.  On the CPU the library is OpenBLAS, or
- * MKL when SFLOW_BLAS=mkl asks for it (blas_init).  Key design choice: both BLAS libraries
+ * k×n one into a new m×n array.  On the CPU f32 products run on gemm.c
+ * (the same bits on every CPU) unless SFLOW_BLAS=openblas or a library
+ * is named; f64 ones, and those, on the library: OpenBLAS, or MKL when
+ * SFLOW_BLAS=mkl asks for it (blas_init).  Key design choice: both BLAS libraries
  * are dlopen'ed at the first matmul, like the CUDA libraries, so a
  * compiled program links nothing but libc and starts on any machine (a GPU
  * node without OpenBLAS, a CPU box without CUDA).  When no CBLAS loads,
@@ -148,13 +150,12 @@ static void blas_init(void) {
       {"libcblas.so.3", "CBLAS"},       {"libblas.so.3", "BLAS"},
   };
   const char *e = getenv("SFLOW_BLAS");
-  /* sflow: f32 products by gemm.c whatever the CPU (f64 ones by the
-   * library); openblas: the library's; auto (or unset): gemm.c where it
-   * (or unset): the library, as measured: on the encoder's shapes
-   * gemm.c's AVX2 kernel runs at 0.6-1.3x OpenBLAS's (slower on the
-   * backward pass's Gᵀ·X), docs/performance.md "sflow's own GEMM". */
-  if (e && strcmp(e, "sflow") == 0)
-    B.sflow = true;
+  /* auto (or unset) and sflow: f32 products by gemm.c, so their bits are
+   * the same on every CPU and under every OPENBLAS_CORETYPE (f64 ones by
+   * the library); gemm.c runs the encoder's shapes at OpenBLAS's speed
+   * (docs/performance.md, "sflow's own GEMM").  openblas (or a library
+   * named): every product by the library. */
+  B.sflow = !e || !*e || strcmp(e, "sflow") == 0 || strcmp(e, "auto") == 0;
   if (e && (strcmp(e, "sflow") == 0 || strcmp(e, "openblas") == 0 || strcmp(e, "auto") == 0))
     e = NULL;
   if (e && strcmp(e, "mkl") == 0)

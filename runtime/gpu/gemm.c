@@ -283,24 +283,6 @@ static void pack_b(const gemm_job *j, int nr, int64_t p0, int64_t kc, int64_t j0
   }
 }
 
-/* This thread's packing buffers, grown as needed and kept. */
-static _Thread_local float *buf_a, *buf_b;
-static _Thread_local size_t cap_a, cap_b;
-
-static float *grow(float **buf, size_t *cap, size_t n) {
-  if (n > *cap) {
-    free(*buf);
-    size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
-    *buf = aligned_alloc(64, bytes);
-    if (!*buf) {
-      *cap = 0;
-      return NULL;
-    }
-    *cap = n;
-  }
-  return *buf;
-}
-
 /* --------------------------------------------------------- the blocks */
 
 /* The tiles of one mc × nc block of C at ct from packed pa (mc × kc)
@@ -331,6 +313,247 @@ static void gemm_block(const gemm_kernel *kn, int64_t kc, int64_t mc, int64_t nc
   }
 }
 
+/* This thread's packing buffers, grown as needed and kept. */
+static _Thread_local float *buf_a, *buf_b;
+static _Thread_local size_t cap_a, cap_b;
+
+static float *grow(float **buf, size_t *cap, size_t n) {
+  if (n > *cap) {
+    free(*buf);
+    size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
+    *buf = aligned_alloc(64, bytes);
+    if (!*buf) {
+      *cap = 0;
+      return NULL;
+    }
+    *cap = n;
+  }
+  return *buf;
+}
+
+/* ------------------------------------------------------ skinny products
+ *
+ * A product with fewer rows than a panel (a gemv, an RL policy's few
+ * rows) or fewer columns (a 2-way head) wastes most of each MR × NR tile
+ * and spends longer packing than multiplying.  Such a product is run
+ * unpacked: the small side's SK ≤ 4 lines are copied once (alpha applied
+ * as the packed path applies it), and the long side is read in place,
+ * 8 or 16 of its lines a vector, as ymm accumulators; where a vector's
+ * values lie along k (a transposed operand) an 8 × 8 block is transposed
+ * in registers first.  Each element is still its one chain of fmas over
+ * p in order from the same start, so the bits are the packed path's.
+ *
+ * In the terms below the product is C'[r][x] = chain over p of
+ * S[r][p] · L[p][x] (the terms' order in an fma does not change its
+ * result): for few rows S = alpha·op(A), L = op(B) and C' = C; for few
+ * columns S = op(B)ᵀ, L = alpha·op(A)ᵀ and C' = Cᵀ. */
+#define SKINNY 4       /* S's lines in one pass over L */
+#ifndef SKINNY_MAX
+#define SKINNY_MAX 4   /* the most lines of the small side run unpacked (5-16 measured
+                        * no faster than packed: the transposes cost as much) */
+#endif
+
+typedef struct {
+  int64_t sk, k, nx;         /* S is sk × k (copied), L k × nx */
+  const float *s;            /* S, row r at s + r * k */
+  const float *l;            /* L[p][x] at l + p * lp + x * lx */
+  int64_t lp, lx;            /* one of them 1 */
+  float scale;               /* L's values times this first (alpha; 1: not) */
+  float *c;                  /* C'[r][x] at c + r * cr + x * cx */
+  int64_t cr, cx;
+  bool load;                 /* the chains start from C' */
+} skinny_job;
+
+#ifdef GEMM_X86
+__attribute__((target("avx2,fma"))) static inline __m256 sk_lvec(const skinny_job *q, int64_t p,
+                                                                int64_t x) {
+  __m256 v = _mm256_loadu_ps(q->l + p * q->lp + x); /* lx == 1 */
+  return q->scale == 1.0f ? v : _mm256_mul_ps(_mm256_set1_ps(q->scale), v);
+}
+
+/* L's values at p..p+8 for x..x+8 when they lie along p (lp == 1):
+ * eight loads of L's lines, transposed so that t[u] holds L[p+u][x..]. */
+__attribute__((target("avx2,fma"))) static inline void sk_ltrans(const skinny_job *q, int64_t p,
+                                                                int64_t x, __m256 t[8]) {
+  const float *b = q->l + x * q->lx + p;
+  __m256 r0 = _mm256_loadu_ps(b), r1 = _mm256_loadu_ps(b + q->lx),
+         r2 = _mm256_loadu_ps(b + 2 * q->lx), r3 = _mm256_loadu_ps(b + 3 * q->lx),
+         r4 = _mm256_loadu_ps(b + 4 * q->lx), r5 = _mm256_loadu_ps(b + 5 * q->lx),
+         r6 = _mm256_loadu_ps(b + 6 * q->lx), r7 = _mm256_loadu_ps(b + 7 * q->lx);
+  __m256 u0 = _mm256_unpacklo_ps(r0, r1), u1 = _mm256_unpackhi_ps(r0, r1),
+         u2 = _mm256_unpacklo_ps(r2, r3), u3 = _mm256_unpackhi_ps(r2, r3),
+         u4 = _mm256_unpacklo_ps(r4, r5), u5 = _mm256_unpackhi_ps(r4, r5),
+         u6 = _mm256_unpacklo_ps(r6, r7), u7 = _mm256_unpackhi_ps(r6, r7);
+  __m256 v0 = _mm256_shuffle_ps(u0, u2, 0x44), v1 = _mm256_shuffle_ps(u0, u2, 0xee),
+         v2 = _mm256_shuffle_ps(u1, u3, 0x44), v3 = _mm256_shuffle_ps(u1, u3, 0xee),
+         v4 = _mm256_shuffle_ps(u4, u6, 0x44), v5 = _mm256_shuffle_ps(u4, u6, 0xee),
+         v6 = _mm256_shuffle_ps(u5, u7, 0x44), v7 = _mm256_shuffle_ps(u5, u7, 0xee);
+  t[0] = _mm256_permute2f128_ps(v0, v4, 0x20);
+  t[1] = _mm256_permute2f128_ps(v1, v5, 0x20);
+  t[2] = _mm256_permute2f128_ps(v2, v6, 0x20);
+  t[3] = _mm256_permute2f128_ps(v3, v7, 0x20);
+  t[4] = _mm256_permute2f128_ps(v0, v4, 0x31);
+  t[5] = _mm256_permute2f128_ps(v1, v5, 0x31);
+  t[6] = _mm256_permute2f128_ps(v2, v6, 0x31);
+  t[7] = _mm256_permute2f128_ps(v3, v7, 0x31);
+  if (q->scale != 1.0f)
+    for (int u = 0; u < 8; u++)
+      t[u] = _mm256_mul_ps(_mm256_set1_ps(q->scale), t[u]);
+}
+
+/* C'[r][x..x+8] as a vector (contiguous when cx == 1). */
+__attribute__((target("avx2,fma"))) static inline __m256 sk_cget(const skinny_job *q, int64_t r,
+                                                                int64_t x) {
+  const float *c = q->c + r * q->cr + x * q->cx;
+  if (!q->load)
+    return _mm256_setzero_ps();
+  if (q->cx == 1)
+    return _mm256_loadu_ps(c);
+  float t[8];
+  for (int u = 0; u < 8; u++)
+    t[u] = c[u * q->cx];
+  return _mm256_loadu_ps(t);
+}
+
+__attribute__((target("avx2,fma"))) static inline void sk_cput(const skinny_job *q, int64_t r,
+                                                              int64_t x, __m256 v) {
+  float *c = q->c + r * q->cr + x * q->cx;
+  if (q->cx == 1) {
+    _mm256_storeu_ps(c, v);
+    return;
+  }
+  float t[8];
+  _mm256_storeu_ps(t, v);
+  for (int u = 0; u < 8; u++)
+    c[u * q->cx] = t[u];
+}
+
+/* NB blocks of 8 of L's lines from x, SK lines of S (constants when
+ * inlined, so the accumulators stay in registers). */
+static inline __attribute__((always_inline, target("avx2,fma"))) void
+sk_block(const skinny_job *q, int SK, int NB, int64_t x) {
+  __m256 acc[SKINNY][2];
+  for (int r = 0; r < SK; r++)
+    for (int b = 0; b < NB; b++)
+      acc[r][b] = sk_cget(q, r, x + 8 * b);
+  int64_t p = 0;
+  if (q->lp != 1) {
+    for (; p < q->k; p++)
+      for (int b = 0; b < NB; b++) {
+        __m256 l = sk_lvec(q, p, x + 8 * b);
+        for (int r = 0; r < SK; r++)
+          acc[r][b] = _mm256_fmadd_ps(_mm256_set1_ps(q->s[r * q->k + p]), l, acc[r][b]);
+      }
+  } else {
+    __m256 t[2][8];
+    for (; p + 8 <= q->k; p += 8) {
+      for (int b = 0; b < NB; b++)
+        sk_ltrans(q, p, x + 8 * b, t[b]);
+      for (int u = 0; u < 8; u++)
+        for (int b = 0; b < NB; b++)
+          for (int r = 0; r < SK; r++)
+            acc[r][b] = _mm256_fmadd_ps(_mm256_set1_ps(q->s[r * q->k + p + u]), t[b][u],
+                                        acc[r][b]);
+    }
+    for (; p < q->k; p++)
+      for (int b = 0; b < NB; b++) {
+        float g[8];
+        for (int u = 0; u < 8; u++)
+          g[u] = q->l[p + (x + 8 * b + u) * q->lx];
+        __m256 l = _mm256_loadu_ps(g);
+        if (q->scale != 1.0f)
+          l = _mm256_mul_ps(_mm256_set1_ps(q->scale), l);
+        for (int r = 0; r < SK; r++)
+          acc[r][b] = _mm256_fmadd_ps(_mm256_set1_ps(q->s[r * q->k + p]), l, acc[r][b]);
+      }
+  }
+  for (int r = 0; r < SK; r++)
+    for (int b = 0; b < NB; b++)
+      sk_cput(q, r, x + 8 * b, acc[r][b]);
+}
+
+static inline __attribute__((always_inline, target("avx2,fma"))) void
+sk_lines(const skinny_job *q, int SK) {
+  int64_t x = 0;
+  for (; x + 16 <= q->nx; x += 16)
+    sk_block(q, SK, 2, x);
+  for (; x + 8 <= q->nx; x += 8)
+    sk_block(q, SK, 1, x);
+  for (; x < q->nx; x++) /* the last few lines: one chain each */
+    for (int r = 0; r < SK; r++) {
+      float *c = q->c + r * q->cr + x * q->cx;
+      float acc = q->load ? *c : 0.0f;
+      for (int64_t p = 0; p < q->k; p++) {
+        float l = q->l[p * q->lp + x * q->lx];
+        if (q->scale != 1.0f)
+          l = q->scale * l;
+        acc = __builtin_fmaf(q->s[r * q->k + p], l, acc);
+      }
+      *c = acc;
+    }
+}
+
+__attribute__((target("avx2,fma"))) static void skinny_avx2(const skinny_job *q) {
+  switch (q->sk) {
+  case 1: sk_lines(q, 1); break;
+  case 2: sk_lines(q, 2); break;
+  case 3: sk_lines(q, 3); break;
+  default: sk_lines(q, 4); break;
+  }
+}
+#endif
+
+/* C[i0..i0+m, j0..j0+n) of the job unpacked, when one side has at most
+ * SKINNY lines and the CPU has AVX2 with FMA; false: the packed path. */
+static bool gemm_skinny(const gemm_job *j, int64_t i0, int64_t m, int64_t j0, int64_t n) {
+#ifdef GEMM_X86
+  if (K == &k_portable || (m > SKINNY_MAX && n > SKINNY_MAX))
+    return false; /* the portable kernel runs every product packed */
+  bool rows = m <= n ? m <= SKINNY_MAX : n > SKINNY_MAX;
+  int64_t sk = rows ? m : n, k = j->k;
+  float *s = grow(&buf_a, &cap_a, (size_t)(sk * k));
+  if (!s)
+    return false;
+  skinny_job q = {.sk = sk, .k = k, .nx = rows ? n : m, .s = s, .c = j->c + i0 * j->ldc + j0,
+                  .load = j->beta != 0.0f};
+  if (rows) { /* S = alpha·op(A) (rounded once, as packing does), L = op(B) */
+    for (int64_t r = 0; r < sk; r++)
+      for (int64_t p = 0; p < k; p++) {
+        float v = j->ta ? j->a[p * j->lda + i0 + r] : j->a[(i0 + r) * j->lda + p];
+        s[r * k + p] = j->alpha == 1.0f ? v : j->alpha * v;
+      }
+    q.scale = 1.0f;
+    q.l = j->tb ? j->b + j0 * j->ldb : j->b + j0;
+    q.lp = j->tb ? 1 : j->ldb;
+    q.lx = j->tb ? j->ldb : 1;
+    q.cr = j->ldc;
+    q.cx = 1;
+  } else { /* S = op(B)ᵀ, L = alpha·op(A)ᵀ, C' = Cᵀ */
+    for (int64_t r = 0; r < sk; r++)
+      for (int64_t p = 0; p < k; p++)
+        s[r * k + p] = j->tb ? j->b[(j0 + r) * j->ldb + p] : j->b[p * j->ldb + j0 + r];
+    q.scale = j->alpha;
+    q.l = j->ta ? j->a + i0 : j->a + i0 * j->lda;
+    q.lp = j->ta ? j->lda : 1;
+    q.lx = j->ta ? 1 : j->lda;
+    q.cr = 1;
+    q.cx = j->ldc;
+  }
+  /* SKINNY lines of S at a time, each a pass over L. */
+  float *c = q.c;
+  for (int64_t g = 0; g < sk; g += SKINNY) {
+    q.sk = sk - g < SKINNY ? sk - g : SKINNY;
+    q.s = s + g * k;
+    q.c = c + g * q.cr;
+    skinny_avx2(&q);
+  }
+  return true;
+#else
+  (void)j, (void)i0, (void)m, (void)j0, (void)n;
+  return false;
+#endif
+}
+
 /* Packed B of a column block may take this many floats (4 MiB) when
  * all of k is packed at once (below). */
 #define GEMM_B_WHOLE (1 << 20)
@@ -352,11 +575,6 @@ static void gemm_region(const gemm_job *j, int64_t i0, int64_t m, int64_t j0, in
   int64_t mc_max = (m < kn->mc ? (m + mr - 1) / mr * mr : kn->mc);
   int64_t nc_max = (n < kn->nc ? (n + nr - 1) / nr * nr : kn->nc);
   bool whole = j->k > kn->kc && m > kn->mc && j->k * nc_max <= GEMM_B_WHOLE;
-  float *pa = grow(&buf_a, &cap_a, (size_t)(mc_max * kc_max));
-  float *pb = grow(&buf_b, &cap_b, (size_t)(nc_max * (whole ? j->k : kc_max)));
-  if (!pa || !pb)
-    sf_runtime_error(NULL, "matmul: out of memory packing a %lld×%lld×%lld product",
-                     (long long)j->m, (long long)j->n, (long long)j->k);
   int64_t ldc = j->ldc;
   if (j->beta != 0.0f && j->beta != 1.0f)
     for (int64_t i = 0; i < m; i++)
@@ -364,6 +582,13 @@ static void gemm_region(const gemm_job *j, int64_t i0, int64_t m, int64_t j0, in
         float *x = j->c + (i0 + i) * ldc + j0 + c;
         *x = j->beta * *x;
       }
+  if (gemm_skinny(j, i0, m, j0, n))
+    return;
+  float *pa = grow(&buf_a, &cap_a, (size_t)(mc_max * kc_max));
+  float *pb = grow(&buf_b, &cap_b, (size_t)(nc_max * (whole ? j->k : kc_max)));
+  if (!pa || !pb)
+    sf_runtime_error(NULL, "matmul: out of memory packing a %lld×%lld×%lld product",
+                     (long long)j->m, (long long)j->n, (long long)j->k);
   for (int64_t jc = 0; jc < n; jc += kn->nc) {
     int64_t nc = n - jc < kn->nc ? n - jc : kn->nc;
     if (whole) {

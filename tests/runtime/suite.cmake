@@ -135,6 +135,12 @@ add_test(NAME runtime/group_split
           --sflowc $<TARGET_FILE:sflowc>)
 set_tests_properties(runtime/group_split PROPERTIES ENVIRONMENT_MODIFICATION
                      OPENBLAS_CORETYPE=unset:)
+# The same bits on every machine: sflow's GEMM (the default for f32
+# products) under each of its kernels, every OPENBLAS_CORETYPE, 1-3
+# threads and -march=native, equal to a committed output.
+add_test(NAME runtime/same_bits
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runtime/same_bits_test.py
+          --sflowc $<TARGET_FILE:sflowc>)
 # Collectives over a tensor[] go in buckets (SFLOW_BUCKET_MB): transport
 # calls counted on the --trace for three caps, values checked for each.
 add_test(NAME runtime/nn_buckets

@@ -50,7 +50,7 @@ def main():
             print("NOT RUN %s: this CPU lacks %s" % (core, " ".join(missing)))
             not_run.append(core)
             continue
-        env = dict(os.environ, OPENBLAS_CORETYPE=core)
+        env = dict(os.environ, OPENBLAS_CORETYPE=core, SFLOW_BLAS="openblas")
         p = subprocess.run([a.unit, "sgemm_split"], env=env, capture_output=True, text=True,
                            timeout=300)
         out = p.stdout + p.stderr
