@@ -17,6 +17,10 @@ alone hold about 500 MB, which says nothing of the step), and sflow's speed
 as a multiple of torch's.  Both sides share the machine with whatever else
 runs: on a busy one, --repeat keeps the fastest of several processes.
 
+Each sflow program also runs with SFLOW_BLAS=openblas (row `sflow-oblas`):
+the default `sflow` row multiplies on sflow's own GEMM (runtime/gpu/gemm.c,
+the same bits on every CPU), this one on OpenBLAS, as before 2026-12-03.
+
 --mkl adds a row `sflow-mkl`: the same sflow program with SFLOW_BLAS
 naming oneMKL's libmkl_rt (installed by `setup.sh --mkl` into
 build/peers/mkl, network once), the BLAS torch's products use, so the
@@ -100,6 +104,11 @@ def main():
                                f"peer.py {' '.join(args)} --threads {n}", a.repeat))
                 if exe:
                     got.update(run([exe, "--threads", str(n), "--bench_threads", str(n)], os.environ, f"{key}.sflow --threads {n}", a.repeat))
+                if exe:  # the same program with f32 products on OpenBLAS (the default is sflow's GEMM)
+                    got.update(run([exe, "--threads", str(n), "--bench_threads", str(n)],
+                                   dict(os.environ, SFLOW_BLAS="openblas"),
+                                   f"{key}.sflow --threads {n} (OpenBLAS)", a.repeat,
+                                   side="sflow-oblas"))
                 if exe and mkl:
                     got.update(run([exe, "--threads", str(n), "--bench_threads", str(n)],
                                    dict(os.environ, SFLOW_BLAS=mkl),
@@ -107,11 +116,11 @@ def main():
     load = open("/proc/loadavg").read().split()[:3]
     print(f"\nINFO load average {' '.join(load)} on {os.cpu_count()} CPUs at the end"
           + (f"; fastest of {a.repeat} runs each" if a.repeat > 1 else ""))
-    print(f"{'benchmark':<30} {'thr':>3} {'side':>9} {'ms/step':>9} {'peak MB':>8} {'step MB':>8} {'speed':>6}")
+    print(f"{'benchmark':<30} {'thr':>3} {'side':>11} {'ms/step':>9} {'peak MB':>8} {'step MB':>8} {'speed':>6}")
     for (name, side, n), (ms, peak, base) in sorted(got.items()):
         ref = got.get((name, "torch", n))
         speed = f"{ref[0] / ms:.2f}x" if ref and side != "torch" else ""
-        print(f"{name:<30} {n:>3} {side:>9} {ms:>9.2f} {peak:>8.1f} {peak - base:>8.1f} {speed:>6}")
+        print(f"{name:<30} {n:>3} {side:>11} {ms:>9.2f} {peak:>8.1f} {peak - base:>8.1f} {speed:>6}")
 
 
 if __name__ == "__main__":

@@ -171,6 +171,51 @@ bool sf__gemm_fast(void) {
   return K != &k_portable;
 }
 
+#ifdef GEMM_X86
+/* An 8 × 8 block transposed in registers: t[u][x] = b[x * ld + u]. */
+__attribute__((target("avx2,fma"))) static inline void tr8(const float *b, int64_t ld,
+                                                          __m256 t[8]) {
+  __m256 r0 = _mm256_loadu_ps(b), r1 = _mm256_loadu_ps(b + ld), r2 = _mm256_loadu_ps(b + 2 * ld),
+         r3 = _mm256_loadu_ps(b + 3 * ld), r4 = _mm256_loadu_ps(b + 4 * ld),
+         r5 = _mm256_loadu_ps(b + 5 * ld), r6 = _mm256_loadu_ps(b + 6 * ld),
+         r7 = _mm256_loadu_ps(b + 7 * ld);
+  __m256 u0 = _mm256_unpacklo_ps(r0, r1), u1 = _mm256_unpackhi_ps(r0, r1),
+         u2 = _mm256_unpacklo_ps(r2, r3), u3 = _mm256_unpackhi_ps(r2, r3),
+         u4 = _mm256_unpacklo_ps(r4, r5), u5 = _mm256_unpackhi_ps(r4, r5),
+         u6 = _mm256_unpacklo_ps(r6, r7), u7 = _mm256_unpackhi_ps(r6, r7);
+  __m256 v0 = _mm256_shuffle_ps(u0, u2, 0x44), v1 = _mm256_shuffle_ps(u0, u2, 0xee),
+         v2 = _mm256_shuffle_ps(u1, u3, 0x44), v3 = _mm256_shuffle_ps(u1, u3, 0xee),
+         v4 = _mm256_shuffle_ps(u4, u6, 0x44), v5 = _mm256_shuffle_ps(u4, u6, 0xee),
+         v6 = _mm256_shuffle_ps(u5, u7, 0x44), v7 = _mm256_shuffle_ps(u5, u7, 0xee);
+  t[0] = _mm256_permute2f128_ps(v0, v4, 0x20);
+  t[1] = _mm256_permute2f128_ps(v1, v5, 0x20);
+  t[2] = _mm256_permute2f128_ps(v2, v6, 0x20);
+  t[3] = _mm256_permute2f128_ps(v3, v7, 0x20);
+  t[4] = _mm256_permute2f128_ps(v0, v4, 0x31);
+  t[5] = _mm256_permute2f128_ps(v1, v5, 0x31);
+  t[6] = _mm256_permute2f128_ps(v2, v6, 0x31);
+  t[7] = _mm256_permute2f128_ps(v3, v7, 0x31);
+}
+
+/* A full panel of op(B) = Bᵀ (tb): nr (16 or 32) of B's rows from c,
+ * kc steps from p0, read as 8 × 8 blocks transposed in registers rather
+ * than one value at a time (a copy: the bits are the scalar loop's). */
+__attribute__((target("avx2,fma"))) static void pack_bt_avx2(const float *b, int64_t ldb, int nr,
+                                                            int64_t kc, float *out) {
+  int64_t p = 0;
+  for (; p + 8 <= kc; p += 8)
+    for (int x = 0; x < nr; x += 8) {
+      __m256 t[8];
+      tr8(b + x * ldb + p, ldb, t);
+      for (int u = 0; u < 8; u++)
+        _mm256_storeu_ps(out + (p + u) * nr + x, t[u]);
+    }
+  for (; p < kc; p++)
+    for (int x = 0; x < nr; x++)
+      out[p * nr + x] = b[x * ldb + p];
+}
+#endif
+
 /* ------------------------------------------------------------ packing */
 
 typedef struct {
@@ -255,7 +300,14 @@ static inline __attribute__((always_inline)) void pack_b_panel(const gemm_job *j
     }
     return;
   }
-  /* op(B)'s columns are B's rows: read side by side a step at a time. */
+  /* op(B)'s columns are B's rows: read side by side a step at a time
+   * (a full panel of a vector kernel: 8 × 8 blocks transposed). */
+#ifdef GEMM_X86
+  if (w == nr && nr >= 16) {
+    pack_bt_avx2(j->b + c * j->ldb + p0, j->ldb, nr, kc, out);
+    return;
+  }
+#endif
   const float *col[32];
   for (int64_t x = 0; x < nr; x++)
     col[x] = j->b + (c + (x < w ? x : 0)) * j->ldb + p0;
@@ -372,30 +424,10 @@ __attribute__((target("avx2,fma"))) static inline __m256 sk_lvec(const skinny_jo
 }
 
 /* L's values at p..p+8 for x..x+8 when they lie along p (lp == 1):
- * eight loads of L's lines, transposed so that t[u] holds L[p+u][x..]. */
+ * eight of L's lines transposed, so that t[u] holds L[p+u][x..]. */
 __attribute__((target("avx2,fma"))) static inline void sk_ltrans(const skinny_job *q, int64_t p,
                                                                 int64_t x, __m256 t[8]) {
-  const float *b = q->l + x * q->lx + p;
-  __m256 r0 = _mm256_loadu_ps(b), r1 = _mm256_loadu_ps(b + q->lx),
-         r2 = _mm256_loadu_ps(b + 2 * q->lx), r3 = _mm256_loadu_ps(b + 3 * q->lx),
-         r4 = _mm256_loadu_ps(b + 4 * q->lx), r5 = _mm256_loadu_ps(b + 5 * q->lx),
-         r6 = _mm256_loadu_ps(b + 6 * q->lx), r7 = _mm256_loadu_ps(b + 7 * q->lx);
-  __m256 u0 = _mm256_unpacklo_ps(r0, r1), u1 = _mm256_unpackhi_ps(r0, r1),
-         u2 = _mm256_unpacklo_ps(r2, r3), u3 = _mm256_unpackhi_ps(r2, r3),
-         u4 = _mm256_unpacklo_ps(r4, r5), u5 = _mm256_unpackhi_ps(r4, r5),
-         u6 = _mm256_unpacklo_ps(r6, r7), u7 = _mm256_unpackhi_ps(r6, r7);
-  __m256 v0 = _mm256_shuffle_ps(u0, u2, 0x44), v1 = _mm256_shuffle_ps(u0, u2, 0xee),
-         v2 = _mm256_shuffle_ps(u1, u3, 0x44), v3 = _mm256_shuffle_ps(u1, u3, 0xee),
-         v4 = _mm256_shuffle_ps(u4, u6, 0x44), v5 = _mm256_shuffle_ps(u4, u6, 0xee),
-         v6 = _mm256_shuffle_ps(u5, u7, 0x44), v7 = _mm256_shuffle_ps(u5, u7, 0xee);
-  t[0] = _mm256_permute2f128_ps(v0, v4, 0x20);
-  t[1] = _mm256_permute2f128_ps(v1, v5, 0x20);
-  t[2] = _mm256_permute2f128_ps(v2, v6, 0x20);
-  t[3] = _mm256_permute2f128_ps(v3, v7, 0x20);
-  t[4] = _mm256_permute2f128_ps(v0, v4, 0x31);
-  t[5] = _mm256_permute2f128_ps(v1, v5, 0x31);
-  t[6] = _mm256_permute2f128_ps(v2, v6, 0x31);
-  t[7] = _mm256_permute2f128_ps(v3, v7, 0x31);
+  tr8(q->l + x * q->lx + p, q->lx, t);
   if (q->scale != 1.0f)
     for (int u = 0; u < 8; u++)
       t[u] = _mm256_mul_ps(_mm256_set1_ps(q->scale), t[u]);
