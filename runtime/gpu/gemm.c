@@ -197,22 +197,23 @@ __attribute__((target("avx2,fma"))) static inline void tr8(const float *b, int64
   t[7] = _mm256_permute2f128_ps(v3, v7, 0x31);
 }
 
-/* A full panel of op(B) = Bᵀ (tb): nr (16 or 32) of B's rows from c,
- * kc steps from p0, read as 8 × 8 blocks transposed in registers rather
- * than one value at a time (a copy: the bits are the scalar loop's). */
+/* A panel of op(B) = Bᵀ (tb): w ≤ nr (16 or 32) of B's rows from b, kc
+ * steps, nr values a step (past w zero), whole groups of 8 rows read as
+ * 8 × 8 blocks transposed in registers rather than one value at a time
+ * (a copy: the bits are the scalar loop's). */
 __attribute__((target("avx2,fma"))) static void pack_bt_avx2(const float *b, int64_t ldb, int nr,
-                                                            int64_t kc, float *out) {
-  int64_t p = 0;
+                                                            int64_t w, int64_t kc, float *out) {
+  int64_t w8 = w / 8 * 8, p = 0;
   for (; p + 8 <= kc; p += 8)
-    for (int x = 0; x < nr; x += 8) {
+    for (int64_t x = 0; x < w8; x += 8) {
       __m256 t[8];
       tr8(b + x * ldb + p, ldb, t);
       for (int u = 0; u < 8; u++)
         _mm256_storeu_ps(out + (p + u) * nr + x, t[u]);
     }
-  for (; p < kc; p++)
-    for (int x = 0; x < nr; x++)
-      out[p * nr + x] = b[x * ldb + p];
+  for (int64_t q = 0; q < kc; q++)
+    for (int64_t x = q < p ? w8 : 0; x < nr; x++)
+      out[q * nr + x] = x < w ? b[x * ldb + q] : 0.0f;
 }
 #endif
 
@@ -301,10 +302,10 @@ static inline __attribute__((always_inline)) void pack_b_panel(const gemm_job *j
     return;
   }
   /* op(B)'s columns are B's rows: read side by side a step at a time
-   * (a full panel of a vector kernel: 8 × 8 blocks transposed). */
+   * (for a vector kernel: 8 × 8 blocks transposed). */
 #ifdef GEMM_X86
-  if (w == nr && nr >= 16) {
-    pack_bt_avx2(j->b + c * j->ldb + p0, j->ldb, nr, kc, out);
+  if (nr >= 16) {
+    pack_bt_avx2(j->b + c * j->ldb + p0, j->ldb, nr, w, kc, out);
     return;
   }
 #endif
@@ -689,9 +690,14 @@ int64_t sf__gemm_sflow(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float 
   int64_t work = m * n * k;
   if (ways > work / GEMM_PART_MNK)
     ways = work / GEMM_PART_MNK;
-  /* Rows where there are enough of them for every part to fill its
-   * panels, else columns; whichever, every element is its same chain. */
-  j.by_rows = m >= n || m >= ways * 4 * K->mr;
+  /* Each part packs all of the operand it does not split: by rows every
+   * thread packs the whole of B (k × n), by columns the whole of A
+   * (m × k).  So C is cut along its longer side, where that side has two
+   * panels for every part (else the other); whichever, every element is
+   * its same chain.  (Rows first, as before, cost a 256-row MLP step at
+   * 2 threads 22%: each thread packed all of a 1024-wide weight.) */
+  bool rows_fill = m >= ways * 2 * K->mr, cols_fill = n >= ways * 2 * K->nr;
+  j.by_rows = m >= n ? rows_fill || !cols_fill : !cols_fill && rows_fill;
   int64_t unit = j.by_rows ? K->mr : K->nr, total = j.by_rows ? m : n;
   if (ways > (total + unit - 1) / unit)
     ways = (total + unit - 1) / unit;
