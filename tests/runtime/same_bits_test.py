@@ -27,17 +27,8 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def cpu_flags():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "unit"))
+from blas_cores_test import cpu_flags  # noqa: E402
 
 
 def main():
