@@ -366,17 +366,40 @@ def case_memory(sflowc, exe, tmp):
                         (["--checkpoint-blocks", "every:0"], r"every:K needs a whole K of at least 1"),
                         (["--checkpoint-blocks", "some"], r"\"some\" is not none, all, every:K or a list"),
                         (["--autocast", "fp16"], r"--autocast must be f32 or bf16, not fp16"),
-                        (["--plan", "--workers", "2"], r"--plan measures this process's tensors: use it with --workers 1")]:
+                        (["--plan", "--workers", "2"], r"--plan with --workers 2 needs --plan-activations MB")]:
         q = run(exe, *base, *flags, cwd=tmp)
         check(q.returncode != 0 and re.search(want, q.stderr) is not None,
               "%s: exit %d, %s" % (flags, q.returncode, q.stderr.strip()[-200:]))
 
 
+def case_plan_workers(exe, tmp):
+    """--plan at 2 workers: a full fine-tune's training growth of the
+    whole process (both members' tensors) within 10% of the plan's for
+    the 2 members, given the activations a 1-worker run measured, under
+    --shard parameters (FSDP's units) and gradients."""
+    small = os.path.join(tmp, "small-plan.txt")
+    with open(small, "w") as f:
+        f.write(SMALL_TEXT)
+    base = ["--data", small, "--steps", "2", "--seq-len", "16", "--batch", "2", "--lora-rank", "0",
+            "--lr", "1e-4", "--journal=false", "--plan"]
+    q = run(exe, *base, cwd=tmp)
+    a = re.search(r"activations ([\d.]+) \(measured", q.stdout)
+    check(q.returncode == 0 and a is not None, "--plan, 1 worker: exit %d, %s" % (q.returncode, q.stdout[-300:]))
+    for shard in ("parameters", "gradients"):
+        q = run(exe, *base, "--workers", "2", "--shard", shard, "--plan-activations", a.group(1), cwd=tmp)
+        sys.stdout.write(q.stdout[-400:])
+        g = re.search(r"training growth, 2 workers: predicted ([\d.]+) MB, measured ([\d.]+) MB", q.stdout)
+        check(q.returncode == 0 and g is not None and
+              abs(float(g.group(1)) - float(g.group(2))) <= 0.1 * float(g.group(2)),
+              "--plan --workers 2 --shard %s: the process's training growth within 10%% of the plan's (%s)"
+              % (shard, g and g.groups()))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sflowc", required=True)
-    ap.add_argument("--only", choices=("reference", "files", "bad", "decoder", "memory", "example", "workers_lora",
-                                       "workers_full", "resume"),
+    ap.add_argument("--only", choices=("reference", "files", "bad", "decoder", "memory", "plan_workers", "example",
+                                       "workers_lora", "workers_full", "resume"),
                     default=None, help="example: reference, files and bad")
     args = ap.parse_args()
     if not os.path.isfile(GGUF) or not os.path.isfile(SCIENCE):
@@ -391,6 +414,8 @@ def main():
             case_decoder(args.sflowc, tmp)
         if args.only in (None, "memory"):
             case_memory(args.sflowc, exe, tmp)
+        if args.only in (None, "plan_workers"):
+            case_plan_workers(exe, tmp)
         if args.only in (None, "bad", "example"):
             case_bad(exe, tmp)
         if args.only in (None, "files", "example"):

@@ -58,6 +58,12 @@ add_test(NAME lm/memory
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/examples/lm_finetune_test.py
           --sflowc $<TARGET_FILE:sflowc> --only memory)
 set_tests_properties(lm/memory PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77)
+# lm_finetune --plan at 2 workers (a full fine-tune, --shard parameters and
+# gradients): the process's training growth within 10% of the plan's.
+add_test(NAME lm/plan_workers
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/examples/lm_finetune_test.py
+          --sflowc $<TARGET_FILE:sflowc> --only plan_workers)
+set_tests_properties(lm/plan_workers PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77)
 add_test(NAME examples/lm_finetune
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/examples/lm_finetune_test.py
           --sflowc $<TARGET_FILE:sflowc> --only example)
