@@ -400,11 +400,9 @@ static float *grow(float **buf, size_t *cap, size_t n) {
  * S[r][p] · L[p][x] (the terms' order in an fma does not change its
  * result): for few rows S = alpha·op(A), L = op(B) and C' = C; for few
  * columns S = op(B)ᵀ, L = alpha·op(A)ᵀ and C' = Cᵀ. */
-#define SKINNY 4       /* S's lines in one pass over L */
-#ifndef SKINNY_MAX
-#define SKINNY_MAX 4   /* the most lines of the small side run unpacked (5-16 measured
-                        * no faster than packed: the transposes cost as much) */
-#endif
+#define SKINNY 4 /* the most lines of the small side run unpacked, in one pass
+                  * over L (5-16 measured no faster than packed: the
+                  * transposes cost as much) */
 
 typedef struct {
   int64_t sk, k, nx;         /* S is sk × k (copied), L k × nx */
@@ -540,9 +538,9 @@ __attribute__((target("avx2,fma"))) static void skinny_avx2(const skinny_job *q)
  * SKINNY lines and the CPU has AVX2 with FMA; false: the packed path. */
 static bool gemm_skinny(const gemm_job *j, int64_t i0, int64_t m, int64_t j0, int64_t n) {
 #ifdef GEMM_X86
-  if (K == &k_portable || (m > SKINNY_MAX && n > SKINNY_MAX))
+  if (K == &k_portable || (m > SKINNY && n > SKINNY))
     return false; /* the portable kernel runs every product packed */
-  bool rows = m <= n ? m <= SKINNY_MAX : n > SKINNY_MAX;
+  bool rows = m <= n ? m <= SKINNY : n > SKINNY;
   int64_t sk = rows ? m : n, k = j->k;
   float *s = grow(&buf_a, &cap_a, (size_t)(sk * k));
   if (!s)
@@ -572,14 +570,7 @@ static bool gemm_skinny(const gemm_job *j, int64_t i0, int64_t m, int64_t j0, in
     q.cr = 1;
     q.cx = j->ldc;
   }
-  /* SKINNY lines of S at a time, each a pass over L. */
-  float *c = q.c;
-  for (int64_t g = 0; g < sk; g += SKINNY) {
-    q.sk = sk - g < SKINNY ? sk - g : SKINNY;
-    q.s = s + g * k;
-    q.c = c + g * q.cr;
-    skinny_avx2(&q);
-  }
+  skinny_avx2(&q);
   return true;
 #else
   (void)j, (void)i0, (void)m, (void)j0, (void)n;
