@@ -38,7 +38,7 @@ void *sf__realloc(void *p, size_t n) {
  * Size classes up to SF__BLOCK_MAX.  Each thread keeps a free
  * list per class; a list that grows past LOCAL_MAX hands BATCH blocks to a
  * global depot, and an empty list takes a batch from the depot before
- * asking malloc.  So a thread that frees what another allocated (main
+ * carving a fresh block (below).  So a thread that frees what another allocated (main
  * releasing futures that pool threads completed, or the reverse) passes
  * the blocks back in batches instead of growing without bound, and steady
  * state costs a pointer push and pop.  Memory stays with the cache once
@@ -77,21 +77,6 @@ static struct {
 /* The second word of a batch's first block links the depot's batches. */
 static block **batch_link(block *b) { return (block **)((char *)b + sizeof(block *)); }
 
-static void cache_flush(void *arg) {
-  block_cache *c = arg;
-  pthread_mutex_lock(&depot.lock);
-  for (int k = 0; k < NCLASS; k++)
-    if (c->head[k]) { /* a short batch is still a batch: the counts are not kept there */
-      *batch_link(c->head[k]) = depot.batches[k];
-      depot.batches[k] = c->head[k];
-      c->head[k] = NULL;
-      c->count[k] = 0;
-    }
-  pthread_mutex_unlock(&depot.lock);
-}
-
-static void depot_init(void) { pthread_key_create(&depot.key, cache_flush); }
-
 /* Fresh blocks are carved from regions instead of a malloc each: a round of
  * a million pipelined tasks touches tens of MB of futures for the first
  * time, and one page fault per 4 KiB (with malloc's header and bookkeeping
@@ -108,10 +93,19 @@ static void depot_init(void) { pthread_key_create(&depot.key, cache_flush); }
 #define REGION ((size_t)2 << 20)
 #define PIECE ((size_t)16 << 10)
 
+/* A piece left by a thread that ended, for the next thread that needs one
+ * (threads come and go: spares for abandoned attempts, connections):
+ * its first words say where it ends and link the next. */
+typedef struct spare_piece {
+  struct spare_piece *next;
+  char *end;
+} spare_piece;
+
 static struct {
   pthread_mutex_t lock;
   char *next, *end;
   int regions;
+  spare_piece *spares;
 } fresh = {.lock = PTHREAD_MUTEX_INITIALIZER};
 static _Thread_local char *piece, *piece_end;
 
@@ -141,8 +135,13 @@ static bool region_new(void) {
 static void *block_fresh(size_t n) {
   if ((size_t)(piece_end - piece) < n) {
     pthread_mutex_lock(&fresh.lock);
-    bool ok = (size_t)(fresh.end - fresh.next) >= PIECE || region_new();
-    if (ok) {
+    spare_piece *sp = fresh.spares;
+    bool ok = true;
+    if (sp && (size_t)(sp->end - (char *)sp) >= n) {
+      fresh.spares = sp->next;
+      piece = (char *)sp;
+      piece_end = sp->end;
+    } else if ((ok = (size_t)(fresh.end - fresh.next) >= PIECE || region_new())) {
       piece = fresh.next;
       piece_end = piece + PIECE;
       fresh.next += PIECE;
@@ -155,6 +154,35 @@ static void *block_fresh(size_t n) {
   piece += n;
   return b;
 }
+
+/* The rest of this thread's piece, for another thread (at its end). */
+static void piece_give_back(void) {
+  if ((size_t)(piece_end - piece) < SF__BLOCK_MAX)
+    return; /* too little to be worth a link: at most a class's worth lost */
+  spare_piece *sp = (spare_piece *)piece;
+  sp->end = piece_end;
+  pthread_mutex_lock(&fresh.lock);
+  sp->next = fresh.spares;
+  fresh.spares = sp;
+  pthread_mutex_unlock(&fresh.lock);
+  piece = piece_end = NULL;
+}
+
+static void cache_flush(void *arg) {
+  block_cache *c = arg;
+  pthread_mutex_lock(&depot.lock);
+  for (int k = 0; k < NCLASS; k++)
+    if (c->head[k]) { /* a short batch is still a batch: the counts are not kept there */
+      *batch_link(c->head[k]) = depot.batches[k];
+      depot.batches[k] = c->head[k];
+      c->head[k] = NULL;
+      c->count[k] = 0;
+    }
+  pthread_mutex_unlock(&depot.lock);
+  piece_give_back();
+}
+
+static void depot_init(void) { pthread_key_create(&depot.key, cache_flush); }
 
 /* The thread's cache, registered to go to the depot when the thread ends. */
 static block_cache *my_cache(void) {

@@ -121,6 +121,74 @@ static void test_atomic_counts(void) {
   sf_release(s);
 }
 
+/* Blocks of every size: 16-aligned, each its own bytes (a pattern written
+ * into all of them at once survives), of the class asked for; freed ones
+ * come back before fresh ones are carved. */
+static void test_blocks(void) {
+  enum { PER = 64 };
+  static unsigned char *b[SF__BLOCK_MAX + 1][PER];
+  static int32_t cls[SF__BLOCK_MAX + 1][PER];
+  for (size_t n = 1; n <= SF__BLOCK_MAX; n++)
+    for (int i = 0; i < PER; i++) {
+      b[n][i] = sf__block_alloc(n, &cls[n][i]);
+      CU_ASSERT(((uintptr_t)b[n][i] & 15) == 0);
+      CU_ASSERT(cls[n][i] >= 0);
+      memset(b[n][i], (int)((n * 7 + (size_t)i) & 0xff), n);
+    }
+  bool intact = true;
+  for (size_t n = 1; n <= SF__BLOCK_MAX; n++)
+    for (int i = 0; i < PER; i++)
+      for (size_t k = 0; k < n; k++)
+        intact &= b[n][i][k] == (unsigned char)((n * 7 + (size_t)i) & 0xff);
+  CU_ASSERT(intact);
+  int32_t c208;
+  void *p = sf__block_alloc(208, &c208);
+  int32_t c209;
+  void *q = sf__block_alloc(209, &c209);
+  CU_ASSERT(c209 == c208 + 1); /* 16 bytes apart up to 256 */
+  sf__block_free(q, c209);
+  sf__block_free(p, c208);
+  int32_t again;
+  CU_ASSERT(sf__block_alloc(208, &again) == p && again == c208); /* the freed one first */
+  sf__block_free(p, c208);
+  for (size_t n = 1; n <= SF__BLOCK_MAX; n++)
+    for (int i = 0; i < PER; i++)
+      sf__block_free(b[n][i], cls[n][i]);
+}
+
+/* Threads that each carve a block, keep it and end: each later thread
+ * carves from the piece the last one left, not from a fresh piece of its
+ * own (2,000 threads would otherwise hold 2,000 pieces, 31 MiB). */
+enum { SHORT_THREADS = 2000 };
+static void *carve_one(void *out) {
+  int32_t cls;
+  *(void **)out = sf__block_alloc(48, &cls);
+  return NULL;
+}
+
+static int cmp_ptr(const void *a, const void *b) {
+  uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void test_short_threads(void) {
+  static void *got[SHORT_THREADS];
+  for (int i = 0; i < SHORT_THREADS; i++) {
+    pthread_t t;
+    CU_ASSERT(pthread_create(&t, NULL, carve_one, &got[i]) == 0);
+    pthread_join(t, NULL);
+  }
+  qsort(got, SHORT_THREADS, sizeof got[0], cmp_ptr);
+  int windows = 1; /* distinct 16 KiB windows the blocks lie in */
+  for (int i = 1; i < SHORT_THREADS; i++)
+    windows += ((uintptr_t)got[i] >> 14) != ((uintptr_t)got[i - 1] >> 14);
+  printf("  %d blocks of 48 bytes from %d threads lie in %d windows of 16 KiB\n", SHORT_THREADS,
+         SHORT_THREADS, windows);
+  CU_ASSERT(windows <= 16);
+  for (int i = 0; i < SHORT_THREADS; i++)
+    sf__block_free(got[i], 2); /* class of 48 bytes */
+}
+
 static void test_array_new(void) {
   sf_array *a = sf_array_new(&sf_type_f64, 5, &LOC);
   CHECK_INT(a->len, 5);
@@ -352,6 +420,8 @@ int main(int argc, char **argv) {
       {"dtor_hooks", test_dtor_hooks},
       {"tensor_hooks", test_tensor_hooks},
       {"atomic_counts", test_atomic_counts},
+      {"blocks", test_blocks},
+      {"short_threads", test_short_threads},
       {"array_new", test_array_new},
       {"split", test_split},
       {"index_fail", test_index_fail},
