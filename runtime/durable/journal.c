@@ -303,7 +303,13 @@ typedef struct jbuf {
                   * while the flusher waited for a core */
 } jbuf;
 
-static _Atomic uint64_t tickets;
+/* The counter has its cache line to itself: beside `merged`, whose length
+ * the flusher writes once per record it merges, every append also paid
+ * for the flusher's writes. */
+static struct {
+  _Alignas(64) _Atomic uint64_t next;
+  char pad[64 - sizeof(uint64_t)];
+} tickets;
 static sf__buf merged; /* the flusher's output, kept for reuse (J.lock) */
 
 static jbuf *jbufs; /* every thread's, linked under J.lock */
@@ -506,7 +512,7 @@ static void append(int32_t kind, int64_t seq, int64_t spawn, int64_t rank, int64
   /* The fixed part in one go: ticket, frame (patched below), kind, four
    * varints, the name's length and the name. */
   sf__buf_grow(b, 16 + 1 + 5 * 10 + nl);
-  uint64_t ticket = atomic_fetch_add_explicit(&tickets, 1, memory_order_relaxed);
+  uint64_t ticket = atomic_fetch_add_explicit(&tickets.next, 1, memory_order_relaxed);
   memcpy(b->data + start, &ticket, 8);
   start += 8;
   char *p = b->data + start + 8;
