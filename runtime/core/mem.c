@@ -135,9 +135,9 @@ static bool region_new(void) {
 static void *block_fresh(size_t n) {
   if ((size_t)(piece_end - piece) < n) {
     pthread_mutex_lock(&fresh.lock);
-    spare_piece *sp = fresh.spares;
+    spare_piece *sp = fresh.spares; /* each holds SF__BLOCK_MAX bytes or more */
     bool ok = true;
-    if (sp && (size_t)(sp->end - (char *)sp) >= n) {
+    if (sp) {
       fresh.spares = sp->next;
       piece = (char *)sp;
       piece_end = sp->end;
